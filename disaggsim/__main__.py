@@ -1,0 +1,5 @@
+import sys
+
+from disaggsim.cli import main
+
+sys.exit(main())

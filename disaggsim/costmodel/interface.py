@@ -1,0 +1,50 @@
+"""The batch-level interface between the engine and the cost model.
+
+The engine never sees operators: it asks a :class:`WorkerCost` (one TP group holding one
+copy of the weights) for the time of one forward pass. Three shapes of iteration exist:
+
+- a prefill batch: ``num_seqs`` prompts, ``new_tokens`` tokens in total, ``attn_pairs``
+  causal query-key pairs in total (``sum(L*(L+1)/2)`` for whole prompts; a chunk of c
+  tokens after p cached ones adds ``c*p + c*(c+1)/2``), ``cached_tokens`` previously cached
+  tokens whose KV the chunk re-reads;
+- a decode step: ``batch`` sequences holding ``context_tokens`` cached tokens in total.
+  Its time must be **affine in context_tokens at fixed batch**: ``base + per_token * C``.
+  :meth:`WorkerCost.decode_coeffs` returns ``(base_s, per_context_token_s)`` so the engine
+  can advance a worker over a run of steps in closed form (see DESIGN.md, speed rule);
+- a mixed (chunked-prefill) step: both at once.
+
+:class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class WorkerCost(Protocol):
+    num_gpus: int
+    kv_bytes_per_token: int  # all layers, all TP shards together (bytes per token of context)
+    kv_capacity_tokens: int  # tokens of KV this worker can hold
+    weights_bytes: int  # weights held by the whole worker (all GPUs), bytes
+
+    def prefill_time_s(
+        self, num_seqs: int, new_tokens: int, attn_pairs: float, cached_tokens: int = 0
+    ) -> float: ...
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float]: ...
+
+    def mixed_time_s(
+        self,
+        decode_batch: int,
+        decode_context_tokens: int,
+        prefill_seqs: int,
+        prefill_tokens: int,
+        prefill_attn_pairs: float,
+        prefill_cached_tokens: int = 0,
+    ) -> float: ...
+
+
+def decode_step_time_s(cost: WorkerCost, batch: int, context_tokens: int) -> float:
+    base, per_token = cost.decode_coeffs(batch)
+    return base + per_token * context_tokens

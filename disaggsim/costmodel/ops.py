@@ -1,0 +1,141 @@
+"""Operator-level time formulas: the one place where profile parameters meet physics.
+
+Every function here is pure numpy (scalars or arrays broadcast), takes the GPU peaks and
+one op's fitted parameters from a hardware profile, and returns seconds. The calibration
+fitter (``calibration/fit.py``) fits exactly these functions to measured kernel times,
+and the step model (``disaggsim.costmodel.step``) sums them into forward-pass times, so
+calibration and prediction cannot drift apart.
+
+Forms (``docs/costmodel.md`` has the derivations):
+
+- GEMM (m tokens × k → n): ``launch_s + max(2mnk / (peak × eff_c), bytes / (hbm × mem_eff))``
+  with ``eff_c = max_eff × d / (d + half_sat)``, ``d = min(m, n, k)``: compute efficiency
+  saturating in the smallest dimension; ``bytes = (mk + kn + mn) × elem``.
+- Decode attention (B sequences, C cached tokens in all): ``floor_s + per_seq_s × B +
+  kv_bytes / (hbm × bw_eff)``: linear in C at fixed B, which the engine relies on.
+- Prefill attention (causal, FLOP = 4 × heads × head_dim × query-key pairs):
+  ``floor_s + flop / (peak × max_eff × L / (L + half_sat))``, L = mean new tokens per
+  sequence.
+- Element-wise / norm kernels: ``launch_s + bytes / (hbm × bw_eff)``.
+- All-reduce over n GPUs of S bytes (ring): ``latency_s + 2 (n-1)/n × S / bus_bw``.
+- Copies (KV moves): ``latency_s + S / bw``; paged gather adds ``per_block_s`` per block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from disaggsim.hardware.profile import (
+    AllReduceParams,
+    CopyParams,
+    DecodeAttentionParams,
+    ElementwiseParams,
+    GemmParams,
+    GpuPeaks,
+    PrefillAttentionParams,
+)
+
+
+def gemm_flop(m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
+    return 2.0 * np.asarray(m, float) * np.asarray(n, float) * np.asarray(k, float)
+
+
+def gemm_bytes(m: ArrayLike, n: ArrayLike, k: ArrayLike, elem_bytes: float) -> np.ndarray:
+    m, n, k = (np.asarray(x, float) for x in (m, n, k))
+    return (m * k + k * n + m * n) * elem_bytes
+
+
+def gemm_compute_eff(p: GemmParams, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
+    d = np.minimum(np.minimum(np.asarray(m, float), np.asarray(n, float)), np.asarray(k, float))
+    return p.max_eff * d / (d + p.half_sat)
+
+
+def gemm_time_s(
+    peaks: GpuPeaks,
+    p: GemmParams,
+    m: ArrayLike,
+    n: ArrayLike,
+    k: ArrayLike,
+    dtype: str = "bf16",
+) -> np.ndarray:
+    """Seconds for one (m × k) @ (k × n) GEMM in ``dtype`` (bf16 or fp8)."""
+    peak = peaks.flop_per_s(dtype)
+    elem = 1.0 if dtype == "fp8" else 2.0
+    compute_s = gemm_flop(m, n, k) / (peak * gemm_compute_eff(p, m, n, k))
+    memory_s = gemm_bytes(m, n, k, elem) / (peaks.hbm_bytes_per_s * p.mem_eff)
+    return p.launch_s + np.maximum(compute_s, memory_s)
+
+
+def decode_attention_time_s(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    batch: ArrayLike,
+    context_tokens: ArrayLike,
+    kv_heads: ArrayLike,
+    head_dim: ArrayLike,
+    kv_elem_bytes: float = 2.0,
+) -> np.ndarray:
+    """Seconds for one decode-attention kernel over ``batch`` sequences holding
+    ``context_tokens`` cached tokens in total (per layer, per GPU shard)."""
+    kv_bytes = (
+        2.0 * np.asarray(context_tokens, float) * np.asarray(kv_heads, float)
+        * np.asarray(head_dim, float) * kv_elem_bytes
+    )
+    return (
+        p.floor_s
+        + p.per_seq_s * np.asarray(batch, float)
+        + kv_bytes / (peaks.hbm_bytes_per_s * p.bw_eff)
+    )
+
+
+def prefill_attention_flop(pairs: ArrayLike, heads: ArrayLike, head_dim: ArrayLike) -> np.ndarray:
+    """FLOP of causal attention: QK^T and PV, 2 FLOP per multiply-add, per query-key pair."""
+    return 4.0 * np.asarray(pairs, float) * np.asarray(heads, float) * np.asarray(head_dim, float)
+
+
+def causal_pairs(new_tokens: ArrayLike, cached_tokens: ArrayLike = 0) -> np.ndarray:
+    """Query-key pairs when ``new_tokens`` attend causally after ``cached_tokens``."""
+    c = np.asarray(new_tokens, float)
+    return c * np.asarray(cached_tokens, float) + c * (c + 1.0) / 2.0
+
+
+def prefill_attention_time_s(
+    peaks: GpuPeaks,
+    p: PrefillAttentionParams,
+    num_seqs: ArrayLike,
+    new_tokens: ArrayLike,
+    pairs: ArrayLike,
+    heads: ArrayLike,
+    head_dim: ArrayLike,
+    dtype: str = "bf16",
+) -> np.ndarray:
+    """Seconds for one causal prefill-attention kernel (per layer, per GPU shard).
+
+    ``new_tokens`` is the batch's total of new tokens, ``pairs`` its total query-key pairs
+    (see :func:`causal_pairs`)."""
+    mean_len = np.asarray(new_tokens, float) / np.maximum(np.asarray(num_seqs, float), 1.0)
+    eff = p.max_eff * mean_len / (mean_len + p.half_sat)
+    return p.floor_s + prefill_attention_flop(pairs, heads, head_dim) / (
+        peaks.flop_per_s(dtype) * eff
+    )
+
+
+def elementwise_time_s(peaks: GpuPeaks, p: ElementwiseParams, nbytes: ArrayLike) -> np.ndarray:
+    return p.launch_s + np.asarray(nbytes, float) / (peaks.hbm_bytes_per_s * p.bw_eff)
+
+
+def allreduce_time_s(p: AllReduceParams, nbytes: ArrayLike, num_gpus: int) -> np.ndarray:
+    """Seconds for a ring all-reduce of ``nbytes`` over ``num_gpus`` (0 for one GPU)."""
+    if num_gpus <= 1:
+        return np.zeros_like(np.asarray(nbytes, float))
+    lat, bus_bw = p.for_gpus(num_gpus)
+    return lat + 2.0 * (num_gpus - 1) / num_gpus * np.asarray(nbytes, float) / bus_bw
+
+
+def copy_time_s(p: CopyParams, nbytes: ArrayLike, num_blocks: ArrayLike = 0) -> np.ndarray:
+    return (
+        p.latency_s
+        + np.asarray(nbytes, float) / p.bw_bytes_per_s
+        + p.per_block_s * np.asarray(num_blocks, float)
+    )

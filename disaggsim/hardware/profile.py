@@ -1,0 +1,280 @@
+"""Hardware profiles: per-GPU fitted efficiency parameters, loaded from JSON.
+
+A profile is the only place the cost model gets efficiencies from. Profiles ship inside
+the package (``disaggsim/hardware/profiles/<gpu_id with - as _>.json``) and are written
+by the calibration fitter. Schema (version 1)::
+
+    {
+      "schema_version": 1,
+      "gpu": "h100-sxm",
+      "peaks": {"bf16_flop_per_s": ..., "fp8_flop_per_s": ..., "hbm_bytes_per_s": ...,
+                "hbm_bytes": ...},
+      "ops": {
+        "gemm": {"bf16": {"launch_s", "max_eff", "half_sat", "mem_eff"}, "fp8": {...}},
+        "decode_attention": {"bf16": {"floor_s", "per_seq_s", "bw_eff"}, "fp8": {...}},
+        "prefill_attention": {"bf16": {"floor_s", "max_eff", "half_sat"}},
+        "elementwise": {"launch_s", "bw_eff"},
+        "allreduce": {"2": {"latency_s", "bus_bw_bytes_per_s"}, "4": {...}, "8": {...}},
+        "copy": {"d2d" | "h2d_pinned" | "d2h_pinned" | "p2p" | "gather":
+                 {"latency_s", "bw_bytes_per_s", "per_block_s"}}
+      },
+      "engines": {"eager": {"per_iteration_s", "per_layer_s"}, "cuda-graphs": {...}},
+      "fit_error": {"<op>": {"median_ape": ..., "mean_ape": ..., "n": ..., ...}},
+      "provenance": {"kind": "measured" | "fitted-public" | "prior" | "provisional",
+                     "source": "...", "date": "...", ...}
+    }
+
+Formulas that consume these parameters are in :mod:`disaggsim.costmodel.ops`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+PROVENANCE_KINDS = ("measured", "fitted-public", "prior", "provisional")
+ENGINE_KINDS = ("eager", "cuda-graphs")
+
+
+class ProfileError(ValueError):
+    """A profile file is missing or malformed; the message names the file and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPeaks:
+    bf16_flop_per_s: float
+    fp8_flop_per_s: float
+    hbm_bytes_per_s: float
+    hbm_bytes: float
+
+    def flop_per_s(self, dtype: str) -> float:
+        if dtype == "fp8":
+            if self.fp8_flop_per_s <= 0:
+                raise ValueError("this GPU has no FP8 tensor cores")
+            return self.fp8_flop_per_s
+        return self.bf16_flop_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class GemmParams:
+    launch_s: float
+    max_eff: float
+    half_sat: float
+    mem_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeAttentionParams:
+    floor_s: float
+    per_seq_s: float
+    bw_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillAttentionParams:
+    floor_s: float
+    max_eff: float
+    half_sat: float
+
+
+@dataclass(frozen=True, slots=True)
+class ElementwiseParams:
+    launch_s: float
+    bw_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class AllReduceParams:
+    """Latency and bus bandwidth per GPU count; counts not measured use the nearest."""
+
+    by_gpus: tuple[tuple[int, float, float], ...]  # (num_gpus, latency_s, bus_bw_bytes_per_s)
+
+    def for_gpus(self, num_gpus: int) -> tuple[float, float]:
+        best = min(self.by_gpus, key=lambda row: (abs(row[0] - num_gpus), row[0]))
+        return best[1], best[2]
+
+
+@dataclass(frozen=True, slots=True)
+class CopyParams:
+    latency_s: float
+    bw_bytes_per_s: float
+    per_block_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOverhead:
+    per_iteration_s: float
+    per_layer_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    gpu: str
+    peaks: GpuPeaks
+    gemm: dict[str, GemmParams]
+    decode_attention: dict[str, DecodeAttentionParams]
+    prefill_attention: dict[str, PrefillAttentionParams]
+    elementwise: ElementwiseParams
+    allreduce: AllReduceParams
+    copy: dict[str, CopyParams]
+    engines: dict[str, EngineOverhead]
+    fit_error: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    def gemm_params(self, dtype: str) -> GemmParams:
+        return _pick(self.gemm, dtype, "gemm", self.path)
+
+    def decode_attention_params(self, kv_dtype: str) -> DecodeAttentionParams:
+        return _pick(self.decode_attention, kv_dtype, "decode_attention", self.path)
+
+    def prefill_attention_params(self, dtype: str) -> PrefillAttentionParams:
+        return _pick(self.prefill_attention, dtype, "prefill_attention", self.path)
+
+    def engine(self, kind: str) -> EngineOverhead:
+        if kind not in self.engines:
+            raise ProfileError(
+                f"{self.path}: engines: no entry {kind!r} (have: {', '.join(sorted(self.engines))})"
+            )
+        return self.engines[kind]
+
+
+def _pick(table: dict, dtype: str, op: str, path: str):
+    if dtype in table:
+        return table[dtype]
+    if dtype in ("fp16", "bf16") and "bf16" in table:
+        return table["bf16"]
+    if dtype == "fp8" and "bf16" in table:
+        return table["bf16"]  # an FP8 kernel is no slower than the BF16 one it replaces
+    raise ProfileError(f"{path}: ops.{op}: no parameters for dtype {dtype!r} (have: {sorted(table)})")
+
+
+def profile_filename(gpu_id: str) -> str:
+    return gpu_id.replace("-", "_") + ".json"
+
+
+def shipped_profile_path(gpu_id: str) -> Path:
+    return Path(str(resources.files("disaggsim.hardware") / "profiles" / profile_filename(gpu_id)))
+
+
+def load_profile(gpu_id: str | None = None, path: str | Path | None = None) -> HardwareProfile:
+    """Load the shipped profile for ``gpu_id``, or the profile file at ``path``."""
+    if path is None:
+        if gpu_id is None:
+            raise ValueError("load_profile needs gpu_id or path")
+        path = shipped_profile_path(gpu_id)
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileError(f"{path}: hardware profile not found" + (f" for GPU {gpu_id!r}" if gpu_id else ""))
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    prof = profile_from_dict(raw, str(path))
+    if gpu_id is not None and prof.gpu != gpu_id:
+        raise ProfileError(f"{path}: gpu is {prof.gpu!r}, expected {gpu_id!r}")
+    return prof
+
+
+def _num(d: dict, key: str, where: str, path: str, positive: bool = True) -> float:
+    if not isinstance(d, dict) or key not in d:
+        raise ProfileError(f"{path}: {where}.{key}: missing")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProfileError(f"{path}: {where}.{key}: expected a number, got {v!r}")
+    if v < 0 or (positive and v == 0):
+        raise ProfileError(f"{path}: {where}.{key}: must be {'> 0' if positive else '>= 0'}, got {v!r}")
+    return float(v)
+
+
+def _section(d: Any, key: str, where: str, path: str) -> dict:
+    if not isinstance(d, dict) or not isinstance(d.get(key), dict):
+        raise ProfileError(f"{path}: {where + '.' if where else ''}{key}: missing or not an object")
+    return d[key]
+
+
+def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
+    """Validate a parsed profile; every error names the file and the field."""
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: expected a JSON object at top level")
+    if raw.get("schema_version") != SCHEMA_VERSION:
+        raise ProfileError(
+            f"{path}: schema_version: expected {SCHEMA_VERSION}, got {raw.get('schema_version')!r}"
+        )
+    gpu = raw.get("gpu")
+    if not isinstance(gpu, str) or not gpu:
+        raise ProfileError(f"{path}: gpu: missing or not a string")
+    pk = _section(raw, "peaks", "", path)
+    peaks = GpuPeaks(
+        bf16_flop_per_s=_num(pk, "bf16_flop_per_s", "peaks", path),
+        fp8_flop_per_s=_num(pk, "fp8_flop_per_s", "peaks", path, positive=False),
+        hbm_bytes_per_s=_num(pk, "hbm_bytes_per_s", "peaks", path),
+        hbm_bytes=_num(pk, "hbm_bytes", "peaks", path),
+    )
+    ops = _section(raw, "ops", "", path)
+
+    def per_dtype(op: str, cls, keys: tuple[str, ...], nonneg: tuple[str, ...] = ()):
+        sec = _section(ops, op, "ops", path)
+        if not sec:
+            raise ProfileError(f"{path}: ops.{op}: needs at least one dtype")
+        out = {}
+        for dt, params in sec.items():
+            where = f"ops.{op}.{dt}"
+            out[dt] = cls(**{k: _num(params, k, where, path, positive=k not in nonneg) for k in keys})
+        return out
+
+    gemm = per_dtype("gemm", GemmParams, ("launch_s", "max_eff", "half_sat", "mem_eff"), ("half_sat",))
+    dec = per_dtype("decode_attention", DecodeAttentionParams, ("floor_s", "per_seq_s", "bw_eff"), ("per_seq_s",))
+    pre = per_dtype("prefill_attention", PrefillAttentionParams, ("floor_s", "max_eff", "half_sat"), ("half_sat",))
+    for table, op in ((gemm, "gemm"), (pre, "prefill_attention")):
+        for dt, prm in table.items():
+            if prm.max_eff > 1.0:
+                raise ProfileError(f"{path}: ops.{op}.{dt}.max_eff: must be in (0, 1], got {prm.max_eff}")
+    ew = _section(ops, "elementwise", "ops", path)
+    elementwise = ElementwiseParams(
+        launch_s=_num(ew, "launch_s", "ops.elementwise", path, positive=False),
+        bw_eff=_num(ew, "bw_eff", "ops.elementwise", path),
+    )
+    ar = _section(ops, "allreduce", "ops", path)
+    rows = []
+    for n, prm in sorted(ar.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
+        if not str(n).isdigit() or int(n) < 2:
+            raise ProfileError(f"{path}: ops.allreduce.{n}: keys must be GPU counts >= 2")
+        where = f"ops.allreduce.{n}"
+        rows.append((int(n), _num(prm, "latency_s", where, path, positive=False),
+                     _num(prm, "bus_bw_bytes_per_s", where, path)))
+    if not rows:
+        raise ProfileError(f"{path}: ops.allreduce: needs at least one GPU count")
+    cp = _section(ops, "copy", "ops", path)
+    copies = {}
+    for kind, prm in cp.items():
+        where = f"ops.copy.{kind}"
+        copies[kind] = CopyParams(
+            latency_s=_num(prm, "latency_s", where, path, positive=False),
+            bw_bytes_per_s=_num(prm, "bw_bytes_per_s", where, path),
+            per_block_s=_num(prm, "per_block_s", where, path, positive=False) if "per_block_s" in prm else 0.0,
+        )
+    eng = _section(raw, "engines", "", path)
+    engines = {}
+    for kind, prm in eng.items():
+        if kind not in ENGINE_KINDS:
+            raise ProfileError(f"{path}: engines.{kind}: unknown engine (allowed: {', '.join(ENGINE_KINDS)})")
+        where = f"engines.{kind}"
+        engines[kind] = EngineOverhead(
+            per_iteration_s=_num(prm, "per_iteration_s", where, path, positive=False),
+            per_layer_s=_num(prm, "per_layer_s", where, path, positive=False),
+        )
+    prov = raw.get("provenance")
+    if not isinstance(prov, dict) or prov.get("kind") not in PROVENANCE_KINDS:
+        raise ProfileError(
+            f"{path}: provenance.kind: must be one of {', '.join(PROVENANCE_KINDS)}"
+        )
+    return HardwareProfile(
+        gpu=gpu, peaks=peaks, gemm=gemm, decode_attention=dec, prefill_attention=pre,
+        elementwise=elementwise, allreduce=AllReduceParams(tuple(rows)), copy=copies,
+        engines=engines, fit_error=raw.get("fit_error", {}) or {}, provenance=prov, path=path,
+    )
