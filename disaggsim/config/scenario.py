@@ -1,0 +1,151 @@
+"""The scenario: pydantic models for one simulation's YAML, validated at the edge.
+
+Everything is frozen and ``extra="forbid"``, so a misspelt key is an error naming it.
+Human-scale keys (``_ms``, ``_gb_per_s``, ``_us``) are converted to SI by properties;
+the engine only sees SI values. Pluggable parts are chosen by a literal ``kind``-like
+field and built by one explicit function elsewhere (no registries).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from disaggsim.workload import WorkloadConfig
+
+LinkKind = Literal["nvlink", "infiniband", "roce", "pcie"]
+DType = Literal["bf16", "fp16", "fp8"]
+Engine = Literal["eager", "cuda-graphs"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PoolConfig(_Model):
+    """A pool of identical workers; a worker is a TP group holding one copy of the weights."""
+
+    gpu: str = Field(description="GPU id from the catalog, e.g. h100-sxm")
+    num_workers: int = Field(ge=1)
+    tp: int = Field(default=1, ge=1, description="tensor-parallel degree (GPUs per worker)")
+    max_batch_seqs: int = Field(default=256, ge=1, description="most sequences in one batch")
+    max_batch_tokens: int = Field(
+        default=8192,
+        ge=1,
+        description="prefill token budget per iteration (chunked: the whole iteration's budget)",
+    )
+    gpu_mem_util: float = Field(default=0.9, gt=0.0, le=1.0)
+    scheduler: Literal["vllm", "chunked"] | None = Field(
+        default=None, description="colocated pools only: vllm or chunked"
+    )
+
+
+class FabricConfig(_Model):
+    """The link between prefill and decode pools (one class for all pairs)."""
+
+    link: LinkKind = "nvlink"
+    bandwidth_gb_per_s: float | None = Field(
+        default=None, gt=0.0, description="per-direction GB/s per GPU; default from the GPU spec"
+    )
+    latency_us: float | None = Field(default=None, ge=0.0)
+
+
+class RouterConfig(_Model):
+    prefill_policy: Literal["round_robin", "least_tokens", "shortest_queue"] = "least_tokens"
+    decode_policy: Literal["most_free_kv", "round_robin"] = "most_free_kv"
+
+
+class SloConfig(_Model):
+    """Per-request targets; a request attains the SLO when it meets both."""
+
+    ttft_ms: float = Field(gt=0.0)
+    itl_ms: float = Field(gt=0.0)
+    itl_statistic: Literal["tpot", "max_gap"] = Field(
+        default="tpot",
+        description="per-request statistic held against itl_ms: mean gap (TPOT) or largest gap",
+    )
+    percentile: float = Field(
+        default=99.0, gt=0.0, le=100.0, description="fleet percentile at which targets are quoted"
+    )
+    attainment_target: float = Field(default=0.9, gt=0.0, le=1.0)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.ttft_ms * 1e-3
+
+    @property
+    def itl_s(self) -> float:
+        return self.itl_ms * 1e-3
+
+
+class SimConfig(_Model):
+    duration_s: float = Field(gt=0.0, description="requests arrive in [0, duration_s)")
+    warmup_s: float = Field(default=0.0, ge=0.0, description="arrivals before this are not measured")
+    max_drain_s: float = Field(
+        default=3600.0, ge=0.0, description="after duration_s, stop at the latest this much later"
+    )
+
+    @model_validator(mode="after")
+    def _warmup_inside(self) -> SimConfig:
+        if self.warmup_s >= self.duration_s:
+            raise ValueError(
+                f"warmup_s ({self.warmup_s}) must be smaller than duration_s ({self.duration_s})"
+            )
+        return self
+
+
+class Scenario(_Model):
+    name: str = Field(default="scenario", pattern=r"^[A-Za-z0-9._-]+$")
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    model: str
+    weight_dtype: DType = "bf16"
+    kv_dtype: DType = "bf16"
+    engine: Engine = "cuda-graphs"
+    architecture: Literal["disaggregated", "colocated"]
+    prefill_pool: PoolConfig | None = None
+    decode_pool: PoolConfig | None = None
+    pool: PoolConfig | None = None
+    first_token_from: Literal["decode", "prefill"] = Field(
+        default="decode",
+        description="disaggregated: first token reaches the client after the KV handoff "
+        "(decode) or straight from the prefill worker (prefill)",
+    )
+    fabric: FabricConfig = FabricConfig()
+    router: RouterConfig = RouterConfig()
+    slo: SloConfig
+    workload: WorkloadConfig
+    sim: SimConfig
+
+    @model_validator(mode="after")
+    def _pools_match_architecture(self) -> Scenario:
+        if self.architecture == "disaggregated":
+            if self.prefill_pool is None or self.decode_pool is None:
+                raise ValueError("architecture disaggregated needs prefill_pool and decode_pool")
+            if self.pool is not None:
+                raise ValueError("architecture disaggregated takes prefill_pool/decode_pool, not pool")
+            for key, p in (("prefill_pool", self.prefill_pool), ("decode_pool", self.decode_pool)):
+                if p.scheduler is not None:
+                    raise ValueError(f"{key}.scheduler is only for colocated pools")
+        else:
+            if self.pool is None:
+                raise ValueError("architecture colocated needs pool")
+            if self.prefill_pool is not None or self.decode_pool is not None:
+                raise ValueError("architecture colocated takes pool, not prefill_pool/decode_pool")
+            if self.pool.scheduler is None:
+                raise ValueError("pool.scheduler is required for colocated pools (allowed: vllm, chunked)")
+        return self
+
+    @property
+    def pools(self) -> dict[str, PoolConfig]:
+        """Pools by role: ``prefill``/``decode`` or ``colocated``."""
+        if self.architecture == "disaggregated":
+            assert self.prefill_pool is not None and self.decode_pool is not None
+            return {"prefill": self.prefill_pool, "decode": self.decode_pool}
+        assert self.pool is not None
+        return {"colocated": self.pool}
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.num_workers * p.tp for p in self.pools.values())

@@ -1,0 +1,132 @@
+"""What the engine records while it runs: flat per-request arrays and per-worker step logs.
+
+The hot loop only writes numbers into preallocated numpy arrays and appends small tuples
+to lists; DataFrames and per-token timestamps are derived after the run
+(:mod:`disaggsim.metrics.reconstruct`).
+
+Status codes of a request: see :data:`STATUS_NAMES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STATUS_UNFINISHED = 0
+STATUS_COMPLETED = 1
+STATUS_REJECTED = 2
+STATUS_NAMES = {
+    STATUS_UNFINISHED: "unfinished",
+    STATUS_COMPLETED: "completed",
+    STATUS_REJECTED: "rejected",
+}
+
+_TIME_COLUMNS = (
+    "prefill_start_at_s",
+    "prefill_end_at_s",
+    "transfer_start_at_s",
+    "transfer_end_at_s",
+    "decode_admit_at_s",
+    "first_token_at_s",
+    "finish_at_s",
+)
+_INT_COLUMNS = ("prefill_worker", "decode_worker", "first_token_step", "num_preemptions", "status")
+
+
+class RequestLog:
+    """Per-request timestamps (seconds, NaN = did not happen) and integer fields (-1 = none).
+
+    ``first_token_step`` is the decode worker's token-step index at which the request
+    emits its second token (its first decode step); token i (i >= 2) is emitted at the end
+    of step ``first_token_step + i - 2``.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        for name in _TIME_COLUMNS:
+            setattr(self, name, np.full(n, np.nan))
+        for name in _INT_COLUMNS:
+            setattr(self, name, np.full(n, -1, dtype=np.int64))
+        self.num_preemptions[:] = 0
+        self.status[:] = STATUS_UNFINISHED
+        self.reason: dict[int, str] = {}
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in _TIME_COLUMNS + _INT_COLUMNS}
+
+
+@dataclass(slots=True)
+class StepLog:
+    """One worker's iterations.
+
+    Token steps (iterations in which every running sequence emits one token) are logged
+    as *runs*: ``k`` consecutive steps starting at ``start_at_s`` over a constant batch of
+    ``batch`` sequences whose total context is ``context0`` tokens at the first step;
+    step i of the run lasts ``base_s + per_token_s × (context0 + i × batch)``. A single
+    mixed (chunked) iteration is a run with k = 1, per_token_s = 0.
+
+    Prefill-only iterations (which stall running decodes) are logged separately as
+    ``(start_at_s, duration_s, num_seqs, num_tokens)``.
+    """
+
+    run_start_at_s: list[float] = field(default_factory=list)
+    run_steps: list[int] = field(default_factory=list)
+    run_batch: list[int] = field(default_factory=list)
+    run_context0: list[int] = field(default_factory=list)
+    run_base_s: list[float] = field(default_factory=list)
+    run_per_token_s: list[float] = field(default_factory=list)
+    run_prefill_tokens: list[int] = field(default_factory=list)
+    prefill_iters: list[tuple[float, float, int, int]] = field(default_factory=list)
+
+    def add_run(
+        self, start_at_s: float, steps: int, batch: int, context0: int, base_s: float,
+        per_token_s: float, prefill_tokens: int = 0,
+    ) -> None:
+        self.run_start_at_s.append(start_at_s)
+        self.run_steps.append(steps)
+        self.run_batch.append(batch)
+        self.run_context0.append(context0)
+        self.run_base_s.append(base_s)
+        self.run_per_token_s.append(per_token_s)
+        self.run_prefill_tokens.append(prefill_tokens)
+
+    def step_end_times(self) -> np.ndarray:
+        """End time of every token step, in order (vectorised expansion of the runs)."""
+        steps = np.asarray(self.run_steps, dtype=np.int64)
+        total = int(steps.sum())
+        if total == 0:
+            return np.empty(0)
+        run_of_step = np.repeat(np.arange(len(steps)), steps)
+        first_of_run = np.cumsum(steps) - steps
+        i_in_run = np.arange(total) - first_of_run[run_of_step]
+        base = np.asarray(self.run_base_s)[run_of_step]
+        per = np.asarray(self.run_per_token_s)[run_of_step]
+        ctx = np.asarray(self.run_context0, dtype=float)[run_of_step]
+        batch = np.asarray(self.run_batch, dtype=float)[run_of_step]
+        dur = base + per * (ctx + i_in_run * batch)
+        cum = np.cumsum(dur)
+        # restart the cumulative sum at each run's start time
+        offset = np.asarray(self.run_start_at_s)[run_of_step] - (cum - dur)[first_of_run][run_of_step]
+        return cum + offset
+
+    def busy_s(self) -> float:
+        """Seconds this worker spent computing (token steps plus prefill-only iterations)."""
+        steps = np.asarray(self.run_steps, dtype=float)
+        batch = np.asarray(self.run_batch, dtype=float)
+        base = np.asarray(self.run_base_s)
+        per = np.asarray(self.run_per_token_s)
+        ctx = np.asarray(self.run_context0, dtype=float)
+        runs = steps * base + per * (steps * ctx + batch * steps * (steps - 1) / 2)
+        return float(runs.sum() + sum(p[1] for p in self.prefill_iters))
+
+
+@dataclass(slots=True)
+class Samples:
+    """Time series sampled at state changes: one row per (time, worker)."""
+
+    at_s: list[float] = field(default_factory=list)
+    worker: list[int] = field(default_factory=list)
+    queue_len: list[int] = field(default_factory=list)
+    batch: list[int] = field(default_factory=list)
+    kv_used_tokens: list[int] = field(default_factory=list)
