@@ -1,0 +1,515 @@
+"""Roofline step-time model of one worker (a TP group holding one copy of the weights).
+
+Owns the mapping from a model shape, a GPU, a tensor-parallel degree and a hardware
+profile to (a) the time of one forward pass — prefill batch, decode step, mixed chunked
+step — and (b) the worker's memory: weights per GPU and KV capacity in tokens.
+
+One iteration over ``m`` tokens (``docs/costmodel.md`` has the derivation):
+
+- per layer, per GPU shard: QKV GEMM ``(m, (heads + 2 kv_heads)·head_dim / tp, hidden)``,
+  O GEMM ``(m, hidden, heads·head_dim / tp)``, MLP up ``(m, (2 if gated)·ffn / tp,
+  hidden)``, MLP down ``(m, hidden, ffn / tp)``; prefill attention over ``heads / tp`` and
+  decode attention over ``kv_heads / tp`` as separate kernels; seven element-wise kernels
+  (two norms, rope, KV-cache write, activation, two residual adds); two ring all-reduces
+  of ``m × hidden × 2`` bytes when ``tp > 1``;
+- × ``num_layers``; + final norm and LM-head GEMM ``(sequences emitting a token,
+  vocab / tp, hidden)``; + the serving engine's per-layer and per-iteration overheads.
+
+Every operator time is the formula of :mod:`disaggsim.costmodel.ops`. The engine calls
+these methods in its hot loop, so they are evaluated here with plain float arithmetic
+written term for term like ``ops.py`` (numpy scalars cost microseconds each);
+``tests/test_costmodel.py`` checks the two agree. Decode time is exactly affine in the
+context tokens at fixed batch: only decode attention reads the KV cache, and its time is
+linear in the bytes read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
+from disaggsim.errors import UserError
+from disaggsim.hardware.profile import (
+    ElementwiseParams,
+    GemmParams,
+    HardwareProfile,
+    PrefillAttentionParams,
+    load_profile,
+)
+from disaggsim.units import GiB
+
+__all__ = [
+    "ACT_BYTES",
+    "DEFAULT_ACTIVATION_RESERVE_BYTES",
+    "KV_DTYPES",
+    "WEIGHT_DTYPES",
+    "RooflineWorkerCost",
+    "StepBreakdown",
+    "build_worker_cost",
+    "valid_tps",
+]
+
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
+KV_DTYPES = ("bf16", "fp16", "fp8")
+ACT_BYTES = 2  # activations stay in 16-bit even with FP8 weights or KV
+DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB  # per GPU: activations, workspace, NCCL buffers
+MAX_TP = 64
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """Seconds of one iteration by part; ``total_s`` is their sum."""
+
+    gemm_s: float
+    attention_s: float
+    elementwise_s: float
+    allreduce_s: float
+    lm_head_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.gemm_s
+            + self.attention_s
+            + self.elementwise_s
+            + self.allreduce_s
+            + self.lm_head_s
+            + self.overhead_s
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "gemm_s": self.gemm_s,
+            "attention_s": self.attention_s,
+            "elementwise_s": self.elementwise_s,
+            "allreduce_s": self.allreduce_s,
+            "lm_head_s": self.lm_head_s,
+            "overhead_s": self.overhead_s,
+        }
+
+
+# --- scalar copies of the ops.py formulas (same terms, same order) -------------------
+
+
+def _gemm_s(peak: float, hbm: float, p: GemmParams, m: float, n: float, k: float, elem: float):
+    d = min(m, n, k)
+    eff = p.max_eff * d / (d + p.half_sat)
+    compute_s = 2.0 * m * n * k / (peak * eff)
+    memory_s = (m * k + k * n + m * n) * elem / (hbm * p.mem_eff)
+    return p.launch_s + max(compute_s, memory_s)
+
+
+def _elementwise_s(hbm: float, p: ElementwiseParams, nbytes: float) -> float:
+    return p.launch_s + nbytes / (hbm * p.bw_eff)
+
+
+def _prefill_attention_s(
+    peak: float,
+    p: PrefillAttentionParams,
+    num_seqs: float,
+    new_tokens: float,
+    pairs: float,
+    heads: float,
+    head_dim: float,
+) -> float:
+    mean_len = new_tokens / max(num_seqs, 1.0)
+    eff = p.max_eff * mean_len / (mean_len + p.half_sat)
+    return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
+
+
+def valid_tps(model: ModelSpec, max_tp: int = MAX_TP) -> tuple[int, ...]:
+    """TP degrees that shard ``model``: divide the query heads, and either divide the KV
+    heads or are a multiple of them (then each GPU holds one replicated KV head)."""
+    return tuple(
+        tp
+        for tp in range(1, max_tp + 1)
+        if model.num_heads % tp == 0
+        and (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0)
+    )
+
+
+class RooflineWorkerCost:
+    """:class:`~disaggsim.costmodel.interface.WorkerCost` from per-operator rooflines.
+
+    Build with :func:`build_worker_cost`. Attributes named in the protocol:
+    ``num_gpus`` (= tp), ``kv_bytes_per_token`` (the model's KV bytes per token, all
+    layers and shards, without TP replication: what a handoff moves),
+    ``kv_capacity_tokens``, ``weights_bytes`` (all GPUs of the worker).
+    """
+
+    __slots__ = (
+        "model",
+        "gpu",
+        "profile",
+        "tp",
+        "weight_dtype",
+        "kv_dtype",
+        "engine",
+        "gpu_mem_util",
+        "activation_reserve_bytes",
+        "num_gpus",
+        "kv_bytes_per_token",
+        "kv_bytes_per_token_per_gpu",
+        "kv_capacity_tokens",
+        "weights_bytes",
+        "weights_bytes_per_gpu",
+        "heads_per_gpu",
+        "kv_heads_per_gpu",
+        "_gemm_shapes",
+        "_lm_head_n",
+        "_gemm_dtype",
+        "_gemm",
+        "_gemm_peak",
+        "_gemm_elem",
+        "_dec",
+        "_pre",
+        "_ew",
+        "_hbm",
+        "_bf16_peak",
+        "_kv_elem",
+        "_ar_latency_s",
+        "_ar_bus_bw",
+        "_overhead_s",
+        "_decode_cache",
+    )
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        profile: HardwareProfile,
+        tp: int,
+        weight_dtype: str,
+        kv_dtype: str,
+        engine: str,
+        gpu_mem_util: float,
+        activation_reserve_bytes: float,
+    ) -> None:
+        self.model = model
+        self.gpu = gpu
+        self.profile = profile
+        self.tp = tp
+        self.weight_dtype = weight_dtype
+        self.kv_dtype = kv_dtype
+        self.engine = engine
+        self.gpu_mem_util = gpu_mem_util
+        self.activation_reserve_bytes = activation_reserve_bytes
+        self.num_gpus = tp
+
+        self.heads_per_gpu = model.num_heads // tp
+        self.kv_heads_per_gpu = max(model.num_kv_heads // tp, 1)
+        hq, hkv, hd = self.heads_per_gpu, self.kv_heads_per_gpu, model.head_dim
+        ffn = -(-model.ffn // tp)
+        self._gemm_shapes: tuple[tuple[float, float], ...] = (  # (n, k) per layer
+            (float((hq + 2 * hkv) * hd), float(model.hidden)),  # QKV
+            (float(model.hidden), float(hq * hd)),  # O
+            (float((2 if model.gated_mlp else 1) * ffn), float(model.hidden)),  # up (+gate)
+            (float(model.hidden), float(ffn)),  # down
+        )
+        self._lm_head_n = float(-(-model.vocab // tp))
+
+        self._gemm_dtype = "fp8" if weight_dtype == "fp8" else "bf16"
+        peaks = profile.peaks
+        self._hbm = peaks.hbm_bytes_per_s
+        self._bf16_peak = peaks.bf16_flop_per_s
+        self._gemm = profile.gemm_params(self._gemm_dtype)
+        self._gemm_peak = peaks.flop_per_s(self._gemm_dtype)
+        self._gemm_elem = 1.0 if self._gemm_dtype == "fp8" else 2.0
+        self._dec = profile.decode_attention_params(kv_dtype)
+        self._pre = profile.prefill_attention_params("bf16")
+        self._ew = profile.elementwise
+        self._kv_elem = float(dtype_bytes(kv_dtype))
+        if tp > 1:
+            self._ar_latency_s, self._ar_bus_bw = profile.allreduce.for_gpus(tp)
+        else:
+            self._ar_latency_s, self._ar_bus_bw = 0.0, 1.0
+        eng = profile.engine(engine)
+        self._overhead_s = eng.per_iteration_s + eng.per_layer_s * model.num_layers
+
+        # Memory (bytes). KV per token: the model's logical KV; per GPU it includes the
+        # replicated KV heads when tp > kv_heads.
+        self.kv_bytes_per_token = model.kv_bytes_per_token(kv_dtype)
+        self.kv_bytes_per_token_per_gpu = int(2 * model.num_layers * hkv * hd * self._kv_elem)
+        self.weights_bytes_per_gpu = _params_per_gpu(model, tp) * dtype_bytes(weight_dtype)
+        self.weights_bytes = self.weights_bytes_per_gpu * tp
+        free = gpu.hbm_bytes * gpu_mem_util - self.weights_bytes_per_gpu - activation_reserve_bytes
+        self.kv_capacity_tokens = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
+        self._decode_cache: dict[int, tuple[float, float]] = {}
+
+    # --- the WorkerCost protocol ---------------------------------------------------
+
+    def prefill_time_s(
+        self, num_seqs: int, new_tokens: int, attn_pairs: float, cached_tokens: int = 0
+    ) -> float:
+        """Seconds for one prefill batch (see :mod:`disaggsim.costmodel.interface`)."""
+        return sum(self._parts(0, 0, num_seqs, new_tokens, attn_pairs))
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float]:
+        """``(base_s, per_context_token_s)``: a decode step over ``batch`` sequences holding
+        C cached tokens in all takes ``base_s + per_context_token_s × C`` seconds."""
+        hit = self._decode_cache.get(batch)
+        if hit is not None:
+            return hit
+        if batch <= 0:
+            coeffs = (0.0, 0.0)
+        else:
+            base = sum(self._parts(batch, 0, 0, 0, 0.0))
+            per_token = self.model.num_layers * (
+                2.0
+                * self.kv_heads_per_gpu
+                * self.model.head_dim
+                * self._kv_elem
+                / (self._hbm * self._dec.bw_eff)
+            )
+            coeffs = (base, per_token)
+        self._decode_cache[batch] = coeffs
+        return coeffs
+
+    def decode_time_s(self, batch: int, context_tokens: int) -> float:
+        base, per_token = self.decode_coeffs(batch)
+        return base + per_token * context_tokens
+
+    def mixed_time_s(
+        self,
+        decode_batch: int,
+        decode_context_tokens: int,
+        prefill_seqs: int,
+        prefill_tokens: int,
+        prefill_attn_pairs: float,
+        prefill_cached_tokens: int = 0,
+    ) -> float:
+        """Seconds for one chunked step: ``decode_batch`` decode tokens and a prefill part
+        share every GEMM (m = decode_batch + prefill_tokens); attention runs twice."""
+        return sum(
+            self._parts(
+                decode_batch,
+                decode_context_tokens,
+                prefill_seqs,
+                prefill_tokens,
+                prefill_attn_pairs,
+            )
+        )
+
+    # --- breakdown for the CLI and notebooks ----------------------------------------
+
+    def breakdown(
+        self,
+        *,
+        decode_batch: int = 0,
+        decode_context_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_tokens: int = 0,
+        prefill_attn_pairs: float = 0.0,
+    ) -> StepBreakdown:
+        """Per-part seconds of one iteration (any mix of decode and prefill)."""
+        return StepBreakdown(
+            *self._parts(
+                decode_batch,
+                decode_context_tokens,
+                prefill_seqs,
+                prefill_tokens,
+                prefill_attn_pairs,
+            )
+        )
+
+    def _parts(
+        self,
+        decode_batch: int,
+        decode_context_tokens: float,
+        prefill_seqs: int,
+        prefill_tokens: int,
+        prefill_attn_pairs: float,
+    ) -> tuple[float, float, float, float, float, float]:
+        m = float(decode_batch + prefill_tokens)
+        if m <= 0:
+            return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        model = self.model
+        layers = model.num_layers
+        hbm = self._hbm
+        hidden = float(model.hidden)
+        hd = float(model.head_dim)
+
+        gemm_layer = 0.0
+        for n, k in self._gemm_shapes:
+            gemm_layer += _gemm_s(self._gemm_peak, hbm, self._gemm, m, n, k, self._gemm_elem)
+
+        attn_layer = 0.0
+        if prefill_tokens > 0:
+            attn_layer += _prefill_attention_s(
+                self._bf16_peak,
+                self._pre,
+                float(prefill_seqs),
+                float(prefill_tokens),
+                float(prefill_attn_pairs),
+                float(self.heads_per_gpu),
+                hd,
+            )
+        if decode_batch > 0:
+            d = self._dec
+            kv_bytes = 2.0 * decode_context_tokens * self.kv_heads_per_gpu * hd * self._kv_elem
+            attn_layer += d.floor_s + d.per_seq_s * decode_batch + kv_bytes / (hbm * d.bw_eff)
+
+        a = float(ACT_BYTES)
+        ew = self._ew
+        hq, hkv = float(self.heads_per_gpu), float(self.kv_heads_per_gpu)
+        ffn_shard = self._gemm_shapes[3][1]
+        ew_layer = (
+            2.0 * _elementwise_s(hbm, ew, 2.0 * m * hidden * a)  # input and post-attention norms
+            + _elementwise_s(hbm, ew, 2.0 * m * (hq + hkv) * hd * a)  # rope on q and k
+            + _elementwise_s(hbm, ew, m * 2.0 * hkv * hd * (a + self._kv_elem))  # KV write
+            + _elementwise_s(hbm, ew, (3.0 if model.gated_mlp else 2.0) * m * ffn_shard * a)
+            + 2.0 * _elementwise_s(hbm, ew, 3.0 * m * hidden * a)  # two residual adds
+        )
+
+        ar_layer = 0.0
+        if self.tp > 1:
+            tp = self.tp
+            ar_layer = 2.0 * (
+                self._ar_latency_s + 2.0 * (tp - 1) / tp * (m * hidden * a) / self._ar_bus_bw
+            )
+
+        out_seqs = float(decode_batch + prefill_seqs)
+        lm_head = 0.0
+        if out_seqs > 0:
+            lm_head = _elementwise_s(hbm, ew, 2.0 * out_seqs * hidden * a) + _gemm_s(
+                self._gemm_peak, hbm, self._gemm, out_seqs, self._lm_head_n, hidden, self._gemm_elem
+            )
+        return (
+            layers * gemm_layer,
+            layers * attn_layer,
+            layers * ew_layer,
+            layers * ar_layer,
+            lm_head,
+            self._overhead_s,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RooflineWorkerCost({self.model.id}, {self.gpu.id}, tp={self.tp}, "
+            f"weights={self.weight_dtype}, kv={self.kv_dtype}, engine={self.engine})"
+        )
+
+
+def _params_per_gpu(model: ModelSpec, tp: int) -> int:
+    """Parameters one GPU of a TP group stores: sharded linear layers and vocabulary,
+    replicated norms, row-parallel biases, position embeddings and (when tp > kv_heads)
+    KV-head weights."""
+    hq = model.num_heads // tp
+    hkv = max(model.num_kv_heads // tp, 1)
+    hd = model.head_dim
+    ffn = -(-model.ffn // tp)
+    vocab = -(-model.vocab // tp)
+    qkv_out = (hq + 2 * hkv) * hd
+    mlp_in = (2 if model.gated_mlp else 1) * ffn
+    layer = model.hidden * qkv_out + hq * hd * model.hidden + mlp_in * model.hidden
+    layer += ffn * model.hidden
+    if model.linear_bias:
+        layer += qkv_out + model.hidden + mlp_in + model.hidden
+    elif model.qkv_bias:
+        layer += qkv_out
+    norm = (2 if model.norm == "layernorm" else 1) * model.hidden
+    layer += 2 * norm
+    emb = vocab * model.hidden + model.learned_positions * model.hidden
+    lm_head = 0 if model.tied_embeddings else vocab * model.hidden
+    return model.num_layers * layer + emb + lm_head + norm
+
+
+def build_worker_cost(
+    model: str | ModelSpec,
+    gpu: str | GpuSpec,
+    tp: int = 1,
+    *,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    engine: str = "cuda-graphs",
+    gpu_mem_util: float = 0.9,
+    activation_reserve_bytes: float | None = None,
+    profile: HardwareProfile | str | Path | None = None,
+) -> RooflineWorkerCost:
+    """A roofline cost model for one worker of ``tp`` × ``gpu`` serving ``model``.
+
+    Parameters
+    ----------
+    model, gpu
+        Catalog ids or specs.
+    tp
+        Tensor-parallel degree (GPUs in the worker); must shard the heads
+        (:func:`valid_tps`).
+    weight_dtype, kv_dtype
+        ``bf16``/``fp16`` (2 bytes) or ``fp8`` (1 byte). FP8 weights use the profile's
+        FP8 GEMM parameters and peak; FP8 KV halves KV bytes.
+    engine
+        Serving-engine overhead entry of the profile: ``eager`` or ``cuda-graphs``.
+    gpu_mem_util
+        Share of device memory the engine may use (weights + activations + KV), (0, 1].
+    activation_reserve_bytes
+        Bytes per GPU kept for activations/workspace; default 1 GiB.
+    profile
+        A loaded profile or a path to one; default: the profile shipped for ``gpu``.
+
+    Raises
+    ------
+    UserError
+        Unknown ids or options, an invalid TP degree, or weights that do not fit.
+    """
+    m = get_model(model)
+    g = get_gpu(gpu)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise UserError(f"tp must be a positive integer, got {tp!r}")
+    tps = valid_tps(m)
+    if tp not in tps:
+        raise UserError(
+            f"tp {tp} does not shard model {m.id} ({m.num_heads} heads, {m.num_kv_heads} KV "
+            f"heads): allowed tp: {', '.join(map(str, tps))}"
+        )
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise UserError(
+            f"unknown weight dtype {weight_dtype!r} (allowed: {', '.join(WEIGHT_DTYPES)})"
+        )
+    if kv_dtype not in KV_DTYPES:
+        raise UserError(f"unknown KV dtype {kv_dtype!r} (allowed: {', '.join(KV_DTYPES)})")
+    if not 0.0 < gpu_mem_util <= 1.0:
+        raise UserError(f"gpu_mem_util must be in (0, 1], got {gpu_mem_util!r}")
+    reserve = (
+        DEFAULT_ACTIVATION_RESERVE_BYTES
+        if activation_reserve_bytes is None
+        else float(activation_reserve_bytes)
+    )
+    if reserve < 0:
+        raise UserError(f"activation_reserve_bytes must be >= 0, got {reserve!r}")
+    if isinstance(profile, HardwareProfile):
+        prof = profile
+    elif profile is None:
+        prof = load_profile(g.id)
+    else:
+        prof = load_profile(path=profile)
+    if weight_dtype == "fp8" and prof.peaks.fp8_flop_per_s <= 0:
+        raise UserError(
+            f"{g.id} has no FP8 tensor cores: weight dtype fp8 is not supported there "
+            f"(use bf16 or fp16)"
+        )
+    if engine not in prof.engines:
+        raise UserError(
+            f"unknown engine {engine!r} for profile {prof.path or g.id} "
+            f"(allowed: {', '.join(sorted(prof.engines))})"
+        )
+    cost = RooflineWorkerCost(m, g, prof, tp, weight_dtype, kv_dtype, engine, gpu_mem_util, reserve)
+    if cost.kv_capacity_tokens < 1:
+        fits = [
+            t
+            for t in tps
+            if t > tp
+            and RooflineWorkerCost(
+                m, g, prof, t, weight_dtype, kv_dtype, engine, gpu_mem_util, reserve
+            ).kv_capacity_tokens
+            >= 1
+        ]
+        hint = f"use tp >= {fits[0]}" if fits else "use fp8 weights or a GPU with more memory"
+        raise UserError(
+            f"model {m.id} ({m.weights_bytes(weight_dtype) / 1e9:.0f} GB of {weight_dtype} "
+            f"weights) does not fit on {tp} × {g.id} ({g.hbm_bytes / GiB:.1f} GiB × "
+            f"{gpu_mem_util:.2f}, {reserve / GiB:.1f} GiB reserved per GPU): {hint}"
+        )
+    return cost
