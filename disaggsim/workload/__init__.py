@@ -1,0 +1,27 @@
+"""Workloads: the requests a scenario serves, generated up front from seeded streams.
+
+Synthetic arrival processes and length distributions, shipped presets measured from real
+traces, and replay of trace files (Azure LLM inference CSV, Mooncake JSONL).
+"""
+
+from disaggsim.workload.config import (
+    PresetWorkload,
+    SyntheticWorkload,
+    TraceWorkload,
+    WorkloadConfig,
+)
+from disaggsim.workload.generate import generate_requests
+from disaggsim.workload.presets import PRESET_NAMES
+from disaggsim.workload.requests import Requests
+from disaggsim.workload.traces import read_trace
+
+__all__ = [
+    "PRESET_NAMES",
+    "PresetWorkload",
+    "Requests",
+    "SyntheticWorkload",
+    "TraceWorkload",
+    "WorkloadConfig",
+    "generate_requests",
+    "read_trace",
+]

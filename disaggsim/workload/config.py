@@ -1,0 +1,214 @@
+"""The scenario's ``workload:`` section: pydantic models validated at the config edge.
+
+Three kinds, told apart by ``kind`` (``synthetic``, ``preset``, ``trace``), each of which
+accepts ``rate_per_s`` so ``--set workload.rate_per_s=4`` works whatever the kind.
+Length distributions are a second union told apart by ``dist`` (``fixed``, ``uniform``,
+``lognormal``, ``empirical``). The models only describe; ``generate.py`` draws.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PresetName = Literal[
+    "azure-conv-2023", "azure-code-2023", "mooncake-conversation", "mooncake-synthetic"
+]
+"""Shipped presets; ``presets.PRESET_NAMES`` is the same tuple (checked by a test)."""
+
+ArrivalProcess = Literal["poisson", "gamma"]
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+TokenCount = Annotated[int, Field(ge=1)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ---------------------------------------------------------------- length distributions
+
+
+class FixedLengths(_Frozen):
+    """Every request has exactly ``value`` tokens."""
+
+    dist: Literal["fixed"]
+    value: TokenCount
+
+
+class UniformLengths(_Frozen):
+    """Integers uniform on ``[low, high]``, both ends included."""
+
+    dist: Literal["uniform"]
+    low: TokenCount
+    high: TokenCount
+
+    @model_validator(mode="after")
+    def _low_le_high(self) -> UniformLengths:
+        if self.low > self.high:
+            raise ValueError(f"uniform needs low <= high, got low={self.low} > high={self.high}")
+        return self
+
+
+class LognormalLengths(_Frozen):
+    """``median * exp(sigma * Z)``, Z standard normal, rounded to the nearest integer and
+    clipped to ``[min, max]`` (``max`` omitted: no upper clip)."""
+
+    dist: Literal["lognormal"]
+    median: PositiveFloat
+    sigma: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    min: TokenCount = 1
+    max: TokenCount | None = None
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> LognormalLengths:
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"lognormal needs min <= max, got min={self.min} > max={self.max}")
+        return self
+
+
+class EmpiricalLengths(_Frozen):
+    """Piecewise-linear inverse CDF through ``[q, value]`` points: q strictly increasing
+    from 0 to 1, values non-decreasing and >= 1. A draw is ``interp(U, q, value)``
+    rounded to the nearest integer."""
+
+    dist: Literal["empirical"]
+    quantiles: tuple[tuple[float, float], ...] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _check_quantiles(self) -> EmpiricalLengths:
+        qs = [q for q, _ in self.quantiles]
+        values = [v for _, v in self.quantiles]
+        if qs[0] != 0.0 or qs[-1] != 1.0:
+            raise ValueError(
+                f"empirical quantiles must start at q=0 and end at q=1, got q={qs[0]}..{qs[-1]}"
+            )
+        for i in range(1, len(qs)):
+            if not qs[i] > qs[i - 1]:
+                raise ValueError(
+                    f"empirical quantiles: q must be strictly increasing, "
+                    f"got {qs[i - 1]} then {qs[i]} at index {i}"
+                )
+            if values[i] < values[i - 1]:
+                raise ValueError(
+                    f"empirical quantiles: values must be non-decreasing, "
+                    f"got {values[i - 1]} then {values[i]} at index {i}"
+                )
+        if values[0] < 1:
+            raise ValueError(f"empirical quantiles: values must be >= 1 token, got {values[0]}")
+        return self
+
+
+LengthDistribution = Annotated[
+    FixedLengths | UniformLengths | LognormalLengths | EmpiricalLengths,
+    Field(discriminator="dist"),
+]
+
+
+# ---------------------------------------------------------------- workload kinds
+
+
+def _check_cv_needs_gamma(arrival: str | None, burstiness_cv: float | None) -> None:
+    if arrival == "poisson" and burstiness_cv is not None:
+        raise ValueError(
+            "burstiness_cv applies only to arrival: gamma (Poisson has CV 1); "
+            "drop burstiness_cv or set arrival: gamma"
+        )
+
+
+class SyntheticWorkload(_Frozen):
+    """Arrivals from a Poisson or gamma renewal process at ``rate_per_s`` (or following
+    the piecewise-constant ``rate_schedule``), lengths from two distributions."""
+
+    kind: Literal["synthetic"]
+    rate_per_s: PositiveFloat | None = None
+    rate_schedule: tuple[tuple[float, float], ...] | None = Field(default=None, min_length=1)
+    """``[[t_s, rate_per_s], ...]``: the rate from t_s until the next point (the last
+    one lasts forever); the first t_s must be 0; rates >= 0."""
+    arrival: ArrivalProcess = "poisson"
+    burstiness_cv: PositiveFloat | None = None
+    """Coefficient of variation of gamma inter-arrival times (default 1 = Poisson)."""
+    prompt_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+    """Every generated token, the first one included."""
+    num_requests: TokenCount | None = None
+    """Cap: at most this many requests (the first ones)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SyntheticWorkload:
+        if (self.rate_per_s is None) == (self.rate_schedule is None):
+            raise ValueError("synthetic workload needs exactly one of rate_per_s or rate_schedule")
+        _check_cv_needs_gamma(self.arrival, self.burstiness_cv)
+        if self.rate_schedule is not None:
+            _check_schedule(self.rate_schedule)
+        return self
+
+
+def _check_schedule(schedule: tuple[tuple[float, float], ...]) -> None:
+    if schedule[0][0] != 0.0:
+        raise ValueError(f"rate_schedule must start at t_s=0, got {schedule[0][0]}")
+    for i, (t_s, rate) in enumerate(schedule):
+        if not (rate >= 0 and rate < float("inf")):
+            raise ValueError(f"rate_schedule[{i}]: rate_per_s must be finite and >= 0, got {rate}")
+        if i and not t_s > schedule[i - 1][0]:
+            raise ValueError(
+                f"rate_schedule[{i}]: t_s must be strictly increasing, "
+                f"got {schedule[i - 1][0]} then {t_s}"
+            )
+    if not any(rate > 0 for _, rate in schedule):
+        raise ValueError("rate_schedule needs at least one rate_per_s > 0")
+
+
+class PresetWorkload(_Frozen):
+    """A shipped preset: lengths drawn from quantiles measured on a real trace, arrivals
+    gamma with the measured inter-arrival CV at the measured mean rate, unless
+    overridden."""
+
+    kind: Literal["preset"]
+    preset: PresetName
+    rate_per_s: PositiveFloat | None = None
+    """Mean arrival rate; default: the rate measured on the source trace."""
+    arrival: ArrivalProcess | None = None
+    """Default gamma with the measured CV; ``poisson`` ignores the measured CV."""
+    burstiness_cv: PositiveFloat | None = None
+    max_prompt_tokens: TokenCount | None = None
+    max_output_tokens: TokenCount | None = None
+    num_requests: TokenCount | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PresetWorkload:
+        _check_cv_needs_gamma(self.arrival, self.burstiness_cv)
+        return self
+
+
+class TraceWorkload(_Frozen):
+    """Replay of a trace file (Azure LLM inference CSV or Mooncake JSONL): the window
+    ``[start_s, start_s + window_s)`` of trace time (offsets from the first arrival),
+    shifted to start at 0 and compressed by ``rate_scale``."""
+
+    kind: Literal["trace"]
+    path: str = Field(min_length=1)
+    """Relative paths resolve against the scenario file's folder."""
+    format: Literal["azure", "mooncake", "auto"] = "auto"
+    start_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    window_s: PositiveFloat | None = None
+    rate_scale: PositiveFloat | None = None
+    """Time compression: trace arrival times are divided by it (default 1)."""
+    rate_per_s: PositiveFloat | None = None
+    """Alternative to rate_scale: compress time so the window's mean rate is this."""
+    max_prompt_tokens: TokenCount | None = None
+    max_output_tokens: TokenCount | None = None
+    num_requests: TokenCount | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceWorkload:
+        if self.rate_scale is not None and self.rate_per_s is not None:
+            raise ValueError("trace workload takes rate_scale or rate_per_s, not both")
+        return self
+
+
+WorkloadConfig = Annotated[
+    SyntheticWorkload | PresetWorkload | TraceWorkload, Field(discriminator="kind")
+]
+"""The ``workload:`` field of a scenario."""

@@ -1,0 +1,194 @@
+"""Turn a ``workload:`` config into the :class:`Requests` the engine replays.
+
+Randomness: ``np.random.SeedSequence([seed, replication]).spawn(len(STREAMS))`` gives one
+independent generator per entry of :data:`STREAMS`, in that order. New streams are
+appended at the end, so existing results stay identical. Trace replay draws nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from disaggsim.errors import UserError
+from disaggsim.workload.arrivals import RateSchedule, arrival_times
+from disaggsim.workload.config import (
+    EmpiricalLengths,
+    LengthDistribution,
+    PresetWorkload,
+    SyntheticWorkload,
+    TraceWorkload,
+)
+from disaggsim.workload.lengths import sample_lengths
+from disaggsim.workload.presets import load_preset
+from disaggsim.workload.requests import Requests
+from disaggsim.workload.traces import read_trace
+
+STREAMS: tuple[str, ...] = ("arrivals", "prompt_tokens", "output_tokens", "spare")
+"""Named random streams, in spawn order. ``spare`` is reserved for the next feature."""
+
+
+def streams(seed: int, replication: int = 0) -> dict[str, np.random.Generator]:
+    """One independent generator per name in :data:`STREAMS`."""
+    children = np.random.SeedSequence([seed, replication]).spawn(len(STREAMS))
+    return {
+        name: np.random.default_rng(child) for name, child in zip(STREAMS, children, strict=True)
+    }
+
+
+def generate_requests(
+    cfg: SyntheticWorkload | PresetWorkload | TraceWorkload,
+    *,
+    duration_s: float,
+    seed: int,
+    replication: int = 0,
+    base_dir: Path | None = None,
+) -> Requests:
+    """Requests arriving in ``[0, duration_s)``, sorted by arrival.
+
+    Parameters
+    ----------
+    cfg : the scenario's ``workload`` section.
+    duration_s : length of the arrival window in seconds; may be ``inf`` for synthetic
+        and preset workloads with ``num_requests``, and for traces (the whole trace).
+    seed, replication : select the random streams (see :data:`STREAMS`).
+    base_dir : folder that relative trace paths resolve against (the scenario's folder;
+        default: the working directory).
+    """
+    if not duration_s > 0:
+        raise UserError(f"duration_s must be > 0, got {duration_s}")
+    match cfg:
+        case SyntheticWorkload():
+            if cfg.rate_schedule is not None:
+                if cfg.rate_per_s is not None:
+                    raise UserError(
+                        "workload: give rate_per_s or rate_schedule, not both "
+                        "(a rate_schedule sets the rate over time)"
+                    )
+                schedule = RateSchedule.from_points(cfg.rate_schedule)
+            else:
+                assert cfg.rate_per_s is not None  # the model's validator guarantees one
+                schedule = RateSchedule.constant(cfg.rate_per_s)
+            return _synthetic(
+                streams(seed, replication),
+                schedule=schedule,
+                process=cfg.arrival,
+                cv=cfg.burstiness_cv if cfg.burstiness_cv is not None else 1.0,
+                prompt=cfg.prompt_tokens,
+                output=cfg.output_tokens,
+                duration_s=duration_s,
+                num_requests=cfg.num_requests,
+            )
+        case PresetWorkload():
+            preset = load_preset(cfg.preset)
+            process = cfg.arrival if cfg.arrival is not None else "gamma"
+            cv = cfg.burstiness_cv if cfg.burstiness_cv is not None else preset.interarrival_cv
+            requests = _synthetic(
+                streams(seed, replication),
+                schedule=RateSchedule.constant(cfg.rate_per_s or preset.mean_rate_per_s),
+                process=process,
+                cv=cv,
+                prompt=EmpiricalLengths(dist="empirical", quantiles=preset.prompt_tokens_quantiles),
+                output=EmpiricalLengths(dist="empirical", quantiles=preset.output_tokens_quantiles),
+                duration_s=duration_s,
+                num_requests=cfg.num_requests,
+            )
+            return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)
+        case TraceWorkload():
+            return _replay(cfg, duration_s=duration_s, base_dir=base_dir)
+    raise TypeError(f"unknown workload config {cfg!r}")
+
+
+def _synthetic(
+    rngs: dict[str, np.random.Generator],
+    *,
+    schedule: RateSchedule,
+    process: str,
+    cv: float,
+    prompt: LengthDistribution,
+    output: LengthDistribution,
+    duration_s: float,
+    num_requests: int | None,
+) -> Requests:
+    max_count = math.inf if num_requests is None else num_requests
+    if math.isinf(schedule.cumulative(duration_s)) and math.isinf(max_count):
+        raise UserError("workload: an endless duration needs workload.num_requests")
+    arrival_s = arrival_times(
+        rngs["arrivals"],
+        schedule=schedule,
+        process=process,
+        cv=cv,
+        duration_s=duration_s,
+        max_count=max_count,
+    )
+    n = len(arrival_s)
+    return Requests(
+        arrival_s=arrival_s,
+        prompt_tokens=sample_lengths(prompt, n, rngs["prompt_tokens"]),
+        output_tokens=sample_lengths(output, n, rngs["output_tokens"]),
+    )
+
+
+def _clip(requests: Requests, max_prompt: int | None, max_output: int | None) -> Requests:
+    return Requests(
+        arrival_s=requests.arrival_s,
+        prompt_tokens=requests.prompt_tokens
+        if max_prompt is None
+        else np.minimum(requests.prompt_tokens, max_prompt),
+        output_tokens=requests.output_tokens
+        if max_output is None
+        else np.minimum(requests.output_tokens, max_output),
+        prefix_hashes=requests.prefix_hashes,
+    )
+
+
+def _replay(cfg: TraceWorkload, *, duration_s: float, base_dir: Path | None) -> Requests:
+    """The trace window ``[start_s, start_s + L)`` with
+    ``L = min(window_s, duration_s * rate_scale)``, shifted to 0 and divided by
+    ``rate_scale``. With ``rate_per_s``, ``rate_scale = rate_per_s / native rate``, the
+    native rate being the number of trace arrivals in ``[start_s, start_s + window_s)``
+    (to the last arrival when ``window_s`` is unset) over that window's length."""
+    path = Path(cfg.path).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    trace = read_trace(path, cfg.format)
+    t = trace.arrival_s
+    last_s = float(t[-1])
+    if cfg.start_s > last_s:
+        raise UserError(
+            f"workload.start_s={cfg.start_s} is past the last arrival of {path} "
+            f"({last_s:.3f} s after the first)"
+        )
+    window_s = cfg.window_s if cfg.window_s is not None else math.inf
+
+    if cfg.rate_per_s is not None:
+        if cfg.window_s is None:
+            span_s = last_s - cfg.start_s
+            n_native = int(np.count_nonzero(t >= cfg.start_s))
+        else:
+            span_s = cfg.window_s
+            n_native = int(np.count_nonzero((t >= cfg.start_s) & (t < cfg.start_s + span_s)))
+        if span_s <= 0 or n_native == 0:
+            raise UserError(
+                f"workload.rate_per_s: the window of {path} from start_s={cfg.start_s} "
+                "has no measurable rate (fewer than two arrivals)"
+            )
+        rate_scale = cfg.rate_per_s / (n_native / span_s)
+    else:
+        rate_scale = cfg.rate_scale if cfg.rate_scale is not None else 1.0
+
+    length_s = min(window_s, duration_s * rate_scale)
+    keep = (t >= cfg.start_s) & (t < cfg.start_s + length_s)
+    index = np.flatnonzero(keep)
+    if cfg.num_requests is not None:
+        index = index[: cfg.num_requests]
+    hashes = trace.prefix_hashes
+    requests = Requests(
+        arrival_s=(t[index] - cfg.start_s) / rate_scale,
+        prompt_tokens=trace.prompt_tokens[index],
+        output_tokens=trace.output_tokens[index],
+        prefix_hashes=None if hashes is None else tuple(hashes[i] for i in index),
+    )
+    return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)

@@ -1,0 +1,55 @@
+"""Shipped workload presets: arrival and length statistics measured from real traces.
+
+Each preset is a JSON file in ``presets/`` written by ``measure_presets.py`` (the file
+records the source trace, its row count and the command). Loading needs no trace file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import get_args
+
+from disaggsim.errors import UserError
+from disaggsim.workload.config import PresetName
+
+PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """Statistics of one trace. Quantiles are ``((q, tokens), ...)`` from q=0 to q=1."""
+
+    name: str
+    source_file: str
+    source_rows: int
+    command: str
+    duration_s: float
+    mean_rate_per_s: float
+    interarrival_cv: float
+    prompt_tokens_quantiles: tuple[tuple[float, float], ...]
+    output_tokens_quantiles: tuple[tuple[float, float], ...]
+
+
+def load_preset(name: str) -> Preset:
+    """Read the shipped preset ``name`` (one of :data:`PRESET_NAMES`)."""
+    if name not in PRESET_NAMES:
+        raise UserError(f"unknown workload preset {name!r}; allowed: {', '.join(PRESET_NAMES)}")
+    text = resources.files("disaggsim.workload").joinpath("presets", f"{name}.json").read_text()
+    data = json.loads(text)
+    return Preset(
+        name=data["name"],
+        source_file=data["source_file"],
+        source_rows=int(data["source_rows"]),
+        command=data["command"],
+        duration_s=float(data["duration_s"]),
+        mean_rate_per_s=float(data["mean_rate_per_s"]),
+        interarrival_cv=float(data["interarrival_cv"]),
+        prompt_tokens_quantiles=tuple(
+            (float(q), float(v)) for q, v in data["prompt_tokens_quantiles"]
+        ),
+        output_tokens_quantiles=tuple(
+            (float(q), float(v)) for q, v in data["output_tokens_quantiles"]
+        ),
+    )

@@ -1,0 +1,206 @@
+"""Readers for real request traces: Azure LLM inference 2023 CSV and Mooncake JSONL.
+
+Both produce a :class:`Requests` table with arrivals in seconds relative to the earliest
+request (the first row, in the sorted files published), rows sorted stably by arrival.
+
+- Azure CSV: header ``TIMESTAMP,ContextTokens,GeneratedTokens``; TIMESTAMP is wall clock,
+  ``2023-11-16 18:17:03.9799600`` (ISO 8601, any number of fraction digits).
+- Mooncake JSONL: one object per line with ``timestamp`` (milliseconds),
+  ``input_length``, ``output_length`` and optionally ``hash_ids`` (prefix hashes of
+  512-token blocks), kept as ``Requests.prefix_hashes``.
+
+Zero token counts are clamped to 1: ``output_tokens`` counts the first token, which every
+request produces, and an empty prompt still costs a forward pass. Negative, missing or
+non-numeric values are a :class:`UserError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from disaggsim.errors import UserError
+from disaggsim.workload.requests import Requests
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+TRACE_FORMATS = ("azure", "mooncake", "auto")
+
+
+def detect_format(path: Path) -> str:
+    """``azure`` for ``.csv``, ``mooncake`` for ``.jsonl``/``.json``."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "azure"
+    if suffix in (".jsonl", ".json"):
+        return "mooncake"
+    raise UserError(
+        f"{path}: cannot tell the trace format from the extension {suffix!r}; "
+        "use .csv (azure) or .jsonl (mooncake), or set format: azure | mooncake"
+    )
+
+
+def read_trace(path: str | Path, format: str = "auto") -> Requests:
+    """Read a trace file into :class:`Requests` (arrivals from 0, sorted).
+
+    Parameters
+    ----------
+    path : the trace file.
+    format : ``"azure"``, ``"mooncake"`` or ``"auto"`` (by extension).
+    """
+    path = Path(path)
+    if format not in TRACE_FORMATS:
+        raise UserError(f"{path}: unknown trace format {format!r}; allowed: azure, mooncake, auto")
+    if not path.is_file():
+        raise UserError(f"{path}: trace file not found")
+    if format == "auto":
+        format = detect_format(path)
+    if format == "azure":
+        return _read_azure(path)
+    return _read_mooncake(path)
+
+
+def _finish(
+    path: Path,
+    arrival_s: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    hashes: list[tuple[int, ...]] | None,
+) -> Requests:
+    if len(arrival_s) == 0:
+        raise UserError(f"{path}: the trace has no requests")
+    order = np.argsort(arrival_s, kind="stable")
+    arrival_s = arrival_s[order]
+    arrival_s = arrival_s - arrival_s[0]
+    return Requests(
+        arrival_s=arrival_s,
+        prompt_tokens=np.maximum(prompt[order], 1).astype(np.int64),
+        output_tokens=np.maximum(output[order], 1).astype(np.int64),
+        prefix_hashes=None if hashes is None else tuple(hashes[i] for i in order),
+    )
+
+
+# ---------------------------------------------------------------- Azure CSV
+
+
+def _csv_line_of_row(path: Path, row: int) -> int:
+    """1-based file line of data row ``row`` (0-based), skipping blank lines as pandas
+    does. Only called on the error path."""
+    seen = -1
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line_no, line in enumerate(f, start=1):
+            if line_no == 1 or not line.strip():
+                continue
+            seen += 1
+            if seen == row:
+                return line_no
+    return row + 2
+
+
+def _read_azure(path: Path) -> Requests:
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except pd.errors.ParserError as exc:
+        # pandas says e.g. "Expected 3 fields in line 5, saw 4"
+        detail = str(exc).split("C error: ")[-1].strip()
+        raise UserError(f"{path}: malformed CSV: {detail}") from None
+    except (pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not an Azure trace CSV ({exc})") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in AZURE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UserError(
+            f"{path}:1: missing column(s) {', '.join(missing)}; "
+            f"an Azure trace needs {', '.join(AZURE_COLUMNS)}"
+        )
+
+    stamps = pd.to_datetime(frame["TIMESTAMP"].str.strip(), format="ISO8601", errors="coerce")
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        row = int(np.argmax(bad))
+        value = frame["TIMESTAMP"].iloc[row]
+        raise UserError(
+            f"{path}:{_csv_line_of_row(path, row)}: TIMESTAMP {value!r} is not a date-time "
+            "like 2023-11-16 18:17:03.9799600"
+        )
+    stamp_ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    arrival_s = (stamp_ns - stamp_ns.min()).astype(np.float64) * 1e-9
+
+    counts = []
+    for column in AZURE_COLUMNS[1:]:
+        raw = frame[column]
+        values = pd.to_numeric(raw.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values) | (values < 0) | (values != np.floor(values))
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise UserError(
+                f"{path}:{_csv_line_of_row(path, row)}: {column} {raw.iloc[row]!r} "
+                "must be a non-negative integer"
+            )
+        counts.append(values.astype(np.int64))
+    return _finish(path, arrival_s, counts[0], counts[1], None)
+
+
+# ---------------------------------------------------------------- Mooncake JSONL
+
+
+def _count(path: Path, line_no: int, record: dict[str, Any], key: str) -> float:
+    if key not in record:
+        raise UserError(f"{path}:{line_no}: missing key {key!r}; needs {', '.join(MOONCAKE_KEYS)}")
+    value = record[key]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise UserError(f"{path}:{line_no}: {key} {value!r} must be a non-negative number")
+    return value
+
+
+def _read_mooncake(path: Path) -> Requests:
+    times_ms: list[float] = []
+    prompt: list[float] = []
+    output: list[float] = []
+    hashes: list[tuple[int, ...]] = []
+    has_hashes: bool | None = None
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{line_no}: invalid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise UserError(f"{path}:{line_no}: expected a JSON object per line")
+            times_ms.append(_count(path, line_no, record, "timestamp"))
+            for key, column in (("input_length", prompt), ("output_length", output)):
+                value = _count(path, line_no, record, key)
+                if value != int(value):
+                    raise UserError(f"{path}:{line_no}: {key} {value!r} must be an integer")
+                column.append(value)
+            if has_hashes is None:
+                has_hashes = "hash_ids" in record
+            if has_hashes:
+                ids = record.get("hash_ids")
+                if not isinstance(ids, list) or not all(
+                    isinstance(h, int) and not isinstance(h, bool) for h in ids
+                ):
+                    raise UserError(
+                        f"{path}:{line_no}: hash_ids must be a list of integers "
+                        "(present on every line once the first line has it)"
+                    )
+                hashes.append(tuple(ids))
+    return _finish(
+        path,
+        np.asarray(times_ms, dtype=np.float64) * 1e-3,
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+        hashes if has_hashes else None,
+    )
