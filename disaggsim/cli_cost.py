@@ -1,0 +1,439 @@
+"""``disaggsim cost``: one step's or one operator's time as JSON.
+
+Owns the cost-query commands::
+
+    disaggsim cost prefill --model M --gpu G --tp N --batch B --prompt-tokens P
+    disaggsim cost decode  --model M --gpu G --tp N --batch B --context-tokens C
+    disaggsim cost kv      --model M --tokens T [--kv-dtype fp8] [--link pcie] [--gpu G]
+    disaggsim cost op gemm --gpu G --m M --n N --k K [--dtype bf16|fp8]
+    disaggsim cost op decode-attention  --gpu G --batch B --context-tokens C --heads H
+                                        --kv-heads KH --head-dim D [--kv-dtype]
+    disaggsim cost op prefill-attention --gpu G --batch B --prompt-tokens P --heads H
+                                        --kv-heads KH --head-dim D
+
+Each prints one JSON object. With ``--input FILE.csv`` (one query per row, columns named
+like the flags without dashes, hyphens as underscores) it prints one JSON object per line
+in row order; flags given on the command line fill columns the file lacks. Token counts
+are per sequence (``--prompt-tokens``, ``--context-tokens``); times are seconds, sizes
+bytes, bandwidths bytes/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from disaggsim.catalog import GPU_IDS, MODEL_IDS, dtype_bytes, get_gpu, get_model
+from disaggsim.costmodel import ops
+from disaggsim.costmodel.kv import LINK_CLASSES, kv_transfer
+from disaggsim.costmodel.step import KV_DTYPES, WEIGHT_DTYPES, RooflineWorkerCost, build_worker_cost
+from disaggsim.errors import UserError
+from disaggsim.hardware.profile import ENGINE_KINDS, HardwareProfile, load_profile
+
+__all__ = ["add_parser", "run_queries"]
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One query input: a flag ``--name-with-hyphens`` and a CSV column ``name``."""
+
+    name: str
+    kind: str  # "int" (>= minimum), "str", or a choice list given in ``choices``
+    help: str
+    required: bool = True
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    minimum: int = 1
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def _int(name: str, help: str, minimum: int = 1) -> Field:
+    return Field(name, "int", help, minimum=minimum)
+
+
+def _choice(name: str, choices: tuple[str, ...], help: str, default: str | None = None) -> Field:
+    return Field(name, "choice", help, default is None, default, choices)
+
+
+MODEL = _choice("model", MODEL_IDS, "model id")
+GPU = _choice("gpu", GPU_IDS, "GPU id")
+TP = _int("tp", "tensor-parallel degree (GPUs per worker)")
+BATCH = _int("batch", "sequences in the batch")
+WORKER_OPTS = (
+    _choice("weight_dtype", WEIGHT_DTYPES, "weight dtype", "bf16"),
+    _choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"),
+    _choice("engine", ENGINE_KINDS, "serving-engine overheads", "cuda-graphs"),
+)
+PROFILE = Field("profile", "str", "hardware profile JSON (default: the shipped one)", False)
+SHAPE = (
+    _int("heads", "query heads (on this GPU)"),
+    _int("kv_heads", "KV heads (on this GPU)"),
+    _int("head_dim", "head dimension"),
+)
+
+
+def _profile(values: dict[str, Any], gpu_id: str, cache: dict) -> HardwareProfile:
+    key = ("profile", values.get("profile"), gpu_id)
+    if key not in cache:
+        path = values.get("profile")
+        cache[key] = load_profile(gpu_id) if path is None else load_profile(path=path)
+    return cache[key]
+
+
+def _worker(values: dict[str, Any], cache: dict) -> RooflineWorkerCost:
+    key = tuple(values[k] for k in ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine"))
+    key += (values.get("profile"),)
+    if key not in cache:
+        cache[key] = build_worker_cost(
+            values["model"],
+            values["gpu"],
+            values["tp"],
+            weight_dtype=values["weight_dtype"],
+            kv_dtype=values["kv_dtype"],
+            engine=values["engine"],
+            profile=_profile(values, values["gpu"], cache),
+        )
+    return cache[key]
+
+
+def _worker_inputs(v: dict[str, Any], cost: RooflineWorkerCost) -> dict[str, Any]:
+    out = {k: v[k] for k in ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine")}
+    out["profile_kind"] = cost.profile.provenance.get("kind")
+    return out
+
+
+def _prefill(v: dict[str, Any], cache: dict) -> dict[str, Any]:
+    cost = _worker(v, cache)
+    b, p = v["batch"], v["prompt_tokens"]
+    new_tokens = b * p
+    pairs = b * p * (p + 1) / 2  # causal query-key pairs of b whole prompts
+    bd = cost.breakdown(prefill_seqs=b, prefill_tokens=new_tokens, prefill_attn_pairs=pairs)
+    return {
+        "command": "prefill",
+        **_worker_inputs(v, cost),
+        "batch": b,
+        "prompt_tokens": p,
+        "time_s": cost.prefill_time_s(b, new_tokens, pairs),
+        "breakdown": bd.as_dict(),
+        "tokens_per_s": new_tokens / bd.total_s,
+    }
+
+
+def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
+    cost = _worker(v, cache)
+    b, c = v["batch"], v["context_tokens"]
+    bd = cost.breakdown(decode_batch=b, decode_context_tokens=b * c)
+    base_s, per_token_s = cost.decode_coeffs(b)
+    return {
+        "command": "decode",
+        **_worker_inputs(v, cost),
+        "batch": b,
+        "context_tokens": c,
+        "time_s": cost.decode_time_s(b, b * c),
+        "breakdown": bd.as_dict(),
+        "base_s": base_s,
+        "per_context_token_s": per_token_s,
+        "kv_capacity_tokens": cost.kv_capacity_tokens,
+        "kv_tokens_used": b * c,
+        "weights_bytes_per_gpu": cost.weights_bytes_per_gpu,
+    }
+
+
+def _kv(v: dict[str, Any], cache: dict) -> dict[str, Any]:
+    model = get_model(v["model"])
+    per_token = model.kv_bytes_per_token(v["kv_dtype"])
+    nbytes = per_token * v["tokens"]
+    xfer = kv_transfer(nbytes, v["link"], gpu=v.get("gpu"))
+    return {
+        "command": "kv",
+        "model": model.id,
+        "tokens": v["tokens"],
+        "kv_dtype": v["kv_dtype"],
+        "link": xfer.link,
+        "gpu": v.get("gpu"),
+        "bytes_per_token": per_token,
+        "bytes": nbytes,
+        "gib": nbytes / 2**30,
+        "transfer_s": xfer.time_s,
+        "time_s": xfer.time_s,
+        "bandwidth_bytes_per_s": xfer.bandwidth_bytes_per_s,
+        "latency_s": xfer.latency_s,
+        "breakdown": {"latency_s": xfer.latency_s, "serialization_s": xfer.time_s - xfer.latency_s},
+    }
+
+
+def _gemm(v: dict[str, Any], cache: dict) -> dict[str, Any]:
+    gpu = get_gpu(v["gpu"])
+    prof = _profile(v, gpu.id, cache)
+    dtype = "fp8" if v["dtype"] == "fp8" else "bf16"
+    if dtype == "fp8" and prof.peaks.fp8_flop_per_s <= 0:
+        raise UserError(f"{gpu.id} has no FP8 tensor cores: dtype fp8 (allowed: bf16, fp16)")
+    p = prof.gemm_params(dtype)
+    m, n, k = v["m"], v["n"], v["k"]
+    elem = 1.0 if dtype == "fp8" else 2.0
+    eff_c = float(ops.gemm_compute_eff(p, m, n, k))
+    compute_s = float(ops.gemm_flop(m, n, k)) / (prof.peaks.flop_per_s(dtype) * eff_c)
+    memory_s = float(ops.gemm_bytes(m, n, k, elem)) / (prof.peaks.hbm_bytes_per_s * p.mem_eff)
+    compute_bound = compute_s >= memory_s
+    return {
+        "command": "op gemm",
+        "gpu": gpu.id,
+        "m": m,
+        "n": n,
+        "k": k,
+        "dtype": v["dtype"],
+        "profile_kind": prof.provenance.get("kind"),
+        "time_s": float(ops.gemm_time_s(prof.peaks, p, m, n, k, dtype)),
+        "bound": "compute" if compute_bound else "memory",
+        "efficiency": eff_c if compute_bound else p.mem_eff,
+        "compute_s": compute_s,
+        "memory_s": memory_s,
+        "launch_s": p.launch_s,
+        "flop": float(ops.gemm_flop(m, n, k)),
+        "bytes": float(ops.gemm_bytes(m, n, k, elem)),
+    }
+
+
+def _check_heads(v: dict[str, Any]) -> None:
+    if v["heads"] % v["kv_heads"]:
+        raise UserError(f"kv_heads ({v['kv_heads']}) must divide heads ({v['heads']})")
+
+
+def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
+    _check_heads(v)
+    gpu = get_gpu(v["gpu"])
+    prof = _profile(v, gpu.id, cache)
+    p = prof.decode_attention_params(v["kv_dtype"])
+    b, c = v["batch"], v["context_tokens"]
+    elem = float(dtype_bytes(v["kv_dtype"]))
+    kv_read = 2.0 * b * c * v["kv_heads"] * v["head_dim"] * elem
+    return {
+        "command": "op decode-attention",
+        "gpu": gpu.id,
+        "batch": b,
+        "context_tokens": c,
+        "heads": v["heads"],
+        "kv_heads": v["kv_heads"],
+        "head_dim": v["head_dim"],
+        "kv_dtype": v["kv_dtype"],
+        "profile_kind": prof.provenance.get("kind"),
+        "time_s": float(
+            ops.decode_attention_time_s(prof.peaks, p, b, b * c, v["kv_heads"], v["head_dim"], elem)
+        ),
+        "bound": "memory",
+        "efficiency": p.bw_eff,
+        "floor_s": p.floor_s,
+        "per_seq_s": p.per_seq_s,
+        "bytes": kv_read,
+    }
+
+
+def _prefill_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
+    _check_heads(v)
+    gpu = get_gpu(v["gpu"])
+    prof = _profile(v, gpu.id, cache)
+    p = prof.prefill_attention_params("bf16")
+    b, length = v["batch"], v["prompt_tokens"]
+    pairs = float(b * ops.causal_pairs(length))
+    flop = float(ops.prefill_attention_flop(pairs, v["heads"], v["head_dim"]))
+    return {
+        "command": "op prefill-attention",
+        "gpu": gpu.id,
+        "batch": b,
+        "prompt_tokens": length,
+        "heads": v["heads"],
+        "kv_heads": v["kv_heads"],
+        "head_dim": v["head_dim"],
+        "profile_kind": prof.provenance.get("kind"),
+        "time_s": float(
+            ops.prefill_attention_time_s(
+                prof.peaks, p, b, b * length, pairs, v["heads"], v["head_dim"]
+            )
+        ),
+        "bound": "compute",
+        "efficiency": p.max_eff * length / (length + p.half_sat),
+        "floor_s": p.floor_s,
+        "flop": flop,
+    }
+
+
+Query = Callable[[dict[str, Any], dict], dict[str, Any]]
+COMMANDS: dict[str, tuple[str, tuple[Field, ...], Query]] = {
+    "prefill": (
+        "time of one prefill batch of equal prompts",
+        (MODEL, GPU, TP, BATCH, _int("prompt_tokens", "prompt tokens per sequence"))
+        + WORKER_OPTS
+        + (PROFILE,),
+        _prefill,
+    ),
+    "decode": (
+        "time of one decode step",
+        (MODEL, GPU, TP, BATCH, _int("context_tokens", "cached tokens per sequence", 0))
+        + WORKER_OPTS
+        + (PROFILE,),
+        _decode,
+    ),
+    "kv": (
+        "KV-cache bytes of a prompt and its transfer time over a link",
+        (
+            MODEL,
+            _int("tokens", "tokens of context", 0),
+            _choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"),
+            _choice("link", LINK_CLASSES, "link class", "nvlink"),
+            Field("gpu", "choice", "GPU whose links to use", False, None, GPU_IDS),
+        ),
+        _kv,
+    ),
+    "op gemm": (
+        "one (m x k) @ (k x n) GEMM",
+        (GPU, _int("m", "rows (tokens)"), _int("n", "output features"), _int("k", "input features"))
+        + (_choice("dtype", ("bf16", "fp16", "fp8"), "GEMM dtype", "bf16"), PROFILE),
+        _gemm,
+    ),
+    "op decode-attention": (
+        "one decode-attention kernel",
+        (GPU, BATCH, _int("context_tokens", "cached tokens per sequence", 0))
+        + SHAPE
+        + (_choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"), PROFILE),
+        _decode_attention,
+    ),
+    "op prefill-attention": (
+        "one causal prefill-attention kernel",
+        (GPU, BATCH, _int("prompt_tokens", "prompt tokens per sequence")) + SHAPE + (PROFILE,),
+        _prefill_attention,
+    ),
+}
+
+
+def _convert(f: Field, raw: str) -> Any:
+    """``raw`` as ``f``'s type; a ValueError's message says what was expected."""
+    raw = raw.strip()
+    if f.kind == "int":
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw!r}") from None
+        if value < f.minimum:
+            raise ValueError(f"must be >= {f.minimum}, got {value}")
+        return value
+    if f.choices and raw not in f.choices:
+        raise ValueError(f"unknown value {raw!r} (allowed: {', '.join(f.choices)})")
+    return raw
+
+
+def _resolve(
+    fields: tuple[Field, ...], flags: dict[str, str | None], row: dict[str, str] | None, where: str
+) -> dict[str, Any]:
+    """Typed values of one query: the CSV row's cell, else the flag, else the default."""
+    values: dict[str, Any] = {}
+    for f in fields:
+        raw = row.get(f.name) if row is not None else None
+        source = f"column {f.name}"
+        if raw is None or raw.strip() == "":
+            raw = flags.get(f.name)
+            source = f.flag
+        if raw is None:
+            if f.required:
+                missing = (
+                    f"missing column {f.name} (or flag {f.flag})"
+                    if row is not None
+                    else f"missing {f.flag}"
+                )
+                raise UserError(f"{where}{missing}")
+            values[f.name] = f.default
+            continue
+        try:
+            values[f.name] = _convert(f, raw)
+        except ValueError as e:
+            raise UserError(f"{where}{source}: {e}") from None
+    return values
+
+
+def run_queries(command: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Answer ``command`` for the flags in ``args`` or for every row of ``args.input``."""
+    _, fields, query = COMMANDS[command]
+    flags = {f.name: getattr(args, f.name, None) for f in fields}
+    cache: dict = {}
+    path = getattr(args, "input", None)
+    if path is None:
+        return [query(_resolve(fields, flags, None, f"cost {command}: "), cache)]
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames
+            if not header:
+                raise UserError(
+                    f"{path}: empty file: expected a header row with columns such as {', '.join(f.name for f in fields)}"
+                )
+            names = {f.name for f in fields}
+            unknown = [c for c in header if c.strip() not in names]
+            if unknown:
+                raise UserError(
+                    f"{path}: line 1: unknown column {unknown[0]!r} "
+                    f"(allowed: {', '.join(f.name for f in fields)})"
+                )
+            out = []
+            for row in reader:
+                where = f"{path}: line {reader.line_num}: "
+                if None in row:
+                    raise UserError(f"{where}more cells than header columns")
+                clean = {k.strip(): v for k, v in row.items() if v is not None}
+                values = _resolve(fields, flags, clean, where)
+                try:
+                    out.append(query(values, cache))
+                except UserError as e:
+                    raise UserError(f"{where}{e}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a readable CSV file ({e})") from None
+    return out
+
+
+def _run(command: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        for obj in run_queries(command, args):
+            sys.stdout.write(json.dumps(obj) + "\n")
+        return 0
+
+    return run
+
+
+def _add_command(sub: Any, name: str, command: str) -> None:
+    help_text, fields, _ = COMMANDS[command]
+    p = sub.add_parser(name, help=help_text, description=help_text + ". Prints JSON.")
+    for f in fields:
+        extra = f" (one of: {', '.join(f.choices)})" if f.choices else ""
+        default = f"; default {f.default}" if f.default is not None else ""
+        p.add_argument(f.flag, dest=f.name, metavar=f.name.upper(), help=f.help + extra + default)
+    p.add_argument(
+        "--input",
+        metavar="FILE.csv",
+        help="one query per row; columns named like the flags without dashes "
+        f"({', '.join(f.name for f in fields)}); prints one JSON object per line",
+    )
+    p.set_defaults(func=_run(command))
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``disaggsim cost`` and its subcommands on ``subparsers``."""
+    p = subparsers.add_parser(
+        "cost",
+        help="one step's or one operator's time as JSON",
+        description="Query the roofline cost model: step times, KV transfers, single operators.",
+    )
+    sub = p.add_subparsers(dest="cost_command", required=True, metavar="{prefill,decode,kv,op}")
+    for name in ("prefill", "decode", "kv"):
+        _add_command(sub, name, name)
+    op = sub.add_parser("op", help="one operator's time", description="Time of one GPU operator.")
+    op_sub = op.add_subparsers(dest="op_command", required=True)
+    for name in ("gemm", "decode-attention", "prefill-attention"):
+        _add_command(op_sub, name, "op " + name)
