@@ -1,0 +1,221 @@
+"""``disaggsim calibrate``: run microbenchmarks, fit profiles, show and validate them.
+
+- ``disaggsim calibrate --device cuda|cpu --out DIR [--quick]``: torch sweeps → raw CSVs;
+- ``disaggsim calibrate fit RAW_DIR --gpu ID [--out PROFILE.json] [--base PROFILE.json]``;
+- ``disaggsim calibrate show GPU_ID``: which profile file, its provenance and fit errors;
+- ``disaggsim calibrate validate [--gpu ...] [--data DIR] [--write-doc]``: the shipped
+  cost model against every row of the public kernel tables.
+
+``python -m calibration ...`` takes the same arguments. Only the sweep imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from disaggsim.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="GPU microbenchmarks → fitted hardware profiles; show / validate profiles",
+        description=__doc__.split("\n\n")[0],
+    )
+    _configure(p)
+    return p
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device", choices=("cuda", "cpu"), help="run the microbenchmark sweeps on this device"
+    )
+    p.add_argument("--out", dest="raw_out", metavar="DIR", help="folder for the raw CSVs")
+    p.add_argument("--quick", action="store_true", help="smaller sweeps (GPU: about a minute)")
+    p.set_defaults(func=_cmd_run)
+    sub = p.add_subparsers(dest="calibrate_command", metavar="{fit,show,validate}")
+
+    f = sub.add_parser("fit", help="fit a profile from a raw measurement folder")
+    f.add_argument("raw_dir", metavar="RAW_DIR")
+    f.add_argument("--gpu", required=True, metavar="ID", help="catalog GPU id, e.g. h200-sxm")
+    f.add_argument(
+        "--out", dest="profile_out", metavar="PROFILE.json", help="default: RAW_DIR/<gpu>.json"
+    )
+    f.add_argument(
+        "--base",
+        metavar="PROFILE.json",
+        help="profile to carry unmeasured ops from (default: shipped)",
+    )
+    f.set_defaults(func=_cmd_fit)
+
+    s = sub.add_parser("show", help="which profile a GPU uses and where its numbers came from")
+    s.add_argument("gpu", metavar="GPU_ID")
+    s.add_argument(
+        "--profile", metavar="PROFILE.json", help="show this file instead of the shipped one"
+    )
+    s.set_defaults(func=_cmd_show)
+
+    v = sub.add_parser("validate", help="cost model vs every row of the public kernel tables")
+    v.add_argument("--gpu", nargs="+", default=["a100-80gb", "h100-sxm"], metavar="ID")
+    v.add_argument(
+        "--data",
+        metavar="DIR",
+        help="public data root (default: ../shared/data from the repo root)",
+    )
+    v.add_argument(
+        "--write-doc",
+        metavar="MD",
+        nargs="?",
+        const=str(REPO_ROOT / "docs" / "validation.md"),
+        help="also write the tables as Markdown (default docs/validation.md)",
+    )
+    v.set_defaults(func=_cmd_validate)
+
+
+def _cmd_run(args) -> int:
+    if args.device is None or args.raw_out is None:
+        raise UserError(
+            "calibrate: give --device cuda|cpu and --out DIR, or a subcommand: fit, show, validate"
+        )
+    from calibration import harness  # noqa: PLC0415
+
+    harness.run(args.device, Path(args.raw_out), quick=args.quick)
+    return 0
+
+
+def _cmd_fit(args) -> int:
+    from calibration.fit import build_profile  # noqa: PLC0415
+    from calibration.rawio import read_raw  # noqa: PLC0415
+    from disaggsim.hardware.profile import profile_from_dict, shipped_profile_path  # noqa: PLC0415
+
+    base_path = Path(args.base) if args.base else shipped_profile_path(args.gpu)
+    if not base_path.is_file():
+        raise UserError(
+            f"{base_path}: base profile for GPU {args.gpu!r} not found (give --base PROFILE.json)"
+        )
+    try:
+        base = json.loads(base_path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{base_path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    profile_from_dict(base, str(base_path))  # validates the base before we build on it
+    df = read_raw(args.raw_dir)
+    prof = build_profile(args.gpu, df, base, str(args.raw_dir), _repo_rel(base_path))
+    out = (
+        Path(args.profile_out)
+        if args.profile_out
+        else Path(args.raw_dir) / (args.gpu.replace("-", "_") + ".json")
+    )
+    profile_from_dict(prof, str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(prof, indent=2) + "\n")
+    print(f"wrote {out}")
+    for op, e in prof["fit_error"].items():
+        if op.startswith("carried:"):
+            continue
+        ho = e.get("held_out_median_ape")
+        print(
+            f"  {op:28s} n={e['n']:5d}  median APE {100 * e['median_ape']:6.2f}%  mean {100 * e['mean_ape']:6.2f}%"
+            + (f"  held-out median {100 * ho:6.2f}%" if ho is not None else "")
+        )
+    print(
+        f"  carried from {prof['provenance']['base_profile']}: {', '.join(prof['provenance']['carried'])}"
+    )
+    return 0
+
+
+def _repo_rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _cmd_show(args) -> int:
+    from disaggsim.hardware.profile import load_profile, shipped_profile_path  # noqa: PLC0415
+
+    path = Path(args.profile) if args.profile else shipped_profile_path(args.gpu)
+    prof = load_profile(args.gpu, path=path)
+    prov = prof.provenance
+    kind = prov.get("kind", "")
+    print(f"GPU {prof.gpu}: profile {_repo_rel(path)}")
+    note = {
+        "measured": "measured on this GPU by disaggsim calibrate",
+        "fitted-public": "fitted to public measured kernel tables",
+        "prior": "PRIOR: datasheet peaks with efficiencies transferred from another GPU, not measured on this one",
+        "provisional": "PROVISIONAL: typed-in efficiency guesses, not fitted to any measurement",
+    }[kind]
+    print(f"provenance: {kind} ({note})")
+    for key in (
+        "source",
+        "transferred_from",
+        "tables",
+        "source_commit",
+        "device_name",
+        "driver",
+        "torch_version",
+        "measured_date",
+        "date",
+        "raw_dir",
+        "base_profile",
+    ):
+        if prov.get(key):
+            print(f"  {key}: {prov[key]}")
+    for key in ("measured", "carried"):
+        if prov.get(key):
+            print(f"  {key}: {', '.join(map(str, prov[key]))}")
+    pk = prof.peaks
+    print(
+        f"peaks: bf16 {pk.bf16_flop_per_s / 1e12:.0f} TFLOP/s, fp8 {pk.fp8_flop_per_s / 1e12:.0f} TFLOP/s, "
+        f"HBM {pk.hbm_bytes_per_s / 1e9:.0f} GB/s (GB = 1e9 bytes)"
+    )
+    if not prof.fit_error:
+        print("fit error: none recorded (nothing was fitted for this profile)")
+        return 0
+    print("fit error (APE = |predicted - measured| / measured):")
+    for op, e in prof.fit_error.items():
+        if not isinstance(e, dict) or "median_ape" not in e:
+            continue
+        ho = e.get("held_out_median_ape")
+        src = f"  [{e['source']}]" if e.get("source") else ""
+        print(
+            f"  {op:30s} n={e.get('n', 0):6d}  median {100 * e['median_ape']:6.2f}%  mean {100 * e['mean_ape']:6.2f}%"
+            + (
+                f"  held-out median {100 * ho:6.2f}% ({e.get('held_out', '')})"
+                if ho is not None
+                else ""
+            )
+            + src
+        )
+    return 0
+
+
+def _cmd_validate(args) -> int:
+    from calibration import validate  # noqa: PLC0415
+
+    data = Path(args.data) if args.data else DEFAULT_DATA
+    report = validate.run(args.gpu, data)
+    print(report.text())
+    if args.write_doc:
+        Path(args.write_doc).write_text(report.markdown())
+        print(f"wrote {args.write_doc}")
+    return 0 if report.all_targets_met() else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m calibration``: the same arguments as ``disaggsim calibrate``."""
+    from disaggsim.hardware.profile import ProfileError  # noqa: PLC0415
+
+    p = argparse.ArgumentParser(prog="python -m calibration", description=__doc__.split("\n\n")[0])
+    _configure(p)
+    args = p.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ProfileError) as e:
+        print(f"calibrate: error: {e}", file=sys.stderr)
+        return 2

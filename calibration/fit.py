@@ -1,0 +1,435 @@
+"""The fitter: least squares on log time of exactly the :mod:`disaggsim.costmodel.ops` forms.
+
+Each ``fit_*`` function takes measured points of one op (numpy arrays, seconds) and the
+GPU's datasheet peaks, and returns the op's parameter dataclass (the one the profile
+holds) plus its fit error. Parameters are fitted in log space (all are positive), so a
+1 µs floor and a 0.8 efficiency are equally well conditioned; the residual is
+``log(predicted) - log(measured)``, i.e. relative error, which is what the accuracy
+targets are stated in. Generalisation is reported as the error on points held out from
+the fit: whole shape families held out in turn when the data has several (GEMM (n, k)
+shapes, attention head layouts, GPU counts), else 5 random folds.
+
+:func:`build_profile` turns a raw measurement folder (:mod:`calibration.rawio`) into a
+profile dict, carrying the ops it did not measure from a named base profile.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from disaggsim.costmodel import ops
+from disaggsim.hardware.profile import (
+    CopyParams,
+    DecodeAttentionParams,
+    ElementwiseParams,
+    GemmParams,
+    GpuPeaks,
+    PrefillAttentionParams,
+)
+
+NUM_FOLDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class FitError:
+    """Absolute percentage errors (fractions: 0.05 = 5%) of a fitted op."""
+
+    median_ape: float
+    mean_ape: float
+    p90_ape: float
+    n: int
+    held_out_median_ape: float | None = None
+    held_out_mean_ape: float | None = None
+    held_out: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    params: Any
+    error: FitError
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    meas = np.asarray(meas, float)
+    return np.abs(np.asarray(pred, float) - meas) / meas
+
+
+def _stats(a: np.ndarray) -> tuple[float, float, float]:
+    return float(np.median(a)), float(np.mean(a)), float(np.percentile(a, 90))
+
+
+def _least_squares_log(
+    model: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    idx: np.ndarray,
+    meas: np.ndarray,
+    starts: Sequence[Sequence[float]],
+    lower: Sequence[float],
+    upper: Sequence[float],
+) -> np.ndarray:
+    """Best of several starts of ``least_squares`` over log-parameters; returns parameters."""
+    lo, hi = np.log(np.asarray(lower, float)), np.log(np.asarray(upper, float))
+    logm = np.log(meas[idx])
+
+    def resid(theta: np.ndarray) -> np.ndarray:
+        pred = model(np.exp(theta), idx)
+        return np.log(np.maximum(pred, 1e-15)) - logm
+
+    best = None
+    for x0 in starts:
+        t0 = np.clip(np.log(np.asarray(x0, float)), lo + 1e-9, hi - 1e-9)
+        r = least_squares(
+            resid, t0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale=1.0, max_nfev=400
+        )
+        if best is None or r.cost < best.cost:
+            best = r
+    assert best is not None
+    return np.exp(best.x)
+
+
+def _folds(groups: np.ndarray | None, n: int) -> tuple[list[np.ndarray], str]:
+    """Index sets to hold out: by shape family when there are >= 3 families, else random."""
+    if groups is not None:
+        uniq = pd.unique(pd.Series(groups))
+        if len(uniq) >= 3:
+            fold_of = {g: i % NUM_FOLDS for i, g in enumerate(uniq)}
+            f = np.array([fold_of[g] for g in groups])
+            return [
+                np.flatnonzero(f == i) for i in range(min(NUM_FOLDS, len(uniq)))
+            ], "shape families"
+    if n < 2 * NUM_FOLDS:
+        return [], ""
+    perm = np.random.default_rng(12345).permutation(n)
+    return [perm[i::NUM_FOLDS] for i in range(NUM_FOLDS)], f"{NUM_FOLDS}-fold random"
+
+
+def fit_generic(
+    model: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    meas: np.ndarray,
+    starts: Sequence[Sequence[float]],
+    lower: Sequence[float],
+    upper: Sequence[float],
+    groups: np.ndarray | None = None,
+    held_out: bool = True,
+) -> tuple[np.ndarray, FitError]:
+    """Fit ``model(params, idx) -> seconds`` to ``meas``; error on all and held-out points."""
+    meas = np.asarray(meas, float)
+    n = len(meas)
+    if n == 0:
+        raise ValueError("no measured points to fit")
+    every = np.arange(n)
+    params = _least_squares_log(model, every, meas, starts, lower, upper)
+    med, mean, p90 = _stats(ape(model(params, every), meas))
+    ho_med = ho_mean = None
+    how = ""
+    if held_out:
+        folds, how = _folds(groups, n)
+        if folds:
+            errs = np.full(n, np.nan)
+            for test in folds:
+                train = np.setdiff1d(every, test)
+                p = _least_squares_log(model, train, meas, [params], lower, upper)
+                errs[test] = ape(model(p, test), meas[test])
+            ho_med, ho_mean, _ = _stats(errs[~np.isnan(errs)])
+    return params, FitError(med, mean, p90, n, ho_med, ho_mean, how)
+
+
+# ---- per-op fitters: each calls exactly the ops.py function the step model uses ----
+
+
+def fit_gemm(
+    peaks: GpuPeaks, m, n, k, t_s, dtype: str = "bf16", groups=None, held_out: bool = True
+) -> Fitted:
+    m, n, k, t_s = (np.asarray(x, float) for x in (m, n, k, t_s))
+
+    def model(p, idx):
+        prm = GemmParams(launch_s=p[0], max_eff=p[1], half_sat=p[2], mem_eff=p[3])
+        return ops.gemm_time_s(peaks, prm, m[idx], n[idx], k[idx], dtype)
+
+    starts = [(5e-6, 0.75, 64.0, 0.8), (2e-6, 0.9, 256.0, 0.6), (1e-5, 0.5, 16.0, 0.9)]
+    p, err = fit_generic(
+        model, t_s, starts, (1e-8, 1e-4, 1e-2, 1e-4), (1e-2, 1.0, 1e5, 1.0), groups, held_out
+    )
+    return Fitted(GemmParams(launch_s=p[0], max_eff=p[1], half_sat=p[2], mem_eff=p[3]), err)
+
+
+def fit_decode_attention(
+    peaks: GpuPeaks,
+    batch,
+    context_tokens,
+    kv_heads,
+    head_dim,
+    t_s,
+    kv_elem_bytes: float = 2.0,
+    groups=None,
+    held_out: bool = True,
+) -> Fitted:
+    b, c, kh, d, t_s = (
+        np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
+    )
+
+    def model(p, idx):
+        prm = DecodeAttentionParams(floor_s=p[0], per_seq_s=p[1], bw_eff=p[2])
+        return ops.decode_attention_time_s(
+            peaks, prm, b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes
+        )
+
+    starts = [(8e-6, 1e-7, 0.7), (3e-6, 1e-8, 0.5), (2e-5, 1e-6, 0.9)]
+    p, err = fit_generic(
+        model, t_s, starts, (1e-8, 1e-12, 1e-4), (1e-2, 1e-3, 1.0), groups, held_out
+    )
+    return Fitted(DecodeAttentionParams(floor_s=p[0], per_seq_s=p[1], bw_eff=p[2]), err)
+
+
+def fit_prefill_attention(
+    peaks: GpuPeaks,
+    num_seqs,
+    new_tokens,
+    pairs,
+    heads,
+    head_dim,
+    t_s,
+    dtype: str = "bf16",
+    groups=None,
+    held_out: bool = True,
+) -> Fitted:
+    s, nt, pr, h, d, t_s = (
+        np.asarray(x, float) for x in (num_seqs, new_tokens, pairs, heads, head_dim, t_s)
+    )
+
+    def model(p, idx):
+        prm = PrefillAttentionParams(floor_s=p[0], max_eff=p[1], half_sat=p[2])
+        return ops.prefill_attention_time_s(
+            peaks, prm, s[idx], nt[idx], pr[idx], h[idx], d[idx], dtype
+        )
+
+    starts = [(1e-5, 0.6, 512.0), (5e-6, 0.8, 128.0), (3e-5, 0.4, 2048.0)]
+    p, err = fit_generic(model, t_s, starts, (1e-8, 1e-4, 1e-2), (1e-2, 1.0, 1e6), groups, held_out)
+    return Fitted(PrefillAttentionParams(floor_s=p[0], max_eff=p[1], half_sat=p[2]), err)
+
+
+def fit_elementwise(peaks: GpuPeaks, nbytes, t_s, groups=None, held_out: bool = True) -> Fitted:
+    nb, t_s = np.asarray(nbytes, float), np.asarray(t_s, float)
+
+    def model(p, idx):
+        return ops.elementwise_time_s(peaks, ElementwiseParams(launch_s=p[0], bw_eff=p[1]), nb[idx])
+
+    p, err = fit_generic(
+        model, t_s, [(3e-6, 0.7), (1e-5, 0.4)], (1e-8, 1e-4), (1e-2, 1.0), groups, held_out
+    )
+    return Fitted(ElementwiseParams(launch_s=p[0], bw_eff=p[1]), err)
+
+
+def fit_copy(nbytes, t_s, num_blocks=None, held_out: bool = True) -> Fitted:
+    nb, t_s = np.asarray(nbytes, float), np.asarray(t_s, float)
+    blocks = None if num_blocks is None else np.asarray(num_blocks, float)
+    if blocks is None or not np.any(blocks > 0):
+
+        def model(p, idx):
+            return ops.copy_time_s(CopyParams(latency_s=p[0], bw_bytes_per_s=p[1]), nb[idx])
+
+        p, err = fit_generic(
+            model,
+            t_s,
+            [(1e-5, 1e11), (2e-6, 1e12), (1e-4, 1e10)],
+            (1e-9, 1e6),
+            (1.0, 1e14),
+            held_out=held_out,
+        )
+        return Fitted(CopyParams(latency_s=p[0], bw_bytes_per_s=p[1]), err)
+
+    def model_b(p, idx):
+        prm = CopyParams(latency_s=p[0], bw_bytes_per_s=p[1], per_block_s=p[2])
+        return ops.copy_time_s(prm, nb[idx], blocks[idx])
+
+    p, err = fit_generic(
+        model_b,
+        t_s,
+        [(1e-5, 1e11, 1e-9), (3e-6, 1e12, 1e-8)],
+        (1e-9, 1e6, 1e-14),
+        (1.0, 1e14, 1e-3),
+        held_out=held_out,
+    )
+    return Fitted(CopyParams(latency_s=p[0], bw_bytes_per_s=p[1], per_block_s=p[2]), err)
+
+
+def fit_allreduce(nbytes, t_s, num_gpus: int, held_out: bool = True) -> Fitted:
+    """Latency and bus bandwidth for one GPU count (``nbytes`` is the per-GPU buffer)."""
+    from disaggsim.hardware.profile import AllReduceParams  # noqa: PLC0415
+
+    nb, t_s = np.asarray(nbytes, float), np.asarray(t_s, float)
+
+    def model(p, idx):
+        prm = AllReduceParams(((num_gpus, p[0], p[1]),))
+        return ops.allreduce_time_s(prm, nb[idx], num_gpus)
+
+    p, err = fit_generic(
+        model,
+        t_s,
+        [(1e-5, 1e11), (3e-5, 3e11), (5e-6, 5e10)],
+        (1e-8, 1e8),
+        (1e-1, 1e13),
+        held_out=held_out,
+    )
+    return Fitted((p[0], p[1]), err)
+
+
+# ---- raw folder → profile ----
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.5g}")
+
+
+def _params_dict(prm: Any) -> dict[str, float]:
+    return {k: _round(v) for k, v in asdict(prm).items()}
+
+
+def _dtype_key(dtype: str) -> str:
+    return "bf16" if dtype in ("bf16", "fp16") else dtype
+
+
+def fit_raw(df: pd.DataFrame, peaks: GpuPeaks) -> tuple[dict, dict, list[str]]:
+    """Fit every op present in raw rows ``df``: returns (ops section parts, fit_error, measured)."""
+    out: dict[str, Any] = {}
+    errors: dict[str, Any] = {}
+    measured: list[str] = []
+    g = df[df["op"] == "gemm"]
+    for dt, rows in g.groupby("dtype"):
+        key = _dtype_key(str(dt))
+        fam = (
+            rows["n"].astype(int).astype(str) + "x" + rows["k"].astype(int).astype(str)
+        ).to_numpy()
+        f = fit_gemm(peaks, rows["m"], rows["n"], rows["k"], rows["median_s"], key, groups=fam)
+        out.setdefault("gemm", {})[key] = _params_dict(f.params)
+        errors[f"gemm.{key}"] = f.error.as_dict()
+        measured.append(f"gemm.{key}")
+    d = df[df["op"] == "decode_attention"]
+    for dt, rows in d.groupby("dtype"):
+        key = _dtype_key(str(dt))
+        fam = (
+            rows[["heads", "kv_heads", "head_dim"]]
+            .astype(int)
+            .astype(str)
+            .agg("/".join, axis=1)
+            .to_numpy()
+        )
+        f = fit_decode_attention(
+            peaks,
+            rows["batch"],
+            rows["context_tokens"],
+            rows["kv_heads"],
+            rows["head_dim"],
+            rows["median_s"],
+            kv_elem_bytes=1.0 if key == "fp8" else 2.0,
+            groups=fam,
+        )
+        out.setdefault("decode_attention", {})[key] = _params_dict(f.params)
+        errors[f"decode_attention.{key}"] = f.error.as_dict()
+        measured.append(f"decode_attention.{key}")
+    pa = df[df["op"] == "prefill_attention"]
+    for dt, rows in pa.groupby("dtype"):
+        key = _dtype_key(str(dt))
+        b = rows["batch"].to_numpy(float)
+        p = rows["prompt_tokens"].to_numpy(float)
+        fam = (
+            rows[["heads", "kv_heads", "head_dim"]]
+            .astype(int)
+            .astype(str)
+            .agg("/".join, axis=1)
+            .to_numpy()
+        )
+        f = fit_prefill_attention(
+            peaks,
+            b,
+            b * p,
+            b * ops.causal_pairs(p),
+            rows["heads"],
+            rows["head_dim"],
+            rows["median_s"],
+            key,
+            groups=fam,
+        )
+        out.setdefault("prefill_attention", {})[key] = _params_dict(f.params)
+        errors[f"prefill_attention.{key}"] = f.error.as_dict()
+        measured.append(f"prefill_attention.{key}")
+    c = df[df["op"] == "copy"]
+    for kind, rows in c.groupby("kind"):
+        blocks = rows["num_blocks"].fillna(0).to_numpy(float)
+        f = fit_copy(rows["nbytes"], rows["median_s"], blocks if kind == "gather" else None)
+        out.setdefault("copy", {})[str(kind)] = _params_dict(f.params)
+        errors[f"copy.{kind}"] = f.error.as_dict()
+        measured.append(f"copy.{kind}")
+    a = df[df["op"] == "allreduce"]
+    for ng, rows in a.groupby("num_gpus"):
+        f = fit_allreduce(rows["nbytes"], rows["median_s"], int(ng))
+        lat, bw = f.params
+        out.setdefault("allreduce", {})[str(int(ng))] = {
+            "latency_s": _round(lat),
+            "bus_bw_bytes_per_s": _round(bw),
+        }
+        errors[f"allreduce.{int(ng)}"] = f.error.as_dict()
+        measured.append(f"allreduce.{int(ng)}")
+    return out, errors, measured
+
+
+def build_profile(
+    gpu: str, df: pd.DataFrame, base: dict, raw_dir: str, base_path: str
+) -> dict[str, Any]:
+    """A measured profile: fitted ops from ``df`` over a copy of the ``base`` profile dict."""
+    pk = base["peaks"]
+    peaks = GpuPeaks(
+        pk["bf16_flop_per_s"], pk["fp8_flop_per_s"], pk["hbm_bytes_per_s"], pk["hbm_bytes"]
+    )
+    fitted, errors, measured = fit_raw(df, peaks)
+    ops_out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base["ops"].items()}
+    for op, table in fitted.items():
+        merged = dict(ops_out.get(op, {}))
+        merged.update(table)
+        ops_out[op] = merged
+    carried = []
+    for op, table in base["ops"].items():
+        if op in ("elementwise",):
+            carried.append(op)
+            continue
+        for key in table:
+            if f"{op}.{key}" not in measured:
+                carried.append(f"{op}.{key}")
+    carried.append("engines")
+    first = df.iloc[0]
+    base_errors = {k: v for k, v in (base.get("fit_error") or {}).items() if k not in errors}
+    return {
+        "schema_version": 1,
+        "gpu": gpu,
+        "peaks": dict(pk),
+        "ops": ops_out,
+        "engines": base["engines"],
+        "fit_error": {**errors, **{f"carried:{k}": v for k, v in base_errors.items()}},
+        "provenance": {
+            "kind": "measured",
+            "source": f"disaggsim calibrate on {first['device_name']}; fitted by calibration.fit",
+            "device_name": str(first["device_name"]),
+            "driver": "" if pd.isna(first["driver"]) else str(first["driver"]),
+            "torch_version": str(first["torch_version"]),
+            "cuda_version": "" if pd.isna(first["cuda_version"]) else str(first["cuda_version"]),
+            "measured_date": str(first["date"]),
+            "date": _dt.date.today().isoformat(),
+            "raw_dir": str(raw_dir),
+            "backends": sorted({f"{o}:{b}" for o, b in zip(df["op"], df["backend"], strict=True)}),
+            "measured": measured,
+            "carried": carried,
+            "base_profile": base_path,
+            "base_kind": (base.get("provenance") or {}).get("kind", ""),
+            "peaks_from": f"base profile {base_path} (datasheet)",
+        },
+    }

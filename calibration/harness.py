@@ -1,0 +1,542 @@
+"""Torch microbenchmarks: the only module of disaggsim that imports torch.
+
+Runs the sweeps of ``disaggsim calibrate --device cuda|cpu`` and appends one raw CSV row
+per measured point (:mod:`calibration.rawio`):
+
+- GEMM in bf16 (and fp8 through ``torch._scaled_mm`` on sm_89+) over m = 1 … 16k tokens ×
+  the (n, k) of real TP shards of catalog models, plus squares;
+- decode attention (one query token per sequence) over batch × context × head layouts,
+  through flash-attn when importable, else ``scaled_dot_product_attention``;
+- causal prefill attention over prompt length;
+- KV copies: d2d, pinned h2d / d2h, p2p (2+ GPUs), and a paged-block gather (16-token
+  blocks → one contiguous buffer via ``index_select``);
+- all-reduce is left to multi-GPU runs (not measured on one device).
+
+Timing on CUDA: CUDA events after warm-up, random data, a buffer larger than L2 written
+between repeats, median of the repeats. On CPU the same code runs tiny sizes timed with
+``time.perf_counter`` so the whole pipeline is testable without a GPU. Every op runs in
+its own try/except under its own time budget, so one failure or a slow op does not lose
+the rest; rows are written as they are measured.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from calibration.rawio import RawWriter
+
+# (name, hidden, heads, kv_heads, head_dim, ffn, gated, tp) used when the model catalog
+# is not importable; the same numbers the catalog holds for these public models.
+_FALLBACK_SHARDS = (
+    ("llama-3-8b", 4096, 32, 8, 128, 14336, True, 1),
+    ("llama-3-70b", 8192, 64, 8, 128, 28672, True, 8),
+    ("llama-3-70b", 8192, 64, 8, 128, 28672, True, 4),
+    ("opt-13b", 5120, 40, 40, 128, 20480, False, 1),
+)
+_CATALOG_SHARDS = (("llama-3-8b", 1), ("llama-3-70b", 8), ("llama-3-70b", 4), ("opt-13b", 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """Sizes of one run; ``cuda`` for a GPU, ``cpu_tiny`` for CI."""
+
+    gemm_m: tuple[int, ...]
+    gemm_squares: tuple[int, ...]
+    decode_batch: tuple[int, ...]
+    decode_context_per_seq: tuple[int, ...]
+    decode_max_kv_bytes: float
+    prefill_prompt: tuple[int, ...]
+    prefill_max_tokens: int
+    attn_layouts: tuple[tuple[int, int, int], ...]  # (heads, kv_heads, head_dim)
+    copy_bytes: tuple[int, ...]
+    gather_blocks: tuple[int, ...]
+    block_tokens: int
+    repeats: int
+    warmup: int
+    flush_bytes: int
+    budget_s: dict[str, float]
+    use_model_shards: bool
+
+
+def cuda_sweep(quick: bool = False) -> Sweep:
+    pow2 = tuple(2**i for i in range(0, 15))  # 1 … 16384
+    return Sweep(
+        gemm_m=(1, 4, 16, 64, 256, 1024, 4096, 16384)
+        if quick
+        else (*pow2, 3, 24, 48, 96, 192, 384, 768, 1536, 3072, 6144, 12288),
+        gemm_squares=(1024, 4096, 8192),
+        decode_batch=(1, 4, 16, 64, 256) if quick else (1, 2, 4, 8, 16, 32, 64, 128, 256),
+        decode_context_per_seq=(128, 1024, 8192)
+        if quick
+        else (64, 256, 1024, 2048, 4096, 8192, 16384, 32768),
+        decode_max_kv_bytes=8e9,
+        prefill_prompt=(128, 1024, 4096)
+        if quick
+        else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+        prefill_max_tokens=32768,
+        attn_layouts=((32, 8, 128), (8, 1, 128), (64, 8, 128), (40, 40, 128), (32, 32, 64)),
+        copy_bytes=tuple(4**i * 4096 for i in range(0, 10)),  # 4 KB … 1 GiB
+        gather_blocks=(1, 4, 16, 64, 256, 1024, 4096, 16384),
+        block_tokens=16,
+        repeats=20 if quick else 25,
+        warmup=3,
+        flush_bytes=512 * 2**20,
+        budget_s={
+            "gemm": 35 if quick else 100,
+            "decode_attention": 20 if quick else 55,
+            "prefill_attention": 20 if quick else 45,
+            "copy": 10 if quick else 25,
+        },
+        use_model_shards=True,
+    )
+
+
+def cpu_sweep() -> Sweep:
+    """Tiny sizes: the full pipeline in a few seconds on two cores."""
+    return Sweep(
+        gemm_m=(1, 8, 32, 128),
+        gemm_squares=(64,),
+        decode_batch=(1, 4),
+        decode_context_per_seq=(32, 128),
+        decode_max_kv_bytes=64e6,
+        prefill_prompt=(16, 64, 128),
+        prefill_max_tokens=256,
+        attn_layouts=((4, 2, 32), (4, 4, 32)),
+        copy_bytes=(4096, 65536, 1 << 20, 4 << 20),
+        gather_blocks=(1, 8, 64),
+        block_tokens=16,
+        repeats=20,
+        warmup=2,
+        flush_bytes=1 << 20,
+        budget_s={"gemm": 10, "decode_attention": 5, "prefill_attention": 5, "copy": 5},
+        use_model_shards=False,
+    )
+
+
+def _log(msg: str) -> None:
+    print(f"[calibrate {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def model_gemm_shapes(use_model_shards: bool) -> list[tuple[str, int, int]]:
+    """(label, n, k) of the QKV, O, up(+gate) and down GEMMs of TP shards of catalog models."""
+    if not use_model_shards:
+        return [("tiny-qkv", 96, 64), ("tiny-down", 64, 128)]
+    shards = []
+    try:
+        from disaggsim.catalog import get_model  # noqa: PLC0415 (optional: catalog may be absent)
+
+        for name, tp in _CATALOG_SHARDS:
+            m = get_model(name)
+            shards.append(
+                (name, m.hidden, m.num_heads, m.num_kv_heads, m.head_dim, m.ffn, m.gated_mlp, tp)
+            )
+    except Exception as e:  # the catalog is optional for the harness; fall back to known shapes
+        _log(f"model catalog not usable ({type(e).__name__}: {e}); using built-in shard shapes")
+        shards = list(_FALLBACK_SHARDS)
+    out: dict[tuple[int, int], str] = {}
+    for name, hidden, heads, kv_heads, head_dim, ffn, gated, tp in shards:
+        qkv_n = (heads + 2 * kv_heads) * head_dim // tp
+        up_n = (2 if gated else 1) * ffn // tp
+        for label, n, k in (
+            ("qkv", qkv_n, hidden),
+            ("o", hidden, heads * head_dim // tp),
+            ("up", up_n, hidden),
+            ("down", hidden, ffn // tp),
+        ):
+            out.setdefault((n, k), f"{name}-tp{tp}-{label}")
+    return [(label, n, k) for (n, k), label in out.items()]
+
+
+class Timer:
+    """Median/p10/p90 of ``repeats`` timed calls, L2 flushed before each."""
+
+    def __init__(self, torch, device: str, sweep: Sweep) -> None:
+        self.torch = torch
+        self.cuda = device == "cuda"
+        self.sweep = sweep
+        self.flush_buf = torch.empty(sweep.flush_bytes // 4, dtype=torch.float32, device=device)
+
+    def __call__(self, fn: Callable[[], object], repeats: int | None = None) -> dict:
+        torch = self.torch
+        repeats = repeats or self.sweep.repeats
+        for _ in range(self.sweep.warmup):
+            fn()
+        times = []
+        if self.cuda:
+            torch.cuda.synchronize()
+            events = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(repeats)
+            ]
+            for i, (a, b) in enumerate(events):
+                self.flush_buf.fill_(float(i))
+                a.record()
+                fn()
+                b.record()
+            torch.cuda.synchronize()
+            times = [a.elapsed_time(b) * 1e-3 for a, b in events]
+        else:
+            for i in range(repeats):
+                self.flush_buf.fill_(float(i))
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+        t = np.asarray(times)
+        return {
+            "median_s": float(np.median(t)),
+            "p10_s": float(np.percentile(t, 10)),
+            "p90_s": float(np.percentile(t, 90)),
+            "repeats": repeats,
+        }
+
+
+def environment(torch, device: str) -> dict[str, str]:
+    if device == "cuda":
+        name = torch.cuda.get_device_name(0)
+        try:
+            driver = (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=20,
+                    check=False,
+                )
+                .stdout.strip()
+                .splitlines()[0]
+            )
+        except Exception:  # driver version is provenance only; never fatal
+            driver = ""
+    else:
+        name = f"cpu {platform.machine()} {platform.processor()}".strip()
+        driver = ""
+    return {
+        "device_name": name,
+        "driver": driver,
+        "torch_version": str(torch.__version__),
+        "cuda_version": str(torch.version.cuda or ""),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def _shuffled(items: list, seed: int) -> list:
+    """A fixed permutation, so a run cut by its time budget still covers every size range."""
+    order = np.random.default_rng(seed).permutation(len(items))
+    return [items[i] for i in order]
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def over(self) -> bool:
+        return time.monotonic() > self.deadline
+
+
+def bench_gemm(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> Iterator[str]:
+    shapes = model_gemm_shapes(sweep.use_model_shards) + [
+        (f"square{s}", s, s) for s in sweep.gemm_squares
+    ]
+    dtypes = ["bf16"]
+    if (
+        dev == "cuda"
+        and torch.cuda.get_device_capability(0) >= (8, 9)
+        and hasattr(torch, "_scaled_mm")
+    ):
+        dtypes.append("fp8")
+    points = [
+        (dt, m, label, n, k) for dt in dtypes for (label, n, k) in shapes for m in sweep.gemm_m
+    ]
+    budget = _Budget(sweep.budget_s["gemm"])
+    cache: dict = {}
+    for dt, m, label, n, k in _shuffled(points, 1):
+        if budget.over():
+            yield f"gemm: time budget reached after {len(cache)} weights"
+            return
+        tdt = torch.bfloat16
+        x = torch.randn(m, k, device=dev, dtype=tdt)
+        w = cache.get((n, k, dt))
+        if w is None:
+            w = torch.randn(n, k, device=dev, dtype=tdt) / k**0.5
+            if dt == "fp8":
+                w = w.to(torch.float8_e4m3fn)
+            cache.clear()  # keep one weight resident at a time (16k × 57k bf16 is 2 GB)
+            cache[(n, k, dt)] = w
+        if dt == "fp8":
+            x8 = x.to(torch.float8_e4m3fn)
+            one = torch.ones((), device=dev, dtype=torch.float32)
+            wt = w.t()
+
+            def fn(x8=x8, wt=wt, one=one):
+                return torch._scaled_mm(x8, wt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+            backend = "torch._scaled_mm"
+        else:
+
+            def fn(x=x, w=w):
+                return torch.nn.functional.linear(x, w)
+
+            backend = "torch.nn.functional.linear"
+        try:
+            timing = timer(fn)
+        except RuntimeError as e:
+            yield f"gemm {dt} m={m} n={n} k={k}: skipped ({str(e).splitlines()[0][:120]})"
+            continue
+        out.write("gemm", {"m": m, "n": n, "k": k, "kind": label}, dt, backend, timing)
+    yield "gemm: done"
+
+
+def _attention_candidates(torch):
+    """(name, fn, context) in order of preference: flash-attn, then SDPA's kernels one by one.
+
+    SDPA runs under ``sdpa_kernel([backend])`` so the recorded backend is the one that ran.
+    """
+    import contextlib  # noqa: PLC0415
+
+    try:
+        from flash_attn import flash_attn_func  # noqa: PLC0415
+
+        def fa(q, k, v, causal):  # (B, H, L, D) → flash-attn's (B, L, H, D)
+            return flash_attn_func(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal
+            )
+
+        yield "flash_attn", fa, contextlib.nullcontext
+    except Exception:  # flash-attn is optional
+        pass
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def sdpa_gqa(q, k, v, causal):
+        if k.shape[1] != q.shape[1]:
+            return sdpa(q, k, v, is_causal=causal, enable_gqa=True)
+        return sdpa(q, k, v, is_causal=causal)
+
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+    except ImportError:
+        yield "sdpa", sdpa_gqa, contextlib.nullcontext
+        return
+    for be, name in (
+        (SDPBackend.FLASH_ATTENTION, "sdpa-flash"),
+        (SDPBackend.CUDNN_ATTENTION, "sdpa-cudnn"),
+        (SDPBackend.EFFICIENT_ATTENTION, "sdpa-efficient"),
+        (SDPBackend.MATH, "sdpa-math"),
+    ):
+        yield name, sdpa_gqa, (lambda be=be: sdpa_kernel([be]))
+
+
+def _time_attention(torch, timer: Timer, q, k, v, causal: bool) -> tuple[str, dict]:
+    """Time the first attention kernel that accepts the inputs; returns (backend, timing)."""
+    errors = []
+    for name, fn, ctx in _attention_candidates(torch):
+        try:
+            with ctx():
+                fn(q, k, v, causal)
+                return name, timer(lambda fn=fn: fn(q, k, v, causal))
+        except Exception as e:  # this kernel rejects the shape/dtype; try the next one
+            errors.append(f"{name}: {str(e).splitlines()[0][:60] if str(e) else type(e).__name__}")
+    raise RuntimeError("no attention kernel accepted the inputs (" + "; ".join(errors) + ")")
+
+
+def bench_decode_attention(
+    torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter
+) -> Iterator[str]:
+    dt, dname = torch.bfloat16, "bf16"
+    points = [
+        (b, c, lay)
+        for lay in sweep.attn_layouts
+        for b in sweep.decode_batch
+        for c in sweep.decode_context_per_seq
+        if 2 * b * c * lay[1] * lay[2] * 2 <= sweep.decode_max_kv_bytes
+    ]
+    budget = _Budget(sweep.budget_s["decode_attention"])
+    done = 0
+    for b, c, (h, kh, d) in _shuffled(points, 2):
+        if budget.over():
+            yield f"decode_attention: time budget reached after {done} points"
+            return
+        q = torch.randn(b, h, 1, d, device=dev, dtype=dt)
+        k = torch.randn(b, kh, c, d, device=dev, dtype=dt)
+        v = torch.randn(b, kh, c, d, device=dev, dtype=dt)
+        try:
+            name, timing = _time_attention(torch, timer, q, k, v, False)
+        except RuntimeError as e:
+            yield f"decode_attention b={b} c={c} ({h},{kh},{d}): skipped ({str(e).splitlines()[0][:120]})"
+            continue
+        shape = {"batch": b, "context_tokens": b * c, "heads": h, "kv_heads": kh, "head_dim": d}
+        out.write("decode_attention", shape, dname, name, timing)
+        done += 1
+        del q, k, v
+    yield "decode_attention: done"
+
+
+def bench_prefill_attention(
+    torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter
+) -> Iterator[str]:
+    dt, dname = torch.bfloat16, "bf16"
+    points = []
+    for lay in sweep.attn_layouts:
+        for p in sweep.prefill_prompt:
+            for b in (1, 4):
+                if b * p <= sweep.prefill_max_tokens:
+                    points.append((b, p, lay))
+    budget = _Budget(sweep.budget_s["prefill_attention"])
+    done = 0
+    for b, p, (h, kh, d) in _shuffled(points, 3):
+        if budget.over():
+            yield f"prefill_attention: time budget reached after {done} points"
+            return
+        q = torch.randn(b, h, p, d, device=dev, dtype=dt)
+        k = torch.randn(b, kh, p, d, device=dev, dtype=dt)
+        v = torch.randn(b, kh, p, d, device=dev, dtype=dt)
+        try:
+            name, timing = _time_attention(torch, timer, q, k, v, True)
+        except RuntimeError as e:
+            yield f"prefill_attention b={b} p={p}: skipped ({str(e).splitlines()[0][:120]})"
+            continue
+        shape = {"batch": b, "prompt_tokens": p, "heads": h, "kv_heads": kh, "head_dim": d}
+        out.write("prefill_attention", shape, dname, name, timing)
+        done += 1
+        del q, k, v
+    yield "prefill_attention: done"
+
+
+def bench_copy(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> Iterator[str]:
+    budget = _Budget(sweep.budget_s["copy"])
+    kinds = ["d2d"]
+    if dev == "cuda":
+        kinds += ["h2d_pinned", "d2h_pinned"]
+        if torch.cuda.device_count() >= 2:
+            kinds.append("p2p")
+    for kind in kinds:
+        for nbytes in sweep.copy_bytes:
+            if budget.over():
+                yield "copy: time budget reached"
+                return
+            n = nbytes // 2
+            gpu_data = torch.randn(
+                n, device=dev, dtype=torch.bfloat16
+            )  # random: zeros can copy faster
+            if kind == "d2d":
+                src, dst = gpu_data, torch.empty_like(gpu_data)
+            elif kind == "h2d_pinned":
+                src = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
+                src.copy_(gpu_data)
+                dst = gpu_data
+            elif kind == "d2h_pinned":
+                src, dst = gpu_data, torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
+            else:
+                src, dst = gpu_data, torch.empty(n, device="cuda:1", dtype=torch.bfloat16)
+            nb = src.numel() * src.element_size()
+            try:
+                timing = timer(
+                    lambda src=src, dst=dst: dst.copy_(src, non_blocking=True),
+                    repeats=sweep.repeats,
+                )
+            except RuntimeError as e:
+                yield f"copy {kind} {nb} B: skipped ({str(e).splitlines()[0][:120]})"
+                continue
+            out.write(
+                "copy",
+                {"kind": kind, "nbytes": nb, "num_blocks": 0},
+                "bytes",
+                f"tensor.copy_ {kind}",
+                timing,
+            )
+            del src, dst, gpu_data
+    # paged-block gather: blocks of block_tokens tokens × (K and V) × 8 kv heads × 128 dims
+    row = 2 * 8 * 128 if dev == "cuda" else 2 * 2 * 32
+    elem, tdt = 2, torch.bfloat16
+    for nblk in sweep.gather_blocks:
+        if budget.over():
+            yield "copy: time budget reached"
+            return
+        pool = torch.randn(2 * nblk, sweep.block_tokens * row, device=dev, dtype=tdt)
+        idx = torch.randperm(2 * nblk, device=dev)[:nblk]
+        dst = torch.empty(nblk, sweep.block_tokens * row, device=dev, dtype=tdt)
+        try:
+            timing = timer(
+                lambda pool=pool, idx=idx, dst=dst: torch.index_select(pool, 0, idx, out=dst)
+            )
+        except RuntimeError as e:
+            yield f"copy gather {nblk} blocks: skipped ({str(e).splitlines()[0][:120]})"
+            continue
+        nb = nblk * sweep.block_tokens * row * elem
+        out.write(
+            "copy",
+            {"kind": "gather", "nbytes": nb, "num_blocks": nblk},
+            "bytes",
+            "index_select",
+            timing,
+        )
+        del pool, idx, dst
+    yield "copy: done"
+
+
+BENCHES = (
+    ("gemm", bench_gemm),
+    ("decode_attention", bench_decode_attention),
+    ("prefill_attention", bench_prefill_attention),
+    ("copy", bench_copy),
+)
+
+
+def run(
+    device: str, out_dir: Path, quick: bool = False, ops: tuple[str, ...] | None = None
+) -> Path:
+    """Run every sweep on ``device`` ('cuda' or 'cpu'), appending rows under ``out_dir``."""
+    try:
+        import torch  # noqa: PLC0415 (torch is only needed to calibrate)
+    except ImportError:
+        from disaggsim.errors import UserError  # noqa: PLC0415
+
+        raise UserError(
+            "calibrate: torch is not installed (pip install 'disaggsim[calibrate]')"
+        ) from None
+    if device == "cuda" and not torch.cuda.is_available():
+        from disaggsim.errors import UserError  # noqa: PLC0415
+
+        raise UserError(
+            "calibrate --device cuda: no CUDA device visible to torch (use --device cpu)"
+        )
+    out_dir = Path(out_dir)
+    sweep = cuda_sweep(quick) if device == "cuda" else cpu_sweep()
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    env = environment(torch, device)
+    _log(
+        f"device {env['device_name']} torch {env['torch_version']} cuda {env['cuda_version']} -> {out_dir}"
+    )
+    writer = RawWriter(out_dir, env)
+    timer = Timer(torch, device, sweep)
+    if device == "cuda" and torch.cuda.device_count() < 2:
+        _log(
+            "allreduce / p2p: one GPU visible, not measured (carried from the base profile by fit)"
+        )
+    for name, bench in BENCHES:
+        if ops is not None and name not in ops:
+            continue
+        t0 = time.monotonic()
+        _log(f"{name}: start")
+        try:
+            for msg in bench(torch, device, sweep, timer, writer):
+                _log(msg)
+        except Exception as e:  # one op's failure must not lose the others' data
+            _log(
+                f"{name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            )
+        finally:
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        _log(f"{name}: {time.monotonic() - t0:.1f} s")
+    sys.stdout.flush()
+    return out_dir

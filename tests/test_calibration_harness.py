@@ -1,0 +1,112 @@
+"""End-to-end CPU run of the calibration harness: sweep → raw CSV → fit → profile → ops."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "torch", reason="the calibration harness needs torch (pip install 'disaggsim[calibrate]')"
+)
+
+from calibration import harness  # noqa: E402
+from calibration.cli import main as calibrate_main  # noqa: E402
+from calibration.rawio import COLUMNS, read_raw  # noqa: E402
+from disaggsim.costmodel import ops  # noqa: E402
+from disaggsim.hardware.profile import load_profile  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def raw_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("raw")
+    harness.run("cpu", out)
+    return out
+
+
+def test_raw_csvs_have_every_column_and_positive_times(raw_dir: Path) -> None:
+    df = read_raw(raw_dir)
+    assert set(df["op"]) == {"gemm", "decode_attention", "prefill_attention", "copy"}
+    assert list(df.columns) == list(COLUMNS)
+    assert (df["median_s"] > 0).all()
+    assert (df["p10_s"] <= df["median_s"]).all() and (df["median_s"] <= df["p90_s"]).all()
+    assert (df["repeats"] >= 20).all()
+    assert df["torch_version"].notna().all() and df["date"].notna().all()
+    # attention rows record which kernel ran
+    attn = df[df["op"].str.contains("attention")]
+    assert attn["backend"].str.startswith(("sdpa", "flash_attn")).all()
+    # copies span KB to MB and include the paged-block gather
+    cp = df[df["op"] == "copy"]
+    assert {"d2d", "gather"} <= set(cp["kind"])
+    assert cp["nbytes"].min() <= 4096 and cp["nbytes"].max() >= 1 << 20
+
+
+def test_fit_writes_a_loadable_measured_profile(raw_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "prof.json"
+    rc = calibrate_main(["fit", str(raw_dir), "--gpu", "h200-sxm", "--out", str(out)])
+    assert rc == 0
+    prof = load_profile("h200-sxm", path=out)
+    prov = prof.provenance
+    assert prov["kind"] == "measured"
+    assert "gemm.bf16" in prov["measured"] and "copy.gather" in prov["measured"]
+    # one GPU measured on CPU: all-reduce and engines come from the shipped base profile
+    assert "allreduce.2" in prov["carried"] and "engines" in prov["carried"]
+    assert prov["base_profile"].endswith("h200_sxm.json")
+    assert prof.fit_error["gemm.bf16"]["n"] > 0
+    # the fitted parameters drive the ops formulas, and the times are in the measured range
+    df = read_raw(raw_dir)
+    g = df[df["op"] == "gemm"]
+    pred = ops.gemm_time_s(prof.peaks, prof.gemm_params("bf16"), g["m"], g["n"], g["k"])
+    ratio = np.asarray(pred) / g["median_s"].to_numpy()
+    assert np.median(np.abs(ratio - 1)) < 0.5
+
+
+def test_cli_run_needs_device_and_out(capsys) -> None:
+    assert calibrate_main([]) == 2
+    assert "--device" in capsys.readouterr().err
+
+
+def test_fit_on_missing_raw_dir_is_one_line_error(tmp_path: Path, capsys) -> None:
+    rc = calibrate_main(["fit", str(tmp_path / "nope"), "--gpu", "h100-sxm"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "nope" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout"
+)
+def test_gpu_run_script_cpu_path(tmp_path: Path) -> None:
+    env = dict(
+        os.environ,
+        OUT=str(tmp_path),
+        CAL_DEVICE="cpu",
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    )
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        ["bash", "calibration/gpu_run.sh"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert 1 <= len(files) <= 8
+    for p in files:
+        rel = p.relative_to(tmp_path)
+        assert len(rel.parts) <= 2 and all(re.fullmatch(r"[A-Za-z0-9._-]+", s) for s in rel.parts)
+    prof = json.loads((tmp_path / "h200_sxm.json").read_text())
+    assert prof["provenance"]["kind"] == "measured"
+    assert "fit exit code 0" in (tmp_path / "run.log").read_text()
