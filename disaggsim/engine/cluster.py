@@ -246,15 +246,25 @@ class Cluster:
         if self.num_done == len(self.requests) and not self.all_done.triggered:
             self.all_done.succeed()
 
-    def run(self) -> RawResult:
+    def run(self, progress: Callable[[float, int, int], None] | None = None,
+            progress_every_s: float = 0.0) -> RawResult:
+        """Run until every request has ended or the horizon. ``progress(now, done, total)``
+        is called every ``progress_every_s`` simulated seconds when given."""
         env = self.env
         env.process(self._arrivals())
         if len(self.requests) == 0:
             self.all_done.succeed()
-        stop = self.all_done
-        if np.isfinite(self.cfg.horizon_s):
-            stop = self.all_done | env.timeout(self.cfg.horizon_s)
-        env.run(until=stop)
+        horizon = self.cfg.horizon_s
+        if progress is None or progress_every_s <= 0:
+            stop = self.all_done
+            if np.isfinite(horizon):
+                stop = self.all_done | env.timeout(horizon)
+            env.run(until=stop)
+        else:
+            while not self.all_done.triggered and env.now < horizon:
+                tick = env.timeout(min(progress_every_s, horizon - env.now))
+                env.run(until=self.all_done | tick)
+                progress(env.now, self.num_done, len(self.requests))
         kv_bpt = {p.role: p.cost.kv_bytes_per_token for p in self.cfg.pools}
         workers = tuple(
             WorkerInfo(
@@ -273,9 +283,16 @@ class Cluster:
         )
 
 
-def run_cluster(requests: Requests, cfg: EngineConfig, transfer_time: TransferTime | None = None) -> RawResult:
+def run_cluster(
+    requests: Requests,
+    cfg: EngineConfig,
+    transfer_time: TransferTime | None = None,
+    progress: Callable[[float, int, int], None] | None = None,
+    progress_every_s: float = 0.0,
+) -> RawResult:
     """Simulate ``requests`` on the cluster described by ``cfg``.
 
     ``transfer_time(nbytes, src_worker, dst_worker)`` gives the KV handoff seconds
     (disaggregated only; default: instantaneous)."""
-    return Cluster(requests, cfg, transfer_time or (lambda nbytes, s, d: 0.0)).run()
+    cluster = Cluster(requests, cfg, transfer_time or (lambda nbytes, s, d: 0.0))
+    return cluster.run(progress, progress_every_s)

@@ -1,0 +1,93 @@
+"""Summary metrics: pure functions over the per-request frame and the gap distribution.
+
+Definitions (docs/metrics.md): percentiles are inverted-CDF (an observed value); only
+*measured* requests (arrival >= warm-up) count; a request attains the SLO when it
+completed, its TTFT <= ``slo.ttft_ms`` and its ITL statistic (TPOT or largest gap)
+<= ``slo.itl_ms``. Rejected and unfinished requests count as misses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from disaggsim.config.scenario import Scenario
+from disaggsim.engine.cluster import RawResult
+from disaggsim.metrics.reconstruct import GapDistribution, percentile
+
+
+def slo_met(frame: pd.DataFrame, scenario: Scenario) -> np.ndarray:
+    slo = scenario.slo
+    itl = frame["tpot_s"] if slo.itl_statistic == "tpot" else frame["max_itl_s"]
+    itl = itl.fillna(0.0)  # one-token replies have no gaps
+    ok = (frame["status"] == "completed") & (frame["ttft_s"] <= slo.ttft_s) & (itl <= slo.itl_s)
+    return ok.to_numpy()
+
+
+def summarize(
+    frame: pd.DataFrame, gaps: GapDistribution, raw: RawResult, scenario: Scenario
+) -> dict[str, float | int | str | bool]:
+    m = frame[frame["measured"]]
+    done = m[m["status"] == "completed"]
+    slo = scenario.slo
+    met = slo_met(m, scenario)
+    attainment = float(met.mean()) if len(m) else float("nan")
+    span = (done["finish_at_s"].max() - m["arrival_at_s"].min()) if len(done) else float("nan")
+    out: dict[str, float | int | str | bool] = {
+        "scenario": scenario.name,
+        "architecture": scenario.architecture
+        + (f"-{scenario.pool.scheduler}" if scenario.pool is not None else ""),
+        "seed": scenario.seed,
+        "num_gpus": scenario.num_gpus,
+        "num_requests": int(len(m)),
+        "num_completed": int(len(done)),
+        "num_rejected": int((m["status"] == "rejected").sum()),
+        "num_unfinished": int((m["status"] == "unfinished").sum()),
+    }
+    for col, key in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):
+        vals = done[col].to_numpy(float)
+        for q in (50, 90, 99):
+            out[f"{key}_p{q}_s"] = percentile(vals, q)
+        out[f"{key}_mean_s"] = float(np.nanmean(vals)) if np.isfinite(vals).any() else float("nan")
+    for q in (50, 90, 99):
+        out[f"itl_p{q}_s"] = gaps.percentile(q)
+    out["itl_max_s"] = float(gaps.values_s.max()) if gaps.count else float("nan")
+    q = slo.percentile
+    ttft_q = percentile(done["ttft_s"].to_numpy(float), q)
+    itl_q = gaps.percentile(q)
+    out.update(
+        {
+            "slo_ttft_s": slo.ttft_s,
+            "slo_itl_s": slo.itl_s,
+            "slo_itl_statistic": slo.itl_statistic,
+            "slo_percentile": q,
+            "ttft_at_slo_percentile_s": ttft_q,
+            "itl_at_slo_percentile_s": itl_q,
+            "slo_attainment": attainment,
+            "slo_attainment_target": slo.attainment_target,
+            "slo_attained": bool(attainment >= slo.attainment_target),
+            "output_tokens_per_s": float(done["output_tokens"].sum() / span) if span and span > 0 else float("nan"),
+            "requests_per_s": float(len(done) / span) if span and span > 0 else float("nan"),
+            "offered_requests_per_s": _offered_rate(m),
+        }
+    )
+    if scenario.architecture == "disaggregated":
+        tr = done["transfer_s"].to_numpy(float)
+        out["kv_transfer_p50_s"] = percentile(tr, 50)
+        out["kv_transfer_p99_s"] = percentile(tr, 99)
+        kv_bpt = raw.kv_bytes_per_token.get("prefill", 0)
+        out["kv_transfer_bytes_mean"] = float((done["prompt_tokens"] * kv_bpt).mean()) if len(done) else float("nan")
+    end = raw.end_at_s
+    for role in sorted({w.role for w in raw.workers}):
+        ws = [w for w in raw.workers if w.role == role]
+        busy = sum(w.steps.busy_s() for w in ws)
+        out[f"util_{role}"] = float(busy / (len(ws) * end)) if end > 0 else 0.0
+    out["sim_end_s"] = float(end)
+    return out
+
+
+def _offered_rate(m: pd.DataFrame) -> float:
+    if len(m) < 2:
+        return float("nan")
+    a = m["arrival_at_s"].to_numpy()
+    return float((len(a) - 1) / (a[-1] - a[0])) if a[-1] > a[0] else float("nan")

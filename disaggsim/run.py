@@ -1,0 +1,241 @@
+"""Run one scenario: build the cost models, workload and fabric, simulate, derive frames.
+
+This is the Python API notebooks use::
+
+    from disaggsim import load_scenario, simulate
+    res = simulate(load_scenario("scenarios/quickstart.yaml", ["workload.rate_per_s=4"]))
+    res.summary["ttft_p99_s"], res.requests.head()
+
+:func:`write_results` writes a result folder (see docs/metrics.md for its files).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.config.scenario import PoolConfig, Scenario
+from disaggsim.costmodel.interface import WorkerCost
+from disaggsim.engine.cluster import EngineConfig, PoolSpec, RawResult, run_cluster
+from disaggsim.errors import UserError
+from disaggsim.metrics.reconstruct import GapDistribution, request_frame
+from disaggsim.metrics.summary import summarize
+from disaggsim.workload import generate_requests
+from disaggsim.workload.requests import Requests
+
+ProgressFn = Callable[[float, int, int], None]
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    scenario: Scenario
+    raw_scenario: dict
+    requests: pd.DataFrame  # one row per request (docs/metrics.md)
+    timeseries: pd.DataFrame  # per-worker samples at state changes
+    summary: dict
+    gaps: GapDistribution
+    raw: RawResult
+    wall_s: float
+
+
+def _pool_key(role: str) -> str:
+    return "pool" if role == "colocated" else f"{role}_pool"
+
+
+def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, WorkerCost]:
+    """One cost model per pool role; a configuration that cannot run is a UserError."""
+    from disaggsim.costmodel.step import build_worker_cost
+
+    costs: dict[str, WorkerCost] = {}
+    for role, pool in scenario.pools.items():
+        try:
+            costs[role] = build_worker_cost(
+                scenario.model,
+                pool.gpu,
+                pool.tp,
+                weight_dtype=scenario.weight_dtype,
+                kv_dtype=scenario.kv_dtype,
+                engine=scenario.engine,
+                gpu_mem_util=pool.gpu_mem_util,
+            )
+        except UserError as e:
+            raise UserError(f"{label}: {_pool_key(role)}: {e}") from None
+        if costs[role].kv_capacity_tokens < 16:
+            raise UserError(
+                f"{label}: {_pool_key(role)}: no room for KV cache after the weights of "
+                f"{scenario.model} on {pool.tp} x {pool.gpu} (raise tp or gpu_mem_util)"
+            )
+    return costs
+
+
+def build_transfer(scenario: Scenario, label: str = "<scenario>"):
+    """KV handoff time function ``(nbytes, src, dst) -> s`` from the fabric section.
+
+    Each GPU of the prefill worker sends its own shard over its own link, so the shards
+    move in parallel: bandwidth scales with min(prefill tp, decode tp). Between different
+    GPU types the slower end sets the link rate."""
+    from disaggsim.costmodel.kv import kv_transfer, link_bandwidth_bytes_per_s
+
+    if scenario.architecture != "disaggregated":
+        return None
+    fab = scenario.fabric
+    p, d = scenario.prefill_pool, scenario.decode_pool
+    assert p is not None and d is not None
+    if fab.bandwidth_gb_per_s is not None:
+        bw = fab.bandwidth_gb_per_s * 1e9
+    else:
+        bw = min(link_bandwidth_bytes_per_s(fab.link, p.gpu), link_bandwidth_bytes_per_s(fab.link, d.gpu))
+        if bw <= 0:
+            raise UserError(
+                f"{label}: fabric.link: {fab.link} is not available between {p.gpu} and {d.gpu} "
+                "(set fabric.bandwidth_gb_per_s or choose another link)"
+            )
+    shards = min(p.tp, d.tp)
+    latency = None if fab.latency_us is None else fab.latency_us * 1e-6
+
+    def transfer_time(nbytes: int, src: int, dst: int) -> float:
+        return kv_transfer(nbytes / shards, fab.link, bandwidth_bytes_per_s=bw, latency_s=latency).time_s
+
+    return transfer_time
+
+
+def engine_config(scenario: Scenario, costs: dict[str, WorkerCost]) -> EngineConfig:
+    pools = []
+    for role, pool in scenario.pools.items():
+        pools.append(_pool_spec(role, pool, costs[role]))
+    return EngineConfig(
+        pools=tuple(pools),
+        prefill_policy=scenario.router.prefill_policy,
+        decode_policy=scenario.router.decode_policy,
+        first_token_from=scenario.first_token_from,
+        horizon_s=scenario.sim.duration_s + scenario.sim.max_drain_s,
+    )
+
+
+def _pool_spec(role: str, pool: PoolConfig, cost: WorkerCost) -> PoolSpec:
+    return PoolSpec(
+        role=role,
+        num_workers=pool.num_workers,
+        cost=cost,
+        max_batch_seqs=pool.max_batch_seqs,
+        max_batch_tokens=pool.max_batch_tokens,
+        scheduler=pool.scheduler,
+    )
+
+
+def make_requests(loaded: LoadedScenario, replication: int = 0) -> Requests:
+    s = loaded.scenario
+    return generate_requests(
+        s.workload, duration_s=s.sim.duration_s, seed=s.seed, replication=replication,
+        base_dir=loaded.base_dir,
+    )
+
+
+def simulate(
+    scenario: LoadedScenario | Scenario | str | Path | dict,
+    overrides: list[str] | None = None,
+    *,
+    replication: int = 0,
+    progress: ProgressFn | None = None,
+    requests: Requests | None = None,
+) -> SimulationResult:
+    """Simulate a scenario (a loaded one, a model, a YAML path or a mapping)."""
+    loaded = _as_loaded(scenario, overrides)
+    s = loaded.scenario
+    label = str(loaded.path) if loaded.path else "<scenario>"
+    t0 = time.perf_counter()
+    costs = build_costs(s, label)
+    transfer = build_transfer(s, label)
+    reqs = requests if requests is not None else make_requests(loaded, replication)
+    raw = run_cluster(
+        reqs, engine_config(s, costs), transfer, progress=progress,
+        progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
+    )
+    frame, gaps = request_frame(raw, s.sim.warmup_s)
+    summary = summarize(frame, gaps, raw, s)
+    wall = time.perf_counter() - t0
+    summary["wall_s"] = wall
+    return SimulationResult(
+        scenario=s, raw_scenario=loaded.raw, requests=frame, timeseries=timeseries_frame(raw),
+        summary=summary, gaps=gaps, raw=raw, wall_s=wall,
+    )
+
+
+def _as_loaded(scenario, overrides) -> LoadedScenario:
+    if isinstance(scenario, LoadedScenario):
+        if overrides:
+            return load_scenario(scenario.raw, overrides, base_dir=scenario.base_dir)
+        return scenario
+    if isinstance(scenario, Scenario):
+        return load_scenario(scenario.model_dump(mode="json"), overrides)
+    return load_scenario(scenario, overrides)
+
+
+def timeseries_frame(raw: RawResult) -> pd.DataFrame:
+    s = raw.samples
+    role = np.array([w.role for w in raw.workers], dtype=object)
+    cap = np.array([w.kv_capacity_tokens for w in raw.workers], dtype=float)
+    worker = np.asarray(s.worker, dtype=np.int64)
+    kv = np.asarray(s.kv_used_tokens, dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "at_s": np.asarray(s.at_s, float),
+            "worker": worker,
+            "role": role[worker] if len(worker) else np.empty(0, dtype=object),
+            "queue_len": np.asarray(s.queue_len, dtype=np.int64),
+            "batch": np.asarray(s.batch, dtype=np.int64),
+            "kv_used_tokens": kv,
+            "kv_util": kv / cap[worker] if len(worker) else np.empty(0),
+        }
+    )
+
+
+def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = True) -> Path:
+    """Write a result folder atomically (built in a temporary sibling, then renamed):
+    ``requests.parquet``, ``timeseries.parquet``, ``summary.json``, ``scenario.yaml``
+    (the resolved scenario), and PNG plots."""
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        result.requests.to_parquet(tmp / "requests.parquet", index=False)
+        result.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
+        (tmp / "summary.json").write_text(json.dumps(_jsonable(result.summary), indent=2) + "\n")
+        resolved = result.scenario.model_dump(mode="json")
+        (tmp / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+        if plots:
+            from disaggsim.metrics.plots import write_plots
+
+            write_plots(result, tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _jsonable(d: dict) -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (np.floating, float)):
+            v = float(v)
+            out[k] = None if not np.isfinite(v) else v
+        elif isinstance(v, (np.integer,)):
+            out[k] = int(v)
+        elif isinstance(v, np.bool_):
+            out[k] = bool(v)
+        else:
+            out[k] = v
+    return out
