@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,9 @@ def _read_azure(path: Path) -> Requests:
     except pd.errors.ParserError as exc:
         # pandas says e.g. "Expected 3 fields in line 5, saw 4"
         detail = str(exc).split("C error: ")[-1].strip()
-        raise UserError(f"{path}: malformed CSV: {detail}") from None
+        where = re.search(r"line (\d+)", detail)
+        line = f":{where.group(1)}" if where else ""
+        raise UserError(f"{path}{line}: malformed CSV: {detail}") from None
     except (pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not an Azure trace CSV ({exc})") from None
     frame.columns = [str(c).strip() for c in frame.columns]
@@ -129,7 +132,9 @@ def _read_azure(path: Path) -> Requests:
             "like 2023-11-16 18:17:03.9799600"
         )
     stamp_ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    arrival_s = (stamp_ns - stamp_ns.min()).astype(np.float64) * 1e-9
+    # Subtract in integer nanoseconds: epoch nanoseconds do not fit a float64 exactly.
+    origin_ns = stamp_ns.min() if len(stamp_ns) else 0
+    arrival_s = (stamp_ns - origin_ns).astype(np.float64) * 1e-9
 
     counts = []
     for column in AZURE_COLUMNS[1:]:
