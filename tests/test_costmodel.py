@@ -1,0 +1,379 @@
+"""Roofline step cost model and KV transfer model: seed facts, hand arithmetic, agreement
+with the operator formulas of ops.py, and hypothesis invariants (monotone costs, decode
+exactly affine in context tokens)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from disaggsim.catalog import MODEL_IDS, get_gpu, get_model
+from disaggsim.costmodel import ops
+from disaggsim.costmodel.interface import WorkerCost, decode_step_time_s
+from disaggsim.costmodel.kv import LINK_CLASSES, kv_bytes, kv_transfer
+from disaggsim.costmodel.step import _gemm_s, build_worker_cost, valid_tps
+from disaggsim.errors import UserError
+from disaggsim.hardware.profile import GemmParams, load_profile
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def w70():
+    return build_worker_cost("llama-3-70b", "h100-sxm", 4)
+
+
+@pytest.fixture(scope="module")
+def w8():
+    return build_worker_cost("llama-3-8b", "h100-sxm", 1)
+
+
+def test_implements_worker_cost_protocol(w70):
+    assert isinstance(w70, WorkerCost)
+    assert w70.num_gpus == 4
+    assert w70.kv_bytes_per_token == 327_680
+
+
+# --- agreement with ops.py ------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    m=st.integers(1, 65536),
+    n=st.integers(1, 65536),
+    k=st.integers(1, 65536),
+    fp8=st.booleans(),
+    max_eff=st.floats(0.05, 1.0),
+    half_sat=st.floats(0.0, 512.0),
+    mem_eff=st.floats(0.05, 1.0),
+)
+def test_scalar_gemm_equals_ops(m, n, k, fp8, max_eff, half_sat, mem_eff):
+    peaks = load_profile("h100-sxm").peaks
+    p = GemmParams(launch_s=4e-6, max_eff=max_eff, half_sat=half_sat, mem_eff=mem_eff)
+    dtype = "fp8" if fp8 else "bf16"
+    want = float(ops.gemm_time_s(peaks, p, m, n, k, dtype))
+    got = _gemm_s(peaks.flop_per_s(dtype), peaks.hbm_bytes_per_s, p, m, n, k, 1.0 if fp8 else 2.0)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def _reference_step_s(prof, tp, m, *, pre_seqs=0, pre_tokens=0, pairs=0.0, dec_b=0, dec_c=0):
+    """Llama-3-70B (80 layers, hidden 8192, 64 heads, 8 KV heads, head_dim 128, ffn 28672,
+    vocab 128256) summed from ops.py with the TP shard shapes written out by hand."""
+    pk = prof.peaks
+    g = prof.gemm_params("bf16")
+    shapes = [
+        ((64 + 2 * 8) * 128 // tp, 8192),  # QKV
+        (8192, 64 * 128 // tp),  # O
+        (2 * 28672 // tp, 8192),  # gate + up
+        (8192, 28672 // tp),  # down
+    ]
+    gemm = sum(float(ops.gemm_time_s(pk, g, m, n, k)) for n, k in shapes)
+    attn = 0.0
+    if pre_tokens:
+        attn += float(
+            ops.prefill_attention_time_s(
+                pk,
+                prof.prefill_attention_params("bf16"),
+                pre_seqs,
+                pre_tokens,
+                pairs,
+                64 // tp,
+                128,
+            )
+        )
+    if dec_b:
+        attn += float(
+            ops.decode_attention_time_s(
+                pk, prof.decode_attention_params("bf16"), dec_b, dec_c, 8 // tp, 128, 2.0
+            )
+        )
+    ew = prof.elementwise
+    hq, hkv, f = 64 // tp, 8 // tp, 28672 // tp
+    ew_bytes = [2 * m * 8192 * 2] * 2 + [2 * m * (hq + hkv) * 128 * 2]
+    ew_bytes += [m * 2 * hkv * 128 * 4, 3 * m * f * 2] + [3 * m * 8192 * 2] * 2
+    elementwise = sum(float(ops.elementwise_time_s(pk, ew, b)) for b in ew_bytes)
+    ar = 2 * float(ops.allreduce_time_s(prof.allreduce, m * 8192 * 2, tp))
+    out = pre_seqs + dec_b
+    lm = float(ops.elementwise_time_s(pk, ew, 2 * out * 8192 * 2)) + float(
+        ops.gemm_time_s(pk, g, out, 128256 // tp, 8192)
+    )
+    eng = prof.engine("cuda-graphs")
+    return 80 * (gemm + attn + elementwise + ar) + lm + eng.per_iteration_s + 80 * eng.per_layer_s
+
+
+def test_prefill_equals_ops_sum(w70):
+    prof = load_profile("h100-sxm")
+    pairs = 2 * 3000 * 3001 / 2
+    want = _reference_step_s(prof, 4, 6000, pre_seqs=2, pre_tokens=6000, pairs=pairs)
+    assert w70.prefill_time_s(2, 6000, pairs) == pytest.approx(want, rel=1e-12)
+
+
+def test_decode_equals_ops_sum(w70):
+    prof = load_profile("h100-sxm")
+    want = _reference_step_s(prof, 4, 48, dec_b=48, dec_c=48 * 1500)
+    assert decode_step_time_s(w70, 48, 48 * 1500) == pytest.approx(want, rel=1e-12)
+    assert w70.breakdown(decode_batch=48, decode_context_tokens=72000).total_s == pytest.approx(
+        want, rel=1e-12
+    )
+
+
+def test_mixed_equals_ops_sum(w70):
+    prof = load_profile("h100-sxm")
+    pairs = 512 * 2000 + 512 * 513 / 2  # a 512-token chunk after 2000 cached tokens
+    want = _reference_step_s(
+        prof, 4, 32 + 512, pre_seqs=1, pre_tokens=512, pairs=pairs, dec_b=32, dec_c=32 * 900
+    )
+    got = w70.mixed_time_s(32, 32 * 900, 1, 512, pairs, 2000)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+# --- seed facts -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_gemm_flop_is_two_params_per_token(model_id):
+    # The GEMMs of one token (all layers, all TP shards, LM head) are the model's linear
+    # weights: FLOP = 2 × (params − embedding lookups − norms/biases) per token.
+    m = get_model(model_id)
+    tp = 2 if m.num_heads % 2 == 0 else 1
+    cost = build_worker_cost(model_id, "h200-sxm", tp)
+    tokens = 1000
+    flop = m.num_layers * tp * sum(float(ops.gemm_flop(tokens, n, k)) for n, k in cost._gemm_shapes)
+    flop += float(ops.gemm_flop(tokens, m.vocab, m.hidden))  # LM head (tied or not)
+    non_embedding = (
+        m.num_params - m.embedding_params + (m.vocab * m.hidden if m.tied_embeddings else 0)
+    )
+    assert flop == pytest.approx(2 * non_embedding * tokens, rel=0.002)
+    if model_id in ("llama-2-70b", "llama-3-70b", "qwen2-72b", "opt-66b"):
+        # for 70B-class models the embedding is ~1-3% of params: 2 × params × tokens holds
+        assert flop == pytest.approx(2 * m.num_params * tokens, rel=0.03)
+
+
+def test_long_prefill_is_compute_bound_near_two_params_per_token(w70):
+    # 8k tokens on 4 × H100: GEMM time ≈ 2 × params × tokens / (4 × 989 TFLOP/s × 0.75)
+    # (provisional max_eff 0.75, saturated: eff = 0.75 × 2048 / (2048 + 32) at the
+    # smallest shard dimension)
+    m = get_model("llama-3-70b")
+    tokens = 8192
+    bd = w70.breakdown(prefill_seqs=1, prefill_tokens=tokens, prefill_attn_pairs=tokens * 8193 / 2)
+    ideal = 2 * m.num_params * tokens / (4 * 989e12 * 0.75)
+    assert ideal * 0.97 < bd.gemm_s + bd.lm_head_s < ideal * 1.05
+
+
+def test_small_batch_decode_streams_the_weights(w8):
+    # batch 1, short context: a decode step reads the weights once: 16.06 GB / 3.35 TB/s
+    # = 4.8 ms at peak; with the provisional mem_eff 0.8, 6.0 ms; plus small overheads.
+    weights = 2 * 8_030_261_248
+    at_peak = weights / 3.35e12
+    t = decode_step_time_s(w8, 1, 100)
+    assert at_peak / 0.8 < t < at_peak / 0.8 * 1.25
+    bd = w8.breakdown(decode_batch=1, decode_context_tokens=100)
+    # GEMMs + LM head = (weights − embedding table) / (hbm × 0.8) plus the provisional
+    # 5 µs launch floor of 4 × 32 layer GEMMs + 1 LM-head GEMM; activations are negligible
+    non_emb = weights - 2 * 128256 * 4096
+    want = non_emb / (3.35e12 * 0.8) + (4 * 32 + 1) * 5e-6
+    assert bd.gemm_s + bd.lm_head_s == pytest.approx(want, rel=0.01)
+
+
+def test_decode_per_token_coefficient_by_hand(w70):
+    # per context token: 80 layers × 2 × (8/4 KV heads) × 128 × 2 bytes / (3.35e12 × 0.7)
+    _, per_token = w70.decode_coeffs(17)
+    assert per_token == pytest.approx(80 * 2 * 2 * 128 * 2 / (3.35e12 * 0.7), rel=1e-12)
+
+
+def test_fp8_kv_halves_kv_bytes_and_doubles_capacity():
+    bf = build_worker_cost("llama-3-70b", "h100-sxm", 4)
+    f8 = build_worker_cost("llama-3-70b", "h100-sxm", 4, kv_dtype="fp8")
+    assert f8.kv_bytes_per_token * 2 == bf.kv_bytes_per_token == 327_680
+    assert f8.kv_capacity_tokens in (2 * bf.kv_capacity_tokens, 2 * bf.kv_capacity_tokens + 1)
+    assert f8.decode_coeffs(8)[1] < bf.decode_coeffs(8)[1]
+
+
+def test_fp8_weights_halve_weights_and_speed_up_gemms():
+    bf = build_worker_cost("llama-3-70b", "h100-sxm", 4)
+    f8 = build_worker_cost("llama-3-70b", "h100-sxm", 4, weight_dtype="fp8")
+    assert f8.weights_bytes * 2 == bf.weights_bytes
+    assert f8.kv_capacity_tokens > bf.kv_capacity_tokens
+    pairs = 4096 * 4097 / 2
+    assert f8.prefill_time_s(1, 4096, pairs) < bf.prefill_time_s(1, 4096, pairs)
+    assert decode_step_time_s(f8, 1, 100) < decode_step_time_s(bf, 1, 100)
+
+
+def test_fp8_weights_refused_on_a100():
+    with pytest.raises(UserError, match="a100-80gb has no FP8"):
+        build_worker_cost("llama-3-8b", "a100-80gb", 1, weight_dtype="fp8")
+    build_worker_cost("llama-3-8b", "a100-80gb", 1, kv_dtype="fp8")  # FP8 KV is fine
+
+
+# --- memory ---------------------------------------------------------------------------
+
+
+def test_kv_capacity_by_hand_llama_2_7b_on_a100():
+    # weights 6,738,415,616 params × 2 bytes; budget 81920 MiB × 0.9 − weights − 1 GiB;
+    # KV 524,288 bytes per token
+    c = build_worker_cost("llama-2-7b", "a100-80gb", 1)
+    budget = 81920 * 2**20 * 0.9 - 6_738_415_616 * 2 - GiB
+    assert c.weights_bytes == 6_738_415_616 * 2
+    assert c.kv_capacity_tokens == math.floor(budget / 524_288)
+
+
+def test_kv_capacity_tp_formula_without_replication():
+    c = build_worker_cost("llama-3-70b", "h200-sxm", 8, activation_reserve_bytes=2 * GiB)
+    free = 143771 * 2**20 * 0.9 - c.weights_bytes_per_gpu - 2 * GiB
+    assert c.kv_capacity_tokens == math.floor(free * 8 / 327_680)
+    # sharded weights: a bit over 1/8 of the total (norms and nothing else replicated)
+    m = get_model("llama-3-70b")
+    assert m.weights_bytes() / 8 <= c.weights_bytes_per_gpu < m.weights_bytes() / 8 * 1.001
+
+
+def test_kv_heads_replicate_beyond_kv_head_count():
+    # llama-3-8b has 8 KV heads: at tp 16 each GPU keeps one (replicated) KV head
+    c = build_worker_cost("llama-3-8b", "l40s", 16)
+    assert c.kv_heads_per_gpu == 1
+    assert c.kv_bytes_per_token_per_gpu == 2 * 32 * 1 * 128 * 2
+    assert c.kv_bytes_per_token == 131_072  # what a handoff moves is unchanged
+    free = 46068 * 2**20 * 0.9 - c.weights_bytes_per_gpu - GiB
+    assert c.kv_capacity_tokens == math.floor(free / 16_384)  # not free × 16 / 131072 × 2
+
+
+def test_weights_do_not_fit_names_minimum_tp():
+    with pytest.raises(UserError) as e:
+        build_worker_cost("llama-3-70b", "h100-sxm", 1)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "llama-3-70b (141 GB of bf16 weights) does not fit on 1 × h100-sxm" in msg
+    assert "79.6 GiB × 0.90" in msg  # 81559 MiB
+    assert msg.endswith("use tp >= 2")
+    with pytest.raises(UserError, match="does not fit on 2 × l40s.*use tp >= 4"):
+        build_worker_cost("llama-3-70b", "l40s", 2)
+
+
+def test_invalid_tp_and_options():
+    with pytest.raises(UserError, match="allowed tp: 1, 2, 4, 8"):
+        build_worker_cost("llama-3-70b", "h100-sxm", 3)
+    assert 3 in valid_tps(get_model("opt-66b"))  # 72 heads: DistServe runs OPT-66B at TP 3
+    for kwargs, pat in [
+        ({"weight_dtype": "int4"}, "unknown weight dtype 'int4'"),
+        ({"kv_dtype": "fp4"}, "unknown KV dtype"),
+        ({"engine": "trt"}, "unknown engine 'trt'.*cuda-graphs, eager"),
+        ({"gpu_mem_util": 1.5}, r"gpu_mem_util must be in \(0, 1\]"),
+    ]:
+        with pytest.raises(UserError, match=pat):
+            build_worker_cost("llama-3-8b", "h100-sxm", 1, **kwargs)
+
+
+def test_eager_engine_costs_more_than_cuda_graphs():
+    g = build_worker_cost("llama-3-8b", "h100-sxm", 1, engine="cuda-graphs")
+    e = build_worker_cost("llama-3-8b", "h100-sxm", 1, engine="eager")
+    assert decode_step_time_s(e, 8, 8000) > decode_step_time_s(g, 8, 8000)
+
+
+# --- hypothesis invariants ------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model_id=st.sampled_from(["llama-3-8b", "llama-2-70b", "opt-13b", "mistral-7b"]),
+    gpu_id=st.sampled_from(["a100-80gb", "h100-sxm", "h200-sxm", "b200"]),
+    batch=st.integers(1, 512),
+    c1=st.integers(0, 2_000_000),
+    c2=st.integers(0, 2_000_000),
+)
+def test_decode_exactly_affine_in_context(model_id, gpu_id, batch, c1, c2):
+    cost = build_worker_cost(model_id, gpu_id, 8)
+    base, per = cost.decode_coeffs(batch)
+    assert per > 0 and base > 0
+    assert cost.decode_coeffs(batch) == (base, per)  # memoised, stable
+    t1, t2 = decode_step_time_s(cost, batch, c1), decode_step_time_s(cost, batch, c2)
+    assert t2 - t1 == pytest.approx(per * (c2 - c1), rel=1e-9, abs=1e-15)
+    # the operator-level sum gives the same numbers
+    bd = cost.breakdown(decode_batch=batch, decode_context_tokens=c1)
+    assert bd.total_s == pytest.approx(t1, rel=1e-12)
+    assert cost.mixed_time_s(batch, c1, 0, 0, 0.0) == pytest.approx(t1, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.integers(1, 64),
+    p1=st.integers(1, 32768),
+    p2=st.integers(1, 32768),
+    fp8=st.booleans(),
+)
+def test_prefill_monotone_in_tokens_and_batch(batch, p1, p2, fp8):
+    cost = build_worker_cost("llama-3-70b", "h100-sxm", 8, weight_dtype="fp8" if fp8 else "bf16")
+    lo, hi = sorted((p1, p2))
+
+    def t(b, p):
+        return cost.prefill_time_s(b, b * p, b * p * (p + 1) / 2)
+
+    assert t(batch, lo) <= t(batch, hi)
+    assert t(batch, lo) <= t(batch + 1, lo)
+
+
+@settings(max_examples=60, deadline=None)
+@given(b1=st.integers(1, 1024), b2=st.integers(1, 1024), ctx=st.integers(0, 32768))
+def test_decode_monotone_in_batch_and_context(b1, b2, ctx):
+    cost = build_worker_cost("llama-3-8b", "a100-80gb", 2)
+    lo, hi = sorted((b1, b2))
+    assert decode_step_time_s(cost, lo, lo * ctx) <= decode_step_time_s(cost, hi, hi * ctx)
+    assert decode_step_time_s(cost, lo, lo * ctx) <= decode_step_time_s(cost, lo, lo * ctx + 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dec_b=st.integers(1, 256),
+    ctx=st.integers(0, 4096),
+    chunk=st.integers(1, 8192),
+    cached=st.integers(0, 8192),
+)
+def test_mixed_step_between_parts_and_their_sum(dec_b, ctx, chunk, cached):
+    cost = build_worker_cost("llama-3-8b", "h100-sxm", 1)
+    pairs = chunk * cached + chunk * (chunk + 1) / 2
+    mixed = cost.mixed_time_s(dec_b, dec_b * ctx, 1, chunk, pairs, cached)
+    dec = decode_step_time_s(cost, dec_b, dec_b * ctx)
+    pre = cost.prefill_time_s(1, chunk, pairs, cached)
+    assert max(dec, pre) <= mixed <= dec + pre
+    assert cost.mixed_time_s(0, 0, 1, chunk, pairs, cached) == pre
+
+
+# --- KV transfer ----------------------------------------------------------------------
+
+
+def test_kv_handoff_bytes_seed_facts():
+    assert kv_bytes("llama-3-70b", 8192) == 2.5 * GiB
+    assert kv_bytes("llama-3-70b", 8192, "fp8") == 1.25 * GiB
+
+
+def test_kv_transfer_seed_facts():
+    assert LINK_CLASSES == ("nvlink", "infiniband", "roce", "pcie")
+    nbytes = 1.5e9
+    nv = kv_transfer(nbytes, "nvlink")  # 1.5 GB / 450 GB/s = 3.3 ms
+    assert 2e-3 <= nv.time_s <= 4e-3
+    assert 2e-3 <= kv_transfer(nbytes, "nvlink", gpu="h100-sxm").time_s <= 4e-3
+    assert kv_transfer(nbytes, "nvlink", gpu="b200").time_s < nv.time_s  # NVLink 5
+    ib = kv_transfer(nbytes, "infiniband")  # 1.5 GB / 25 GB/s = 60 ms
+    assert 50e-3 <= ib.time_s <= 70e-3
+    assert 50e-3 <= kv_transfer(nbytes, "infiniband", gpu="a100-80gb").time_s <= 70e-3
+    assert kv_transfer(nbytes, "roce").time_s > ib.time_s
+    assert kv_transfer(nbytes, "pcie").time_s > ib.time_s
+    for gpu in ("a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s"):
+        assert (
+            kv_transfer(nbytes, "pcie", gpu=gpu).time_s
+            > kv_transfer(nbytes, "infiniband", gpu=gpu).time_s
+        )
+
+
+def test_kv_transfer_overrides_and_errors():
+    x = kv_transfer(1e9, "roce", bandwidth_bytes_per_s=10e9, latency_s=1e-3)
+    assert x.time_s == pytest.approx(1e-3 + 0.1)
+    assert (x.bandwidth_bytes_per_s, x.latency_s, x.link) == (10e9, 1e-3, "roce")
+    with pytest.raises(UserError, match="l40s has no NVLink"):
+        kv_transfer(1e9, "nvlink", gpu="l40s")
+    with pytest.raises(UserError, match="unknown link 'ethernet'.*nvlink, infiniband, roce, pcie"):
+        kv_transfer(1e9, "ethernet")
+    with pytest.raises(UserError, match="unknown GPU"):
+        kv_transfer(1e9, "pcie", gpu="mi300x")
+    assert get_gpu("h100-pcie").nvlink_bytes_per_s == 0
