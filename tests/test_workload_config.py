@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import re
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
+import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import disaggsim.workload as workload
@@ -14,6 +18,7 @@ from disaggsim.workload import (
     SyntheticWorkload,
     TraceWorkload,
     WorkloadConfig,
+    generate_requests,
 )
 from disaggsim.workload.config import PresetName
 
@@ -151,3 +156,17 @@ def test_embeds_as_a_pydantic_field() -> None:
 )  # fmt: skip
 def test_validation_errors(data: dict[str, Any], words: str) -> None:
     assert words in error_text(data)
+
+
+def test_docs_yaml_examples_validate_and_generate() -> None:
+    root = Path(__file__).resolve().parents[1]
+    blocks = re.findall(r"```yaml\n(.*?)```", (root / "docs" / "workloads.md").read_text(), re.S)
+    kinds = set()
+    for block in blocks:
+        cfg = ADAPTER.validate_python(yaml.safe_load(block)["workload"])
+        kinds.add(cfg.kind)
+        if isinstance(cfg, TraceWorkload):
+            continue  # needs ../shared/data; trace replay is tested in test_workload_traces
+        r = generate_requests(cfg, duration_s=60, seed=0)
+        assert len(r) > 0 and math.isfinite(r.arrival_s[-1])
+    assert kinds == {"synthetic", "preset", "trace"}

@@ -102,3 +102,21 @@ def test_measure_presets_reproduces_the_shipped_files(tmp_path: Path) -> None:
 
 def test_measure_presets_missing_folder_exits_2(tmp_path: Path) -> None:
     assert main(["--traces", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "workloads.md"
+
+
+def test_docs_table_matches_the_shipped_presets() -> None:
+    text = DOCS.read_text()
+    for name in PRESET_NAMES:
+        d = json.loads((SHIPPED / f"{name}.json").read_text())
+        p = dict(map(tuple, d["prompt_tokens_quantiles"]))
+        o = dict(map(tuple, d["output_tokens_quantiles"]))
+        row = (
+            f"| `{name}` | `{d['source_file']}` | {d['source_rows']:,} | {d['duration_s']:.1f} "
+            f"| {d['mean_rate_per_s']:.3f} | {d['interarrival_cv']:.3f} "
+            f"| {p[0.5]:g} / {p[0.9]:g} / {p[0.99]:g} / {p[1.0]:g} "
+            f"| {o[0.5]:g} / {o[0.9]:g} / {o[0.99]:g} / {o[1.0]:g} |"
+        )
+        assert row in text, row
