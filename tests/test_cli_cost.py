@@ -1,0 +1,227 @@
+"""``disaggsim cost``: JSON outputs of every subcommand, the ``--input`` CSV path, and
+one-line errors for bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+import pytest
+
+from disaggsim import cli_cost
+from disaggsim.errors import UserError
+from disaggsim.hardware.profile import ProfileError
+
+
+def _main(argv: list[str]) -> int:
+    """``disaggsim.cli.main`` when the whole CLI imports, else the same dispatch over a
+    parser holding only ``cost`` (other commands may not exist yet)."""
+    try:
+        from disaggsim.cli import main
+
+        return main(argv)
+    except ImportError:
+        pass
+    parser = argparse.ArgumentParser(prog="disaggsim")
+    cli_cost.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ProfileError) as e:
+        print(f"disaggsim: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(capsys, argv):
+    rc = _main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _fail(capsys, argv) -> str:
+    rc = _main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("disaggsim: error: ")
+    return lines[0]
+
+
+def test_prefill_json(capsys):
+    (obj,) = _run(
+        capsys,
+        "cost prefill --model llama-3-70b --gpu h100-sxm --tp 4 --batch 2 --prompt-tokens 1024".split(),
+    )
+    assert obj["model"] == "llama-3-70b" and obj["tp"] == 4 and obj["prompt_tokens"] == 1024
+    parts = obj["breakdown"]
+    assert set(parts) == {
+        "gemm_s", "attention_s", "elementwise_s", "allreduce_s", "lm_head_s", "overhead_s"
+    }  # fmt: skip
+    assert obj["time_s"] == pytest.approx(sum(parts.values()), rel=1e-12)
+    assert parts["allreduce_s"] > 0  # tp 4
+    # 2048 tokens × 2 × 70.55e9 FLOP over 4 × 989 TFLOP/s: GEMMs at least 73 ms at peak
+    assert parts["gemm_s"] > 2 * 70.55e9 * 2048 / (4 * 989e12)
+    assert obj["profile_kind"] == "provisional"
+
+
+def test_decode_json(capsys):
+    (obj,) = _run(
+        capsys,
+        "cost decode --model llama-3-8b --gpu a100-80gb --tp 1 --batch 16 --context-tokens 1000".split(),
+    )
+    assert obj["breakdown"]["allreduce_s"] == 0.0
+    assert obj["time_s"] == pytest.approx(obj["base_s"] + obj["per_context_token_s"] * 16_000)
+    assert obj["kv_tokens_used"] == 16_000
+    # 16 GB of weights over 2.039 TB/s: at least 7.9 ms
+    assert obj["time_s"] > 2 * 8.03e9 / 2.039e12
+
+
+def test_kv_json_seed_facts(capsys):
+    (obj,) = _run(capsys, "cost kv --model llama-3-70b --tokens 8192".split())
+    assert obj["bytes_per_token"] == 327_680
+    assert obj["bytes"] == 8192 * 327_680
+    assert obj["gib"] == 2.5
+    assert obj["link"] == "nvlink"
+    assert obj["transfer_s"] == obj["time_s"]
+    # 2.68 GB / 450 GB/s ≈ 6 ms
+    assert obj["time_s"] == pytest.approx(8192 * 327_680 / 450e9, rel=0.01)
+    (f8,) = _run(
+        capsys,
+        "cost kv --model llama-3-70b --tokens 8192 --kv-dtype fp8 --link infiniband --gpu a100-80gb".split(),
+    )
+    assert f8["bytes"] * 2 == obj["bytes"]
+    assert f8["bandwidth_bytes_per_s"] == 25e9
+    assert f8["time_s"] == pytest.approx(f8["latency_s"] + f8["bytes"] / 25e9)
+
+
+def test_op_gemm_bounds(capsys):
+    # h100 bf16: 2mnk vs (mk + kn + mn) × 2 bytes; m = 1 is memory-bound, m = 8192 compute
+    (small,) = _run(capsys, "cost op gemm --gpu h100-sxm --m 1 --n 8192 --k 8192".split())
+    assert small["bound"] == "memory"
+    assert small["efficiency"] == 0.8  # provisional mem_eff
+    assert small["bytes"] == (8192 + 8192 * 8192 + 8192) * 2
+    assert small["time_s"] > 8192 * 8192 * 2 / 3.35e12
+    (big,) = _run(capsys, "cost op gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192".split())
+    assert big["bound"] == "compute"
+    assert big["flop"] == 2 * 8192**3
+    assert big["efficiency"] == pytest.approx(0.75 * 8192 / (8192 + 32))
+    assert big["time_s"] == pytest.approx(5e-6 + 2 * 8192**3 / (989e12 * big["efficiency"]))
+    (f8,) = _run(
+        capsys, "cost op gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192 --dtype fp8".split()
+    )
+    assert f8["time_s"] < big["time_s"]
+
+
+def test_op_attention(capsys):
+    (dec,) = _run(
+        capsys,
+        "cost op decode-attention --gpu a100-80gb --batch 32 --context-tokens 1024 "
+        "--heads 32 --kv-heads 8 --head-dim 128".split(),
+    )
+    assert dec["bound"] == "memory"
+    assert dec["bytes"] == 2 * 32 * 1024 * 8 * 128 * 2
+    assert dec["time_s"] > dec["bytes"] / 2.039e12
+    (pre,) = _run(
+        capsys,
+        "cost op prefill-attention --gpu a100-80gb --batch 1 --prompt-tokens 2048 "
+        "--heads 32 --kv-heads 8 --head-dim 128".split(),
+    )
+    assert pre["bound"] == "compute"
+    assert pre["flop"] == 4 * (2048 * 2049 / 2) * 32 * 128
+    assert pre["time_s"] > pre["flop"] / 312e12
+
+
+def test_input_csv_one_line_per_row_in_order(capsys, tmp_path):
+    f = tmp_path / "q.csv"
+    f.write_text(
+        "model,gpu,tp,batch,prompt_tokens\n"
+        "llama-3-8b,h100-sxm,1,1,512\n"
+        "llama-3-70b,h100-sxm,8,2,4096\n"
+        "llama-3-8b,a100-80gb,2,4,128\n"
+    )
+    rows = _run(capsys, ["cost", "prefill", "--input", str(f)])
+    assert [(r["model"], r["gpu"], r["tp"], r["batch"], r["prompt_tokens"]) for r in rows] == [
+        ("llama-3-8b", "h100-sxm", 1, 1, 512),
+        ("llama-3-70b", "h100-sxm", 8, 2, 4096),
+        ("llama-3-8b", "a100-80gb", 2, 4, 128),
+    ]
+    (single,) = _run(
+        capsys,
+        "cost prefill --model llama-3-70b --gpu h100-sxm --tp 8 --batch 2 --prompt-tokens 4096".split(),
+    )
+    assert rows[1] == single
+
+
+def test_input_csv_flags_fill_missing_columns(capsys, tmp_path):
+    f = tmp_path / "q.csv"
+    f.write_text("gpu,m\nh100-sxm,1\na100-80gb,4096\n")
+    rows = _run(capsys, ["cost", "op", "gemm", "--input", str(f), "--n", "4096", "--k", "4096"])
+    assert [(r["gpu"], r["m"], r["n"]) for r in rows] == [
+        ("h100-sxm", 1, 4096),
+        ("a100-80gb", 4096, 4096),
+    ]
+
+
+def test_input_csv_kv_and_decode(capsys, tmp_path):
+    f = tmp_path / "kv.csv"
+    f.write_text(
+        "model,tokens,kv_dtype,link,gpu\nllama-3-70b,8192,fp8,pcie,\nllama-2-7b,100,bf16,roce,h100-sxm\n"
+    )
+    a, b = _run(capsys, ["cost", "kv", "--input", str(f)])
+    assert a["bytes"] == 8192 * 163_840 and a["gpu"] is None
+    assert b["bytes"] == 100 * 524_288 and b["bandwidth_bytes_per_s"] == 50e9
+    g = tmp_path / "dec.csv"
+    g.write_text(
+        "model,gpu,tp,batch,context_tokens\nmistral-7b,l40s,1,8,0\nmistral-7b,l40s,1,8,4000\n"
+    )
+    lo, hi = _run(capsys, ["cost", "decode", "--input", str(g)])
+    assert hi["time_s"] - lo["time_s"] == pytest.approx(hi["per_context_token_s"] * 32_000)
+
+
+@pytest.mark.parametrize(
+    "csv_text, pattern",
+    [
+        ("model,gpu,tp,batch,prompt_tokens\nllama-3-8b,h100-sxm,1,1,512\nllama-9b,h100-sxm,1,1,5\n",
+         r"q\.csv: line 3: column model: unknown value 'llama-9b' \(allowed: llama-2-7b"),
+        ("model,gpu,tp,batch,prompt_tokens\nllama-3-8b,h100-sxm,one,1,512\n",
+         r"q\.csv: line 2: column tp: expected an integer, got 'one'"),
+        ("model,gpu,tp,batch\nllama-3-8b,h100-sxm,1,1\n",
+         r"q\.csv: line 2: missing column prompt_tokens"),
+        ("model,gpu,tp,batch,prompt_tokens,seq_len\nllama-3-8b,h100-sxm,1,1,512,3\n",
+         r"q\.csv: line 1: unknown column 'seq_len'"),
+        ("model,gpu,tp,batch,prompt_tokens\nllama-3-8b,h100-sxm,1,0,512\n",
+         r"q\.csv: line 2: column batch: must be >= 1, got 0"),
+        ("model,gpu,tp,batch,prompt_tokens\nllama-3-70b,h100-sxm,1,1,512\n",
+         r"q\.csv: line 2: model llama-3-70b .* does not fit on 1 × h100-sxm.*use tp >= 2"),
+        ("", r"q\.csv: empty file"),
+    ],
+)  # fmt: skip
+def test_input_csv_errors_name_file_line_column(capsys, tmp_path, csv_text, pattern):
+    f = tmp_path / "q.csv"
+    f.write_text(csv_text)
+    line = _fail(capsys, ["cost", "prefill", "--input", str(f)])
+    assert re.search(pattern, line), line
+
+
+def test_flag_errors(capsys, tmp_path):
+    assert "missing --tp" in _fail(
+        capsys, "cost prefill --model llama-3-8b --gpu h100-sxm --batch 1 --prompt-tokens 5".split()
+    )
+    assert "--gpu: unknown value 'v100'" in _fail(
+        capsys, "cost op gemm --gpu v100 --m 1 --n 1 --k 1".split()
+    )
+    assert "a100-80gb has no FP8" in _fail(
+        capsys, "cost op gemm --gpu a100-80gb --m 1 --n 1 --k 1 --dtype fp8".split()
+    )
+    assert "l40s has no NVLink" in _fail(
+        capsys, "cost kv --model llama-3-8b --tokens 10 --gpu l40s".split()
+    )
+    assert "cannot read" in _fail(capsys, ["cost", "decode", "--input", str(tmp_path / "nope.csv")])
+    assert "must divide heads" in _fail(
+        capsys,
+        "cost op decode-attention --gpu h100-sxm --batch 1 --context-tokens 1 --heads 32 --kv-heads 5 --head-dim 128".split(),
+    )
