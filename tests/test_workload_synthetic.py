@@ -156,7 +156,14 @@ def test_lognormal_median_and_clip() -> None:
 
 
 def test_empirical_quantiles_reproduced() -> None:
-    points = [[0, 1], [0.1, 50], [0.5, 400], [0.9, 2000], [0.99, 8000], [1, 16000]]
+    points: list[tuple[float, float]] = [
+        (0, 1),
+        (0.1, 50),
+        (0.5, 400),
+        (0.9, 2000),
+        (0.99, 8000),
+        (1, 16000),
+    ]
     cfg = synthetic(rate_per_s=200, output_tokens={"dist": "empirical", "quantiles": points})
     r = generate_requests(cfg, duration_s=500, seed=5)
     x = r.output_tokens
