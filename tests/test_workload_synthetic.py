@@ -228,3 +228,13 @@ def test_invariants(seed: int, rate: float, cv: float, duration: float) -> None:
     assert len(r) == 0 or (r.arrival_s[0] >= 0 and r.arrival_s[-1] < duration)
     assert np.all(r.prompt_tokens >= 1) and np.all(r.output_tokens >= 1)
     assert_same(r, generate_requests(cfg, duration_s=duration, seed=seed))
+
+
+def test_empirical_rounds_to_nearest() -> None:
+    # interp(U, [0, 1], [1, 3]) is uniform on [1, 3); rounding to nearest gives
+    # 1 on [1, 1.5), 2 on [1.5, 2.5), 3 on [2.5, 3): probabilities 1/4, 1/2, 1/4.
+    dist = {"dist": "empirical", "quantiles": [[0, 1], [1, 3]]}
+    r = generate_requests(synthetic(rate_per_s=100, prompt_tokens=dist), duration_s=200, seed=4)
+    n = len(r)
+    for value, p in ((1, 0.25), (2, 0.5), (3, 0.25)):
+        assert abs(np.mean(r.prompt_tokens == value) - p) < 5 * math.sqrt(p * (1 - p) / n)
