@@ -123,9 +123,15 @@ def _model_classes(annotation: Any) -> list[type[BaseModel]]:
 def format_validation_error(err: ValidationError, source: str) -> str:
     e = err.errors(include_url=False)[0]
     loc = [str(p) for p in e["loc"]]
-    # Drop discriminator tags (e.g. workload.synthetic.rate_per_s → workload.rate_per_s)
-    # and pydantic's function-validator markers.
-    clean = [p for p in loc if not p.startswith("function-") and p not in _TAGS]
+    # Drop discriminator tags (workload.synthetic.rate_per_s → workload.rate_per_s): a tag
+    # stands right after a union field, so only there is a tag name dropped.
+    clean: list[str] = []
+    for i, p in enumerate(loc):
+        if p.startswith("function-"):
+            continue
+        if p in _TAGS and i > 0 and loc[i - 1] in _UNION_FIELDS:
+            continue
+        clean.append(p)
     key = ".".join(clean)
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
@@ -144,6 +150,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
 
 
 _TAGS = {"synthetic", "preset", "trace", "fixed", "uniform", "lognormal", "empirical"}
+_UNION_FIELDS = {"workload", "prompt_tokens", "output_tokens"}
 
 
 def _allowed_keys(parent: list[str]) -> list[str]:
