@@ -1,0 +1,103 @@
+"""Accuracy of the shipped cost model on the public measured kernel tables (every row)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration import public, validate
+from disaggsim.costmodel import ops
+from disaggsim.hardware.profile import load_profile
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+pytestmark = pytest.mark.skipif(
+    not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
+)
+
+# Targets the shipped profiles do not meet yet, each stated in docs/validation.md. strict:
+# if a refit meets one, this test fails until it is removed from the list.
+KNOWN_MISSES = {
+    ("a100-80gb", "decode_attention", "AIC vllm kv bf16"),
+    ("a100-80gb", "allreduce", "nccl-tests 2 GPUs"),
+    ("h100-sxm", "decode_attention", "AIC vllm kv fp8"),
+}
+
+
+@pytest.fixture(scope="module")
+def report() -> validate.Report:
+    return validate.run(["a100-80gb", "h100-sxm"], DATA)
+
+
+def _targeted(report: validate.Report):
+    return [r for r in report.rows if r.met is not None]
+
+
+def test_validation_covers_every_targeted_table(report: validate.Report) -> None:
+    got = {(r.gpu, r.op) for r in _targeted(report)}
+    for gpu in ("a100-80gb", "h100-sxm"):
+        assert {
+            (gpu, "gemm"),
+            (gpu, "decode_attention"),
+            (gpu, "prefill_attention"),
+            (gpu, "allreduce"),
+        } <= got
+    # every bf16 vLLM GEMM row is counted (row count read independently of validate)
+    g = public.aic_gemm(DATA, "h100-sxm")
+    n = int(((g["framework"] == "vllm") & (g["dtype"] == "bf16")).sum())
+    row = next(
+        r
+        for r in report.rows
+        if r.gpu == "h100-sxm" and r.source == "AIC vllm bf16" and r.bucket == "all"
+    )
+    assert row.n == n > 30000
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        ("a100-80gb", "gemm", "AIC vllm bf16"),
+        ("h100-sxm", "gemm", "AIC vllm bf16"),
+        ("h100-sxm", "gemm", "AIC trtllm fp8"),
+        ("a100-80gb", "decode_attention", "AIC vllm kv bf16"),
+        ("h100-sxm", "decode_attention", "AIC vllm kv bf16"),
+        ("h100-sxm", "decode_attention", "AIC vllm kv fp8"),
+        ("a100-80gb", "prefill_attention", "AIC vllm kv bf16"),
+        ("h100-sxm", "prefill_attention", "AIC vllm kv bf16"),
+        *[
+            (g, "allreduce", f"nccl-tests {n} GPUs")
+            for g in ("a100-80gb", "h100-sxm")
+            for n in (2, 4, 8)
+        ],
+    ],
+)
+def test_accuracy_target(report: validate.Report, key: tuple[str, str, str]) -> None:
+    gpu, op, source = key
+    row = next(
+        r for r in report.rows if (r.gpu, r.op, r.source, r.bucket) == (gpu, op, source, "all")
+    )
+    med_max, mean_max = validate.TARGETS[op]
+    ok = row.median_ape <= med_max and (mean_max is None or row.mean_ape <= mean_max)
+    if key in KNOWN_MISSES:
+        if ok:
+            pytest.fail(f"{key} now meets its target: remove it from KNOWN_MISSES and docs")
+        pytest.xfail(f"known miss: median {row.median_ape:.1%}, mean {row.mean_ape:.1%}")
+    assert ok, f"{key}: median {row.median_ape:.1%} mean {row.mean_ape:.1%} (target {row.target})"
+
+
+def test_apes_are_recomputed_independently_for_a_sample() -> None:
+    """Spot check validate's arithmetic: recompute APE of 200 sampled H100 GEMM rows by hand."""
+    prof = load_profile("h100-sxm")
+    g = public.aic_gemm(DATA, "h100-sxm")
+    g = g[(g["framework"] == "vllm") & (g["dtype"] == "bf16")].sample(200, random_state=0)
+    p = prof.gemm_params("bf16")
+    m, n, k = (g[c].to_numpy() for c in ("m", "n", "k"))
+    eff = (
+        p.max_eff * np.minimum(np.minimum(m, n), k) / (np.minimum(np.minimum(m, n), k) + p.half_sat)
+    )
+    by_hand = p.launch_s + np.maximum(
+        2 * m * n * k / (989e12 * eff), 2 * (m * k + k * n + m * n) / (3.35e12 * p.mem_eff)
+    )
+    np.testing.assert_allclose(ops.gemm_time_s(prof.peaks, p, m, n, k), by_hand, rtol=1e-12)
+    assert np.median(np.abs(by_hand / g["t_s"].to_numpy() - 1)) < 0.15
