@@ -31,6 +31,19 @@ TARGETS = {  # op: (median_ape max, mean_ape max or None)
     "prefill_attention": (0.20, None),
     "allreduce": (0.15, None),
 }
+KNOWN_LIMITS_MD = """## Why the misses miss
+
+- Decode attention (A100 FA2; H100 fp8 KV): the `ops.py` form is floor + per-sequence
+  cost × batch + KV bytes / bandwidth, with no term in the number of query or KV heads.
+  Rows with few heads (1–4) run well below the fitted per-sequence cost (the kernel's work
+  per sequence scales with heads), rows with many heads above it. A per-(sequence × KV
+  head) term lowers the A100 mean from 25.6% to 19.4% in an offline fit; it needs the
+  step model to pass heads, so it is left as a proposed change to `ops.py`.
+- All-reduce on 2 A100s: 21 points; the latency + size / bus-bandwidth form cannot follow
+  NCCL's protocol switch (LL → LL128 → Simple) between 64 KB and 4 MB.
+- Whole steps (engine overheads) are not yet fitted to DistServe's curves; the profiles'
+  `engines` are still the provisional values.
+"""
 COMMAND = "disaggsim calibrate validate --gpu a100-80gb h100-sxm --data ../shared/data --write-doc"
 
 
@@ -289,7 +302,7 @@ def _asdict(r: Row) -> dict:
 
 def run(gpus: list[str], data: Path) -> Report:
     public.kernels_dir(data)
-    report = Report()
+    report = Report(extra_md=KNOWN_LIMITS_MD)
     for gpu in gpus:
         prof = load_profile(gpu)
         report.profiles[gpu] = (
