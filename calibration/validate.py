@@ -37,7 +37,7 @@ KNOWN_LIMITS_MD = """## Why the misses miss
   cost × batch + KV bytes / bandwidth, with no term in the number of query or KV heads.
   Rows with few heads (1–4) run well below the fitted per-sequence cost (the kernel's work
   per sequence scales with heads), rows with many heads above it. A per-(sequence × KV
-  head) term lowers the A100 mean from 25.6% to 19.4% in an offline fit; it needs the
+  head) term would follow that dependence better; it needs the
   step model to pass heads, so it is left as a proposed change to `ops.py`.
 - All-reduce on 2 A100s: 21 points; the latency + size / bus-bandwidth form cannot follow
   NCCL's protocol switch (LL → LL128 → Simple) between 64 KB and 4 MB.
