@@ -60,6 +60,7 @@ class WorkerInfo:
     pool_index: int  # index within its pool
     num_gpus: int
     kv_capacity_tokens: int
+    kv_used_end_tokens: int  # KV still held when the run stopped (0 once drained)
     steps: StepLog
 
 
@@ -273,6 +274,7 @@ class Cluster:
                 pool_index=self._pool_of[w.index][1],
                 num_gpus=w.cost.num_gpus,
                 kv_capacity_tokens=w.kv_capacity_tokens,
+                kv_used_end_tokens=w.kv_used_tokens,
                 steps=w.steps,
             )
             for w in self.workers

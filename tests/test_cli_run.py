@@ -1,0 +1,123 @@
+"""`disaggsim run` end to end, and every class of bad input: one line, exit 2, no output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from disaggsim.cli import main
+from tests.conftest import REPO
+
+QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
+
+
+def test_quickstart_writes_results(tmp_path, capsys):
+    out = tmp_path / "qs"
+    rc = main(["run", str(QUICKSTART), "--out", str(out), "--quiet", "--set", "sim.duration_s=60", "--set", "sim.warmup_s=5"])
+    assert rc == 0
+    files = {p.name for p in out.iterdir()}
+    assert {"requests.parquet", "timeseries.parquet", "summary.json", "scenario.yaml",
+            "latency_cdf.png", "timeline.png"} <= files
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("num_requests", "num_completed", "num_gpus", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+                "itl_p50_s", "itl_p90_s", "itl_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s",
+                "e2e_p99_s", "slo_attainment", "output_tokens_per_s", "requests_per_s"):
+        assert key in summary, key
+    assert summary["num_gpus"] == 4
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert len(frame) >= summary["num_requests"]
+    # the resolved scenario carries the override and loads again
+    resolved = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert resolved["sim"]["duration_s"] == 60
+    assert "SLO attainment" in capsys.readouterr().out
+
+
+def test_set_overrides_reach_the_simulation(tmp_path):
+    from disaggsim.run import simulate
+
+    a = simulate(QUICKSTART, ["sim.duration_s=40", "decode_pool.num_workers=2"])
+    assert a.summary["num_gpus"] == 3
+    b = simulate(QUICKSTART, ["sim.duration_s=40", "workload.rate_per_s=5"])
+    assert b.summary["num_requests"] < a.summary["num_requests"]
+
+
+def _write(tmp_path: Path, mutate) -> Path:
+    raw = yaml.safe_load(QUICKSTART.read_text())
+    mutate(raw)
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return p
+
+
+def _set(path, value):
+    def f(raw):
+        node = raw
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return f
+
+
+BAD = {
+    "misspelt key": (_set(["decode_pool", "num_workerz"], 3), "decode_pool.num_workerz: unknown key"),
+    "wrong type": (_set(["decode_pool", "num_workers"], "three"), "decode_pool.num_workers"),
+    "negative rate": (_set(["workload", "rate_per_s"], -2), "workload.rate_per_s"),
+    "unknown model": (_set(["model"], "llama-9"), "model: unknown model 'llama-9' (allowed: "),
+    "unknown gpu": (_set(["prefill_pool", "gpu"], "h100"), "prefill_pool.gpu: unknown GPU"),
+    "does not fit": (_set(["model"], "llama-3-70b"), "does not fit"),
+    "architecture without its pool": (_set(["architecture"], "colocated"), "needs pool"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_scenario_one_line_exit_2_nothing_written(case, tmp_path, capsys):
+    mutate, expected = BAD[case]
+    path = _write(tmp_path, mutate)
+    out = tmp_path / "out"
+    rc = main(["run", str(path), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1, err
+    assert str(path) in err or "--set" in err
+    assert expected in err
+    assert not out.exists()
+    assert not list(tmp_path.glob(".out.*"))
+
+
+def test_malformed_yaml(tmp_path, capsys):
+    p = tmp_path / "broken.yaml"
+    p.write_text("name: x\nmodel: [llama\n")
+    assert main(["run", str(p), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}: line" in err and "malformed YAML" in err
+
+
+def test_bad_trace_row(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,20\n2023-11-16 18:17:04.0,abc,20\n")
+    p = _write(tmp_path, _set(["workload"], {"kind": "trace", "path": str(trace)}))
+    out = tmp_path / "out"
+    assert main(["run", str(p), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(trace) in err and ":3" in err
+    assert not out.exists()
+
+
+def test_bad_set_path(capsys):
+    assert main(["run", str(QUICKSTART), "--set", "decode_pool.nope=1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'nope' at decode_pool (allowed:" in err
+
+
+def test_console_script_no_traceback(tmp_path):
+    p = _write(tmp_path, _set(["model"], "nope"))
+    r = subprocess.run([sys.executable, "-m", "disaggsim", "run", str(p), "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.startswith("disaggsim: error: ")
