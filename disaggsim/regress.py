@@ -1,0 +1,340 @@
+"""CI regression on TTFT/ITL curves: fresh runs of ``scenarios/ci/*.yaml`` vs the
+reference curves committed under ``results/reference/``.
+
+Each CI scenario ``scenarios/ci/<name>.yaml`` has a reference ``<name>.json`` holding
+its grid (swept dot paths and values; the scenario schema has no room for it), the
+number of seeds, and per point the metrics in :data:`METRICS`. :func:`check` re-runs the
+reference's grid and reports every metric whose relative change exceeds
+:data:`REL_TOL` (the runs are deterministic, so the same code gives the same numbers;
+the tolerance only absorbs float printing). :func:`update` rewrites references — do it
+for a modelling change only, and say so in the commit (docs/sweeps.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from disaggsim.errors import UserError
+from disaggsim.sweep.core import (
+    RATE_PATH,
+    SEED_INDEX,
+    ProgressFn,
+    as_source,
+    run_tasks,
+    sweep_tasks,
+)
+from disaggsim.sweep.executors import Executor
+from disaggsim.sweep.grid import Param
+from disaggsim.sweep.output import dump_json
+
+METRICS = (
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "itl_p50_s",
+    "itl_p90_s",
+    "itl_p99_s",
+    "slo_attainment",
+    "num_completed",
+)
+REL_TOL = 1e-9
+FORMAT_VERSION = 1
+DEFAULT_RATE_FACTORS = (0.5, 0.75, 1.0, 1.25, 1.5)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    name: str
+    grid: dict[str, list[Any]]
+    seeds: int
+    metrics: tuple[str, ...]
+    points: list[dict[str, Any]]  # grid values + seed_index + metrics (None = NaN)
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One disagreement. ``metric``/``point`` are empty for structural problems (a missing
+    reference, a changed grid), which ``problem`` describes."""
+
+    scenario: str
+    metric: str = ""
+    point: str = ""
+    reference: float | None = None
+    fresh: float | None = None
+    problem: str = ""
+
+    @property
+    def rel_change(self) -> float:
+        ref, new = _f(self.reference), _f(self.fresh)
+        if math.isnan(ref) or math.isnan(new):
+            return float("nan")
+        if ref == 0:
+            return 0.0 if new == 0 else math.copysign(math.inf, new)
+        return (new - ref) / abs(ref)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    drifts: tuple[Drift, ...]
+    checked: tuple[str, ...]  # scenario names compared
+    num_values: int  # metric values compared
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifts
+
+    def text(self) -> str:
+        if self.ok:
+            return (
+                f"regress: OK: {self.num_values} values in {len(self.checked)} scenarios "
+                f"({', '.join(self.checked)}) match the references"
+            )
+        lines = [
+            f"regress: DRIFT in {len(self.drifts)} values/problems (relative tolerance {REL_TOL:g}):"
+        ]
+        rows = [d for d in self.drifts if not d.problem]
+        for d in self.drifts:
+            if d.problem:
+                lines.append(f"  {d.scenario}: {d.problem}")
+        if rows:
+            head = ("scenario", "metric", "point", "reference", "fresh", "change")
+            body = [
+                (
+                    d.scenario,
+                    d.metric,
+                    d.point,
+                    _num(d.reference),
+                    _num(d.fresh),
+                    _pct(d.rel_change),
+                )
+                for d in rows
+            ]
+            widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+            for r in [head, *body]:
+                lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        lines.append(
+            "If the change is intended (a modelling change), run `disaggsim regress --update` "
+            "and say so in the commit message."
+        )
+        return "\n".join(lines)
+
+
+def _f(v: float | None) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _num(v: float | None) -> str:
+    return "NaN" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.6g}"
+
+
+def _pct(r: float) -> str:
+    return "n/a" if math.isnan(r) else f"{r:+.3%}"
+
+
+def ci_scenarios(ci_dir: Path, only: Sequence[str] = ()) -> list[Path]:
+    """Every ``*.yaml`` in the CI folder, sorted by name (``only``: these stems)."""
+    if not ci_dir.is_dir():
+        raise UserError(f"{ci_dir}: CI scenario folder not found")
+    paths = sorted(ci_dir.glob("*.yaml"))
+    if only:
+        stems = {p.stem for p in paths}
+        unknown = [o for o in only if o not in stems]
+        if unknown:
+            raise UserError(
+                f"--only {unknown[0]}: no {ci_dir}/{unknown[0]}.yaml (allowed: {', '.join(sorted(stems))})"
+            )
+        paths = [p for p in paths if p.stem in only]
+    return paths
+
+
+def reference_path(ref_dir: Path, name: str) -> Path:
+    return ref_dir / f"{name}.json"
+
+
+def load_reference(path: Path) -> Reference:
+    try:
+        raw = json.loads(path.read_text())
+        grid = {str(k): list(v) for k, v in raw["grid"].items()}
+        return Reference(
+            name=path.stem,
+            grid=grid,
+            seeds=int(raw["seeds"]),
+            metrics=tuple(raw["metrics"]),
+            points=list(raw["points"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"{path}: not a reference file ({type(e).__name__}: {e})") from None
+
+
+def _params(grid: dict[str, list[Any]]) -> list[Param]:
+    return [Param(k, tuple(v)) for k, v in grid.items()]
+
+
+def default_grid(scenario_path: Path) -> dict[str, list[Any]]:
+    """Rates around the scenario's own ``workload.rate_per_s`` (none → a single point)."""
+    src = as_source(scenario_path)
+    rate = src.raw.get("workload", {}).get("rate_per_s")
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool):
+        return {}
+    return {RATE_PATH: [float(f"{rate * f:.4g}") for f in DEFAULT_RATE_FACTORS]}
+
+
+def _run(
+    jobs: Sequence[tuple[Path, dict[str, list[Any]], int]],
+    executor: Executor | None,
+    progress: ProgressFn | None,
+) -> list[list[dict[str, Any]]]:
+    """Fresh points for each (scenario, grid, seeds), all sent to the executor at once."""
+    keys_all, tasks_all, spans = [], [], []
+    for path, grid, seeds in jobs:
+        keys, tasks = sweep_tasks(as_source(path), _params(grid), seeds)
+        spans.append((len(keys_all), len(keys)))
+        keys_all += keys
+        tasks_all += tasks
+    summaries = run_tasks(tasks_all, executor, progress)
+    out = []
+    for start, n in spans:
+        rows = []
+        for k, s in zip(keys_all[start : start + n], summaries[start : start + n], strict=True):
+            rows.append({**k, **{m: s.get(m) for m in METRICS}})
+        out.append(rows)
+    return out
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def update(
+    ci_dir: Path,
+    ref_dir: Path,
+    *,
+    executor: Executor | None = None,
+    only: Sequence[str] = (),
+    params: Sequence[Param] = (),
+    progress: ProgressFn | None = None,
+) -> list[Path]:
+    """Rewrite the references of the CI scenarios from fresh runs. The grid is ``params``
+    if given, else the existing reference's, else :func:`default_grid`."""
+    paths = ci_scenarios(ci_dir, only)
+    jobs = []
+    for p in paths:
+        ref_file = reference_path(ref_dir, p.stem)
+        if params:
+            grid = {q.path: list(q.values) for q in params}
+            seeds = 1
+        elif ref_file.exists():
+            ref = load_reference(ref_file)
+            grid, seeds = ref.grid, ref.seeds
+        else:
+            grid, seeds = default_grid(p), 1
+        jobs.append((p, grid, seeds))
+    fresh = _run(jobs, executor, progress)
+    ref_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (p, grid, seeds), rows in zip(jobs, fresh, strict=True):
+        doc = {
+            "format": FORMAT_VERSION,
+            "scenario": p.name,
+            "grid": grid,
+            "seeds": seeds,
+            "metrics": list(METRICS),
+            "points": [{k: _clean(v) for k, v in r.items()} for r in rows],
+        }
+        tmp = reference_path(ref_dir, f".{p.stem}.tmp")
+        dump_json(doc, tmp)
+        final = reference_path(ref_dir, p.stem)
+        tmp.replace(final)
+        written.append(final)
+    return written
+
+
+def _point_label(row: dict[str, Any], grid: dict[str, list[Any]], seeds: int) -> str:
+    parts = [f"{k.rsplit('.', 1)[-1]}={row.get(k)}" for k in grid]
+    if seeds > 1:
+        parts.append(f"seed+{row.get(SEED_INDEX)}")
+    return " ".join(parts) or "-"
+
+
+def _same(ref: Any, new: Any) -> bool:
+    r, n = _f(ref), _f(new)
+    if math.isnan(r) or math.isnan(n):
+        return math.isnan(r) and math.isnan(n)
+    return math.isclose(r, n, rel_tol=REL_TOL, abs_tol=0.0)
+
+
+def compare_points(ref: Reference, fresh: list[dict[str, Any]]) -> list[Drift]:
+    """Drifts between a reference and fresh rows of the same grid."""
+    if len(fresh) != len(ref.points):
+        return [
+            Drift(
+                ref.name,
+                problem=f"{len(fresh)} fresh points but {len(ref.points)} in the reference",
+            )
+        ]
+    drifts = []
+    for r, f in zip(ref.points, fresh, strict=True):
+        keys = list(ref.grid) + [SEED_INDEX]
+        if any(
+            not _same(r.get(k), f.get(k))
+            if isinstance(r.get(k), (int, float))
+            else r.get(k) != f.get(k)
+            for k in keys
+        ):
+            return [Drift(ref.name, problem="the grid points differ from the reference's")]
+        label = _point_label(r, ref.grid, ref.seeds)
+        for m in ref.metrics:
+            if m not in f:
+                drifts.append(
+                    Drift(ref.name, m, label, problem=f"metric {m} is no longer computed")
+                )
+            elif not _same(r.get(m), f[m]):
+                drifts.append(Drift(ref.name, m, label, _f(r.get(m)), _f(f[m])))
+    return drifts
+
+
+def check(
+    ci_dir: Path,
+    ref_dir: Path,
+    *,
+    executor: Executor | None = None,
+    only: Sequence[str] = (),
+    progress: ProgressFn | None = None,
+) -> Report:
+    """Re-run every CI scenario over its reference grid and list the drifts."""
+    paths = ci_scenarios(ci_dir, only)
+    drifts: list[Drift] = []
+    jobs, refs = [], []
+    for p in paths:
+        f = reference_path(ref_dir, p.stem)
+        if not f.exists():
+            drifts.append(
+                Drift(
+                    p.stem,
+                    problem=f"no reference {f} (run `disaggsim regress --update --only {p.stem}`)",
+                )
+            )
+            continue
+        ref = load_reference(f)
+        refs.append(ref)
+        jobs.append((p, ref.grid, ref.seeds))
+    if not only and ref_dir.is_dir():
+        stems = {p.stem for p in paths}
+        for f in sorted(ref_dir.glob("*.json")):
+            if f.stem not in stems:
+                drifts.append(
+                    Drift(f.stem, problem=f"reference {f} has no scenario {ci_dir}/{f.stem}.yaml")
+                )
+    fresh = _run(jobs, executor, progress) if jobs else []
+    n = 0
+    for ref, rows in zip(refs, fresh, strict=True):
+        drifts += compare_points(ref, rows)
+        n += len(rows) * len(ref.metrics)
+    return Report(drifts=tuple(drifts), checked=tuple(r.name for r in refs), num_values=n)

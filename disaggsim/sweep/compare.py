@@ -1,0 +1,155 @@
+"""Several scenarios (architectures) on the same axes: one sweep table and goodput per
+GPU for each, optionally at the same total GPU count."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from disaggsim.errors import UserError
+from disaggsim.sweep.core import (
+    RATE_PATH,
+    GoodputResult,
+    ProgressFn,
+    Source,
+    as_source,
+    goodput_many,
+    run_tasks,
+    sweep_tasks,
+    table,
+)
+from disaggsim.sweep.executors import Executor, ProcessExecutor
+from disaggsim.sweep.grid import Param, params_from_mapping
+
+SCENARIO_FILE = "scenario_file"
+GOODPUT_COLUMNS = (
+    SCENARIO_FILE,
+    "scenario",
+    "architecture",
+    "num_gpus",
+    "goodput_per_s",
+    "goodput_per_gpu_per_s",
+    "ratio_to_best",
+    "status",
+    "attainment_target",
+    "tol_per_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CompareResult:
+    table: pd.DataFrame  # scenario_file + the sweep table of each scenario, stacked
+    goodput: pd.DataFrame  # one row per scenario: GOODPUT_COLUMNS
+    results: tuple[GoodputResult, ...]
+
+
+def check_same_gpus(sources: Sequence[Source]) -> None:
+    """Every scenario must have the first one's total GPU count (error names the file)."""
+    first = sources[0]
+    for s in sources[1:]:
+        if s.num_gpus != first.num_gpus:
+            raise UserError(
+                f"{s.label}: {s.num_gpus} GPUs in total but {first.label} has {first.num_gpus} "
+                "(--same-gpus: change the pool sizes so the totals match)"
+            )
+
+
+def rate_range(
+    params: Sequence[Param], rate_lo: float | None, rate_hi: float | None
+) -> tuple[float, float]:
+    """Goodput bracket: given, else the min and max of a swept ``workload.rate_per_s``."""
+    swept = [p for p in params if p.path == RATE_PATH]
+    if rate_lo is None or rate_hi is None:
+        if not swept:
+            raise UserError(
+                f"compare: give --rate-lo and --rate-hi, or sweep --param {RATE_PATH}=a:b:n"
+            )
+        values = [float(v) for v in swept[0].values]
+        rate_lo = min(values) if rate_lo is None else rate_lo
+        rate_hi = max(values) if rate_hi is None else rate_hi
+    if not (0 < rate_lo < rate_hi and math.isfinite(rate_hi)):
+        raise UserError(f"compare: need 0 < rate-lo < rate-hi, got {rate_lo} and {rate_hi}")
+    return float(rate_lo), float(rate_hi)
+
+
+def compare(
+    scenarios: Sequence[str | Path | dict],
+    params: Mapping[str, Sequence[Any]] | Sequence[Param] | None = None,
+    *,
+    seeds: int = 1,
+    executor: Executor | None = None,
+    same_gpus: bool = False,
+    rate_lo: float | None = None,
+    rate_hi: float | None = None,
+    tol_per_s: float | None = None,
+    overrides: Sequence[str] | None = None,
+    progress: ProgressFn | None = None,
+    goodput_progress: ProgressFn | None = None,
+) -> CompareResult:
+    """Sweep every scenario over the same grid and bisect each one's goodput."""
+    if not scenarios:
+        raise UserError("compare: give at least one scenario")
+    plist = tuple(params) if isinstance(params, (list, tuple)) else params_from_mapping(params)  # type: ignore[arg-type]
+    sources = [as_source(s, overrides) for s in scenarios]
+    if same_gpus:
+        check_same_gpus(sources)
+    lo, hi = rate_range(plist, rate_lo, rate_hi)
+    keys, tasks = [], []
+    for src in sources:
+        k, t = sweep_tasks(src, plist, seeds)
+        keys += [{SCENARIO_FILE: src.label, **row} for row in k]
+        tasks += t
+    own = executor is None
+    ex: Executor = ProcessExecutor() if own else executor  # type: ignore[assignment]
+    try:
+        df = table(keys, run_tasks(tasks, ex, progress))
+        results = goodput_many(
+            sources,
+            lo,
+            hi,
+            tol_per_s=tol_per_s,
+            seeds=seeds,
+            executor=ex,
+            progress=goodput_progress,
+        )
+    finally:
+        if own:
+            ex.close()
+    return CompareResult(
+        table=df, goodput=goodput_frame(sources, results, df), results=tuple(results)
+    )
+
+
+def goodput_frame(
+    sources: Sequence[Source], results: Sequence[GoodputResult], df: pd.DataFrame
+) -> pd.DataFrame:
+    arch = (
+        df.groupby(SCENARIO_FILE, sort=False)["architecture"].first().to_dict() if len(df) else {}
+    )
+    per_gpu = [r.per_gpu_per_s for r in results]
+    finite = [v for v in per_gpu if math.isfinite(v)]
+    best = max(finite) if finite else float("nan")
+    rows = []
+    for src, r in zip(sources, results, strict=True):
+        rows.append(
+            {
+                SCENARIO_FILE: src.label,
+                "scenario": r.scenario,
+                "architecture": arch.get(src.label, ""),
+                "num_gpus": r.num_gpus,
+                "goodput_per_s": r.rate_per_s,
+                "goodput_per_gpu_per_s": r.per_gpu_per_s,
+                "ratio_to_best": r.per_gpu_per_s / best
+                if best and math.isfinite(best)
+                else float("nan"),
+                "status": r.status,
+                "attainment_target": r.attainment_target,
+                "tol_per_s": r.tol_per_s,
+            }
+        )
+    return pd.DataFrame(rows, columns=list(GOODPUT_COLUMNS))

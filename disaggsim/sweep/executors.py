@@ -1,0 +1,169 @@
+"""Where sweep points run: in process, in local worker processes, or on a Dask cluster.
+
+Every executor has one method, :meth:`Executor.map`, which runs a picklable top-level
+function over a list of picklable tasks and returns the results **in task order**, so a
+sweep's table does not depend on which executor (or how many workers) produced it. The
+``on_done`` callback is called once per finished task, in completion order (progress).
+
+Executors that hold workers (a process pool, a Dask client) are context managers; they
+start their workers on first use and release them on ``close()``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Protocol, TypeVar
+
+from disaggsim.errors import UserError
+
+T = TypeVar("T")
+R = TypeVar("R")
+OnDone = Callable[[], None]
+
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+
+
+class Executor(Protocol):
+    def map(
+        self, fn: Callable[[T], R], tasks: Sequence[T], on_done: OnDone | None = None
+    ) -> list[R]: ...
+
+    def close(self) -> None: ...
+
+
+class _Closing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+
+class SerialExecutor(_Closing):
+    """Runs tasks one after another in this process (tests, notebooks, debugging)."""
+
+    def map(self, fn, tasks, on_done=None):
+        out = []
+        for t in tasks:
+            out.append(fn(t))
+            if on_done is not None:
+                on_done()
+        return out
+
+
+def default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+class ProcessExecutor(_Closing):
+    """A local pool of worker processes (``concurrent.futures.ProcessPoolExecutor``).
+
+    Workers are started with ``forkserver`` (``spawn`` where that is unavailable): a
+    fork of a process that already runs threads (a progress bar, a Dask client) is
+    unsafe."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        n = default_workers() if workers is None else workers
+        if n < 1:
+            raise UserError(f"--workers {n}: must be >= 1")
+        self.workers = n
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return self._pool
+
+    def map(self, fn, tasks, on_done=None):
+        pool = self._get_pool()
+        futures: list[Future] = [pool.submit(fn, t) for t in tasks]
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    f.result()  # raise the first failure now
+                    if on_done is not None:
+                        on_done()
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class DaskExecutor(_Closing):
+    """Tasks on a Dask cluster through ``dask.distributed``.
+
+    Give a scheduler ``address`` (``tcp://host:port``; the client is created on first
+    use and closed by :meth:`close`) or an existing ``client`` (left open). Workers need
+    disaggsim installed (the same version) and any trace files a scenario reads."""
+
+    def __init__(self, address: str | None = None, client: Any = None) -> None:
+        if (address is None) == (client is None):
+            raise ValueError("DaskExecutor needs exactly one of address or client")
+        self.address = address
+        self._client = client
+        self._owns_client = client is None
+
+    def _get_client(self):
+        if self._client is None:
+            try:
+                from distributed import Client
+            except ImportError:
+                raise UserError(
+                    "--scheduler: dask.distributed is not installed (pip install 'disaggsim[dask]')"
+                ) from None
+            try:
+                self._client = Client(self.address, timeout="10s")
+            except (OSError, TimeoutError) as e:
+                raise UserError(f"--scheduler {self.address}: cannot connect ({e})") from None
+        return self._client
+
+    def map(self, fn, tasks, on_done=None):
+        from distributed import as_completed
+
+        client = self._get_client()
+        futures = client.map(fn, list(tasks), pure=False)
+        try:
+            for f in as_completed(futures):
+                if f.status == "error":
+                    f.result()  # re-raises the task's exception here
+                if on_done is not None:
+                    on_done()
+            return client.gather(futures)
+        except BaseException:
+            client.cancel(futures)
+            raise
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def make_executor(
+    workers: int | None = None, scheduler: str | None = None, *, environ: dict | None = None
+) -> SerialExecutor | ProcessExecutor | DaskExecutor:
+    """The CLI's choice: Dask when a scheduler address is given (``--scheduler`` or
+    ``DASK_SCHEDULER_ADDRESS``), otherwise a local process pool of ``workers``."""
+    env = os.environ if environ is None else environ
+    address = scheduler or env.get(SCHEDULER_ENV) or None
+    if address:
+        if "://" not in address:
+            raise UserError(f"--scheduler {address}: expected an address like tcp://host:8786")
+        return DaskExecutor(address=address)
+    return ProcessExecutor(workers)

@@ -1,0 +1,166 @@
+"""Sweep grids: ``--param PATH=a:b:n`` / ``PATH=v1,v2`` parsing and point expansion.
+
+A grid is an ordered mapping ``dot path → list of values``; its points are the
+Cartesian product with the first parameter varying slowest, so the row order of a sweep
+table is the grid order whatever executor ran it. A point is applied to a scenario as
+``--set`` overrides (the same dot-path rules and errors as ``disaggsim run --set``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from disaggsim.config.loader import apply_overrides
+from disaggsim.errors import UserError
+
+RESERVED_PARAMS = ("seed",)  # seeds are swept with ``seeds=`` / ``--seeds``
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One swept parameter: a scenario dot path and the values it takes, in order."""
+
+    path: str
+    values: tuple[Any, ...]
+
+
+def _number(text: str) -> int | float | None:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _scalar(text: str) -> Any:
+    """A list item: an int, a float (``1e9`` included, unlike YAML 1.1), else a YAML scalar."""
+    num = _number(text)
+    if num is not None:
+        return num
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (str, bool)) or value is None else text
+
+
+def linspace_values(a: int | float, b: int | float, n: int) -> list[int | float]:
+    """``n`` evenly spaced values from ``a`` to ``b`` inclusive; integers when ``a`` and
+    ``b`` are integers and the step is integral."""
+    if n == 1:
+        return [a]
+    if isinstance(a, int) and isinstance(b, int) and (b - a) % (n - 1) == 0:
+        step = (b - a) // (n - 1)
+        return [a + i * step for i in range(n)]
+    # a + i*(b-a)/(n-1), with the last value exactly b (no accumulated rounding)
+    return [float(a + (b - a) * i / (n - 1)) if i < n - 1 else float(b) for i in range(n)]
+
+
+def parse_param(text: str) -> Param:
+    """``path=a:b:n`` (n evenly spaced values, both ends included) or ``path=v1,v2,...``.
+
+    Raises :class:`UserError` (one line) on bad syntax; the path itself is checked
+    against the scenario by :func:`check_params`.
+    """
+    where = f"--param {text}"
+    path, eq, spec = text.partition("=")
+    path, spec = path.strip(), spec.strip()
+    if not eq or not path or not spec:
+        raise UserError(
+            f"{where}: expected PATH=a:b:n or PATH=v1,v2,... (e.g. workload.rate_per_s=1:12:12)"
+        )
+    if not all(path.split(".")):
+        raise UserError(f"{where}: empty component in key path {path!r}")
+    if ":" in spec and "," not in spec:
+        parts = spec.split(":")
+        if len(parts) != 3:
+            raise UserError(
+                f"{where}: a range is a:b:n (start, stop, number of points), got {spec!r}"
+            )
+        a, b = _number(parts[0]), _number(parts[1])
+        try:
+            n = int(parts[2])
+        except ValueError:
+            n = 0
+        if a is None or b is None:
+            raise UserError(
+                f"{where}: range ends must be numbers, got {parts[0]!r} and {parts[1]!r}"
+            )
+        if n < 1:
+            raise UserError(f"{where}: number of points must be an integer >= 1, got {parts[2]!r}")
+        if not (math.isfinite(a) and math.isfinite(b)):
+            raise UserError(f"{where}: range ends must be finite")
+        return Param(path, tuple(linspace_values(a, b, n)))
+    items = [s.strip() for s in spec.split(",")]
+    if not all(items):
+        raise UserError(f"{where}: empty value in list {spec!r}")
+    return Param(path, tuple(_scalar(s) for s in items))
+
+
+def params_from_mapping(params: Mapping[str, Sequence[Any]] | None) -> tuple[Param, ...]:
+    """The API's ``{"workload.rate_per_s": [1, 2, 4]}`` as :class:`Param` s (order kept)."""
+    out = []
+    for path, values in (params or {}).items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise UserError(f"param {path}: expected a list of values, got {values!r}")
+        if len(values) == 0:
+            raise UserError(f"param {path}: needs at least one value")
+        out.append(Param(str(path), tuple(values)))
+    return tuple(out)
+
+
+def parse_params(texts: Sequence[str]) -> tuple[Param, ...]:
+    out: list[Param] = []
+    for t in texts:
+        p = parse_param(t)
+        if any(q.path == p.path for q in out):
+            raise UserError(f"--param {t}: {p.path} is swept twice")
+        out.append(p)
+    return tuple(out)
+
+
+def override_text(path: str, value: Any) -> str:
+    """``path=value`` with the value written so the ``--set`` parser reads it back as is."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
+    text = text.removesuffix("...").strip()
+    if yaml.safe_load(text) != value:  # pragma: no cover - guard against odd scalars
+        raise UserError(f"param {path}: value {value!r} cannot be written as a scenario value")
+    return f"{path}={text}"
+
+
+def check_params(params: Sequence[Param], raw: dict, label: str) -> None:
+    """Every path must name a scenario field (the ``--set`` check, reworded for sweeps)."""
+    for p in params:
+        if p.path in RESERVED_PARAMS:
+            raise UserError(
+                f"--param {p.path}: sweep seeds with --seeds (seeds=), not as a parameter"
+            )
+        try:
+            apply_overrides(raw, [override_text(p.path, p.values[0])], label)
+        except UserError as e:
+            msg = str(e)
+            detail = msg.split(": ", 1)[1] if msg.startswith("--set ") and ": " in msg else msg
+            raise UserError(f"{label}: --param {p.path}: {detail}") from None
+
+
+def expand_grid(params: Sequence[Param]) -> list[dict[str, Any]]:
+    """All points, first parameter slowest: ``[{path: value, ...}, ...]``."""
+    if not params:
+        return [{}]
+    return [
+        dict(zip([p.path for p in params], combo, strict=True))
+        for combo in itertools.product(*(p.values for p in params))
+    ]
+
+
+def point_overrides(point: Mapping[str, Any]) -> list[str]:
+    return [override_text(path, value) for path, value in point.items()]
