@@ -1,0 +1,437 @@
+"""Where workers sit and which links a KV transfer crosses.
+
+Owns the cluster's physical layout: nodes of ``gpus_per_node`` GPUs, each GPU with an
+NVLink port (to the node's non-blocking NVSwitch), a PCIe link to its host, and NICs
+(one per GPU when rail-aligned, else one per node) into a non-blocking network core.
+:func:`build_topology` places every worker on GPUs of one node (a TP group never
+straddles nodes) and checks the layout; :meth:`Topology.path` says which links each
+shard of a transfer crosses:
+
+=====================  ==========================================================
+``nvlink``             same node: src GPU NVLink out → dst GPU NVLink in
+``pcie-p2p``           same node without NVLink: src PCIe out → dst PCIe in
+``rdma``               across nodes, GPUDirect RDMA: src NIC out → dst NIC in
+``staged``             across nodes without RDMA: src PCIe out (device → host),
+                       src NIC out, dst NIC in, dst PCIe in (host → device)
+=====================  ==========================================================
+
+A TP-sharded KV cache moves as ``max(tp_src, tp_dst)`` parallel shards, shard ``k``
+from source GPU ``k·tp_src // m`` to destination GPU ``k·tp_dst // m`` (each GPU holds
+its own KV heads), so the aggregate rate is set by the smaller group's rails — the
+``min(tp_src, tp_dst)`` of :func:`disaggsim.run.build_transfer` — and shards sharing a
+NIC share it. Staged hops are pipelined (chunked double-buffering), so a shard's rate is
+its slowest hop; latencies add up along the route. Every link is one direction.
+
+Link latencies (seconds, priors): NVLink 10 µs on the sending port; PCIe 20 µs per
+traversal; NIC 15 µs on the sending NIC (InfiniBand; set ``nic.latency_us`` for RoCE).
+Pageable host staging caps each staged shard at :data:`PAGEABLE_FACTOR` × the PCIe rate
+(the driver bounces pageable memory through its own pinned buffer with a CPU copy).
+
+:func:`link_class_topology` is the no-topology mode: each transfer runs alone at
+``num_shards × bandwidth`` after ``latency`` — today's ``size/bw + latency`` per link
+class, with no contention.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from disaggsim.catalog import get_gpu
+from disaggsim.costmodel.kv import PCIE_EFFICIENCY
+from disaggsim.errors import UserError
+from disaggsim.fabric.config import FabricTopologyConfig
+from disaggsim.units import GB, GBIT
+
+__all__ = [
+    "BLOCK_TOKENS",
+    "PAGEABLE_FACTOR",
+    "PATH_KINDS",
+    "PCIE_X16_BYTES_PER_S",
+    "Link",
+    "Path",
+    "PoolLayout",
+    "Route",
+    "Topology",
+    "WorkerPlacement",
+    "build_topology",
+    "describe_path",
+    "link_class_topology",
+    "pool_layouts",
+]
+
+BLOCK_TOKENS = 16
+PAGEABLE_FACTOR = 0.5
+PCIE_X16_BYTES_PER_S: Mapping[int, float] = MappingProxyType({4: 32 * GB, 5: 64 * GB})
+PATH_KINDS: tuple[str, ...] = ("nvlink", "pcie-p2p", "rdma", "staged", "link-class")
+# Defaults when no catalog GPU is named (as costmodel.kv): NVLink 4, 200 Gb/s HDR, Gen4.
+_PATH_RANK: Mapping[str, int] = MappingProxyType(
+    {"nvlink": 0, "link-class": 0, "pcie-p2p": 1, "rdma": 2, "staged": 3}
+)
+_GENERIC: Mapping[str, float] = MappingProxyType(
+    {"nvlink": 450 * GB, "nic": 200 * GBIT, "pcie_gen": 4, "gpus_per_node": 8}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One direction of one physical link."""
+
+    id: str  # e.g. "n0.g3.nvlink.out", "n1.nic0.in"
+    kind: str  # "nvlink" | "pcie" | "nic"
+    capacity_bytes_per_s: float
+    latency_s: float  # added once per route that crosses it
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The links one shard crosses, by index into :attr:`Topology.links`."""
+
+    links: tuple[int, ...]
+    rate_cap_bytes_per_s: float = math.inf  # a private limit (pageable copy, link class)
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """How a transfer from ``src_worker`` to ``dst_worker`` moves: one route per shard."""
+
+    kind: str  # one of PATH_KINDS
+    src_worker: int
+    dst_worker: int
+    routes: tuple[Route, ...]
+    latency_s: float  # sum of the hop latencies along the slowest route
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.routes)
+
+    @property
+    def num_hops(self) -> int:
+        """Links one shard crosses (0 in link-class mode)."""
+        return max(len(r.links) for r in self.routes)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlacement:
+    index: int  # global worker index, pool order (as Cluster.workers)
+    key: str  # "prefill.0"
+    role: str
+    gpu: str | None  # catalog id
+    tp: int
+    node: int
+    gpus: tuple[int, ...]  # GPU indices within the node
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLayout:
+    """What placement needs of one pool: its GPU type, worker count and TP degree."""
+
+    gpu: str | None
+    num_workers: int
+    tp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    links: tuple[Link, ...]
+    workers: tuple[WorkerPlacement, ...]
+    num_nodes: int
+    link_index: Mapping[str, int]
+    setup_latency_s: float = 0.0
+    per_block_s: float = 0.0
+    overlap: bool = False
+    _routes: Mapping[tuple[int, int], Path] = field(default_factory=dict, repr=False)
+
+    def path(self, src_worker: int, dst_worker: int) -> Path:
+        """The path a KV transfer from ``src_worker`` to ``dst_worker`` takes."""
+        try:
+            return self._routes[(src_worker, dst_worker)]
+        except KeyError:
+            raise ValueError(f"no path from worker {src_worker} to worker {dst_worker}") from None
+
+    def transfer_latency_s(self, path: Path, num_tokens: int) -> float:
+        """Fixed time of one transfer: hop latencies + setup + gathering its paged blocks
+        (each shard's GPU gathers its own blocks in parallel)."""
+        num_blocks = -(-num_tokens // BLOCK_TOKENS)
+        return path.latency_s + self.setup_latency_s + self.per_block_s * num_blocks
+
+    def path_rank(self, src_worker: int, dst_worker: int) -> int:
+        """Order of preference for routing: 0 NVLink, 1 PCIe peer, 2 RDMA, 3 staged."""
+        return _PATH_RANK[self.path(src_worker, dst_worker).kind]
+
+
+def _role_key(role: str) -> str:
+    return {"prefill": "prefill_pool", "decode": "decode_pool"}.get(role, "pool")
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeHw:
+    gpu: str | None
+    gpus_per_node: int
+    nvlink_bytes_per_s: float  # 0: no NVLink
+    pcie_bytes_per_s: float
+    nic_bytes_per_s: float  # 0: no NIC
+
+
+def _hardware(cfg: FabricTopologyConfig, gpu: str | None) -> _NodeHw:
+    spec = get_gpu(gpu) if gpu is not None else None
+    gpn = cfg.gpus_per_node or (spec.gpus_per_node if spec else _GENERIC["gpus_per_node"])
+    nvl = cfg.nvlink_bytes_per_s
+    if nvl is None:
+        nvl = spec.nvlink_bytes_per_s if spec else _GENERIC["nvlink"]
+    if cfg.pcie.gb_per_s is not None:
+        pcie = cfg.pcie.gb_per_s * GB
+    else:
+        gen = cfg.pcie.gen or (spec.pcie_gen if spec else _GENERIC["pcie_gen"])
+        pcie = PCIE_EFFICIENCY * PCIE_X16_BYTES_PER_S[gen]
+    nic = 0.0
+    if cfg.nic is not None:
+        nic = cfg.nic.bytes_per_s or (spec.nic_bytes_per_s if spec else _GENERIC["nic"])
+    return _NodeHw(gpu, int(gpn), float(nvl), float(pcie), float(nic))
+
+
+def _workers(pools: Mapping[str, PoolLayout]) -> list[WorkerPlacement]:
+    out: list[WorkerPlacement] = []
+    for role, pool in pools.items():
+        for i in range(pool.num_workers):
+            out.append(WorkerPlacement(len(out), f"{role}.{i}", role, pool.gpu, pool.tp, -1, ()))
+    return out
+
+
+def _interleave(workers: list[WorkerPlacement]) -> list[WorkerPlacement]:
+    """Prefill and decode workers merged in their pools' ratio (p0, d0, p1, d1, … for
+    1:1; p0, p1, d0, p2, p3, d1 for 2:1), ties to prefill."""
+    pre = [w for w in workers if w.role == "prefill"]
+    dec = [w for w in workers if w.role == "decode"]
+    rest = [w for w in workers if w.role not in ("prefill", "decode")]
+    keyed = [((i + 0.5) / len(pre), 0, w) for i, w in enumerate(pre)]
+    keyed += [((i + 0.5) / len(dec), 1, w) for i, w in enumerate(dec)]
+    return [w for *_, w in sorted(keyed, key=lambda t: (t[0], t[1], t[2].index))] + rest
+
+
+def _place_policy(
+    cfg: FabricTopologyConfig, workers: list[WorkerPlacement], hw: Mapping[str | None, _NodeHw]
+) -> list[WorkerPlacement]:
+    policy = cfg.placement.policy
+    order = _interleave(workers) if policy == "pair" else workers
+    node_gpu: list[str | None] = []  # GPU type of each opened node
+    node_free: list[int] = []
+    node_group: list[str] = []  # spread: the pool that opened the node
+    placed: dict[int, WorkerPlacement] = {}
+    for w in order:
+        group = w.role if policy == "spread" else ""
+        for n in range(len(node_free)):
+            if node_gpu[n] == w.gpu and node_group[n] == group and node_free[n] >= w.tp:
+                break
+        else:
+            n = len(node_free)
+            node_gpu.append(w.gpu)
+            node_free.append(hw[w.gpu].gpus_per_node)
+            node_group.append(group)
+        first = hw[w.gpu].gpus_per_node - node_free[n]
+        node_free[n] -= w.tp
+        placed[w.index] = WorkerPlacement(
+            w.index, w.key, w.role, w.gpu, w.tp, n, tuple(range(first, first + w.tp))
+        )
+    limit = cfg.placement.num_nodes
+    if limit is not None and len(node_free) > limit:
+        need = sum(w.tp for w in workers)
+        raise UserError(
+            f"fabric.placement.num_nodes: placement {policy} needs {len(node_free)} nodes for "
+            f"{len(workers)} workers ({need} GPUs) but num_nodes is {limit}"
+        )
+    return [placed[w.index] for w in workers]
+
+
+def _place_explicit(
+    cfg: FabricTopologyConfig, workers: list[WorkerPlacement], hw: Mapping[str | None, _NodeHw]
+) -> list[WorkerPlacement]:
+    explicit = cfg.placement.explicit or {}
+    where = "fabric.placement.explicit"
+    keys = [w.key for w in workers]
+    for k in explicit:
+        if k not in keys:
+            raise UserError(f"{where}.{k}: no such worker (workers: {', '.join(keys)})")
+    missing = [k for k in keys if k not in explicit]
+    if missing:
+        raise UserError(f"{where}: worker {missing[0]} is not placed (list every worker)")
+    out: list[WorkerPlacement] = []
+    node_gpu: dict[int, str | None] = {}
+    node_used: dict[int, list[str]] = {}
+    node_tp: dict[int, int] = {}
+    for w in workers:
+        node, gpus = explicit[w.key]
+        gpn = hw[w.gpu].gpus_per_node
+        if node < 0 or (cfg.placement.num_nodes is not None and node >= cfg.placement.num_nodes):
+            raise UserError(f"{where}.{w.key}: node {node} does not exist")
+        if len(gpus) != w.tp:
+            raise UserError(f"{where}.{w.key}: {len(gpus)} GPUs listed but tp is {w.tp}")
+        if node_gpu.setdefault(node, w.gpu) != w.gpu:
+            raise UserError(
+                f"{where}.{w.key}: node {node} holds {node_gpu[node]} GPUs, not {w.gpu}"
+            )
+        node_tp[node] = node_tp.get(node, 0) + w.tp
+        node_used.setdefault(node, []).append(w.key)
+        if node_tp[node] > gpn:
+            raise UserError(
+                f"{where}: node {node} has {gpn} GPUs but workers "
+                f"{', '.join(node_used[node])} need {node_tp[node]}"
+            )
+        bad = [g for g in gpus if not 0 <= g < gpn]
+        if bad:
+            raise UserError(f"{where}.{w.key}: GPU {bad[0]} outside 0..{gpn - 1}")
+        out.append(WorkerPlacement(w.index, w.key, w.role, w.gpu, w.tp, node, tuple(gpus)))
+    owner: dict[tuple[int, int], str] = {}
+    for p in out:
+        for g in p.gpus:
+            other = owner.setdefault((p.node, g), p.key)
+            if other != p.key:
+                raise UserError(
+                    f"{where}.{p.key}: GPU {g} of node {p.node} is also given to {other}"
+                )
+    return out
+
+
+class _LinkTable:
+    def __init__(self) -> None:
+        self.links: list[Link] = []
+        self.index: dict[str, int] = {}
+
+    def get(self, id_: str, kind: str, capacity: float, latency_s: float) -> int:
+        if id_ not in self.index:
+            self.index[id_] = len(self.links)
+            self.links.append(Link(id_, kind, capacity, latency_s))
+        return self.index[id_]
+
+
+def build_topology(cfg: FabricTopologyConfig, pools: Mapping[str, PoolLayout]) -> Topology:
+    """Place the workers of ``pools`` (role → layout, in pool order: prefill then decode)
+    and compute every prefill→decode path.
+
+    Raises :class:`UserError` (one line naming the field) for a TP group larger than a
+    node's NVLink domain, a node asked for more GPUs than it has, or a cross-node path
+    with no NIC.
+    """
+    hw = {p.gpu: _hardware(cfg, p.gpu) for p in pools.values()}
+    for role, pool in pools.items():
+        gpn = hw[pool.gpu].gpus_per_node
+        if pool.tp > gpn:
+            raise UserError(
+                f"fabric.gpus_per_node: {_role_key(role)}.tp {pool.tp} is larger than the "
+                f"node's NVLink domain ({gpn} GPUs)"
+            )
+    workers = _workers(pools)
+    if cfg.placement.explicit is not None:
+        placed = _place_explicit(cfg, workers, hw)
+    else:
+        placed = _place_policy(cfg, workers, hw)
+    table = _LinkTable()
+    routes: dict[tuple[int, int], Path] = {}
+    pageable = cfg.host_staging == "pageable"
+    senders = [w for w in placed if w.role in ("prefill", "colocated")]
+    receivers = [w for w in placed if w.role in ("decode", "colocated")]
+    for s in senders:
+        for d in receivers:
+            if s.index != d.index:
+                routes[(s.index, d.index)] = _path(cfg, table, hw, s, d, pageable)
+    return Topology(
+        links=tuple(table.links),
+        workers=tuple(placed),
+        num_nodes=1 + max((w.node for w in placed), default=-1),
+        link_index=MappingProxyType(dict(table.index)),
+        setup_latency_s=cfg.setup_latency_s,
+        per_block_s=cfg.per_block_s,
+        overlap=cfg.overlap,
+        _routes=MappingProxyType(routes),
+    )
+
+
+def _path(
+    cfg: FabricTopologyConfig,
+    table: _LinkTable,
+    hw: Mapping[str | None, _NodeHw],
+    s: WorkerPlacement,
+    d: WorkerPlacement,
+    pageable: bool,
+) -> Path:
+    hs, hd = hw[s.gpu], hw[d.gpu]
+    m = max(s.tp, d.tp)
+    pcie_lat = cfg.pcie.latency_s
+
+    def nvl(hwn: _NodeHw, node: int, gpu: int, way: str) -> int:
+        lat = cfg.nvlink_latency_s if way == "out" else 0.0
+        return table.get(f"n{node}.g{gpu}.nvlink.{way}", "nvlink", hwn.nvlink_bytes_per_s, lat)
+
+    def pcie(hwn: _NodeHw, node: int, gpu: int, way: str) -> int:
+        return table.get(f"n{node}.g{gpu}.pcie.{way}", "pcie", hwn.pcie_bytes_per_s, pcie_lat)
+
+    def nic(hwn: _NodeHw, node: int, gpu: int, way: str) -> int:
+        assert cfg.nic is not None
+        k = gpu if cfg.nic.per_gpu else 0
+        lat = cfg.nic.latency_s if way == "out" else 0.0
+        return table.get(f"n{node}.nic{k}.{way}", "nic", hwn.nic_bytes_per_s, lat)
+
+    same_node = s.node == d.node
+    if same_node:
+        kind = "nvlink" if hs.nvlink_bytes_per_s > 0 and hd.nvlink_bytes_per_s > 0 else "pcie-p2p"
+    else:
+        if cfg.nic is None:
+            raise UserError(
+                f"fabric.nic: {s.key} (node {s.node}) and {d.key} (node {d.node}) need a "
+                "cross-node path but nodes have no NIC (nic: null)"
+            )
+        kind = "rdma" if cfg.nic.rdma else "staged"
+    routes = []
+    for k in range(m):
+        gs, gd = s.gpus[k * s.tp // m], d.gpus[k * d.tp // m]
+        cap = math.inf
+        if kind == "nvlink":
+            links = (nvl(hs, s.node, gs, "out"), nvl(hd, d.node, gd, "in"))
+        elif kind == "pcie-p2p":
+            links = (pcie(hs, s.node, gs, "out"), pcie(hd, d.node, gd, "in"))
+        elif kind == "rdma":
+            links = (nic(hs, s.node, gs, "out"), nic(hd, d.node, gd, "in"))
+        else:
+            links = (
+                pcie(hs, s.node, gs, "out"),
+                nic(hs, s.node, gs, "out"),
+                nic(hd, d.node, gd, "in"),
+                pcie(hd, d.node, gd, "in"),
+            )
+            if pageable:
+                cap = PAGEABLE_FACTOR * min(hs.pcie_bytes_per_s, hd.pcie_bytes_per_s)
+        routes.append(Route(links, cap))
+    latency = max(sum(table.links[i].latency_s for i in r.links) for r in routes)
+    return Path(kind, s.index, d.index, tuple(routes), latency)
+
+
+def link_class_topology(
+    num_workers: int, bandwidth_bytes_per_s: float, latency_s: float, num_shards: int = 1
+) -> Topology:
+    """No topology: every transfer runs alone at ``num_shards × bandwidth`` after
+    ``latency_s`` (size/bw + latency per shard, as today's link-class model)."""
+    if bandwidth_bytes_per_s <= 0:
+        raise UserError(f"fabric.bandwidth_gb_per_s: must be > 0, got {bandwidth_bytes_per_s / GB}")
+    route = Route((), bandwidth_bytes_per_s * num_shards)
+    paths = {
+        (s, d): Path("link-class", s, d, (route,), latency_s)
+        for s in range(num_workers)
+        for d in range(num_workers)
+        if s != d
+    }
+    return Topology(
+        links=(), workers=(), num_nodes=0, link_index=MappingProxyType({}),
+        _routes=MappingProxyType(paths),
+    )  # fmt: skip
+
+
+def describe_path(topology: Topology, path: Path) -> tuple[str, ...]:
+    """Link ids of the first shard's route, for records and the CLI."""
+    return tuple(topology.links[i].id for i in path.routes[0].links)
+
+
+def pool_layouts(items: Sequence[tuple[str, str | None, int, int]]) -> dict[str, PoolLayout]:
+    """``[(role, gpu, num_workers, tp), …]`` → the mapping :func:`build_topology` takes."""
+    return {role: PoolLayout(gpu, n, tp) for role, gpu, n, tp in items}
