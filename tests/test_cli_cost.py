@@ -13,6 +13,7 @@ import pytest
 from disaggsim import cli_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import ProfileError
+from tests.costmodel_fixtures import write_fixed_h100
 
 
 def _main(argv: list[str]) -> int:
@@ -65,7 +66,7 @@ def test_prefill_json(capsys):
     assert parts["allreduce_s"] > 0  # tp 4
     # 2048 tokens × 2 × 70.55e9 FLOP over 4 × 989 TFLOP/s: GEMMs at least 73 ms at peak
     assert parts["gemm_s"] > 2 * 70.55e9 * 2048 / (4 * 989e12)
-    assert obj["profile_kind"] == "provisional"
+    assert obj["profile_kind"] == "fitted-public"  # h100-sxm ships fitted to public tables
 
 
 def test_decode_json(capsys):
@@ -98,22 +99,27 @@ def test_kv_json_seed_facts(capsys):
     assert f8["time_s"] == pytest.approx(f8["latency_s"] + f8["bytes"] / 25e9)
 
 
-def test_op_gemm_bounds(capsys):
-    # h100 bf16: 2mnk vs (mk + kn + mn) × 2 bytes; m = 1 is memory-bound, m = 8192 compute
-    (small,) = _run(capsys, "cost op gemm --gpu h100-sxm --m 1 --n 8192 --k 8192".split())
+def test_op_gemm_bounds(capsys, tmp_path):
+    # h100 bf16: 2mnk vs (mk + kn + mn) × 2 bytes; m = 1 is memory-bound, m = 8192 compute.
+    # The fixed test profile: gemm bf16 launch 5 µs, max_eff 0.75, half_sat 32, mem_eff 0.8.
+    prof = ["--profile", str(write_fixed_h100(tmp_path))]
+    small_argv = "cost op gemm --gpu h100-sxm --m 1 --n 8192 --k 8192".split()
+    (small,) = _run(capsys, small_argv + prof)
     assert small["bound"] == "memory"
-    assert small["efficiency"] == 0.8  # provisional mem_eff
+    assert small["efficiency"] == 0.8  # mem_eff
     assert small["bytes"] == (8192 + 8192 * 8192 + 8192) * 2
-    assert small["time_s"] > 8192 * 8192 * 2 / 3.35e12
-    (big,) = _run(capsys, "cost op gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192".split())
+    assert small["time_s"] == pytest.approx(5e-6 + small["bytes"] / (3.35e12 * 0.8))
+    (big,) = _run(capsys, "cost op gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192".split() + prof)
     assert big["bound"] == "compute"
     assert big["flop"] == 2 * 8192**3
     assert big["efficiency"] == pytest.approx(0.75 * 8192 / (8192 + 32))
     assert big["time_s"] == pytest.approx(5e-6 + 2 * 8192**3 / (989e12 * big["efficiency"]))
-    (f8,) = _run(
-        capsys, "cost op gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192 --dtype fp8".split()
-    )
+    f8_argv = "cost op gemm --gpu h100-sxm --m 8192 --n 8192 --k 8192 --dtype fp8".split()
+    (f8,) = _run(capsys, f8_argv + prof)
     assert f8["time_s"] < big["time_s"]
+    # the shipped profile answers too, bounded by the datasheet roofline
+    (shipped,) = _run(capsys, small_argv)
+    assert shipped["bound"] == "memory" and shipped["time_s"] > small["bytes"] / 3.35e12
 
 
 def test_op_attention(capsys):

@@ -17,6 +17,7 @@ from disaggsim.costmodel.kv import LINK_CLASSES, kv_bytes, kv_transfer
 from disaggsim.costmodel.step import _gemm_s, build_worker_cost, valid_tps
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import GemmParams, load_profile
+from tests.costmodel_fixtures import fixed_h100_profile
 
 GiB = 2**30
 
@@ -29,6 +30,19 @@ def w70():
 @pytest.fixture(scope="module")
 def w8():
     return build_worker_cost("llama-3-8b", "h100-sxm", 1)
+
+
+# Hand-arithmetic tests use a fixed profile (tests/costmodel_fixtures.py) whose round
+# parameters the expectations are computed from: gemm bf16 launch 5 µs, max_eff 0.75,
+# half_sat 32, mem_eff 0.8; decode attention bf16 bw_eff 0.7.
+@pytest.fixture(scope="module")
+def w70_fixed():
+    return build_worker_cost("llama-3-70b", "h100-sxm", 4, profile=fixed_h100_profile())
+
+
+@pytest.fixture(scope="module")
+def w8_fixed():
+    return build_worker_cost("llama-3-8b", "h100-sxm", 1, profile=fixed_h100_profile())
 
 
 def test_implements_worker_cost_protocol(w70):
@@ -152,35 +166,43 @@ def test_gemm_flop_is_two_params_per_token(model_id):
         assert flop == pytest.approx(2 * m.num_params * tokens, rel=0.03)
 
 
-def test_long_prefill_is_compute_bound_near_two_params_per_token(w70):
+def test_long_prefill_is_compute_bound_near_two_params_per_token(w70_fixed):
     # 8k tokens on 4 × H100: GEMM time ≈ 2 × params × tokens / (4 × 989 TFLOP/s × 0.75)
-    # (provisional max_eff 0.75, saturated: eff = 0.75 × 2048 / (2048 + 32) at the
-    # smallest shard dimension)
+    # (fixed max_eff 0.75, saturated: eff = 0.75 × 2048 / (2048 + 32) at the smallest
+    # shard dimension)
     m = get_model("llama-3-70b")
     tokens = 8192
-    bd = w70.breakdown(prefill_seqs=1, prefill_tokens=tokens, prefill_attn_pairs=tokens * 8193 / 2)
+    bd = w70_fixed.breakdown(
+        prefill_seqs=1, prefill_tokens=tokens, prefill_attn_pairs=tokens * 8193 / 2
+    )
     ideal = 2 * m.num_params * tokens / (4 * 989e12 * 0.75)
     assert ideal * 0.97 < bd.gemm_s + bd.lm_head_s < ideal * 1.05
 
 
-def test_small_batch_decode_streams_the_weights(w8):
+def test_small_batch_decode_streams_the_weights(w8_fixed):
     # batch 1, short context: a decode step reads the weights once: 16.06 GB / 3.35 TB/s
-    # = 4.8 ms at peak; with the provisional mem_eff 0.8, 6.0 ms; plus small overheads.
+    # = 4.8 ms at peak; with the fixed mem_eff 0.8, 6.0 ms; plus small overheads.
     weights = 2 * 8_030_261_248
     at_peak = weights / 3.35e12
-    t = decode_step_time_s(w8, 1, 100)
-    assert at_peak / 0.8 < t < at_peak / 0.8 * 1.25
-    bd = w8.breakdown(decode_batch=1, decode_context_tokens=100)
-    # GEMMs + LM head = (weights − embedding table) / (hbm × 0.8) plus the provisional
+    t = decode_step_time_s(w8_fixed, 1, 100)
+    # fixed floors: 4 × 32 + 1 GEMM launches × 5 µs, 7 × 32 + 1 element-wise × 3 µs,
+    # 32 decode-attention floors × (8 µs + 0.1 µs per sequence), cuda-graphs 300 µs + 32 µs
+    # the embedding table (2 × 128256 × 4096 bytes) is looked up, not streamed
+    floors = 129 * 5e-6 + 225 * 3e-6 + 32 * 8.1e-6 + 3e-4 + 32 * 1e-6
+    streamed = (weights - 2 * 128256 * 4096) / (3.35e12 * 0.8)
+    assert streamed + floors < t < (streamed + floors) * 1.03
+    assert at_peak < t
+    bd = w8_fixed.breakdown(decode_batch=1, decode_context_tokens=100)
+    # GEMMs + LM head = (weights − embedding table) / (hbm × 0.8) plus the fixed
     # 5 µs launch floor of 4 × 32 layer GEMMs + 1 LM-head GEMM; activations are negligible
     non_emb = weights - 2 * 128256 * 4096
     want = non_emb / (3.35e12 * 0.8) + (4 * 32 + 1) * 5e-6
     assert bd.gemm_s + bd.lm_head_s == pytest.approx(want, rel=0.01)
 
 
-def test_decode_per_token_coefficient_by_hand(w70):
+def test_decode_per_token_coefficient_by_hand(w70_fixed):
     # per context token: 80 layers × 2 × (8/4 KV heads) × 128 × 2 bytes / (3.35e12 × 0.7)
-    _, per_token = w70.decode_coeffs(17)
+    _, per_token = w70_fixed.decode_coeffs(17)
     assert per_token == pytest.approx(80 * 2 * 2 * 128 * 2 / (3.35e12 * 0.7), rel=1e-12)
 
 

@@ -79,8 +79,11 @@ def decode_attention_time_s(
     """Seconds for one decode-attention kernel over ``batch`` sequences holding
     ``context_tokens`` cached tokens in total (per layer, per GPU shard)."""
     kv_bytes = (
-        2.0 * np.asarray(context_tokens, float) * np.asarray(kv_heads, float)
-        * np.asarray(head_dim, float) * kv_elem_bytes
+        2.0
+        * np.asarray(context_tokens, float)
+        * np.asarray(kv_heads, float)
+        * np.asarray(head_dim, float)
+        * kv_elem_bytes
     )
     return (
         p.floor_s

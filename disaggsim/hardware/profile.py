@@ -150,7 +150,9 @@ def _pick(table: dict, dtype: str, op: str, path: str):
         return table["bf16"]
     if dtype == "fp8" and "bf16" in table:
         return table["bf16"]  # an FP8 kernel is no slower than the BF16 one it replaces
-    raise ProfileError(f"{path}: ops.{op}: no parameters for dtype {dtype!r} (have: {sorted(table)})")
+    raise ProfileError(
+        f"{path}: ops.{op}: no parameters for dtype {dtype!r} (have: {sorted(table)})"
+    )
 
 
 def profile_filename(gpu_id: str) -> str:
@@ -169,7 +171,9 @@ def load_profile(gpu_id: str | None = None, path: str | Path | None = None) -> H
         path = shipped_profile_path(gpu_id)
     path = Path(path)
     if not path.is_file():
-        raise ProfileError(f"{path}: hardware profile not found" + (f" for GPU {gpu_id!r}" if gpu_id else ""))
+        raise ProfileError(
+            f"{path}: hardware profile not found" + (f" for GPU {gpu_id!r}" if gpu_id else "")
+        )
     try:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -187,7 +191,9 @@ def _num(d: dict, key: str, where: str, path: str, positive: bool = True) -> flo
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ProfileError(f"{path}: {where}.{key}: expected a number, got {v!r}")
     if v < 0 or (positive and v == 0):
-        raise ProfileError(f"{path}: {where}.{key}: must be {'> 0' if positive else '>= 0'}, got {v!r}")
+        raise ProfileError(
+            f"{path}: {where}.{key}: must be {'> 0' if positive else '>= 0'}, got {v!r}"
+        )
     return float(v)
 
 
@@ -224,16 +230,32 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         out = {}
         for dt, params in sec.items():
             where = f"ops.{op}.{dt}"
-            out[dt] = cls(**{k: _num(params, k, where, path, positive=k not in nonneg) for k in keys})
+            out[dt] = cls(
+                **{k: _num(params, k, where, path, positive=k not in nonneg) for k in keys}
+            )
         return out
 
-    gemm = per_dtype("gemm", GemmParams, ("launch_s", "max_eff", "half_sat", "mem_eff"), ("half_sat",))
-    dec = per_dtype("decode_attention", DecodeAttentionParams, ("floor_s", "per_seq_s", "bw_eff"), ("per_seq_s",))
-    pre = per_dtype("prefill_attention", PrefillAttentionParams, ("floor_s", "max_eff", "half_sat"), ("half_sat",))
+    gemm = per_dtype(
+        "gemm", GemmParams, ("launch_s", "max_eff", "half_sat", "mem_eff"), ("half_sat",)
+    )
+    dec = per_dtype(
+        "decode_attention",
+        DecodeAttentionParams,
+        ("floor_s", "per_seq_s", "bw_eff"),
+        ("per_seq_s",),
+    )
+    pre = per_dtype(
+        "prefill_attention",
+        PrefillAttentionParams,
+        ("floor_s", "max_eff", "half_sat"),
+        ("half_sat",),
+    )
     for table, op in ((gemm, "gemm"), (pre, "prefill_attention")):
         for dt, prm in table.items():
             if prm.max_eff > 1.0:
-                raise ProfileError(f"{path}: ops.{op}.{dt}.max_eff: must be in (0, 1], got {prm.max_eff}")
+                raise ProfileError(
+                    f"{path}: ops.{op}.{dt}.max_eff: must be in (0, 1], got {prm.max_eff}"
+                )
     ew = _section(ops, "elementwise", "ops", path)
     elementwise = ElementwiseParams(
         launch_s=_num(ew, "launch_s", "ops.elementwise", path, positive=False),
@@ -245,8 +267,13 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         if not str(n).isdigit() or int(n) < 2:
             raise ProfileError(f"{path}: ops.allreduce.{n}: keys must be GPU counts >= 2")
         where = f"ops.allreduce.{n}"
-        rows.append((int(n), _num(prm, "latency_s", where, path, positive=False),
-                     _num(prm, "bus_bw_bytes_per_s", where, path)))
+        rows.append(
+            (
+                int(n),
+                _num(prm, "latency_s", where, path, positive=False),
+                _num(prm, "bus_bw_bytes_per_s", where, path),
+            )
+        )
     if not rows:
         raise ProfileError(f"{path}: ops.allreduce: needs at least one GPU count")
     cp = _section(ops, "copy", "ops", path)
@@ -256,13 +283,17 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         copies[kind] = CopyParams(
             latency_s=_num(prm, "latency_s", where, path, positive=False),
             bw_bytes_per_s=_num(prm, "bw_bytes_per_s", where, path),
-            per_block_s=_num(prm, "per_block_s", where, path, positive=False) if "per_block_s" in prm else 0.0,
+            per_block_s=_num(prm, "per_block_s", where, path, positive=False)
+            if "per_block_s" in prm
+            else 0.0,
         )
     eng = _section(raw, "engines", "", path)
     engines = {}
     for kind, prm in eng.items():
         if kind not in ENGINE_KINDS:
-            raise ProfileError(f"{path}: engines.{kind}: unknown engine (allowed: {', '.join(ENGINE_KINDS)})")
+            raise ProfileError(
+                f"{path}: engines.{kind}: unknown engine (allowed: {', '.join(ENGINE_KINDS)})"
+            )
         where = f"engines.{kind}"
         engines[kind] = EngineOverhead(
             per_iteration_s=_num(prm, "per_iteration_s", where, path, positive=False),
@@ -270,11 +301,18 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         )
     prov = raw.get("provenance")
     if not isinstance(prov, dict) or prov.get("kind") not in PROVENANCE_KINDS:
-        raise ProfileError(
-            f"{path}: provenance.kind: must be one of {', '.join(PROVENANCE_KINDS)}"
-        )
+        raise ProfileError(f"{path}: provenance.kind: must be one of {', '.join(PROVENANCE_KINDS)}")
     return HardwareProfile(
-        gpu=gpu, peaks=peaks, gemm=gemm, decode_attention=dec, prefill_attention=pre,
-        elementwise=elementwise, allreduce=AllReduceParams(tuple(rows)), copy=copies,
-        engines=engines, fit_error=raw.get("fit_error", {}) or {}, provenance=prov, path=path,
+        gpu=gpu,
+        peaks=peaks,
+        gemm=gemm,
+        decode_attention=dec,
+        prefill_attention=pre,
+        elementwise=elementwise,
+        allreduce=AllReduceParams(tuple(rows)),
+        copy=copies,
+        engines=engines,
+        fit_error=raw.get("fit_error", {}) or {},
+        provenance=prov,
+        path=path,
     )
