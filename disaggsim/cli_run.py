@@ -45,6 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--trace", type=Path, default=None, metavar="PATH",
+        help="also write a Chrome/Perfetto trace-event JSON of the run (ui.perfetto.dev)",
+    )
     p.set_defaults(func=cmd_run)
 
 
@@ -89,6 +93,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("results") / s.name
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
+    if args.trace is not None:
+        from disaggsim.trace_export import check_trace_path
+
+        check_trace_path(args.trace)
     if args.quiet:
         result = simulate(loaded)
     else:
@@ -105,5 +113,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             result = simulate(loaded, progress=progress)
     write_results(result, out, plots=not args.no_plots)
+    if args.trace is not None:
+        from disaggsim.trace_export import write_trace
+
+        write_trace(result, args.trace)
     print_summary(result.summary, f"{s.name} ({result.summary['architecture']})", out)
     return 0
