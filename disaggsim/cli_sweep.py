@@ -174,6 +174,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
+    from disaggsim.sweep.core import RATE_PATH
     from disaggsim.sweep.grid import parse_params
     from disaggsim.sweep.output import check_out_dir, write_folder, write_table
     from disaggsim.sweep.plots import write_sweep_plots
@@ -207,7 +208,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return files
 
     write_folder(args.out, render)
-    print_goodput(res.goodput, args.out)
+    print_goodput(res.goodput, args.out, [p.path for p in params if p.path != RATE_PATH])
     return 0
 
 
@@ -215,35 +216,33 @@ def _fmt(v: float, fmt: str) -> str:
     return "-" if v is None or not math.isfinite(v) else fmt.format(v)
 
 
-def print_goodput(g, out_dir: Path | None) -> None:
+def print_goodput(g, out_dir: Path | None, param_cols: list[str] | None = None) -> None:
+    """The goodput frame as a rich table: one row per scenario × other swept values."""
     from rich.console import Console
     from rich.table import Table
 
+    param_cols = param_cols or []
     table = Table(
         title="goodput (highest rate meeting the SLO attainment target)", header_style="bold"
     )
-    for col, justify in (
-        ("scenario", "left"),
-        ("architecture", "left"),
-        ("GPUs", "right"),
-        ("goodput", "right"),
-        ("per GPU", "right"),
-        ("vs best", "right"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for r in g.itertuples(index=False):
-        rate = _fmt(r.goodput_per_s, "{:.3g} req/s")
-        if r.status == "above_range":
+    for col in ("scenario", "architecture", *param_cols):
+        table.add_column(col, overflow="fold")
+    for col in ("GPUs", "goodput req/s", "req/s per GPU", "vs best"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in g.to_dict("records"):
+        rate = _fmt(r["goodput_per_s"], "{:.3g}")
+        if r["status"] == "above_range":
             rate = ">= " + rate
-        elif r.status == "below_range":
+        elif r["status"] == "below_range":
             rate = "< rate-lo"
         table.add_row(
-            str(r.scenario_file),
-            str(r.architecture),
-            str(r.num_gpus),
+            str(r["scenario"]),
+            str(r["architecture"]),
+            *(str(r[c]) for c in param_cols),
+            str(r["num_gpus"]),
             rate,
-            _fmt(r.goodput_per_gpu_per_s, "{:.3g} req/s"),
-            _fmt(r.ratio_to_best, "{:.2f}×"),
+            _fmt(r["goodput_per_gpu_per_s"], "{:.3g}"),
+            _fmt(r["ratio_to_best"], "{:.2f}×"),
         )
     console = Console()
     console.print(table)

@@ -22,9 +22,10 @@ from disaggsim.sweep.core import (
     run_tasks,
     sweep_tasks,
     table,
+    with_overrides,
 )
 from disaggsim.sweep.executors import Executor, ProcessExecutor
-from disaggsim.sweep.grid import Param, params_from_mapping
+from disaggsim.sweep.grid import Param, expand_grid, params_from_mapping, point_overrides
 
 SCENARIO_FILE = "scenario_file"
 GOODPUT_COLUMNS = (
@@ -91,25 +92,41 @@ def compare(
     progress: ProgressFn | None = None,
     goodput_progress: ProgressFn | None = None,
 ) -> CompareResult:
-    """Sweep every scenario over the same grid and bisect each one's goodput."""
+    """Sweep every scenario over the same grid and bisect each one's goodput.
+
+    Goodput is found for every scenario × combination of the swept parameters other
+    than ``workload.rate_per_s`` (the rate is what the bisection varies). With
+    ``same_gpus`` every scenario must have the first one's total GPU count at every
+    such combination; otherwise a :class:`UserError` names the file that differs."""
     if not scenarios:
         raise UserError("compare: give at least one scenario")
-    plist = tuple(params) if isinstance(params, (list, tuple)) else params_from_mapping(params)  # type: ignore[arg-type]
+    if isinstance(params, (list, tuple)):
+        plist: tuple[Param, ...] = tuple(params)
+    else:
+        plist = params_from_mapping(params)  # type: ignore[arg-type]
     sources = [as_source(s, overrides) for s in scenarios]
-    if same_gpus:
-        check_same_gpus(sources)
     lo, hi = rate_range(plist, rate_lo, rate_hi)
     keys, tasks = [], []
     for src in sources:
         k, t = sweep_tasks(src, plist, seeds)
         keys += [{SCENARIO_FILE: src.label, **row} for row in k]
         tasks += t
+    other = [p for p in plist if p.path != RATE_PATH]
+    points = expand_grid(other)
+    g_sources: list[Source] = []
+    g_keys: list[dict[str, Any]] = []
+    for point in points:
+        at_point = [with_overrides(src, point_overrides(point)) for src in sources]
+        if same_gpus:
+            check_same_gpus(at_point)
+        g_sources += at_point
+        g_keys += [point] * len(at_point)
     own = executor is None
     ex: Executor = ProcessExecutor() if own else executor  # type: ignore[assignment]
     try:
         df = table(keys, run_tasks(tasks, ex, progress))
         results = goodput_many(
-            sources,
+            g_sources,
             lo,
             hi,
             tol_per_s=tol_per_s,
@@ -120,36 +137,36 @@ def compare(
     finally:
         if own:
             ex.close()
-    return CompareResult(
-        table=df, goodput=goodput_frame(sources, results, df), results=tuple(results)
-    )
+    frame = goodput_frame(g_sources, g_keys, results, [p.path for p in other])
+    return CompareResult(table=df, goodput=frame, results=tuple(results))
 
 
 def goodput_frame(
-    sources: Sequence[Source], results: Sequence[GoodputResult], df: pd.DataFrame
+    sources: Sequence[Source],
+    points: Sequence[dict[str, Any]],
+    results: Sequence[GoodputResult],
+    param_cols: Sequence[str] = (),
 ) -> pd.DataFrame:
-    arch = (
-        df.groupby(SCENARIO_FILE, sort=False)["architecture"].first().to_dict() if len(df) else {}
-    )
+    """One row per goodput search; ``ratio_to_best`` is per GPU, against the best row."""
     per_gpu = [r.per_gpu_per_s for r in results]
     finite = [v for v in per_gpu if math.isfinite(v)]
     best = max(finite) if finite else float("nan")
     rows = []
-    for src, r in zip(sources, results, strict=True):
+    for src, point, r in zip(sources, points, results, strict=True):
         rows.append(
             {
                 SCENARIO_FILE: src.label,
+                **point,
                 "scenario": r.scenario,
-                "architecture": arch.get(src.label, ""),
+                "architecture": src.architecture,
                 "num_gpus": r.num_gpus,
                 "goodput_per_s": r.rate_per_s,
                 "goodput_per_gpu_per_s": r.per_gpu_per_s,
-                "ratio_to_best": r.per_gpu_per_s / best
-                if best and math.isfinite(best)
-                else float("nan"),
+                "ratio_to_best": r.per_gpu_per_s / best if best > 0 else float("nan"),
                 "status": r.status,
                 "attainment_target": r.attainment_target,
                 "tol_per_s": r.tol_per_s,
             }
         )
-    return pd.DataFrame(rows, columns=list(GOODPUT_COLUMNS))
+    cols = [SCENARIO_FILE, *param_cols, *GOODPUT_COLUMNS[1:]]
+    return pd.DataFrame(rows, columns=cols)

@@ -68,7 +68,33 @@ class Source:
     seed: int
     num_gpus: int
     name: str
+    architecture: str  # as in the summary: disaggregated, colocated-vllm, colocated-chunked
     attainment_target: float
+
+
+def _source(loaded: LoadedScenario, label: str) -> Source:
+    s = loaded.scenario
+    arch = s.architecture + (f"-{s.pool.scheduler}" if s.pool is not None else "")
+    return Source(
+        raw=loaded.raw,
+        base_dir=loaded.base_dir,
+        label=label,
+        seed=s.seed,
+        num_gpus=s.num_gpus,
+        name=s.name,
+        architecture=arch,
+        attainment_target=s.slo.attainment_target,
+    )
+
+
+def with_overrides(src: Source, overrides: Sequence[str]) -> Source:
+    """The same scenario (same label and base folder) with more ``--set`` overrides."""
+    raw = apply_overrides(src.raw, list(overrides), src.label)
+    try:
+        loaded = load_scenario(raw, base_dir=src.base_dir)
+    except UserError as e:
+        raise UserError(str(e).replace("<scenario>", src.label, 1)) from None
+    return _source(loaded, src.label)
 
 
 def as_source(
@@ -83,16 +109,7 @@ def as_source(
     else:
         loaded = load_scenario(scenario, list(overrides or []))
         label = str(loaded.path) if loaded.path else "<scenario>"
-    s = loaded.scenario
-    return Source(
-        raw=loaded.raw,
-        base_dir=loaded.base_dir,
-        label=label,
-        seed=s.seed,
-        num_gpus=s.num_gpus,
-        name=s.name,
-        attainment_target=s.slo.attainment_target,
-    )
+    return _source(loaded, label)
 
 
 def _task(src: Source, overrides: list[str]) -> PointTask:
@@ -133,7 +150,11 @@ def sweep_tasks(
     for point in expand_grid(params):
         base = point_overrides(point)
         for k in range(seeds):
-            tasks.append(_task(src, base + [override_text("seed", src.seed + k)]))
+            try:
+                tasks.append(_task(src, base + [override_text("seed", src.seed + k)]))
+            except UserError as e:
+                where = " ".join(f"{p}={v}" for p, v in point.items())
+                raise UserError(f"{e} (at sweep point {where})" if where else str(e)) from None
             keys.append({**point, SEED_INDEX: k})
     return keys, tasks
 

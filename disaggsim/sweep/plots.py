@@ -3,6 +3,7 @@ parameter, one line per combination of the other parameters (and per scenario)."
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,11 +51,24 @@ def mean_over_seeds(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return df.groupby(list(keys), sort=False, dropna=False)[value_cols].mean().reset_index()
 
 
+def short_labels(values: Sequence[str]) -> dict[str, str]:
+    """File paths without their common folder (``a/x.yaml``, ``a/y.yaml`` → ``x.yaml``, ``y.yaml``)."""
+    vals = [str(v) for v in values]
+    if len(vals) < 2:
+        return {v: Path(v).name for v in vals}
+    try:
+        common = os.path.commonpath([os.path.dirname(v) or "." for v in vals])
+    except ValueError:
+        return {v: v for v in vals}
+    return {v: os.path.relpath(v, common) if common else v for v in vals}
+
+
 def write_sweep_plots(
     df: pd.DataFrame, params: Sequence[str], out_dir: Path, series: Sequence[str] = ()
 ) -> list[Path]:
     """One PNG per panel in :data:`PANELS`. ``params[0]`` is the x axis; ``series`` (e.g.
-    the scenario column of a comparison) and the other params split the lines."""
+    the scenario column of a comparison, labelled by file name) and the other params
+    split the lines: one colour per line, solid p50 and dashed p99."""
     plt = _pyplot()
     if not params:
         return []
@@ -62,20 +76,21 @@ def write_sweep_plots(
     split = list(series) + list(params[1:])
     m = mean_over_seeds(df, split + [x])
     groups = list(m.groupby(split, sort=False, dropna=False)) if split else [((), m)]
+    names = {c: short_labels(list(m[c].unique())) for c in series}
     paths = []
     for fname, title, metrics, ylabel in PANELS:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for key, g in groups:
+        for i, (key, g) in enumerate(groups):
             key = key if isinstance(key, tuple) else (key,)
             name = ", ".join(
-                f"{v}" if c in series else f"{c}={v}" for c, v in zip(split, key, strict=True)
+                names[c][v] if c in names else f"{c}={v}" for c, v in zip(split, key, strict=True)
             )
             for col, q, ls in metrics:
                 if col not in g:
                     continue
                 y = g[col] * (1e3 if ylabel.startswith("ITL") else 1.0)
                 label = " ".join(s for s in (name, q) if s) or col
-                ax.plot(g[x], y, ls=ls, marker="o", ms=3, label=label)
+                ax.plot(g[x], y, ls=ls, color=f"C{i % 10}", marker="o", ms=3, label=label)
         if fname == "slo_attainment.png" and "slo_attainment_target" in m:
             for t in sorted(m["slo_attainment_target"].dropna().unique()):
                 ax.axhline(t, color="r", ls=":", lw=1, label=f"target {t:g}")
