@@ -5,6 +5,9 @@ Owns the cost-query commands::
     disaggsim cost prefill --model M --gpu G --tp N --batch B --prompt-tokens P
     disaggsim cost decode  --model M --gpu G --tp N --batch B --context-tokens C
     disaggsim cost kv      --model M --tokens T [--kv-dtype fp8] [--link pcie] [--gpu G]
+                           [--prefill-s S] [--overlap] [--path same-node|cross-node-rdma|
+                           cross-node-staged] [--tp N] [--host-staging pageable]
+                           [--nic-gbit-per-s R]
     disaggsim cost op gemm --gpu G --m M --n N --k K [--dtype bf16|fp8]
     disaggsim cost op decode-attention  --gpu G --batch B --context-tokens C --heads H
                                         --kv-heads KH --head-dim D [--kv-dtype]
@@ -16,6 +19,13 @@ like the flags without dashes, hyphens as underscores) it prints one JSON object
 in row order; flags given on the command line fill columns the file lacks. Token counts
 are per sequence (``--prompt-tokens``, ``--context-tokens``); times are seconds, sizes
 bytes, bandwidths bytes/s.
+
+``cost kv`` without ``--path`` uses one link class (``size/bw + latency``); with
+``--path`` it places a prefill and a decode worker of ``--tp`` GPUs each (in one node, or
+on two nodes with or without GPUDirect RDMA) and moves the KV through the fabric model
+(docs/fabric.md), reporting the path's links, hops and shards. ``exposed_s`` is the part
+of the transfer after a prefill of ``--prefill-s`` seconds ends (streamed layer by layer
+with ``--overlap``).
 """
 
 from __future__ import annotations
@@ -33,6 +43,15 @@ from disaggsim.costmodel import ops
 from disaggsim.costmodel.kv import LINK_CLASSES, kv_transfer
 from disaggsim.costmodel.step import KV_DTYPES, WEIGHT_DTYPES, RooflineWorkerCost, build_worker_cost
 from disaggsim.errors import UserError
+from disaggsim.fabric import (
+    FlowNetwork,
+    build_topology,
+    describe_path,
+    exposed_time_s,
+    parse_topology_config,
+    pool_layouts,
+    send_plan,
+)
 from disaggsim.hardware.profile import ENGINE_KINDS, HardwareProfile, load_profile
 
 __all__ = ["add_parser", "run_queries"]
@@ -43,12 +62,12 @@ class Field:
     """One query input: a flag ``--name-with-hyphens`` and a CSV column ``name``."""
 
     name: str
-    kind: str  # "int" (>= minimum), "str", or a choice list given in ``choices``
+    kind: str  # "int" (>= minimum), "float" (>= minimum), "bool", "str", or "choice"
     help: str
     required: bool = True
     default: Any = None
     choices: tuple[str, ...] = ()
-    minimum: int = 1
+    minimum: float = 1
 
     @property
     def flag(self) -> str:
@@ -57,6 +76,10 @@ class Field:
 
 def _int(name: str, help: str, minimum: int = 1) -> Field:
     return Field(name, "int", help, minimum=minimum)
+
+
+def _float(name: str, help: str, minimum: float = 0.0) -> Field:
+    return Field(name, "float", help, required=False, minimum=minimum)
 
 
 def _choice(name: str, choices: tuple[str, ...], help: str, default: str | None = None) -> Field:
@@ -147,26 +170,121 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
     }
 
 
+KV_PATHS = ("same-node", "cross-node-rdma", "cross-node-staged")
+
+
 def _kv(v: dict[str, Any], cache: dict) -> dict[str, Any]:
     model = get_model(v["model"])
     per_token = model.kv_bytes_per_token(v["kv_dtype"])
     nbytes = per_token * v["tokens"]
-    xfer = kv_transfer(nbytes, v["link"], gpu=v.get("gpu"))
+    prefill_s = v.get("prefill_s") or 0.0
+    overlap = bool(v.get("overlap"))
+    if v.get("path") is not None:
+        fab = _kv_fabric(v, nbytes, prefill_s, model.num_layers, overlap)
+    else:
+        xfer = kv_transfer(nbytes, v["link"], gpu=v.get("gpu"))
+        serial = xfer.time_s - xfer.latency_s
+        fab = {
+            "link": xfer.link,
+            "transfer_s": xfer.time_s,
+            "bandwidth_bytes_per_s": xfer.bandwidth_bytes_per_s,
+            "latency_s": xfer.latency_s,
+            "exposed_s": exposed_time_s(
+                serial, prefill_s, model.num_layers, overlap, latency_s=xfer.latency_s
+            ),
+            "path": None,
+        }
     return {
         "command": "kv",
         "model": model.id,
         "tokens": v["tokens"],
         "kv_dtype": v["kv_dtype"],
-        "link": xfer.link,
+        "link": fab.pop("link"),
         "gpu": v.get("gpu"),
         "bytes_per_token": per_token,
         "bytes": nbytes,
         "gib": nbytes / 2**30,
-        "transfer_s": xfer.time_s,
-        "time_s": xfer.time_s,
-        "bandwidth_bytes_per_s": xfer.bandwidth_bytes_per_s,
-        "latency_s": xfer.latency_s,
-        "breakdown": {"latency_s": xfer.latency_s, "serialization_s": xfer.time_s - xfer.latency_s},
+        "transfer_s": fab["transfer_s"],
+        "time_s": fab["transfer_s"],
+        "bandwidth_bytes_per_s": fab.pop("bandwidth_bytes_per_s"),
+        "latency_s": fab["latency_s"],
+        "breakdown": {
+            "latency_s": fab["latency_s"],
+            "serialization_s": fab["transfer_s"] - fab["latency_s"],
+        },
+        "prefill_s": prefill_s,
+        "overlap": overlap,
+        "num_layers": model.num_layers,
+        **{k: fab[k] for k in fab if k not in ("transfer_s", "latency_s")},
+    }
+
+
+def _kv_fabric(
+    v: dict[str, Any], nbytes: int, prefill_s: float, num_layers: int, overlap: bool
+) -> dict[str, Any]:
+    """One transfer between a prefill and a decode worker placed as ``v["path"]`` says,
+    moved by the fabric's flow network."""
+    import simpy
+
+    tp = v.get("tp") or 1
+    where = v["path"]
+    same = where == "same-node"
+    nic: dict[str, Any] = {"rdma": where != "cross-node-staged"}
+    if v.get("nic_gbit_per_s") is not None:
+        nic["gbit_per_s"] = v["nic_gbit_per_s"]
+    cfg = parse_topology_config(
+        {
+            "nic": nic,
+            "host_staging": v.get("host_staging") or "pinned",
+            "placement": {
+                "explicit": {
+                    "prefill.0": [0, list(range(tp))],
+                    "decode.0": [0, list(range(tp, 2 * tp))] if same else [1, list(range(tp))],
+                }
+            },
+        },
+        "--path",
+    )
+    gpu = v.get("gpu")
+    try:
+        topo = build_topology(cfg, pool_layouts([("prefill", gpu, 1, tp), ("decode", gpu, 1, tp)]))
+    except UserError as e:
+        raise UserError(f"--path {where} with --tp {tp}: {e}") from None
+    path = topo.path(0, 1)
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    plan = send_plan(nbytes, 0.0, prefill_s, prefill_s, num_layers, overlap)
+    if plan.source_rate_cap_bytes_per_s is None and prefill_s > 0:
+        env.run(until=prefill_s)  # without overlap the KV leaves when the prefill ends
+    latency = topo.transfer_latency_s(path, 0)
+    net.start(
+        nbytes,
+        path,
+        start_delay_s=plan.start_delay_s,
+        source_rate_cap_bytes_per_s=plan.source_rate_cap_bytes_per_s,
+        cap_until_s=plan.cap_until_s,
+        ready_at_s=plan.ready_at_s,
+    )
+    env.run()
+    (rec,) = net.records
+    # the rate one uncontended transfer gets: the same network, no overlap, no latency
+    solo_env = simpy.Environment()
+    solo = FlowNetwork(solo_env, topo)
+    solo.start(nbytes, path)
+    solo_env.run()
+    serial = solo.records[0].transfer_s - latency
+    link = {"nvlink": "nvlink", "pcie-p2p": "pcie", "rdma": "infiniband", "staged": "pcie"}
+    return {
+        "link": link[path.kind],
+        "transfer_s": serial + latency,
+        "bandwidth_bytes_per_s": nbytes / serial if serial > 0 else float("inf"),
+        "latency_s": latency,
+        "exposed_s": rec.exposed_s,
+        "path": path.kind,
+        "path_links": list(describe_path(topo, path)),
+        "hops": path.num_hops,
+        "num_shards": path.num_shards,
+        "tp": tp,
     }
 
 
@@ -287,8 +405,14 @@ COMMANDS: dict[str, tuple[str, tuple[Field, ...], Query]] = {
             MODEL,
             _int("tokens", "tokens of context", 0),
             _choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"),
-            _choice("link", LINK_CLASSES, "link class", "nvlink"),
+            _choice("link", LINK_CLASSES, "link class (without --path)", "nvlink"),
             Field("gpu", "choice", "GPU whose links to use", False, None, GPU_IDS),
+            _float("prefill_s", "prefill duration producing the KV, seconds (for exposed_s)"),
+            Field("overlap", "bool", "stream KV layer by layer during the prefill", False, False),
+            Field("path", "choice", "place the workers: fabric model", False, None, KV_PATHS),
+            Field("tp", "int", "GPUs per worker, with --path", False, 1),
+            _choice("host_staging", ("pinned", "pageable"), "staged host memory", "pinned"),
+            _float("nic_gbit_per_s", "NIC Gb/s (1e9 bit/s) per NIC, with --path", 1e-9),
         ),
         _kv,
     ),
@@ -324,6 +448,19 @@ def _convert(f: Field, raw: str) -> Any:
         if value < f.minimum:
             raise ValueError(f"must be >= {f.minimum}, got {value}")
         return value
+    if f.kind == "float":
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ValueError(f"expected a number, got {raw!r}") from None
+        if not number >= f.minimum or number == float("inf"):
+            raise ValueError(f"must be a finite number >= {f.minimum:g}, got {raw}")
+        return number
+    if f.kind == "bool":
+        low = raw.lower()
+        if low not in ("true", "false", "on", "off", "1", "0", "yes", "no"):
+            raise ValueError(f"expected true or false, got {raw!r}")
+        return low in ("true", "on", "1", "yes")
     if f.choices and raw not in f.choices:
         raise ValueError(f"unknown value {raw!r} (allowed: {', '.join(f.choices)})")
     return raw
@@ -340,6 +477,9 @@ def _resolve(
         if raw is None or raw.strip() == "":
             raw = flags.get(f.name)
             source = f.flag
+        if isinstance(raw, bool):
+            values[f.name] = raw
+            continue
         if raw is None:
             if f.required:
                 missing = (
@@ -411,6 +551,15 @@ def _add_command(sub: Any, name: str, command: str) -> None:
     help_text, fields, _ = COMMANDS[command]
     p = sub.add_parser(name, help=help_text, description=help_text + ". Prints JSON.")
     for f in fields:
+        if f.kind == "bool":
+            p.add_argument(
+                f.flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f.help,
+            )
+            continue
         extra = f" (one of: {', '.join(f.choices)})" if f.choices else ""
         default = f"; default {f.default}" if f.default is not None else ""
         p.add_argument(f.flag, dest=f.name, metavar=f.name.upper(), help=f.help + extra + default)

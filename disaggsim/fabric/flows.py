@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 import simpy
@@ -42,6 +44,11 @@ __all__ = [
 
 # A flow within this many seconds of its last byte counts as finished (float residue).
 _FINISH_TOL_S = 1e-12
+
+
+def _ignore_event(fn: Callable[[Any], None], arg: Any, _event: simpy.Event) -> None:
+    """A SimPy callback that calls ``fn(arg)``."""
+    fn(arg)
 
 
 def _before(now: float, at_s: float) -> bool:
@@ -246,7 +253,7 @@ class FlowNetwork:
         self._transfers[xfer.id] = xfer
         if start_delay_s > 0:
             ev = self.env.timeout(start_delay_s)
-            ev.callbacks.append(lambda _e, x=xfer: self._activate(x))
+            ev.callbacks.append(partial(_ignore_event, self._activate, xfer))
         else:
             self._activate(xfer)
         return FlowHandle(xfer.id)
@@ -348,7 +355,7 @@ class FlowNetwork:
                 if x.state == "active" and all(g.remaining_bytes == 0.0 for g in x.flows):
                     x.state = "tail"
                     ev = self.env.timeout(x.latency_s)
-                    ev.callbacks.append(lambda _e, x=x: self._arrive(x))
+                    ev.callbacks.append(partial(_ignore_event, self._arrive, x))
         rates = max_min_rates(
             [f.links for f in self._flows],
             [self._flow_cap(f, now) for f in self._flows],
@@ -375,7 +382,7 @@ class FlowNetwork:
         if math.isfinite(next_at):
             gen = self._generation
             ev = self.env.timeout(max(0.0, next_at - now))
-            ev.callbacks.append(lambda _e, gen=gen: self._wake(gen))
+            ev.callbacks.append(partial(_ignore_event, self._wake, gen))
 
     def _wake(self, generation: int) -> None:
         if generation != self._generation:

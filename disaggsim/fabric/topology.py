@@ -184,7 +184,7 @@ def _hardware(cfg: FabricTopologyConfig, gpu: str | None) -> _NodeHw:
     if cfg.pcie.gb_per_s is not None:
         pcie = cfg.pcie.gb_per_s * GB
     else:
-        gen = cfg.pcie.gen or (spec.pcie_gen if spec else _GENERIC["pcie_gen"])
+        gen = cfg.pcie.gen or (spec.pcie_gen if spec else int(_GENERIC["pcie_gen"]))
         pcie = PCIE_EFFICIENCY * PCIE_X16_BYTES_PER_S[gen]
     nic = 0.0
     if cfg.nic is not None:
@@ -387,6 +387,7 @@ def _path(
     for k in range(m):
         gs, gd = s.gpus[k * s.tp // m], d.gpus[k * d.tp // m]
         cap = math.inf
+        links: tuple[int, ...]
         if kind == "nvlink":
             links = (nvl(hs, s.node, gs, "out"), nvl(hd, d.node, gd, "in"))
         elif kind == "pcie-p2p":
