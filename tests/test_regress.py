@@ -35,10 +35,21 @@ def test_fresh_runs_match_the_committed_references():
     assert set(report.checked) == {p.stem for p in CI.glob("*.yaml")}
 
 
-@pytest.fixture
-def ref_copy(tmp_path):
-    d = tmp_path / "reference"
+@pytest.fixture(scope="module")
+def fresh_refs(tmp_path_factory):
+    """The committed references' grids with values freshly computed by this checkout,
+    so the perturbation tests below do not depend on the committed values being current
+    (that is the previous test's job). Computed once per module."""
+    d = tmp_path_factory.mktemp("fresh") / "reference"
     shutil.copytree(REF, d)
+    regress.update(CI, d, executor=SerialExecutor())
+    return d
+
+
+@pytest.fixture
+def ref_copy(fresh_refs, tmp_path):
+    d = tmp_path / "reference"
+    shutil.copytree(fresh_refs, d)
     return d
 
 
@@ -78,7 +89,7 @@ def test_a_change_below_the_tolerance_is_not_drift(ref_copy):
 
 def test_structural_problems_are_reported(ref_copy, tmp_path):
     (ref_copy / "chunked.json").unlink()
-    (ref_copy / "retired.json").write_text((REF / "disaggregated.json").read_text())
+    (ref_copy / "retired.json").write_text((ref_copy / "disaggregated.json").read_text())
     report = regress.check(CI, ref_copy, executor=SerialExecutor())
     problems = {d.scenario: d.problem for d in report.drifts}
     assert (
