@@ -23,6 +23,7 @@ from disaggsim.errors import UserError
 from disaggsim.sweep.core import (
     RATE_PATH,
     SEED_INDEX,
+    PointTask,
     ProgressFn,
     as_source,
     run_tasks,
@@ -190,7 +191,9 @@ def _run(
     progress: ProgressFn | None,
 ) -> list[list[dict[str, Any]]]:
     """Fresh points for each (scenario, grid, seeds), all sent to the executor at once."""
-    keys_all, tasks_all, spans = [], [], []
+    keys_all: list[dict[str, Any]] = []
+    tasks_all: list[PointTask] = []
+    spans: list[tuple[int, int]] = []
     for path, grid, seeds in jobs:
         keys, tasks = sweep_tasks(as_source(path), _params(grid), seeds)
         spans.append((len(keys_all), len(keys)))

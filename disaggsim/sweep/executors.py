@@ -48,7 +48,9 @@ class _Closing:
 class SerialExecutor(_Closing):
     """Runs tasks one after another in this process (tests, notebooks, debugging)."""
 
-    def map(self, fn, tasks, on_done=None):
+    def map(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone | None = None
+    ) -> list[Any]:
         out = []
         for t in tasks:
             out.append(fn(t))
@@ -82,7 +84,9 @@ class ProcessExecutor(_Closing):
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
         return self._pool
 
-    def map(self, fn, tasks, on_done=None):
+    def map(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone | None = None
+    ) -> list[Any]:
         pool = self._get_pool()
         futures: list[Future] = [pool.submit(fn, t) for t in tasks]
         try:
@@ -133,7 +137,9 @@ class DaskExecutor(_Closing):
                 raise UserError(f"--scheduler {self.address}: cannot connect ({e})") from None
         return self._client
 
-    def map(self, fn, tasks, on_done=None):
+    def map(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone | None = None
+    ) -> list[Any]:
         from distributed import as_completed
 
         client = self._get_client()
