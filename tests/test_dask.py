@@ -37,7 +37,7 @@ def test_dask_table_equals_the_serial_table(cluster):
         )  # fmt: skip
     pd.testing.assert_frame_equal(got, expected)
     assert len(got) == 12
-    assert done[-1] == (12, 12) and len(done) == 12
+    assert done[0] == (0, 12) and done[-1] == (12, 12) and len(done) == 13
 
 
 def test_dask_goodput_equals_serial(cluster):

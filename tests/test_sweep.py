@@ -163,7 +163,7 @@ def test_progress_reports_every_task():
         CI / "disaggregated.yaml", {"workload.rate_per_s": [1, 2, 3]}, executor=SerialExecutor(),
         overrides=SHORT, progress=lambda done, total: seen.append((done, total)),
     )  # fmt: skip
-    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)]
 
 
 @pytest.mark.parametrize(

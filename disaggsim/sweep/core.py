@@ -170,6 +170,8 @@ def run_tasks(
         if progress is not None:
             progress(done[0], total)
 
+    if progress is not None:
+        progress(0, total)
     if executor is not None:
         return executor.map(run_point, tasks, on_done)
     with ProcessExecutor() as ex:
