@@ -50,7 +50,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     f.add_argument(
         "--base",
         metavar="PROFILE.json",
-        help="profile to carry unmeasured ops from (default: shipped)",
+        help="profile to carry unmeasured ops from (default: calibration/priors/<gpu>.json "
+        "if present, else the shipped profile unless it is measured)",
     )
     f.set_defaults(func=_cmd_fit)
 
@@ -92,9 +93,9 @@ def _cmd_run(args) -> int:
 def _cmd_fit(args) -> int:
     from calibration.fit import build_profile  # noqa: PLC0415
     from calibration.rawio import read_raw  # noqa: PLC0415
-    from disaggsim.hardware.profile import profile_from_dict, shipped_profile_path  # noqa: PLC0415
+    from disaggsim.hardware.profile import profile_from_dict  # noqa: PLC0415
 
-    base_path = Path(args.base) if args.base else shipped_profile_path(args.gpu)
+    base_path = Path(args.base) if args.base else default_base(args.gpu)
     if not base_path.is_file():
         raise UserError(
             f"{base_path}: base profile for GPU {args.gpu!r} not found (give --base PROFILE.json)"
@@ -127,6 +128,27 @@ def _cmd_fit(args) -> int:
         f"  carried from {prof['provenance']['base_profile']}: {', '.join(prof['provenance']['carried'])}"
     )
     return 0
+
+
+def default_base(gpu: str) -> Path:
+    """The profile ``calibrate fit`` carries unmeasured ops from when no ``--base`` is
+    given: the prior ``calibration/priors/<gpu>.json`` when there is one (written by
+    ``python -m calibration.fit_public`` for GPUs whose shipped profile is measured),
+    else the shipped profile — unless that one is itself measured, which would carry a
+    previous fit's values: then ``--base`` is required."""
+    from calibration.fit_public import PRIORS_DIR, is_measured  # noqa: PLC0415
+    from disaggsim.hardware.profile import profile_filename, shipped_profile_path  # noqa: PLC0415
+
+    prior = PRIORS_DIR / profile_filename(gpu)
+    if prior.is_file():
+        return prior
+    ship = shipped_profile_path(gpu)
+    if is_measured(ship):
+        raise UserError(
+            f"{ship}: the shipped {gpu} profile is itself measured; give --base PROFILE.json "
+            f"(e.g. the prior written by `python -m calibration.fit_public` to {prior})"
+        )
+    return ship
 
 
 def _repo_rel(path: Path) -> str:

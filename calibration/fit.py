@@ -178,17 +178,33 @@ def fit_decode_attention(
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
     )
 
-    def model(p, idx):
-        prm = DecodeAttentionParams(floor_s=p[0], per_seq_s=p[1], bw_eff=p[2])
-        return ops.decode_attention_time_s(
-            peaks, prm, b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes
+    def params(p) -> DecodeAttentionParams:
+        return DecodeAttentionParams(
+            floor_s=p[0], per_seq_s=p[1], bw_eff=p[2], per_seq_kv_elem_s=p[3], par_half_sat=p[4]
         )
 
-    starts = [(8e-6, 1e-7, 0.7), (3e-6, 1e-8, 0.5), (2e-5, 1e-6, 0.9)]
+    def model(p, idx):
+        return ops.decode_attention_time_s(
+            peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes
+        )
+
+    # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat); the log-space bounds
+    # keep every parameter > 0, the lower ones small enough to mean "term off"
+    starts = [
+        (8e-6, 1e-8, 0.7, 1e-10, 1.0),
+        (3e-6, 1e-9, 0.5, 1e-11, 0.1),
+        (2e-5, 1e-7, 0.9, 1e-9, 10.0),
+    ]
     p, err = fit_generic(
-        model, t_s, starts, (1e-8, 1e-12, 1e-4), (1e-2, 1e-3, 1.0), groups, held_out
+        model,
+        t_s,
+        starts,
+        (1e-8, 1e-13, 1e-4, 1e-15, 1e-4),
+        (1e-2, 1e-3, 1.0, 1e-5, 1e4),
+        groups,
+        held_out,
     )
-    return Fitted(DecodeAttentionParams(floor_s=p[0], per_seq_s=p[1], bw_eff=p[2]), err)
+    return Fitted(params(p), err)
 
 
 def fit_prefill_attention(
@@ -264,24 +280,47 @@ def fit_copy(nbytes, t_s, num_blocks=None, held_out: bool = True) -> Fitted:
 
 
 def fit_allreduce(nbytes, t_s, num_gpus: int, held_out: bool = True) -> Fitted:
-    """Latency and bus bandwidth for one GPU count (``nbytes`` is the per-GPU buffer)."""
+    """Latency and bus bandwidth for one GPU count (``nbytes`` is the per-GPU buffer).
+
+    Two protocols, the faster of which runs: Simple ``(latency_s, bus_bw)`` and LL
+    ``(ll_latency_s, ll_bus_bw)``; ``params`` is ``(latency_s, bus_bw, ll_latency_s,
+    ll_bus_bw)``. With fewer than 8 sizes only Simple is fitted (``ll_bus_bw`` 0)."""
     from disaggsim.hardware.profile import AllReduceParams  # noqa: PLC0415
 
     nb, t_s = np.asarray(nbytes, float), np.asarray(t_s, float)
+    if len(np.unique(nb)) < 8:
+
+        def model1(p, idx):
+            prm = AllReduceParams(((num_gpus, p[0], p[1]),))
+            return ops.allreduce_time_s(prm, nb[idx], num_gpus)
+
+        p, err = fit_generic(
+            model1,
+            t_s,
+            [(1e-5, 1e11), (3e-5, 3e11), (5e-6, 5e10)],
+            (1e-8, 1e8),
+            (1e-1, 1e13),
+            held_out=held_out,
+        )
+        return Fitted((p[0], p[1], 0.0, 0.0), err)
 
     def model(p, idx):
-        prm = AllReduceParams(((num_gpus, p[0], p[1]),))
+        prm = AllReduceParams(((num_gpus, p[0], p[1], p[2], p[3]),))
         return ops.allreduce_time_s(prm, nb[idx], num_gpus)
 
+    # starts: Simple slow to start and fast, LL quick to start and about half as fast
     p, err = fit_generic(
         model,
         t_s,
-        [(1e-5, 1e11), (3e-5, 3e11), (5e-6, 5e10)],
-        (1e-8, 1e8),
-        (1e-1, 1e13),
+        [(3e-5, 2e11, 5e-6, 5e10), (5e-5, 3e11, 1e-5, 1e11), (2e-5, 1e11, 3e-6, 3e10)],
+        (1e-8, 1e8, 1e-8, 1e8),
+        (1e-1, 1e13, 1e-1, 1e13),
         held_out=held_out,
     )
-    return Fitted((p[0], p[1]), err)
+    simple, ll = (p[0], p[1]), (p[2], p[3])
+    if ll[1] > simple[1]:  # name the higher-bandwidth protocol Simple
+        simple, ll = ll, simple
+    return Fitted((*simple, *ll), err)
 
 
 # ---- raw folder → profile ----
@@ -293,6 +332,15 @@ def _round(x: float) -> float:
 
 def _params_dict(prm: Any) -> dict[str, float]:
     return {k: _round(v) for k, v in asdict(prm).items()}
+
+
+def allreduce_dict(params: tuple[float, float, float, float]) -> dict[str, float]:
+    """Profile entry for one GPU count from :func:`fit_allreduce` parameters."""
+    lat, bw, ll_lat, ll_bw = params
+    out = {"latency_s": _round(lat), "bus_bw_bytes_per_s": _round(bw)}
+    if ll_bw > 0:
+        out.update(ll_latency_s=_round(ll_lat), ll_bus_bw_bytes_per_s=_round(ll_bw))
+    return out
 
 
 def _dtype_key(dtype: str) -> str:
@@ -373,11 +421,7 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks) -> tuple[dict, dict, list[str]]:
     a = df[df["op"] == "allreduce"]
     for ng, rows in a.groupby("num_gpus"):
         f = fit_allreduce(rows["nbytes"], rows["median_s"], int(ng))
-        lat, bw = f.params
-        out.setdefault("allreduce", {})[str(int(ng))] = {
-            "latency_s": _round(lat),
-            "bus_bw_bytes_per_s": _round(bw),
-        }
+        out.setdefault("allreduce", {})[str(int(ng))] = allreduce_dict(f.params)
         errors[f"allreduce.{int(ng)}"] = f.error.as_dict()
         measured.append(f"allreduce.{int(ng)}")
     return out, errors, measured

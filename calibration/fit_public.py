@@ -24,6 +24,11 @@ What is fitted to what (all through the :mod:`disaggsim.costmodel.ops` forms):
 Priors: h100-pcie, h200-sxm, b200 take the H100-SXM efficiencies and l40s the
 A100-80GB ones, with their own datasheet peaks from :func:`disaggsim.catalog.get_gpu`;
 link-bound parameters are scaled by the ratio of the relevant link bandwidths.
+
+A shipped profile whose provenance kind is ``measured`` is never overwritten: the prior
+for that GPU is written to ``calibration/priors/<gpu>.json`` instead, and the measured
+profile is refitted from its raw run on top of it with ``disaggsim calibrate fit RAW_DIR
+--gpu GPU --base calibration/priors/<gpu>.json`` (the default base when that file exists).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from calibration.fit import (
     FitError,
     _params_dict,
     _round,
+    allreduce_dict,
     fit_allreduce,
     fit_decode_attention,
     fit_elementwise,
@@ -54,6 +60,7 @@ from disaggsim.errors import UserError
 from disaggsim.hardware.profile import GpuPeaks, profile_from_dict, shipped_profile_path
 
 FITTED_GPUS = ("a100-80gb", "h100-sxm")
+PRIORS_DIR = Path(__file__).resolve().parent / "priors"
 PRIORS = {"h100-pcie": "h100-sxm", "h200-sxm": "h100-sxm", "b200": "h100-sxm", "l40s": "a100-80gb"}
 GEMM_FRAMEWORK = {"bf16": "vllm", "fp8": "trtllm"}
 ATTENTION_FRAMEWORK = "vllm"
@@ -157,10 +164,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
     ops_out["allreduce"] = {}
     for n, rows in ar.groupby("num_gpus"):
         fa = fit_allreduce(rows["nbytes"], rows["t_s"], int(n))
-        ops_out["allreduce"][str(int(n))] = {
-            "latency_s": _round(fa.params[0]),
-            "bus_bw_bytes_per_s": _round(fa.params[1]),
-        }
+        ops_out["allreduce"][str(int(n))] = allreduce_dict(fa.params)
         errors[f"allreduce.{int(n)}"] = _err(
             fa.error, f"{rows['table'].iloc[0]} (all_reduce, half)"
         )
@@ -235,9 +239,9 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
         return g.nvlink_bytes_per_s if g.nvlink_bytes_per_s > 0 else g.pcie_bytes_per_s
 
     for n, prm in ops_out["allreduce"].items():
-        prm["bus_bw_bytes_per_s"] = _scale(
-            ops_in["allreduce"][n]["bus_bw_bytes_per_s"], link(tgt), link(src)
-        )
+        for key in ("bus_bw_bytes_per_s", "ll_bus_bw_bytes_per_s"):
+            if key in prm:
+                prm[key] = _scale(ops_in["allreduce"][n][key], link(tgt), link(src))
     hbm_ratio = (tgt.hbm_bytes_per_s, src.hbm_bytes_per_s)
     for kind in ("d2d", "gather"):
         ops_out["copy"][kind]["bw_bytes_per_s"] = _scale(
@@ -279,7 +283,30 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
 
 def write_profile(prof: dict, path: Path) -> None:
     profile_from_dict(prof, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(prof, indent=2) + "\n")
+
+
+def is_measured(path: Path) -> bool:
+    """Whether the profile file at ``path`` was measured on its GPU (never overwritten here)."""
+    if not path.is_file():
+        return False
+    try:
+        return (json.loads(path.read_text()).get("provenance") or {}).get("kind") == "measured"
+    except json.JSONDecodeError:
+        return False
+
+
+def destination(gpu: str, out_dir: str | None) -> Path:
+    """Where this script writes ``gpu``'s fitted or prior profile: the shipped file (or
+    ``out_dir``), except when that file is a measured profile — then the profile goes to
+    ``calibration/priors/`` (or ``out_dir/priors/``), the base ``calibrate fit`` carries
+    unmeasured parts from."""
+    ship = shipped_profile_path(gpu)
+    target = (Path(out_dir) / ship.name) if out_dir else ship
+    if is_measured(target) or is_measured(ship):
+        return ((Path(out_dir) / "priors") if out_dir else PRIORS_DIR) / ship.name
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,14 +328,14 @@ def main(argv: list[str] | None = None) -> int:
         public.kernels_dir(data)
         fitted = {}
         for gpu in FITTED_GPUS:
-            ship = shipped_profile_path(gpu)
-            base = json.loads(ship.read_text())
+            out = destination(gpu, args.out_dir)
+            base_path = out if out.is_file() else shipped_profile_path(gpu)
+            base = json.loads(base_path.read_text())
             prof = fit_gpu(gpu, data, base)
             if args.engines and gpu == "a100-80gb":
                 from calibration import engines  # noqa: PLC0415
 
                 prof = engines.fit_into(prof, data)
-            out = (Path(args.out_dir) / ship.name) if args.out_dir else ship
             write_profile(prof, out)
             fitted[gpu] = prof
             print(f"wrote {out}")
@@ -330,15 +357,17 @@ def main(argv: list[str] | None = None) -> int:
             fitted["h100-sxm"]["provenance"]["engines_from"] = (
                 "a100-80gb DistServe fit (no H100 whole-step table)"
             )
-            out = (
-                Path(args.out_dir) if args.out_dir else shipped_profile_path("h100-sxm").parent
-            ) / "h100_sxm.json"
-            write_profile(fitted["h100-sxm"], out)
+            write_profile(fitted["h100-sxm"], destination("h100-sxm", args.out_dir))
         for gpu, src in PRIORS.items():
-            ship = shipped_profile_path(gpu)
-            out = (Path(args.out_dir) / ship.name) if args.out_dir else ship
+            out = destination(gpu, args.out_dir)
             write_profile(prior_from(gpu, src, fitted[src]), out)
-            print(f"wrote {out} (prior from {src})")
+            note = ""
+            if out.parent.name == "priors":
+                note = (
+                    f"; the shipped {gpu} profile is measured and stays: refit it with "
+                    f"`disaggsim calibrate fit RAW_DIR --gpu {gpu} --base {out}`"
+                )
+            print(f"wrote {out} (prior from {src}{note})")
     except UserError as e:
         print(f"fit_public: error: {e}", file=sys.stderr)
         return 2

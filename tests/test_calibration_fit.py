@@ -19,6 +19,7 @@ from disaggsim.hardware.profile import (
     PrefillAttentionParams,
     ProfileError,
     load_profile,
+    profile_from_dict,
     shipped_profile_path,
 )
 
@@ -46,15 +47,45 @@ def test_fitter_recovers_gemm_parameters_from_noisy_synthetic_data() -> None:
 
 
 def test_fitter_recovers_decode_attention_parameters() -> None:
-    true = DecodeAttentionParams(floor_s=1e-5, per_seq_s=5e-8, bw_eff=0.8)
+    true = DecodeAttentionParams(
+        floor_s=1e-5, per_seq_s=2e-8, bw_eff=0.8, per_seq_kv_elem_s=3e-11, par_half_sat=4.0
+    )
     b = np.repeat([1, 4, 16, 64, 256, 1024], 6).astype(float)
     c = b * np.tile([16, 128, 1024, 4096, 16384, 65536], 6)
-    kh, d = np.full_like(b, 8.0), np.full_like(b, 128.0)
+    # three head layouts so the per-sequence and per-(sequence × KV head × dim) terms and
+    # the parallelism limit are each identifiable
+    b, c = np.tile(b, 3), np.tile(c, 3)
+    kh = np.repeat([1.0, 2.0, 8.0], 36)
+    d = np.repeat([128.0, 64.0, 128.0], 36)
     t = _noisy(ops.decode_attention_time_s(PEAKS, true, b, c, kh, d), 2)
     got = fit_decode_attention(PEAKS, b, c, kh, d, t, held_out=False).params
     assert got.bw_eff == pytest.approx(0.8, rel=0.05)
     assert got.floor_s == pytest.approx(1e-5, rel=0.1)
-    assert got.per_seq_s == pytest.approx(5e-8, rel=0.3)
+    assert got.per_seq_s == pytest.approx(2e-8, rel=0.3)
+    assert got.per_seq_kv_elem_s == pytest.approx(3e-11, rel=0.3)
+    assert got.par_half_sat == pytest.approx(4.0, rel=0.3)
+
+
+def test_decode_attention_new_terms_by_hand_and_old_profiles_load() -> None:
+    # B 4, KH 2, D 128, C 4096 bf16: bytes = 2 × 4096 × 2 × 128 × 2 = 4,194,304;
+    # P = 8 items → bandwidth share 8 / (8 + 8) = 0.5
+    p = DecodeAttentionParams(
+        floor_s=1e-5, per_seq_s=1e-7, bw_eff=0.8, per_seq_kv_elem_s=1e-10, par_half_sat=8.0
+    )
+    want = 1e-5 + 4 * 1e-7 + 1e-10 * 4 * 2 * 128 + 4_194_304 / (PEAKS.hbm_bytes_per_s * 0.8 * 0.5)
+    got = float(ops.decode_attention_time_s(PEAKS, p, 4, 4096, 2, 128))
+    assert got == pytest.approx(want, rel=1e-12)
+    # a profile without the two keys loads with both terms off
+    raw = json.loads(shipped_profile_path("a100-80gb").read_text())
+    for prm in raw["ops"]["decode_attention"].values():
+        prm.pop("per_seq_kv_elem_s", None)
+        prm.pop("par_half_sat", None)
+    old = profile_from_dict(raw, "old.json").decode_attention_params("bf16")
+    assert (old.per_seq_kv_elem_s, old.par_half_sat) == (0.0, 0.0)
+    want_old = old.floor_s + old.per_seq_s * 4 + 4_194_304 / (PEAKS.hbm_bytes_per_s * old.bw_eff)
+    assert float(ops.decode_attention_time_s(PEAKS, old, 4, 4096, 2, 128)) == pytest.approx(
+        want_old, rel=1e-12
+    )
 
 
 def test_fitter_recovers_prefill_attention_parameters() -> None:

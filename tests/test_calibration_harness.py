@@ -58,9 +58,15 @@ def test_fit_writes_a_loadable_measured_profile(raw_dir: Path, tmp_path: Path) -
     prov = prof.provenance
     assert prov["kind"] == "measured"
     assert "gemm.bf16" in prov["measured"] and "copy.gather" in prov["measured"]
-    # one GPU measured on CPU: all-reduce and engines come from the shipped base profile
+    # one GPU measured on CPU: all-reduce and engines come from the base profile, which
+    # for h200-sxm (shipped profile measured) is the prior fit_public writes beside
     assert "allreduce.2" in prov["carried"] and "engines" in prov["carried"]
-    assert prov["base_profile"].endswith("h200_sxm.json")
+    assert prov["base_profile"] == "calibration/priors/h200_sxm.json"
+    assert prov["base_kind"] == "prior"
+    prior = json.loads((REPO / "calibration" / "priors" / "h200_sxm.json").read_text())
+    raw_prof = json.loads(out.read_text())
+    assert raw_prof["ops"]["allreduce"] == prior["ops"]["allreduce"]
+    assert raw_prof["engines"] == prior["engines"]
     assert prof.fit_error["gemm.bf16"]["n"] > 0
     # the fitted parameters drive the ops formulas, and the times are in the measured range
     df = read_raw(raw_dir)

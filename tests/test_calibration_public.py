@@ -20,8 +20,6 @@ pytestmark = pytest.mark.skipif(
 # if a refit meets one, this test fails until it is removed from the list.
 KNOWN_MISSES = {
     ("a100-80gb", "decode_attention", "AIC vllm kv bf16"),
-    ("a100-80gb", "allreduce", "nccl-tests 2 GPUs"),
-    ("h100-sxm", "decode_attention", "AIC vllm kv fp8"),
 }
 
 

@@ -11,13 +11,20 @@ Forms (``docs/costmodel.md`` has the derivations):
 - GEMM (m tokens × k → n): ``launch_s + max(2mnk / (peak × eff_c), bytes / (hbm × mem_eff))``
   with ``eff_c = max_eff × d / (d + half_sat)``, ``d = min(m, n, k)``: compute efficiency
   saturating in the smallest dimension; ``bytes = (mk + kn + mn) × elem``.
-- Decode attention (B sequences, C cached tokens in all): ``floor_s + per_seq_s × B +
-  kv_bytes / (hbm × bw_eff)``: linear in C at fixed B, which the engine relies on.
+- Decode attention (B sequences, C cached tokens in all, KH KV heads of dimension D):
+  ``floor_s + per_seq_s × B + per_seq_kv_elem_s × B × KH × D + kv_bytes / (hbm × bw_eff ×
+  P / (P + par_half_sat))`` with ``P = B × KH`` the kernel's (sequence, KV head) work
+  items: each item loads its query group and writes its output (the per-item term), and
+  few items cannot keep every memory channel busy (the parallelism factor). At fixed B
+  and shape the time is linear in C, which the engine relies on. The two newer
+  parameters default to 0 (no per-item term, no parallelism limit).
 - Prefill attention (causal, FLOP = 4 × heads × head_dim × query-key pairs):
   ``floor_s + flop / (peak × max_eff × L / (L + half_sat))``, L = mean new tokens per
   sequence.
 - Element-wise / norm kernels: ``launch_s + bytes / (hbm × bw_eff)``.
-- All-reduce over n GPUs of S bytes (ring): ``latency_s + 2 (n-1)/n × S / bus_bw``.
+- All-reduce over n GPUs of S bytes (ring): ``latency_s + 2 (n-1)/n × S / bus_bw`` per
+  NCCL protocol; with both Simple and LL (low-latency: small latency, about half the
+  bandwidth) fitted, the faster of the two, as NCCL's tuner picks.
 - Copies (KV moves): ``latency_s + S / bw``; paged gather adds ``per_block_s`` per block.
 """
 
@@ -67,6 +74,15 @@ def gemm_time_s(
     return p.launch_s + np.maximum(compute_s, memory_s)
 
 
+def decode_attention_bw_scale(p: DecodeAttentionParams, batch: ArrayLike, kv_heads: ArrayLike):
+    """Share of ``hbm × bw_eff`` a decode-attention kernel over ``batch × kv_heads``
+    (sequence, KV head) work items reaches: ``P / (P + par_half_sat)`` (1 when 0)."""
+    if p.par_half_sat <= 0.0:
+        return np.ones_like(np.asarray(batch, float) * np.asarray(kv_heads, float))
+    items = np.asarray(batch, float) * np.asarray(kv_heads, float)
+    return items / np.maximum(items + p.par_half_sat, 1e-300)
+
+
 def decode_attention_time_s(
     peaks: GpuPeaks,
     p: DecodeAttentionParams,
@@ -78,18 +94,12 @@ def decode_attention_time_s(
 ) -> np.ndarray:
     """Seconds for one decode-attention kernel over ``batch`` sequences holding
     ``context_tokens`` cached tokens in total (per layer, per GPU shard)."""
-    kv_bytes = (
-        2.0
-        * np.asarray(context_tokens, float)
-        * np.asarray(kv_heads, float)
-        * np.asarray(head_dim, float)
-        * kv_elem_bytes
-    )
-    return (
-        p.floor_s
-        + p.per_seq_s * np.asarray(batch, float)
-        + kv_bytes / (peaks.hbm_bytes_per_s * p.bw_eff)
-    )
+    b = np.asarray(batch, float)
+    kh = np.asarray(kv_heads, float)
+    d = np.asarray(head_dim, float)
+    kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
+    bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, b, kh)
+    return p.floor_s + p.per_seq_s * b + p.per_seq_kv_elem_s * b * kh * d + kv_bytes / bw
 
 
 def prefill_attention_flop(pairs: ArrayLike, heads: ArrayLike, head_dim: ArrayLike) -> np.ndarray:
@@ -129,11 +139,14 @@ def elementwise_time_s(peaks: GpuPeaks, p: ElementwiseParams, nbytes: ArrayLike)
 
 
 def allreduce_time_s(p: AllReduceParams, nbytes: ArrayLike, num_gpus: int) -> np.ndarray:
-    """Seconds for a ring all-reduce of ``nbytes`` over ``num_gpus`` (0 for one GPU)."""
+    """Seconds for a ring all-reduce of ``nbytes`` over ``num_gpus`` (0 for one GPU): the
+    faster of the fitted protocols (Simple, and LL when the profile has it)."""
+    s = np.asarray(nbytes, float)
     if num_gpus <= 1:
-        return np.zeros_like(np.asarray(nbytes, float))
-    lat, bus_bw = p.for_gpus(num_gpus)
-    return lat + 2.0 * (num_gpus - 1) / num_gpus * np.asarray(nbytes, float) / bus_bw
+        return np.zeros_like(s)
+    ring = 2.0 * (num_gpus - 1) / num_gpus * s
+    times = [lat + ring / bus_bw for lat, bus_bw in p.protocols_for_gpus(num_gpus)]
+    return np.minimum.reduce(times) if len(times) > 1 else times[0]
 
 
 def copy_time_s(p: CopyParams, nbytes: ArrayLike, num_blocks: ArrayLike = 0) -> np.ndarray:

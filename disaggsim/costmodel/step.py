@@ -31,6 +31,7 @@ from pathlib import Path
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import (
+    DecodeAttentionParams,
     ElementwiseParams,
     GemmParams,
     HardwareProfile,
@@ -119,6 +120,14 @@ def _prefill_attention_s(
     return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
 
 
+def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> float:
+    """ops.decode_attention_bw_scale for scalars: ``P / (P + par_half_sat)``, P = B × KH."""
+    if p.par_half_sat <= 0.0:
+        return 1.0
+    items = batch * kv_heads
+    return items / (items + p.par_half_sat)
+
+
 def valid_tps(model: ModelSpec, max_tp: int = MAX_TP) -> tuple[int, ...]:
     """TP degrees that shard ``model``: divide the query heads, and either divide the KV
     heads or are a multiple of them (then each GPU holds one replicated KV head)."""
@@ -169,8 +178,7 @@ class RooflineWorkerCost:
         "_hbm",
         "_bf16_peak",
         "_kv_elem",
-        "_ar_latency_s",
-        "_ar_bus_bw",
+        "_ar_protocols",
         "_overhead_s",
         "_decode_cache",
     )
@@ -221,10 +229,7 @@ class RooflineWorkerCost:
         self._pre = profile.prefill_attention_params("bf16")
         self._ew = profile.elementwise
         self._kv_elem = float(dtype_bytes(kv_dtype))
-        if tp > 1:
-            self._ar_latency_s, self._ar_bus_bw = profile.allreduce.for_gpus(tp)
-        else:
-            self._ar_latency_s, self._ar_bus_bw = 0.0, 1.0
+        self._ar_protocols = profile.allreduce.protocols_for_gpus(tp) if tp > 1 else ()
         eng = profile.engine(engine)
         self._overhead_s = eng.per_iteration_s + eng.per_layer_s * model.num_layers
 
@@ -261,7 +266,11 @@ class RooflineWorkerCost:
                 * self.kv_heads_per_gpu
                 * self.model.head_dim
                 * self._kv_elem
-                / (self._hbm * self._dec.bw_eff)
+                / (
+                    self._hbm
+                    * self._dec.bw_eff
+                    * _dec_bw_scale(self._dec, batch, self.kv_heads_per_gpu)
+                )
             )
             coeffs = (base, per_token)
         self._decode_cache[batch] = coeffs
@@ -348,8 +357,14 @@ class RooflineWorkerCost:
             )
         if decode_batch > 0:
             d = self._dec
-            kv_bytes = 2.0 * decode_context_tokens * self.kv_heads_per_gpu * hd * self._kv_elem
-            attn_layer += d.floor_s + d.per_seq_s * decode_batch + kv_bytes / (hbm * d.bw_eff)
+            hkv_dec = float(self.kv_heads_per_gpu)
+            kv_bytes = 2.0 * decode_context_tokens * hkv_dec * hd * self._kv_elem
+            attn_layer += (
+                d.floor_s
+                + d.per_seq_s * decode_batch
+                + d.per_seq_kv_elem_s * decode_batch * hkv_dec * hd
+                + kv_bytes / (hbm * d.bw_eff * _dec_bw_scale(d, decode_batch, hkv_dec))
+            )
 
         a = float(ACT_BYTES)
         ew = self._ew
@@ -366,9 +381,8 @@ class RooflineWorkerCost:
         ar_layer = 0.0
         if self.tp > 1:
             tp = self.tp
-            ar_layer = 2.0 * (
-                self._ar_latency_s + 2.0 * (tp - 1) / tp * (m * hidden * a) / self._ar_bus_bw
-            )
+            ring_bytes = 2.0 * (tp - 1) / tp * (m * hidden * a)
+            ar_layer = 2.0 * min(lat + ring_bytes / bw for lat, bw in self._ar_protocols)
 
         out_seqs = float(decode_batch + prefill_seqs)
         lm_head = 0.0

@@ -11,10 +11,12 @@ by the calibration fitter. Schema (version 1)::
                 "hbm_bytes": ...},
       "ops": {
         "gemm": {"bf16": {"launch_s", "max_eff", "half_sat", "mem_eff"}, "fp8": {...}},
-        "decode_attention": {"bf16": {"floor_s", "per_seq_s", "bw_eff"}, "fp8": {...}},
+        "decode_attention": {"bf16": {"floor_s", "per_seq_s", "bw_eff",
+                             ["per_seq_kv_elem_s", "par_half_sat"]}, "fp8": {...}},
         "prefill_attention": {"bf16": {"floor_s", "max_eff", "half_sat"}},
         "elementwise": {"launch_s", "bw_eff"},
-        "allreduce": {"2": {"latency_s", "bus_bw_bytes_per_s"}, "4": {...}, "8": {...}},
+        "allreduce": {"2": {"latency_s", "bus_bw_bytes_per_s",
+                            ["ll_latency_s", "ll_bus_bw_bytes_per_s"]}, "4": {...}, ...},
         "copy": {"d2d" | "h2d_pinned" | "d2h_pinned" | "p2p" | "gather":
                  {"latency_s", "bw_bytes_per_s", "per_block_s"}}
       },
@@ -69,9 +71,15 @@ class GemmParams:
 
 @dataclass(frozen=True, slots=True)
 class DecodeAttentionParams:
+    """``per_seq_kv_elem_s``: seconds per (sequence × KV head × head-dim element);
+    ``par_half_sat``: (sequence, KV head) work items at which the kernel reaches half its
+    bandwidth. Both optional in the JSON (0: term off), so older profiles still load."""
+
     floor_s: float
     per_seq_s: float
     bw_eff: float
+    per_seq_kv_elem_s: float = 0.0
+    par_half_sat: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +97,28 @@ class ElementwiseParams:
 
 @dataclass(frozen=True, slots=True)
 class AllReduceParams:
-    """Latency and bus bandwidth per GPU count; counts not measured use the nearest."""
+    """Per GPU count: the Simple protocol's latency and bus bandwidth and, optionally, the
+    low-latency (LL) protocol's; NCCL runs the faster of the two for each size. Counts not
+    measured use the nearest."""
 
-    by_gpus: tuple[tuple[int, float, float], ...]  # (num_gpus, latency_s, bus_bw_bytes_per_s)
+    # (num_gpus, latency_s, bus_bw_bytes_per_s[, ll_latency_s, ll_bus_bw_bytes_per_s])
+    by_gpus: tuple[tuple[float, ...], ...]
+
+    def _row(self, num_gpus: int) -> tuple[float, ...]:
+        return min(self.by_gpus, key=lambda row: (abs(row[0] - num_gpus), row[0]))
 
     def for_gpus(self, num_gpus: int) -> tuple[float, float]:
-        best = min(self.by_gpus, key=lambda row: (abs(row[0] - num_gpus), row[0]))
+        """Simple-protocol ``(latency_s, bus_bw_bytes_per_s)``."""
+        best = self._row(num_gpus)
         return best[1], best[2]
+
+    def protocols_for_gpus(self, num_gpus: int) -> tuple[tuple[float, float], ...]:
+        """``(latency_s, bus_bw_bytes_per_s)`` of every protocol fitted for ``num_gpus``."""
+        best = self._row(num_gpus)
+        out = [(best[1], best[2])]
+        if len(best) >= 5 and best[4] > 0:
+            out.append((best[3], best[4]))
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,16 +246,25 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
     )
     ops = _section(raw, "ops", "", path)
 
-    def per_dtype(op: str, cls, keys: tuple[str, ...], nonneg: tuple[str, ...] = ()):
+    def per_dtype(
+        op: str,
+        cls,
+        keys: tuple[str, ...],
+        nonneg: tuple[str, ...] = (),
+        optional: tuple[str, ...] = (),
+    ):
+        """``optional`` keys (non-negative) may be absent: the dataclass default applies."""
         sec = _section(ops, op, "ops", path)
         if not sec:
             raise ProfileError(f"{path}: ops.{op}: needs at least one dtype")
         out = {}
         for dt, params in sec.items():
             where = f"ops.{op}.{dt}"
-            out[dt] = cls(
-                **{k: _num(params, k, where, path, positive=k not in nonneg) for k in keys}
-            )
+            kw = {k: _num(params, k, where, path, positive=k not in nonneg) for k in keys}
+            for k in optional:
+                if isinstance(params, dict) and k in params:
+                    kw[k] = _num(params, k, where, path, positive=False)
+            out[dt] = cls(**kw)
         return out
 
     gemm = per_dtype(
@@ -243,6 +275,7 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         DecodeAttentionParams,
         ("floor_s", "per_seq_s", "bw_eff"),
         ("per_seq_s",),
+        ("per_seq_kv_elem_s", "par_half_sat"),
     )
     pre = per_dtype(
         "prefill_attention",
@@ -267,13 +300,17 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         if not str(n).isdigit() or int(n) < 2:
             raise ProfileError(f"{path}: ops.allreduce.{n}: keys must be GPU counts >= 2")
         where = f"ops.allreduce.{n}"
-        rows.append(
-            (
-                int(n),
-                _num(prm, "latency_s", where, path, positive=False),
-                _num(prm, "bus_bw_bytes_per_s", where, path),
-            )
+        row: tuple[float, ...] = (
+            int(n),
+            _num(prm, "latency_s", where, path, positive=False),
+            _num(prm, "bus_bw_bytes_per_s", where, path),
         )
+        if isinstance(prm, dict) and ("ll_latency_s" in prm or "ll_bus_bw_bytes_per_s" in prm):
+            row += (
+                _num(prm, "ll_latency_s", where, path, positive=False),
+                _num(prm, "ll_bus_bw_bytes_per_s", where, path),
+            )
+        rows.append(row)
     if not rows:
         raise ProfileError(f"{path}: ops.allreduce: needs at least one GPU count")
     cp = _section(ops, "copy", "ops", path)

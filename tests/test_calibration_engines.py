@@ -1,0 +1,110 @@
+"""Engine-overhead fit against DistServe's whole-step curves, the two-protocol all-reduce
+fit, and the rules that keep measured profiles from being overwritten by public fits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration import engines, fit_public
+from calibration.cli import default_base
+from calibration.fit import fit_allreduce
+from disaggsim.costmodel import ops
+from disaggsim.errors import UserError
+from disaggsim.hardware.profile import AllReduceParams, load_profile, shipped_profile_path
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_data = pytest.mark.skipif(
+    not (DATA / "kernels" / "distserve").is_dir(), reason=f"DistServe profiles absent at {DATA}"
+)
+
+
+def test_overhead_solver_recovers_known_overheads() -> None:
+    # synthetic whole steps = kernels + 0.7 ms + 45 µs per layer, 40- and 64-layer models
+    rng = np.random.default_rng(0)
+    kern = rng.uniform(5e-3, 0.5, 60)
+    layers = np.repeat([40.0, 64.0], 30)
+    meas = kern + 7e-4 + 45e-6 * layers
+    per_iter, per_layer = engines._solve(kern, layers, meas)
+    assert per_iter == pytest.approx(7e-4, rel=1e-6)
+    assert per_layer == pytest.approx(45e-6, rel=1e-6)
+    # overheads are never negative, even when kernels alone overshoot
+    assert min(engines._solve(kern, layers, kern * 0.9)) >= 0.0
+
+
+@needs_data
+def test_whole_step_points_are_the_curves_by_hand() -> None:
+    pts = engines.whole_step_points(DATA, "distserve")
+    raw = json.loads((DATA / "kernels/distserve/profiler-a100-80g.distserve.json").read_text())
+    a, b, c = raw["facebook/opt-13b"]["1"]["prefill"]
+    row = pts[(pts.model == "opt-13b") & (pts.tp == 1) & (pts.kind == "prefill")]
+    row = row[(row.batch == 2) & (row.tokens == 512)]
+    assert row["t_s"].item() == pytest.approx((a + b * 1024 + c * 2 * 512**2) / 1e3, rel=1e-12)
+    a, b, c = raw["facebook/opt-66b"]["8"]["decoding_largebs"]  # batch 128 > threshold 95
+    row = pts[(pts.model == "opt-66b") & (pts.tp == 8) & (pts.kind == "decode")]
+    row = row[(row.batch == 128) & (row.tokens == 1024)]
+    assert row["t_s"].item() == pytest.approx((a + b * 128 * 1024 + c * 128) / 1e3, rel=1e-12)
+    # decode points stay inside DistServe's KV capacity (OPT-13B TP1: 66144 tokens)
+    d = pts[(pts.model == "opt-13b") & (pts.tp == 1) & (pts.kind == "decode")]
+    assert (d.batch * d.tokens).max() <= 66144
+
+
+@needs_data
+def test_eager_fit_generalises_across_model_tp_families() -> None:
+    f = engines.fit(DATA, load_profile("a100-80gb"), "distserve")
+    e = f["error"]
+    assert f["per_iteration_s"] >= 0 and 0 < f["per_layer_s"] < 1e-3
+    assert e["held_out_median_ape"] < 0.10
+    assert e["median_ape"] < e["kernels_only_median_ape"]  # the overhead explains something
+    # the shipped A100 profile carries exactly this fit (rounded to 5 digits)
+    shipped = load_profile("a100-80gb").engine("eager")
+    assert shipped.per_layer_s == pytest.approx(f["per_layer_s"], rel=1e-4)
+
+
+def test_two_protocol_allreduce_fit_recovers_both_protocols() -> None:
+    true = AllReduceParams(((2, 3.5e-5, 1.9e11, 1.0e-5, 4.2e10),))
+    s = 512.0 * 2.0 ** np.arange(21)  # 512 B … 512 MiB
+    # by hand: LL below the crossing size, Simple above
+    t = ops.allreduce_time_s(true, s, 2)
+    assert t[0] == pytest.approx(1.0e-5 + 512 / 4.2e10)
+    assert t[-1] == pytest.approx(3.5e-5 + s[-1] / 1.9e11)
+    noisy = t * np.exp(np.random.default_rng(1).normal(0, 0.02, t.shape))
+    lat, bw, ll_lat, ll_bw = fit_allreduce(s, noisy, 2, held_out=False).params
+    assert bw == pytest.approx(1.9e11, rel=0.1) and ll_bw == pytest.approx(4.2e10, rel=0.15)
+    assert lat == pytest.approx(3.5e-5, rel=0.2) and ll_lat == pytest.approx(1.0e-5, rel=0.2)
+
+
+def test_old_single_protocol_allreduce_profile_still_loads() -> None:
+    raw = json.loads(shipped_profile_path("a100-80gb").read_text())
+    for prm in raw["ops"]["allreduce"].values():
+        prm.pop("ll_latency_s", None)
+        prm.pop("ll_bus_bw_bytes_per_s", None)
+    from disaggsim.hardware.profile import profile_from_dict  # noqa: PLC0415
+
+    ar = profile_from_dict(raw, "old.json").allreduce
+    lat, bw = ar.for_gpus(4)
+    assert ar.protocols_for_gpus(4) == ((lat, bw),)
+    assert float(ops.allreduce_time_s(ar, 1e6, 4)) == pytest.approx(lat + 1.5e6 / bw)
+
+
+def test_fit_public_never_overwrites_a_measured_profile(tmp_path: Path) -> None:
+    # the shipped h200-sxm profile is measured: its prior goes to calibration/priors/
+    assert load_profile("h200-sxm").provenance["kind"] == "measured"
+    assert fit_public.destination("h200-sxm", None) == fit_public.PRIORS_DIR / "h200_sxm.json"
+    assert fit_public.destination("b200", None) == shipped_profile_path("b200")
+    # with --out-dir: a measured file already there is protected the same way
+    shutil.copy(shipped_profile_path("h200-sxm"), tmp_path / "h200_sxm.json")
+    assert fit_public.destination("h200-sxm", str(tmp_path)) == tmp_path / "priors/h200_sxm.json"
+    assert fit_public.destination("l40s", str(tmp_path)) == tmp_path / "l40s.json"
+
+
+def test_calibrate_fit_base_is_the_prior_or_an_explicit_one(monkeypatch, tmp_path) -> None:
+    assert default_base("h200-sxm") == fit_public.PRIORS_DIR / "h200_sxm.json"
+    assert default_base("b200") == shipped_profile_path("b200")  # a prior: fine as a base
+    monkeypatch.setattr(fit_public, "PRIORS_DIR", tmp_path)  # no prior written yet
+    with pytest.raises(UserError, match=r"h200-sxm profile is itself measured; give --base"):
+        default_base("h200-sxm")
