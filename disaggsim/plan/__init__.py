@@ -1,0 +1,68 @@
+"""``disaggsim plan``: size the pools for a GPU budget and say whether to disaggregate.
+
+Python API::
+
+    from disaggsim.plan import plan, PlanOptions
+    res, advice = plan("scenarios/advisor/long-prompt-nvlink.yaml", options=PlanOptions.quick())
+    advice.verdict, advice.reason, res.ranked[0].goodput_per_gpu_per_s
+
+Parts: :mod:`~disaggsim.plan.analytic` (first guess from token histograms),
+:mod:`~disaggsim.plan.search` (candidates and goodput by simulation),
+:mod:`~disaggsim.plan.advisor` (verdict and reasons), :mod:`~disaggsim.plan.report`
+(JSON, table, plot, recommended YAML). Definitions: docs/planning.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.plan.advisor import Advice, advise
+from disaggsim.plan.analytic import AnalyticGuess, analytic_guess
+from disaggsim.plan.search import Candidate, CandidateResult, PlanOptions, SearchResult, search
+from disaggsim.sweep.executors import Executor
+
+__all__ = [
+    "Advice",
+    "AnalyticGuess",
+    "Candidate",
+    "CandidateResult",
+    "PlanOptions",
+    "SearchResult",
+    "advise",
+    "analytic_guess",
+    "plan",
+    "search",
+]
+
+
+def plan(
+    scenario: LoadedScenario | str | Path | dict,
+    *,
+    overrides: list[str] | None = None,
+    gpus: int | None = None,
+    target_rate_per_s: float | None = None,
+    price_per_gpu_hour: float | None = None,
+    options: PlanOptions | None = None,
+    executor: Executor | None = None,
+    progress=None,
+) -> tuple[SearchResult, Advice]:
+    """Search the candidates for the scenario's budget (or ``gpus``) and advise."""
+    if isinstance(scenario, LoadedScenario):
+        loaded = (
+            load_scenario(scenario.raw, overrides, base_dir=scenario.base_dir)
+            if overrides
+            else scenario
+        )
+    else:
+        loaded = load_scenario(scenario, overrides)
+    res = search(
+        loaded,
+        gpus=gpus,
+        target_rate_per_s=target_rate_per_s,
+        price_per_gpu_hour=price_per_gpu_hour,
+        options=options,
+        executor=executor,
+        progress=progress,
+    )
+    return res, advise(res)

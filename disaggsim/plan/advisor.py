@@ -1,0 +1,244 @@
+"""The advisor: a verdict and plain-language reasons from the search's numbers.
+
+The verdict is the kind of the best-ranked candidate, except that disaggregation must
+beat the best colocated candidate by at least :data:`MIN_GAIN` (a margin above the
+bisection tolerance and run-to-run noise) to be recommended: two pools and a KV fabric
+are more to run than one pool, so a tie goes to the simpler deployment.
+
+The reasons name the conditions under which disaggregation pays (DESIGN.md §7) and say
+for each whether it holds here:
+
+- **long prompts**: a mean prompt's prefill (at its TP) is at least
+  :data:`LONG_PROMPT_STEPS` decode steps (at the typical batch) long;
+- **tight ITL tail**: a p90 prompt's prefill is longer than the ITL target, so a prefill
+  that shares an iteration with decodes (vllm) breaks it and chunking has to cut it up;
+- **large fleet**: the budget holds at least :data:`LARGE_FLEET_WORKERS` of the smallest
+  workers that fit (fewer than 2: disaggregation cannot exist at all);
+- **fast fabric**: the link is NVLink, InfiniBand or RoCE (RDMA), not PCIe; the handoff
+  of a mean prompt's KV is quoted against its prefill time;
+- **concurrency**: at the best candidate's goodput, Little's law (rate × mean end-to-end
+  time) keeps at least :data:`HIGH_CONCURRENCY_PER_WORKER` requests in flight per worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from disaggsim.costmodel.kv import kv_transfer, link_bandwidth_bytes_per_s
+from disaggsim.errors import UserError
+from disaggsim.plan.analytic import worker_cost
+from disaggsim.plan.search import CandidateResult, SearchResult
+
+__all__ = [
+    "HIGH_CONCURRENCY_PER_WORKER",
+    "LARGE_FLEET_WORKERS",
+    "LONG_PROMPT_STEPS",
+    "MIN_GAIN",
+    "Advice",
+    "Condition",
+    "advise",
+]
+
+MIN_GAIN = 0.05
+LONG_PROMPT_STEPS = 10.0
+LARGE_FLEET_WORKERS = 4
+HIGH_CONCURRENCY_PER_WORKER = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    name: str  # long_prompts | tight_itl_tail | large_fleet | fast_fabric | concurrency
+    holds: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    verdict: str  # disaggregate | colocate_chunked | colocate_vllm
+    reason: str
+    recommended: CandidateResult
+    best_disaggregated: CandidateResult | None
+    best_chunked: CandidateResult | None
+    best_vllm: CandidateResult | None
+    disaggregation_gain: float | None  # best disagg / best colocated goodput per GPU - 1
+    conditions: tuple[Condition, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "recommended": self.recommended.as_dict(),
+            "disaggregation_gain": self.disaggregation_gain,
+            "conditions": [
+                {"name": c.name, "holds": c.holds, "detail": c.detail} for c in self.conditions
+            ],
+        }
+
+
+def _best(res: SearchResult, kind: str) -> CandidateResult | None:
+    return next((r for r in res.ranked if r.candidate.kind == kind), None)
+
+
+def conditions(res: SearchResult) -> tuple[Condition, ...]:
+    s = res.loaded.scenario
+    g = res.analytic
+    slo_itl_s = s.slo.itl_s
+    pcost = worker_cost(res.loaded, res.gpu, g.prefill_tp)
+    p_mean = int(round(g.prompt_tokens_mean))
+    p90 = int(round(g.prompt_tokens_p90))
+    pre_mean_s = pcost.prefill_time_s(1, p_mean, p_mean * (p_mean + 1) / 2.0)
+    pre_p90_s = pcost.prefill_time_s(1, p90, p90 * (p90 + 1) / 2.0)
+    steps = pre_mean_s / g.decode_step_s
+    out = [
+        Condition(
+            "long_prompts",
+            steps >= LONG_PROMPT_STEPS,
+            f"a mean prompt ({p_mean} tokens) takes {pre_mean_s * 1e3:.0f} ms to prefill = "
+            f"{steps:.1f} decode steps of {g.decode_step_s * 1e3:.1f} ms "
+            f"(long when >= {LONG_PROMPT_STEPS:g})",
+        ),
+        Condition(
+            "tight_itl_tail",
+            pre_p90_s > slo_itl_s,
+            f"ITL target {slo_itl_s * 1e3:.0f} ms ({s.slo.itl_statistic}) vs a p90 prompt's "
+            f"prefill of {pre_p90_s * 1e3:.0f} ms",
+        ),
+    ]
+    workers = res.gpu_budget // res.min_worker_gpus
+    if workers < 2:
+        fleet = (
+            f"{res.gpu_budget} GPUs hold {workers} worker of tp{res.min_worker_gpus}: "
+            "disaggregation needs at least 2 workers (one per pool) and cannot exist here"
+        )
+    else:
+        fleet = (
+            f"{res.gpu_budget} GPUs hold {workers} workers of tp{res.min_worker_gpus} "
+            f"(large when >= {LARGE_FLEET_WORKERS}: enough to split near the "
+            f"{g.pd_gpu_ratio:.2f} P:D ratio)"
+        )
+    out.append(Condition("large_fleet", workers >= LARGE_FLEET_WORKERS, fleet))
+    link = s.fabric.link
+    try:
+        bw = (
+            s.fabric.bandwidth_gb_per_s * 1e9
+            if s.fabric.bandwidth_gb_per_s
+            else (link_bandwidth_bytes_per_s(link, res.gpu))
+        )
+    except UserError:
+        bw = 0.0
+    if bw > 0:
+        shards = g.prefill_tp
+        xfer = kv_transfer(
+            pcost.kv_bytes_per_token * p_mean / shards, link, bandwidth_bytes_per_s=bw
+        )
+        fabric = (
+            f"{link} at {bw / 1e9:.0f} GB/s per GPU: a mean prompt's KV "
+            f"({pcost.kv_bytes_per_token * p_mean / 1e9:.2f} GB) moves in {xfer.time_s * 1e3:.1f} ms "
+            f"= {xfer.time_s / pre_mean_s:.0%} of its prefill"
+        )
+    else:
+        fabric = f"{link} is not available on {res.gpu}"
+    out.append(Condition("fast_fabric", link != "pcie" and bw > 0, fabric))
+    best = res.ranked[0]
+    e2e = best.at_rate.get("e2e_mean_s")
+    if e2e is not None and best.goodput_per_s > 0:
+        n_workers = best.candidate.num_prefill_workers + best.candidate.num_decode_workers
+        per_worker = best.goodput_per_s * float(e2e) / n_workers
+        out.append(
+            Condition(
+                "concurrency",
+                per_worker >= HIGH_CONCURRENCY_PER_WORKER,
+                f"{best.goodput_per_s:.2f} req/s x {float(e2e):.1f} s end-to-end = "
+                f"{per_worker:.1f} requests in flight per worker at the best goodput "
+                f"(high when >= {HIGH_CONCURRENCY_PER_WORKER:g})",
+            )
+        )
+    else:
+        out.append(
+            Condition("concurrency", False, "no candidate met the SLOs at any rate searched")
+        )
+    return tuple(out)
+
+
+def _pct(x: float) -> str:
+    return f"{abs(x) * 100:.0f}%"
+
+
+def advise(res: SearchResult) -> Advice:
+    """The verdict for a finished search (see the module docstring for the rule)."""
+    dis = _best(res, "disaggregate")
+    chk = _best(res, "colocate_chunked")
+    vll = _best(res, "colocate_vllm")
+    colo = [r for r in (chk, vll) if r is not None]
+    best_colo = max(colo, key=lambda r: r.goodput_per_gpu_per_s)
+    conds = conditions(res)
+    held = [c.name.replace("_", " ") for c in conds if c.holds]
+    missing = [c for c in conds if not c.holds]
+
+    gain = None
+    if dis is not None and best_colo.goodput_per_gpu_per_s > 0:
+        gain = dis.goodput_per_gpu_per_s / best_colo.goodput_per_gpu_per_s - 1.0
+    if dis is not None and dis.goodput_per_gpu_per_s > 0 and best_colo.goodput_per_gpu_per_s == 0:
+        gain = float("inf")
+
+    colo_name = "chunked prefill" if best_colo is chk else "vllm continuous batching"
+    colo_verdict = "colocate_chunked" if best_colo is chk else "colocate_vllm"
+    if dis is None:
+        reason = f"use {colo_name} on one pool: " + next(
+            c.detail for c in conds if c.name == "large_fleet"
+        )
+        verdict, rec = colo_verdict, best_colo
+    elif gain is not None and gain >= MIN_GAIN:
+        ref = "chunked prefill" if chk is not None else colo_name
+        ref_gain = (
+            dis.goodput_per_gpu_per_s / chk.goodput_per_gpu_per_s - 1.0
+            if chk is not None and chk.goodput_per_gpu_per_s > 0
+            else gain
+        )
+        margin = (
+            f"+{_pct(ref_gain)} goodput per GPU over {ref}"
+            if ref_gain != float("inf")
+            else f"meets the SLOs where {ref} does not at any rate searched"
+        )
+        reason = (
+            f"disaggregate: {margin} "
+            f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
+            f"{(chk or best_colo).goodput_per_gpu_per_s:.3f} req/s per GPU)"
+            + (f"; holds: {', '.join(held)}" if held else "")
+            + (
+                f"; does not hold: {', '.join(c.name.replace('_', ' ') for c in missing)}"
+                if missing
+                else ""
+            )
+        )
+        verdict, rec = "disaggregate", dis
+    else:
+        if gain is None or dis.goodput_per_gpu_per_s == 0:
+            loss = "disaggregation meets the SLOs at no rate searched"
+        elif gain < 0:
+            loss = f"disaggregation loses {_pct(gain)} goodput per GPU here"
+        else:
+            loss = (
+                f"disaggregation gains only {_pct(gain)} goodput per GPU here "
+                f"(under the {_pct(MIN_GAIN)} worth a second pool)"
+            )
+        why = "; ".join(f"not {c.name.replace('_', ' ')}: {c.detail}" for c in missing)
+        reason = (
+            f"use {colo_name} on one pool: {loss} "
+            f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
+            f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU)"
+            + (f" because {why}" if why else "")
+            + (f"; holds: {', '.join(held)}" if held else "")
+        )
+        verdict, rec = colo_verdict, best_colo
+    return Advice(
+        verdict=verdict,
+        reason=reason,
+        recommended=rec,
+        best_disaggregated=dis,
+        best_chunked=chk,
+        best_vllm=vll,
+        disaggregation_gain=None if gain is None or gain == float("inf") else gain,
+        conditions=conds,
+    )

@@ -1,0 +1,302 @@
+"""The analytic first guess of ``disaggsim plan``: GPU-seconds per request in each phase.
+
+From the scenario's own token histograms (its requests, generated exactly as a run
+would) and the roofline cost model of one worker per pool:
+
+- **prefill GPU-s per request** = mean over requests of the time of a prefill batch that
+  fills the prefill token budget with prompts of that length (``k = max(1, budget // L)``
+  prompts of ``L`` tokens: ``prefill_time_s(k, k·L, k·L(L+1)/2) / k``) × prefill TP;
+- **decode GPU-s per request** = mean output tokens × the per-sequence share of one
+  decode step at the *typical batch* ``B`` (``decode_time(B, B·C) / B``, ``C`` = mean
+  prompt + half the mean output: the mean context over a generation) × decode TP, where
+  ``B`` is the largest batch up to ``max_batch_seqs`` whose step time stays under the
+  ITL target and whose KV (``B × (mean prompt + mean output)`` tokens) fits the worker.
+
+The P:D GPU ratio is the ratio of the two; worker counts follow for a GPU budget (split
+in that ratio) or for a target rate (enough GPU-seconds per second in each pool at
+:data:`TARGET_UTILISATION`). Capacity per GPU = 1 / (prefill + decode GPU-s per request):
+the rate a perfectly packed fleet could sustain, used as the search's upper bracket.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from disaggsim.config.loader import LoadedScenario
+from disaggsim.costmodel.step import RooflineWorkerCost, build_worker_cost, valid_tps
+from disaggsim.errors import UserError
+from disaggsim.run import make_requests
+
+__all__ = [
+    "TARGET_UTILISATION",
+    "AnalyticGuess",
+    "analytic_guess",
+    "fitting_tps",
+    "worker_cost",
+]
+
+TARGET_UTILISATION = 0.7  # a pool sized for a target rate runs at most this busy
+MAX_SAMPLE_REQUESTS = 4000  # the histograms are means: a few thousand requests suffice
+DEFAULT_PREFILL_BUDGET_TOKENS = 8192
+DEFAULT_MAX_BATCH_SEQS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyticGuess:
+    """The first guess and the numbers it came from (seconds, tokens, GPUs)."""
+
+    num_requests_sampled: int
+    prompt_tokens_mean: float
+    prompt_tokens_p90: float
+    output_tokens_mean: float
+    prefill_tp: int
+    decode_tp: int
+    prefill_budget_tokens: int
+    prefill_batch_prompts_mean: float  # prompts per prefill batch, mean over requests
+    prefill_s_per_request: float  # worker-seconds (one TP group) per request
+    prefill_gpu_s_per_request: float
+    decode_batch: int  # the typical decode batch B
+    decode_context_tokens_mean: float  # C, per sequence
+    decode_step_s: float  # one step at (B, B·C)
+    decode_gpu_s_per_request: float
+    pd_gpu_ratio: float  # prefill GPU-s / decode GPU-s per request
+    prefill_share: float  # prefill GPU-s / (prefill + decode GPU-s)
+    gpu_budget: int | None
+    target_rate_per_s: float | None
+    num_prefill_workers: int
+    num_decode_workers: int
+    capacity_per_gpu_per_s: float  # 1 / (prefill + decode GPU-s per request)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_prefill_workers * self.prefill_tp + self.num_decode_workers * self.decode_tp
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["num_gpus"] = self.num_gpus
+        return d
+
+    def arithmetic(self) -> list[str]:
+        """The guess as lines of arithmetic, for the terminal."""
+        p, d = self.prefill_tp, self.decode_tp
+        lines = [
+            f"histograms: {self.num_requests_sampled} requests, prompt mean "
+            f"{self.prompt_tokens_mean:.0f} tokens (p90 {self.prompt_tokens_p90:.0f}), "
+            f"output mean {self.output_tokens_mean:.0f} tokens",
+            f"prefill: {self.prefill_batch_prompts_mean:.1f} prompts per "
+            f"{self.prefill_budget_tokens}-token batch -> {self.prefill_s_per_request * 1e3:.1f} ms "
+            f"per request x tp {p} = {self.prefill_gpu_s_per_request * 1e3:.1f} GPU-ms",
+            f"decode: batch {self.decode_batch} x {self.decode_context_tokens_mean:.0f} context "
+            f"tokens -> step {self.decode_step_s * 1e3:.2f} ms; "
+            f"{self.output_tokens_mean:.0f} tokens x {self.decode_step_s * 1e3:.2f} ms / "
+            f"{self.decode_batch} x tp {d} = {self.decode_gpu_s_per_request * 1e3:.1f} GPU-ms",
+            f"P:D GPU ratio = {self.prefill_gpu_s_per_request * 1e3:.1f} / "
+            f"{self.decode_gpu_s_per_request * 1e3:.1f} = {self.pd_gpu_ratio:.2f} "
+            f"(prefill share {self.prefill_share:.0%})",
+        ]
+        if self.target_rate_per_s is not None:
+            lines.append(
+                f"for {self.target_rate_per_s:g} req/s at {TARGET_UTILISATION:.0%} utilisation: "
+                f"prefill {self.num_prefill_workers} x tp{p}, decode {self.num_decode_workers} x tp{d} "
+                f"({self.num_gpus} GPUs)"
+            )
+        else:
+            lines.append(
+                f"for {self.gpu_budget} GPUs: prefill {self.num_prefill_workers} x tp{p}, "
+                f"decode {self.num_decode_workers} x tp{d} ({self.num_gpus} GPUs)"
+            )
+        lines.append(
+            f"capacity if perfectly packed: 1 / ({self.prefill_gpu_s_per_request * 1e3:.1f} + "
+            f"{self.decode_gpu_s_per_request * 1e3:.1f}) GPU-ms = "
+            f"{self.capacity_per_gpu_per_s:.2f} req/s per GPU"
+        )
+        return lines
+
+
+def worker_cost(loaded: LoadedScenario, gpu: str, tp: int, gpu_mem_util: float = 0.9):
+    """The roofline cost of one ``tp`` × ``gpu`` worker of the scenario's model."""
+    s = loaded.scenario
+    return build_worker_cost(
+        s.model,
+        gpu,
+        tp,
+        weight_dtype=s.weight_dtype,
+        kv_dtype=s.kv_dtype,
+        engine=s.engine,
+        gpu_mem_util=gpu_mem_util,
+    )
+
+
+def fitting_tps(
+    loaded: LoadedScenario, gpu: str, max_tp: int, min_kv_tokens: int, gpu_mem_util: float = 0.9
+) -> list[int]:
+    """Valid TP degrees up to ``max_tp`` whose worker holds at least ``min_kv_tokens`` of KV."""
+    from disaggsim.catalog import get_model
+
+    out = []
+    for tp in valid_tps(get_model(loaded.scenario.model), max_tp):
+        try:
+            cost = worker_cost(loaded, gpu, tp, gpu_mem_util)
+        except UserError:
+            continue
+        if cost.kv_capacity_tokens >= min_kv_tokens:
+            out.append(tp)
+    return out
+
+
+def sample_lengths(loaded: LoadedScenario) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output token arrays of the scenario's requests (at most
+    :data:`MAX_SAMPLE_REQUESTS`, the first ones)."""
+    reqs = make_requests(loaded)
+    if len(reqs) == 0:
+        raise UserError(
+            "plan: the scenario's workload produces no requests (raise the rate or duration)"
+        )
+    n = min(len(reqs), MAX_SAMPLE_REQUESTS)
+    return (
+        np.asarray(reqs.prompt_tokens[:n], dtype=np.int64),
+        np.asarray(reqs.output_tokens[:n], dtype=np.int64),
+    )
+
+
+def prefill_s_per_request(
+    cost: RooflineWorkerCost, prompts: np.ndarray, budget_tokens: int
+) -> tuple[float, float]:
+    """(mean worker-seconds per request, mean prompts per batch) when every prompt is
+    prefilled in a batch of ``max(1, budget // L)`` prompts of its own length ``L``."""
+    lengths, counts = np.unique(prompts, return_counts=True)
+    total_s = 0.0
+    total_k = 0.0
+    for length, count in zip(lengths.tolist(), counts.tolist(), strict=True):
+        k = max(1, budget_tokens // length)
+        t = cost.prefill_time_s(k, k * length, k * length * (length + 1) / 2.0)
+        total_s += count * t / k
+        total_k += count * k
+    n = float(counts.sum())
+    return total_s / n, total_k / n
+
+
+def typical_decode_batch(
+    cost: RooflineWorkerCost,
+    context_tokens: float,
+    resident_tokens: float,
+    max_batch: int,
+    itl_s: float,
+) -> int:
+    """Largest batch <= ``max_batch`` whose step stays under ``itl_s`` and whose KV
+    (``resident_tokens`` per sequence) fits the worker; at least 1."""
+    kv_cap = int(cost.kv_capacity_tokens // max(resident_tokens, 1.0))
+    best = 1
+    for b in range(1, max(1, min(max_batch, kv_cap)) + 1):
+        if cost.decode_time_s(b, int(b * context_tokens)) <= itl_s:
+            best = b
+        else:
+            break
+    return best
+
+
+def analytic_guess(
+    loaded: LoadedScenario,
+    *,
+    prefill_tp: int,
+    decode_tp: int,
+    gpu_budget: int | None = None,
+    target_rate_per_s: float | None = None,
+    prefill_budget_tokens: int | None = None,
+    max_batch_seqs: int | None = None,
+    lengths: tuple[np.ndarray, np.ndarray] | None = None,
+) -> AnalyticGuess:
+    """The P:D ratio and worker counts from the token histograms and the cost model.
+
+    Give ``gpu_budget`` (split the GPUs in the ratio, at least one worker each) or
+    ``target_rate_per_s`` (size each pool for that rate). Pools use the scenario's GPU
+    (its decode pool's, or its colocated pool's) with TPs ``prefill_tp``/``decode_tp``.
+    """
+    if (gpu_budget is None) == (target_rate_per_s is None):
+        raise UserError("plan: give a GPU budget or a target rate (exactly one)")
+    s = loaded.scenario
+    gpu = plan_gpu(loaded)
+    prompts, outputs = lengths if lengths is not None else sample_lengths(loaded)
+    pre_pool = s.prefill_pool or s.pool
+    dec_pool = s.decode_pool or s.pool
+    assert pre_pool is not None and dec_pool is not None
+    budget_tokens = prefill_budget_tokens or (
+        pre_pool.max_batch_tokens
+        if s.architecture == "disaggregated"
+        else max(pre_pool.max_batch_tokens, DEFAULT_PREFILL_BUDGET_TOKENS)
+    )
+    max_b = max_batch_seqs or dec_pool.max_batch_seqs
+
+    pcost = worker_cost(loaded, gpu, prefill_tp)
+    dcost = worker_cost(loaded, gpu, decode_tp)
+    pre_s, k_mean = prefill_s_per_request(pcost, prompts, budget_tokens)
+    p_mean, o_mean = float(prompts.mean()), float(outputs.mean())
+    ctx = p_mean + 0.5 * o_mean
+    b = typical_decode_batch(dcost, ctx, p_mean + o_mean, max_b, s.slo.itl_s)
+    step = dcost.decode_time_s(b, int(b * ctx))
+    pre_gpu = pre_s * prefill_tp
+    dec_gpu = o_mean * step / b * decode_tp
+    ratio = pre_gpu / dec_gpu
+    share = pre_gpu / (pre_gpu + dec_gpu)
+
+    if gpu_budget is not None:
+        n_p, n_d = split_budget(gpu_budget, share, prefill_tp, decode_tp)
+    else:
+        assert target_rate_per_s is not None
+        n_p = max(1, math.ceil(target_rate_per_s * pre_gpu / prefill_tp / TARGET_UTILISATION))
+        n_d = max(1, math.ceil(target_rate_per_s * dec_gpu / decode_tp / TARGET_UTILISATION))
+    return AnalyticGuess(
+        num_requests_sampled=len(prompts),
+        prompt_tokens_mean=p_mean,
+        prompt_tokens_p90=float(np.percentile(prompts, 90)),
+        output_tokens_mean=o_mean,
+        prefill_tp=prefill_tp,
+        decode_tp=decode_tp,
+        prefill_budget_tokens=int(budget_tokens),
+        prefill_batch_prompts_mean=k_mean,
+        prefill_s_per_request=pre_s,
+        prefill_gpu_s_per_request=pre_gpu,
+        decode_batch=b,
+        decode_context_tokens_mean=ctx,
+        decode_step_s=step,
+        decode_gpu_s_per_request=dec_gpu,
+        pd_gpu_ratio=ratio,
+        prefill_share=share,
+        gpu_budget=gpu_budget,
+        target_rate_per_s=target_rate_per_s,
+        num_prefill_workers=n_p,
+        num_decode_workers=n_d,
+        capacity_per_gpu_per_s=1.0 / (pre_gpu + dec_gpu),
+    )
+
+
+def split_budget(
+    gpus: int, prefill_share: float, prefill_tp: int, decode_tp: int
+) -> tuple[int, int]:
+    """Prefill and decode workers for ``gpus`` GPUs nearest to ``prefill_share`` of them on
+    prefill, at least one worker each, every GPU that fits a decode worker used."""
+    if gpus < prefill_tp + decode_tp:
+        raise UserError(
+            f"plan: {gpus} GPUs cannot hold a tp{prefill_tp} prefill worker and a tp{decode_tp} "
+            "decode worker"
+        )
+    best: tuple[float, int, int] | None = None
+    for n_p in range(1, (gpus - decode_tp) // prefill_tp + 1):
+        n_d = (gpus - n_p * prefill_tp) // decode_tp
+        share = n_p * prefill_tp / (n_p * prefill_tp + n_d * decode_tp)
+        key = (abs(share - prefill_share), n_p, n_d)
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    return best[1], best[2]
+
+
+def plan_gpu(loaded: LoadedScenario) -> str:
+    """The GPU the plan uses: the scenario's decode pool's (or its colocated pool's)."""
+    s = loaded.scenario
+    pool = s.decode_pool or s.pool
+    assert pool is not None
+    return pool.gpu

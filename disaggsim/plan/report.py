@@ -1,0 +1,202 @@
+"""What ``disaggsim plan`` prints and writes: the JSON object, the ranked table, the
+Pareto front plot and the recommended scenario YAML (docs/planning.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from disaggsim.config.loader import load_scenario
+from disaggsim.plan.advisor import Advice
+from disaggsim.plan.search import CandidateResult, SearchResult, candidate_scenario
+
+__all__ = ["pareto_front", "plan_json", "ranked_table", "recommended_scenario", "write_outputs"]
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
+    """One object: verdict, reason, ranked (best first), analytic, and the search's inputs."""
+    s = res.loaded.scenario
+    out = {
+        "scenario": s.name,
+        "model": s.model,
+        "gpu": res.gpu,
+        "gpu_budget": res.gpu_budget,
+        "fabric_link": s.fabric.link,
+        "slo": s.slo.model_dump(mode="json"),
+        **advice.as_dict(),
+        "ranked": [r.as_dict() for r in res.ranked],
+        "analytic": res.analytic.as_dict(),
+        "search": {
+            "rate_lo_per_s": res.rate_lo_per_s,
+            "rate_hi_per_s": res.rate_hi_per_s,
+            "tol_per_s": res.options.tol_fraction * res.rate_hi_per_s,
+            "num_candidates": len(res.ranked),
+            "sim_duration_s": res.options.duration_s or s.sim.duration_s,
+        },
+    }
+    return _clean(out)
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None or not math.isfinite(float(v)) else f"{float(v) * 1e3:.0f}"
+
+
+def ranked_table(res: SearchResult, price: bool) -> list[str]:
+    head = f"{'#':>2}  {'candidate':<34} {'GPUs':>4} {'goodput/GPU':>11} {'TTFT p99 ms':>11} {'ITL p99 ms':>10}"
+    if price:
+        head += f" {'$/M out tok':>11}"
+    lines = [head]
+    for i, r in enumerate(res.ranked, 1):
+        a = r.at_rate
+        g = f"{r.goodput_per_gpu_per_s:.3f}" + ("+" if r.status == "above_range" else "")
+        if r.status == "below_range":
+            g = "< range"
+        line = (
+            f"{i:>2}  {r.candidate.label:<34} {r.candidate.num_gpus:>4} {g:>11} "
+            f"{_ms(a.get('ttft_p99_s')):>11} {_ms(a.get('itl_p99_s')):>10}"
+        )
+        if price:
+            u = r.usd_per_m_output_tokens
+            line += f" {('-' if u is None else f'{u:.2f}'):>11}"
+        lines.append(line)
+    return lines
+
+
+def pareto_front(
+    rows: tuple[CandidateResult, ...] | list[CandidateResult],
+) -> list[CandidateResult]:
+    """Candidates no other beats on both goodput per GPU (higher) and ITL p99 (lower),
+    among those with a goodput; sorted by goodput per GPU, best first."""
+    pts = [r for r in rows if r.goodput_per_s > 0 and r.at_rate.get("itl_p99_s") is not None]
+    front = []
+    for r in pts:
+        g, lat = r.goodput_per_gpu_per_s, float(r.at_rate["itl_p99_s"])
+        dominated = any(
+            o.goodput_per_gpu_per_s >= g
+            and float(o.at_rate["itl_p99_s"]) <= lat
+            and (o.goodput_per_gpu_per_s > g or float(o.at_rate["itl_p99_s"]) < lat)
+            for o in pts
+        )
+        if not dominated:
+            front.append(r)
+    return sorted(front, key=lambda r: -r.goodput_per_gpu_per_s)
+
+
+def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
+    """The recommended deployment as a runnable scenario: the original's workload,
+    model, fabric and SLOs, its own ``sim`` section, the rate set to the goodput found."""
+    rec = advice.recommended
+    raw = candidate_scenario(res.loaded, rec.candidate, name=f"{res.loaded.scenario.name}-plan")
+    if rec.goodput_per_s > 0:
+        wl = dict(raw["workload"])
+        wl["rate_per_s"] = float(f"{rec.goodput_per_s:.6g}")
+        wl.pop("rate_schedule", None)
+        wl.pop("rate_scale", None)
+        raw["workload"] = wl
+    raw["description"] = (
+        f"disaggsim plan recommendation ({advice.verdict}) for {res.gpu_budget} x {res.gpu}: "
+        f"{rec.candidate.label}, goodput {rec.goodput_per_gpu_per_s:.3f} req/s per GPU"
+    )
+    load_scenario(raw, base_dir=res.loaded.base_dir)  # it must load as written
+    return raw
+
+
+def _plot(res: SearchResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {
+        "disaggregate": "tab:blue",
+        "colocate_chunked": "tab:green",
+        "colocate_vllm": "tab:red",
+    }
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for kind, colour in colours.items():
+        pts = [
+            r
+            for r in res.ranked
+            if r.candidate.kind == kind
+            and r.goodput_per_s > 0
+            and r.at_rate.get("itl_p99_s") is not None
+        ]
+        if pts:
+            ax.scatter(
+                [float(r.at_rate["itl_p99_s"]) * 1e3 for r in pts],
+                [r.goodput_per_gpu_per_s for r in pts],
+                c=colour,
+                label=kind,
+                alpha=0.8,
+            )
+    front = sorted(pareto_front(res.ranked), key=lambda r: float(r.at_rate["itl_p99_s"]))
+    if front:
+        ax.plot(
+            [float(r.at_rate["itl_p99_s"]) * 1e3 for r in front],
+            [r.goodput_per_gpu_per_s for r in front],
+            "k--",
+            lw=1,
+            label="Pareto front",
+        )
+        for r in front:
+            ax.annotate(
+                r.candidate.label,
+                (float(r.at_rate["itl_p99_s"]) * 1e3, r.goodput_per_gpu_per_s),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    ax.set_xlabel("ITL p99 at the goodput rate (ms)")
+    ax.set_ylabel("goodput per GPU (req/s)")
+    ax.set_title(f"{res.loaded.scenario.name}: {res.gpu_budget} x {res.gpu}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_outputs(
+    res: SearchResult, advice: Advice, out_dir: Path, plots: bool = True
+) -> list[Path]:
+    """``plan.json``, ``ranked.csv``, ``recommended.yaml`` and ``pareto.png`` in ``out_dir``."""
+    import pandas as pd
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    p = out_dir / "plan.json"
+    p.write_text(json.dumps(plan_json(res, advice), indent=2) + "\n")
+    written.append(p)
+    p = out_dir / "ranked.csv"
+    rows = []
+    for r in res.ranked:
+        d = r.as_dict()
+        d.pop("deployment")
+        rows.append(d)
+    pd.DataFrame.from_records(rows).to_csv(p, index=False)
+    written.append(p)
+    p = out_dir / "recommended.yaml"
+    p.write_text(
+        "# Written by disaggsim plan; run it with: disaggsim run recommended.yaml\n"
+        + yaml.safe_dump(recommended_scenario(res, advice), sort_keys=False)
+    )
+    written.append(p)
+    if plots:
+        p = out_dir / "pareto.png"
+        _plot(res, p)
+        written.append(p)
+    return written
