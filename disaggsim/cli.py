@@ -15,7 +15,7 @@ from disaggsim.hardware.profile import ProfileError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from disaggsim import cli_bench, cli_cost, cli_run, cli_sweep
+    from disaggsim import cli_bench, cli_cost, cli_plan, cli_run, cli_sweep
     from calibration import cli as cli_calibrate
 
     parser = argparse.ArgumentParser(
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_calibrate.add_parser(sub)
     cli_bench.add_parser(sub)
     cli_sweep.add_parser(sub)
+    cli_plan.add_parser(sub)
     return parser
 
 
