@@ -4,7 +4,9 @@
 - ``disaggsim calibrate fit RAW_DIR --gpu ID [--out PROFILE.json] [--base PROFILE.json]``;
 - ``disaggsim calibrate show GPU_ID``: which profile file, its provenance and fit errors;
 - ``disaggsim calibrate validate [--gpu ...] [--data DIR] [--write-doc]``: the shipped
-  cost model against every row of the public kernel tables.
+  cost model against every row of the public kernel tables;
+- ``disaggsim calibrate validate-steps RAW [--gpu ID] [--profile JSON]``: the step model
+  against whole-layer passes timed by ``python -m calibration.steps``.
 
 ``python -m calibration ...`` takes the same arguments. Only the sweep imports torch.
 """
@@ -39,7 +41,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", dest="raw_out", metavar="DIR", help="folder for the raw CSVs")
     p.add_argument("--quick", action="store_true", help="smaller sweeps (GPU: about a minute)")
     p.set_defaults(func=_cmd_run)
-    sub = p.add_subparsers(dest="calibrate_command", metavar="{fit,show,validate}")
+    sub = p.add_subparsers(dest="calibrate_command", metavar="{fit,show,validate,validate-steps}")
 
     f = sub.add_parser("fit", help="fit a profile from a raw measurement folder")
     f.add_argument("raw_dir", metavar="RAW_DIR")
@@ -77,6 +79,15 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="also write the tables as Markdown (default docs/validation.md)",
     )
     v.set_defaults(func=_cmd_validate)
+
+    vs = sub.add_parser(
+        "validate-steps",
+        help="step model vs measured whole-layer passes (python -m calibration.steps)",
+    )
+    vs.add_argument("raw_dir", metavar="RAW", help="folder holding steps.csv")
+    vs.add_argument("--gpu", default="h200-sxm", metavar="ID", help="profile's GPU id")
+    vs.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped profile")
+    vs.set_defaults(func=_cmd_validate_steps)
 
 
 def _cmd_run(args) -> int:
@@ -227,6 +238,13 @@ def _cmd_validate(args) -> int:
         Path(args.write_doc).write_text(report.markdown())
         print(f"wrote {args.write_doc}")
     return 0 if report.all_targets_met() else 1
+
+
+def _cmd_validate_steps(args) -> int:
+    from calibration import steps  # noqa: PLC0415
+
+    print(steps.validate_steps(args.raw_dir, args.gpu, args.profile))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
