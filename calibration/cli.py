@@ -127,12 +127,12 @@ def _cmd_fit(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(prof, indent=2) + "\n")
     print(f"wrote {out}")
-    for op, e in prof["fit_error"].items():
+    for op, err in prof["fit_error"].items():
         if op.startswith("carried:"):
             continue
-        ho = e.get("held_out_median_ape")
+        ho = err.get("held_out_median_ape")
         print(
-            f"  {op:28s} n={e['n']:5d}  median APE {100 * e['median_ape']:6.2f}%  mean {100 * e['mean_ape']:6.2f}%"
+            f"  {op:28s} n={err['n']:5d}  median APE {100 * err['median_ape']:6.2f}%  mean {100 * err['mean_ape']:6.2f}%"
             + (f"  held-out median {100 * ho:6.2f}%" if ho is not None else "")
         )
     print(

@@ -138,7 +138,7 @@ def fit_generic(
             errs = np.full(n, np.nan)
             for test in folds:
                 train = np.setdiff1d(every, test)
-                p = _least_squares_log(model, train, meas, [params], lower, upper)
+                p = _least_squares_log(model, train, meas, [list(params)], lower, upper)
                 errs[test] = ape(model(p, test), meas[test])
             ho_med, ho_mean, _ = _stats(errs[~np.isnan(errs)])
     return params, FitError(med, mean, p90, n, ho_med, ho_mean, how)

@@ -127,12 +127,12 @@ def _time(torch, cuda: bool, fn, warmup: int, repeats: int) -> dict:
         torch.cuda.synchronize()
         ts = np.array([a.elapsed_time(b) * 1e-3 for a, b in ev])
     else:
-        ts = []
+        wall: list[float] = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             fn()
-            ts.append(time.perf_counter() - t0)
-        ts = np.array(ts)
+            wall.append(time.perf_counter() - t0)
+        ts = np.array(wall)
     return {
         "median_s": float(np.median(ts)),
         "p10_s": float(np.percentile(ts, 10)),

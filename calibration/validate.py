@@ -151,10 +151,10 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
         rows.append(_row(gpu, "decode_attention", f"AIC {fw} kv {dt}", "all", a, tgt))
     p = public.aic_prefill_attention(data, gpu)
     for (fw, kv), t in p.groupby(["framework", "kv_dtype"], sort=True):
-        prm = prof.prefill_attention_params("bf16")
+        pprm = prof.prefill_attention_params("bf16")
         a = ape(
             ops.prefill_attention_time_s(
-                pk, prm, t["num_seqs"], t["new_tokens"], t["pairs"], t["heads"], t["head_dim"]
+                pk, pprm, t["num_seqs"], t["new_tokens"], t["pairs"], t["heads"], t["head_dim"]
             ),
             t["t_s"],
         )
