@@ -64,7 +64,7 @@ class PlanOptions:
     tp_options: int = 2  # smallest fitting TPs tried per pool
     splits_around: int = 2  # prefill worker counts analytic ± this
     max_disaggregated: int = 12
-    chunk_tokens: tuple[int, ...] = ()  # () → the scenario's chunked budget, else 512
+    chunk_tokens: tuple[int, ...] = (256, 2048)  # tried besides the scenario's (or 512)
     tol_fraction: float = 0.01  # bisection tolerance as a share of rate_hi
     rate_hi_factor: float = 1.5  # rate_hi = factor × analytic capacity of the budget
     seeds: int = 1
@@ -78,6 +78,7 @@ class PlanOptions:
             tp_options=1,
             splits_around=1,
             max_disaggregated=3,
+            chunk_tokens=(),
             tol_fraction=0.04,
         )
 
@@ -270,11 +271,12 @@ def enumerate_candidates(
         if c not in seen and len(out) < options.max_disaggregated:
             seen.add(c)
             out.append(c)
-    chunks = options.chunk_tokens or (
-        (s.pool.max_batch_tokens,)
+    own = (
+        s.pool.max_batch_tokens
         if s.pool is not None and s.pool.scheduler == "chunked"
-        else (DEFAULT_CHUNK_TOKENS,)
+        else DEFAULT_CHUNK_TOKENS
     )
+    chunks = sorted({own, *options.chunk_tokens})
     for tp in tps:
         n = gpu_budget // tp
         for ch in chunks:
