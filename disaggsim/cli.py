@@ -15,8 +15,8 @@ from disaggsim.hardware.profile import ProfileError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from disaggsim import cli_bench, cli_cost, cli_plan, cli_run, cli_sweep
     from calibration import cli as cli_calibrate
+    from disaggsim import cli_bench, cli_cost, cli_plan, cli_run, cli_sweep
 
     parser = argparse.ArgumentParser(
         prog="disaggsim",

@@ -40,13 +40,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenario", type=Path, help="scenario YAML file")
     p.add_argument("--out", type=Path, default=None, help="result folder (default results/<name>)")
     p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
         help="override a scenario field, e.g. --set workload.rate_per_s=4 (repeatable)",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
-        "--trace", type=Path, default=None, metavar="PATH",
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="PATH",
         help="also write a Chrome/Perfetto trace-event JSON of the run (ui.perfetto.dev)",
     )
     p.set_defaults(func=cmd_run)
@@ -103,8 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(),
-            TextColumn("{task.fields[done]} requests done"), TimeElapsedColumn(), transient=True,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[done]} requests done"),
+            TimeElapsedColumn(),
+            transient=True,
         ) as bar:
             task = bar.add_task(f"simulating {s.name}", total=s.sim.duration_s, done=0)
 

@@ -26,7 +26,14 @@ import yaml
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.config.scenario import PoolConfig, Scenario
 from disaggsim.costmodel.interface import WorkerCost
-from disaggsim.engine.cluster import EngineConfig, PoolSpec, RawResult, run_cluster
+from disaggsim.engine.cluster import (
+    EngineConfig,
+    LinkWindow,
+    PoolSpec,
+    RawResult,
+    WorkerFailureEvent,
+    run_cluster,
+)
 from disaggsim.errors import UserError
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
 from disaggsim.metrics.summary import summarize
@@ -94,7 +101,9 @@ def build_transfer(scenario: Scenario, label: str = "<scenario>"):
     if fab.bandwidth_gb_per_s is not None:
         bw = fab.bandwidth_gb_per_s * 1e9
     else:
-        bw = min(link_bandwidth_bytes_per_s(fab.link, p.gpu), link_bandwidth_bytes_per_s(fab.link, d.gpu))
+        bw = min(
+            link_bandwidth_bytes_per_s(fab.link, p.gpu), link_bandwidth_bytes_per_s(fab.link, d.gpu)
+        )
         if bw <= 0:
             raise UserError(
                 f"{label}: fabric.link: {fab.link} is not available between {p.gpu} and {d.gpu} "
@@ -104,22 +113,105 @@ def build_transfer(scenario: Scenario, label: str = "<scenario>"):
     latency = None if fab.latency_us is None else fab.latency_us * 1e-6
 
     def transfer_time(nbytes: int, src: int, dst: int) -> float:
-        return kv_transfer(nbytes / shards, fab.link, bandwidth_bytes_per_s=bw, latency_s=latency).time_s
+        return kv_transfer(
+            nbytes / shards, fab.link, bandwidth_bytes_per_s=bw, latency_s=latency
+        ).time_s
 
     return transfer_time
 
 
-def engine_config(scenario: Scenario, costs: dict[str, WorkerCost]) -> EngineConfig:
+def engine_config(
+    scenario: Scenario, costs: dict[str, WorkerCost], replication: int = 0
+) -> EngineConfig:
     pools = []
     for role, pool in scenario.pools.items():
         pools.append(_pool_spec(role, pool, costs[role]))
+    kv = scenario.kv
     return EngineConfig(
         pools=tuple(pools),
         prefill_policy=scenario.router.prefill_policy,
         decode_policy=scenario.router.decode_policy,
         first_token_from=scenario.first_token_from,
+        block_tokens=kv.block_tokens,
+        kv_admission=kv.admission,
+        kv_watermark=kv.watermark,
+        preemption=kv.preemption,
+        backpressure=scenario.router.backpressure,
+        max_queue=scenario.router.max_queue,
+        client_timeout_s=scenario.router.client_timeout_s,
+        worker_failures=failure_schedule(scenario, costs, replication),
+        link_windows=tuple(
+            LinkWindow(start_s=w.start_s, duration_s=w.duration_s, factor=w.factor)
+            for w in scenario.failures.links
+        ),
+        swap_time=_swap_time_fn(scenario, costs),
         horizon_s=scenario.sim.duration_s + scenario.sim.max_drain_s,
     )
+
+
+def restart_delay_s(scenario: Scenario, cost: WorkerCost) -> float:
+    """Provisioning plus loading one GPU's share of the weights."""
+    f = scenario.failures
+    return f.provision_s + cost.weights_bytes / cost.num_gpus / (f.weights_load_gb_per_s * 1e9)
+
+
+def failure_schedule(
+    scenario: Scenario, costs: dict[str, WorkerCost], replication: int = 0
+) -> tuple[WorkerFailureEvent, ...]:
+    """Scheduled and random worker failures as engine events (global worker indices).
+
+    Random failures: each worker of a pool fails after an exponential up-time of mean
+    ``mtbf_s``, is repaired in an exponential time of mean ``mttr_s`` and then restarts
+    (provisioning + weights load); drawn from stream 4 of the scenario's seed sequence
+    (streams 0-3 belong to the workload)."""
+    offset: dict[str, int] = {}
+    n = 0
+    for role, pool in scenario.pools.items():
+        offset[role] = n
+        n += pool.num_workers
+    events = []
+    for f in scenario.failures.workers:
+        role, _, idx = f.worker.partition(":")
+        down = f.repair_s + restart_delay_s(scenario, costs[role])
+        events.append(WorkerFailureEvent(f.at_s, offset[role] + int(idx), down))
+    if scenario.failures.random:
+        rng = np.random.default_rng(
+            np.random.SeedSequence([scenario.seed, replication]).spawn(5)[4]
+        )
+        horizon = scenario.sim.duration_s
+        for r in scenario.failures.random:
+            restart = restart_delay_s(scenario, costs[r.pool])
+            for i in range(scenario.pools[r.pool].num_workers):
+                t = 0.0
+                while True:
+                    t += rng.exponential(r.mtbf_s)
+                    if t >= horizon:
+                        break
+                    down = rng.exponential(r.mttr_s) + restart
+                    events.append(WorkerFailureEvent(t, offset[r.pool] + i, down))
+                    t += down
+    return tuple(sorted(events, key=lambda e: (e.at_s, e.worker)))
+
+
+def _swap_time_fn(scenario: Scenario, costs: dict[str, WorkerCost]):
+    """KV swap copies over each GPU's PCIe link, per the profile's pinned-copy fit."""
+    from disaggsim.costmodel.ops import copy_time_s
+    from disaggsim.hardware.profile import load_profile
+
+    params = {}
+    for role, pool in scenario.pools.items():
+        prof = load_profile(pool.gpu)
+        params[id(costs[role])] = (prof.copy.get("d2h_pinned"), prof.copy.get("h2d_pinned"))
+
+    def swap_time(cost: WorkerCost, nbytes: float, direction: str) -> float:
+        out_p, in_p = params[id(cost)]
+        p = out_p if direction == "out" else in_p
+        per_gpu = nbytes / cost.num_gpus  # each GPU copies its own shard over its own link
+        if p is None:
+            return 20e-6 + per_gpu / 25e9
+        return float(copy_time_s(p, per_gpu))
+
+    return swap_time
 
 
 def _pool_spec(role: str, pool: PoolConfig, cost: WorkerCost) -> PoolSpec:
@@ -136,7 +228,10 @@ def _pool_spec(role: str, pool: PoolConfig, cost: WorkerCost) -> PoolSpec:
 def make_requests(loaded: LoadedScenario, replication: int = 0) -> Requests:
     s = loaded.scenario
     return generate_requests(
-        s.workload, duration_s=s.sim.duration_s, seed=s.seed, replication=replication,
+        s.workload,
+        duration_s=s.sim.duration_s,
+        seed=s.seed,
+        replication=replication,
         base_dir=loaded.base_dir,
     )
 
@@ -158,7 +253,10 @@ def simulate(
     transfer = build_transfer(s, label)
     reqs = requests if requests is not None else make_requests(loaded, replication)
     raw = run_cluster(
-        reqs, engine_config(s, costs), transfer, progress=progress,
+        reqs,
+        engine_config(s, costs, replication),
+        transfer,
+        progress=progress,
         progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
     )
     frame, gaps = request_frame(raw, s.sim.warmup_s)
@@ -166,8 +264,14 @@ def simulate(
     wall = time.perf_counter() - t0
     summary["wall_s"] = wall
     return SimulationResult(
-        scenario=s, raw_scenario=loaded.raw, requests=frame, timeseries=timeseries_frame(raw),
-        summary=summary, gaps=gaps, raw=raw, wall_s=wall,
+        scenario=s,
+        raw_scenario=loaded.raw,
+        requests=frame,
+        timeseries=timeseries_frame(raw),
+        summary=summary,
+        gaps=gaps,
+        raw=raw,
+        wall_s=wall,
     )
 
 
@@ -182,12 +286,14 @@ def _as_loaded(scenario, overrides) -> LoadedScenario:
 
 
 def timeseries_frame(raw: RawResult) -> pd.DataFrame:
+    """Worker rows (queue, batch, KV use) and router rows (``worker`` = -1, role
+    ``router``: requests held at the router, orphaned KV bytes)."""
     s = raw.samples
     role = np.array([w.role for w in raw.workers], dtype=object)
     cap = np.array([w.kv_capacity_tokens for w in raw.workers], dtype=float)
     worker = np.asarray(s.worker, dtype=np.int64)
     kv = np.asarray(s.kv_used_tokens, dtype=np.int64)
-    return pd.DataFrame(
+    workers = pd.DataFrame(
         {
             "at_s": np.asarray(s.at_s, float),
             "worker": worker,
@@ -196,8 +302,25 @@ def timeseries_frame(raw: RawResult) -> pd.DataFrame:
             "batch": np.asarray(s.batch, dtype=np.int64),
             "kv_used_tokens": kv,
             "kv_util": kv / cap[worker] if len(worker) else np.empty(0),
+            "orphaned_kv_bytes": np.zeros(len(worker), dtype=np.int64),
         }
     )
+    r = raw.router_samples
+    n = len(r.at_s)
+    router = pd.DataFrame(
+        {
+            "at_s": np.asarray(r.at_s, float),
+            "worker": np.full(n, -1, dtype=np.int64),
+            "role": np.full(n, "router", dtype=object),
+            "queue_len": np.asarray(r.queue_len, dtype=np.int64),
+            "batch": np.zeros(n, dtype=np.int64),
+            "kv_used_tokens": np.zeros(n, dtype=np.int64),
+            "kv_util": np.zeros(n),
+            "orphaned_kv_bytes": np.asarray(r.orphaned_kv_bytes, dtype=np.int64),
+        }
+    )
+    both = pd.concat([workers, router], ignore_index=True)
+    return both.sort_values(["at_s", "worker"], kind="stable", ignore_index=True)
 
 
 def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = True) -> Path:

@@ -19,15 +19,48 @@ QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 
 def test_quickstart_writes_results(tmp_path, capsys):
     out = tmp_path / "qs"
-    rc = main(["run", str(QUICKSTART), "--out", str(out), "--quiet", "--set", "sim.duration_s=60", "--set", "sim.warmup_s=5"])
+    rc = main(
+        [
+            "run",
+            str(QUICKSTART),
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "sim.duration_s=60",
+            "--set",
+            "sim.warmup_s=5",
+        ]
+    )
     assert rc == 0
     files = {p.name for p in out.iterdir()}
-    assert {"requests.parquet", "timeseries.parquet", "summary.json", "scenario.yaml",
-            "latency_cdf.png", "timeline.png"} <= files
+    assert {
+        "requests.parquet",
+        "timeseries.parquet",
+        "summary.json",
+        "scenario.yaml",
+        "latency_cdf.png",
+        "timeline.png",
+    } <= files
     summary = json.loads((out / "summary.json").read_text())
-    for key in ("num_requests", "num_completed", "num_gpus", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-                "itl_p50_s", "itl_p90_s", "itl_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s",
-                "e2e_p99_s", "slo_attainment", "output_tokens_per_s", "requests_per_s"):
+    for key in (
+        "num_requests",
+        "num_completed",
+        "num_gpus",
+        "ttft_p50_s",
+        "ttft_p90_s",
+        "ttft_p99_s",
+        "itl_p50_s",
+        "itl_p90_s",
+        "itl_p99_s",
+        "tpot_p50_s",
+        "tpot_p99_s",
+        "e2e_p50_s",
+        "e2e_p99_s",
+        "slo_attainment",
+        "output_tokens_per_s",
+        "requests_per_s",
+    ):
         assert key in summary, key
     assert summary["num_gpus"] == 4
     frame = pd.read_parquet(out / "requests.parquet")
@@ -61,11 +94,15 @@ def _set(path, value):
         for k in path[:-1]:
             node = node[k]
         node[path[-1]] = value
+
     return f
 
 
 BAD = {
-    "misspelt key": (_set(["decode_pool", "num_workerz"], 3), "decode_pool.num_workerz: unknown key"),
+    "misspelt key": (
+        _set(["decode_pool", "num_workerz"], 3),
+        "decode_pool.num_workerz: unknown key",
+    ),
     "wrong type": (_set(["decode_pool", "num_workers"], "three"), "decode_pool.num_workers"),
     "negative rate": (_set(["workload", "rate_per_s"], -2), "workload.rate_per_s"),
     "unknown model": (_set(["model"], "llama-9"), "model: unknown model 'llama-9' (allowed: "),
@@ -100,7 +137,9 @@ def test_malformed_yaml(tmp_path, capsys):
 
 def test_bad_trace_row(tmp_path, capsys):
     trace = tmp_path / "t.csv"
-    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,20\n2023-11-16 18:17:04.0,abc,20\n")
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,20\n2023-11-16 18:17:04.0,abc,20\n"
+    )
     p = _write(tmp_path, _set(["workload"], {"kind": "trace", "path": str(trace)}))
     out = tmp_path / "out"
     assert main(["run", str(p), "--out", str(out), "--quiet"]) == 2
@@ -117,7 +156,11 @@ def test_bad_set_path(capsys):
 
 def test_console_script_no_traceback(tmp_path):
     p = _write(tmp_path, _set(["model"], "nope"))
-    r = subprocess.run([sys.executable, "-m", "disaggsim", "run", str(p), "--quiet"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "disaggsim", "run", str(p), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.startswith("disaggsim: error: ")

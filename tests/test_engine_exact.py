@@ -27,7 +27,9 @@ def _requests() -> Requests:
 
 
 def test_disaggregated_timeline():
-    cfg = EngineConfig(pools=(PoolSpec("prefill", 1, COST, 8, 10_000), PoolSpec("decode", 1, COST, 8, 10_000)))
+    cfg = EngineConfig(
+        pools=(PoolSpec("prefill", 1, COST, 8, 10_000), PoolSpec("decode", 1, COST, 8, 10_000))
+    )
     raw = run_cluster(_requests(), cfg, lambda nbytes, s, d: 0.001)
     log = raw.log
     # r0, r1 prefill together 0-0.1; r2 (arrived 0.05) runs alone 0.1-0.2; r3, r4 at 1.0-1.1.
@@ -81,7 +83,9 @@ def test_decode_run_is_cut_at_the_next_step_boundary_on_arrival():
     # it must join at the next step boundary, not at the end of the run.
     cost = ConstantCost(prefill_base_s=0.1, decode_base_s=0.01)
     reqs = Requests(np.array([0.0, 0.1545]), np.array([10, 10]), np.array([101, 3]))
-    cfg = EngineConfig(pools=(PoolSpec("prefill", 1, cost, 8, 10_000), PoolSpec("decode", 1, cost, 8, 10_000)))
+    cfg = EngineConfig(
+        pools=(PoolSpec("prefill", 1, cost, 8, 10_000), PoolSpec("decode", 1, cost, 8, 10_000))
+    )
     raw = run_cluster(reqs, cfg, lambda nbytes, s, d: 0.001)
     # r1: prefill 0.1545-0.2545, handoff until 0.2555, admitted at 0.261 (r0's steps end at
     # 0.111, 0.121, …, 0.251, 0.261: boundaries are 0.101 + 0.01 k).
@@ -97,7 +101,9 @@ def test_affine_decode_cost_integrated_exactly():
     reqs = Requests(np.array([0.0]), np.array([1000]), np.array([5]))
     cfg = EngineConfig(pools=(PoolSpec("colocated", 1, cost, 8, 10_000, "vllm"),))
     raw = run_cluster(reqs, cfg)
-    np.testing.assert_allclose(np.diff(token_times(raw, 0)), [0.002001, 0.002002, 0.002003, 0.002004])
+    np.testing.assert_allclose(
+        np.diff(token_times(raw, 0)), [0.002001, 0.002002, 0.002003, 0.002004]
+    )
     assert raw.log.finish_at_s[0] == pytest.approx(0.00801, rel=1e-12)
 
 

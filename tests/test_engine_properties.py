@@ -40,7 +40,9 @@ def cases(draw):
     else:
         pools = (PoolSpec("colocated", workers, cost, seqs, budget, arch),)
     policy = draw(st.sampled_from(["round_robin", "least_tokens", "shortest_queue"]))
-    cfg = EngineConfig(pools=pools, prefill_policy=policy, block_tokens=draw(st.sampled_from([1, 16])))
+    cfg = EngineConfig(
+        pools=pools, prefill_policy=policy, block_tokens=draw(st.sampled_from([1, 16]))
+    )
     transfer = draw(st.floats(0.0, 0.01))
     return reqs, cfg, transfer
 
@@ -58,18 +60,30 @@ def test_invariants(case):
     assert (frame.loc[rejected, "reason"] != "").all()
     done = ~rejected.to_numpy()
     # timestamps ordered along the request's path
-    order = ["arrival_at_s", "prefill_start_at_s", "prefill_end_at_s", "first_token_at_s", "finish_at_s"]
+    order = [
+        "arrival_at_s",
+        "prefill_start_at_s",
+        "prefill_end_at_s",
+        "first_token_at_s",
+        "finish_at_s",
+    ]
     t = frame.loc[done, order].to_numpy()
     assert (np.diff(t, axis=1) >= -1e-12).all()
     if raw.workers[0].role == "prefill":
-        tr = frame.loc[done, ["prefill_end_at_s", "transfer_start_at_s", "transfer_end_at_s", "first_token_at_s"]]
+        tr = frame.loc[
+            done,
+            ["prefill_end_at_s", "transfer_start_at_s", "transfer_end_at_s", "first_token_at_s"],
+        ]
         assert (np.diff(tr.to_numpy(), axis=1) >= -1e-12).all()
     # each completed request emits exactly its output tokens, in order, the last at finish
     for rid in np.flatnonzero(done):
         times = token_times(raw, int(rid))
         assert len(times) == reqs.output_tokens[rid]
         assert (np.diff(times) > 0).all()
-        assert times[-1] == np.float64(log.finish_at_s[rid]) or abs(times[-1] - log.finish_at_s[rid]) < 1e-9
+        assert (
+            times[-1] == np.float64(log.finish_at_s[rid])
+            or abs(times[-1] - log.finish_at_s[rid]) < 1e-9
+        )
     # gap distribution holds one gap per token after the first, for completed requests
     assert gaps.count == int((reqs.output_tokens[done] - 1).sum())
     # KV never above capacity, and every block returned once drained

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from disaggsim.costmodel.testing import ConstantCost
@@ -28,7 +27,12 @@ def test_prefill_queue_matches_pollaczek_khinchine(rho):
     reqs = generate_requests(wl, duration_s=float("inf"), seed=5)
     prefill = ConstantCost(prefill_base_s=service_s)
     decode = ConstantCost(decode_base_s=1e-4, kv_capacity_tokens=10**9)
-    cfg = EngineConfig(pools=(PoolSpec("prefill", 1, prefill, 1, 10_000), PoolSpec("decode", 1, decode, 10_000, 10_000)))
+    cfg = EngineConfig(
+        pools=(
+            PoolSpec("prefill", 1, prefill, 1, 10_000),
+            PoolSpec("decode", 1, decode, 10_000, 10_000),
+        )
+    )
     raw = run_cluster(reqs, cfg)
     wait = raw.log.prefill_start_at_s - reqs.arrival_s
     wq_theory = lam * service_s**2 / (2 * (1 - rho))

@@ -14,11 +14,18 @@ NEEDS_SHARED = {"mooncake-replay.yaml"}
 
 def test_there_are_scenarios():
     names = {p.relative_to(REPO / "scenarios").as_posix() for p in SCENARIOS}
-    assert {"quickstart.yaml", "seed-70b-4k/disaggregated.yaml", "seed-70b-4k/colocated.yaml",
-            "seed-70b-4k/chunked.yaml", "mooncake-replay.yaml"} <= names
+    assert {
+        "quickstart.yaml",
+        "seed-70b-4k/disaggregated.yaml",
+        "seed-70b-4k/colocated.yaml",
+        "seed-70b-4k/chunked.yaml",
+        "mooncake-replay.yaml",
+    } <= names
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.relative_to(REPO / "scenarios").as_posix())
+@pytest.mark.parametrize(
+    "path", SCENARIOS, ids=lambda p: p.relative_to(REPO / "scenarios").as_posix()
+)
 def test_scenario_runs_a_short_slice(path):
     if path.name in NEEDS_SHARED and not SHARED_DATA.is_dir():
         pytest.skip("needs ../shared/data")
@@ -36,10 +43,16 @@ def test_seed_example_colocated_decode_is_stalled_by_prefills():
     """The seed trio: same GPUs; the colocated (vllm) ITL tail is hostage to 4k prefills,
     chunked bounds it, disaggregated removes it."""
     res = {
-        name: simulate(REPO / "scenarios" / "seed-70b-4k" / f"{name}.yaml", ["sim.duration_s=120"]).summary
+        name: simulate(
+            REPO / "scenarios" / "seed-70b-4k" / f"{name}.yaml", ["sim.duration_s=120"]
+        ).summary
         for name in ("disaggregated", "colocated", "chunked")
     }
-    assert res["disaggregated"]["num_gpus"] == res["colocated"]["num_gpus"] == res["chunked"]["num_gpus"]
+    assert (
+        res["disaggregated"]["num_gpus"]
+        == res["colocated"]["num_gpus"]
+        == res["chunked"]["num_gpus"]
+    )
     # colocated p99 gap is at least one whole 4k prefill; the others are far below it
     assert res["colocated"]["itl_p99_s"] > 5 * res["disaggregated"]["itl_p99_s"]
     assert res["colocated"]["itl_p99_s"] > 3 * res["chunked"]["itl_p99_s"]

@@ -100,7 +100,9 @@ def _fields_of(annotation: Any, node: Any) -> dict[str, Any] | None:
     for cls in _model_classes(annotation):
         if isinstance(node, dict) and "kind" in node:
             kind_field = cls.model_fields.get("kind")
-            if kind_field is not None and node["kind"] not in typing.get_args(kind_field.annotation):
+            if kind_field is not None and node["kind"] not in typing.get_args(
+                kind_field.annotation
+            ):
                 continue
         return {name: f.annotation for name, f in cls.model_fields.items()}
     return None
@@ -146,7 +148,9 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         msg = msg[len("Value error, ") :]
     n_more = len(err.errors()) - 1
     more = f" (+{n_more} more problem{'s' if n_more > 1 else ''})" if n_more else ""
-    return f"{source}: {key or 'top level'}: {msg}{more}"
+    if not key:
+        return f"{source}: {msg}{more}"
+    return f"{source}: {key}: {msg}{more}"
 
 
 _TAGS = {"synthetic", "preset", "trace", "fixed", "uniform", "lognormal", "empirical"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from disaggsim.workload import WorkloadConfig
 
@@ -54,6 +54,65 @@ class FabricConfig(_Model):
 class RouterConfig(_Model):
     prefill_policy: Literal["round_robin", "least_tokens", "shortest_queue"] = "least_tokens"
     decode_policy: Literal["most_free_kv", "round_robin"] = "most_free_kv"
+    backpressure: Literal["kv_aware", "none"] = Field(
+        default="kv_aware",
+        description="kv_aware: hold requests at the router while the decode pool has no room "
+        "for their KV; none: prefill anyway (finished prefills then wait holding their KV)",
+    )
+    max_queue: int | None = Field(
+        default=None, ge=1, description="most requests waiting for prefill; more are rejected"
+    )
+    client_timeout_s: float | None = Field(
+        default=None, gt=0.0, description="a request with no first token by then is abandoned"
+    )
+
+
+class KvConfig(_Model):
+    """Paged KV memory on every worker."""
+
+    block_tokens: int = Field(default=16, description="tokens per KV block: a power of two, 1-256")
+    admission: Literal["on_demand", "reserve_full"] = Field(
+        default="on_demand",
+        description="on_demand: blocks for the current context, sequences grow and may be "
+        "preempted (vLLM); reserve_full: blocks for prompt + output at admission, no preemption",
+    )
+    watermark: float = Field(
+        default=0.01, ge=0.0, lt=1.0, description="share of blocks kept free when admitting"
+    )
+    preemption: Literal["recompute", "swap"] = "recompute"
+
+    @field_validator("block_tokens")
+    @classmethod
+    def _block_power_of_two(cls, b: int) -> int:
+        if b < 1 or b > 256 or b & (b - 1):
+            raise ValueError(f"must be a power of two from 1 to 256 (1, 2, 4, ..., 256), got {b}")
+        return b
+
+
+class WorkerFailureConfig(_Model):
+    at_s: float = Field(ge=0.0)
+    worker: str = Field(pattern=r"^(prefill|decode|colocated):[0-9]+$", description="e.g. decode:0")
+    repair_s: float = Field(default=0.0, ge=0.0, description="added to the restart delay")
+
+
+class RandomFailureConfig(_Model):
+    pool: Literal["prefill", "decode", "colocated"]
+    mtbf_s: float = Field(gt=0.0, description="mean time between failures of each worker")
+    mttr_s: float = Field(gt=0.0, description="mean repair time before the restart")
+
+
+class LinkFailureConfig(_Model):
+    start_s: float = Field(ge=0.0)
+    duration_s: float = Field(gt=0.0)
+    factor: float = Field(default=0.0, ge=0.0, lt=1.0, description="bandwidth share; 0 = outage")
+
+
+class FailuresConfig(_Model):
+    workers: list[WorkerFailureConfig] = []
+    random: list[RandomFailureConfig] = []
+    links: list[LinkFailureConfig] = []
+    provision_s: float = Field(default=30.0, ge=0.0, description="restart: before weights load")
+    weights_load_gb_per_s: float = Field(default=5.0, gt=0.0, description="per GPU, GB = 1e9 B")
 
 
 class SloConfig(_Model):
@@ -81,7 +140,9 @@ class SloConfig(_Model):
 
 class SimConfig(_Model):
     duration_s: float = Field(gt=0.0, description="requests arrive in [0, duration_s)")
-    warmup_s: float = Field(default=0.0, ge=0.0, description="arrivals before this are not measured")
+    warmup_s: float = Field(
+        default=0.0, ge=0.0, description="arrivals before this are not measured"
+    )
     max_drain_s: float = Field(
         default=3600.0, ge=0.0, description="after duration_s, stop at the latest this much later"
     )
@@ -114,6 +175,8 @@ class Scenario(_Model):
     )
     fabric: FabricConfig = FabricConfig()
     router: RouterConfig = RouterConfig()
+    kv: KvConfig = KvConfig()
+    failures: FailuresConfig = FailuresConfig()
     slo: SloConfig
     workload: WorkloadConfig
     sim: SimConfig
@@ -124,7 +187,9 @@ class Scenario(_Model):
             if self.prefill_pool is None or self.decode_pool is None:
                 raise ValueError("architecture disaggregated needs prefill_pool and decode_pool")
             if self.pool is not None:
-                raise ValueError("architecture disaggregated takes prefill_pool/decode_pool, not pool")
+                raise ValueError(
+                    "architecture disaggregated takes prefill_pool/decode_pool, not pool"
+                )
             for key, p in (("prefill_pool", self.prefill_pool), ("decode_pool", self.decode_pool)):
                 if p.scheduler is not None:
                     raise ValueError(f"{key}.scheduler is only for colocated pools")
@@ -134,8 +199,28 @@ class Scenario(_Model):
             if self.prefill_pool is not None or self.decode_pool is not None:
                 raise ValueError("architecture colocated takes pool, not prefill_pool/decode_pool")
             if self.pool.scheduler is None:
-                raise ValueError("pool.scheduler is required for colocated pools (allowed: vllm, chunked)")
+                raise ValueError(
+                    "pool.scheduler is required for colocated pools (allowed: vllm, chunked)"
+                )
+        self._check_failure_targets()
         return self
+
+    def _check_failure_targets(self) -> None:
+        pools = self.pools
+        allowed = [f"{role}:0..{p.num_workers - 1}" for role, p in pools.items()]
+        for i, f in enumerate(self.failures.workers):
+            role, _, idx = f.worker.partition(":")
+            if role not in pools or int(idx) >= pools[role].num_workers:
+                raise ValueError(
+                    f"failures.workers.{i}.worker: no worker {f.worker!r} (allowed: {', '.join(allowed)})"
+                )
+        for i, r in enumerate(self.failures.random):
+            if r.pool not in pools:
+                raise ValueError(
+                    f"failures.random.{i}.pool: no {r.pool!r} pool here (allowed: {', '.join(pools)})"
+                )
+        if self.failures.links and self.architecture != "disaggregated":
+            raise ValueError("failures.links: link failures need architecture disaggregated")
 
     @property
     def pools(self) -> dict[str, PoolConfig]:

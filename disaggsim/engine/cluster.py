@@ -1,30 +1,43 @@
 """The cluster: a SimPy environment with a router, worker pools and the KV fabric.
 
 :func:`run_cluster` is the engine's entry point. It takes already-built parts (the
-request table, a :class:`WorkerCost` per pool, the fabric's transfer-time function) and
-returns the raw records; it does no file I/O and reads no configuration files.
+request table, a :class:`WorkerCost` per pool, the fabric's transfer-time function, the
+failure schedule) and returns the raw records; it does no file I/O and reads no
+configuration files.
 
 Flow (DESIGN.md §2): arrival → router → prefill worker (or colocated worker) → KV handoff
 over the fabric → decode worker → finish. The router picks the decode worker when a
-prefill finishes, by free KV; when no decode worker has room, the finished prefill waits
-(its KV held on the prefill worker) in the router's handoff queue, FIFO.
+prefill finishes, by free KV. Back-pressure (``kv_aware``): the router admits a request to
+the prefill pool only when the decode pool has room for its KV beyond what is already
+promised to requests in flight; otherwise it waits at the router. Without it (``none``),
+finished prefills whose KV no decode worker can take wait on their prefill worker
+(orphaned KV) and fill its memory.
+
+Every request ends exactly once: completed, rejected (with a reason) or abandoned (client
+timeout). Work lost to a failure sends the request back to the router (a retry); the
+tokens already delivered stay delivered and the prompt plus those tokens is prefilled
+again.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
 from disaggsim.costmodel.interface import WorkerCost
 from disaggsim.engine.records import (
+    STATUS_ABANDONED,
     STATUS_COMPLETED,
     STATUS_REJECTED,
     RequestLog,
+    RouterSamples,
     Samples,
+    Segments,
     StepLog,
 )
 from disaggsim.engine.workers import ColocatedWorker, DecodeWorker, PrefillWorker, _Worker
@@ -44,12 +57,48 @@ class PoolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerFailureEvent:
+    at_s: float
+    worker: int  # global worker index (pools in order, workers in order)
+    down_s: float  # until it serves again (repair + weights reload)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkWindow:
+    """The prefill→decode fabric runs at ``factor`` × its bandwidth (0: outage)."""
+
+    start_s: float
+    duration_s: float
+    factor: float
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+
+SwapTime = Callable[[WorkerCost, float, str], float]  # (cost, bytes, "in"|"out") -> s
+
+
+def _default_swap_time(cost: WorkerCost, nbytes: float, direction: str) -> float:
+    return 20e-6 + nbytes / cost.num_gpus / 25e9
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     pools: tuple[PoolSpec, ...]
     prefill_policy: str = "least_tokens"  # round_robin | least_tokens | shortest_queue
     decode_policy: str = "most_free_kv"  # most_free_kv | round_robin
     first_token_from: str = "decode"  # disaggregated: "decode" or "prefill"
     block_tokens: int = 16
+    kv_admission: str = "reserve_full"  # reserve_full | on_demand
+    kv_watermark: float = 0.0  # share of a worker's blocks kept free when admitting
+    preemption: str = "recompute"  # recompute | swap
+    backpressure: str = "none"  # none | kv_aware
+    max_queue: int | None = None  # most requests waiting for prefill; more are rejected
+    client_timeout_s: float | None = None  # abandon if no first token by then
+    worker_failures: tuple[WorkerFailureEvent, ...] = ()
+    link_windows: tuple[LinkWindow, ...] = ()
+    swap_time: SwapTime = _default_swap_time
     horizon_s: float = float("inf")  # stop here even if requests are still running
 
 
@@ -61,6 +110,7 @@ class WorkerInfo:
     num_gpus: int
     kv_capacity_tokens: int
     kv_used_end_tokens: int  # KV still held when the run stopped (0 once drained)
+    num_failures: int
     steps: StepLog
 
 
@@ -70,10 +120,14 @@ class RawResult:
 
     requests: Requests
     log: RequestLog
+    segments: Segments
     workers: tuple[WorkerInfo, ...]
     samples: Samples
+    router_samples: RouterSamples
     end_at_s: float
     kv_bytes_per_token: dict[str, int]  # per role
+    counters: dict[str, int] = field(default_factory=dict)
+    failures: tuple[tuple[float, int], ...] = ()  # (at_s, worker) of each worker failure
 
 
 TransferTime = Callable[[int, int, int], float]  # (nbytes, prefill worker, decode worker) -> s
@@ -87,13 +141,44 @@ class Router:
         self.cluster = cluster
         self.prefill_policy = cfg.prefill_policy
         self.decode_policy = cfg.decode_policy
+        self.kv_aware = cfg.backpressure == "kv_aware" and cluster.disaggregated
         self._rr_prefill = 0
         self._rr_decode = 0
-        self.pending: deque[int] = deque()  # finished prefills waiting for decode KV room
-        self._pending_prefill: dict[int, PrefillWorker] = {}
+        self.queue: deque[int] = deque()  # held at the router (back-pressure / no worker)
+        self.committed: dict[int, int] = {}  # admitted to prefill, decode blocks promised
+        self.committed_blocks = 0
+        self.pending: deque[int] = deque()  # prefilled, waiting for decode KV room
+        self._pending_src: dict[int, PrefillWorker] = {}
+        self.orphaned_bytes = 0
 
-    def route(self, rid: int) -> None:
-        workers = self.cluster.front_workers
+    # -- front: arrivals and re-prefills ------------------------------------------------
+
+    def admit(self, rid: int) -> None:
+        """A request (new, or back for a re-prefill) enters the router."""
+        if self.queue or not self._try_route(rid):
+            self.queue.append(rid)
+            self.sample()
+
+    def _decode_room_blocks(self) -> int:
+        cl = self.cluster
+        return (
+            sum(
+                max(0, w.free_blocks - cl.watermark_blocks(w)) for w in cl.decode_workers if w.alive
+            )
+            - self.committed_blocks
+        )
+
+    def _try_route(self, rid: int) -> bool:
+        cl = self.cluster
+        workers = [w for w in cl.front_workers if w.alive]
+        if not workers:
+            return False
+        if self.kv_aware:
+            need = cl.join_blocks(rid)
+            if need > self._decode_room_blocks():
+                return False
+            self.committed[rid] = need
+            self.committed_blocks += need
         if self.prefill_policy == "round_robin":
             w = workers[self._rr_prefill % len(workers)]
             self._rr_prefill += 1
@@ -102,40 +187,91 @@ class Router:
         else:  # shortest_queue
             w = min(workers, key=lambda x: (x.num_outstanding, x.index))
         w.submit(rid)
+        return True
+
+    def drain_queue(self) -> None:
+        changed = False
+        while self.queue:
+            rid = self.queue[0]
+            if not self._try_route(rid):
+                break
+            self.queue.popleft()
+            changed = True
+        if changed:
+            self.sample()
+
+    def remove_queued(self, rid: int) -> bool:
+        try:
+            self.queue.remove(rid)
+        except ValueError:
+            return False
+        self.sample()
+        return True
+
+    def uncommit(self, rid: int) -> None:
+        blocks = self.committed.pop(rid, None)
+        if blocks is not None:
+            self.committed_blocks -= blocks
+
+    # -- back: handoffs to decode -----------------------------------------------------
 
     def handoff(self, rid: int, src: PrefillWorker) -> None:
         if self.pending or not self._try_handoff(rid, src):
             self.pending.append(rid)
-            self._pending_prefill[rid] = src
+            self._pending_src[rid] = src
+            self.orphaned_bytes += self.cluster.kv_bytes(rid, src)
+            self.sample()
 
     def _try_handoff(self, rid: int, src: PrefillWorker) -> bool:
         cl = self.cluster
-        need = cl.reserve_tokens(rid)
-        workers = cl.decode_workers
+        workers = [w for w in cl.decode_workers if w.can_accept(rid)]
+        if not workers:
+            return False
         if self.decode_policy == "round_robin":
-            n = len(workers)
-            for i in range(n):
-                w = workers[(self._rr_decode + i) % n]
-                if w.free_kv_tokens >= need:
-                    self._rr_decode = (self._rr_decode + i + 1) % n
-                    break
-            else:
-                return False
+            n = len(cl.decode_workers)
+            order = sorted(workers, key=lambda x: (x.index - self._rr_decode) % n)
+            w = order[0]
+            self._rr_decode = (w.index + 1) % n
         else:
-            w = max(workers, key=lambda x: (x.free_kv_tokens, -x.index))
-            if w.free_kv_tokens < need:
-                return False
+            w = max(workers, key=lambda x: (x.free_blocks, -x.index))
+        self.uncommit(rid)
         w.reserve(rid)
         cl.start_transfer(rid, src, w)
         return True
 
+    def remove_pending(self, rid: int) -> PrefillWorker | None:
+        src = self._pending_src.pop(rid, None)
+        if src is not None:
+            self.pending.remove(rid)
+            self.orphaned_bytes -= self.cluster.kv_bytes(rid, src)
+            self.sample()
+        return src
+
     def decode_freed(self) -> None:
+        changed = False
         while self.pending:
             rid = self.pending[0]
-            if not self._try_handoff(rid, self._pending_prefill[rid]):
-                return
+            src = self._pending_src[rid]
+            if not self._try_handoff(rid, src):
+                break
             self.pending.popleft()
-            del self._pending_prefill[rid]
+            del self._pending_src[rid]
+            self.orphaned_bytes -= self.cluster.kv_bytes(rid, src)
+            changed = True
+        if changed:
+            self.sample()
+        if self.kv_aware and self.queue:
+            self.drain_queue()
+
+    def waiting_for_prefill(self) -> int:
+        cl = self.cluster
+        return len(self.queue) + sum(len(w.queue) for w in cl.front_workers)
+
+    def sample(self) -> None:
+        s = self.cluster.router_samples
+        s.at_s.append(self.cluster.env.now)
+        s.queue_len.append(len(self.queue))
+        s.orphaned_kv_bytes.append(self.orphaned_bytes)
 
 
 class Cluster:
@@ -143,19 +279,30 @@ class Cluster:
         self.env = simpy.Environment()
         self.cfg = cfg
         self.requests = requests
+        n = len(requests)
         self.prompt_tokens: list[int] = requests.prompt_tokens.tolist()
         self.output_tokens: list[int] = requests.output_tokens.tolist()
-        self.log = RequestLog(len(requests))
+        self.generated: list[int] = [0] * n  # tokens delivered so far
+        self.ended: list[bool] = [False] * n
+        self.log = RequestLog(n)
+        self.segments = Segments()
         self.samples = Samples()
+        self.router_samples = RouterSamples()
         self.transfer_time = transfer_time
         self.block_tokens = cfg.block_tokens
+        self.reserve_full = cfg.kv_admission == "reserve_full"
+        self.preemption = cfg.preemption
+        self.counters = {"num_resent_transfers": 0, "num_worker_failures": 0}
+        self.failure_log: list[tuple[float, int]] = []
         self.num_done = 0
+        self.zombies: set[int] = set()  # abandoned inside a running prefill: KV still held
         self.all_done = self.env.event()
-        self.router = Router(self, cfg)
-        self.workers: list[_Worker] = []
         self.prefill_workers: list[PrefillWorker] = []
         self.decode_workers: list[DecodeWorker] = []
         self.colocated_workers: list[ColocatedWorker] = []
+        self.disaggregated = any(p.role == "prefill" for p in cfg.pools)
+        self.router = Router(self, cfg)
+        self.workers: list[_Worker] = []
         self._pool_of: list[tuple[str, int]] = []
         for pool in cfg.pools:
             for i in range(pool.num_workers):
@@ -174,85 +321,313 @@ class Cluster:
                     raise ValueError(f"unknown pool role {pool.role!r}")
                 self.workers.append(w)
                 self._pool_of.append((pool.role, i))
-        self.disaggregated = bool(self.prefill_workers)
         if self.disaggregated and not self.decode_workers:
             raise ValueError("a disaggregated cluster needs decode workers")
-        self.front_workers = self.prefill_workers if self.disaggregated else self.colocated_workers
-        # The largest request any worker on its path can ever hold; longer ones are rejected.
-        if self.disaggregated:
-            self._max_prompt = min(w.kv_capacity_tokens for w in self.prefill_workers)
-            self._max_seq = max(w.kv_capacity_tokens for w in self.decode_workers)
-        else:
-            self._max_prompt = self._max_seq = max(w.kv_capacity_tokens for w in self.colocated_workers)
+        self.front_workers: list = (
+            self.prefill_workers if self.disaggregated else self.colocated_workers
+        )
+        self._transfers: dict[int, tuple[PrefillWorker, DecodeWorker, float]] = {}
+
+    # -- KV sizes -----------------------------------------------------------------------
+
+    def prefill_len(self, rid: int) -> int:
+        """Tokens the next prefill of ``rid`` computes: its prompt, plus the tokens
+        already delivered when the KV is rebuilt after a preemption or a failure."""
+        return self.prompt_tokens[rid] + self.generated[rid]
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_tokens)
+
+    def full_blocks(self, rid: int) -> int:
+        return self._blocks(self.prompt_tokens[rid] + self.output_tokens[rid])
+
+    def prefill_blocks(self, rid: int) -> int:
+        """Blocks a prefill worker holds for ``rid``'s KV until the handoff."""
+        return self._blocks(self.prefill_len(rid))
+
+    def join_blocks(self, rid: int) -> int:
+        """Blocks a decode worker needs to take ``rid`` (its whole sequence when reserving
+        in full; else its context once the first token exists)."""
+        if self.reserve_full:
+            return self.full_blocks(rid)
+        return self._blocks(self.prompt_tokens[rid] + max(self.generated[rid], 1))
+
+    def colocated_blocks(self, rid: int) -> int:
+        """Blocks a colocated worker takes when ``rid``'s prefill starts."""
+        if self.reserve_full:
+            return self.full_blocks(rid)
+        return self._blocks(self.prefill_len(rid) + 1)
+
+    def watermark_blocks(self, w: _Worker) -> int:
+        return math.ceil(self.cfg.kv_watermark * w.kv_capacity_blocks)
+
+    def kv_bytes(self, rid: int, w: _Worker) -> int:
+        return self.prefill_len(rid) * w.cost.kv_bytes_per_token
+
+    def swap_time(self, w: _Worker, nbytes: float, direction: str) -> float:
+        return self.cfg.swap_time(w.cost, nbytes, direction)
 
     # -- request lifecycle ------------------------------------------------------------
 
-    def reserve_tokens(self, rid: int) -> int:
-        """KV tokens reserved for a request's whole sequence, rounded up to blocks."""
-        b = self.block_tokens
-        n = self.prompt_tokens[rid] + self.output_tokens[rid]
-        return -(-n // b) * b
+    def _largest_servable(self) -> tuple[int, int]:
+        """(prefill blocks, decode/colocated blocks): the most a request may need."""
+        if self.disaggregated:
+            pre = min(w.kv_capacity_blocks for w in self.prefill_workers)
+            dec = max(w.kv_capacity_blocks - self.watermark_blocks(w) for w in self.decode_workers)
+            return pre, dec
+        col = max(w.kv_capacity_blocks - self.watermark_blocks(w) for w in self.colocated_workers)
+        return col, col
 
     def _arrivals(self):
         env = self.env
         arrival = self.requests.arrival_s.tolist()
+        max_pre, max_seq = self._largest_servable()
+        timeout = self.cfg.client_timeout_s
+        max_queue = self.cfg.max_queue
         for rid, at in enumerate(arrival):
             if at > env.now:
                 yield env.timeout(at - env.now)
-            if self.prompt_tokens[rid] > self._max_prompt or self.reserve_tokens(rid) > self._max_seq:
+            if self._blocks(self.prompt_tokens[rid] + self.output_tokens[rid]) > max_seq or (
+                self.disaggregated
+                and self._blocks(self.prompt_tokens[rid] + self.output_tokens[rid]) > max_pre
+            ):
                 self.reject(rid, "exceeds_kv_capacity")
                 continue
-            self.router.route(rid)
+            if max_queue is not None and self.router.waiting_for_prefill() >= max_queue:
+                self.reject(rid, "queue_full")
+                continue
+            if timeout is not None:
+                ev = env.timeout(timeout)
+                ev.callbacks.append(lambda _e, rid=rid: self.abandon(rid))
+            self.router.admit(rid)
 
     def reject(self, rid: int, reason: str) -> None:
         self.log.status[rid] = STATUS_REJECTED
         self.log.reason[rid] = reason
-        self._done()
+        self._end(rid)
+
+    def abandon(self, rid: int) -> None:
+        """The client gave up before its first token: drop the request wherever it is."""
+        if self.ended[rid] or self.generated[rid] > 0:
+            return
+        self.log.status[rid] = STATUS_ABANDONED
+        self.log.reason[rid] = "client_timeout"
+        self.ended[rid] = True
+        if not self._drop_waiting(rid):
+            self.zombies.add(rid)  # inside a running prefill: KV freed when it ends
+        self.num_done += 1
+        self._check_done()
+
+    def _drop_waiting(self, rid: int) -> bool:
+        """Remove an abandoned request from the queue, handoff or transfer holding it;
+        False if it is inside a running prefill instead."""
+        r = self.router
+        if r.remove_queued(rid):
+            return True
+        r.uncommit(rid)
+        for w in self.front_workers:
+            if w.remove_queued(rid):
+                r.drain_queue()
+                return True
+        src = r.remove_pending(rid)
+        if src is not None:
+            src.release_kv(rid)
+            r.drain_queue()
+            return True
+        tr = self._transfers.pop(rid, None)
+        if tr is not None:
+            src, dst, _ = tr
+            src.release_kv(rid)
+            dst.unreserve(rid)
+            return True
+        return False
+
+    def prefill_started(self, rid: int, worker: int) -> None:
+        log = self.log
+        if log.prefill_start_at_s[rid] != log.prefill_start_at_s[rid]:  # NaN: first prefill
+            log.prefill_start_at_s[rid] = self.env.now
+        log.prefill_worker[rid] = worker
+        log.num_prefills[rid] += 1
+
+    def first_token(self, rid: int, now: float) -> None:
+        if self.generated[rid] == 0:
+            self.generated[rid] = 1
+            self.log.first_token_at_s[rid] = now
 
     def prefill_done(self, rid: int, src: PrefillWorker) -> None:
         now = self.env.now
         self.log.prefill_end_at_s[rid] = now
+        if self.ended[rid]:  # abandoned while its prefill ran
+            src.release_kv(rid)
+            self.bury(rid)
+            self.router.drain_queue()
+            return
         if self.cfg.first_token_from == "prefill":
-            self.log.first_token_at_s[rid] = now
+            self.first_token(rid, now)
+            if self.generated[rid] >= self.output_tokens[rid]:  # one-token reply: done
+                self.router.uncommit(rid)
+                src.release_kv(rid)
+                self.finish(rid, now)
+                self.router.drain_queue()
+                return
         self.router.handoff(rid, src)
 
     def start_transfer(self, rid: int, src: PrefillWorker, dst: DecodeWorker) -> None:
         env = self.env
-        self.log.transfer_start_at_s[rid] = env.now
-        nbytes = self.prompt_tokens[rid] * src.cost.kv_bytes_per_token
-        ev = env.timeout(self.transfer_time(nbytes, src.index, dst.index))
-        ev.callbacks.append(lambda _e, rid=rid, src=src, dst=dst: self._transfer_done(rid, src, dst))
+        if self.log.transfer_start_at_s[rid] != self.log.transfer_start_at_s[rid]:
+            self.log.transfer_start_at_s[rid] = env.now
+        nbytes = self.kv_bytes(rid, src)
+        delay, factor = self._link_state(env.now)
+        dur = delay + self.transfer_time(nbytes, src.index, dst.index) / factor
+        token = env.now
+        self._transfers[rid] = (src, dst, token)
+        ev = env.timeout(dur)
+        ev.callbacks.append(lambda _e, rid=rid, token=token: self._transfer_done(rid, token))
 
-    def _transfer_done(self, rid: int, src: PrefillWorker, dst: DecodeWorker) -> None:
+    def _link_state(self, now: float) -> tuple[float, float]:
+        """(seconds until the link is up, bandwidth factor then) for a transfer at ``now``."""
+        t = now
+        for _ in range(len(self.cfg.link_windows) + 1):
+            for w in self.cfg.link_windows:
+                if w.factor == 0 and w.start_s <= t < w.end_s:
+                    t = w.end_s
+                    break
+            else:
+                break
+        factor = 1.0
+        for w in self.cfg.link_windows:
+            if w.factor > 0 and w.start_s <= t < w.end_s:
+                factor = min(factor, w.factor)
+        return t - now, factor
+
+    def _link_outage(self, window: LinkWindow):
+        """At an outage's start, every transfer in flight is lost and sent again."""
+        yield self.env.timeout(window.start_s)
+        for rid in list(self._transfers):
+            src, dst, _ = self._transfers[rid]
+            self.counters["num_resent_transfers"] += 1
+            self.start_transfer(rid, src, dst)  # waits for the link, then starts over
+
+    def _transfer_done(self, rid: int, token: float) -> None:
+        tr = self._transfers.get(rid)
+        if tr is None or tr[2] != token:
+            return  # cancelled, or superseded by a re-send
+        del self._transfers[rid]
+        src, dst, _ = tr
         now = self.env.now
         self.log.transfer_end_at_s[rid] = now
         if self.cfg.first_token_from == "decode":
-            self.log.first_token_at_s[rid] = now
+            self.first_token(rid, now)
         src.release_kv(rid)
-        if self.output_tokens[rid] <= 1:
-            dst.kv_used_tokens -= self.reserve_tokens(rid)
-            dst.num_outstanding -= 1
+        if self.generated[rid] >= self.output_tokens[rid]:
+            dst.finish_without_decode(rid)
             self.finish(rid, now)
-            self.router.decode_freed()
         else:
             dst.kv_arrived(rid)
+        self.router.drain_queue()
+
+    def bury(self, rid: int) -> None:
+        """An abandoned request's in-flight prefill is over: nothing of it remains."""
+        if rid in self.zombies:
+            self.zombies.discard(rid)
+            self._check_done()
+
+    def reprefill(self, rid: int, why: str) -> None:
+        """``rid`` lost its KV: prefill the prompt and the tokens so far again."""
+        if self.ended[rid]:
+            self.bury(rid)
+            return
+        if self.generated[rid] >= self.output_tokens[rid]:
+            self.finish(rid, self.env.now)
+            return
+        if why == "retry":
+            self.log.num_retries[rid] += 1
+        self.router.admit(rid)
 
     def finish(self, rid: int, now: float) -> None:
+        if self.ended[rid]:
+            return
         self.log.finish_at_s[rid] = now
         self.log.status[rid] = STATUS_COMPLETED
-        self._done()
+        self._end(rid)
 
-    def _done(self) -> None:
+    def _end(self, rid: int) -> None:
+        self.ended[rid] = True
         self.num_done += 1
-        if self.num_done == len(self.requests) and not self.all_done.triggered:
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if self.num_done == len(self.requests) and not self.zombies and not self.all_done.triggered:
             self.all_done.succeed()
 
-    def run(self, progress: Callable[[float, int, int], None] | None = None,
-            progress_every_s: float = 0.0) -> RawResult:
+    # -- failures -----------------------------------------------------------------------
+
+    def _fail_worker(self, ev: WorkerFailureEvent):
+        yield self.env.timeout(ev.at_s)
+        if self.workers[ev.worker].fail(ev.down_s):
+            self.counters["num_worker_failures"] += 1
+            self.failure_log.append((self.env.now, ev.worker))
+
+    def worker_recovered(self, w: _Worker) -> None:
+        w._sample(0, 0)
+        self.router.drain_queue()
+        if w.role == "decode":
+            self.router.decode_freed()
+
+    def prefill_worker_lost(
+        self, w: PrefillWorker, queued: list[int], in_batch: list[int], held: list[int]
+    ) -> None:
+        r = self.router
+        for rid in queued:  # never started here: simply routed again
+            r.uncommit(rid)
+            if not self.ended[rid]:
+                r.admit(rid)
+        for rid in in_batch:
+            if self.ended[rid]:
+                self.bury(rid)
+        for rid in held:
+            r.remove_pending(rid)
+            tr = self._transfers.pop(rid, None)
+            if tr is not None:
+                tr[1].unreserve(rid)
+        for rid in in_batch + held:
+            if not self.ended[rid]:
+                r.uncommit(rid)
+                self.reprefill(rid, "retry")
+        r.drain_queue()
+
+    def decode_worker_lost(self, w: DecodeWorker, lost: list[int]) -> None:
+        for rid in lost:
+            tr = self._transfers.pop(rid, None)
+            if tr is not None:
+                tr[0].release_kv(rid)
+            self.reprefill(rid, "retry")
+        self.router.decode_freed()
+
+    def colocated_worker_lost(self, w: ColocatedWorker, queued: list[int], lost: list[int]) -> None:
+        for rid in queued:
+            if not self.ended[rid]:
+                self.router.admit(rid)
+        for rid in lost:
+            self.reprefill(rid, "retry")
+
+    # -- run ------------------------------------------------------------------------------
+
+    def run(
+        self,
+        progress: Callable[[float, int, int], None] | None = None,
+        progress_every_s: float = 0.0,
+    ) -> RawResult:
         """Run until every request has ended or the horizon. ``progress(now, done, total)``
         is called every ``progress_every_s`` simulated seconds when given."""
         env = self.env
         env.process(self._arrivals())
+        for ev in self.cfg.worker_failures:
+            env.process(self._fail_worker(ev))
+        for win in self.cfg.link_windows:
+            if win.factor == 0:
+                env.process(self._link_outage(win))
+        self.router.sample()
         if len(self.requests) == 0:
             self.all_done.succeed()
         horizon = self.cfg.horizon_s
@@ -266,6 +641,7 @@ class Cluster:
                 tick = env.timeout(min(progress_every_s, horizon - env.now))
                 env.run(until=self.all_done | tick)
                 progress(env.now, self.num_done, len(self.requests))
+        self.router.sample()
         kv_bpt = {p.role: p.cost.kv_bytes_per_token for p in self.cfg.pools}
         workers = tuple(
             WorkerInfo(
@@ -275,13 +651,22 @@ class Cluster:
                 num_gpus=w.cost.num_gpus,
                 kv_capacity_tokens=w.kv_capacity_tokens,
                 kv_used_end_tokens=w.kv_used_tokens,
+                num_failures=w.num_failures,
                 steps=w.steps,
             )
             for w in self.workers
         )
         return RawResult(
-            requests=self.requests, log=self.log, workers=workers, samples=self.samples,
-            end_at_s=env.now, kv_bytes_per_token=kv_bpt,
+            requests=self.requests,
+            log=self.log,
+            segments=self.segments,
+            workers=workers,
+            samples=self.samples,
+            router_samples=self.router_samples,
+            end_at_s=env.now,
+            kv_bytes_per_token=kv_bpt,
+            counters=dict(self.counters),
+            failures=tuple(self.failure_log),
         )
 
 

@@ -16,10 +16,12 @@ import numpy as np
 STATUS_UNFINISHED = 0
 STATUS_COMPLETED = 1
 STATUS_REJECTED = 2
+STATUS_ABANDONED = 3
 STATUS_NAMES = {
     STATUS_UNFINISHED: "unfinished",
     STATUS_COMPLETED: "completed",
     STATUS_REJECTED: "rejected",
+    STATUS_ABANDONED: "abandoned",
 }
 
 _TIME_COLUMNS = (
@@ -31,15 +33,24 @@ _TIME_COLUMNS = (
     "first_token_at_s",
     "finish_at_s",
 )
-_INT_COLUMNS = ("prefill_worker", "decode_worker", "first_token_step", "num_preemptions", "status")
+_INT_COLUMNS = (
+    "prefill_worker",
+    "decode_worker",
+    "first_token_step",
+    "num_preemptions",
+    "num_retries",
+    "num_prefills",
+    "status",
+)
 
 
 class RequestLog:
     """Per-request timestamps (seconds, NaN = did not happen) and integer fields (-1 = none).
 
     ``first_token_step`` is the decode worker's token-step index at which the request
-    emits its second token (its first decode step); token i (i >= 2) is emitted at the end
-    of step ``first_token_step + i - 2``.
+    emits its second token (its first decode step). Where a request decodes in several
+    *segments* (after a preemption or a failure), :class:`Segments` holds them all and
+    the columns here describe the last one.
     """
 
     def __init__(self, n: int) -> None:
@@ -49,6 +60,8 @@ class RequestLog:
         for name in _INT_COLUMNS:
             setattr(self, name, np.full(n, -1, dtype=np.int64))
         self.num_preemptions[:] = 0
+        self.num_retries[:] = 0
+        self.num_prefills[:] = 0
         self.status[:] = STATUS_UNFINISHED
         self.reason: dict[int, str] = {}
 
@@ -80,8 +93,14 @@ class StepLog:
     prefill_iters: list[tuple[float, float, int, int]] = field(default_factory=list)
 
     def add_run(
-        self, start_at_s: float, steps: int, batch: int, context0: int, base_s: float,
-        per_token_s: float, prefill_tokens: int = 0,
+        self,
+        start_at_s: float,
+        steps: int,
+        batch: int,
+        context0: int,
+        base_s: float,
+        per_token_s: float,
+        prefill_tokens: int = 0,
     ) -> None:
         self.run_start_at_s.append(start_at_s)
         self.run_steps.append(steps)
@@ -107,7 +126,9 @@ class StepLog:
         dur = base + per * (ctx + i_in_run * batch)
         cum = np.cumsum(dur)
         # restart the cumulative sum at each run's start time
-        offset = np.asarray(self.run_start_at_s)[run_of_step] - (cum - dur)[first_of_run][run_of_step]
+        offset = (
+            np.asarray(self.run_start_at_s)[run_of_step] - (cum - dur)[first_of_run][run_of_step]
+        )
         return cum + offset
 
     def busy_s(self) -> float:
@@ -130,3 +151,30 @@ class Samples:
     queue_len: list[int] = field(default_factory=list)
     batch: list[int] = field(default_factory=list)
     kv_used_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Segments:
+    """Stretches of consecutive token steps a request spent on one worker: it emitted
+    ``tokens`` tokens at the ends of steps ``start_step … start_step + tokens - 1``."""
+
+    rid: list[int] = field(default_factory=list)
+    worker: list[int] = field(default_factory=list)
+    start_step: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def add(self, rid: int, worker: int, start_step: int, tokens: int) -> None:
+        self.rid.append(rid)
+        self.worker.append(worker)
+        self.start_step.append(start_step)
+        self.tokens.append(tokens)
+
+
+@dataclass(slots=True)
+class RouterSamples:
+    """Router state at each change: requests held at the router, and prefilled KV bytes
+    waiting for a decode worker (orphaned KV)."""
+
+    at_s: list[float] = field(default_factory=list)
+    queue_len: list[int] = field(default_factory=list)
+    orphaned_kv_bytes: list[int] = field(default_factory=list)

@@ -4,22 +4,31 @@ A worker is a TP group holding one copy of the weights. Three kinds:
 
 - :class:`PrefillWorker` (disaggregated): FCFS prefill batches under a token budget; the
   KV of a finished prefill stays resident (counted against its memory) until the handoff
-  to a decode worker completes.
-- :class:`DecodeWorker` (disaggregated): continuous batching; KV arrives from the fabric,
-  is admitted at an iteration boundary when its blocks fit.
+  to a decode worker completes, and no prefill starts that its memory cannot hold.
+- :class:`DecodeWorker` (disaggregated): continuous batching; KV arrives from the fabric
+  and is admitted at an iteration boundary.
 - :class:`ColocatedWorker`: one pool doing both, with the ``vllm`` scheduler (a prefill
   runs as its own iteration and stalls every running decode) or ``chunked`` (each
   iteration mixes one token per running sequence with prompt chunks under a token budget).
 
-Speed rule: between state changes (an admission or a completion) a batch of decoding
-sequences does not change, so its steps are advanced as one *run* in closed form
-(``WorkerCost.decode_coeffs`` makes each step's time affine in the context), cut short
+Speed rule: between state changes (an admission, a completion, running out of KV blocks)
+a batch of decoding sequences does not change, so its steps are advanced as one *run* in
+closed form (``WorkerCost.decode_coeffs`` makes a step's time affine in the context), cut
 at the next step boundary when new work arrives. A run costs one or two SimPy events
 whatever its length and batch size.
 
-KV memory: admission reserves the blocks of the request's whole sequence (prompt +
-output, rounded up to ``block_tokens``), so a running sequence never outgrows memory and
-is never preempted.
+Paged KV memory (blocks of ``block_tokens``): with ``reserve_full`` admission reserves the
+blocks of the whole sequence (prompt + output); with ``on_demand`` (vLLM's policy) it
+takes the blocks of the current context, keeps a watermark of free blocks, and sequences
+grow a block at a time. The step at which the batch would run out of blocks is computed
+exactly from a histogram of the sequences' block phases, and the most recently admitted
+sequences are preempted there: by ``recompute`` (KV dropped, the prompt and the tokens so
+far prefilled again) or ``swap`` (KV copied to host memory and back, the worker stalled
+for the copy).
+
+Failures: :meth:`_Worker.fail` interrupts the process; steps completed before the failure
+count, everything the worker holds goes back to the router, and the worker serves again
+after its restart delay.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
 from disaggsim.costmodel.interface import WorkerCost
-from disaggsim.engine.records import STATUS_COMPLETED, StepLog
+from disaggsim.engine.records import StepLog
 
 if TYPE_CHECKING:
     from disaggsim.engine.cluster import Cluster
@@ -40,30 +50,63 @@ if TYPE_CHECKING:
 _EPS = 1e-12
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 class _Worker:
     """State and bookkeeping shared by all worker kinds."""
 
     role = "worker"
 
-    def __init__(self, cluster: Cluster, index: int, cost: WorkerCost, max_batch_seqs: int,
-                 max_batch_tokens: int) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        index: int,
+        cost: WorkerCost,
+        max_batch_seqs: int,
+        max_batch_tokens: int,
+    ) -> None:
         self.cluster = cluster
         self.env: simpy.Environment = cluster.env
         self.index = index  # global worker index (unique across pools)
         self.cost = cost
         self.max_batch_seqs = max_batch_seqs
         self.max_batch_tokens = max_batch_tokens
-        self.kv_capacity_tokens = cost.kv_capacity_tokens
-        self.kv_used_tokens = 0
+        self.bs = cluster.block_tokens
+        self.kv_capacity_blocks = cost.kv_capacity_tokens // self.bs
+        self.kv_used_blocks = 0
         self.steps = StepLog()
+        self.alive = True
+        self.num_failures = 0
         self._wake: simpy.Event | None = None
+        self._activity: tuple | None = None  # what the worker is doing now (for failures)
+        self._down_s = 0.0
         self.queued_tokens = 0  # prompt tokens assigned here and not yet prefilled
         self.num_outstanding = 0  # requests assigned here and not yet finished/handed off
+        self.proc = self.env.process(self._main())
+
+    @property
+    def free_blocks(self) -> int:
+        return self.kv_capacity_blocks - self.kv_used_blocks
+
+    @property
+    def kv_used_tokens(self) -> int:
+        return self.kv_used_blocks * self.bs
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv_capacity_blocks * self.bs
 
     def notify(self) -> None:
         """Wake the worker if it is idle or in an interruptible run."""
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+
+    def _idle(self):
+        self._wake = self.env.event()
+        yield self._wake
+        self._wake = None
 
     def _sample(self, queue_len: int, batch: int) -> None:
         s = self.cluster.samples
@@ -71,20 +114,56 @@ class _Worker:
         s.worker.append(self.index)
         s.queue_len.append(queue_len)
         s.batch.append(batch)
-        s.kv_used_tokens.append(self.kv_used_tokens)
+        s.kv_used_tokens.append(self.kv_used_blocks * self.bs)
+
+    # -- failures ---------------------------------------------------------------------
+
+    def fail(self, down_s: float) -> bool:
+        """Kill the worker now; it serves again ``down_s`` later. False if already down."""
+        if not self.alive:
+            return False
+        self.alive = False
+        self.num_failures += 1
+        self._down_s = down_s
+        self.proc.interrupt("failure")
+        return True
+
+    def _main(self):
+        while True:
+            try:
+                yield from self._loop()
+            except simpy.Interrupt:
+                self._wake = None
+                self._on_failure()
+                self._activity = None
+                self._sample(0, 0)
+                yield self.env.timeout(self._down_s)
+                self.alive = True
+                self.cluster.worker_recovered(self)
+
+    def _loop(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+        yield
+
+    def _on_failure(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
 
 
 class _TokenBatch(_Worker):
     """A continuous batch of decoding sequences advanced in closed-form runs of steps."""
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
         self.batch = 0  # running sequences
         self.context_tokens = 0  # their total context (KV tokens read per step)
         self.step_idx = 0  # token steps completed so far
-        self._finishing: list[tuple[int, int]] = []  # heap of (finish step, request id)
-        self._ctx_of: dict[int, int] = {}  # request id -> context tokens now (at admission)
+        self._finishing: list[tuple[int, int]] = []  # heap of (finish step, rid), lazy
+        self._running: dict[int, tuple[int, int, int]] = {}  # rid -> (join step, ctx, finish step)
         self._coeffs: dict[int, tuple[float, float]] = {}
+        self.swapped: deque[int] = deque()  # preempted by swap: KV on the host
+        self.promised_growth = 0  # blocks the run in progress will still allocate
+        super().__init__(*args, **kwargs)
+        self._phase_hist = np.zeros(self.bs, dtype=np.int64)  # on_demand block phases
+        self._arange_bs = np.arange(self.bs, dtype=np.int64)
 
     def _coeffs_for(self, batch: int) -> tuple[float, float]:
         c = self._coeffs.get(batch)
@@ -92,36 +171,162 @@ class _TokenBatch(_Worker):
             c = self._coeffs[batch] = self.cost.decode_coeffs(batch)
         return c
 
-    def _join(self, rid: int) -> None:
-        """Add a request whose first token is out to the running batch (at a step boundary)."""
+    # -- KV blocks ----------------------------------------------------------------------
+
+    def _blocks_now(self, rid: int) -> int:
+        """Blocks the running sequence ``rid`` holds now."""
         cl = self.cluster
-        out = cl.output_tokens[rid]
+        if cl.reserve_full:
+            return cl.full_blocks(rid)
+        join, ctx, _ = self._running[rid]
+        return _ceil_div(ctx + self.step_idx - join, self.bs)
+
+    def _new_blocks(self, t: int) -> int:
+        """Blocks the running batch allocates over its next ``t`` steps (on_demand)."""
+        if t <= 0 or self.batch == 0:
+            return 0
+        bs = self.bs
+        r = (self._arange_bs + self.step_idx) % bs  # context mod bs of each phase bin
+        grow = (r + t + bs - 1) // bs - (r + bs - 1) // bs
+        return int(grow @ self._phase_hist)
+
+    def growth_headroom(self) -> int:
+        """Blocks to keep free for the running batch before admitting anything new: the
+        rest of the run in progress, or its next step. Without it a preempted sequence
+        would be re-admitted at once and preempted again (a livelock)."""
+        if self.cluster.reserve_full or self.batch == 0:
+            return 0
+        return max(self.promised_growth, self._new_blocks(1))
+
+    def _steps_fitting(self, k: int) -> int:
+        """Most steps (<= k) the batch can run before it needs more blocks than exist."""
+        if self.cluster.reserve_full:
+            return k
+        free = self.free_blocks
+        if self.batch * (k // self.bs + 1) <= free:
+            return k
+        lo, hi = 0, k  # _new_blocks(lo) fits; find the largest fitting t
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._new_blocks(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # -- joining and leaving ---------------------------------------------------------
+
+    def _join(self, rid: int) -> None:
+        """Add a request (its KV blocks already held here) to the running batch at a step
+        boundary. It emits its remaining tokens at the next steps."""
+        cl = self.cluster
+        remaining = cl.output_tokens[rid] - cl.generated[rid]
+        ctx = cl.prompt_tokens[rid] + cl.generated[rid]
         cl.log.first_token_step[rid] = self.step_idx
         cl.log.decode_worker[rid] = self.index
-        ctx = cl.prompt_tokens[rid] + 1
-        self._ctx_of[rid] = ctx
+        fin = self.step_idx + remaining
+        self._running[rid] = (self.step_idx, ctx, fin)
         self.batch += 1
         self.context_tokens += ctx
-        heapq.heappush(self._finishing, (self.step_idx + out - 1, rid))
+        heapq.heappush(self._finishing, (fin, rid))
+        if not cl.reserve_full:
+            self._phase_hist[(ctx - self.step_idx) % self.bs] += 1
+
+    def _leave(self, rid: int) -> int:
+        """Remove a running request; record its segment; return the blocks it held."""
+        cl = self.cluster
+        join, ctx, _ = self._running[rid]
+        blocks = self._blocks_now(rid)
+        emitted = self.step_idx - join
+        del self._running[rid]
+        self.batch -= 1
+        self.context_tokens -= ctx + emitted
+        if not cl.reserve_full:
+            self._phase_hist[(ctx - join) % self.bs] -= 1
+        if emitted:
+            cl.segments.add(rid, self.index, join, emitted)
+            cl.generated[rid] += emitted
+        return blocks
 
     def _pop_finished(self) -> None:
         cl = self.cluster
         now = self.env.now
         while self._finishing and self._finishing[0][0] <= self.step_idx:
-            fin_step, rid = heapq.heappop(self._finishing)
-            steps_run = fin_step - cl.log.first_token_step[rid]
-            self.batch -= 1
-            self.context_tokens -= self._ctx_of.pop(rid) + steps_run
-            self._release(rid)
+            fin, rid = heapq.heappop(self._finishing)
+            entry = self._running.get(rid)
+            if entry is None or entry[2] != fin:
+                continue  # stale: preempted or failed earlier
+            self.kv_used_blocks -= self._leave(rid)
+            self.num_outstanding -= 1
             cl.finish(rid, now)
+            self._freed()
 
-    def _release(self, rid: int) -> None:
-        self.kv_used_tokens -= self.cluster.reserve_tokens(rid)
-        self.num_outstanding -= 1
+    def _freed(self) -> None:
+        """Blocks were released here (subclasses tell whoever waits for them)."""
 
-    def _steps_covering(self, tau: float, k: int, base: float, per: float) -> int:
-        """Smallest j in [1, k] whose run time T(j) >= tau (T as in :meth:`_run`)."""
-        b, c = self.batch, self.context_tokens
+    def _next_finish_step(self) -> int:
+        while self._finishing:
+            fin, rid = self._finishing[0]
+            entry = self._running.get(rid)
+            if entry is not None and entry[2] == fin:
+                return fin
+            heapq.heappop(self._finishing)
+        raise RuntimeError("running batch without a finishing sequence")
+
+    # -- preemption ------------------------------------------------------------------
+
+    def _preempt_for_growth(self):
+        """Preempt the most recently admitted sequences until the next step fits."""
+        cl = self.cluster
+        swap_bytes = 0
+        victims = []
+        while self.batch and self._new_blocks(1) > self.free_blocks:
+            rid = next(reversed(self._running))
+            self.kv_used_blocks -= self._leave(rid)
+            cl.log.num_preemptions[rid] += 1
+            victims.append(rid)
+            swap_bytes += (cl.prompt_tokens[rid] + cl.generated[rid]) * self.cost.kv_bytes_per_token
+        if cl.preemption == "swap":
+            if swap_bytes:
+                yield from self._stall(cl.swap_time(self, swap_bytes, "out"), "swap")
+            self.swapped.extend(victims)
+        else:
+            for rid in victims:
+                self._recompute(rid)
+
+    def _recompute(self, rid: int) -> None:
+        raise NotImplementedError
+
+    def _swap_in(self):
+        """Bring swapped sequences back (oldest first) while their blocks fit."""
+        cl = self.cluster
+        back = []
+        nbytes = 0
+        while self.swapped and self.batch + len(back) < self.max_batch_seqs:
+            rid = self.swapped[0]
+            need = cl.join_blocks(rid)
+            if need + cl.watermark_blocks(self) + self.growth_headroom() > self.free_blocks:
+                break
+            self.swapped.popleft()
+            self.kv_used_blocks += need
+            back.append(rid)
+            nbytes += (cl.prompt_tokens[rid] + cl.generated[rid]) * self.cost.kv_bytes_per_token
+        if back:
+            yield from self._stall(cl.swap_time(self, nbytes, "in"), "swap")
+            for rid in back:
+                self._join(rid)
+
+    def _stall(self, dur: float, kind: str):
+        """The worker does no token step for ``dur`` (a swap copy)."""
+        self._activity = ("stall",)
+        self.steps.prefill_iters.append((self.env.now, dur, 0, 0))
+        yield self.env.timeout(dur)
+        self._activity = None
+
+    # -- runs of steps ---------------------------------------------------------------
+
+    def _steps_covering(self, tau: float, k: int, base: float, per: float, b: int, c: int) -> int:
+        """Smallest j in [1, k] whose run time T(j) >= tau."""
 
         def run_time(j: int) -> float:
             return j * base + per * (j * c + b * j * (j - 1) / 2)
@@ -139,67 +344,126 @@ class _TokenBatch(_Worker):
             j += 1
         return j
 
+    def _steps_done_by(self, tau: float, k: int, base: float, per: float, b: int, c: int) -> int:
+        """Steps of a run fully completed ``tau`` seconds after its start."""
+        j = self._steps_covering(max(tau, 0.0), k, base, per, b, c)
+        if j * base + per * (j * c + b * j * (j - 1) / 2) > tau + _EPS:
+            j -= 1
+        return max(j, 0)
+
     def _run(self, interruptible: bool):
-        """Advance the running batch to its next completion (or to the step boundary after
-        new work arrives, when ``interruptible``)."""
+        """Advance the running batch to its next completion or block shortage (or to the
+        step boundary after new work arrives, when ``interruptible``)."""
         env = self.env
         b, c = self.batch, self.context_tokens
-        k = self._finishing[0][0] - self.step_idx
+        k = self._steps_fitting(self._next_finish_step() - self.step_idx)
+        if k == 0:
+            yield from self._preempt_for_growth()
+            return
         base, per = self._coeffs_for(b)
         total = k * base + per * (k * c + b * k * (k - 1) / 2)
         start = env.now
+        self._activity = ("run", start, k, b, c, base, per)
+        if not self.cluster.reserve_full:
+            self.promised_growth = self._new_blocks(k)
         if interruptible:
             self._wake = env.event()
             yield env.timeout(total) | self._wake
             self._wake = None
             tau = env.now - start
             if tau < total - _EPS:
-                k = self._steps_covering(tau, k, base, per)
+                k = self._steps_covering(tau, k, base, per, b, c)
+                self._activity = ("run", start, k, b, c, base, per)
                 done = k * base + per * (k * c + b * k * (k - 1) / 2)
                 if done - tau > 0:
                     yield env.timeout(done - tau)
         else:
             yield env.timeout(total)
+        self._activity = None
+        self._advance(start, k, b, c, base, per)
+        self._pop_finished()
+
+    def _advance(self, start: float, k: int, b: int, c: int, base: float, per: float) -> None:
+        self.promised_growth = 0
         self.steps.add_run(start, k, b, c, base, per)
+        if not self.cluster.reserve_full:
+            self.kv_used_blocks += self._new_blocks(k)
         self.step_idx += k
         self.context_tokens += k * b
-        self._pop_finished()
+
+    def _settle_interrupted_run(self) -> None:
+        """On failure mid-run: count the steps that completed before now."""
+        act = self._activity
+        if act is None or act[0] != "run":
+            return
+        _, start, k, b, c, base, per = act
+        j = self._steps_done_by(self.env.now - start, k, base, per, b, c)
+        if j:
+            self._advance(start, j, b, c, base, per)
+
+    def _drop_running(self) -> list[int]:
+        """Failure: every running and swapped sequence loses its KV."""
+        lost = []
+        for rid in list(self._running):
+            self._leave(rid)
+            lost.append(rid)
+        lost.extend(self.swapped)
+        self.swapped.clear()
+        self._finishing.clear()
+        self._phase_hist[:] = 0
+        self.promised_growth = 0
+        return lost
 
 
 class PrefillWorker(_Worker):
     role = "prefill"
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
         self.queue: deque[int] = deque()
-        self.held_tokens = 0  # KV of finished prefills awaiting handoff (and the running batch)
-        self.proc = self.env.process(self._loop())
+        self.held: dict[int, int] = {}  # prefilled, KV here awaiting handoff -> blocks
+        self._batch_blocks: dict[int, int] = {}  # in the running prefill -> blocks
+        super().__init__(*args, **kwargs)
 
     def submit(self, rid: int) -> None:
         self.queue.append(rid)
-        self.queued_tokens += self.cluster.prompt_tokens[rid]
+        self.queued_tokens += self.cluster.prefill_len(rid)
         self.num_outstanding += 1
         self.notify()
 
-    def release_kv(self, rid: int) -> None:
-        """The handoff of ``rid`` completed: its KV leaves this worker."""
-        self.kv_used_tokens -= self.cluster.prompt_tokens[rid]
+    def remove_queued(self, rid: int) -> bool:
+        try:
+            self.queue.remove(rid)
+        except ValueError:
+            return False
+        self.queued_tokens -= self.cluster.prefill_len(rid)
         self.num_outstanding -= 1
-        self.notify()
+        return True
+
+    def release_kv(self, rid: int) -> None:
+        """The handoff of ``rid`` completed (or was abandoned): its KV leaves this worker."""
+        blocks = self.held.pop(rid, None)
+        if blocks is not None:
+            self.kv_used_blocks -= blocks
+            self.num_outstanding -= 1
+            self.notify()
 
     def _form_batch(self) -> list[int]:
         cl = self.cluster
         batch: list[int] = []
         tokens = 0
-        free = self.kv_capacity_tokens - self.kv_used_tokens
+        free = self.free_blocks
+        need_blocks = 0
         while self.queue and len(batch) < self.max_batch_seqs:
-            p = cl.prompt_tokens[self.queue[0]]
+            rid = self.queue[0]
+            p = cl.prefill_len(rid)
             if batch and tokens + p > self.max_batch_tokens:
                 break
-            if tokens + p > free:
+            nb = cl.prefill_blocks(rid)
+            if need_blocks + nb > free:
                 break  # KV memory full of prompts awaiting handoff: wait for releases
             batch.append(self.queue.popleft())
             tokens += p
+            need_blocks += nb
         return batch
 
     def _loop(self):
@@ -209,113 +473,197 @@ class PrefillWorker(_Worker):
             batch = self._form_batch()
             if not batch:
                 self._sample(len(self.queue), 0)
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
+                yield from self._idle()
                 continue
-            tokens = sum(cl.prompt_tokens[r] for r in batch)
-            pairs = sum(cl.prompt_tokens[r] * (cl.prompt_tokens[r] + 1) / 2 for r in batch)
+            lens = [cl.prefill_len(r) for r in batch]
+            tokens = sum(lens)
+            pairs = sum(n * (n + 1) / 2 for n in lens)
             self.queued_tokens -= tokens
-            self.kv_used_tokens += tokens
+            self._batch_blocks = {r: cl.prefill_blocks(r) for r in batch}
+            self.kv_used_blocks += sum(self._batch_blocks.values())
             self._sample(len(self.queue), len(batch))
             now = env.now
             for r in batch:
-                cl.log.prefill_start_at_s[r] = now
-                cl.log.prefill_worker[r] = self.index
+                cl.prefill_started(r, self.index)
             dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
             self.steps.prefill_iters.append((now, dur, len(batch), tokens))
+            self._activity = ("prefill", batch)
             yield env.timeout(dur)
+            self._activity = None
+            for r in batch:
+                self.held[r] = self._batch_blocks[r]
+            self._batch_blocks = {}
             for r in batch:
                 cl.prefill_done(r, self)
+
+    def _on_failure(self) -> None:
+        cl = self.cluster
+        act = self._activity
+        in_batch = list(act[1]) if act is not None and act[0] == "prefill" else []
+        if in_batch:  # the iteration was logged with its full length: cut it at the failure
+            start, _, n, tok = self.steps.prefill_iters[-1]
+            self.steps.prefill_iters[-1] = (start, self.env.now - start, n, tok)
+        queued = list(self.queue)
+        held = list(self.held)
+        self.queue.clear()
+        self.held.clear()
+        self._batch_blocks = {}
+        self.queued_tokens = 0
+        self.num_outstanding = 0
+        self.kv_used_blocks = 0
+        cl.prefill_worker_lost(self, queued, in_batch, held)
 
 
 class DecodeWorker(_TokenBatch):
     role = "decode"
 
     def __init__(self, *args, **kwargs) -> None:
+        self.waiting: deque[int] = deque()  # KV here, waiting for a seat
+        self.incoming: dict[int, int] = {}  # blocks reserved, KV in flight -> blocks
         super().__init__(*args, **kwargs)
-        self.waiting: deque[int] = deque()
-        self.proc = self.env.process(self._loop())
 
-    @property
-    def free_kv_tokens(self) -> int:
-        return self.kv_capacity_tokens - self.kv_used_tokens
+    def can_accept(self, rid: int) -> bool:
+        """Room for ``rid``'s KV (keeping the watermark), and no swapped-out sequence
+        waiting to come back first."""
+        cl = self.cluster
+        return (
+            self.alive
+            and not self.swapped
+            and cl.join_blocks(rid) + cl.watermark_blocks(self) + self.growth_headroom()
+            <= self.free_blocks
+        )
 
     def reserve(self, rid: int) -> None:
         """Claim KV blocks for an incoming handoff (called by the router)."""
-        self.kv_used_tokens += self.cluster.reserve_tokens(rid)
+        blocks = self.cluster.join_blocks(rid)
+        self.kv_used_blocks += blocks
+        self.incoming[rid] = blocks
         self.num_outstanding += 1
 
+    def unreserve(self, rid: int) -> None:
+        """An incoming handoff will not arrive (its source failed, or it was abandoned)."""
+        blocks = self.incoming.pop(rid, None)
+        if blocks is not None:
+            self.kv_used_blocks -= blocks
+            self.num_outstanding -= 1
+            self._freed()
+
     def kv_arrived(self, rid: int) -> None:
+        blocks = self.incoming.pop(rid)
+        # the reservation becomes the running sequence's blocks (see _join)
+        self.kv_used_blocks += self.cluster.join_blocks(rid) - blocks
         self.waiting.append(rid)
         self.notify()
 
-    def _release(self, rid: int) -> None:
-        super()._release(rid)
+    def finish_without_decode(self, rid: int) -> None:
+        """A one-token reply: the KV arrived, nothing to decode."""
+        self.unreserve(rid)
+
+    def _freed(self) -> None:
         self.cluster.router.decode_freed()
+
+    def _recompute(self, rid: int) -> None:
+        self.num_outstanding -= 1
+        self._freed()
+        self.cluster.reprefill(rid, "preempted")
 
     def _loop(self):
         env = self.env
         cl = self.cluster
         while True:
+            if self.swapped:
+                yield from self._swap_in()
             while self.waiting and self.batch < self.max_batch_seqs:
                 rid = self.waiting.popleft()
                 cl.log.decode_admit_at_s[rid] = env.now
                 self._join(rid)
             if self.batch == 0:
-                self._sample(len(self.waiting), 0)
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
+                self._sample(len(self.waiting) + len(self.swapped), 0)
+                yield from self._idle()
                 continue
-            self._sample(len(self.waiting), self.batch)
+            self._sample(len(self.waiting) + len(self.swapped), self.batch)
             yield from self._run(interruptible=self.batch < self.max_batch_seqs)
+
+    def _on_failure(self) -> None:
+        self._settle_interrupted_run()
+        lost = self._drop_running() + list(self.waiting) + list(self.incoming)
+        self.waiting.clear()
+        self.incoming.clear()
+        self.kv_used_blocks = 0
+        self.num_outstanding = 0
+        self.cluster.decode_worker_lost(self, lost)
 
 
 class ColocatedWorker(_TokenBatch):
     role = "colocated"
 
     def __init__(self, *args, scheduler: str, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
         self.scheduler = scheduler
         self.queue: deque[int] = deque()  # waiting for prefill (no KV yet)
         self.prefilling: list[list[int]] = []  # chunked: [rid, tokens done]
-        self.proc = self.env.process(
-            self._loop_vllm() if scheduler == "vllm" else self._loop_chunked()
-        )
+        super().__init__(*args, **kwargs)
 
-    def submit(self, rid: int) -> None:
-        self.queue.append(rid)
-        self.queued_tokens += self.cluster.prompt_tokens[rid]
+    def _loop(self):
+        return self._loop_vllm() if self.scheduler == "vllm" else self._loop_chunked()
+
+    def submit(self, rid: int, front: bool = False) -> None:
+        if front:
+            self.queue.appendleft(rid)
+        else:
+            self.queue.append(rid)
+        self.queued_tokens += self.cluster.prefill_len(rid)
         self.num_outstanding += 1
         self.notify()
 
+    def remove_queued(self, rid: int) -> bool:
+        try:
+            self.queue.remove(rid)
+        except ValueError:
+            return False
+        self.queued_tokens -= self.cluster.prefill_len(rid)
+        self.num_outstanding -= 1
+        return True
+
+    def _recompute(self, rid: int) -> None:
+        self.num_outstanding -= 1
+        self.submit(rid, front=True)
+
     def _admissible(self, seats_used: int) -> bool:
         """Can the head of the queue start its prefill (a seat and its KV blocks free)?"""
-        if not self.queue or seats_used >= self.max_batch_seqs:
+        if not self.queue or seats_used >= self.max_batch_seqs or self.swapped:
             return False
-        need = self.cluster.reserve_tokens(self.queue[0])
-        return self.kv_used_tokens + need <= self.kv_capacity_tokens
+        cl = self.cluster
+        need = cl.colocated_blocks(self.queue[0])
+        return need + cl.watermark_blocks(self) + self.growth_headroom() <= self.free_blocks
 
     def _start_prefill(self, rid: int) -> None:
         cl = self.cluster
         self.queue.popleft()
-        self.kv_used_tokens += cl.reserve_tokens(rid)
-        self.queued_tokens -= cl.prompt_tokens[rid]
-        cl.log.prefill_start_at_s[rid] = self.env.now
-        cl.log.prefill_worker[rid] = self.index
+        self.kv_used_blocks += cl.colocated_blocks(rid)
+        self.queued_tokens -= cl.prefill_len(rid)
+        cl.prefill_started(rid, self.index)
 
     def _prefill_finished(self, rid: int) -> None:
         cl = self.cluster
         now = self.env.now
         cl.log.prefill_end_at_s[rid] = now
-        cl.log.first_token_at_s[rid] = now
-        if cl.output_tokens[rid] <= 1:
-            self._release(rid)
+        held = cl.colocated_blocks(rid)
+        if cl.ended[rid]:  # abandoned while its prefill ran
+            self.kv_used_blocks -= held
+            self.num_outstanding -= 1
+            cl.bury(rid)
+            return
+        if cl.generated[rid] == 0:
+            cl.first_token(rid, now)
+        if cl.generated[rid] >= cl.output_tokens[rid]:
+            self.kv_used_blocks -= held
+            self.num_outstanding -= 1
             cl.finish(rid, now)
-        else:
+            return
+        if cl.log.decode_admit_at_s[rid] != cl.log.decode_admit_at_s[rid]:  # NaN: first join
             cl.log.decode_admit_at_s[rid] = now
-            self._join(rid)
+        self._join(rid)
+        self.kv_used_blocks += self._blocks_now(rid) - held  # <= 0: prefill reserved one more
 
     def _loop_vllm(self):
         """Prefill-prioritising continuous batching: waiting prompts run first, as a
@@ -323,10 +671,12 @@ class ColocatedWorker(_TokenBatch):
         env = self.env
         cl = self.cluster
         while True:
+            if self.swapped:
+                yield from self._swap_in()
             batch: list[int] = []
             tokens = 0
             while self._admissible(self.batch + len(batch)):
-                p = cl.prompt_tokens[self.queue[0]]
+                p = cl.prefill_len(self.queue[0])
                 if batch and tokens + p > self.max_batch_tokens:
                     break
                 batch.append(self.queue[0])
@@ -334,20 +684,21 @@ class ColocatedWorker(_TokenBatch):
                 tokens += p
             if batch:
                 self._sample(len(self.queue), self.batch + len(batch))
-                pairs = sum(cl.prompt_tokens[r] * (cl.prompt_tokens[r] + 1) / 2 for r in batch)
+                lens = [cl.prefill_len(r) for r in batch]
+                pairs = sum(n * (n + 1) / 2 for n in lens)
                 dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
                 self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
+                self._activity = ("prefill", batch)
                 yield env.timeout(dur)
+                self._activity = None
                 for r in batch:
                     self._prefill_finished(r)
                 continue
             if self.batch == 0:
-                self._sample(len(self.queue), 0)
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
+                self._sample(len(self.queue) + len(self.swapped), 0)
+                yield from self._idle()
                 continue
-            self._sample(len(self.queue), self.batch)
+            self._sample(len(self.queue) + len(self.swapped), self.batch)
             # A new arrival can only start at a boundary if a seat is free; memory may
             # still block it, in which case the next completion ends the run anyway.
             yield from self._run(interruptible=self.batch < self.max_batch_seqs)
@@ -358,12 +709,18 @@ class ColocatedWorker(_TokenBatch):
         env = self.env
         cl = self.cluster
         while True:
+            if self.swapped:
+                yield from self._swap_in()
             while self._admissible(self.batch + len(self.prefilling)):
                 rid = self.queue[0]
                 self._start_prefill(rid)
                 self.prefilling.append([rid, 0])
             budget = self.max_batch_tokens - self.batch
             if self.prefilling and budget > 0:
+                if self.batch and self._steps_fitting(1) == 0:
+                    yield from self._preempt_for_growth()
+                    continue
+                budget = self.max_batch_tokens - self.batch
                 chunk_tokens = 0
                 pairs = 0.0
                 cached = 0
@@ -373,23 +730,24 @@ class ColocatedWorker(_TokenBatch):
                     if chunk_tokens >= budget:
                         break
                     rid, done = entry
-                    c = min(cl.prompt_tokens[rid] - done, budget - chunk_tokens)
+                    c = min(cl.prefill_len(rid) - done, budget - chunk_tokens)
                     pairs += c * done + c * (c + 1) / 2
                     cached += done
                     chunk_tokens += c
                     chunk_seqs += 1
                     entry[1] = done + c
-                    if entry[1] >= cl.prompt_tokens[rid]:
+                    if entry[1] >= cl.prefill_len(rid):
                         done_now.append(rid)
                 b, ctx = self.batch, self.context_tokens
                 self._sample(len(self.queue), b + len(self.prefilling))
                 dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
                 start = env.now
+                self._activity = ("mixed", start, dur, b, ctx, chunk_seqs, chunk_tokens)
                 yield env.timeout(dur)
+                self._activity = None
                 if b:
-                    self.steps.add_run(start, 1, b, ctx, dur, 0.0, chunk_tokens)
-                    self.step_idx += 1
-                    self.context_tokens += b
+                    self._advance(start, 1, b, ctx, dur, 0.0)
+                    self.steps.run_prefill_tokens[-1] = chunk_tokens
                 else:
                     self.steps.prefill_iters.append((start, dur, chunk_seqs, chunk_tokens))
                 self._pop_finished()
@@ -400,18 +758,31 @@ class ColocatedWorker(_TokenBatch):
                         self._prefill_finished(rid)
                 continue
             if self.batch == 0:
-                self._sample(len(self.queue), 0)
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
+                self._sample(len(self.queue) + len(self.swapped), 0)
+                yield from self._idle()
                 continue
-            self._sample(len(self.queue), self.batch)
+            self._sample(len(self.queue) + len(self.swapped), self.batch)
             yield from self._run(interruptible=self.batch < self.max_batch_seqs)
 
-
-def finish_step_of(first_token_step: int, output_tokens: int) -> int:
-    """Token-step index whose end delivers the last token."""
-    return first_token_step + output_tokens - 2
-
-
-__all__ = ["PrefillWorker", "DecodeWorker", "ColocatedWorker", "STATUS_COMPLETED"]
+    def _on_failure(self) -> None:
+        cl = self.cluster
+        act = self._activity
+        self._settle_interrupted_run()
+        in_prefill: list[int] = []
+        if act is not None and act[0] == "prefill":
+            in_prefill = list(act[1])
+            start, _, n, tok = self.steps.prefill_iters[-1]
+            self.steps.prefill_iters[-1] = (start, self.env.now - start, n, tok)
+        elif act is not None and act[0] == "mixed":
+            _, start, dur, b, ctx, seqs, tok = act
+            if b == 0:
+                pass  # a prefill-only mixed iteration: nothing was logged yet
+        in_prefill += [e[0] for e in self.prefilling if e[0] not in in_prefill]
+        self.prefilling = []
+        lost = self._drop_running() + in_prefill
+        queued = list(self.queue)
+        self.queue.clear()
+        self.queued_tokens = 0
+        self.kv_used_blocks = 0
+        self.num_outstanding = 0
+        cl.colocated_worker_lost(self, queued, lost)

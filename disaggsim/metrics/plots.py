@@ -24,7 +24,9 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     plt = _pyplot()
     paths = []
     slo = result.scenario.slo
-    done = result.requests[(result.requests["measured"]) & (result.requests["status"] == "completed")]
+    done = result.requests[
+        (result.requests["measured"]) & (result.requests["status"] == "completed")
+    ]
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ttft = np.sort(done["ttft_s"].to_numpy(float))
@@ -58,19 +60,30 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     paths.append(p)
 
     ts = result.timeseries
-    fig, axes = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    router = ts[ts["role"] == "router"]
+    ts = ts[ts["role"] != "router"]
+    fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
+    if len(router):
+        axes[0].step(router["at_s"], router["queue_len"], where="post", label="router", color="k")
+        axes[2].step(
+            router["at_s"], router["orphaned_kv_bytes"] / 1e9, where="post", color="tab:red"
+        )
+    axes[2].set_ylabel("orphaned KV (GB)")
     for role, grp in ts.groupby("role", sort=True):
         # pool-level totals: last known value per worker, summed at each sample time
-        wide = grp.pivot_table(index="at_s", columns="worker", values=["queue_len", "kv_util"], aggfunc="last")
+        wide = grp.pivot_table(
+            index="at_s", columns="worker", values=["queue_len", "kv_util"], aggfunc="last"
+        )
         wide = wide.sort_index().ffill().fillna(0)
         axes[0].step(wide.index, wide["queue_len"].sum(axis=1), where="post", label=str(role))
         axes[1].step(wide.index, wide["kv_util"].mean(axis=1), where="post", label=str(role))
     axes[0].set_ylabel("queued requests (pool)")
     axes[1].set_ylabel("KV occupancy (pool mean)")
-    axes[1].set_xlabel("simulated time (s)")
+    axes[2].set_xlabel("simulated time (s)")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper right")
+    axes[0].legend(loc="upper right")
+    axes[1].legend(loc="upper right")
     fig.tight_layout()
     p = out_dir / "timeline.png"
     fig.savefig(p, dpi=110)

@@ -55,6 +55,57 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q, method="inverted_cdf"))
 
 
+def _segment_times(raw: RawResult) -> dict[str, np.ndarray]:
+    """Per decode segment (in the order they were recorded): request, worker, first and
+    last token times, first gap, and the largest gap inside the segment."""
+    seg = raw.segments
+    rid = np.asarray(seg.rid, dtype=np.int64)
+    worker = np.asarray(seg.worker, dtype=np.int64)
+    start = np.asarray(seg.start_step, dtype=np.int64)
+    tokens = np.asarray(seg.tokens, dtype=np.int64)
+    n = len(rid)
+    first_t = np.full(n, np.nan)
+    last_t = np.full(n, np.nan)
+    inner_max = np.full(n, -np.inf)
+    ends_of: dict[int, np.ndarray] = {}
+    for w in raw.workers:
+        sel = np.flatnonzero(worker == w.index)
+        if len(sel) == 0:
+            continue
+        ends = w.steps.step_end_times()
+        ends_of[w.index] = ends
+        s0, k = start[sel], tokens[sel]
+        first_t[sel] = ends[s0]
+        last_t[sel] = ends[s0 + k - 1]
+        multi = k > 1
+        if multi.any():
+            gaps = np.append(np.diff(ends, prepend=np.nan), np.nan)
+            idx = np.empty(2 * int(multi.sum()), dtype=np.int64)
+            idx[0::2] = s0[multi] + 1
+            idx[1::2] = s0[multi] + k[multi]
+            inner_max[sel[multi]] = np.maximum.reduceat(gaps, idx)[0::2]
+    # previous token time: the request's first token, or the end of its previous segment
+    order = np.argsort(rid, kind="stable")
+    prev = raw.log.first_token_at_s[rid].copy()
+    r_sorted = rid[order]
+    same = np.zeros(n, dtype=bool)
+    same[1:] = r_sorted[1:] == r_sorted[:-1]
+    prev_sorted = prev[order]
+    prev_sorted[same] = last_t[order][np.flatnonzero(same) - 1]
+    prev[order] = prev_sorted
+    return {
+        "rid": rid,
+        "worker": worker,
+        "start": start,
+        "tokens": tokens,
+        "first_t": first_t,
+        "last_t": last_t,
+        "first_gap": first_t - prev,
+        "inner_max": inner_max,
+        "ends_of": ends_of,  # type: ignore[dict-item]
+    }
+
+
 def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDistribution]:
     """The per-request table and the fleet-wide gap distribution (measured requests)."""
     req = raw.requests
@@ -65,51 +116,38 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
     status = log.status
     completed = status == STATUS_COMPLETED
     measured = arrival >= warmup_s
-    max_gap = np.full(n, np.nan)
+    seg = _segment_times(raw)
+    max_gap = np.full(n, -np.inf)
+    seg_max = np.maximum(seg["first_gap"], seg["inner_max"])
+    np.maximum.at(max_gap, seg["rid"], seg_max)
+    max_gap[~np.isfinite(max_gap)] = np.nan
+    max_gap[~completed] = np.nan
+
+    # weights: measured completed requests alive across step gap i of a worker
     gap_values: list[np.ndarray] = []
     gap_weights: list[np.ndarray] = []
-
-    has_steps = completed & (out >= 2) & (log.first_token_step >= 0)
-    for w in raw.workers:
-        sel = np.flatnonzero(has_steps & (log.decode_worker == w.index))
-        if len(sel) == 0:
+    counted = (completed & measured)[seg["rid"]]
+    for w_index, ends in seg["ends_of"].items():
+        sel = counted & (seg["worker"] == w_index)
+        if not sel.any():
             continue
-        ends = w.steps.step_end_times()
-        first = log.first_token_step[sel]
-        last = first + out[sel] - 2
-        first_gap = ends[first] - log.first_token_at_s[sel]
-        step_gaps = np.diff(ends, prepend=np.nan)  # gap before step i (i >= 1)
-        # largest gap per request: its first gap vs the step gaps in (first, last]
-        mg = first_gap.copy()
-        multi = last > first
-        if multi.any():
-            idx = np.empty(2 * int(multi.sum()), dtype=np.int64)
-            idx[0::2] = first[multi] + 1
-            idx[1::2] = last[multi] + 1
-            tail = np.append(step_gaps, np.nan)  # room for the end index
-            mx = np.maximum.reduceat(tail, idx)[0::2]
-            mg[multi] = np.maximum(mg[multi], mx)
-        max_gap[sel] = mg
-        # weights: measured requests alive across step gap i (first < i <= last)
-        msel = measured[sel]
         diff = np.zeros(len(ends) + 1, dtype=np.int64)
-        np.add.at(diff, first[msel] + 1, 1)
-        np.add.at(diff, last[msel] + 1, -1)
+        np.add.at(diff, seg["start"][sel] + 1, 1)
+        np.add.at(diff, seg["start"][sel] + seg["tokens"][sel], -1)
         weight = np.cumsum(diff)[: len(ends)]
+        step_gaps = np.diff(ends, prepend=np.nan)
         gap_values.append(step_gaps[weight > 0])
         gap_weights.append(weight[weight > 0])
-        gap_values.append(first_gap[msel])
-        gap_weights.append(np.ones(int(msel.sum()), dtype=np.int64))
-
-    gaps = GapDistribution(
-        values_s=np.concatenate(gap_values) if gap_values else np.empty(0),
-        weights=np.concatenate(gap_weights) if gap_weights else np.empty(0, dtype=np.int64),
-    )
+    gap_values.append(seg["first_gap"][counted])
+    gap_weights.append(np.ones(int(counted.sum()), dtype=np.int64))
+    gaps = GapDistribution(values_s=np.concatenate(gap_values), weights=np.concatenate(gap_weights))
     ttft = log.first_token_at_s - arrival
     e2e = log.finish_at_s - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out >= 2, (log.finish_at_s - log.first_token_at_s) / (out - 1), np.nan)
-    reasons = np.array([log.reason.get(i, "") for i in range(n)], dtype=object) if log.reason else ""
+    reasons = (
+        np.array([log.reason.get(i, "") for i in range(n)], dtype=object) if log.reason else ""
+    )
     frame = pd.DataFrame(
         {
             "request_id": np.arange(n),
@@ -117,7 +155,9 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
             "prompt_tokens": req.prompt_tokens,
             "output_tokens": out,
             "measured": measured,
-            "status": pd.Categorical.from_codes(status, categories=[STATUS_NAMES[i] for i in range(3)]),
+            "status": pd.Categorical.from_codes(
+                status, categories=[STATUS_NAMES[i] for i in range(len(STATUS_NAMES))]
+            ),
             "reason": reasons,
             "prefill_worker": log.prefill_worker,
             "decode_worker": log.decode_worker,
@@ -130,6 +170,8 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
             "finish_at_s": log.finish_at_s,
             "first_token_step": log.first_token_step,
             "num_preemptions": log.num_preemptions,
+            "num_retries": log.num_retries,
+            "num_prefills": log.num_prefills,
             "ttft_s": ttft,
             "e2e_s": e2e,
             "tpot_s": tpot,
@@ -143,13 +185,13 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
 
 
 def token_times(raw: RawResult, request_id: int) -> np.ndarray:
-    """Emission times of every token of one completed request (for tests and plots)."""
-    log = raw.log
-    out = int(raw.requests.output_tokens[request_id])
-    first = log.first_token_at_s[request_id]
-    if out == 1:
-        return np.array([first])
-    w = raw.workers[int(log.decode_worker[request_id])]
-    s = int(log.first_token_step[request_id])
-    ends = w.steps.step_end_times()
-    return np.concatenate([[first], ends[s : s + out - 1]])
+    """Emission times of every token a request received so far (tests and plots)."""
+    first = raw.log.first_token_at_s[request_id]
+    if first != first:  # NaN: no token yet
+        return np.empty(0)
+    parts = [np.array([first])]
+    seg = raw.segments
+    for rid, w, s0, k in zip(seg.rid, seg.worker, seg.start_step, seg.tokens, strict=True):
+        if rid == request_id:
+            parts.append(raw.workers[w].steps.step_end_times()[s0 : s0 + k])
+    return np.concatenate(parts)

@@ -42,8 +42,32 @@ def summarize(
         "num_requests": int(len(m)),
         "num_completed": int(len(done)),
         "num_rejected": int((m["status"] == "rejected").sum()),
+        "num_abandoned": int((m["status"] == "abandoned").sum()),
         "num_unfinished": int((m["status"] == "unfinished").sum()),
+        "num_retried": int((m["num_retries"] > 0).sum()),
+        "num_retries": int(m["num_retries"].sum()),
+        "num_preempted": int((m["num_preemptions"] > 0).sum()),
+        "num_preemptions": int(m["num_preemptions"].sum()),
     }
+    for reason, count in m.loc[m["reason"] != "", "reason"].value_counts().sort_index().items():
+        out[f"num_reason_{reason}"] = int(count)
+    retried = done[done["num_retries"] > 0]
+    if len(retried):
+        out["retried_ttft_p99_s"] = percentile(retried["ttft_s"].to_numpy(float), 99)
+        out["retried_max_itl_p50_s"] = percentile(retried["max_itl_s"].to_numpy(float), 50)
+        out["retried_e2e_p50_s"] = percentile(retried["e2e_s"].to_numpy(float), 50)
+    if raw.failures:
+        # requests arriving from 5 s before a failure to 30 s after it
+        near = np.zeros(len(done), dtype=bool)
+        arr = done["arrival_at_s"].to_numpy()
+        for at, _ in raw.failures:
+            near |= (arr >= at - 5.0) & (arr < at + 30.0)
+        out["ttft_p99_near_failures_s"] = percentile(done["ttft_s"].to_numpy(float)[near], 99)
+    rs = raw.router_samples
+    out["router_queue_max"] = int(max(rs.queue_len, default=0))
+    out["orphaned_kv_bytes_max"] = int(max(rs.orphaned_kv_bytes, default=0))
+    for key, value in raw.counters.items():
+        out[key] = int(value)
     for col, key in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):
         vals = done[col].to_numpy(float)
         for q in (50, 90, 99):
@@ -66,7 +90,9 @@ def summarize(
             "slo_attainment": attainment,
             "slo_attainment_target": slo.attainment_target,
             "slo_attained": bool(attainment >= slo.attainment_target),
-            "output_tokens_per_s": float(done["output_tokens"].sum() / span) if span and span > 0 else float("nan"),
+            "output_tokens_per_s": float(done["output_tokens"].sum() / span)
+            if span and span > 0
+            else float("nan"),
             "requests_per_s": float(len(done) / span) if span and span > 0 else float("nan"),
             "offered_requests_per_s": _offered_rate(m),
         }
@@ -76,7 +102,9 @@ def summarize(
         out["kv_transfer_p50_s"] = percentile(tr, 50)
         out["kv_transfer_p99_s"] = percentile(tr, 99)
         kv_bpt = raw.kv_bytes_per_token.get("prefill", 0)
-        out["kv_transfer_bytes_mean"] = float((done["prompt_tokens"] * kv_bpt).mean()) if len(done) else float("nan")
+        out["kv_transfer_bytes_mean"] = (
+            float((done["prompt_tokens"] * kv_bpt).mean()) if len(done) else float("nan")
+        )
     end = raw.end_at_s
     for role in sorted({w.role for w in raw.workers}):
         ws = [w for w in raw.workers if w.role == role]

@@ -1,0 +1,139 @@
+"""Memory pressure, back-pressure and failures: the cluster degrades, nothing is lost.
+
+Hypothesis over random small clusters with tight KV memory, both admission policies,
+both preemption modes, back-pressure on/off, client timeouts, queue limits, worker
+failures and link outages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from disaggsim.costmodel.testing import ConstantCost
+from disaggsim.engine.cluster import (
+    EngineConfig,
+    LinkWindow,
+    PoolSpec,
+    WorkerFailureEvent,
+    run_cluster,
+)
+from disaggsim.metrics.reconstruct import request_frame, token_times
+from disaggsim.workload.requests import Requests
+
+
+@st.composite
+def stressed(draw):
+    n = draw(st.integers(1, 30))
+    gaps = draw(st.lists(st.floats(0.0, 0.2), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    outs = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
+    reqs = Requests(np.cumsum(gaps), np.array(prompts), np.array(outs))
+
+    def cost():
+        return ConstantCost(
+            prefill_base_s=draw(st.floats(0.001, 0.03)),
+            prefill_per_token_s=draw(st.floats(0.0, 1e-4)),
+            decode_base_s=draw(st.floats(0.001, 0.01)),
+            decode_per_context_token_s=draw(st.floats(0.0, 1e-6)),
+            kv_capacity_tokens=draw(st.integers(32, 1500)),
+        )
+
+    arch = draw(st.sampled_from(["disaggregated", "vllm", "chunked"]))
+    seqs = draw(st.integers(1, 6))
+    budget = draw(st.integers(16, 400))
+    if arch == "disaggregated":
+        pools = (
+            PoolSpec("prefill", draw(st.integers(1, 2)), cost(), seqs, budget),
+            PoolSpec("decode", draw(st.integers(1, 3)), cost(), seqs, budget),
+        )
+    else:
+        pools = (PoolSpec("colocated", draw(st.integers(1, 3)), cost(), seqs, budget, arch),)
+    num_workers = sum(p.num_workers for p in pools)
+    failures = tuple(
+        WorkerFailureEvent(at, w, down)
+        for at, w, down in draw(
+            st.lists(
+                st.tuples(
+                    st.floats(0.0, 3.0), st.integers(0, num_workers - 1), st.floats(0.01, 1.0)
+                ),
+                max_size=4,
+            )
+        )
+    )
+    links = ()
+    if arch == "disaggregated":
+        links = tuple(
+            LinkWindow(s, d, f)
+            for s, d, f in draw(
+                st.lists(
+                    st.tuples(
+                        st.floats(0.0, 3.0), st.floats(0.01, 0.5), st.sampled_from([0.0, 0.3])
+                    ),
+                    max_size=2,
+                )
+            )
+        )
+    cfg = EngineConfig(
+        pools=pools,
+        block_tokens=draw(st.sampled_from([1, 4, 16])),
+        kv_admission=draw(st.sampled_from(["on_demand", "reserve_full"])),
+        kv_watermark=draw(st.sampled_from([0.0, 0.05])),
+        preemption=draw(st.sampled_from(["recompute", "swap"])),
+        backpressure=draw(st.sampled_from(["none", "kv_aware"])),
+        first_token_from=draw(st.sampled_from(["decode", "prefill"])),
+        max_queue=draw(st.one_of(st.none(), st.integers(1, 10))),
+        client_timeout_s=draw(st.one_of(st.none(), st.floats(0.05, 2.0))),
+        worker_failures=failures,
+        link_windows=links,
+        horizon_s=500.0,  # far beyond any drain here: a request still running is a livelock
+    )
+    return reqs, cfg, draw(st.floats(0.0, 0.01))
+
+
+def _check(reqs, cfg, raw):
+    frame, gaps = request_frame(raw, warmup_s=0.0)
+    # every request ends exactly once, with a reason unless completed
+    assert set(frame["status"]) <= {"completed", "rejected", "abandoned"}, frame[
+        "status"
+    ].value_counts()
+    ended = frame["status"] != "completed"
+    assert (frame.loc[ended, "reason"] != "").all()
+    assert (frame.loc[frame["status"] == "abandoned", "reason"] == "client_timeout").all()
+    # completed requests received exactly their output tokens, in order, the last at finish
+    done = np.flatnonzero(~ended.to_numpy())
+    for rid in done:
+        times = token_times(raw, int(rid))
+        assert len(times) == reqs.output_tokens[rid], (rid, len(times), reqs.output_tokens[rid])
+        assert (np.diff(times) > 0).all()
+        assert abs(times[-1] - raw.log.finish_at_s[rid]) < 1e-9
+    assert gaps.count == int((reqs.output_tokens[done] - 1).sum())
+    # KV never above capacity; every block returned once drained
+    caps = np.array([w.kv_capacity_tokens for w in raw.workers])
+    w = np.asarray(raw.samples.worker, dtype=np.int64)
+    kv = np.asarray(raw.samples.kv_used_tokens)
+    assert (kv <= caps[w]).all()
+    assert (kv >= 0).all()
+    assert [x.kv_used_end_tokens for x in raw.workers] == [0] * len(raw.workers)
+    assert raw.router_samples.orphaned_kv_bytes[-1] == 0
+    assert raw.router_samples.queue_len[-1] == 0
+    return frame
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stressed())
+def test_nothing_is_lost(case):
+    reqs, cfg, transfer = case
+    raw = run_cluster(reqs, cfg, lambda nbytes, s, d: transfer)
+    _check(reqs, cfg, raw)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stressed())
+def test_same_inputs_same_results(case):
+    reqs, cfg, transfer = case
+    a, _ = request_frame(run_cluster(reqs, cfg, lambda n, s, d: transfer), 0.0)
+    b, _ = request_frame(run_cluster(reqs, cfg, lambda n, s, d: transfer), 0.0)
+    pd.testing.assert_frame_equal(a, b)
