@@ -91,7 +91,7 @@ def test_embeds_as_a_pydantic_field() -> None:
     [
         (synthetic(rate_per_s=-1), "greater than 0"),
         (synthetic(rate_per_s=0), "greater than 0"),
-        (synthetic(), "exactly one of rate_per_s or rate_schedule"),
+        (synthetic(), "exactly one of rate_per_s, rate_schedule or rate_shape, got none"),
         (synthetic(rate_per_s=1, rate_schedule=[[0, 1]]), "exactly one of"),
         (synthetic(rate_per_s=1, burstiness_cv=2), "burstiness_cv applies only to arrival: gamma"),
         (synthetic(rate_per_s=1, arrival="weibull"), "'poisson' or 'gamma'"),

@@ -3,7 +3,8 @@
 Three kinds, told apart by ``kind`` (``synthetic``, ``preset``, ``trace``), each of which
 accepts ``rate_per_s`` so ``--set workload.rate_per_s=4`` works whatever the kind.
 Length distributions are a second union told apart by ``dist`` (``fixed``, ``uniform``,
-``lognormal``, ``empirical``). The models only describe; ``generate.py`` draws.
+``lognormal``, ``empirical``); rate shapes of synthetic workloads a third, told apart by
+``kind`` (``diurnal``, ``step``). The models only describe; ``generate.py`` draws.
 """
 
 from __future__ import annotations
@@ -106,6 +107,59 @@ LengthDistribution = Annotated[
 ]
 
 
+# ---------------------------------------------------------------- rate shapes
+
+
+class DiurnalRate(_Frozen):
+    """``rate(t) = mean_per_s * (1 + amplitude * cos(2 pi (t - phase_s) / period_s))``:
+    a sinusoidal day whose peak, ``mean_per_s * (1 + amplitude)``, falls at ``phase_s``
+    (and every ``period_s`` after it). Arrivals invert its integral exactly."""
+
+    kind: Literal["diurnal"]
+    mean_per_s: PositiveFloat
+    amplitude: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    period_s: PositiveFloat
+    phase_s: Annotated[float, Field(allow_inf_nan=False)] = 0.0
+
+
+class StepRate(_Frozen):
+    """``base_per_s``, then ``burst_per_s`` during ``[start_s, start_s + duration_s)``,
+    then ``base_per_s`` again: the rate_schedule ``[[0, base], [start_s, burst],
+    [start_s + duration_s, base]]``."""
+
+    kind: Literal["step"]
+    base_per_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    burst_per_s: PositiveFloat
+    start_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    duration_s: PositiveFloat
+
+    def schedule_points(self) -> tuple[tuple[float, float], ...]:
+        """The equivalent ``rate_schedule`` (points with zero-length pieces dropped)."""
+        end_s = self.start_s + self.duration_s
+        if self.start_s == 0.0:
+            return ((0.0, self.burst_per_s), (end_s, self.base_per_s))
+        return ((0.0, self.base_per_s), (self.start_s, self.burst_per_s), (end_s, self.base_per_s))
+
+
+RateShape = Annotated[DiurnalRate | StepRate, Field(discriminator="kind")]
+
+
+class MixShift(_Frozen):
+    """From ``at_s`` on, lengths come from new distributions: a request arriving at or
+    after ``at_s`` draws its prompt (output) length from ``prompt_tokens``
+    (``output_tokens``); an omitted one keeps the workload's distribution."""
+
+    at_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    prompt_tokens: LengthDistribution | None = None
+    output_tokens: LengthDistribution | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> MixShift:
+        if self.prompt_tokens is None and self.output_tokens is None:
+            raise ValueError("mix_shift needs prompt_tokens or output_tokens (or both)")
+        return self
+
+
 # ---------------------------------------------------------------- workload kinds
 
 
@@ -119,13 +173,16 @@ def _check_cv_needs_gamma(arrival: str | None, burstiness_cv: float | None) -> N
 
 class SyntheticWorkload(_Frozen):
     """Arrivals from a Poisson or gamma renewal process at ``rate_per_s`` (or following
-    the piecewise-constant ``rate_schedule``), lengths from two distributions."""
+    the piecewise-constant ``rate_schedule``, or a ``rate_shape``), lengths from two
+    distributions (which may change once, at ``mix_shift.at_s``)."""
 
     kind: Literal["synthetic"]
     rate_per_s: PositiveFloat | None = None
     rate_schedule: tuple[tuple[float, float], ...] | None = Field(default=None, min_length=1)
     """``[[t_s, rate_per_s], ...]``: the rate from t_s until the next point (the last
     one lasts forever); the first t_s must be 0; rates >= 0."""
+    rate_shape: RateShape | None = None
+    """A parametric rate over time: ``diurnal`` or ``step``."""
     arrival: ArrivalProcess = "poisson"
     burstiness_cv: PositiveFloat | None = None
     """Coefficient of variation of gamma inter-arrival times (default 1 = Poisson)."""
@@ -134,11 +191,21 @@ class SyntheticWorkload(_Frozen):
     """Every generated token, the first one included."""
     num_requests: TokenCount | None = None
     """Cap: at most this many requests (the first ones)."""
+    mix_shift: MixShift | None = None
+    """A traffic-mix shift: new length distributions from ``at_s`` on."""
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticWorkload:
-        if (self.rate_per_s is None) == (self.rate_schedule is None):
-            raise ValueError("synthetic workload needs exactly one of rate_per_s or rate_schedule")
+        given = [
+            name
+            for name in ("rate_per_s", "rate_schedule", "rate_shape")
+            if getattr(self, name) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "synthetic workload needs exactly one of rate_per_s, rate_schedule or "
+                f"rate_shape, got {' and '.join(given) if given else 'none'}"
+            )
         _check_cv_needs_gamma(self.arrival, self.burstiness_cv)
         if self.rate_schedule is not None:
             _check_schedule(self.rate_schedule)

@@ -2,7 +2,8 @@
 
 Randomness: ``np.random.SeedSequence([seed, replication]).spawn(len(STREAMS))`` gives one
 independent generator per entry of :data:`STREAMS`, in that order. New streams are
-appended at the end, so existing results stay identical. Trace replay draws nothing.
+appended at the end, so existing results stay identical (``spawn(k)``'s i-th child does
+not depend on ``k``). Trace replay draws nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from disaggsim.errors import UserError
-from disaggsim.workload.arrivals import RateSchedule, arrival_times
+from disaggsim.workload.arrivals import DiurnalSchedule, RateSchedule, Schedule, arrival_times
 from disaggsim.workload.config import (
+    DiurnalRate,
     EmpiricalLengths,
     LengthDistribution,
+    MixShift,
     PresetWorkload,
+    StepRate,
     SyntheticWorkload,
     TraceWorkload,
 )
@@ -26,8 +30,16 @@ from disaggsim.workload.presets import load_preset
 from disaggsim.workload.requests import Requests
 from disaggsim.workload.traces import read_trace
 
-STREAMS: tuple[str, ...] = ("arrivals", "prompt_tokens", "output_tokens", "spare")
-"""Named random streams, in spawn order. ``spare`` is reserved for the next feature."""
+STREAMS: tuple[str, ...] = (
+    "arrivals",
+    "prompt_tokens",
+    "output_tokens",
+    "spare",
+    "mix_prompt_tokens",
+    "mix_output_tokens",
+)
+"""Named random streams, in spawn order. ``spare`` is reserved (unused); the ``mix_``
+streams draw the lengths of requests after a ``mix_shift``."""
 
 
 def streams(seed: int, replication: int = 0) -> dict[str, np.random.Generator]:
@@ -61,25 +73,16 @@ def generate_requests(
         raise UserError(f"duration_s must be > 0, got {duration_s}")
     match cfg:
         case SyntheticWorkload():
-            if cfg.rate_schedule is not None:
-                if cfg.rate_per_s is not None:
-                    raise UserError(
-                        "workload: give rate_per_s or rate_schedule, not both "
-                        "(a rate_schedule sets the rate over time)"
-                    )
-                schedule = RateSchedule.from_points(cfg.rate_schedule)
-            else:
-                assert cfg.rate_per_s is not None  # the model's validator guarantees one
-                schedule = RateSchedule.constant(cfg.rate_per_s)
             return _synthetic(
                 streams(seed, replication),
-                schedule=schedule,
+                schedule=synthetic_schedule(cfg),
                 process=cfg.arrival,
                 cv=cfg.burstiness_cv if cfg.burstiness_cv is not None else 1.0,
                 prompt=cfg.prompt_tokens,
                 output=cfg.output_tokens,
                 duration_s=duration_s,
                 num_requests=cfg.num_requests,
+                mix_shift=cfg.mix_shift,
             )
         case PresetWorkload():
             preset = load_preset(cfg.preset)
@@ -101,16 +104,37 @@ def generate_requests(
     raise TypeError(f"unknown workload config {cfg!r}")
 
 
+def synthetic_schedule(cfg: SyntheticWorkload) -> Schedule:
+    """The arrival-rate schedule of a synthetic workload (exactly one of its
+    ``rate_per_s``, ``rate_schedule``, ``rate_shape`` is set)."""
+    match cfg.rate_shape:
+        case DiurnalRate() as d:
+            return DiurnalSchedule(
+                mean_per_s=d.mean_per_s,
+                amplitude=d.amplitude,
+                period_s=d.period_s,
+                phase_s=d.phase_s,
+            )
+        case StepRate() as step:
+            return RateSchedule.from_points(step.schedule_points())
+    if cfg.rate_schedule is not None:
+        return RateSchedule.from_points(cfg.rate_schedule)
+    if cfg.rate_per_s is None:
+        raise UserError("workload: give one of rate_per_s, rate_schedule or rate_shape")
+    return RateSchedule.constant(cfg.rate_per_s)
+
+
 def _synthetic(
     rngs: dict[str, np.random.Generator],
     *,
-    schedule: RateSchedule,
+    schedule: Schedule,
     process: str,
     cv: float,
     prompt: LengthDistribution,
     output: LengthDistribution,
     duration_s: float,
     num_requests: int | None,
+    mix_shift: MixShift | None = None,
 ) -> Requests:
     max_count = math.inf if num_requests is None else num_requests
     if math.isinf(schedule.cumulative(duration_s)) and math.isinf(max_count):
@@ -124,11 +148,22 @@ def _synthetic(
         max_count=max_count,
     )
     n = len(arrival_s)
-    return Requests(
-        arrival_s=arrival_s,
-        prompt_tokens=sample_lengths(prompt, n, rngs["prompt_tokens"]),
-        output_tokens=sample_lengths(output, n, rngs["output_tokens"]),
-    )
+    prompt_tokens = sample_lengths(prompt, n, rngs["prompt_tokens"])
+    output_tokens = sample_lengths(output, n, rngs["output_tokens"])
+    if mix_shift is not None:
+        # Every request drew from the old mix above, so requests before at_s are the
+        # same as without the shift; the later ones redraw from the new streams.
+        first = int(np.searchsorted(arrival_s, mix_shift.at_s, side="left"))
+        k = n - first
+        if mix_shift.prompt_tokens is not None:
+            prompt_tokens[first:] = sample_lengths(
+                mix_shift.prompt_tokens, k, rngs["mix_prompt_tokens"]
+            )
+        if mix_shift.output_tokens is not None:
+            output_tokens[first:] = sample_lengths(
+                mix_shift.output_tokens, k, rngs["mix_output_tokens"]
+            )
+    return Requests(arrival_s=arrival_s, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
 
 
 def _clip(requests: Requests, max_prompt: int | None, max_output: int | None) -> Requests:
