@@ -86,14 +86,18 @@ def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, Work
 
 
 def build_transfer(scenario: Scenario, label: str = "<scenario>"):
-    """KV handoff time function ``(nbytes, src, dst) -> s`` from the fabric section.
+    """KV handoff time function ``(nbytes, src, dst) -> s`` for a ``kind: link`` fabric.
 
     Each GPU of the prefill worker sends its own shard over its own link, so the shards
     move in parallel: bandwidth scales with min(prefill tp, decode tp). Between different
-    GPU types the slower end sets the link rate."""
+    GPU types the slower end sets the link rate. (A ``kind: topology`` fabric is built by
+    :func:`build_topology` instead.)"""
     from disaggsim.costmodel.kv import kv_transfer, link_bandwidth_bytes_per_s
+    from disaggsim.fabric.config import FabricTopologyConfig
 
-    if scenario.architecture != "disaggregated":
+    if scenario.architecture != "disaggregated" or isinstance(
+        scenario.fabric, FabricTopologyConfig
+    ):
         return None
     fab = scenario.fabric
     p, d = scenario.prefill_pool, scenario.decode_pool
@@ -120,9 +124,27 @@ def build_transfer(scenario: Scenario, label: str = "<scenario>"):
     return transfer_time
 
 
+def build_topology(scenario: Scenario, label: str = "<scenario>"):
+    """The placed topology of a ``kind: topology`` fabric (None otherwise)."""
+    from disaggsim.fabric import FabricTopologyConfig, pool_layouts
+    from disaggsim.fabric import build_topology as _build
+
+    if scenario.architecture != "disaggregated" or not isinstance(
+        scenario.fabric, FabricTopologyConfig
+    ):
+        return None
+    layouts = pool_layouts([(r, p.gpu, p.num_workers, p.tp) for r, p in scenario.pools.items()])
+    try:
+        return _build(scenario.fabric, layouts)
+    except UserError as e:
+        raise UserError(f"{label}: {e}") from None
+
+
 def engine_config(
-    scenario: Scenario, costs: dict[str, WorkerCost], replication: int = 0
+    scenario: Scenario, costs: dict[str, WorkerCost], replication: int = 0, topology=None
 ) -> EngineConfig:
+    from disaggsim.catalog import get_model
+
     pools = []
     for role, pool in scenario.pools.items():
         pools.append(_pool_spec(role, pool, costs[role]))
@@ -145,6 +167,9 @@ def engine_config(
             for w in scenario.failures.links
         ),
         swap_time=_swap_time_fn(scenario, costs),
+        topology=topology,
+        overlap=bool(getattr(scenario.fabric, "overlap", False)),
+        num_layers=get_model(scenario.model).num_layers,
         horizon_s=scenario.sim.duration_s + scenario.sim.max_drain_s,
     )
 
@@ -251,10 +276,11 @@ def simulate(
     t0 = time.perf_counter()
     costs = build_costs(s, label)
     transfer = build_transfer(s, label)
+    topology = build_topology(s, label)
     reqs = requests if requests is not None else make_requests(loaded, replication)
     raw = run_cluster(
         reqs,
-        engine_config(s, costs, replication),
+        engine_config(s, costs, replication, topology),
         transfer,
         progress=progress,
         progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
@@ -323,6 +349,42 @@ def timeseries_frame(raw: RawResult) -> pd.DataFrame:
     return both.sort_values(["at_s", "worker"], kind="stable", ignore_index=True)
 
 
+def links_frame(raw: RawResult) -> pd.DataFrame | None:
+    """Per-link utilisation over time (topology fabric): from ``at_s`` on, ``link`` ran at
+    ``util`` × its capacity."""
+    u = raw.link_util
+    if u is None:
+        return None
+    ids = np.asarray(u.link_ids, dtype=object)
+    link = np.asarray(u.link, dtype=np.int64)
+    return pd.DataFrame(
+        {"at_s": u.at_s, "link": ids[link] if len(link) else link.astype(object), "util": u.util}
+    )
+
+
+def transfers_frame(raw: RawResult) -> pd.DataFrame:
+    """One row per KV transfer on a topology fabric (cancelled ones included)."""
+    cols = (
+        "tag",
+        "nbytes",
+        "path_kind",
+        "num_hops",
+        "num_shards",
+        "src_worker",
+        "dst_worker",
+        "start_at_s",
+        "ready_at_s",
+        "end_at_s",
+        "exposed_s",
+        "delivered_bytes",
+        "cancelled",
+    )
+    frame = pd.DataFrame(
+        [{c: getattr(r, c) for c in cols} for r in raw.transfers], columns=list(cols)
+    )
+    return frame.rename(columns={"tag": "request_id", "nbytes": "bytes"})
+
+
 def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = True) -> Path:
     """Write a result folder atomically (built in a temporary sibling, then renamed):
     ``requests.parquet``, ``timeseries.parquet``, ``summary.json``, ``scenario.yaml``
@@ -333,6 +395,10 @@ def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = T
     try:
         result.requests.to_parquet(tmp / "requests.parquet", index=False)
         result.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
+        links = links_frame(result.raw)
+        if links is not None:
+            links.to_parquet(tmp / "links.parquet", index=False)
+            transfers_frame(result.raw).to_parquet(tmp / "transfers.parquet", index=False)
         (tmp / "summary.json").write_text(json.dumps(_jsonable(result.summary), indent=2) + "\n")
         resolved = result.scenario.model_dump(mode="json")
         (tmp / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))

@@ -76,8 +76,32 @@ def stressed(draw):
                 )
             )
         )
+    topology = None
+    overlap = False
+    if arch == "disaggregated" and draw(st.booleans()):
+        from disaggsim.fabric import build_topology, parse_topology_config, pool_layouts
+
+        overlap = draw(st.booleans())
+        fab = parse_topology_config(
+            {
+                "kind": "topology",
+                "gpus_per_node": 2,
+                "nic": {
+                    "gbit_per_s": 0.1,
+                    "per_gpu": draw(st.booleans()),
+                    "rdma": draw(st.booleans()),
+                },
+                "placement": {"policy": draw(st.sampled_from(["pack", "spread", "pair"]))},
+                "overlap": overlap,
+            }
+        )
+        layouts = pool_layouts([(p.role, "h100-sxm", p.num_workers, 1) for p in pools])
+        topology = build_topology(fab, layouts)
     cfg = EngineConfig(
         pools=pools,
+        topology=topology,
+        overlap=overlap,
+        num_layers=draw(st.integers(1, 8)),
         block_tokens=draw(st.sampled_from([1, 4, 16])),
         kv_admission=draw(st.sampled_from(["on_demand", "reserve_full"])),
         kv_watermark=draw(st.sampled_from([0.0, 0.05])),
@@ -88,7 +112,7 @@ def stressed(draw):
         client_timeout_s=draw(st.one_of(st.none(), st.floats(0.05, 2.0))),
         worker_failures=failures,
         link_windows=links,
-        horizon_s=500.0,  # far beyond any drain here: a request still running is a livelock
+        horizon_s=60.0,  # far beyond any drain here: a request still running is a livelock
     )
     return reqs, cfg, draw(st.floats(0.0, 0.01))
 

@@ -179,12 +179,12 @@ def test_bad_config_values_are_one_line_errors(fabric, message):
 @pytest.mark.parametrize("name, kind", [("nvlink", "nvlink"), ("pcie", "staged")])
 def test_fabric_scenario_pair_builds_its_topology(name, kind):
     """The pair's ``fabric:`` sections validate and place the workers as their comments
-    say (the engine does not read them yet: files are ``.yaml.pending``)."""
+    say."""
     import yaml
 
     from tests.conftest import REPO
 
-    raw = yaml.safe_load((REPO / "scenarios" / "fabric" / f"{name}.yaml.pending").read_text())
+    raw = yaml.safe_load((REPO / "scenarios" / "fabric" / f"{name}.yaml").read_text())
     cfg = parse_topology_config(raw["fabric"])
     pools = [(r, raw[f"{r}_pool"]["gpu"], raw[f"{r}_pool"]["num_workers"], raw[f"{r}_pool"]["tp"])
              for r in ("prefill", "decode")]  # fmt: skip

@@ -56,3 +56,17 @@ def test_seed_example_colocated_decode_is_stalled_by_prefills():
     # colocated p99 gap is at least one whole 4k prefill; the others are far below it
     assert res["colocated"]["itl_p99_s"] > 5 * res["disaggregated"]["itl_p99_s"]
     assert res["colocated"]["itl_p99_s"] > 3 * res["chunked"]["itl_p99_s"]
+
+
+def test_fabric_pair_shows_the_weak_fabric_ttft_penalty():
+    """Same deployment and traffic: KV over NVLink, streamed during the prefill, vs across
+    nodes through host memory and one shared NIC, after the prefill."""
+    fab = REPO / "scenarios" / "fabric"
+    nv = simulate(fab / "nvlink.yaml", ["sim.duration_s=120"]).summary
+    pc = simulate(fab / "pcie.yaml", ["sim.duration_s=120"]).summary
+    assert nv["num_gpus"] == pc["num_gpus"]
+    # 8k prompts of a 70B model: ~2.5 GB per handoff; ~100 ms through a 25 GB/s NIC
+    assert 0.05 < pc["kv_exposed_p50_s"] < 0.2
+    assert nv["kv_exposed_p99_s"] < 0.005
+    assert pc["ttft_p50_s"] > nv["ttft_p50_s"] + 0.05
+    assert pc["ttft_p99_s"] > nv["ttft_p99_s"]

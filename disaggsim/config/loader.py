@@ -153,8 +153,18 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return f"{source}: {key}: {msg}{more}"
 
 
-_TAGS = {"synthetic", "preset", "trace", "fixed", "uniform", "lognormal", "empirical"}
-_UNION_FIELDS = {"workload", "prompt_tokens", "output_tokens"}
+_TAGS = {
+    "synthetic",
+    "preset",
+    "trace",
+    "fixed",
+    "uniform",
+    "lognormal",
+    "empirical",
+    "link",
+    "topology",
+}
+_UNION_FIELDS = {"workload", "prompt_tokens", "output_tokens", "fabric"}
 
 
 def _allowed_keys(parent: list[str]) -> list[str]:

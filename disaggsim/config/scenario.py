@@ -8,10 +8,19 @@ field and built by one explicit function elsewhere (no registries).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
+from disaggsim.fabric.config import FabricTopologyConfig
 from disaggsim.workload import WorkloadConfig
 
 LinkKind = Literal["nvlink", "infiniband", "roce", "pcie"]
@@ -42,8 +51,11 @@ class PoolConfig(_Model):
 
 
 class FabricConfig(_Model):
-    """The link between prefill and decode pools (one class for all pairs)."""
+    """The link between prefill and decode pools (one class for all pairs, no contention:
+    each handoff takes size / bandwidth + latency). ``kind: topology`` instead describes
+    nodes, NVLink, NICs and placement with shared links (disaggsim.fabric)."""
 
+    kind: Literal["link"] = "link"
     link: LinkKind = "nvlink"
     bandwidth_gb_per_s: float | None = Field(
         default=None, gt=0.0, description="per-direction GB/s per GPU; default from the GPU spec"
@@ -51,9 +63,23 @@ class FabricConfig(_Model):
     latency_us: float | None = Field(default=None, ge=0.0)
 
 
+def _fabric_kind(v: Any) -> str:
+    return v.get("kind", "link") if isinstance(v, dict) else getattr(v, "kind", "link")
+
+
+FabricSection = Annotated[
+    Annotated[FabricConfig, Tag("link")] | Annotated[FabricTopologyConfig, Tag("topology")],
+    Discriminator(_fabric_kind),
+]
+
+
 class RouterConfig(_Model):
     prefill_policy: Literal["round_robin", "least_tokens", "shortest_queue"] = "least_tokens"
-    decode_policy: Literal["most_free_kv", "round_robin"] = "most_free_kv"
+    decode_policy: Literal["most_free_kv", "round_robin", "fastest_path"] = Field(
+        default="most_free_kv",
+        description="fastest_path (topology fabric): prefer the decode worker reached over the "
+        "fastest, least congested path, then the most free KV",
+    )
     backpressure: Literal["kv_aware", "none"] = Field(
         default="kv_aware",
         description="kv_aware: hold requests at the router while the decode pool has no room "
@@ -173,7 +199,7 @@ class Scenario(_Model):
         description="disaggregated: first token reaches the client after the KV handoff "
         "(decode) or straight from the prefill worker (prefill)",
     )
-    fabric: FabricConfig = FabricConfig()
+    fabric: FabricSection = FabricConfig()
     router: RouterConfig = RouterConfig()
     kv: KvConfig = KvConfig()
     failures: FailuresConfig = FailuresConfig()

@@ -25,6 +25,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
@@ -99,6 +100,9 @@ class EngineConfig:
     worker_failures: tuple[WorkerFailureEvent, ...] = ()
     link_windows: tuple[LinkWindow, ...] = ()
     swap_time: SwapTime = _default_swap_time
+    topology: Any = None  # disaggsim.fabric.Topology: shared links (else transfer_time)
+    overlap: bool = False  # topology: stream KV layer by layer during the prefill
+    num_layers: int = 1  # for the overlap's one-layer delay
     horizon_s: float = float("inf")  # stop here even if requests are still running
 
 
@@ -128,6 +132,8 @@ class RawResult:
     kv_bytes_per_token: dict[str, int]  # per role
     counters: dict[str, int] = field(default_factory=dict)
     failures: tuple[tuple[float, int], ...] = ()  # (at_s, worker) of each worker failure
+    transfers: tuple = ()  # disaggsim.fabric.TransferRecord per transfer (topology fabric)
+    link_util: Any = None  # disaggsim.fabric.LinkUtilisation (topology fabric)
 
 
 TransferTime = Callable[[int, int, int], float]  # (nbytes, prefill worker, decode worker) -> s
@@ -222,12 +228,30 @@ class Router:
             self.orphaned_bytes += self.cluster.kv_bytes(rid, src)
             self.sample()
 
-    def _try_handoff(self, rid: int, src: PrefillWorker) -> bool:
+    def try_early_handoff(self, rid: int, src: PrefillWorker, prefill_s: float) -> bool:
+        """Overlap: pick the decode worker as the prefill starts, so the KV can stream
+        layer by layer. Only when no earlier prefill is waiting for a decode slot."""
+        if self.pending:
+            return False
+        return self._try_handoff(rid, src, prefill_s)
+
+    def _try_handoff(self, rid: int, src: PrefillWorker, prefill_s: float | None = None) -> bool:
         cl = self.cluster
         workers = [w for w in cl.decode_workers if w.can_accept(rid)]
         if not workers:
             return False
-        if self.decode_policy == "round_robin":
+        if self.decode_policy == "fastest_path" and cl.net is not None:
+            topo, net = cl.topology, cl.net
+            w = min(
+                workers,
+                key=lambda x: (
+                    topo.path_rank(src.index, x.index),
+                    net.path_load(topo.path(src.index, x.index)),
+                    -x.free_blocks,
+                    x.index,
+                ),
+            )
+        elif self.decode_policy == "round_robin":
             n = len(cl.decode_workers)
             order = sorted(workers, key=lambda x: (x.index - self._rr_decode) % n)
             w = order[0]
@@ -236,7 +260,7 @@ class Router:
             w = max(workers, key=lambda x: (x.free_blocks, -x.index))
         self.uncommit(rid)
         w.reserve(rid)
-        cl.start_transfer(rid, src, w)
+        cl.start_transfer(rid, src, w, prefill_s)
         return True
 
     def remove_pending(self, rid: int) -> PrefillWorker | None:
@@ -296,6 +320,7 @@ class Cluster:
         self.failure_log: list[tuple[float, int]] = []
         self.num_done = 0
         self.zombies: set[int] = set()  # abandoned inside a running prefill: KV still held
+        self.orphan_streams: set[int] = set()  # decode target lost while still prefilling
         self.all_done = self.env.event()
         self.prefill_workers: list[PrefillWorker] = []
         self.decode_workers: list[DecodeWorker] = []
@@ -327,6 +352,13 @@ class Cluster:
             self.prefill_workers if self.disaggregated else self.colocated_workers
         )
         self._transfers: dict[int, tuple[PrefillWorker, DecodeWorker, float]] = {}
+        self.topology = cfg.topology
+        self.net = None
+        self._flows: dict[int, Any] = {}  # rid -> FlowHandle (topology fabric)
+        if cfg.topology is not None:
+            from disaggsim.fabric.flows import FlowNetwork
+
+            self.net = FlowNetwork(self.env, cfg.topology)
 
     # -- KV sizes -----------------------------------------------------------------------
 
@@ -373,9 +405,13 @@ class Cluster:
         """(prefill blocks, decode/colocated blocks): the most a request may need."""
         if self.disaggregated:
             pre = min(w.kv_capacity_blocks for w in self.prefill_workers)
-            dec = max(w.kv_capacity_blocks - self.watermark_blocks(w) for w in self.decode_workers)
+            dec = max(
+                w.kv_capacity_blocks - self.watermark_blocks(w) - 1 for w in self.decode_workers
+            )
             return pre, dec
-        col = max(w.kv_capacity_blocks - self.watermark_blocks(w) for w in self.colocated_workers)
+        col = max(
+            w.kv_capacity_blocks - self.watermark_blocks(w) - 1 for w in self.colocated_workers
+        )
         return col, col
 
     def _arrivals(self):
@@ -434,11 +470,13 @@ class Cluster:
             src.release_kv(rid)
             r.drain_queue()
             return True
-        tr = self._transfers.pop(rid, None)
+        tr = self.cancel_transfer(rid)
         if tr is not None:
-            src, dst, _ = tr
-            src.release_kv(rid)
+            src, dst = tr
             dst.unreserve(rid)
+            if rid in src.in_batch:  # streaming while its prefill runs
+                return False
+            src.release_kv(rid)
             return True
         return False
 
@@ -462,6 +500,20 @@ class Cluster:
             self.bury(rid)
             self.router.drain_queue()
             return
+        if rid in self.orphan_streams:  # its decode worker died during the prefill
+            self.orphan_streams.discard(rid)
+            self.router.handoff(rid, src)
+            return
+        if rid in self._transfers:  # already streaming to its decode worker (overlap)
+            if self.cfg.first_token_from == "prefill":
+                self.first_token(rid, now)
+                if self.generated[rid] >= self.output_tokens[rid]:  # one-token reply: done
+                    _, dst = self.cancel_transfer(rid)
+                    dst.unreserve(rid)
+                    src.release_kv(rid)
+                    self.finish(rid, now)
+                    self.router.drain_queue()
+            return
         if self.cfg.first_token_from == "prefill":
             self.first_token(rid, now)
             if self.generated[rid] >= self.output_tokens[rid]:  # one-token reply: done
@@ -472,17 +524,57 @@ class Cluster:
                 return
         self.router.handoff(rid, src)
 
-    def start_transfer(self, rid: int, src: PrefillWorker, dst: DecodeWorker) -> None:
+    def start_transfer(
+        self, rid: int, src: PrefillWorker, dst: DecodeWorker, prefill_s: float | None = None
+    ) -> None:
+        """Move ``rid``'s KV from ``src`` to ``dst``; ``prefill_s`` given: the prefill is
+        starting now and lasts that long (overlap: the KV streams while it runs)."""
         env = self.env
         if self.log.transfer_start_at_s[rid] != self.log.transfer_start_at_s[rid]:
             self.log.transfer_start_at_s[rid] = env.now
         nbytes = self.kv_bytes(rid, src)
-        delay, factor = self._link_state(env.now)
-        dur = delay + self.transfer_time(nbytes, src.index, dst.index) / factor
         token = env.now
         self._transfers[rid] = (src, dst, token)
+        if self.net is not None:
+            from disaggsim.fabric.overlap import send_plan
+
+            path = self.topology.path(src.index, dst.index)
+            early = prefill_s is not None
+            end = env.now + prefill_s if early else env.now
+            plan = send_plan(nbytes, env.now, end, prefill_s or 0.0, self.cfg.num_layers, early)
+            extra = self.topology.transfer_latency_s(path, self.prefill_len(rid)) - path.latency_s
+            self._flows[rid] = self.net.start(
+                nbytes,
+                path,
+                tag=rid,
+                extra_latency_s=max(extra, 0.0),
+                start_delay_s=plan.start_delay_s,
+                source_rate_cap_bytes_per_s=plan.source_rate_cap_bytes_per_s,
+                cap_until_s=plan.cap_until_s,
+                ready_at_s=plan.ready_at_s,
+                on_done=lambda _rec, rid=rid, token=token: self._transfer_done(rid, token),
+            )
+            return
+        delay, factor = self._link_state(env.now)
+        dur = delay + self.transfer_time(nbytes, src.index, dst.index) / factor
         ev = env.timeout(dur)
         ev.callbacks.append(lambda _e, rid=rid, token=token: self._transfer_done(rid, token))
+
+    def cancel_transfer(self, rid: int) -> tuple[PrefillWorker, DecodeWorker] | None:
+        tr = self._transfers.pop(rid, None)
+        if tr is None:
+            return None
+        handle = self._flows.pop(rid, None)
+        if handle is not None:
+            self.net.cancel(handle)
+        return tr[0], tr[1]
+
+    def prefill_batch_started(self, batch: list[int], src: PrefillWorker, prefill_s: float) -> None:
+        """Overlap on a topology fabric: hand off at prefill start where a slot exists."""
+        if self.net is None or not self.cfg.overlap:
+            return
+        for rid in batch:
+            self.router.try_early_handoff(rid, src, prefill_s)
 
     def _link_state(self, now: float) -> tuple[float, float]:
         """(seconds until the link is up, bandwidth factor then) for a transfer at ``now``."""
@@ -501,19 +593,43 @@ class Cluster:
         return t - now, factor
 
     def _link_outage(self, window: LinkWindow):
-        """At an outage's start, every transfer in flight is lost and sent again."""
+        """At an outage's start, every transfer in flight is lost and sent again (it
+        waits for the link, then starts over)."""
         yield self.env.timeout(window.start_s)
         for rid in list(self._transfers):
             src, dst, _ = self._transfers[rid]
+            if self.net is not None:
+                self.net.cancel(self._flows.pop(rid))
             self.counters["num_resent_transfers"] += 1
-            self.start_transfer(rid, src, dst)  # waits for the link, then starts over
+            self.start_transfer(rid, src, dst)
+
+    def _link_window(self, window: LinkWindow):
+        """Topology fabric: every link runs at ``factor`` during the window."""
+        yield self.env.timeout(window.start_s)
+        links = range(len(self.topology.links))
+        for i in links:
+            self.net.set_link_capacity(i, window.factor)
+        if window.factor == 0:
+            for rid in list(self._transfers):
+                src, dst, _ = self._transfers[rid]
+                self.net.cancel(self._flows.pop(rid))
+                self.counters["num_resent_transfers"] += 1
+                self.start_transfer(rid, src, dst)
+        yield self.env.timeout(window.duration_s)
+        for i in links:
+            self.net.set_link_capacity(i, 1.0)
 
     def _transfer_done(self, rid: int, token: float) -> None:
         tr = self._transfers.get(rid)
         if tr is None or tr[2] != token:
             return  # cancelled, or superseded by a re-send
-        del self._transfers[rid]
         src, dst, _ = tr
+        if rid in src.in_batch:  # streamed KV landed as its prefill ends: let it end first
+            ev = self.env.timeout(0)
+            ev.callbacks.append(lambda _e, rid=rid, token=token: self._transfer_done(rid, token))
+            return
+        del self._transfers[rid]
+        self._flows.pop(rid, None)
         now = self.env.now
         self.log.transfer_end_at_s[rid] = now
         if self.cfg.first_token_from == "decode":
@@ -585,9 +701,9 @@ class Cluster:
         for rid in in_batch:
             if self.ended[rid]:
                 self.bury(rid)
-        for rid in held:
+        for rid in held + in_batch:
             r.remove_pending(rid)
-            tr = self._transfers.pop(rid, None)
+            tr = self.cancel_transfer(rid)
             if tr is not None:
                 tr[1].unreserve(rid)
         for rid in in_batch + held:
@@ -598,9 +714,12 @@ class Cluster:
 
     def decode_worker_lost(self, w: DecodeWorker, lost: list[int]) -> None:
         for rid in lost:
-            tr = self._transfers.pop(rid, None)
+            tr = self.cancel_transfer(rid)
             if tr is not None:
                 tr[0].release_kv(rid)
+                if rid in tr[0].in_batch:  # streaming during its prefill: wait for its end
+                    self.orphan_streams.add(rid)
+                    continue
             self.reprefill(rid, "retry")
         self.router.decode_freed()
 
@@ -625,7 +744,9 @@ class Cluster:
         for ev in self.cfg.worker_failures:
             env.process(self._fail_worker(ev))
         for win in self.cfg.link_windows:
-            if win.factor == 0:
+            if self.net is not None:
+                env.process(self._link_window(win))
+            elif win.factor == 0:
                 env.process(self._link_outage(win))
         self.router.sample()
         if len(self.requests) == 0:
@@ -667,6 +788,8 @@ class Cluster:
             kv_bytes_per_token=kv_bpt,
             counters=dict(self.counters),
             failures=tuple(self.failure_log),
+            transfers=tuple(self.net.records) if self.net is not None else (),
+            link_util=self.net.link_utilisation() if self.net is not None else None,
         )
 
 

@@ -305,7 +305,8 @@ class _TokenBatch(_Worker):
         while self.swapped and self.batch + len(back) < self.max_batch_seqs:
             rid = self.swapped[0]
             need = cl.join_blocks(rid)
-            if need + cl.watermark_blocks(self) + self.growth_headroom() > self.free_blocks:
+            # + 1: the returning sequence's own next step may open a block
+            if need + 1 + cl.watermark_blocks(self) + self.growth_headroom() > self.free_blocks:
                 break
             self.swapped.popleft()
             self.kv_used_blocks += need
@@ -430,6 +431,11 @@ class PrefillWorker(_Worker):
         self.num_outstanding += 1
         self.notify()
 
+    @property
+    def in_batch(self) -> dict[int, int]:
+        """Requests inside the running prefill."""
+        return self._batch_blocks
+
     def remove_queued(self, rid: int) -> bool:
         try:
             self.queue.remove(rid)
@@ -488,6 +494,7 @@ class PrefillWorker(_Worker):
             dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
             self.steps.prefill_iters.append((now, dur, len(batch), tokens))
             self._activity = ("prefill", batch)
+            cl.prefill_batch_started(batch, self, dur)
             yield env.timeout(dur)
             self._activity = None
             for r in batch:
@@ -529,7 +536,7 @@ class DecodeWorker(_TokenBatch):
         return (
             self.alive
             and not self.swapped
-            and cl.join_blocks(rid) + cl.watermark_blocks(self) + self.growth_headroom()
+            and cl.join_blocks(rid) + 1 + cl.watermark_blocks(self) + self.growth_headroom()
             <= self.free_blocks
         )
 

@@ -101,10 +101,22 @@ def summarize(
         tr = done["transfer_s"].to_numpy(float)
         out["kv_transfer_p50_s"] = percentile(tr, 50)
         out["kv_transfer_p99_s"] = percentile(tr, 99)
+        # exposed: the part of the handoff after the KV was complete (prefill end)
+        exposed = done["transfer_end_at_s"] - np.maximum(
+            done["prefill_end_at_s"], done["transfer_start_at_s"]
+        )
+        out["kv_exposed_p50_s"] = percentile(exposed.to_numpy(float), 50)
+        out["kv_exposed_p99_s"] = percentile(exposed.to_numpy(float), 99)
         kv_bpt = raw.kv_bytes_per_token.get("prefill", 0)
         out["kv_transfer_bytes_mean"] = (
             float((done["prompt_tokens"] * kv_bpt).mean()) if len(done) else float("nan")
         )
+        out["link_util_max"] = float("nan")
+        if raw.link_util is not None:
+            from disaggsim.fabric.flows import fabric_summary
+
+            fab = fabric_summary(raw.transfers, raw.link_util, raw.end_at_s)
+            out["link_util_max"] = fab["link_util_max"]
     end = raw.end_at_s
     for role in sorted({w.role for w in raw.workers}):
         ws = [w for w in raw.workers if w.role == role]
