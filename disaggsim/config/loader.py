@@ -164,7 +164,7 @@ _TAGS = {
     "link",
     "topology",
 }
-_UNION_FIELDS = {"workload", "prompt_tokens", "output_tokens", "fabric"}
+_UNION_FIELDS = {"workload", "prompt_tokens", "output_tokens", "fabric", "rate_shape"}
 
 
 def _allowed_keys(parent: list[str]) -> list[str]:

@@ -105,6 +105,7 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
         wl = dict(raw["workload"])
         wl["rate_per_s"] = float(f"{rec.goodput_per_s:.6g}")
         wl.pop("rate_schedule", None)
+        wl.pop("rate_shape", None)
         wl.pop("rate_scale", None)
         raw["workload"] = wl
     raw["description"] = (
