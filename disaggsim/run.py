@@ -141,13 +141,18 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
 
 
 def engine_config(
-    scenario: Scenario, costs: dict[str, WorkerCost], replication: int = 0, topology=None
+    scenario: Scenario,
+    costs: dict[str, WorkerCost],
+    replication: int = 0,
+    topology=None,
+    autoscalers: tuple = (),
 ) -> EngineConfig:
     from disaggsim.catalog import get_model
 
     pools = []
     for role, pool in scenario.pools.items():
-        pools.append(_pool_spec(role, pool, costs[role]))
+        auto = scenario.autoscale.for_role(role)  # type: ignore[arg-type]
+        pools.append(_pool_spec(role, pool, costs[role], auto.max_workers if auto else None))
     kv = scenario.kv
     return EngineConfig(
         pools=tuple(pools),
@@ -168,6 +173,7 @@ def engine_config(
         ),
         swap_time=_swap_time_fn(scenario, costs),
         topology=topology,
+        autoscalers=autoscalers,
         overlap=bool(getattr(scenario.fabric, "overlap", False)),
         num_layers=get_model(scenario.model).num_layers,
         horizon_s=scenario.sim.duration_s + scenario.sim.max_drain_s,
@@ -239,7 +245,9 @@ def _swap_time_fn(scenario: Scenario, costs: dict[str, WorkerCost]):
     return swap_time
 
 
-def _pool_spec(role: str, pool: PoolConfig, cost: WorkerCost) -> PoolSpec:
+def _pool_spec(
+    role: str, pool: PoolConfig, cost: WorkerCost, max_workers: int | None = None
+) -> PoolSpec:
     return PoolSpec(
         role=role,
         num_workers=pool.num_workers,
@@ -247,7 +255,36 @@ def _pool_spec(role: str, pool: PoolConfig, cost: WorkerCost) -> PoolSpec:
         max_batch_seqs=pool.max_batch_seqs,
         max_batch_tokens=pool.max_batch_tokens,
         scheduler=pool.scheduler,
+        max_workers=max_workers,
     )
+
+
+def build_autoscalers(scenario: Scenario, costs: dict[str, WorkerCost], mean_prompt_tokens: int):
+    """(role, controller, cold start s) for each autoscaled pool."""
+    from disaggsim.autoscale import Autoscaler, cold_start_s, decode_step_fn, prefill_tokens_per_s
+
+    out = []
+    for role, pool in scenario.pools.items():
+        cfg = scenario.autoscale.for_role(role)  # type: ignore[arg-type]
+        if cfg is None:
+            continue
+        cost = costs[role]
+        scaler = Autoscaler(
+            cfg,
+            role,  # type: ignore[arg-type]
+            ttft_slo_s=scenario.slo.ttft_s,
+            itl_slo_s=scenario.slo.itl_s,
+            prefill_tokens_per_s_per_worker=prefill_tokens_per_s(
+                cost,
+                max_batch_tokens=pool.max_batch_tokens,
+                prompt_tokens=max(mean_prompt_tokens, 1),
+            ),
+            decode_step_s=decode_step_fn(cost),
+            max_batch_seqs=pool.max_batch_seqs,
+            kv_capacity_tokens_per_worker=cost.kv_capacity_tokens,
+        )
+        out.append((role, scaler, cold_start_s(cost.weights_bytes / cost.num_gpus, cfg)))
+    return tuple(out)
 
 
 def make_requests(loaded: LoadedScenario, replication: int = 0) -> Requests:
@@ -280,7 +317,13 @@ def simulate(
     reqs = requests if requests is not None else make_requests(loaded, replication)
     raw = run_cluster(
         reqs,
-        engine_config(s, costs, replication, topology),
+        engine_config(
+            s,
+            costs,
+            replication,
+            topology,
+            build_autoscalers(s, costs, int(reqs.prompt_tokens.mean()) if len(reqs) else 1),
+        ),
         transfer,
         progress=progress,
         progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
@@ -349,6 +392,25 @@ def timeseries_frame(raw: RawResult) -> pd.DataFrame:
     return both.sort_values(["at_s", "worker"], kind="stable", ignore_index=True)
 
 
+def pool_sizes_frame(raw: RawResult) -> pd.DataFrame:
+    """Workers per pool over time: serving, starting (cold start), draining, and the
+    autoscaler's desired size, from ``at_s`` on; control instants also carry the TTFT and
+    ITL p99 the autoscaler saw over its last interval (NaN elsewhere)."""
+    return pd.DataFrame(
+        list(raw.pool_sizes),
+        columns=[
+            "at_s",
+            "role",
+            "num_in_service",
+            "num_starting",
+            "num_draining",
+            "desired",
+            "window_ttft_p99_s",
+            "window_itl_p99_s",
+        ],
+    )
+
+
 def links_frame(raw: RawResult) -> pd.DataFrame | None:
     """Per-link utilisation over time (topology fabric): from ``at_s`` on, ``link`` ran at
     ``util`` × its capacity."""
@@ -395,6 +457,7 @@ def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = T
     try:
         result.requests.to_parquet(tmp / "requests.parquet", index=False)
         result.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
+        pool_sizes_frame(result.raw).to_parquet(tmp / "pools.parquet", index=False)
         links = links_frame(result.raw)
         if links is not None:
             links.to_parquet(tmp / "links.parquet", index=False)

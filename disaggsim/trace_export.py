@@ -141,7 +141,16 @@ def transfer_spans(result: SimulationResult) -> list[dict]:
 def counter_events(result: SimulationResult) -> list[dict]:
     ts = result.timeseries
     events = []
+    router_pid = len(result.raw.workers) + 1
     for row in ts.itertuples(index=False):
+        if int(row.worker) < 0:  # router rows: held requests and orphaned KV
+            for name in ("queue_len", "orphaned_kv_bytes"):
+                v = float(getattr(row, name))
+                events.append(
+                    {"ph": "C", "pid": router_pid, "tid": ITER_TID, "ts": _us(row.at_s),
+                     "name": name, "args": {name: v if math.isfinite(v) else 0.0}}
+                )  # fmt: skip
+            continue
         pid = int(row.worker) + 1
         for name in COUNTERS:
             v = float(getattr(row, name))
@@ -162,9 +171,18 @@ def metadata_events(result: SimulationResult) -> list[dict]:
     events = []
     if result.scenario.architecture == "disaggregated":
         events += [
-            _meta(FABRIC_PID, "process_name", f"fabric ({result.scenario.fabric.link})"),
+            _meta(
+                FABRIC_PID,
+                "process_name",
+                f"fabric ({getattr(result.scenario.fabric, 'link', 'topology')})",
+            ),
             _meta(FABRIC_PID, "process_sort_index", 10**6),
         ]
+    router_pid = len(result.raw.workers) + 1
+    events += [
+        _meta(router_pid, "process_name", "router"),
+        _meta(router_pid, "process_sort_index", router_pid),
+    ]
     for w in result.raw.workers:
         pid = w.index + 1
         events += [

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from disaggsim.autoscale import AutoscaleConfig, check_against_pools
 from disaggsim.fabric.config import FabricTopologyConfig
 from disaggsim.workload import WorkloadConfig
 
@@ -203,6 +204,7 @@ class Scenario(_Model):
     router: RouterConfig = RouterConfig()
     kv: KvConfig = KvConfig()
     failures: FailuresConfig = FailuresConfig()
+    autoscale: AutoscaleConfig = AutoscaleConfig()
     slo: SloConfig
     workload: WorkloadConfig
     sim: SimConfig
@@ -229,6 +231,9 @@ class Scenario(_Model):
                     "pool.scheduler is required for colocated pools (allowed: vllm, chunked)"
                 )
         self._check_failure_targets()
+        check_against_pools(
+            self.autoscale, self.architecture, {r: p.num_workers for r, p in self.pools.items()}
+        )
         return self
 
     def _check_failure_targets(self) -> None:

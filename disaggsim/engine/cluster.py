@@ -55,6 +55,7 @@ class PoolSpec:
     max_batch_seqs: int
     max_batch_tokens: int
     scheduler: str | None = None  # colocated: "vllm" or "chunked"
+    max_workers: int | None = None  # autoscaled: workers beyond num_workers start released
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ class EngineConfig:
     topology: Any = None  # disaggsim.fabric.Topology: shared links (else transfer_time)
     overlap: bool = False  # topology: stream KV layer by layer during the prefill
     num_layers: int = 1  # for the overlap's one-layer delay
+    autoscalers: tuple = ()  # (role, disaggsim.autoscale.Autoscaler, cold start s) per pool
     horizon_s: float = float("inf")  # stop here even if requests are still running
 
 
@@ -133,6 +135,11 @@ class RawResult:
     counters: dict[str, int] = field(default_factory=dict)
     failures: tuple[tuple[float, int], ...] = ()  # (at_s, worker) of each worker failure
     transfers: tuple = ()  # disaggsim.fabric.TransferRecord per transfer (topology fabric)
+    # (worker, role, gpus, allocated_at_s, released_at_s or inf) per GPU allocation
+    allocations: tuple[tuple[int, str, int, float, float], ...] = ()
+    # at, role, serving, starting, draining, desired, window TTFT p99, window ITL p99
+    pool_sizes: tuple[tuple[float, str, int, int, int, int, float, float], ...] = ()
+    scale_events: int = 0
     link_util: Any = None  # disaggsim.fabric.LinkUtilisation (topology fabric)
 
 
@@ -169,14 +176,16 @@ class Router:
         cl = self.cluster
         return (
             sum(
-                max(0, w.free_blocks - cl.watermark_blocks(w)) for w in cl.decode_workers if w.alive
+                max(0, w.free_blocks - cl.watermark_blocks(w))
+                for w in cl.decode_workers
+                if w.accepting
             )
             - self.committed_blocks
         )
 
     def _try_route(self, rid: int) -> bool:
         cl = self.cluster
-        workers = [w for w in cl.front_workers if w.alive]
+        workers = [w for w in cl.front_workers if w.accepting]
         if not workers:
             return False
         if self.kv_aware:
@@ -330,7 +339,7 @@ class Cluster:
         self.workers: list[_Worker] = []
         self._pool_of: list[tuple[str, int]] = []
         for pool in cfg.pools:
-            for i in range(pool.num_workers):
+            for i in range(max(pool.num_workers, pool.max_workers or 0)):
                 idx = len(self.workers)
                 args = (self, idx, pool.cost, pool.max_batch_seqs, pool.max_batch_tokens)
                 if pool.role == "prefill":
@@ -346,11 +355,15 @@ class Cluster:
                     raise ValueError(f"unknown pool role {pool.role!r}")
                 self.workers.append(w)
                 self._pool_of.append((pool.role, i))
+                if i >= pool.num_workers:
+                    w.state = "released"
         if self.disaggregated and not self.decode_workers:
             raise ValueError("a disaggregated cluster needs decode workers")
         self.front_workers: list = (
             self.prefill_workers if self.disaggregated else self.colocated_workers
         )
+        self.arrived_prompt_tokens = 0
+        self.ttft_log: list[tuple[float, float]] = []  # (first token at, ttft) in time order
         self._transfers: dict[int, tuple[PrefillWorker, DecodeWorker, float]] = {}
         self.topology = cfg.topology
         self.net = None
@@ -432,6 +445,7 @@ class Cluster:
             if max_queue is not None and self.router.waiting_for_prefill() >= max_queue:
                 self.reject(rid, "queue_full")
                 continue
+            self.arrived_prompt_tokens += self.prompt_tokens[rid]
             if timeout is not None:
                 ev = env.timeout(timeout)
                 ev.callbacks.append(lambda _e, rid=rid: self.abandon(rid))
@@ -491,6 +505,7 @@ class Cluster:
         if self.generated[rid] == 0:
             self.generated[rid] = 1
             self.log.first_token_at_s[rid] = now
+            self.ttft_log.append((now, now - self.requests.arrival_s[rid]))
 
     def prefill_done(self, rid: int, src: PrefillWorker) -> None:
         now = self.env.now
@@ -500,28 +515,22 @@ class Cluster:
             self.bury(rid)
             self.router.drain_queue()
             return
-        if rid in self.orphan_streams:  # its decode worker died during the prefill
-            self.orphan_streams.discard(rid)
-            self.router.handoff(rid, src)
-            return
-        if rid in self._transfers:  # already streaming to its decode worker (overlap)
-            if self.cfg.first_token_from == "prefill":
-                self.first_token(rid, now)
-                if self.generated[rid] >= self.output_tokens[rid]:  # one-token reply: done
-                    _, dst = self.cancel_transfer(rid)
-                    dst.unreserve(rid)
-                    src.release_kv(rid)
-                    self.finish(rid, now)
-                    self.router.drain_queue()
-            return
         if self.cfg.first_token_from == "prefill":
             self.first_token(rid, now)
             if self.generated[rid] >= self.output_tokens[rid]:  # one-token reply: done
+                tr = self.cancel_transfer(rid)
+                if tr is not None:
+                    tr[1].unreserve(rid)
+                self.orphan_streams.discard(rid)
                 self.router.uncommit(rid)
                 src.release_kv(rid)
                 self.finish(rid, now)
                 self.router.drain_queue()
                 return
+        if rid in self.orphan_streams:  # its decode worker died during the prefill
+            self.orphan_streams.discard(rid)
+        elif rid in self._transfers:  # already streaming to its decode worker (overlap)
+            return
         self.router.handoff(rid, src)
 
     def start_transfer(
@@ -676,6 +685,26 @@ class Cluster:
         if self.num_done == len(self.requests) and not self.zombies and not self.all_done.triggered:
             self.all_done.succeed()
 
+    # -- pool sizes -------------------------------------------------------------------
+
+    def role_of(self, w: _Worker) -> str:
+        return self._pool_of[w.index][0]
+
+    def drain_worker(self, w: _Worker) -> None:
+        """Scale-down: ``w`` takes no new work; its unstarted requests go back to the
+        router; its GPUs are released once it holds nothing."""
+        w.state = "draining"
+        for rid in list(getattr(w, "queue", ())):
+            w.remove_queued(rid)
+            self.router.uncommit(rid)
+            if not self.ended[rid]:
+                self.router.admit(rid)
+        self.scaling.record(self.role_of(w))
+        w.notify()
+
+    def worker_drained(self, w: _Worker) -> None:
+        self.scaling.release(w)
+
     # -- failures -----------------------------------------------------------------------
 
     def _fail_worker(self, ev: WorkerFailureEvent):
@@ -743,6 +772,11 @@ class Cluster:
         env.process(self._arrivals())
         for ev in self.cfg.worker_failures:
             env.process(self._fail_worker(ev))
+        from disaggsim.engine.scaling import Scaling
+
+        self.scaling = Scaling(self)
+        for role, scaler, cold_start_s in self.cfg.autoscalers:
+            env.process(self.scaling.control(role, scaler, cold_start_s, scaler.cfg.interval_s))
         for win in self.cfg.link_windows:
             if self.net is not None:
                 env.process(self._link_window(win))
@@ -790,6 +824,9 @@ class Cluster:
             failures=tuple(self.failure_log),
             transfers=tuple(self.net.records) if self.net is not None else (),
             link_util=self.net.link_utilisation() if self.net is not None else None,
+            allocations=tuple(self.scaling.close()),
+            pool_sizes=tuple(self.scaling.sizes),
+            scale_events=self.scaling.scale_events,
         )
 
 

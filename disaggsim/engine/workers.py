@@ -78,6 +78,8 @@ class _Worker:
         self.kv_used_blocks = 0
         self.steps = StepLog()
         self.alive = True
+        # in_service | starting (cold start) | draining (no new work) | released (no GPUs)
+        self.state = "in_service"
         self.num_failures = 0
         self._wake: simpy.Event | None = None
         self._activity: tuple | None = None  # what the worker is doing now (for failures)
@@ -85,6 +87,11 @@ class _Worker:
         self.queued_tokens = 0  # prompt tokens assigned here and not yet prefilled
         self.num_outstanding = 0  # requests assigned here and not yet finished/handed off
         self.proc = self.env.process(self._main())
+
+    @property
+    def accepting(self) -> bool:
+        """Takes new work: alive and in service (not starting, draining or released)."""
+        return self.alive and self.state == "in_service"
 
     @property
     def free_blocks(self) -> int:
@@ -104,6 +111,8 @@ class _Worker:
             self._wake.succeed()
 
     def _idle(self):
+        if self.state == "draining" and self.num_outstanding == 0:
+            self.cluster.worker_drained(self)
         self._wake = self.env.event()
         yield self._wake
         self._wake = None
@@ -534,7 +543,7 @@ class DecodeWorker(_TokenBatch):
         waiting to come back first."""
         cl = self.cluster
         return (
-            self.alive
+            self.accepting
             and not self.swapped
             and cl.join_blocks(rid) + 1 + cl.watermark_blocks(self) + self.growth_headroom()
             <= self.free_blocks

@@ -118,6 +118,15 @@ def summarize(
             fab = fabric_summary(raw.transfers, raw.link_util, raw.end_at_s)
             out["link_util_max"] = fab["link_util_max"]
     end = raw.end_at_s
+    # GPU-hours and mean pool sizes (workers holding GPUs: starting, serving, draining)
+    out["gpu_hours"] = float(
+        sum((min(rel, end) - at) * gpus for _, _, gpus, at, rel in raw.allocations) / 3600.0
+    )
+    out["scale_events"] = int(raw.scale_events)
+    for role in sorted({w.role for w in raw.workers}):
+        spans = [(at, min(rel, end)) for _, r, _, at, rel in raw.allocations if r == role]
+        held = sum(b - a for a, b in spans if b > a)
+        out[f"mean_workers_{role}"] = float(held / end) if end > 0 else 0.0
     for role in sorted({w.role for w in raw.workers}):
         ws = [w for w in raw.workers if w.role == role]
         busy = sum(w.steps.busy_s() for w in ws)

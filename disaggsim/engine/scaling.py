@@ -1,0 +1,201 @@
+"""Pool sizes over time: GPU allocations, cold starts, drains and the autoscaler loop.
+
+Every pool has ``max(num_workers, autoscale max_workers)`` workers from the start; those
+beyond ``num_workers`` are *released* (no GPUs held). A control process per autoscaled
+pool wakes every ``interval_s``, fills :class:`disaggsim.autoscale.PoolSignals` from the
+pool's state and applies the controller's decision:
+
+- scale up: draining workers return to service first; then released workers are
+  allocated (their GPUs count from now) and serve after the cold start (provisioning +
+  weights load);
+- scale down: starting workers are cancelled first (newest first); then in-service
+  workers with the least outstanding work drain: they take no new work, their queued
+  (unstarted) requests go back to the router, and their GPUs are released once they hold
+  nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from disaggsim.autoscale import PoolSignals, choose_to_drain
+
+if TYPE_CHECKING:
+    from disaggsim.engine.cluster import Cluster
+    from disaggsim.engine.workers import _Worker
+
+
+class Scaling:
+    """Allocation bookkeeping for every worker, and the control loops."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.env = cluster.env
+        self.alloc_at: dict[int, float] = {}  # worker -> allocated since (open allocation)
+        self.allocations: list[tuple[int, str, int, float, float]] = []
+        self.sizes: list[tuple[float, str, int, int, int, int, float, float]] = []
+        self.scale_events = 0
+        self._start_token: dict[int, int] = {}
+        self._desired: dict[str, int] = {}
+        for w in cluster.workers:
+            if w.state != "released":
+                self.alloc_at[w.index] = 0.0
+        for role in {cluster.role_of(w) for w in cluster.workers}:
+            self._desired[role] = len(self._pool(role, "in_service"))
+            self.record(role)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _pool(self, role: str, state: str | None = None) -> list[_Worker]:
+        cl = self.cluster
+        return [
+            w for w in cl.workers if cl.role_of(w) == role and (state is None or w.state == state)
+        ]
+
+    def record(self, role: str, signals: PoolSignals | None = None) -> None:
+        """Pool sizes now; at a control instant also the window's TTFT and ITL p99."""
+        pool = self._pool(role)
+        serving = sum(1 for w in pool if w.state == "in_service")
+        starting = sum(1 for w in pool if w.state == "starting")
+        draining = sum(1 for w in pool if w.state == "draining")
+        ttft = signals.ttft_p99_s if signals is not None else math.nan
+        itl = signals.itl_p99_s if signals is not None else math.nan
+        desired = self._desired.get(role, serving)
+        self.sizes.append((self.env.now, role, serving, starting, draining, desired, ttft, itl))
+
+    def _allocate(self, w: _Worker) -> None:
+        self.alloc_at[w.index] = self.env.now
+
+    def release(self, w: _Worker) -> None:
+        at = self.alloc_at.pop(w.index, None)
+        if at is not None:
+            self.allocations.append(
+                (w.index, self.cluster.role_of(w), w.cost.num_gpus, at, self.env.now)
+            )
+        w.state = "released"
+        self.record(self.cluster.role_of(w))
+
+    def close(self) -> list[tuple[int, str, int, float, float]]:
+        """Allocations, the ones still open ending at +inf."""
+        cl = self.cluster
+        open_ = [
+            (i, cl.role_of(cl.workers[i]), cl.workers[i].cost.num_gpus, at, math.inf)
+            for i, at in sorted(self.alloc_at.items())
+        ]
+        return self.allocations + open_
+
+    # -- the control loop ----------------------------------------------------------------
+
+    def control(self, role: str, scaler, cold_start_s: float, interval_s: float):
+        env = self.env
+        prev_tokens = self.cluster.arrived_prompt_tokens
+        while True:
+            yield env.timeout(interval_s)
+            if self.cluster.all_done.triggered:
+                return
+            tokens = self.cluster.arrived_prompt_tokens
+            signals = self.signals(role, interval_s, (tokens - prev_tokens) / interval_s)
+            prev_tokens = tokens
+            current = signals.num_in_service + signals.num_starting
+            desired = scaler.recommend(env.now, current, signals).desired
+            self._desired[role] = desired
+            if desired != current:
+                self.scale_events += 1
+                self._apply(role, desired - current, cold_start_s)
+            self.record(role, signals)
+
+    def _apply(self, role: str, delta: int, cold_start_s: float) -> None:
+        cl = self.cluster
+        if delta > 0:
+            for w in sorted(self._pool(role, "draining"), key=lambda x: -x.index)[:delta]:
+                w.state = "in_service"
+                delta -= 1
+            for w in self._pool(role, "released")[:delta]:
+                self._allocate(w)
+                w.state = "starting"
+                token = self._start_token[w.index] = self._start_token.get(w.index, 0) + 1
+                ev = self.env.timeout(cold_start_s)
+                ev.callbacks.append(lambda _e, w=w, token=token: self._started(w, token))
+            cl.router.drain_queue()
+            return
+        n = -delta
+        for w in sorted(self._pool(role, "starting"), key=lambda x: -self.alloc_at[x.index])[:n]:
+            self._start_token[w.index] = self._start_token.get(w.index, 0) + 1  # cancel
+            self.release(w)
+            n -= 1
+        if n <= 0:
+            return
+        serving = [w for w in self._pool(role, "in_service") if w.alive]
+        n = min(n, len(serving) - 1)  # never drain the last serving worker
+        if n <= 0:
+            return
+        load = [
+            (w.index, float(getattr(w, "queued_tokens", 0) + w.num_outstanding)) for w in serving
+        ]
+        for idx in choose_to_drain(load, n):
+            cl.drain_worker(cl.workers[idx])
+
+    def _started(self, w: _Worker, token: int) -> None:
+        if self._start_token.get(w.index) != token or w.state != "starting":
+            return
+        w.state = "in_service"
+        role = self.cluster.role_of(w)
+        self.record(role)
+        self.cluster.router.drain_queue()
+        if role == "decode":
+            self.cluster.router.decode_freed()
+
+    # -- signals ------------------------------------------------------------------------
+
+    def signals(self, role: str, window_s: float, arrived_tokens_per_s: float) -> PoolSignals:
+        cl = self.cluster
+        pool = self._pool(role)
+        serving = [w for w in pool if w.state == "in_service" and w.alive]
+        starting = sum(
+            1 for w in pool if w.state == "starting" or (w.state == "in_service" and not w.alive)
+        )
+        draining = sum(1 for w in pool if w.state == "draining")
+        if role == "decode":
+            queued = list(cl.router.pending) + [r for w in pool for r in getattr(w, "waiting", ())]
+            queued_tokens = sum(cl.prefill_len(r) for r in queued)
+        else:
+            queued = list(cl.router.queue) + [r for w in pool for r in getattr(w, "queue", ())]
+            queued_tokens = sum(cl.prefill_len(r) for r in queued)
+        occ = [getattr(w, "batch", 0) / w.max_batch_seqs for w in serving]
+        kv = [w.kv_used_blocks / max(w.kv_capacity_blocks, 1) for w in serving]
+        now = self.env.now
+        ttft = [t for at, t in reversed(cl.ttft_log) if at >= now - window_s] if cl.ttft_log else []
+        # ITL proxy: the longest step (or prefill stall + step) of the pool in the window
+        gaps: list[float] = []
+        for w in serving:
+            log = w.steps
+            for i in range(len(log.run_start_at_s) - 1, -1, -1):
+                if log.run_start_at_s[i] < now - window_s:
+                    break
+                k = log.run_steps[i]
+                gaps.append(
+                    log.run_base_s[i]
+                    + log.run_per_token_s[i] * (log.run_context0[i] + (k - 1) * log.run_batch[i])
+                )
+            if role == "colocated":
+                for start, dur, _, _ in reversed(log.prefill_iters):
+                    if start < now - window_s:
+                        break
+                    gaps.append(dur)
+        return PoolSignals(
+            queue_depth=len(queued),
+            queued_prompt_tokens=int(queued_tokens),
+            batch_occupancy=float(np.mean(occ)) if occ else 0.0,
+            kv_util=float(np.mean(kv)) if kv else 0.0,
+            ttft_p99_s=float(np.percentile(ttft, 99)) if ttft else math.nan,
+            itl_p99_s=float(max(gaps)) if gaps else math.nan,
+            num_in_service=len(serving),
+            num_starting=starting,
+            num_draining=draining,
+            running_seqs=int(sum(getattr(w, "batch", 0) for w in serving)),
+            context_tokens=float(sum(getattr(w, "context_tokens", 0) for w in serving)),
+            arrived_prompt_tokens_per_s=arrived_tokens_per_s,
+        )
