@@ -644,6 +644,18 @@ class ColocatedWorker(_TokenBatch):
         self.num_outstanding -= 1
         self.submit(rid, front=True)
 
+    def _decode_or_idle(self):
+        """No prefill to run: advance the running batch, or wait for work."""
+        waiting = len(self.queue) + len(self.swapped)
+        if self.batch == 0:
+            self._sample(waiting, 0)
+            yield from self._idle()
+            return
+        self._sample(waiting, self.batch)
+        # A new arrival can only start at a boundary if a seat is free; memory may still
+        # block it, in which case the next completion ends the run anyway.
+        yield from self._run(interruptible=self.batch < self.max_batch_seqs)
+
     def _admissible(self, seats_used: int) -> bool:
         """Can the head of the queue start its prefill (a seat and its KV blocks free)?"""
         if not self.queue or seats_used >= self.max_batch_seqs or self.swapped:
@@ -710,14 +722,7 @@ class ColocatedWorker(_TokenBatch):
                 for r in batch:
                     self._prefill_finished(r)
                 continue
-            if self.batch == 0:
-                self._sample(len(self.queue) + len(self.swapped), 0)
-                yield from self._idle()
-                continue
-            self._sample(len(self.queue) + len(self.swapped), self.batch)
-            # A new arrival can only start at a boundary if a seat is free; memory may
-            # still block it, in which case the next completion ends the run anyway.
-            yield from self._run(interruptible=self.batch < self.max_batch_seqs)
+            yield from self._decode_or_idle()
 
     def _loop_chunked(self):
         """Sarathi-style: each iteration carries one token per running sequence plus
@@ -773,12 +778,7 @@ class ColocatedWorker(_TokenBatch):
                     for rid in done_now:
                         self._prefill_finished(rid)
                 continue
-            if self.batch == 0:
-                self._sample(len(self.queue) + len(self.swapped), 0)
-                yield from self._idle()
-                continue
-            self._sample(len(self.queue) + len(self.swapped), self.batch)
-            yield from self._run(interruptible=self.batch < self.max_batch_seqs)
+            yield from self._decode_or_idle()
 
     def _on_failure(self) -> None:
         cl = self.cluster
