@@ -180,7 +180,12 @@ def fit_decode_attention(
 
     def params(p) -> DecodeAttentionParams:
         return DecodeAttentionParams(
-            floor_s=p[0], per_seq_s=p[1], bw_eff=p[2], per_seq_kv_elem_s=p[3], par_half_sat=p[4]
+            floor_s=p[0],
+            per_seq_s=p[1],
+            bw_eff=p[2],
+            per_seq_kv_elem_s=p[3],
+            par_half_sat=p[4],
+            multi_floor_s=p[5],
         )
 
     def model(p, idx):
@@ -188,19 +193,19 @@ def fit_decode_attention(
             peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes
         )
 
-    # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat); the log-space bounds
-    # keep every parameter > 0, the lower ones small enough to mean "term off"
+    # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat, multi_floor_s); the
+    # log-space bounds keep every parameter > 0, the lower ones small enough to mean "term off"
     starts = [
-        (8e-6, 1e-8, 0.7, 1e-10, 1.0),
-        (3e-6, 1e-9, 0.5, 1e-11, 0.1),
-        (2e-5, 1e-7, 0.9, 1e-9, 10.0),
+        (8e-6, 1e-8, 0.7, 1e-10, 1.0, 1e-6),
+        (3e-6, 1e-9, 0.5, 1e-11, 0.1, 5e-6),
+        (2e-5, 1e-7, 0.9, 1e-9, 10.0, 1e-8),
     ]
     p, err = fit_generic(
         model,
         t_s,
         starts,
-        (1e-8, 1e-13, 1e-4, 1e-15, 1e-4),
-        (1e-2, 1e-3, 1.0, 1e-5, 1e4),
+        (1e-8, 1e-13, 1e-4, 1e-15, 1e-4, 1e-12),
+        (1e-2, 1e-3, 1.0, 1e-5, 1e4, 1e-3),
         groups,
         held_out,
     )

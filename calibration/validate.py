@@ -63,10 +63,12 @@ Regenerate the fit: `python -m calibration.fit_public --data ../shared/data --en
 - All-reduce is the faster of two NCCL protocols per GPU count (Simple and LL, latency +
   size / bus bandwidth each). Before: A100 2 GPUs median 17.9%; held-out medians now
   4.5–7.9% (5 random folds of 21 sizes).
-- Still short: A100 decode attention (vLLM FlashAttention-2), median 11.1% / mean 18.4%.
-  The A100 kernel has a second fixed floor (≈ 12.5 µs with 1 KV head or batch 1, ≈ 18.5 µs
-  otherwise, visible at short contexts) and single-KV-head rows reach a lower bandwidth
-  than the parallelism factor gives; neither is captured without a case split.
+- Decode attention has a second fixed floor, `multi_floor_s`, added when the kernel takes
+  its multi-sequence GQA path (batch > 1 and KV heads > 1;
+  `ops.decode_attention_floor_s`): the A100 vLLM kernel runs ≈ 12.5 µs with one sequence
+  or one KV head per shard and ≈ 18.5 µs otherwise. A100 fit: floor 12.6 µs + 5.5 µs.
+  H100 and H200 fit it to ~0 (term off). Before (commit da46739): A100 vLLM bf16 KV
+  median 11.1% / mean 18.4% (held-out 11.1% / 18.5%); now both targets are met.
 """
 COMMAND = "disaggsim calibrate validate --gpu a100-80gb h100-sxm --data ../shared/data --write-doc"
 

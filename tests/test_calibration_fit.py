@@ -75,13 +75,30 @@ def test_decode_attention_new_terms_by_hand_and_old_profiles_load() -> None:
     want = 1e-5 + 4 * 1e-7 + 1e-10 * 4 * 2 * 128 + 4_194_304 / (PEAKS.hbm_bytes_per_s * 0.8 * 0.5)
     got = float(ops.decode_attention_time_s(PEAKS, p, 4, 4096, 2, 128))
     assert got == pytest.approx(want, rel=1e-12)
-    # a profile without the two keys loads with both terms off
+    # the multi-sequence GQA floor applies only when B > 1 and KH > 1
+    pm = DecodeAttentionParams(
+        floor_s=1e-5,
+        per_seq_s=1e-7,
+        bw_eff=0.8,
+        per_seq_kv_elem_s=1e-10,
+        par_half_sat=8.0,
+        multi_floor_s=6e-6,
+    )
+    assert float(ops.decode_attention_time_s(PEAKS, pm, 4, 4096, 2, 128)) == pytest.approx(
+        want + 6e-6, rel=1e-12
+    )
+    for b, kh in ((1, 2), (4, 1)):
+        assert float(ops.decode_attention_time_s(PEAKS, pm, b, 4096, kh, 128)) == pytest.approx(
+            float(ops.decode_attention_time_s(PEAKS, p, b, 4096, kh, 128)), rel=1e-12
+        )
+    # a profile without the optional keys loads with those terms off
     raw = json.loads(shipped_profile_path("a100-80gb").read_text())
     for prm in raw["ops"]["decode_attention"].values():
         prm.pop("per_seq_kv_elem_s", None)
         prm.pop("par_half_sat", None)
+        prm.pop("multi_floor_s", None)
     old = profile_from_dict(raw, "old.json").decode_attention_params("bf16")
-    assert (old.per_seq_kv_elem_s, old.par_half_sat) == (0.0, 0.0)
+    assert (old.per_seq_kv_elem_s, old.par_half_sat, old.multi_floor_s) == (0.0, 0.0, 0.0)
     want_old = old.floor_s + old.per_seq_s * 4 + 4_194_304 / (PEAKS.hbm_bytes_per_s * old.bw_eff)
     assert float(ops.decode_attention_time_s(PEAKS, old, 4, 4096, 2, 128)) == pytest.approx(
         want_old, rel=1e-12

@@ -18,9 +18,7 @@ pytestmark = pytest.mark.skipif(
 
 # Targets the shipped profiles do not meet yet, each stated in docs/validation.md. strict:
 # if a refit meets one, this test fails until it is removed from the list.
-KNOWN_MISSES = {
-    ("a100-80gb", "decode_attention", "AIC vllm kv bf16"),
-}
+KNOWN_MISSES: set[tuple[str, str, str]] = set()
 
 
 @pytest.fixture(scope="module")

@@ -83,6 +83,13 @@ def decode_attention_bw_scale(p: DecodeAttentionParams, batch: ArrayLike, kv_hea
     return items / np.maximum(items + p.par_half_sat, 1e-300)
 
 
+def decode_attention_floor_s(p: DecodeAttentionParams, batch: ArrayLike, kv_heads: ArrayLike):
+    """Fixed time of a decode-attention kernel: ``floor_s``, plus ``multi_floor_s`` when the
+    kernel takes its multi-sequence GQA path (``batch > 1`` and ``kv_heads > 1``)."""
+    multi = (np.asarray(batch, float) > 1.0) & (np.asarray(kv_heads, float) > 1.0)
+    return p.floor_s + p.multi_floor_s * multi
+
+
 def decode_attention_time_s(
     peaks: GpuPeaks,
     p: DecodeAttentionParams,
@@ -99,7 +106,12 @@ def decode_attention_time_s(
     d = np.asarray(head_dim, float)
     kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
     bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, b, kh)
-    return p.floor_s + p.per_seq_s * b + p.per_seq_kv_elem_s * b * kh * d + kv_bytes / bw
+    return (
+        decode_attention_floor_s(p, b, kh)
+        + p.per_seq_s * b
+        + p.per_seq_kv_elem_s * b * kh * d
+        + kv_bytes / bw
+    )
 
 
 def prefill_attention_flop(pairs: ArrayLike, heads: ArrayLike, head_dim: ArrayLike) -> np.ndarray:

@@ -120,6 +120,13 @@ def _prefill_attention_s(
     return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
 
 
+def _dec_floor_s(p: DecodeAttentionParams, batch: float, kv_heads: float) -> float:
+    """ops.decode_attention_floor_s for scalars: ``multi_floor_s`` added when B > 1 and KH > 1."""
+    if batch > 1.0 and kv_heads > 1.0:
+        return p.floor_s + p.multi_floor_s
+    return p.floor_s
+
+
 def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> float:
     """ops.decode_attention_bw_scale for scalars: ``P / (P + par_half_sat)``, P = B × KH."""
     if p.par_half_sat <= 0.0:
@@ -360,7 +367,7 @@ class RooflineWorkerCost:
             hkv_dec = float(self.kv_heads_per_gpu)
             kv_bytes = 2.0 * decode_context_tokens * hkv_dec * hd * self._kv_elem
             attn_layer += (
-                d.floor_s
+                _dec_floor_s(d, decode_batch, hkv_dec)
                 + d.per_seq_s * decode_batch
                 + d.per_seq_kv_elem_s * decode_batch * hkv_dec * hd
                 + kv_bytes / (hbm * d.bw_eff * _dec_bw_scale(d, decode_batch, hkv_dec))

@@ -73,13 +73,17 @@ class GemmParams:
 class DecodeAttentionParams:
     """``per_seq_kv_elem_s``: seconds per (sequence × KV head × head-dim element);
     ``par_half_sat``: (sequence, KV head) work items at which the kernel reaches half its
-    bandwidth. Both optional in the JSON (0: term off), so older profiles still load."""
+    bandwidth; ``multi_floor_s``: extra fixed time of the kernel's multi-sequence GQA launch
+    path, taken when ``batch > 1`` and ``kv_heads > 1`` (one sequence or one KV head per
+    shard runs the single-pass path at ``floor_s``). All three optional in the JSON (0: term
+    off), so older profiles still load."""
 
     floor_s: float
     per_seq_s: float
     bw_eff: float
     per_seq_kv_elem_s: float = 0.0
     par_half_sat: float = 0.0
+    multi_floor_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +279,7 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         DecodeAttentionParams,
         ("floor_s", "per_seq_s", "bw_eff"),
         ("per_seq_s",),
-        ("per_seq_kv_elem_s", "par_half_sat"),
+        ("per_seq_kv_elem_s", "par_half_sat", "multi_floor_s"),
     )
     pre = per_dtype(
         "prefill_attention",
