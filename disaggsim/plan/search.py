@@ -35,7 +35,7 @@ from disaggsim.plan.analytic import (
     sample_lengths,
     split_budget,
 )
-from disaggsim.sweep.core import PointTask, Source, _source, goodput_many, run_point
+from disaggsim.sweep.core import PointTask, Source, goodput_many, run_point, source_of
 from disaggsim.sweep.executors import Executor
 from disaggsim.sweep.grid import override_text
 
@@ -353,7 +353,7 @@ def search(
             cl = load_scenario(raw, sim, base_dir=loaded.base_dir)
         except UserError as e:
             raise UserError(f"{label}: candidate {c.label}: {e}") from None
-        sources.append(_source(cl, label))
+        sources.append(source_of(cl, label))
     results = goodput_many(
         sources,
         rate_lo,

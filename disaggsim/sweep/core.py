@@ -72,7 +72,8 @@ class Source:
     attainment_target: float
 
 
-def _source(loaded: LoadedScenario, label: str) -> Source:
+def source_of(loaded: LoadedScenario, label: str) -> Source:
+    """The picklable description of a loaded scenario that executors ship to workers."""
     s = loaded.scenario
     arch = s.architecture + (f"-{s.pool.scheduler}" if s.pool is not None else "")
     return Source(
@@ -94,7 +95,7 @@ def with_overrides(src: Source, overrides: Sequence[str]) -> Source:
         loaded = load_scenario(raw, base_dir=src.base_dir)
     except UserError as e:
         raise UserError(str(e).replace("<scenario>", src.label, 1)) from None
-    return _source(loaded, src.label)
+    return source_of(loaded, src.label)
 
 
 def as_source(
@@ -109,7 +110,7 @@ def as_source(
     else:
         loaded = load_scenario(scenario, list(overrides or []))
         label = str(loaded.path) if loaded.path else "<scenario>"
-    return _source(loaded, label)
+    return source_of(loaded, label)
 
 
 def _task(src: Source, overrides: list[str]) -> PointTask:
