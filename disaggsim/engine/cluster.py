@@ -173,15 +173,16 @@ class Router:
             self.sample()
 
     def _decode_room_blocks(self) -> int:
+        """Blocks the decode pool can still promise: capacity less the watermark, less
+        what its assigned sequences will hold at full length, less what is promised to
+        requests still in prefill."""
         cl = self.cluster
-        return (
-            sum(
-                max(0, w.free_blocks - cl.watermark_blocks(w))
-                for w in cl.decode_workers
-                if w.accepting
-            )
-            - self.committed_blocks
+        room = sum(
+            max(0, w.kv_capacity_blocks - cl.watermark_blocks(w) - w.eventual_blocks)
+            for w in cl.decode_workers
+            if w.accepting
         )
+        return room - self.committed_blocks
 
     def _try_route(self, rid: int) -> bool:
         cl = self.cluster
@@ -189,7 +190,7 @@ class Router:
         if not workers:
             return False
         if self.kv_aware:
-            need = cl.join_blocks(rid)
+            need = cl.full_blocks(rid)
             if need > self._decode_room_blocks():
                 return False
             self.committed[rid] = need

@@ -267,8 +267,12 @@ class _TokenBatch(_Worker):
                 continue  # stale: preempted or failed earlier
             self.kv_used_blocks -= self._leave(rid)
             self.num_outstanding -= 1
+            self._gone(rid)
             cl.finish(rid, now)
             self._freed()
+
+    def _gone(self, rid: int) -> None:
+        """``rid`` no longer belongs to this worker (finished or sent back)."""
 
     def _freed(self) -> None:
         """Blocks were released here (subclasses tell whoever waits for them)."""
@@ -536,6 +540,11 @@ class DecodeWorker(_TokenBatch):
     def __init__(self, *args, **kwargs) -> None:
         self.waiting: deque[int] = deque()  # KV here, waiting for a seat
         self.incoming: dict[int, int] = {}  # blocks reserved, KV in flight -> blocks
+        # blocks the sequences assigned here will hold at their full length (prompt +
+        # output, which the router knows as the request's max_tokens): back-pressure
+        # promises decode room against this, not against today's free blocks
+        self.eventual_blocks = 0
+        self._eventual: dict[int, int] = {}
         super().__init__(*args, **kwargs)
 
     def can_accept(self, rid: int) -> bool:
@@ -555,6 +564,9 @@ class DecodeWorker(_TokenBatch):
         self.kv_used_blocks += blocks
         self.incoming[rid] = blocks
         self.num_outstanding += 1
+        full = self.cluster.full_blocks(rid)
+        self._eventual[rid] = full
+        self.eventual_blocks += full
 
     def unreserve(self, rid: int) -> None:
         """An incoming handoff will not arrive (its source failed, or it was abandoned)."""
@@ -562,6 +574,7 @@ class DecodeWorker(_TokenBatch):
         if blocks is not None:
             self.kv_used_blocks -= blocks
             self.num_outstanding -= 1
+            self._gone(rid)
             self._freed()
 
     def kv_arrived(self, rid: int) -> None:
@@ -580,8 +593,12 @@ class DecodeWorker(_TokenBatch):
 
     def _recompute(self, rid: int) -> None:
         self.num_outstanding -= 1
+        self._gone(rid)
         self._freed()
         self.cluster.reprefill(rid, "preempted")
+
+    def _gone(self, rid: int) -> None:
+        self.eventual_blocks -= self._eventual.pop(rid, 0)
 
     def _loop(self):
         env = self.env
@@ -607,6 +624,8 @@ class DecodeWorker(_TokenBatch):
         self.incoming.clear()
         self.kv_used_blocks = 0
         self.num_outstanding = 0
+        self.eventual_blocks = 0
+        self._eventual.clear()
         self.cluster.decode_worker_lost(self, lost)
 
 
