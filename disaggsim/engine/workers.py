@@ -429,7 +429,36 @@ class _TokenBatch(_Worker):
         return lost
 
 
-class PrefillWorker(_Worker):
+class _PrefillQueue:
+    """The FCFS queue of requests routed to a worker that has not started their prefill
+    (prefill and colocated workers)."""
+
+    queue: deque[int]
+    queued_tokens: int
+    num_outstanding: int
+    cluster: Cluster
+
+    def submit(self, rid: int, front: bool = False) -> None:
+        if front:
+            self.queue.appendleft(rid)
+        else:
+            self.queue.append(rid)
+        self.queued_tokens += self.cluster.prefill_len(rid)
+        self.num_outstanding += 1
+        self.notify()  # type: ignore[attr-defined]
+
+    def remove_queued(self, rid: int) -> bool:
+        """Take back a request whose prefill has not started (False if not queued)."""
+        try:
+            self.queue.remove(rid)
+        except ValueError:
+            return False
+        self.queued_tokens -= self.cluster.prefill_len(rid)
+        self.num_outstanding -= 1
+        return True
+
+
+class PrefillWorker(_PrefillQueue, _Worker):
     role = "prefill"
 
     def __init__(self, *args, **kwargs) -> None:
@@ -438,25 +467,10 @@ class PrefillWorker(_Worker):
         self._batch_blocks: dict[int, int] = {}  # in the running prefill -> blocks
         super().__init__(*args, **kwargs)
 
-    def submit(self, rid: int) -> None:
-        self.queue.append(rid)
-        self.queued_tokens += self.cluster.prefill_len(rid)
-        self.num_outstanding += 1
-        self.notify()
-
     @property
     def in_batch(self) -> dict[int, int]:
         """Requests inside the running prefill."""
         return self._batch_blocks
-
-    def remove_queued(self, rid: int) -> bool:
-        try:
-            self.queue.remove(rid)
-        except ValueError:
-            return False
-        self.queued_tokens -= self.cluster.prefill_len(rid)
-        self.num_outstanding -= 1
-        return True
 
     def release_kv(self, rid: int) -> None:
         """The handoff of ``rid`` completed (or was abandoned): its KV leaves this worker."""
@@ -629,7 +643,7 @@ class DecodeWorker(_TokenBatch):
         self.cluster.decode_worker_lost(self, lost)
 
 
-class ColocatedWorker(_TokenBatch):
+class ColocatedWorker(_PrefillQueue, _TokenBatch):
     role = "colocated"
 
     def __init__(self, *args, scheduler: str, **kwargs) -> None:
@@ -640,24 +654,6 @@ class ColocatedWorker(_TokenBatch):
 
     def _loop(self):
         return self._loop_vllm() if self.scheduler == "vllm" else self._loop_chunked()
-
-    def submit(self, rid: int, front: bool = False) -> None:
-        if front:
-            self.queue.appendleft(rid)
-        else:
-            self.queue.append(rid)
-        self.queued_tokens += self.cluster.prefill_len(rid)
-        self.num_outstanding += 1
-        self.notify()
-
-    def remove_queued(self, rid: int) -> bool:
-        try:
-            self.queue.remove(rid)
-        except ValueError:
-            return False
-        self.queued_tokens -= self.cluster.prefill_len(rid)
-        self.num_outstanding -= 1
-        return True
 
     def _recompute(self, rid: int) -> None:
         self.num_outstanding -= 1
