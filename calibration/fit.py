@@ -60,6 +60,16 @@ class Fitted:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+
+def shape_family(*cols: pd.Series) -> np.ndarray:
+    """One label per row joining integer shape columns (e.g. ``32/8/128``): the groups
+    held out together when the fit reports its held-out error."""
+    return (
+        pd.concat([c.astype(int).astype(str) for c in cols], axis=1)
+        .agg("/".join, axis=1)
+        .to_numpy()
+    )
+
 def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     meas = np.asarray(meas, float)
     return np.abs(np.asarray(pred, float) - meas) / meas
@@ -370,13 +380,7 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks) -> tuple[dict, dict, list[str]]:
     d = df[df["op"] == "decode_attention"]
     for dt, rows in d.groupby("dtype"):
         key = _dtype_key(str(dt))
-        fam = (
-            rows[["heads", "kv_heads", "head_dim"]]
-            .astype(int)
-            .astype(str)
-            .agg("/".join, axis=1)
-            .to_numpy()
-        )
+        fam = shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"])
         f = fit_decode_attention(
             peaks,
             rows["batch"],
@@ -395,13 +399,7 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks) -> tuple[dict, dict, list[str]]:
         key = _dtype_key(str(dt))
         b = rows["batch"].to_numpy(float)
         p = rows["prompt_tokens"].to_numpy(float)
-        fam = (
-            rows[["heads", "kv_heads", "head_dim"]]
-            .astype(int)
-            .astype(str)
-            .agg("/".join, axis=1)
-            .to_numpy()
-        )
+        fam = shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"])
         f = fit_prefill_attention(
             peaks,
             b,

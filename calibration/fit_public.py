@@ -40,9 +40,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from calibration import public
 from calibration.fit import (
     FitError,
@@ -54,6 +51,7 @@ from calibration.fit import (
     fit_elementwise,
     fit_gemm,
     fit_prefill_attention,
+    shape_family,
 )
 from disaggsim.catalog import get_gpu
 from disaggsim.errors import UserError
@@ -70,13 +68,6 @@ def peaks_of(gpu: str) -> GpuPeaks:
     g = get_gpu(gpu)
     return GpuPeaks(g.bf16_flop_per_s, g.fp8_flop_per_s, g.hbm_bytes_per_s, g.hbm_bytes)
 
-
-def _family(*cols: pd.Series) -> np.ndarray:
-    return (
-        pd.concat([c.astype(int).astype(str) for c in cols], axis=1)
-        .agg("/".join, axis=1)
-        .to_numpy()
-    )
 
 
 def _err(e: FitError, source: str) -> dict[str, Any]:
@@ -105,7 +96,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
             rows["k"],
             rows["t_s"],
             dtype,
-            groups=_family(rows["n"], rows["k"]),
+            groups=shape_family(rows["n"], rows["k"]),
         )
         ops_out["gemm"][dtype] = _params_dict(f.params)
         errors[f"gemm.{dtype}"] = _err(f.error, f"{rows['table'].iloc[0]} ({fw} {dtype})")
@@ -123,7 +114,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
             rows["head_dim"],
             rows["t_s"],
             kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
-            groups=_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
+            groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
         )
         ops_out["decode_attention"][str(dtype)] = _params_dict(f.params)
         errors[f"decode_attention.{dtype}"] = _err(
@@ -142,7 +133,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
         pre["head_dim"],
         pre["t_s"],
         "bf16",
-        groups=_family(pre["heads"], pre["kv_heads"], pre["head_dim"]),
+        groups=shape_family(pre["heads"], pre["kv_heads"], pre["head_dim"]),
     )
     ops_out["prefill_attention"] = {"bf16": _params_dict(f.params)}
     errors["prefill_attention.bf16"] = _err(

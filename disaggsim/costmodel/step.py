@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
+from disaggsim.costmodel.interface import decode_step_time_s
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import (
     DecodeAttentionParams,
@@ -284,8 +285,7 @@ class RooflineWorkerCost:
         return coeffs
 
     def decode_time_s(self, batch: int, context_tokens: int) -> float:
-        base, per_token = self.decode_coeffs(batch)
-        return base + per_token * context_tokens
+        return decode_step_time_s(self, batch, context_tokens)
 
     def mixed_time_s(
         self,
