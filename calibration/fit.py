@@ -60,7 +60,6 @@ class Fitted:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-
 def shape_family(*cols: pd.Series) -> np.ndarray:
     """One label per row joining integer shape columns (e.g. ``32/8/128``): the groups
     held out together when the fit reports its held-out error."""
@@ -69,6 +68,7 @@ def shape_family(*cols: pd.Series) -> np.ndarray:
         .agg("/".join, axis=1)
         .to_numpy()
     )
+
 
 def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     meas = np.asarray(meas, float)

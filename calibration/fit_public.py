@@ -69,7 +69,6 @@ def peaks_of(gpu: str) -> GpuPeaks:
     return GpuPeaks(g.bf16_flop_per_s, g.fp8_flop_per_s, g.hbm_bytes_per_s, g.hbm_bytes)
 
 
-
 def _err(e: FitError, source: str) -> dict[str, Any]:
     return {**e.as_dict(), "source": source}
 

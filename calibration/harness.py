@@ -10,7 +10,9 @@ per measured point (:mod:`calibration.rawio`):
 - causal prefill attention over prompt length;
 - KV copies: d2d, pinned h2d / d2h, p2p (2+ GPUs), and a paged-block gather (16-token
   blocks → one contiguous buffer via ``index_select``);
-- all-reduce is left to multi-GPU runs (not measured on one device).
+- all-reduce through ``torch.distributed`` over 2, 4, 8 ranks (as many as the GPUs
+  visible allow: NCCL, one process per GPU; not measured with one GPU). On CPU two gloo
+  ranks run the same code, so the multi-process path is tested without a GPU.
 
 Timing on CUDA: CUDA events after warm-up, random data, a buffer larger than L2 written
 between repeats, median of the repeats. On CPU the same code runs tiny sizes timed with
@@ -22,12 +24,16 @@ the rest; rows are written as they are measured.
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +64,8 @@ class Sweep:
     prefill_max_tokens: int
     attn_layouts: tuple[tuple[int, int, int], ...]  # (heads, kv_heads, head_dim)
     copy_bytes: tuple[int, ...]
+    allreduce_ranks: tuple[int, ...]  # world sizes to try (capped by the GPUs visible)
+    allreduce_bytes: tuple[int, ...]  # message size per rank
     gather_blocks: tuple[int, ...]
     block_tokens: int
     repeats: int
@@ -85,6 +93,8 @@ def cuda_sweep(quick: bool = False) -> Sweep:
         prefill_max_tokens=32768,
         attn_layouts=((32, 8, 128), (8, 1, 128), (64, 8, 128), (40, 40, 128), (32, 32, 64)),
         copy_bytes=tuple(4**i * 4096 for i in range(0, 10)),  # 4 KB … 1 GiB
+        allreduce_ranks=(2, 4, 8),
+        allreduce_bytes=tuple(4**i * 1024 for i in range(0, 11)),  # 1 KiB … 1 GiB
         gather_blocks=(1, 4, 16, 64, 256, 1024, 4096, 16384),
         block_tokens=16,
         repeats=20 if quick else 25,
@@ -95,6 +105,7 @@ def cuda_sweep(quick: bool = False) -> Sweep:
             "decode_attention": 20 if quick else 55,
             "prefill_attention": 20 if quick else 45,
             "copy": 10 if quick else 25,
+            "allreduce": 30 if quick else 60,
         },
         use_model_shards=True,
     )
@@ -112,12 +123,20 @@ def cpu_sweep() -> Sweep:
         prefill_max_tokens=256,
         attn_layouts=((4, 2, 32), (4, 4, 32)),
         copy_bytes=(4096, 65536, 1 << 20, 4 << 20),
+        allreduce_ranks=(2,),
+        allreduce_bytes=(4096, 65536, 1 << 20),
         gather_blocks=(1, 8, 64),
         block_tokens=16,
         repeats=20,
         warmup=2,
         flush_bytes=1 << 20,
-        budget_s={"gemm": 10, "decode_attention": 5, "prefill_attention": 5, "copy": 5},
+        budget_s={
+            "gemm": 10,
+            "decode_attention": 5,
+            "prefill_attention": 5,
+            "copy": 5,
+            "allreduce": 30,
+        },
         use_model_shards=False,
     )
 
@@ -165,7 +184,14 @@ class Timer:
         self.sweep = sweep
         self.flush_buf = torch.empty(sweep.flush_bytes // 4, dtype=torch.float32, device=device)
 
-    def __call__(self, fn: Callable[[], object], repeats: int | None = None) -> dict:
+    def __call__(
+        self,
+        fn: Callable[[], object],
+        repeats: int | None = None,
+        before: Callable[[], object] | None = None,
+    ) -> dict:
+        """Time ``fn``; ``before`` (e.g. a barrier between ranks) runs ahead of each
+        repeat's L2 flush, so the flush keeps the GPU busy while ``fn`` is launched."""
         torch = self.torch
         repeats = repeats or self.sweep.repeats
         for _ in range(self.sweep.warmup):
@@ -178,6 +204,8 @@ class Timer:
                 for _ in range(repeats)
             ]
             for i, (a, b) in enumerate(events):
+                if before is not None:
+                    before()
                 self.flush_buf.fill_(float(i))
                 a.record()
                 fn()
@@ -186,6 +214,8 @@ class Timer:
             times = [a.elapsed_time(b) * 1e-3 for a, b in events]
         else:
             for i in range(repeats):
+                if before is not None:
+                    before()
                 self.flush_buf.fill_(float(i))
                 t0 = time.perf_counter()
                 fn()
@@ -274,17 +304,12 @@ def bench_gemm(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> I
         if dt == "fp8":
             x8 = x.to(torch.float8_e4m3fn)
             one = torch.ones((), device=dev, dtype=torch.float32)
-            wt = w.t()
-
-            def fn(x8=x8, wt=wt, one=one):
-                return torch._scaled_mm(x8, wt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-
+            fn = partial(
+                torch._scaled_mm, x8, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+            )
             backend = "torch._scaled_mm"
         else:
-
-            def fn(x=x, w=w):
-                return torch.nn.functional.linear(x, w)
-
+            fn = partial(torch.nn.functional.linear, x, w)
             backend = "torch.nn.functional.linear"
         try:
             timing = timer(fn)
@@ -341,7 +366,7 @@ def _time_attention(torch, timer: Timer, q, k, v, causal: bool) -> tuple[str, di
         try:
             with ctx():
                 fn(q, k, v, causal)
-                return name, timer(lambda fn=fn: fn(q, k, v, causal))
+                return name, timer(partial(fn, q, k, v, causal))
         except Exception as e:  # this kernel rejects the shape/dtype; try the next one
             errors.append(f"{name}: {str(e).splitlines()[0][:60] if str(e) else type(e).__name__}")
     raise RuntimeError("no attention kernel accepted the inputs (" + "; ".join(errors) + ")")
@@ -438,10 +463,7 @@ def bench_copy(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> I
                 src, dst = gpu_data, torch.empty(n, device="cuda:1", dtype=torch.bfloat16)
             nb = src.numel() * src.element_size()
             try:
-                timing = timer(
-                    lambda src=src, dst=dst: dst.copy_(src, non_blocking=True),
-                    repeats=sweep.repeats,
-                )
+                timing = timer(partial(dst.copy_, src, non_blocking=True), repeats=sweep.repeats)
             except RuntimeError as e:
                 yield f"copy {kind} {nb} B: skipped ({str(e).splitlines()[0][:120]})"
                 continue
@@ -464,9 +486,7 @@ def bench_copy(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> I
         idx = torch.randperm(2 * nblk, device=dev)[:nblk]
         dst = torch.empty(nblk, sweep.block_tokens * row, device=dev, dtype=tdt)
         try:
-            timing = timer(
-                lambda pool=pool, idx=idx, dst=dst: torch.index_select(pool, 0, idx, out=dst)
-            )
+            timing = timer(partial(torch.index_select, pool, 0, idx, out=dst))
         except RuntimeError as e:
             yield f"copy gather {nblk} blocks: skipped ({str(e).splitlines()[0][:120]})"
             continue
@@ -482,11 +502,128 @@ def bench_copy(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> I
     yield "copy: done"
 
 
+def allreduce_ranks(torch, dev: str, sweep: Sweep) -> tuple[int, ...]:
+    """World sizes to measure: the sweep's, capped by the GPUs visible (CPU: as given)."""
+    if dev != "cuda":
+        return sweep.allreduce_ranks
+    return tuple(w for w in sweep.allreduce_ranks if w <= torch.cuda.device_count())
+
+
+def _allreduce_rank(
+    rank: int, world: int, dev: str, sweep: Sweep, deadline_s: float, rdzv: str, result: str
+) -> None:
+    """One rank of an all-reduce sweep (run in its own process by :func:`bench_allreduce`).
+
+    Every repeat starts after a barrier; a rank's times are CUDA events (CPU: wall clock)
+    around its ``all_reduce``; the row is the slowest rank's median/p10/p90. Rank 0 decides
+    when the time budget is spent and every rank follows, so no rank waits on a collective
+    the others skipped. Rank 0 writes the rows as JSON to ``result``.
+    """
+    import torch  # noqa: PLC0415 (a spawned process)
+    import torch.distributed as dist  # noqa: PLC0415
+
+    cuda = dev == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    backend = "nccl" if cuda else "gloo"
+    dist.init_process_group(
+        backend,
+        init_method=f"file://{rdzv}",
+        rank=rank,
+        world_size=world,
+        # binds the NCCL communicator (and its barriers) to this rank's GPU
+        device_id=torch.device(f"cuda:{rank}") if cuda else None,
+    )
+    try:
+        device = f"cuda:{rank}" if cuda else "cpu"
+        dtype = torch.bfloat16 if cuda else torch.float32
+        elem = 2 if cuda else 4
+        timer = Timer(torch, dev, sweep)
+        rows = []
+        for nbytes in sweep.allreduce_bytes:
+            over = torch.tensor([float(time.monotonic() > deadline_s)], device=device)
+            dist.broadcast(over, src=0)
+            if over.item():
+                break
+            buf = torch.randn(max(1, nbytes // elem), device=device, dtype=dtype)
+            t = timer(partial(dist.all_reduce, buf), before=dist.barrier)
+            stats = torch.tensor(
+                [t["median_s"], t["p10_s"], t["p90_s"]], dtype=torch.float64, device=device
+            )
+            dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+            median_s, p10_s, p90_s = stats.tolist()
+            rows.append(
+                {
+                    "nbytes": buf.numel() * elem,
+                    "median_s": median_s,
+                    "p10_s": p10_s,
+                    "p90_s": p90_s,
+                    "repeats": t["repeats"],
+                }
+            )
+            del buf
+        if rank == 0:
+            Path(result).write_text(
+                json.dumps({"backend": backend, "dtype": "bf16" if cuda else "fp32", "rows": rows})
+            )
+    finally:
+        dist.destroy_process_group()
+
+
+def bench_allreduce(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> Iterator[str]:
+    """All-reduce over each world size: one process per rank (spawned), rows from rank 0."""
+    worlds = allreduce_ranks(torch, dev, sweep)
+    if not worlds:
+        yield "allreduce: one GPU visible, not measured (fit carries it from the base profile)"
+        return
+    import torch.multiprocessing as tmp  # noqa: PLC0415
+
+    budget_s = sweep.budget_s["allreduce"]
+    for world in worlds:
+        with tempfile.TemporaryDirectory(prefix="disaggsim-allreduce-") as d:
+            result = Path(d) / "result.json"
+            # gloo binds to the host name's address; loopback is enough for one machine
+            env_before = os.environ.get("GLOO_SOCKET_IFNAME")
+            if dev != "cuda" and env_before is None:
+                os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+            try:
+                tmp.start_processes(
+                    _allreduce_rank,
+                    args=(
+                        world,
+                        dev,
+                        sweep,
+                        time.monotonic() + budget_s / len(worlds),
+                        str(Path(d) / "rendezvous"),
+                        str(result),
+                    ),
+                    nprocs=world,
+                    join=True,
+                    start_method="spawn",
+                )
+            finally:
+                if dev != "cuda" and env_before is None:
+                    os.environ.pop("GLOO_SOCKET_IFNAME", None)
+            got = json.loads(result.read_text())
+        for r in got["rows"]:
+            timing = {k: r[k] for k in ("median_s", "p10_s", "p90_s", "repeats")}
+            out.write(
+                "allreduce",
+                {"num_gpus": world, "nbytes": r["nbytes"]},
+                got["dtype"],
+                f"torch.distributed.all_reduce {got['backend']}",
+                timing,
+            )
+        yield f"allreduce {world} ranks ({got['backend']}): {len(got['rows'])} sizes"
+    yield "allreduce: done"
+
+
 BENCHES = (
     ("gemm", bench_gemm),
     ("decode_attention", bench_decode_attention),
     ("prefill_attention", bench_prefill_attention),
     ("copy", bench_copy),
+    ("allreduce", bench_allreduce),
 )
 
 
@@ -519,9 +656,7 @@ def run(
     writer = RawWriter(out_dir, env)
     timer = Timer(torch, device, sweep)
     if device == "cuda" and torch.cuda.device_count() < 2:
-        _log(
-            "allreduce / p2p: one GPU visible, not measured (carried from the base profile by fit)"
-        )
+        _log("p2p: one GPU visible, not measured (carried from the base profile by fit)")
     for name, bench in BENCHES:
         if ops is not None and name not in ops:
             continue

@@ -35,7 +35,7 @@ def raw_dir(tmp_path_factory) -> Path:
 
 def test_raw_csvs_have_every_column_and_positive_times(raw_dir: Path) -> None:
     df = read_raw(raw_dir)
-    assert set(df["op"]) == {"gemm", "decode_attention", "prefill_attention", "copy"}
+    assert set(df["op"]) == {"gemm", "decode_attention", "prefill_attention", "copy", "allreduce"}
     assert list(df.columns) == list(COLUMNS)
     assert (df["median_s"] > 0).all()
     assert (df["p10_s"] <= df["median_s"]).all() and (df["median_s"] <= df["p90_s"]).all()
@@ -48,6 +48,11 @@ def test_raw_csvs_have_every_column_and_positive_times(raw_dir: Path) -> None:
     cp = df[df["op"] == "copy"]
     assert {"d2d", "gather"} <= set(cp["kind"])
     assert cp["nbytes"].min() <= 4096 and cp["nbytes"].max() >= 1 << 20
+    # all-reduce ran over two real ranks (gloo processes on CPU), one row per message size
+    ar = df[df["op"] == "allreduce"]
+    assert set(ar["num_gpus"]) == {2}
+    assert set(ar["backend"]) == {"torch.distributed.all_reduce gloo"}
+    assert sorted(ar["nbytes"]) == sorted(harness.cpu_sweep().allreduce_bytes)
 
 
 def test_fit_writes_a_loadable_measured_profile(raw_dir: Path, tmp_path: Path) -> None:
@@ -58,14 +63,20 @@ def test_fit_writes_a_loadable_measured_profile(raw_dir: Path, tmp_path: Path) -
     prov = prof.provenance
     assert prov["kind"] == "measured"
     assert "gemm.bf16" in prov["measured"] and "copy.gather" in prov["measured"]
-    # one GPU measured on CPU: all-reduce and engines come from the base profile, which
-    # for h200-sxm (shipped profile measured) is the prior fit_public writes beside
-    assert "allreduce.2" in prov["carried"] and "engines" in prov["carried"]
+    # two ranks measured: all-reduce over 2 is fitted; 4 and 8 and the engines come from
+    # the base profile, which for h200-sxm (shipped profile measured) is the prior
+    # fit_public writes beside
+    assert "allreduce.2" in prov["measured"] and "allreduce.2" not in prov["carried"]
+    assert {"allreduce.4", "allreduce.8", "engines"} <= set(prov["carried"])
+    assert "allreduce:torch.distributed.all_reduce gloo" in prov["backends"]
     assert prov["base_profile"] == "calibration/priors/h200_sxm.json"
     assert prov["base_kind"] == "prior"
     prior = json.loads((REPO / "calibration" / "priors" / "h200_sxm.json").read_text())
     raw_prof = json.loads(out.read_text())
-    assert raw_prof["ops"]["allreduce"] == prior["ops"]["allreduce"]
+    for world in ("4", "8"):
+        assert raw_prof["ops"]["allreduce"][world] == prior["ops"]["allreduce"][world]
+    assert raw_prof["ops"]["allreduce"]["2"] != prior["ops"]["allreduce"]["2"]
+    assert prof.fit_error["allreduce.2"]["n"] == len(harness.cpu_sweep().allreduce_bytes)
     assert raw_prof["engines"] == prior["engines"]
     assert prof.fit_error["gemm.bf16"]["n"] > 0
     # the fitted parameters drive the ops formulas, and the times are in the measured range
