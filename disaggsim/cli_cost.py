@@ -326,31 +326,42 @@ def _check_heads(v: dict[str, Any]) -> None:
 
 
 def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
+    """One decode-attention kernel, with each term of ``ops.decode_attention_time_s``:
+    ``time_s = fixed_s + per_sequence_s + memory_s``."""
     _check_heads(v)
     gpu = get_gpu(v["gpu"])
     prof = _profile(v, gpu.id, cache)
     p = prof.decode_attention_params(v["kv_dtype"])
-    b, c = v["batch"], v["context_tokens"]
+    b, c, kh, d = v["batch"], v["context_tokens"], v["kv_heads"], v["head_dim"]
     elem = float(dtype_bytes(v["kv_dtype"]))
-    kv_read = 2.0 * b * c * v["kv_heads"] * v["head_dim"] * elem
+    kv_read = 2.0 * b * c * kh * d * elem
+    share = float(ops.decode_attention_bw_scale(p, b, kh))
+    efficiency = p.bw_eff * share
     return {
         "command": "op decode-attention",
         "gpu": gpu.id,
         "batch": b,
         "context_tokens": c,
         "heads": v["heads"],
-        "kv_heads": v["kv_heads"],
-        "head_dim": v["head_dim"],
+        "kv_heads": kh,
+        "head_dim": d,
         "kv_dtype": v["kv_dtype"],
         "profile_kind": prof.provenance.get("kind"),
-        "time_s": float(
-            ops.decode_attention_time_s(prof.peaks, p, b, b * c, v["kv_heads"], v["head_dim"], elem)
-        ),
+        "time_s": float(ops.decode_attention_time_s(prof.peaks, p, b, b * c, kh, d, elem)),
         "bound": "memory",
-        "efficiency": p.bw_eff,
-        "floor_s": p.floor_s,
-        "per_seq_s": p.per_seq_s,
+        "efficiency": efficiency,  # share of peak HBM bandwidth: bw_eff × parallel share
         "bytes": kv_read,
+        "roofline_s": kv_read / prof.peaks.hbm_bytes_per_s,
+        "fixed_s": float(ops.decode_attention_floor_s(p, b, kh)),
+        "per_sequence_s": p.per_seq_s * b + p.per_seq_kv_elem_s * b * kh * d,
+        "memory_s": kv_read / (prof.peaks.hbm_bytes_per_s * efficiency),
+        "floor_s": p.floor_s,
+        "multi_floor_s": p.multi_floor_s,
+        "per_seq_s": p.per_seq_s,
+        "per_seq_kv_elem_s": p.per_seq_kv_elem_s,
+        "bw_eff": p.bw_eff,
+        "parallel_share": share,
+        "par_half_sat": p.par_half_sat,
     }
 
 

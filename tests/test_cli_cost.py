@@ -141,6 +141,33 @@ def test_op_attention(capsys):
     assert pre["time_s"] > pre["flop"] / 312e12
 
 
+def test_op_decode_attention_reports_every_term(capsys, tmp_path):
+    # the fixed h100 profile with every decode-attention term switched on, by hand:
+    # floor 8 µs + multi-sequence floor 6 µs, 0.1 µs per sequence, 1e-10 s per
+    # (sequence × KV head × head-dim element), bw_eff 0.7 × share P / (P + 16)
+    path = write_fixed_h100(tmp_path)
+    prof = json.loads(path.read_text())
+    prof["ops"]["decode_attention"]["bf16"].update(
+        per_seq_kv_elem_s=1e-10, par_half_sat=16.0, multi_floor_s=6e-6
+    )
+    path.write_text(json.dumps(prof))
+    argv = "cost op decode-attention --gpu h100-sxm --context-tokens 1024 --heads 32 --kv-heads 8 --head-dim 128 --profile".split()
+    (one,) = _run(capsys, [*argv, str(path), "--batch", "1"])
+    (many,) = _run(capsys, [*argv, str(path), "--batch", "32"])
+    assert one["fixed_s"] == pytest.approx(8e-6)  # one sequence: single-pass path
+    assert many["fixed_s"] == pytest.approx(14e-6)
+    assert many["per_sequence_s"] == pytest.approx(32 * 1e-7 + 1e-10 * 32 * 8 * 128)
+    assert many["parallel_share"] == pytest.approx(256 / (256 + 16))
+    assert many["efficiency"] == pytest.approx(0.7 * 256 / 272)
+    kv = 2 * 32 * 1024 * 8 * 128 * 2
+    assert many["bytes"] == kv
+    assert many["memory_s"] == pytest.approx(kv / (3.35e12 * 0.7 * 256 / 272))
+    assert many["roofline_s"] == pytest.approx(kv / 3.35e12)
+    for r in (one, many):
+        assert r["time_s"] == pytest.approx(r["fixed_s"] + r["per_sequence_s"] + r["memory_s"])
+    assert one["parallel_share"] == pytest.approx(8 / 24)
+
+
 def test_input_csv_one_line_per_row_in_order(capsys, tmp_path):
     f = tmp_path / "q.csv"
     f.write_text(
