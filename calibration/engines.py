@@ -28,13 +28,30 @@ xformers attention, before CUDA-graph decode) is slower in its *kernels* too —
 prefill grows 1.4–1.8× faster with tokens than the fitted GEMM/attention kernels — which
 no additive overhead can represent; it is reported beside as a transfer check.
 
-``cuda-graphs`` has no public whole-step table: its ``per_iteration_s`` (scheduler/CPU
-time a graph does not remove) is taken from the eager fit, and its ``per_layer_s`` (the
-gap between graph-replayed kernels) is carried from the profile.
+``cuda-graphs`` has no public whole-step table. Its ``per_iteration_s`` (scheduler/CPU
+time a graph does not remove) is taken from the eager fit. Its ``per_layer_s`` is what a
+replayed layer costs beyond the kernels the step model sums, estimated per GPU from the
+public per-op tables (:func:`graph_gap`):
 
-Run: ``python -m calibration.engines --data ../shared/data`` prints the fit and the
-whole-step errors; ``python -m calibration.fit_public --engines`` writes them into the
-A100 profile and transfers them to H100 and the priors.
+- AIConfigurator times every op as a captured CUDA graph replayed many times (its
+  collector's ``benchmark_with_power``: latency = graph time / ops), so each of its rows
+  is the kernel plus that kernel's share of graph-replay gaps. The step model's GEMM and
+  attention terms are fitted to these rows: their gaps are already inside them.
+- Vidur's ``mlp.csv`` rows are kernel durations (CUDA time from the kineto profiler): no
+  gap. The element-wise terms (``ELEMENTWISE_KERNELS_PER_LAYER`` launches per layer) are
+  fitted to these rows.
+- For bf16 GEMMs of the same (m, n, k) on the same GPU with m ≤ 16 (latency-bound, tens of
+  µs), fitting ``graph_replayed = gap + slope × kernel_duration`` gives the per-kernel gap
+  as the intercept (the slope takes up the kernel-library difference between the two runs).
+
+So ``per_layer_s = ELEMENTWISE_KERNELS_PER_LAYER × max(gap, 0)``. The data put the gap at
+about zero on A100 and H100 (within ±1.1 µs per framework); the whole-step check on a
+GPU (:mod:`calibration.steps`) is what should replace this estimate.
+
+Run: ``python -m calibration.engines --data ../shared/data`` prints the fits and the
+whole-step errors; ``python -m calibration.fit_public --engines`` writes ``engines.eager``
+into the A100 profile (H100 and the priors take it), and each fitted GPU's own
+``engines.cuda-graphs.per_layer_s``.
 """
 
 from __future__ import annotations
@@ -48,11 +65,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import lsq_linear
+from scipy.optimize import least_squares, lsq_linear
 
 from calibration import public
 from disaggsim.catalog import get_model
-from disaggsim.costmodel.step import build_worker_cost
+from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER, build_worker_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import EngineOverhead, HardwareProfile, profile_from_dict
 
@@ -65,6 +82,7 @@ PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 PREFILL_MAX_TOKENS = 8192
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DECODE_CONTEXTS = (64, 256, 512, 1024, 2048)
+GRAPH_GAP_MAX_M = 16  # GEMM rows (tokens) used for the graph-gap estimate
 
 
 def _distserve_dir(data_root: Path) -> Path:
@@ -195,8 +213,93 @@ def fit(data_root: Path, prof: HardwareProfile, which: str = FIT_FILE) -> dict[s
     }
 
 
+def graph_gap_rows(data_root: Path, gpu: str) -> pd.DataFrame:
+    """bf16 GEMMs timed both ways on ``gpu``: AIConfigurator graph-replayed per-op latency
+    (``graph_s``, one row per framework) beside Vidur's kernel duration (``kernel_s``,
+    median over Vidur's repeated rows) for the same (m, n, k), m ≤ ``GRAPH_GAP_MAX_M``."""
+    aic = public.aic_gemm(data_root, gpu)
+    aic = aic[(aic["dtype"] == "bf16") & (aic["m"] <= GRAPH_GAP_MAX_M)]
+    vid = public.vidur_mlp(data_root, gpu)
+    vid = vid[vid["n"].notna() & (vid["m"] <= GRAPH_GAP_MAX_M)]
+    vid = vid.groupby(["op", "model", "tp", "m", "n", "k"], as_index=False)["t_s"].median()
+    both = vid.merge(aic, on=["m", "n", "k"])
+    if both.empty:
+        raise UserError(f"{gpu}: no GEMM shape is in both the AIConfigurator and Vidur tables")
+    return both.rename(columns={"t_s_x": "kernel_s", "t_s_y": "graph_s"})[
+        ["framework", "model", "op", "tp", "m", "n", "k", "kernel_s", "graph_s"]
+    ]
+
+
+def gap_slope(kernel_s: np.ndarray, graph_s: np.ndarray) -> tuple[float, float]:
+    """``graph_s ≈ gap + slope × kernel_s`` (soft-L1 least squares in µs): (gap_s, slope)."""
+    x, y = kernel_s * 1e6, graph_s * 1e6
+    res = least_squares(lambda p: p[0] + p[1] * x - y, [0.0, 1.0], loss="soft_l1", f_scale=1.0)
+    return float(res.x[0]) * 1e-6, float(res.x[1])
+
+
+def graph_gap(data_root: Path, gpu: str) -> dict[str, Any]:
+    """Per-kernel gap of a CUDA-graph replay beyond the kernel's duration (module doc):
+    pooled over frameworks, per framework, and held out by framework (the gap of the
+    others predicting each framework's graph-replayed times from the kernel durations)."""
+    rows = graph_gap_rows(data_root, gpu)
+    k, g = rows["kernel_s"].to_numpy(float), rows["graph_s"].to_numpy(float)
+    gap, slope = gap_slope(k, g)
+    fw = rows["framework"].to_numpy()
+    per_fw = {}
+    held = np.empty(len(rows))
+    for f in sorted(set(fw)):
+        test = fw == f
+        per_fw[f] = gap_slope(k[test], g[test])[0]
+        gap_o, slope_o = gap_slope(k[~test], g[~test])
+        held[test] = gap_o + slope_o * k[test]
+    a, ho = _ape(gap + slope * k, g), _ape(held, g)
+    return {
+        "gap_s": gap,
+        "slope": slope,
+        "per_framework_gap_s": per_fw,
+        "bound_s": max(abs(v) for v in (gap, *per_fw.values())),
+        "rows": rows.assign(held_out_graph_s=held),
+        "error": {
+            "median_ape": round(float(np.median(a)), 5),
+            "mean_ape": round(float(np.mean(a)), 5),
+            "p90_ape": round(float(np.percentile(a, 90)), 5),
+            "n": len(a),
+            "held_out_median_ape": round(float(np.median(ho)), 5),
+            "held_out_mean_ape": round(float(np.mean(ho)), 5),
+            "held_out": "frameworks",
+            "gap_us": round(gap * 1e6, 3),
+            "slope": round(slope, 4),
+            "per_framework_gap_us": {f: round(v * 1e6, 3) for f, v in per_fw.items()},
+            "kernels_per_layer": ELEMENTWISE_KERNELS_PER_LAYER,
+            "what": "AIConfigurator graph-replayed bf16 GEMM latency = gap + slope × Vidur "
+            f"kernel duration, same (m, n, k), m <= {GRAPH_GAP_MAX_M}; per_layer_s = "
+            "kernels_per_layer × max(gap, 0) (calibration/engines.py)",
+        },
+    }
+
+
+def graphs_into(prof_dict: dict[str, Any], data_root: Path, gpu: str) -> dict[str, Any]:
+    """``prof_dict`` with ``engines.cuda-graphs.per_layer_s`` from :func:`graph_gap`."""
+    gg = graph_gap(data_root, gpu)
+    out = json.loads(json.dumps(prof_dict))
+    per_layer = ELEMENTWISE_KERNELS_PER_LAYER * max(gg["gap_s"], 0.0)
+    out["engines"]["cuda-graphs"]["per_layer_s"] = float(f"{per_layer:.5g}")
+    out["fit_error"]["engines.cuda-graphs"] = gg["error"]
+    prov = out["provenance"]
+    prov["carried"] = [c for c in prov.get("carried", []) if c != "engines.cuda-graphs.per_layer_s"]
+    prov["graphs_from"] = (
+        f"engines.cuda-graphs.per_layer_s = {ELEMENTWISE_KERNELS_PER_LAYER} element-wise "
+        f"kernels x max(gap, 0), gap {gg['gap_s'] * 1e6:.2f} us per kernel from {gpu}'s "
+        "AIConfigurator graph-replayed GEMMs against Vidur kernel durations "
+        "(calibration/engines.py graph_gap); per_iteration_s = the eager one"
+    )
+    return out
+
+
 def fit_into(prof_dict: dict[str, Any], data_root: Path) -> dict[str, Any]:
-    """The A100 profile dict with ``engines`` fitted to DistServe's engine (see module doc)."""
+    """The A100 profile dict with ``engines`` fitted to DistServe's engine (see module doc);
+    ``cuda-graphs`` takes the eager ``per_iteration_s`` and keeps its ``per_layer_s``
+    (:func:`graphs_into` sets that)."""
     prof = profile_from_dict(prof_dict, "<a100 profile being fitted>")
     f = fit(data_root, prof, FIT_FILE)
     out = json.loads(json.dumps(prof_dict))
@@ -214,11 +317,10 @@ def fit_into(prof_dict: dict[str, Any], data_root: Path) -> dict[str, Any]:
     out["fit_error"]["engines.eager"] = f["error"]
     prov = out["provenance"]
     prov["carried"] = [c for c in prov.get("carried", []) if c != "engines"]
-    prov["carried"].append("engines.cuda-graphs.per_layer_s")
     prov["engines_from"] = (
         "engines.eager fitted to DistServe's A100 whole-step curves of its own engine "
         "(calibration/engines.py); engines.cuda-graphs.per_iteration_s = the eager one "
-        "(CPU time a graph does not remove); its per_layer_s is carried (no public table)"
+        "(CPU time a graph does not remove)"
     )
     return out
 
@@ -280,6 +382,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"kernels only {100 * e['kernels_only_median_ape']:.1f}%), n={e['n']}"
             )
         print(report_frame(Path(args.data), prof).to_string(index=False))
+        for gpu in public.AIC_GPU_DIR:
+            gg = graph_gap(Path(args.data), gpu)
+            e = gg["error"]
+            fws = ", ".join(f"{f} {1e6 * v:+.2f}" for f, v in gg["per_framework_gap_s"].items())
+            print(
+                f"{gpu}: CUDA-graph gap {1e6 * gg['gap_s']:+.2f} us per kernel (slope "
+                f"{gg['slope']:.3f}; per framework {fws} us) -> cuda-graphs per_layer_s "
+                f"{1e6 * ELEMENTWISE_KERNELS_PER_LAYER * max(gg['gap_s'], 0.0):.2f} us; "
+                f"graph = gap + slope x kernel: median APE {100 * e['median_ape']:.1f}%, "
+                f"held out by framework {100 * e['held_out_median_ape']:.1f}%, n={e['n']}"
+            )
     except UserError as e:
         print(f"engines: error: {e}", file=sys.stderr)
         return 2

@@ -322,10 +322,12 @@ def main(argv: list[str] | None = None) -> int:
             base_path = out if out.is_file() else shipped_profile_path(gpu)
             base = json.loads(base_path.read_text())
             prof = fit_gpu(gpu, data, base)
-            if args.engines and gpu == "a100-80gb":
+            if args.engines:
                 from calibration import engines  # noqa: PLC0415
 
-                prof = engines.fit_into(prof, data)
+                if gpu == "a100-80gb":
+                    prof = engines.fit_into(prof, data)
+                prof = engines.graphs_into(prof, data, gpu)
             write_profile(prof, out)
             fitted[gpu] = prof
             print(f"wrote {out}")
@@ -339,13 +341,17 @@ def main(argv: list[str] | None = None) -> int:
                         else ""
                     )
                 )
-        if args.engines:  # H100 has no whole-step table: it takes the A100 engine overheads
-            fitted["h100-sxm"]["engines"] = fitted["a100-80gb"]["engines"]
-            fitted["h100-sxm"]["provenance"]["carried"] = [
-                c for c in fitted["h100-sxm"]["provenance"]["carried"] if c != "engines"
+        if args.engines:  # no H100 whole-step table: it takes the A100 eager overheads
+            h100, a100 = fitted["h100-sxm"], fitted["a100-80gb"]
+            own_graph_layer_s = h100["engines"]["cuda-graphs"]["per_layer_s"]
+            h100["engines"] = json.loads(json.dumps(a100["engines"]))
+            h100["engines"]["cuda-graphs"]["per_layer_s"] = own_graph_layer_s
+            h100["provenance"]["carried"] = [
+                c for c in h100["provenance"]["carried"] if c != "engines"
             ]
-            fitted["h100-sxm"]["provenance"]["engines_from"] = (
-                "a100-80gb DistServe fit (no H100 whole-step table)"
+            h100["provenance"]["engines_from"] = (
+                "engines.eager and engines.cuda-graphs.per_iteration_s from the a100-80gb "
+                "DistServe fit (no H100 whole-step table)"
             )
             write_profile(fitted["h100-sxm"], destination("h100-sxm", args.out_dir))
         for gpu, src in PRIORS.items():

@@ -57,6 +57,8 @@ KV_DTYPES = ("bf16", "fp16", "fp8")
 ACT_BYTES = 2  # activations stay in 16-bit even with FP8 weights or KV
 DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB  # per GPU: activations, workspace, NCCL buffers
 MAX_TP = 64
+# launches per layer in ew_layer below: two norms, rope, KV write, activation, two adds
+ELEMENTWISE_KERNELS_PER_LAYER = 7
 
 
 @dataclass(frozen=True, slots=True)
