@@ -46,9 +46,11 @@ is 7.2% (`fit_error["engines.eager"]` of the A100 profile). Both files are eager
 time. The `vllm` file (vLLM of late 2023) is shown for transfer: its kernels themselves are
 slower (prefill grows 1.4–1.8× faster per token than the fitted kernels), which no additive
 overhead represents, so it stays 27–35% off. `cuda-graphs` has no public whole-step table
-(see `docs/calibration.md`). `step model vs Vidur per-op sums`: one layer without attention
+(see `docs/calibration.md`). `step model (cuda-graphs layer) vs Vidur per-op sums`: one layer without attention
 from `build_worker_cost` against the sum of Vidur's per-op rows (catalog Llama models; TP
-shards that do not fit one worker are skipped).
+shards that do not fit one worker are skipped). It includes
+`engines.cuda-graphs.per_layer_s`: a replayed graph runs the layer's kernels back to
+back, so these sums are the graph-mode layer, the whole-layer check of `cuda-graphs`.
 
 `graph replay` rows: AIConfigurator times each op as a replayed CUDA graph (graph time /
 ops), Vidur's `mlp.csv` the same GEMM shapes as bare kernel durations (kineto). For
@@ -247,8 +249,12 @@ def step_model_vs_vidur(gpu: str, mlp: pd.DataFrame, prof: HardwareProfile) -> l
     """Sums of Vidur's per-op rows (one layer without attention; ``add`` counted twice: two
     residual adds per layer) against the step model's per-layer GEMM + element-wise time
     (its KV-cache write kernel taken out: Vidur's ``mlp.csv`` has none), for the catalog
-    models Vidur profiled. TP shards that do not fit the worker's memory are skipped."""
+    models Vidur profiled. TP shards that do not fit the worker's memory are skipped.
+
+    A replayed CUDA graph runs these kernels back to back, so the same sums are the
+    graph-mode layer: the prediction includes ``engines.cuda-graphs.per_layer_s``."""
     rows: list[Row] = []
+    graph_layer_s = prof.engine("cuda-graphs").per_layer_s
     sub = mlp[mlp["model"].isin(list(VIDUR_MODEL_IDS))]
     weight = np.where(sub["op"] == "add", 2.0, 1.0)
     sums = (
@@ -275,14 +281,14 @@ def step_model_vs_vidur(gpu: str, mlp: pd.DataFrame, prof: HardwareProfile) -> l
                     m * 2.0 * w.kv_heads_per_gpu * hd * (ACT_BYTES + dtype_bytes(w.kv_dtype)),
                 )
             )
-            pred.append((bd.gemm_s + bd.elementwise_s) / spec.num_layers - kv_write)
+            pred.append((bd.gemm_s + bd.elementwise_s) / spec.num_layers - kv_write + graph_layer_s)
         apes.append(ape(np.array(pred), g["t_s"].to_numpy(float)))
     if apes:
         rows.append(
             _row(
                 gpu,
                 "layer (no attention)",
-                "step model vs Vidur per-op sums",
+                "step model (cuda-graphs layer) vs Vidur per-op sums",
                 "all",
                 np.concatenate(apes),
             )
