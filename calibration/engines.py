@@ -68,6 +68,7 @@ import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
 from calibration import public
+from calibration.fit import ape, prediction_error
 from disaggsim.catalog import get_model
 from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER, build_worker_cost
 from disaggsim.errors import UserError
@@ -175,10 +176,6 @@ def _solve(kern: np.ndarray, layers: np.ndarray, meas: np.ndarray) -> tuple[floa
     return float(res.x[0]), float(res.x[1])
 
 
-def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
-    return np.abs(pred - meas) / meas
-
-
 def fit(data_root: Path, prof: HardwareProfile, which: str = FIT_FILE) -> dict[str, Any]:
     """Fit ``(per_iteration_s, per_layer_s)`` to one DistServe file; errors on all points,
     and held out by (model, TP) family (fit on the others, predict the one left out)."""
@@ -194,20 +191,13 @@ def fit(data_root: Path, prof: HardwareProfile, which: str = FIT_FILE) -> dict[s
         test = (fam == f).to_numpy()
         pi, pl = _solve(kern[~test], layers[~test], meas[~test])
         held[test] = kern[test] + pi + pl * layers[test]
-    a, ho = _ape(pred, meas), _ape(held, meas)
     return {
         "per_iteration_s": per_iter,
         "per_layer_s": per_layer,
         "points": pts.assign(kernels_s=kern, pred_s=pred, held_out_pred_s=held),
         "error": {
-            "median_ape": round(float(np.median(a)), 5),
-            "mean_ape": round(float(np.mean(a)), 5),
-            "p90_ape": round(float(np.percentile(a, 90)), 5),
-            "n": len(a),
-            "held_out_median_ape": round(float(np.median(ho)), 5),
-            "held_out_mean_ape": round(float(np.mean(ho)), 5),
-            "held_out": "(model, TP) families",
-            "kernels_only_median_ape": round(float(np.median(_ape(kern, meas))), 5),
+            **prediction_error(pred, held, meas, "(model, TP) families").as_dict(),
+            "kernels_only_median_ape": round(float(np.median(ape(kern, meas))), 5),
             "source": f"kernels/distserve/{FILES[which]} (curves on a grid; see calibration/engines.py)",
         },
     }
@@ -252,7 +242,6 @@ def graph_gap(data_root: Path, gpu: str) -> dict[str, Any]:
         per_fw[f] = gap_slope(k[test], g[test])[0]
         gap_o, slope_o = gap_slope(k[~test], g[~test])
         held[test] = gap_o + slope_o * k[test]
-    a, ho = _ape(gap + slope * k, g), _ape(held, g)
     return {
         "gap_s": gap,
         "slope": slope,
@@ -260,13 +249,7 @@ def graph_gap(data_root: Path, gpu: str) -> dict[str, Any]:
         "bound_s": max(abs(v) for v in (gap, *per_fw.values())),
         "rows": rows.assign(held_out_graph_s=held),
         "error": {
-            "median_ape": round(float(np.median(a)), 5),
-            "mean_ape": round(float(np.mean(a)), 5),
-            "p90_ape": round(float(np.percentile(a, 90)), 5),
-            "n": len(a),
-            "held_out_median_ape": round(float(np.median(ho)), 5),
-            "held_out_mean_ape": round(float(np.mean(ho)), 5),
-            "held_out": "frameworks",
+            **prediction_error(gap + slope * k, held, g, "frameworks").as_dict(),
             "gap_us": round(gap * 1e6, 3),
             "slope": round(slope, 4),
             "per_framework_gap_us": {f: round(v * 1e6, 3) for f, v in per_fw.items()},
@@ -336,7 +319,7 @@ def report_frame(data_root: Path, prof: HardwareProfile) -> pd.DataFrame:
         layers = np.array([get_model(m).num_layers for m in pts["model"]], float)
         pred = kern + eng.per_iteration_s + eng.per_layer_s * layers
         meas = pts["t_s"].to_numpy(float)
-        pts = pts.assign(ape=_ape(pred, meas), kern_ape=_ape(kern, meas))
+        pts = pts.assign(ape=ape(pred, meas), kern_ape=ape(kern, meas))
         for (model, tp, kind), g in pts.groupby(["model", "tp", "kind"], sort=True):
             rows.append(
                 (which, f"{model} TP{tp}", kind, g["ape"].to_numpy(), g["kern_ape"].to_numpy())

@@ -79,6 +79,13 @@ def _stats(a: np.ndarray) -> tuple[float, float, float]:
     return float(np.median(a)), float(np.mean(a)), float(np.percentile(a, 90))
 
 
+def prediction_error(pred, held_out_pred, meas, held_out: str) -> FitError:
+    """APE statistics of in-sample predictions and of held-out ones (``held_out`` names
+    what was held out) against the measured ``meas``."""
+    a, ho = ape(pred, meas), ape(held_out_pred, meas)
+    return FitError(*_stats(a), len(a), float(np.median(ho)), float(np.mean(ho)), held_out=held_out)
+
+
 def _least_squares_log(
     model: Callable[[np.ndarray, np.ndarray], np.ndarray],
     idx: np.ndarray,
