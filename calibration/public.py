@@ -50,7 +50,8 @@ def _aic(data_root: Path, gpu: str) -> Path:
     return kernels_dir(data_root) / "aiconfigurator" / AIC_GPU_DIR[gpu]
 
 
-def _one(paths: list[Path], what: str) -> Path | None:
+def _one(paths: list[Path]) -> Path | None:
+    """The newest version's table of several (version folders sort by version)."""
     return sorted(paths)[-1] if paths else None
 
 
@@ -63,29 +64,48 @@ def _dtype(s: pd.Series) -> pd.Series:
     return s.map({"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8"}).fillna(s)
 
 
+def _aic_tables(data_root: Path, gpu: str, op: str, table: str, columns: list[str] | None = None):
+    """``(framework, path, rows)`` of the newest ``table`` of each framework that has one;
+    sliding-window rows (``window_size`` > 0, another kernel shape) are left out."""
+    for fw in FRAMEWORKS:
+        path = _one(list((_aic(data_root, gpu) / op / fw).glob(f"*/{table}")))
+        if path is None:
+            continue
+        df = pd.read_parquet(path, columns=columns)
+        if "window_size" in df:
+            df = df[df["window_size"] == 0]
+        yield fw, path, df
+
+
+def _aic_rows(data_root: Path, fw: str, path: Path, df: pd.DataFrame, **cols) -> pd.DataFrame:
+    """One tidy frame: framework, kernel, the shape ``cols``, ``t_s`` (seconds), table."""
+    return pd.DataFrame(
+        {
+            "framework": fw,
+            "kernel": df["kernel_source"].astype(str),
+            **cols,
+            "t_s": df["latency"].astype(float) * MS,
+            "table": str(path.relative_to(kernels_dir(data_root))),
+        }
+    )
+
+
 def aic_gemm(data_root: Path, gpu: str) -> pd.DataFrame:
     """GEMM rows (bf16 and fp8; other quantised kinds are skipped) of every framework."""
     frames = []
-    for fw in FRAMEWORKS:
-        path = _one(list((_aic(data_root, gpu) / "gemm" / fw).glob("*/gemm_perf.parquet")), "gemm")
-        if path is None:
-            continue
-        df = pd.read_parquet(
-            path, columns=["gemm_dtype", "kernel_source", "m", "n", "k", "latency"]
-        )
+    columns = ["gemm_dtype", "kernel_source", "m", "n", "k", "latency"]
+    for fw, path, df in _aic_tables(data_root, gpu, "gemm", "gemm_perf.parquet", columns):
         df = df[df["gemm_dtype"].isin(["bfloat16", "fp8"])]
         frames.append(
-            pd.DataFrame(
-                {
-                    "framework": fw,
-                    "kernel": df["kernel_source"].astype(str),
-                    "dtype": _dtype(df["gemm_dtype"]),
-                    "m": df["m"].astype(float),
-                    "n": df["n"].astype(float),
-                    "k": df["k"].astype(float),
-                    "t_s": df["latency"].astype(float) * MS,
-                    "table": str(path.relative_to(kernels_dir(data_root))),
-                }
+            _aic_rows(
+                data_root,
+                fw,
+                path,
+                df,
+                dtype=_dtype(df["gemm_dtype"]),
+                m=df["m"].astype(float),
+                n=df["n"].astype(float),
+                k=df["k"].astype(float),
             )
         )
     return pd.concat(frames, ignore_index=True)
@@ -93,35 +113,21 @@ def aic_gemm(data_root: Path, gpu: str) -> pd.DataFrame:
 
 def aic_decode_attention(data_root: Path, gpu: str) -> pd.DataFrame:
     frames = []
-    for fw in FRAMEWORKS:
-        path = _one(
-            list(
-                (_aic(data_root, gpu) / "attention" / fw).glob(
-                    "*/generation_attention_perf.parquet"
-                )
-            ),
-            "",
-        )
-        if path is None:
-            continue
-        df = pd.read_parquet(path)
-        if "window_size" in df:
-            df = df[df["window_size"] == 0]
+    table = "generation_attention_perf.parquet"
+    for fw, path, df in _aic_tables(data_root, gpu, "attention", table):
         b = df["batch_size"].astype(float)
         frames.append(
-            pd.DataFrame(
-                {
-                    "framework": fw,
-                    "kernel": df["kernel_source"].astype(str),
-                    "dtype": _dtype(df["kv_cache_dtype"]),
-                    "batch": b,
-                    "context_tokens": b * (df["step"].astype(float) + 1.0),
-                    "heads": df["num_heads"].astype(float),
-                    "kv_heads": df["num_key_value_heads"].astype(float),
-                    "head_dim": df["head_dim"].astype(float),
-                    "t_s": df["latency"].astype(float) * MS,
-                    "table": str(path.relative_to(kernels_dir(data_root))),
-                }
+            _aic_rows(
+                data_root,
+                fw,
+                path,
+                df,
+                dtype=_dtype(df["kv_cache_dtype"]),
+                batch=b,
+                context_tokens=b * (df["step"].astype(float) + 1.0),
+                heads=df["num_heads"].astype(float),
+                kv_heads=df["num_key_value_heads"].astype(float),
+                head_dim=df["head_dim"].astype(float),
             )
         )
     return pd.concat(frames, ignore_index=True)
@@ -130,39 +136,27 @@ def aic_decode_attention(data_root: Path, gpu: str) -> pd.DataFrame:
 def aic_prefill_attention(data_root: Path, gpu: str) -> pd.DataFrame:
     """Full causal prefill rows with bf16 attention math (fp8-math rows are skipped)."""
     frames = []
-    for fw in FRAMEWORKS:
-        path = _one(
-            list(
-                (_aic(data_root, gpu) / "attention" / fw).glob("*/context_attention_perf.parquet")
-            ),
-            "",
-        )
-        if path is None:
-            continue
-        df = pd.read_parquet(path)
-        if "window_size" in df:
-            df = df[df["window_size"] == 0]
+    table = "context_attention_perf.parquet"
+    for fw, path, df in _aic_tables(data_root, gpu, "attention", table):
         df = df[df["attn_dtype"] == "bfloat16"]
         b = df["batch_size"].astype(float)
         p = df["isl"].astype(float)
         frames.append(
-            pd.DataFrame(
-                {
-                    "framework": fw,
-                    "kernel": df["kernel_source"].astype(str),
-                    "dtype": "bf16",
-                    "kv_dtype": _dtype(df["kv_cache_dtype"]),
-                    "batch": b,
-                    "prompt_tokens": p,
-                    "num_seqs": b,
-                    "new_tokens": b * p,
-                    "pairs": b * p * (p + 1.0) / 2.0,
-                    "heads": df["num_heads"].astype(float),
-                    "kv_heads": df["num_key_value_heads"].astype(float),
-                    "head_dim": df["head_dim"].astype(float),
-                    "t_s": df["latency"].astype(float) * MS,
-                    "table": str(path.relative_to(kernels_dir(data_root))),
-                }
+            _aic_rows(
+                data_root,
+                fw,
+                path,
+                df,
+                dtype="bf16",
+                kv_dtype=_dtype(df["kv_cache_dtype"]),
+                batch=b,
+                prompt_tokens=p,
+                num_seqs=b,
+                new_tokens=b * p,
+                pairs=b * p * (p + 1.0) / 2.0,
+                heads=df["num_heads"].astype(float),
+                kv_heads=df["num_key_value_heads"].astype(float),
+                head_dim=df["head_dim"].astype(float),
             )
         )
     return pd.concat(frames, ignore_index=True)
@@ -170,7 +164,7 @@ def aic_prefill_attention(data_root: Path, gpu: str) -> pd.DataFrame:
 
 def aic_allreduce(data_root: Path, gpu: str) -> pd.DataFrame:
     """nccl-tests all_reduce rows in half precision: nbytes per GPU = 2 × elements."""
-    path = _one(list((_aic(data_root, gpu) / "comm" / "nccl").glob("*/nccl_perf.parquet")), "")
+    path = _one(list((_aic(data_root, gpu) / "comm" / "nccl").glob("*/nccl_perf.parquet")))
     if path is None:
         return pd.DataFrame(columns=["framework", "num_gpus", "nbytes", "t_s", "table"])
     df = pd.read_parquet(path)
