@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +18,7 @@ from calibration.cli import main as calibrate_main  # noqa: E402
 from calibration.rawio import COLUMNS, read_raw  # noqa: E402
 from disaggsim.costmodel import ops  # noqa: E402
 from disaggsim.hardware.profile import load_profile  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.device_scripts import HAVE_SHELL, REPO, run_device_script  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -98,27 +93,9 @@ def test_fit_on_missing_raw_dir_is_one_line_error(tmp_path: Path, capsys) -> Non
     assert rc == 2 and "nope" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.skipif(
-    shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout"
-)
+@pytest.mark.skipif(not HAVE_SHELL, reason="needs bash and timeout")
 def test_gpu_run_script_cpu_path(tmp_path: Path) -> None:
-    env = dict(
-        os.environ,
-        OUT=str(tmp_path),
-        CAL_DEVICE="cpu",
-        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-    )
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        ["bash", "calibration/gpu_run.sh"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_device_script("gpu_run.sh", tmp_path, CAL_DEVICE="cpu")
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert 1 <= len(files) <= 8
     for p in files:

@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,32 +14,15 @@ pytest.importorskip("torch", reason="the layer timing needs torch")
 from calibration import steps  # noqa: E402
 from calibration.cli import main as calibrate_main  # noqa: E402
 from disaggsim.hardware.profile import load_profile  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.device_scripts import HAVE_SHELL, run_device_script  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def step_run(tmp_path_factory) -> Path:
-    if shutil.which("bash") is None or shutil.which("timeout") is None:
+    if not HAVE_SHELL:
         pytest.skip("needs bash and timeout")
     out = tmp_path_factory.mktemp("steps")
-    env = dict(
-        os.environ,
-        OUT=str(out),
-        STEPS_DEVICE="cpu",
-        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-    )
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        ["bash", "calibration/gpu_step_run.sh"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_device_script("gpu_step_run.sh", out, STEPS_DEVICE="cpu")
     return out
 
 
