@@ -175,8 +175,60 @@ def model_gemm_shapes(use_model_shards: bool) -> list[tuple[str, int, int]]:
     return [(label, n, k) for (n, k), label in out.items()]
 
 
+def time_calls(
+    torch,
+    cuda: bool,
+    fn: Callable[[], object],
+    *,
+    warmup: int,
+    repeats: int,
+    flush=None,
+    before: Callable[[], object] | None = None,
+) -> dict:
+    """Median/p10/p90 seconds of ``repeats`` calls of ``fn`` after ``warmup`` calls: CUDA
+    events on a GPU, wall clock on CPU. Before each timed call ``before`` runs (e.g. a
+    barrier between ranks), then ``flush`` (a tensor, refilled to push the last call's
+    data out of L2; it also keeps the GPU busy while ``fn`` is launched)."""
+    for _ in range(warmup):
+        fn()
+
+    def prepare(i: int) -> None:
+        if before is not None:
+            before()
+        if flush is not None:
+            flush.fill_(float(i))
+
+    if cuda:
+        torch.cuda.synchronize()
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(repeats)
+        ]
+        for i, (a, b) in enumerate(events):
+            prepare(i)
+            a.record()
+            fn()
+            b.record()
+        torch.cuda.synchronize()
+        times = [a.elapsed_time(b) * 1e-3 for a, b in events]
+    else:
+        times = []
+        for i in range(repeats):
+            prepare(i)
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    t = np.asarray(times)
+    return {
+        "median_s": float(np.median(t)),
+        "p10_s": float(np.percentile(t, 10)),
+        "p90_s": float(np.percentile(t, 90)),
+        "repeats": repeats,
+    }
+
+
 class Timer:
-    """Median/p10/p90 of ``repeats`` timed calls, L2 flushed before each."""
+    """:func:`time_calls` with a sweep's warm-up, repeats and an L2 flush buffer."""
 
     def __init__(self, torch, device: str, sweep: Sweep) -> None:
         self.torch = torch
@@ -190,43 +242,15 @@ class Timer:
         repeats: int | None = None,
         before: Callable[[], object] | None = None,
     ) -> dict:
-        """Time ``fn``; ``before`` (e.g. a barrier between ranks) runs ahead of each
-        repeat's L2 flush, so the flush keeps the GPU busy while ``fn`` is launched."""
-        torch = self.torch
-        repeats = repeats or self.sweep.repeats
-        for _ in range(self.sweep.warmup):
-            fn()
-        times = []
-        if self.cuda:
-            torch.cuda.synchronize()
-            events = [
-                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                for _ in range(repeats)
-            ]
-            for i, (a, b) in enumerate(events):
-                if before is not None:
-                    before()
-                self.flush_buf.fill_(float(i))
-                a.record()
-                fn()
-                b.record()
-            torch.cuda.synchronize()
-            times = [a.elapsed_time(b) * 1e-3 for a, b in events]
-        else:
-            for i in range(repeats):
-                if before is not None:
-                    before()
-                self.flush_buf.fill_(float(i))
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-        t = np.asarray(times)
-        return {
-            "median_s": float(np.median(t)),
-            "p10_s": float(np.percentile(t, 10)),
-            "p90_s": float(np.percentile(t, 90)),
-            "repeats": repeats,
-        }
+        return time_calls(
+            self.torch,
+            self.cuda,
+            fn,
+            warmup=self.sweep.warmup,
+            repeats=repeats or self.sweep.repeats,
+            flush=self.flush_buf,
+            before=before,
+        )
 
 
 def environment(torch, device: str) -> dict[str, str]:

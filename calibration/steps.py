@@ -31,10 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from calibration.harness import environment
+from calibration.harness import environment, time_calls
 
 LAYERS_PER_PASS = 4
 # (label, catalog model, tp, hidden, heads, kv_heads, head_dim, ffn) — per-GPU shard
@@ -111,36 +110,6 @@ class Layer:
         return x
 
 
-def _time(torch, cuda: bool, fn, warmup: int, repeats: int) -> dict:
-    for _ in range(warmup):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-        ev = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(repeats)
-        ]
-        for a, b in ev:
-            a.record()
-            fn()
-            b.record()
-        torch.cuda.synchronize()
-        ts = np.array([a.elapsed_time(b) * 1e-3 for a, b in ev])
-    else:
-        wall: list[float] = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            wall.append(time.perf_counter() - t0)
-        ts = np.array(wall)
-    return {
-        "median_s": float(np.median(ts)),
-        "p10_s": float(np.percentile(ts, 10)),
-        "p90_s": float(np.percentile(ts, 90)),
-        "repeats": repeats,
-    }
-
-
 def run(device: str, out_dir: Path, budget_s: float = 150.0) -> Path:
     """Time every (shape, mode, point) within ``budget_s``; returns the CSV path."""
     import torch  # noqa: PLC0415
@@ -172,7 +141,7 @@ def run(device: str, out_dir: Path, budget_s: float = 150.0) -> Path:
                     try:
                         with torch.inference_mode():
                             fn = _pass(torch, layer, device, kind, b, n, mode)
-                            timing = _time(torch, cuda, fn, warmup, repeats)
+                            timing = time_calls(torch, cuda, fn, warmup=warmup, repeats=repeats)
                     except Exception as e:  # one shape failing must not lose the rest
                         print(
                             f"steps: {label} {kind} b={b} n={n} {mode}: skipped ({str(e).splitlines()[0][:120]})"
