@@ -6,7 +6,9 @@
 - ``disaggsim calibrate validate [--gpu ...] [--data DIR] [--write-doc]``: the shipped
   cost model against every row of the public kernel tables;
 - ``disaggsim calibrate validate-steps RAW [--gpu ID] [--profile JSON]``: the step model
-  against whole-layer passes timed by ``python -m calibration.steps``.
+  against whole-layer passes timed by ``python -m calibration.steps``;
+- ``disaggsim calibrate fit-steps RAW --gpu ID [--profile JSON] [--out PROFILE.json]``:
+  ``engines.cuda-graphs.per_layer_s`` fitted to those passes, written into the profile.
 
 ``python -m calibration ...`` takes the same arguments. Only the sweep imports torch.
 """
@@ -41,7 +43,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", dest="raw_out", metavar="DIR", help="folder for the raw CSVs")
     p.add_argument("--quick", action="store_true", help="smaller sweeps (GPU: about a minute)")
     p.set_defaults(func=_cmd_run)
-    sub = p.add_subparsers(dest="calibrate_command", metavar="{fit,show,validate,validate-steps}")
+    sub = p.add_subparsers(
+        dest="calibrate_command", metavar="{fit,show,validate,validate-steps,fit-steps}"
+    )
 
     f = sub.add_parser("fit", help="fit a profile from a raw measurement folder")
     f.add_argument("raw_dir", metavar="RAW_DIR")
@@ -88,6 +92,20 @@ def _configure(p: argparse.ArgumentParser) -> None:
     vs.add_argument("--gpu", default="h200-sxm", metavar="ID", help="profile's GPU id")
     vs.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped profile")
     vs.set_defaults(func=_cmd_validate_steps)
+
+    fs = sub.add_parser(
+        "fit-steps",
+        help="fit engines.cuda-graphs.per_layer_s to measured CUDA-graph layer passes",
+    )
+    fs.add_argument("raw_dir", metavar="RAW", help="folder holding steps.csv")
+    fs.add_argument("--gpu", required=True, metavar="ID", help="GPU the passes ran on")
+    fs.add_argument(
+        "--profile", metavar="PROFILE.json", help="profile to start from (default: the shipped one)"
+    )
+    fs.add_argument(
+        "--out", dest="profile_out", metavar="PROFILE.json", help="default: RAW/<gpu>.json"
+    )
+    fs.set_defaults(func=_cmd_fit_steps)
 
 
 def _cmd_run(args) -> int:
@@ -244,6 +262,54 @@ def _cmd_validate_steps(args) -> int:
     from calibration import steps  # noqa: PLC0415
 
     print(steps.validate_steps(args.raw_dir, args.gpu, args.profile))
+    return 0
+
+
+def _cmd_fit_steps(args) -> int:
+    from calibration import steps  # noqa: PLC0415
+    from disaggsim.hardware.profile import (  # noqa: PLC0415
+        load_profile,
+        profile_from_dict,
+        shipped_profile_path,
+    )
+
+    path = Path(args.profile) if args.profile else shipped_profile_path(args.gpu)
+    prof = load_profile(args.gpu, path=path)
+    f = steps.graph_layer_fit(args.raw_dir, args.gpu, prof)
+    out_dict = json.loads(Path(prof.path).read_text())
+    out_dict["engines"]["cuda-graphs"]["per_layer_s"] = float(f"{f['per_layer_s']:.5g}")
+    out_dict.setdefault("fit_error", {})["engines.cuda-graphs"] = f["error"]
+    prov = out_dict.setdefault("provenance", {})
+    carried = [c for c in prov.get("carried", []) if c != "engines.cuda-graphs.per_layer_s"]
+    if "engines" in carried:  # the rest of the engine overheads stays carried
+        i = carried.index("engines")
+        carried[i : i + 1] = ["engines.eager", "engines.cuda-graphs.per_iteration_s"]
+    prov["carried"] = carried
+    prov["graphs_from"] = (
+        f"engines.cuda-graphs.per_layer_s fitted to CUDA-graph layer passes on {f['device_name']} "
+        f"(torch {f['torch_version']}, {f['date']}; {_repo_rel(Path(args.raw_dir))}/steps.csv, "
+        "calibration/steps.py graph_layer_fit)"
+    )
+    out = (
+        Path(args.profile_out)
+        if args.profile_out
+        else Path(args.raw_dir) / (args.gpu.replace("-", "_") + ".json")
+    )
+    profile_from_dict(out_dict, str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(out_dict, indent=2) + "\n")
+    e = f["error"]
+    print(
+        f"engines.cuda-graphs.per_layer_s = {1e6 * f['per_layer_s']:.2f} us: median APE "
+        f"{100 * e['median_ape']:.1f}% (held out by shape {100 * e['held_out_median_ape']:.1f}%, "
+        f"kernels only {100 * e['kernels_only_median_ape']:.1f}%), n={e['n']}"
+    )
+    if f["eager_per_layer_s"] is not None:
+        print(
+            f"eager passes beside (not written): {1e6 * f['eager_per_layer_s']:.2f} us per layer "
+            "of bare-torch launch cost"
+        )
+    print(f"wrote {out}")
     return 0
 
 

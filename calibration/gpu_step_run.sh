@@ -5,10 +5,12 @@
 #
 # Run from the repo root with an output folder in $OUT:
 #     OUT=/some/dir bash calibration/gpu_step_run.sh
-# Writes 3 files:
-#     $OUT/steps_run.log             progress, environment, and the comparison table
+# Writes 3 files (4 on a GPU):
+#     $OUT/steps_run.log             progress, environment, the comparison table and the fit
 #     $OUT/steps-raw/steps.csv       one row per (shape, mode, prefill/decode point)
 #     $OUT/validate_steps.txt        disaggsim calibrate validate-steps output
+#     $OUT/steps-raw/<gpu>.json      (GPU only) the profile with engines.cuda-graphs.per_layer_s
+#                                    fitted to the graph passes (calibrate fit-steps)
 # STEPS_GPU (profile to compare with, default h200-sxm) and STEPS_DEVICE (cuda; cpu runs
 # tiny sizes in a few seconds, used to test this script without a GPU) can be overridden.
 set -u
@@ -29,4 +31,11 @@ mkdir -p "$RAW"
   timeout 60 python3 -m calibration validate-steps "$RAW" --gpu "$GPU" > "$OUT/validate_steps.txt" 2>&1
   echo "validate-steps exit code $?"
   cat "$OUT/validate_steps.txt"
+  if [ "$DEVICE" = cuda ]; then
+    echo "== fit-steps"
+    timeout 60 python3 -m calibration fit-steps "$RAW" --gpu "$GPU"
+    echo "fit-steps exit code $?"
+  else
+    echo "fit-steps: skipped (graph passes run on a GPU only)"
+  fi
 } 2>&1 | tee "$OUT/steps_run.log"

@@ -15,6 +15,9 @@ called ``LAYERS_PER_PASS`` times back to back per timed pass, so inter-layer lau
 are inside the measurement. No all-reduce (one GPU), no LM head. On CPU the same code runs
 tiny token counts in eager mode only, one layer per pass, one repeat (for tests). Rows go to ``DIR/steps.csv``.
 
+``disaggsim calibrate fit-steps DIR --gpu ID`` fits ``engines.cuda-graphs.per_layer_s`` to
+the graph passes (:func:`graph_layer_fit`) and writes the profile with it.
+
 ``disaggsim calibrate validate-steps DIR [--gpu ID | --profile JSON]`` compares each row
 with the step model: per layer, ``(gemm_s + attention_s + elementwise_s) / num_layers``
 of :func:`disaggsim.costmodel.step.build_worker_cost`'s breakdown, plus the profile's
@@ -31,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from calibration.harness import environment, time_calls
@@ -267,6 +271,60 @@ def validate_steps(raw_dir: str | Path, gpu: str, profile_path: str | None = Non
             f"{1e3 * r.pred_per_layer_s:.4f} {1e3 * r.kernels_per_layer_s:.4f}"
         )
     return "\n".join(lines)
+
+
+def graph_layer_fit(raw_dir: str | Path, gpu: str, profile=None) -> dict:
+    """``engines.cuda-graphs.per_layer_s`` fitted to the ``cuda-graphs`` layer passes.
+
+    Each pass replays a graph of ``layers_per_pass`` layers, so a row's measured time per
+    layer is the step model's kernels per layer plus the graph's per-layer cost: the
+    non-negative ``x`` minimising the relative error of ``kernels + x`` (closed form).
+    Held out by shape: ``x`` from the other shape predicts each shape's rows. The eager
+    rows are reported beside (their residual is bare-torch launch cost, a lower bound of a
+    serving engine's eager per-layer overhead, which stays fitted to DistServe)."""
+    from calibration.fit import ape, prediction_error  # noqa: PLC0415
+    from disaggsim.errors import UserError  # noqa: PLC0415
+
+    p = predict(read_steps(raw_dir), gpu, profile)
+    g = p[p["mode"] == "cuda-graphs"]
+    if g.empty:
+        raise UserError(
+            f"{Path(raw_dir) / 'steps.csv'}: no cuda-graphs rows (graph passes run on a GPU only)"
+        )
+    kern = g["kernels_per_layer_s"].to_numpy(float)
+    meas = g["measured_per_layer_s"].to_numpy(float)
+    x = _per_layer(kern, meas)
+    shape = g["shape"].to_numpy()
+    held = np.empty(len(g))
+    for sh in sorted(set(shape)):
+        test = shape == sh
+        held[test] = kern[test] + (_per_layer(kern[~test], meas[~test]) if (~test).any() else x)
+    err = prediction_error(kern + x, held, meas, "shapes").as_dict()
+    err["kernels_only_median_ape"] = round(float(np.median(ape(kern, meas))), 5)
+    err["source"] = f"{Path(raw_dir) / 'steps.csv'} (cuda-graphs layer passes)"
+    e = p[p["mode"] == "eager"]
+    eager_x = (
+        _per_layer(
+            e["kernels_per_layer_s"].to_numpy(float), e["measured_per_layer_s"].to_numpy(float)
+        )
+        if len(e)
+        else None
+    )
+    first = g.iloc[0]
+    return {
+        "per_layer_s": x,
+        "error": err,
+        "eager_per_layer_s": eager_x,
+        "device_name": str(first["device_name"]),
+        "torch_version": str(first["torch_version"]),
+        "date": str(first["date"]),
+    }
+
+
+def _per_layer(kern: np.ndarray, meas: np.ndarray) -> float:
+    """argmin over x ≥ 0 of Σ ((kern + x − meas) / meas)²."""
+    w = 1.0 / meas**2
+    return max(float(np.sum(w * (meas - kern)) / np.sum(w)), 0.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -61,3 +62,75 @@ def test_validate_steps_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
     (tmp_path / "steps.csv").write_text("shape,model\nx,y\n")
     assert calibrate_main(["validate-steps", str(tmp_path)]) == 2
     assert "missing column tp" in capsys.readouterr().err
+
+
+def _synthetic_passes(out: Path, per_layer_s: dict[str, float], noise: float) -> pd.DataFrame:
+    """steps.csv of both shapes × both modes, timed as the step model's kernels per layer
+    (× lognormal noise) plus a known per-layer cost per mode, 4 layers per pass."""
+    pts = [("prefill", 1, 512), ("prefill", 1, 2048), ("prefill", 4, 1024)] + [
+        ("decode", b, c) for b in (1, 8, 64, 256) for c in (512, 4096)
+    ]
+    rows = []
+    for label, model, tp, *_ in steps.SHAPES:
+        for mode in ("eager", "cuda-graphs"):
+            for kind, b, n in pts:
+                row = dict.fromkeys(steps.COLUMNS, "")
+                row.update(
+                    shape=label, model=model, tp=tp, mode=mode, kind=kind, batch=b, tokens=n,
+                    layers_per_pass=4, median_s=1.0, p10_s=1.0, p90_s=1.0, repeats=20,
+                    device_name="synthetic", torch_version="0", date="2026-11-29",
+                )  # fmt: skip
+                rows.append(row)
+    df = pd.DataFrame(rows, columns=list(steps.COLUMNS))
+    kern = steps.predict(df, "h200-sxm", load_profile("h200-sxm"))["kernels_per_layer_s"]
+    rng = np.random.default_rng(3)
+    extra = df["mode"].map(per_layer_s).to_numpy(float)
+    df["median_s"] = 4 * (kern.to_numpy() * np.exp(rng.normal(0, noise, len(df))) + extra)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "steps.csv", index=False)
+    return df
+
+
+def test_fit_steps_recovers_the_graph_layer_cost_and_writes_the_profile(
+    tmp_path: Path, capsys
+) -> None:
+    raw = tmp_path / "raw"
+    df = _synthetic_passes(raw, {"eager": 40e-6, "cuda-graphs": 6e-6}, noise=0.0)
+    out = tmp_path / "prof.json"
+    assert calibrate_main(["fit-steps", str(raw), "--gpu", "h200-sxm", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "engines.cuda-graphs.per_layer_s = 6.00 us" in printed
+    assert "eager passes beside (not written): 40.00 us" in printed
+    prof = load_profile("h200-sxm", path=out)
+    shipped = load_profile("h200-sxm")
+    assert prof.engine("cuda-graphs").per_layer_s == pytest.approx(6e-6, rel=1e-4)
+    # everything else is the starting profile's; eager stays fitted to DistServe
+    assert prof.engine("eager") == shipped.engine("eager")
+    assert (
+        prof.engine("cuda-graphs").per_iteration_s == shipped.engine("cuda-graphs").per_iteration_s
+    )
+    assert prof.gemm_params("bf16") == shipped.gemm_params("bf16")
+    err = prof.fit_error["engines.cuda-graphs"]
+    assert err["n"] == int((df["mode"] == "cuda-graphs").sum())
+    assert err["median_ape"] < 1e-6 and err["held_out"] == "shapes"
+    prov = prof.provenance
+    assert "steps.csv" in prov["graphs_from"] and "synthetic" in prov["graphs_from"]
+    assert "engines" not in prov["carried"] and "engines.eager" in prov["carried"]
+
+
+def test_fit_steps_with_noise_generalises_across_shapes(tmp_path: Path) -> None:
+    _synthetic_passes(tmp_path, {"eager": 30e-6, "cuda-graphs": 4e-6}, noise=0.03)
+    f = steps.graph_layer_fit(tmp_path, "h200-sxm", load_profile("h200-sxm"))
+    assert f["per_layer_s"] == pytest.approx(4e-6, abs=3e-6)
+    assert f["error"]["held_out_median_ape"] < 0.05
+    # a model that misses no kernel time gets no graph cost: never negative
+    _synthetic_passes(tmp_path, {"eager": 0.0, "cuda-graphs": 0.0}, noise=0.0)
+    assert steps.graph_layer_fit(tmp_path, "h200-sxm")["per_layer_s"] == pytest.approx(0, abs=1e-12)
+
+
+def test_fit_steps_without_graph_passes_is_one_line(step_run: Path, capsys) -> None:
+    # the CPU run times eager passes only
+    assert calibrate_main(["fit-steps", str(step_run / "steps-raw"), "--gpu", "h200-sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no cuda-graphs rows" in err
+    assert "fit-steps: skipped" in (step_run / "steps_run.log").read_text()
