@@ -122,12 +122,13 @@ def _cmd_run(args) -> int:
 def _cmd_fit(args) -> int:
     from calibration.fit import build_profile  # noqa: PLC0415
     from calibration.rawio import read_raw  # noqa: PLC0415
-    from disaggsim.hardware.profile import profile_from_dict  # noqa: PLC0415
+    from disaggsim.hardware.profile import profile_from_dict, shipped_gpu_ids  # noqa: PLC0415
 
     base_path = Path(args.base) if args.base else default_base(args.gpu)
     if not base_path.is_file():
         raise UserError(
-            f"{base_path}: base profile for GPU {args.gpu!r} not found (give --base PROFILE.json)"
+            f"{base_path}: base profile for GPU {args.gpu!r} not found (give --base "
+            f"PROFILE.json; shipped: {', '.join(shipped_gpu_ids())})"
         )
     try:
         base = json.loads(base_path.read_text())
@@ -188,10 +189,10 @@ def _repo_rel(path: Path) -> str:
 
 
 def _cmd_show(args) -> int:
-    from disaggsim.hardware.profile import load_profile, shipped_profile_path  # noqa: PLC0415
+    from disaggsim.hardware.profile import load_profile  # noqa: PLC0415
 
-    path = Path(args.profile) if args.profile else shipped_profile_path(args.gpu)
-    prof = load_profile(args.gpu, path=path)
+    prof = load_profile(args.gpu, path=args.profile)
+    path = Path(prof.path)
     prov = prof.provenance
     kind = prov.get("kind", "")
     print(f"GPU {prof.gpu}: profile {_repo_rel(path)}")
@@ -270,11 +271,9 @@ def _cmd_fit_steps(args) -> int:
     from disaggsim.hardware.profile import (  # noqa: PLC0415
         load_profile,
         profile_from_dict,
-        shipped_profile_path,
     )
 
-    path = Path(args.profile) if args.profile else shipped_profile_path(args.gpu)
-    prof = load_profile(args.gpu, path=path)
+    prof = load_profile(args.gpu, path=args.profile)
     f = steps.graph_layer_fit(args.raw_dir, args.gpu, prof)
     out_dict = json.loads(Path(prof.path).read_text())
     out_dict["engines"]["cuda-graphs"]["per_layer_s"] = float(f"{f['per_layer_s']:.5g}")

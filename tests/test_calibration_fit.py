@@ -209,8 +209,12 @@ def _good() -> dict:
 
 
 def test_missing_profile_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(ProfileError, match=r"nope\.json: hardware profile not found"):
+    with pytest.raises(ProfileError, match=r"nope\.json: hardware profile not found") as e:
         load_profile(path=tmp_path / "nope.json")
+    assert "shipped:" not in str(e.value)  # a file the user named: no list of GPU ids
+    # an unknown GPU id lists the GPUs that have a shipped profile
+    with pytest.raises(ProfileError, match=r"for GPU 'nope' \(shipped: a100-80gb, b200, .*l40s\)"):
+        load_profile("nope")
 
 
 def test_malformed_json_names_file_and_line(tmp_path: Path) -> None:

@@ -190,16 +190,26 @@ def shipped_profile_path(gpu_id: str) -> Path:
     return Path(str(resources.files("disaggsim.hardware") / "profiles" / profile_filename(gpu_id)))
 
 
+def shipped_gpu_ids() -> list[str]:
+    """GPU ids with a profile shipped in the package (``profile_filename`` inverted)."""
+    folder = Path(str(resources.files("disaggsim.hardware") / "profiles"))
+    return sorted(p.stem.replace("_", "-") for p in folder.glob("*.json"))
+
+
 def load_profile(gpu_id: str | None = None, path: str | Path | None = None) -> HardwareProfile:
     """Load the shipped profile for ``gpu_id``, or the profile file at ``path``."""
+    shipped = path is None
     if path is None:
         if gpu_id is None:
             raise ValueError("load_profile needs gpu_id or path")
         path = shipped_profile_path(gpu_id)
     path = Path(path)
     if not path.is_file():
+        allowed = f" (shipped: {', '.join(shipped_gpu_ids())})" if shipped else ""
         raise ProfileError(
-            f"{path}: hardware profile not found" + (f" for GPU {gpu_id!r}" if gpu_id else "")
+            f"{path}: hardware profile not found"
+            + (f" for GPU {gpu_id!r}" if gpu_id else "")
+            + allowed
         )
     try:
         raw = json.loads(path.read_text())
