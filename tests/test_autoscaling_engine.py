@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from disaggsim.autoscale import PoolAutoscaleConfig, cold_start_s
@@ -95,3 +96,79 @@ def test_mix_shift_moves_the_ratio_and_autoscaling_follows():
     assert auto["slo_attainment"] > static["slo_attainment"]
     assert auto["gpu_hours"] < static["gpu_hours"] * 1.2
     assert auto["mean_workers_prefill"] > static["mean_workers_prefill"]
+
+
+def _expanded_gaps(log, since_s: float) -> tuple[list[float], list[float]]:
+    """Every token's gap, one by one (the slow way the engine avoids): steps of runs in
+    the window, with stalls folded into the next run's first step for the sequences that
+    kept running (see ``_WindowGaps``)."""
+    gaps: list[float] = []
+    stalls = sorted((t, n) for t, _, n, _ in log.prefill_iters if t >= since_s)
+    si = 0
+    for i, start in enumerate(log.run_start_at_s):
+        if start < since_s:
+            continue
+        b = log.run_batch[i]
+        step = [
+            log.run_base_s[i] + log.run_per_token_s[i] * (log.run_context0[i] + j * b)
+            for j in range(log.run_steps[i])
+        ]
+        first_stall, joined = None, 0
+        while si < len(stalls) and stalls[si][0] < start:
+            first_stall = stalls[si][0] if first_stall is None else first_stall
+            joined += stalls[si][1]
+            si += 1
+        held = max(b - joined, 0) if first_stall is not None else 0
+        gaps += [start - first_stall + step[0]] * held if held else []
+        gaps += [step[0]] * (b - held)
+        for d in step[1:]:
+            gaps += [d] * b
+    return gaps, stalls
+
+
+def test_window_gap_quantile_is_the_token_quantile_without_expanding_tokens():
+    import numpy as np
+
+    from disaggsim.engine.records import StepLog
+    from disaggsim.engine.scaling import _WindowGaps
+
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        log = StepLog()
+        t = 0.0
+        for _ in range(int(rng.integers(1, 12))):
+            if rng.random() < 0.3:  # a prefill-only iteration stalls the running decodes
+                dur = float(rng.uniform(0.05, 0.4))
+                log.prefill_iters.append((t, dur, int(rng.integers(0, 3)), 512))
+                t += dur
+            k, b = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+            base, per, c0 = float(rng.uniform(5e-3, 2e-2)), float(rng.uniform(0, 1e-7)), 2000 * b
+            log.add_run(t, k, b, c0, base, per)
+            t += k * base + per * (k * c0 + b * k * (k - 1) / 2)
+        since = float(rng.uniform(0, t / 3))
+        want, _ = _expanded_gaps(log, since)
+        g = _WindowGaps()
+        g.add_worker(log, since)
+        for q in (0.5, 0.9, 0.99):
+            got = g.quantile(q)
+            if not want:
+                assert np.isnan(got)
+                continue
+            ref = float(np.percentile(want, 100 * q, method="inverted_cdf"))
+            assert got == pytest.approx(ref, rel=1e-9, abs=1e-12), (q, got, ref)
+
+
+def test_window_gaps_by_hand():
+    from disaggsim.engine.records import StepLog
+    from disaggsim.engine.scaling import _WindowGaps
+
+    log = StepLog()
+    log.add_run(0.0, 5, 2, 100, 0.010, 0.0)  # 10 tokens with 10 ms gaps
+    log.prefill_iters.append((0.05, 0.2, 1, 4096))  # 200 ms prefill, one sequence joins
+    log.add_run(0.25, 1, 3, 300, 0.012, 0.0)  # 2 held back: 50 → 262 ms = 212 ms; 1 new: 12 ms
+    g = _WindowGaps()
+    g.add_worker(log, 0.0)
+    assert g.quantile(0.5) == pytest.approx(0.010)  # 13 tokens: 10 × 10 ms, 12 ms, 2 × 212 ms
+    assert g.quantile(0.85) == pytest.approx(0.212)
+    assert g.quantile(0.99) == pytest.approx(0.212)
+    assert np.isnan(_WindowGaps().quantile(0.99))

@@ -168,30 +168,16 @@ class Scaling:
         kv = [w.kv_used_blocks / max(w.kv_capacity_blocks, 1) for w in serving]
         now = self.env.now
         ttft = [t for at, t in reversed(cl.ttft_log) if at >= now - window_s] if cl.ttft_log else []
-        # ITL proxy: the longest step (or prefill stall + step) of the pool in the window
-        gaps: list[float] = []
+        gaps = _WindowGaps()
         for w in serving:
-            log = w.steps
-            for i in range(len(log.run_start_at_s) - 1, -1, -1):
-                if log.run_start_at_s[i] < now - window_s:
-                    break
-                k = log.run_steps[i]
-                gaps.append(
-                    log.run_base_s[i]
-                    + log.run_per_token_s[i] * (log.run_context0[i] + (k - 1) * log.run_batch[i])
-                )
-            if role == "colocated":
-                for start, dur, _, _ in reversed(log.prefill_iters):
-                    if start < now - window_s:
-                        break
-                    gaps.append(dur)
+            gaps.add_worker(w.steps, now - window_s)
         return PoolSignals(
             queue_depth=len(queued),
             queued_prompt_tokens=int(queued_tokens),
             batch_occupancy=float(np.mean(occ)) if occ else 0.0,
             kv_util=float(np.mean(kv)) if kv else 0.0,
             ttft_p99_s=float(np.percentile(ttft, 99)) if ttft else math.nan,
-            itl_p99_s=float(max(gaps)) if gaps else math.nan,
+            itl_p99_s=gaps.quantile(0.99),
             num_in_service=len(serving),
             num_starting=starting,
             num_draining=draining,
@@ -199,3 +185,87 @@ class Scaling:
             context_tokens=float(sum(getattr(w, "context_tokens", 0) for w in serving)),
             arrived_prompt_tokens_per_s=arrived_tokens_per_s,
         )
+
+
+class _WindowGaps:
+    """The inter-token gaps of a pool's token steps in a window, as weighted runs.
+
+    A run of ``k`` steps (``StepLog``) over ``b`` sequences gives ``b`` tokens per step,
+    each with the step's duration as its gap: ``d0 + j × delta`` for step ``j`` (context
+    grows by ``b`` tokens a step). Stalls (prefill-only iterations, swap copies) between
+    two runs hold back the next token of every sequence that kept running: those tokens'
+    gap runs from the stall's start to the end of the next run's first step; sequences that
+    joined in the stall (the prefilled ones) count that first step alone. A run cut by the
+    window start is left out, like the first decode token of a sequence (whose gap starts
+    at its first token, not at a step). Work per run, not per token or step.
+    """
+
+    def __init__(self) -> None:
+        self.d0: list[float] = []
+        self.delta: list[float] = []
+        self.k: list[int] = []
+        self.weight: list[float] = []
+
+    def _add(self, d0: float, delta: float, k: int, weight: float) -> None:
+        if k > 0 and weight > 0:
+            self.d0.append(d0)
+            self.delta.append(delta)
+            self.k.append(k)
+            self.weight.append(weight)
+
+    def add_worker(self, log, since_s: float) -> None:
+        first = len(log.run_start_at_s)
+        while first > 0 and log.run_start_at_s[first - 1] >= since_s:
+            first -= 1
+        stalls = [(t, n) for t, _, n, _ in log.prefill_iters if t >= since_s]
+        si = 0
+        for i in range(first, len(log.run_start_at_s)):
+            start, b, k = log.run_start_at_s[i], log.run_batch[i], log.run_steps[i]
+            per = log.run_per_token_s[i]
+            d0 = log.run_base_s[i] + per * log.run_context0[i]
+            stall_start, joined = None, 0
+            while si < len(stalls) and stalls[si][0] < start:
+                if stall_start is None:
+                    stall_start = stalls[si][0]
+                joined += stalls[si][1]
+                si += 1
+            held = 0
+            if stall_start is not None:
+                held = max(b - joined, 0)
+                self._add(start - stall_start + d0, 0.0, 1, held)
+            self._add(d0, 0.0, 1, b - held)
+            self._add(d0 + per * b, per * b, k - 1, b)
+
+    def quantile(self, q: float) -> float:
+        """The smallest gap at or below which a share ``q`` of the tokens' gaps lie (the
+        inverted-CDF quantile of the tokens); NaN when the window has no token gap."""
+        if not self.k:
+            return math.nan
+        d0 = np.asarray(self.d0)
+        delta = np.asarray(self.delta)
+        k = np.asarray(self.k, float)
+        w = np.asarray(self.weight)
+        total = float(np.sum(w * k))
+        allowed_above = (1.0 - q) * total + 1e-9 * total  # ties at the share: the lower gap
+        safe = np.where(delta > 0, delta, 1.0)
+
+        def weight_above(t: float) -> float:
+            at_or_below = np.where(
+                delta > 0,
+                np.clip(np.floor((t - d0) / safe) + 1.0, 0.0, k),
+                np.where(d0 <= t, k, 0.0),
+            )
+            return float(np.sum(w * (k - at_or_below)))
+
+        lo, hi = float(d0.min()), float(np.max(d0 + delta * (k - 1)))
+        if weight_above(lo) <= allowed_above:
+            return lo
+        for _ in range(100):  # weight_above(lo) > allowed >= weight_above(hi)
+            mid = 0.5 * (lo + hi)
+            if mid <= lo or mid >= hi:
+                break
+            if weight_above(mid) <= allowed_above:
+                hi = mid
+            else:
+                lo = mid
+        return hi
