@@ -135,7 +135,7 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
         return None
     layouts = pool_layouts([(r, p.gpu, p.num_workers, p.tp) for r, p in scenario.pools.items()])
     try:
-        return _build(scenario.fabric, layouts)
+        return _build(scenario.fabric, layouts, host_paths=scenario.kv.preemption == "swap")
     except UserError as e:
         raise UserError(f"{label}: {e}") from None
 
@@ -225,7 +225,9 @@ def failure_schedule(
 
 
 def _swap_time_fn(scenario: Scenario, costs: dict[str, WorkerCost]):
-    """KV swap copies over each GPU's PCIe link, per the profile's pinned-copy fit."""
+    """KV swap copies over each GPU's PCIe link, per the profile's pinned-copy fit (used
+    where the fabric has no topology; a topology fabric moves them as flows over its
+    PCIe links, :meth:`disaggsim.engine.cluster.Cluster.swap_copy`)."""
     from disaggsim.costmodel.ops import copy_time_s
     from disaggsim.hardware.profile import load_profile
 

@@ -25,7 +25,10 @@ from disaggsim.workload.requests import Requests
 
 
 @st.composite
-def stressed(draw):
+def stressed(draw, swap_on_fabric: bool = False):
+    """A random small stressed cluster; ``swap_on_fabric``: always disaggregated on a
+    topology fabric with swap preemption, no back-pressure and slow PCIe, so swap copies
+    run as long flows that failures and outages cut."""
     n = draw(st.integers(1, 30))
     gaps = draw(st.lists(st.floats(0.0, 0.2), min_size=n, max_size=n))
     prompts = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
@@ -41,7 +44,11 @@ def stressed(draw):
             kv_capacity_tokens=draw(st.integers(32, 1500)),
         )
 
-    arch = draw(st.sampled_from(["disaggregated", "vllm", "chunked"]))
+    arch = (
+        "disaggregated"
+        if swap_on_fabric
+        else draw(st.sampled_from(["disaggregated", "vllm", "chunked"]))
+    )
     seqs = draw(st.integers(1, 6))
     budget = draw(st.integers(16, 400))
     if arch == "disaggregated":
@@ -78,7 +85,8 @@ def stressed(draw):
         )
     topology = None
     overlap = False
-    if arch == "disaggregated" and draw(st.booleans()):
+    preemption = "swap" if swap_on_fabric else draw(st.sampled_from(["recompute", "swap"]))
+    if arch == "disaggregated" and (swap_on_fabric or draw(st.booleans())):
         from disaggsim.fabric import build_topology, parse_topology_config, pool_layouts
 
         overlap = draw(st.booleans())
@@ -93,20 +101,26 @@ def stressed(draw):
                 },
                 "placement": {"policy": draw(st.sampled_from(["pack", "spread", "pair"]))},
                 "overlap": overlap,
+                # 1000 B/token of KV: 1–50 MB/s makes a swap of a few hundred tokens last
+                # milliseconds to seconds
+                "pcie": {"gb_per_s": draw(st.floats(0.001, 0.05))} if swap_on_fabric else {},
             }
         )
         layouts = pool_layouts([(p.role, "h100-sxm", p.num_workers, 1) for p in pools])
-        topology = build_topology(fab, layouts)
+        # swaps then run as flows over the decode GPUs' PCIe links
+        topology = build_topology(fab, layouts, host_paths=preemption == "swap")
     cfg = EngineConfig(
         pools=pools,
         topology=topology,
         overlap=overlap,
         num_layers=draw(st.integers(1, 8)),
         block_tokens=draw(st.sampled_from([1, 4, 16])),
-        kv_admission=draw(st.sampled_from(["on_demand", "reserve_full"])),
+        kv_admission="on_demand"
+        if swap_on_fabric
+        else draw(st.sampled_from(["on_demand", "reserve_full"])),
         kv_watermark=draw(st.sampled_from([0.0, 0.05])),
-        preemption=draw(st.sampled_from(["recompute", "swap"])),
-        backpressure=draw(st.sampled_from(["none", "kv_aware"])),
+        preemption=preemption,
+        backpressure="none" if swap_on_fabric else draw(st.sampled_from(["none", "kv_aware"])),
         first_token_from=draw(st.sampled_from(["decode", "prefill"])),
         max_queue=draw(st.one_of(st.none(), st.integers(1, 10))),
         client_timeout_s=draw(st.one_of(st.none(), st.floats(0.05, 2.0))),
@@ -149,6 +163,14 @@ def _check(reqs, cfg, raw):
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stressed())
 def test_nothing_is_lost(case):
+    reqs, cfg, transfer = case
+    raw = run_cluster(reqs, cfg, lambda nbytes, s, d: transfer)
+    _check(reqs, cfg, raw)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stressed(swap_on_fabric=True))
+def test_nothing_is_lost_when_swaps_share_the_fabric(case):
     reqs, cfg, transfer = case
     raw = run_cluster(reqs, cfg, lambda nbytes, s, d: transfer)
     _check(reqs, cfg, raw)

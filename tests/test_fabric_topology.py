@@ -194,3 +194,37 @@ def test_fabric_scenario_pair_builds_its_topology(name, kind):
     # 8k tokens × 327,680 B = 2.68 GB: NVLink 4 × 450 GB/s; staged: one shared 25 GB/s NIC
     expected = 2.68435456e9 / (1800e9 if kind == "nvlink" else 25e9) + path.latency_s
     assert _solo_s(topo, 0, 1, 2.68435456e9) == pytest.approx(expected)
+
+
+def test_swap_host_paths_use_each_decode_gpus_pcie_link_and_contend_with_handoffs():
+    # staged handoffs (no RDMA, one shared 400 Gb/s NIC per node) end on the decode GPUs'
+    # PCIe inputs, the same links a swap-in (host → device) copy uses
+    fabric = {**APART, "nic": {"per_gpu": False, "rdma": False}}
+    cfg = parse_topology_config(fabric)
+    layouts = pool_layouts([("prefill", "h100-sxm", 1, 2), ("decode", "h100-sxm", 1, 2)])
+    assert build_topology(cfg, layouts).host_path(1, "h2d") is None  # built only for swap
+    topo = build_topology(cfg, layouts, host_paths=True)
+    assert topo.host_path(0, "d2h") is None  # prefill workers never swap
+    out, back = topo.host_path(1, "d2h"), topo.host_path(1, "h2d")
+    ids = [[topo.links[i].id for i in r.links] for r in (*out.routes, *back.routes)]
+    assert ids == [["n1.g0.pcie.out"], ["n1.g1.pcie.out"], ["n1.g0.pcie.in"], ["n1.g1.pcie.in"]]
+    lat = cfg.pcie.latency_s
+
+    def swap_in_s(with_handoff: bool) -> float:
+        env = simpy.Environment()
+        net = FlowNetwork(env, topo)
+        done = []
+        net.start(1.92e9, back, record=False, on_done=lambda rec: done.append((env.now, rec)))
+        if with_handoff:
+            net.start(4e9, topo.path(0, 1))
+        env.run()
+        assert [rec for _, rec in done] == [None]  # a swap copy leaves no KV record
+        assert all(r.path_kind == "staged" for r in net.records)
+        return done[0][0]
+
+    # alone: each GPU copies 0.96 GB at its PCIe Gen5 48 GB/s
+    assert swap_in_s(False) == pytest.approx(0.96e9 / 48e9 + lat)
+    # beside a handoff: each decode GPU's PCIe input carries one swap shard and one handoff
+    # shard; max-min fair, both get 24 GB/s (the shared 50 GB/s NIC, 2 × 24, is not the
+    # bottleneck), and the handoff (2 GB per shard, 83 ms) outlasts the copy
+    assert swap_in_s(True) == pytest.approx(0.96e9 / 24e9 + lat)

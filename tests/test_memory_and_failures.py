@@ -150,3 +150,34 @@ def test_random_failures_are_reproducible():
     assert a["num_worker_failures"] > 0
     a.pop("wall_s"), b.pop("wall_s")
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN-safe
+
+
+def test_swap_on_a_topology_fabric_runs_over_the_decode_gpus_pcie_links():
+    # the fabric pair's PCIe scenario with small decode memory, long outputs and no
+    # back-pressure: sequences outgrow decode memory and are swapped out and back in
+    r = simulate(
+        REPO / "scenarios" / "fabric" / "pcie.yaml",
+        [
+            "kv.preemption=swap",
+            "router.backpressure=none",
+            "decode_pool.gpu_mem_util=0.5",
+            "workload.rate_per_s=1.5",
+            "workload.output_tokens={dist: uniform, low: 1500, high: 3000}",
+            "sim.duration_s=120",
+        ],
+    )
+    s, raw = r.summary, r.raw
+    assert s["num_preempted"] > 0 and s["num_completed"] == s["num_requests"]
+    busy = dict(zip(raw.link_util.link_ids, raw.link_util.busy_bytes, strict=True))
+    # KV records are the handoffs only (staged, TP4: a quarter per decode GPU)
+    assert {t.path_kind for t in raw.transfers} == {"staged"}
+    kv_per_gpu = sum(t.nbytes for t in raw.transfers if not t.cancelled) / 4
+    for g in range(4):
+        swapped_out = busy[f"n1.g{g}.pcie.out"]  # nothing but swaps leaves a decode GPU
+        assert swapped_out > 1e9
+        # everything swapped out came back in, over the link the handoffs arrive on
+        assert busy[f"n1.g{g}.pcie.in"] - kv_per_gpu == pytest.approx(swapped_out, rel=1e-9)
+    # the decode worker stalled at least as long as its copies take at full PCIe speed
+    decode = next(w for w in raw.workers if w.role == "decode")
+    stalled_s = sum(d for _, d, _, _ in decode.steps.prefill_iters)
+    assert stalled_s >= 2 * busy["n1.g0.pcie.out"] / 48e9

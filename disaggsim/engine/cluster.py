@@ -413,6 +413,32 @@ class Cluster:
     def swap_time(self, w: _Worker, nbytes: float, direction: str) -> float:
         return self.cfg.swap_time(w.cost, nbytes, direction)
 
+    def swap_copy(self, w: _Worker, nbytes: float, direction: str):
+        """An event that fires when ``w`` has copied ``nbytes`` of KV out to host memory
+        (``direction`` ``out``) or back in. On a topology fabric built with host paths
+        every GPU copies its shard over its own PCIe link as a flow sharing the link with
+        KV handoffs (``w.swap_flow`` holds it until done); otherwise it takes
+        :meth:`swap_time` (the profile's pinned-copy fit, uncontended)."""
+        path = None
+        if self.topology is not None:
+            path = self.topology.host_path(w.index, "d2h" if direction == "out" else "h2d")
+        if path is None:
+            return self.env.timeout(self.swap_time(w, nbytes, direction))
+        done = self.env.event()
+
+        def finished(_rec, w=w, done=done) -> None:
+            w.swap_flow = None
+            done.succeed()
+
+        w.swap_flow = self.net.start(nbytes, path, on_done=finished, record=False)
+        return done
+
+    def cancel_swap(self, w: _Worker) -> None:
+        """``w`` failed during a swap copy: its flow stops using the links."""
+        if w.swap_flow is not None:
+            self.net.cancel(w.swap_flow)
+            w.swap_flow = None
+
     # -- request lifecycle ------------------------------------------------------------
 
     def _largest_servable(self) -> tuple[int, int]:
@@ -634,8 +660,10 @@ class Cluster:
         if tr is None or tr[2] != token:
             return  # cancelled, or superseded by a re-send
         src, dst, _ = tr
-        if rid in src.in_batch:  # streamed KV landed as its prefill ends: let it end first
-            ev = self.env.timeout(0)
+        if rid in src.in_batch:
+            # streamed KV landed before its prefill ended (as it ends, or earlier after a
+            # re-send lifted the overlap cap): take it once the prefill batch is over
+            ev = self.env.timeout(max(src.batch_end_at_s - self.env.now, 0.0))
             ev.callbacks.append(lambda _e, rid=rid, token=token: self._transfer_done(rid, token))
             return
         del self._transfers[rid]
@@ -729,6 +757,8 @@ class Cluster:
             if not self.ended[rid]:
                 r.admit(rid)
         for rid in in_batch:
+            # its prefill is lost: a stream orphaned by an earlier decode loss is moot
+            self.orphan_streams.discard(rid)
             if self.ended[rid]:
                 self.bury(rid)
         for rid in held + in_batch:

@@ -169,6 +169,7 @@ class _TokenBatch(_Worker):
         self._running: dict[int, tuple[int, int, int]] = {}  # rid -> (join step, ctx, finish step)
         self._coeffs: dict[int, tuple[float, float]] = {}
         self.swapped: deque[int] = deque()  # preempted by swap: KV on the host
+        self.swap_flow = None  # topology fabric: the swap copy in flight (a FlowHandle)
         self.promised_growth = 0  # blocks the run in progress will still allocate
         super().__init__(*args, **kwargs)
         self._phase_hist = np.zeros(self.bs, dtype=np.int64)  # on_demand block phases
@@ -300,9 +301,10 @@ class _TokenBatch(_Worker):
             victims.append(rid)
             swap_bytes += (cl.prompt_tokens[rid] + cl.generated[rid]) * self.cost.kv_bytes_per_token
         if cl.preemption == "swap":
-            if swap_bytes:
-                yield from self._stall(cl.swap_time(self, swap_bytes, "out"), "swap")
+            # swapped from the copy's start: a failure during it loses them with the rest
             self.swapped.extend(victims)
+            if swap_bytes:
+                yield from self._swap_stall(swap_bytes, "out")
         else:
             for rid in victims:
                 self._recompute(rid)
@@ -315,26 +317,38 @@ class _TokenBatch(_Worker):
         cl = self.cluster
         back = []
         nbytes = 0
-        while self.swapped and self.batch + len(back) < self.max_batch_seqs:
-            rid = self.swapped[0]
+        for rid in self.swapped:
+            if self.batch + len(back) >= self.max_batch_seqs:
+                break
             need = cl.join_blocks(rid)
             # + 1: the returning sequence's own next step may open a block
             if need + 1 + cl.watermark_blocks(self) + self.growth_headroom() > self.free_blocks:
                 break
-            self.swapped.popleft()
             self.kv_used_blocks += need
             back.append(rid)
             nbytes += (cl.prompt_tokens[rid] + cl.generated[rid]) * self.cost.kv_bytes_per_token
         if back:
-            yield from self._stall(cl.swap_time(self, nbytes, "in"), "swap")
+            # they stay swapped until the copy ends: a failure during it loses them
+            yield from self._swap_stall(nbytes, "in")
             for rid in back:
+                self.swapped.popleft()
                 self._join(rid)
 
-    def _stall(self, dur: float, kind: str):
-        """The worker does no token step for ``dur`` (a swap copy)."""
+    def _swap_stall(self, nbytes: float, direction: str):
+        """The worker does no token step while it copies ``nbytes`` of KV to host memory
+        (``out``) or back; logged as a stall from its start to its end (or the failure
+        that cuts it, which also stops the copy)."""
+        cl = self.cluster
+        start = self.env.now
         self._activity = ("stall",)
-        self.steps.prefill_iters.append((self.env.now, dur, 0, 0))
-        yield self.env.timeout(dur)
+        log = self.steps.prefill_iters
+        log.append((start, 0.0, 0, 0))
+        i = len(log) - 1
+        try:
+            yield cl.swap_copy(self, nbytes, direction)
+        finally:
+            log[i] = (start, self.env.now - start, 0, 0)
+            cl.cancel_swap(self)
         self._activity = None
 
     # -- runs of steps ---------------------------------------------------------------
@@ -465,6 +479,7 @@ class PrefillWorker(_PrefillQueue, _Worker):
         self.queue: deque[int] = deque()
         self.held: dict[int, int] = {}  # prefilled, KV here awaiting handoff -> blocks
         self._batch_blocks: dict[int, int] = {}  # in the running prefill -> blocks
+        self.batch_end_at_s = 0.0  # when the running (or last) prefill batch ends
         super().__init__(*args, **kwargs)
 
     @property
@@ -521,6 +536,7 @@ class PrefillWorker(_PrefillQueue, _Worker):
             dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
             self.steps.prefill_iters.append((now, dur, len(batch), tokens))
             self._activity = ("prefill", batch)
+            self.batch_end_at_s = now + dur
             cl.prefill_batch_started(batch, self, dur)
             yield env.timeout(dur)
             self._activity = None
@@ -590,6 +606,8 @@ class DecodeWorker(_TokenBatch):
             self.num_outstanding -= 1
             self._gone(rid)
             self._freed()
+            if self.swapped:  # an idle worker may now have room to swap them back in
+                self.notify()
 
     def kv_arrived(self, rid: int) -> None:
         blocks = self.incoming.pop(rid)

@@ -168,7 +168,7 @@ class _Flow:
 class _Transfer:
     __slots__ = (
         "cap_until_s", "flows", "id", "latency_s", "nbytes", "on_done", "path", "ready_at_s",
-        "source_cap", "start_at_s", "state", "tag",
+        "record", "source_cap", "start_at_s", "state", "tag",
     )  # fmt: skip
 
     def __init__(self, id_: int, nbytes: float, path: Path, tag: int, start_at_s: float) -> None:
@@ -181,9 +181,10 @@ class _Transfer:
         self.latency_s = 0.0
         self.source_cap = math.inf
         self.cap_until_s = -math.inf
-        self.on_done: Callable[[TransferRecord], None] | None = None
+        self.on_done: Callable[[TransferRecord | None], None] | None = None
         self.flows: list[_Flow] = []
         self.state = "pending"  # pending → active → tail → done | cancelled
+        self.record = True
 
 
 class FlowNetwork:
@@ -214,13 +215,14 @@ class FlowNetwork:
         nbytes: float,
         path: Path,
         *,
-        on_done: Callable[[TransferRecord], None] | None = None,
+        on_done: Callable[[TransferRecord | None], None] | None = None,
         start_delay_s: float = 0.0,
         source_rate_cap_bytes_per_s: float | None = None,
         cap_until_s: float | None = None,
         ready_at_s: float | None = None,
         extra_latency_s: float = 0.0,
         tag: int = -1,
+        record: bool = True,
     ) -> FlowHandle:
         """Start moving ``nbytes`` along ``path`` now.
 
@@ -236,6 +238,9 @@ class FlowNetwork:
             from it.
         extra_latency_s
             Fixed time added to the path's hop latency (setup, block gather).
+        record
+            False: not a KV transfer (e.g. a swap copy); it shares the links but leaves no
+            :class:`TransferRecord` (``on_done`` then gets None).
         """
         if nbytes < 0 or start_delay_s < 0 or extra_latency_s < 0:
             raise ValueError("nbytes, start_delay_s and extra_latency_s must be >= 0")
@@ -245,6 +250,7 @@ class FlowNetwork:
         xfer.latency_s = path.latency_s + extra_latency_s
         xfer.ready_at_s = now if ready_at_s is None else ready_at_s
         xfer.on_done = on_done
+        xfer.record = record
         if source_rate_cap_bytes_per_s is not None and cap_until_s is not None:
             if source_rate_cap_bytes_per_s <= 0:
                 raise ValueError("source_rate_cap_bytes_per_s must be > 0")
@@ -400,8 +406,10 @@ class FlowNetwork:
 
     def _record(
         self, xfer: _Transfer, end: float, delivered: float, cancelled: bool
-    ) -> TransferRecord:
+    ) -> TransferRecord | None:
         del self._transfers[xfer.id]
+        if not xfer.record:
+            return None
         p = xfer.path
         rec = TransferRecord(
             transfer_id=xfer.id,

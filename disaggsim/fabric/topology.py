@@ -66,6 +66,7 @@ BLOCK_TOKENS = 16
 PAGEABLE_FACTOR = 0.5
 PCIE_X16_BYTES_PER_S: Mapping[int, float] = MappingProxyType({4: 32 * GB, 5: 64 * GB})
 PATH_KINDS: tuple[str, ...] = ("nvlink", "pcie-p2p", "rdma", "staged", "link-class")
+HOST_PATH_KINDS: tuple[str, ...] = ("d2h", "h2d")  # a worker's GPUs ↔ host memory (swap)
 # Defaults when no catalog GPU is named (as costmodel.kv): NVLink 4, 200 Gb/s HDR, Gen4.
 _PATH_RANK: Mapping[str, int] = MappingProxyType(
     {"nvlink": 0, "link-class": 0, "pcie-p2p": 1, "rdma": 2, "staged": 3}
@@ -143,6 +144,7 @@ class Topology:
     per_block_s: float = 0.0
     overlap: bool = False
     _routes: Mapping[tuple[int, int], Path] = field(default_factory=dict, repr=False)
+    _host: Mapping[tuple[int, str], Path] = field(default_factory=dict, repr=False)
 
     def path(self, src_worker: int, dst_worker: int) -> Path:
         """The path a KV transfer from ``src_worker`` to ``dst_worker`` takes."""
@@ -150,6 +152,11 @@ class Topology:
             return self._routes[(src_worker, dst_worker)]
         except KeyError:
             raise ValueError(f"no path from worker {src_worker} to worker {dst_worker}") from None
+
+    def host_path(self, worker: int, kind: str) -> Path | None:
+        """``kind`` ``d2h`` (swap out) or ``h2d`` (swap in): each GPU of ``worker`` over
+        its own PCIe link to host memory, one route per GPU; None when not built."""
+        return self._host.get((worker, kind))
 
     def transfer_latency_s(self, path: Path, num_tokens: int) -> float:
         """Fixed time of one transfer: hop latencies + setup + gathering its paged blocks
@@ -306,9 +313,12 @@ class _LinkTable:
         return self.index[id_]
 
 
-def build_topology(cfg: FabricTopologyConfig, pools: Mapping[str, PoolLayout]) -> Topology:
+def build_topology(
+    cfg: FabricTopologyConfig, pools: Mapping[str, PoolLayout], host_paths: bool = False
+) -> Topology:
     """Place the workers of ``pools`` (role → layout, in pool order: prefill then decode)
-    and compute every prefill→decode path.
+    and compute every prefill→decode path; with ``host_paths``, also each decode worker's
+    GPU ↔ host paths over its PCIe links (KV swap, :meth:`Topology.host_path`).
 
     Raises :class:`UserError` (one line naming the field) for a TP group larger than a
     node's NVLink domain, a node asked for more GPUs than it has, or a cross-node path
@@ -336,6 +346,11 @@ def build_topology(cfg: FabricTopologyConfig, pools: Mapping[str, PoolLayout]) -
         for d in receivers:
             if s.index != d.index:
                 routes[(s.index, d.index)] = _path(cfg, table, hw, s, d, pageable)
+    host: dict[tuple[int, str], Path] = {}
+    if host_paths:
+        for d in receivers:
+            for kind, way in (("d2h", "out"), ("h2d", "in")):
+                host[(d.index, kind)] = _host_path(cfg, table, hw[d.gpu], d, kind, way)
     return Topology(
         links=tuple(table.links),
         workers=tuple(placed),
@@ -345,7 +360,26 @@ def build_topology(cfg: FabricTopologyConfig, pools: Mapping[str, PoolLayout]) -
         per_block_s=cfg.per_block_s,
         overlap=cfg.overlap,
         _routes=MappingProxyType(routes),
+        _host=MappingProxyType(host),
     )
+
+
+def _host_path(
+    cfg: FabricTopologyConfig,
+    table: _LinkTable,
+    hwn: _NodeHw,
+    w: WorkerPlacement,
+    kind: str,
+    way: str,
+) -> Path:
+    """Every GPU of ``w`` copying its own KV shard over its PCIe link (pinned host memory;
+    ``way`` ``out``: device → host)."""
+    lat = cfg.pcie.latency_s
+    routes = tuple(
+        Route((table.get(f"n{w.node}.g{g}.pcie.{way}", "pcie", hwn.pcie_bytes_per_s, lat),))
+        for g in w.gpus
+    )
+    return Path(kind, w.index, w.index, routes, lat)
 
 
 def _path(
