@@ -140,12 +140,38 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
         raise UserError(f"{label}: {e}") from None
 
 
+def link_windows(scenario: Scenario, topology=None, label: str = "<scenario>") -> tuple:
+    """The scenario's link failure windows, each with the indices of the topology links it
+    names (None: every link); a pattern that matches no link is a one-line error."""
+    import fnmatch
+
+    out = []
+    for i, w in enumerate(scenario.failures.links):
+        links = None
+        if w.links is not None and topology is not None:
+            ids = [link.id for link in topology.links]
+            links = []
+            for pat in w.links:
+                hit = [j for j, lid in enumerate(ids) if fnmatch.fnmatchcase(lid, pat)]
+                if not hit:
+                    shown = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")
+                    raise UserError(
+                        f"{label}: failures.links.{i}.links: {pat!r} matches no link "
+                        f"(links: {shown})"
+                    )
+                links += [j for j in hit if j not in links]
+            links = tuple(links)
+        out.append(LinkWindow(w.start_s, w.duration_s, w.factor, links))
+    return tuple(out)
+
+
 def engine_config(
     scenario: Scenario,
     costs: dict[str, WorkerCost],
     replication: int = 0,
     topology=None,
     autoscalers: tuple = (),
+    label: str = "<scenario>",
 ) -> EngineConfig:
     from disaggsim.catalog import get_model
 
@@ -167,10 +193,7 @@ def engine_config(
         max_queue=scenario.router.max_queue,
         client_timeout_s=scenario.router.client_timeout_s,
         worker_failures=failure_schedule(scenario, costs, replication),
-        link_windows=tuple(
-            LinkWindow(start_s=w.start_s, duration_s=w.duration_s, factor=w.factor)
-            for w in scenario.failures.links
-        ),
+        link_windows=link_windows(scenario, topology, label),
         swap_time=_swap_time_fn(scenario, costs),
         topology=topology,
         autoscalers=autoscalers,
@@ -325,6 +348,7 @@ def simulate(
             replication,
             topology,
             build_autoscalers(s, costs, int(reqs.prompt_tokens.mean()) if len(reqs) else 1),
+            label,
         ),
         transfer,
         progress=progress,

@@ -109,6 +109,14 @@ def stressed(draw, swap_on_fabric: bool = False):
         layouts = pool_layouts([(p.role, "h100-sxm", p.num_workers, 1) for p in pools])
         # swaps then run as flows over the decode GPUs' PCIe links
         topology = build_topology(fab, layouts, host_paths=preemption == "swap")
+        if links and draw(st.booleans()):  # windows on a few named links only
+            n = len(topology.links)
+            links = tuple(
+                LinkWindow(w.start_s, w.duration_s, w.factor, tuple(draw(
+                    st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True)
+                )))
+                for w in links
+            )  # fmt: skip
     cfg = EngineConfig(
         pools=pools,
         topology=topology,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -181,3 +182,53 @@ def test_swap_on_a_topology_fabric_runs_over_the_decode_gpus_pcie_links():
     decode = next(w for w in raw.workers if w.role == "decode")
     stalled_s = sum(d for _, d, _, _ in decode.steps.prefill_iters)
     assert stalled_s >= 2 * busy["n1.g0.pcie.out"] / 48e9
+
+
+def test_link_outage_on_named_links_resends_only_transfers_across_them():
+    # one prefill worker on node 0, two decode workers on node 1 (GPUs 0-3 and 4-7); the
+    # handoffs are staged over PCIe, so decode.1's transfers end on n1.g4..g7.pcie.in
+    pcie = REPO / "scenarios" / "fabric" / "pcie.yaml"
+    base = ["decode_pool.num_workers=2", "sim.duration_s=60", "workload.rate_per_s=2"]
+    first = simulate(pcie, base).raw.transfers
+    t0 = min(t.start_at_s for t in first if t.dst_worker == 2 and t.start_at_s > 5) + 1e-3
+    named = f"failures.links=[{{start_s: {t0!r}, duration_s: 2, links: ['n1.g[4-7].pcie.in']}}]"
+    r = simulate(pcie, [*base, named])
+    cut = [t for t in r.raw.transfers if t.cancelled]
+    assert r.summary["num_resent_transfers"] == len(cut) >= 1
+    assert {t.dst_worker for t in cut} == {2}  # nothing bound for decode.0 was touched
+    assert r.summary["num_completed"] == r.summary["num_requests"]
+    # the same window on every link cuts whatever is in flight then, to either worker
+    every = simulate(pcie, [*base, f"failures.links=[{{start_s: {t0!r}, duration_s: 2}}]"])
+    assert every.summary["num_resent_transfers"] >= len(cut)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "window", "message"),
+    [
+        (
+            "scenarios/ci/disaggregated.yaml",
+            "{start_s: 1, duration_s: 1, links: ['n0.*']}",
+            "failures.links.0.links: naming links needs fabric kind topology",
+        ),
+        (
+            "scenarios/fabric/pcie.yaml",
+            "{start_s: 1, duration_s: 1, links: ['n9.*']}",
+            r"failures.links.0.links: 'n9.\*' matches no link \(links: n0.g0.pcie.out, ",
+        ),
+    ],
+)
+def test_bad_link_targets_are_one_line_errors(scenario, window, message, capsys, tmp_path):
+    rc = main(
+        [
+            "run",
+            str(REPO / scenario),
+            "--set",
+            f"failures.links=[{window}]",
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert re.search(message, err), err

@@ -132,6 +132,12 @@ class LinkFailureConfig(_Model):
     start_s: float = Field(ge=0.0)
     duration_s: float = Field(gt=0.0)
     factor: float = Field(default=0.0, ge=0.0, lt=1.0, description="bandwidth share; 0 = outage")
+    links: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="fabric kind topology: link ids or shell patterns (e.g. n1.nic0.*); "
+        "default every link",
+    )
 
 
 class FailuresConfig(_Model):
@@ -252,6 +258,12 @@ class Scenario(_Model):
                 )
         if self.failures.links and self.architecture != "disaggregated":
             raise ValueError("failures.links: link failures need architecture disaggregated")
+        for i, w in enumerate(self.failures.links):
+            if w.links is not None and getattr(self.fabric, "kind", "link") != "topology":
+                raise ValueError(
+                    f"failures.links.{i}.links: naming links needs fabric kind topology "
+                    "(kind link has one link class)"
+                )
 
     @property
     def pools(self) -> dict[str, PoolConfig]:

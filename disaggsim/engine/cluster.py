@@ -67,11 +67,13 @@ class WorkerFailureEvent:
 
 @dataclass(frozen=True, slots=True)
 class LinkWindow:
-    """The prefill→decode fabric runs at ``factor`` × its bandwidth (0: outage)."""
+    """The prefill→decode fabric runs at ``factor`` × its bandwidth (0: outage); on a
+    topology fabric only ``links`` (indices into its links) when given."""
 
     start_s: float
     duration_s: float
     factor: float
+    links: tuple[int, ...] | None = None
 
     @property
     def end_s(self) -> float:
@@ -640,14 +642,21 @@ class Cluster:
             self.start_transfer(rid, src, dst)
 
     def _link_window(self, window: LinkWindow):
-        """Topology fabric: every link runs at ``factor`` during the window."""
+        """Topology fabric: the window's links (default every link) run at ``factor``; an
+        outage cancels the transfers in flight across them and sends them again."""
         yield self.env.timeout(window.start_s)
-        links = range(len(self.topology.links))
+        links = window.links if window.links is not None else range(len(self.topology.links))
         for i in links:
             self.net.set_link_capacity(i, window.factor)
         if window.factor == 0:
+            hit = set(links)
             for rid in list(self._transfers):
                 src, dst, _ = self._transfers[rid]
+                path = self.topology.path(src.index, dst.index)
+                if window.links is not None and not any(
+                    i in hit for r in path.routes for i in r.links
+                ):
+                    continue
                 self.net.cancel(self._flows.pop(rid))
                 self.counters["num_resent_transfers"] += 1
                 self.start_transfer(rid, src, dst)
