@@ -137,14 +137,7 @@ def _cmd_fit(args) -> int:
     profile_from_dict(base, str(base_path))  # validates the base before we build on it
     df = read_raw(args.raw_dir)
     prof = build_profile(args.gpu, df, base, str(args.raw_dir), _repo_rel(base_path))
-    out = (
-        Path(args.profile_out)
-        if args.profile_out
-        else Path(args.raw_dir) / (args.gpu.replace("-", "_") + ".json")
-    )
-    profile_from_dict(prof, str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(prof, indent=2) + "\n")
+    out = _write_profile(prof, args)
     print(f"wrote {out}")
     for op, err in prof["fit_error"].items():
         if op.startswith("carried:"):
@@ -158,6 +151,21 @@ def _cmd_fit(args) -> int:
         f"  carried from {prof['provenance']['base_profile']}: {', '.join(prof['provenance']['carried'])}"
     )
     return 0
+
+
+def _write_profile(prof: dict, args) -> Path:
+    """Validate ``prof`` and write it to ``--out`` (default ``RAW_DIR/<gpu>.json``)."""
+    from disaggsim.hardware.profile import profile_filename, profile_from_dict  # noqa: PLC0415
+
+    out = (
+        Path(args.profile_out)
+        if args.profile_out
+        else Path(args.raw_dir) / profile_filename(args.gpu)
+    )
+    profile_from_dict(prof, str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(prof, indent=2) + "\n")
+    return out
 
 
 def default_base(gpu: str) -> Path:
@@ -270,7 +278,6 @@ def _cmd_fit_steps(args) -> int:
     from calibration import steps  # noqa: PLC0415
     from disaggsim.hardware.profile import (  # noqa: PLC0415
         load_profile,
-        profile_from_dict,
     )
 
     prof = load_profile(args.gpu, path=args.profile)
@@ -289,14 +296,7 @@ def _cmd_fit_steps(args) -> int:
         f"(torch {f['torch_version']}, {f['date']}; {_repo_rel(Path(args.raw_dir))}/steps.csv, "
         "calibration/steps.py graph_layer_fit)"
     )
-    out = (
-        Path(args.profile_out)
-        if args.profile_out
-        else Path(args.raw_dir) / (args.gpu.replace("-", "_") + ".json")
-    )
-    profile_from_dict(out_dict, str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(out_dict, indent=2) + "\n")
+    out = _write_profile(out_dict, args)
     e = f["error"]
     print(
         f"engines.cuda-graphs.per_layer_s = {1e6 * f['per_layer_s']:.2f} us: median APE "
