@@ -7,6 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
+from disaggsim.cli_run import add_set_option
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -41,14 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="simulated seconds per run (default: the scenario's; --quick: 60)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="override a scenario field first (repeatable)",
-    )
+    add_set_option(p, "override a scenario field first (repeatable)")
     p.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the report"
     )

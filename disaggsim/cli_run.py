@@ -39,18 +39,19 @@ SUMMARY_ROWS = (
 )
 
 
+def add_set_option(p: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY.PATH=VALUE`` (repeatable) into ``overrides``: the scenario override flag
+    shared by run, sweep, compare, regress and plan."""
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help
+    )
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="simulate one scenario and write its results")
     p.add_argument("scenario", type=Path, help="scenario YAML file")
     p.add_argument("--out", type=Path, default=None, help="result folder (default results/<name>)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="override a scenario field, e.g. --set workload.rate_per_s=4 (repeatable)",
-    )
+    add_set_option(p, "override a scenario field, e.g. --set workload.rate_per_s=4 (repeatable)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(

@@ -7,6 +7,7 @@ import math
 from contextlib import contextmanager
 from pathlib import Path
 
+from disaggsim.cli_run import add_set_option
 from disaggsim.errors import UserError
 
 
@@ -37,14 +38,7 @@ def _grid_args(p: argparse.ArgumentParser, required: bool) -> None:
         help="swept scenario field: n evenly spaced values a..b, or a list (repeatable)",
     )
     p.add_argument("--seeds", type=int, default=1, help="seeds per point: scenario seed + 0..N-1")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="fixed override applied before the sweep (repeatable)",
-    )
+    add_set_option(p, "fixed override applied before the sweep (repeatable)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

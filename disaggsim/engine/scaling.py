@@ -217,7 +217,11 @@ class _WindowGaps:
         first = len(log.run_start_at_s)
         while first > 0 and log.run_start_at_s[first - 1] >= since_s:
             first -= 1
-        stalls = [(t, n) for t, _, n, _ in log.prefill_iters if t >= since_s]
+        iters = log.prefill_iters
+        k0 = len(iters)
+        while k0 > 0 and iters[k0 - 1][0] >= since_s:  # from the end: work per window
+            k0 -= 1
+        stalls = [(t, n) for t, _, n, _ in iters[k0:]]
         si = 0
         for i in range(first, len(log.run_start_at_s)):
             start, b, k = log.run_start_at_s[i], log.run_batch[i], log.run_steps[i]
