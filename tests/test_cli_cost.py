@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from disaggsim import cli_cost
+from disaggsim.cli import cost as cli_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import ProfileError
 from tests.costmodel_fixtures import write_fixed_h100

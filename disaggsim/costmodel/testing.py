@@ -29,8 +29,13 @@ class ConstantCost:
         return self.decode_base_s + self.decode_per_seq_s * batch, self.decode_per_context_token_s
 
     def mixed_time_s(
-        self, decode_batch, decode_context_tokens, prefill_seqs, prefill_tokens,
-        prefill_attn_pairs, prefill_cached_tokens=0,
+        self,
+        decode_batch,
+        decode_context_tokens,
+        prefill_seqs,
+        prefill_tokens,
+        prefill_attn_pairs,
+        prefill_cached_tokens=0,
     ):
         t = 0.0
         if decode_batch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from disaggsim.cli.common import add_set_option
 from disaggsim.config.loader import load_scenario
 from disaggsim.errors import UserError
 
@@ -37,14 +38,6 @@ SUMMARY_ROWS = (
     ("util_colocated", "pool busy", "{:.1%}"),
     ("wall_s", "wall time", "{:.2f} s"),
 )
-
-
-def add_set_option(p: argparse.ArgumentParser, help: str) -> None:
-    """``--set KEY.PATH=VALUE`` (repeatable) into ``overrides``: the scenario override flag
-    shared by run, sweep, compare, regress and plan."""
-    p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help
-    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

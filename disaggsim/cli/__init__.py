@@ -1,6 +1,6 @@
 """Command-line entry point: ``disaggsim <command> ...``.
 
-Each command lives in its own module and registers itself through ``add_parser``; this
+Each command lives in its own module of this package and registers itself through ``add_parser``; this
 module only dispatches and turns :class:`UserError` (and profile errors) into one line on
 stderr with exit code 2.
 """
@@ -15,20 +15,16 @@ from disaggsim.hardware.profile import ProfileError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from calibration import cli as cli_calibrate
-    from disaggsim import cli_bench, cli_cost, cli_plan, cli_run, cli_sweep
+    from calibration import cli as calibrate
+    from disaggsim.cli import bench, compare, cost, plan, regress, run, sweep
 
     parser = argparse.ArgumentParser(
         prog="disaggsim",
         description="Simulate disaggregated vs colocated LLM serving clusters.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    cli_run.add_parser(sub)
-    cli_cost.add_parser(sub)
-    cli_calibrate.add_parser(sub)
-    cli_bench.add_parser(sub)
-    cli_sweep.add_parser(sub)
-    cli_plan.add_parser(sub)
+    for command in (run, cost, calibrate, bench, sweep, compare, regress, plan):
+        command.add_parser(sub)
     return parser
 
 

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from disaggsim.cli_run import add_set_option
+from disaggsim.cli.common import add_set_option
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from disaggsim.cli_sweep import _progress
+    from disaggsim.cli.common import progress
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError
     from disaggsim.plan import PlanOptions, plan
@@ -83,7 +83,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         opts = dataclasses.replace(opts, duration_s=args.duration, warmup_s=warm)
     with (
         make_executor(args.workers, args.scheduler) as ex,
-        _progress(args.quiet or args.json) as bar,
+        progress(args.quiet or args.json) as bar,
     ):
         res, advice = plan(
             loaded,

@@ -1,0 +1,106 @@
+"""``disaggsim compare``: several scenarios on one grid, with goodput per GPU (docs/sweeps.md)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from disaggsim.cli.common import executor, executor_args, grid_args, progress
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="several scenarios on the same grid, with goodput per GPU")
+    p.add_argument("scenarios", type=Path, nargs="+", help="scenario YAML files")
+    grid_args(p, required=False)
+    p.add_argument("--same-gpus", action="store_true", help="require the same total GPU count")
+    p.add_argument("--rate-lo", type=float, default=None, help="goodput bisection low end (req/s)")
+    p.add_argument("--rate-hi", type=float, default=None, help="goodput bisection high end (req/s)")
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        help="bisection tolerance, req/s (default 1%% of rate-hi)",
+    )
+    p.add_argument("--out", type=Path, default=Path("results/compare"), help="output folder")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    executor_args(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from disaggsim.sweep.compare import SCENARIO_FILE, compare
+    from disaggsim.sweep.core import RATE_PATH
+    from disaggsim.sweep.grid import parse_params
+    from disaggsim.sweep.output import check_out_dir, write_folder, write_table
+    from disaggsim.sweep.plots import write_sweep_plots
+
+    params = parse_params(args.params)
+    check_out_dir(args.out)
+    with executor(args) as ex, progress(args.quiet) as new_bar:
+        res = compare(
+            args.scenarios,
+            params,
+            seeds=args.seeds,
+            executor=ex,
+            same_gpus=args.same_gpus,
+            rate_lo=args.rate_lo,
+            rate_hi=args.rate_hi,
+            tol_per_s=args.tol,
+            overrides=args.overrides,
+            progress=new_bar("sweeping"),
+            goodput_progress=new_bar("goodput bisection"),
+        )
+
+    def render(tmp: Path) -> list[Path]:
+        files = write_table(res.table, tmp, "compare")
+        g = tmp / "goodput.csv"
+        res.goodput.to_csv(g, index=False)
+        files.append(g)
+        if not args.no_plots and params:
+            files += write_sweep_plots(
+                res.table, [p.path for p in params], tmp, series=[SCENARIO_FILE]
+            )
+        return files
+
+    write_folder(args.out, render)
+    print_goodput(res.goodput, args.out, [p.path for p in params if p.path != RATE_PATH])
+    return 0
+
+
+def _fmt(v: float, fmt: str) -> str:
+    return "-" if v is None or not math.isfinite(v) else fmt.format(v)
+
+
+def print_goodput(g, out_dir: Path | None, param_cols: list[str] | None = None) -> None:
+    """The goodput frame as a rich table: one row per scenario × other swept values."""
+    from rich.console import Console
+    from rich.table import Table
+
+    param_cols = param_cols or []
+    table = Table(
+        title="goodput (highest rate meeting the SLO attainment target)", header_style="bold"
+    )
+    for col in ("scenario", "architecture", *param_cols):
+        table.add_column(col, overflow="fold")
+    for col in ("GPUs", "goodput req/s", "req/s per GPU", "vs best"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in g.to_dict("records"):
+        rate = _fmt(r["goodput_per_s"], "{:.3g}")
+        if r["status"] == "above_range":
+            rate = ">= " + rate
+        elif r["status"] == "below_range":
+            rate = "< rate-lo"
+        table.add_row(
+            str(r["scenario"]),
+            str(r["architecture"]),
+            *(str(r[c]) for c in param_cols),
+            str(r["num_gpus"]),
+            rate,
+            _fmt(r["goodput_per_gpu_per_s"], "{:.3g}"),
+            _fmt(r["ratio_to_best"], "{:.2f}×"),
+        )
+    console = Console()
+    console.print(table)
+    if out_dir is not None:
+        console.print(f"results written to {out_dir}/")

@@ -1,0 +1,52 @@
+"""``disaggsim sweep``: run a scenario over a parameter grid, one tidy table (docs/sweeps.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from disaggsim.cli.common import executor, executor_args, grid_args, progress
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a scenario over a parameter grid → one tidy table + plots"
+    )
+    p.add_argument("scenario", type=Path, help="scenario YAML file")
+    grid_args(p, required=False)
+    p.add_argument(
+        "--out", type=Path, default=None, help="output folder (default results/<name>-sweep)"
+    )
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    executor_args(p)
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from disaggsim.sweep.core import as_source, run_tasks, sweep_tasks, table
+    from disaggsim.sweep.grid import parse_params
+    from disaggsim.sweep.output import check_out_dir, write_folder, write_table
+    from disaggsim.sweep.plots import write_sweep_plots
+
+    params = parse_params(args.params)
+    src = as_source(args.scenario, args.overrides)
+    out = args.out if args.out is not None else Path("results") / f"{src.name}-sweep"
+    check_out_dir(out)
+    keys, tasks = sweep_tasks(src, params, args.seeds)
+    with executor(args) as ex, progress(args.quiet) as new_bar:
+        df = table(keys, run_tasks(tasks, ex, new_bar(f"sweeping {src.name}")))
+    paths = [p.path for p in params]
+
+    def render(tmp: Path) -> list[Path]:
+        files = write_table(df, tmp, "sweep")
+        if not args.no_plots:
+            files += write_sweep_plots(df, paths, tmp)
+        return files
+
+    write_folder(out, render)
+    Console().print(
+        f"{len(df)} runs ({len(tasks) // args.seeds} points × {args.seeds} seeds) written to {out}/"
+    )
+    return 0
