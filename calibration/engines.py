@@ -211,8 +211,8 @@ def graph_gap_rows(data_root: Path, gpu: str) -> pd.DataFrame:
     aic = aic[(aic["dtype"] == "bf16") & (aic["m"] <= GRAPH_GAP_MAX_M)]
     vid = public.vidur_mlp(data_root, gpu)
     vid = vid[vid["n"].notna() & (vid["m"] <= GRAPH_GAP_MAX_M)]
-    vid = vid.groupby(["op", "model", "tp", "m", "n", "k"], as_index=False)["t_s"].median()
-    both = vid.merge(aic, on=["m", "n", "k"])
+    kern = vid.groupby(["op", "model", "tp", "m", "n", "k"], as_index=False)["t_s"].median()
+    both = pd.DataFrame(kern).merge(aic, on=["m", "n", "k"])
     if both.empty:
         raise UserError(f"{gpu}: no GEMM shape is in both the AIConfigurator and Vidur tables")
     return both.rename(columns={"t_s_x": "kernel_s", "t_s_y": "graph_s"})[

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -429,11 +429,12 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks) -> tuple[dict, dict, list[str]]:
         errors[f"copy.{kind}"] = f.error.as_dict()
         measured.append(f"copy.{kind}")
     a = df[df["op"] == "allreduce"]
-    for ng, rows in a.groupby("num_gpus"):
-        f = fit_allreduce(rows["nbytes"], rows["median_s"], int(ng))
-        out.setdefault("allreduce", {})[str(int(ng))] = allreduce_dict(f.params)
-        errors[f"allreduce.{int(ng)}"] = f.error.as_dict()
-        measured.append(f"allreduce.{int(ng)}")
+    for ng_key, rows in a.groupby("num_gpus"):
+        ng = int(cast(float, ng_key))
+        f = fit_allreduce(rows["nbytes"], rows["median_s"], ng)
+        out.setdefault("allreduce", {})[str(ng)] = allreduce_dict(f.params)
+        errors[f"allreduce.{ng}"] = f.error.as_dict()
+        measured.append(f"allreduce.{ng}")
     return out, errors, measured
 
 

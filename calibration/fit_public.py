@@ -38,7 +38,7 @@ import datetime as _dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from calibration import public
 from calibration.fit import (
@@ -104,7 +104,8 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
     dec = public.aic_decode_attention(data_root, gpu)
     dec = dec[dec["framework"] == ATTENTION_FRAMEWORK]
     ops_out["decode_attention"] = {}
-    for dtype, rows in dec.groupby("dtype"):
+    for dtype_key, rows in dec.groupby("dtype"):
+        dtype = str(dtype_key)
         f = fit_decode_attention(
             peaks,
             rows["batch"],
@@ -152,12 +153,11 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
 
     ar = public.aic_allreduce(data_root, gpu)
     ops_out["allreduce"] = {}
-    for n, rows in ar.groupby("num_gpus"):
-        fa = fit_allreduce(rows["nbytes"], rows["t_s"], int(n))
-        ops_out["allreduce"][str(int(n))] = allreduce_dict(fa.params)
-        errors[f"allreduce.{int(n)}"] = _err(
-            fa.error, f"{rows['table'].iloc[0]} (all_reduce, half)"
-        )
+    for n_key, rows in ar.groupby("num_gpus"):
+        n = int(cast(float, n_key))
+        fa = fit_allreduce(rows["nbytes"], rows["t_s"], n)
+        ops_out["allreduce"][str(n)] = allreduce_dict(fa.params)
+        errors[f"allreduce.{n}"] = _err(fa.error, f"{rows['table'].iloc[0]} (all_reduce, half)")
         tables.add(rows["table"].iloc[0])
 
     copies = {k: dict(v) for k, v in base["ops"]["copy"].items()}

@@ -257,7 +257,7 @@ def vidur_mlp(data_root: Path, gpu: str) -> pd.DataFrame:
             if col not in df:
                 continue
             t = df[col].astype(float) * MS
-            row = {
+            row: dict[str, object] = {
                 "op": op,
                 "model": model,
                 "tp": tp.astype(int),
@@ -268,7 +268,7 @@ def vidur_mlp(data_root: Path, gpu: str) -> pd.DataFrame:
             if op in shapes:
                 row.update(n=shapes[op][0], k=shapes[op][1], nbytes=np.nan)
             else:
-                row.update(n=np.nan, k=np.nan, nbytes=elems[op] * 2.0)
+                row.update(n=np.nan, k=np.nan, nbytes=np.asarray(elems[op]) * 2.0)
             out.append(pd.DataFrame(row))
     frame = pd.concat(out, ignore_index=True)
     return frame[frame["t_s"] > 0].reset_index(drop=True)

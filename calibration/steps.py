@@ -265,10 +265,11 @@ def validate_steps(raw_dir: str | Path, gpu: str, profile_path: str | None = Non
     lines.append(
         "per row (ms per layer): shape mode kind batch tokens measured predicted kernels-only"
     )
-    for r in p.itertuples():
+    for r in p.to_dict("records"):
         lines.append(
-            f"  {r.shape} {r.mode} {r.kind} {r.batch} {r.tokens} {1e3 * r.measured_per_layer_s:.4f} "
-            f"{1e3 * r.pred_per_layer_s:.4f} {1e3 * r.kernels_per_layer_s:.4f}"
+            f"  {r['shape']} {r['mode']} {r['kind']} {r['batch']} {r['tokens']} "
+            f"{1e3 * float(r['measured_per_layer_s']):.4f} {1e3 * float(r['pred_per_layer_s']):.4f} "
+            f"{1e3 * float(r['kernels_per_layer_s']):.4f}"
         )
     return "\n".join(lines)
 

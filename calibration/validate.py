@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -137,18 +138,20 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
     rows: list[Row] = []
     pk = prof.peaks
     g = public.aic_gemm(data, gpu)
-    for (fw, dt), t in g.groupby(["framework", "dtype"], sort=True):
+    for key, t in g.groupby(["framework", "dtype"], sort=True):
+        fw, dt = (str(x) for x in cast(tuple, key))
         if dt == "fp8" and pk.fp8_flop_per_s <= 0:
             continue
         a = ape(ops.gemm_time_s(pk, prof.gemm_params(dt), t["m"], t["n"], t["k"], dt), t["t_s"])
         tgt = "gemm" if GEMM_FRAMEWORK.get(dt) == fw else None
         src = f"AIC {fw} {dt}"
         rows.append(_row(gpu, "gemm", src, "all", a, tgt))
-        b = gemm_bucket(t["m"])
+        b = gemm_bucket(t["m"].to_numpy(float))
         for bucket in ("m ≤ 16", "m 17–256", "m > 256"):
             rows.append(_row(gpu, "gemm", src, bucket, a[b == bucket]))
     d = public.aic_decode_attention(data, gpu)
-    for (fw, dt), t in d.groupby(["framework", "dtype"], sort=True):
+    for key, t in d.groupby(["framework", "dtype"], sort=True):
+        fw, dt = (str(x) for x in cast(tuple, key))
         prm = prof.decode_attention_params(dt)
         a = ape(
             ops.decode_attention_time_s(
@@ -165,7 +168,8 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
         tgt = "decode_attention" if fw == ATTENTION_FRAMEWORK else None
         rows.append(_row(gpu, "decode_attention", f"AIC {fw} kv {dt}", "all", a, tgt))
     p = public.aic_prefill_attention(data, gpu)
-    for (fw, kv), t in p.groupby(["framework", "kv_dtype"], sort=True):
+    for key, t in p.groupby(["framework", "kv_dtype"], sort=True):
+        fw, kv = (str(x) for x in cast(tuple, key))
         pprm = prof.prefill_attention_params("bf16")
         a = ape(
             ops.prefill_attention_time_s(
@@ -188,13 +192,14 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
         (public.aic_allreduce(data, gpu), True),
         (public.vidur_allreduce(data, gpu), False),
     ):
-        for (fw, n), t in frame.groupby(["framework", "num_gpus"], sort=True):
-            a = ape(ops.allreduce_time_s(prof.allreduce, t["nbytes"], int(n)), t["t_s"])
+        for key, t in frame.groupby(["framework", "num_gpus"], sort=True):
+            fw, n = str(cast(tuple, key)[0]), int(cast(tuple, key)[1])
+            a = ape(ops.allreduce_time_s(prof.allreduce, t["nbytes"], n), t["t_s"])
             rows.append(
                 _row(
                     gpu,
                     "allreduce",
-                    f"{fw} {int(n)} GPUs",
+                    f"{fw} {n} GPUs",
                     "all",
                     a,
                     "allreduce" if tgt_on else None,
@@ -204,7 +209,7 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
     gm = mlp[mlp["op"].isin(public.VIDUR_GEMM_OPS)]
     a = ape(ops.gemm_time_s(pk, prof.gemm_params("bf16"), gm["m"], gm["n"], gm["k"]), gm["t_s"])
     rows.append(_row(gpu, "gemm", "Vidur mlp.csv GEMMs", "all", a))
-    b = gemm_bucket(gm["m"])
+    b = gemm_bucket(gm["m"].to_numpy(float))
     for bucket in ("m ≤ 16", "m 17–256", "m > 256"):
         rows.append(_row(gpu, "gemm", "Vidur mlp.csv GEMMs", bucket, a[b == bucket]))
     ew = mlp[mlp["op"].isin(public.VIDUR_ELEMENTWISE_OPS)]
@@ -264,7 +269,8 @@ def step_model_vs_vidur(gpu: str, mlp: pd.DataFrame, prof: HardwareProfile) -> l
         .reset_index()
     )
     apes = []
-    for (vm, tp), g in sums.groupby(["model", "tp"], sort=True):
+    for key, g in sums.groupby(["model", "tp"], sort=True):
+        vm, tp = str(cast(tuple, key)[0]), int(cast(tuple, key)[1])
         try:
             w = build_worker_cost(VIDUR_MODEL_IDS[vm], gpu, int(tp), profile=prof)
         except UserError:
@@ -338,7 +344,8 @@ def whole_step_rows(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
             rows.append(
                 _row(gpu, "whole step", f"DistServe {which} kernels only", f"{kind}, all", ak[sel])
             )
-        for (model, tp, kind), g in pts.groupby(["model", "tp", "kind"], sort=True):
+        for key, g in pts.groupby(["model", "tp", "kind"], sort=True):
+            model, tp, kind = (str(x) for x in cast(tuple, key))
             idx = g.index.to_numpy()
             rows.append(_row(gpu, "whole step", label, f"{kind}, {model} TP{tp}", a[idx]))
     return rows
