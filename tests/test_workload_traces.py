@@ -57,15 +57,22 @@ def test_real_trace_rows_and_order(name: str) -> None:
         span = _azure_stamp_s(last[0]) - _azure_stamp_s(first[0])
         assert r.arrival_s[-1] == pytest.approx(span, abs=1e-6)
         assert r.prompt_tokens[-1] == int(last[1]) and r.output_tokens[-1] == int(last[2])
-        assert r.prefix_hashes is None
+        assert r.prefix_chains is None
     else:
         first, last = json.loads(lines[0]), json.loads(lines[-1])
         assert r.arrival_s[-1] == pytest.approx((last["timestamp"] - first["timestamp"]) / 1e3)
-        assert r.prefix_hashes is not None and len(r.prefix_hashes) == len(r)
-        assert r.prefix_hashes[0] == tuple(first["hash_ids"])
-        # README: one hash per 512-token block
-        blocks = np.array([len(h) for h in r.prefix_hashes])
-        assert np.mean(blocks == np.ceil(r.prompt_tokens / 512)) > 0.99
+        assert r.prefix_chains is not None and len(r.prefix_chains) == len(r)
+        # README: one hash per 512-token block (the reader refuses any other count)
+        assert np.array_equal(r.prefix_chains.num_blocks, np.ceil(r.prompt_tokens / 512))
+        # canonical ids rename the published hashes one to one (they are prefix hashes)
+        raw = [json.loads(line)["hash_ids"] for line in lines]
+        order = np.argsort([json.loads(line)["timestamp"] for line in lines], kind="stable")
+        pairs = {
+            (h, c)
+            for i, row in enumerate(order)
+            for h, c in zip(raw[row], r.prefix_chains.chain(i), strict=True)
+        }
+        assert len({h for h, _ in pairs}) == len({c for _, c in pairs}) == len(pairs)
 
 
 @needs_traces
@@ -115,7 +122,9 @@ def test_relative_path_resolves_against_base_dir_and_clipping() -> None:
     r = generate_requests(cfg, duration_s=math.inf, seed=0, base_dir=TRACES)
     assert len(r) == 100
     assert r.prompt_tokens.max() == 4096 and r.output_tokens.max() == 64
-    assert r.prefix_hashes is not None and len(r.prefix_hashes) == 100
+    assert r.prefix_chains is not None and len(r.prefix_chains) == 100
+    # clipped prompts keep ceil(4096 / 512) = 8 blocks at most
+    assert r.prefix_chains.num_blocks.max() == 8
 
 
 def test_replay_of_a_small_file_by_hand(tmp_path: Path) -> None:
@@ -130,7 +139,7 @@ def test_replay_of_a_small_file_by_hand(tmp_path: Path) -> None:
     r = read_trace(f)
     np.testing.assert_allclose(r.arrival_s, [0, 0.5, 2.0, 3.0])
     np.testing.assert_array_equal(r.output_tokens, [1, 5, 6, 7])  # 0 clamped to 1
-    assert r.prefix_hashes is None
+    assert r.prefix_chains is None
     cfg = trace_cfg(path="t.jsonl", start_s=0.5, rate_scale=0.5)
     g = generate_requests(cfg, duration_s=4.0, seed=0, base_dir=tmp_path)
     # window [0.5, 0.5 + 4 * 0.5) holds 0.5 and 2.0; times (t - 0.5) / 0.5
@@ -199,6 +208,10 @@ M_GOOD = '{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": [1
         (M_GOOD + '{"timestamp": "x", "input_length": 5, "output_length": 2, "hash_ids": []}\n', 2, "timestamp"),
         (M_GOOD + '{"timestamp": 1, "input_length": 5, "output_length": 2}\n', 2, "hash_ids"),
         (M_GOOD + "[1, 2]\n", 2, "JSON object"),
+        # hash_ids must hold ceil(input_length / 512) ids
+        (M_GOOD + '{"timestamp": 1, "input_length": 513, "output_length": 2, "hash_ids": [1]}\n', 2, "hash_ids has 1 ids but input_length 513 needs ceil(513/512) = 2"),
+        (M_GOOD + '{"timestamp": 1, "input_length": 512, "output_length": 2, "hash_ids": [1, 2]}\n', 2, "hash_ids has 2 ids"),
+        (M_GOOD + '{"timestamp": 1, "input_length": 7, "output_length": 2, "hash_ids": []}\n', 2, "hash_ids has 0 ids"),
     ],
 )  # fmt: skip
 def test_bad_mooncake_rows(tmp_path: Path, body: str, line: int, words: str) -> None:
@@ -221,3 +234,41 @@ def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
     empty.write_text(HEADER)
     with pytest.raises(UserError, match="no requests"):
         read_trace(empty)
+
+
+def test_mooncake_hashes_become_canonical_prefix_ids(tmp_path: Path) -> None:
+    """Hand-built: equal raw hashes after different parents, or covering a different
+    token count, are different prefixes; equal prefixes share ids."""
+    f = tmp_path / "h.jsonl"
+    rows = [
+        (0, 1024, [7, 8]),  # A: blocks 7, 8 (512 + 512 tokens)
+        (1, 1000, [7, 8]),  # B: same first block; its last block covers 488 tokens
+        (2, 1024, [9, 8]),  # C: raw 8 after another parent
+        (3, 1536, [7, 8, 5]),  # D: extends A
+        (4, 0, []),  # E: empty prompt (clamped to 1 token), a block of its own
+    ]
+    f.write_text(
+        "".join(
+            json.dumps({"timestamp": t, "input_length": n, "output_length": 1, "hash_ids": h})
+            + "\n"
+            for t, n, h in rows
+        )
+    )
+    r = read_trace(f)
+    c = r.prefix_chains
+    assert c is not None and c.block_tokens == 512
+    chains = [c.chain(i) for i in range(len(r))]
+    assert chains == [[0, 1], [0, 2], [3, 4], [0, 1, 5], [6]]
+    assert c.num_ids == 7
+    # a subset keeps the ids
+    sub = c.take(np.array([3, 0]))
+    assert [sub.chain(0), sub.chain(1)] == [[0, 1, 5], [0, 1]]
+    clipped = generate_requests(
+        trace_cfg(path=str(f), max_prompt_tokens=1000), duration_s=math.inf, seed=0
+    )
+    assert clipped.prefix_chains is not None
+    got = [clipped.prefix_chains.chain(i) for i in range(5)]
+    # A and D cut to 1000 tokens end in the same shortened block; B's 488-token block
+    # is its own content (the trace cannot say it equals A's first 488 tokens)
+    assert got[0] == got[3] and got[0][0] == got[1][0] and got[0][1] != got[1][1]
+    assert len({got[0][1], got[1][1], got[2][1]}) == 3

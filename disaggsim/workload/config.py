@@ -267,6 +267,9 @@ class TraceWorkload(_Frozen):
     max_prompt_tokens: TokenCount | None = None
     max_output_tokens: TokenCount | None = None
     num_requests: TokenCount | None = None
+    hash_block_tokens: TokenCount = 512
+    """Tokens per prefix-hash block (Mooncake ``hash_ids``: 512); a row must carry
+    ``ceil(input_length / hash_block_tokens)`` hashes."""
 
     @model_validator(mode="after")
     def _check(self) -> TraceWorkload:

@@ -15,6 +15,7 @@ import numpy as np
 
 from disaggsim.errors import UserError
 from disaggsim.workload.arrivals import DiurnalSchedule, RateSchedule, Schedule, arrival_times
+from disaggsim.workload.chains import canonical_chains
 from disaggsim.workload.config import (
     DiurnalRate,
     EmpiricalLengths,
@@ -167,15 +168,20 @@ def _synthetic(
 
 
 def _clip(requests: Requests, max_prompt: int | None, max_output: int | None) -> Requests:
+    prompt = requests.prompt_tokens
+    chains = requests.prefix_chains
+    if max_prompt is not None and int(prompt.max(initial=0)) > max_prompt:
+        prompt = np.minimum(prompt, max_prompt)
+        if chains is not None:
+            # A prompt cut mid-block ends in a shorter block: re-key it (chains.py).
+            chains = canonical_chains(chains, prompt, chains.block_tokens)
     return Requests(
         arrival_s=requests.arrival_s,
-        prompt_tokens=requests.prompt_tokens
-        if max_prompt is None
-        else np.minimum(requests.prompt_tokens, max_prompt),
+        prompt_tokens=prompt,
         output_tokens=requests.output_tokens
         if max_output is None
         else np.minimum(requests.output_tokens, max_output),
-        prefix_hashes=requests.prefix_hashes,
+        prefix_chains=chains,
     )
 
 
@@ -188,7 +194,7 @@ def _replay(cfg: TraceWorkload, *, duration_s: float, base_dir: Path | None) -> 
     path = Path(cfg.path).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
-    trace = read_trace(path, cfg.format)
+    trace = read_trace(path, cfg.format, cfg.hash_block_tokens)
     t = trace.arrival_s
     last_s = float(t[-1])
     if cfg.start_s > last_s:
@@ -219,11 +225,11 @@ def _replay(cfg: TraceWorkload, *, duration_s: float, base_dir: Path | None) -> 
     index = np.flatnonzero(keep)
     if cfg.num_requests is not None:
         index = index[: cfg.num_requests]
-    hashes = trace.prefix_hashes
+    chains = trace.prefix_chains
     requests = Requests(
         arrival_s=(t[index] - cfg.start_s) / rate_scale,
         prompt_tokens=trace.prompt_tokens[index],
         output_tokens=trace.output_tokens[index],
-        prefix_hashes=None if hashes is None else tuple(hashes[i] for i in index),
+        prefix_chains=None if chains is None else chains.take(index),
     )
     return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)

@@ -7,7 +7,8 @@ request (the first row, in the sorted files published), rows sorted stably by ar
   ``2023-11-16 18:17:03.9799600`` (ISO 8601, any number of fraction digits).
 - Mooncake JSONL: one object per line with ``timestamp`` (milliseconds),
   ``input_length``, ``output_length`` and optionally ``hash_ids`` (prefix hashes of
-  512-token blocks), kept as ``Requests.prefix_hashes``.
+  512-token blocks, ``ceil(input_length / 512)`` of them), kept as canonical prefix ids
+  in ``Requests.prefix_chains`` (:mod:`disaggsim.workload.chains`).
 
 Zero token counts are clamped to 1: ``output_tokens`` counts the first token, which every
 request produces, and an empty prompt still costs a forward pass. Negative, missing or
@@ -26,11 +27,14 @@ import numpy as np
 import pandas as pd
 
 from disaggsim.errors import UserError
+from disaggsim.workload.chains import canonical_chains
 from disaggsim.workload.requests import Requests
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 TRACE_FORMATS = ("azure", "mooncake", "auto")
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` block in the published Mooncake traces."""
 
 
 def detect_format(path: Path) -> str:
@@ -46,13 +50,16 @@ def detect_format(path: Path) -> str:
     )
 
 
-def read_trace(path: str | Path, format: str = "auto") -> Requests:
+def read_trace(
+    path: str | Path, format: str = "auto", block_tokens: int = MOONCAKE_BLOCK_TOKENS
+) -> Requests:
     """Read a trace file into :class:`Requests` (arrivals from 0, sorted).
 
     Parameters
     ----------
     path : the trace file.
     format : ``"azure"``, ``"mooncake"`` or ``"auto"`` (by extension).
+    block_tokens : tokens per ``hash_ids`` block (Mooncake: 512).
     """
     path = Path(path)
     if format not in TRACE_FORMATS:
@@ -63,7 +70,7 @@ def read_trace(path: str | Path, format: str = "auto") -> Requests:
         format = detect_format(path)
     if format == "azure":
         return _read_azure(path)
-    return _read_mooncake(path)
+    return _read_mooncake(path, block_tokens)
 
 
 def _finish(
@@ -71,18 +78,23 @@ def _finish(
     arrival_s: np.ndarray,
     prompt: np.ndarray,
     output: np.ndarray,
-    hashes: list[tuple[int, ...]] | None,
+    hashes: list[list[Any]] | None = None,
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
 ) -> Requests:
     if len(arrival_s) == 0:
         raise UserError(f"{path}: the trace has no requests")
     order = np.argsort(arrival_s, kind="stable")
     arrival_s = arrival_s[order]
     arrival_s = arrival_s - arrival_s[0]
+    prompt_tokens = np.maximum(prompt[order], 1).astype(np.int64)
+    chains = None
+    if hashes is not None:
+        chains = canonical_chains([hashes[i] for i in order], prompt_tokens, block_tokens)
     return Requests(
         arrival_s=arrival_s,
-        prompt_tokens=np.maximum(prompt[order], 1).astype(np.int64),
+        prompt_tokens=prompt_tokens,
         output_tokens=np.maximum(output[order], 1).astype(np.int64),
-        prefix_hashes=None if hashes is None else tuple(hashes[i] for i in order),
+        prefix_chains=chains,
     )
 
 
@@ -168,11 +180,11 @@ def _count(path: Path, line_no: int, record: dict[str, Any], key: str) -> float:
     return value
 
 
-def _read_mooncake(path: Path) -> Requests:
+def _read_mooncake(path: Path, block_tokens: int) -> Requests:
     times_ms: list[float] = []
     prompt: list[float] = []
     output: list[float] = []
-    hashes: list[tuple[int, ...]] = []
+    hashes: list[list[Any]] = []
     has_hashes: bool | None = None
     with path.open(encoding="utf-8", errors="replace") as f:
         for line_no, line in enumerate(f, start=1):
@@ -201,11 +213,22 @@ def _read_mooncake(path: Path) -> Requests:
                         f"{path}:{line_no}: hash_ids must be a list of integers "
                         "(present on every line once the first line has it)"
                     )
-                hashes.append(tuple(ids))
+                length = int(prompt[-1])
+                need = -(-length // block_tokens)
+                if len(ids) != need:
+                    raise UserError(
+                        f"{path}:{line_no}: hash_ids has {len(ids)} ids but input_length "
+                        f"{length} needs ceil({length}/{block_tokens}) = {need} "
+                        f"(one per {block_tokens}-token block)"
+                    )
+                # An empty prompt is clamped to one token below: give it a block of its
+                # own, shared with nothing.
+                hashes.append(ids if ids else [("empty-prompt", line_no)])
     return _finish(
         path,
         np.asarray(times_ms, dtype=np.float64) * 1e-3,
         np.asarray(prompt, dtype=np.int64),
         np.asarray(output, dtype=np.int64),
         hashes if has_hashes else None,
+        block_tokens,
     )
