@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ from disaggsim.engine.cluster import (
 from disaggsim.errors import UserError
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
 from disaggsim.metrics.summary import summarize
+from disaggsim.metrics.summary_table import Summary
 from disaggsim.workload import generate_requests
 from disaggsim.workload.requests import Requests
 
@@ -49,7 +50,7 @@ class SimulationResult:
     raw_scenario: dict
     requests: pd.DataFrame  # one row per request (docs/metrics.md)
     timeseries: pd.DataFrame  # per-worker samples at state changes
-    summary: dict
+    summary: Summary
     gaps: GapDistribution
     raw: RawResult
     wall_s: float
@@ -355,9 +356,8 @@ def simulate(
         progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
     )
     frame, gaps = request_frame(raw, s.sim.warmup_s)
-    summary = summarize(frame, gaps, raw, s)
     wall = time.perf_counter() - t0
-    summary["wall_s"] = wall
+    summary = replace(summarize(frame, gaps, raw, s), wall_s=wall)
     return SimulationResult(
         scenario=s,
         raw_scenario=loaded.raw,
@@ -488,7 +488,9 @@ def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = T
         if links is not None:
             links.to_parquet(tmp / "links.parquet", index=False)
             transfers_frame(result.raw).to_parquet(tmp / "transfers.parquet", index=False)
-        (tmp / "summary.json").write_text(json.dumps(_jsonable(result.summary), indent=2) + "\n")
+        (tmp / "summary.json").write_text(
+            json.dumps(_jsonable(result.summary.to_dict()), indent=2) + "\n"
+        )
         resolved = result.scenario.model_dump(mode="json")
         (tmp / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
         if plots:

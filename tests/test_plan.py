@@ -13,6 +13,7 @@ import yaml
 from disaggsim.cli import main
 from disaggsim.config.loader import load_scenario
 from disaggsim.errors import UserError
+from disaggsim.metrics.summary_table import SUMMARY_KEYS, Summary
 from disaggsim.plan import PlanOptions, analytic_guess, plan
 from disaggsim.plan.analytic import split_budget
 from disaggsim.plan.report import pareto_front, recommended_scenario
@@ -154,7 +155,8 @@ def test_recommended_yaml_loads_and_runs(verdicts, tmp_path):
 
 def _cr(g: float, itl: float) -> CandidateResult:
     c = Candidate("colocate_chunked", 1, 1, chunk_tokens=512)
-    return CandidateResult(c, g, g, "found", {"itl_p99_s": itl})
+    zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
+    return CandidateResult(c, g, g, "found", Summary.from_dict({**zeros, "itl_p99_s": itl}))
 
 
 def test_pareto_front_by_hand():

@@ -54,16 +54,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     res = simulate(loaded)
     wall = time.perf_counter() - t0
-    n = res.summary["num_requests"]
+    n = res.summary.num_requests
     out = {
         "num_requests": n,
-        "num_completed": res.summary["num_completed"],
+        "num_completed": res.summary.num_completed,
         "wall_s": wall,
         "simulated_requests_per_s": n / wall,
-        "simulated_s": res.summary["sim_end_s"],
+        "simulated_s": res.summary.sim_end_s,
         "peak_rss_bytes": peak_rss_bytes(),
-        "ttft_p99_s": res.summary["ttft_p99_s"],
-        "itl_p99_s": res.summary["itl_p99_s"],
+        "ttft_p99_s": res.summary.ttft_p99_s,
+        "itl_p99_s": res.summary.itl_p99_s,
     }
     if args.json:
         print(json.dumps(out))

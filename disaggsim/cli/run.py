@@ -8,36 +8,7 @@ from pathlib import Path
 from disaggsim.cli.common import add_set_option
 from disaggsim.config.loader import load_scenario
 from disaggsim.errors import UserError
-
-SUMMARY_ROWS = (
-    ("num_requests", "requests (measured)", "{:d}"),
-    ("num_completed", "completed", "{:d}"),
-    ("num_rejected", "rejected", "{:d}"),
-    ("num_unfinished", "unfinished at horizon", "{:d}"),
-    ("num_gpus", "GPUs", "{:d}"),
-    ("ttft_p50_s", "TTFT p50", "{:.3f} s"),
-    ("ttft_p90_s", "TTFT p90", "{:.3f} s"),
-    ("ttft_p99_s", "TTFT p99", "{:.3f} s"),
-    ("itl_p50_s", "ITL p50", "{:.1f} ms"),
-    ("itl_p90_s", "ITL p90", "{:.1f} ms"),
-    ("itl_p99_s", "ITL p99", "{:.1f} ms"),
-    ("tpot_p50_s", "TPOT p50", "{:.1f} ms"),
-    ("tpot_p99_s", "TPOT p99", "{:.1f} ms"),
-    ("e2e_p50_s", "end-to-end p50", "{:.2f} s"),
-    ("e2e_p99_s", "end-to-end p99", "{:.2f} s"),
-    ("kv_transfer_p99_s", "KV handoff p99", "{:.1f} ms"),
-    ("kv_exposed_p99_s", "KV handoff exposed p99", "{:.1f} ms"),
-    ("num_retried", "retried (failures)", "{:d}"),
-    ("num_preempted", "preempted", "{:d}"),
-    ("num_abandoned", "abandoned", "{:d}"),
-    ("slo_attainment", "SLO attainment", "{:.1%}"),
-    ("requests_per_s", "throughput", "{:.2f} req/s"),
-    ("output_tokens_per_s", "output tokens", "{:.0f} tok/s"),
-    ("util_prefill", "prefill pool busy", "{:.1%}"),
-    ("util_decode", "decode pool busy", "{:.1%}"),
-    ("util_colocated", "pool busy", "{:.1%}"),
-    ("wall_s", "wall time", "{:.2f} s"),
-)
+from disaggsim.metrics.summary_table import Summary, cli_rows
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,33 +28,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def format_value(key: str, fmt: str, value) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    if "ms" in fmt and key.endswith("_s"):
-        value = value * 1e3
-    try:
-        return fmt.format(value)
-    except (ValueError, TypeError):
-        return str(value)
-
-
-def print_summary(summary: dict, title: str, out_dir: Path | None) -> None:
+def print_summary(summary: Summary, title: str, out_dir: Path | None) -> None:
+    """The summary table (rows from :func:`disaggsim.metrics.summary_table.cli_rows`)
+    and the SLO verdict."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key, label, fmt in SUMMARY_ROWS:
-        if key in summary:
-            table.add_row(label, format_value(key, fmt, summary[key]))
+    for label, value in cli_rows(summary):
+        table.add_row(label, value)
     console = Console()
     console.print(table)
     slo = (
-        f"SLO: TTFT <= {summary['slo_ttft_s'] * 1e3:g} ms and {summary['slo_itl_statistic']} <= "
-        f"{summary['slo_itl_s'] * 1e3:g} ms for {summary['slo_attainment_target']:.0%} of requests: "
-        + ("[green]met[/green]" if summary["slo_attained"] else "[red]missed[/red]")
+        f"SLO: TTFT <= {summary.slo_ttft_s * 1e3:g} ms and {summary.slo_itl_statistic} <= "
+        f"{summary.slo_itl_s * 1e3:g} ms for {summary.slo_attainment_target:.0%} of requests: "
+        + ("[green]met[/green]" if summary.slo_attained else "[red]missed[/red]")
     )
     console.print(slo)
     if out_dir is not None:
@@ -125,5 +86,5 @@ def cmd_run(args: argparse.Namespace) -> int:
         from disaggsim.trace_export import write_trace
 
         write_trace(result, args.trace)
-    print_summary(result.summary, f"{s.name} ({result.summary['architecture']})", out)
+    print_summary(result.summary, f"{s.name} ({result.summary.architecture})", out)
     return 0

@@ -14,6 +14,7 @@ import pandas as pd
 from disaggsim.config.scenario import Scenario
 from disaggsim.engine.cluster import RawResult
 from disaggsim.metrics.reconstruct import GapDistribution, percentile
+from disaggsim.metrics.summary_table import Summary
 
 
 def slo_met(frame: pd.DataFrame, scenario: Scenario) -> np.ndarray:
@@ -26,113 +27,163 @@ def slo_met(frame: pd.DataFrame, scenario: Scenario) -> np.ndarray:
 
 def summarize(
     frame: pd.DataFrame, gaps: GapDistribution, raw: RawResult, scenario: Scenario
-) -> dict[str, float | int | str | bool]:
+) -> Summary:
     m = frame[frame["measured"]]
     done = m[m["status"] == "completed"]
     slo = scenario.slo
     met = slo_met(m, scenario)
     attainment = float(met.mean()) if len(m) else float("nan")
     span = (done["finish_at_s"].max() - m["arrival_at_s"].min()) if len(done) else float("nan")
-    out: dict[str, float | int | str | bool] = {
-        "scenario": scenario.name,
-        "architecture": scenario.architecture
-        + (f"-{scenario.pool.scheduler}" if scenario.pool is not None else ""),
-        "seed": scenario.seed,
-        "num_gpus": scenario.num_gpus,
-        "num_requests": int(len(m)),
-        "num_completed": int(len(done)),
-        "num_rejected": int((m["status"] == "rejected").sum()),
-        "num_abandoned": int((m["status"] == "abandoned").sum()),
-        "num_unfinished": int((m["status"] == "unfinished").sum()),
-        "num_retried": int((m["num_retries"] > 0).sum()),
-        "num_retries": int(m["num_retries"].sum()),
-        "num_preempted": int((m["num_preemptions"] > 0).sum()),
-        "num_preemptions": int(m["num_preemptions"].sum()),
-    }
-    for reason, count in m.loc[m["reason"] != "", "reason"].value_counts().sort_index().items():
-        out[f"num_reason_{reason}"] = int(count)
+    reasons = m.loc[m["reason"] != "", "reason"].value_counts().sort_index()
     retried = done[done["num_retries"] > 0]
+    retried_stats: dict[str, float] = {}
     if len(retried):
-        out["retried_ttft_p99_s"] = percentile(retried["ttft_s"].to_numpy(float), 99)
-        out["retried_max_itl_p50_s"] = percentile(retried["max_itl_s"].to_numpy(float), 50)
-        out["retried_e2e_p50_s"] = percentile(retried["e2e_s"].to_numpy(float), 50)
+        retried_stats = {
+            "retried_ttft_p99_s": percentile(retried["ttft_s"].to_numpy(float), 99),
+            "retried_max_itl_p50_s": percentile(retried["max_itl_s"].to_numpy(float), 50),
+            "retried_e2e_p50_s": percentile(retried["e2e_s"].to_numpy(float), 50),
+        }
+    near_failures = None
     if raw.failures:
         # requests arriving from 5 s before a failure to 30 s after it
         near = np.zeros(len(done), dtype=bool)
         arr = done["arrival_at_s"].to_numpy()
         for at, _ in raw.failures:
             near |= (arr >= at - 5.0) & (arr < at + 30.0)
-        out["ttft_p99_near_failures_s"] = percentile(done["ttft_s"].to_numpy(float)[near], 99)
+        near_failures = percentile(done["ttft_s"].to_numpy(float)[near], 99)
+    unknown = sorted(set(raw.counters) - set(COUNTERS))
+    if unknown:
+        raise RuntimeError(f"engine counters {unknown} have no row in the summary table")
     rs = raw.router_samples
-    out["router_queue_max"] = int(max(rs.queue_len, default=0))
-    out["orphaned_kv_bytes_max"] = int(max(rs.orphaned_kv_bytes, default=0))
-    for key, value in raw.counters.items():
-        out[key] = int(value)
-    for col, key in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):
-        vals = done[col].to_numpy(float)
-        for q in (50, 90, 99):
-            out[f"{key}_p{q}_s"] = percentile(vals, q)
-        out[f"{key}_mean_s"] = float(np.nanmean(vals)) if np.isfinite(vals).any() else float("nan")
-    for q in (50, 90, 99):
-        out[f"itl_p{q}_s"] = gaps.percentile(q)
-    out["itl_max_s"] = float(gaps.values_s.max()) if gaps.count else float("nan")
+    lat = {
+        f"{key}_{stat}_s": value
+        for col, key in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e"))
+        for stat, value in _stats(done[col].to_numpy(float)).items()
+    }
+    itl = {f"itl_p{q}_s": gaps.percentile(q) for q in (50, 90, 99)}
     q = slo.percentile
-    ttft_q = percentile(done["ttft_s"].to_numpy(float), q)
-    itl_q = gaps.percentile(q)
-    out.update(
-        {
-            "slo_ttft_s": slo.ttft_s,
-            "slo_itl_s": slo.itl_s,
-            "slo_itl_statistic": slo.itl_statistic,
-            "slo_percentile": q,
-            "ttft_at_slo_percentile_s": ttft_q,
-            "itl_at_slo_percentile_s": itl_q,
-            "slo_attainment": attainment,
-            "slo_attainment_target": slo.attainment_target,
-            "slo_attained": bool(attainment >= slo.attainment_target),
-            "output_tokens_per_s": float(done["output_tokens"].sum() / span)
-            if span and span > 0
-            else float("nan"),
-            "requests_per_s": float(len(done) / span) if span and span > 0 else float("nan"),
-            "offered_requests_per_s": _offered_rate(m),
-        }
-    )
-    if scenario.architecture == "disaggregated":
-        tr = done["transfer_s"].to_numpy(float)
-        out["kv_transfer_p50_s"] = percentile(tr, 50)
-        out["kv_transfer_p99_s"] = percentile(tr, 99)
-        # exposed: the part of the handoff after the KV was complete (prefill end)
-        exposed = done["transfer_end_at_s"] - np.maximum(
-            done["prefill_end_at_s"], done["transfer_start_at_s"]
-        )
-        out["kv_exposed_p50_s"] = percentile(exposed.to_numpy(float), 50)
-        out["kv_exposed_p99_s"] = percentile(exposed.to_numpy(float), 99)
-        kv_bpt = raw.kv_bytes_per_token.get("prefill", 0)
-        out["kv_transfer_bytes_mean"] = (
-            float((done["prompt_tokens"] * kv_bpt).mean()) if len(done) else float("nan")
-        )
-        out["link_util_max"] = float("nan")
-        if raw.link_util is not None:
-            from disaggsim.fabric.flows import fabric_summary
-
-            fab = fabric_summary(raw.transfers, raw.link_util, raw.end_at_s)
-            out["link_util_max"] = fab["link_util_max"]
+    rate_ok = bool(span and span > 0)
     end = raw.end_at_s
-    # GPU-hours and mean pool sizes (workers holding GPUs: starting, serving, draining)
-    out["gpu_hours"] = float(
-        sum((min(rel, end) - at) * gpus for _, _, gpus, at, rel in raw.allocations) / 3600.0
+    roles = sorted({w.role for w in raw.workers})
+    handoff = _handoff(done, raw, scenario)
+    return Summary(
+        scenario=scenario.name,
+        architecture=scenario.architecture
+        + (f"-{scenario.pool.scheduler}" if scenario.pool is not None else ""),
+        seed=scenario.seed,
+        num_gpus=scenario.num_gpus,
+        num_requests=int(len(m)),
+        num_completed=int(len(done)),
+        num_rejected=int((m["status"] == "rejected").sum()),
+        num_abandoned=int((m["status"] == "abandoned").sum()),
+        num_unfinished=int((m["status"] == "unfinished").sum()),
+        num_retried=int((m["num_retries"] > 0).sum()),
+        num_retries=int(m["num_retries"].sum()),
+        num_preempted=int((m["num_preemptions"] > 0).sum()),
+        num_preemptions=int(m["num_preemptions"].sum()),
+        num_reason={str(r): int(c) for r, c in reasons.items()},
+        retried_ttft_p99_s=retried_stats.get("retried_ttft_p99_s"),
+        retried_max_itl_p50_s=retried_stats.get("retried_max_itl_p50_s"),
+        retried_e2e_p50_s=retried_stats.get("retried_e2e_p50_s"),
+        ttft_p99_near_failures_s=near_failures,
+        router_queue_max=int(max(rs.queue_len, default=0)),
+        orphaned_kv_bytes_max=int(max(rs.orphaned_kv_bytes, default=0)),
+        num_resent_transfers=int(raw.counters["num_resent_transfers"]),
+        num_worker_failures=int(raw.counters["num_worker_failures"]),
+        ttft_p50_s=lat["ttft_p50_s"],
+        ttft_p90_s=lat["ttft_p90_s"],
+        ttft_p99_s=lat["ttft_p99_s"],
+        ttft_mean_s=lat["ttft_mean_s"],
+        tpot_p50_s=lat["tpot_p50_s"],
+        tpot_p90_s=lat["tpot_p90_s"],
+        tpot_p99_s=lat["tpot_p99_s"],
+        tpot_mean_s=lat["tpot_mean_s"],
+        e2e_p50_s=lat["e2e_p50_s"],
+        e2e_p90_s=lat["e2e_p90_s"],
+        e2e_p99_s=lat["e2e_p99_s"],
+        e2e_mean_s=lat["e2e_mean_s"],
+        itl_p50_s=itl["itl_p50_s"],
+        itl_p90_s=itl["itl_p90_s"],
+        itl_p99_s=itl["itl_p99_s"],
+        itl_max_s=float(gaps.values_s.max()) if gaps.count else float("nan"),
+        slo_ttft_s=slo.ttft_s,
+        slo_itl_s=slo.itl_s,
+        slo_itl_statistic=slo.itl_statistic,
+        slo_percentile=q,
+        ttft_at_slo_percentile_s=percentile(done["ttft_s"].to_numpy(float), q),
+        itl_at_slo_percentile_s=gaps.percentile(q),
+        slo_attainment=attainment,
+        slo_attainment_target=slo.attainment_target,
+        slo_attained=bool(attainment >= slo.attainment_target),
+        output_tokens_per_s=float(done["output_tokens"].sum() / span) if rate_ok else float("nan"),
+        requests_per_s=float(len(done) / span) if rate_ok else float("nan"),
+        offered_requests_per_s=_offered_rate(m),
+        kv_transfer_p50_s=handoff.get("kv_transfer_p50_s"),
+        kv_transfer_p99_s=handoff.get("kv_transfer_p99_s"),
+        kv_exposed_p50_s=handoff.get("kv_exposed_p50_s"),
+        kv_exposed_p99_s=handoff.get("kv_exposed_p99_s"),
+        kv_transfer_bytes_mean=handoff.get("kv_transfer_bytes_mean"),
+        link_util_max=handoff.get("link_util_max"),
+        gpu_hours=float(
+            sum((min(rel, end) - at) * gpus for _, _, gpus, at, rel in raw.allocations) / 3600.0
+        ),
+        scale_events=int(raw.scale_events),
+        mean_workers={role: _mean_workers(raw, role) for role in roles},
+        util={role: _busy_share(raw, role) for role in roles},
+        sim_end_s=float(end),
     )
-    out["scale_events"] = int(raw.scale_events)
-    for role in sorted({w.role for w in raw.workers}):
-        spans = [(at, min(rel, end)) for _, r, _, at, rel in raw.allocations if r == role]
-        held = sum(b - a for a, b in spans if b > a)
-        out[f"mean_workers_{role}"] = float(held / end) if end > 0 else 0.0
-    for role in sorted({w.role for w in raw.workers}):
-        ws = [w for w in raw.workers if w.role == role]
-        busy = sum(w.steps.busy_s() for w in ws)
-        out[f"util_{role}"] = float(busy / (len(ws) * end)) if end > 0 else 0.0
-    out["sim_end_s"] = float(end)
+
+
+# the engine's counters (RawResult.counters), each a summary key
+COUNTERS = ("num_resent_transfers", "num_worker_failures")
+
+
+def _stats(vals: np.ndarray) -> dict[str, float]:
+    out = {f"p{q}": percentile(vals, q) for q in (50, 90, 99)}
+    out["mean"] = float(np.nanmean(vals)) if np.isfinite(vals).any() else float("nan")
     return out
+
+
+def _handoff(done: pd.DataFrame, raw: RawResult, scenario: Scenario) -> dict[str, float]:
+    """The KV handoff keys of a disaggregated run (none for colocated)."""
+    if scenario.architecture != "disaggregated":
+        return {}
+    tr = done["transfer_s"].to_numpy(float)
+    # exposed: the part of the handoff after the KV was complete (prefill end)
+    exposed = done["transfer_end_at_s"] - np.maximum(
+        done["prefill_end_at_s"], done["transfer_start_at_s"]
+    )
+    kv_bpt = raw.kv_bytes_per_token.get("prefill", 0)
+    link_util_max = float("nan")
+    if raw.link_util is not None:
+        from disaggsim.fabric.flows import fabric_summary
+
+        link_util_max = fabric_summary(raw.transfers, raw.link_util, raw.end_at_s)["link_util_max"]
+    return {
+        "kv_transfer_p50_s": percentile(tr, 50),
+        "kv_transfer_p99_s": percentile(tr, 99),
+        "kv_exposed_p50_s": percentile(exposed.to_numpy(float), 50),
+        "kv_exposed_p99_s": percentile(exposed.to_numpy(float), 99),
+        "kv_transfer_bytes_mean": float((done["prompt_tokens"] * kv_bpt).mean())
+        if len(done)
+        else float("nan"),
+        "link_util_max": link_util_max,
+    }
+
+
+def _mean_workers(raw: RawResult, role: str) -> float:
+    """Time-averaged workers of a pool holding GPUs (starting, serving, draining)."""
+    end = raw.end_at_s
+    spans = [(at, min(rel, end)) for _, r, _, at, rel in raw.allocations if r == role]
+    held = sum(b - a for a, b in spans if b > a)
+    return float(held / end) if end > 0 else 0.0
+
+
+def _busy_share(raw: RawResult, role: str) -> float:
+    end = raw.end_at_s
+    ws = [w for w in raw.workers if w.role == role]
+    busy = sum(w.steps.busy_s() for w in ws)
+    return float(busy / (len(ws) * end)) if end > 0 else 0.0
 
 
 def _offered_rate(m: pd.DataFrame) -> float:

@@ -141,7 +141,7 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
         fabric = f"{link} is not available on {res.gpu}"
     out.append(Condition("fast_fabric", link != "pcie" and bw > 0, fabric))
     best = res.ranked[0]
-    e2e = best.at_rate.get("e2e_mean_s")
+    e2e = None if best.at_rate is None else best.at_rate.e2e_mean_s
     if e2e is not None and best.goodput_per_s > 0:
         n_workers = best.candidate.num_prefill_workers + best.candidate.num_decode_workers
         per_worker = best.goodput_per_s * float(e2e) / n_workers

@@ -67,7 +67,8 @@ def ranked_table(res: SearchResult, price: bool) -> list[str]:
             g = "< range"
         line = (
             f"{i:>2}  {r.candidate.label:<34} {r.candidate.num_gpus:>4} {g:>11} "
-            f"{_ms(a.get('ttft_p99_s')):>11} {_ms(a.get('itl_p99_s')):>10}"
+            f"{_ms(None if a is None else a.ttft_p99_s):>11} "
+            f"{_ms(None if a is None else a.itl_p99_s):>10}"
         )
         if price:
             u = r.usd_per_m_output_tokens
@@ -81,19 +82,25 @@ def pareto_front(
 ) -> list[CandidateResult]:
     """Candidates no other beats on both goodput per GPU (higher) and ITL p99 (lower),
     among those with a goodput; sorted by goodput per GPU, best first."""
-    pts = [r for r in rows if r.goodput_per_s > 0 and r.at_rate.get("itl_p99_s") is not None]
+    pts = [r for r in rows if r.goodput_per_s > 0 and r.at_rate is not None]
     front = []
     for r in pts:
-        g, lat = r.goodput_per_gpu_per_s, float(r.at_rate["itl_p99_s"])
+        g, lat = r.goodput_per_gpu_per_s, _itl_p99(r)
         dominated = any(
             o.goodput_per_gpu_per_s >= g
-            and float(o.at_rate["itl_p99_s"]) <= lat
-            and (o.goodput_per_gpu_per_s > g or float(o.at_rate["itl_p99_s"]) < lat)
+            and _itl_p99(o) <= lat
+            and (o.goodput_per_gpu_per_s > g or _itl_p99(o) < lat)
             for o in pts
         )
         if not dominated:
             front.append(r)
     return sorted(front, key=lambda r: -r.goodput_per_gpu_per_s)
+
+
+def _itl_p99(r: CandidateResult) -> float:
+    """ITL p99 at the goodput rate of a candidate that has one."""
+    assert r.at_rate is not None
+    return r.at_rate.itl_p99_s
 
 
 def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
@@ -132,22 +139,20 @@ def _plot(res: SearchResult, path: Path) -> None:
         pts = [
             r
             for r in res.ranked
-            if r.candidate.kind == kind
-            and r.goodput_per_s > 0
-            and r.at_rate.get("itl_p99_s") is not None
+            if r.candidate.kind == kind and r.goodput_per_s > 0 and r.at_rate is not None
         ]
         if pts:
             ax.scatter(
-                [float(r.at_rate["itl_p99_s"]) * 1e3 for r in pts],
+                [_itl_p99(r) * 1e3 for r in pts],
                 [r.goodput_per_gpu_per_s for r in pts],
                 c=colour,
                 label=kind,
                 alpha=0.8,
             )
-    front = sorted(pareto_front(res.ranked), key=lambda r: float(r.at_rate["itl_p99_s"]))
+    front = sorted(pareto_front(res.ranked), key=lambda r: _itl_p99(r))
     if front:
         ax.plot(
-            [float(r.at_rate["itl_p99_s"]) * 1e3 for r in front],
+            [_itl_p99(r) * 1e3 for r in front],
             [r.goodput_per_gpu_per_s for r in front],
             "k--",
             lw=1,
@@ -156,7 +161,7 @@ def _plot(res: SearchResult, path: Path) -> None:
         for r in front:
             ax.annotate(
                 r.candidate.label,
-                (float(r.at_rate["itl_p99_s"]) * 1e3, r.goodput_per_gpu_per_s),
+                (_itl_p99(r) * 1e3, r.goodput_per_gpu_per_s),
                 fontsize=7,
                 xytext=(3, 3),
                 textcoords="offset points",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ import numpy as np
 from disaggsim.catalog import get_gpu
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
+from disaggsim.metrics.summary_table import Summary
 from disaggsim.plan.analytic import (
     AnalyticGuess,
     analytic_guess,
@@ -133,7 +134,7 @@ class CandidateResult:
     goodput_per_s: float  # 0 when below range
     goodput_per_gpu_per_s: float
     status: str  # found | above_range | below_range
-    at_rate: dict = field(default_factory=dict)  # summary at the goodput rate ({} if none)
+    at_rate: Summary | None = None  # the run at the goodput rate (None if none)
     usd_per_m_output_tokens: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -146,9 +147,9 @@ class CandidateResult:
             "goodput_per_s": self.goodput_per_s,
             "goodput_per_gpu": self.goodput_per_gpu_per_s,
             "status": self.status,
-            "ttft_p99_s": _f(a.get("ttft_p99_s")),
-            "itl_p99_s": _f(a.get("itl_p99_s")),
-            "slo_attainment": _f(a.get("slo_attainment")),
+            "ttft_p99_s": None if a is None else _f(a.ttft_p99_s),
+            "itl_p99_s": None if a is None else _f(a.itl_p99_s),
+            "slo_attainment": None if a is None else _f(a.slo_attainment),
             "usd_per_m_output_tokens": self.usd_per_m_output_tokens,
         }
 
@@ -392,7 +393,7 @@ def search(
                 goodput_per_s=rate,
                 goodput_per_gpu_per_s=rate / c.num_gpus,
                 status=r.status,
-                at_rate=at_rate.get(i, {}),
+                at_rate=at_rate.get(i),
                 usd_per_m_output_tokens=usd,
             )
         )

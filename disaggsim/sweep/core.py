@@ -7,7 +7,7 @@ requests meeting both SLOs reaches ``slo.attainment_target`` (DistServe's goodpu
 Seeds: seed index ``k`` of a point runs the scenario with ``seed = scenario.seed + k``
 (so ``k = 0`` is exactly ``disaggsim run`` of that point). Tasks sent to workers are
 plain data (the resolved scenario mapping and its base folder); the worker validates it,
-runs :func:`disaggsim.run.simulate` and returns the summary dict.
+runs :func:`disaggsim.run.simulate` and returns its :class:`~disaggsim.metrics.summary_table.Summary`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pandas as pd
 from disaggsim.config.loader import LoadedScenario, apply_overrides, load_scenario
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
+from disaggsim.metrics.summary_table import Summary, nondeterministic_keys
 from disaggsim.sweep.executors import Executor, ProcessExecutor
 from disaggsim.sweep.grid import (
     Param,
@@ -36,7 +37,7 @@ from disaggsim.sweep.grid import (
 RATE_PATH = "workload.rate_per_s"
 SEED_INDEX = "seed_index"
 # Summary keys left out of tables: they differ between identical runs.
-NONDETERMINISTIC_KEYS = ("wall_s",)
+NONDETERMINISTIC_KEYS = nondeterministic_keys()
 
 ProgressFn = Callable[[int, int], None]  # (tasks done, tasks total)
 
@@ -49,13 +50,13 @@ class PointTask:
     base_dir: str  # relative paths in the scenario resolve against this
 
 
-def run_point(task: PointTask) -> dict:
-    """Worker side: validate, simulate, return the deterministic summary keys."""
+def run_point(task: PointTask) -> Summary:
+    """Worker side: validate, simulate, return the summary without the keys that differ
+    between identical runs."""
     from disaggsim.run import simulate
 
     loaded = load_scenario(task.raw, base_dir=Path(task.base_dir))
-    summary = simulate(loaded).summary
-    return {k: v for k, v in summary.items() if k not in NONDETERMINISTIC_KEYS}
+    return simulate(loaded).summary.deterministic()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,7 @@ def sweep_tasks(
 
 def run_tasks(
     tasks: Sequence[PointTask], executor: Executor | None, progress: ProgressFn | None
-) -> list[dict]:
+) -> list[Summary]:
     total = len(tasks)
     done = [0]
 
@@ -179,9 +180,9 @@ def run_tasks(
         return ex.map(run_point, tasks, on_done)
 
 
-def table(keys: list[dict], summaries: list[dict]) -> pd.DataFrame:
+def table(keys: list[dict], summaries: Sequence[Summary]) -> pd.DataFrame:
     """Rows = swept values + ``seed_index`` + every summary key (``seed`` included)."""
-    rows = [{**k, **s} for k, s in zip(keys, summaries, strict=True)]
+    rows = [{**k, **s.to_dict()} for k, s in zip(keys, summaries, strict=True)]
     return pd.DataFrame.from_records(rows)
 
 
@@ -352,7 +353,7 @@ def goodput_many(
             summaries = ex.map(run_point, tasks, on_done)
             per_search: dict[int, list[tuple[float, float]]] = {}
             for j, (i, rate) in enumerate(batch):
-                att = [float(s["slo_attainment"]) for s in summaries[j * seeds : (j + 1) * seeds]]
+                att = [s.slo_attainment for s in summaries[j * seeds : (j + 1) * seeds]]
                 mean = sum(att) / len(att)
                 per_search.setdefault(i, []).append((rate, mean))
             for i, results in per_search.items():
