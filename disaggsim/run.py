@@ -134,11 +134,36 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
         scenario.fabric, FabricTopologyConfig
     ):
         return None
-    layouts = pool_layouts([(r, p.gpu, p.num_workers, p.tp) for r, p in scenario.pools.items()])
+    layouts = pool_layouts(
+        [(r, p.gpu, p.num_workers, p.tp) for r, p in scenario.pools.items()],
+        _max_workers(scenario),
+    )
     try:
         return _build(scenario.fabric, layouts, host_paths=scenario.kv.preemption == "swap")
     except UserError as e:
         raise UserError(f"{label}: {e}") from None
+
+
+def _max_workers(scenario: Scenario) -> dict[str, int]:
+    """The most workers each autoscaled pool may grow to."""
+    out = {}
+    for role in scenario.pools:
+        auto = scenario.autoscale.for_role(role)  # type: ignore[arg-type]
+        if auto is not None:
+            out[role] = auto.max_workers
+    return out
+
+
+def worker_offsets(scenario: Scenario) -> dict[str, int]:
+    """Global index of each pool's first worker, as the engine numbers them: pools in
+    order, each with ``max(num_workers, autoscale max_workers)`` workers."""
+    most = _max_workers(scenario)
+    offset: dict[str, int] = {}
+    n = 0
+    for role, pool in scenario.pools.items():
+        offset[role] = n
+        n += max(pool.num_workers, most.get(role, 0))
+    return offset
 
 
 def link_windows(scenario: Scenario, topology=None, label: str = "<scenario>") -> tuple:
@@ -218,12 +243,12 @@ def failure_schedule(
     Random failures: each worker of a pool fails after an exponential up-time of mean
     ``mtbf_s``, is repaired in an exponential time of mean ``mttr_s`` and then restarts
     (provisioning + weights load); drawn from stream 4 of the scenario's seed sequence
-    (streams 0-3 belong to the workload)."""
-    offset: dict[str, int] = {}
-    n = 0
-    for role, pool in scenario.pools.items():
-        offset[role] = n
-        n += pool.num_workers
+    (streams 0-3 belong to the workload). Workers an autoscaled pool may start beyond
+    its initial ones draw theirs after every initial worker's (so the initial workers'
+    failures are the same with and without autoscaling); a failure while a worker holds
+    no GPUs (released) does not happen."""
+    offset = worker_offsets(scenario)
+    most = _max_workers(scenario)
     events = []
     for f in scenario.failures.workers:
         role, _, idx = f.worker.partition(":")
@@ -234,9 +259,16 @@ def failure_schedule(
             np.random.SeedSequence([scenario.seed, replication]).spawn(5)[4]
         )
         horizon = scenario.sim.duration_s
-        for r in scenario.failures.random:
+        schedule = [
+            (r, range(scenario.pools[r.pool].num_workers)) for r in scenario.failures.random
+        ]
+        schedule += [
+            (r, range(scenario.pools[r.pool].num_workers, most.get(r.pool, 0)))
+            for r in scenario.failures.random
+        ]
+        for r, workers in schedule:
             restart = restart_delay_s(scenario, costs[r.pool])
-            for i in range(scenario.pools[r.pool].num_workers):
+            for i in workers:
                 t = 0.0
                 while True:
                     t += rng.exponential(r.mtbf_s)

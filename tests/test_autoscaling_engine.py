@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from disaggsim.autoscale import PoolAutoscaleConfig, cold_start_s
-from disaggsim.run import pool_sizes_frame, simulate
+from disaggsim.run import pool_sizes_frame, simulate, transfers_frame
 from tests.conftest import REPO
 
 BURST = REPO / "scenarios" / "autoscaling" / "burst.yaml"
@@ -172,3 +172,43 @@ def test_window_gaps_by_hand():
     assert g.quantile(0.85) == pytest.approx(0.212)
     assert g.quantile(0.99) == pytest.approx(0.212)
     assert np.isnan(_WindowGaps().quantile(0.99))
+
+
+def test_autoscaling_on_a_topology_fabric_places_scale_ups_drains_and_failures():
+    """Issue 11's crash class: every worker an autoscaler starts has a placement, so its
+    handoffs take the path its GPUs give; scheduled failures name the worker they say
+    (global indices count every worker a pool may have); nothing is lost.
+
+    Pack on 4-GPU nodes, TP1: initial prefill.0 (index 0), decode.0 and decode.1 (4, 5)
+    fill node 0's GPUs 0-2; then prefill.1 (1) takes node 0's GPU 3, prefill.2, prefill.3,
+    decode.2, decode.3 (2, 3, 6, 7) node 1, decode.4 and decode.5 (8, 9) node 2."""
+    res = simulate(
+        BURST,
+        [
+            "fabric={kind: topology, gpus_per_node: 4, placement: {policy: pack}}",
+            "sim.duration_s=200",
+            "failures={workers: [{worker: 'decode:1', at_s: 100, repair_s: 5}],"
+            " random: [{pool: prefill, mtbf_s: 150, mttr_s: 5}]}",
+        ],
+    )
+    s = res.summary
+    assert s["num_completed"] == s["num_requests"]
+    assert [w.kv_used_end_tokens for w in res.raw.workers] == [0] * 10
+    node = {0: 0, 1: 0, 4: 0, 5: 0, 2: 1, 3: 1, 6: 1, 7: 1, 8: 2, 9: 2}
+    tr = transfers_frame(res.raw)
+    pairs = set(zip(tr["src_worker"], tr["dst_worker"], strict=True))
+    assert {1, 2, 3} <= {src for src, _ in pairs}  # scaled-up prefill workers hand off
+    assert {6, 7} <= {dst for _, dst in pairs}  # scaled-up decode workers receive
+    expected = [
+        "nvlink" if node[a] == node[b] else "rdma"
+        for a, b in zip(tr["src_worker"], tr["dst_worker"], strict=True)
+    ]
+    assert list(tr["path_kind"]) == expected
+    sizes = pool_sizes_frame(res.raw)
+    assert (sizes.groupby("role")["num_draining"].max() > 0).all()  # both pools drained
+    assert (100.0, 5) in res.raw.failures  # decode:1 is worker 5, not prefill.2 (index 2)
+    assert res.raw.workers[5].role == "decode"
+    # a worker fails only while it holds GPUs (random failures are drawn for every worker
+    # a pool may have; a released one has nothing to lose)
+    held = [(w, a, r) for w, _, _, a, r in res.raw.allocations]
+    assert all(any(w == i and a <= at < r for w, a, r in held) for at, i in res.raw.failures)

@@ -228,3 +228,62 @@ def test_swap_host_paths_use_each_decode_gpus_pcie_link_and_contend_with_handoff
     # shard; max-min fair, both get 24 GB/s (the shared 50 GB/s NIC, 2 × 24, is not the
     # bottleneck), and the handoff (2 GB per shard, 83 ms) outlasts the copy
     assert swap_in_s(True) == pytest.approx(0.96e9 / 24e9 + lat)
+
+
+@pytest.mark.parametrize("policy", ["pack", "spread", "pair"])
+def test_autoscaled_workers_are_placed_after_the_initial_layout(policy):
+    """A pool that may grow to max_workers gets those workers placed too (engine indices:
+    pools in order, each with every worker it may have), after every pool's initial
+    workers, so the initial workers sit where they sit without autoscaling."""
+    cfg = parse_topology_config({"gpus_per_node": 4, "placement": {"policy": policy}})
+    fixed = build_topology(
+        cfg, pool_layouts([("prefill", "h100-sxm", 1, 2), ("decode", "h100-sxm", 2, 1)])
+    )
+    scaled = build_topology(
+        cfg,
+        pool_layouts([("prefill", "h100-sxm", 1, 2), ("decode", "h100-sxm", 2, 1)], {"prefill": 3, "decode": 3}),
+    )  # fmt: skip
+    keys = ["prefill.0", "prefill.1", "prefill.2", "decode.0", "decode.1", "decode.2"]
+    assert [w.key for w in scaled.workers] == keys
+    assert [w.index for w in scaled.workers] == list(range(6))
+    where = {w.key: (w.node, w.gpus) for w in scaled.workers}
+    assert [where[w.key] for w in fixed.workers] == [(w.node, w.gpus) for w in fixed.workers]
+    gpus = [(w.node, g) for w in scaled.workers for g in w.gpus]
+    assert len(gpus) == len(set(gpus)) == 3 * 2 + 3 * 1  # no GPU given twice
+    for s in (0, 1, 2):  # every prefill → decode path exists, scaled workers included
+        for d in (3, 4, 5):
+            assert scaled.path(s, d).src_worker == s
+
+
+def test_pack_places_scaled_workers_in_the_next_free_gpus():
+    # initial: prefill.0 (n0 g0-1), decode.0 (n0 g2); then prefill.1 (g0-1 of a new node:
+    # node 0 has one GPU left), decode.1 (n0 g3)
+    cfg = parse_topology_config({"gpus_per_node": 4, "placement": {"policy": "pack"}})
+    topo = build_topology(
+        cfg, pool_layouts([("prefill", "h100-sxm", 1, 2), ("decode", "h100-sxm", 1, 1)], {"prefill": 2, "decode": 2})
+    )  # fmt: skip
+    assert [(w.key, w.node, w.gpus) for w in topo.workers] == [
+        ("prefill.0", 0, (0, 1)), ("prefill.1", 1, (0, 1)),
+        ("decode.0", 0, (2,)), ("decode.1", 0, (3,)),
+    ]  # fmt: skip
+    assert topo.path(1, 2).kind == "rdma" and topo.path(0, 3).kind == "nvlink"
+
+
+@pytest.mark.parametrize(
+    "fabric, message",
+    [
+        ({"gpus_per_node": 4, "placement": {"num_nodes": 1}},
+         r"^fabric\.placement\.num_nodes: placement pack needs 2 nodes for 4 workers "
+         r"\(6 GPUs, 2 of them autoscaled up to max_workers\) but num_nodes is 1$"),
+        ({"placement": {"explicit": {"prefill.0": [0, [0, 1]], "decode.0": [0, [2]]}}},
+         r"^fabric\.placement\.explicit: worker prefill\.1 is not placed \(list every worker, "
+         r"those an autoscaled pool may start up to max_workers included\)$"),
+    ],
+)  # fmt: skip
+def test_no_room_for_autoscaled_workers_is_a_one_line_error(fabric, message):
+    cfg = parse_topology_config(fabric)
+    layouts = pool_layouts(
+        [("prefill", "h100-sxm", 1, 2), ("decode", "h100-sxm", 1, 1)], {"prefill": 2, "decode": 2}
+    )
+    with pytest.raises(UserError, match=message):
+        build_topology(cfg, layouts)

@@ -374,7 +374,21 @@ class Cluster:
         if cfg.topology is not None:
             from disaggsim.fabric.flows import FlowNetwork
 
+            self._check_placed(cfg.topology)
             self.net = FlowNetwork(self.env, cfg.topology)
+
+    def _check_placed(self, topology: Any) -> None:
+        """Every worker, those an autoscaler may start included, sits on the topology
+        (checked once at construction: a transfer never meets an unplaced worker)."""
+        placed = {p.index: p.role for p in topology.workers}
+        for w in self.workers:
+            role = self._pool_of[w.index][0]
+            if placed.get(w.index) != role:
+                raise ValueError(
+                    f"topology places {len(placed)} workers but the cluster has "
+                    f"{len(self.workers)}: {role} worker {w.index} has no placement "
+                    "(build the topology with each pool's max_workers)"
+                )
 
     # -- KV sizes -----------------------------------------------------------------------
 
@@ -747,7 +761,10 @@ class Cluster:
 
     def _fail_worker(self, ev: WorkerFailureEvent):
         yield self.env.timeout(ev.at_s)
-        if self.workers[ev.worker].fail(ev.down_s):
+        w = self.workers[ev.worker]
+        if w.state == "released":  # holds no GPUs (not started yet, or scaled down)
+            return
+        if w.fail(ev.down_s):
             self.counters["num_worker_failures"] += 1
             self.failure_log.append((self.env.now, ev.worker))
 

@@ -4,7 +4,9 @@ Owns the cluster's physical layout: nodes of ``gpus_per_node`` GPUs, each GPU wi
 NVLink port (to the node's non-blocking NVSwitch), a PCIe link to its host, and NICs
 (one per GPU when rail-aligned, else one per node) into a non-blocking network core.
 :func:`build_topology` places every worker on GPUs of one node (a TP group never
-straddles nodes) and checks the layout; :meth:`Topology.path` says which links each
+straddles nodes) and checks the layout; an autoscaled pool's workers up to its
+``max_workers`` are placed too, after every pool's initial workers, so a scale-up has GPUs
+and paths and the initial layout is the same as without autoscaling; :meth:`Topology.path` says which links each
 shard of a transfer crosses:
 
 =====================  ==========================================================
@@ -127,11 +129,19 @@ class WorkerPlacement:
 
 @dataclass(frozen=True, slots=True)
 class PoolLayout:
-    """What placement needs of one pool: its GPU type, worker count and TP degree."""
+    """What placement needs of one pool: its GPU type, worker count and TP degree, and
+    the most workers it may grow to (``max_workers``, autoscaling; default
+    ``num_workers``)."""
 
     gpu: str | None
     num_workers: int
     tp: int
+    max_workers: int | None = None
+
+    @property
+    def num_placed(self) -> int:
+        """Workers placed: the initial ones and every one the autoscaler may start."""
+        return max(self.num_workers, self.max_workers or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +210,29 @@ def _hardware(cfg: FabricTopologyConfig, gpu: str | None) -> _NodeHw:
 
 
 def _workers(pools: Mapping[str, PoolLayout]) -> list[WorkerPlacement]:
+    """Every worker the engine builds, indexed as :attr:`Cluster.workers` (pools in
+    order, each pool's initial workers then the ones it may scale up to)."""
     out: list[WorkerPlacement] = []
     for role, pool in pools.items():
-        for i in range(pool.num_workers):
+        for i in range(pool.num_placed):
             out.append(WorkerPlacement(len(out), f"{role}.{i}", role, pool.gpu, pool.tp, -1, ()))
     return out
+
+
+def _placement_order(
+    policy: str, workers: list[WorkerPlacement], pools: Mapping[str, PoolLayout]
+) -> list[WorkerPlacement]:
+    """Initial workers first (so autoscaling leaves the initial layout as it is), then the
+    workers autoscaling may start, each group in the policy's order."""
+
+    def initial(w: WorkerPlacement) -> bool:
+        return int(w.key.rpartition(".")[2]) < pools[w.role].num_workers
+
+    first = [w for w in workers if initial(w)]
+    later = [w for w in workers if not initial(w)]
+    if policy == "pair":
+        return _interleave(first) + _interleave(later)
+    return first + later
 
 
 def _interleave(workers: list[WorkerPlacement]) -> list[WorkerPlacement]:
@@ -219,10 +247,13 @@ def _interleave(workers: list[WorkerPlacement]) -> list[WorkerPlacement]:
 
 
 def _place_policy(
-    cfg: FabricTopologyConfig, workers: list[WorkerPlacement], hw: Mapping[str | None, _NodeHw]
+    cfg: FabricTopologyConfig,
+    workers: list[WorkerPlacement],
+    hw: Mapping[str | None, _NodeHw],
+    pools: Mapping[str, PoolLayout],
 ) -> list[WorkerPlacement]:
     policy = cfg.placement.policy
-    order = _interleave(workers) if policy == "pair" else workers
+    order = _placement_order(policy, workers, pools)
     node_gpu: list[str | None] = []  # GPU type of each opened node
     node_free: list[int] = []
     node_group: list[str] = []  # spread: the pool that opened the node
@@ -245,9 +276,11 @@ def _place_policy(
     limit = cfg.placement.num_nodes
     if limit is not None and len(node_free) > limit:
         need = sum(w.tp for w in workers)
+        scaled = sum(p.num_placed - p.num_workers for p in pools.values())
+        extra = f", {scaled} of them autoscaled up to max_workers" if scaled else ""
         raise UserError(
             f"fabric.placement.num_nodes: placement {policy} needs {len(node_free)} nodes for "
-            f"{len(workers)} workers ({need} GPUs) but num_nodes is {limit}"
+            f"{len(workers)} workers ({need} GPUs{extra}) but num_nodes is {limit}"
         )
     return [placed[w.index] for w in workers]
 
@@ -263,7 +296,10 @@ def _place_explicit(
             raise UserError(f"{where}.{k}: no such worker (workers: {', '.join(keys)})")
     missing = [k for k in keys if k not in explicit]
     if missing:
-        raise UserError(f"{where}: worker {missing[0]} is not placed (list every worker)")
+        raise UserError(
+            f"{where}: worker {missing[0]} is not placed (list every worker, those an "
+            "autoscaled pool may start up to max_workers included)"
+        )
     out: list[WorkerPlacement] = []
     node_gpu: dict[int, str | None] = {}
     node_used: dict[int, list[str]] = {}
@@ -336,7 +372,7 @@ def build_topology(
     if cfg.placement.explicit is not None:
         placed = _place_explicit(cfg, workers, hw)
     else:
-        placed = _place_policy(cfg, workers, hw)
+        placed = _place_policy(cfg, workers, hw, pools)
     table = _LinkTable()
     routes: dict[tuple[int, int], Path] = {}
     pageable = cfg.host_staging == "pageable"
@@ -467,6 +503,11 @@ def describe_path(topology: Topology, path: Path) -> tuple[str, ...]:
     return tuple(topology.links[i].id for i in path.routes[0].links)
 
 
-def pool_layouts(items: Sequence[tuple[str, str | None, int, int]]) -> dict[str, PoolLayout]:
-    """``[(role, gpu, num_workers, tp), …]`` → the mapping :func:`build_topology` takes."""
-    return {role: PoolLayout(gpu, n, tp) for role, gpu, n, tp in items}
+def pool_layouts(
+    items: Sequence[tuple[str, str | None, int, int]],
+    max_workers: Mapping[str, int] | None = None,
+) -> dict[str, PoolLayout]:
+    """``[(role, gpu, num_workers, tp), …]`` (and each autoscaled role's ``max_workers``)
+    → the mapping :func:`build_topology` takes."""
+    most = max_workers or {}
+    return {role: PoolLayout(gpu, n, tp, most.get(role)) for role, gpu, n, tp in items}
