@@ -44,6 +44,11 @@ def test_hand_built_trace(tmp_path: Path) -> None:
     # are ms: the 600-token request's block is 5 ms old, the repeat's 7 ms)
     assert trace_prefix_reuse(f, min_age_s=0.005).prefix_hit_tokens == 512 + 999
     assert trace_prefix_reuse(f, min_age_s=0.006).prefix_hit_tokens == 999
+    # same_time_hits: the first line also hits the second's blocks (same ms): 999 more
+    both = trace_prefix_reuse(f, same_time_hits=True)
+    assert both.prefix_hit_tokens == 999 + 1024 + 512 + 999
+    with pytest.raises(ValueError, match="min_age_s = 0"):
+        trace_prefix_reuse(f, min_age_s=1, same_time_hits=True)
 
 
 def test_arrival_order_not_file_order(tmp_path: Path) -> None:

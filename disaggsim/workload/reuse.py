@@ -54,7 +54,10 @@ class TraceReuse:
 
 
 def trace_prefix_reuse(
-    path: str | Path, block_tokens: int = 512, min_age_s: float = 0.0
+    path: str | Path,
+    block_tokens: int = 512,
+    min_age_s: float = 0.0,
+    same_time_hits: bool = False,
 ) -> TraceReuse:
     """Prefix reuse of a Mooncake-format JSONL trace with ``hash_ids``.
 
@@ -66,7 +69,12 @@ def trace_prefix_reuse(
         (same hash, same position) arrived at least this long before. 0: any earlier
         request in arrival order, ties included. A positive value gives a lower bound for
         a cache where KV becomes reusable only after the earlier prefill finished.
+    same_time_hits : also count a block carried by a request with the *same* timestamp
+        later in the file (an upper bound for a simulation that may serve requests
+        arriving together in any order). Only with ``min_age_s = 0``.
     """
+    if same_time_hits and min_age_s != 0:
+        raise ValueError("same_time_hits needs min_age_s = 0")
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: trace file not found")
@@ -84,6 +92,16 @@ def trace_prefix_reuse(
     rows.sort(key=lambda r: (r[0], r[1]))  # arrival order, ties by line (stable)
 
     first_seen_s: dict[tuple[int, int], float] = {}  # (position, hash) -> first arrival
+    # keys carried by two or more requests at the time they first appear
+    together: dict[tuple[int, int], float] = {}
+    if same_time_hits:
+        first_s: dict[tuple[int, int], float] = {}
+        count: dict[tuple[int, int], int] = {}
+        for t_s, _, _, hashes in rows:
+            for key in enumerate(hashes):
+                if first_s.setdefault(key, t_s) == t_s:
+                    count[key] = count.get(key, 0) + 1
+        together = {key: first_s[key] for key, c in count.items() if c >= 2}
     prompt_total = hit_total = prefix_total = 0
     for t_s, _, length, hashes in rows:
         prompt_total += length
@@ -92,7 +110,7 @@ def trace_prefix_reuse(
         for k, h in enumerate(hashes):
             seen_s = first_seen_s.get((k, h))
             covered = min(block_tokens, length - k * block_tokens)
-            if seen_s is not None and t_s - seen_s >= min_age_s:
+            if (seen_s is not None and t_s - seen_s >= min_age_s) or together.get((k, h)) == t_s:
                 hit += covered
                 if not missed:
                     prefix_hit += covered
@@ -114,9 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("trace", type=Path)
     parser.add_argument("--block-tokens", type=int, default=512)
     parser.add_argument("--min-age-s", type=float, default=0.0)
+    parser.add_argument("--same-time-hits", action="store_true")
     args = parser.parse_args(argv)
     try:
-        reuse = trace_prefix_reuse(args.trace, args.block_tokens, args.min_age_s)
+        reuse = trace_prefix_reuse(
+            args.trace, args.block_tokens, args.min_age_s, args.same_time_hits
+        )
     except UserError as err:
         print(f"disaggsim: error: {err}", file=sys.stderr)
         return 2
@@ -125,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "hit_share": round(reuse.hit_share, 6),
         "block_tokens": args.block_tokens,
         "min_age_s": args.min_age_s,
+        "same_time_hits": args.same_time_hits,
     }
     print(json.dumps(out))
     return 0
