@@ -38,6 +38,7 @@ from disaggsim.errors import UserError
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
 from disaggsim.metrics.summary import summarize
 from disaggsim.metrics.summary_table import Summary
+from disaggsim.validity import check_prefill_budget
 from disaggsim.workload import generate_requests
 from disaggsim.workload.requests import Requests
 
@@ -100,6 +101,9 @@ def build_transfer(scenario: Scenario, label: str = "<scenario>"):
         scenario.fabric, FabricTopologyConfig
     ):
         return None
+    from disaggsim.validity import check_link_fabric
+
+    check_link_fabric(scenario, label)  # nvlink only inside one node of one GPU type
     fab = scenario.fabric
     p, d = scenario.prefill_pool, scenario.decode_pool
     assert p is not None and d is not None
@@ -373,6 +377,7 @@ def simulate(
     transfer = build_transfer(s, label)
     topology = build_topology(s, label)
     reqs = requests if requests is not None else make_requests(loaded, replication)
+    check_prefill_budget(s, reqs, label)  # whole-prompt prefills need a budget >= the prompt
     raw = run_cluster(
         reqs,
         engine_config(

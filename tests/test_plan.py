@@ -89,13 +89,13 @@ def test_split_budget_with_tp():
 def verdicts():
     out = {}
     with SerialExecutor() as ex:
-        for name in ("long-prompt-nvlink", "short-prompt", "pcie-only", "two-gpus"):
+        for name in ("long-prompt-infiniband", "short-prompt", "pcie-only", "two-gpus"):
             out[name] = plan(ADVISOR / f"{name}.yaml", options=FAST, executor=ex)
     return out
 
 
-def test_long_prompts_tight_itl_nvlink_many_gpus_disaggregate(verdicts):
-    res, advice = verdicts["long-prompt-nvlink"]
+def test_long_prompts_tight_itl_rdma_many_gpus_disaggregate(verdicts):
+    res, advice = verdicts["long-prompt-infiniband"]
     assert advice.verdict == "disaggregate"
     assert advice.reason.startswith("disaggregate: +")
     assert res.ranked[0].candidate.kind == "disaggregate"
@@ -140,7 +140,7 @@ def test_candidates_respect_the_budget(verdicts):
 
 
 def test_recommended_yaml_loads_and_runs(verdicts, tmp_path):
-    res, advice = verdicts["long-prompt-nvlink"]
+    res, advice = verdicts["long-prompt-infiniband"]
     path = tmp_path / "recommended.yaml"
     path.write_text(yaml.safe_dump(recommended_scenario(res, advice)))
     loaded = load_scenario(path)

@@ -130,6 +130,7 @@ def _worker(values: dict[str, Any], cache: dict) -> RooflineWorkerCost:
 def _worker_inputs(v: dict[str, Any], cost: RooflineWorkerCost) -> dict[str, Any]:
     out = {k: v[k] for k in ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine")}
     out["profile_kind"] = cost.profile.provenance.get("kind")
+    out["tp_layout"] = cost.tp_layout.as_dict()  # in one node, or hierarchical across nodes
     return out
 
 

@@ -43,7 +43,9 @@ class PoolConfig(_Model):
     max_batch_tokens: int = Field(
         default=8192,
         ge=1,
-        description="prefill token budget per iteration (chunked: the whole iteration's budget)",
+        description="prefill token budget per iteration (chunked: the whole iteration's budget); "
+        "a whole-prompt prefill (disaggregated prefill pool, colocated vllm) needs it >= the "
+        "longest prompt (disaggsim/validity.py)",
     )
     gpu_mem_util: float = Field(default=0.9, gt=0.0, le=1.0)
     scheduler: Literal["vllm", "chunked"] | None = Field(
@@ -57,7 +59,11 @@ class FabricConfig(_Model):
     nodes, NVLink, NICs and placement with shared links (disaggsim.fabric)."""
 
     kind: Literal["link"] = "link"
-    link: LinkKind = "nvlink"
+    link: LinkKind = Field(
+        default="nvlink",
+        description="nvlink only when both pools are one GPU type in one node "
+        "(disaggsim/validity.py); across nodes infiniband or roce",
+    )
     bandwidth_gb_per_s: float | None = Field(
         default=None, gt=0.0, description="per-direction GB/s per GPU; default from the GPU spec"
     )

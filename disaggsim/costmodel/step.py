@@ -11,7 +11,8 @@ One iteration over ``m`` tokens (``docs/costmodel.md`` has the derivation):
   hidden)``, MLP down ``(m, hidden, ffn / tp)``; prefill attention over ``heads / tp`` and
   decode attention over ``kv_heads / tp`` as separate kernels; seven element-wise kernels
   (two norms, rope, KV-cache write, activation, two residual adds); two ring all-reduces
-  of ``m × hidden × 2`` bytes when ``tp > 1``;
+  of ``m × hidden × 2`` bytes when ``tp > 1`` (hierarchical across nodes when ``tp``
+  exceeds a node, :mod:`disaggsim.costmodel.tp_layout`);
 - × ``num_layers``; + final norm and LM-head GEMM ``(sequences emitting a token,
   vocab / tp, hidden)``; + the serving engine's per-layer and per-iteration overheads.
 
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
 from disaggsim.costmodel.interface import decode_step_time_s
+from disaggsim.costmodel.tp_layout import TpLayout, allreduce_s, tp_layout
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import (
     DecodeAttentionParams,
@@ -189,6 +191,7 @@ class RooflineWorkerCost:
         "_bf16_peak",
         "_kv_elem",
         "_ar_protocols",
+        "tp_layout",
         "_overhead_s",
         "_decode_cache",
     )
@@ -239,7 +242,11 @@ class RooflineWorkerCost:
         self._pre = profile.prefill_attention_params("bf16")
         self._ew = profile.elementwise
         self._kv_elem = float(dtype_bytes(kv_dtype))
-        self._ar_protocols = profile.allreduce.protocols_for_gpus(tp) if tp > 1 else ()
+        # TP beyond one node: hierarchical all-reduce (costmodel/tp_layout.py); the
+        # in-node part uses the fit for the GPUs the group holds in each node.
+        self.tp_layout: TpLayout = tp_layout(gpu, tp)
+        g = self.tp_layout.gpus_in_node
+        self._ar_protocols = profile.allreduce.protocols_for_gpus(g) if g > 1 else ()
         eng = profile.engine(engine)
         self._overhead_s = eng.per_iteration_s + eng.per_layer_s * model.num_layers
 
@@ -389,9 +396,7 @@ class RooflineWorkerCost:
 
         ar_layer = 0.0
         if self.tp > 1:
-            tp = self.tp
-            ring_bytes = 2.0 * (tp - 1) / tp * (m * hidden * a)
-            ar_layer = 2.0 * min(lat + ring_bytes / bw for lat, bw in self._ar_protocols)
+            ar_layer = 2.0 * allreduce_s(self.tp_layout, self._ar_protocols, m * hidden * a)
 
         out_seqs = float(decode_batch + prefill_seqs)
         lm_head = 0.0

@@ -3,7 +3,7 @@
 Python API::
 
     from disaggsim.plan import plan, PlanOptions
-    res, advice = plan("scenarios/advisor/long-prompt-nvlink.yaml", options=PlanOptions.quick())
+    res, advice = plan("scenarios/advisor/long-prompt-infiniband.yaml", options=PlanOptions.quick())
     advice.verdict, advice.reason, res.ranked[0].goodput_per_gpu_per_s
 
 Parts: :mod:`~disaggsim.plan.analytic` (first guess from token histograms),

@@ -39,6 +39,7 @@ from disaggsim.plan.analytic import (
 from disaggsim.sweep.core import PointTask, Source, goodput_many, run_point, source_of
 from disaggsim.sweep.executors import Executor
 from disaggsim.sweep.grid import override_text
+from disaggsim.validity import largest_prompt_tokens
 
 __all__ = [
     "KINDS",
@@ -198,6 +199,8 @@ def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None
         assert s.pool is not None
         # the colocated budget is a chunk; the prefill pool batches whole prompts
         pre["max_batch_tokens"] = max(s.pool.max_batch_tokens, 8192)
+    # a whole-prompt prefill needs a budget of at least the longest prompt (validity.py)
+    pre["max_batch_tokens"] = max(pre["max_batch_tokens"], largest_prompt_tokens(loaded) or 0)
     dep = cand.deployment()
     raw["architecture"] = dep["architecture"]
     if cand.kind == "disaggregate":
