@@ -177,10 +177,10 @@ def link_windows(scenario: Scenario, topology=None, label: str = "<scenario>") -
 
     out = []
     for i, w in enumerate(scenario.failures.links):
-        links = None
+        links: tuple[int, ...] | None = None
         if w.links is not None and topology is not None:
             ids = [link.id for link in topology.links]
-            links = []
+            hits: list[int] = []
             for pat in w.links:
                 hit = [j for j, lid in enumerate(ids) if fnmatch.fnmatchcase(lid, pat)]
                 if not hit:
@@ -189,8 +189,8 @@ def link_windows(scenario: Scenario, topology=None, label: str = "<scenario>") -
                         f"{label}: failures.links.{i}.links: {pat!r} matches no link "
                         f"(links: {shown})"
                     )
-                links += [j for j in hit if j not in links]
-            links = tuple(links)
+                hits += [j for j in hit if j not in hits]
+            links = tuple(hits)
         out.append(LinkWindow(w.start_s, w.duration_s, w.factor, links))
     return tuple(out)
 

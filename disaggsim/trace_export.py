@@ -139,27 +139,28 @@ def transfer_spans(result: SimulationResult) -> list[dict]:
 
 
 def counter_events(result: SimulationResult) -> list[dict]:
+    """Worker rows: ``COUNTERS`` on the worker's process; router rows (``worker`` -1):
+    held requests and orphaned KV on the router's process."""
     ts = result.timeseries
     events = []
     router_pid = len(result.raw.workers) + 1
-    for row in ts.itertuples(index=False):
-        if int(row.worker) < 0:  # router rows: held requests and orphaned KV
-            for name in ("queue_len", "orphaned_kv_bytes"):
-                v = float(getattr(row, name))
-                events.append(
-                    {"ph": "C", "pid": router_pid, "tid": ITER_TID, "ts": _us(row.at_s),
-                     "name": name, "args": {name: v if math.isfinite(v) else 0.0}}
-                )  # fmt: skip
-            continue
-        pid = int(row.worker) + 1
-        for name in COUNTERS:
-            v = float(getattr(row, name))
+    worker = ts["worker"].to_numpy(np.int64)
+    at_s = ts["at_s"].to_numpy(np.float64)
+    router_counters: tuple[str, ...] = ("queue_len", "orphaned_kv_bytes")
+    cols = {c: ts[c].to_numpy(np.float64) for c in (*COUNTERS, *router_counters)}
+    for i in range(len(ts)):
+        if worker[i] < 0:
+            pid, names = router_pid, router_counters
+        else:
+            pid, names = int(worker[i]) + 1, COUNTERS
+        for name in names:
+            v = float(cols[name][i])
             events.append(
                 {
                     "ph": "C",
                     "pid": pid,
                     "tid": ITER_TID,
-                    "ts": _us(row.at_s),
+                    "ts": _us(float(at_s[i])),
                     "name": name,
                     "args": {name: v if math.isfinite(v) else 0.0},
                 }

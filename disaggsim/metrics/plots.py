@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import pandas as pd
 
 if TYPE_CHECKING:
     from disaggsim.run import SimulationResult
@@ -75,8 +76,11 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
             index="at_s", columns="worker", values=["queue_len", "kv_util"], aggfunc="last"
         )
         wide = wide.sort_index().ffill().fillna(0)
-        axes[0].step(wide.index, wide["queue_len"].sum(axis=1), where="post", label=str(role))
-        axes[1].step(wide.index, wide["kv_util"].mean(axis=1), where="post", label=str(role))
+        # the columns are (value, worker): each value selects a frame, one column per worker
+        queue = cast(pd.DataFrame, wide["queue_len"])
+        kv = cast(pd.DataFrame, wide["kv_util"])
+        axes[0].step(wide.index, queue.sum(axis=1), where="post", label=str(role))
+        axes[1].step(wide.index, kv.mean(axis=1), where="post", label=str(role))
     axes[0].set_ylabel("queued requests (pool)")
     axes[1].set_ylabel("KV occupancy (pool mean)")
     axes[2].set_xlabel("simulated time (s)")

@@ -55,7 +55,22 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q, method="inverted_cdf"))
 
 
-def _segment_times(raw: RawResult) -> dict[str, np.ndarray]:
+@dataclass(frozen=True, slots=True)
+class _Segments:
+    """Per decode segment, in recorded order (arrays of one entry per segment)."""
+
+    rid: np.ndarray
+    worker: np.ndarray
+    start: np.ndarray  # first token step on the worker
+    tokens: np.ndarray
+    first_t: np.ndarray  # first and last token times
+    last_t: np.ndarray
+    first_gap: np.ndarray  # from the previous token of the request to the first here
+    inner_max: np.ndarray  # the largest gap inside the segment
+    ends_of: dict[int, np.ndarray]  # step end times of each worker with segments
+
+
+def _segment_times(raw: RawResult) -> _Segments:
     """Per decode segment (in the order they were recorded): request, worker, first and
     last token times, first gap, and the largest gap inside the segment."""
     seg = raw.segments
@@ -93,17 +108,17 @@ def _segment_times(raw: RawResult) -> dict[str, np.ndarray]:
     prev_sorted = prev[order]
     prev_sorted[same] = last_t[order][np.flatnonzero(same) - 1]
     prev[order] = prev_sorted
-    return {
-        "rid": rid,
-        "worker": worker,
-        "start": start,
-        "tokens": tokens,
-        "first_t": first_t,
-        "last_t": last_t,
-        "first_gap": first_t - prev,
-        "inner_max": inner_max,
-        "ends_of": ends_of,  # type: ignore[dict-item]
-    }
+    return _Segments(
+        rid=rid,
+        worker=worker,
+        start=start,
+        tokens=tokens,
+        first_t=first_t,
+        last_t=last_t,
+        first_gap=first_t - prev,
+        inner_max=inner_max,
+        ends_of=ends_of,
+    )
 
 
 def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDistribution]:
@@ -118,27 +133,27 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
     measured = arrival >= warmup_s
     seg = _segment_times(raw)
     max_gap = np.full(n, -np.inf)
-    seg_max = np.maximum(seg["first_gap"], seg["inner_max"])
-    np.maximum.at(max_gap, seg["rid"], seg_max)
+    seg_max = np.maximum(seg.first_gap, seg.inner_max)
+    np.maximum.at(max_gap, seg.rid, seg_max)
     max_gap[~np.isfinite(max_gap)] = np.nan
     max_gap[~completed] = np.nan
 
     # weights: measured completed requests alive across step gap i of a worker
     gap_values: list[np.ndarray] = []
     gap_weights: list[np.ndarray] = []
-    counted = (completed & measured)[seg["rid"]]
-    for w_index, ends in seg["ends_of"].items():
-        sel = counted & (seg["worker"] == w_index)
+    counted = (completed & measured)[seg.rid]
+    for w_index, ends in seg.ends_of.items():
+        sel = counted & (seg.worker == w_index)
         if not sel.any():
             continue
         diff = np.zeros(len(ends) + 1, dtype=np.int64)
-        np.add.at(diff, seg["start"][sel] + 1, 1)
-        np.add.at(diff, seg["start"][sel] + seg["tokens"][sel], -1)
+        np.add.at(diff, seg.start[sel] + 1, 1)
+        np.add.at(diff, seg.start[sel] + seg.tokens[sel], -1)
         weight = np.cumsum(diff)[: len(ends)]
         step_gaps = np.diff(ends, prepend=np.nan)
         gap_values.append(step_gaps[weight > 0])
         gap_weights.append(weight[weight > 0])
-    gap_values.append(seg["first_gap"][counted])
+    gap_values.append(seg.first_gap[counted])
     gap_weights.append(np.ones(int(counted.sum()), dtype=np.int64))
     gaps = GapDistribution(values_s=np.concatenate(gap_values), weights=np.concatenate(gap_weights))
     ttft = log.first_token_at_s - arrival
@@ -156,7 +171,7 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
             "output_tokens": out,
             "measured": measured,
             "status": pd.Categorical.from_codes(
-                status, categories=[STATUS_NAMES[i] for i in range(len(STATUS_NAMES))]
+                status, categories=pd.Index([STATUS_NAMES[i] for i in range(len(STATUS_NAMES))])
             ),
             "reason": reasons,
             "prefill_worker": log.prefill_worker,

@@ -83,7 +83,8 @@ def write_sweep_plots(
         for i, (key, g) in enumerate(groups):
             key = key if isinstance(key, tuple) else (key,)
             name = ", ".join(
-                names[c][v] if c in names else f"{c}={v}" for c, v in zip(split, key, strict=True)
+                names[c][str(v)] if c in names else f"{c}={v}"
+                for c, v in zip(split, key, strict=True)
             )
             for col, q, ls in metrics:
                 if col not in g:
