@@ -113,16 +113,16 @@ def _cmd_run(args) -> int:
         raise UserError(
             "calibrate: give --device cuda|cpu and --out DIR, or a subcommand: fit, show, validate"
         )
-    from calibration import harness  # noqa: PLC0415
+    from calibration import harness
 
     harness.run(args.device, Path(args.raw_out), quick=args.quick)
     return 0
 
 
 def _cmd_fit(args) -> int:
-    from calibration.fit import build_profile  # noqa: PLC0415
-    from calibration.rawio import read_raw  # noqa: PLC0415
-    from disaggsim.hardware.profile import profile_from_dict, shipped_gpu_ids  # noqa: PLC0415
+    from calibration.fit import build_profile
+    from calibration.rawio import read_raw
+    from disaggsim.hardware.profile import profile_from_dict, shipped_gpu_ids
 
     base_path = Path(args.base) if args.base else default_base(args.gpu)
     if not base_path.is_file():
@@ -155,7 +155,7 @@ def _cmd_fit(args) -> int:
 
 def _write_profile(prof: dict, args) -> Path:
     """Validate ``prof`` and write it to ``--out`` (default ``RAW_DIR/<gpu>.json``)."""
-    from disaggsim.hardware.profile import profile_filename, profile_from_dict  # noqa: PLC0415
+    from disaggsim.hardware.profile import profile_filename, profile_from_dict
 
     out = (
         Path(args.profile_out)
@@ -174,8 +174,8 @@ def default_base(gpu: str) -> Path:
     ``python -m calibration.fit_public`` for GPUs whose shipped profile is measured),
     else the shipped profile — unless that one is itself measured, which would carry a
     previous fit's values: then ``--base`` is required."""
-    from calibration.fit_public import PRIORS_DIR, is_measured  # noqa: PLC0415
-    from disaggsim.hardware.profile import profile_filename, shipped_profile_path  # noqa: PLC0415
+    from calibration.fit_public import PRIORS_DIR, is_measured
+    from disaggsim.hardware.profile import profile_filename, shipped_profile_path
 
     prior = PRIORS_DIR / profile_filename(gpu)
     if prior.is_file():
@@ -197,7 +197,7 @@ def _repo_rel(path: Path) -> str:
 
 
 def _cmd_show(args) -> int:
-    from disaggsim.hardware.profile import load_profile  # noqa: PLC0415
+    from disaggsim.hardware.profile import load_profile
 
     prof = load_profile(args.gpu, path=args.profile)
     path = Path(prof.path)
@@ -256,7 +256,7 @@ def _cmd_show(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from calibration import validate  # noqa: PLC0415
+    from calibration import validate
 
     data = Path(args.data) if args.data else DEFAULT_DATA
     report = validate.run(args.gpu, data)
@@ -268,15 +268,15 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_validate_steps(args) -> int:
-    from calibration import steps  # noqa: PLC0415
+    from calibration import steps
 
     print(steps.validate_steps(args.raw_dir, args.gpu, args.profile))
     return 0
 
 
 def _cmd_fit_steps(args) -> int:
-    from calibration import steps  # noqa: PLC0415
-    from disaggsim.hardware.profile import (  # noqa: PLC0415
+    from calibration import steps
+    from disaggsim.hardware.profile import (
         load_profile,
     )
 
@@ -314,7 +314,7 @@ def _cmd_fit_steps(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m calibration``: the same arguments as ``disaggsim calibrate``."""
-    from disaggsim.hardware.profile import ProfileError  # noqa: PLC0415
+    from disaggsim.hardware.profile import ProfileError
 
     p = argparse.ArgumentParser(prog="python -m calibration", description=__doc__.split("\n\n")[0])
     _configure(p)

@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--profile", help="A100 profile JSON (default: the shipped one)")
     args = p.parse_args(argv)
-    from disaggsim.hardware.profile import load_profile  # noqa: PLC0415
+    from disaggsim.hardware.profile import load_profile
 
     try:
         prof = load_profile(GPU) if args.profile is None else load_profile(path=args.profile)

@@ -307,7 +307,7 @@ def fit_allreduce(nbytes, t_s, num_gpus: int, held_out: bool = True) -> Fitted:
     Two protocols, the faster of which runs: Simple ``(latency_s, bus_bw)`` and LL
     ``(ll_latency_s, ll_bus_bw)``; ``params`` is ``(latency_s, bus_bw, ll_latency_s,
     ll_bus_bw)``. With fewer than 8 sizes only Simple is fitted (``ll_bus_bw`` 0)."""
-    from disaggsim.hardware.profile import AllReduceParams  # noqa: PLC0415
+    from disaggsim.hardware.profile import AllReduceParams
 
     nb, t_s = np.asarray(nbytes, float), np.asarray(t_s, float)
     if len(np.unique(nb)) < 8:

@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             base = json.loads(base_path.read_text())
             prof = fit_gpu(gpu, data, base)
             if args.engines:
-                from calibration import engines  # noqa: PLC0415
+                from calibration import engines
 
                 if gpu == "a100-80gb":
                     prof = engines.fit_into(prof, data)

@@ -151,7 +151,7 @@ def model_gemm_shapes(use_model_shards: bool) -> list[tuple[str, int, int]]:
         return [("tiny-qkv", 96, 64), ("tiny-down", 64, 128)]
     shards = []
     try:
-        from disaggsim.catalog import get_model  # noqa: PLC0415 (optional: catalog may be absent)
+        from disaggsim.catalog import get_model  # optional: the catalog may be absent
 
         for name, tp in _CATALOG_SHARDS:
             m = get_model(name)
@@ -349,10 +349,10 @@ def _attention_candidates(torch):
 
     SDPA runs under ``sdpa_kernel([backend])`` so the recorded backend is the one that ran.
     """
-    import contextlib  # noqa: PLC0415
+    import contextlib
 
     try:
-        from flash_attn import flash_attn_func  # noqa: PLC0415
+        from flash_attn import flash_attn_func
 
         def fa(q, k, v, causal):  # (B, H, L, D) → flash-attn's (B, L, H, D)
             return flash_attn_func(
@@ -370,7 +370,7 @@ def _attention_candidates(torch):
         return sdpa(q, k, v, is_causal=causal)
 
     try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+        from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
         yield "sdpa", sdpa_gqa, contextlib.nullcontext
         return
@@ -543,8 +543,8 @@ def _allreduce_rank(
     when the time budget is spent and every rank follows, so no rank waits on a collective
     the others skipped. Rank 0 writes the rows as JSON to ``result``.
     """
-    import torch  # noqa: PLC0415 (a spawned process)
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch  # in the spawned process
+    import torch.distributed as dist
 
     cuda = dev == "cuda"
     if cuda:
@@ -600,7 +600,7 @@ def bench_allreduce(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter)
     if not worlds:
         yield "allreduce: one GPU visible, not measured (fit carries it from the base profile)"
         return
-    import torch.multiprocessing as tmp  # noqa: PLC0415
+    import torch.multiprocessing as tmp
 
     budget_s = sweep.budget_s["allreduce"]
     for world in worlds:
@@ -656,15 +656,15 @@ def run(
 ) -> Path:
     """Run every sweep on ``device`` ('cuda' or 'cpu'), appending rows under ``out_dir``."""
     try:
-        import torch  # noqa: PLC0415 (torch is only needed to calibrate)
+        import torch  # torch is only needed to calibrate
     except ImportError:
-        from disaggsim.errors import UserError  # noqa: PLC0415
+        from disaggsim.errors import UserError
 
         raise UserError(
             "calibrate: torch is not installed (pip install 'disaggsim[calibrate]')"
         ) from None
     if device == "cuda" and not torch.cuda.is_available():
-        from disaggsim.errors import UserError  # noqa: PLC0415
+        from disaggsim.errors import UserError
 
         raise UserError(
             "calibrate --device cuda: no CUDA device visible to torch (use --device cpu)"

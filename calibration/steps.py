@@ -116,7 +116,7 @@ class Layer:
 
 def run(device: str, out_dir: Path, budget_s: float = 150.0) -> Path:
     """Time every (shape, mode, point) within ``budget_s``; returns the CSV path."""
-    import torch  # noqa: PLC0415
+    import torch
 
     cuda = device == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -192,7 +192,7 @@ def _pass(torch, layer: Layer, dev: str, kind: str, b: int, n: int, mode: str):
 
 
 def read_steps(raw_dir: str | Path) -> pd.DataFrame:
-    from disaggsim.errors import UserError  # noqa: PLC0415
+    from disaggsim.errors import UserError
 
     path = Path(raw_dir) / "steps.csv"
     if not path.is_file():
@@ -210,7 +210,7 @@ def read_steps(raw_dir: str | Path) -> pd.DataFrame:
 
 def predict(df: pd.DataFrame, gpu: str, profile=None) -> pd.DataFrame:
     """Step-model seconds per layer of each row: kernels only and with the mode's overhead."""
-    from disaggsim.costmodel.step import build_worker_cost  # noqa: PLC0415
+    from disaggsim.costmodel.step import build_worker_cost
 
     kern, total = [], []
     workers: dict = {}
@@ -239,7 +239,7 @@ def predict(df: pd.DataFrame, gpu: str, profile=None) -> pd.DataFrame:
 
 
 def validate_steps(raw_dir: str | Path, gpu: str, profile_path: str | None = None) -> str:
-    from disaggsim.hardware.profile import load_profile  # noqa: PLC0415
+    from disaggsim.hardware.profile import load_profile
 
     prof = load_profile(gpu) if profile_path is None else load_profile(gpu, path=profile_path)
     p = predict(read_steps(raw_dir), gpu, prof)
@@ -283,8 +283,8 @@ def graph_layer_fit(raw_dir: str | Path, gpu: str, profile=None) -> dict:
     Held out by shape: ``x`` from the other shape predicts each shape's rows. The eager
     rows are reported beside (their residual is bare-torch launch cost, a lower bound of a
     serving engine's eager per-layer overhead, which stays fitted to DistServe)."""
-    from calibration.fit import ape, prediction_error  # noqa: PLC0415
-    from disaggsim.errors import UserError  # noqa: PLC0415
+    from calibration.fit import ape, prediction_error
+    from disaggsim.errors import UserError
 
     p = predict(read_steps(raw_dir), gpu, profile)
     g = p[p["mode"] == "cuda-graphs"]

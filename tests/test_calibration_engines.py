@@ -77,7 +77,7 @@ def test_gap_slope_recovers_a_known_graph_gap() -> None:
 
 
 def test_graphs_into_sets_the_per_layer_gap_of_the_gapless_kernels(monkeypatch) -> None:
-    from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER  # noqa: PLC0415
+    from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER
 
     raw = json.loads(shipped_profile_path("a100-80gb").read_text())
     raw["provenance"]["carried"] = ["copy.p2p", "engines.cuda-graphs.per_layer_s"]
@@ -105,7 +105,7 @@ def test_graphs_into_sets_the_per_layer_gap_of_the_gapless_kernels(monkeypatch) 
 )
 @pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm"])
 def test_graph_gap_on_public_tables_and_the_shipped_profiles(gpu: str) -> None:
-    from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER  # noqa: PLC0415
+    from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER
 
     gg = engines.graph_gap(DATA, gpu)
     rows = gg["rows"]
@@ -142,7 +142,7 @@ def test_old_single_protocol_allreduce_profile_still_loads() -> None:
     for prm in raw["ops"]["allreduce"].values():
         prm.pop("ll_latency_s", None)
         prm.pop("ll_bus_bw_bytes_per_s", None)
-    from disaggsim.hardware.profile import profile_from_dict  # noqa: PLC0415
+    from disaggsim.hardware.profile import profile_from_dict
 
     ar = profile_from_dict(raw, "old.json").allreduce
     lat, bw = ar.for_gpus(4)

@@ -13,12 +13,12 @@ pytest.importorskip(
     "torch", reason="the calibration harness needs torch (pip install 'disaggsim[calibrate]')"
 )
 
-from calibration import harness  # noqa: E402
-from calibration.cli import main as calibrate_main  # noqa: E402
-from calibration.rawio import COLUMNS, read_raw  # noqa: E402
-from disaggsim.costmodel import ops  # noqa: E402
-from disaggsim.hardware.profile import load_profile  # noqa: E402
-from tests.device_scripts import HAVE_SHELL, REPO, run_device_script  # noqa: E402
+from calibration import harness
+from calibration.cli import main as calibrate_main
+from calibration.rawio import COLUMNS, read_raw
+from disaggsim.costmodel import ops
+from disaggsim.hardware.profile import load_profile
+from tests.device_scripts import HAVE_SHELL, REPO, run_device_script
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("torch", reason="the layer timing needs torch")
 
-from calibration import steps  # noqa: E402
-from calibration.cli import main as calibrate_main  # noqa: E402
-from disaggsim.hardware.profile import load_profile  # noqa: E402
-from tests.device_scripts import HAVE_SHELL, run_device_script  # noqa: E402
+from calibration import steps
+from calibration.cli import main as calibrate_main
+from disaggsim.hardware.profile import load_profile
+from tests.device_scripts import HAVE_SHELL, run_device_script
 
 
 @pytest.fixture(scope="module")

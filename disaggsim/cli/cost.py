@@ -43,15 +43,8 @@ from disaggsim.costmodel import ops
 from disaggsim.costmodel.kv import LINK_CLASSES, kv_transfer
 from disaggsim.costmodel.step import KV_DTYPES, WEIGHT_DTYPES, RooflineWorkerCost, build_worker_cost
 from disaggsim.errors import UserError
-from disaggsim.fabric import (
-    FlowNetwork,
-    build_topology,
-    describe_path,
-    exposed_time_s,
-    parse_topology_config,
-    pool_layouts,
-    send_plan,
-)
+from disaggsim.fabric import exposed_time_s
+from disaggsim.fabric.estimate import PAIR_PATHS, estimate_handoff, pair_topology
 from disaggsim.hardware.profile import ENGINE_KINDS, HardwareProfile, load_profile
 
 __all__ = ["add_parser", "run_queries"]
@@ -171,7 +164,7 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
     }
 
 
-KV_PATHS = ("same-node", "cross-node-rdma", "cross-node-staged")
+KV_PATHS = PAIR_PATHS
 
 
 def _kv(v: dict[str, Any], cache: dict) -> dict[str, Any]:
@@ -224,67 +217,33 @@ def _kv_fabric(
     v: dict[str, Any], nbytes: int, prefill_s: float, num_layers: int, overlap: bool
 ) -> dict[str, Any]:
     """One transfer between a prefill and a decode worker placed as ``v["path"]`` says,
-    moved by the fabric's flow network."""
-    import simpy
-
+    moved by the fabric's flow network (:mod:`disaggsim.fabric.estimate`)."""
     tp = v.get("tp") or 1
     where = v["path"]
-    same = where == "same-node"
-    nic: dict[str, Any] = {"rdma": where != "cross-node-staged"}
-    if v.get("nic_gbit_per_s") is not None:
-        nic["gbit_per_s"] = v["nic_gbit_per_s"]
-    cfg = parse_topology_config(
-        {
-            "nic": nic,
-            "host_staging": v.get("host_staging") or "pinned",
-            "placement": {
-                "explicit": {
-                    "prefill.0": [0, list(range(tp))],
-                    "decode.0": [0, list(range(tp, 2 * tp))] if same else [1, list(range(tp))],
-                }
-            },
-        },
-        "--path",
-    )
-    gpu = v.get("gpu")
     try:
-        topo = build_topology(cfg, pool_layouts([("prefill", gpu, 1, tp), ("decode", gpu, 1, tp)]))
+        topo = pair_topology(
+            where,
+            v.get("gpu"),
+            tp,
+            nic_gbit_per_s=v.get("nic_gbit_per_s"),
+            host_staging=v.get("host_staging") or "pinned",
+            label="--path",
+        )
     except UserError as e:
         raise UserError(f"--path {where} with --tp {tp}: {e}") from None
-    path = topo.path(0, 1)
-    env = simpy.Environment()
-    net = FlowNetwork(env, topo)
-    plan = send_plan(nbytes, 0.0, prefill_s, prefill_s, num_layers, overlap)
-    if plan.source_rate_cap_bytes_per_s is None and prefill_s > 0:
-        env.run(until=prefill_s)  # without overlap the KV leaves when the prefill ends
-    latency = topo.transfer_latency_s(path, 0)
-    net.start(
-        nbytes,
-        path,
-        start_delay_s=plan.start_delay_s,
-        source_rate_cap_bytes_per_s=plan.source_rate_cap_bytes_per_s,
-        cap_until_s=plan.cap_until_s,
-        ready_at_s=plan.ready_at_s,
+    est = estimate_handoff(
+        topo, 0, 1, nbytes, prefill_s=prefill_s, num_layers=num_layers, overlap=overlap
     )
-    env.run()
-    (rec,) = net.records
-    # the rate one uncontended transfer gets: the same network, no overlap, no latency
-    solo_env = simpy.Environment()
-    solo = FlowNetwork(solo_env, topo)
-    solo.start(nbytes, path)
-    solo_env.run()
-    serial = solo.records[0].transfer_s - latency
-    link = {"nvlink": "nvlink", "pcie-p2p": "pcie", "rdma": "infiniband", "staged": "pcie"}
     return {
-        "link": link[path.kind],
-        "transfer_s": serial + latency,
-        "bandwidth_bytes_per_s": nbytes / serial if serial > 0 else float("inf"),
-        "latency_s": latency,
-        "exposed_s": rec.exposed_s,
-        "path": path.kind,
-        "path_links": list(describe_path(topo, path)),
-        "hops": path.num_hops,
-        "num_shards": path.num_shards,
+        "link": est.link,
+        "transfer_s": est.transfer_s,
+        "bandwidth_bytes_per_s": est.bandwidth_bytes_per_s,
+        "latency_s": est.latency_s,
+        "exposed_s": est.exposed_s,
+        "path": est.path.kind,
+        "path_links": list(est.path_links),
+        "hops": est.path.num_hops,
+        "num_shards": est.path.num_shards,
         "tp": tp,
     }
 

@@ -71,6 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError
     from disaggsim.plan import PlanOptions, plan
+    from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
     from disaggsim.sweep.executors import make_executor
 
@@ -99,7 +100,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(res, advice), indent=2))
         return 0
     s = loaded.scenario
-    print(f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {s.fabric.link}")
+    print(f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}")
     print("\nanalytic first guess:")
     for line in res.analytic.arithmetic():
         print(f"  {line}")

@@ -25,8 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from disaggsim.config.scenario import Scenario
 from disaggsim.costmodel.kv import kv_transfer, link_bandwidth_bytes_per_s
 from disaggsim.errors import UserError
+from disaggsim.fabric import FabricTopologyConfig, PlacementConfig, build_topology, pool_layouts
+from disaggsim.fabric.estimate import estimate_handoff
 from disaggsim.plan.analytic import worker_cost
 from disaggsim.plan.search import CandidateResult, SearchResult
 
@@ -38,6 +41,7 @@ __all__ = [
     "Advice",
     "Condition",
     "advise",
+    "fabric_name",
 ]
 
 MIN_GAIN = 0.05
@@ -74,6 +78,45 @@ class Advice:
                 {"name": c.name, "holds": c.holds, "detail": c.detail} for c in self.conditions
             ],
         }
+
+
+def fabric_name(scenario: Scenario) -> str:
+    """The scenario's KV link class, or ``topology`` for a ``kind: topology`` fabric."""
+    fab = scenario.fabric
+    return "topology" if isinstance(fab, FabricTopologyConfig) else fab.link
+
+
+def _mean_handoff(res: SearchResult, tp: int, nbytes: float) -> tuple[str, float, float]:
+    """(link, seconds, bytes/s per GPU) of one uncontended handoff of ``nbytes`` between
+    a prefill and a decode worker of ``tp`` GPUs each (bytes/s 0: no such link).
+
+    ``kind: link``: the link class at its (or the given) bandwidth, one shard per GPU.
+    ``kind: topology``: a prefill and a decode worker placed by the fabric's placement
+    policy (an explicit placement names the scenario's own workers, so the pair is packed
+    instead), moved by the fabric model (:func:`disaggsim.fabric.estimate.estimate_handoff`);
+    the link is the path's link class."""
+    fab = res.loaded.scenario.fabric
+    if isinstance(fab, FabricTopologyConfig):
+        if fab.placement.explicit is not None:
+            fab = fab.model_copy(update={"placement": PlacementConfig()})
+        layouts = pool_layouts([("prefill", res.gpu, 1, tp), ("decode", res.gpu, 1, tp)])
+        try:
+            est = estimate_handoff(build_topology(fab, layouts), 0, 1, nbytes)
+        except UserError:
+            return "topology", 0.0, 0.0
+        serial = est.transfer_s - est.latency_s
+        return est.link, est.transfer_s, nbytes / serial / tp if serial > 0 else 0.0
+    try:
+        bw = (
+            fab.bandwidth_gb_per_s * 1e9
+            if fab.bandwidth_gb_per_s
+            else link_bandwidth_bytes_per_s(fab.link, res.gpu)
+        )
+    except UserError:
+        bw = 0.0
+    if bw <= 0:
+        return fab.link, 0.0, 0.0
+    return fab.link, kv_transfer(nbytes / tp, fab.link, bandwidth_bytes_per_s=bw).time_s, bw
 
 
 def _best(res: SearchResult, kind: str) -> CandidateResult | None:
@@ -118,24 +161,13 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
             f"{g.pd_gpu_ratio:.2f} P:D ratio)"
         )
     out.append(Condition("large_fleet", workers >= LARGE_FLEET_WORKERS, fleet))
-    link = s.fabric.link
-    try:
-        bw = (
-            s.fabric.bandwidth_gb_per_s * 1e9
-            if s.fabric.bandwidth_gb_per_s
-            else (link_bandwidth_bytes_per_s(link, res.gpu))
-        )
-    except UserError:
-        bw = 0.0
+    nbytes = pcost.kv_bytes_per_token * p_mean
+    link, time_s, bw = _mean_handoff(res, g.prefill_tp, nbytes)
     if bw > 0:
-        shards = g.prefill_tp
-        xfer = kv_transfer(
-            pcost.kv_bytes_per_token * p_mean / shards, link, bandwidth_bytes_per_s=bw
-        )
         fabric = (
             f"{link} at {bw / 1e9:.0f} GB/s per GPU: a mean prompt's KV "
-            f"({pcost.kv_bytes_per_token * p_mean / 1e9:.2f} GB) moves in {xfer.time_s * 1e3:.1f} ms "
-            f"= {xfer.time_s / pre_mean_s:.0%} of its prefill"
+            f"({nbytes / 1e9:.2f} GB) moves in {time_s * 1e3:.1f} ms "
+            f"= {time_s / pre_mean_s:.0%} of its prefill"
         )
     else:
         fabric = f"{link} is not available on {res.gpu}"

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from disaggsim.config.loader import load_scenario
-from disaggsim.plan.advisor import Advice
+from disaggsim.plan.advisor import Advice, fabric_name
 from disaggsim.plan.search import CandidateResult, SearchResult, candidate_scenario
 
 __all__ = ["pareto_front", "plan_json", "ranked_table", "recommended_scenario", "write_outputs"]
@@ -35,7 +35,7 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
         "model": s.model,
         "gpu": res.gpu,
         "gpu_budget": res.gpu_budget,
-        "fabric_link": s.fabric.link,
+        "fabric_link": fabric_name(s),
         "slo": s.slo.model_dump(mode="json"),
         **advice.as_dict(),
         "ranked": [r.as_dict() for r in res.ranked],
