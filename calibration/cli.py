@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from disaggsim.errors import UserError
+from disaggsim.output import PROFILE_OWNED, prefix_owned, write_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -114,8 +115,16 @@ def _cmd_run(args) -> int:
             "calibrate: give --device cuda|cpu and --out DIR, or a subcommand: fit, show, validate"
         )
     from calibration import harness
+    from disaggsim.output import claim_folder, seal_folder
 
-    harness.run(args.device, Path(args.raw_out), quick=args.quick)
+    out = Path(args.raw_out)
+    previous = claim_folder(out, "calibrate", "--out")
+    if previous is not None:
+        print(f"{out}: replacing the earlier disaggsim {previous.command} result there")
+    try:
+        harness.run(args.device, out, quick=args.quick)
+    finally:
+        seal_folder(out, "calibrate")
     return 0
 
 
@@ -163,8 +172,8 @@ def _write_profile(prof: dict, args) -> Path:
         else Path(args.raw_dir) / profile_filename(args.gpu)
     )
     profile_from_dict(prof, str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(prof, indent=2) + "\n")
+    write_file(out, lambda tmp: tmp.write_text(json.dumps(prof, indent=2) + "\n"), "--out",
+               PROFILE_OWNED, "profile")  # fmt: skip
     return out
 
 
@@ -262,7 +271,13 @@ def _cmd_validate(args) -> int:
     report = validate.run(args.gpu, data)
     print(report.text())
     if args.write_doc:
-        Path(args.write_doc).write_text(report.markdown())
+        write_file(
+            args.write_doc,
+            lambda tmp: tmp.write_text(report.markdown()),
+            "--write-doc",
+            prefix_owned(report.markdown().split("\n", 1)[0]),
+            "validation doc",
+        )
         print(f"wrote {args.write_doc}")
     return 0 if report.all_targets_met() else 1
 

@@ -272,9 +272,11 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
 
 
 def write_profile(prof: dict, path: Path) -> None:
+    from disaggsim.output import PROFILE_OWNED, write_file
+
     profile_from_dict(prof, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(prof, indent=2) + "\n")
+    text = json.dumps(prof, indent=2) + "\n"
+    write_file(path, lambda tmp: tmp.write_text(text), "--out", PROFILE_OWNED, "profile")
 
 
 def is_measured(path: Path) -> bool:

@@ -11,6 +11,7 @@
 #     $OUT/validate_steps.txt        disaggsim calibrate validate-steps output
 #     $OUT/steps-raw/<gpu>.json      (GPU only) the profile with engines.cuda-graphs.per_layer_s
 #                                    fitted to the graph passes (calibrate fit-steps)
+# (and steps-raw/.disaggsim-result.json, the marker listing the files disaggsim wrote there)
 # STEPS_GPU (profile to compare with, default h200-sxm) and STEPS_DEVICE (cuda; cpu runs
 # tiny sizes in a few seconds, used to test this script without a GPU) can be overridden.
 set -u

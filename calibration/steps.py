@@ -338,7 +338,19 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s", type=float, default=150.0, help="stop starting new points after this"
     )
     args = ap.parse_args(argv)
-    print(f"wrote {run(args.device, Path(args.out), args.budget_s)}")
+    from disaggsim.errors import UserError
+    from disaggsim.output import claim_folder, seal_folder
+
+    out = Path(args.out)
+    try:
+        claim_folder(out, "calibration.steps", "--out")
+    except UserError as e:
+        print(f"calibration.steps: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        print(f"wrote {run(args.device, out, args.budget_s)}")
+    finally:
+        seal_folder(out, "calibration.steps")
     return 0
 
 

@@ -16,11 +16,13 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import regress_metrics
+from disaggsim.output import check_file, json_owned, write_file
 from disaggsim.sweep.core import (
     RATE_PATH,
     SEED_INDEX,
@@ -231,8 +233,9 @@ def update(
         else:
             grid, seeds = default_grid(p), 1
         jobs.append((p, grid, seeds))
+    for p, _, _ in jobs:  # before any run: every reference can be written
+        check_file(reference_path(ref_dir, p.stem), "--reference-dir", _OWNED, "reference")
     fresh = _run(jobs, executor, progress)
-    ref_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for (p, grid, seeds), rows in zip(jobs, fresh, strict=True):
         doc = {
@@ -243,12 +246,14 @@ def update(
             "metrics": list(METRICS),
             "points": [{k: _clean(v) for k, v in r.items()} for r in rows],
         }
-        tmp = reference_path(ref_dir, f".{p.stem}.tmp")
-        dump_json(doc, tmp)
         final = reference_path(ref_dir, p.stem)
-        tmp.replace(final)
+        write_file(final, partial(dump_json, doc), "--reference-dir", _OWNED, "reference")
         written.append(final)
     return written
+
+
+# A reference file disaggsim wrote (the only kind ``update`` replaces).
+_OWNED = json_owned("format", "scenario", "grid", "points")
 
 
 def _point_label(row: dict[str, Any], grid: dict[str, list[Any]], seeds: int) -> str:

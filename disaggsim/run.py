@@ -12,8 +12,6 @@ This is the Python API notebooks use::
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -38,6 +36,7 @@ from disaggsim.errors import UserError
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
 from disaggsim.metrics.summary import summarize
 from disaggsim.metrics.summary_table import Summary
+from disaggsim.output import Written, write_folder
 from disaggsim.validity import check_prefill_budget
 from disaggsim.workload import generate_requests
 from disaggsim.workload.requests import Requests
@@ -511,13 +510,21 @@ def transfers_frame(raw: RawResult) -> pd.DataFrame:
 
 
 def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = True) -> Path:
-    """Write a result folder atomically (built in a temporary sibling, then renamed):
-    ``requests.parquet``, ``timeseries.parquet``, ``summary.json``, ``scenario.yaml``
-    (the resolved scenario), and PNG plots."""
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    """Write a result folder (:func:`write_results_folder`); returns its path."""
+    return write_results_folder(result, out_dir, plots).path
+
+
+def write_results_folder(
+    result: SimulationResult, out_dir: str | Path, plots: bool = True
+) -> Written:
+    """Write a result folder through :mod:`disaggsim.output` (built in a temporary
+    sibling, then moved into place; only a new or empty folder or an earlier disaggsim
+    result is written over): ``requests.parquet``, ``timeseries.parquet``,
+    ``pools.parquet``, ``summary.json``, ``scenario.yaml`` (the resolved scenario), PNG
+    plots, and on a topology fabric ``links.parquet`` and ``transfers.parquet``. The
+    returned :class:`~disaggsim.output.Written` says what it replaced."""
+
+    def render(tmp: Path) -> None:
         result.requests.to_parquet(tmp / "requests.parquet", index=False)
         result.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
         pool_sizes_frame(result.raw).to_parquet(tmp / "pools.parquet", index=False)
@@ -534,13 +541,8 @@ def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = T
             from disaggsim.metrics.plots import write_plots
 
             write_plots(result, tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return write_folder(out_dir, render, command="run")
 
 
 def _jsonable(d: dict) -> dict:

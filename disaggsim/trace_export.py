@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from disaggsim.errors import UserError
+from disaggsim.output import Written, check_file, prefix_owned, write_file
 
 if TYPE_CHECKING:
     from disaggsim.run import SimulationResult
@@ -206,36 +205,39 @@ def trace_events(result: SimulationResult) -> dict:
         + transfer_spans(result)
         + counter_events(result)
     )
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
+    return {  # otherData first: a file starting with TRACE_HEAD is one disaggsim wrote
         "otherData": {
+            "written_by": "disaggsim",
             "scenario": result.scenario.name,
             "time": "simulated; ts/dur in microseconds",
         },
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
     }
 
 
+# Every trace disaggsim writes starts with this text, so ``--trace`` can recognise (and
+# replace) its own earlier trace and refuse any other file.
+TRACE_HEAD = '{"otherData":{"written_by":"disaggsim"'
+
+
 def check_trace_path(path: str | Path) -> None:
-    """Fail before simulating when the trace cannot be written there."""
-    out = Path(path)
-    if out.is_dir():
-        raise UserError(f"--trace {out}: is a folder (give a file name such as trace.json)")
-    if out.parent.exists() and not out.parent.is_dir():
-        raise UserError(f"--trace {out}: {out.parent} is not a folder")
+    """Fail before simulating when the trace cannot be written there (see
+    :mod:`disaggsim.output`: a new file, or an earlier trace disaggsim wrote)."""
+    check_file(path, "--trace", prefix_owned(TRACE_HEAD), what="trace")
 
 
 def write_trace(result: SimulationResult, path: str | Path) -> Path:
-    """Write :func:`trace_events` as JSON (atomically: a temporary file, then renamed)."""
-    check_trace_path(path)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
+    """Write :func:`trace_events` as JSON (:func:`write_trace_file`); returns the path."""
+    return write_trace_file(result, path).path
+
+
+def write_trace_file(result: SimulationResult, path: str | Path) -> Written:
+    """Write :func:`trace_events` as JSON (atomically: a temporary file, then renamed),
+    over nothing but an earlier disaggsim trace; says what it replaced."""
+
+    def write(tmp: Path) -> None:
         with open(tmp, "w") as f:
             json.dump(trace_events(result), f, separators=(",", ":"), allow_nan=False)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+
+    return write_file(path, write, "--trace", prefix_owned(TRACE_HEAD), what="trace")

@@ -15,6 +15,7 @@ pytest.importorskip("torch", reason="the layer timing needs torch")
 from calibration import steps
 from calibration.cli import main as calibrate_main
 from disaggsim.hardware.profile import load_profile
+from disaggsim.output import MARKER, read_marker
 from tests.device_scripts import HAVE_SHELL, run_device_script
 
 
@@ -28,8 +29,9 @@ def step_run(tmp_path_factory) -> Path:
 
 
 def test_script_writes_few_files_and_every_point(step_run: Path) -> None:
-    files = [p for p in step_run.rglob("*") if p.is_file()]
+    files = [p for p in step_run.rglob("*") if p.is_file() and p.name != MARKER]
     assert sorted(p.name for p in files) == ["steps.csv", "steps_run.log", "validate_steps.txt"]
+    assert read_marker(step_run / "steps-raw").files == ("steps.csv",)
     df = pd.read_csv(step_run / "steps-raw" / "steps.csv")
     assert list(df.columns) == list(steps.COLUMNS)
     # two shapes × (prefill + decode points) in eager mode on CPU, all timed

@@ -362,7 +362,8 @@ def test_cli_sweep_writes_table_and_plots(tmp_path, capsys):
     ])  # fmt: skip
     assert rc == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "itl.png", "slo_attainment.png", "sweep.csv", "sweep.parquet", "ttft.png",
+        ".disaggsim-result.json", "itl.png", "slo_attainment.png", "sweep.csv", "sweep.parquet",
+        "ttft.png",
     ]  # fmt: skip
     df = pd.read_parquet(out / "sweep.parquet")
     assert len(df) == 3 * 2 * 2

@@ -29,14 +29,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from disaggsim.output import check_folder, write_folder
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
     from disaggsim.sweep.core import RATE_PATH
     from disaggsim.sweep.grid import parse_params
-    from disaggsim.sweep.output import check_out_dir, write_folder, write_table
+    from disaggsim.sweep.output import write_table
     from disaggsim.sweep.plots import write_sweep_plots
 
     params = parse_params(args.params)
-    check_out_dir(args.out)
+    check_folder(args.out, "--out")
     with executor(args) as ex, progress(args.quiet) as new_bar:
         res = compare(
             args.scenarios,
@@ -63,8 +64,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         return files
 
-    write_folder(args.out, render)
-    print_goodput(res.goodput, args.out, [p.path for p in params if p.path != RATE_PATH])
+    written = write_folder(args.out, render, command="compare")
+    print_goodput(res.goodput, written.note(), [p.path for p in params if p.path != RATE_PATH])
     return 0
 
 
@@ -72,7 +73,7 @@ def _fmt(v: float, fmt: str) -> str:
     return "-" if v is None or not math.isfinite(v) else fmt.format(v)
 
 
-def print_goodput(g, out_dir: Path | None, param_cols: list[str] | None = None) -> None:
+def print_goodput(g, written: str | None, param_cols: list[str] | None = None) -> None:
     """The goodput frame as a rich table: one row per scenario × other swept values."""
     from rich.console import Console
     from rich.table import Table
@@ -102,5 +103,5 @@ def print_goodput(g, out_dir: Path | None, param_cols: list[str] | None = None) 
         )
     console = Console()
     console.print(table)
-    if out_dir is not None:
-        console.print(f"results written to {out_dir}/")
+    if written is not None:
+        console.print(f"results {written}", markup=False, soft_wrap=True)

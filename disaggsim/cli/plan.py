@@ -70,6 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.cli.common import progress
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError
+    from disaggsim.output import check_folder
     from disaggsim.plan import PlanOptions, plan
     from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
@@ -78,6 +79,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.duration is not None and not args.duration > 0:
         raise UserError(f"--duration {args.duration}: must be > 0 s")
     loaded = load_scenario(args.scenario, args.overrides)
+    if args.out is not None:
+        check_folder(args.out, "--out")
     opts = PlanOptions.quick() if args.quick else PlanOptions()
     if args.duration is not None:
         warm = min(loaded.scenario.sim.warmup_s, 0.2 * args.duration)
@@ -95,7 +98,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             executor=ex,
             progress=bar("goodput bisection"),
         )
-    written = write_outputs(res, advice, args.out, plots=not args.no_plots) if args.out else []
+    written = write_outputs(res, advice, args.out, plots=not args.no_plots) if args.out else None
     if args.json:
         print(json.dumps(plan_json(res, advice), indent=2))
         return 0
@@ -114,6 +117,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"  {advice.reason}")
     for c in advice.conditions:
         print(f"  [{'x' if c.holds else ' '}] {c.name}: {c.detail}")
-    for p in written:
-        print(f"wrote {p}")
+    if written is not None:
+        print(f"plan {written.note()}")
     return 0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from disaggsim.cli.common import add_set_option
 from disaggsim.config.loader import load_scenario
-from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary, cli_rows
+from disaggsim.output import check_folder
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def print_summary(summary: Summary, title: str, out_dir: Path | None) -> None:
+def print_summary(summary: Summary, title: str, written: str | None) -> None:
     """The summary table (rows from :func:`disaggsim.metrics.summary_table.cli_rows`)
     and the SLO verdict."""
     from rich.console import Console
@@ -47,18 +47,17 @@ def print_summary(summary: Summary, title: str, out_dir: Path | None) -> None:
         + ("[green]met[/green]" if summary.slo_attained else "[red]missed[/red]")
     )
     console.print(slo)
-    if out_dir is not None:
-        console.print(f"results written to {out_dir}/")
+    if written is not None:
+        console.print(f"results {written}", markup=False, soft_wrap=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from disaggsim.run import simulate, write_results
+    from disaggsim.run import simulate, write_results_folder
 
     loaded = load_scenario(args.scenario, args.overrides)
     s = loaded.scenario
     out = args.out if args.out is not None else Path("results") / s.name
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a folder")
+    check_folder(out, "--out")
     if args.trace is not None:
         from disaggsim.trace_export import check_trace_path
 
@@ -81,10 +80,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 bar.update(task, completed=min(now, s.sim.duration_s), done=f"{done}/{total}")
 
             result = simulate(loaded, progress=progress)
-    write_results(result, out, plots=not args.no_plots)
+    written = write_results_folder(result, out, plots=not args.no_plots)
+    trace = None
     if args.trace is not None:
-        from disaggsim.trace_export import write_trace
+        from disaggsim.trace_export import write_trace_file
 
-        write_trace(result, args.trace)
-    print_summary(result.summary, f"{s.name} ({result.summary.architecture})", out)
+        trace = write_trace_file(result, args.trace)
+    print_summary(result.summary, f"{s.name} ({result.summary.architecture})", written.note())
+    if trace is not None:
+        print(f"trace {trace.note()}")
     return 0

@@ -25,15 +25,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from disaggsim.output import check_folder, write_folder
     from disaggsim.sweep.core import as_source, run_tasks, sweep_tasks, table
     from disaggsim.sweep.grid import parse_params
-    from disaggsim.sweep.output import check_out_dir, write_folder, write_table
+    from disaggsim.sweep.output import write_table
     from disaggsim.sweep.plots import write_sweep_plots
 
     params = parse_params(args.params)
     src = as_source(args.scenario, args.overrides)
     out = args.out if args.out is not None else Path("results") / f"{src.name}-sweep"
-    check_out_dir(out)
+    check_folder(out, "--out")
     keys, tasks = sweep_tasks(src, params, args.seeds)
     with executor(args) as ex, progress(args.quiet) as new_bar:
         df = table(keys, run_tasks(tasks, ex, new_bar(f"sweeping {src.name}")))
@@ -45,8 +46,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             files += write_sweep_plots(df, paths, tmp)
         return files
 
-    write_folder(out, render)
+    written = write_folder(out, render, command="sweep")
     Console().print(
-        f"{len(df)} runs ({len(tasks) // args.seeds} points × {args.seeds} seeds) written to {out}/"
+        f"{len(df)} runs ({len(tasks) // args.seeds} points × {args.seeds} seeds) {written.note()}",
+        markup=False,
+        soft_wrap=True,
     )
     return 0

@@ -8,6 +8,7 @@ field and built by one explicit function elsewhere (no registries).
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -196,7 +197,12 @@ class SimConfig(_Model):
 
 
 class Scenario(_Model):
-    name: str = Field(default="scenario", pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(
+        default="scenario",
+        max_length=100,
+        description="names the default result folder results/<name>: letters, digits, "
+        "'.', '_', '-', starting with a letter or digit",
+    )
     description: str = ""
     seed: int = Field(default=0, ge=0)
     model: str
@@ -220,6 +226,16 @@ class Scenario(_Model):
     slo: SloConfig
     workload: WorkloadConfig
     sim: SimConfig
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_folder_name(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise ValueError(
+                f"{name!r} is not a folder name (letters, digits, '.', '_', '-', starting "
+                "with a letter or digit; it names results/<name>)"
+            )
+        return name
 
     @model_validator(mode="after")
     def _pools_match_architecture(self) -> Scenario:

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from disaggsim.config.loader import load_scenario
+from disaggsim.output import Written
 from disaggsim.plan.advisor import Advice, fabric_name
 from disaggsim.plan.search import CandidateResult, SearchResult, candidate_scenario
 
@@ -176,33 +177,26 @@ def _plot(res: SearchResult, path: Path) -> None:
     plt.close(fig)
 
 
-def write_outputs(
-    res: SearchResult, advice: Advice, out_dir: Path, plots: bool = True
-) -> list[Path]:
-    """``plan.json``, ``ranked.csv``, ``recommended.yaml`` and ``pareto.png`` in ``out_dir``."""
+def write_outputs(res: SearchResult, advice: Advice, out_dir: Path, plots: bool = True) -> Written:
+    """``plan.json``, ``ranked.csv``, ``recommended.yaml`` and ``pareto.png`` in ``out_dir``
+    (a result folder, written through :func:`disaggsim.output.write_folder`)."""
     import pandas as pd
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    p = out_dir / "plan.json"
-    p.write_text(json.dumps(plan_json(res, advice), indent=2) + "\n")
-    written.append(p)
-    p = out_dir / "ranked.csv"
-    rows = []
-    for r in res.ranked:
-        d = r.as_dict()
-        d.pop("deployment")
-        rows.append(d)
-    pd.DataFrame.from_records(rows).to_csv(p, index=False)
-    written.append(p)
-    p = out_dir / "recommended.yaml"
-    p.write_text(
-        "# Written by disaggsim plan; run it with: disaggsim run recommended.yaml\n"
-        + yaml.safe_dump(recommended_scenario(res, advice), sort_keys=False)
-    )
-    written.append(p)
-    if plots:
-        p = out_dir / "pareto.png"
-        _plot(res, p)
-        written.append(p)
-    return written
+    from disaggsim.output import write_folder
+
+    def render(tmp: Path) -> None:
+        (tmp / "plan.json").write_text(json.dumps(plan_json(res, advice), indent=2) + "\n")
+        rows = []
+        for r in res.ranked:
+            d = r.as_dict()
+            d.pop("deployment")
+            rows.append(d)
+        pd.DataFrame.from_records(rows).to_csv(tmp / "ranked.csv", index=False)
+        (tmp / "recommended.yaml").write_text(
+            "# Written by disaggsim plan; run it with: disaggsim run recommended.yaml\n"
+            + yaml.safe_dump(recommended_scenario(res, advice), sort_keys=False)
+        )
+        if plots:
+            _plot(res, tmp / "pareto.png")
+
+    return write_folder(out_dir, render, command="plan")

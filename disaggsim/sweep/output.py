@@ -1,44 +1,14 @@
-"""Writing sweep/compare result folders: every file is rendered into a temporary sibling
-folder first and moved into place only when all of them exist, so a failure leaves the
-output folder as it was (other files in it are left alone)."""
+"""Tables and JSON for sweep/compare result folders. Where and how the folder itself is
+written (temporary sibling, marker, never over a user's files) is
+:mod:`disaggsim.output`."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-
-from disaggsim.errors import UserError
-
-
-def check_out_dir(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a folder")
-
-
-def write_folder(out: Path, render: Callable[[Path], list[Path]]) -> list[Path]:
-    """``render(tmp)`` writes files into ``tmp`` and returns them; they are then moved to
-    ``out`` (replacing files of the same name). Returns the final paths."""
-    check_out_dir(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        files = render(tmp)
-        out.mkdir(exist_ok=True)
-        final = []
-        for f in files:
-            dst = out / f.name
-            os.replace(f, dst)
-            final.append(dst)
-        return final
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_table(df: pd.DataFrame, folder: Path, stem: str) -> list[Path]:

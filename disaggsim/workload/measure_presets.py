@@ -18,12 +18,14 @@ import argparse
 import json
 import re
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from disaggsim.errors import UserError
+from disaggsim.output import check_file, json_owned, write_file
 from disaggsim.workload.requests import Requests
 from disaggsim.workload.traces import read_trace
 
@@ -70,9 +72,18 @@ def _to_json(record: dict[str, Any]) -> str:
     )
 
 
+def _write_text(text: str, path: Path) -> None:
+    path.write_text(text)
+
+
+# A preset file this module wrote (the only kind it replaces).
+PRESET_OWNED = json_owned("name", "source_file", "source_rows", "command")
+
+
 def measure_presets(traces_dir: Path, out_dir: Path, command: str) -> list[Path]:
     """Measure every preset's source trace in ``traces_dir``; write ``out_dir/<name>.json``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in PRESET_SOURCES:  # before measuring: every preset file can be written
+        check_file(out_dir / f"{name}.json", "--out", PRESET_OWNED, "preset")
     written = []
     for name, source in PRESET_SOURCES.items():
         requests = read_trace(traces_dir / source)
@@ -84,7 +95,7 @@ def measure_presets(traces_dir: Path, out_dir: Path, command: str) -> list[Path]
             **measure(requests),
         }
         path = out_dir / f"{name}.json"
-        path.write_text(_to_json(record))
+        write_file(path, partial(_write_text, _to_json(record)), "--out", PRESET_OWNED, "preset")
         written.append(path)
     return written
 

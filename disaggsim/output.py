@@ -1,0 +1,372 @@
+"""Where disaggsim may write: the one owner of every output path.
+
+The rule (docs/metrics.md, "Where results go"):
+
+- A **result folder** (``run``, ``sweep``, ``compare``, ``plan --out``, ``calibrate
+  --out``) is written only where there is no folder yet, into an empty folder, or over an
+  earlier disaggsim result: a folder holding :data:`MARKER`, whose manifest lists every
+  file that result wrote, and nothing else. Any other folder (the working folder, a folder
+  above it, a project checkout, a folder with a user's files) is a one-line error before
+  any simulation.
+- A **single file** (``--trace``, a calibrated profile, a regression reference, a
+  measured preset, a generated doc) is created where named, or replaces a file that
+  disaggsim recognisably wrote (each caller says how to recognise its own files) — never
+  another file.
+- The new files are written into a temporary sibling and moved into place only when all
+  of them exist, so an error or Ctrl-C leaves the earlier state as it was.
+- Replacing an earlier result is reported (:attr:`Written.replaced`); the commands say so
+  on their last line. Only the files the earlier result's manifest lists are deleted.
+
+Every check that can fail runs in :func:`check_folder` / :func:`check_file`, which the
+commands call before simulating (and the writers call again, since the disk may have
+changed in the meantime).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from disaggsim.errors import UserError
+
+MARKER = ".disaggsim-result.json"
+# Longest file name most filesystems take (NAME_MAX); a temporary sibling adds a suffix.
+_NAME_MAX_BYTES = 255
+_TMP_NAME_CHARS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """An earlier disaggsim result found at the output path."""
+
+    command: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a writer did: the folder or file, the files written, what it replaced."""
+
+    path: Path
+    files: tuple[Path, ...]
+    replaced: Previous | None
+
+    def note(self) -> str:
+        """``written to X/`` plus, when it applies, what was replaced."""
+        if self.files == (self.path,):  # one file
+            if self.replaced is None:
+                return f"written to {self.path}"
+            return f"written to {self.path} (replaced the earlier {self.replaced.command} there)"
+        if self.replaced is None:
+            return f"written to {self.path}/"
+        n = len(self.replaced.files)
+        return (
+            f"written to {self.path}/ (replaced the earlier disaggsim {self.replaced.command} "
+            f"result there: {n} file{'s' if n != 1 else ''})"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# checks
+
+
+def _fail(flag: str, path: Path | str, why: str) -> UserError:
+    return UserError(f"{flag} {path}: {why}")
+
+
+def _check_common(path: Path, flag: str, kind: str) -> Path:
+    """Checks shared by folders and files; returns the absolute path (symlinks in the
+    folders above resolved, the last component kept as given)."""
+    text = str(path)
+    if not text.strip():
+        raise _fail(flag, repr(text), f"empty path (give a {kind})")
+    if path.name in ("", ".", ".."):
+        raise _fail(flag, path, f"names an existing folder ('.', '..' or '/'), not a new {kind}")
+    if len(os.fsencode(path.name)) > _NAME_MAX_BYTES - _TMP_NAME_CHARS:
+        raise _fail(
+            flag,
+            path,
+            f"name longer than {_NAME_MAX_BYTES - _TMP_NAME_CHARS} bytes (filesystem limit)",
+        )
+    parent = path.parent.resolve()
+    absolute = parent / path.name
+    cwd = Path.cwd().resolve()
+    if absolute == cwd or absolute in cwd.parents:
+        raise _fail(flag, path, "is the working folder or a folder above it; give a new folder")
+    if path.is_symlink():
+        raise _fail(flag, path, "is a symbolic link; give the path it points to")
+    # A component above that exists but is not a folder: "a/file.txt/out".
+    for above in [parent, *parent.parents]:
+        if above.exists() or above.is_symlink():
+            if not above.is_dir():
+                raise _fail(flag, path, f"{above} is a file, not a folder")
+            break
+    return absolute
+
+
+def _probe_writable(absolute: Path, flag: str, shown: Path) -> None:
+    """Create and remove an empty folder where the temporary sibling will go (the nearest
+    existing folder above), so an unwritable location fails before any simulation."""
+    above = absolute.parent
+    while not above.exists():
+        above = above.parent
+    try:
+        probe = tempfile.mkdtemp(prefix=".disaggsim-probe-", dir=above)
+    except OSError as e:
+        raise _fail(flag, shown, f"cannot write in {above} ({e.strerror or e})") from None
+    os.rmdir(probe)
+
+
+def read_marker(folder: Path) -> Previous | None:
+    """The earlier result a folder's marker describes; None if it has no valid marker."""
+    try:
+        doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("written_by") != "disaggsim":
+        return None
+    files = doc.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    if any("/" in f or f in ("", ".", "..", MARKER) for f in files):
+        return None
+    return Previous(command=str(doc.get("command", "?")), files=tuple(files))
+
+
+def _shown(names: Iterable[str], limit: int = 4) -> str:
+    names = sorted(names)
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f", ... (+{more} more)" if more > 0 else "")
+
+
+def check_folder(path: str | Path, flag: str = "--out") -> Previous | None:
+    """Fail (one line) unless ``path`` may receive a result folder; returns the earlier
+    disaggsim result there, if any. Call before simulating."""
+    path = Path(path)
+    absolute = _check_common(path, flag, "folder")
+    if absolute.exists():
+        if not absolute.is_dir():
+            raise _fail(flag, path, "exists and is not a folder")
+        try:
+            names = os.listdir(absolute)
+        except OSError as e:
+            raise _fail(flag, path, f"cannot list it ({e.strerror or e})") from None
+        previous = None
+        if names:
+            previous = read_marker(absolute)
+            if previous is None:
+                raise _fail(
+                    flag,
+                    path,
+                    f"folder holds files disaggsim did not write ({_shown(names)}); "
+                    "give a new or empty folder",
+                )
+            foreign = set(names) - set(previous.files) - {MARKER}
+            if foreign:
+                raise _fail(
+                    flag,
+                    path,
+                    f"holds an earlier disaggsim result plus files it did not write "
+                    f"({_shown(foreign)}); move them or give another folder",
+                )
+    else:
+        previous = None
+    _probe_writable(absolute, flag, path)
+    return previous
+
+
+def check_file(
+    path: str | Path, flag: str, owned: Callable[[Path], bool], what: str = "file"
+) -> bool:
+    """Fail (one line) unless ``path`` may receive a file: it does not exist, or it is a
+    file ``owned`` recognises as written by disaggsim. Returns whether one exists."""
+    path = Path(path)
+    absolute = _check_common(path, flag, what)
+    exists = absolute.exists()
+    if exists:
+        if absolute.is_dir():
+            raise _fail(flag, path, f"is a folder (give a {what} name)")
+        try:
+            mine = owned(absolute)
+        except (OSError, ValueError, UnicodeDecodeError):
+            mine = False
+        if not mine:
+            raise _fail(
+                flag,
+                path,
+                f"exists and is not a {what} disaggsim wrote; give a new name or remove it",
+            )
+    _probe_writable(absolute, flag, path)
+    return exists
+
+
+# ---------------------------------------------------------------------------------------
+# writers
+
+
+def _tmp_sibling(path: Path, kind: str, folder: bool) -> Path:
+    """A new hidden sibling of ``path`` (``.NAME.tmp-XXXXXXXX``), created with the
+    default permissions (unlike :func:`tempfile.mkdtemp`, which makes it private)."""
+    stem = f".{path.name[: _TMP_NAME_CHARS - 16]}.{kind}-"
+    for _ in range(100):
+        cand = path.parent / (stem + secrets.token_hex(4))
+        try:
+            if folder:
+                os.mkdir(cand)
+            else:
+                os.close(os.open(cand, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return cand
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def write_folder(
+    path: str | Path,
+    render: Callable[[Path], object],
+    command: str,
+    flag: str = "--out",
+) -> Written:
+    """Write a result folder: ``render(tmp)`` writes its files into a temporary sibling,
+    a marker listing them is added, then the folder is moved into place (replacing an
+    earlier disaggsim result there, whose listed files alone are deleted)."""
+    path = Path(path)
+    check_folder(path, flag)
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(path, "tmp", folder=True)
+    try:
+        render(tmp)
+        names = sorted(os.listdir(tmp))
+        for n in names:
+            if not (tmp / n).is_file():  # result folders are flat: a folder is a bug
+                raise RuntimeError(f"result folder entry {n} is not a file")
+        _write_marker(tmp, command, names)
+        replaced = _move_into_place(tmp, path, flag)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Written(path=path, files=tuple(path / n for n in names), replaced=replaced)
+
+
+def _write_marker(folder: Path, command: str, names: Iterable[str]) -> None:
+    doc = {"written_by": "disaggsim", "command": command, "files": sorted(names)}
+    (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def _delete_listed(folder: Path, previous: Previous) -> None:
+    """Delete the files an earlier result's manifest lists (and its marker), nothing else."""
+    for name in (*previous.files, MARKER):
+        try:
+            (folder / name).unlink()
+        except FileNotFoundError:
+            pass
+
+
+def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previous | None:
+    """For long measurements that write as they go (and must keep partial data when
+    stopped): check ``path`` as :func:`check_folder` does, delete an earlier result's
+    listed files, create the folder and mark it. Call :func:`seal_folder` when done (also
+    on failure), so the marker lists what was written. Returns what was replaced."""
+    path = Path(path)
+    previous = check_folder(path, flag)
+    if previous is not None:
+        _delete_listed(path, previous)
+    path.mkdir(parents=True, exist_ok=True)
+    _write_marker(path, command, [])
+    return previous
+
+
+def seal_folder(path: str | Path, command: str) -> None:
+    """List every file now in a claimed folder in its marker."""
+    path = Path(path)
+    if path.is_dir():
+        _write_marker(path, command, [n for n in os.listdir(path) if n != MARKER])
+
+
+def _move_into_place(tmp: Path, path: Path, flag: str) -> Previous | None:
+    # Checked again: the disk may have changed while the simulation ran.
+    previous = check_folder(path, flag)
+    if not path.exists():
+        os.rename(tmp, path)
+        return None
+    if previous is None:  # an empty folder: rename replaces it atomically
+        os.rename(tmp, path)
+        return None
+    # An earlier result: move it aside, move the new one in, then delete only the files
+    # its manifest lists (and the folder, if nothing else appeared in it meanwhile).
+    old = _tmp_sibling(path, "old", folder=True)
+    os.rename(path, old)  # onto the new empty folder
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    _delete_listed(old, previous)
+    try:
+        old.rmdir()
+    except OSError:
+        pass  # something else is in it: leave it rather than delete what is not ours
+    return previous
+
+
+def write_file(
+    path: str | Path,
+    write: Callable[[Path], object],
+    flag: str,
+    owned: Callable[[Path], bool],
+    what: str = "file",
+) -> Written:
+    """Write one file: ``write(tmp)`` fills a temporary sibling, which then replaces
+    ``path`` atomically. ``path`` must be new or a file ``owned`` recognises."""
+    path = Path(path)
+    existed = check_file(path, flag, owned, what)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(path, "tmp", folder=False)
+    try:
+        write(tmp)
+        existed = check_file(path, flag, owned, what)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    # A file written into a result folder (a profile fitted into its raw folder) joins
+    # that result's manifest, so replacing the result later replaces it too.
+    folder = read_marker(path.parent)
+    if folder is not None and path.name not in folder.files:
+        _write_marker(path.parent, folder.command, [*folder.files, path.name])
+    previous = Previous(command=what, files=(path.name,)) if existed else None
+    return Written(path=path, files=(path,), replaced=previous)
+
+
+def json_owned(*keys: str) -> Callable[[Path], bool]:
+    """Recogniser for JSON files disaggsim writes: a mapping holding all of ``keys``."""
+
+    def owned(p: Path) -> bool:
+        if p.stat().st_size > 64 * 2**20:
+            return False
+        doc = json.loads(p.read_text(encoding="utf-8"))
+        return isinstance(doc, dict) and all(k in doc for k in keys)
+
+    return owned
+
+
+def prefix_owned(prefix: str) -> Callable[[Path], bool]:
+    """Recogniser for files disaggsim writes that start with a fixed text."""
+    head = prefix.encode()
+
+    def owned(p: Path) -> bool:
+        with open(p, "rb") as f:
+            return f.read(len(head)) == head
+
+    return owned
+
+
+# A hardware profile disaggsim wrote (``calibrate fit``, ``fit-steps``, ``fit_public``).
+PROFILE_OWNED = json_owned("schema_version", "gpu", "ops", "provenance")
