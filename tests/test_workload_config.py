@@ -43,6 +43,7 @@ def test_public_api() -> None:
             "SyntheticWorkload",
             "PresetWorkload",
             "TraceWorkload",
+            "SessionWorkload",
             "generate_requests",
             "Requests",
             "PRESET_NAMES",
@@ -169,4 +170,4 @@ def test_docs_yaml_examples_validate_and_generate() -> None:
             continue  # needs ../shared/data; trace replay is tested in test_workload_traces
         r = generate_requests(cfg, duration_s=60, seed=0)
         assert len(r) > 0 and math.isfinite(r.arrival_s[-1])
-    assert kinds == {"synthetic", "preset", "trace"}
+    assert kinds == {"synthetic", "preset", "trace", "sessions"}

@@ -157,14 +157,29 @@ _TAGS = {
     "synthetic",
     "preset",
     "trace",
+    "sessions",
     "fixed",
+    "exponential",
     "uniform",
     "lognormal",
     "empirical",
     "link",
     "topology",
 }
-_UNION_FIELDS = {"workload", "prompt_tokens", "output_tokens", "fabric", "rate_shape"}
+_UNION_FIELDS = {
+    "workload",
+    "prompt_tokens",
+    "output_tokens",
+    "fabric",
+    "rate_shape",
+    # sessions workloads
+    "turns",
+    "user_tokens",
+    "think_time_s",
+    "tool_call_tokens",
+    "tool_result_tokens",
+    "tool_latency_s",
+}
 
 
 def _allowed_keys(parent: list[str]) -> list[str]:

@@ -1,11 +1,13 @@
 """Workloads: the requests a scenario serves, generated up front from seeded streams.
 
 Synthetic arrival processes and length distributions, shipped presets measured from real
-traces, and replay of trace files (Azure LLM inference CSV, Mooncake JSONL).
+traces, replay of trace files (Azure LLM inference CSV, Mooncake JSONL), and multi-turn
+sessions with prefix reuse.
 """
 
 from disaggsim.workload.config import (
     PresetWorkload,
+    SessionWorkload,
     SyntheticWorkload,
     TraceWorkload,
     WorkloadConfig,
@@ -19,6 +21,7 @@ __all__ = [
     "PRESET_NAMES",
     "PresetWorkload",
     "Requests",
+    "SessionWorkload",
     "SyntheticWorkload",
     "TraceWorkload",
     "WorkloadConfig",

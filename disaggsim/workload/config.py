@@ -1,7 +1,8 @@
 """The scenario's ``workload:`` section: pydantic models validated at the config edge.
 
-Three kinds, told apart by ``kind`` (``synthetic``, ``preset``, ``trace``), each of which
-accepts ``rate_per_s`` so ``--set workload.rate_per_s=4`` works whatever the kind.
+Four kinds, told apart by ``kind`` (``synthetic``, ``preset``, ``trace``, ``sessions``),
+each of which accepts ``rate_per_s`` so ``--set workload.rate_per_s=4`` works whatever
+the kind.
 Length distributions are a second union told apart by ``dist`` (``fixed``, ``uniform``,
 ``lognormal``, ``empirical``); rate shapes of synthetic workloads a third, told apart by
 ``kind`` (``diurnal``, ``step``). The models only describe; ``generate.py`` draws.
@@ -144,6 +145,63 @@ class StepRate(_Frozen):
 RateShape = Annotated[DiurnalRate | StepRate, Field(discriminator="kind")]
 
 
+# ---------------------------------------------------------------- durations (sessions)
+
+NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class FixedDuration(_Frozen):
+    dist: Literal["fixed"]
+    value_s: NonNegativeSeconds
+
+
+class ExponentialDuration(_Frozen):
+    dist: Literal["exponential"]
+    mean_s: PositiveFloat
+
+
+class UniformDuration(_Frozen):
+    dist: Literal["uniform"]
+    low_s: NonNegativeSeconds
+    high_s: NonNegativeSeconds
+
+    @model_validator(mode="after")
+    def _low_le_high(self) -> UniformDuration:
+        if self.low_s > self.high_s:
+            raise ValueError(
+                f"uniform needs low_s <= high_s, got low_s={self.low_s} > high_s={self.high_s}"
+            )
+        return self
+
+
+class LognormalDuration(_Frozen):
+    """``median_s * exp(sigma * Z)``, Z standard normal."""
+
+    dist: Literal["lognormal"]
+    median_s: PositiveFloat
+    sigma: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+DurationDistribution = Annotated[
+    FixedDuration | ExponentialDuration | UniformDuration | LognormalDuration,
+    Field(discriminator="dist"),
+]
+
+
+def min_length(dist: FixedLengths | UniformLengths | LognormalLengths | EmpiricalLengths) -> int:
+    """The smallest length a distribution can draw (after rounding and clipping)."""
+    match dist:
+        case FixedLengths():
+            return dist.value
+        case UniformLengths():
+            return dist.low
+        case LognormalLengths():
+            return dist.min
+        case EmpiricalLengths():
+            return max(1, round(dist.quantiles[0][1]))
+    raise TypeError(f"unknown length distribution {dist!r}")
+
+
 class MixShift(_Frozen):
     """From ``at_s`` on, lengths come from new distributions: a request arriving at or
     after ``at_s`` draws its prompt (output) length from ``prompt_tokens``
@@ -196,20 +254,24 @@ class SyntheticWorkload(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticWorkload:
-        given = [
-            name
-            for name in ("rate_per_s", "rate_schedule", "rate_shape")
-            if getattr(self, name) is not None
-        ]
-        if len(given) != 1:
-            raise ValueError(
-                "synthetic workload needs exactly one of rate_per_s, rate_schedule or "
-                f"rate_shape, got {' and '.join(given) if given else 'none'}"
-            )
+        _check_one_rate(self, "synthetic workload")
         _check_cv_needs_gamma(self.arrival, self.burstiness_cv)
         if self.rate_schedule is not None:
             _check_schedule(self.rate_schedule)
         return self
+
+
+def _check_one_rate(model: BaseModel, label: str) -> None:
+    given = [
+        name
+        for name in ("rate_per_s", "rate_schedule", "rate_shape")
+        if getattr(model, name) is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(
+            f"{label} needs exactly one of rate_per_s, rate_schedule or "
+            f"rate_shape, got {' and '.join(given) if given else 'none'}"
+        )
 
 
 def _check_schedule(schedule: tuple[tuple[float, float], ...]) -> None:
@@ -278,7 +340,74 @@ class TraceWorkload(_Frozen):
         return self
 
 
+class AgentLoop(_Frozen):
+    """Tool calls inside each user turn: after the user's message the model calls a tool
+    (a short output), the tool's result is appended, and the model is asked again, until
+    it answers. The number of tool calls per turn is geometric on {0, 1, ...} with mean
+    ``tool_calls_mean`` (another call with probability ``m / (1 + m)``), at most
+    ``max_tool_calls``."""
+
+    tool_calls_mean: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    tool_call_tokens: LengthDistribution
+    """Output tokens of a request that calls a tool."""
+    tool_result_tokens: LengthDistribution
+    """Tokens a tool's result appends to the context."""
+    tool_latency_s: DurationDistribution
+    """From a tool-calling request's arrival to the next request's."""
+
+
+class SessionWorkload(_Frozen):
+    """Multi-turn sessions with growing context (``sessions.py``): sessions start at
+    ``rate_per_s`` (or ``rate_schedule`` / ``rate_shape``); each has ``turns`` user
+    turns; a turn appends a user message and, after any agent tool loop, an answer; the
+    next turn arrives ``think_time_s`` after the previous request. Every prompt starts
+    with one of ``num_system_prompts`` shared system prompts. Requests carry prefix
+    chains of ``block_tokens``-token blocks."""
+
+    kind: Literal["sessions"]
+    rate_per_s: PositiveFloat | None = None
+    """Session starts per second."""
+    rate_schedule: tuple[tuple[float, float], ...] | None = Field(default=None, min_length=1)
+    rate_shape: RateShape | None = None
+    arrival: ArrivalProcess = "poisson"
+    burstiness_cv: PositiveFloat | None = None
+    turns: LengthDistribution
+    """User turns per session (>= 1)."""
+    system_prompt_tokens: Annotated[int, Field(ge=0)] = 0
+    num_system_prompts: Annotated[int, Field(ge=1)] = 1
+    user_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+    """Tokens of each answer (every generated token, the first included)."""
+    think_time_s: DurationDistribution
+    """From a turn's last request's arrival to the next user turn's arrival."""
+    agent: AgentLoop | None = None
+    max_context_tokens: TokenCount | None = None
+    """A session ends before its first request whose prompt would be longer."""
+    block_tokens: TokenCount = 512
+    """Tokens per prefix-hash block of the generated chains."""
+    num_requests: TokenCount | None = None
+    """Cap: at most this many requests (the first arrivals)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SessionWorkload:
+        _check_one_rate(self, "sessions workload")
+        _check_cv_needs_gamma(self.arrival, self.burstiness_cv)
+        if self.rate_schedule is not None:
+            _check_schedule(self.rate_schedule)
+        if self.max_context_tokens is not None:
+            first = self.system_prompt_tokens + min_length(self.user_tokens)
+            if first > self.max_context_tokens:
+                raise ValueError(
+                    f"max_context_tokens {self.max_context_tokens} leaves no room for a "
+                    f"first request: system_prompt_tokens {self.system_prompt_tokens} + "
+                    f"the shortest user_tokens {min_length(self.user_tokens)} = {first}"
+                )
+        return self
+
+
 WorkloadConfig = Annotated[
-    SyntheticWorkload | PresetWorkload | TraceWorkload, Field(discriminator="kind")
+    SyntheticWorkload | PresetWorkload | TraceWorkload | SessionWorkload,
+    Field(discriminator="kind"),
 ]
 """The ``workload:`` field of a scenario."""

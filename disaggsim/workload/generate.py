@@ -22,6 +22,7 @@ from disaggsim.workload.config import (
     LengthDistribution,
     MixShift,
     PresetWorkload,
+    SessionWorkload,
     StepRate,
     SyntheticWorkload,
     TraceWorkload,
@@ -29,6 +30,7 @@ from disaggsim.workload.config import (
 from disaggsim.workload.lengths import sample_lengths
 from disaggsim.workload.presets import load_preset
 from disaggsim.workload.requests import Requests
+from disaggsim.workload.sessions import generate_sessions
 from disaggsim.workload.traces import read_trace
 
 STREAMS: tuple[str, ...] = (
@@ -38,9 +40,20 @@ STREAMS: tuple[str, ...] = (
     "spare",
     "mix_prompt_tokens",
     "mix_output_tokens",
+    "session_starts",
+    "session_turns",
+    "session_system_prompt",
+    "session_user_tokens",
+    "session_output_tokens",
+    "session_think_s",
+    "session_tool_calls",
+    "session_tool_call_tokens",
+    "session_tool_result_tokens",
+    "session_tool_latency_s",
 )
 """Named random streams, in spawn order. ``spare`` is reserved (unused); the ``mix_``
-streams draw the lengths of requests after a ``mix_shift``."""
+streams draw the lengths of requests after a ``mix_shift``; the ``session_`` streams
+draw session workloads (``sessions.py``)."""
 
 
 def streams(seed: int, replication: int = 0) -> dict[str, np.random.Generator]:
@@ -52,7 +65,7 @@ def streams(seed: int, replication: int = 0) -> dict[str, np.random.Generator]:
 
 
 def generate_requests(
-    cfg: SyntheticWorkload | PresetWorkload | TraceWorkload,
+    cfg: SyntheticWorkload | PresetWorkload | TraceWorkload | SessionWorkload,
     *,
     duration_s: float,
     seed: int,
@@ -102,12 +115,20 @@ def generate_requests(
             return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)
         case TraceWorkload():
             return _replay(cfg, duration_s=duration_s, base_dir=base_dir)
+        case SessionWorkload():
+            schedule = synthetic_schedule(cfg)
+            if math.isinf(schedule.cumulative(duration_s)) and cfg.num_requests is None:
+                raise UserError("workload: an endless duration needs workload.num_requests")
+            return generate_sessions(
+                cfg, streams(seed, replication), schedule=schedule, duration_s=duration_s
+            )
     raise TypeError(f"unknown workload config {cfg!r}")
 
 
-def synthetic_schedule(cfg: SyntheticWorkload) -> Schedule:
-    """The arrival-rate schedule of a synthetic workload (exactly one of its
-    ``rate_per_s``, ``rate_schedule``, ``rate_shape`` is set)."""
+def synthetic_schedule(cfg: SyntheticWorkload | SessionWorkload) -> Schedule:
+    """The arrival-rate schedule of a synthetic workload, or of a sessions workload's
+    session starts (exactly one of ``rate_per_s``, ``rate_schedule``, ``rate_shape``
+    is set)."""
     match cfg.rate_shape:
         case DiurnalRate() as d:
             return DiurnalSchedule(
