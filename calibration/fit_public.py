@@ -59,7 +59,13 @@ from disaggsim.hardware.profile import GpuPeaks, profile_from_dict, shipped_prof
 
 FITTED_GPUS = ("a100-80gb", "h100-sxm")
 PRIORS_DIR = Path(__file__).resolve().parent / "priors"
-PRIORS = {"h100-pcie": "h100-sxm", "h200-sxm": "h100-sxm", "b200": "h100-sxm", "l40s": "a100-80gb"}
+PRIORS = {
+    "h100-pcie": "h100-sxm",
+    "h200-sxm": "h100-sxm",
+    "b200": "h100-sxm",
+    "l40s": "a100-80gb",
+    "h800-sxm": "h100-sxm",  # the same chip with NVLink cut to 200 GB/s per direction
+}
 GEMM_FRAMEWORK = {"bf16": "vllm", "fp8": "trtllm"}
 ATTENTION_FRAMEWORK = "vllm"
 

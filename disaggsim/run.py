@@ -62,26 +62,30 @@ def _pool_key(role: str) -> str:
 
 def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, WorkerCost]:
     """One cost model per pool role; a configuration that cannot run is a UserError."""
-    from disaggsim.costmodel.step import build_worker_cost
+    from disaggsim.costmodel.moe import build_cost
 
     costs: dict[str, WorkerCost] = {}
     for role, pool in scenario.pools.items():
         try:
-            costs[role] = build_worker_cost(
+            costs[role] = build_cost(  # dense roofline, or MoE/MLA with the pool's layout
                 scenario.model,
                 pool.gpu,
                 pool.tp,
+                dp=pool.dp,
+                ep=pool.ep,
+                moe=pool.moe.model_dump(exclude_unset=True) if pool.moe else None,
                 weight_dtype=scenario.weight_dtype,
                 kv_dtype=scenario.kv_dtype,
                 engine=scenario.engine,
                 gpu_mem_util=pool.gpu_mem_util,
+                max_seqs=pool.max_batch_seqs,
             )
         except UserError as e:
             raise UserError(f"{label}: {_pool_key(role)}: {e}") from None
         if costs[role].kv_capacity_tokens < 16:
             raise UserError(
                 f"{label}: {_pool_key(role)}: no room for KV cache after the weights of "
-                f"{scenario.model} on {pool.tp} x {pool.gpu} (raise tp or gpu_mem_util)"
+                f"{scenario.model} on {pool.gpus_per_worker} x {pool.gpu} (raise tp or gpu_mem_util)"
             )
     return costs
 
@@ -137,6 +141,12 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
         scenario.fabric, FabricTopologyConfig
     ):
         return None
+    for role, p in scenario.pools.items():
+        if p.gpus_per_worker != p.tp:  # multi-rank EP workers: placement is the engine's next step
+            raise UserError(
+                f"{label}: {_pool_key(role)}.dp: workers of several data-parallel ranks run on "
+                "fabric kind link for now (allowed with kind topology: dp 1)"
+            )
     layouts = pool_layouts(
         [(r, p.gpu, p.num_workers, p.tp) for r, p in scenario.pools.items()],
         _max_workers(scenario),

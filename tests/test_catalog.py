@@ -20,8 +20,12 @@ def test_ids_are_exactly_the_published_ones():
     assert MODEL_IDS == (
         "llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
         "opt-13b", "opt-66b", "mistral-7b", "qwen2-72b",
+        "deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b",
+        "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "llama-3.1-405b", "llama-4-maverick",
     )  # fmt: skip
-    assert GPU_IDS == ("a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s")
+    assert GPU_IDS == (
+        "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "h800-sxm",
+    )  # fmt: skip
     assert tuple(load_models()) == MODEL_IDS
     assert tuple(load_gpus()) == GPU_IDS
 
@@ -126,6 +130,8 @@ AIC_FILE = {
 
 @pytest.mark.parametrize("gpu_id", GPU_IDS)
 def test_gpu_peaks_agree_with_aiconfigurator_systems(gpu_id):
+    if gpu_id not in AIC_FILE:
+        pytest.skip(f"AIConfigurator has no system file for {gpu_id}")
     path = AIC_SYSTEMS / AIC_FILE[gpu_id]
     if not path.is_file():
         pytest.skip(f"{path} absent: public AIConfigurator system specs not available")
@@ -139,3 +145,8 @@ def test_gpu_peaks_agree_with_aiconfigurator_systems(gpu_id):
     assert g.gpus_per_node == aic["node"]["num_gpus_per_node"]
     if g.nvlink_bytes_per_s > 0:
         assert g.nvlink_bytes_per_s == aic["node"]["intra_node_bw"]
+    # host link and NIC per GPU, per direction (B200: PCIe Gen6 128 GB/s, 800 Gb/s CX8)
+    assert g.pcie_bytes_per_s == aic["node"]["pcie_bw"]
+    assert g.nic_bytes_per_s == aic["node"]["inter_node_bw"]
+    if "fp4_tc_flops" in aic["gpu"]:
+        assert g.fp4_flop_per_s == aic["gpu"]["fp4_tc_flops"]

@@ -22,11 +22,14 @@ from pydantic import (
 )
 
 from disaggsim.autoscale import AutoscaleConfig, check_against_pools
+from disaggsim.config.layout import MoeOptions
 from disaggsim.fabric.config import FabricTopologyConfig
 from disaggsim.workload import WorkloadConfig
 
 LinkKind = Literal["nvlink", "infiniband", "roce", "pcie"]
 DType = Literal["bf16", "fp16", "fp8"]
+# MoE/MLA models also take fp8-block, mxfp4, nvfp4 and released (disaggsim.costmodel.moe)
+WeightDType = Literal["bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released"]
 Engine = Literal["eager", "cuda-graphs"]
 
 
@@ -39,7 +42,9 @@ class PoolConfig(_Model):
 
     gpu: str = Field(description="GPU id from the catalog, e.g. h100-sxm")
     num_workers: int = Field(ge=1)
-    tp: int = Field(default=1, ge=1, description="tensor-parallel degree (GPUs per worker)")
+    tp: int = Field(
+        default=1, ge=1, description="tensor-parallel degree (GPUs per worker, per DP rank with dp)"
+    )
     max_batch_seqs: int = Field(default=256, ge=1, description="most sequences in one batch")
     max_batch_tokens: int = Field(
         default=8192,
@@ -52,6 +57,16 @@ class PoolConfig(_Model):
     scheduler: Literal["vllm", "chunked"] | None = Field(
         default=None, description="colocated pools only: vllm or chunked"
     )
+    # MoE layout (docs/costmodel.md): a worker is tp x dp GPUs, experts over ep of them
+    dp: int = Field(default=1, ge=1, description="attention data-parallel ranks per worker")
+    ep: int | None = Field(
+        default=None, ge=1, description="expert parallelism (default: all GPUs when dp > 1, else 1)"
+    )
+    moe: MoeOptions | None = None
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.tp * self.dp
 
 
 class FabricConfig(_Model):
@@ -206,7 +221,7 @@ class Scenario(_Model):
     description: str = ""
     seed: int = Field(default=0, ge=0)
     model: str
-    weight_dtype: DType = "bf16"
+    weight_dtype: WeightDType = "bf16"
     kv_dtype: DType = "bf16"
     engine: Engine = "cuda-graphs"
     architecture: Literal["disaggregated", "colocated"]
@@ -298,4 +313,4 @@ class Scenario(_Model):
 
     @property
     def num_gpus(self) -> int:
-        return sum(p.num_workers * p.tp for p in self.pools.values())
+        return sum(p.num_workers * p.gpus_per_worker for p in self.pools.values())

@@ -484,6 +484,20 @@ def build_worker_cost(
     """
     m = get_model(model)
     g = get_gpu(gpu)
+    if not m.is_dense:  # MoE / MLA / windowed models: disaggsim.costmodel.moe, TP layout
+        from disaggsim.costmodel.moe import build_moe_worker_cost
+
+        return build_moe_worker_cost(  # type: ignore[return-value]
+            m,
+            g,
+            tp,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            engine=engine,
+            gpu_mem_util=gpu_mem_util,
+            activation_reserve_bytes=activation_reserve_bytes,
+            profile=profile,
+        )
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise UserError(f"tp must be a positive integer, got {tp!r}")
     tps = valid_tps(m)

@@ -1,0 +1,1139 @@
+"""Step-time and memory model of a Mixture-of-Experts worker, possibly spanning nodes.
+
+Owns everything the dense model (:mod:`disaggsim.costmodel.step`) does not: routed and
+shared experts, dense-first / interleaved MoE layers, MLA attention (via
+:mod:`disaggsim.costmodel.mla`), sliding-window and chunked-attention layers, FP8
+block-scaled and 4-bit expert weights, and the parallel layout of a worker:
+
+- ``tp``: attention tensor parallelism inside one data-parallel rank (one node at most);
+- ``dp``: attention data-parallel ranks; the worker has ``gpus = tp × dp`` GPUs, each DP
+  rank runs attention for its own sequences and holds their KV;
+- ``ep``: expert parallelism; ``ep`` divides ``gpus`` and each expert is split
+  ``moe_tp = gpus / ep`` ways. With ``dp > 1`` the experts span every GPU (``ep = gpus``)
+  and tokens reach them by a dispatch/combine all-to-all (DeepEP normal or low-latency
+  mode) over NVLink inside a node and RDMA across nodes; with ``dp = 1`` every GPU holds
+  every token and the MoE output is all-reduced, as in tensor parallelism.
+
+A worker is one whole EP unit and serves through the unchanged
+:class:`~disaggsim.costmodel.interface.WorkerCost` interface: ``batch`` counts sequences
+over the whole worker, spread over the DP ranks (the busiest rank, ``ceil(B / dp)``
+sequences, sets the attention time); routed tokens spread over the EP ranks by the
+routing model (balanced, or AIConfigurator's power law with optional EPLB placement, or
+a given imbalance factor) and the most loaded rank sets the expert and all-to-all time.
+
+Per MoE layer and GPU the time is the router GEMM, the shared experts, the grouped
+expert GEMMs (``launch + max(FLOP / (peak × eff(tokens per expert)), bytes of the touched
+experts / (hbm × mem_eff))``) and the dispatch + combine all-to-all
+(``latency + max(NVLink bytes / (nvlink × eff), RDMA bytes / (nic × eff))``); with
+two-batch overlap the layer's non-attention compute of one micro-batch hides the
+other's all-to-all. Decode stays affine in the context tokens at fixed batch: only the
+attention kernels read the KV cache (sliding-window layers read ``batch × window``
+tokens, a constant at fixed batch). Per-shape costs are memoised per batch size, so
+the engine's cost per state change does not grow with the GPUs in a worker.
+
+``docs/costmodel.md`` (section "MoE, MLA and expert parallelism") has the derivation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
+from disaggsim.costmodel.interface import decode_step_time_s
+from disaggsim.costmodel.mla import (
+    MLA_PREFILL_FORMS,
+    mla_decode_attention_s,
+    mla_decode_flop_per_token,
+    mla_prefill_attention_s,
+    mla_prefill_flop_per_pair,
+    mla_shapes,
+    vmax,
+)
+from disaggsim.costmodel.moe_params import (
+    AllToAllParams,
+    GroupedGemmParams,
+    MoeParams,
+    load_moe_params,
+)
+from disaggsim.errors import UserError
+from disaggsim.hardware.profile import GemmParams, HardwareProfile, load_profile
+from disaggsim.units import GiB
+
+__all__ = [
+    "A2A_CHOICES",
+    "ROUTINGS",
+    "WEIGHT_FORMATS",
+    "MoeBreakdown",
+    "MoeLayout",
+    "MoeWorkerCost",
+    "all_to_all_time_s",
+    "all_to_all_volume_bytes",
+    "build_moe_worker_cost",
+    "grouped_gemm_time_s",
+    "power_law_imbalance",
+    "valid_layouts",
+]
+
+WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released")
+ROUTINGS = ("balanced", "power_law")
+A2A_CHOICES = ("auto", "normal", "low_latency")
+KV_DTYPES = ("bf16", "fp16", "fp8")
+ACT_BYTES = 2.0
+DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB
+# per GPU, when the layout runs an all-to-all: DeepEP's NVLink and RDMA buffers (normal
+# mode ~1 GB NVL + RDMA; low-latency mode sized for 128 tokens per rank) - a prior
+A2A_BUFFER_BYTES = 2 * GiB
+# bytes per weight element of each weight format (block scales included)
+_ELEM = {
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "fp8-block": 1.0 + 4.0 / (128 * 128),  # one fp32 scale per 128x128 block
+    "mxfp4": (4.0 + 8.0 / 32.0) / 8.0,  # e2m1 + one e8m0 scale per 32
+    "nvfp4": (4.0 + 8.0 / 16.0) / 8.0,  # e2m1 + one e4m3 scale per 16
+}
+
+
+def grouped_gemm_time_s(
+    p: GroupedGemmParams,
+    peak_flop_per_s: float,
+    hbm_bytes_per_s: float,
+    tokens,
+    touched_experts,
+    hidden: float,
+    width: float,
+    weight_elem: float,
+    gated: bool = True,
+):
+    """Seconds of one MoE layer's routed experts on one GPU: ``tokens`` routed token
+    copies (tokens × top-k reaching this GPU) over ``touched_experts`` local experts of
+    intermediate size ``width`` (this GPU's shard). Floats or numpy arrays."""
+    mats = 3.0 if gated else 2.0
+    flop = 2.0 * tokens * hidden * width * mats
+    per_expert = tokens / vmax(touched_experts, 1.0)
+    eff = p.max_eff * per_expert / (per_expert + p.half_sat)
+    weight_bytes = touched_experts * mats * hidden * width * weight_elem
+    act_bytes = tokens * (2.0 * hidden + 2.0 * (mats - 1.0) * width) * ACT_BYTES
+    return p.launch_s + vmax(
+        flop / (peak_flop_per_s * vmax(eff, 1e-12)),
+        (weight_bytes + act_bytes) / (hbm_bytes_per_s * p.mem_eff),
+    )
+
+
+def all_to_all_volume_bytes(
+    tokens_per_gpu,
+    payload_bytes: float,
+    top_k: int,
+    ep: int,
+    gpus_per_node: int,
+    mode: str,
+) -> tuple:
+    """Expected bytes one GPU sends over NVLink and over RDMA in one dispatch (or
+    combine) of ``tokens_per_gpu`` tokens, each going to ``top_k`` experts spread
+    uniformly over ``ep`` ranks on ``ceil(ep / gpus_per_node)`` nodes.
+
+    ``normal`` (DeepEP high-throughput): one copy per distinct destination rank inside
+    the node, one RDMA copy per distinct remote node (forwarded over NVLink there).
+    ``low_latency``: one copy per selected expert, straight to its rank."""
+    r = min(ep, gpus_per_node)
+    nodes = -(-ep // gpus_per_node)
+    k = float(top_k)
+    if mode == "normal":
+        nv_copies = (r - 1) * (1.0 - (1.0 - 1.0 / ep) ** k)
+        rdma_copies = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k) if nodes > 1 else 0.0
+    else:
+        nv_copies = k * (r - 1) / ep
+        rdma_copies = k * (ep - r) / ep
+    return (
+        tokens_per_gpu * nv_copies * payload_bytes,
+        tokens_per_gpu * rdma_copies * payload_bytes,
+    )
+
+
+def all_to_all_time_s(
+    p: AllToAllParams,
+    nvlink_bytes,
+    rdma_bytes,
+    nodes,
+    nvlink_bytes_per_s: float,
+    nic_bytes_per_s: float,
+):
+    """Seconds of one dispatch or combine on one GPU: latency + the slower of its NVLink
+    and RDMA traffic (the two links run in parallel)."""
+    nv = nvlink_bytes / (nvlink_bytes_per_s * p.nvlink_eff)
+    rd = rdma_bytes / (nic_bytes_per_s * p.rdma_eff)
+    return p.latency_s + p.per_node_latency_s * (nodes - 1) + vmax(nv, rd)
+
+
+def power_law_imbalance(
+    num_tokens: int,
+    num_experts: int,
+    top_k: int,
+    ep: int,
+    alpha: float,
+    redundant_experts: int | None = None,
+    draws: int = 16,
+    seed: int = 0,
+) -> float:
+    """Expected load of the most loaded EP rank over the mean rank load when expert loads
+    follow AIConfigurator's power law (each expert's load drawn from a power law on
+    [1, 0.8 × tokens], scaled to tokens × top_k; experts placed contiguously, E / ep per
+    rank). With ``redundant_experts`` (EPLB; 0 = rebalance without copies) the hottest
+    experts get extra replicas (each added where the load per replica is highest) and
+    the slots are packed onto ranks by longest-processing-time first. Deterministic:
+    ``draws`` draws from ``numpy.random.default_rng(seed)``."""
+    if ep <= 1:
+        return 1.0
+    rng = np.random.default_rng(seed)
+    m = max(int(num_tokens), 1)
+    lo, hi = (1.0, 0.8 * m) if m * top_k > num_experts else (0.01, 2.0)
+    hi = max(hi, lo * 1.0001)
+    total = float(m * top_k)
+    ratios = []
+    for _ in range(draws):
+        u = rng.random(num_experts)
+        a1 = 1.0 - alpha
+        if abs(a1) < 1e-9:
+            x = lo * (hi / lo) ** u
+        else:
+            x = ((hi**a1 - lo**a1) * u + lo**a1) ** (1.0 / a1)
+        load = x / x.sum() * total
+        if redundant_experts is None:
+            ranks = load.reshape(ep, -1).sum(axis=1) if num_experts % ep == 0 else None
+            if ranks is None:
+                raise ValueError("ep must divide the experts without EPLB")
+        else:
+            ranks = _eplb_rank_loads(load, redundant_experts, ep)
+        ratios.append(ranks.max() / (total / ep))
+    return float(np.mean(ratios))
+
+
+def _eplb_rank_loads(load: np.ndarray, redundant: int, ep: int) -> np.ndarray:
+    slots = len(load) + redundant
+    replicas = np.ones(len(load))
+    for _ in range(redundant):
+        replicas[int(np.argmax(load / replicas))] += 1
+    per_slot = np.repeat(load / replicas, replicas.astype(int))
+    order = np.argsort(-per_slot, kind="stable")
+    cap = slots // ep
+    rank_load = np.zeros(ep)
+    rank_fill = np.zeros(ep, dtype=int)
+    for i in order:
+        open_ = np.flatnonzero(rank_fill < cap)
+        j = open_[int(np.argmin(rank_load[open_]))]
+        rank_load[j] += per_slot[i]
+        rank_fill[j] += 1
+    return rank_load
+
+
+@dataclass(frozen=True, slots=True)
+class MoeLayout:
+    """How one worker lays a model over its GPUs, and the MoE serving options."""
+
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    redundant_experts: int | None = None  # EPLB redundant expert slots (None: no EPLB)
+    routing: str = "balanced"
+    power_law_alpha: float = 1.01
+    imbalance_factor: float = 1.0
+    all_to_all: str = "auto"
+    two_batch_overlap: bool = False
+    mla_prefill: str = "absorbed"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def moe_tp(self) -> int:
+        return self.gpus // self.ep
+
+    @property
+    def is_default(self) -> bool:
+        return self == MoeLayout(tp=self.tp)
+
+
+@dataclass(frozen=True, slots=True)
+class MoeBreakdown:
+    """Seconds of one iteration by part (whole worker, the busiest GPU's view);
+    ``total_s`` is their sum. ``overlap_s`` (<= 0 when two-batch overlap hides
+    all-to-all time, > 0 when splitting the batch costs more than it hides)."""
+
+    attention_gemm_s: float  # QKV/O (GQA) or MLA projections and absorbed BMMs
+    attention_s: float  # attention kernels (prefill and decode)
+    dense_mlp_s: float  # dense MLP layers (DeepSeek's first three, Llama 4's even ones)
+    router_s: float
+    shared_expert_s: float
+    expert_gemm_s: float  # grouped routed-expert GEMMs
+    dispatch_s: float
+    combine_s: float
+    allreduce_s: float
+    elementwise_s: float
+    lm_head_s: float
+    overhead_s: float
+    overlap_s: float
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.as_dict().values())
+
+    @property
+    def all_to_all_s(self) -> float:
+        return self.dispatch_s + self.combine_s
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+def _gemm_s(peak: float, hbm: float, p: GemmParams, m: float, n: float, k: float, elem: float):
+    """The dense GEMM roofline of ``ops.gemm_time_s`` (scalar copy, as in step.py)."""
+    d = min(m, n, k)
+    eff = p.max_eff * d / (d + p.half_sat)
+    return p.launch_s + max(
+        2.0 * m * n * k / (peak * eff), (m * k + k * n + m * n) * elem / (hbm * p.mem_eff)
+    )
+
+
+def _bmm_s(peak: float, hbm: float, p: GemmParams, m: float, heads: float, n: float, k: float):
+    """A per-head batched GEMM (MLA's absorbed W_UK / W_UV): ``heads`` GEMMs of (m × k) @
+    (k × n) launched as one kernel, bf16."""
+    d = min(m, n, k)
+    eff = p.max_eff * d / (d + p.half_sat)
+    return p.launch_s + max(
+        2.0 * m * n * k * heads / (peak * eff),
+        heads * (m * k + k * n + m * n) * 2.0 / (hbm * p.mem_eff),
+    )
+
+
+def _ar_s(protocols, gpus: int, nbytes: float) -> float:
+    if gpus <= 1 or nbytes <= 0:
+        return 0.0
+    ring = 2.0 * (gpus - 1) / gpus * nbytes
+    return min(lat + ring / bw for lat, bw in protocols)
+
+
+class MoeWorkerCost:
+    """:class:`~disaggsim.costmodel.interface.WorkerCost` of an MoE/MLA worker (one EP
+    unit). Build with :func:`build_moe_worker_cost`. Protocol attributes:
+    ``num_gpus`` (= tp × dp), ``kv_bytes_per_token`` (bytes per context token the engine
+    allocates and a handoff moves: the layers whose KV grows with the context),
+    ``kv_capacity_tokens`` (all DP ranks together), ``weights_bytes`` (all GPUs)."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        profile: HardwareProfile,
+        params: MoeParams,
+        layout: MoeLayout,
+        weight_dtype: str,
+        kv_dtype: str,
+        engine: str,
+        gpu_mem_util: float,
+        activation_reserve_bytes: float,
+        max_seqs: int,
+    ) -> None:
+        self.model, self.gpu, self.profile, self.params = model, gpu, profile, params
+        self.layout = layout
+        self.weight_dtype, self.kv_dtype, self.engine = weight_dtype, kv_dtype, engine
+        self.gpu_mem_util = gpu_mem_util
+        self.activation_reserve_bytes = activation_reserve_bytes
+        self.max_seqs = max_seqs
+        lo = layout
+        self.tp, self.dp, self.ep = lo.tp, lo.dp, lo.ep
+        self.num_gpus = lo.gpus
+        moe = model.moe
+        h = float(model.hidden)
+
+        # --- dtypes and peaks ---------------------------------------------------------
+        fmt = _resolve_format(weight_dtype, model)
+        self.weight_format = fmt
+        lin = "fp8" if fmt in ("fp8", "fp8-block") else "bf16"
+        if fmt in ("mxfp4", "nvfp4") and model.released_weights == "fp8-block":
+            lin = "fp8"
+        self._lin_elem = 1.0 if lin == "fp8" else 2.0
+        peaks = profile.peaks
+        self._hbm = peaks.hbm_bytes_per_s
+        self._bf16 = peaks.bf16_flop_per_s
+        self._lin_peak = peaks.flop_per_s(lin)
+        self._lin = profile.gemm_params(lin)
+        self._bf16_gemm = profile.gemm_params("bf16")
+        self._expert_elem = _ELEM[fmt if fmt != "fp16" else "bf16"]
+        if fmt in ("mxfp4", "nvfp4"):
+            self._expert_peak = gpu.fp4_flop_per_s or peaks.bf16_flop_per_s
+            self._expert_params = params.gemm("mxfp4")
+        elif fmt in ("fp8", "fp8-block"):
+            self._expert_peak = peaks.fp8_flop_per_s
+            self._expert_params = params.gemm(fmt)
+        else:
+            self._expert_peak = peaks.bf16_flop_per_s
+            self._expert_params = params.gemm("bf16")
+        self._kv_elem = float(dtype_bytes(kv_dtype))
+        self._dec = profile.decode_attention_params(kv_dtype)
+        self._pre = profile.prefill_attention_params("bf16")
+        self._ew = profile.elementwise
+        eng = profile.engine(engine)
+        self._overhead_s = eng.per_iteration_s + eng.per_layer_s * model.num_layers
+        self._ar_tp = profile.allreduce.protocols_for_gpus(lo.tp) if lo.tp > 1 else ()
+        self._ar_all = profile.allreduce.protocols_for_gpus(lo.gpus) if lo.gpus > 1 else ()
+
+        # --- layer counts and shapes ----------------------------------------------------
+        tp = lo.tp
+        self.num_moe_layers = model.num_moe_layers
+        self.num_dense_layers = model.num_dense_mlp_layers
+        w = model.attention_window
+        self.num_window_layers = w.num_layers if w is not None else 0
+        self.num_full_layers = model.num_layers - self.num_window_layers
+        self.window_tokens = w.tokens if w is not None else 0
+        self.window_kind = w.kind if w is not None else ""
+        self.heads_per_gpu = model.num_heads // tp
+        self.kv_heads_per_gpu = max(model.num_kv_heads // tp, 1)
+        if model.mla is not None:
+            self._mla = mla_shapes(model, tp)
+            self._attn_shapes = self._mla.projections
+            self._mla_flop_tok = mla_decode_flop_per_token(model.mla, self.heads_per_gpu)
+            self._mla_pre_form = lo.mla_prefill
+            self._mla_pre_flop = mla_prefill_flop_per_pair(
+                model.mla, self.heads_per_gpu, lo.mla_prefill
+            )
+            self._mla_dec = params.decode(kv_dtype)
+            self._mla_pre = params.mla_prefill[lo.mla_prefill]
+        else:
+            hq, hkv, hd = self.heads_per_gpu, self.kv_heads_per_gpu, model.head_dim
+            self._attn_shapes = (
+                (float((hq + 2 * hkv) * hd), h),
+                (h, float(hq * hd)),
+            )
+        self._dense_f = -(-model.ffn // tp)
+        if moe is not None:
+            self._slots = moe.num_experts + (lo.redundant_experts or 0)
+            self.local_experts = self._slots // lo.ep
+            self._expert_width = moe.expert_ffn / lo.moe_tp
+            self._shared_f = moe.num_shared_experts * moe.shared_expert_ffn / tp
+            self._top_k = moe.top_k
+            self.uses_all_to_all = lo.dp > 1 and lo.ep > 1
+            self.nodes = -(-lo.gpus // gpu.gpus_per_node)
+            fp8_dispatch = fmt in ("fp8", "fp8-block") or lin == "fp8"
+            self._dispatch_payload = (h + h / 128.0 * 4.0) if fp8_dispatch else h * ACT_BYTES
+            self._combine_payload = h * ACT_BYTES
+            self._nvlink_bw = gpu.nvlink_bytes_per_s or gpu.pcie_bytes_per_s
+            self._nic_bw = gpu.nic_bytes_per_s
+            self._imbalance_grid = self._imbalance_table()
+        else:
+            self.uses_all_to_all = False
+            self.local_experts = 0
+            self.nodes = -(-lo.gpus // gpu.gpus_per_node)
+        self._lm_head_n = float(-(-model.vocab // tp))
+
+        # --- memory -----------------------------------------------------------------------
+        self.weights_bytes_per_gpu = int(self._weights_per_gpu())
+        self.weights_bytes = self.weights_bytes_per_gpu * lo.gpus
+        per_layer_gpu = (
+            float(self._mla.cache_elems)
+            if model.mla is not None
+            else 2.0 * self.kv_heads_per_gpu * model.head_dim
+        )
+        per_layer_model = float(model.kv_elems_per_token_per_layer())
+        # sliding layers keep a bounded window per sequence (reserved up front for the
+        # batch); chunked layers are charged per token (exact within one chunk)
+        growing = self.num_full_layers + (
+            self.num_window_layers if self.window_kind == "chunked" else 0
+        )
+        self._kv_layers = growing
+        self.kv_bytes_per_token = int(growing * per_layer_model * self._kv_elem)
+        self.kv_bytes_per_token_per_gpu = growing * per_layer_gpu * self._kv_elem
+        sliding = self.num_window_layers if self.window_kind == "sliding" else 0
+        self.window_reserve_bytes_per_gpu = (
+            -(-max_seqs // lo.dp) * self.window_tokens * sliding * per_layer_gpu * self._kv_elem
+        )
+        self.a2a_buffer_bytes_per_gpu = A2A_BUFFER_BYTES if self.uses_all_to_all else 0
+        free = (
+            gpu.hbm_bytes * gpu_mem_util
+            - self.weights_bytes_per_gpu
+            - activation_reserve_bytes
+            - self.window_reserve_bytes_per_gpu
+            - self.a2a_buffer_bytes_per_gpu
+        )
+        per_rank = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
+        self.kv_capacity_tokens_per_rank = per_rank
+        self.kv_capacity_tokens = per_rank * lo.dp
+        self._decode_cache: dict[int, tuple[float, float]] = {}
+
+    # --- routing ---------------------------------------------------------------------------
+
+    def _imbalance_table(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Straggler factor on a log2 grid of worker tokens (1 .. 2^20), interpolated."""
+        lo = self.layout
+        moe = self.model.moe
+        assert moe is not None
+        grid = tuple(float(2**i) for i in range(21))
+        if lo.routing != "power_law" or lo.ep <= 1:
+            return grid, tuple(lo.imbalance_factor for _ in grid)
+        vals = tuple(
+            lo.imbalance_factor
+            * power_law_imbalance(
+                int(g), moe.num_experts, moe.top_k, lo.ep, lo.power_law_alpha, lo.redundant_experts
+            )
+            for g in grid
+        )
+        return grid, vals
+
+    def imbalance(self, tokens: float) -> float:
+        """Load of the busiest EP rank over the mean, for ``tokens`` tokens in the worker."""
+        grid, vals = self._imbalance_grid
+        if tokens <= grid[0]:
+            return vals[0]
+        if tokens >= grid[-1]:
+            return vals[-1]
+        x = math.log2(tokens)
+        i = int(x)
+        f = x - i
+        return vals[i] * (1.0 - f) + vals[i + 1] * f
+
+    # --- the WorkerCost protocol ------------------------------------------------------------
+
+    def prefill_time_s(
+        self, num_seqs: int, new_tokens: int, attn_pairs: float, cached_tokens: int = 0
+    ) -> float:
+        return sum(self._parts(0, 0.0, num_seqs, new_tokens, attn_pairs))
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float]:
+        hit = self._decode_cache.get(batch)
+        if hit is not None:
+            return hit
+        if batch <= 0:
+            coeffs = (0.0, 0.0)
+        else:
+            base = sum(self._parts(batch, 0.0, 0, 0, 0.0))
+            per = sum(self._parts(batch, 1.0e6, 0, 0, 0.0)) - base
+            coeffs = (base, per / 1.0e6)
+        self._decode_cache[batch] = coeffs
+        return coeffs
+
+    def decode_time_s(self, batch: int, context_tokens: int) -> float:
+        return decode_step_time_s(self, batch, context_tokens)
+
+    def mixed_time_s(
+        self,
+        decode_batch: int,
+        decode_context_tokens: int,
+        prefill_seqs: int,
+        prefill_tokens: int,
+        prefill_attn_pairs: float,
+        prefill_cached_tokens: int = 0,
+    ) -> float:
+        return sum(
+            self._parts(
+                decode_batch,
+                float(decode_context_tokens),
+                prefill_seqs,
+                prefill_tokens,
+                prefill_attn_pairs,
+            )
+        )
+
+    def breakdown(
+        self,
+        *,
+        decode_batch: int = 0,
+        decode_context_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_tokens: int = 0,
+        prefill_attn_pairs: float = 0.0,
+    ) -> MoeBreakdown:
+        return MoeBreakdown(
+            *self._parts(
+                decode_batch,
+                float(decode_context_tokens),
+                prefill_seqs,
+                prefill_tokens,
+                prefill_attn_pairs,
+            )
+        )
+
+    # --- one iteration ------------------------------------------------------------------------
+
+    def _rank_share(self, count: int) -> float:
+        """Share of ``count`` items the busiest DP rank gets: ceil(count / dp) / count."""
+        if count <= 0:
+            return 0.0
+        return (-(-count // self.dp)) / count
+
+    def _parts(
+        self,
+        b: int,
+        ctx: float,
+        s: int,
+        n: int,
+        pairs: float,
+    ) -> tuple[float, ...]:
+        m_total = b + n
+        if m_total <= 0:
+            return (0.0,) * 13
+        model = self.model
+        lo = self.layout
+        hbm = self._hbm
+        h = float(model.hidden)
+        a = ACT_BYTES
+        sb, ss = self._rank_share(b), self._rank_share(s)
+        b_r, ctx_r = b * sb, ctx * sb  # busiest DP rank's decode sequences and context
+        s_r, n_r, pairs_r = s * ss, n * ss, pairs * ss
+        m_r = b_r + n_r
+
+        # attention projections (every layer)
+        lp, lelem, lpeak = self._lin, self._lin_elem, self._lin_peak
+        attn_gemm = 0.0
+        for nn, kk in self._attn_shapes:
+            attn_gemm += _gemm_s(lpeak, hbm, lp, m_r, nn, kk, lelem)
+        if model.mla is not None:
+            ms = self._mla
+            bg = self._bf16_gemm
+            absorbed_rows = b_r + (n_r if self._mla_pre_form == "absorbed" else 0.0)
+            if absorbed_rows > 0:
+                attn_gemm += _bmm_s(self._bf16, hbm, bg, absorbed_rows, ms.heads, *ms.bmm_pre)
+                attn_gemm += _bmm_s(self._bf16, hbm, bg, absorbed_rows, ms.heads, *ms.bmm_post)
+            if n_r > 0 and self._mla_pre_form == "naive":
+                attn_gemm += _gemm_s(lpeak, hbm, lp, n_r, ms.kv_b[0], ms.kv_b[1], lelem)
+
+        # attention kernels: full layers and windowed layers
+        attn_full = self._attention_s(b_r, ctx_r, s_r, n_r, pairs_r)
+        attn_win = 0.0
+        if self.num_window_layers:
+            w = float(self.window_tokens)
+            if self.window_kind == "sliding":
+                ctx_w = b_r * w  # each decoding sequence reads at most the window
+                pairs_w = min(pairs_r, n_r * w)
+            else:
+                ctx_w = ctx_r  # within one chunk every cached token is read
+                pairs_w = min(pairs_r, n_r * (w + 1.0) / 2.0)
+            attn_win = self._attention_s(b_r, ctx_w, s_r, n_r, pairs_w)
+        attention = self.num_full_layers * attn_full + self.num_window_layers * attn_win
+
+        # dense MLP layers (TP-sharded inside the DP rank)
+        dense = 0.0
+        if self.num_dense_layers:
+            f = float(self._dense_f)
+            dense = self.num_dense_layers * (
+                _gemm_s(lpeak, hbm, lp, m_r, (2.0 if model.gated_mlp else 1.0) * f, h, lelem)
+                + _gemm_s(lpeak, hbm, lp, m_r, h, f, lelem)
+            )
+
+        # MoE layers
+        router = shared = experts = dispatch = combine = overlap = 0.0
+        moe_ar = 0.0
+        if self.num_moe_layers:
+            decode_only = n == 0
+            r1, s1, e1, d1, c1 = self._moe_layer(m_total, m_r, decode_only)
+            nl = self.num_moe_layers
+            router, shared, experts, dispatch, combine = nl * r1, nl * s1, nl * e1, nl * d1, nl * c1
+            if lo.two_batch_overlap and self.uses_all_to_all and m_total >= 2:
+                serial = r1 + s1 + e1 + d1 + c1 + self._attn_gemm_ew_layer(m_r)
+                r2, s2, e2, d2, c2 = self._moe_layer(m_total / 2.0, m_r / 2.0, decode_only)
+                x_h = r2 + s2 + e2 + self._attn_gemm_ew_layer(m_r / 2.0)
+                a_h = d2 + c2
+                overlap = nl * ((x_h + max(x_h, a_h) + a_h) - serial)
+            if not self.uses_all_to_all and lo.dp == 1 and lo.gpus > 1:
+                moe_ar = nl * _ar_s(self._ar_all, lo.gpus, m_r * h * a)
+
+        # all-reduces: attention output over tp; dense MLP over tp; MoE with tp > 1 and dp > 1
+        ar = 0.0
+        if lo.tp > 1:
+            one = _ar_s(self._ar_tp, lo.tp, m_r * h * a)
+            ar = model.num_layers * one + self.num_dense_layers * one
+            if self.uses_all_to_all:
+                ar += self.num_moe_layers * one  # gather the rank's tokens after combine
+        ar += moe_ar
+
+        # element-wise kernels
+        ew = model.num_layers * self._ew_layer(m_r)
+        if self.num_dense_layers:
+            ew += self.num_dense_layers * _ew(hbm, self._ew, 3.0 * m_r * self._dense_f * a)
+        if self.num_moe_layers and self._shared_f:
+            ew += self.num_moe_layers * _ew(hbm, self._ew, 3.0 * m_r * self._shared_f * a)
+
+        out_seqs = b_r + s_r
+        lm_head = 0.0
+        if out_seqs > 0:
+            lm_head = _ew(hbm, self._ew, 2.0 * out_seqs * h * a) + _gemm_s(
+                self._bf16, hbm, self._bf16_gemm, out_seqs, self._lm_head_n, h, 2.0
+            )
+        return (
+            model.num_layers * attn_gemm,
+            attention,
+            dense,
+            router,
+            shared,
+            experts,
+            dispatch,
+            combine,
+            ar,
+            ew,
+            lm_head,
+            self._overhead_s,
+            overlap,
+        )
+
+    def _attention_s(self, b_r: float, ctx_r: float, s_r: float, n_r: float, pairs_r: float):
+        """One layer's attention kernels on one GPU of the busiest DP rank."""
+        model = self.model
+        t = 0.0
+        if model.mla is not None:
+            if n_r > 0:
+                t += mla_prefill_attention_s(
+                    self._mla_pre, self._bf16, s_r, n_r, pairs_r, self._mla_pre_flop
+                )
+            if b_r > 0:
+                t += mla_decode_attention_s(
+                    self._mla_dec,
+                    self._bf16,
+                    self._hbm,
+                    b_r,
+                    ctx_r,
+                    self.heads_per_gpu,
+                    self._mla.cache_elems * self._kv_elem,
+                    self._mla_flop_tok,
+                )
+            return t
+        hd = float(model.head_dim)
+        if n_r > 0:
+            p = self._pre
+            mean_len = n_r / max(s_r, 1.0)
+            eff = p.max_eff * mean_len / (mean_len + p.half_sat)
+            t += p.floor_s + 4.0 * pairs_r * self.heads_per_gpu * hd / (self._bf16 * eff)
+        if b_r > 0:
+            d = self._dec
+            hkv = float(self.kv_heads_per_gpu)
+            floor = d.floor_s + (d.multi_floor_s if b_r > 1.0 and hkv > 1.0 else 0.0)
+            scale = 1.0
+            if d.par_half_sat > 0:
+                items = b_r * hkv
+                scale = items / (items + d.par_half_sat)
+            t += (
+                floor
+                + d.per_seq_s * b_r
+                + d.per_seq_kv_elem_s * b_r * hkv * hd
+                + 2.0 * ctx_r * hkv * hd * self._kv_elem / (self._hbm * d.bw_eff * scale)
+            )
+        return t
+
+    def _moe_layer(
+        self, m_total: float, m_r: float, decode_only: bool
+    ) -> tuple[float, float, float, float, float]:
+        """One MoE layer on the busiest GPU: router, shared experts, routed experts,
+        dispatch, combine (seconds)."""
+        model = self.model
+        lo = self.layout
+        hbm = self._hbm
+        h = float(model.hidden)
+        moe = model.moe
+        assert moe is not None
+        router = _gemm_s(self._bf16, hbm, self._bf16_gemm, m_r, float(moe.num_experts), h, 2.0)
+        shared = 0.0
+        if self._shared_f:
+            lp, le, pk = self._lin, self._lin_elem, self._lin_peak
+            sf = self._shared_f
+            shared = _gemm_s(pk, hbm, lp, m_r, 2.0 * sf, h, le) + _gemm_s(
+                pk, hbm, lp, m_r, h, sf, le
+            )
+        f = self.imbalance(m_total)
+        routed = m_total * self._top_k / lo.ep * f
+        touched = min(float(self.local_experts), routed)
+        experts = grouped_gemm_time_s(
+            self._expert_params,
+            self._expert_peak,
+            hbm,
+            routed,
+            touched,
+            h,
+            self._expert_width,
+            self._expert_elem,
+            model.gated_mlp,
+        )
+        dispatch = combine = 0.0
+        if self.uses_all_to_all:
+            mode = lo.all_to_all
+            if mode == "auto":  # DeepEP's own split: low-latency kernels for decode
+                mode = "low_latency" if decode_only else "normal"
+            per_gpu = m_total / lo.gpus * f
+            gpn = self.gpu.gpus_per_node
+            for phase, payload in (
+                ("dispatch", self._dispatch_payload),
+                ("combine", self._combine_payload),
+            ):
+                nv, rd = all_to_all_volume_bytes(per_gpu, payload, self._top_k, lo.ep, gpn, mode)
+                t = all_to_all_time_s(
+                    self.params.all_to_all[mode][phase],
+                    nv,
+                    rd,
+                    self.nodes,
+                    self._nvlink_bw,
+                    self._nic_bw,
+                )
+                if phase == "dispatch":
+                    dispatch = t
+                else:
+                    combine = t
+        return router, shared, experts, dispatch, combine
+
+    def _attn_gemm_ew_layer(self, m_r: float) -> float:
+        """A layer's projections and element-wise kernels (what overlaps the all-to-all)."""
+        t = self._ew_layer(m_r)
+        for nn, kk in self._attn_shapes:
+            t += _gemm_s(self._lin_peak, self._hbm, self._lin, m_r, nn, kk, self._lin_elem)
+        return t
+
+    def _ew_layer(self, m_r: float) -> float:
+        """Norms, rope, KV write and residual adds of one layer (activation of the dense
+        and shared MLPs is added by the caller; the routed experts' is in the grouped GEMM)."""
+        model = self.model
+        hbm, ew, a = self._hbm, self._ew, ACT_BYTES
+        h = float(model.hidden)
+        if model.mla is not None:
+            rope = 2.0 * m_r * (self.heads_per_gpu + 1) * model.mla.qk_rope_head_dim * a
+            kv_write = m_r * self._mla.cache_elems * (a + self._kv_elem)
+        else:
+            hq, hkv, hd = self.heads_per_gpu, self.kv_heads_per_gpu, model.head_dim
+            rope = 2.0 * m_r * (hq + hkv) * hd * a
+            kv_write = m_r * 2.0 * hkv * hd * (a + self._kv_elem)
+        return (
+            2.0 * _ew(hbm, ew, 2.0 * m_r * h * a)
+            + _ew(hbm, ew, rope)
+            + _ew(hbm, ew, kv_write)
+            + 2.0 * _ew(hbm, ew, 3.0 * m_r * h * a)
+        )
+
+    # --- memory ------------------------------------------------------------------------------
+
+    def weights_breakdown_bytes_per_gpu(self) -> dict[str, float]:
+        """Bytes of weights on one GPU, by part."""
+        model = self.model
+        lo = self.layout
+        tp = lo.tp
+        h = model.hidden
+        le = self._lin_elem
+        norm = (2 if model.norm == "layernorm" else 1) * h
+        if model.mla is not None:
+            attn = (self._mla.replicated_params + self._mla.sharded_params) * le
+        else:
+            hq, hkv, hd = self.heads_per_gpu, self.kv_heads_per_gpu, model.head_dim
+            attn = (h * (hq + 2 * hkv) * hd + hq * hd * h) * le
+            if model.attention_bias:
+                attn += ((hq + 2 * hkv) * hd + h) * 2
+        out = {
+            "attention": model.num_layers * attn,
+            "norms": (2 * model.num_layers + 1) * norm * 2.0,
+            "dense_mlp": self.num_dense_layers * model.mlp_params(self._dense_f) * le,
+            "embedding": -(-model.vocab // tp) * h * 2.0 * (1 if model.tied_embeddings else 2),
+        }
+        moe = model.moe
+        if moe is not None:
+            nl = self.num_moe_layers
+            out["router"] = nl * model.router_params * 2.0
+            shared = moe.num_shared_experts * model.mlp_params(moe.shared_expert_ffn) / tp
+            out["shared_experts"] = nl * shared * le
+            out["routed_experts"] = (
+                nl * self.local_experts * model.expert_params / lo.moe_tp * self._expert_elem
+            )
+        return out
+
+    def _weights_per_gpu(self) -> float:
+        return sum(self.weights_breakdown_bytes_per_gpu().values())
+
+    def __repr__(self) -> str:
+        lo = self.layout
+        return (
+            f"MoeWorkerCost({self.model.id}, {self.gpu.id}, tp={lo.tp}, dp={lo.dp}, "
+            f"ep={lo.ep}, weights={self.weight_format}, kv={self.kv_dtype})"
+        )
+
+
+def _ew(hbm: float, p, nbytes: float) -> float:
+    return p.launch_s + nbytes / (hbm * p.bw_eff)
+
+
+def _resolve_format(weight_dtype: str, model: ModelSpec) -> str:
+    if weight_dtype == "released":
+        return {"bf16": "bf16", "fp8-block": "fp8-block", "mxfp4-moe": "mxfp4"}[
+            model.released_weights
+        ]
+    return "bf16" if weight_dtype == "fp16" else weight_dtype
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def valid_layouts(model: ModelSpec, gpus: int, gpus_per_node: int) -> list[tuple[int, int, int]]:
+    """``(tp, dp, ep)`` layouts of ``gpus`` GPUs that shard ``model``: tp divides the
+    heads (and the KV heads or is a multiple of them) and fits one node, tp × dp =
+    gpus, ep divides gpus and the experts, ep = gpus when dp > 1."""
+    out = []
+    experts = model.moe.num_experts if model.moe is not None else 1
+    for tp in _divisors(gpus):
+        if tp > gpus_per_node or not _tp_ok(model, tp):
+            continue
+        dp = gpus // tp
+        eps = [gpus] if dp > 1 else [e for e in _divisors(gpus) if experts % e == 0]
+        for ep in eps:
+            if dp > 1 and experts % ep:
+                continue
+            out.append((tp, dp, ep))
+    return out
+
+
+def _tp_ok(model: ModelSpec, tp: int) -> bool:
+    if model.num_heads % tp:
+        return False
+    if model.mla is not None:
+        return True
+    return model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0
+
+
+def build_moe_worker_cost(
+    model: str | ModelSpec,
+    gpu: str | GpuSpec,
+    tp: int = 1,
+    *,
+    dp: int = 1,
+    ep: int | None = None,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    engine: str = "cuda-graphs",
+    gpu_mem_util: float = 0.9,
+    activation_reserve_bytes: float | None = None,
+    profile: HardwareProfile | str | Path | None = None,
+    moe_params: MoeParams | str | Path | None = None,
+    max_seqs: int = 256,
+    redundant_experts: int | None = None,
+    routing: str = "balanced",
+    power_law_alpha: float = 1.01,
+    imbalance_factor: float = 1.0,
+    all_to_all: str = "auto",
+    two_batch_overlap: bool = False,
+    mla_prefill: str = "absorbed",
+) -> MoeWorkerCost:
+    """A cost model for one worker of ``tp × dp`` GPUs serving an MoE/MLA model.
+
+    Parameters
+    ----------
+    tp, dp, ep
+        Attention TP per DP rank, attention DP ranks, expert parallelism (default: every
+        GPU of the worker when dp > 1, else 1).
+    weight_dtype
+        ``bf16``/``fp16``, ``fp8`` (per-tensor), ``fp8-block`` (128x128 block scales),
+        ``mxfp4``/``nvfp4`` (4-bit routed experts; the rest bf16, or fp8 for a model
+        released in fp8-block), or ``released`` (as the checkpoint ships).
+    max_seqs
+        Most sequences in a batch (the pool's ``max_batch_seqs``): sliding-window layers
+        reserve their bounded KV for that many sequences.
+    redundant_experts
+        EPLB: extra expert slots spread over the EP ranks (None: no EPLB placement).
+    routing, power_law_alpha, imbalance_factor
+        Token spread over the experts: ``balanced`` or ``power_law`` (AIConfigurator's
+        power law with exponent ``power_law_alpha``); the busiest rank's load is
+        further multiplied by ``imbalance_factor``.
+    all_to_all
+        DeepEP mode: ``normal``, ``low_latency`` or ``auto`` (low-latency for decode-only
+        iterations, normal when the iteration has prefill tokens).
+    two_batch_overlap
+        Split each iteration into two micro-batches so the all-to-all of one overlaps the
+        other's non-attention compute.
+    mla_prefill
+        ``absorbed`` or ``naive`` (MHA form after up-projection) MLA prefill attention.
+
+    Raises
+    ------
+    UserError
+        One line naming the field and the allowed values.
+    """
+    m = get_model(model)
+    g = get_gpu(gpu)
+    for name, v in (("tp", tp), ("dp", dp), ("max_seqs", max_seqs)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UserError(f"{name}: must be a positive integer, got {v!r}")
+    gpus = tp * dp
+    if m.moe is None:
+        if dp != 1 or ep not in (None, 1) or redundant_experts is not None:
+            field = "dp" if dp != 1 else ("ep" if ep not in (None, 1) else "redundant_experts")
+            raise UserError(
+                f"{field}: model {m.id} has no experts: expert/data-parallel layouts and MoE "
+                f"options need an MoE model (allowed: dp 1, ep 1)"
+            )
+    if ep is None:
+        ep = gpus if (dp > 1 and m.moe is not None) else 1
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise UserError(f"ep: must be a positive integer, got {ep!r}")
+    if m.num_heads % tp or not _tp_ok(m, tp):
+        allowed = [t for t in _divisors(m.num_heads) if _tp_ok(m, t) and t <= g.gpus_per_node]
+        raise UserError(
+            f"tp: {tp} does not shard the {m.num_heads} attention heads"
+            f"{'' if m.mla is not None else f' / {m.num_kv_heads} KV heads'} of {m.id} "
+            f"(allowed: {', '.join(map(str, allowed))})"
+        )
+    if tp > g.gpus_per_node:
+        allowed = [t for t in _divisors(m.num_heads) if _tp_ok(m, t) and t <= g.gpus_per_node]
+        raise UserError(
+            f"tp: attention TP {tp} spans nodes ({g.id} has {g.gpus_per_node} GPUs per node); "
+            f"use dp for more GPUs (allowed tp: {', '.join(map(str, allowed))})"
+        )
+    if gpus % ep:
+        raise UserError(
+            f"ep: {ep} does not divide the worker's {gpus} GPUs (tp {tp} x dp {dp}; "
+            f"allowed: {', '.join(map(str, _divisors(gpus)))})"
+        )
+    if m.moe is not None:
+        if redundant_experts is not None and (
+            isinstance(redundant_experts, bool)
+            or not isinstance(redundant_experts, int)
+            or redundant_experts < 0
+        ):
+            raise UserError(
+                f"redundant_experts: must be an integer >= 0, got {redundant_experts!r}"
+            )
+        slots = m.moe.num_experts + (redundant_experts or 0)
+        if dp > 1 and ep != gpus:
+            raise UserError(
+                f"ep: with dp {dp} the experts span every GPU of the worker (allowed: {gpus})"
+            )
+        if slots % ep:
+            ok = [e for e in _divisors(gpus) if slots % e == 0 and (dp == 1 or e == gpus)]
+            raise UserError(
+                f"ep: {ep} does not divide the {slots} expert slots of {m.id} "
+                f"({m.moe.num_experts} experts + {redundant_experts or 0} redundant; "
+                f"allowed: {', '.join(map(str, ok)) or 'none: change redundant_experts'})"
+            )
+    if weight_dtype not in WEIGHT_FORMATS:
+        raise UserError(f"weight_dtype: {weight_dtype!r} (allowed: {', '.join(WEIGHT_FORMATS)})")
+    if kv_dtype not in KV_DTYPES:
+        raise UserError(f"kv_dtype: {kv_dtype!r} (allowed: {', '.join(KV_DTYPES)})")
+    if routing not in ROUTINGS:
+        raise UserError(f"routing: {routing!r} (allowed: {', '.join(ROUTINGS)})")
+    if all_to_all not in A2A_CHOICES:
+        raise UserError(f"all_to_all: {all_to_all!r} (allowed: {', '.join(A2A_CHOICES)})")
+    if mla_prefill not in MLA_PREFILL_FORMS:
+        raise UserError(f"mla_prefill: {mla_prefill!r} (allowed: {', '.join(MLA_PREFILL_FORMS)})")
+    if not imbalance_factor >= 1.0:
+        raise UserError(f"imbalance_factor: must be >= 1, got {imbalance_factor!r}")
+    if not power_law_alpha > 0:
+        raise UserError(f"power_law_alpha: must be > 0, got {power_law_alpha!r}")
+    if not 0.0 < gpu_mem_util <= 1.0:
+        raise UserError(f"gpu_mem_util: must be in (0, 1], got {gpu_mem_util!r}")
+    reserve = (
+        DEFAULT_ACTIVATION_RESERVE_BYTES
+        if activation_reserve_bytes is None
+        else float(activation_reserve_bytes)
+    )
+    if isinstance(profile, HardwareProfile):
+        prof = profile
+    elif profile is None:
+        prof = load_profile(g.id)
+    else:
+        prof = load_profile(path=profile)
+    fmt = _resolve_format(weight_dtype, m)
+    if fmt in ("fp8", "fp8-block") and prof.peaks.fp8_flop_per_s <= 0:
+        raise UserError(
+            f"weight_dtype: {g.id} has no FP8 tensor cores for {weight_dtype} weights "
+            f"(allowed there: bf16, fp16, mxfp4, nvfp4)"
+        )
+    if engine not in prof.engines:
+        raise UserError(f"engine: {engine!r} (allowed: {', '.join(sorted(prof.engines))})")
+    params = moe_params if isinstance(moe_params, MoeParams) else load_moe_params(g.id, moe_params)
+    layout = MoeLayout(
+        tp=tp,
+        dp=dp,
+        ep=ep,
+        redundant_experts=redundant_experts if m.moe is not None else None,
+        routing=routing,
+        power_law_alpha=power_law_alpha,
+        imbalance_factor=imbalance_factor,
+        all_to_all=all_to_all,
+        two_batch_overlap=two_batch_overlap,
+        mla_prefill=mla_prefill,
+    )
+
+    def make(lay: MoeLayout) -> MoeWorkerCost:
+        return MoeWorkerCost(
+            m, g, prof, params, lay, weight_dtype, kv_dtype, engine, gpu_mem_util, reserve, max_seqs
+        )
+
+    cost = make(layout)
+    if cost.kv_capacity_tokens < 1:
+        per_gpu = cost.weights_bytes_per_gpu / 1e9
+        raise UserError(
+            f"ep: {m.id} does not fit on {gpus} x {g.id} with tp {tp}, dp {dp}, ep {ep} "
+            f"({per_gpu:.1f} GB of {fmt} weights per GPU of {g.hbm_bytes / GiB:.1f} GiB x "
+            f"{gpu_mem_util:.2f}; no room left for KV): use more GPUs per worker, a larger ep, "
+            f"or smaller weights (weight_dtype)"
+        )
+    return cost
+
+
+DENSE_WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
+
+
+def build_cost(
+    model: str | ModelSpec,
+    gpu: str | GpuSpec,
+    tp: int = 1,
+    *,
+    dp: int = 1,
+    ep: int | None = None,
+    moe: dict | None = None,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    engine: str = "cuda-graphs",
+    gpu_mem_util: float = 0.9,
+    max_seqs: int = 256,
+    profile: HardwareProfile | str | Path | None = None,
+):
+    """The cost model of one worker of any catalog model: the dense roofline
+    (:func:`disaggsim.costmodel.step.build_worker_cost`) for a dense model on a plain TP
+    layout, :func:`build_moe_worker_cost` otherwise. ``moe`` holds the MoE options
+    (``redundant_experts``, ``routing``, ``power_law_alpha``, ``imbalance_factor``,
+    ``all_to_all``, ``two_batch_overlap``, ``mla_prefill``); on a dense model any of
+    them, a ``dp`` or an ``ep`` other than 1 is a one-line error naming the field."""
+    from disaggsim.costmodel.step import build_worker_cost
+
+    m = get_model(model)
+    opts = dict(moe or {})
+    if m.moe is None and m.mla is None:
+        if dp != 1 or ep not in (None, 1):
+            field = "dp" if dp != 1 else "ep"
+            raise UserError(
+                f"{field}: model {m.id} is dense: expert/data-parallel layouts need an MoE "
+                f"model (allowed: {field} 1)"
+            )
+        if opts:
+            raise UserError(
+                f"moe: model {m.id} is dense: MoE options need an MoE model (allowed: no moe "
+                f"section; set: {', '.join(sorted(opts))})"
+            )
+    if m.is_dense and weight_dtype in DENSE_WEIGHT_DTYPES:
+        return build_worker_cost(
+            m,
+            gpu,
+            tp,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            engine=engine,
+            gpu_mem_util=gpu_mem_util,
+            profile=profile,
+        )
+    return build_moe_worker_cost(
+        m,
+        gpu,
+        tp,
+        dp=dp,
+        ep=ep,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        engine=engine,
+        gpu_mem_util=gpu_mem_util,
+        max_seqs=max_seqs,
+        profile=profile,
+        **opts,
+    )

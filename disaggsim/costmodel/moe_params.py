@@ -1,0 +1,249 @@
+"""Fitted parameters of the MoE, MLA and expert-parallel all-to-all operators.
+
+They live in their own file per GPU, ``disaggsim/hardware/moe/<gpu_id with - as _>.json``,
+written by ``python -m calibration.fit_moe`` (schema below) and read here; the dense
+operators' parameters stay in the hardware profile. Only ``h100_sxm.json`` is fitted
+(the public MoE/MLA/DeepEP tables are H100 ones): every other GPU — and the H800, the
+same chip — uses those efficiencies against its own peaks (FLOP/s, HBM, NVLink, NIC),
+and :attr:`MoeParams.transferred_from` says so. Schema (version 1)::
+
+    {
+      "schema_version": 1,
+      "gpu": "h100-sxm",
+      "grouped_gemm": {"bf16" | "fp8" | "fp8-block" | "mxfp4": {"launch_s", "max_eff",
+                       "half_sat", "mem_eff"}},
+      "mla_decode": {"bf16" | "fp8": {"floor_s", "per_seq_s", "bw_eff", "compute_eff"}},
+      "mla_prefill": {"absorbed" | "naive": {"floor_s", "max_eff", "half_sat"}},
+      "all_to_all": {"normal" | "low_latency": {"dispatch" | "combine":
+                     {"latency_s", "per_node_latency_s", "nvlink_eff", "rdma_eff"}}},
+      "fit_error": {...}, "provenance": {"kind": ..., "source": ..., ...}
+    }
+
+Formulas that consume them: :mod:`disaggsim.costmodel.moe` (grouped GEMM, all-to-all)
+and :mod:`disaggsim.costmodel.mla`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from disaggsim.hardware.profile import ProfileError
+
+__all__ = [
+    "A2A_MODES",
+    "EXPERT_DTYPES",
+    "AllToAllParams",
+    "GroupedGemmParams",
+    "MlaDecodeParams",
+    "MlaPrefillParams",
+    "MoeParams",
+    "load_moe_params",
+    "moe_params_from_dict",
+    "moe_params_path",
+]
+
+SCHEMA_VERSION = 1
+FITTED_GPU = "h100-sxm"
+EXPERT_DTYPES = ("bf16", "fp8", "fp8-block", "mxfp4")
+A2A_MODES = ("normal", "low_latency")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedGemmParams:
+    """One MoE layer's routed experts on one GPU (grouped gate/up, activation, down):
+    ``launch_s + max(FLOP / (peak × max_eff × t / (t + half_sat)), bytes / (hbm ×
+    mem_eff))`` with ``t`` the tokens per touched expert."""
+
+    launch_s: float
+    max_eff: float
+    half_sat: float
+    mem_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class MlaDecodeParams:
+    """Absorbed MLA decode attention: ``floor_s + per_seq_s × B + C × max(576 × elem /
+    (hbm × bw_eff), 2 × heads × 1088 / (peak × compute_eff))``."""
+
+    floor_s: float
+    per_seq_s: float
+    bw_eff: float
+    compute_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class MlaPrefillParams:
+    """MLA prefill attention, one form (absorbed: q·k over 576, v 512; naive: the MHA
+    form after up-projection, q/k 192, v 128): ``floor_s + FLOP / (peak × max_eff × L /
+    (L + half_sat))``, L the mean new tokens per sequence."""
+
+    floor_s: float
+    max_eff: float
+    half_sat: float
+
+
+@dataclass(frozen=True, slots=True)
+class AllToAllParams:
+    """One DeepEP phase (dispatch or combine) in one mode: ``latency_s +
+    per_node_latency_s × (nodes - 1) + max(nvlink_bytes / (nvlink × nvlink_eff),
+    rdma_bytes / (nic × rdma_eff))`` per GPU."""
+
+    latency_s: float
+    per_node_latency_s: float
+    nvlink_eff: float
+    rdma_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class MoeParams:
+    gpu: str
+    grouped_gemm: dict[str, GroupedGemmParams]
+    mla_decode: dict[str, MlaDecodeParams]
+    mla_prefill: dict[str, MlaPrefillParams]
+    all_to_all: dict[str, dict[str, AllToAllParams]]  # mode -> phase -> params
+    fit_error: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    transferred_from: str = ""  # the GPU these were fitted on, when not this one
+    path: str = ""
+
+    def gemm(self, dtype: str) -> GroupedGemmParams:
+        if dtype in self.grouped_gemm:
+            return self.grouped_gemm[dtype]
+        if dtype == "fp8-block" and "fp8" in self.grouped_gemm:
+            return self.grouped_gemm["fp8"]
+        if dtype in ("fp8", "fp8-block", "mxfp4") and "bf16" in self.grouped_gemm:
+            return self.grouped_gemm["bf16"]
+        raise ProfileError(f"{self.path}: grouped_gemm: no parameters for {dtype!r}")
+
+    def decode(self, kv_dtype: str) -> MlaDecodeParams:
+        key = "fp8" if kv_dtype == "fp8" else "bf16"
+        return self.mla_decode.get(key) or self.mla_decode["bf16"]
+
+
+def moe_params_path(gpu_id: str) -> Path:
+    return Path(
+        str(resources.files("disaggsim.hardware") / "moe" / (gpu_id.replace("-", "_") + ".json"))
+    )
+
+
+def _num(d: Any, key: str, where: str, path: str, positive: bool = True) -> float:
+    if not isinstance(d, dict) or key not in d:
+        raise ProfileError(f"{path}: {where}.{key}: missing")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (positive and v == 0):
+        raise ProfileError(
+            f"{path}: {where}.{key}: expected a {'positive' if positive else 'non-negative'} number, got {v!r}"
+        )
+    return float(v)
+
+
+def _sec(d: Any, key: str, path: str) -> dict:
+    if not isinstance(d, dict) or not isinstance(d.get(key), dict) or not d[key]:
+        raise ProfileError(f"{path}: {key}: missing or empty")
+    return d[key]
+
+
+def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
+    """Validate a parsed MoE parameter file; every error names the file and the field."""
+    if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
+        raise ProfileError(f"{path}: schema_version: expected {SCHEMA_VERSION}")
+    gg = {}
+    for dt, p in _sec(raw, "grouped_gemm", path).items():
+        if dt not in EXPERT_DTYPES:
+            raise ProfileError(
+                f"{path}: grouped_gemm.{dt}: unknown (allowed: {', '.join(EXPERT_DTYPES)})"
+            )
+        w = f"grouped_gemm.{dt}"
+        gg[dt] = GroupedGemmParams(
+            _num(p, "launch_s", w, path, False),
+            _num(p, "max_eff", w, path),
+            _num(p, "half_sat", w, path, False),
+            _num(p, "mem_eff", w, path),
+        )
+    dec = {}
+    for dt, p in _sec(raw, "mla_decode", path).items():
+        w = f"mla_decode.{dt}"
+        dec[dt] = MlaDecodeParams(
+            _num(p, "floor_s", w, path, False),
+            _num(p, "per_seq_s", w, path, False),
+            _num(p, "bw_eff", w, path),
+            _num(p, "compute_eff", w, path),
+        )
+    if "bf16" not in dec:
+        raise ProfileError(f"{path}: mla_decode.bf16: missing")
+    pre = {}
+    for form, p in _sec(raw, "mla_prefill", path).items():
+        w = f"mla_prefill.{form}"
+        pre[form] = MlaPrefillParams(
+            _num(p, "floor_s", w, path, False),
+            _num(p, "max_eff", w, path),
+            _num(p, "half_sat", w, path, False),
+        )
+    for form in ("absorbed", "naive"):
+        if form not in pre:
+            raise ProfileError(f"{path}: mla_prefill.{form}: missing")
+    a2a: dict[str, dict[str, AllToAllParams]] = {}
+    sec = _sec(raw, "all_to_all", path)
+    for mode in A2A_MODES:
+        phases = _sec(sec, mode, path)
+        a2a[mode] = {}
+        for phase in ("dispatch", "combine"):
+            w = f"all_to_all.{mode}.{phase}"
+            p = phases.get(phase)
+            a2a[mode][phase] = AllToAllParams(
+                _num(p, "latency_s", w, path, False),
+                _num(p, "per_node_latency_s", w, path, False),
+                _num(p, "nvlink_eff", w, path),
+                _num(p, "rdma_eff", w, path),
+            )
+    prov = raw.get("provenance")
+    if not isinstance(prov, dict) or "kind" not in prov:
+        raise ProfileError(f"{path}: provenance.kind: missing")
+    return MoeParams(
+        gpu=str(raw.get("gpu", "")),
+        grouped_gemm=gg,
+        mla_decode=dec,
+        mla_prefill=pre,
+        all_to_all=a2a,
+        fit_error=raw.get("fit_error") or {},
+        provenance=prov,
+        path=path,
+    )
+
+
+@cache
+def _load_file(path: str) -> MoeParams:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: MoE parameter file not found") from None
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    return moe_params_from_dict(raw, path)
+
+
+def load_moe_params(gpu_id: str, path: str | Path | None = None) -> MoeParams:
+    """The MoE/MLA/all-to-all parameters for ``gpu_id``: its own file when one ships,
+    else the fitted H100 file (efficiencies carried to this GPU's peaks)."""
+    if path is not None:
+        return _load_file(str(path))
+    own = moe_params_path(gpu_id)
+    if own.is_file():
+        return _load_file(str(own))
+    fitted = _load_file(str(moe_params_path(FITTED_GPU)))
+    return MoeParams(
+        gpu=gpu_id,
+        grouped_gemm=fitted.grouped_gemm,
+        mla_decode=fitted.mla_decode,
+        mla_prefill=fitted.mla_prefill,
+        all_to_all=fitted.all_to_all,
+        fit_error=fitted.fit_error,
+        provenance=fitted.provenance,
+        transferred_from=FITTED_GPU,
+        path=fitted.path,
+    )

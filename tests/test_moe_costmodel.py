@@ -1,0 +1,284 @@
+"""The MoE / MLA / expert-parallel cost model: a wide-EP decode step worked out by hand,
+parts that add up, affine decode, monotone costs, memory that follows the layout, and
+one-line errors for layouts that cannot run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from disaggsim.catalog import get_gpu, get_model
+from disaggsim.costmodel.interface import WorkerCost, decode_step_time_s
+from disaggsim.costmodel.moe import (
+    MoeWorkerCost,
+    all_to_all_time_s,
+    all_to_all_volume_bytes,
+    build_cost,
+    build_moe_worker_cost,
+    grouped_gemm_time_s,
+    power_law_imbalance,
+)
+from disaggsim.costmodel.moe_params import load_moe_params
+from disaggsim.costmodel.step import RooflineWorkerCost, build_worker_cost
+from disaggsim.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def ds_decode() -> MoeWorkerCost:
+    """DeepSeek-V3 decode unit as published: 18 H800 nodes, attention DP144, EP144 with
+    32 redundant experts (288 slots, 2 per GPU), fp8 block-scaled weights."""
+    return build_moe_worker_cost(
+        "deepseek-v3",
+        "h800-sxm",
+        1,
+        dp=144,
+        weight_dtype="fp8-block",
+        redundant_experts=32,
+        max_seqs=144 * 64,
+    )
+
+
+def test_it_is_a_worker_cost(ds_decode):
+    assert isinstance(ds_decode, WorkerCost)
+    assert ds_decode.num_gpus == 144 and ds_decode.ep == 144
+    assert ds_decode.local_experts == 2 and ds_decode.nodes == 18
+    assert ds_decode.uses_all_to_all
+
+
+def test_wide_ep_decode_step_by_hand(ds_decode):
+    """64 sequences per DP rank with 4000 cached tokens each: every part recomputed from
+    the shapes and the fitted parameters, and the parts add up to the step."""
+    c = ds_decode
+    b, ctx = 144 * 64, 144 * 64 * 4000
+    bd = c.breakdown(decode_batch=b, decode_context_tokens=ctx)
+    assert bd.total_s == pytest.approx(decode_step_time_s(c, b, ctx), rel=1e-9)
+    assert bd.total_s == pytest.approx(sum(bd.as_dict().values()), rel=1e-12)
+    gpu, params = get_gpu("h800-sxm"), load_moe_params("h800-sxm")
+    hbm = gpu.hbm_bytes_per_s
+    # routed experts: 9216 tokens x top-8 over 144 ranks = 512 token copies per GPU, on
+    # its 2 experts of 7168 x 2048 (gate, up, down) in fp8 with 128x128 block scales
+    routed = 9216 * 8 / 144
+    assert routed == 512
+    gg = params.gemm("fp8-block")
+    elem = 1 + 4 / 128**2
+    flop = 2 * routed * 7168 * 2048 * 3
+    weights = 2 * 3 * 7168 * 2048 * elem
+    acts = routed * (2 * 7168 + 4 * 2048) * 2
+    per_expert = routed / 2
+    eff = gg.max_eff * per_expert / (per_expert + gg.half_sat)
+    one_layer = gg.launch_s + max(flop / (1979e12 * eff), (weights + acts) / (hbm * gg.mem_eff))
+    assert bd.expert_gemm_s == pytest.approx(58 * one_layer, rel=1e-12)
+    # low-latency dispatch (decode only): 64 tokens per GPU, one copy per selected expert,
+    # 8 x 7/144 of them to the other GPUs of the node over NVLink (200 GB/s on H800) and
+    # 8 x 136/144 over RDMA (400 Gb/s NIC); FP8 payload + one fp32 scale per 128 values
+    payload = 7168 + 7168 / 128 * 4
+    nv, rd = 64 * 8 * 7 / 144 * payload, 64 * 8 * 136 / 144 * payload
+    p = params.all_to_all["low_latency"]["dispatch"]
+    want = (
+        p.latency_s
+        + 17 * p.per_node_latency_s
+        + max(nv / (200e9 * p.nvlink_eff), rd / (50e9 * p.rdma_eff))
+    )
+    assert bd.dispatch_s == pytest.approx(58 * want, rel=1e-12)
+    pc = params.all_to_all["low_latency"]["combine"]
+    want_c = (
+        pc.latency_s
+        + 17 * pc.per_node_latency_s
+        + max(
+            nv / payload * 7168 * 2 / (200e9 * pc.nvlink_eff),
+            rd / payload * 7168 * 2 / (50e9 * pc.rdma_eff),
+        )
+    )
+    assert bd.combine_s == pytest.approx(58 * want_c, rel=1e-12)
+    # MLA decode on each rank: 64 sequences, 256,000 cached tokens, 576 bf16 values each
+    dp = params.decode("bf16")
+    per_tok = max(576 * 2 / (hbm * dp.bw_eff), 2 * 128 * 1088 / (989e12 * dp.compute_eff))
+    attn = dp.floor_s + dp.per_seq_s * 64 + 64 * 4000 * per_tok
+    assert bd.attention_s == pytest.approx(61 * attn, rel=1e-12)
+    # no tensor parallelism inside a rank, experts reached by all-to-all: no all-reduce
+    assert bd.allreduce_s == 0.0 and bd.overlap_s == 0.0
+
+
+def test_decode_is_affine_in_context_at_fixed_batch(ds_decode):
+    for c in (
+        ds_decode,
+        build_moe_worker_cost("gpt-oss-120b", "h100-sxm", 8, weight_dtype="released"),
+        build_moe_worker_cost("llama-4-maverick", "h200-sxm", 8),
+    ):
+        b = 96
+        base, per = c.decode_coeffs(b)
+        for ctx in (0, 10_000, 1_000_000):
+            assert c.breakdown(decode_batch=b, decode_context_tokens=ctx).total_s == (
+                pytest.approx(base + per * ctx, rel=1e-9)
+            )
+
+
+def test_mla_kv_bytes_and_capacity_per_dp_rank(ds_decode):
+    m = get_model("deepseek-v3")
+    assert ds_decode.kv_bytes_per_token == 61 * 576 * 2 == m.kv_bytes_per_token()
+    # each DP rank keeps its sequences' latents on its one GPU
+    free = (
+        get_gpu("h800-sxm").hbm_bytes * 0.9
+        - ds_decode.weights_bytes_per_gpu
+        - 2**30  # activation reserve
+        - 2 * 2**30  # DeepEP buffers
+    )
+    assert ds_decode.kv_capacity_tokens_per_rank == int(free // (61 * 576 * 2))
+    assert ds_decode.kv_capacity_tokens == 144 * ds_decode.kv_capacity_tokens_per_rank
+    # attention TP replicates the latent: 8 GPUs of one rank hold what one GPU holds
+    tp8 = build_moe_worker_cost("deepseek-v3", "h200-sxm", 8, weight_dtype="fp8-block")
+    assert tp8.kv_bytes_per_token_per_gpu == 61 * 576 * 2
+
+
+def test_expert_weights_per_gpu_follow_the_layout():
+    m = get_model("qwen3-235b-a22b")
+    per_expert = m.expert_params * 2  # bf16
+    for ep in (1, 2, 4, 8):
+        c = build_moe_worker_cost(m, "h200-sxm", 8, ep=ep)
+        w = c.weights_breakdown_bytes_per_gpu()
+        # 128 experts over ep ranks, each split 8 / ep ways: always 1/8 of them per GPU
+        assert w["routed_experts"] == pytest.approx(94 * 128 / ep * per_expert / (8 / ep))
+    # with DP attention the attention weights are replicated, the experts spread
+    dp = build_moe_worker_cost(m, "h200-sxm", 1, dp=16)
+    tp = build_moe_worker_cost(m, "h200-sxm", 8)
+    wd, wt = dp.weights_breakdown_bytes_per_gpu(), tp.weights_breakdown_bytes_per_gpu()
+    assert wd["routed_experts"] == pytest.approx(wt["routed_experts"] / 2)
+    # TP4 shards the 4 KV heads exactly: a DP rank of one GPU holds 4 times as much
+    wt4 = build_moe_worker_cost(m, "h200-sxm", 4).weights_breakdown_bytes_per_gpu()
+    assert wd["attention"] == pytest.approx(4 * wt4["attention"], rel=1e-12)
+    assert dp.weights_bytes == 16 * dp.weights_bytes_per_gpu
+
+
+def test_sliding_window_layers_bound_kv_and_decode_reads():
+    c = build_moe_worker_cost("gpt-oss-120b", "h100-sxm", 4, weight_dtype="released", max_seqs=64)
+    # the engine allocates per token only for the 18 full-attention layers
+    assert c.kv_bytes_per_token == 18 * 2 * 8 * 64 * 2 == 36_864
+    # the 18 sliding layers reserve 128 tokens for each of the 64 sequences (2 KV heads/GPU)
+    assert c.window_reserve_bytes_per_gpu == 64 * 128 * 18 * 2 * 2 * 64 * 2
+    base, per = c.decode_coeffs(32)
+    # only full layers read per context token: 18 of 36 layers
+    dense_like = build_moe_worker_cost(
+        "gpt-oss-120b", "h100-sxm", 4, weight_dtype="released", max_seqs=64
+    )
+    assert per == pytest.approx(dense_like.decode_coeffs(32)[1])
+    d = c._dec
+    share = 64.0 / (64.0 + d.par_half_sat) if d.par_half_sat > 0 else 1.0  # 32 seqs x 2 heads
+    want_per = 18 * 2 * 2 * 64 * 2 / (3.35e12 * d.bw_eff * share)
+    assert per == pytest.approx(want_per, rel=1e-9)
+    # chunked layers (Llama 4, 8192 tokens) are charged per token: exact within a chunk
+    mv = build_moe_worker_cost("llama-4-maverick", "h200-sxm", 8)
+    assert mv.kv_bytes_per_token == 48 * 2 * 8 * 128 * 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tokens=st.floats(1, 65536),
+    more=st.floats(1.0, 4.0),
+    touched=st.integers(1, 64),
+    width=st.sampled_from([512, 1536, 2048, 2880, 14336]),
+)
+def test_grouped_gemm_is_monotone_in_tokens(tokens, more, touched, width):
+    p = load_moe_params("h100-sxm").gemm("bf16")
+    t1 = grouped_gemm_time_s(p, 989e12, 3.35e12, tokens, min(touched, tokens), 4096, width, 2.0)
+    t2 = grouped_gemm_time_s(
+        p, 989e12, 3.35e12, tokens * more, min(touched, tokens * more), 4096, width, 2.0
+    )
+    assert t2 >= t1 * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("mode", ["normal", "low_latency"])
+def test_all_to_all_is_monotone_in_tokens_and_nodes(mode):
+    params = load_moe_params("h100-sxm").all_to_all[mode]["dispatch"]
+    prev_nodes = 0.0
+    for ep in (8, 16, 32, 64, 128):
+        prev = 0.0
+        for tokens in (1, 16, 128, 1024, 8192):
+            nv, rd = all_to_all_volume_bytes(tokens, 7392, 8, ep, 8, mode)
+            t = all_to_all_time_s(params, nv, rd, math.ceil(ep / 8), 450e9, 50e9)
+            assert t > prev
+            prev = t
+        assert prev >= prev_nodes  # same tokens per GPU across more nodes is not faster
+        prev_nodes = prev
+
+
+def test_decode_step_grows_with_batch_and_experts_with_tokens(ds_decode):
+    prev = (0.0, 0.0)
+    for b in (144, 144 * 8, 144 * 32, 144 * 128):
+        bd = ds_decode.breakdown(decode_batch=b, decode_context_tokens=b * 2000)
+        cur = (bd.total_s, bd.expert_gemm_s)
+        assert cur[0] > prev[0] and cur[1] >= prev[1]
+        prev = cur
+
+
+def test_two_batch_overlap_hides_all_to_all_and_parts_add_up():
+    kw = dict(dp=32, weight_dtype="fp8-block", redundant_experts=32)
+    plain = build_moe_worker_cost("deepseek-v3", "h800-sxm", 1, **kw)
+    tbo = build_moe_worker_cost("deepseek-v3", "h800-sxm", 1, two_batch_overlap=True, **kw)
+    args = dict(prefill_seqs=64, prefill_tokens=32 * 8192, prefill_attn_pairs=64 * 4096 * 4097 / 2)
+    a, b = plain.breakdown(**args), tbo.breakdown(**args)
+    assert b.overlap_s < 0 and b.total_s < a.total_s
+    assert b.total_s == pytest.approx(sum(b.as_dict().values()), rel=1e-12)
+    assert tbo.prefill_time_s(64, 32 * 8192, 64 * 4096 * 4097 / 2) == pytest.approx(b.total_s)
+    # the hidden time is at most the all-to-all itself
+    assert -b.overlap_s <= a.dispatch_s + a.combine_s
+
+
+def test_power_law_imbalance_is_deterministic_and_eplb_lowers_it():
+    f = power_law_imbalance(4096, 256, 8, 32, 1.01)
+    assert f == power_law_imbalance(4096, 256, 8, 32, 1.01)
+    assert 1.0 < f < 32.0
+    assert power_law_imbalance(4096, 256, 8, 32, 1.01, redundant_experts=32) < f
+    assert power_law_imbalance(4096, 256, 8, 1, 1.01) == 1.0
+    skewed = build_moe_worker_cost(
+        "deepseek-v3", "h800-sxm", 1, dp=32, weight_dtype="fp8-block", routing="power_law"
+    )
+    even = build_moe_worker_cost("deepseek-v3", "h800-sxm", 1, dp=32, weight_dtype="fp8-block")
+    assert skewed.imbalance(4096) > 1.0 == even.imbalance(4096)
+    assert skewed.decode_time_s(2048, 2048 * 1000) > even.decode_time_s(2048, 2048 * 1000)
+
+
+def test_dense_models_keep_the_dense_model():
+    c = build_cost("llama-3-70b", "h100-sxm", 4)
+    assert isinstance(c, RooflineWorkerCost)
+    # and MoE models reach the MoE model through the dense entry point too (plan, cost)
+    assert isinstance(build_worker_cost("mixtral-8x7b", "h100-sxm", 2), MoeWorkerCost)
+
+
+@pytest.mark.parametrize(
+    "model, kwargs, match",
+    [
+        ("llama-3-70b", dict(tp=4, ep=2), r"^ep: model llama-3-70b is dense.*allowed: ep 1"),
+        ("llama-3-70b", dict(tp=4, dp=2), r"^dp: model llama-3-70b is dense"),
+        (
+            "llama-3-70b",
+            dict(tp=4, moe={"two_batch_overlap": True}),
+            r"^moe: model llama-3-70b is dense.*two_batch_overlap",
+        ),
+        ("deepseek-v3", dict(tp=1, dp=16, ep=6), r"^ep: 6 does not divide the worker's 16 GPUs"),
+        ("deepseek-v3", dict(tp=1, dp=16, ep=8), r"^ep: with dp 16 .*allowed: 16"),
+        ("mixtral-8x7b", dict(tp=8, ep=16), r"^ep: 16 does not divide the worker's 8 GPUs"),
+        (
+            "qwen3-235b-a22b",
+            dict(tp=4, dp=6, moe={"redundant_experts": 0}),
+            r"^ep: 24 does not divide the 128 expert slots .*allowed: none",
+        ),
+        ("qwen3-235b-a22b", dict(tp=3), r"^tp: 3 does not shard the 64 attention heads / 4 KV"),
+        ("deepseek-v3", dict(tp=16), r"^tp: attention TP 16 spans nodes"),
+        ("deepseek-v3", dict(tp=1, dp=2), r"^ep: deepseek-v3 does not fit on 2 x h100-sxm"),
+        ("deepseek-v3", dict(tp=8, moe={"routing": "zipf"}), r"^routing: 'zipf' \(allowed"),
+    ],
+)
+def test_bad_layouts_are_one_line_errors_naming_the_field(model, kwargs, match):
+    kwargs = dict(kwargs)
+    tp = kwargs.pop("tp")
+    with pytest.raises(UserError, match=match) as e:
+        build_cost(model, "h100-sxm", tp, weight_dtype="bf16", **kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_fp8_block_needs_fp8_tensor_cores():
+    with pytest.raises(UserError, match=r"^weight_dtype: a100-80gb has no FP8"):
+        build_moe_worker_cost("qwen3-30b-a3b", "a100-80gb", 1, weight_dtype="fp8-block")
