@@ -75,14 +75,19 @@ def link_fabric_problem(scenario: Scenario) -> str | None:
     node = get_gpu(p.gpu).gpus_per_node
     n_p = _max_workers(scenario, "prefill", p)
     n_d = _max_workers(scenario, "decode", d)
-    total = n_p * p.tp + n_d * d.tp
+    total = n_p * p.gpus_per_worker + n_d * d.gpus_per_worker  # tp x dp GPUs per worker
     if total > node:
         return (
             f"fabric.link: nvlink needs both pools in one node's NVLink domain ({node} x "
-            f"{p.gpu}), but prefill_pool ({n_p} x tp{p.tp}) + decode_pool ({n_d} x tp{d.tp}) "
+            f"{p.gpu}), but prefill_pool ({n_p} x tp{p.tp}{_dp(p)}) + decode_pool "
+            f"({n_d} x tp{d.tp}{_dp(d)}) "
             f"= {total} GPUs: {NVLINK_ALTERNATIVES}"
         )
     return None
+
+
+def _dp(pool: PoolConfig) -> str:
+    return f" x dp{pool.dp}" if pool.dp > 1 else ""
 
 
 def check_link_fabric(scenario: Scenario, label: str = "<scenario>") -> None:
