@@ -427,7 +427,7 @@ class Report:
                     "with the cost model (`disaggsim/costmodel/ops.py` with the shipped profile). APE =",
                     "|predicted − measured| / measured. Regenerate this file with:",
                     "",
-                    "```",
+                    "```bash",
                     COMMAND,
                     "```",
                     "",

@@ -1,10 +1,10 @@
 """Run one scenario: build the cost models, workload and fabric, simulate, derive frames.
 
-This is the Python API notebooks use::
+:func:`simulate` and :func:`write_results` are part of the package API (``from disaggsim
+import load_scenario, simulate``; see ``disaggsim/__init__.py``)::
 
-    from disaggsim import load_scenario, simulate
     res = simulate(load_scenario("scenarios/quickstart.yaml", ["workload.rate_per_s=4"]))
-    res.summary["ttft_p99_s"], res.requests.head()
+    res.summary.ttft_p99_s, res.requests.head()
 
 :func:`write_results` writes a result folder (see docs/metrics.md for its files).
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from disaggsim import __version__
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import ProfileError
 
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="disaggsim",
         description="Simulate disaggregated vs colocated LLM serving clusters.",
     )
+    parser.add_argument("--version", action="version", version=f"disaggsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (run, cost, calibrate, bench, sweep, compare, regress, plan):
         command.add_parser(sub)

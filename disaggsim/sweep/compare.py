@@ -24,7 +24,7 @@ from disaggsim.sweep.core import (
     table,
     with_overrides,
 )
-from disaggsim.sweep.executors import Executor, ProcessExecutor
+from disaggsim.sweep.executors import Executor, default_executor
 from disaggsim.sweep.grid import Param, expand_grid, params_from_mapping, point_overrides
 
 SCENARIO_FILE = "scenario_file"
@@ -122,7 +122,8 @@ def compare(
         g_sources += at_point
         g_keys += [point] * len(at_point)
     own = executor is None
-    ex: Executor = ProcessExecutor() if own else executor  # type: ignore[assignment]
+    width = max(len(tasks), 2 * len(g_sources) * seeds)  # the most tasks sent at once
+    ex = executor if executor is not None else default_executor(width)
     try:
         df = table(keys, run_tasks(tasks, ex, progress))
         results = goodput_many(

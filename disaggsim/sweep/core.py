@@ -24,7 +24,7 @@ from disaggsim.config.loader import LoadedScenario, apply_overrides, load_scenar
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary, nondeterministic_keys
-from disaggsim.sweep.executors import Executor, ProcessExecutor
+from disaggsim.sweep.executors import Executor, default_executor
 from disaggsim.sweep.grid import (
     Param,
     check_params,
@@ -176,7 +176,7 @@ def run_tasks(
         progress(0, total)
     if executor is not None:
         return executor.map(run_point, tasks, on_done)
-    with ProcessExecutor() as ex:
+    with default_executor(total) as ex:
         return ex.map(run_point, tasks, on_done)
 
 
@@ -200,8 +200,9 @@ def sweep(
     Returns one row per point × seed, in grid order (first parameter slowest, seed
     index fastest): one column per swept path (named by the path), ``seed_index``
     (k), then every summary key of :func:`disaggsim.run.simulate` except ``wall_s``;
-    ``seed`` is the seed that ran (scenario seed + k). ``executor=None`` uses a local
-    process pool of ``min(2, cpu count)`` workers for this call.
+    ``seed`` is the seed that ran (scenario seed + k). ``executor=None`` runs up to
+    four tasks in this process and more in a local pool of ``min(2, cpu count)`` worker
+    processes (:func:`~disaggsim.sweep.executors.default_executor`).
     """
     src = as_source(scenario, overrides)
     keys, tasks = sweep_tasks(src, params_from_mapping(params), seeds)
@@ -322,7 +323,8 @@ def goodput_many(
     for src in scenarios:
         check_params([Param(RATE_PATH, (rate_lo,))], src.raw, src.label)
     own = executor is None
-    ex: Executor = ProcessExecutor() if own else executor  # type: ignore[assignment]
+    # the first round sends both ends of every search
+    ex = executor if executor is not None else default_executor(2 * len(scenarios) * seeds)
     done_tasks, total_est = 0, rounds * len(scenarios) * seeds + len(scenarios) * seeds
     try:
         while True:

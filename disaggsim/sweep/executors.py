@@ -15,6 +15,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol, TypeVar
 
 from disaggsim.errors import UserError
@@ -63,6 +64,22 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+# ``executor=None`` runs at most this many tasks at once in this process
+SERIAL_MAX_TASKS = 4
+
+
+def default_executor(max_parallel_tasks: int) -> SerialExecutor | ProcessExecutor:
+    """What ``executor=None`` means for work that sends at most ``max_parallel_tasks``
+    tasks to the executor at once: up to :data:`SERIAL_MAX_TASKS`, this process
+    (:class:`SerialExecutor`: no worker start-up, which costs about as much as a small
+    simulation, and a script needs no ``if __name__ == "__main__":`` guard); above it, a
+    local :class:`ProcessExecutor`, whose workers re-import a script's top-level code, so
+    a script needs the guard (or an explicit ``SerialExecutor()``)."""
+    if max_parallel_tasks <= SERIAL_MAX_TASKS:
+        return SerialExecutor()
+    return ProcessExecutor()
+
+
 class ProcessExecutor(_Closing):
     """A local pool of worker processes (``concurrent.futures.ProcessPoolExecutor``).
 
@@ -97,6 +114,14 @@ class ProcessExecutor(_Closing):
                     f.result()  # raise the first failure now
                     if on_done is not None:
                         on_done()
+        except BrokenProcessPool as e:
+            for f in futures:
+                f.cancel()
+            raise RuntimeError(
+                "a sweep worker process died. Workers re-import the script that started "
+                'them: put its top-level code under `if __name__ == "__main__":`, or pass '
+                "executor=SerialExecutor(). (Otherwise a worker may have run out of memory.)"
+            ) from e
         except BaseException:
             for f in futures:
                 f.cancel()
