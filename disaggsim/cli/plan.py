@@ -1,5 +1,7 @@
 """``disaggsim plan``: best prefill:decode split and TP per pool for a GPU budget, and
-whether to disaggregate at all (docs/planning.md)."""
+whether to disaggregate at all (docs/planning.md). The question comes from a scenario file
+or, in one command, from flags (``--model --gpu --gpus --isl --osl --ttft-ms --itl-ms``,
+:mod:`disaggsim.plan.question`)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,56 @@ from disaggsim.cli.common import add_set_option
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from disaggsim.metrics.slo_model import slo_model_help
+    from disaggsim.plan.question import FABRICS, LENGTH_SPEC
+
     p = sub.add_parser(
         "plan",
         help="size prefill/decode pools for a GPU budget and advise: disaggregate or colocate",
+        description="Size prefill/decode pools for a GPU budget and advise: disaggregate or "
+        "colocate. Ask from a scenario file, or in one command: disaggsim plan --model "
+        "llama-3-70b --gpu h100-sxm --gpus 16 --isl 8000 --osl 300 --ttft-ms 2000 --itl-ms 100. "
+        "SLO model: " + slo_model_help(),
     )
-    p.add_argument("scenario", type=Path, help="scenario YAML: workload, model, GPU, fabric, SLOs")
+    p.add_argument(
+        "scenario",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="scenario YAML: workload, model, GPU, fabric, SLOs (or the question flags below)",
+    )
+    q = p.add_argument_group(
+        "the question in one command (instead of SCENARIO; writes question.yaml)",
+    )
+    q.add_argument("--model", default=None, help="catalog model id, e.g. llama-3-70b")
+    q.add_argument("--gpu", default=None, help="catalog GPU id, e.g. h100-sxm")
+    q.add_argument("--isl", default=None, metavar="SPEC", help=f"prompt tokens: {LENGTH_SPEC}")
+    q.add_argument("--osl", default=None, metavar="SPEC", help=f"output tokens: {LENGTH_SPEC}")
+    q.add_argument("--preset", default=None, help="a shipped workload preset instead of lengths")
+    q.add_argument("--trace", default=None, metavar="FILE", help="a trace to replay instead")
+    q.add_argument("--ttft-ms", type=float, default=None, help="TTFT target per request (ms)")
+    q.add_argument("--itl-ms", type=float, default=None, help="ITL target per request (ms)")
+    q.add_argument(
+        "--itl-statistic",
+        default="tpot",
+        metavar="tpot|max_gap",
+        help="per-request ITL statistic judged: mean gap (tpot, default) or largest gap",
+    )
+    q.add_argument(
+        "--attainment", type=float, default=0.9, help="share of requests to meet the SLO (0.9)"
+    )
+    q.add_argument(
+        "--percentile", type=float, default=99.0, help="reported fleet percentile (99; not judged)"
+    )
+    q.add_argument(
+        "--fabric",
+        default="auto",
+        metavar="|".join(FABRICS),
+        help="KV link between pools (auto: nvlink if the budget fits one node, else infiniband)",
+    )
+    q.add_argument("--weight-dtype", default="bf16", metavar="bf16|fp16|fp8", help="weights")
+    q.add_argument("--kv-dtype", default="bf16", metavar="bf16|fp16|fp8", help="KV cache")
+    q.add_argument("--seed", type=int, default=0, help="workload seed (0)")
     p.add_argument(
         "--gpus", type=int, default=None, help="GPU budget (default: the scenario's GPUs)"
     )
@@ -51,7 +98,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         default=None,
-        help="write plan.json, ranked.csv, recommended.yaml, pareto.png",
+        help="write plan.json, ranked.csv, recommended.yaml, pareto.png (one-command mode: "
+        "also question.yaml; default results/<question name>)",
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: skip pareto.png")
     p.add_argument(
@@ -64,23 +112,78 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
 
+def _question(args: argparse.Namespace):
+    from disaggsim.plan.question import Question
+
+    return Question(
+        model=args.model,
+        gpu=args.gpu,
+        gpus=args.gpus,
+        target_rate_per_s=args.target_rate,
+        isl=args.isl,
+        osl=args.osl,
+        preset=args.preset,
+        trace=args.trace,
+        ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms,
+        itl_statistic=args.itl_statistic,
+        attainment=args.attainment,
+        percentile=args.percentile,
+        fabric=args.fabric,
+        weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
+        seed=args.seed,
+    )
+
+
+def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
+    defaults = {
+        "itl_statistic": "tpot",
+        "attainment": 0.9,
+        "percentile": 99.0,
+        "fabric": "auto",
+        "weight_dtype": "bf16",
+        "kv_dtype": "bf16",
+        "seed": 0,
+    }
+    return ["--" + k.replace("_", "-") for k, v in defaults.items() if getattr(args, k) != v]
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
     from disaggsim.cli.common import progress
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError
+    from disaggsim.metrics.slo_model import slo_model_lines
     from disaggsim.output import check_folder
     from disaggsim.plan import PlanOptions, plan
     from disaggsim.plan.advisor import fabric_name
+    from disaggsim.plan.question import build_question, question_yaml
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
     from disaggsim.sweep.executors import make_executor
 
     if args.duration is not None and not args.duration > 0:
         raise UserError(f"--duration {args.duration}: must be > 0 s")
-    loaded = load_scenario(args.scenario, args.overrides)
-    if args.out is not None:
-        check_folder(args.out, "--out")
+    question = _question(args)
+    asked = question.given() + _question_flag_defaults_changed(args)
+    question_text = None
+    out = args.out
+    if args.scenario is not None:
+        if asked:
+            raise UserError(
+                f"plan: give a scenario file or the question flags, not both "
+                f"({args.scenario} and {', '.join(asked)})"
+            )
+        loaded = load_scenario(args.scenario, args.overrides)
+    else:
+        raw = build_question(question)
+        loaded = load_scenario(raw, args.overrides, base_dir=Path.cwd())
+        question_text = question_yaml(loaded.raw, question)
+        if out is None:
+            out = Path("results") / loaded.scenario.name
+    if out is not None:
+        check_folder(out, "--out")
     opts = PlanOptions.quick() if args.quick else PlanOptions()
     if args.duration is not None:
         warm = min(loaded.scenario.sim.warmup_s, 0.2 * args.duration)
@@ -98,12 +201,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
             executor=ex,
             progress=bar("goodput bisection"),
         )
-    written = write_outputs(res, advice, args.out, plots=not args.no_plots) if args.out else None
+    written = None
+    if out is not None:
+        extra = {"question.yaml": question_text} if question_text is not None else {}
+        written = write_outputs(res, advice, out, plots=not args.no_plots, extra=extra)
     if args.json:
         print(json.dumps(plan_json(res, advice), indent=2))
         return 0
     s = loaded.scenario
     print(f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}")
+    for line in slo_model_lines(s.slo, prefix="  "):
+        print(line)
     print("\nanalytic first guess:")
     for line in res.analytic.arithmetic():
         print(f"  {line}")

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from disaggsim.config.loader import load_scenario
+from disaggsim.metrics.slo_model import describe_slo, slo_model_lines
 from disaggsim.output import Written
 from disaggsim.plan.advisor import Advice, fabric_name
 from disaggsim.plan.search import CandidateResult, SearchResult, candidate_scenario
@@ -38,6 +39,7 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
         "gpu_budget": res.gpu_budget,
         "fabric_link": fabric_name(s),
         "slo": s.slo.model_dump(mode="json"),
+        "slo_model": describe_slo(s.slo),
         **advice.as_dict(),
         "ranked": [r.as_dict() for r in res.ranked],
         "analytic": res.analytic.as_dict(),
@@ -171,20 +173,32 @@ def _plot(res: SearchResult, path: Path) -> None:
     ax.set_ylabel("goodput per GPU (req/s)")
     ax.set_title(f"{res.loaded.scenario.name}: {res.gpu_budget} x {res.gpu}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no candidate met the SLOs", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def write_outputs(res: SearchResult, advice: Advice, out_dir: Path, plots: bool = True) -> Written:
+def write_outputs(
+    res: SearchResult,
+    advice: Advice,
+    out_dir: Path,
+    plots: bool = True,
+    extra: dict[str, str] | None = None,
+) -> Written:
     """``plan.json``, ``ranked.csv``, ``recommended.yaml`` and ``pareto.png`` in ``out_dir``
-    (a result folder, written through :func:`disaggsim.output.write_folder`)."""
+    (a result folder, written through :func:`disaggsim.output.write_folder`), plus
+    ``extra`` text files by name (one-command mode: ``question.yaml``)."""
     import pandas as pd
 
     from disaggsim.output import write_folder
 
     def render(tmp: Path) -> None:
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
         (tmp / "plan.json").write_text(json.dumps(plan_json(res, advice), indent=2) + "\n")
         rows = []
         for r in res.ranked:
@@ -193,7 +207,9 @@ def write_outputs(res: SearchResult, advice: Advice, out_dir: Path, plots: bool 
             rows.append(d)
         pd.DataFrame.from_records(rows).to_csv(tmp / "ranked.csv", index=False)
         (tmp / "recommended.yaml").write_text(
-            "# Written by disaggsim plan; run it with: disaggsim run recommended.yaml\n"
+            "# Written by disaggsim plan; run it with: disaggsim run recommended.yaml\n#\n"
+            + "\n".join(slo_model_lines(res.loaded.scenario.slo, prefix="# "))
+            + "\n"
             + yaml.safe_dump(recommended_scenario(res, advice), sort_keys=False)
         )
         if plots:

@@ -1,0 +1,317 @@
+"""The planning question asked in one command: ``disaggsim plan --model M --gpu G --gpus N
+--isl 8000 --osl 300 --ttft-ms 2000 --itl-ms 100`` builds the scenario this module
+describes, without writing YAML by hand (docs/planning.md, "One command").
+
+:func:`build_question` turns the flags (a :class:`Question`) into a scenario mapping; a
+bad value is one :class:`UserError` line naming the flag and what is allowed, raised
+before anything is simulated or written. :func:`question_yaml` renders it with comments
+(the command, the SLO model in words, what the pool stands for), as the plan writes it.
+
+The scenario's pool only states the budget: ``budget // tp`` chunked workers of the
+smallest TP whose worker fits the model with room for KV; the planner replaces it with
+each candidate. Fabric ``auto`` is NVLink when the budget fits one node (the catalog's
+``gpus_per_node``), else InfiniBand (disaggsim/validity.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from disaggsim.errors import UserError
+
+__all__ = [
+    "FABRICS",
+    "LENGTH_SPEC",
+    "Question",
+    "build_question",
+    "parse_lengths",
+    "question_yaml",
+]
+
+FABRICS = ("auto", "nvlink", "infiniband", "roce", "pcie")
+ITL_STATISTICS = ("tpot", "max_gap")
+DTYPES = ("bf16", "fp16", "fp8")
+LENGTH_SPEC = "N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX] (tokens >= 1, sigma >= 0)"
+DEFAULT_RATE_PER_S = 1.0  # a starting point for `disaggsim run`; the planner searches the rate
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """The flags of one-command ``plan`` (None: not given)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+    target_rate_per_s: float | None = None
+    isl: str | None = None
+    osl: str | None = None
+    preset: str | None = None
+    trace: str | None = None
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    itl_statistic: str = "tpot"
+    attainment: float = 0.9
+    percentile: float = 99.0
+    fabric: str = "auto"
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    seed: int = 0
+
+    def command_line(self) -> list[str]:
+        """The ``disaggsim plan`` arguments that ask this question (non-defaults only)."""
+        out = ["plan"]
+        defaults = Question()
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            v = getattr(self, name)
+            if v is None or v == getattr(defaults, name):
+                continue
+            flag = {"target_rate_per_s": "target-rate"}.get(name, name.replace("_", "-"))
+            out += [f"--{flag}", f"{v:g}" if isinstance(v, float) else str(v)]
+        return out
+
+    def given(self) -> list[str]:
+        """The question flags given (for 'not both' errors)."""
+        names = ("model", "gpu", "isl", "osl", "preset", "trace", "ttft_ms", "itl_ms")
+        return ["--" + n.replace("_", "-") for n in names if getattr(self, n) is not None]
+
+
+def _int(flag: str, text: str, spec: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise UserError(f"{flag} {spec}: expected {LENGTH_SPEC}") from None
+    if v < 1:
+        raise UserError(f"{flag} {spec}: expected {LENGTH_SPEC}")
+    return v
+
+
+def parse_lengths(flag: str, spec: str) -> dict[str, Any]:
+    """``8000`` → fixed; ``uniform:6000:10000``; ``lognormal:8000:0.5[:32768]`` (median,
+    sigma, optional clip) → the workload's length-distribution mapping."""
+    parts = spec.strip().split(":")
+    kind = parts[0].lower()
+    if len(parts) == 1:
+        return {"dist": "fixed", "value": _int(flag, parts[0], spec)}
+    if kind == "uniform" and len(parts) == 3:
+        lo, hi = _int(flag, parts[1], spec), _int(flag, parts[2], spec)
+        if lo > hi:
+            raise UserError(f"{flag} {spec}: uniform needs LO <= HI")
+        return {"dist": "uniform", "low": lo, "high": hi}
+    if kind == "lognormal" and len(parts) in (3, 4):
+        median = _int(flag, parts[1], spec)
+        try:
+            sigma = float(parts[2])
+        except ValueError:
+            raise UserError(f"{flag} {spec}: expected {LENGTH_SPEC}") from None
+        if not 0.0 <= sigma < float("inf"):
+            raise UserError(f"{flag} {spec}: expected {LENGTH_SPEC}")
+        out: dict[str, Any] = {"dist": "lognormal", "median": median, "sigma": sigma}
+        if len(parts) == 4:
+            out["max"] = _int(flag, parts[3], spec)
+        return out
+    raise UserError(f"{flag} {spec}: expected {LENGTH_SPEC}")
+
+
+def _positive(flag: str, v: float | None, unit: str = "") -> None:
+    if v is not None and not (v > 0 and v < float("inf")):
+        raise UserError(f"{flag} {v:g}: must be a number > 0{unit}")
+
+
+def _choice(flag: str, v: str, allowed: tuple[str, ...]) -> None:
+    if v not in allowed:
+        raise UserError(f"{flag} {v}: allowed: {', '.join(allowed)}")
+
+
+def _workload(q: Question, base_dir: Path) -> dict[str, Any]:
+    sources = [f for f, v in (("--isl/--osl", q.isl or q.osl), ("--preset", q.preset)) if v]
+    if q.trace is not None:
+        sources.append("--trace")
+    if len(sources) != 1:
+        raise UserError(
+            "plan: describe the traffic with one of --isl and --osl (lengths), --preset NAME or "
+            f"--trace FILE (got {' and '.join(sources) if sources else 'none'})"
+        )
+    rate = q.target_rate_per_s
+    if q.preset is not None:
+        from disaggsim.workload.presets import PRESET_NAMES
+
+        _choice("--preset", q.preset, PRESET_NAMES)
+        wl: dict[str, Any] = {"kind": "preset", "preset": q.preset}
+        if rate is not None:
+            wl["rate_per_s"] = rate
+        return wl
+    if q.trace is not None:
+        path = Path(q.trace)
+        path = path if path.is_absolute() else (base_dir / path)
+        if not path.is_file():
+            raise UserError(f"--trace {q.trace}: file not found")
+        wl = {"kind": "trace", "path": str(path.resolve())}
+        if rate is not None:
+            wl["rate_per_s"] = rate
+        return wl
+    if q.isl is None or q.osl is None:
+        missing = "--isl" if q.isl is None else "--osl"
+        raise UserError(f"plan: {missing} is needed with the other ({LENGTH_SPEC})")
+    return {
+        "kind": "synthetic",
+        "rate_per_s": rate if rate is not None else DEFAULT_RATE_PER_S,
+        "arrival": "poisson",
+        "prompt_tokens": parse_lengths("--isl", q.isl),
+        "output_tokens": parse_lengths("--osl", q.osl),
+    }
+
+
+def _name(q: Question) -> str:
+    size = f"{q.gpus}gpu" if q.gpus is not None else f"{q.target_rate_per_s:g}rps"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", f"plan-{q.model}-{q.gpu}-{size}")
+
+
+def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
+    """The scenario mapping of a one-command plan question (see the module docstring)."""
+    from disaggsim.catalog import get_gpu, get_model
+
+    base_dir = base_dir or Path.cwd()
+    for flag, name in (("--model", q.model), ("--gpu", q.gpu)):
+        if name is None:
+            raise UserError(
+                f"plan: {flag} is needed without a scenario file "
+                "(or give SCENARIO.yaml instead of the question flags)"
+            )
+    for flag, target in (("--ttft-ms", q.ttft_ms), ("--itl-ms", q.itl_ms)):
+        if target is None:
+            raise UserError(f"plan: {flag} is needed without a scenario file (the SLO target)")
+    try:
+        model = get_model(q.model)  # type: ignore[arg-type]
+    except UserError as e:
+        raise UserError(f"--model {q.model}: {e}") from None
+    try:
+        gpu = get_gpu(q.gpu)  # type: ignore[arg-type]
+    except UserError as e:
+        raise UserError(f"--gpu {q.gpu}: {e}") from None
+    if q.gpus is None and q.target_rate_per_s is None:
+        raise UserError("plan: give the budget --gpus N, or --target-rate R to size one")
+    if q.gpus is not None and q.gpus < 1:
+        raise UserError(f"--gpus {q.gpus}: must be >= 1")
+    _positive("--target-rate", q.target_rate_per_s, " req/s")
+    _positive("--ttft-ms", q.ttft_ms, " ms")
+    _positive("--itl-ms", q.itl_ms, " ms")
+    if not 0 < q.attainment <= 1:
+        raise UserError(f"--attainment {q.attainment:g}: must be in (0, 1], e.g. 0.9")
+    if not 0 < q.percentile <= 100:
+        raise UserError(f"--percentile {q.percentile:g}: must be in (0, 100]")
+    _choice("--itl-statistic", q.itl_statistic, ITL_STATISTICS)
+    _choice("--fabric", q.fabric, FABRICS)
+    _choice("--weight-dtype", q.weight_dtype, DTYPES)
+    _choice("--kv-dtype", q.kv_dtype, DTYPES)
+    if q.seed < 0:
+        raise UserError(f"--seed {q.seed}: must be >= 0")
+    workload = _workload(q, base_dir)
+
+    node = gpu.gpus_per_node
+    fits_node = q.gpus is not None and q.gpus <= node
+    link = q.fabric
+    if link == "auto":
+        link = "nvlink" if fits_node and gpu.nvlink_bytes_per_s > 0 else "infiniband"
+    elif link == "nvlink" and not fits_node:
+        where = (
+            f"{q.gpus} GPUs do not fit"
+            if q.gpus is not None
+            else "a budget sized by --target-rate may not fit"
+        )
+        raise UserError(
+            f"--fabric nvlink: {where} one node of {node} x {gpu.id}, and NVLink joins the "
+            "pools only inside one node: allowed here: auto, infiniband, roce, pcie"
+        )
+    if link == "nvlink" and gpu.nvlink_bytes_per_s <= 0:
+        raise UserError(
+            f"--fabric nvlink: {gpu.id} has no NVLink: allowed: auto, infiniband, roce, pcie"
+        )
+
+    tp = _smallest_tp(model.id, gpu.id, q.weight_dtype, q.kv_dtype)
+    workers = max(1, (q.gpus or tp) // tp)
+    return {
+        "name": _name(q),
+        "description": f"one-command plan question: {model.id} on {gpu.id}",
+        "seed": q.seed,
+        "model": model.id,
+        "weight_dtype": q.weight_dtype,
+        "kv_dtype": q.kv_dtype,
+        "architecture": "colocated",
+        "pool": {
+            "gpu": gpu.id,
+            "num_workers": workers,
+            "tp": tp,
+            "scheduler": "chunked",
+            "max_batch_tokens": 512,
+        },
+        "fabric": {"kind": "link", "link": link},
+        "slo": {
+            "ttft_ms": q.ttft_ms,
+            "itl_ms": q.itl_ms,
+            "itl_statistic": q.itl_statistic,
+            "percentile": q.percentile,
+            "attainment_target": q.attainment,
+        },
+        "workload": workload,
+        "sim": {"duration_s": 300.0, "warmup_s": 30.0},
+    }
+
+
+def _smallest_tp(model: str, gpu: str, weight_dtype: str, kv_dtype: str) -> int:
+    """The smallest TP (within one node first, then beyond) whose worker has KV room."""
+    from disaggsim.catalog import get_model
+    from disaggsim.costmodel.step import build_worker_cost, valid_tps
+
+    for tp in valid_tps(get_model(model)):
+        try:
+            cost = build_worker_cost(model, gpu, tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        except UserError:
+            continue
+        if cost.kv_capacity_tokens >= 16:
+            return tp
+    raise UserError(f"--model {model}: does not fit on any tensor-parallel group of {gpu}")
+
+
+def _fabric_reason(q: Question, link: str) -> str:
+    from disaggsim.catalog import get_gpu
+
+    if q.fabric != "auto" or q.gpu is None:
+        return f"{link} between the pools (--fabric {q.fabric})."
+    node = get_gpu(q.gpu).gpus_per_node
+    if link == "nvlink":
+        return f"nvlink (auto: the budget fits one node of {node} GPUs)."
+    if q.gpus is None:
+        return f"{link} (auto: a budget sized by --target-rate may span nodes of {node} GPUs)."
+    if q.gpus <= node:
+        return f"{link} (auto: {q.gpu} has no NVLink)."
+    return f"{link} (auto: {q.gpus} GPUs span nodes of {node}; NVLink joins only one node)."
+
+
+def question_yaml(raw: dict[str, Any], q: Question) -> str:
+    """The question as a commented YAML file (what ``plan`` writes as question.yaml)."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.metrics.slo_model import slo_model_lines
+
+    s = load_scenario(raw).scenario
+    lines = [
+        "# disaggsim plan question, built from the command line:",
+        "#   disaggsim " + shlex.join(q.command_line()),
+    ]
+    budget = f" --gpus {q.gpus}" if q.gpus is not None else ""
+    lines += [
+        f"# Plan it again: disaggsim plan question.yaml{budget}",
+        "# Simulate the pool below as it is: disaggsim run question.yaml",
+        "#",
+        *slo_model_lines(s.slo, prefix="# "),
+        "#",
+        "# The pool only states the GPU budget (num_workers x tp); the planner replaces it",
+        "# with each candidate deployment.",
+        "# Fabric: " + _fabric_reason(q, s.fabric.link),  # type: ignore[union-attr]
+    ]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(raw, sort_keys=False)

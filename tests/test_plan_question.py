@@ -1,0 +1,219 @@
+"""`disaggsim plan` asked in one command (issue 12, item 5): the flags build a scenario,
+the plan writes it as question.yaml, and the SLO model is said in the same words in the
+help, the YAML comments, the output and docs/metrics.md. Bad flags: one line naming the
+flag and the allowed values, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from disaggsim.cli import build_parser, main
+from disaggsim.config.loader import load_scenario
+from disaggsim.errors import UserError
+from disaggsim.metrics.slo_model import describe_slo, slo_model_help
+from disaggsim.plan.question import Question, build_question, parse_lengths
+from tests.conftest import REPO
+
+ASK = dict(
+    model="llama-3-70b",
+    gpu="h100-sxm",
+    gpus=16,
+    isl="8000",
+    osl="300",
+    ttft_ms=2000.0,
+    itl_ms=100.0,
+)
+
+
+def _flat(text: str) -> str:
+    """Whitespace-normalised text, and YAML comment markers dropped."""
+    return " ".join(re.sub(r"^\s*#\s?", "", text, flags=re.M).split())
+
+
+def test_the_issue_question_builds_a_valid_scenario():
+    raw = build_question(Question(**ASK))
+    s = load_scenario(raw).scenario
+    assert s.model == "llama-3-70b"
+    assert s.workload.prompt_tokens.value == 8000 and s.workload.output_tokens.value == 300
+    assert (s.slo.ttft_ms, s.slo.itl_ms, s.slo.itl_statistic) == (2000, 100, "tpot")
+    assert s.slo.attainment_target == 0.9
+    # 70B in BF16 (141 GB) needs two 80 GB H100s per worker: 8 x tp2 states the budget
+    assert (s.pool.tp, s.pool.num_workers, s.num_gpus) == (2, 8, 16)
+    # 16 GPUs span two 8-GPU nodes: auto picks InfiniBand, not NVLink
+    assert s.fabric.link == "infiniband"
+    assert load_scenario(build_question(Question(**{**ASK, "gpus": 8}))).scenario.fabric.link == (
+        "nvlink"
+    )
+    assert (
+        load_scenario(
+            build_question(Question(**{**ASK, "gpu": "l40s", "gpus": 8}))
+        ).scenario.fabric.link
+        == "infiniband"  # no NVLink on L40S
+    )
+
+
+def test_length_specs():
+    assert parse_lengths("--isl", "8000") == {"dist": "fixed", "value": 8000}
+    assert parse_lengths("--isl", "uniform:6000:10000") == {
+        "dist": "uniform",
+        "low": 6000,
+        "high": 10000,
+    }
+    assert parse_lengths("--osl", "lognormal:300:0.5") == {
+        "dist": "lognormal",
+        "median": 300,
+        "sigma": 0.5,
+    }
+    assert parse_lengths("--osl", "lognormal:300:0.5:2048")["max"] == 2048
+
+
+def test_preset_and_trace_questions(tmp_path):
+    preset = build_question(
+        Question(**{**ASK, "isl": None, "osl": None, "preset": "azure-code-2023"})
+    )
+    assert preset["workload"] == {"kind": "preset", "preset": "azure-code-2023"}
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:00:00.0,100,5\n2023-11-16 18:00:01.0,300,7\n"
+    )
+    raw = build_question(
+        Question(**{**ASK, "isl": None, "osl": None, "trace": "t.csv", "target_rate_per_s": 3}),
+        base_dir=tmp_path,
+    )
+    assert raw["workload"] == {"kind": "trace", "path": str(trace.resolve()), "rate_per_s": 3}
+    assert load_scenario(raw).scenario.workload.kind == "trace"
+
+
+def test_one_command_plan_writes_the_question_and_says_the_slo_model(tmp_path, capsys):
+    out = tmp_path / "plan"
+    argv = [
+        "plan",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "2",
+        "--isl",
+        "uniform:500:1500",
+        "--osl",
+        "50",
+        "--ttft-ms",
+        "1000",
+        "--itl-ms",
+        "50",
+        "--itl-statistic",
+        "max_gap",
+        "--quick",
+        "--duration",
+        "10",
+        "--workers",
+        "1",
+        "--quiet",
+        "--no-plots",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    question = (out / "question.yaml").read_text()
+    s = load_scenario(out / "question.yaml").scenario
+    assert s.workload.prompt_tokens.low == 500 and s.slo.itl_statistic == "max_gap"
+    words = _flat(describe_slo(s.slo))
+    assert "largest gap between two consecutive tokens" in words
+    assert "is <= 1000 ms" in words and "is <= 50 ms" in words
+    assert words in _flat(question)  # the YAML comments
+    assert words in _flat(stdout)  # the output
+    assert words in _flat((out / "recommended.yaml").read_text())
+    assert json.loads((out / "plan.json").read_text())["slo_model"] == describe_slo(s.slo)
+    # the comment names the command that asks the same question again
+    assert "disaggsim plan --model llama-3-8b --gpu h100-sxm --gpus 2" in question
+    assert "--itl-statistic max_gap" in question
+    # plan it again from the file: same question, same scenario
+    assert yaml.safe_load(question) == load_scenario(out / "question.yaml").raw
+
+
+def test_the_help_and_docs_say_the_same_slo_model():
+    sub = next(
+        a
+        for a in build_parser()._subparsers._group_actions  # type: ignore[union-attr]
+    )
+    helptext = sub.choices["plan"].format_help()
+    assert _flat(slo_model_help()) in _flat(helptext)
+    assert _flat(slo_model_help()) in _flat((REPO / "docs" / "metrics.md").read_text())
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--model", "gpt-9"], ["--model gpt-9", "allowed:", "llama-3-70b"]),
+        (["--gpu", "tpu-v5"], ["--gpu tpu-v5", "allowed:", "h100-sxm"]),
+        (["--gpus", "0"], ["--gpus 0", ">= 1"]),
+        (["--isl", "abc"], ["--isl abc", "uniform:LO:HI", "lognormal:MEDIAN:SIGMA"]),
+        (["--isl", "uniform:9:3"], ["--isl uniform:9:3", "LO <= HI"]),
+        (["--osl", "lognormal:x:1"], ["--osl lognormal:x:1", "lognormal:MEDIAN:SIGMA"]),
+        (["--osl", "lognormal:300:-1"], ["--osl lognormal:300:-1", "sigma >= 0"]),
+        (["--ttft-ms", "-5"], ["--ttft-ms -5", "> 0"]),
+        (["--itl-ms", "0"], ["--itl-ms 0", "> 0"]),
+        (["--itl-statistic", "p99"], ["--itl-statistic p99", "allowed: tpot, max_gap"]),
+        (["--fabric", "ethernet"], ["--fabric ethernet", "auto, nvlink, infiniband, roce, pcie"]),
+        (["--fabric", "nvlink"], ["--fabric nvlink", "16 GPUs", "infiniband, roce"]),
+        (["--attainment", "1.5"], ["--attainment 1.5", "(0, 1]"]),
+        (["--percentile", "0"], ["--percentile 0", "(0, 100]"]),
+        (["--weight-dtype", "int4"], ["--weight-dtype int4", "bf16, fp16, fp8"]),
+        (["--target-rate", "-1"], ["--target-rate -1", "> 0"]),
+        (["--preset", "nope", "--isl", None, "--osl", None], ["--preset nope", "azure-conv-2023"]),
+        (["--preset", "azure-conv-2023"], ["--isl", "--preset", "one of"]),
+        (["--osl", None], ["--osl is needed"]),
+        (
+            ["--trace", "missing.csv", "--isl", None, "--osl", None],
+            ["--trace missing.csv", "not found"],
+        ),
+        (["--ttft-ms", None], ["--ttft-ms is needed"]),
+        (["--gpus", None], ["--gpus N", "--target-rate"]),
+        (["--model", None], ["--model is needed"]),
+    ],
+)
+def test_bad_question_flags(tmp_path, capsys, args, needles):
+    flags = {
+        "--model": "llama-3-70b",
+        "--gpu": "h100-sxm",
+        "--gpus": "16",
+        "--isl": "8000",
+        "--osl": "300",
+        "--ttft-ms": "2000",
+        "--itl-ms": "100",
+    }
+    for k, v in zip(args[::2], args[1::2], strict=True):
+        flags[k] = v
+    argv = ["plan"]
+    for k, v in flags.items():
+        if v is not None:
+            argv += [k, v]
+    out = tmp_path / "out"
+    rc = main([*argv, "--quick", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert "\n" not in err and "Traceback" not in err
+    for n in needles:
+        assert n in err, err
+    assert not out.exists()
+
+
+def test_scenario_and_question_flags_are_not_mixed(tmp_path, capsys):
+    path = REPO / "scenarios" / "advisor" / "two-gpus.yaml"
+    out = tmp_path / "out"
+    rc = main(["plan", str(path), "--isl", "100", "--fabric", "roce", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "not both" in err and "--isl" in err and "--fabric" in err
+    assert not out.exists()
+
+
+def test_question_errors_raise_before_any_work():
+    with pytest.raises(UserError, match=r"^--isl 0: expected"):
+        build_question(Question(**{**ASK, "isl": "0"}))
