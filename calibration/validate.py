@@ -466,4 +466,8 @@ def run(gpus: list[str], data: Path) -> Report:
             f"disaggsim/hardware/profiles/{Path(prof.path).name} ({prof.provenance.get('kind')})"
         )
         report.rows += validate_gpu(gpu, data, prof)
+    if "h100-sxm" in gpus:  # MoE, MLA and DeepEP tables exist for H100 only
+        from calibration.fit_moe import validation_markdown
+
+        report.extra_md += "\n" + validation_markdown(data)
     return report

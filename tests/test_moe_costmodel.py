@@ -79,14 +79,14 @@ def test_wide_ep_decode_step_by_hand(ds_decode):
     p = params.all_to_all["low_latency"]["dispatch"]
     want = (
         p.latency_s
-        + 17 * p.per_node_latency_s
+        + p.rdma_latency_s  # 18 nodes: the RDMA path
         + max(nv / (200e9 * p.nvlink_eff), rd / (50e9 * p.rdma_eff))
     )
     assert bd.dispatch_s == pytest.approx(58 * want, rel=1e-12)
     pc = params.all_to_all["low_latency"]["combine"]
     want_c = (
         pc.latency_s
-        + 17 * pc.per_node_latency_s
+        + pc.rdma_latency_s
         + max(
             nv / payload * 7168 * 2 / (200e9 * pc.nvlink_eff),
             rd / payload * 7168 * 2 / (50e9 * pc.rdma_eff),

@@ -40,13 +40,15 @@ __all__ = [
     "mla_prefill_attention_s",
     "mla_prefill_flop_per_pair",
     "mla_shapes",
+    "Num",
     "vmax",
 ]
 
 MLA_PREFILL_FORMS = ("absorbed", "naive")
+Num = float | np.ndarray  # the formulas take floats (engine) or whole table columns (fitter)
 
 
-def vmax(a, b):
+def vmax(a: Num, b: Num) -> Num:
     """``max(a, b)`` for floats (cheap in the engine's hot loop), elementwise for arrays
     (the fitter evaluates the same formulas on whole tables)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -117,12 +119,12 @@ def mla_decode_attention_s(
     p: MlaDecodeParams,
     peak_flop_per_s: float,
     hbm_bytes_per_s: float,
-    batch,
-    context_tokens,
-    heads,
-    cache_bytes_per_token: float,
-    flop_per_token,
-):
+    batch: Num,
+    context_tokens: Num,
+    heads: Num,
+    cache_bytes_per_token: Num,
+    flop_per_token: Num,
+) -> Num:
     """Seconds of one absorbed MLA decode kernel over ``batch`` sequences holding
     ``context_tokens`` cached tokens in all (numpy arrays or floats)."""
     mem = cache_bytes_per_token / (hbm_bytes_per_s * p.bw_eff)
@@ -132,8 +134,13 @@ def mla_decode_attention_s(
 
 
 def mla_prefill_attention_s(
-    p: MlaPrefillParams, peak_flop_per_s: float, num_seqs, new_tokens, pairs, flop_per_pair
-):
+    p: MlaPrefillParams,
+    peak_flop_per_s: float,
+    num_seqs: Num,
+    new_tokens: Num,
+    pairs: Num,
+    flop_per_pair: Num,
+) -> Num:
     """Seconds of one MLA prefill attention kernel (numpy arrays or floats)."""
     mean_len = new_tokens / vmax(num_seqs, 1.0)
     eff = p.max_eff * mean_len / (mean_len + p.half_sat)

@@ -46,6 +46,7 @@ from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_mode
 from disaggsim.costmodel.interface import decode_step_time_s
 from disaggsim.costmodel.mla import (
     MLA_PREFILL_FORMS,
+    Num,
     mla_decode_attention_s,
     mla_decode_flop_per_token,
     mla_prefill_attention_s,
@@ -99,15 +100,15 @@ _ELEM = {
 
 def grouped_gemm_time_s(
     p: GroupedGemmParams,
-    peak_flop_per_s: float,
+    peak_flop_per_s: Num,
     hbm_bytes_per_s: float,
-    tokens,
-    touched_experts,
-    hidden: float,
-    width: float,
-    weight_elem: float,
+    tokens: Num,
+    touched_experts: Num,
+    hidden: Num,
+    width: Num,
+    weight_elem: Num,
     gated: bool = True,
-):
+) -> Num:
     """Seconds of one MoE layer's routed experts on one GPU: ``tokens`` routed token
     copies (tokens × top-k reaching this GPU) over ``touched_experts`` local experts of
     intermediate size ``width`` (this GPU's shard). Floats or numpy arrays."""
@@ -124,13 +125,13 @@ def grouped_gemm_time_s(
 
 
 def all_to_all_volume_bytes(
-    tokens_per_gpu,
+    tokens_per_gpu: Num,
     payload_bytes: float,
     top_k: int,
     ep: int,
     gpus_per_node: int,
     mode: str,
-) -> tuple:
+) -> tuple[Num, Num]:
     """Expected bytes one GPU sends over NVLink and over RDMA in one dispatch (or
     combine) of ``tokens_per_gpu`` tokens, each going to ``top_k`` experts spread
     uniformly over ``ep`` ranks on ``ceil(ep / gpus_per_node)`` nodes.
@@ -155,17 +156,18 @@ def all_to_all_volume_bytes(
 
 def all_to_all_time_s(
     p: AllToAllParams,
-    nvlink_bytes,
-    rdma_bytes,
-    nodes,
+    nvlink_bytes: Num,
+    rdma_bytes: Num,
+    nodes: Num,
     nvlink_bytes_per_s: float,
     nic_bytes_per_s: float,
-):
-    """Seconds of one dispatch or combine on one GPU: latency + the slower of its NVLink
-    and RDMA traffic (the two links run in parallel)."""
+) -> Num:
+    """Seconds of one dispatch or combine on one GPU: latency (plus the RDMA path's own
+    latency when the EP group spans nodes) + the slower of its NVLink and RDMA traffic
+    (the two links run in parallel)."""
     nv = nvlink_bytes / (nvlink_bytes_per_s * p.nvlink_eff)
     rd = rdma_bytes / (nic_bytes_per_s * p.rdma_eff)
-    return p.latency_s + p.per_node_latency_s * (nodes - 1) + vmax(nv, rd)
+    return p.latency_s + p.rdma_latency_s * (nodes > 1) + vmax(nv, rd)
 
 
 def power_law_imbalance(
@@ -683,19 +685,23 @@ class MoeWorkerCost:
         t = 0.0
         if model.mla is not None:
             if n_r > 0:
-                t += mla_prefill_attention_s(
-                    self._mla_pre, self._bf16, s_r, n_r, pairs_r, self._mla_pre_flop
+                t += float(
+                    mla_prefill_attention_s(
+                        self._mla_pre, self._bf16, s_r, n_r, pairs_r, self._mla_pre_flop
+                    )
                 )
             if b_r > 0:
-                t += mla_decode_attention_s(
-                    self._mla_dec,
-                    self._bf16,
-                    self._hbm,
-                    b_r,
-                    ctx_r,
-                    self.heads_per_gpu,
-                    self._mla.cache_elems * self._kv_elem,
-                    self._mla_flop_tok,
+                t += float(
+                    mla_decode_attention_s(
+                        self._mla_dec,
+                        self._bf16,
+                        self._hbm,
+                        b_r,
+                        ctx_r,
+                        self.heads_per_gpu,
+                        self._mla.cache_elems * self._kv_elem,
+                        self._mla_flop_tok,
+                    )
                 )
             return t
         hd = float(model.head_dim)
@@ -742,16 +748,18 @@ class MoeWorkerCost:
         f = self.imbalance(m_total)
         routed = m_total * self._top_k / lo.ep * f
         touched = min(float(self.local_experts), routed)
-        experts = grouped_gemm_time_s(
-            self._expert_params,
-            self._expert_peak,
-            hbm,
-            routed,
-            touched,
-            h,
-            self._expert_width,
-            self._expert_elem,
-            model.gated_mlp,
+        experts = float(
+            grouped_gemm_time_s(
+                self._expert_params,
+                self._expert_peak,
+                hbm,
+                routed,
+                touched,
+                h,
+                self._expert_width,
+                self._expert_elem,
+                model.gated_mlp,
+            )
         )
         dispatch = combine = 0.0
         if self.uses_all_to_all:
@@ -765,13 +773,15 @@ class MoeWorkerCost:
                 ("combine", self._combine_payload),
             ):
                 nv, rd = all_to_all_volume_bytes(per_gpu, payload, self._top_k, lo.ep, gpn, mode)
-                t = all_to_all_time_s(
-                    self.params.all_to_all[mode][phase],
-                    nv,
-                    rd,
-                    self.nodes,
-                    self._nvlink_bw,
-                    self._nic_bw,
+                t = float(
+                    all_to_all_time_s(
+                        self.params.all_to_all[mode][phase],
+                        nv,
+                        rd,
+                        self.nodes,
+                        self._nvlink_bw,
+                        self._nic_bw,
+                    )
                 )
                 if phase == "dispatch":
                     dispatch = t

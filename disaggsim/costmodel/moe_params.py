@@ -15,7 +15,7 @@ and :attr:`MoeParams.transferred_from` says so. Schema (version 1)::
       "mla_decode": {"bf16" | "fp8": {"floor_s", "per_seq_s", "bw_eff", "compute_eff"}},
       "mla_prefill": {"absorbed" | "naive": {"floor_s", "max_eff", "half_sat"}},
       "all_to_all": {"normal" | "low_latency": {"dispatch" | "combine":
-                     {"latency_s", "per_node_latency_s", "nvlink_eff", "rdma_eff"}}},
+                     {"latency_s", "rdma_latency_s", "nvlink_eff", "rdma_eff"}}},
       "fit_error": {...}, "provenance": {"kind": ..., "source": ..., ...}
     }
 
@@ -89,12 +89,12 @@ class MlaPrefillParams:
 
 @dataclass(frozen=True, slots=True)
 class AllToAllParams:
-    """One DeepEP phase (dispatch or combine) in one mode: ``latency_s +
-    per_node_latency_s × (nodes - 1) + max(nvlink_bytes / (nvlink × nvlink_eff),
-    rdma_bytes / (nic × rdma_eff))`` per GPU."""
+    """One DeepEP phase (dispatch or combine) in one mode: ``latency_s + rdma_latency_s
+    × [nodes > 1] + max(nvlink_bytes / (nvlink × nvlink_eff), rdma_bytes / (nic ×
+    rdma_eff))`` per GPU."""
 
     latency_s: float
-    per_node_latency_s: float
+    rdma_latency_s: float
     nvlink_eff: float
     rdma_eff: float
 
@@ -197,7 +197,7 @@ def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
             p = phases.get(phase)
             a2a[mode][phase] = AllToAllParams(
                 _num(p, "latency_s", w, path, False),
-                _num(p, "per_node_latency_s", w, path, False),
+                _num(p, "rdma_latency_s", w, path, False),
                 _num(p, "nvlink_eff", w, path),
                 _num(p, "rdma_eff", w, path),
             )

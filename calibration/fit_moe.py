@@ -1,0 +1,494 @@
+"""Fit and validate the MoE, MLA and expert-parallel all-to-all operators against the
+public H100 tables (NVIDIA AIConfigurator's collected database in ``../shared/data``).
+
+``python -m calibration.fit_moe [--data ../shared/data] [--out FILE]`` fits the parameters
+of :mod:`disaggsim.costmodel.moe_params` and writes ``disaggsim/hardware/moe/h100_sxm.json``
+with each fit's error, in sample and held out by shape family. The formulas fitted are
+exactly the ones the step model sums (``grouped_gemm_time_s``, ``all_to_all_time_s`` and
+``all_to_all_volume_bytes`` in :mod:`disaggsim.costmodel.moe`, ``mla_decode_attention_s``
+and ``mla_prefill_attention_s`` in :mod:`disaggsim.costmodel.mla`).
+
+What each fit uses (the reference rows; the rest are reported beside them):
+
+- grouped expert GEMM: TensorRT-LLM 1.3.0rc20 ``moe_perf`` (CUTLASS; the one framework
+  whose balanced rows scale as 1 / EP), balanced rows, one parameter set per weight
+  dtype (bf16, fp8, fp8-block, mxfp4 = w4a16), held out by model shape (hidden / expert
+  width / experts / top-k);
+- MLA decode: TensorRT-LLM ``generation_mla_perf`` (absorbed FlashMLA), per KV dtype,
+  held out by local head count;
+- MLA prefill: SGLang ``context_mla_perf`` for the absorbed form (FA3 over the latent),
+  TensorRT-LLM for the naive MHA form, bf16 KV rows, held out by local head count;
+- DeepEP dispatch and combine, per mode: SGLang 0.5.12 (one node, many shapes) and
+  0.5.6.post2 (DeepSeek shape, 1-8 nodes) tables, the best SM setting per point, held
+  out by (nodes, hidden size).
+
+:func:`validation_markdown` renders the section ``docs/validation.md`` carries (the
+shipped parameters against every table row, by source and bucket).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibration.fit import FitError, fit_generic, shape_family
+from disaggsim.costmodel.mla import mla_decode_attention_s, mla_prefill_attention_s
+from disaggsim.costmodel.moe import (
+    all_to_all_time_s,
+    all_to_all_volume_bytes,
+    grouped_gemm_time_s,
+    power_law_imbalance,
+)
+from disaggsim.costmodel.moe_params import (
+    AllToAllParams,
+    GroupedGemmParams,
+    MlaDecodeParams,
+    MlaPrefillParams,
+    MoeParams,
+    load_moe_params,
+    moe_params_from_dict,
+    moe_params_path,
+)
+
+GPU = "h100-sxm"
+BF16_PEAK, FP8_PEAK, HBM, NVLINK, NIC = 989e12, 1979e12, 3.35e12, 450e9, 50e9
+GPUS_PER_NODE = 8
+DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "w4a16_mxfp4": "mxfp4"}
+PEAK = {"bf16": BF16_PEAK, "fp8": FP8_PEAK, "fp8-block": FP8_PEAK, "mxfp4": BF16_PEAK}
+ELEM = {"bf16": 2.0, "fp8": 1.0, "fp8-block": 1.0 + 4.0 / 16384, "mxfp4": 4.25 / 8}
+REF_MOE = "trtllm"
+COMMAND = "python -m calibration.fit_moe --data ../shared/data"
+
+
+def _aic(data: Path) -> Path:
+    return Path(data) / "kernels" / "aiconfigurator" / "h100_sxm"
+
+
+def _read(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: public table not found (needs ../shared/data)")
+    return pd.read_parquet(path)
+
+
+@cache
+def _imbalance(tokens: int, experts: int, topk: int, ep: int, alpha: float) -> float:
+    return power_law_imbalance(tokens, experts, topk, ep, alpha)
+
+
+def _alpha(dist: str) -> float | None:
+    if dist in ("balanced", "uniform"):
+        return None
+    return float(dist.removeprefix("power_law_"))
+
+
+# --- rows ------------------------------------------------------------------------------
+
+
+def moe_rows(
+    data: Path, frameworks: tuple[str, ...] = ("vllm", "sglang", "trtllm")
+) -> pd.DataFrame:
+    """Every moe_perf row of ``frameworks`` (vllm, sglang, trtllm) and, with sglang,
+    SGLang's WideEP rows, with the inputs of ``grouped_gemm_time_s`` for the timed (most
+    loaded) GPU."""
+    frames = []
+    base = _aic(data) / "moe"
+    for fw, ver in (("vllm", "0.24.0"), ("sglang", "0.5.14"), ("trtllm", "1.3.0rc20")):
+        if fw not in frameworks:
+            continue
+        d = _read(base / fw / ver / "moe_perf.parquet")
+        d = d[d.moe_dtype.isin(DTYPES)].copy()
+        d["source"] = f"{fw} {ver} moe_perf"
+        d["fw"] = fw
+        d["gated"] = ~d.kernel_source.astype(str).str.contains("nongated")
+        frames.append(d)
+    for phase in ("context", "generation") if "sglang" in frameworks else ():
+        d = _read(base / "sglang" / "0.5.10" / f"wideep_{phase}_moe_perf.parquet").copy()
+        d["source"] = f"sglang 0.5.10 wideep_{phase}"
+        d["fw"] = "sglang-wideep"
+        d["gated"] = True
+        frames.append(d)
+    d = pd.concat(frames, ignore_index=True)
+    d["dtype"] = d.moe_dtype.map(DTYPES)
+    d["distribution"] = d.distribution.astype(str).replace({"uniform": "balanced"})
+    key = ["num_tokens", "num_experts", "topk", "moe_ep_size", "distribution"]
+    uniq = d[key].drop_duplicates()
+    uniq["imbalance"] = [
+        1.0
+        if _alpha(dist) is None
+        else _imbalance(int(t), int(e), int(k), int(ep), float(_alpha(dist) or 0))
+        for t, e, k, ep, dist in uniq.itertuples(index=False)
+    ]
+    d = d.merge(uniq, on=key, how="left")
+    f = d.imbalance.to_numpy()
+    d["tokens_gpu"] = d.num_tokens * d.topk / d.moe_ep_size * f
+    d["touched"] = np.minimum(d.num_experts / d.moe_ep_size, d.tokens_gpu)
+    d["width"] = d.inter_size / d.moe_tp_size
+    d["peak"] = d.dtype.map(PEAK)
+    d["elem"] = d.dtype.map(ELEM)
+    d["meas_s"] = d.latency * 1e-3
+    d["family"] = shape_family(d.hidden_size, d.inter_size, d.num_experts, d.topk)
+    return d.reset_index(drop=True)
+
+
+def _gg(p: GroupedGemmParams, d: pd.DataFrame) -> np.ndarray:
+    out = np.empty(len(d))
+    for gated in (True, False):
+        sel = (d.gated == gated).to_numpy()
+        if sel.any():
+            s = d[sel]
+            out[sel] = grouped_gemm_time_s(
+                p,
+                s.peak.to_numpy(float),
+                HBM,
+                s.tokens_gpu.to_numpy(float),
+                s.touched.to_numpy(float),
+                s.hidden_size.to_numpy(float),
+                s.width.to_numpy(float),
+                s.elem.to_numpy(float),
+                gated,
+            )
+    return out
+
+
+def mla_rows(data: Path, phase: str) -> pd.DataFrame:
+    frames = []
+    for fw, ver in (("trtllm", "1.3.0rc20"), ("sglang", "0.5.14"), ("vllm", "0.14.0")):
+        d = _read(_aic(data) / "mla" / fw / ver / f"{phase}_mla_perf.parquet").copy()
+        d["fw"] = fw
+        d["source"] = f"{fw} {ver} {phase}_mla"
+        frames.append(d)
+    d = pd.concat(frames, ignore_index=True)
+    d["kv"] = np.where(d.kv_cache_dtype.astype(str) == "fp8", "fp8", "bf16")
+    d["kv_elem"] = np.where(d.kv == "fp8", 1.0, 2.0)
+    d["meas_s"] = d.latency * 1e-3
+    d["family"] = d.num_heads.astype(int).astype(str)
+    if phase == "generation":
+        d["ctx"] = d.batch_size * (d.step + 1)
+    else:
+        d["tokens"] = d.batch_size * d.isl
+        d["pairs"] = d.batch_size * d.isl * (d.isl + 1) / 2.0
+    return d.reset_index(drop=True)
+
+
+def _mla_dec(p: MlaDecodeParams, d: pd.DataFrame) -> np.ndarray:
+    h = d.num_heads.to_numpy(float)
+    return np.asarray(
+        mla_decode_attention_s(
+            p,
+            BF16_PEAK,
+            HBM,
+            d.batch_size.to_numpy(float),
+            d.ctx.to_numpy(float),
+            h,
+            576.0 * d.kv_elem.to_numpy(float),
+            2.0 * h * 1088.0,
+        )
+    )
+
+
+def _mla_pre(p: MlaPrefillParams, d: pd.DataFrame, form: str) -> np.ndarray:
+    h = d.num_heads.to_numpy(float)
+    flop_pair = 2.0 * h * (1088.0 if form == "absorbed" else 320.0)
+    return np.asarray(
+        mla_prefill_attention_s(
+            p,
+            BF16_PEAK,
+            d.batch_size.to_numpy(float),
+            d.tokens.to_numpy(float),
+            d.pairs.to_numpy(float),
+            flop_pair,
+        )
+    )
+
+
+def deepep_rows(data: Path) -> pd.DataFrame:
+    """DeepEP dispatch and combine (seconds) per mode and phase; normal mode at its best
+    SM setting per point."""
+    base = _aic(data) / "comm" / "sglang"
+    out = []
+    for ver in ("0.5.12", "0.5.6.post2"):
+        d = _read(base / ver / "wideep_deepep_normal_perf.parquet")
+        keys = ["node_num", "hidden_size", "num_token", "num_topk", "num_experts"]
+        for phase in ("dispatch", "combine"):
+            g = pd.DataFrame(d.groupby(keys, as_index=False)[f"{phase}_transmit_us"].min())
+            g = g.rename(columns={f"{phase}_transmit_us": "us"})
+            g["mode"], g["phase"], g["source"] = "normal", phase, f"sglang {ver} deepep normal"
+            out.append(g)
+        d = _read(base / ver / "wideep_deepep_ll_perf.parquet")
+        for phase in ("dispatch", "combine"):
+            g = pd.DataFrame(d[keys + [f"{phase}_avg_t_us"]])
+            g = g.rename(columns={f"{phase}_avg_t_us": "us"}).assign(
+                mode="low_latency", phase=phase, source=f"sglang {ver} deepep ll"
+            )
+            out.append(g)
+    d = pd.concat(out, ignore_index=True)
+    d["meas_s"] = d.us * 1e-6
+    d["ep"] = d.node_num * GPUS_PER_NODE
+    d["payload"] = np.where(
+        d.phase == "dispatch", d.hidden_size * (1.0 + 4.0 / 128.0), 2.0 * d.hidden_size
+    )
+    nv, rd = [], []
+    for t, pl, k, ep, mode in zip(d.num_token, d.payload, d.num_topk, d.ep, d["mode"], strict=True):
+        a, b = all_to_all_volume_bytes(float(t), float(pl), int(k), int(ep), GPUS_PER_NODE, mode)
+        nv.append(float(a))
+        rd.append(float(b))
+    d["nv_bytes"] = np.array(nv)
+    d["rdma_bytes"] = np.array(rd)
+    d["family"] = shape_family(d.node_num, d.hidden_size)
+    return d.reset_index(drop=True)
+
+
+def _a2a(p: AllToAllParams, d: pd.DataFrame) -> np.ndarray:
+    return np.asarray(
+        all_to_all_time_s(
+            p,
+            d.nv_bytes.to_numpy(float),
+            d.rdma_bytes.to_numpy(float),
+            d.node_num.to_numpy(float),
+            NVLINK,
+            NIC,
+        )
+    )
+
+
+# --- fits ------------------------------------------------------------------------------
+
+
+def fit_all(data: Path) -> tuple[dict, dict]:
+    """Fitted parameters (the JSON sections) and their errors."""
+    params: dict = {"grouped_gemm": {}, "mla_decode": {}, "mla_prefill": {}, "all_to_all": {}}
+    errors: dict[str, dict] = {}
+    moe = moe_rows(data, (REF_MOE,))
+    ref = moe[(moe.fw == REF_MOE) & (moe.distribution == "balanced")]
+    for dt in ("bf16", "fp8", "fp8-block", "mxfp4"):
+        d = ref[ref.dtype == dt].reset_index(drop=True)
+
+        def model(x, idx, d=d):
+            return _gg(GroupedGemmParams(*x), d.iloc[idx])
+
+        x, err = fit_generic(
+            model,
+            d.meas_s.to_numpy(),
+            starts=[[3e-5, 0.7, 32.0, 0.8], [1e-5, 0.5, 128.0, 0.6]],
+            lower=[1e-6, 0.05, 0.5, 0.05],
+            upper=[5e-4, 1.0, 4096.0, 1.0],
+            groups=d.family.to_numpy(),
+        )
+        params["grouped_gemm"][dt] = _pdict(("launch_s", "max_eff", "half_sat", "mem_eff"), x)
+        errors[f"grouped_gemm.{dt}"] = _err(err, f"{REF_MOE} moe_perf balanced")
+    gen = mla_rows(data, "generation")
+    for kv in ("bf16", "fp8"):
+        d = gen[(gen.fw == "trtllm") & (gen.kv == kv)].reset_index(drop=True)
+
+        def model(x, idx, d=d):
+            return _mla_dec(MlaDecodeParams(*x), d.iloc[idx])
+
+        x, err = fit_generic(
+            model,
+            d.meas_s.to_numpy(),
+            starts=[[1.5e-5, 1e-7, 0.85, 0.6], [3e-5, 1e-6, 0.7, 0.4]],
+            lower=[1e-7, 1e-10, 0.05, 0.05],
+            upper=[5e-4, 1e-4, 1.0, 1.0],
+            groups=d.family.to_numpy(),
+        )
+        params["mla_decode"][kv] = _pdict(("floor_s", "per_seq_s", "bw_eff", "compute_eff"), x)
+        errors[f"mla_decode.{kv}"] = _err(err, "trtllm generation_mla")
+    ctx = mla_rows(data, "context")
+    for form, fw in (("absorbed", "sglang"), ("naive", "trtllm")):
+        d = ctx[(ctx.fw == fw) & (ctx.kv == "bf16")].reset_index(drop=True)
+
+        def pre_model(x, idx, d=d, form=form):
+            return _mla_pre(MlaPrefillParams(*x), d.iloc[idx], form)
+
+        x, err = fit_generic(
+            pre_model,
+            d.meas_s.to_numpy(),
+            starts=[[1.5e-5, 0.6, 1000.0], [5e-5, 0.4, 300.0]],
+            lower=[1e-7, 0.05, 1.0],
+            upper=[5e-3, 1.0, 1e5],
+            groups=d.family.to_numpy(),
+        )
+        params["mla_prefill"][form] = _pdict(("floor_s", "max_eff", "half_sat"), x)
+        errors[f"mla_prefill.{form}"] = _err(err, f"{fw} context_mla bf16 KV")
+    a2a = deepep_rows(data)
+    for mode in ("normal", "low_latency"):
+        params["all_to_all"][mode] = {}
+        for phase in ("dispatch", "combine"):
+            d = a2a[(a2a["mode"] == mode) & (a2a.phase == phase)].reset_index(drop=True)
+
+            def model(x, idx, d=d):
+                return _a2a(AllToAllParams(*x), d.iloc[idx])
+
+            x, err = fit_generic(
+                model,
+                d.meas_s.to_numpy(),
+                starts=[[2e-5, 2e-5, 0.6, 0.7], [1e-5, 1e-4, 0.3, 0.4]],
+                lower=[1e-7, 1e-8, 0.01, 0.01],
+                upper=[1e-3, 1e-3, 1.0, 1.0],
+                groups=d.family.to_numpy(),
+            )
+            params["all_to_all"][mode][phase] = _pdict(
+                ("latency_s", "rdma_latency_s", "nvlink_eff", "rdma_eff"), x
+            )
+            errors[f"all_to_all.{mode}.{phase}"] = _err(err, f"sglang deepep {mode}")
+    return params, errors
+
+
+def _pdict(keys: tuple[str, ...], x) -> dict[str, float]:
+    return {k: float(f"{float(v):.5g}") for k, v in zip(keys, x, strict=True)}
+
+
+def _err(err: FitError, rows: str) -> dict:
+    out = err.as_dict()
+    out["rows"] = rows
+    return out
+
+
+def profile_dict(params: dict, errors: dict, data: Path) -> dict:
+    commit = (Path(data) / "kernels" / "aiconfigurator" / "SOURCE_COMMIT").read_text().strip()
+    return {
+        "schema_version": 1,
+        "gpu": GPU,
+        **params,
+        "fit_error": errors,
+        "provenance": {
+            "kind": "fitted-public",
+            "source": "NVIDIA AIConfigurator H100 tables (ai-dynamo/aiconfigurator "
+            f"{commit[:12]}): TensorRT-LLM moe_perf (balanced), TensorRT-LLM/SGLang MLA "
+            "context and generation, SGLang DeepEP normal and low-latency (1-8 nodes)",
+            "command": COMMAND,
+            "date": _dt.date.today().isoformat(),
+        },
+    }
+
+
+# --- validation ------------------------------------------------------------------------
+
+
+def _stats(pred: np.ndarray, meas: np.ndarray) -> tuple[int, float, float, float]:
+    a = np.abs(pred - meas) / meas
+    return len(a), float(np.median(a)), float(np.mean(a)), float(np.percentile(a, 90))
+
+
+def validation_rows(data: Path, params: MoeParams) -> list[tuple]:
+    """(op, rows, bucket, n, median, mean, p90) of the parameters against every row."""
+    out: list[tuple] = []
+    moe = moe_rows(data)
+    for (src, dt, dist), d in moe.groupby(["source", "dtype", "distribution"], sort=True):
+        pred = _gg(params.gemm(str(dt)), d)
+        for bucket, sel in _token_buckets(d.num_tokens.to_numpy()):
+            if sel.any():
+                out.append(
+                    ("grouped GEMM", f"{src} {dt}", f"{dist}, {bucket}")
+                    + _stats(pred[sel], d.meas_s.to_numpy()[sel])
+                )
+    for phase in ("generation", "context"):
+        rows = mla_rows(data, phase)
+        for (src, kv), d in rows.groupby(["source", "kv"], sort=True):
+            if phase == "generation":
+                pred = _mla_dec(params.decode(str(kv)), d)
+                out.append(("MLA decode", str(src), f"{kv} KV") + _stats(pred, d.meas_s.to_numpy()))
+            else:
+                form = "naive" if str(src).startswith("trtllm") else "absorbed"
+                pred = _mla_pre(params.mla_prefill[form], d, form)
+                out.append(
+                    ("MLA prefill", str(src), f"{form}, {kv} KV")
+                    + _stats(pred, d.meas_s.to_numpy())
+                )
+    a2a = deepep_rows(data)
+    for key, d in a2a.groupby(["source", "mode", "phase", "node_num"], sort=True):
+        src, mode, phase, nodes = (str(k) for k in key)  # type: ignore[union-attr]
+        pred = _a2a(params.all_to_all[mode][phase], d)
+        out.append(
+            (f"DeepEP {phase}", src, f"{nodes} node{'s' if nodes != '1' else ''}")
+            + _stats(pred, d.meas_s.to_numpy())
+        )
+    return out
+
+
+def _token_buckets(tokens: np.ndarray):
+    yield "tokens <= 64", tokens <= 64
+    yield "65-1024", (tokens > 64) & (tokens <= 1024)
+    yield "> 1024", tokens > 1024
+
+
+def validation_markdown(data: Path, params: MoeParams | None = None) -> str:
+    """The ``docs/validation.md`` section on the MoE, MLA and DeepEP operators."""
+    params = params or load_moe_params(GPU)
+    lines = [
+        "## MoE, MLA and expert-parallel all-to-all (H100)",
+        "",
+        "The MoE operators of `disaggsim/costmodel/moe.py` and `mla.py` with the shipped",
+        f"`{moe_params_path(GPU).relative_to(moe_params_path(GPU).parents[3])}` against every",
+        "row of AIConfigurator's H100 MoE, MLA and DeepEP tables; fitted with",
+        f"`{COMMAND}` (the module docstring says which rows each fit uses).",
+        "Held-out errors (refit without one shape family at a time, predicted on it):",
+        "",
+        "| op | fitted to | n | median APE | mean APE | held out by | held-out median | held-out mean |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for op, e in params.fit_error.items():
+        if not isinstance(e, dict) or "median_ape" not in e:
+            continue
+        ho_med, ho_mean = e.get("held_out_median_ape"), e.get("held_out_mean_ape")
+        held = "- | - |"
+        if ho_med is not None and ho_mean is not None:
+            held = f"{100 * ho_med:.1f}% | {100 * ho_mean:.1f}% |"
+        lines.append(
+            f"| {op} | {e.get('rows', '')} | {e['n']} | {100 * e['median_ape']:.1f}% | "
+            f"{100 * e['mean_ape']:.1f}% | {e.get('held_out', '')} | " + held
+        )
+    lines += [
+        "",
+        "Every row, by source and bucket (power-law rows use the expected straggler factor of",
+        "`power_law_imbalance`; the tables hold one random draw per point, so they scatter):",
+        "",
+        "| op | rows (source) | bucket | n | median APE | mean APE | p90 APE |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for op, src, bucket, n, med, mean, p90 in validation_rows(data, params):
+        lines.append(
+            f"| {op} | {src} | {bucket} | {n} | {100 * med:.1f}% | {100 * mean:.1f}% | "
+            f"{100 * p90:.1f}% |"
+        )
+    lines += [
+        "",
+        "Other GPUs take these efficiencies against their own peaks (FLOP/s, HBM, NVLink, NIC):",
+        "no public MoE table exists for them.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibration.fit_moe", description=__doc__)
+    ap.add_argument("--data", default="../shared/data", help="the public data folder")
+    ap.add_argument("--out", default=str(moe_params_path(GPU)), help="parameter file to write")
+    args = ap.parse_args(argv)
+    try:
+        params, errors = fit_all(Path(args.data))
+    except FileNotFoundError as e:
+        print(f"fit_moe: error: {e}", file=sys.stderr)
+        return 2
+    prof = profile_dict(params, errors, Path(args.data))
+    moe_params_from_dict(prof, args.out)  # validate before writing
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(prof, indent=2) + "\n")
+    for op, err in errors.items():
+        print(
+            f"{op:28s} n={err['n']:6d} median {100 * err['median_ape']:5.1f}%  held-out median "
+            f"{100 * (err['held_out_median_ape'] or 0):5.1f}% ({err['held_out']})"
+        )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
