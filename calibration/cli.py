@@ -268,7 +268,7 @@ def _cmd_validate(args) -> int:
     from calibration import validate
 
     data = Path(args.data) if args.data else DEFAULT_DATA
-    report = validate.run(args.gpu, data)
+    report = validate.run(args.gpu, data, moe_section=bool(args.write_doc))
     print(report.text())
     if args.write_doc:
         write_file(

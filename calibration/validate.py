@@ -457,7 +457,9 @@ def _asdict(r: Row) -> dict:
     return {k: getattr(r, k) for k in Row.__slots__}  # type: ignore[attr-defined]
 
 
-def run(gpus: list[str], data: Path) -> Report:
+def run(gpus: list[str], data: Path, moe_section: bool = False) -> Report:
+    """Validate ``gpus``' shipped profiles; with ``moe_section`` (the ``--write-doc`` path)
+    also render the MoE/MLA/DeepEP section (calibration.fit_moe, H100 tables only)."""
     public.kernels_dir(data)
     report = Report(extra_md=KNOWN_LIMITS_MD)
     for gpu in gpus:
@@ -466,7 +468,7 @@ def run(gpus: list[str], data: Path) -> Report:
             f"disaggsim/hardware/profiles/{Path(prof.path).name} ({prof.provenance.get('kind')})"
         )
         report.rows += validate_gpu(gpu, data, prof)
-    if "h100-sxm" in gpus:  # MoE, MLA and DeepEP tables exist for H100 only
+    if moe_section and "h100-sxm" in gpus:  # MoE, MLA and DeepEP tables: H100 only
         from calibration.fit_moe import validation_markdown
 
         report.extra_md += "\n" + validation_markdown(data)
