@@ -32,7 +32,8 @@ from disaggsim.engine.cluster import (
     WorkerFailureEvent,
     run_cluster,
 )
-from disaggsim.errors import UserError
+from disaggsim.errors import InvariantError, UserError
+from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
 from disaggsim.metrics.summary import summarize
 from disaggsim.metrics.summary_table import Summary
@@ -86,6 +87,12 @@ def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, Work
             raise UserError(
                 f"{label}: {_pool_key(role)}: no room for KV cache after the weights of "
                 f"{scenario.model} on {pool.gpus_per_worker} x {pool.gpu} (raise tp or gpu_mem_util)"
+            )
+        if costs[role].kv_capacity_tokens < scenario.kv.block_tokens:
+            raise UserError(
+                f"{label}: kv.block_tokens: {scenario.kv.block_tokens} tokens per block, but "
+                f"{_pool_key(role)} has room for {costs[role].kv_capacity_tokens} KV tokens: "
+                "not one block (lower block_tokens, or raise tp or gpu_mem_util)"
             )
     return costs
 
@@ -401,6 +408,10 @@ def simulate(
         progress=progress,
         progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
     )
+    try:
+        check_run(raw)  # before anything is derived from the records, or written
+    except InvariantError as e:
+        raise InvariantError(f"{label}: {e}") from None
     frame, gaps = request_frame(raw, s.sim.warmup_s)
     wall = time.perf_counter() - t0
     summary = replace(summarize(frame, gaps, raw, s), wall_s=wall)

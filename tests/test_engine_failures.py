@@ -20,6 +20,7 @@ from disaggsim.engine.cluster import (
     WorkerFailureEvent,
     run_cluster,
 )
+from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import request_frame, token_times
 from disaggsim.workload.requests import Requests
 
@@ -140,6 +141,7 @@ def stressed(draw, swap_on_fabric: bool = False):
 
 
 def _check(reqs, cfg, raw):
+    check_run(raw)  # the check run before results are written finds nothing wrong
     frame, gaps = request_frame(raw, warmup_s=0.0)
     # every request ends exactly once, with a reason unless completed
     assert set(frame["status"]) <= {"completed", "rejected", "abandoned"}, frame[

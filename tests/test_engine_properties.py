@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.engine.cluster import EngineConfig, PoolSpec, run_cluster
+from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import request_frame, token_times
 from disaggsim.workload.requests import Requests
 
@@ -52,6 +53,7 @@ def cases(draw):
 def test_invariants(case):
     reqs, cfg, transfer = case
     raw = run_cluster(reqs, cfg, lambda nbytes, s, d: transfer)
+    check_run(raw)  # the check run before results are written finds nothing wrong
     frame, gaps = request_frame(raw, warmup_s=0.0)
     log = raw.log
     # every request ends exactly once: completed or rejected with a reason, none lost

@@ -115,7 +115,7 @@ BAD = [
     (["kv.block_tokens=24"], "kv.block_tokens: must be a power of two"),
     (
         ["decode_pool.gpu_mem_util=1.5"],
-        "decode_pool.gpu_mem_util: Input should be less than or equal to 1",
+        "decode_pool.gpu_mem_util: must be <= 1, got 1.5",
     ),
     (["prefill_pool.gpu_mem_util=0"], "prefill_pool.gpu_mem_util: Input should be greater than 0"),
     (["failures.random=[{pool: colocated, mtbf_s: 10, mttr_s: 5}]"], "no 'colocated' pool here"),

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from disaggsim.config.bounds import MAX_WORKERS_PER_POOL, check_magnitudes
+
 Role = Literal["prefill", "decode", "colocated"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "colocated")
 
@@ -27,7 +29,12 @@ Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self):  # type: ignore[no-untyped-def]
+        check_magnitudes(self)
+        return self
 
 
 class TargetSettings(_Frozen):
@@ -56,9 +63,9 @@ class SloSettings(_Frozen):
 class PoolAutoscaleConfig(_Frozen):
     """Autoscaling of one pool."""
 
-    min_workers: int = Field(ge=1)
+    min_workers: int = Field(ge=1, le=MAX_WORKERS_PER_POOL)
     """At least 1: an empty pool produces no signal to scale up on (no scale to zero)."""
-    max_workers: int = Field(ge=1)
+    max_workers: int = Field(ge=1, le=MAX_WORKERS_PER_POOL)
     interval_s: PositiveFloat = 15.0
     """Control period: ``decide`` runs at 0, interval_s, 2 interval_s, ..."""
     policy: Literal["target", "slo"]
@@ -69,9 +76,9 @@ class PoolAutoscaleConfig(_Frozen):
     """Scale up to the smallest recommendation of this trailing window (HPA default 0)."""
     scale_down_stabilization_s: NonNegativeFloat = 300.0
     """Scale down to the largest recommendation of this trailing window (HPA default 300)."""
-    max_step_up: int | None = Field(default=None, ge=1)
+    max_step_up: int | None = Field(default=None, ge=1, le=MAX_WORKERS_PER_POOL)
     """Most workers added by one decision (default: no limit)."""
-    max_step_down: int | None = Field(default=None, ge=1)
+    max_step_down: int | None = Field(default=None, ge=1, le=MAX_WORKERS_PER_POOL)
     """Most workers drained by one decision (default: no limit)."""
     provision_s: NonNegativeFloat = 30.0
     """Cold start: seconds from the decision until the weights start loading."""

@@ -2,7 +2,8 @@
 
 Each command lives in its own module of this package and registers itself through ``add_parser``; this
 module only dispatches and turns :class:`UserError` (and profile errors) into one line on
-stderr with exit code 2.
+stderr with exit code 2, and a broken run invariant (:class:`InvariantError`) into
+one line with exit code 3.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 
 from disaggsim import __version__
-from disaggsim.errors import UserError
+from disaggsim.errors import InvariantError, UserError
 from disaggsim.hardware.profile import ProfileError
 
 
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, ProfileError) as e:
         print(f"disaggsim: error: {e}", file=sys.stderr)
         return 2
+    except InvariantError as e:
+        print(f"disaggsim: internal error: {e}; nothing written (please report)", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("disaggsim: interrupted", file=sys.stderr)
         return 130

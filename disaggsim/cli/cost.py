@@ -33,12 +33,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, dtype_bytes, get_gpu, get_model
+from disaggsim.config.bounds import MAX_BATCH_SEQS, MAX_TOKENS, MAX_TP
 from disaggsim.costmodel import ops
 from disaggsim.costmodel.kv import LINK_CLASSES, kv_transfer
 from disaggsim.costmodel.step import KV_DTYPES, WEIGHT_DTYPES, RooflineWorkerCost, build_worker_cost
@@ -61,18 +63,19 @@ class Field:
     default: Any = None
     choices: tuple[str, ...] = ()
     minimum: float = 1
+    maximum: float = MAX_TOKENS  # ints: a token count, a shape or a batch (docs/safety.md)
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
 
-def _int(name: str, help: str, minimum: int = 1) -> Field:
-    return Field(name, "int", help, minimum=minimum)
+def _int(name: str, help: str, minimum: int = 1, maximum: int = MAX_TOKENS) -> Field:
+    return Field(name, "int", help, minimum=minimum, maximum=maximum)
 
 
 def _float(name: str, help: str, minimum: float = 0.0) -> Field:
-    return Field(name, "float", help, required=False, minimum=minimum)
+    return Field(name, "float", help, required=False, minimum=minimum, maximum=math.inf)
 
 
 def _choice(name: str, choices: tuple[str, ...], help: str, default: str | None = None) -> Field:
@@ -81,8 +84,8 @@ def _choice(name: str, choices: tuple[str, ...], help: str, default: str | None 
 
 MODEL = _choice("model", MODEL_IDS, "model id")
 GPU = _choice("gpu", GPU_IDS, "GPU id")
-TP = _int("tp", "tensor-parallel degree (GPUs per worker)")
-BATCH = _int("batch", "sequences in the batch")
+TP = _int("tp", "tensor-parallel degree (GPUs per worker)", maximum=MAX_TP)
+BATCH = _int("batch", "sequences in the batch", maximum=MAX_BATCH_SEQS)
 WORKER_OPTS = (
     _choice("weight_dtype", WEIGHT_DTYPES, "weight dtype", "bf16"),
     _choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"),
@@ -418,6 +421,9 @@ def _convert(f: Field, raw: str) -> Any:
             raise ValueError(f"expected an integer, got {raw!r}") from None
         if value < f.minimum:
             raise ValueError(f"must be >= {f.minimum}, got {value}")
+        if value > f.maximum:
+            shown = f"{value:.3g}" if value < 10**300 else f"a {len(str(value))}-digit number"
+            raise ValueError(f"must be <= {f.maximum:,.0f} (docs/safety.md), got {shown}")
         return value
     if f.kind == "float":
         try:

@@ -12,15 +12,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from disaggsim.config.bounds import MAX_GPUS, check_magnitudes
 
 
 class MoeOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self) -> MoeOptions:
+        check_magnitudes(self)
+        return self
 
     redundant_experts: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_GPUS,
         description="EPLB: extra expert slots placed by load (DeepSeek: 32); default no EPLB",
     )
     routing: Literal["balanced", "power_law"] = Field(

@@ -6,7 +6,11 @@ line, and what is allowed.
 
 from __future__ import annotations
 
+import collections.abc
 import copy
+import difflib
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from disaggsim.config.bounds import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, fmt
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
 
@@ -28,11 +33,110 @@ class LoadedScenario:
     raw: dict  # the resolved mapping (after overrides), as saved beside results
 
 
+# ---------------------------------------------------------------- reading YAML
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, line: int, first_line: int) -> None:
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps
+    the last silently) and nesting deeper than :data:`MAX_YAML_DEPTH` (its composer
+    recurses once per level)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                key = self.construct_object(key_node)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise _DuplicateKey(str(key), line, seen[key])
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(obj: Any, label: str) -> int:
+    """Values in ``obj`` with every YAML alias expanded (a "billion laughs" file is small
+    on disk but huge once expanded); a recursive alias is an error."""
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(o: Any) -> int:
+        if not isinstance(o, (dict, list)):
+            return 1
+        key = id(o)
+        if key in memo:
+            return memo[key]
+        if key in active:
+            raise UserError(f"{label}: a YAML alias refers to itself (recursive structure)")
+        active.add(key)
+        children = o.values() if isinstance(o, dict) else o
+        n = 1 + sum(size(c) for c in children)
+        active.discard(key)
+        memo[key] = n
+        return n
+
+    return size(obj)
+
+
 def read_yaml(path: Path) -> dict:
+    """A scenario file as a mapping; every way it can be unreadable is one line."""
     if not path.is_file():
         raise UserError(f"{path}: scenario file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_SCENARIO_BYTES:
+            raise UserError(
+                f"{path}: {size:,} bytes, larger than the {fmt(MAX_SCENARIO_BYTES)} bytes a "
+                "scenario file may have"
+            )
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UserError(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+            f"{e.start}); save the scenario as UTF-8"
+        ) from None
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as e:
+        raise UserError(
+            f"{path}: line {e.line}: duplicate key {e.key!r} (first given on line "
+            f"{e.first_line}); give each key once"
+        ) from None
+    except _TooDeep as e:
+        raise UserError(
+            f"{path}: line {e.line}: nested more than {MAX_YAML_DEPTH} levels deep"
+        ) from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -40,6 +144,12 @@ def read_yaml(path: Path) -> dict:
         raise UserError(f"{path}: {where}malformed YAML ({problem})") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping of scenario keys at top level")
+    n = _expanded_size(raw, str(path))
+    if n > MAX_YAML_NODES:
+        raise UserError(
+            f"{path}: {n:,} values once YAML aliases are expanded, more than the "
+            f"{fmt(MAX_YAML_NODES)} allowed"
+        )
     return raw
 
 
@@ -52,9 +162,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise UserError(f"--set {text}: empty component in key path {key!r}")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = yaml.load(value, Loader=_StrictLoader) if value.strip() else ""
+    except _DuplicateKey as e:
+        raise UserError(f"--set {text}: duplicate key {e.key!r}; give each key once") from None
+    except (_TooDeep, RecursionError):
+        raise UserError(f"--set {text}: nested more than {MAX_YAML_DEPTH} levels deep") from None
     except yaml.YAMLError:
         parsed = value
+    if _expanded_size(parsed, f"--set {text}") > MAX_YAML_NODES:
+        raise UserError(f"--set {text}: more than {fmt(MAX_YAML_NODES)} values")
     return parts, parsed
 
 
@@ -88,8 +204,11 @@ def _check_path(parts: list[str], raw: dict, text: str) -> None:
             return  # free-form below here (lists, dicts): leave it to validation
         if part not in fields:
             where = ".".join(parts[:i]) or "top level"
+            close = difflib.get_close_matches(part, list(fields), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(
-                f"--set {text}: unknown key {part!r} at {where} (allowed: {', '.join(sorted(fields))})"
+                f"--set {text}: unknown key {part!r} at {where}{hint} "
+                f"(allowed: {', '.join(sorted(fields))})"
             )
         model = fields[part]
         node = node.get(part) if isinstance(node, dict) else None
@@ -122,8 +241,151 @@ def _model_classes(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
+# ---------------------------------------------------------------- schema walk
+
+
+def _unwrap(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _union_args(annotation: Any) -> tuple[Any, ...]:
+    annotation = _unwrap(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(_unwrap(a) for a in typing.get_args(annotation))
+    return (annotation,)
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """True when the field takes numbers and nothing else (so a YAML boolean there is a
+    mistake: ``num_workers: yes`` would otherwise be read as 1)."""
+    kinds = [a for a in _union_args(annotation) if a is not type(None)]
+    if not kinds:
+        return False
+    for a in kinds:
+        if a in (int, float):
+            continue
+        if typing.get_origin(a) is typing.Literal and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in typing.get_args(a)
+        ):
+            continue
+        return False
+    return True
+
+
+def _pick_model(classes: list[type[BaseModel]], node: dict) -> type[BaseModel] | None:
+    """The member of a union of models that ``node`` describes: the first whose literal
+    tag fields (``kind``, ``dist``) agree with it; None when no member fits (pydantic
+    then reports the tag)."""
+    if len(classes) == 1:
+        return classes[0]
+    for cls in classes:
+        fits = True
+        for name, f in cls.model_fields.items():
+            ann = _unwrap(f.annotation)
+            if typing.get_origin(ann) is not typing.Literal:
+                continue
+            if name in node:
+                fits = node[name] in typing.get_args(ann)
+            elif f.is_required():
+                fits = False
+            if not fits:
+                break
+        if fits:
+            return cls
+    return None
+
+
+def _element_types(annotation: Any, n: int) -> list[Any] | None:
+    """Annotations of the ``n`` items of a list/tuple value (None: not a sequence type)."""
+    for a in _union_args(annotation):
+        origin = typing.get_origin(a)
+        args = typing.get_args(a)
+        if origin in (list, collections.abc.Sequence) and args:
+            return [args[0]] * n
+        if origin is tuple and args:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return [args[0]] * n
+            return list(args[:n]) + [Any] * max(0, n - len(args))
+    return None
+
+
+def _value_type(annotation: Any) -> Any:
+    for a in _union_args(annotation):
+        if typing.get_origin(a) is dict:
+            return typing.get_args(a)[1]
+    return None
+
+
+def schema_problems(
+    node: Any, annotation: Any = None, path: tuple[str, ...] = ()
+) -> list[tuple[int, str]]:
+    """Problems pydantic would report late or not at all, found by walking ``node``
+    along the schema: unknown keys (rank 0, with the nearest allowed key) and booleans
+    where a number belongs (rank 1). Returns ``(rank, "dot.path: message")`` in
+    document order."""
+    annotation = Scenario if annotation is None else annotation
+    out: list[tuple[int, str]] = []
+    where = ".".join(path)
+    if isinstance(node, bool):
+        if _numbers_only(annotation):
+            out.append(
+                (
+                    1,
+                    f"{where}: {str(node).lower()} is a boolean, not a number (YAML reads "
+                    "true/false/yes/no/on/off as booleans)",
+                )
+            )
+        return out
+    if isinstance(node, dict):
+        classes = [c for a in _union_args(annotation) for c in _model_classes(a)]
+        if classes:
+            cls = _pick_model(classes, node)
+            if cls is None:
+                return out
+            fields = cls.model_fields
+            forbid = cls.model_config.get("extra") == "forbid"
+            for key, value in node.items():
+                if key not in fields:
+                    if forbid:
+                        out.append(
+                            (
+                                0,
+                                f"{'.'.join((*path, str(key)))}: {unknown_key_message(str(key), list(fields))}",
+                            )
+                        )
+                    continue
+                out += schema_problems(value, fields[key].annotation, (*path, key))
+            return out
+        value_type = _value_type(annotation)
+        if value_type is not None:
+            for key, value in node.items():
+                out += schema_problems(value, value_type, (*path, str(key)))
+        return out
+    if isinstance(node, (list, tuple)):
+        types_ = _element_types(annotation, len(node))
+        if types_ is not None:
+            for i, (item, t) in enumerate(zip(node, types_, strict=True)):
+                out += schema_problems(item, t, (*path, str(i)))
+    return out
+
+
+def unknown_key_message(key: str, allowed: list[str]) -> str:
+    """``unknown key (did you mean num_workers?) (allowed: ...)``."""
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown key{hint} (allowed: {', '.join(sorted(allowed))})"
+
+
+# Which of several validation errors to report: an unknown key first (a misspelt key is
+# the cause of the "required key is missing" beside it), a missing key last.
+_ERROR_RANK = {"extra_forbidden": 0, "missing": 2}
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
-    e = err.errors(include_url=False)[0]
+    errors = err.errors(include_url=False)
+    e = min(errors, key=lambda x: _ERROR_RANK.get(x["type"], 1))
     loc = [str(p) for p in e["loc"]]
     # Drop discriminator tags (workload.synthetic.rate_per_s → workload.rate_per_s): a tag
     # stands right after a union field, so only there is a tag name dropped.
@@ -137,20 +399,47 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     key = ".".join(clean)
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
-        parent = clean[:-1]
-        allowed = _allowed_keys(parent)
-        msg = "unknown key" + (f" (allowed: {', '.join(sorted(allowed))})" if allowed else "")
+        msg = unknown_key_message(clean[-1], _allowed_keys(clean[:-1]))
     elif e["type"] == "missing":
         msg = "required key is missing"
-    elif e["type"] == "union_tag_invalid" or e["type"] == "union_tag_not_found":
-        msg = e["msg"]
+    elif e["type"] == "less_than_equal":
+        limit = float(e.get("ctx", {}).get("le", math.nan))
+        msg = f"must be <= {fmt(limit)}, got {_shown_input(e['input'])}"
+    elif e["type"] not in _NO_INPUT_SHOWN and _short(e["input"]):
+        msg = f"{msg}, got {_shown_input(e['input'])}"
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    n_more = len(err.errors()) - 1
+        # A model's check naming one of its fields ("provision_s: ...") extends the path.
+        field = re.match(r"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): (.*)", msg, flags=re.S)
+        if field:
+            key = f"{key}.{field.group(1)}" if key else field.group(1)
+            msg = field.group(2)
+    n_more = len(errors) - 1
     more = f" (+{n_more} more problem{'s' if n_more > 1 else ''})" if n_more else ""
     if not key:
         return f"{source}: {msg}{more}"
     return f"{source}: {key}: {msg}{more}"
+
+
+# Error types whose message already says what was given.
+_NO_INPUT_SHOWN = ("union_tag_invalid", "union_tag_not_found", "value_error", "assertion_error")
+
+
+def _short(value: Any) -> bool:
+    return isinstance(value, (int, float, str)) and len(repr(value)) <= 40
+
+
+def _shown_input(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) and abs(value) >= 10**6:
+        return (
+            f"{value:.3g}"
+            if abs(value) < 10**300
+            else "a number of " + str(len(str(value))) + " digits"
+        )
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 _TAGS = {
@@ -211,6 +500,11 @@ def load_scenario(
         label = str(path)
         base = base_dir or path.resolve().parent
     raw = apply_overrides(raw, overrides, label)
+    problems = schema_problems(raw)
+    if problems:
+        n_more = len(problems) - 1
+        more = f" (+{n_more} more problem{'s' if n_more > 1 else ''})" if n_more else ""
+        raise UserError(f"{label}: {min(problems, key=lambda p: p[0])[1]}{more}")
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as err:

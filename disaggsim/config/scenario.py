@@ -22,6 +22,20 @@ from pydantic import (
 )
 
 from disaggsim.autoscale import AutoscaleConfig, check_against_pools
+from disaggsim.config.bounds import (
+    MAX_BATCH_SEQS,
+    MAX_BATCH_TOKENS,
+    MAX_DURATION_S,
+    MAX_EVENTS,
+    MAX_GPUS,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_TP,
+    MAX_WORKERS_PER_POOL,
+    check_magnitudes,
+    expected_requests,
+    fmt,
+)
 from disaggsim.config.layout import MoeOptions
 from disaggsim.fabric.config import FabricTopologyConfig
 from disaggsim.workload import WorkloadConfig
@@ -34,21 +48,33 @@ Engine = Literal["eager", "cuda-graphs"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Every number finite (``.inf``/``.nan`` are one-line errors naming the field).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self):  # type: ignore[no-untyped-def]
+        check_magnitudes(self)
+        return self
 
 
 class PoolConfig(_Model):
     """A pool of identical workers; a worker is a TP group holding one copy of the weights."""
 
     gpu: str = Field(description="GPU id from the catalog, e.g. h100-sxm")
-    num_workers: int = Field(ge=1)
+    num_workers: int = Field(ge=1, le=MAX_WORKERS_PER_POOL)
     tp: int = Field(
-        default=1, ge=1, description="tensor-parallel degree (GPUs per worker, per DP rank with dp)"
+        default=1,
+        ge=1,
+        le=MAX_TP,
+        description="tensor-parallel degree (GPUs per worker, per DP rank with dp)",
     )
-    max_batch_seqs: int = Field(default=256, ge=1, description="most sequences in one batch")
+    max_batch_seqs: int = Field(
+        default=256, ge=1, le=MAX_BATCH_SEQS, description="most sequences in one batch"
+    )
     max_batch_tokens: int = Field(
         default=8192,
         ge=1,
+        le=MAX_BATCH_TOKENS,
         description="prefill token budget per iteration (chunked: the whole iteration's budget); "
         "a whole-prompt prefill (disaggregated prefill pool, colocated vllm) needs it >= the "
         "longest prompt (disaggsim/validity.py)",
@@ -58,9 +84,14 @@ class PoolConfig(_Model):
         default=None, description="colocated pools only: vllm or chunked"
     )
     # MoE layout (docs/costmodel.md): a worker is tp x dp GPUs, experts over ep of them
-    dp: int = Field(default=1, ge=1, description="attention data-parallel ranks per worker")
+    dp: int = Field(
+        default=1, ge=1, le=MAX_TP, description="attention data-parallel ranks per worker"
+    )
     ep: int | None = Field(
-        default=None, ge=1, description="expert parallelism (default: all GPUs when dp > 1, else 1)"
+        default=None,
+        ge=1,
+        le=MAX_GPUS,
+        description="expert parallelism (default: all GPUs when dp > 1, else 1)",
     )
     moe: MoeOptions | None = None
 
@@ -109,7 +140,10 @@ class RouterConfig(_Model):
         "for their KV; none: prefill anyway (finished prefills then wait holding their KV)",
     )
     max_queue: int | None = Field(
-        default=None, ge=1, description="most requests waiting for prefill; more are rejected"
+        default=None,
+        ge=1,
+        le=MAX_REQUESTS,
+        description="most requests waiting for prefill; more are rejected",
     )
     client_timeout_s: float | None = Field(
         default=None, gt=0.0, description="a request with no first token by then is abandoned"
@@ -194,12 +228,17 @@ class SloConfig(_Model):
 
 
 class SimConfig(_Model):
-    duration_s: float = Field(gt=0.0, description="requests arrive in [0, duration_s)")
+    duration_s: float = Field(
+        gt=0.0, le=MAX_DURATION_S, description="requests arrive in [0, duration_s)"
+    )
     warmup_s: float = Field(
         default=0.0, ge=0.0, description="arrivals before this are not measured"
     )
     max_drain_s: float = Field(
-        default=3600.0, ge=0.0, description="after duration_s, stop at the latest this much later"
+        default=3600.0,
+        ge=0.0,
+        le=MAX_DURATION_S,
+        description="after duration_s, stop at the latest this much later",
     )
 
     @model_validator(mode="after")
@@ -219,7 +258,7 @@ class Scenario(_Model):
         "'.', '_', '-', starting with a letter or digit",
     )
     description: str = ""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     model: str
     weight_dtype: WeightDType = "bf16"
     kv_dtype: DType = "bf16"
@@ -277,7 +316,48 @@ class Scenario(_Model):
         check_against_pools(
             self.autoscale, self.architecture, {r: p.num_workers for r, p in self.pools.items()}
         )
+        self._check_sizes()
         return self
+
+    def _check_sizes(self) -> None:
+        """Bounds that involve several fields (docs/safety.md): GPUs, expected requests,
+        random failures and autoscaler decisions of the run."""
+        max_gpus = 0
+        for role, p in self.pools.items():
+            auto = self.autoscale.for_role(role)  # type: ignore[arg-type]
+            max_gpus += max(p.num_workers, auto.max_workers if auto else 0) * p.gpus_per_worker
+        if max_gpus > MAX_GPUS:
+            raise ValueError(
+                f"pools: {max_gpus:,} GPUs (num_workers or autoscale max_workers × tp × dp, summed "
+                f"over pools), more than the {fmt(MAX_GPUS)} allowed (docs/safety.md)"
+            )
+        expected = expected_requests(self.workload, self.sim.duration_s)
+        if expected > MAX_REQUESTS:
+            raise ValueError(
+                f"workload: about {expected:.3g} requests expected (rate × sim.duration_s), "
+                f"more than the {fmt(MAX_REQUESTS)} allowed in one run (lower the rate or "
+                "the duration, or set workload.num_requests; docs/safety.md)"
+            )
+        for i, r in enumerate(self.failures.random):
+            pool = self.pools.get(r.pool)
+            auto = self.autoscale.for_role(r.pool)
+            n = max(pool.num_workers if pool else 0, auto.max_workers if auto else 0)
+            events = n * self.sim.duration_s / (r.mtbf_s + r.mttr_s)
+            if events > MAX_EVENTS:
+                raise ValueError(
+                    f"failures.random.{i}: about {events:.3g} failures expected "
+                    f"({n} workers × sim.duration_s / (mtbf_s + mttr_s)), more than the "
+                    f"{fmt(MAX_EVENTS)} allowed (docs/safety.md)"
+                )
+        horizon_s = self.sim.duration_s + self.sim.max_drain_s
+        for role in self.pools:
+            auto = self.autoscale.for_role(role)  # type: ignore[arg-type]
+            if auto is not None and horizon_s / auto.interval_s > MAX_EVENTS:
+                raise ValueError(
+                    f"autoscale.{role}.interval_s: {horizon_s / auto.interval_s:.3g} decisions "
+                    f"over sim.duration_s + sim.max_drain_s, more than the {fmt(MAX_EVENTS)} "
+                    "allowed (docs/safety.md)"
+                )
 
     def _check_failure_targets(self) -> None:
         pools = self.pools

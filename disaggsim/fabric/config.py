@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from disaggsim.config.bounds import MAX_GPUS_PER_NODE, MAX_NODES, check_magnitudes
 from disaggsim.errors import UserError
 from disaggsim.units import GB, GBIT, US
 
@@ -28,7 +29,12 @@ __all__ = [
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self):  # type: ignore[no-untyped-def]
+        check_magnitudes(self)
+        return self
 
 
 class NicConfig(_Model):
@@ -90,7 +96,7 @@ class PlacementConfig(_Model):
     policy: Literal["pack", "spread", "pair"] = "pack"
     explicit: dict[str, tuple[int, tuple[int, ...]]] | None = None
     num_nodes: int | None = Field(
-        default=None, ge=1, description="nodes available (default: as many as needed)"
+        default=None, ge=1, le=MAX_NODES, description="nodes available (default: as many as needed)"
     )
 
 
@@ -99,7 +105,9 @@ class FabricTopologyConfig(_Model):
     and PCIe links; see docs/fabric.md for the path each transfer takes."""
 
     kind: Literal["topology"] = "topology"
-    gpus_per_node: int | None = Field(default=None, ge=1, description="default: GPU catalog")
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS_PER_NODE, description="default: GPU catalog"
+    )
     nvlink_gb_per_s: float | None = Field(
         default=None,
         gt=0.0,

@@ -25,7 +25,13 @@ from disaggsim.sweep.core import (
     with_overrides,
 )
 from disaggsim.sweep.executors import Executor, default_executor
-from disaggsim.sweep.grid import Param, expand_grid, params_from_mapping, point_overrides
+from disaggsim.sweep.grid import (
+    Param,
+    check_grid_size,
+    expand_grid,
+    params_from_mapping,
+    point_overrides,
+)
 
 SCENARIO_FILE = "scenario_file"
 GOODPUT_COLUMNS = (
@@ -104,6 +110,7 @@ def compare(
         plist: tuple[Param, ...] = tuple(params)
     else:
         plist = params_from_mapping(params)  # type: ignore[arg-type]
+    check_grid_size(plist, seeds * len(scenarios))
     sources = [as_source(s, overrides) for s in scenarios]
     lo, hi = rate_range(plist, rate_lo, rate_hi)
     keys, tasks = [], []

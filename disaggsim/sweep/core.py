@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from disaggsim.config.bounds import MAX_SEEDS
 from disaggsim.config.loader import LoadedScenario, apply_overrides, load_scenario
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
@@ -27,6 +28,7 @@ from disaggsim.metrics.summary_table import Summary, nondeterministic_keys
 from disaggsim.sweep.executors import Executor, default_executor
 from disaggsim.sweep.grid import (
     Param,
+    check_grid_size,
     check_params,
     expand_grid,
     override_text,
@@ -138,8 +140,8 @@ def _check_runnable(loaded: LoadedScenario, label: str) -> None:
 
 
 def _check_seeds(seeds: int) -> None:
-    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
-        raise UserError(f"--seeds {seeds}: must be an integer >= 1")
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= MAX_SEEDS:
+        raise UserError(f"--seeds {seeds}: must be an integer from 1 to {MAX_SEEDS:,}")
 
 
 def sweep_tasks(
@@ -147,6 +149,7 @@ def sweep_tasks(
 ) -> tuple[list[dict], list[PointTask]]:
     """(row keys, tasks) for every point × seed, in grid order, seeds innermost."""
     _check_seeds(seeds)
+    check_grid_size(params, seeds)
     check_params(params, src.raw, src.label)
     keys, tasks = [], []
     for point in expand_grid(params):

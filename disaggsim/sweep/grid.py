@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from disaggsim.config.bounds import MAX_GRID_POINTS
 from disaggsim.config.loader import apply_overrides
 from disaggsim.errors import UserError
 
@@ -97,6 +98,11 @@ def parse_param(text: str) -> Param:
             )
         if n < 1:
             raise UserError(f"{where}: number of points must be an integer >= 1, got {parts[2]!r}")
+        if n > MAX_GRID_POINTS:
+            raise UserError(
+                f"{where}: {n:,} points, more than the {MAX_GRID_POINTS:,} simulations a sweep "
+                "may run (docs/safety.md)"
+            )
         if not (math.isfinite(a) and math.isfinite(b)):
             raise UserError(f"{where}: range ends must be finite")
         return Param(path, tuple(linspace_values(a, b, n)))
@@ -114,6 +120,11 @@ def params_from_mapping(params: Mapping[str, Sequence[Any]] | None) -> tuple[Par
             raise UserError(f"param {path}: expected a list of values, got {values!r}")
         if len(values) == 0:
             raise UserError(f"param {path}: needs at least one value")
+        if len(values) > MAX_GRID_POINTS:
+            raise UserError(
+                f"param {path}: {len(values):,} values, more than the {MAX_GRID_POINTS:,} "
+                "simulations a sweep may run (docs/safety.md)"
+            )
         out.append(Param(str(path), tuple(values)))
     return tuple(out)
 
@@ -152,8 +163,26 @@ def check_params(params: Sequence[Param], raw: dict, label: str) -> None:
             raise UserError(f"{label}: --param {p.path}: {detail}") from None
 
 
-def expand_grid(params: Sequence[Param]) -> list[dict[str, Any]]:
+def check_grid_size(params: Sequence[Param], seeds: int = 1) -> None:
+    """Points × seeds at most :data:`MAX_GRID_POINTS`, checked before anything is built."""
+    total = seeds
+    for p in params:
+        total *= len(p.values)
+        if total > MAX_GRID_POINTS:
+            break
+    if total > MAX_GRID_POINTS:
+        sizes = " × ".join(str(len(p.values)) for p in params) + (
+            f" × {seeds} seeds" if seeds > 1 else ""
+        )
+        raise UserError(
+            f"--param: {sizes} simulations, more than the {MAX_GRID_POINTS:,} a sweep may run "
+            "(docs/safety.md)"
+        )
+
+
+def expand_grid(params: Sequence[Param], seeds: int = 1) -> list[dict[str, Any]]:
     """All points, first parameter slowest: ``[{path: value, ...}, ...]``."""
+    check_grid_size(params, seeds)
     if not params:
         return [{}]
     return [

@@ -10,9 +10,18 @@ Length distributions are a second union told apart by ``dist`` (``fixed``, ``uni
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from disaggsim.config.bounds import (
+    LOGNORMAL_TAIL_SIGMAS,
+    MAX_BURSTINESS_CV,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    check_magnitudes,
+)
 
 PresetName = Literal[
     "azure-conv-2023", "azure-code-2023", "mooncake-conversation", "mooncake-synthetic"
@@ -22,11 +31,18 @@ PresetName = Literal[
 ArrivalProcess = Literal["poisson", "gamma"]
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-TokenCount = Annotated[int, Field(ge=1)]
+TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+RequestCount = Annotated[int, Field(ge=1, le=MAX_REQUESTS)]
+Burstiness = Annotated[float, Field(gt=0, le=MAX_BURSTINESS_CV, allow_inf_nan=False)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self):  # type: ignore[no-untyped-def]
+        check_magnitudes(self)
+        return self
 
 
 # ---------------------------------------------------------------- length distributions
@@ -67,6 +83,15 @@ class LognormalLengths(_Frozen):
     def _min_le_max(self) -> LognormalLengths:
         if self.max is not None and self.min > self.max:
             raise ValueError(f"lognormal needs min <= max, got min={self.min} > max={self.max}")
+        if self.max is None:
+            # Without a clip, the tail must stay within MAX_TOKENS: median · exp(6 sigma)
+            # (a draw beyond it has probability ~1e-9).
+            log_tail = math.log(self.median) + LOGNORMAL_TAIL_SIGMAS * self.sigma
+            if log_tail > math.log(MAX_TOKENS):
+                raise ValueError(
+                    f"lognormal with median {self.median:g} and sigma {self.sigma:g} draws "
+                    f"lengths beyond {MAX_TOKENS:,} tokens; give max (at most {MAX_TOKENS:,})"
+                )
         return self
 
 
@@ -76,7 +101,7 @@ class EmpiricalLengths(_Frozen):
     rounded to the nearest integer."""
 
     dist: Literal["empirical"]
-    quantiles: tuple[tuple[float, float], ...] = Field(min_length=2)
+    quantiles: tuple[tuple[float, float], ...] = Field(min_length=2, max_length=10_000)
 
     @model_validator(mode="after")
     def _check_quantiles(self) -> EmpiricalLengths:
@@ -99,6 +124,10 @@ class EmpiricalLengths(_Frozen):
                 )
         if values[0] < 1:
             raise ValueError(f"empirical quantiles: values must be >= 1 token, got {values[0]}")
+        if values[-1] > MAX_TOKENS:
+            raise ValueError(
+                f"empirical quantiles: values must be <= {MAX_TOKENS:,} tokens, got {values[-1]:g}"
+            )
         return self
 
 
@@ -236,18 +265,20 @@ class SyntheticWorkload(_Frozen):
 
     kind: Literal["synthetic"]
     rate_per_s: PositiveFloat | None = None
-    rate_schedule: tuple[tuple[float, float], ...] | None = Field(default=None, min_length=1)
+    rate_schedule: tuple[tuple[float, float], ...] | None = Field(
+        default=None, min_length=1, max_length=100_000
+    )
     """``[[t_s, rate_per_s], ...]``: the rate from t_s until the next point (the last
     one lasts forever); the first t_s must be 0; rates >= 0."""
     rate_shape: RateShape | None = None
     """A parametric rate over time: ``diurnal`` or ``step``."""
     arrival: ArrivalProcess = "poisson"
-    burstiness_cv: PositiveFloat | None = None
+    burstiness_cv: Burstiness | None = None
     """Coefficient of variation of gamma inter-arrival times (default 1 = Poisson)."""
     prompt_tokens: LengthDistribution
     output_tokens: LengthDistribution
     """Every generated token, the first one included."""
-    num_requests: TokenCount | None = None
+    num_requests: RequestCount | None = None
     """Cap: at most this many requests (the first ones)."""
     mix_shift: MixShift | None = None
     """A traffic-mix shift: new length distributions from ``at_s`` on."""
@@ -300,10 +331,10 @@ class PresetWorkload(_Frozen):
     """Mean arrival rate; default: the rate measured on the source trace."""
     arrival: ArrivalProcess | None = None
     """Default gamma with the measured CV; ``poisson`` ignores the measured CV."""
-    burstiness_cv: PositiveFloat | None = None
+    burstiness_cv: Burstiness | None = None
     max_prompt_tokens: TokenCount | None = None
     max_output_tokens: TokenCount | None = None
-    num_requests: TokenCount | None = None
+    num_requests: RequestCount | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PresetWorkload:
@@ -328,7 +359,7 @@ class TraceWorkload(_Frozen):
     """Alternative to rate_scale: compress time so the window's mean rate is this."""
     max_prompt_tokens: TokenCount | None = None
     max_output_tokens: TokenCount | None = None
-    num_requests: TokenCount | None = None
+    num_requests: RequestCount | None = None
     hash_block_tokens: TokenCount = 512
     """Tokens per prefix-hash block (Mooncake ``hash_ids``: 512); a row must carry
     ``ceil(input_length / hash_block_tokens)`` hashes."""

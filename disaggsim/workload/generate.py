@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from disaggsim.config.bounds import MAX_REQUESTS
 from disaggsim.errors import UserError
 from disaggsim.workload.arrivals import DiurnalSchedule, RateSchedule, Schedule, arrival_times
 from disaggsim.workload.chains import canonical_chains
@@ -85,6 +86,22 @@ def generate_requests(
     """
     if not duration_s > 0:
         raise UserError(f"duration_s must be > 0, got {duration_s}")
+    requests = _generate(cfg, duration_s, seed, replication, base_dir)
+    if len(requests) > MAX_REQUESTS:
+        raise UserError(
+            f"workload: {len(requests):,} requests, more than the {MAX_REQUESTS:,} allowed in "
+            "one run (shorten the window, or set num_requests; docs/safety.md)"
+        )
+    return requests
+
+
+def _generate(
+    cfg: SyntheticWorkload | PresetWorkload | TraceWorkload,
+    duration_s: float,
+    seed: int,
+    replication: int,
+    base_dir: Path | None,
+) -> Requests:
     match cfg:
         case SyntheticWorkload():
             return _synthetic(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from disaggsim.config.bounds import MAX_TOKENS
 from disaggsim.workload.config import (
     EmpiricalLengths,
     FixedLengths,
@@ -31,7 +32,9 @@ def sample_lengths(dist: LengthDistribution, n: int, rng: np.random.Generator) -
             return rng.integers(low, high, size=n, endpoint=True, dtype=np.int64)
         case LognormalLengths(median=median, sigma=sigma, min=lo, max=hi):
             x = np.rint(median * np.exp(sigma * rng.standard_normal(n)))
-            return np.clip(x, lo, hi if hi is not None else np.inf).astype(np.int64)
+            # Without max the config keeps the tail below MAX_TOKENS; the clip there only
+            # guards the cast (an inf draw would become -2**63).
+            return np.clip(x, lo, hi if hi is not None else MAX_TOKENS).astype(np.int64)
         case EmpiricalLengths(quantiles=points):
             return sample_empirical(points, n, rng)
     raise TypeError(f"unknown length distribution {dist!r}")

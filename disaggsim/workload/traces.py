@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from disaggsim.config.bounds import MAX_TOKENS
 from disaggsim.errors import UserError
 from disaggsim.workload.chains import canonical_chains
 from disaggsim.workload.requests import Requests
@@ -152,12 +153,17 @@ def _read_azure(path: Path) -> Requests:
     for column in AZURE_COLUMNS[1:]:
         raw = frame[column]
         values = pd.to_numeric(raw.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(values) | (values < 0) | (values != np.floor(values))
+        bad = (
+            ~np.isfinite(values)
+            | (values < 0)
+            | (values != np.floor(values))
+            | (values > MAX_TOKENS)
+        )
         if bad.any():
             row = int(np.argmax(bad))
             raise UserError(
                 f"{path}:{_csv_line_of_row(path, row)}: {column} {raw.iloc[row]!r} "
-                "must be a non-negative integer"
+                f"must be a non-negative integer <= {MAX_TOKENS:,}"
             )
         counts.append(values.astype(np.int64))
     return _finish(path, arrival_s, counts[0], counts[1], None)
@@ -199,8 +205,10 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
             times_ms.append(_count(path, line_no, record, "timestamp"))
             for key, column in (("input_length", prompt), ("output_length", output)):
                 value = _count(path, line_no, record, key)
-                if value != int(value):
-                    raise UserError(f"{path}:{line_no}: {key} {value!r} must be an integer")
+                if value != int(value) or value > MAX_TOKENS:
+                    raise UserError(
+                        f"{path}:{line_no}: {key} {value!r} must be an integer <= {MAX_TOKENS:,}"
+                    )
                 column.append(value)
             if has_hashes is None:
                 has_hashes = "hash_ids" in record

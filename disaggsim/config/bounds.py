@@ -1,0 +1,99 @@
+"""Upper bounds on every size a scenario or a command can set.
+
+Each bound keeps one run's memory and time sane on one machine (docs/safety.md has the
+table, with the reasons). They are checked where the input is read, so a value beyond
+one is a one-line error naming the field and the bound, never a hang or an allocation
+failure halfway through. Times are finite by the same rule (``allow_inf_nan=False`` on
+every config model).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from disaggsim.workload.config import WorkloadConfig
+
+MAX_WORKERS_PER_POOL = 1024
+"""Workers one pool may hold, initially or by autoscaling (``max_workers``)."""
+MAX_TP = 64
+"""GPUs per worker (tensor-parallel degree)."""
+MAX_GPUS = 16384
+"""GPUs of the whole scenario, autoscaled pools counted at ``max_workers``."""
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 16384
+MAX_BATCH_SEQS = 16384
+"""Sequences in one batch."""
+MAX_BATCH_TOKENS = 1_048_576
+"""Tokens in one prefill iteration."""
+MAX_TOKENS = 1_048_576
+"""Prompt or output tokens of one request (every length distribution, trace cell and
+``cost`` token count)."""
+MAX_REQUESTS = 2_000_000
+"""Requests of one run: the expected arrivals (rate × duration) and a trace's rows."""
+MAX_DURATION_S = 30 * 86400.0
+"""Simulated seconds: ``sim.duration_s`` and ``sim.max_drain_s`` (30 days each)."""
+MAX_EVENTS = 1_000_000
+"""Scheduled control events of one run: random worker failures expected over the run,
+autoscaler decisions (horizon / interval_s), link failure windows."""
+MAX_BURSTINESS_CV = 100.0
+"""Coefficient of variation of gamma inter-arrival gaps (real traces: 1-13)."""
+MAX_GRID_POINTS = 10_000
+"""Simulations of one sweep or comparison: grid points × seeds."""
+MAX_SEEDS = 1000
+MAX_SCENARIO_BYTES = 4 * 2**20
+"""Size of a scenario YAML file."""
+MAX_YAML_DEPTH = 64
+"""Nesting of a scenario YAML file."""
+MAX_YAML_NODES = 1_000_000
+"""Values in a scenario after YAML aliases are expanded."""
+MAX_SEED = 2**63 - 1 - MAX_SEEDS
+MAX_NUMBER = 1e15
+"""Largest magnitude of any real number in a scenario, in its own unit (s, ms, us,
+GB/s, req/s, ...): far beyond any physical value, and small enough that sums of a few
+never overflow to inf."""
+LOGNORMAL_TAIL_SIGMAS = 6.0
+"""A lognormal without ``max`` must keep ``median · exp(6 sigma)`` within MAX_TOKENS."""
+
+
+def fmt(n: float) -> str:
+    """A bound for a message: ``1,048,576``."""
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:g}"
+
+
+def expected_requests(workload: WorkloadConfig, duration_s: float) -> float:
+    """Requests a synthetic or preset workload is expected to generate in ``duration_s``
+    (its rate integrated over the window, capped by ``num_requests``); 0 for a trace,
+    whose rows are counted when it is read."""
+    from disaggsim.workload.config import PresetWorkload, SyntheticWorkload
+    from disaggsim.workload.generate import synthetic_schedule
+    from disaggsim.workload.presets import load_preset
+
+    if isinstance(workload, SyntheticWorkload):
+        n = synthetic_schedule(workload).cumulative(duration_s)
+    elif isinstance(workload, PresetWorkload):
+        rate = workload.rate_per_s or load_preset(workload.preset).mean_rate_per_s
+        n = rate * duration_s
+    else:
+        return 0.0
+    if workload.num_requests is not None:
+        n = min(n, workload.num_requests)
+    return n if math.isfinite(n) else math.inf
+
+
+def check_magnitudes(model: object) -> None:
+    """Every float field of a config model (tuples of floats included) within
+    :data:`MAX_NUMBER`; called by each config model's base class after validation."""
+    for name in type(model).model_fields:  # type: ignore[attr-defined]
+        value = getattr(model, name)
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, tuple):
+                stack.extend(v)
+            elif isinstance(v, float) and abs(v) > MAX_NUMBER:
+                raise ValueError(
+                    f"{name}: {v:g} is beyond {MAX_NUMBER:g}, the largest number a scenario "
+                    "may hold (docs/safety.md)"
+                )

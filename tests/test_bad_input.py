@@ -1,0 +1,305 @@
+"""Bad input of every class (issue 11), through the real CLI entry point in-process: each
+case exits 2 with exactly one line on stderr naming what is wrong, no traceback, and
+leaves the working folder byte for byte as it was — a user's file is planted there, and
+the whole tree above it is listed before and after (nothing written, nothing deleted).
+
+The classes: output paths; unreadable or pathological YAML; misspelt keys (reported
+first, with the nearest allowed key); non-finite numbers; booleans where numbers belong;
+sizes beyond their documented bounds (docs/safety.md); the same bounds in ``cost``,
+sweep grids and trace files.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from disaggsim.cli import main
+from disaggsim.output import MARKER
+from tests.conftest import REPO
+
+CI = REPO / "scenarios" / "ci"
+DISAGG = "disagg.yaml"  # copies of scenarios/ci/disaggregated.yaml etc. in the work folder
+COLOC = "coloc.yaml"
+FABRIC = "fabric.yaml"
+CUT = ["--set", "sim.duration_s=20", "--set", "sim.warmup_s=2", "--quiet", "--no-plots"]
+
+Setup = Callable[[Path], None]
+
+
+def _nothing(work: Path) -> None:
+    return None
+
+
+def _file(name: str, data: bytes | str) -> Setup:
+    def make(work: Path) -> None:
+        p = work / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            p.write_text(data)
+        else:
+            p.write_bytes(data)
+
+    return make
+
+
+def _scenario(name: str, replace: dict[str, str]) -> Setup:
+    """A copy of the CI disaggregated scenario with some text replaced."""
+
+    def make(work: Path) -> None:
+        text = (CI / "disaggregated.yaml").read_text()
+        for a, b in replace.items():
+            assert a in text, a
+            text = text.replace(a, b)
+        (work / name).write_text(text)
+
+    return make
+
+
+def _earlier_result_plus_user_file(work: Path) -> None:
+    out = work / "old"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    (out / MARKER).write_text(
+        '{"written_by": "disaggsim", "command": "run", "files": ["summary.json"]}'
+    )
+    (out / "notes.txt").write_text("mine")
+
+
+def _symlink(work: Path) -> None:
+    (work / "target").mkdir()
+    (work / "link").symlink_to(work / "target")
+
+
+_NESTED = "a: " + "[" * 100_000 + "]" * 100_000 + "\n"
+_LAUGHS = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9)
+)
+_AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def run_args(*extra: str, scenario: str = DISAGG) -> list[str]:
+    return ["run", scenario, *CUT, *extra]
+
+
+def sets(*items: str, scenario: str = DISAGG) -> list[str]:
+    out = ["run", scenario, *CUT]
+    for s in items:
+        out += ["--set", s]
+    return out
+
+
+def cost(*argv: str) -> list[str]:
+    return ["cost", *argv]
+
+
+PREFILL = ["prefill", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "4"]
+DECODE = ["decode", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "4", "--batch", "8"]
+
+# (id, setup, argv, fragment expected in the error line)
+CASES: list[tuple[str, Setup, list[str], str]] = [
+    # ---- output paths
+    ("out-dot", _nothing, run_args("--out", "."), "--out .: names an existing folder"),
+    ("out-dotdot", _nothing, run_args("--out", ".."), "--out ..: names an existing folder"),
+    ("out-root", _nothing, run_args("--out", "/"), "--out /: names an existing folder"),
+    ("out-cwd-absolute", _nothing, run_args("--out", "{work}"), "is the working folder"),
+    ("out-parent-absolute", _nothing, run_args("--out", "{parent}"), "is the working folder"),
+    ("out-user-file", _nothing, run_args("--out", "keep.txt"), "exists and is not a folder"),
+    ("out-through-file", _nothing, run_args("--out", "keep.txt/x"), "is a file, not a folder"),
+    ("out-user-folder", _file("mine/a.txt", "x"), run_args("--out", "mine"), "did not write (a.txt)"),
+    ("out-checkout", _nothing, run_args("--out", str(REPO)), "did not write"),
+    ("out-result-plus-user-file", _earlier_result_plus_user_file, run_args("--out", "old"),
+     "plus files it did not write (notes.txt)"),
+    ("out-symlink", _symlink, run_args("--out", "link"), "symbolic link"),
+    ("out-name-too-long", _nothing, run_args("--out", "r" * 240), "name longer than"),
+    ("name-dotdot", _nothing, sets("name=.."), "name: '..' is not a folder name"),
+    ("name-dot", _nothing, sets("name=."), "'.' is not a folder name"),
+    ("name-slash", _nothing, sets("name=a/b"), "'a/b' is not a folder name"),
+    ("name-dash", _nothing, sets("name=-rf"), "'-rf' is not a folder name"),
+    ("trace-user-file", _nothing, run_args("--out", "r", "--trace", "keep.txt"),
+     "--trace keep.txt: exists and is not a trace disaggsim wrote"),
+    ("trace-folder", _file("mine/a.txt", "x"), run_args("--out", "r", "--trace", "mine"),
+     "--trace mine: is a folder"),
+    ("sweep-out-dot", _nothing, ["sweep", DISAGG, "--param", "workload.rate_per_s=1,2", "--out",
+     ".", "--quiet"], "--out .: names an existing folder"),
+    ("compare-out-user-folder", _file("mine/a.txt", "x"), ["compare", DISAGG, COLOC, "--out",
+     "mine", "--quiet"], "did not write (a.txt)"),
+    ("plan-out-dotdot", _nothing, ["plan", DISAGG, "--quick", "--out", "..", "--quiet"],
+     "--out ..: names an existing folder"),
+    ("regress-update-user-reference", _file("ref/chunked.json", '{"mine": 1}'),
+     ["regress", "--update", "--reference-dir", "ref", "--ci-dir", str(CI), "--only", "chunked",
+      "--param", "workload.rate_per_s=1", "--quiet"], "not a reference disaggsim wrote"),
+    ("calibrate-fit-user-file", _nothing, ["calibrate", "fit",
+     str(REPO / "calibration" / "runs" / "h200-2026-11-29"), "--gpu", "h200-sxm", "--out",
+     "keep.txt"], "--out keep.txt: exists and is not a profile disaggsim wrote"),
+    ("calibrate-raw-dot", _nothing, ["calibrate", "--device", "cpu", "--out", "."],
+     "--out .: names an existing folder"),
+    # ---- unreadable or pathological YAML
+    ("yaml-latin1", _file("s.yaml", b"name: caf\xe9\n"), ["run", "s.yaml"], "not UTF-8 text (byte 0xe9"),
+    ("yaml-utf16", _file("s.yaml", "name: x\n".encode("utf-16")), ["run", "s.yaml"], "not UTF-8 text"),
+    ("yaml-random-bytes", _file("s.yaml", bytes(range(128, 256)) * 8), ["run", "s.yaml"],
+     "not UTF-8 text"),
+    ("yaml-nul-byte", _file("s.yaml", b"name: a\x00b\n"), ["run", "s.yaml"], "malformed YAML"),
+    ("yaml-nested-100k", _file("s.yaml", _NESTED), ["run", "s.yaml"], "nested more than 64 levels"),
+    ("yaml-duplicate-key", _file("s.yaml", "name: a\nseed: 1\nname: b\n"), ["run", "s.yaml"],
+     "line 3: duplicate key 'name' (first given on line 1)"),
+    ("yaml-duplicate-nested-key", _scenario(DISAGG, {"num_workers: 1, tp: 4, max_batch_seqs":
+     "num_workers: 1, tp: 4, tp: 2, max_batch_seqs"}), run_args(), "duplicate key 'tp'"),
+    ("yaml-billion-laughs", _file("s.yaml", _LAUGHS), ["run", "s.yaml"],
+     "values once YAML aliases are expanded"),
+    ("yaml-recursive-alias", _file("s.yaml", "a: &x [1, *x]\n"), ["run", "s.yaml"],
+     "refers to itself"),
+    ("yaml-malformed", _file("s.yaml", "name: [x\n"), ["run", "s.yaml"], "malformed YAML"),
+    ("yaml-top-level-list", _file("s.yaml", "- a\n- b\n"), ["run", "s.yaml"],
+     "expected a mapping"),
+    ("yaml-empty", _file("s.yaml", ""), ["run", "s.yaml"], "expected a mapping"),
+    ("yaml-too-large", _file("s.yaml", "# x\n" * (2**20 + 1)), ["run", "s.yaml"],
+     "larger than the 4,194,304 bytes"),
+    ("yaml-missing-file", _nothing, ["run", "nope.yaml"], "nope.yaml: scenario file not found"),
+    ("set-duplicate-key", _nothing, sets("decode_pool={gpu: h100-sxm, gpu: a100-80gb}"),
+     "duplicate key 'gpu'"),
+    # ---- misspelt keys: reported first, with the nearest allowed key
+    ("misspelt-required-key", _scenario(DISAGG, {"num_workers: 1, tp: 4, max_batch_seqs":
+     "num_worker: 1, tp: 4, max_batch_seqs"}), run_args(),
+     "decode_pool.num_worker: unknown key (did you mean num_workers?)"),
+    ("misspelt-top-level", _scenario(DISAGG, {"seed: 11": "sed: 11"}), run_args(),
+     "sed: unknown key (did you mean seed?)"),
+    ("misspelt-nested-workload", _scenario(DISAGG, {"arrival: poisson": "arival: poisson"}),
+     run_args(), "workload.arival: unknown key (did you mean arrival?)"),
+    ("set-misspelt", _nothing, sets("decode_pool.num_workerz=2"),
+     "unknown key 'num_workerz' at decode_pool (did you mean num_workers?)"),
+    # ---- non-finite numbers: the field is named
+    ("inf-duration", _nothing, sets("sim.duration_s=.inf"), "sim.duration_s: Input should be a finite"),
+    ("nan-duration", _nothing, sets("sim.duration_s=.nan"), "sim.duration_s: Input should be a finite"),
+    ("inf-drain", _nothing, sets("sim.max_drain_s=.inf"), "sim.max_drain_s: Input should be a finite"),
+    ("inf-provision", _nothing, sets("failures.provision_s=.inf"), "failures.provision_s"),
+    ("inf-repair", _nothing, sets("failures.workers=[{at_s: 1, worker: 'decode:0', repair_s: .inf}]"),
+     "failures.workers.0.repair_s: Input should be a finite"),
+    ("inf-latency", _nothing, sets("fabric.latency_us=.inf"), "fabric.latency_us: Input should be a finite"),
+    ("inf-bandwidth", _nothing, sets("fabric.bandwidth_gb_per_s=.inf"), "fabric.bandwidth_gb_per_s"),
+    ("nan-slo", _nothing, sets("slo.ttft_ms=.nan"), "slo.ttft_ms: Input should be a finite"),
+    ("inf-rate", _nothing, sets("workload.rate_per_s=.inf"), "workload.rate_per_s"),
+    ("inf-topology-nvlink", _nothing, sets("fabric.nvlink_gb_per_s=.inf", scenario=FABRIC),
+     "fabric.nvlink_gb_per_s"),
+    ("inf-autoscale-interval", _nothing, sets(
+     "autoscale={prefill: {min_workers: 1, max_workers: 2, policy: slo, interval_s: .inf}}"),
+     "autoscale.prefill.interval_s"),
+    ("huge-provision", _nothing, sets("failures.provision_s=1e300"),
+     "failures.provision_s: 1e+300 is beyond 1e+15"),
+    # ---- booleans where a number belongs
+    ("bool-true-workers", _nothing, sets("decode_pool.num_workers=true"),
+     "decode_pool.num_workers: true is a boolean, not a number"),
+    ("bool-yes-workers", _nothing, sets("decode_pool.num_workers=yes"), "is a boolean"),
+    ("bool-on-tp", _nothing, sets("prefill_pool.tp=on"), "prefill_pool.tp: true is a boolean"),
+    ("bool-rate", _nothing, sets("workload.rate_per_s=true"), "workload.rate_per_s: true is a boolean"),
+    ("bool-in-file", _scenario(DISAGG, {"seed: 11": "seed: no"}), run_args(),
+     "seed: false is a boolean"),
+    # ---- sizes beyond their bounds
+    ("workers-1e30", _nothing, sets("decode_pool.num_workers=1000000000000000000000000000000"),
+     "decode_pool.num_workers: must be <= 1,024"),
+    ("workers-1e6", _nothing, sets("decode_pool.num_workers=1000000"), "must be <= 1,024"),
+    ("tp-1000", _nothing, sets("decode_pool.tp=1000"), "decode_pool.tp: must be <= 64"),
+    ("batch-seqs-1e9", _nothing, sets("decode_pool.max_batch_seqs=1000000000"),
+     "decode_pool.max_batch_seqs: must be <= 16,384"),
+    ("autoscale-max-1e9", _nothing, sets(
+     "autoscale={prefill: {min_workers: 1, max_workers: 1000000000, policy: slo}}"),
+     "autoscale.prefill.max_workers: must be <= 1,024"),
+    ("total-gpus", _nothing, sets("decode_pool.num_workers=1024", "decode_pool.tp=64"),
+     "GPUs (num_workers or autoscale max_workers × tp"),
+    ("rate-times-duration", _nothing, sets("workload.rate_per_s=1e7"),
+     "requests expected (rate × sim.duration_s), more than the 2,000,000"),
+    ("burstiness-1e6", _nothing, sets("workload.arrival=gamma", "workload.burstiness_cv=1e6"),
+     "workload.burstiness_cv: must be <= 100"),
+    ("lognormal-no-max", _nothing, sets("workload.output_tokens={dist: lognormal, median: 100, sigma: 40}"),
+     "draws lengths beyond 1,048,576 tokens; give max"),
+    ("fixed-tokens-1e30", _nothing, sets(
+     "workload.output_tokens={dist: fixed, value: 1000000000000000000000000000000}"),
+     "workload.output_tokens.value: must be <= 1,048,576"),
+    ("uniform-high-1e9", _nothing, sets("workload.prompt_tokens={dist: uniform, low: 1, high: 1000000000}"),
+     "workload.prompt_tokens.high: must be <= 1,048,576"),
+    ("num-requests-1e12", _nothing, sets("workload.num_requests=1000000000000"),
+     "workload.num_requests: must be <= 2,000,000"),
+    ("drain-1e9", _nothing, sets("sim.max_drain_s=1e9"), "sim.max_drain_s: must be <= 2,592,000"),
+    ("seed-2e64", _nothing, sets("seed=36893488147419103232"), "seed: must be <="),
+    ("random-failures-storm", _nothing, sets(
+     "failures.random=[{pool: decode, mtbf_s: 0.000001, mttr_s: 0.000001}]"),
+     "failures.random.0: about"),
+    ("autoscale-interval-tiny", _nothing, sets(
+     "autoscale={prefill: {min_workers: 1, max_workers: 2, policy: slo, interval_s: 0.000001}}"),
+     "autoscale.prefill.interval_s: "),
+    ("gpus-per-node-1e6", _nothing, sets("fabric.gpus_per_node=1000000", scenario=FABRIC),
+     "fabric.gpus_per_node: must be <= 64"),
+    ("empirical-2e6", _nothing, sets(
+     "workload.output_tokens={dist: empirical, quantiles: [[0, 1], [1, 2000000]]}"),
+     "values must be <= 1,048,576"),
+    ("empirical-1e30", _nothing, sets(
+     "workload.output_tokens={dist: empirical, quantiles: [[0, 1], [1, 1.0e+30]]}"),
+     "workload.output_tokens.quantiles: 1e+30 is beyond 1e+15"),
+    # ---- cost: the same bounds
+    ("cost-batch-1e400", _nothing, cost(*PREFILL, "--batch", "1" + "0" * 400, "--prompt-tokens",
+     "512"), "--batch: must be <= 16,384"),
+    ("cost-prompt-1e30", _nothing, cost(*PREFILL, "--batch", "1", "--prompt-tokens", "1" + "0" * 30),
+     "--prompt-tokens: must be <= 1,048,576"),
+    ("cost-tp-1000", _nothing, cost("prefill", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp",
+     "1000", "--batch", "1", "--prompt-tokens", "512"), "--tp: must be <= 64"),
+    ("cost-context-1e30", _nothing, cost(*DECODE, "--context-tokens", "1" + "0" * 30),
+     "--context-tokens: must be <= 1,048,576"),
+    # ---- sweep grids
+    ("sweep-billion-points", _nothing, ["sweep", DISAGG, "--param",
+     "workload.rate_per_s=1:2:1000000000", "--quiet"], "1,000,000,000 points, more than the 10,000"),
+    ("sweep-product", _nothing, ["sweep", DISAGG, "--param", "workload.rate_per_s=1:2:1000",
+     "--param", "decode_pool.max_batch_seqs=1:1000:1000", "--quiet"], "1000 × 1000 simulations"),
+    ("sweep-seeds", _nothing, ["sweep", DISAGG, "--param", "workload.rate_per_s=1,2", "--seeds",
+     "100000", "--quiet"], "--seeds 100000: must be an integer from 1 to 1,000"),
+    ("compare-grid", _nothing, ["compare", DISAGG, COLOC, "--param",
+     "workload.rate_per_s=1:2:6000", "--quiet"], "more than the 10,000"),
+    # ---- trace cells
+    ("trace-azure-1e30", _file("t.csv", _AZURE_HEAD + "2023-11-16 18:17:03.9799600,100,20\n"
+     "2023-11-16 18:17:04.0,1000000000000000000000000000000,20\n"),
+     sets("workload={kind: trace, path: t.csv}"), "t.csv:3: ContextTokens"),
+    ("trace-mooncake-1e30", _file("t.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+     '{"timestamp": 5, "input_length": 1e30, "output_length": 5}\n'),
+     sets("workload={kind: trace, path: t.jsonl, format: mooncake}"), "t.jsonl:2: input_length"),
+]  # fmt: skip
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` (hidden ones included) with a file's bytes."""
+    out: dict[str, bytes | None] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel] = p.read_bytes() if p.is_file() and not p.is_symlink() else None
+    return out
+
+
+def test_at_least_sixty_cases():
+    assert len(CASES) >= 60
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(
+    ("setup", "argv", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_input(tmp_path, monkeypatch, capsys, setup, argv, fragment):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("a user's file\n")
+    shutil.copy(CI / "disaggregated.yaml", work / DISAGG)
+    shutil.copy(CI / "colocated-vllm.yaml", work / COLOC)
+    shutil.copy(REPO / "scenarios" / "fabric" / "nvlink.yaml", work / FABRIC)
+    setup(work)
+    monkeypatch.chdir(work)
+    argv = [a.replace("{work}", str(work)).replace("{parent}", str(tmp_path)) for a in argv]
+    before = tree(tmp_path)
+    rc = main(argv)
+    captured = capsys.readouterr()
+    err = captured.err
+    assert rc == 2, (rc, err, captured.out[-500:])
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith("disaggsim: error: "), err
+    assert "Traceback" not in err
+    assert fragment in err, err
+    assert tree(tmp_path) == before  # nothing written, nothing deleted
