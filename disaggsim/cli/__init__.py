@@ -17,8 +17,7 @@ from disaggsim.hardware.profile import ProfileError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from calibration import cli as calibrate
-    from disaggsim.cli import bench, compare, cost, plan, regress, run, sweep
+    from disaggsim.cli import bench, calibrate, compare, cost, plan, regress, run, sweep
 
     parser = argparse.ArgumentParser(
         prog="disaggsim",
