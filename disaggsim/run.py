@@ -245,6 +245,7 @@ def engine_config(
         autoscalers=autoscalers,
         overlap=bool(getattr(scenario.fabric, "overlap", False)),
         num_layers=get_model(scenario.model).num_layers,
+        context_tokens=get_model(scenario.model).context_tokens,
         horizon_s=scenario.sim.duration_s + scenario.sim.max_drain_s,
     )
 
@@ -366,6 +367,10 @@ def build_autoscalers(scenario: Scenario, costs: dict[str, WorkerCost], mean_pro
 
 
 def make_requests(loaded: LoadedScenario, replication: int = 0) -> Requests:
+    """The scenario's requests, each with its client's ``max_tokens`` (unset: the model's
+    context length minus the prompt, docs/workloads.md)."""
+    from disaggsim.catalog import get_model
+
     s = loaded.scenario
     return generate_requests(
         s.workload,
@@ -373,7 +378,7 @@ def make_requests(loaded: LoadedScenario, replication: int = 0) -> Requests:
         seed=s.seed,
         replication=replication,
         base_dir=loaded.base_dir,
-    )
+    ).with_context(get_model(s.model).context_tokens)
 
 
 def simulate(
@@ -392,7 +397,12 @@ def simulate(
     costs = build_costs(s, label)
     transfer = build_transfer(s, label)
     topology = build_topology(s, label)
-    reqs = requests if requests is not None else make_requests(loaded, replication)
+    if requests is not None:
+        from disaggsim.catalog import get_model
+
+        reqs = requests.with_context(get_model(s.model).context_tokens)
+    else:
+        reqs = make_requests(loaded, replication)
     check_prefill_budget(s, reqs, label)  # whole-prompt prefills need a budget >= the prompt
     raw = run_cluster(
         reqs,

@@ -22,6 +22,7 @@ def test_ids_are_exactly_the_published_ones():
         "opt-13b", "opt-66b", "mistral-7b", "qwen2-72b",
         "deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b",
         "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "llama-3.1-405b", "llama-4-maverick",
+        "llama-3.1-8b", "llama-3.1-70b",
     )  # fmt: skip
     assert GPU_IDS == (
         "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "h800-sxm",
@@ -61,6 +62,8 @@ def test_every_gpu_loads_and_its_profile_validates(gpu_id):
         ("opt-66b", 65.7),
         ("mistral-7b", 7.24),
         ("qwen2-72b", 72.71),
+        ("llama-3.1-8b", 8.03),
+        ("llama-3.1-70b", 70.55),
     ],
 )
 def test_parameter_counts_match_published(model_id, billions):

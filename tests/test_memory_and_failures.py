@@ -97,10 +97,12 @@ def test_worker_failure_mid_decode_keeps_delivered_tokens():
     assert frame["num_retries"].iloc[0] == 1
     times = token_times(raw, 0)
     assert len(times) == 101
-    # tokens 1..41 before the failure; re-prefill 0.505-0.605 on worker 1; then 60 more
+    # tokens 1..41 before the failure; the re-prefill 0.505-0.605 on worker 1 emits token
+    # 42 as it ends (as vLLM's recomputation does); then 59 decode steps of 10 ms
     assert times[40] == pytest.approx(0.5)
-    assert times[41] == pytest.approx(0.615)
-    assert frame["finish_at_s"].iloc[0] == pytest.approx(0.605 + 60 * 0.01)
+    assert times[41] == pytest.approx(0.605)
+    assert times[42] == pytest.approx(0.615)
+    assert frame["finish_at_s"].iloc[0] == pytest.approx(0.605 + 59 * 0.01)
 
 
 BAD = [

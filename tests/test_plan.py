@@ -31,7 +31,7 @@ def _mix(prompt: dict, output: dict) -> dict:
     return {
         "name": "mix",
         "seed": 3,
-        "model": "llama-3-8b",
+        "model": "llama-3.1-8b",  # 16k prompts need a 128k-context model
         "architecture": "colocated",
         "pool": {"gpu": "h100-sxm", "num_workers": 8, "scheduler": "chunked"},
         "slo": {"ttft_ms": 2000, "itl_ms": 100},

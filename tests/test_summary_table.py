@@ -120,7 +120,7 @@ def test_cli_rows_by_hand():
             "itl_p99_s": 0.0421,
             "ttft_p50_s": float("nan"),
             "slo_attainment": 0.875,
-            "util_decode": 0.5,
+            "busy_share_decode": 0.5,
             "kv_transfer_p99_s": 0.003,
         }
     )
@@ -129,7 +129,7 @@ def test_cli_rows_by_hand():
     assert rows["ITL p99"] == "42.1 ms"  # seconds shown in ms
     assert rows["TTFT p50"] == "-"  # NaN
     assert rows["SLO attainment"] == "87.5%"
-    assert rows["decode pool busy"] == "50.0%"
+    assert rows["decode pool busy share"] == "50.0%"
     assert rows["KV handoff p99"] == "3.0 ms"
     assert "KV handoff exposed p99" not in rows  # absent key, no row
     assert "wall time" not in rows

@@ -60,6 +60,8 @@ MODEL_IDS: tuple[str, ...] = (
     "mixtral-8x7b",
     "llama-3.1-405b",
     "llama-4-maverick",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
 )
 GPU_IDS: tuple[str, ...] = (
     "a100-80gb",
@@ -169,6 +171,7 @@ class ModelSpec:
     qkv_bias: bool
     linear_bias: bool
     learned_positions: int
+    context_tokens: int  # the longest prompt + output a server accepts
     attention_bias: bool = False  # bias on Q, K, V and O (gpt-oss)
     released_weights: str = "bf16"
     moe: MoeSpec | None = None
@@ -383,6 +386,7 @@ _MODEL_KEYS: dict[str, type] = {
     "qkv_bias": bool,
     "linear_bias": bool,
     "learned_positions": int,
+    "context_tokens": int,
 }
 # optional model keys (default: a dense bf16 model without them)
 _MODEL_OPTIONAL: dict[str, type] = {
@@ -495,6 +499,7 @@ def load_models() -> Mapping[str, ModelSpec]:
             "head_dim",
             "ffn",
             "vocab",
+            "context_tokens",
         ):
             if e[key] <= 0:
                 raise UserError(f"{path}: {ident}.{key}: must be > 0")

@@ -459,6 +459,7 @@ _UNION_FIELDS = {
     "workload",
     "prompt_tokens",
     "output_tokens",
+    "max_tokens",
     "fabric",
     "rate_shape",
     # sessions workloads

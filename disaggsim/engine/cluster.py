@@ -8,12 +8,15 @@ configuration files.
 Flow (DESIGN.md §2): arrival → router → prefill worker (or colocated worker) → KV handoff
 over the fabric → decode worker → finish. The router picks the decode worker when a
 prefill finishes, by free KV. Back-pressure (``kv_aware``): the router admits a request to
-the prefill pool only when the decode pool has room for its KV beyond what is already
+the prefill pool only when the decode pool has room for its longest KV (prompt +
+``max_tokens``) beyond what is already
 promised to requests in flight; otherwise it waits at the router. Without it (``none``),
 finished prefills whose KV no decode worker can take wait on their prefill worker
 (orphaned KV) and fill its memory.
 
-Every request ends exactly once: completed, rejected (with a reason) or abandoned (client
+Admission, routing and reservations plan on each request's ``max_tokens`` (what a real
+router sees); its realised ``output_tokens`` only decides when generation stops. Every
+request ends exactly once: completed, rejected (with a reason) or abandoned (client
 timeout). Work lost to a failure sends the request back to the router (a retry); the
 tokens already delivered stay delivered and the prompt plus those tokens is prefilled
 again.
@@ -106,6 +109,7 @@ class EngineConfig:
     topology: Any = None  # disaggsim.fabric.Topology: shared links (else transfer_time)
     overlap: bool = False  # topology: stream KV layer by layer during the prefill
     num_layers: int = 1  # for the overlap's one-layer delay
+    context_tokens: int | None = None  # prompt + max_tokens beyond it: exceeds_context
     autoscalers: tuple = ()  # (role, disaggsim.autoscale.Autoscaler, cold start s) per pool
     horizon_s: float = float("inf")  # stop here even if requests are still running
 
@@ -318,6 +322,13 @@ class Cluster:
         n = len(requests)
         self.prompt_tokens: list[int] = requests.prompt_tokens.tolist()
         self.output_tokens: list[int] = requests.output_tokens.tolist()
+        # what the router and KV admission plan on: the client's max_tokens (none given:
+        # a client asking for exactly the reply it gets); the realised output_tokens only
+        # decides when generation stops
+        max_tokens = (
+            requests.max_tokens if requests.max_tokens is not None else requests.output_tokens
+        )
+        self.max_tokens: list[int] = max_tokens.tolist()
         self.generated: list[int] = [0] * n  # tokens delivered so far
         self.ended: list[bool] = [False] * n
         self.log = RequestLog(n)
@@ -401,7 +412,8 @@ class Cluster:
         return -(-tokens // self.block_tokens)
 
     def full_blocks(self, rid: int) -> int:
-        return self._blocks(self.prompt_tokens[rid] + self.output_tokens[rid])
+        """Blocks of ``rid``'s longest possible sequence: prompt + max_tokens."""
+        return self._blocks(self.prompt_tokens[rid] + self.max_tokens[rid])
 
     def prefill_blocks(self, rid: int) -> int:
         """Blocks a prefill worker holds for ``rid``'s KV until the handoff."""
@@ -476,13 +488,16 @@ class Cluster:
         max_pre, max_seq = self._largest_servable()
         timeout = self.cfg.client_timeout_s
         max_queue = self.cfg.max_queue
+        context = self.cfg.context_tokens
         for rid, at in enumerate(arrival):
             if at > env.now:
                 yield env.timeout(at - env.now)
-            if self._blocks(self.prompt_tokens[rid] + self.output_tokens[rid]) > max_seq or (
-                self.disaggregated
-                and self._blocks(self.prompt_tokens[rid] + self.output_tokens[rid]) > max_pre
-            ):
+            longest = self.prompt_tokens[rid] + self.max_tokens[rid]
+            if context is not None and longest > context:
+                self.reject(rid, "exceeds_context")  # a server answers 400
+                continue
+            blocks = self._blocks(longest)
+            if blocks > max_seq or (self.disaggregated and blocks > max_pre):
                 self.reject(rid, "exceeds_kv_capacity")
                 continue
             if max_queue is not None and self.router.waiting_for_prefill() >= max_queue:
@@ -544,11 +559,17 @@ class Cluster:
         log.prefill_worker[rid] = worker
         log.num_prefills[rid] += 1
 
-    def first_token(self, rid: int, now: float) -> None:
-        if self.generated[rid] == 0:
-            self.generated[rid] = 1
+    def prefill_token(self, rid: int, now: float) -> None:
+        """The token a finished prefill produces reaches the client at ``now``: the first
+        one, or after a re-prefill (recompute preemption, failure) the next one, as vLLM
+        emits it at the end of the recomputation."""
+        g = self.generated[rid]
+        self.generated[rid] = g + 1
+        if g == 0:
             self.log.first_token_at_s[rid] = now
             self.ttft_log.append((now, now - self.requests.arrival_s[rid]))
+        else:
+            self.segments.add_point(rid, now)
 
     def prefill_done(self, rid: int, src: PrefillWorker) -> None:
         now = self.env.now
@@ -559,7 +580,7 @@ class Cluster:
             self.router.drain_queue()
             return
         if self.cfg.first_token_from == "prefill":
-            self.first_token(rid, now)
+            self.prefill_token(rid, now)
             if self.generated[rid] >= self.output_tokens[rid]:  # one-token reply: done
                 tr = self.cancel_transfer(rid)
                 if tr is not None:
@@ -694,7 +715,7 @@ class Cluster:
         now = self.env.now
         self.log.transfer_end_at_s[rid] = now
         if self.cfg.first_token_from == "decode":
-            self.first_token(rid, now)
+            self.prefill_token(rid, now)
         src.release_kv(rid)
         if self.generated[rid] >= self.output_tokens[rid]:
             dst.finish_without_decode(rid)

@@ -9,6 +9,7 @@ Status codes of a request: see :data:`STATUS_NAMES`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,6 +132,20 @@ class StepLog:
         )
         return cum + offset
 
+    def _run_durations_s(self) -> np.ndarray:
+        steps = np.asarray(self.run_steps, dtype=float)
+        batch = np.asarray(self.run_batch, dtype=float)
+        base = np.asarray(self.run_base_s)
+        per = np.asarray(self.run_per_token_s)
+        ctx = np.asarray(self.run_context0, dtype=float)
+        return steps * base + per * (steps * ctx + batch * steps * (steps - 1) / 2)
+
+    def batch_s(self) -> float:
+        """Σ sequences × seconds over the iterations (token-step runs: their batch;
+        prefill-only iterations: their prompts; swap stalls: none)."""
+        runs = self._run_durations_s() * np.asarray(self.run_batch, dtype=float)
+        return float(runs.sum() + sum(p[1] * p[2] for p in self.prefill_iters))
+
     def busy_s(self) -> float:
         """Seconds this worker spent computing (token steps plus prefill-only iterations)."""
         steps = np.asarray(self.run_steps, dtype=float)
@@ -155,19 +170,32 @@ class Samples:
 
 @dataclass(slots=True)
 class Segments:
-    """Stretches of consecutive token steps a request spent on one worker: it emitted
-    ``tokens`` tokens at the ends of steps ``start_step … start_step + tokens - 1``."""
+    """The tokens of each request after its first, in the order they were emitted.
+
+    A step segment is a stretch of consecutive token steps a request spent on one worker:
+    it emitted ``tokens`` tokens at the ends of steps ``start_step … start_step + tokens -
+    1`` (``at_s`` NaN). A point segment (``worker`` −1, ``start_step`` −1, one token) is
+    the token a re-prefill produced, delivered at ``at_s``."""
 
     rid: list[int] = field(default_factory=list)
     worker: list[int] = field(default_factory=list)
     start_step: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    at_s: list[float] = field(default_factory=list)
 
     def add(self, rid: int, worker: int, start_step: int, tokens: int) -> None:
         self.rid.append(rid)
         self.worker.append(worker)
         self.start_step.append(start_step)
         self.tokens.append(tokens)
+        self.at_s.append(math.nan)
+
+    def add_point(self, rid: int, at_s: float) -> None:
+        self.rid.append(rid)
+        self.worker.append(-1)
+        self.start_step.append(-1)
+        self.tokens.append(1)
+        self.at_s.append(at_s)
 
 
 @dataclass(slots=True)

@@ -18,12 +18,12 @@ at the next step boundary when new work arrives. A run costs one or two SimPy ev
 whatever its length and batch size.
 
 Paged KV memory (blocks of ``block_tokens``): with ``reserve_full`` admission reserves the
-blocks of the whole sequence (prompt + output); with ``on_demand`` (vLLM's policy) it
+blocks of the longest sequence the client allows (prompt + ``max_tokens``); with ``on_demand`` (vLLM's policy) it
 takes the blocks of the current context, keeps a watermark of free blocks, and sequences
 grow a block at a time. The step at which the batch would run out of blocks is computed
 exactly from a histogram of the sequences' block phases, and the most recently admitted
 sequences are preempted there: by ``recompute`` (KV dropped, the prompt and the tokens so
-far prefilled again) or ``swap`` (KV copied to host memory and back, the worker stalled
+far prefilled again; that prefill emits the next token, as vLLM's does) or ``swap`` (KV copied to host memory and back, the worker stalled
 for the copy).
 
 Failures: :meth:`_Worker.fail` interrupts the process; steps completed before the failure
@@ -570,8 +570,8 @@ class DecodeWorker(_TokenBatch):
     def __init__(self, *args, **kwargs) -> None:
         self.waiting: deque[int] = deque()  # KV here, waiting for a seat
         self.incoming: dict[int, int] = {}  # blocks reserved, KV in flight -> blocks
-        # blocks the sequences assigned here will hold at their full length (prompt +
-        # output, which the router knows as the request's max_tokens): back-pressure
+        # blocks the sequences assigned here may hold at their longest (prompt +
+        # max_tokens; the router never sees the realised reply length): back-pressure
         # promises decode room against this, not against today's free blocks
         self.eventual_blocks = 0
         self._eventual: dict[int, int] = {}
@@ -714,8 +714,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self.num_outstanding -= 1
             cl.bury(rid)
             return
-        if cl.generated[rid] == 0:
-            cl.first_token(rid, now)
+        cl.prefill_token(rid, now)
         if cl.generated[rid] >= cl.output_tokens[rid]:
             self.kv_used_blocks -= held
             self.num_outstanding -= 1

@@ -1,8 +1,10 @@
 """Per-request frames and inter-token gaps derived after the run from the step logs.
 
-No per-token event ever exists in the engine: token i (i >= 2) of a request is emitted at
-the end of token step ``first_token_step + i - 2`` of its decode (or colocated) worker,
-so its gaps are differences of that worker's step end times. Everything here is
+No per-token event ever exists in the engine: a request's tokens after its first are
+emitted at the ends of its decode (or colocated) worker's token steps, one per step of
+each of its segments (several after a preemption or a failure), except the token a
+re-prefill produces, delivered at the re-prefill's end (a point segment); gaps are
+differences of those times. Everything here is
 vectorised numpy over steps and requests (docs/metrics.md has the definitions).
 """
 
@@ -79,8 +81,9 @@ def _segment_times(raw: RawResult) -> _Segments:
     start = np.asarray(seg.start_step, dtype=np.int64)
     tokens = np.asarray(seg.tokens, dtype=np.int64)
     n = len(rid)
-    first_t = np.full(n, np.nan)
-    last_t = np.full(n, np.nan)
+    # point segments (worker -1): one token a re-prefill delivered at at_s
+    first_t = np.asarray(seg.at_s, dtype=float).copy() if n else np.full(0, np.nan)
+    last_t = first_t.copy()
     inner_max = np.full(n, -np.inf)
     ends_of: dict[int, np.ndarray] = {}
     for w in raw.workers:
@@ -169,6 +172,7 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
             "arrival_at_s": arrival,
             "prompt_tokens": req.prompt_tokens,
             "output_tokens": out,
+            "max_tokens": req.max_tokens if req.max_tokens is not None else out,
             "measured": measured,
             "status": pd.Categorical.from_codes(
                 status, categories=pd.Index([STATUS_NAMES[i] for i in range(len(STATUS_NAMES))])
@@ -206,7 +210,12 @@ def token_times(raw: RawResult, request_id: int) -> np.ndarray:
         return np.empty(0)
     parts = [np.array([first])]
     seg = raw.segments
-    for rid, w, s0, k in zip(seg.rid, seg.worker, seg.start_step, seg.tokens, strict=True):
+    for rid, w, s0, k, at in zip(
+        seg.rid, seg.worker, seg.start_step, seg.tokens, seg.at_s, strict=True
+    ):
         if rid == request_id:
-            parts.append(raw.workers[w].steps.step_end_times()[s0 : s0 + k])
+            if w < 0:  # the token of a re-prefill
+                parts.append(np.array([at]))
+            else:
+                parts.append(raw.workers[w].steps.step_end_times()[s0 : s0 + k])
     return np.concatenate(parts)

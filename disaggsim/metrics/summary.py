@@ -129,6 +129,9 @@ def summarize(
         ),
         scale_events=int(raw.scale_events),
         mean_workers={role: _mean_workers(raw, role) for role in roles},
+        busy_share={role: _busy_share(raw, role) for role in roles},
+        mean_batch={role: _mean_batch(raw, role) for role in roles},
+        mean_kv_util={role: _mean_kv_util(raw, role) for role in roles},
         util={role: _busy_share(raw, role) for role in roles},
         sim_end_s=float(end),
     )
@@ -179,11 +182,46 @@ def _mean_workers(raw: RawResult, role: str) -> float:
     return float(held / end) if end > 0 else 0.0
 
 
-def _busy_share(raw: RawResult, role: str) -> float:
+def _held_s(raw: RawResult, role: str) -> float:
+    """Worker-seconds the pool's workers held GPUs (allocations cut at the end)."""
     end = raw.end_at_s
+    return float(
+        sum(max(min(rel, end) - at, 0.0) for _, r, _, at, rel in raw.allocations if r == role)
+    )
+
+
+def _busy_share(raw: RawResult, role: str) -> float:
+    held = _held_s(raw, role)
+    busy = sum(w.steps.busy_s() for w in raw.workers if w.role == role)
+    return float(busy / held) if held > 0 else 0.0
+
+
+def _mean_batch(raw: RawResult, role: str) -> float:
     ws = [w for w in raw.workers if w.role == role]
     busy = sum(w.steps.busy_s() for w in ws)
-    return float(busy / (len(ws) * end)) if end > 0 else 0.0
+    return float(sum(w.steps.batch_s() for w in ws) / busy) if busy > 0 else 0.0
+
+
+def _mean_kv_util(raw: RawResult, role: str) -> float:
+    """Time-averaged KV use of the pool from the per-worker state-change samples."""
+    end = raw.end_at_s
+    s = raw.samples
+    at = np.asarray(s.at_s, float)
+    worker = np.asarray(s.worker, np.int64)
+    kv = np.asarray(s.kv_used_tokens, float)
+    cap = {w.index: w.kv_capacity_tokens for w in raw.workers if w.role == role}
+    sel = np.isin(worker, list(cap))
+    at, worker, kv = at[sel], worker[sel], kv[sel]
+    order = np.lexsort((at, worker))  # by worker, then time (stable: last sample wins)
+    at, worker, kv = at[order], worker[order], kv[order]
+    until = np.append(at[1:], end)
+    last = np.append(worker[1:] != worker[:-1], True)
+    until[last] = end
+    used = float(np.sum(kv * np.clip(until - at, 0.0, None)))
+    held = sum(
+        max(min(rel, end) - a, 0.0) * cap[i] for i, r, _, a, rel in raw.allocations if r == role
+    )
+    return used / held if held > 0 else 0.0
 
 
 def _offered_rate(m: pd.DataFrame) -> float:

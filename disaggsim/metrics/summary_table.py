@@ -112,8 +112,8 @@ class Summary(Mapping[str, Value]):
     num_preemptions: int = metric("preemptions", "preemptions in all")
     num_reason: dict[str, int] = metric(
         "requests",
-        "rejected and abandoned requests per reason (`exceeds_kv_capacity`, `queue_full`, "
-        "`client_timeout`; only reasons that occurred)",
+        "rejected and abandoned requests per reason (`exceeds_context`, "
+        "`exceeds_kv_capacity`, `queue_full`, `client_timeout`; only reasons that occurred)",
         family="reason",
     )
     retried_ttft_p99_s: float | None = metric(
@@ -234,11 +234,36 @@ class Summary(Mapping[str, Value]):
         "time-averaged workers holding GPUs (starting, serving, draining) per pool",
         family="pool",
     )
+    busy_share: dict[str, float] = metric(
+        "share",
+        "share of the pool's GPU-holding worker-seconds spent inside a forward pass (or a "
+        "KV swap copy): Σ busy s / Σ held s over its workers. Says how often a worker has "
+        "work, not how full its batch is (see `mean_batch_<pool>`, `mean_kv_util_<pool>`)",
+        label="{} pool busy share",
+        fmt="{:.1%}",
+        family="pool",
+    )
+    mean_batch: dict[str, float] = metric(
+        "sequences",
+        "sequences per forward pass, weighted by pass duration (busy time only): decode and "
+        "colocated token steps count their running sequences (a chunked iteration: the "
+        "decoding ones), prefill iterations their prompts",
+        label="{} pool mean batch",
+        fmt="{:.1f}",
+        family="pool",
+    )
+    mean_kv_util: dict[str, float] = metric(
+        "share",
+        "KV blocks in use over KV capacity, time-averaged over the pool's GPU-holding "
+        "worker-seconds: ∫ Σ_w kv_used_w dt / ∫ Σ_held w capacity_w dt, from the per-worker "
+        "samples (`timeseries.parquet`, held constant between samples)",
+        label="{} pool mean KV use",
+        fmt="{:.1%}",
+        family="pool",
+    )
     util: dict[str, float] = metric(
         "share",
-        "busy share of a pool's workers over the run (busy = inside a forward pass)",
-        label="{} pool busy",
-        fmt="{:.1%}",
+        "alias of `busy_share_<pool>` (the name before it; same value)",
         family="pool",
     )
     sim_end_s: float = metric("s", "simulated time at the end")

@@ -11,9 +11,9 @@ Length distributions are a second union told apart by ``dist`` (``fixed``, ``uni
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from disaggsim.config.bounds import (
     LOGNORMAL_TAIL_SIGMAS,
@@ -135,6 +135,34 @@ LengthDistribution = Annotated[
     FixedLengths | UniformLengths | LognormalLengths | EmpiricalLengths,
     Field(discriminator="dist"),
 ]
+
+
+def _max_tokens_shorthand(v: Any) -> Any:
+    """A whole number ``n`` is ``{dist: fixed, value: n}``; booleans and other scalars are
+    errors (YAML ``true`` is not a token count)."""
+    if isinstance(v, bool) or not isinstance(v, (int, dict, BaseModel)):
+        raise ValueError(
+            "expected a whole number of tokens >= 1 or a length distribution "
+            f"({{dist: fixed | uniform | lognormal | empirical, ...}}), got {v!r}"
+        )
+    if isinstance(v, int):
+        if v < 1:
+            raise ValueError(f"must be a whole number of tokens >= 1, got {v}")
+        return {"dist": "fixed", "value": v}
+    return v
+
+
+MaxTokens = Annotated[
+    LengthDistribution,
+    BeforeValidator(_max_tokens_shorthand),
+    Field(
+        description="the client's max_tokens: a constant, or a length distribution drawn "
+        "per request (docs/workloads.md); default: the model's context length minus the prompt"
+    ),
+]
+"""A request's ``max_tokens`` (the most tokens the client allows the reply): a constant or a
+length distribution. The router and the KV admission plan on it; the realised reply is
+``min(output_tokens, max_tokens)`` (generation stops at its end or at the cap)."""
 
 
 # ---------------------------------------------------------------- rate shapes
@@ -278,6 +306,8 @@ class SyntheticWorkload(_Frozen):
     prompt_tokens: LengthDistribution
     output_tokens: LengthDistribution
     """Every generated token, the first one included."""
+    max_tokens: MaxTokens | None = None
+    """The client's cap on the reply (default: context length − prompt, as vLLM)."""
     num_requests: RequestCount | None = None
     """Cap: at most this many requests (the first ones)."""
     mix_shift: MixShift | None = None
@@ -334,6 +364,8 @@ class PresetWorkload(_Frozen):
     burstiness_cv: Burstiness | None = None
     max_prompt_tokens: TokenCount | None = None
     max_output_tokens: TokenCount | None = None
+    max_tokens: MaxTokens | None = None
+    """The client's cap on the reply (default: context length − prompt, as vLLM)."""
     num_requests: RequestCount | None = None
 
     @model_validator(mode="after")
@@ -359,6 +391,9 @@ class TraceWorkload(_Frozen):
     """Alternative to rate_scale: compress time so the window's mean rate is this."""
     max_prompt_tokens: TokenCount | None = None
     max_output_tokens: TokenCount | None = None
+    max_tokens: MaxTokens | None = None
+    """The client's cap on the reply; default: the trace's own max_tokens column where it
+    has one (Azure ``MaxTokens``, Mooncake ``max_tokens``), else context length − prompt."""
     num_requests: RequestCount | None = None
     hash_block_tokens: TokenCount = 512
     """Tokens per prefix-hash block (Mooncake ``hash_ids``: 512); a row must carry

@@ -9,6 +9,7 @@ not depend on ``k``). Trace replay draws nothing.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -51,10 +52,12 @@ STREAMS: tuple[str, ...] = (
     "session_tool_call_tokens",
     "session_tool_result_tokens",
     "session_tool_latency_s",
+    "max_tokens",
 )
 """Named random streams, in spawn order. ``spare`` is reserved (unused); the ``mix_``
 streams draw the lengths of requests after a ``mix_shift``; the ``session_`` streams
-draw session workloads (``sessions.py``)."""
+draw session workloads (``sessions.py``); ``max_tokens`` draws the clients' ``max_tokens``
+when given as a distribution."""
 
 
 def streams(seed: int, replication: int = 0) -> dict[str, np.random.Generator]:
@@ -92,6 +95,10 @@ def generate_requests(
             f"workload: {len(requests):,} requests, more than the {MAX_REQUESTS:,} allowed in "
             "one run (shorten the window, or set num_requests; docs/safety.md)"
         )
+    max_tokens = getattr(cfg, "max_tokens", None)  # sessions: none (answers feed next turns)
+    if max_tokens is not None:
+        rng = streams(seed, replication)["max_tokens"]
+        requests = requests.with_max_tokens(sample_lengths(max_tokens, len(requests), rng))
     return requests
 
 
@@ -213,8 +220,8 @@ def _clip(requests: Requests, max_prompt: int | None, max_output: int | None) ->
         if chains is not None:
             # A prompt cut mid-block ends in a shorter block: re-key it (chains.py).
             chains = canonical_chains(chains, prompt, chains.block_tokens)
-    return Requests(
-        arrival_s=requests.arrival_s,
+    return replace(
+        requests,
         prompt_tokens=prompt,
         output_tokens=requests.output_tokens
         if max_output is None
@@ -269,5 +276,6 @@ def _replay(cfg: TraceWorkload, *, duration_s: float, base_dir: Path | None) -> 
         prompt_tokens=trace.prompt_tokens[index],
         output_tokens=trace.output_tokens[index],
         prefix_chains=None if chains is None else chains.take(index),
+        max_tokens=None if trace.max_tokens is None else trace.max_tokens[index],
     )
     return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)

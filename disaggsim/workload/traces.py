@@ -10,6 +10,11 @@ request (the first row, in the sorted files published), rows sorted stably by ar
   512-token blocks, ``ceil(input_length / 512)`` of them), kept as canonical prefix ids
   in ``Requests.prefix_chains`` (:mod:`disaggsim.workload.chains`).
 
+Either format may carry the clients' ``max_tokens``: an Azure ``MaxTokens`` column, a
+Mooncake ``max_tokens`` key (on every line once the first has it), whole numbers >= 1; a
+recorded reply longer than its ``max_tokens`` is cut to it. Without one, ``max_tokens``
+is left unset (docs/workloads.md gives the default).
+
 Zero token counts are clamped to 1: ``output_tokens`` counts the first token, which every
 request produces, and an empty prompt still costs a forward pass. Negative, missing or
 non-numeric values are a :class:`UserError` naming the file and line.
@@ -32,6 +37,7 @@ from disaggsim.workload.chains import canonical_chains
 from disaggsim.workload.requests import Requests
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+AZURE_MAX_TOKENS = "MaxTokens"  # optional column
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 TRACE_FORMATS = ("azure", "mooncake", "auto")
 MOONCAKE_BLOCK_TOKENS = 512
@@ -81,6 +87,7 @@ def _finish(
     output: np.ndarray,
     hashes: list[list[Any]] | None = None,
     block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    max_tokens: np.ndarray | None = None,
 ) -> Requests:
     if len(arrival_s) == 0:
         raise UserError(f"{path}: the trace has no requests")
@@ -91,12 +98,15 @@ def _finish(
     chains = None
     if hashes is not None:
         chains = canonical_chains([hashes[i] for i in order], prompt_tokens, block_tokens)
-    return Requests(
+    requests = Requests(
         arrival_s=arrival_s,
         prompt_tokens=prompt_tokens,
         output_tokens=np.maximum(output[order], 1).astype(np.int64),
         prefix_chains=chains,
     )
+    if max_tokens is not None:
+        requests = requests.with_max_tokens(max_tokens[order])
+    return requests
 
 
 # ---------------------------------------------------------------- Azure CSV
@@ -150,7 +160,8 @@ def _read_azure(path: Path) -> Requests:
     arrival_s = (stamp_ns - origin_ns).astype(np.float64) * 1e-9
 
     counts = []
-    for column in AZURE_COLUMNS[1:]:
+    optional = (AZURE_MAX_TOKENS,) if AZURE_MAX_TOKENS in frame.columns else ()
+    for column in AZURE_COLUMNS[1:] + optional:
         raw = frame[column]
         values = pd.to_numeric(raw.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
         bad = (
@@ -165,8 +176,15 @@ def _read_azure(path: Path) -> Requests:
                 f"{path}:{_csv_line_of_row(path, row)}: {column} {raw.iloc[row]!r} "
                 f"must be a non-negative integer <= {MAX_TOKENS:,}"
             )
+        if column == AZURE_MAX_TOKENS and (values < 1).any():
+            row = int(np.argmax(values < 1))
+            raise UserError(
+                f"{path}:{_csv_line_of_row(path, row)}: {column} {raw.iloc[row]!r} "
+                "must be an integer >= 1"
+            )
         counts.append(values.astype(np.int64))
-    return _finish(path, arrival_s, counts[0], counts[1], None)
+    max_tokens = counts[2] if optional else None
+    return _finish(path, arrival_s, counts[0], counts[1], None, max_tokens=max_tokens)
 
 
 # ---------------------------------------------------------------- Mooncake JSONL
@@ -192,6 +210,8 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
     output: list[float] = []
     hashes: list[list[Any]] = []
     has_hashes: bool | None = None
+    max_tokens: list[float] = []
+    has_max: bool | None = None
     with path.open(encoding="utf-8", errors="replace") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
@@ -210,6 +230,21 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
                         f"{path}:{line_no}: {key} {value!r} must be an integer <= {MAX_TOKENS:,}"
                     )
                 column.append(value)
+            if has_max is None:
+                has_max = "max_tokens" in record
+            if has_max:
+                if "max_tokens" not in record:
+                    raise UserError(
+                        f"{path}:{line_no}: missing key 'max_tokens' (present on every line "
+                        "once the first line has it)"
+                    )
+                value = _count(path, line_no, record, "max_tokens")
+                if value != int(value) or value < 1:
+                    raise UserError(
+                        f"{path}:{line_no}: max_tokens {value!r} must be an integer >= 1 "
+                        "(present on every line once the first line has it)"
+                    )
+                max_tokens.append(value)
             if has_hashes is None:
                 has_hashes = "hash_ids" in record
             if has_hashes:
@@ -239,4 +274,5 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
         np.asarray(output, dtype=np.int64),
         hashes if has_hashes else None,
         block_tokens,
+        np.asarray(max_tokens, dtype=np.int64) if has_max else None,
     )
