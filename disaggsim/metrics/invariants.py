@@ -20,7 +20,8 @@ engine's hot loop is untouched). They are:
 - ``token count``: a completed request received exactly its output tokens (the first
   token plus every token of its decode segments); no request received more;
 - ``token order``: every worker's step end times are finite and non-decreasing, every
-  segment lies inside its worker's steps, each segment starts no earlier than the
+  segment lies inside its worker's steps (a re-prefill's one token, a point segment, at
+  its delivery time), each segment starts no earlier than the
   request's previous token, and a completed request's last token is its finish time.
 """
 
@@ -119,8 +120,12 @@ def check_run(raw: RawResult) -> None:
             f"request {bad}: a decode segment names a request that does not exist "
             "(invariant: token count)"
         )
-    if len(worker) and (worker.min() < 0 or worker.max() >= len(raw.workers)):
-        r = int(rid[(worker < 0) | (worker >= len(raw.workers))][0])
+    # a point segment (worker -1): the one token a re-prefill delivered at its at_s
+    point = worker == -1
+    at_s = np.asarray(seg.at_s, dtype=np.float64)
+    bad_worker = (worker < -1) | (worker >= len(raw.workers)) | (point & (tokens != 1))
+    if len(worker) and bad_worker.any():
+        r = int(rid[bad_worker][0])
         raise InvariantError(
             f"request {r}: a decode segment names a worker that does not exist "
             "(invariant: token order)"
@@ -149,8 +154,8 @@ def check_run(raw: RawResult) -> None:
     )
 
     # token order: step end times of each worker, then segments against them
-    first_t = np.full(len(rid), np.nan)
-    last_t = np.full(len(rid), np.nan)
+    first_t = np.where(point, at_s, np.nan)
+    last_t = first_t.copy()
     for w in raw.workers:
         sel = np.flatnonzero(worker == w.index)
         ends = np.asarray(w.steps.step_end_times(), dtype=np.float64)
