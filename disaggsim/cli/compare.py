@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from disaggsim.html_report import REPORT_FILE, compare_report
     from disaggsim.output import check_folder, write_folder
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
     from disaggsim.sweep.core import RATE_PATH
@@ -58,15 +59,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
         g = tmp / "goodput.csv"
         res.goodput.to_csv(g, index=False)
         files.append(g)
+        plots: list[Path] = []
         if not args.no_plots and params:
-            files += write_sweep_plots(
+            plots = write_sweep_plots(
                 res.table, [p.path for p in params], tmp, series=[SCENARIO_FILE]
             )
+            files += plots
+        report = tmp / REPORT_FILE
+        report.write_text(
+            compare_report(
+                res,
+                [(_PLOT_CAPTIONS.get(p.name, p.stem), p.read_bytes()) for p in plots],
+            )
+        )
+        files.append(report)
         return files
 
     written = write_folder(args.out, render, command="compare")
     print_goodput(res.goodput, written.note(), [p.path for p in params if p.path != RATE_PATH])
     return 0
+
+
+_PLOT_CAPTIONS = {
+    "ttft.png": "TTFT p50 (solid) and p99 (dashed) over the sweep, per scenario.",
+    "itl.png": "ITL p50 (solid) and p99 (dashed) over the sweep, per scenario.",
+    "slo_attainment.png": "SLO attainment over the sweep, per scenario (the target dotted).",
+}
 
 
 def _fmt(v: float, fmt: str) -> str:

@@ -16,7 +16,14 @@ from disaggsim.output import Written
 from disaggsim.plan.advisor import Advice, fabric_name
 from disaggsim.plan.search import CandidateResult, SearchResult, candidate_scenario
 
-__all__ = ["pareto_front", "plan_json", "ranked_table", "recommended_scenario", "write_outputs"]
+__all__ = [
+    "pareto_front",
+    "plan_json",
+    "plot_pareto",
+    "ranked_table",
+    "recommended_scenario",
+    "write_outputs",
+]
 
 
 def _clean(v: Any) -> Any:
@@ -126,18 +133,14 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
     return raw
 
 
-def _plot(res: SearchResult, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_pareto(res: SearchResult, ax: Any) -> None:
+    """Goodput per GPU against ITL p99 at the goodput rate, one colour per kind, the
+    Pareto front dashed and labelled, on a matplotlib ``ax``."""
     colours = {
         "disaggregate": "tab:blue",
         "colocate_chunked": "tab:green",
         "colocate_vllm": "tab:red",
     }
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     for kind, colour in colours.items():
         pts = [
             r
@@ -177,7 +180,17 @@ def _plot(res: SearchResult, path: Path) -> None:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no candidate met the SLOs", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
+    ax.figure.tight_layout()
+
+
+def _plot(res: SearchResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plot_pareto(res, ax)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -189,7 +202,8 @@ def write_outputs(
     plots: bool = True,
     extra: dict[str, str] | None = None,
 ) -> Written:
-    """``plan.json``, ``ranked.csv``, ``recommended.yaml`` and ``pareto.png`` in ``out_dir``
+    """``plan.json``, ``ranked.csv``, ``recommended.yaml``, ``pareto.png`` (unless
+    ``plots`` is false) and ``report.html`` (self-contained, its figures inline) in ``out_dir``
     (a result folder, written through :func:`disaggsim.output.write_folder`), plus
     ``extra`` text files by name (one-command mode: ``question.yaml``)."""
     import pandas as pd
@@ -214,5 +228,8 @@ def write_outputs(
         )
         if plots:
             _plot(res, tmp / "pareto.png")
+        from disaggsim.html_report import REPORT_FILE, plan_report
+
+        (tmp / REPORT_FILE).write_text(plan_report(res, advice, plan_json(res, advice)))
 
     return write_folder(out_dir, render, command="plan")
