@@ -103,7 +103,7 @@ def generate_requests(
 
 
 def _generate(
-    cfg: SyntheticWorkload | PresetWorkload | TraceWorkload,
+    cfg: SyntheticWorkload | PresetWorkload | TraceWorkload | SessionWorkload,
     duration_s: float,
     seed: int,
     replication: int,
