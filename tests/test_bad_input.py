@@ -78,6 +78,10 @@ _NESTED = "a: " + "[" * 100_000 + "]" * 100_000 + "\n"
 _LAUGHS = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9)
 )
+_SESSIONS = (
+    "kind: sessions, user_tokens: {dist: fixed, value: 10}, output_tokens: {dist: fixed, value: 10}"
+)
+_THINK = "think_time_s: {dist: fixed, value_s: 1}"
 _AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
@@ -238,6 +242,15 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("empirical-1e30", _nothing, sets(
      "workload.output_tokens={dist: empirical, quantiles: [[0, 1], [1, 1.0e+30]]}"),
      "workload.output_tokens.quantiles: 1e+30 is beyond 1e+15"),
+    ("sessions-expected-requests", _nothing, sets(f"workload={{{_SESSIONS}, {_THINK}, rate_per_s: "
+     "1000, turns: {dist: fixed, value: 1000}}"), "requests expected"),
+    ("sessions-tool-calls", _nothing, sets(f"workload={{{_SESSIONS}, {_THINK}, rate_per_s: 1, turns: "
+     "{dist: fixed, value: 2}, agent: {tool_calls_mean: 1e9, tool_call_tokens: {dist: fixed, value: 5}, "
+     "tool_result_tokens: {dist: fixed, value: 5}, tool_latency_s: {dist: fixed, value_s: 1}}}"),
+     "workload.agent.tool_calls_mean: 1e+09 tool calls per turn"),
+    ("sessions-inf-think", _nothing, sets(f"workload={{{_SESSIONS}, rate_per_s: 1, turns: "
+     "{dist: fixed, value: 2}, think_time_s: {dist: fixed, value_s: .inf}}"),
+     "think_time_s"),
     # ---- cost: the same bounds
     ("cost-batch-1e400", _nothing, cost(*PREFILL, "--batch", "1" + "0" * 400, "--prompt-tokens",
      "512"), "--batch: must be <= 16,384"),

@@ -39,6 +39,8 @@ MAX_EVENTS = 1_000_000
 autoscaler decisions (horizon / interval_s), link failure windows."""
 MAX_BURSTINESS_CV = 100.0
 """Coefficient of variation of gamma inter-arrival gaps (real traces: 1-13)."""
+MAX_TOOL_CALLS = 1000
+"""Agent tool calls per user turn (mean and cap) of a sessions workload."""
 MAX_GRID_POINTS = 10_000
 """Simulations of one sweep or comparison: grid points × seeds."""
 MAX_SEEDS = 1000
@@ -63,15 +65,23 @@ def fmt(n: float) -> str:
 
 
 def expected_requests(workload: WorkloadConfig, duration_s: float) -> float:
-    """Requests a synthetic or preset workload is expected to generate in ``duration_s``
-    (its rate integrated over the window, capped by ``num_requests``); 0 for a trace,
-    whose rows are counted when it is read."""
-    from disaggsim.workload.config import PresetWorkload, SyntheticWorkload
+    """Requests a synthetic, preset or sessions workload is expected to generate in
+    ``duration_s`` (its rate integrated over the window, times the mean requests per
+    session, capped by ``num_requests``); 0 for a trace, whose rows are counted when it is
+    read (every kind's actual count is checked again once generated)."""
+    from disaggsim.workload.config import PresetWorkload, SessionWorkload, SyntheticWorkload
     from disaggsim.workload.generate import synthetic_schedule
     from disaggsim.workload.presets import load_preset
 
     if isinstance(workload, SyntheticWorkload):
         n = synthetic_schedule(workload).cumulative(duration_s)
+    elif isinstance(workload, SessionWorkload):
+        # session starts × mean turns × (the answer + mean tool calls) per turn
+        calls = workload.agent.tool_calls_mean if workload.agent is not None else 0.0
+        if workload.agent is not None and workload.agent.max_tool_calls is not None:
+            calls = min(calls, workload.agent.max_tool_calls)
+        starts = synthetic_schedule(workload).cumulative(duration_s)
+        n = starts * mean_length(workload.turns) * (1.0 + calls)
     elif isinstance(workload, PresetWorkload):
         rate = workload.rate_per_s or load_preset(workload.preset).mean_rate_per_s
         n = rate * duration_s
@@ -97,3 +107,29 @@ def check_magnitudes(model: object) -> None:
                     f"{name}: {v:g} is beyond {MAX_NUMBER:g}, the largest number a scenario "
                     "may hold (docs/safety.md)"
                 )
+
+
+def mean_length(dist: object) -> float:
+    """The mean of a length distribution (lognormal: of the unclipped distribution,
+    capped at its max; empirical: of its piecewise-linear inverse CDF)."""
+    from disaggsim.workload.config import (
+        EmpiricalLengths,
+        FixedLengths,
+        LognormalLengths,
+        UniformLengths,
+    )
+
+    match dist:
+        case FixedLengths(value=v):
+            return float(v)
+        case UniformLengths(low=lo, high=hi):
+            return (lo + hi) / 2.0
+        case LognormalLengths(median=m, sigma=s, max=hi):
+            mean = m * math.exp(min(s * s / 2.0, 700.0))
+            return min(mean, hi) if hi is not None else mean
+        case EmpiricalLengths(quantiles=points):
+            return sum(
+                (q1 - q0) * (v0 + v1) / 2.0
+                for (q0, v0), (q1, v1) in zip(points, points[1:], strict=False)
+            )
+    return 1.0

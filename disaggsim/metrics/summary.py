@@ -228,4 +228,7 @@ def _offered_rate(m: pd.DataFrame) -> float:
     if len(m) < 2:
         return float("nan")
     a = m["arrival_at_s"].to_numpy()
-    return float((len(a) - 1) / (a[-1] - a[0])) if a[-1] > a[0] else float("nan")
+    span_s = float(a[-1] - a[0])
+    # Arrivals within a nanosecond (bursty gamma gaps can be ~1e-300 s) give no rate;
+    # dividing by such a span would overflow.
+    return (len(a) - 1) / span_s if span_s > 1e-9 else float("nan")

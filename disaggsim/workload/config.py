@@ -20,6 +20,7 @@ from disaggsim.config.bounds import (
     MAX_BURSTINESS_CV,
     MAX_REQUESTS,
     MAX_TOKENS,
+    MAX_TOOL_CALLS,
     check_magnitudes,
 )
 
@@ -414,13 +415,22 @@ class AgentLoop(_Frozen):
     ``max_tool_calls``."""
 
     tool_calls_mean: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    max_tool_calls: Annotated[int, Field(ge=0, le=MAX_TOOL_CALLS)] | None = None
     tool_call_tokens: LengthDistribution
     """Output tokens of a request that calls a tool."""
     tool_result_tokens: LengthDistribution
     """Tokens a tool's result appends to the context."""
     tool_latency_s: DurationDistribution
     """From a tool-calling request's arrival to the next request's."""
+
+    @model_validator(mode="after")
+    def _bounded_calls(self) -> AgentLoop:
+        if self.max_tool_calls is None and self.tool_calls_mean > MAX_TOOL_CALLS:
+            raise ValueError(
+                f"tool_calls_mean: {self.tool_calls_mean:g} tool calls per turn on average "
+                f"without max_tool_calls; give max_tool_calls (at most {MAX_TOOL_CALLS:,})"
+            )
+        return self
 
 
 class SessionWorkload(_Frozen):
@@ -434,14 +444,16 @@ class SessionWorkload(_Frozen):
     kind: Literal["sessions"]
     rate_per_s: PositiveFloat | None = None
     """Session starts per second."""
-    rate_schedule: tuple[tuple[float, float], ...] | None = Field(default=None, min_length=1)
+    rate_schedule: tuple[tuple[float, float], ...] | None = Field(
+        default=None, min_length=1, max_length=100_000
+    )
     rate_shape: RateShape | None = None
     arrival: ArrivalProcess = "poisson"
-    burstiness_cv: PositiveFloat | None = None
+    burstiness_cv: Burstiness | None = None
     turns: LengthDistribution
     """User turns per session (>= 1)."""
-    system_prompt_tokens: Annotated[int, Field(ge=0)] = 0
-    num_system_prompts: Annotated[int, Field(ge=1)] = 1
+    system_prompt_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
+    num_system_prompts: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 1
     user_tokens: LengthDistribution
     output_tokens: LengthDistribution
     """Tokens of each answer (every generated token, the first included)."""
@@ -452,7 +464,7 @@ class SessionWorkload(_Frozen):
     """A session ends before its first request whose prompt would be longer."""
     block_tokens: TokenCount = 512
     """Tokens per prefix-hash block of the generated chains."""
-    num_requests: TokenCount | None = None
+    num_requests: RequestCount | None = None
     """Cap: at most this many requests (the first arrivals)."""
 
     @model_validator(mode="after")
