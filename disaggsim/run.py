@@ -397,12 +397,16 @@ def simulate(
     costs = build_costs(s, label)
     transfer = build_transfer(s, label)
     topology = build_topology(s, label)
-    if requests is not None:
-        from disaggsim.catalog import get_model
+    try:
+        if requests is not None:
+            from disaggsim.catalog import get_model
 
-        reqs = requests.with_context(get_model(s.model).context_tokens)
-    else:
-        reqs = make_requests(loaded, replication)
+            reqs = requests.with_context(get_model(s.model).context_tokens)
+        else:
+            reqs = make_requests(loaded, replication)
+    except UserError as e:
+        msg = str(e)
+        raise UserError(msg if msg.startswith(label) else f"{label}: {msg}") from None
     check_prefill_budget(s, reqs, label)  # whole-prompt prefills need a budget >= the prompt
     raw = run_cluster(
         reqs,
