@@ -56,6 +56,8 @@ from disaggsim.costmodel.moe_params import (
     moe_params_from_dict,
     moe_params_path,
 )
+from disaggsim.errors import UserError
+from disaggsim.output import json_owned, write_file
 
 GPU = "h100-sxm"
 BF16_PEAK, FP8_PEAK, HBM, NVLINK, NIC = 989e12, 1979e12, 3.35e12, 450e9, 50e9
@@ -351,6 +353,10 @@ def _err(err: FitError, rows: str) -> dict:
     return out
 
 
+# A MoE parameter file this module wrote (the only kind it replaces).
+MOE_OWNED = json_owned("schema_version", "gpu", "fit_error", "provenance")
+
+
 def profile_dict(params: dict, errors: dict, data: Path) -> dict:
     commit = (Path(data) / "kernels" / "aiconfigurator" / "SOURCE_COMMIT").read_text().strip()
     return {
@@ -479,8 +485,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prof = profile_dict(params, errors, Path(args.data))
     moe_params_from_dict(prof, args.out)  # validate before writing
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(prof, indent=2) + "\n")
+    text = json.dumps(prof, indent=2) + "\n"
+    try:  # only over a parameter file disaggsim wrote (disaggsim/output.py)
+        write_file(args.out, lambda tmp: tmp.write_text(text), "--out", MOE_OWNED, "MoE fit")
+    except UserError as e:
+        print(f"fit_moe: error: {e}", file=sys.stderr)
+        return 2
     for op, err in errors.items():
         print(
             f"{op:28s} n={err['n']:6d} median {100 * err['median_ape']:5.1f}%  held-out median "
