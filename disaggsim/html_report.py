@@ -318,6 +318,11 @@ def plan_report(res: SearchResult, advice: Advice, plan_dict: Mapping[str, Any])
     import yaml
 
     page.pre(yaml.safe_dump(rec.candidate.deployment(), sort_keys=False))
+    page.paragraph(
+        "plan --out writes its launch configurations beside this report: deploy-vllm.sh, "
+        "deploy-sglang.sh and deploy-dynamo.yaml (flag names from each project's docs, "
+        "versions in their header comments)."
+    )
     page.heading("Analytic first guess")
     page.pre("\n".join(res.analytic.arithmetic()))
     return page.render(_footer())

@@ -131,6 +131,10 @@ def test_one_command_plan_writes_the_question_and_says_the_slo_model(tmp_path, c
     assert words in _flat(stdout)  # the output
     assert words in _flat((out / "recommended.yaml").read_text())
     assert json.loads((out / "plan.json").read_text())["slo_model"] == describe_slo(s.slo)
+    from disaggsim.plan.deploy import DEPLOY_FILES
+
+    for name in DEPLOY_FILES:  # launch configurations of the recommendation (test_deploy.py)
+        assert "meta-llama/Meta-Llama-3-8B" in (out / name).read_text()
     # the comment names the command that asks the same question again
     assert "disaggsim plan --model llama-3-8b --gpu h100-sxm --gpus 2" in question
     assert "--itl-statistic max_gap" in question

@@ -203,7 +203,9 @@ def write_outputs(
     extra: dict[str, str] | None = None,
 ) -> Written:
     """``plan.json``, ``ranked.csv``, ``recommended.yaml``, ``pareto.png`` (unless
-    ``plots`` is false) and ``report.html`` (self-contained, its figures inline) in ``out_dir``
+    ``plots`` is false), ``report.html`` (self-contained, its figures inline) and the
+    recommended deployment's launch configurations (``deploy-vllm.sh``,
+    ``deploy-sglang.sh``, ``deploy-dynamo.yaml``; :mod:`disaggsim.plan.deploy`) in ``out_dir``
     (a result folder, written through :func:`disaggsim.output.write_folder`), plus
     ``extra`` text files by name (one-command mode: ``question.yaml``)."""
     import pandas as pd
@@ -229,6 +231,10 @@ def write_outputs(
         if plots:
             _plot(res, tmp / "pareto.png")
         from disaggsim.html_report import REPORT_FILE, plan_report
+        from disaggsim.plan.deploy import launch_configs
+
+        for name, text in launch_configs(res, advice).items():
+            (tmp / name).write_text(text)
 
         (tmp / REPORT_FILE).write_text(plan_report(res, advice, plan_json(res, advice)))
 

@@ -1,0 +1,458 @@
+"""Launch configurations for the deployment ``disaggsim plan`` recommends: vLLM and SGLang
+launch scripts and an NVIDIA Dynamo ``DynamoGraphDeployment`` (docs/planning.md,
+"Deployment configs").
+
+Every flag and field comes from the project's own documentation, at the versions in
+:data:`SOURCES` (each written file repeats them in a comment); the checked-in list
+``disaggsim/plan/deploy_flags.yaml`` holds every flag these files may use, and a test
+checks the emitted files against it.
+
+How disaggsim's deployment maps onto each engine:
+
+- workers are placed on nodes of the catalog's ``gpus_per_node`` in pool order (prefill,
+  then decode), a worker inside one node when its TP fits, else across whole nodes
+  (TP beyond a node: :mod:`disaggsim.costmodel.tp_layout`);
+- TP → ``--tensor-parallel-size`` (vLLM, Dynamo) / ``--tp-size`` (SGLang);
+  ``gpu_mem_util`` → ``--gpu-memory-utilization`` / ``--mem-fraction-static``;
+  ``max_batch_seqs`` → ``--max-num-seqs`` / ``--max-running-requests``;
+- a whole-prompt prefill (disaggregated prefill pool, colocated ``vllm``) gets a token
+  budget of at least the longest prompt (``--max-num-batched-tokens`` /
+  ``--max-prefill-tokens`` with ``--chunked-prefill-size -1``), so no prompt is split;
+  a colocated ``chunked`` pool gets its chunk as the budget;
+- FP8 weights → ``--quantization fp8``; FP8 KV → ``--kv-cache-dtype fp8`` (vLLM) /
+  ``fp8_e4m3`` (SGLang);
+- disaggregated KV transfer: vLLM's ``NixlConnector`` (producer on prefill, consumer on
+  decode instances) behind vLLM's example proxy; SGLang ``--disaggregation-mode`` with the
+  Mooncake transfer backend behind ``sglang_router`` in PD mode; Dynamo's vLLM workers in
+  ``--disaggregation-mode prefill|decode`` with the NIXL connector.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from disaggsim.catalog import get_gpu, get_model
+from disaggsim.costmodel.tp_layout import TpLayout, tp_layout
+
+if TYPE_CHECKING:
+    from disaggsim.config.scenario import PoolConfig, Scenario
+    from disaggsim.plan.advisor import Advice
+    from disaggsim.plan.search import SearchResult
+
+__all__ = ["DEPLOY_FILES", "SOURCES", "Deployment", "Instance", "deployment_of", "launch_configs"]
+
+DEPLOY_FILES = ("deploy-vllm.sh", "deploy-sglang.sh", "deploy-dynamo.yaml")
+
+# Where each engine's flag and field names were taken from (kept equal to the sources
+# in deploy_flags.yaml by a test).
+SOURCES: dict[str, tuple[str, ...]] = {
+    "vllm": (
+        "https://github.com/vllm-project/vllm/blob/026c83f974fcee0e1887060ebdcc53dc427bacfc"
+        "/docs/features/nixl_connector_usage.md",
+        "https://docs.vllm.ai/en/latest/serving/engine_args.html",
+    ),
+    "sglang": (
+        "https://github.com/sgl-project/sglang/blob/b36e8e198b71553316b55bce53de6ecf9b3a9a47"
+        "/docs/advanced_features/server_arguments.md",
+        "https://github.com/sgl-project/sglang/blob/08edc506b2da77e7fa8a6a3a1ec7a704241703d4"
+        "/docs/advanced_features/pd_disaggregation.md",
+        "https://github.com/sgl-project/sglang/blob/046ed665927fef15969f34e06a2552b721edd063"
+        "/docs/advanced_features/router.md",
+    ),
+    "dynamo": (
+        "https://github.com/ai-dynamo/dynamo/blob/0044eb903566e0632bdf7bb7388c967d946643af"
+        "/examples/backends/vllm/deploy/disagg-multinode.yaml",
+        "https://github.com/ai-dynamo/dynamo/blob/d195d280e13e5532510a1004ad8d8d06f2f8266a"
+        "/components/src/dynamo/vllm/backend_args.py",
+        "https://github.com/ai-dynamo/dynamo/blob/000a36a7399ab3fa8e27d9537d8b1f5020e34db4"
+        "/components/src/dynamo/vllm/args.py",
+    ),
+}
+
+VLLM_HTTP_PORT = 8100  # + the instance's first GPU in its node
+NIXL_SIDE_CHANNEL_PORT = 5600  # + the instance's first GPU (each TP rank adds its rank)
+PROXY_PORT = 8000
+SGLANG_HTTP_PORT = 30000
+SGLANG_BOOTSTRAP_PORT = 8998
+SGLANG_DIST_PORT = 5000
+DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:${VERSION}"
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One serving instance (a disaggsim worker): where it runs."""
+
+    role: str  # prefill | decode | colocated
+    index: int  # within its role
+    tp: int
+    layout: TpLayout
+    nodes: tuple[int, ...]  # the nodes it uses (several when TP spans nodes)
+    first_gpu: int  # its first GPU in each of those nodes
+
+    @property
+    def gpus(self) -> str:
+        g = self.layout.gpus_in_node
+        return ",".join(str(self.first_gpu + i) for i in range(g))
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """The recommended deployment, as the engines need it."""
+
+    label: str
+    kind: str  # disaggregate | colocate_chunked | colocate_vllm
+    model_id: str
+    hf_model: str
+    gpu: str
+    gpus_per_node: int
+    num_nodes: int
+    instances: tuple[Instance, ...]
+    pools: dict[str, PoolConfig]
+    weight_dtype: str
+    kv_dtype: str
+
+    def of(self, role: str) -> list[Instance]:
+        return [i for i in self.instances if i.role == role]
+
+
+def deployment_of(res: SearchResult, advice: Advice) -> Deployment:
+    """The recommended candidate with its pools as the plan simulated them (prefill
+    budgets, batch limits, memory share) and its instances placed on nodes."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan.search import candidate_scenario
+
+    cand = advice.recommended.candidate
+    s: Scenario = load_scenario(
+        candidate_scenario(res.loaded, cand), base_dir=res.loaded.base_dir
+    ).scenario
+    gpu = get_gpu(res.gpu)
+    node = gpu.gpus_per_node
+    instances: list[Instance] = []
+    cur_node, cur_gpu = 0, 0
+    for role, pool in s.pools.items():
+        lay = tp_layout(gpu, pool.tp)
+        for i in range(pool.num_workers):
+            if lay.cross_node:
+                if cur_gpu:
+                    cur_node, cur_gpu = cur_node + 1, 0
+                nodes = tuple(range(cur_node, cur_node + lay.num_nodes))
+                instances.append(Instance(role, i, pool.tp, lay, nodes, 0))
+                cur_node += lay.num_nodes
+                continue
+            if cur_gpu + pool.tp > node:
+                cur_node, cur_gpu = cur_node + 1, 0
+            instances.append(Instance(role, i, pool.tp, lay, (cur_node,), cur_gpu))
+            cur_gpu += pool.tp
+    num_nodes = cur_node + (1 if cur_gpu else 0)
+    return Deployment(
+        label=cand.label,
+        kind=cand.kind,
+        model_id=s.model,
+        hf_model=get_model(s.model).hf_id,
+        gpu=gpu.id,
+        gpus_per_node=node,
+        num_nodes=num_nodes,
+        instances=tuple(instances),
+        pools=dict(s.pools),
+        weight_dtype=s.weight_dtype,
+        kv_dtype=s.kv_dtype,
+    )
+
+
+def _header(dep: Deployment, engine: str, how: Sequence[str]) -> list[str]:
+    lines = [
+        f"# {engine} launch configuration for the deployment disaggsim plan recommends:",
+        f"#   {dep.label} ({dep.kind}) of {dep.model_id} ({dep.hf_model}) on {dep.gpu},",
+        f"#   {len(dep.instances)} instances on {dep.num_nodes} node(s) of "
+        f"{dep.gpus_per_node} GPUs.",
+        f"# Flag and field names from {engine}'s documentation (versions in the URLs):",
+    ]
+    lines += [f"#   {url}" for url in SOURCES[engine.lower()]]
+    lines += [f"# {h}" for h in how]
+    return lines
+
+
+def _arg(a: str) -> str:
+    """Shell-quoted, except words that expand a variable (built already double-quoted)."""
+    return a if "$" in a else shlex.quote(a)
+
+
+def _q(args: Sequence[str]) -> str:
+    """A command with each flag and its values on a line of its own."""
+    lines: list[str] = []
+    for a in args:
+        if a.startswith("--") or not lines:
+            lines.append(_arg(a))
+        else:
+            lines[-1] += " " + _arg(a)
+    return " \\\n    ".join(lines)
+
+
+def _dtype_args_vllm(dep: Deployment) -> list[str]:
+    out = (
+        ["--quantization", "fp8"]
+        if dep.weight_dtype == "fp8"
+        else [
+            "--dtype",
+            "float16" if dep.weight_dtype == "fp16" else "bfloat16",
+        ]
+    )
+    if dep.kv_dtype == "fp8":
+        out += ["--kv-cache-dtype", "fp8"]
+    return out
+
+
+def _vllm_engine_args(dep: Deployment, inst: Instance) -> list[str]:
+    pool = dep.pools[inst.role]
+    # a step holds at most max_num_batched_tokens tokens: at least one per running sequence
+    budget = max(pool.max_batch_tokens, pool.max_batch_seqs)
+    args = [
+        "--tensor-parallel-size",
+        str(inst.tp),
+        "--max-num-seqs",
+        str(pool.max_batch_seqs),
+        "--max-num-batched-tokens",
+        str(budget),
+        "--gpu-memory-utilization",
+        f"{pool.gpu_mem_util:g}",
+        *_dtype_args_vllm(dep),
+    ]
+    if inst.layout.cross_node:
+        args += ["--distributed-executor-backend", "ray"]
+    return args
+
+
+def _kv_transfer(role: str) -> str:
+    kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+    return json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":"))
+
+
+def _script(dep: Deployment, engine: str, how: list[str], per_node: dict[int, list[str]]) -> str:
+    lines = ["#!/usr/bin/env bash", *_header(dep, engine, how), "set -euo pipefail", ""]
+    lines.append('MODEL="${MODEL:-' + dep.hf_model + '}"')
+    for n in range(dep.num_nodes):
+        lines.append(f': "${{NODE_{n}:?set NODE_{n} to the address of node {n}}}"')
+    lines.append(': "${NODE_RANK:?set NODE_RANK to this node (0..' + f"{dep.num_nodes - 1})" + '}"')
+    lines.append("")
+    lines.append('case "$NODE_RANK" in')
+    for n in range(dep.num_nodes):
+        lines.append(f"{n})")
+        for cmd in per_node.get(n, []):
+            lines.append("  " + cmd.replace("\n", "\n  "))
+        lines.append("  ;;")
+    lines.append('*) echo "NODE_RANK must be 0..' + f'{dep.num_nodes - 1}" >&2; exit 2 ;;')
+    lines.append("esac")
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+def vllm_script(dep: Deployment) -> str:
+    """``vllm serve`` per instance (NixlConnector for a disaggregated deployment, with
+    vLLM's example proxy in front), dispatched on ``NODE_RANK``."""
+    how = [
+        "Run on every node: NODE_RANK=<n> NODE_0=<host> ... bash deploy-vllm.sh",
+        "Each instance serves its own port; a disaggregated deployment is fronted by the",
+        "toy proxy from vLLM's repository (tests/v1/kv_connector/nixl_integration), a",
+        "colocated one by any HTTP load balancer over the instances' ports.",
+    ]
+    per_node: dict[int, list[str]] = {}
+    for inst in dep.instances:
+        head = inst.nodes[0]
+        env = [f"CUDA_VISIBLE_DEVICES={inst.gpus}"]
+        args = [
+            "vllm",
+            "serve",
+            '"$MODEL"',
+            "--port",
+            str(VLLM_HTTP_PORT + inst.first_gpu),
+            *_vllm_engine_args(dep, inst),
+        ]
+        if dep.kind == "disaggregate":
+            env += [
+                f'VLLM_NIXL_SIDE_CHANNEL_HOST="$NODE_{head}"',
+                f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_PORT + inst.first_gpu}",
+            ]
+            args += ["--kv-transfer-config", _kv_transfer(inst.role)]
+        note = f"# {inst.role} instance {inst.index}: node {head}, GPUs {inst.gpus}"
+        if inst.layout.cross_node:
+            note += (
+                f" on each of nodes {', '.join(map(str, inst.nodes))} (tp {inst.tp} across nodes:"
+                f" start a Ray cluster over them first, ray start --head on node {head})"
+            )
+        per_node.setdefault(head, []).append(f"{note}\n{' '.join(env)} {_q(args)} &")
+    if dep.kind == "disaggregate":
+        pre, dec = dep.of("prefill"), dep.of("decode")
+        proxy = [
+            "python",
+            "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py",
+            "--port",
+            str(PROXY_PORT),
+            "--prefiller-hosts",
+            *[f'"$NODE_{i.nodes[0]}"' for i in pre],
+            "--prefiller-ports",
+            *[str(VLLM_HTTP_PORT + i.first_gpu) for i in pre],
+            "--decoder-hosts",
+            *[f'"$NODE_{i.nodes[0]}"' for i in dec],
+            "--decoder-ports",
+            *[str(VLLM_HTTP_PORT + i.first_gpu) for i in dec],
+        ]
+        per_node.setdefault(0, []).append(
+            "# the proxy (from a vLLM checkout) routes each request to a prefill then a decode"
+            f" instance\n{_q(proxy)} &"
+        )
+    return _script(dep, "vLLM", how, per_node)
+
+
+def _dtype_args_sglang(dep: Deployment) -> list[str]:
+    out = (
+        ["--quantization", "fp8"]
+        if dep.weight_dtype == "fp8"
+        else [
+            "--dtype",
+            "float16" if dep.weight_dtype == "fp16" else "bfloat16",
+        ]
+    )
+    if dep.kv_dtype == "fp8":
+        out += ["--kv-cache-dtype", "fp8_e4m3"]
+    return out
+
+
+def sglang_script(dep: Deployment) -> str:
+    """``sglang.launch_server`` per instance (``--disaggregation-mode`` for prefill and
+    decode instances) and ``sglang_router`` in front, dispatched on ``NODE_RANK``."""
+    how = [
+        "Run on every node: NODE_RANK=<n> NODE_0=<host> ... bash deploy-sglang.sh",
+        "The router (sglang_router) on node 0 is the endpoint.",
+    ]
+    per_node: dict[int, list[str]] = {}
+    urls: dict[str, list[tuple[str, int, int]]] = {}
+    for inst in dep.instances:
+        pool = dep.pools[inst.role]
+        port = SGLANG_HTTP_PORT + inst.first_gpu
+        args = [
+            "python", "-m", "sglang.launch_server", "--model-path", '"$MODEL"',
+            "--host", "0.0.0.0", "--port", str(port), "--tp-size", str(inst.tp),
+            "--base-gpu-id", str(inst.first_gpu),
+            "--mem-fraction-static", f"{pool.gpu_mem_util:g}",
+            "--max-running-requests", str(pool.max_batch_seqs),
+            *_dtype_args_sglang(dep),
+        ]  # fmt: skip
+        if inst.role == "decode":
+            pass
+        elif inst.role == "colocated" and dep.kind == "colocate_chunked":
+            args += ["--chunked-prefill-size", str(pool.max_batch_tokens)]
+        else:  # whole prompts: no chunking, a prefill batch holds the longest prompt
+            args += ["--chunked-prefill-size", "-1", "--max-prefill-tokens",
+                     str(pool.max_batch_tokens)]  # fmt: skip
+        bootstrap = SGLANG_BOOTSTRAP_PORT + inst.first_gpu
+        if dep.kind == "disaggregate":
+            args += ["--disaggregation-mode", inst.role,
+                     "--disaggregation-transfer-backend", "mooncake"]  # fmt: skip
+            if inst.role == "prefill":
+                args += ["--disaggregation-bootstrap-port", str(bootstrap)]
+        head = inst.nodes[0]
+        urls.setdefault(inst.role, []).append((f"http://$NODE_{head}:{port}", bootstrap, head))
+        for rank, n in enumerate(inst.nodes):
+            extra: list[str] = []
+            if inst.layout.cross_node:
+                extra = ["--dist-init-addr", f'"$NODE_{head}:{SGLANG_DIST_PORT + inst.first_gpu}"',
+                         "--nnodes", str(len(inst.nodes)), "--node-rank", str(rank)]  # fmt: skip
+            note = f"# {inst.role} instance {inst.index}: node {n}, GPUs {inst.gpus}"
+            per_node.setdefault(n, []).append(f"{note}\n{_q([*args, *extra])} &")
+    router = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0",
+              "--port", str(PROXY_PORT)]  # fmt: skip
+    if dep.kind == "disaggregate":
+        router.append("--pd-disaggregation")
+        for url, bootstrap, _ in urls["prefill"]:
+            router += ["--prefill", f'"{url}"', str(bootstrap)]
+        for url, _, _ in urls["decode"]:
+            router += ["--decode", f'"{url}"']
+    else:
+        router += ["--worker-urls", *[f'"{u}"' for u, _, _ in urls["colocated"]]]
+    per_node.setdefault(0, []).append(f"# the router: the deployment's endpoint\n{_q(router)} &")
+    return _script(dep, "SGLang", how, per_node)
+
+
+def dynamo_yaml(dep: Deployment) -> str:
+    """A ``DynamoGraphDeployment`` with the vLLM backend: a frontend and one service per
+    pool (``replicas`` = workers; ``multinode.nodeCount`` when TP spans nodes)."""
+    services: dict[str, Any] = {
+        "Frontend": {
+            "componentType": "frontend",
+            "replicas": 1,
+            "extraPodSpec": {
+                "mainContainer": {
+                    "image": DYNAMO_IMAGE,
+                    "command": ["python3", "-m", "dynamo.frontend"],
+                    "args": ["--http-port", str(PROXY_PORT)],
+                }
+            },
+        }
+    }
+    names = {
+        "prefill": "VllmPrefillWorker",
+        "decode": "VllmDecodeWorker",
+        "colocated": "VllmWorker",
+    }
+    for role in dep.pools:
+        insts = dep.of(role)
+        inst = insts[0]
+        args = ["--model", dep.hf_model]
+        if dep.kind == "disaggregate":
+            args += ["--disaggregation-mode", role, "--kv-transfer-config", _kv_transfer(role)]
+        engine = _vllm_engine_args(dep, inst)
+        if inst.layout.cross_node:  # Dynamo spans the nodes itself (multinode below)
+            engine = engine[: engine.index("--distributed-executor-backend")]
+        args += engine
+        svc: dict[str, Any] = {
+            "envFromSecret": "hf-token-secret",
+            "componentType": "worker",
+        }
+        if dep.kind == "disaggregate":
+            svc["subComponentType"] = role
+        svc["replicas"] = len(insts)
+        if inst.layout.cross_node:
+            svc["multinode"] = {"nodeCount": inst.layout.num_nodes}
+        svc["resources"] = {"limits": {"gpu": str(inst.layout.gpus_in_node)}}
+        svc["extraPodSpec"] = {
+            "mainContainer": {
+                "image": DYNAMO_IMAGE,
+                "command": ["python3", "-m", "dynamo.vllm"],
+                "args": args,
+            }
+        }
+        services[names[role]] = svc
+    doc = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": _k8s_name(f"disaggsim-{dep.model_id}-{dep.kind}")},
+        "spec": {"services": services},
+    }
+    how = [
+        "Apply with kubectl apply -f deploy-dynamo.yaml (Dynamo's operator installed);",
+        "set the runtime image tag for ${VERSION} and the hf-token-secret first.",
+    ]
+    head = "\n".join(_header(dep, "Dynamo", how))
+    return head + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120)
+
+
+def _k8s_name(text: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+
+
+def launch_configs(res: SearchResult, advice: Advice) -> dict[str, str]:
+    """File name → text of the three launch configurations (:data:`DEPLOY_FILES`)."""
+    dep = deployment_of(res, advice)
+    return {
+        "deploy-vllm.sh": vllm_script(dep),
+        "deploy-sglang.sh": sglang_script(dep),
+        "deploy-dynamo.yaml": dynamo_yaml(dep),
+    }

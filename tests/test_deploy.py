@@ -1,0 +1,245 @@
+"""Launch configurations for the recommended deployment (issue 12, item 6): every flag,
+environment variable and YAML field the vLLM, SGLang and Dynamo files use is in the
+checked-in list taken from those projects' docs (disaggsim/plan/deploy_flags.yaml), each
+file names those docs, the scripts are valid bash, and the files describe the deployment
+the plan recommended (instances, TP, roles, nodes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from disaggsim.config.loader import load_scenario
+from disaggsim.plan import PlanOptions, plan
+from disaggsim.plan.deploy import DEPLOY_FILES, SOURCES, launch_configs
+from disaggsim.plan.search import Candidate, CandidateResult
+from disaggsim.sweep import SerialExecutor
+from tests.conftest import REPO
+
+FLAGS = yaml.safe_load((REPO / "disaggsim" / "plan" / "deploy_flags.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """A real (quick) plan result on H100 for llama-3-70b; candidates are swapped in."""
+    with SerialExecutor() as ex:
+        return plan(
+            REPO / "scenarios" / "advisor" / "two-gpus.yaml",
+            options=PlanOptions.quick(),
+            executor=ex,
+        )
+
+
+def configs(planned, cand: Candidate, overrides: list[str] | None = None) -> dict[str, str]:
+    res, advice = planned
+    if overrides:
+        loaded = load_scenario(res.loaded.raw, overrides, base_dir=res.loaded.base_dir)
+        res = dataclasses.replace(res, loaded=loaded)
+    rec = CandidateResult(cand, 1.0, 1.0 / cand.num_gpus, "found")
+    return launch_configs(res, dataclasses.replace(advice, recommended=rec))
+
+
+CASES = {
+    "disagg-in-node": (Candidate("disaggregate", 3, 2, 2, 4), []),
+    "disagg-tp16": (Candidate("disaggregate", 1, 8, 1, 16), []),
+    "chunked": (Candidate("colocate_chunked", 4, 2, chunk_tokens=512), []),
+    "vllm-fp8": (
+        Candidate("colocate_vllm", 8, 2),
+        ["weight_dtype=fp8", "kv_dtype=fp8"],
+    ),
+    "disagg-fp8": (Candidate("disaggregate", 2, 2, 1, 4), ["weight_dtype=fp8", "kv_dtype=fp8"]),
+}
+
+
+def shell_commands(script: str) -> list[list[str]]:
+    """The commands of a generated script: comments dropped, continuations joined,
+    shell keywords and case labels skipped."""
+    text = re.sub(r"\\\n\s*", " ", script)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if (
+            not line
+            or line.startswith("#")
+            or line.startswith(":")
+            or line in ("wait", ";;", "esac")
+        ):
+            continue
+        if re.fullmatch(r"\d+\)", line) or line.startswith(("case ", "set ", "*)", "MODEL=")):
+            continue
+        words = shlex.split(line.rstrip("&").strip())
+        out.append(words)
+    return out
+
+
+def split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        k, _, v = words.pop(0).partition("=")
+        env[k] = v
+    return env, words
+
+
+def servers(engine: str, script: str) -> list[dict[str, list[str]]]:
+    """Flags of each serving instance's command (not the router or proxy), in order."""
+    out = []
+    for words in shell_commands(script):
+        program, flags = check_command(engine, split_env(list(words))[1])
+        if program in ("vllm serve", "python -m sglang.launch_server"):
+            out.append(flags)
+    return out
+
+
+def check_command(engine: str, words: list[str]) -> tuple[str, dict[str, list[str]]]:
+    """Match the program against the list's commands; every flag listed, every checked
+    value allowed. Returns the command and its flags with their values."""
+    spec = FLAGS[engine]
+    program = next((c for c in spec["commands"] if words[: len(c.split())] == c.split()), None)
+    assert program is not None, f"{engine}: command {' '.join(words[:4])} is not in the list"
+    rest = words[len(program.split()) :]
+    if program == "vllm serve":
+        rest = rest[1:]  # the model
+    flags: dict[str, list[str]] = {}
+    current = None
+    for w in rest:
+        if w.startswith("--"):
+            assert w in spec["commands"][program], f"{engine}: {program} {w} is not in the list"
+            current = w
+            flags[w] = []
+        else:
+            assert current is not None, f"{engine}: stray word {w!r}"
+            flags[current].append(w)
+    for flag, values in flags.items():
+        allowed = spec.get("values", {}).get(flag)
+        if allowed is not None:
+            assert all(v in allowed for v in values), f"{engine}: {flag} {values} not in {allowed}"
+        if flag == "--kv-transfer-config":
+            cfg = json.loads(values[0])
+            for key, v in cfg.items():
+                assert v in spec["kv_transfer_config"][key], f"{engine}: {key}={v}"
+    return program, flags
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_flag_and_field_is_in_the_documented_list(planned, case):
+    cand, overrides = CASES[case]
+    files = configs(planned, cand, overrides)
+    assert set(files) == set(DEPLOY_FILES)
+    for name, engine in (("deploy-vllm.sh", "vllm"), ("deploy-sglang.sh", "sglang")):
+        cmds = shell_commands(files[name])
+        assert cmds
+        for words in cmds:
+            env, words = split_env(list(words))
+            assert set(env) <= set(FLAGS[engine]["env"]), (name, env)
+            check_command(engine, words)
+    doc = yaml.safe_load(files["deploy-dynamo.yaml"])
+    spec = FLAGS["dynamo"]
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k not in doc["spec"]["services"]:  # service names are ours to choose
+                    assert k in spec["fields"], f"dynamo: field {k} is not in the list"
+                allowed = spec["values"].get(k)
+                if allowed is not None:
+                    assert v in allowed, f"dynamo: {k}: {v} not in {allowed}"
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(doc)
+    for svc in doc["spec"]["services"].values():
+        c = svc["extraPodSpec"]["mainContainer"]
+        check_command("dynamo", [*c["command"], *c["args"]])
+
+
+@pytest.mark.parametrize("name, engine", [(n, n.split("-")[1].split(".")[0]) for n in DEPLOY_FILES])
+def test_each_file_names_the_docs_it_follows(planned, name, engine):
+    text = configs(planned, *CASES["disagg-in-node"])[name]
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    assert tuple(FLAGS[engine]["sources"]) == SOURCES[engine]
+    for url in FLAGS[engine]["sources"]:
+        assert url in header
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_scripts_are_valid_bash(planned, case, tmp_path):
+    for name in ("deploy-vllm.sh", "deploy-sglang.sh"):
+        path = tmp_path / name
+        path.write_text(configs(planned, *CASES[case])[name])
+        r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_disaggregated_configs_describe_the_deployment(planned):
+    files = configs(planned, *CASES["disagg-in-node"])  # 3 prefill x tp2 + 2 decode x tp4
+    vllm = [split_env(list(w)) for w in shell_commands(files["deploy-vllm.sh"])]
+    serve = [(env, check_command("vllm", w)[1]) for env, w in vllm if w[:2] == ["vllm", "serve"]]
+    roles = [json.loads(f["--kv-transfer-config"][0])["kv_role"] for _, f in serve]
+    assert roles == ["kv_producer"] * 3 + ["kv_consumer"] * 2
+    assert [f["--tensor-parallel-size"] for _, f in serve] == [["2"]] * 3 + [["4"]] * 2
+    # packed on 8-GPU nodes: 3 x tp2 on node 0, 2 x tp4 on node 1
+    assert [env["CUDA_VISIBLE_DEVICES"] for env, _ in serve] == [
+        "0,1",
+        "2,3",
+        "4,5",
+        "0,1,2,3",
+        "4,5,6,7",
+    ]
+    # the proxy sends to every instance's port
+    proxy = next(w for _, w in vllm if w[0] == "python")
+    p = check_command("vllm", proxy)[1]
+    assert len(p["--prefiller-ports"]) == 3 and len(p["--decoder-ports"]) == 2
+    # SGLang: the same instances in disaggregation mode, all behind the PD router
+    sg = servers("sglang", files["deploy-sglang.sh"])
+    assert [s["--disaggregation-mode"] for s in sg] == [["prefill"]] * 3 + [["decode"]] * 2
+    routers = [w for w in shell_commands(files["deploy-sglang.sh"]) if "--pd-disaggregation" in w]
+    assert len(routers) == 1
+    assert routers[0].count("--prefill") == 3 and routers[0].count("--decode") == 2
+    # Dynamo: one service per pool, replicas and GPUs per replica
+    svcs = yaml.safe_load(files["deploy-dynamo.yaml"])["spec"]["services"]
+    assert svcs["VllmPrefillWorker"]["replicas"] == 3
+    assert svcs["VllmPrefillWorker"]["resources"]["limits"]["gpu"] == "2"
+    assert svcs["VllmDecodeWorker"]["replicas"] == 2
+    assert svcs["VllmDecodeWorker"]["subComponentType"] == "decode"
+
+
+def test_tp_across_nodes_spans_whole_nodes(planned):
+    files = configs(planned, *CASES["disagg-tp16"])  # 1 x tp8 prefill, 1 x tp16 decode
+    svcs = yaml.safe_load(files["deploy-dynamo.yaml"])["spec"]["services"]
+    dec = svcs["VllmDecodeWorker"]
+    assert dec["multinode"] == {"nodeCount": 2} and dec["resources"]["limits"]["gpu"] == "8"
+    assert "multinode" not in svcs["VllmPrefillWorker"]
+    sg = shell_commands(files["deploy-sglang.sh"])
+    ranks = [w[w.index("--node-rank") + 1] for w in sg if "--node-rank" in w]
+    assert ranks == ["0", "1"]  # the decode instance is launched on both of its nodes
+    vl = [w for _, w in (split_env(list(w)) for w in shell_commands(files["deploy-vllm.sh"]))]
+    decode = [w for w in vl if "kv_consumer" in " ".join(w)]
+    assert decode and "--distributed-executor-backend" in decode[0]
+
+
+def test_fp8_and_chunk_settings_reach_the_engines(planned):
+    files = configs(planned, *CASES["vllm-fp8"])
+    serve = servers("vllm", files["deploy-vllm.sh"])
+    assert len(serve) == 8
+    assert all(f["--quantization"] == ["fp8"] and f["--kv-cache-dtype"] == ["fp8"] for f in serve)
+    sg = servers("sglang", files["deploy-sglang.sh"])
+    assert len(sg) == 8
+    assert all(f["--chunked-prefill-size"] == ["-1"] for f in sg)  # whole prompts
+    chunked = configs(planned, *CASES["chunked"])
+    sg = servers("sglang", chunked["deploy-sglang.sh"])
+    assert len(sg) == 4 and all(f["--chunked-prefill-size"] == ["512"] for f in sg)
+    vl = [
+        check_command("vllm", split_env(list(w))[1])[1]
+        for w in shell_commands(chunked["deploy-vllm.sh"])
+    ]
+    assert all(f["--max-num-batched-tokens"] == ["512"] for f in vl)
