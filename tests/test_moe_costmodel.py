@@ -282,3 +282,42 @@ def test_bad_layouts_are_one_line_errors_naming_the_field(model, kwargs, match):
 def test_fp8_block_needs_fp8_tensor_cores():
     with pytest.raises(UserError, match=r"^weight_dtype: a100-80gb has no FP8"):
         build_moe_worker_cost("qwen3-30b-a3b", "a100-80gb", 1, weight_dtype="fp8-block")
+
+
+def _python_calls(fn) -> int:
+    """Python function calls made while running ``fn()`` (a deterministic work count)."""
+    import sys
+
+    calls = 0
+
+    def prof(frame, event, arg):
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_cost_per_state_change_does_not_grow_with_gpus_per_worker():
+    """A step costs the same work on an 8-GPU and a 144-GPU unit (no per-GPU loop), and a
+    decode batch size is costed once."""
+    small = build_moe_worker_cost("deepseek-v3", "h200-sxm", 1, dp=8, weight_dtype="fp8-block")
+    wide = build_moe_worker_cost(
+        "deepseek-v3", "h800-sxm", 1, dp=144, weight_dtype="fp8-block", redundant_experts=32
+    )
+    counts = []
+    for c in (small, wide):
+        counts.append(
+            (
+                _python_calls(lambda c=c: c.prefill_time_s(16, 16 * 2048, 16 * 2048 * 2049 / 2)),
+                _python_calls(lambda c=c: c.decode_coeffs(777)),
+                _python_calls(lambda c=c: c.mixed_time_s(64, 64000, 1, 512, 512 * 513 / 2)),
+            )
+        )
+        assert _python_calls(lambda c=c: c.decode_coeffs(777)) <= 2  # memoised
+    assert counts[0] == counts[1]

@@ -4,6 +4,11 @@ Owns the cost-query commands::
 
     disaggsim cost prefill --model M --gpu G --tp N --batch B --prompt-tokens P
     disaggsim cost decode  --model M --gpu G --tp N --batch B --context-tokens C
+        MoE / MLA models also take the worker's layout, --dp N (attention data-parallel
+        ranks), --ep N (expert parallelism), --gpus N (per worker, = tp x dp), and the
+        MoE options --redundant-experts, --routing, --power-law-alpha,
+        --imbalance-factor, --all-to-all, --two-batch-overlap, --mla-prefill; --batch then
+        counts sequences over the whole worker
     disaggsim cost kv      --model M --tokens T [--kv-dtype fp8] [--link pcie] [--gpu G]
                            [--prefill-s S] [--overlap] [--path same-node|cross-node-rdma|
                            cross-node-staged] [--tp N] [--host-staging pageable]
@@ -40,10 +45,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, dtype_bytes, get_gpu, get_model
-from disaggsim.config.bounds import MAX_BATCH_SEQS, MAX_TOKENS, MAX_TP
+from disaggsim.config.bounds import MAX_BATCH_SEQS, MAX_DP, MAX_TOKENS, MAX_TP
 from disaggsim.costmodel import ops
 from disaggsim.costmodel.kv import LINK_CLASSES, kv_transfer
-from disaggsim.costmodel.step import KV_DTYPES, WEIGHT_DTYPES, RooflineWorkerCost, build_worker_cost
+from disaggsim.costmodel.mla import MLA_PREFILL_FORMS
+from disaggsim.costmodel.moe import (
+    A2A_CHOICES,
+    ROUTINGS,
+    WEIGHT_FORMATS,
+    MoeWorkerCost,
+    build_cost,
+)
+from disaggsim.costmodel.step import KV_DTYPES
 from disaggsim.errors import UserError
 from disaggsim.fabric import exposed_time_s
 from disaggsim.fabric.estimate import PAIR_PATHS, estimate_handoff, pair_topology
@@ -84,10 +97,39 @@ def _choice(name: str, choices: tuple[str, ...], help: str, default: str | None 
 
 MODEL = _choice("model", MODEL_IDS, "model id")
 GPU = _choice("gpu", GPU_IDS, "GPU id")
-TP = _int("tp", "tensor-parallel degree (GPUs per worker)", maximum=MAX_TP)
-BATCH = _int("batch", "sequences in the batch", maximum=MAX_BATCH_SEQS)
+TP = Field(
+    "tp",
+    "int",
+    "tensor-parallel degree (GPUs per worker; per DP rank with --dp)",
+    False,
+    maximum=MAX_TP,
+)
+BATCH = _int("batch", "sequences in the batch (over the whole worker)", maximum=MAX_BATCH_SEQS)
+LAYOUT = (
+    Field(
+        "dp", "int", "attention data-parallel ranks per worker (MoE models)", False, maximum=MAX_DP
+    ),
+    Field(
+        "ep",
+        "int",
+        "expert-parallel degree (default: all GPUs when dp > 1, else 1)",
+        False,
+        maximum=MAX_TP * MAX_DP,
+    ),
+    Field("gpus", "int", "GPUs per worker (= tp x dp)", False, maximum=MAX_TP * MAX_DP),
+)
+# MoE options: passed to the cost model only when given (a dense model refuses them)
+MOE_OPTS = (
+    Field("redundant_experts", "int", "EPLB redundant expert slots", False, minimum=0),
+    Field("routing", "choice", "token spread over experts", False, None, ROUTINGS),
+    _float("power_law_alpha", "power-law exponent with --routing power_law", 1e-9),
+    _float("imbalance_factor", "busiest EP rank's load over the mean", 1.0),
+    Field("all_to_all", "choice", "DeepEP mode", False, None, A2A_CHOICES),
+    Field("two_batch_overlap", "bool", "overlap all-to-all with compute", False),
+    Field("mla_prefill", "choice", "MLA prefill form", False, None, MLA_PREFILL_FORMS),
+)
 WORKER_OPTS = (
-    _choice("weight_dtype", WEIGHT_DTYPES, "weight dtype", "bf16"),
+    _choice("weight_dtype", WEIGHT_FORMATS, "weight dtype", "bf16"),
     _choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"),
     _choice("engine", ENGINE_KINDS, "serving-engine overheads", "cuda-graphs"),
 )
@@ -107,14 +149,45 @@ def _profile(values: dict[str, Any], gpu_id: str, cache: dict) -> HardwareProfil
     return cache[key]
 
 
-def _worker(values: dict[str, Any], cache: dict) -> RooflineWorkerCost:
-    key = tuple(values[k] for k in ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine"))
-    key += (values.get("profile"),)
+def _layout(v: dict[str, Any]) -> tuple[int, int]:
+    """``(tp, dp)`` from ``--tp``, ``--dp`` and ``--gpus`` (gpus = tp × dp)."""
+    tp, dp, gpus = v.get("tp"), v.get("dp"), v.get("gpus")
+    if gpus is None:
+        if tp is None:
+            raise UserError("missing --tp (or --gpus)")
+        return tp, dp or 1
+    if tp is None and dp is None:
+        return gpus, 1
+    if tp is None:
+        assert dp is not None
+        tp, rest = divmod(gpus, dp)
+        if rest:
+            raise UserError(f"--gpus: {gpus} is not a multiple of --dp {dp}")
+        return tp, dp
+    dp_of = dp or gpus // tp
+    if tp * dp_of != gpus:
+        raise UserError(
+            f"--gpus: {gpus} GPUs per worker must equal tp x dp (--tp {tp}"
+            + (f" x --dp {dp}" if dp else "")
+            + f"; allowed: {tp * (dp or max(gpus // tp, 1))})"
+        )
+    return tp, dp_of
+
+
+def _worker(values: dict[str, Any], cache: dict) -> Any:
+    tp, dp = _layout(values)
+    values["tp"], values["dp"] = tp, dp
+    moe = {f.name: values[f.name] for f in MOE_OPTS if values.get(f.name) is not None}
+    key = tuple(values[k] for k in ("model", "gpu", "weight_dtype", "kv_dtype", "engine"))
+    key += (tp, dp, values.get("ep"), tuple(sorted(moe.items())), values.get("profile"))
     if key not in cache:
-        cache[key] = build_worker_cost(
+        cache[key] = build_cost(
             values["model"],
             values["gpu"],
-            values["tp"],
+            tp,
+            dp=dp,
+            ep=values.get("ep"),
+            moe=moe,
             weight_dtype=values["weight_dtype"],
             kv_dtype=values["kv_dtype"],
             engine=values["engine"],
@@ -123,10 +196,41 @@ def _worker(values: dict[str, Any], cache: dict) -> RooflineWorkerCost:
     return cache[key]
 
 
-def _worker_inputs(v: dict[str, Any], cost: RooflineWorkerCost) -> dict[str, Any]:
+def _worker_inputs(v: dict[str, Any], cost: Any) -> dict[str, Any]:
     out = {k: v[k] for k in ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine")}
     out["profile_kind"] = cost.profile.provenance.get("kind")
-    out["tp_layout"] = cost.tp_layout.as_dict()  # in one node, or hierarchical across nodes
+    if isinstance(cost, MoeWorkerCost):
+        lo = cost.layout
+        out.update(dp=lo.dp, ep=lo.ep, gpus=lo.gpus, moe_tp=lo.moe_tp)
+        out["layout"] = {
+            "nodes": cost.nodes,
+            "local_experts": cost.local_experts,
+            "redundant_experts": lo.redundant_experts,
+            "routing": lo.routing,
+            "imbalance_factor": lo.imbalance_factor,
+            "all_to_all": cost.uses_all_to_all and lo.all_to_all,
+            "two_batch_overlap": lo.two_batch_overlap,
+            "weight_format": cost.weight_format,
+            "moe_params_kind": cost.params.provenance.get("kind"),
+            "moe_params_from": cost.params.transferred_from or cost.gpu.id,
+        }
+    else:
+        out["tp_layout"] = cost.tp_layout.as_dict()  # in one node, or hierarchical
+    return out
+
+
+def _moe_parts(cost: Any, bd: Any) -> dict[str, Any]:
+    """The MoE, MLA and all-to-all parts of a breakdown (MoE workers only)."""
+    if not isinstance(cost, MoeWorkerCost):
+        return {}
+    out: dict[str, Any] = {
+        "moe_s": bd.router_s + bd.shared_expert_s + bd.expert_gemm_s,
+        "all_to_all_s": bd.dispatch_s + bd.combine_s + bd.overlap_s,
+        "weights_bytes_per_gpu_by_part": cost.weights_breakdown_bytes_per_gpu(),
+        "kv_capacity_tokens_per_rank": cost.kv_capacity_tokens_per_rank,
+    }
+    if cost.model.mla is not None:
+        out["mla_s"] = bd.attention_gemm_s + bd.attention_s
     return out
 
 
@@ -143,6 +247,7 @@ def _prefill(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "prompt_tokens": p,
         "time_s": cost.prefill_time_s(b, new_tokens, pairs),
         "breakdown": bd.as_dict(),
+        **_moe_parts(cost, bd),
         "tokens_per_s": new_tokens / bd.total_s,
     }
 
@@ -159,6 +264,7 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "context_tokens": c,
         "time_s": cost.decode_time_s(b, b * c),
         "breakdown": bd.as_dict(),
+        **_moe_parts(cost, bd),
         "base_s": base_s,
         "per_context_token_s": per_token_s,
         "kv_capacity_tokens": cost.kv_capacity_tokens,
@@ -173,7 +279,7 @@ KV_PATHS = PAIR_PATHS
 def _kv(v: dict[str, Any], cache: dict) -> dict[str, Any]:
     model = get_model(v["model"])
     per_token = model.kv_bytes_per_token(v["kv_dtype"])
-    nbytes = per_token * v["tokens"]
+    nbytes = model.kv_bytes(v["tokens"], v["kv_dtype"])  # windowed layers keep <= window
     prefill_s = v.get("prefill_s") or 0.0
     overlap = bool(v.get("overlap"))
     if v.get("path") is not None:
@@ -199,6 +305,7 @@ def _kv(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "link": fab.pop("link"),
         "gpu": v.get("gpu"),
         "bytes_per_token": per_token,
+        "kv_cache": _kv_cache_shape(model),
         "bytes": nbytes,
         "gib": nbytes / 2**30,
         "transfer_s": fab["transfer_s"],
@@ -214,6 +321,27 @@ def _kv(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "num_layers": model.num_layers,
         **{k: fab[k] for k in fab if k not in ("transfer_s", "latency_s")},
     }
+
+
+def _kv_cache_shape(model: Any) -> dict[str, Any]:
+    """What one token's KV is: MLA's latent, or K and V per KV head; windowed layers."""
+    if model.mla is not None:
+        shape: dict[str, Any] = {
+            "kind": "mla",
+            "values_per_token_per_layer": model.mla.cache_elems_per_token,
+            "kv_lora_rank": model.mla.kv_lora_rank,
+            "qk_rope_head_dim": model.mla.qk_rope_head_dim,
+        }
+    else:
+        shape = {
+            "kind": "gqa" if model.num_kv_heads < model.num_heads else "mha",
+            "values_per_token_per_layer": model.kv_elems_per_token_per_layer(),
+        }
+    shape["layers"] = model.num_layers
+    w = model.attention_window
+    if w is not None:
+        shape["window"] = {"kind": w.kind, "tokens": w.tokens, "layers": w.num_layers}
+    return shape
 
 
 def _kv_fabric(
@@ -362,14 +490,18 @@ COMMANDS: dict[str, tuple[str, tuple[Field, ...], Query]] = {
     "prefill": (
         "time of one prefill batch of equal prompts",
         (MODEL, GPU, TP, BATCH, _int("prompt_tokens", "prompt tokens per sequence"))
+        + LAYOUT
         + WORKER_OPTS
+        + MOE_OPTS
         + (PROFILE,),
         _prefill,
     ),
     "decode": (
         "time of one decode step",
         (MODEL, GPU, TP, BATCH, _int("context_tokens", "cached tokens per sequence", 0))
+        + LAYOUT
         + WORKER_OPTS
+        + MOE_OPTS
         + (PROFILE,),
         _decode,
     ),

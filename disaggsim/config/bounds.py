@@ -19,6 +19,9 @@ MAX_WORKERS_PER_POOL = 1024
 """Workers one pool may hold, initially or by autoscaling (``max_workers``)."""
 MAX_TP = 64
 """GPUs per worker (tensor-parallel degree)."""
+MAX_DP = 1024
+"""Attention data-parallel ranks per worker (an MoE EP unit: DeepSeek's decode unit has
+144); a worker holds at most ``MAX_TP × MAX_DP`` GPUs and the scenario ``MAX_GPUS``."""
 MAX_GPUS = 16384
 """GPUs of the whole scenario, autoscaled pools counted at ``max_workers``."""
 MAX_GPUS_PER_NODE = 64

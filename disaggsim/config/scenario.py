@@ -25,6 +25,7 @@ from disaggsim.autoscale import AutoscaleConfig, check_against_pools
 from disaggsim.config.bounds import (
     MAX_BATCH_SEQS,
     MAX_BATCH_TOKENS,
+    MAX_DP,
     MAX_DURATION_S,
     MAX_EVENTS,
     MAX_GPUS,
@@ -85,7 +86,7 @@ class PoolConfig(_Model):
     )
     # MoE layout (docs/costmodel.md): a worker is tp x dp GPUs, experts over ep of them
     dp: int = Field(
-        default=1, ge=1, le=MAX_TP, description="attention data-parallel ranks per worker"
+        default=1, ge=1, le=MAX_DP, description="attention data-parallel ranks per worker"
     )
     ep: int | None = Field(
         default=None,

@@ -877,12 +877,15 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def valid_layouts(model: ModelSpec, gpus: int, gpus_per_node: int) -> list[tuple[int, int, int]]:
+def valid_layouts(
+    model: ModelSpec, gpus: int, gpus_per_node: int, redundant_experts: int = 0
+) -> list[tuple[int, int, int]]:
     """``(tp, dp, ep)`` layouts of ``gpus`` GPUs that shard ``model``: tp divides the
     heads (and the KV heads or is a multiple of them) and fits one node, tp × dp =
-    gpus, ep divides gpus and the experts, ep = gpus when dp > 1."""
+    gpus, ep divides gpus and the expert slots (experts + redundant), ep = gpus when
+    dp > 1."""
     out = []
-    experts = model.moe.num_experts if model.moe is not None else 1
+    experts = model.moe.num_experts + redundant_experts if model.moe is not None else 1
     for tp in _divisors(gpus):
         if tp > gpus_per_node or not _tp_ok(model, tp):
             continue
