@@ -321,3 +321,22 @@ def test_cost_per_state_change_does_not_grow_with_gpus_per_worker():
         )
         assert _python_calls(lambda c=c: c.decode_coeffs(777)) <= 2  # memoised
     assert counts[0] == counts[1]
+
+
+def test_all_to_all_traffic_is_what_the_step_prices(ds_decode):
+    """The traffic handed to a fabric model is the volume the dispatch time was priced on."""
+    tr = ds_decode.all_to_all_traffic(144 * 64, 0)
+    assert (tr.mode, tr.num_layers, tr.nodes) == ("low_latency", 58, 18)
+    payload = 7168 + 7168 / 128 * 4
+    assert tr.dispatch_nvlink_bytes == pytest.approx(64 * 8 * 7 / 144 * payload)
+    assert tr.dispatch_rdma_bytes == pytest.approx(64 * 8 * 136 / 144 * payload)
+    assert tr.combine_rdma_bytes == pytest.approx(64 * 8 * 136 / 144 * 7168 * 2)
+    p = load_moe_params("h800-sxm").all_to_all["low_latency"]["dispatch"]
+    one = float(
+        all_to_all_time_s(p, tr.dispatch_nvlink_bytes, tr.dispatch_rdma_bytes, 18, 200e9, 50e9)
+    )
+    bd = ds_decode.breakdown(decode_batch=144 * 64, decode_context_tokens=0)
+    assert bd.dispatch_s == pytest.approx(58 * one, rel=1e-12)
+    assert ds_decode.all_to_all_traffic(144 * 64, 4096).mode == "normal"
+    tp_only = build_moe_worker_cost("mixtral-8x7b", "h100-sxm", 4)
+    assert tp_only.all_to_all_traffic(64, 0).num_layers == 0

@@ -33,6 +33,7 @@ EP_UNITS = {
         "rate_per_s": 20.0,
         "prompt_tokens": {"dist": "lognormal", "median": 800, "sigma": 0.6, "max": 4096},
         "output_tokens": {"dist": "lognormal", "median": 150, "sigma": 0.5, "max": 600},
+        "max_tokens": 600,
     },
     "sim": {"duration_s": 20.0, "max_drain_s": 120.0},
 }

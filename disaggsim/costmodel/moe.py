@@ -66,6 +66,7 @@ from disaggsim.units import GiB
 
 __all__ = [
     "A2A_CHOICES",
+    "AllToAllTraffic",
     "ROUTINGS",
     "WEIGHT_FORMATS",
     "MoeBreakdown",
@@ -257,6 +258,21 @@ class MoeLayout:
     @property
     def is_default(self) -> bool:
         return self == MoeLayout(tp=self.tp)
+
+
+@dataclass(frozen=True, slots=True)
+class AllToAllTraffic:
+    """One iteration's expert all-to-all as traffic (per MoE layer, per GPU of the busiest
+    rank): what an engine needs to move it as flows on a topology fabric, where it would
+    contend with KV handoffs. ``num_layers`` dispatch+combine pairs run per iteration."""
+
+    mode: str  # "normal" | "low_latency" ("" when the layout has no all-to-all)
+    num_layers: int
+    nodes: int
+    dispatch_nvlink_bytes: float
+    dispatch_rdma_bytes: float
+    combine_nvlink_bytes: float
+    combine_rdma_bytes: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -788,6 +804,35 @@ class MoeWorkerCost:
                 else:
                     combine = t
         return router, shared, experts, dispatch, combine
+
+    def all_to_all_traffic(self, decode_batch: int, prefill_tokens: int) -> AllToAllTraffic:
+        """The all-to-all of one iteration as traffic, for an engine that moves it as
+        flows on a topology fabric: per MoE layer and per GPU, the bytes of dispatch and
+        combine over NVLink and over RDMA (the same volumes the step time uses)."""
+        lo = self.layout
+        m = decode_batch + prefill_tokens
+        if not self.uses_all_to_all or m <= 0 or self.model.moe is None:
+            return AllToAllTraffic("", 0, 0, 0.0, 0.0, 0.0, 0.0)
+        mode = lo.all_to_all
+        if mode == "auto":
+            mode = "low_latency" if prefill_tokens == 0 else "normal"
+        per_gpu = m / lo.gpus * self.imbalance(m)
+        gpn = self.gpu.gpus_per_node
+        d_nv, d_rd = all_to_all_volume_bytes(
+            per_gpu, self._dispatch_payload, self._top_k, lo.ep, gpn, mode
+        )
+        c_nv, c_rd = all_to_all_volume_bytes(
+            per_gpu, self._combine_payload, self._top_k, lo.ep, gpn, mode
+        )
+        return AllToAllTraffic(
+            mode,
+            self.num_moe_layers,
+            self.nodes,
+            float(d_nv),
+            float(d_rd),
+            float(c_nv),
+            float(c_rd),
+        )
 
     def _attn_gemm_ew_layer(self, m_r: float) -> float:
         """A layer's projections and element-wise kernels (what overlaps the all-to-all)."""
