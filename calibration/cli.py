@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from disaggsim.errors import UserError
+from disaggsim.inputs import read_json
 from disaggsim.output import PROFILE_OWNED, prefix_owned, write_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -139,10 +140,7 @@ def _cmd_fit(args) -> int:
             f"{base_path}: base profile for GPU {args.gpu!r} not found (give --base "
             f"PROFILE.json; shipped: {', '.join(shipped_gpu_ids())})"
         )
-    try:
-        base = json.loads(base_path.read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{base_path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    base = read_json(base_path, UserError)
     profile_from_dict(base, str(base_path))  # validates the base before we build on it
     df = read_raw(args.raw_dir)
     prof = build_profile(args.gpu, df, base, str(args.raw_dir), _repo_rel(base_path))

@@ -85,7 +85,7 @@ def read_raw(raw_dir: str | Path) -> pd.DataFrame:
             df = pd.read_csv(
                 path, dtype={"kind": str, "backend": str, "dtype": str}, on_bad_lines="skip"
             )
-        except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
         missing = [c for c in ("op", "dtype", "median_s") if c not in df.columns]
         if missing:

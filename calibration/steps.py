@@ -199,7 +199,10 @@ def read_steps(raw_dir: str | Path) -> pd.DataFrame:
         raise UserError(
             f"{path}: no steps.csv (run `python -m calibration.steps --device cuda --out DIR`)"
         )
-    df = pd.read_csv(path)
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise UserError(f"{path}: missing column {missing[0]}")

@@ -12,7 +12,6 @@ for a modelling change only, and say so in the commit (docs/sweeps.md).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from disaggsim.errors import UserError
+from disaggsim.inputs import read_json
 from disaggsim.metrics.summary_table import regress_metrics
 from disaggsim.output import check_file, json_owned, write_file
 from disaggsim.sweep.core import (
@@ -153,7 +153,7 @@ def reference_path(ref_dir: Path, name: str) -> Path:
 
 def load_reference(path: Path) -> Reference:
     try:
-        raw = json.loads(path.read_text())
+        raw = read_json(path, UserError)
         grid = {str(k): list(v) for k, v in raw["grid"].items()}
         return Reference(
             name=path.stem,

@@ -251,6 +251,22 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("sessions-inf-think", _nothing, sets(f"workload={{{_SESSIONS}, rate_per_s: 1, turns: "
      "{dist: fixed, value: 2}, think_time_s: {dist: fixed, value_s: .inf}}"),
      "think_time_s"),
+    # ---- other files a command reads
+    ("profile-nested-json", _file("p.json", "[" * 100_000 + "]" * 100_000),
+     ["calibrate", "show", "h100-sxm", "--profile", "p.json"], "p.json: JSON nested too deeply"),
+    ("profile-not-utf8", _file("p.json", bytes(range(128, 256))),
+     cost(*PREFILL, "--batch", "1", "--prompt-tokens", "512", "--profile", "p.json"),
+     "p.json: not UTF-8 text"),
+    ("base-profile-nested", _file("p.json", "[" * 100_000 + "]" * 100_000),
+     ["calibrate", "fit", str(REPO / "calibration" / "runs" / "h200-2026-11-29"), "--gpu",
+      "h200-sxm", "--base", "p.json", "--out", "new.json"], "p.json: JSON nested too deeply"),
+    ("raw-csv-not-utf8", _file("raw/gemm.csv", bytes(range(128, 256)) * 4),
+     ["calibrate", "fit", "raw", "--gpu", "h200-sxm", "--out", "new.json"],
+     "raw/gemm.csv: not a readable CSV"),
+    ("steps-csv-not-utf8", _file("raw/steps.csv", bytes(range(128, 256)) * 4),
+     ["calibrate", "validate-steps", "raw"], "raw/steps.csv: not a readable CSV"),
+    ("cost-input-not-utf8", _file("q.csv", bytes(range(128, 256)) * 4),
+     cost("prefill", "--input", "q.csv"), "q.csv: not a readable CSV"),
     # ---- cost: the same bounds
     ("cost-batch-1e400", _nothing, cost(*PREFILL, "--batch", "1" + "0" * 400, "--prompt-tokens",
      "512"), "--batch: must be <= 16,384"),
@@ -276,6 +292,10 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("trace-mooncake-1e30", _file("t.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
      '{"timestamp": 5, "input_length": 1e30, "output_length": 5}\n'),
      sets("workload={kind: trace, path: t.jsonl, format: mooncake}"), "t.jsonl:2: input_length"),
+    ("trace-mooncake-nested", _file("t.jsonl", "[" * 100_000 + "]" * 100_000 + "\n"),
+     sets("workload={kind: trace, path: t.jsonl, format: mooncake}"), "t.jsonl:1: JSON nested too deeply"),
+    ("trace-azure-random-bytes", _file("t.csv", bytes(range(128, 256)) * 8),
+     sets("workload={kind: trace, path: t.csv, format: azure}"), "t.csv: not an Azure trace CSV"),
 ]  # fmt: skip
 
 

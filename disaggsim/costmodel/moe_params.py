@@ -25,7 +25,6 @@ and :mod:`disaggsim.costmodel.mla`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from disaggsim.hardware.profile import ProfileError
+from disaggsim.inputs import read_json
 
 __all__ = [
     "A2A_MODES",
@@ -218,13 +218,9 @@ def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
 
 @cache
 def _load_file(path: str) -> MoeParams:
-    try:
-        raw = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: MoE parameter file not found") from None
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-    return moe_params_from_dict(raw, path)
+    if not Path(path).exists():
+        raise ProfileError(f"{path}: MoE parameter file not found")
+    return moe_params_from_dict(read_json(path, ProfileError), path)
 
 
 def load_moe_params(gpu_id: str, path: str | Path | None = None) -> MoeParams:

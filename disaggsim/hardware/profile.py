@@ -31,11 +31,12 @@ Formulas that consume these parameters are in :mod:`disaggsim.costmodel.ops`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from disaggsim.inputs import read_json
 
 SCHEMA_VERSION = 1
 PROVENANCE_KINDS = ("measured", "fitted-public", "prior", "provisional")
@@ -211,10 +212,7 @@ def load_profile(gpu_id: str | None = None, path: str | Path | None = None) -> H
             + (f" for GPU {gpu_id!r}" if gpu_id else "")
             + allowed
         )
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    raw = read_json(path, ProfileError)
     prof = profile_from_dict(raw, str(path))
     if gpu_id is not None and prof.gpu != gpu_id:
         raise ProfileError(f"{path}: gpu is {prof.gpu!r}, expected {gpu_id!r}")

@@ -220,6 +220,8 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UserError(f"{path}:{line_no}: invalid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise UserError(f"{path}:{line_no}: JSON nested too deeply") from None
             if not isinstance(record, dict):
                 raise UserError(f"{path}:{line_no}: expected a JSON object per line")
             times_ms.append(_count(path, line_no, record, "timestamp"))
