@@ -410,7 +410,7 @@ def validation_rows(data: Path, params: MoeParams) -> list[tuple]:
                 )
     a2a = deepep_rows(data)
     for key, d in a2a.groupby(["source", "mode", "phase", "node_num"], sort=True):
-        src, mode, phase, nodes = (str(k) for k in key)  # type: ignore[union-attr]
+        src, mode, phase, nodes = (str(k) for k in key)
         pred = _a2a(params.all_to_all[mode][phase], d)
         out.append(
             (f"DeepEP {phase}", src, f"{nodes} node{'s' if nodes != '1' else ''}")

@@ -454,7 +454,7 @@ class Report:
 
 
 def _asdict(r: Row) -> dict:
-    return {k: getattr(r, k) for k in Row.__slots__}  # type: ignore[attr-defined]
+    return {k: getattr(r, k) for k in Row.__slots__}
 
 
 def run(gpus: list[str], data: Path, moe_section: bool = False) -> Report:

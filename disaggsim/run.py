@@ -166,9 +166,9 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
 
 def _max_workers(scenario: Scenario) -> dict[str, int]:
     """The most workers each autoscaled pool may grow to."""
-    out = {}
+    out: dict[str, int] = {}
     for role in scenario.pools:
-        auto = scenario.autoscale.for_role(role)  # type: ignore[arg-type]
+        auto = scenario.autoscale.for_role(role)
         if auto is not None:
             out[role] = auto.max_workers
     return out
@@ -223,7 +223,7 @@ def engine_config(
 
     pools = []
     for role, pool in scenario.pools.items():
-        auto = scenario.autoscale.for_role(role)  # type: ignore[arg-type]
+        auto = scenario.autoscale.for_role(role)
         pools.append(_pool_spec(role, pool, costs[role], auto.max_workers if auto else None))
     kv = scenario.kv
     return EngineConfig(
@@ -344,13 +344,13 @@ def build_autoscalers(scenario: Scenario, costs: dict[str, WorkerCost], mean_pro
 
     out = []
     for role, pool in scenario.pools.items():
-        cfg = scenario.autoscale.for_role(role)  # type: ignore[arg-type]
+        cfg = scenario.autoscale.for_role(role)
         if cfg is None:
             continue
         cost = costs[role]
         scaler = Autoscaler(
             cfg,
-            role,  # type: ignore[arg-type]
+            role,
             ttft_slo_s=scenario.slo.ttft_s,
             itl_slo_s=scenario.slo.itl_s,
             prefill_tokens_per_s_per_worker=prefill_tokens_per_s(

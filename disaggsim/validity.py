@@ -28,6 +28,7 @@ from disaggsim.catalog import get_gpu
 from disaggsim.errors import UserError
 
 if TYPE_CHECKING:
+    from disaggsim.autoscale.config import Role
     from disaggsim.config.loader import LoadedScenario
     from disaggsim.config.scenario import PoolConfig, Scenario
     from disaggsim.workload.config import LengthDistribution
@@ -51,8 +52,8 @@ def _pool_key(role: str) -> str:
     return "pool" if role == "colocated" else f"{role}_pool"
 
 
-def _max_workers(scenario: Scenario, role: str, pool: PoolConfig) -> int:
-    auto = scenario.autoscale.for_role(role)  # type: ignore[arg-type]
+def _max_workers(scenario: Scenario, role: Role, pool: PoolConfig) -> int:
+    auto = scenario.autoscale.for_role(role)
     return max(pool.num_workers, auto.max_workers) if auto is not None else pool.num_workers
 
 

@@ -32,7 +32,7 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _numbers_in_range(self):  # type: ignore[no-untyped-def]
+    def _numbers_in_range(self):
         check_magnitudes(self)
         return self
 
@@ -108,7 +108,7 @@ class AutoscaleConfig(_Frozen):
     colocated: PoolAutoscaleConfig | None = None
 
     def for_role(self, role: Role) -> PoolAutoscaleConfig | None:
-        return getattr(self, role)  # type: ignore[no-any-return]
+        return getattr(self, role)
 
 
 def check_against_pools(

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from disaggsim.autoscale import AutoscaleConfig, check_against_pools
+from disaggsim.autoscale.config import Role
 from disaggsim.config.bounds import (
     MAX_BATCH_SEQS,
     MAX_BATCH_TOKENS,
@@ -53,7 +54,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _numbers_in_range(self):  # type: ignore[no-untyped-def]
+    def _numbers_in_range(self):
         check_magnitudes(self)
         return self
 
@@ -325,7 +326,7 @@ class Scenario(_Model):
         random failures and autoscaler decisions of the run."""
         max_gpus = 0
         for role, p in self.pools.items():
-            auto = self.autoscale.for_role(role)  # type: ignore[arg-type]
+            auto = self.autoscale.for_role(role)
             max_gpus += max(p.num_workers, auto.max_workers if auto else 0) * p.gpus_per_worker
         if max_gpus > MAX_GPUS:
             raise ValueError(
@@ -352,7 +353,7 @@ class Scenario(_Model):
                 )
         horizon_s = self.sim.duration_s + self.sim.max_drain_s
         for role in self.pools:
-            auto = self.autoscale.for_role(role)  # type: ignore[arg-type]
+            auto = self.autoscale.for_role(role)
             if auto is not None and horizon_s / auto.interval_s > MAX_EVENTS:
                 raise ValueError(
                     f"autoscale.{role}.interval_s: {horizon_s / auto.interval_s:.3g} decisions "
@@ -384,7 +385,7 @@ class Scenario(_Model):
                 )
 
     @property
-    def pools(self) -> dict[str, PoolConfig]:
+    def pools(self) -> dict[Role, PoolConfig]:
         """Pools by role: ``prefill``/``decode`` or ``colocated``."""
         if self.architecture == "disaggregated":
             assert self.prefill_pool is not None and self.decode_pool is not None

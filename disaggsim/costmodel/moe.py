@@ -304,7 +304,7 @@ class MoeBreakdown:
         return self.dispatch_s + self.combine_s
 
     def as_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 def _gemm_s(peak: float, hbm: float, p: GemmParams, m: float, n: float, k: float, elem: float):

@@ -32,7 +32,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _numbers_in_range(self):  # type: ignore[no-untyped-def]
+    def _numbers_in_range(self):
         check_magnitudes(self)
         return self
 

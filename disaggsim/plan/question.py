@@ -67,7 +67,7 @@ class Question:
         """The ``disaggsim plan`` arguments that ask this question (non-defaults only)."""
         out = ["plan"]
         defaults = Question()
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in self.__slots__:
             v = getattr(self, name)
             if v is None or v == getattr(defaults, name):
                 continue

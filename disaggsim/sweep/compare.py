@@ -106,10 +106,10 @@ def compare(
     such combination; otherwise a :class:`UserError` names the file that differs."""
     if not scenarios:
         raise UserError("compare: give at least one scenario")
-    if isinstance(params, (list, tuple)):
-        plist: tuple[Param, ...] = tuple(params)
+    if params is None or isinstance(params, Mapping):
+        plist = params_from_mapping(params)
     else:
-        plist = params_from_mapping(params)  # type: ignore[arg-type]
+        plist = tuple(params)
     check_grid_size(plist, seeds * len(scenarios))
     sources = [as_source(s, overrides) for s in scenarios]
     lo, hi = rate_range(plist, rate_lo, rate_hi)
