@@ -159,7 +159,7 @@ def deployment_of(res: SearchResult, advice: Advice) -> Deployment:
         gpus_per_node=node,
         num_nodes=num_nodes,
         instances=tuple(instances),
-        pools=dict(s.pools),
+        pools={str(role): pool for role, pool in s.pools.items()},
         weight_dtype=s.weight_dtype,
         kv_dtype=s.kv_dtype,
     )
