@@ -11,7 +11,8 @@ generated requests, beyond what the schema can say.
   largest prompt it will be given, as vLLM needs ``max_num_batched_tokens`` at least
   ``max_model_len`` without chunked prefill. disaggsim refuses the scenario with one
   line naming the field, the largest prompt and its request rather than silently
-  running that prompt alone over budget. A ``chunked`` pool splits prompts into chunks
+  running that prompt alone over budget. Prompts the engine refuses at admission
+  (prompt + ``max_tokens`` beyond the model's context, ``exceeds_context``) do not count. A ``chunked`` pool splits prompts into chunks
   and has no such limit.
 
 Tensor parallelism beyond one node is not an error: it is priced hierarchically
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from disaggsim.catalog import get_gpu
+from disaggsim.catalog import get_gpu, get_model
 from disaggsim.errors import UserError
 
 if TYPE_CHECKING:
@@ -106,6 +107,14 @@ def prefill_budget_problem(scenario: Scenario, requests: Requests) -> str | None
     if n == 0:
         return None
     prompts = np.asarray(requests.prompt_tokens)
+    if requests.max_tokens is not None:
+        # prompt + max_tokens beyond the model's context is refused at admission
+        # (exceeds_context, the engine): such a prompt is never prefilled
+        context = get_model(scenario.model).context_tokens
+        admitted = prompts + np.asarray(requests.max_tokens) <= context
+        prompts = np.where(admitted, prompts, 0)
+    if not prompts.any():
+        return None
     for role, pool in scenario.pools.items():
         if role == "decode" or pool.scheduler == "chunked":
             continue
@@ -156,10 +165,11 @@ def _dist_max(dist: LengthDistribution) -> int | None:
     return None
 
 
-def largest_prompt_tokens(loaded: LoadedScenario) -> int | None:
+def largest_prompt_tokens(loaded: LoadedScenario) -> int:
     """The longest prompt the scenario's workload can produce at any rate and duration
-    (None when its prompt distribution is unbounded): what a whole-prompt prefill's
-    ``max_batch_tokens`` must hold. Traces are read (the whole window)."""
+    that the engine would admit (at most the model's context minus one token; the
+    context bound alone when the prompt distribution is unbounded): what a whole-prompt
+    prefill's ``max_batch_tokens`` must hold. Traces are read (the whole window)."""
     from disaggsim.workload import generate_requests
     from disaggsim.workload.config import PresetWorkload, SyntheticWorkload, TraceWorkload
     from disaggsim.workload.presets import load_preset
@@ -184,4 +194,6 @@ def largest_prompt_tokens(loaded: LoadedScenario) -> int | None:
             bound = int(np.max(reqs.prompt_tokens)) if len(reqs) else None
         case _:
             bound = None
-    return bound
+    # a prompt that leaves no room for one token of reply is refused at admission
+    context = get_model(loaded.scenario.model).context_tokens
+    return context - 1 if bound is None else min(bound, context - 1)

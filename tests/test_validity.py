@@ -247,6 +247,22 @@ def test_prefill_budget_rule_by_scheduler(tmp_path):
     assert simulate(ok).summary["num_completed"] > 0
 
 
+def test_prompts_refused_for_context_do_not_need_a_prefill_budget():
+    """prompt + max_tokens beyond the context is refused at admission (exceeds_context):
+    such prompts are never prefilled, so only admitted prompts count."""
+    raw = _disagg(
+        prefill_pool__max_batch_tokens=4096,
+        workload__prompt_tokens={"dist": "fixed", "value": 9000},  # llama-3-8b: 8192 context
+    )
+    s = simulate(raw).summary
+    assert s.num_rejected == s.num_requests > 0
+    assert s.num_reason == {"exceeds_context": s.num_requests}
+    # one admissible prompt above the budget is enough to refuse the scenario
+    raw["workload"]["prompt_tokens"] = {"dist": "uniform", "low": 3000, "high": 9000}
+    with pytest.raises(UserError, match=r"prefill_pool\.max_batch_tokens: 4096 .*largest prompt"):
+        simulate(raw)
+
+
 def test_largest_prompt_bound_of_each_workload_kind(tmp_path):
     def bound(workload):
         return largest_prompt_tokens(load_scenario(_disagg(workload=workload)))
@@ -254,28 +270,37 @@ def test_largest_prompt_bound_of_each_workload_kind(tmp_path):
     base = {"kind": "synthetic", "rate_per_s": 1, "output_tokens": {"dist": "fixed", "value": 9}}
     assert bound({**base, "prompt_tokens": {"dist": "uniform", "low": 5, "high": 700}}) == 700
     ln = {"dist": "lognormal", "median": 300, "sigma": 0.5}
-    assert bound({**base, "prompt_tokens": ln}) is None  # unbounded
+    # unbounded: the longest prompt llama-3-8b admits (8192-token context, one reply token)
+    assert bound({**base, "prompt_tokens": ln}) == 8191
     assert bound({**base, "prompt_tokens": {**ln, "max": 4000}}) == 4000
     shift = {"at_s": 1, "prompt_tokens": {"dist": "fixed", "value": 9000}}
-    assert bound({**base, "prompt_tokens": {**ln, "max": 4000}, "mix_shift": shift}) == 9000
+    shift["prompt_tokens"]["value"] = 6000
+    assert bound({**base, "prompt_tokens": {**ln, "max": 4000}, "mix_shift": shift}) == 6000
     preset = {"kind": "preset", "preset": "azure-conv-2023", "rate_per_s": 1}
     from disaggsim.workload.presets import load_preset
 
     top = load_preset("azure-conv-2023").prompt_tokens_quantiles[-1][1]
-    assert bound(preset) == round(top)
+    assert round(top) > 8191 and bound(preset) == 8191  # the preset's tail is beyond the context
     assert bound({**preset, "max_prompt_tokens": 1000}) == 1000
     trace = tmp_path / "t.csv"
     trace.write_text(
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         "2023-11-16 18:00:00.0,100,5\n2023-11-16 18:00:01.0,12345,5\n2023-11-16 18:00:02.0,7,5\n"
     )
-    assert bound({"kind": "trace", "path": str(trace), "format": "azure"}) == 12345
+    # the trace's longest prompt (12345) is beyond the context: the admitted bound is 8191
+    assert bound({"kind": "trace", "path": str(trace), "format": "azure"}) == 8191
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:00:00.0,100,5\n2023-11-16 18:00:01.0,5432,5\n"
+    )
+    assert bound({"kind": "trace", "path": str(trace), "format": "azure"}) == 5432
 
 
 def test_planner_candidates_get_a_budget_for_the_longest_prompt():
     from disaggsim.plan.search import Candidate, candidate_scenario
 
     raw = _disagg(workload__prompt_tokens={"dist": "uniform", "low": 9000, "high": 12000})
+    raw["model"] = "llama-3.1-8b"  # 131072-token context: every prompt is admitted
     del raw["prefill_pool"], raw["decode_pool"]
     raw["architecture"] = "colocated"
     raw["pool"] = {
