@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,7 @@ from disaggsim.engine.cluster import (
     WorkerFailureEvent,
     run_cluster,
 )
+from disaggsim.engine.config import Role
 from disaggsim.errors import InvariantError, UserError
 from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
@@ -328,7 +330,7 @@ def _pool_spec(
     role: str, pool: PoolConfig, cost: WorkerCost, max_workers: int | None = None
 ) -> PoolSpec:
     return PoolSpec(
-        role=role,
+        role=cast(Role, role),
         num_workers=pool.num_workers,
         cost=cost,
         max_batch_seqs=pool.max_batch_seqs,

@@ -1,6 +1,7 @@
 """disaggsim plan: the analytic first guess follows the traffic, the advisor's verdict
-flips where DESIGN.md §7 says it should on the four advisor scenarios (quick mode),
-the --json structure, the recommended YAML runs, and bad budgets are one-line errors."""
+flips where docs/design.md ("When disaggregation should win or lose") says it should on
+the four advisor scenarios (quick mode), the --json structure, the recommended YAML runs,
+and bad budgets are one-line errors."""
 
 from __future__ import annotations
 

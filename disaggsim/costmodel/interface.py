@@ -10,7 +10,7 @@ copy of the weights) for the time of one forward pass. Three shapes of iteration
 - a decode step: ``batch`` sequences holding ``context_tokens`` cached tokens in total.
   Its time must be **affine in context_tokens at fixed batch**: ``base + per_token * C``.
   :meth:`WorkerCost.decode_coeffs` returns ``(base_s, per_context_token_s)`` so the engine
-  can advance a worker over a run of steps in closed form (see DESIGN.md, speed rule);
+  can advance a worker over a run of steps in closed form (docs/design.md, "The speed rule");
 - a mixed (chunked-prefill) step: both at once.
 
 :class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.

@@ -1,4 +1,5 @@
-"""What the engine records while it runs: flat per-request arrays and per-worker step logs.
+"""What the engine records while it runs: flat per-request arrays and per-worker step logs,
+and the :class:`RawResult` it returns.
 
 The hot loop only writes numbers into preallocated numpy arrays and appends small tuples
 to lists; DataFrames and per-token timestamps are derived after the run
@@ -10,9 +11,14 @@ Status codes of a request: see :data:`STATUS_NAMES`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from disaggsim.fabric.flows import LinkUtilisation, TransferRecord
+    from disaggsim.workload.requests import Requests
 
 STATUS_UNFINISHED = 0
 STATUS_COMPLETED = 1
@@ -25,28 +31,20 @@ STATUS_NAMES = {
     STATUS_ABANDONED: "abandoned",
 }
 
-_TIME_COLUMNS = (
-    "prefill_start_at_s",
-    "prefill_end_at_s",
-    "transfer_start_at_s",
-    "transfer_end_at_s",
-    "decode_admit_at_s",
-    "first_token_at_s",
-    "finish_at_s",
-)
-_INT_COLUMNS = (
-    "prefill_worker",
-    "decode_worker",
-    "first_token_step",
-    "num_preemptions",
-    "num_retries",
-    "num_prefills",
-    "status",
-)
+
+def _times(n: int) -> np.ndarray:
+    return np.full(n, np.nan)
 
 
+def _ints(n: int, fill: int) -> np.ndarray:
+    return np.full(n, fill, dtype=np.int64)
+
+
+@dataclass(slots=True)
 class RequestLog:
-    """Per-request timestamps (seconds, NaN = did not happen) and integer fields (-1 = none).
+    """Per-request timestamps (seconds, NaN = did not happen) and integer fields (-1 =
+    none), one array per column, preallocated for every request
+    (:meth:`empty`).
 
     ``first_token_step`` is the decode worker's token-step index at which the request
     emits its second token (its first decode step). Where a request decodes in several
@@ -54,20 +52,49 @@ class RequestLog:
     the columns here describe the last one.
     """
 
-    def __init__(self, n: int) -> None:
-        self.n = n
-        for name in _TIME_COLUMNS:
-            setattr(self, name, np.full(n, np.nan))
-        for name in _INT_COLUMNS:
-            setattr(self, name, np.full(n, -1, dtype=np.int64))
-        self.num_preemptions[:] = 0
-        self.num_retries[:] = 0
-        self.num_prefills[:] = 0
-        self.status[:] = STATUS_UNFINISHED
-        self.reason: dict[int, str] = {}
+    prefill_start_at_s: np.ndarray  # first prefill
+    prefill_end_at_s: np.ndarray  # last prefill
+    transfer_start_at_s: np.ndarray  # first KV handoff
+    transfer_end_at_s: np.ndarray  # last KV handoff
+    decode_admit_at_s: np.ndarray  # first join of a decode batch
+    first_token_at_s: np.ndarray
+    finish_at_s: np.ndarray
+    prefill_worker: np.ndarray  # last prefill's worker
+    decode_worker: np.ndarray  # last decode segment's worker
+    first_token_step: np.ndarray
+    num_preemptions: np.ndarray
+    num_retries: np.ndarray
+    num_prefills: np.ndarray
+    status: np.ndarray  # STATUS_* codes
+    reason: dict[int, str] = field(default_factory=dict)  # rejected/abandoned: why
+
+    @classmethod
+    def empty(cls, n: int) -> RequestLog:
+        """The log of ``n`` requests before anything happened to them."""
+        return cls(
+            prefill_start_at_s=_times(n),
+            prefill_end_at_s=_times(n),
+            transfer_start_at_s=_times(n),
+            transfer_end_at_s=_times(n),
+            decode_admit_at_s=_times(n),
+            first_token_at_s=_times(n),
+            finish_at_s=_times(n),
+            prefill_worker=_ints(n, -1),
+            decode_worker=_ints(n, -1),
+            first_token_step=_ints(n, -1),
+            num_preemptions=_ints(n, 0),
+            num_retries=_ints(n, 0),
+            num_prefills=_ints(n, 0),
+            status=_ints(n, STATUS_UNFINISHED),
+        )
+
+    @property
+    def n(self) -> int:
+        return len(self.status)
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in _TIME_COLUMNS + _INT_COLUMNS}
+        """Every array column by name (the declared field order)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "reason"}
 
 
 @dataclass(slots=True)
@@ -130,7 +157,8 @@ class StepLog:
         offset = (
             np.asarray(self.run_start_at_s)[run_of_step] - (cum - dur)[first_of_run][run_of_step]
         )
-        return cum + offset
+        out: np.ndarray = cum + offset
+        return out
 
     def _run_durations_s(self) -> np.ndarray:
         steps = np.asarray(self.run_steps, dtype=float)
@@ -138,7 +166,8 @@ class StepLog:
         base = np.asarray(self.run_base_s)
         per = np.asarray(self.run_per_token_s)
         ctx = np.asarray(self.run_context0, dtype=float)
-        return steps * base + per * (steps * ctx + batch * steps * (steps - 1) / 2)
+        out: np.ndarray = steps * base + per * (steps * ctx + batch * steps * (steps - 1) / 2)
+        return out
 
     def batch_s(self) -> float:
         """Σ sequences × seconds over the iterations (token-step runs: their batch;
@@ -206,3 +235,66 @@ class RouterSamples:
     at_s: list[float] = field(default_factory=list)
     queue_len: list[int] = field(default_factory=list)
     orphaned_kv_bytes: list[int] = field(default_factory=list)
+
+
+class Allocation(NamedTuple):
+    """One worker holding its GPUs from ``allocated_at_s`` to ``released_at_s`` (inf:
+    still held when the run stopped)."""
+
+    worker: int
+    role: str
+    num_gpus: int
+    allocated_at_s: float
+    released_at_s: float
+
+
+class PoolSize(NamedTuple):
+    """A pool's workers from ``at_s`` on; control instants also carry the TTFT and ITL
+    p99 the autoscaler saw over its last interval (NaN elsewhere)."""
+
+    at_s: float
+    role: str
+    num_in_service: int
+    num_starting: int
+    num_draining: int
+    desired: int
+    window_ttft_p99_s: float
+    window_itl_p99_s: float
+
+
+class FailureRecord(NamedTuple):
+    at_s: float
+    worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    index: int
+    role: str
+    pool_index: int  # index within its pool
+    num_gpus: int
+    kv_capacity_tokens: int
+    kv_used_end_tokens: int  # KV still held when the run stopped (0 once drained)
+    num_failures: int
+    steps: StepLog
+
+
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """Everything the engine recorded; metrics are derived from it afterwards."""
+
+    requests: Requests
+    log: RequestLog
+    segments: Segments
+    workers: tuple[WorkerInfo, ...]
+    samples: Samples
+    router_samples: RouterSamples
+    end_at_s: float
+    kv_bytes_per_token: dict[str, int]  # per role
+    counters: dict[str, int] = field(default_factory=dict)
+    failures: tuple[FailureRecord, ...] = ()  # each worker failure that happened
+    transfers: tuple[TransferRecord, ...] = ()  # per KV transfer (topology fabric)
+    allocations: tuple[Allocation, ...] = ()  # per GPU allocation
+    pool_sizes: tuple[PoolSize, ...] = ()
+    scale_events: int = 0
+    link_util: LinkUtilisation | None = None  # topology fabric

@@ -17,15 +17,21 @@ pool's state and applies the controller's decision:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from disaggsim.autoscale import PoolSignals, choose_to_drain
+from disaggsim.engine.events import call_later
+from disaggsim.engine.records import Allocation, PoolSize, StepLog
+from disaggsim.engine.workers import WorkerState
 
 if TYPE_CHECKING:
+    from disaggsim.autoscale import Autoscaler
     from disaggsim.engine.cluster import Cluster
-    from disaggsim.engine.workers import _Worker
+    from disaggsim.engine.workers import Worker
 
 
 class Scaling:
@@ -35,61 +41,65 @@ class Scaling:
         self.cluster = cluster
         self.env = cluster.env
         self.alloc_at: dict[int, float] = {}  # worker -> allocated since (open allocation)
-        self.allocations: list[tuple[int, str, int, float, float]] = []
-        self.sizes: list[tuple[float, str, int, int, int, int, float, float]] = []
+        self.allocations: list[Allocation] = []
+        self.sizes: list[PoolSize] = []
         self.scale_events = 0
         self._start_token: dict[int, int] = {}
         self._desired: dict[str, int] = {}
         for w in cluster.workers:
-            if w.state != "released":
+            if w.state is not WorkerState.RELEASED:
                 self.alloc_at[w.index] = 0.0
-        for role in {cluster.role_of(w) for w in cluster.workers}:
-            self._desired[role] = len(self._pool(role, "in_service"))
+        for role in dict.fromkeys(cluster.role_of(w) for w in cluster.workers):  # pool order
+            self._desired[role] = len(self._pool(role, WorkerState.IN_SERVICE))
             self.record(role)
 
     # -- bookkeeping ----------------------------------------------------------------------
 
-    def _pool(self, role: str, state: str | None = None) -> list[_Worker]:
+    def _pool(self, role: str, state: WorkerState | None = None) -> list[Worker]:
         cl = self.cluster
         return [
-            w for w in cl.workers if cl.role_of(w) == role and (state is None or w.state == state)
+            w for w in cl.workers if cl.role_of(w) == role and (state is None or w.state is state)
         ]
 
     def record(self, role: str, signals: PoolSignals | None = None) -> None:
         """Pool sizes now; at a control instant also the window's TTFT and ITL p99."""
         pool = self._pool(role)
-        serving = sum(1 for w in pool if w.state == "in_service")
-        starting = sum(1 for w in pool if w.state == "starting")
-        draining = sum(1 for w in pool if w.state == "draining")
+        serving = sum(1 for w in pool if w.state is WorkerState.IN_SERVICE)
+        starting = sum(1 for w in pool if w.state is WorkerState.STARTING)
+        draining = sum(1 for w in pool if w.state is WorkerState.DRAINING)
         ttft = signals.ttft_p99_s if signals is not None else math.nan
         itl = signals.itl_p99_s if signals is not None else math.nan
         desired = self._desired.get(role, serving)
-        self.sizes.append((self.env.now, role, serving, starting, draining, desired, ttft, itl))
+        self.sizes.append(
+            PoolSize(self.env.now, role, serving, starting, draining, desired, ttft, itl)
+        )
 
-    def _allocate(self, w: _Worker) -> None:
+    def _allocate(self, w: Worker) -> None:
         self.alloc_at[w.index] = self.env.now
 
-    def release(self, w: _Worker) -> None:
+    def release(self, w: Worker) -> None:
         at = self.alloc_at.pop(w.index, None)
         if at is not None:
             self.allocations.append(
-                (w.index, self.cluster.role_of(w), w.cost.num_gpus, at, self.env.now)
+                Allocation(w.index, self.cluster.role_of(w), w.cost.num_gpus, at, self.env.now)
             )
-        w.state = "released"
+        w.state = WorkerState.RELEASED
         self.record(self.cluster.role_of(w))
 
-    def close(self) -> list[tuple[int, str, int, float, float]]:
+    def close(self) -> list[Allocation]:
         """Allocations, the ones still open ending at +inf."""
         cl = self.cluster
         open_ = [
-            (i, cl.role_of(cl.workers[i]), cl.workers[i].cost.num_gpus, at, math.inf)
+            Allocation(i, cl.role_of(cl.workers[i]), cl.workers[i].cost.num_gpus, at, math.inf)
             for i, at in sorted(self.alloc_at.items())
         ]
         return self.allocations + open_
 
     # -- the control loop ----------------------------------------------------------------
 
-    def control(self, role: str, scaler, cold_start_s: float, interval_s: float):
+    def control(
+        self, role: str, scaler: Autoscaler, cold_start_s: float, interval_s: float
+    ) -> Generator[Any, Any, None]:
         env = self.env
         prev_tokens = self.cluster.arrived_prompt_tokens
         while True:
@@ -110,25 +120,25 @@ class Scaling:
     def _apply(self, role: str, delta: int, cold_start_s: float) -> None:
         cl = self.cluster
         if delta > 0:
-            for w in sorted(self._pool(role, "draining"), key=lambda x: -x.index)[:delta]:
-                w.state = "in_service"
+            for w in sorted(self._pool(role, WorkerState.DRAINING), key=lambda x: -x.index)[:delta]:
+                w.state = WorkerState.IN_SERVICE
                 delta -= 1
-            for w in self._pool(role, "released")[:delta]:
+            for w in self._pool(role, WorkerState.RELEASED)[:delta]:
                 self._allocate(w)
-                w.state = "starting"
+                w.state = WorkerState.STARTING
                 token = self._start_token[w.index] = self._start_token.get(w.index, 0) + 1
-                ev = self.env.timeout(cold_start_s)
-                ev.callbacks.append(lambda _e, w=w, token=token: self._started(w, token))
+                call_later(self.env, cold_start_s, partial(self._started, w, token))
             cl.router.drain_queue()
             return
         n = -delta
-        for w in sorted(self._pool(role, "starting"), key=lambda x: -self.alloc_at[x.index])[:n]:
+        starting = self._pool(role, WorkerState.STARTING)
+        for w in sorted(starting, key=lambda x: -self.alloc_at[x.index])[:n]:
             self._start_token[w.index] = self._start_token.get(w.index, 0) + 1  # cancel
             self.release(w)
             n -= 1
         if n <= 0:
             return
-        serving = [w for w in self._pool(role, "in_service") if w.alive]
+        serving = [w for w in self._pool(role, WorkerState.IN_SERVICE) if w.alive]
         n = min(n, len(serving) - 1)  # never drain the last serving worker
         if n <= 0:
             return
@@ -138,10 +148,10 @@ class Scaling:
         for idx in choose_to_drain(load, n):
             cl.drain_worker(cl.workers[idx])
 
-    def _started(self, w: _Worker, token: int) -> None:
-        if self._start_token.get(w.index) != token or w.state != "starting":
+    def _started(self, w: Worker, token: int) -> None:
+        if self._start_token.get(w.index) != token or w.state is not WorkerState.STARTING:
             return
-        w.state = "in_service"
+        w.state = WorkerState.IN_SERVICE
         role = self.cluster.role_of(w)
         self.record(role)
         self.cluster.router.drain_queue()
@@ -153,17 +163,20 @@ class Scaling:
     def signals(self, role: str, window_s: float, arrived_tokens_per_s: float) -> PoolSignals:
         cl = self.cluster
         pool = self._pool(role)
-        serving = [w for w in pool if w.state == "in_service" and w.alive]
+        serving = [w for w in pool if w.state is WorkerState.IN_SERVICE and w.alive]
         starting = sum(
-            1 for w in pool if w.state == "starting" or (w.state == "in_service" and not w.alive)
+            1
+            for w in pool
+            if w.state is WorkerState.STARTING
+            or (w.state is WorkerState.IN_SERVICE and not w.alive)
         )
-        draining = sum(1 for w in pool if w.state == "draining")
+        draining = sum(1 for w in pool if w.state is WorkerState.DRAINING)
         if role == "decode":
             queued = list(cl.router.pending) + [r for w in pool for r in getattr(w, "waiting", ())]
-            queued_tokens = sum(cl.prefill_len(r) for r in queued)
+            queued_tokens = sum(cl.requests.prefill_len(r) for r in queued)
         else:
             queued = list(cl.router.queue) + [r for w in pool for r in getattr(w, "queue", ())]
-            queued_tokens = sum(cl.prefill_len(r) for r in queued)
+            queued_tokens = sum(cl.requests.prefill_len(r) for r in queued)
         occ = [getattr(w, "batch", 0) / w.max_batch_seqs for w in serving]
         kv = [w.kv_used_blocks / max(w.kv_capacity_blocks, 1) for w in serving]
         now = self.env.now
@@ -213,7 +226,7 @@ class _WindowGaps:
             self.k.append(k)
             self.weight.append(weight)
 
-    def add_worker(self, log, since_s: float) -> None:
+    def add_worker(self, log: StepLog, since_s: float) -> None:
         first = len(log.run_start_at_s)
         while first > 0 and log.run_start_at_s[first - 1] >= since_s:
             first -= 1

@@ -1,5 +1,10 @@
 """Workers: SimPy processes that batch requests and advance in forward-pass steps.
 
+A worker reaches the cluster only through :class:`~disaggsim.engine.host.WorkerHost`
+(request state, records, and the calls that move a request on); its life (in service,
+starting, draining, released) is a :class:`WorkerState`, and what it is doing now (for a
+failure to cut) an :data:`Activity`.
+
 A worker is a TP group holding one copy of the weights. Three kinds:
 
 - :class:`PrefillWorker` (disaggregated): FCFS prefill batches under a token budget; the
@@ -26,7 +31,7 @@ sequences are preempted there: by ``recompute`` (KV dropped, the prompt and the 
 far prefilled again; that prefill emits the next token, as vLLM's does) or ``swap`` (KV copied to host memory and back, the worker stalled
 for the copy).
 
-Failures: :meth:`_Worker.fail` interrupts the process; steps completed before the failure
+Failures: :meth:`Worker.fail` interrupts the process; steps completed before the failure
 count, everything the worker holds goes back to the router, and the worker serves again
 after its restart delay.
 """
@@ -36,16 +41,19 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from enum import Enum
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import simpy
 
 from disaggsim.costmodel.interface import WorkerCost
 from disaggsim.engine.records import StepLog
+from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
-    from disaggsim.engine.cluster import Cluster
+    from disaggsim.engine.host import WorkerHost
 
 _EPS = 1e-12
 
@@ -54,35 +62,82 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class _Worker:
+class WorkerState(Enum):
+    """Where a worker is in its life (autoscaling: docs/autoscaling.md)."""
+
+    IN_SERVICE = "in_service"  # takes new work (when alive)
+    STARTING = "starting"  # GPUs allocated, cold start (weights loading)
+    DRAINING = "draining"  # finishes what it holds, takes nothing new
+    RELEASED = "released"  # holds no GPUs
+
+
+class Run(NamedTuple):
+    """A run of ``steps`` token steps in progress (closed form: step i lasts ``base_s +
+    per_token_s × (context0 + i × batch)``)."""
+
+    start_s: float
+    steps: int
+    batch: int
+    context0: int
+    base_s: float
+    per_token_s: float
+
+
+class PrefillIter(NamedTuple):
+    """A prefill-only iteration over ``batch`` in progress (logged with its full length
+    when it starts; a failure cuts it)."""
+
+    batch: list[int]
+
+
+class Mixed(NamedTuple):
+    """A chunked iteration (decode tokens + prompt chunks) in progress (logged when it
+    ends)."""
+
+
+class Stall(NamedTuple):
+    """A KV swap copy in progress (no token step runs)."""
+
+
+Activity = Run | PrefillIter | Mixed | Stall
+Proc = Generator[simpy.Event, Any, None]  # a SimPy process body (or part of one)
+_MIXED = Mixed()
+_STALL = Stall()
+
+
+class Worker:
     """State and bookkeeping shared by all worker kinds."""
 
     role = "worker"
 
     def __init__(
         self,
-        cluster: Cluster,
+        host: WorkerHost,
         index: int,
         cost: WorkerCost,
         max_batch_seqs: int,
         max_batch_tokens: int,
+        *,
+        kv_watermark: float = 0.0,
     ) -> None:
-        self.cluster = cluster
-        self.env: simpy.Environment = cluster.env
+        self.host = host
+        self.env: simpy.Environment = host.env
+        self.requests: RequestState = host.requests
         self.index = index  # global worker index (unique across pools)
         self.cost = cost
         self.max_batch_seqs = max_batch_seqs
         self.max_batch_tokens = max_batch_tokens
-        self.bs = cluster.block_tokens
-        self.kv_capacity_blocks = cost.kv_capacity_tokens // self.bs
+        self.block_tokens = host.requests.block_tokens
+        self.kv_capacity_blocks = cost.kv_capacity_tokens // self.block_tokens
+        # blocks kept free when admitting (a share of the capacity, fixed per worker)
+        self.watermark_blocks = math.ceil(kv_watermark * self.kv_capacity_blocks)
         self.kv_used_blocks = 0
         self.steps = StepLog()
         self.alive = True
-        # in_service | starting (cold start) | draining (no new work) | released (no GPUs)
-        self.state = "in_service"
+        self.state = WorkerState.IN_SERVICE
         self.num_failures = 0
         self._wake: simpy.Event | None = None
-        self._activity: tuple | None = None  # what the worker is doing now (for failures)
+        self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
         self.queued_tokens = 0  # prompt tokens assigned here and not yet prefilled
         self.num_outstanding = 0  # requests assigned here and not yet finished/handed off
@@ -91,7 +146,7 @@ class _Worker:
     @property
     def accepting(self) -> bool:
         """Takes new work: alive and in service (not starting, draining or released)."""
-        return self.alive and self.state == "in_service"
+        return self.alive and self.state is WorkerState.IN_SERVICE
 
     @property
     def free_blocks(self) -> int:
@@ -99,31 +154,31 @@ class _Worker:
 
     @property
     def kv_used_tokens(self) -> int:
-        return self.kv_used_blocks * self.bs
+        return self.kv_used_blocks * self.block_tokens
 
     @property
     def kv_capacity_tokens(self) -> int:
-        return self.kv_capacity_blocks * self.bs
+        return self.kv_capacity_blocks * self.block_tokens
 
     def notify(self) -> None:
         """Wake the worker if it is idle or in an interruptible run."""
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
-    def _idle(self):
-        if self.state == "draining" and self.num_outstanding == 0:
-            self.cluster.worker_drained(self)
+    def _idle(self) -> Proc:
+        if self.state is WorkerState.DRAINING and self.num_outstanding == 0:
+            self.host.worker_drained(self)
         self._wake = self.env.event()
         yield self._wake
         self._wake = None
 
-    def _sample(self, queue_len: int, batch: int) -> None:
-        s = self.cluster.samples
+    def sample(self, queue_len: int, batch: int) -> None:
+        s = self.host.samples
         s.at_s.append(self.env.now)
         s.worker.append(self.index)
         s.queue_len.append(queue_len)
         s.batch.append(batch)
-        s.kv_used_tokens.append(self.kv_used_blocks * self.bs)
+        s.kv_used_tokens.append(self.kv_used_blocks * self.block_tokens)
 
     # -- failures ---------------------------------------------------------------------
 
@@ -137,7 +192,7 @@ class _Worker:
         self.proc.interrupt("failure")
         return True
 
-    def _main(self):
+    def _main(self) -> Proc:
         while True:
             try:
                 yield from self._loop()
@@ -145,12 +200,12 @@ class _Worker:
                 self._wake = None
                 self._on_failure()
                 self._activity = None
-                self._sample(0, 0)
+                self.sample(0, 0)
                 yield self.env.timeout(self._down_s)
                 self.alive = True
-                self.cluster.worker_recovered(self)
+                self.host.worker_recovered(self)
 
-    def _loop(self):  # pragma: no cover - overridden
+    def _loop(self) -> Proc:  # pragma: no cover - overridden
         raise NotImplementedError
         yield
 
@@ -158,10 +213,10 @@ class _Worker:
         raise NotImplementedError
 
 
-class _TokenBatch(_Worker):
+class _TokenBatch(Worker):
     """A continuous batch of decoding sequences advanced in closed-form runs of steps."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.batch = 0  # running sequences
         self.context_tokens = 0  # their total context (KV tokens read per step)
         self.step_idx = 0  # token steps completed so far
@@ -169,11 +224,10 @@ class _TokenBatch(_Worker):
         self._running: dict[int, tuple[int, int, int]] = {}  # rid -> (join step, ctx, finish step)
         self._coeffs: dict[int, tuple[float, float]] = {}
         self.swapped: deque[int] = deque()  # preempted by swap: KV on the host
-        self.swap_flow = None  # topology fabric: the swap copy in flight (a FlowHandle)
         self.promised_growth = 0  # blocks the run in progress will still allocate
         super().__init__(*args, **kwargs)
-        self._phase_hist = np.zeros(self.bs, dtype=np.int64)  # on_demand block phases
-        self._arange_bs = np.arange(self.bs, dtype=np.int64)
+        self._phase_hist = np.zeros(self.block_tokens, dtype=np.int64)  # on_demand block phases
+        self._arange_bs = np.arange(self.block_tokens, dtype=np.int64)
 
     def _coeffs_for(self, batch: int) -> tuple[float, float]:
         c = self._coeffs.get(batch)
@@ -185,17 +239,16 @@ class _TokenBatch(_Worker):
 
     def _blocks_now(self, rid: int) -> int:
         """Blocks the running sequence ``rid`` holds now."""
-        cl = self.cluster
-        if cl.reserve_full:
-            return cl.full_blocks(rid)
+        if self.requests.reserve_full:
+            return self.requests.full_blocks(rid)
         join, ctx, _ = self._running[rid]
-        return _ceil_div(ctx + self.step_idx - join, self.bs)
+        return _ceil_div(ctx + self.step_idx - join, self.block_tokens)
 
     def _new_blocks(self, t: int) -> int:
         """Blocks the running batch allocates over its next ``t`` steps (on_demand)."""
         if t <= 0 or self.batch == 0:
             return 0
-        bs = self.bs
+        bs = self.block_tokens
         r = (self._arange_bs + self.step_idx) % bs  # context mod bs of each phase bin
         grow = (r + t + bs - 1) // bs - (r + bs - 1) // bs
         return int(grow @ self._phase_hist)
@@ -204,16 +257,16 @@ class _TokenBatch(_Worker):
         """Blocks to keep free for the running batch before admitting anything new: the
         rest of the run in progress, or its next step. Without it a preempted sequence
         would be re-admitted at once and preempted again (a livelock)."""
-        if self.cluster.reserve_full or self.batch == 0:
+        if self.requests.reserve_full or self.batch == 0:
             return 0
         return max(self.promised_growth, self._new_blocks(1))
 
     def _steps_fitting(self, k: int) -> int:
         """Most steps (<= k) the batch can run before it needs more blocks than exist."""
-        if self.cluster.reserve_full:
+        if self.requests.reserve_full:
             return k
         free = self.free_blocks
-        if self.batch * (k // self.bs + 1) <= free:
+        if self.batch * (k // self.block_tokens + 1) <= free:
             return k
         lo, hi = 0, k  # _new_blocks(lo) fits; find the largest fitting t
         while lo < hi:
@@ -229,37 +282,37 @@ class _TokenBatch(_Worker):
     def _join(self, rid: int) -> None:
         """Add a request (its KV blocks already held here) to the running batch at a step
         boundary. It emits its remaining tokens at the next steps."""
-        cl = self.cluster
-        remaining = cl.output_tokens[rid] - cl.generated[rid]
-        ctx = cl.prompt_tokens[rid] + cl.generated[rid]
-        cl.log.first_token_step[rid] = self.step_idx
-        cl.log.decode_worker[rid] = self.index
+        host = self.host
+        remaining = self.requests.output_tokens[rid] - self.requests.generated[rid]
+        ctx = self.requests.prompt_tokens[rid] + self.requests.generated[rid]
+        host.log.first_token_step[rid] = self.step_idx
+        host.log.decode_worker[rid] = self.index
         fin = self.step_idx + remaining
         self._running[rid] = (self.step_idx, ctx, fin)
         self.batch += 1
         self.context_tokens += ctx
         heapq.heappush(self._finishing, (fin, rid))
-        if not cl.reserve_full:
-            self._phase_hist[(ctx - self.step_idx) % self.bs] += 1
+        if not self.requests.reserve_full:
+            self._phase_hist[(ctx - self.step_idx) % self.block_tokens] += 1
 
     def _leave(self, rid: int) -> int:
         """Remove a running request; record its segment; return the blocks it held."""
-        cl = self.cluster
+        host = self.host
         join, ctx, _ = self._running[rid]
         blocks = self._blocks_now(rid)
         emitted = self.step_idx - join
         del self._running[rid]
         self.batch -= 1
         self.context_tokens -= ctx + emitted
-        if not cl.reserve_full:
-            self._phase_hist[(ctx - join) % self.bs] -= 1
+        if not self.requests.reserve_full:
+            self._phase_hist[(ctx - join) % self.block_tokens] -= 1
         if emitted:
-            cl.segments.add(rid, self.index, join, emitted)
-            cl.generated[rid] += emitted
+            host.segments.add(rid, self.index, join, emitted)
+            self.requests.generated[rid] += emitted
         return blocks
 
     def _pop_finished(self) -> None:
-        cl = self.cluster
+        host = self.host
         now = self.env.now
         while self._finishing and self._finishing[0][0] <= self.step_idx:
             fin, rid = heapq.heappop(self._finishing)
@@ -269,7 +322,7 @@ class _TokenBatch(_Worker):
             self.kv_used_blocks -= self._leave(rid)
             self.num_outstanding -= 1
             self._gone(rid)
-            cl.finish(rid, now)
+            host.finish(rid, now)
             self._freed()
 
     def _gone(self, rid: int) -> None:
@@ -289,18 +342,20 @@ class _TokenBatch(_Worker):
 
     # -- preemption ------------------------------------------------------------------
 
-    def _preempt_for_growth(self):
+    def _preempt_for_growth(self) -> Proc:
         """Preempt the most recently admitted sequences until the next step fits."""
-        cl = self.cluster
+        host = self.host
         swap_bytes = 0
-        victims = []
+        victims: list[int] = []
         while self.batch and self._new_blocks(1) > self.free_blocks:
             rid = next(reversed(self._running))
             self.kv_used_blocks -= self._leave(rid)
-            cl.log.num_preemptions[rid] += 1
+            host.log.num_preemptions[rid] += 1
             victims.append(rid)
-            swap_bytes += (cl.prompt_tokens[rid] + cl.generated[rid]) * self.cost.kv_bytes_per_token
-        if cl.preemption == "swap":
+            swap_bytes += (
+                self.requests.prompt_tokens[rid] + self.requests.generated[rid]
+            ) * self.cost.kv_bytes_per_token
+        if host.preemption == "swap":
             # swapped from the copy's start: a failure during it loses them with the rest
             self.swapped.extend(victims)
             if swap_bytes:
@@ -312,21 +367,22 @@ class _TokenBatch(_Worker):
     def _recompute(self, rid: int) -> None:
         raise NotImplementedError
 
-    def _swap_in(self):
+    def _swap_in(self) -> Proc:
         """Bring swapped sequences back (oldest first) while their blocks fit."""
-        cl = self.cluster
-        back = []
+        back: list[int] = []
         nbytes = 0
         for rid in self.swapped:
             if self.batch + len(back) >= self.max_batch_seqs:
                 break
-            need = cl.join_blocks(rid)
+            need = self.requests.join_blocks(rid)
             # + 1: the returning sequence's own next step may open a block
-            if need + 1 + cl.watermark_blocks(self) + self.growth_headroom() > self.free_blocks:
+            if need + 1 + self.watermark_blocks + self.growth_headroom() > self.free_blocks:
                 break
             self.kv_used_blocks += need
             back.append(rid)
-            nbytes += (cl.prompt_tokens[rid] + cl.generated[rid]) * self.cost.kv_bytes_per_token
+            nbytes += (
+                self.requests.prompt_tokens[rid] + self.requests.generated[rid]
+            ) * self.cost.kv_bytes_per_token
         if back:
             # they stay swapped until the copy ends: a failure during it loses them
             yield from self._swap_stall(nbytes, "in")
@@ -334,21 +390,21 @@ class _TokenBatch(_Worker):
                 self.swapped.popleft()
                 self._join(rid)
 
-    def _swap_stall(self, nbytes: float, direction: str):
+    def _swap_stall(self, nbytes: float, direction: str) -> Proc:
         """The worker does no token step while it copies ``nbytes`` of KV to host memory
         (``out``) or back; logged as a stall from its start to its end (or the failure
         that cuts it, which also stops the copy)."""
-        cl = self.cluster
+        host = self.host
         start = self.env.now
-        self._activity = ("stall",)
+        self._activity = _STALL
         log = self.steps.prefill_iters
         log.append((start, 0.0, 0, 0))
         i = len(log) - 1
         try:
-            yield cl.swap_copy(self, nbytes, direction)
+            yield host.swap_copy(self, nbytes, direction)
         finally:
             log[i] = (start, self.env.now - start, 0, 0)
-            cl.cancel_swap(self)
+            host.cancel_swap(self)
         self._activity = None
 
     # -- runs of steps ---------------------------------------------------------------
@@ -379,7 +435,7 @@ class _TokenBatch(_Worker):
             j -= 1
         return max(j, 0)
 
-    def _run(self, interruptible: bool):
+    def _run(self, interruptible: bool) -> Proc:
         """Advance the running batch to its next completion or block shortage (or to the
         step boundary after new work arrives, when ``interruptible``)."""
         env = self.env
@@ -391,8 +447,8 @@ class _TokenBatch(_Worker):
         base, per = self._coeffs_for(b)
         total = k * base + per * (k * c + b * k * (k - 1) / 2)
         start = env.now
-        self._activity = ("run", start, k, b, c, base, per)
-        if not self.cluster.reserve_full:
+        self._activity = Run(start, k, b, c, base, per)
+        if not self.requests.reserve_full:
             self.promised_growth = self._new_blocks(k)
         if interruptible:
             self._wake = env.event()
@@ -401,7 +457,7 @@ class _TokenBatch(_Worker):
             tau = env.now - start
             if tau < total - _EPS:
                 k = self._steps_covering(tau, k, base, per, b, c)
-                self._activity = ("run", start, k, b, c, base, per)
+                self._activity = Run(start, k, b, c, base, per)
                 done = k * base + per * (k * c + b * k * (k - 1) / 2)
                 if done - tau > 0:
                     yield env.timeout(done - tau)
@@ -414,7 +470,7 @@ class _TokenBatch(_Worker):
     def _advance(self, start: float, k: int, b: int, c: int, base: float, per: float) -> None:
         self.promised_growth = 0
         self.steps.add_run(start, k, b, c, base, per)
-        if not self.cluster.reserve_full:
+        if not self.requests.reserve_full:
             self.kv_used_blocks += self._new_blocks(k)
         self.step_idx += k
         self.context_tokens += k * b
@@ -422,12 +478,18 @@ class _TokenBatch(_Worker):
     def _settle_interrupted_run(self) -> None:
         """On failure mid-run: count the steps that completed before now."""
         act = self._activity
-        if act is None or act[0] != "run":
+        if not isinstance(act, Run):
             return
-        _, start, k, b, c, base, per = act
-        j = self._steps_done_by(self.env.now - start, k, base, per, b, c)
+        j = self._steps_done_by(
+            self.env.now - act.start_s,
+            act.steps,
+            act.base_s,
+            act.per_token_s,
+            act.batch,
+            act.context0,
+        )
         if j:
-            self._advance(start, j, b, c, base, per)
+            self._advance(act.start_s, j, act.batch, act.context0, act.base_s, act.per_token_s)
 
     def _drop_running(self) -> list[int]:
         """Failure: every running and swapped sequence loses its KV."""
@@ -450,16 +512,20 @@ class _PrefillQueue:
     queue: deque[int]
     queued_tokens: int
     num_outstanding: int
-    cluster: Cluster
+    requests: RequestState
+
+    if TYPE_CHECKING:  # provided by Worker, which every user of this mixin also is
+
+        def notify(self) -> None: ...
 
     def submit(self, rid: int, front: bool = False) -> None:
         if front:
             self.queue.appendleft(rid)
         else:
             self.queue.append(rid)
-        self.queued_tokens += self.cluster.prefill_len(rid)
+        self.queued_tokens += self.requests.prefill_len(rid)
         self.num_outstanding += 1
-        self.notify()  # type: ignore[attr-defined]
+        self.notify()
 
     def remove_queued(self, rid: int) -> bool:
         """Take back a request whose prefill has not started (False if not queued)."""
@@ -467,15 +533,15 @@ class _PrefillQueue:
             self.queue.remove(rid)
         except ValueError:
             return False
-        self.queued_tokens -= self.cluster.prefill_len(rid)
+        self.queued_tokens -= self.requests.prefill_len(rid)
         self.num_outstanding -= 1
         return True
 
 
-class PrefillWorker(_PrefillQueue, _Worker):
+class PrefillWorker(_PrefillQueue, Worker):
     role = "prefill"
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.queue: deque[int] = deque()
         self.held: dict[int, int] = {}  # prefilled, KV here awaiting handoff -> blocks
         self._batch_blocks: dict[int, int] = {}  # in the running prefill -> blocks
@@ -496,17 +562,16 @@ class PrefillWorker(_PrefillQueue, _Worker):
             self.notify()
 
     def _form_batch(self) -> list[int]:
-        cl = self.cluster
         batch: list[int] = []
         tokens = 0
         free = self.free_blocks
         need_blocks = 0
         while self.queue and len(batch) < self.max_batch_seqs:
             rid = self.queue[0]
-            p = cl.prefill_len(rid)
+            p = self.requests.prefill_len(rid)
             if batch and tokens + p > self.max_batch_tokens:
                 break
-            nb = cl.prefill_blocks(rid)
+            nb = self.requests.prefill_blocks(rid)
             if need_blocks + nb > free:
                 break  # KV memory full of prompts awaiting handoff: wait for releases
             batch.append(self.queue.popleft())
@@ -514,42 +579,42 @@ class PrefillWorker(_PrefillQueue, _Worker):
             need_blocks += nb
         return batch
 
-    def _loop(self):
+    def _loop(self) -> Proc:
         env = self.env
-        cl = self.cluster
+        host = self.host
         while True:
             batch = self._form_batch()
             if not batch:
-                self._sample(len(self.queue), 0)
+                self.sample(len(self.queue), 0)
                 yield from self._idle()
                 continue
-            lens = [cl.prefill_len(r) for r in batch]
+            lens = [self.requests.prefill_len(r) for r in batch]
             tokens = sum(lens)
             pairs = sum(n * (n + 1) / 2 for n in lens)
             self.queued_tokens -= tokens
-            self._batch_blocks = {r: cl.prefill_blocks(r) for r in batch}
+            self._batch_blocks = {r: self.requests.prefill_blocks(r) for r in batch}
             self.kv_used_blocks += sum(self._batch_blocks.values())
-            self._sample(len(self.queue), len(batch))
+            self.sample(len(self.queue), len(batch))
             now = env.now
             for r in batch:
-                cl.prefill_started(r, self.index)
+                host.prefill_started(r, self.index)
             dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
             self.steps.prefill_iters.append((now, dur, len(batch), tokens))
-            self._activity = ("prefill", batch)
+            self._activity = PrefillIter(batch)
             self.batch_end_at_s = now + dur
-            cl.prefill_batch_started(batch, self, dur)
+            host.prefill_batch_started(batch, self, dur)
             yield env.timeout(dur)
             self._activity = None
             for r in batch:
                 self.held[r] = self._batch_blocks[r]
             self._batch_blocks = {}
             for r in batch:
-                cl.prefill_done(r, self)
+                host.prefill_done(r, self)
 
     def _on_failure(self) -> None:
-        cl = self.cluster
+        host = self.host
         act = self._activity
-        in_batch = list(act[1]) if act is not None and act[0] == "prefill" else []
+        in_batch = list(act.batch) if isinstance(act, PrefillIter) else []
         if in_batch:  # the iteration was logged with its full length: cut it at the failure
             start, _, n, tok = self.steps.prefill_iters[-1]
             self.steps.prefill_iters[-1] = (start, self.env.now - start, n, tok)
@@ -561,13 +626,13 @@ class PrefillWorker(_PrefillQueue, _Worker):
         self.queued_tokens = 0
         self.num_outstanding = 0
         self.kv_used_blocks = 0
-        cl.prefill_worker_lost(self, queued, in_batch, held)
+        host.prefill_worker_lost(self, queued, in_batch, held)
 
 
 class DecodeWorker(_TokenBatch):
     role = "decode"
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.waiting: deque[int] = deque()  # KV here, waiting for a seat
         self.incoming: dict[int, int] = {}  # blocks reserved, KV in flight -> blocks
         # blocks the sequences assigned here may hold at their longest (prompt +
@@ -580,21 +645,20 @@ class DecodeWorker(_TokenBatch):
     def can_accept(self, rid: int) -> bool:
         """Room for ``rid``'s KV (keeping the watermark), and no swapped-out sequence
         waiting to come back first."""
-        cl = self.cluster
         return (
             self.accepting
             and not self.swapped
-            and cl.join_blocks(rid) + 1 + cl.watermark_blocks(self) + self.growth_headroom()
+            and self.requests.join_blocks(rid) + 1 + self.watermark_blocks + self.growth_headroom()
             <= self.free_blocks
         )
 
     def reserve(self, rid: int) -> None:
         """Claim KV blocks for an incoming handoff (called by the router)."""
-        blocks = self.cluster.join_blocks(rid)
+        blocks = self.requests.join_blocks(rid)
         self.kv_used_blocks += blocks
         self.incoming[rid] = blocks
         self.num_outstanding += 1
-        full = self.cluster.full_blocks(rid)
+        full = self.requests.full_blocks(rid)
         self._eventual[rid] = full
         self.eventual_blocks += full
 
@@ -612,7 +676,7 @@ class DecodeWorker(_TokenBatch):
     def kv_arrived(self, rid: int) -> None:
         blocks = self.incoming.pop(rid)
         # the reservation becomes the running sequence's blocks (see _join)
-        self.kv_used_blocks += self.cluster.join_blocks(rid) - blocks
+        self.kv_used_blocks += self.requests.join_blocks(rid) - blocks
         self.waiting.append(rid)
         self.notify()
 
@@ -621,32 +685,32 @@ class DecodeWorker(_TokenBatch):
         self.unreserve(rid)
 
     def _freed(self) -> None:
-        self.cluster.router.decode_freed()
+        self.host.decode_freed()
 
     def _recompute(self, rid: int) -> None:
         self.num_outstanding -= 1
         self._gone(rid)
         self._freed()
-        self.cluster.reprefill(rid, "preempted")
+        self.host.reprefill(rid, "preempted")
 
     def _gone(self, rid: int) -> None:
         self.eventual_blocks -= self._eventual.pop(rid, 0)
 
-    def _loop(self):
+    def _loop(self) -> Proc:
         env = self.env
-        cl = self.cluster
+        host = self.host
         while True:
             if self.swapped:
                 yield from self._swap_in()
             while self.waiting and self.batch < self.max_batch_seqs:
                 rid = self.waiting.popleft()
-                cl.log.decode_admit_at_s[rid] = env.now
+                host.log.decode_admit_at_s[rid] = env.now
                 self._join(rid)
             if self.batch == 0:
-                self._sample(len(self.waiting) + len(self.swapped), 0)
+                self.sample(len(self.waiting) + len(self.swapped), 0)
                 yield from self._idle()
                 continue
-            self._sample(len(self.waiting) + len(self.swapped), self.batch)
+            self.sample(len(self.waiting) + len(self.swapped), self.batch)
             yield from self._run(interruptible=self.batch < self.max_batch_seqs)
 
     def _on_failure(self) -> None:
@@ -658,33 +722,33 @@ class DecodeWorker(_TokenBatch):
         self.num_outstanding = 0
         self.eventual_blocks = 0
         self._eventual.clear()
-        self.cluster.decode_worker_lost(self, lost)
+        self.host.decode_worker_lost(self, lost)
 
 
 class ColocatedWorker(_PrefillQueue, _TokenBatch):
     role = "colocated"
 
-    def __init__(self, *args, scheduler: str, **kwargs) -> None:
+    def __init__(self, *args: Any, scheduler: str, **kwargs: Any) -> None:
         self.scheduler = scheduler
         self.queue: deque[int] = deque()  # waiting for prefill (no KV yet)
         self.prefilling: list[list[int]] = []  # chunked: [rid, tokens done]
         super().__init__(*args, **kwargs)
 
-    def _loop(self):
+    def _loop(self) -> Proc:
         return self._loop_vllm() if self.scheduler == "vllm" else self._loop_chunked()
 
     def _recompute(self, rid: int) -> None:
         self.num_outstanding -= 1
         self.submit(rid, front=True)
 
-    def _decode_or_idle(self):
+    def _decode_or_idle(self) -> Proc:
         """No prefill to run: advance the running batch, or wait for work."""
         waiting = len(self.queue) + len(self.swapped)
         if self.batch == 0:
-            self._sample(waiting, 0)
+            self.sample(waiting, 0)
             yield from self._idle()
             return
-        self._sample(waiting, self.batch)
+        self.sample(waiting, self.batch)
         # A new arrival can only start at a boundary if a seat is free; memory may still
         # block it, in which case the next completion ends the run anyway.
         yield from self._run(interruptible=self.batch < self.max_batch_seqs)
@@ -693,62 +757,60 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         """Can the head of the queue start its prefill (a seat and its KV blocks free)?"""
         if not self.queue or seats_used >= self.max_batch_seqs or self.swapped:
             return False
-        cl = self.cluster
-        need = cl.colocated_blocks(self.queue[0])
-        return need + cl.watermark_blocks(self) + self.growth_headroom() <= self.free_blocks
+        need = self.requests.colocated_blocks(self.queue[0])
+        return need + self.watermark_blocks + self.growth_headroom() <= self.free_blocks
 
     def _start_prefill(self, rid: int) -> None:
-        cl = self.cluster
+        host = self.host
         self.queue.popleft()
-        self.kv_used_blocks += cl.colocated_blocks(rid)
-        self.queued_tokens -= cl.prefill_len(rid)
-        cl.prefill_started(rid, self.index)
+        self.kv_used_blocks += self.requests.colocated_blocks(rid)
+        self.queued_tokens -= self.requests.prefill_len(rid)
+        host.prefill_started(rid, self.index)
 
     def _prefill_finished(self, rid: int) -> None:
-        cl = self.cluster
+        host = self.host
         now = self.env.now
-        cl.log.prefill_end_at_s[rid] = now
-        held = cl.colocated_blocks(rid)
-        if cl.ended[rid]:  # abandoned while its prefill ran
+        host.log.prefill_end_at_s[rid] = now
+        held = self.requests.colocated_blocks(rid)
+        if self.requests.ended[rid]:  # abandoned while its prefill ran
             self.kv_used_blocks -= held
             self.num_outstanding -= 1
-            cl.bury(rid)
+            host.bury(rid)
             return
-        cl.prefill_token(rid, now)
-        if cl.generated[rid] >= cl.output_tokens[rid]:
+        host.prefill_token(rid, now)
+        if self.requests.generated[rid] >= self.requests.output_tokens[rid]:
             self.kv_used_blocks -= held
             self.num_outstanding -= 1
-            cl.finish(rid, now)
+            host.finish(rid, now)
             return
-        if cl.log.decode_admit_at_s[rid] != cl.log.decode_admit_at_s[rid]:  # NaN: first join
-            cl.log.decode_admit_at_s[rid] = now
+        if host.log.decode_admit_at_s[rid] != host.log.decode_admit_at_s[rid]:  # NaN: first join
+            host.log.decode_admit_at_s[rid] = now
         self._join(rid)
         self.kv_used_blocks += self._blocks_now(rid) - held  # <= 0: prefill reserved one more
 
-    def _loop_vllm(self):
+    def _loop_vllm(self) -> Proc:
         """Prefill-prioritising continuous batching: waiting prompts run first, as a
         prefill-only iteration that stalls every running decode."""
         env = self.env
-        cl = self.cluster
         while True:
             if self.swapped:
                 yield from self._swap_in()
             batch: list[int] = []
             tokens = 0
             while self._admissible(self.batch + len(batch)):
-                p = cl.prefill_len(self.queue[0])
+                p = self.requests.prefill_len(self.queue[0])
                 if batch and tokens + p > self.max_batch_tokens:
                     break
                 batch.append(self.queue[0])
                 self._start_prefill(self.queue[0])
                 tokens += p
             if batch:
-                self._sample(len(self.queue), self.batch + len(batch))
-                lens = [cl.prefill_len(r) for r in batch]
+                self.sample(len(self.queue), self.batch + len(batch))
+                lens = [self.requests.prefill_len(r) for r in batch]
                 pairs = sum(n * (n + 1) / 2 for n in lens)
                 dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
                 self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
-                self._activity = ("prefill", batch)
+                self._activity = PrefillIter(batch)
                 yield env.timeout(dur)
                 self._activity = None
                 for r in batch:
@@ -756,11 +818,10 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 continue
             yield from self._decode_or_idle()
 
-    def _loop_chunked(self):
+    def _loop_chunked(self) -> Proc:
         """Sarathi-style: each iteration carries one token per running sequence plus
         prompt chunks filling the rest of the token budget."""
         env = self.env
-        cl = self.cluster
         while True:
             if self.swapped:
                 yield from self._swap_in()
@@ -783,19 +844,19 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                     if chunk_tokens >= budget:
                         break
                     rid, done = entry
-                    c = min(cl.prefill_len(rid) - done, budget - chunk_tokens)
+                    c = min(self.requests.prefill_len(rid) - done, budget - chunk_tokens)
                     pairs += c * done + c * (c + 1) / 2
                     cached += done
                     chunk_tokens += c
                     chunk_seqs += 1
                     entry[1] = done + c
-                    if entry[1] >= cl.prefill_len(rid):
+                    if entry[1] >= self.requests.prefill_len(rid):
                         done_now.append(rid)
                 b, ctx = self.batch, self.context_tokens
-                self._sample(len(self.queue), b + len(self.prefilling))
+                self.sample(len(self.queue), b + len(self.prefilling))
                 dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
                 start = env.now
-                self._activity = ("mixed", start, dur, b, ctx, chunk_seqs, chunk_tokens)
+                self._activity = _MIXED
                 yield env.timeout(dur)
                 self._activity = None
                 if b:
@@ -813,18 +874,15 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             yield from self._decode_or_idle()
 
     def _on_failure(self) -> None:
-        cl = self.cluster
+        host = self.host
         act = self._activity
         self._settle_interrupted_run()
         in_prefill: list[int] = []
-        if act is not None and act[0] == "prefill":
-            in_prefill = list(act[1])
+        if isinstance(act, PrefillIter):
+            in_prefill = list(act.batch)
             start, _, n, tok = self.steps.prefill_iters[-1]
             self.steps.prefill_iters[-1] = (start, self.env.now - start, n, tok)
-        elif act is not None and act[0] == "mixed":
-            _, start, dur, b, ctx, seqs, tok = act
-            if b == 0:
-                pass  # a prefill-only mixed iteration: nothing was logged yet
+        # a mixed iteration is logged only when it ends: nothing to cut
         in_prefill += [e[0] for e in self.prefilling if e[0] not in in_prefill]
         self.prefilling = []
         lost = self._drop_running() + in_prefill
@@ -833,4 +891,4 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self.queued_tokens = 0
         self.kv_used_blocks = 0
         self.num_outstanding = 0
-        cl.colocated_worker_lost(self, queued, lost)
+        host.colocated_worker_lost(self, queued, lost)

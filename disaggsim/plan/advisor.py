@@ -5,8 +5,8 @@ beat the best colocated candidate by at least :data:`MIN_GAIN` (a margin above t
 bisection tolerance and run-to-run noise) to be recommended: two pools and a KV fabric
 are more to run than one pool, so a tie goes to the simpler deployment.
 
-The reasons name the conditions under which disaggregation pays (DESIGN.md §7) and say
-for each whether it holds here:
+The reasons name the conditions under which disaggregation pays (docs/design.md, "When
+disaggregation should win or lose") and say for each whether it holds here:
 
 - **long prompts**: a mean prompt's prefill (at its TP) is at least
   :data:`LONG_PROMPT_STEPS` decode steps (at the typical batch) long;

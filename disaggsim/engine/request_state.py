@@ -1,0 +1,85 @@
+"""Each request's token counts and the KV block arithmetic the whole engine shares.
+
+Columnar: one Python list per quantity, indexed by request id (list indexing is the
+fastest random access the hot loop has; numpy scalars would be slower per call). What a
+request *may* need (``max_tokens``: what the client allowed) is what routing, admission
+and reservations plan on; what it gets (``output_tokens``) only decides when it stops.
+"""
+
+from __future__ import annotations
+
+from disaggsim.workload.requests import Requests
+
+
+class RequestState:
+    """Token counts of every request and the blocks its KV takes.
+
+    ``block_tokens`` tokens make one KV block; ``reserve_full``: admission reserves a
+    sequence's longest length (prompt + ``max_tokens``) at once, instead of growing a
+    block at a time (``on_demand``).
+    """
+
+    __slots__ = (
+        "block_tokens",
+        "ended",
+        "generated",
+        "max_tokens",
+        "output_tokens",
+        "prompt_tokens",
+        "reserve_full",
+    )
+
+    def __init__(self, requests: Requests, block_tokens: int, reserve_full: bool) -> None:
+        n = len(requests)
+        self.block_tokens = block_tokens
+        self.reserve_full = reserve_full
+        self.prompt_tokens: list[int] = requests.prompt_tokens.tolist()
+        self.output_tokens: list[int] = requests.output_tokens.tolist()
+        # no max_tokens given: a client asking for exactly the reply it gets
+        cap = requests.max_tokens if requests.max_tokens is not None else requests.output_tokens
+        self.max_tokens: list[int] = cap.tolist()
+        self.generated: list[int] = [0] * n  # tokens delivered so far
+        self.ended: list[bool] = [False] * n  # completed, rejected or abandoned
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    # -- token counts ------------------------------------------------------------------
+
+    def prefill_len(self, rid: int) -> int:
+        """Tokens the next prefill of ``rid`` computes: its prompt, plus the tokens
+        already delivered when the KV is rebuilt after a preemption or a failure."""
+        return self.prompt_tokens[rid] + self.generated[rid]
+
+    def longest_tokens(self, rid: int) -> int:
+        """The longest sequence ``rid`` may become: prompt + max_tokens."""
+        return self.prompt_tokens[rid] + self.max_tokens[rid]
+
+    def done_generating(self, rid: int) -> bool:
+        return self.generated[rid] >= self.output_tokens[rid]
+
+    # -- KV blocks ---------------------------------------------------------------------
+
+    def blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_tokens)
+
+    def full_blocks(self, rid: int) -> int:
+        """Blocks of ``rid``'s longest possible sequence (prompt + max_tokens)."""
+        return -(-(self.prompt_tokens[rid] + self.max_tokens[rid]) // self.block_tokens)
+
+    def prefill_blocks(self, rid: int) -> int:
+        """Blocks a prefill worker holds for ``rid``'s KV until the handoff."""
+        return -(-(self.prompt_tokens[rid] + self.generated[rid]) // self.block_tokens)
+
+    def join_blocks(self, rid: int) -> int:
+        """Blocks a decode worker needs to take ``rid`` (its longest sequence when
+        reserving in full; else its context once the first token exists)."""
+        if self.reserve_full:
+            return self.full_blocks(rid)
+        return -(-(self.prompt_tokens[rid] + max(self.generated[rid], 1)) // self.block_tokens)
+
+    def colocated_blocks(self, rid: int) -> int:
+        """Blocks a colocated worker takes when ``rid``'s prefill starts."""
+        if self.reserve_full:
+            return self.full_blocks(rid)
+        return -(-(self.prompt_tokens[rid] + self.generated[rid] + 1) // self.block_tokens)
