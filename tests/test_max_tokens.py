@@ -204,3 +204,45 @@ def test_trace_max_tokens_columns(tmp_path):
     )
     with pytest.raises(UserError, match=r"t\.csv:2: MaxTokens '0' must be an integer >= 1"):
         read_trace(csv)
+
+
+def test_a_reprefilled_handoff_reserves_the_slot_of_its_new_token():
+    """A request prefilled again (recompute) hands its KV off before its new token is
+    delivered: the decode reservation must already hold that token's slot, or the batch
+    overruns the memory by a block (found by the whole-scenario property test)."""
+    from disaggsim.run import simulate
+
+    pool = {"gpu": "h100-sxm", "num_workers": 1, "tp": 2, "max_batch_seqs": 64,
+            "max_batch_tokens": 3000, "gpu_mem_util": 0.114}  # fmt: skip
+    res = simulate(
+        {
+            "name": "reprefill-slot",
+            "seed": 0,
+            "model": "llama-3-8b",
+            "slo": {"ttft_ms": 1000, "itl_ms": 100},
+            "kv": {
+                "block_tokens": 1,
+                "admission": "on_demand",
+                "preemption": "recompute",
+                "watermark": 0.0,
+            },  # fmt: skip
+            "router": {"backpressure": "none"},
+            "sim": {"duration_s": 2.0},
+            "architecture": "disaggregated",
+            "prefill_pool": pool,
+            "decode_pool": pool,
+            "fabric": {"link": "nvlink"},
+            "workload": {
+                "kind": "synthetic",
+                "rate_per_s": 50.0,
+                "prompt_tokens": {"dist": "uniform", "low": 50, "high": 300},
+                "output_tokens": {"dist": "uniform", "low": 400, "high": 1000},
+                "num_requests": 40,
+                "arrival": "gamma",
+                "burstiness_cv": 0.3,
+            },
+        }
+    )
+    assert res.summary["num_preemptions"] > 0
+    assert (res.timeseries["kv_used_tokens"] <= 9843).all()  # the decode worker's capacity
+    assert res.raw.workers[1].kv_capacity_tokens == 9843

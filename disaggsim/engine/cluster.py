@@ -258,6 +258,8 @@ class Cluster:
             log.prefill_start_at_s[rid] = self.env.now
         log.prefill_worker[rid] = worker
         log.num_prefills[rid] += 1
+        rs = self.requests
+        rs.prefilled_tokens[rid] = rs.prompt_tokens[rid] + rs.generated[rid]
 
     def prefill_token(self, rid: int, now: float) -> None:
         """The token a finished prefill produces reaches the client at ``now``: the first

@@ -25,6 +25,7 @@ class RequestState:
         "generated",
         "max_tokens",
         "output_tokens",
+        "prefilled_tokens",
         "prompt_tokens",
         "reserve_full",
     )
@@ -39,6 +40,8 @@ class RequestState:
         cap = requests.max_tokens if requests.max_tokens is not None else requests.output_tokens
         self.max_tokens: list[int] = cap.tolist()
         self.generated: list[int] = [0] * n  # tokens delivered so far
+        # tokens the last prefill computed (prompt + tokens delivered when it started)
+        self.prefilled_tokens: list[int] = list(self.prompt_tokens)
         self.ended: list[bool] = [False] * n  # completed, rejected or abandoned
 
     def __len__(self) -> int:
@@ -72,11 +75,19 @@ class RequestState:
         return -(-(self.prompt_tokens[rid] + self.generated[rid]) // self.block_tokens)
 
     def join_blocks(self, rid: int) -> int:
-        """Blocks a decode worker needs to take ``rid`` (its longest sequence when
-        reserving in full; else its context once the first token exists)."""
+        """Blocks a decode worker needs to take ``rid`` from its last prefill (its
+        longest sequence when reserving in full; else the prefilled context plus the slot
+        of the token that prefill produced, whether or not that token is delivered yet)."""
         if self.reserve_full:
             return self.full_blocks(rid)
-        return -(-(self.prompt_tokens[rid] + max(self.generated[rid], 1)) // self.block_tokens)
+        return -(-(self.prefilled_tokens[rid] + 1) // self.block_tokens)
+
+    def context_blocks(self, rid: int) -> int:
+        """Blocks of ``rid``'s context now (prompt + tokens delivered): a swapped-out
+        sequence's KV when it comes back (reserving in full: its longest sequence)."""
+        if self.reserve_full:
+            return self.full_blocks(rid)
+        return -(-(self.prompt_tokens[rid] + self.generated[rid]) // self.block_tokens)
 
     def colocated_blocks(self, rid: int) -> int:
         """Blocks a colocated worker takes when ``rid``'s prefill starts."""

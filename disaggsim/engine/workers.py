@@ -374,7 +374,7 @@ class _TokenBatch(Worker):
         for rid in self.swapped:
             if self.batch + len(back) >= self.max_batch_seqs:
                 break
-            need = self.requests.join_blocks(rid)
+            need = self.requests.context_blocks(rid)
             # + 1: the returning sequence's own next step may open a block
             if need + 1 + self.watermark_blocks + self.growth_headroom() > self.free_blocks:
                 break
