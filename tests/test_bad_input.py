@@ -308,6 +308,13 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "--itl-statistic", "p99"], "--itl-statistic p99: allowed: tpot, max_gap"),
     ("plan-question-and-scenario", _nothing, ["plan", DISAGG, "--isl", "100"],
      "plan: give a scenario file or the question flags, not both"),
+    # ---- plan budgets
+    ("plan-gpus-1e9", _nothing, ["plan", DISAGG, "--quick", "--gpus", "1000000000", "--quiet"],
+     "--gpus 1000000000: a budget of 1,000,000,000 GPUs, more than the 16,384"),
+    ("plan-target-rate-1e9", _nothing, ["plan", DISAGG, "--quick", "--target-rate", "1e9",
+     "--quiet"], "GPUs, more than the 16,384 a plan may size"),
+    ("plan-target-rate-inf", _nothing, ["plan", DISAGG, "--quick", "--target-rate", "inf",
+     "--quiet"], "--target-rate inf: must be a finite rate"),
     # ---- trace cells
     ("trace-azure-1e30", _file("t.csv", _AZURE_HEAD + "2023-11-16 18:17:03.9799600,100,20\n"
      "2023-11-16 18:17:04.0,1000000000000000000000000000000,20\n"),

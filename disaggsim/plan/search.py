@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from disaggsim.catalog import get_gpu
+from disaggsim.config.bounds import MAX_GPUS
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary
@@ -318,6 +319,8 @@ def search(
     label = str(loaded.path) if loaded.path else "<scenario>"
     if target_rate_per_s is not None and not target_rate_per_s > 0:
         raise UserError(f"--target-rate {target_rate_per_s}: must be > 0 req/s")
+    if target_rate_per_s is not None and not math.isfinite(target_rate_per_s):
+        raise UserError(f"--target-rate {target_rate_per_s}: must be a finite rate")
     if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
         raise UserError(f"--price-per-gpu-hour {price_per_gpu_hour}: must be > 0")
     lengths = sample_lengths(loaded)
@@ -338,6 +341,11 @@ def search(
         budget = g.num_gpus
     else:
         budget = budget_of(loaded, gpus)
+    if budget > MAX_GPUS:  # before any candidate is enumerated (docs/safety.md)
+        where = f"--gpus {gpus}" if gpus is not None else f"--target-rate {target_rate_per_s:g}"
+        raise UserError(
+            f"{where}: a budget of {budget:,} GPUs, more than the {MAX_GPUS:,} a plan may size"
+        )
     cands, guess, tps = enumerate_candidates(loaded, budget, opts, lengths)
     if target_rate_per_s is not None:
         guess = analytic_guess(
