@@ -8,7 +8,7 @@
 - ``disaggsim calibrate validate-steps RAW [--gpu ID] [--profile JSON]``: the step model
   against whole-layer passes timed by ``python -m calibration.steps``;
 - ``disaggsim calibrate fit-steps RAW --gpu ID [--profile JSON] [--out PROFILE.json]``:
-  ``engines.cuda-graphs.per_layer_s`` fitted to those passes, written into the profile.
+  ``graph_replay.per_layer_s`` fitted to those passes, written into the profile.
 
 ``python -m calibration ...`` takes the same arguments. Only the sweep imports torch.
 """
@@ -97,7 +97,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
     fs = sub.add_parser(
         "fit-steps",
-        help="fit engines.cuda-graphs.per_layer_s to measured CUDA-graph layer passes",
+        help="fit graph_replay.per_layer_s to measured CUDA-graph layer passes",
     )
     fs.add_argument("raw_dir", metavar="RAW", help="folder holding steps.csv")
     fs.add_argument("--gpu", required=True, metavar="ID", help="GPU the passes ran on")
@@ -296,23 +296,19 @@ def _cmd_fit_steps(args) -> int:
     prof = load_profile(args.gpu, path=args.profile)
     f = steps.graph_layer_fit(args.raw_dir, args.gpu, prof)
     out_dict = json.loads(Path(prof.path).read_text())
-    out_dict["engines"]["cuda-graphs"]["per_layer_s"] = float(f"{f['per_layer_s']:.5g}")
-    out_dict.setdefault("fit_error", {})["engines.cuda-graphs"] = f["error"]
+    out_dict["graph_replay"] = {"per_layer_s": float(f"{f['per_layer_s']:.5g}")}
+    out_dict.setdefault("fit_error", {})["graph_replay"] = f["error"]
     prov = out_dict.setdefault("provenance", {})
-    carried = [c for c in prov.get("carried", []) if c != "engines.cuda-graphs.per_layer_s"]
-    if "engines" in carried:  # the rest of the engine overheads stays carried
-        i = carried.index("engines")
-        carried[i : i + 1] = ["engines.eager", "engines.cuda-graphs.per_iteration_s"]
-    prov["carried"] = carried
+    prov["carried"] = [c for c in prov.get("carried", []) if c != "graph_replay"]
     prov["graphs_from"] = (
-        f"engines.cuda-graphs.per_layer_s fitted to CUDA-graph layer passes on {f['device_name']} "
+        f"graph_replay.per_layer_s fitted to CUDA-graph layer passes on {f['device_name']} "
         f"(torch {f['torch_version']}, {f['date']}; {_repo_rel(Path(args.raw_dir))}/steps.csv, "
         "calibration/steps.py graph_layer_fit)"
     )
     out = _write_profile(out_dict, args)
     e = f["error"]
     print(
-        f"engines.cuda-graphs.per_layer_s = {1e6 * f['per_layer_s']:.2f} us: median APE "
+        f"graph_replay.per_layer_s = {1e6 * f['per_layer_s']:.2f} us: median APE "
         f"{100 * e['median_ape']:.1f}% (held out by shape {100 * e['held_out_median_ape']:.1f}%, "
         f"kernels only {100 * e['kernels_only_median_ape']:.1f}%), n={e['n']}"
     )

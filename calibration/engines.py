@@ -1,65 +1,51 @@
-"""Engine overheads: whole steps are more than their kernels.
+"""Serving-engine profiles fitted to public end-to-end measurements; the GPU's graph-replay gap.
 
-A serving engine's forward pass takes its kernels' time plus CPU time the GPU waits for:
-per-iteration scheduling/sampling/bookkeeping and, in eager mode, per-layer launch gaps.
-The step model (:mod:`disaggsim.costmodel.step`) adds ``per_iteration_s + per_layer_s ×
-num_layers`` from the profile's ``engines.<kind>``. This module fits those two numbers
-for A100-80GB against DistServe's whole-step curves and reports whole-step error.
+An engine's iteration costs its kernels plus host time the GPU waits for
+(:mod:`disaggsim.hardware.engines` has the form: per iteration, per extra TP rank, per
+sequence, per token, per layer). Kernel times are the hardware profiles' (graph-replayed
+kernels); this module fits the overhead parameters of each engine profile to what engines
+were measured to take end to end, and writes ``disaggsim/hardware/engines.json``.
 
-Data (``kernels/distserve/profiler-a100-80g.{distserve,vllm}.json``): per (OPT model, TP)
-DistServe's fitted curves, in ms, of measured whole forward passes on A100-80GB::
+Data, each row with its source, configuration and figure:
 
-    prefill = a + b·ΣL + c·ΣL²            (L: prompt lengths of the batch)
-    decode  = a + b·Σcontext + c·batch     (separate [a, b, c] for batch ≤ / > 95)
+- ``calibration/engine_data/measurements.csv``: collected from public pages —
+  TensorRT-LLM 0.9.0's performance tables (static batches: batch latency = batch × output
+  tokens / throughput; batch-1 first-token latency), vLLM's performance-benchmark CI
+  latency test (a batch of 8 prompts, 32 in / 128 out) on A100, H100 and H200, NVIDIA NIM
+  1.8.0's concurrency-1 figures (Llama-3.3-70B FP8, TP2 H100), an SGLang decode step.
+  Column ``split`` marks the rows held out of the fit (every H200 row, and NIM);
+- DistServe's curves of the 2023 vLLM engine (``kernels/distserve/profiler-a100-80g.vllm
+  .json``, OPT-13B/66B on A100, eager PyTorch), evaluated on a grid
+  (:func:`whole_step_points`) for ``vllm-eager-2023``; the (model, TP) families
+  :data:`EAGER_HOLDOUT` are held out.
 
-The raw profiles are not published, so the curves are evaluated on a grid inside the
-range they were fitted on (prefill: batch 1–8 × prompt 64–2048 tokens, ≤ 8192 tokens in
-all; decode: batch 1–256 × context 64–2048 per sequence, within the KV capacity of
-``max_num_tokens.csv``) and those values are the "measured" whole steps.
+How a measurement is predicted (:func:`features`): with the engine overhead set to zero
+the step model gives the kernel time of the measured work — a static batch is one
+prefill of every prompt then ``osl − 1`` decode steps over the growing context (summed in
+closed form from the affine decode step); a first-token latency is one prefill; a
+concurrency-1 inter-token latency or a decode step is one decode step at the mean context
+``isl + osl / 2``. The overhead is linear in its parameters (iterations, iterations ×
+(TP − 1), sequences, tokens, iterations × layers, …), so each engine's parameters are the
+non-negative least-squares solution for relative error (:func:`solve`) over its fit rows,
+with only the parameters the data can tell apart (:data:`FIT_PARAMS`).
 
-Which engine each file is. Both are *eager* engines: no CUDA graphs. A graph-replayed
-decode step costs its kernels plus well under a millisecond; DistServe's curves sit
-milliseconds above the weights-streaming bound at batch 1 (OPT-13B TP4: 10.3 ms vs 3.2 ms
-of weights at peak HBM), and vLLM's more so (25.9 ms at TP4, *more* than its 23.5 ms at
-TP1: CPU/Ray-bound). DistServe's engine (SwiftTransformer C++ kernels driven from Python
-per step) has kernel times close to this model's sums, so its residual is overhead: it
-is what ``engines.eager`` is fitted to. The vLLM file (vLLM of late 2023: eager PyTorch,
-xformers attention, before CUDA-graph decode) is slower in its *kernels* too — its
-prefill grows 1.4–1.8× faster with tokens than the fitted GEMM/attention kernels — which
-no additive overhead can represent; it is reported beside as a transfer check.
+``graph_gap``: what a replayed CUDA graph costs per layer beyond its kernels, estimated
+per GPU from the public per-op tables — AIConfigurator times every op as a replayed graph,
+Vidur's ``mlp.csv`` as bare kernel durations; for bf16 GEMMs with m ≤ 16 the fit
+``graph_replayed = gap + slope × kernel_duration`` gives the per-kernel gap, and
+``graph_replay.per_layer_s = ELEMENTWISE_KERNELS_PER_LAYER × max(gap, 0)`` (the
+element-wise terms are the ones fitted to kernel durations). About zero on A100 and H100.
 
-``cuda-graphs`` has no public whole-step table. Its ``per_iteration_s`` (scheduler/CPU
-time a graph does not remove) is taken from the eager fit. Its ``per_layer_s`` is what a
-replayed layer costs beyond the kernels the step model sums, estimated per GPU from the
-public per-op tables (:func:`graph_gap`):
-
-- AIConfigurator times every op as a captured CUDA graph replayed many times (its
-  collector's ``benchmark_with_power``: latency = graph time / ops), so each of its rows
-  is the kernel plus that kernel's share of graph-replay gaps. The step model's GEMM and
-  attention terms are fitted to these rows: their gaps are already inside them.
-- Vidur's ``mlp.csv`` rows are kernel durations (CUDA time from the kineto profiler): no
-  gap. The element-wise terms (``ELEMENTWISE_KERNELS_PER_LAYER`` launches per layer) are
-  fitted to these rows.
-- For bf16 GEMMs of the same (m, n, k) on the same GPU with m ≤ 16 (latency-bound, tens of
-  µs), fitting ``graph_replayed = gap + slope × kernel_duration`` gives the per-kernel gap
-  as the intercept (the slope takes up the kernel-library difference between the two runs).
-
-So ``per_layer_s = ELEMENTWISE_KERNELS_PER_LAYER × max(gap, 0)``. The data put the gap at
-about zero on A100 and H100 (within ±1.1 µs per framework); the whole-step check on a
-GPU (:mod:`calibration.steps`) is what should replace this estimate.
-
-Run: ``python -m calibration.engines --data ../shared/data`` prints the fits and the
-whole-step errors; ``python -m calibration.fit_public --engines`` writes ``engines.eager``
-into the A100 profile (H100 and the priors take it), and each fitted GPU's own
-``engines.cuda-graphs.per_layer_s``.
+Run: ``python -m calibration.engines`` prints every engine's fit and errors;
+``python -m calibration.fit_public --engines`` writes ``engines.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,138 +55,54 @@ from scipy.optimize import least_squares, lsq_linear
 
 from calibration import public
 from calibration.fit import ape, prediction_error
-from disaggsim.catalog import get_model
+from disaggsim.catalog import GPU_IDS, MODEL_IDS
 from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER, build_worker_cost
 from disaggsim.errors import UserError
-from disaggsim.hardware.profile import EngineOverhead, HardwareProfile, profile_from_dict
+from disaggsim.hardware.engines import (
+    ENGINE_NAMES,
+    ENGINES_SCHEMA_VERSION,
+    PARAM_KEYS,
+    ZERO_ENGINE,
+    engines_from_dict,
+    shipped_engines_path,
+)
+from disaggsim.hardware.profile import HardwareProfile, load_profile
 
 MS = 1e-3
-GPU = "a100-80gb"
+REPO = Path(__file__).resolve().parents[1]
+MEASUREMENTS = REPO / "calibration" / "engine_data" / "measurements.csv"
+COLUMNS = (
+    "source", "url", "version", "engine", "model", "gpu", "tp", "weight_dtype", "kv_dtype",
+    "batch", "isl", "osl", "metric", "value_s", "split", "raw", "derivation",
+)  # fmt: skip
+METRICS = ("batch_latency_s", "ttft_s", "itl_s", "decode_step_s")
 FILES = {"distserve": "profiler-a100-80g.distserve.json", "vllm": "profiler-a100-80g.vllm.json"}
-FIT_FILE = "distserve"
+EAGER_FILE = "vllm"
+EAGER_GPU = "a100-80gb"
+EAGER_HOLDOUT = (("opt-66b", 8), ("opt-13b", 4))
 PREFILL_BATCHES = (1, 2, 4, 8)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 PREFILL_MAX_TOKENS = 8192
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DECODE_CONTEXTS = (64, 256, 512, 1024, 2048)
 GRAPH_GAP_MAX_M = 16  # GEMM rows (tokens) used for the graph-gap estimate
-
-
-def _distserve_dir(data_root: Path) -> Path:
-    d = public.kernels_dir(data_root) / "distserve"
-    if not d.is_dir():
-        raise UserError(f"{d}: DistServe profiles not found")
-    return d
-
-
-def load_curves(data_root: Path, which: str) -> dict[str, Any]:
-    path = _distserve_dir(data_root) / FILES[which]
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"{path}: cannot read DistServe profile ({e})") from None
-
-
-def kv_capacity_tokens(data_root: Path) -> dict[tuple[str, int], int]:
-    """DistServe's KV-cache token capacity per (model id, tp) at pp = 1."""
-    path = _distserve_dir(data_root) / "max_num_tokens.csv"
-    df = pd.read_csv(path)
-    df = df[df["pp"] == 1]
-    return {
-        (str(m).split("/")[-1], int(tp)): int(n)
-        for m, tp, n in zip(df["model"], df["tp"], df["max_num_tokens"], strict=True)
-    }
-
-
-def whole_step_points(data_root: Path, which: str) -> pd.DataFrame:
-    """The curves of one DistServe file evaluated on the grid: one row per step."""
-    curves = load_curves(data_root, which)
-    cap = kv_capacity_tokens(data_root)
-    rows = []
-    for hf_id, by_tp in curves.items():
-        model = hf_id.split("/")[-1]
-        for tp_s, c in by_tp.items():
-            tp = int(tp_s)
-            a, b, q = c["prefill"]
-            for batch in PREFILL_BATCHES:
-                for length in PREFILL_LENGTHS:
-                    if batch * length > PREFILL_MAX_TOKENS:
-                        continue
-                    s1, s2 = batch * length, batch * length**2
-                    rows.append((model, tp, "prefill", batch, length, (a + b * s1 + q * s2) * MS))
-            threshold = c["decoding_large_small_bs_threshold"]
-            for batch in DECODE_BATCHES:
-                a, b, q = c["decoding_smallbs"] if batch <= threshold else c["decoding_largebs"]
-                for ctx in DECODE_CONTEXTS:
-                    if batch * ctx > cap.get((model, tp), 0):
-                        continue
-                    rows.append(
-                        (model, tp, "decode", batch, ctx, (a + b * batch * ctx + q * batch) * MS)
-                    )
-    return pd.DataFrame(rows, columns=["model", "tp", "kind", "batch", "tokens", "t_s"])
-
-
-def kernel_sums(points: pd.DataFrame, prof: HardwareProfile) -> np.ndarray:
-    """The step model's time of each point with zero engine overhead (kernels only)."""
-    zero = EngineOverhead(per_iteration_s=0.0, per_layer_s=0.0)
-    bare = replace(prof, engines={"eager": zero, "cuda-graphs": zero})
-    out = np.empty(len(points))
-    workers: dict[tuple[str, int], Any] = {}
-    for i, (model, tp, kind, batch, tokens) in enumerate(
-        zip(
-            points["model"],
-            points["tp"],
-            points["kind"],
-            points["batch"],
-            points["tokens"],
-            strict=True,
-        )
-    ):
-        key = (model, int(tp))
-        if key not in workers:
-            workers[key] = build_worker_cost(model, GPU, int(tp), engine="eager", profile=bare)
-        w = workers[key]
-        b, n = int(batch), int(tokens)
-        if kind == "prefill":
-            out[i] = w.prefill_time_s(b, b * n, b * n * (n + 1) / 2.0)
-        else:
-            out[i] = w.decode_time_s(b, b * n)
-    return out
-
-
-def _solve(kern: np.ndarray, layers: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
-    """Non-negative (per_iteration_s, per_layer_s) minimising the relative error of
-    ``kern + per_iteration_s + per_layer_s × layers`` against ``meas`` (linear in both)."""
-    a = np.column_stack([1.0 / meas, layers / meas])
-    res = lsq_linear(a, 1.0 - kern / meas, bounds=(0.0, np.inf))
-    return float(res.x[0]), float(res.x[1])
-
-
-def fit(data_root: Path, prof: HardwareProfile, which: str = FIT_FILE) -> dict[str, Any]:
-    """Fit ``(per_iteration_s, per_layer_s)`` to one DistServe file; errors on all points,
-    and held out by (model, TP) family (fit on the others, predict the one left out)."""
-    pts = whole_step_points(data_root, which)
-    kern = kernel_sums(pts, prof)
-    layers = np.array([get_model(m).num_layers for m in pts["model"]], float)
-    meas = pts["t_s"].to_numpy(float)
-    per_iter, per_layer = _solve(kern, layers, meas)
-    pred = kern + per_iter + per_layer * layers
-    fam = pts["model"] + "/tp" + pts["tp"].astype(str)
-    held = np.empty(len(pts))
-    for f in fam.unique():
-        test = (fam == f).to_numpy()
-        pi, pl = _solve(kern[~test], layers[~test], meas[~test])
-        held[test] = kern[test] + pi + pl * layers[test]
-    return {
-        "per_iteration_s": per_iter,
-        "per_layer_s": per_layer,
-        "points": pts.assign(kernels_s=kern, pred_s=pred, held_out_pred_s=held),
-        "error": {
-            **prediction_error(pred, held, meas, "(model, TP) families").as_dict(),
-            "kernels_only_median_ape": round(float(np.median(ape(kern, meas))), 5),
-            "source": f"kernels/distserve/{FILES[which]} (curves on a grid; see calibration/engines.py)",
-        },
-    }
+# the parameters each engine's data can identify (others stay 0): vLLM's six points are
+# all batch 8 (no per-sequence signal); SGLang has one point
+FIT_PARAMS = {
+    "vllm": ("per_iteration_s", "per_tp_rank_s"),
+    "sglang": ("per_iteration_s",),
+    "trtllm": ("per_iteration_s", "per_tp_rank_s", "per_seq_s"),
+    "vllm-eager-2023": PARAM_KEYS,
+}
+DESCRIPTIONS = {
+    "vllm": "vLLM with CUDA-graph decode (V1-era CI): per-iteration scheduling, sampling "
+    "and input preparation, plus the broadcast to the other TP ranks",
+    "sglang": "SGLang with CUDA-graph decode (overlap scheduler): per-iteration host time",
+    "trtllm": "TensorRT-LLM (C++ runtime): per-iteration host time, per extra TP rank and "
+    "per sequence",
+    "vllm-eager-2023": "vLLM of 2023 (eager PyTorch, Ray workers): Python per iteration and per "
+    "token, and with TP > 1 a host cost per layer (its two all-reduces launched from Python)",
+}
 
 
 def graph_gap_rows(data_root: Path, gpu: str) -> pd.DataFrame:
@@ -262,84 +164,317 @@ def graph_gap(data_root: Path, gpu: str) -> dict[str, Any]:
 
 
 def graphs_into(prof_dict: dict[str, Any], data_root: Path, gpu: str) -> dict[str, Any]:
-    """``prof_dict`` with ``engines.cuda-graphs.per_layer_s`` from :func:`graph_gap`."""
+    """``prof_dict`` with ``graph_replay.per_layer_s`` from :func:`graph_gap`."""
     gg = graph_gap(data_root, gpu)
     out = json.loads(json.dumps(prof_dict))
     per_layer = ELEMENTWISE_KERNELS_PER_LAYER * max(gg["gap_s"], 0.0)
-    out["engines"]["cuda-graphs"]["per_layer_s"] = float(f"{per_layer:.5g}")
-    out["fit_error"]["engines.cuda-graphs"] = gg["error"]
+    out["graph_replay"] = {"per_layer_s": float(f"{per_layer:.5g}")}
+    out["fit_error"]["graph_replay"] = gg["error"]
     prov = out["provenance"]
-    prov["carried"] = [c for c in prov.get("carried", []) if c != "engines.cuda-graphs.per_layer_s"]
+    prov["carried"] = [c for c in prov.get("carried", []) if c != "graph_replay"]
     prov["graphs_from"] = (
-        f"engines.cuda-graphs.per_layer_s = {ELEMENTWISE_KERNELS_PER_LAYER} element-wise "
+        f"graph_replay.per_layer_s = {ELEMENTWISE_KERNELS_PER_LAYER} element-wise "
         f"kernels x max(gap, 0), gap {gg['gap_s'] * 1e6:.2f} us per kernel from {gpu}'s "
         "AIConfigurator graph-replayed GEMMs against Vidur kernel durations "
-        "(calibration/engines.py graph_gap); per_iteration_s = the eager one"
+        "(calibration/engines.py graph_gap)"
     )
     return out
 
 
-def fit_into(prof_dict: dict[str, Any], data_root: Path) -> dict[str, Any]:
-    """The A100 profile dict with ``engines`` fitted to DistServe's engine (see module doc);
-    ``cuda-graphs`` takes the eager ``per_iteration_s`` and keeps its ``per_layer_s``
-    (:func:`graphs_into` sets that)."""
-    prof = profile_from_dict(prof_dict, "<a100 profile being fitted>")
-    f = fit(data_root, prof, FIT_FILE)
-    out = json.loads(json.dumps(prof_dict))
-    graphs_layer = prof_dict["engines"]["cuda-graphs"]["per_layer_s"]
-    out["engines"] = {
-        "eager": {
-            "per_iteration_s": float(f"{f['per_iteration_s']:.5g}"),
-            "per_layer_s": float(f"{f['per_layer_s']:.5g}"),
-        },
-        "cuda-graphs": {
-            "per_iteration_s": float(f"{f['per_iteration_s']:.5g}"),
-            "per_layer_s": graphs_layer,
+def _distserve_dir(data_root: Path) -> Path:
+    d = public.kernels_dir(data_root) / "distserve"
+    if not d.is_dir():
+        raise UserError(f"{d}: DistServe profiles not found")
+    return d
+
+
+def load_curves(data_root: Path, which: str) -> dict[str, Any]:
+    path = _distserve_dir(data_root) / FILES[which]
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: cannot read DistServe profile ({e})") from None
+
+
+def kv_capacity_tokens(data_root: Path) -> dict[tuple[str, int], int]:
+    """DistServe's KV-cache token capacity per (model id, tp) at pp = 1."""
+    path = _distserve_dir(data_root) / "max_num_tokens.csv"
+    df = pd.read_csv(path)
+    df = df[df["pp"] == 1]
+    return {
+        (str(m).split("/")[-1], int(tp)): int(n)
+        for m, tp, n in zip(df["model"], df["tp"], df["max_num_tokens"], strict=True)
+    }
+
+
+def whole_step_points(data_root: Path, which: str) -> pd.DataFrame:
+    """The curves of one DistServe file evaluated on the grid: one row per step."""
+    curves = load_curves(data_root, which)
+    cap = kv_capacity_tokens(data_root)
+    rows = []
+    for hf_id, by_tp in curves.items():
+        model = hf_id.split("/")[-1]
+        for tp_s, c in by_tp.items():
+            tp = int(tp_s)
+            a, b, q = c["prefill"]
+            for batch in PREFILL_BATCHES:
+                for length in PREFILL_LENGTHS:
+                    if batch * length > PREFILL_MAX_TOKENS:
+                        continue
+                    s1, s2 = batch * length, batch * length**2
+                    rows.append((model, tp, "prefill", batch, length, (a + b * s1 + q * s2) * MS))
+            threshold = c["decoding_large_small_bs_threshold"]
+            for batch in DECODE_BATCHES:
+                a, b, q = c["decoding_smallbs"] if batch <= threshold else c["decoding_largebs"]
+                for ctx in DECODE_CONTEXTS:
+                    if batch * ctx > cap.get((model, tp), 0):
+                        continue
+                    rows.append(
+                        (model, tp, "decode", batch, ctx, (a + b * batch * ctx + q * batch) * MS)
+                    )
+    return pd.DataFrame(rows, columns=["model", "tp", "kind", "batch", "tokens", "t_s"])
+
+
+def read_measurements(path: Path = MEASUREMENTS) -> pd.DataFrame:
+    """The collected end-to-end measurements, checked: known engines, models, GPUs and
+    metrics, positive values. A bad row is a one-line error naming the file and line."""
+    try:
+        df = pd.read_csv(path, dtype={"raw": str, "derivation": str, "version": str})
+    except (OSError, pd.errors.ParserError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise UserError(f"{path}: missing column {missing[0]} (expected {', '.join(COLUMNS)})")
+    checks = (
+        ("engine", ENGINE_NAMES),
+        ("model", MODEL_IDS),
+        ("gpu", GPU_IDS),
+        ("metric", METRICS),
+        ("split", ("fit", "holdout")),
+        ("weight_dtype", ("bf16", "fp16", "fp8")),
+        ("kv_dtype", ("bf16", "fp16", "fp8")),
+    )
+    for i, r in enumerate(df.to_dict("records")):
+        line = i + 2
+        for col, allowed in checks:
+            if r[col] not in allowed:
+                raise UserError(
+                    f"{path}: line {line}: {col} {r[col]!r} (allowed: {', '.join(allowed)})"
+                )
+        if not float(r["value_s"]) > 0:
+            raise UserError(f"{path}: line {line}: value_s must be > 0, got {r['value_s']!r}")
+        if r["metric"] == "itl_s" and int(r["batch"]) != 1:
+            raise UserError(f"{path}: line {line}: itl_s rows must be concurrency (batch) 1")
+    return df
+
+
+def eager_points(data_root: Path) -> pd.DataFrame:
+    """DistServe's 2023-vLLM curves as measurements of ``vllm-eager-2023`` (A100, bf16)."""
+    pts = whole_step_points(data_root, EAGER_FILE)
+    held = {(m, tp) for m, tp in EAGER_HOLDOUT}
+    return pd.DataFrame(
+        {
+            "source": f"distserve-{EAGER_FILE}",
+            "url": f"kernels/distserve/{FILES[EAGER_FILE]}",
+            "version": "vLLM of late 2023 (DistServe's profile of it)",
+            "engine": "vllm-eager-2023",
+            "model": pts["model"],
+            "gpu": EAGER_GPU,
+            "tp": pts["tp"].astype(int),
+            "weight_dtype": "bf16",
+            "kv_dtype": "bf16",
+            "batch": pts["batch"].astype(int),
+            "isl": np.where(pts["kind"] == "prefill", pts["tokens"], pts["tokens"]),
+            "osl": 0,
+            "metric": np.where(pts["kind"] == "prefill", "prefill_step_s", "decode_ctx_step_s"),
+            "value_s": pts["t_s"],
+            "split": [
+                "holdout" if (m, int(t)) in held else "fit"
+                for m, t in zip(pts["model"], pts["tp"], strict=True)
+            ],
+            "raw": "",
+            "derivation": "DistServe's fitted curve evaluated on the grid (calibration/engines.py)",
+        }
+    )
+
+
+def all_points(data_root: Path | None, path: Path = MEASUREMENTS) -> pd.DataFrame:
+    """The measurements CSV plus, when the public data is there, the 2023-vLLM curves."""
+    frames = [read_measurements(path)]
+    if data_root is not None and (public.kernels_dir(data_root) / "distserve").is_dir():
+        frames.append(eager_points(data_root))
+    return pd.concat(frames, ignore_index=True)
+
+
+def features(
+    points: pd.DataFrame, profiles: dict[str, HardwareProfile] | None = None
+) -> pd.DataFrame:
+    """Per point: kernel-only seconds of the measured work (``kernels_s``) and the columns of
+    the overhead's design matrix (one per :data:`PARAM_KEYS`), from the step model with the
+    GPU's hardware profile (``profiles`` or the shipped one)."""
+    profiles = dict(profiles or {})
+    workers: dict[tuple, Any] = {}
+    out = np.zeros((len(points), 1 + len(PARAM_KEYS)))
+    for i, r in enumerate(points.to_dict("records")):
+        gpu = str(r["gpu"])
+        if gpu not in profiles:
+            profiles[gpu] = load_profile(gpu)
+        prof = profiles[gpu]
+        key = (r["model"], gpu, int(r["tp"]), r["weight_dtype"], r["kv_dtype"])
+        if key not in workers:
+            workers[key] = build_worker_cost(
+                str(r["model"]),
+                gpu,
+                int(r["tp"]),
+                weight_dtype=str(r["weight_dtype"]),
+                kv_dtype=str(r["kv_dtype"]),
+                engine=ZERO_ENGINE,
+                profile=prof,
+                gpu_mem_util=1.0,
+                activation_reserve_bytes=0.0,
+            )
+        w = workers[key]
+        b, isl, osl = int(r["batch"]), int(r["isl"]), int(r["osl"])
+        metric = r["metric"]
+        if metric == "batch_latency_s":
+            kern = w.prefill_time_s(b, b * isl, b * isl * (isl + 1) / 2.0)
+            n = osl - 1
+            base, per_tok = w.decode_coeffs(b)
+            kern += n * base + per_tok * b * (n * isl + n * (n + 1) / 2.0)
+            iters, seqs, toks = osl, b * osl, b * isl + b * n
+        elif metric in ("ttft_s", "prefill_step_s"):
+            kern = w.prefill_time_s(b, b * isl, b * isl * (isl + 1) / 2.0)
+            iters, seqs, toks = 1, b, b * isl
+        elif metric in ("itl_s", "decode_step_s"):
+            kern = w.decode_time_s(b, int(b * (isl + osl / 2.0)))
+            iters, seqs, toks = 1, b, b
+        elif metric == "decode_ctx_step_s":  # DistServe: context per sequence in isl
+            kern = w.decode_time_s(b, b * isl)
+            iters, seqs, toks = 1, b, b
+        else:  # pragma: no cover - read_measurements checks metrics
+            raise UserError(f"unknown metric {metric!r}")
+        tp, layers = int(r["tp"]), w.model.num_layers
+        graph = prof.graph_layer_s * layers * iters  # every fitted engine replays graphs or none
+        out[i, 0] = kern
+        out[i, 1:] = (
+            iters,
+            iters * (tp - 1),
+            seqs,
+            toks,
+            iters * layers,
+            iters * layers * (tp > 1),
+        )
+        if r["engine"] != "vllm-eager-2023":
+            out[i, 0] += graph
+    return points.assign(
+        kernels_s=out[:, 0], **{f"x_{k}": out[:, j + 1] for j, k in enumerate(PARAM_KEYS)}
+    )
+
+
+def solve(kern: np.ndarray, x: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """Non-negative parameters minimising the relative error of ``kern + x @ theta``."""
+    a = x / meas[:, None]
+    res = lsq_linear(a, 1.0 - kern / meas, bounds=(0.0, np.inf))
+    return np.asarray(res.x, float)
+
+
+def fit_engine(feat: pd.DataFrame, engine: str) -> dict[str, Any]:
+    """One engine's fitted :class:`EngineProfile` and its errors: all rows, fit rows,
+    held-out rows, held out by family (source, model, GPU, TP: refit without it), and the
+    kernels alone."""
+    rows = feat[feat["engine"] == engine].reset_index(drop=True)
+    names = FIT_PARAMS[engine]
+    cols = [f"x_{k}" for k in names]
+    kern = rows["kernels_s"].to_numpy(float)
+    meas = rows["value_s"].to_numpy(float)
+    x = rows[cols].to_numpy(float)
+    fit = (rows["split"] == "fit").to_numpy()
+    theta = solve(kern[fit], x[fit], meas[fit])
+    pred = kern + x @ theta
+    fam = (
+        rows["source"] + "|" + rows["model"] + "|" + rows["gpu"] + "|" + rows["tp"].astype(str)
+    ).to_numpy()
+    lofo = np.empty(len(rows))
+    for f in np.unique(fam):
+        test = fam == f
+        train = fit & ~test
+        if train.any():
+            lofo[test] = kern[test] + x[test] @ solve(kern[train], x[train], meas[train])
+        else:  # nothing left to fit on (a single family): no held-out prediction
+            lofo[test] = np.nan
+    a = ape(pred, meas)
+
+    def stats(sel: np.ndarray, values: np.ndarray) -> dict[str, Any]:
+        sel = sel & ~np.isnan(values)
+        if not sel.any():
+            return {"n": 0}
+        v = values[sel]
+        return {
+            "n": int(sel.sum()),
+            "median_ape": round(float(np.median(v)), 5),
+            "p90_ape": round(float(np.percentile(v, 90)), 5),
+        }
+
+    every = np.ones(len(rows), bool)
+    # below a nanosecond a parameter is the solver's zero, not a measured cost
+    params = {
+        k: (float(f"{v:.5g}") if v >= 1e-9 else 0.0) for k, v in zip(names, theta, strict=True)
+    }
+    return {
+        "engine": engine,
+        "params": params,
+        "rows": rows.assign(pred_s=pred, lofo_pred_s=lofo, ape=a, kernels_ape=ape(kern, meas)),
+        "error": {
+            "all": stats(every, a),
+            "fit": stats(fit, a),
+            "holdout": stats(~fit, a),
+            "held_out_by_family": stats(every, ape(lofo, meas)),
+            "kernels_only": stats(every, ape(kern, meas)),
+            "sources": sorted(set(rows["source"])),
         },
     }
-    out["fit_error"]["engines.eager"] = f["error"]
-    prov = out["provenance"]
-    prov["carried"] = [c for c in prov.get("carried", []) if c != "engines"]
-    prov["engines_from"] = (
-        "engines.eager fitted to DistServe's A100 whole-step curves of its own engine "
-        "(calibration/engines.py); engines.cuda-graphs.per_iteration_s = the eager one "
-        "(CPU time a graph does not remove)"
-    )
-    return out
 
 
-def report_frame(data_root: Path, prof: HardwareProfile) -> pd.DataFrame:
-    """Whole-step APE of the shipped profile (its ``engines.eager``) on both files, per
-    file × model/TP × prefill/decode, with the kernels-only APE beside."""
-    eng = prof.engine("eager")
-    rows = []
-    for which in FILES:
-        pts = whole_step_points(data_root, which)
-        kern = kernel_sums(pts, prof)
-        layers = np.array([get_model(m).num_layers for m in pts["model"]], float)
-        pred = kern + eng.per_iteration_s + eng.per_layer_s * layers
-        meas = pts["t_s"].to_numpy(float)
-        pts = pts.assign(ape=ape(pred, meas), kern_ape=ape(kern, meas))
-        for (model, tp, kind), g in pts.groupby(["model", "tp", "kind"], sort=True):
-            rows.append(
-                (which, f"{model} TP{tp}", kind, g["ape"].to_numpy(), g["kern_ape"].to_numpy())
-            )
-        for kind, g in pts.groupby("kind", sort=True):
-            rows.append((which, "all", kind, g["ape"].to_numpy(), g["kern_ape"].to_numpy()))
-    return pd.DataFrame(
-        [
-            {
-                "file": w,
-                "model_tp": m,
-                "kind": k,
-                "n": len(a),
-                "median_ape": float(np.median(a)),
-                "mean_ape": float(np.mean(a)),
-                "kernels_only_median_ape": float(np.median(ka)),
-            }
-            for w, m, k, a, ka in rows
-        ]
-    )
+def fit_all(data_root: Path | None, profiles: dict[str, HardwareProfile] | None = None):
+    """Every engine's fit (:func:`fit_engine`) on :func:`all_points`."""
+    feat = features(all_points(data_root), profiles)
+    return {e: fit_engine(feat, e) for e in ENGINE_NAMES}
+
+
+def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
+    """The ``engines.json`` document from :func:`fit_all`'s result."""
+    engines: dict[str, Any] = {}
+    for name in ENGINE_NAMES:
+        f = fits[name]
+        engines[name] = {
+            **{k: f["params"].get(k, 0.0) for k in PARAM_KEYS},
+            "cuda_graphs": name != "vllm-eager-2023",
+            "description": DESCRIPTIONS[name],
+            "fit_error": f["error"],
+        }
+    doc = {
+        "schema_version": ENGINES_SCHEMA_VERSION,
+        "engines": engines,
+        "provenance": {
+            "source": "calibration/engines.py: non-negative least squares (relative error) of "
+            "the overhead parameters over public end-to-end measurements, kernels from the "
+            "shipped hardware profiles",
+            "data": "calibration/engine_data/measurements.csv; kernels/distserve/"
+            f"{FILES[EAGER_FILE]} (vllm-eager-2023)",
+            "command": "python -m calibration.fit_public --data ../shared/data --engines",
+            "date": _dt.date.today().isoformat(),
+        },
+    }
+    engines_from_dict(doc, "<engines being written>")
+    return doc
+
+
+def write_engines(data_root: Path | None, out_dir: str | None = None) -> Path:
+    doc = engines_dict(fit_all(data_root))
+    path = (Path(out_dir) / "engines.json") if out_dir else shipped_engines_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,32 +484,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
     )
-    p.add_argument("--profile", help="A100 profile JSON (default: the shipped one)")
     args = p.parse_args(argv)
-    from disaggsim.hardware.profile import load_profile
-
     try:
-        prof = load_profile(GPU) if args.profile is None else load_profile(path=args.profile)
-        for which in FILES:
-            f = fit(Path(args.data), prof, which)
+        fits = fit_all(Path(args.data))
+        for name, f in fits.items():
             e = f["error"]
-            print(
-                f"{which:9s} per_iteration {1e3 * f['per_iteration_s']:.3f} ms, per_layer "
-                f"{1e6 * f['per_layer_s']:.1f} us: median APE {100 * e['median_ape']:.1f}% mean "
-                f"{100 * e['mean_ape']:.1f}% (held-out median {100 * e['held_out_median_ape']:.1f}%, "
-                f"kernels only {100 * e['kernels_only_median_ape']:.1f}%), n={e['n']}"
-            )
-        print(report_frame(Path(args.data), prof).to_string(index=False))
+            prm = ", ".join(f"{k} {v * 1e6:.2f} us" for k, v in f["params"].items())
+            print(f"{name}: {prm}")
+            for part in ("all", "fit", "holdout", "held_out_by_family", "kernels_only"):
+                st = e[part]
+                if st["n"]:
+                    print(
+                        f"  {part:20s} n={st['n']:4d} median APE {100 * st['median_ape']:5.1f}% "
+                        f"p90 {100 * st['p90_ape']:5.1f}%"
+                    )
         for gpu in public.AIC_GPU_DIR:
             gg = graph_gap(Path(args.data), gpu)
-            e = gg["error"]
-            fws = ", ".join(f"{f} {1e6 * v:+.2f}" for f, v in gg["per_framework_gap_s"].items())
             print(
                 f"{gpu}: CUDA-graph gap {1e6 * gg['gap_s']:+.2f} us per kernel (slope "
-                f"{gg['slope']:.3f}; per framework {fws} us) -> cuda-graphs per_layer_s "
-                f"{1e6 * ELEMENTWISE_KERNELS_PER_LAYER * max(gg['gap_s'], 0.0):.2f} us; "
-                f"graph = gap + slope x kernel: median APE {100 * e['median_ape']:.1f}%, "
-                f"held out by framework {100 * e['held_out_median_ape']:.1f}%, n={e['n']}"
+                f"{gg['slope']:.3f}) -> graph_replay.per_layer_s "
+                f"{1e6 * ELEMENTWISE_KERNELS_PER_LAYER * max(gg['gap_s'], 0.0):.2f} us"
             )
     except UserError as e:
         print(f"engines: error: {e}", file=sys.stderr)

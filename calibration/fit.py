@@ -16,6 +16,7 @@ profile dict, carrying the ops it did not measure from a named base profile.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
@@ -165,19 +166,39 @@ def fit_generic(
 
 
 def fit_gemm(
-    peaks: GpuPeaks, m, n, k, t_s, dtype: str = "bf16", groups=None, held_out: bool = True
+    peaks: GpuPeaks,
+    m,
+    n,
+    k,
+    t_s,
+    dtype: str = "bf16",
+    groups=None,
+    held_out: bool = True,
+    extra_s=None,
+    launch_s: float | None = None,
 ) -> Fitted:
+    """GEMM parameters from measured ``t_s``. ``extra_s`` (per row, seconds) is time the
+    measurement holds beside the GEMM kernel, added to every prediction (an FP8 GEMM's
+    activation-quantisation kernel, costed as an element-wise op); ``launch_s`` fixes the
+    floor instead of fitting it."""
     m, n, k, t_s = (np.asarray(x, float) for x in (m, n, k, t_s))
+    extra = np.zeros_like(t_s) if extra_s is None else np.asarray(extra_s, float)
+
+    def prm_of(p) -> GemmParams:
+        if launch_s is None:
+            return GemmParams(launch_s=p[0], max_eff=p[1], half_sat=p[2], mem_eff=p[3])
+        return GemmParams(launch_s=launch_s, max_eff=p[0], half_sat=p[1], mem_eff=p[2])
 
     def model(p, idx):
-        prm = GemmParams(launch_s=p[0], max_eff=p[1], half_sat=p[2], mem_eff=p[3])
-        return ops.gemm_time_s(peaks, prm, m[idx], n[idx], k[idx], dtype)
+        return ops.gemm_time_s(peaks, prm_of(p), m[idx], n[idx], k[idx], dtype) + extra[idx]
 
     starts = [(5e-6, 0.75, 64.0, 0.8), (2e-6, 0.9, 256.0, 0.6), (1e-5, 0.5, 16.0, 0.9)]
-    p, err = fit_generic(
-        model, t_s, starts, (1e-8, 1e-4, 1e-2, 1e-4), (1e-2, 1.0, 1e5, 1.0), groups, held_out
-    )
-    return Fitted(GemmParams(launch_s=p[0], max_eff=p[1], half_sat=p[2], mem_eff=p[3]), err)
+    lo, hi = (1e-8, 1e-4, 1e-2, 1e-4), (1e-2, 1.0, 1e5, 1.0)
+    if launch_s is not None:
+        starts = [s[1:] for s in starts]
+        lo, hi = lo[1:], hi[1:]
+    p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
+    return Fitted(prm_of(p), err)
 
 
 def fit_decode_attention(
@@ -190,19 +211,28 @@ def fit_decode_attention(
     kv_elem_bytes: float = 2.0,
     groups=None,
     held_out: bool = True,
+    floor_s: float | None = None,
+    overlap: float | None = 1.0,
 ) -> Fitted:
+    """Decode-attention parameters; ``floor_s`` fixes the kernel floor (e.g. for rows timed
+    without graphs, whose short calls carry launch time, not kernel time). ``overlap`` of
+    per-item work and KV stream: 1 (default) is the roofline, the kernel takes the longer of
+    the two, so extrapolation in batch, KV heads and context follows whichever bound binds
+    (fitting it, ``None``, gains at most 1-3 points on the public tables and lets a fit
+    add the two where the data is thin); a number fixes it."""
     b, c, kh, d, t_s = (
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
     )
 
     def params(p) -> DecodeAttentionParams:
         return DecodeAttentionParams(
-            floor_s=p[0],
+            floor_s=p[0] if floor_s is None else floor_s,
             per_seq_s=p[1],
             bw_eff=p[2],
             per_seq_kv_elem_s=p[3],
             par_half_sat=p[4],
             multi_floor_s=p[5],
+            overlap=p[6] if overlap is None else overlap,
         )
 
     def model(p, idx):
@@ -210,19 +240,20 @@ def fit_decode_attention(
             peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes
         )
 
-    # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat, multi_floor_s); the
-    # log-space bounds keep every parameter > 0, the lower ones small enough to mean "term off"
+    # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat, multi_floor_s, overlap);
+    # the log-space bounds keep every parameter > 0, the lower ones small enough to mean
+    # "term off"
     starts = [
-        (8e-6, 1e-8, 0.7, 1e-10, 1.0, 1e-6),
-        (3e-6, 1e-9, 0.5, 1e-11, 0.1, 5e-6),
-        (2e-5, 1e-7, 0.9, 1e-9, 10.0, 1e-8),
+        (8e-6, 1e-8, 0.7, 1e-10, 1.0, 1e-6, 0.9),
+        (3e-6, 1e-9, 0.5, 1e-11, 0.1, 5e-6, 0.5),
+        (2e-5, 1e-7, 0.9, 1e-9, 10.0, 1e-8, 0.99),
     ]
     p, err = fit_generic(
         model,
         t_s,
         starts,
-        (1e-8, 1e-13, 1e-4, 1e-15, 1e-4, 1e-12),
-        (1e-2, 1e-3, 1.0, 1e-5, 1e4, 1e-3),
+        (1e-8, 1e-13, 1e-4, 1e-15, 1e-4, 1e-12, 1e-6),
+        (1e-2, 1e-3, 1.0, 1e-5, 1e4, 1e-3, 1.0),
         groups,
         held_out,
     )
@@ -240,20 +271,31 @@ def fit_prefill_attention(
     dtype: str = "bf16",
     groups=None,
     held_out: bool = True,
+    floor_s: float | None = None,
 ) -> Fitted:
+    """Prefill-attention parameters; ``floor_s`` fixes the kernel floor (see
+    :func:`fit_decode_attention`)."""
     s, nt, pr, h, d, t_s = (
         np.asarray(x, float) for x in (num_seqs, new_tokens, pairs, heads, head_dim, t_s)
     )
 
+    def prm_of(p) -> PrefillAttentionParams:
+        if floor_s is None:
+            return PrefillAttentionParams(floor_s=p[0], max_eff=p[1], half_sat=p[2])
+        return PrefillAttentionParams(floor_s=floor_s, max_eff=p[0], half_sat=p[1])
+
     def model(p, idx):
-        prm = PrefillAttentionParams(floor_s=p[0], max_eff=p[1], half_sat=p[2])
         return ops.prefill_attention_time_s(
-            peaks, prm, s[idx], nt[idx], pr[idx], h[idx], d[idx], dtype
+            peaks, prm_of(p), s[idx], nt[idx], pr[idx], h[idx], d[idx], dtype
         )
 
     starts = [(1e-5, 0.6, 512.0), (5e-6, 0.8, 128.0), (3e-5, 0.4, 2048.0)]
-    p, err = fit_generic(model, t_s, starts, (1e-8, 1e-4, 1e-2), (1e-2, 1.0, 1e6), groups, held_out)
-    return Fitted(PrefillAttentionParams(floor_s=p[0], max_eff=p[1], half_sat=p[2]), err)
+    lo, hi = (1e-8, 1e-4, 1e-2), (1e-2, 1.0, 1e6)
+    if floor_s is not None:
+        starts = [x[1:] for x in starts]
+        lo, hi = lo[1:], hi[1:]
+    p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
+    return Fitted(prm_of(p), err)
 
 
 def fit_elementwise(peaks: GpuPeaks, nbytes, t_s, groups=None, held_out: bool = True) -> Fitted:
@@ -369,107 +411,221 @@ def _dtype_key(dtype: str) -> str:
     return "bf16" if dtype in ("bf16", "fp16") else dtype
 
 
-def fit_raw(df: pd.DataFrame, peaks: GpuPeaks) -> tuple[dict, dict, list[str]]:
-    """Fit every op present in raw rows ``df``: returns (ops section parts, fit_error, measured)."""
-    out: dict[str, Any] = {}
-    errors: dict[str, Any] = {}
-    measured: list[str] = []
+# Rows timed without CUDA graphs (the harness before graph timing, ``timing`` absent or
+# ``eager``) hold the launch time of their call: their floors are not kernel time. Only
+# rows at least this long are fitted, with the floor held at the base profile's.
+EAGER_MIN_S = 40e-6
+# raw ``backend`` names of attention rows -> the profile's attention backends
+RAW_ATTENTION_BACKENDS = {
+    "sdpa-flash": "sdpa-flash",
+    "sdpa-cudnn": "sdpa-cudnn",
+    "sdpa-efficient": "sdpa-efficient",
+    "flex": "flex",
+}
+
+
+def _is_graph(rows: pd.DataFrame) -> np.ndarray:
+    """Rows whose time is kernel time: replayed CUDA graphs, or the CPU path (no launches
+    to separate there)."""
+    if "timing" not in rows.columns:
+        return np.zeros(len(rows), bool)
+    return rows["timing"].astype(str).isin(["graph", "cpu"]).to_numpy()
+
+
+@dataclass
+class RawFit:
+    """What :func:`fit_raw` made of a raw folder."""
+
+    ops: dict[str, Any] = field(default_factory=dict)
+    backends: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, Any] = field(default_factory=dict)
+    measured: list[str] = field(default_factory=list)
+    not_fitted: dict[str, str] = field(default_factory=dict)
+
+
+def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFit:
+    """Fit every op present in raw rows ``df`` that its timing allows (module notes):
+
+    - graph-timed rows (``timing == graph``): every op;
+    - rows timed call by call: GEMM and element-wise rows are not fitted (their floors are
+      launch time, and their fitted efficiencies would absorb it); attention rows of at
+      least :data:`EAGER_MIN_S` are fitted per backend with the floor held at ``base``'s
+      (a :class:`HardwareProfile`; required for this rule); copies and all-reduces are
+      fitted (a copy or collective is launched by the host in an engine too).
+
+    Attention rows go to ``backends[<backend>]`` (:data:`RAW_ATTENTION_BACKENDS`), other ops
+    to ``ops``."""
+    out = RawFit()
     g = df[df["op"] == "gemm"]
     for dt, rows in g.groupby("dtype"):
         key = _dtype_key(str(dt))
-        fam = (
-            rows["n"].astype(int).astype(str) + "x" + rows["k"].astype(int).astype(str)
-        ).to_numpy()
-        f = fit_gemm(peaks, rows["m"], rows["n"], rows["k"], rows["median_s"], key, groups=fam)
-        out.setdefault("gemm", {})[key] = _params_dict(f.params)
-        errors[f"gemm.{key}"] = f.error.as_dict()
-        measured.append(f"gemm.{key}")
-    d = df[df["op"] == "decode_attention"]
-    for dt, rows in d.groupby("dtype"):
-        key = _dtype_key(str(dt))
-        fam = shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"])
-        f = fit_decode_attention(
+        graph = _is_graph(rows)
+        if not graph.any():
+            out.not_fitted[f"gemm.{key}"] = (
+                f"{len(rows)} rows timed call by call: their ~7-9 us floor is launch time "
+                "(graph-replayed Hopper GEMMs of the same shapes take 2.5-3 us), so the "
+                "base profile's graph-timed parameters are kept"
+            )
+            continue
+        rows = rows[graph]
+        f = fit_gemm(
             peaks,
-            rows["batch"],
-            rows["context_tokens"],
-            rows["kv_heads"],
-            rows["head_dim"],
-            rows["median_s"],
-            kv_elem_bytes=1.0 if key == "fp8" else 2.0,
-            groups=fam,
-        )
-        out.setdefault("decode_attention", {})[key] = _params_dict(f.params)
-        errors[f"decode_attention.{key}"] = f.error.as_dict()
-        measured.append(f"decode_attention.{key}")
-    pa = df[df["op"] == "prefill_attention"]
-    for dt, rows in pa.groupby("dtype"):
-        key = _dtype_key(str(dt))
-        b = rows["batch"].to_numpy(float)
-        p = rows["prompt_tokens"].to_numpy(float)
-        fam = shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"])
-        f = fit_prefill_attention(
-            peaks,
-            b,
-            b * p,
-            b * ops.causal_pairs(p),
-            rows["heads"],
-            rows["head_dim"],
+            rows["m"],
+            rows["n"],
+            rows["k"],
             rows["median_s"],
             key,
-            groups=fam,
+            groups=shape_family(rows["n"], rows["k"]),
         )
-        out.setdefault("prefill_attention", {})[key] = _params_dict(f.params)
-        errors[f"prefill_attention.{key}"] = f.error.as_dict()
-        measured.append(f"prefill_attention.{key}")
+        out.ops.setdefault("gemm", {})[key] = _params_dict(f.params)
+        out.errors[f"gemm.{key}"] = f.error.as_dict()
+        out.measured.append(f"gemm.{key}")
+    ew = df[df["op"] == "elementwise"]
+    if len(ew):
+        graph = _is_graph(ew)
+        if graph.any():
+            rows = ew[graph]
+            f = fit_elementwise(
+                peaks, rows["nbytes"], rows["median_s"], groups=rows["kind"].astype(str).to_numpy()
+            )
+            out.ops["elementwise"] = _params_dict(f.params)
+            out.errors["elementwise"] = f.error.as_dict()
+            out.measured.append("elementwise")
+        else:
+            out.not_fitted["elementwise"] = "timed call by call (launch-bound floors)"
+    for op in ("decode_attention", "prefill_attention"):
+        a = df[df["op"] == op]
+        for (be, dt), rows in a.groupby(["backend", "dtype"]):
+            backend = RAW_ATTENTION_BACKENDS.get(str(be))
+            key = _dtype_key(str(dt))
+            label = f"attention.{backend or be}.{op.split('_')[0]}.{key}"
+            if backend is None:
+                out.not_fitted[label] = f"backend {be!r} is not a profile attention backend"
+                continue
+            graph = _is_graph(rows)
+            floor = None
+            if not graph.all():
+                if base is None:
+                    out.not_fitted[label] = "timed call by call and no base profile for the floor"
+                    continue
+                rows = rows[rows["median_s"].to_numpy() >= EAGER_MIN_S]
+                if len(rows) < 8:
+                    out.not_fitted[label] = (
+                        f"fewer than 8 rows of at least {EAGER_MIN_S * 1e6:.0f} us"
+                    )
+                    continue
+                floor = (
+                    base.decode_attention_params(key).floor_s
+                    if op == "decode_attention"
+                    else base.prefill_attention_params(key).floor_s
+                )
+            fam = shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"])
+            if op == "decode_attention":
+                f = fit_decode_attention(
+                    peaks,
+                    rows["batch"],
+                    rows["context_tokens"],
+                    rows["kv_heads"],
+                    rows["head_dim"],
+                    rows["median_s"],
+                    kv_elem_bytes=1.0 if key == "fp8" else 2.0,
+                    groups=fam,
+                    floor_s=floor,
+                )
+            else:
+                b = rows["batch"].to_numpy(float)
+                pt = rows["prompt_tokens"].to_numpy(float)
+                f = fit_prefill_attention(
+                    peaks,
+                    b,
+                    b * pt,
+                    b * ops.causal_pairs(pt),
+                    rows["heads"],
+                    rows["head_dim"],
+                    rows["median_s"],
+                    key,
+                    groups=fam,
+                    floor_s=floor,
+                )
+            sec = out.backends.setdefault(backend, {})
+            sec.setdefault(op, {})[key] = _params_dict(f.params)
+            err = f.error.as_dict()
+            if floor is not None:
+                err["rule"] = (
+                    f"timed call by call: rows >= {EAGER_MIN_S * 1e6:.0f} us only, floor_s held "
+                    "at the base profile's graph-timed floor"
+                )
+            out.errors[label] = err
+            out.measured.append(label)
     c = df[df["op"] == "copy"]
     for kind, rows in c.groupby("kind"):
         blocks = rows["num_blocks"].fillna(0).to_numpy(float)
         f = fit_copy(rows["nbytes"], rows["median_s"], blocks if kind == "gather" else None)
-        out.setdefault("copy", {})[str(kind)] = _params_dict(f.params)
-        errors[f"copy.{kind}"] = f.error.as_dict()
-        measured.append(f"copy.{kind}")
+        out.ops.setdefault("copy", {})[str(kind)] = _params_dict(f.params)
+        out.errors[f"copy.{kind}"] = f.error.as_dict()
+        out.measured.append(f"copy.{kind}")
     a = df[df["op"] == "allreduce"]
     for ng_key, rows in a.groupby("num_gpus"):
         ng = int(cast(float, ng_key))
         f = fit_allreduce(rows["nbytes"], rows["median_s"], ng)
-        out.setdefault("allreduce", {})[str(ng)] = allreduce_dict(f.params)
-        errors[f"allreduce.{ng}"] = f.error.as_dict()
-        measured.append(f"allreduce.{ng}")
-    return out, errors, measured
+        out.ops.setdefault("allreduce", {})[str(ng)] = allreduce_dict(f.params)
+        out.errors[f"allreduce.{ng}"] = f.error.as_dict()
+        out.measured.append(f"allreduce.{ng}")
+    return out
 
 
 def build_profile(
     gpu: str, df: pd.DataFrame, base: dict, raw_dir: str, base_path: str
 ) -> dict[str, Any]:
-    """A measured profile: fitted ops from ``df`` over a copy of the ``base`` profile dict."""
+    """A measured profile: what :func:`fit_raw` fits from ``df`` over a copy of the
+    ``base`` profile dict; everything else carried (listed in the provenance)."""
+    from disaggsim.hardware.profile import profile_from_dict
+
     pk = base["peaks"]
     peaks = GpuPeaks(
         pk["bf16_flop_per_s"], pk["fp8_flop_per_s"], pk["hbm_bytes_per_s"], pk["hbm_bytes"]
     )
-    fitted, errors, measured = fit_raw(df, peaks)
+    fit = fit_raw(df, peaks, profile_from_dict(base, base_path))
     ops_out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base["ops"].items()}
-    for op, table in fitted.items():
+    for op, table in fit.ops.items():
+        if op == "elementwise":
+            ops_out[op] = table
+            continue
         merged = dict(ops_out.get(op, {}))
         merged.update(table)
         ops_out[op] = merged
+    backends = json.loads(json.dumps(base.get("attention_backends", {})))
+    for name, sec in fit.backends.items():
+        b = backends.setdefault(name, {})
+        for op, table in sec.items():
+            b[op] = {**b.get(op, {}), **table}
     carried = []
     for op, table in base["ops"].items():
-        if op in ("elementwise",):
-            carried.append(op)
+        if op == "elementwise":
+            if "elementwise" not in fit.measured:
+                carried.append(op)
             continue
         for key in table:
-            if f"{op}.{key}" not in measured:
+            if f"{op}.{key}" not in fit.measured:
                 carried.append(f"{op}.{key}")
-    carried.append("engines")
+    for name, sec in (base.get("attention_backends") or {}).items():
+        for op, table in sec.items():
+            for key in table:
+                label = f"attention.{name}.{op.split('_')[0]}.{key}"
+                if label not in fit.measured:
+                    carried.append(label)
+    carried.append("graph_replay")
     first = df.iloc[0]
-    base_errors = {k: v for k, v in (base.get("fit_error") or {}).items() if k not in errors}
+    base_errors = {k: v for k, v in (base.get("fit_error") or {}).items() if k not in fit.errors}
     return {
         "schema_version": 1,
         "gpu": gpu,
         "peaks": dict(pk),
         "ops": ops_out,
-        "engines": base["engines"],
-        "fit_error": {**errors, **{f"carried:{k}": v for k, v in base_errors.items()}},
+        "attention_backends": backends,
+        "attention_auto": json.loads(json.dumps(base.get("attention_auto", {}))),
+        "graph_replay": dict(base.get("graph_replay") or {"per_layer_s": 0.0}),
+        "fit_error": {**fit.errors, **{f"carried:{k}": v for k, v in base_errors.items()}},
         "provenance": {
             "kind": "measured",
             "source": f"disaggsim calibrate on {first['device_name']}; fitted by calibration.fit",
@@ -480,11 +636,16 @@ def build_profile(
             "measured_date": str(first["date"]),
             "date": _dt.date.today().isoformat(),
             "raw_dir": str(raw_dir),
+            "timing": sorted(set(df["timing"].astype(str)))
+            if "timing" in df.columns
+            else ["call by call (CUDA events around each call)"],
             "backends": sorted({f"{o}:{b}" for o, b in zip(df["op"], df["backend"], strict=True)}),
-            "measured": measured,
+            "measured": fit.measured,
+            "not_fitted": fit.not_fitted,
             "carried": carried,
             "base_profile": base_path,
             "base_kind": (base.get("provenance") or {}).get("kind", ""),
+            "base_source": (base.get("provenance") or {}).get("source", ""),
             "peaks_from": f"base profile {base_path} (datasheet)",
         },
     }

@@ -1,34 +1,42 @@
 """Fit the shipped A100-80GB and H100-SXM profiles to public measured kernel tables, and
-derive the priors of the other catalog GPUs from them.
+derive the other catalog GPUs' profiles from them.
 
 Run (from the repo root)::
 
-    python -m calibration.fit_public --data ../shared/data
+    python -m calibration.fit_public --data ../shared/data --engines
 
-What is fitted to what (all through the :mod:`disaggsim.costmodel.ops` forms):
+What is fitted to what (all through the :mod:`disaggsim.costmodel.ops` forms; every
+AIConfigurator row is a kernel replayed in a CUDA graph, so no launch time is inside):
 
 - ``gemm.bf16``: AIConfigurator vLLM bf16 rows (``torch.nn.functional.linear``, cuBLAS);
-  ``gemm.fp8`` (H100): AIConfigurator TensorRT-LLM fp8 rows (vLLM's fp8 rows include its
-  per-token activation quantisation, which the GEMM form does not model);
-- ``decode_attention.<kv dtype>``: AIConfigurator vLLM generation-attention rows;
-- ``prefill_attention.bf16``: AIConfigurator vLLM context-attention rows (bf16 KV, full
-  causal);
+- ``gemm.fp8`` (H100): every framework's FP8 row holds an activation-quantisation kernel
+  beside the GEMM; it is costed as the step model costs it (one element-wise kernel, 3
+  bytes per input element) and added to every prediction, so the fit is the GEMM alone:
+  efficiencies from TensorRT-LLM's rows, the floor from SGLang's (:func:`fit_gemm_fp8`);
+- ``attention_backends``: per backend (``vllm-flash``: vLLM's FlashAttention, FA3 on
+  Hopper / FA2 on Ampere; ``sglang-flash``: SGLang's; ``trtllm``: TensorRT-LLM's
+  attention op) decode attention per KV dtype and prefill attention (bf16 KV, full
+  causal); ``ops.decode_attention`` / ``ops.prefill_attention`` (the generic kernel) are
+  ``vllm-flash``'s; the step model picks the fastest backend per head layout (``auto``);
 - ``elementwise``: Vidur ``mlp.csv`` norm / RoPE / activation / residual-add rows;
 - ``allreduce.<n>``: AIConfigurator nccl-tests all_reduce (half) rows per GPU count;
 - ``copy.d2d`` / ``gather`` bandwidth from the fitted element-wise bandwidth (a copy reads
   and writes each byte); host and peer copies and the gather's per-block cost are carried
-  from the provisional profile (no public table measures them as a single copy);
-- ``engines``: carried from the shipped profile unless ``--engines`` fits them to
-  DistServe (:mod:`calibration.engines`).
+  (no public table measures them as a single copy);
+- ``graph_replay.per_layer_s``: :func:`calibration.engines.graph_gap`.
 
-Priors: h100-pcie, h200-sxm, b200 take the H100-SXM efficiencies and l40s the
-A100-80GB ones, with their own datasheet peaks from :func:`disaggsim.catalog.get_gpu`;
-link-bound parameters are scaled by the ratio of the relevant link bandwidths.
+Other GPUs (:func:`prior_from`): h100-pcie and h200-sxm share the H100-SXM kernel
+efficiencies (same SM architecture, the model's Hopper rule) with their own datasheet
+peaks; b200 (Blackwell) and l40s (Ada, from A100) are priors across architectures. A GPU
+with its own measurements (:data:`MEASURED_RUNS`: the H200 run of 2026-11-29) gets them
+on top of that profile through :func:`calibration.fit.build_profile`, which fits only
+what the timing allows (``docs/calibration.md``); the transferred profile is kept as
+``calibration/priors/<gpu>.json``. ``--engines`` refits the serving-engine profiles
+(:mod:`calibration.engines`) once the kernels are final.
 
-A shipped profile whose provenance kind is ``measured`` is never overwritten: the prior
-for that GPU is written to ``calibration/priors/<gpu>.json`` instead, and the measured
-profile is refitted from its raw run on top of it with ``disaggsim calibrate fit RAW_DIR
---gpu GPU --base calibration/priors/<gpu>.json`` (the default base when that file exists).
+A shipped profile whose provenance kind is ``measured`` is never overwritten by the
+transfer: that GPU's transferred profile goes to ``calibration/priors/<gpu>.json`` and the
+measured profile is rebuilt from its raw run on top of it.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
+import pandas as pd
+
 from calibration import public
 from calibration.fit import (
     FitError,
@@ -50,13 +61,24 @@ from calibration.fit import (
     fit_decode_attention,
     fit_elementwise,
     fit_gemm,
+    fit_generic,
     fit_prefill_attention,
     shape_family,
 )
 from disaggsim.catalog import get_gpu
+from disaggsim.costmodel import ops
+from disaggsim.costmodel.step import FP8_QUANT_BYTES_PER_ELEM
 from disaggsim.errors import UserError
-from disaggsim.hardware.profile import GpuPeaks, profile_from_dict, shipped_profile_path
+from disaggsim.hardware.profile import (
+    ElementwiseParams,
+    GemmParams,
+    GpuPeaks,
+    profile_from_dict,
+    shipped_profile_path,
+)
 
+REPO = Path(__file__).resolve().parents[1]
+COMMAND = "python -m calibration.fit_public --data ../shared/data --engines"
 FITTED_GPUS = ("a100-80gb", "h100-sxm")
 PRIORS_DIR = Path(__file__).resolve().parent / "priors"
 PRIORS = {
@@ -66,8 +88,28 @@ PRIORS = {
     "l40s": "a100-80gb",
     "h800-sxm": "h100-sxm",  # the same chip with NVLink cut to 200 GB/s per direction
 }
-GEMM_FRAMEWORK = {"bf16": "vllm", "fp8": "trtllm"}
-ATTENTION_FRAMEWORK = "vllm"
+SM_ARCH = {
+    "a100-80gb": "ampere",
+    "h100-sxm": "hopper",
+    "h100-pcie": "hopper",
+    "h200-sxm": "hopper",
+    "h800-sxm": "hopper",
+    "b200": "blackwell",
+    "l40s": "ada",
+}
+MEASURED_RUNS = {"h200-sxm": "calibration/runs/h200-2026-11-29"}
+# the rows each GEMM dtype's accuracy target applies to: vLLM's cuBLAS bf16, and for fp8
+# SGLang's (the precomputed-scale path whose floor the profile takes; the slopes are
+# TensorRT-LLM's, whose per-call scale handling adds a floor an engine does not run)
+GEMM_FRAMEWORK = {"bf16": "vllm", "fp8": "sglang"}
+FP8_SLOPE_FRAMEWORK = "trtllm"
+FP8_FLOOR_FRAMEWORK = "sglang"
+FP8_FLOOR_MAX_S = 16e-6
+BACKEND_FRAMEWORKS = {"vllm-flash": "vllm", "sglang-flash": "sglang", "trtllm": "trtllm"}
+MINOR_KERNELS = ("vllm_flash_attn_fa4", "triton")
+GENERIC_BACKEND = "vllm-flash"
+AUTO_MAX_APE = 0.15
+ATTENTION_FRAMEWORK = "vllm"  # the generic kernel's rows
 
 
 def peaks_of(gpu: str) -> GpuPeaks:
@@ -79,6 +121,155 @@ def _err(e: FitError, source: str) -> dict[str, Any]:
     return {**e.as_dict(), "source": source}
 
 
+def _backend_rows(frame: pd.DataFrame, backend: str) -> pd.DataFrame:
+    """The rows of one attention backend: its framework, its main kernel only (vLLM's few
+    FA4 rows and SGLang's Triton rows are other kernels with too few shapes to fit)."""
+    rows = frame[frame["framework"] == BACKEND_FRAMEWORKS[backend]]
+    return rows[~rows["kernel"].isin(MINOR_KERNELS)]
+
+
+def fit_attention_backends(
+    gpu: str, data_root: Path, peaks: GpuPeaks
+) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
+    """Per backend: decode attention per KV dtype and prefill attention (bf16 KV, full
+    causal), fitted to that framework's kernel rows, held out by head-layout family."""
+    backends: dict[str, Any] = {}
+    errors: dict[str, Any] = {}
+    tables: set[str] = set()
+    dec_all = public.aic_decode_attention(data_root, gpu)
+    pre_all = public.aic_prefill_attention(data_root, gpu)
+    for backend in BACKEND_FRAMEWORKS:
+        dec = _backend_rows(dec_all, backend)
+        if dec.empty:
+            continue
+        sec: dict[str, Any] = {"decode_attention": {}}
+        for dtype_key, rows in dec.groupby("dtype"):
+            dtype = str(dtype_key)
+            f = fit_decode_attention(
+                peaks,
+                rows["batch"],
+                rows["context_tokens"],
+                rows["kv_heads"],
+                rows["head_dim"],
+                rows["t_s"],
+                kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
+                groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
+            )
+            sec["decode_attention"][dtype] = _params_dict(f.params)
+            errors[f"attention.{backend}.decode.{dtype}"] = _err(
+                f.error, f"{rows['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, kv {dtype})"
+            )
+            tables.add(rows["table"].iloc[0])
+        pre = _backend_rows(pre_all, backend)
+        pre = pre[pre["kv_dtype"] == "bf16"]
+        if not pre.empty:
+            f = fit_prefill_attention(
+                peaks,
+                pre["num_seqs"],
+                pre["new_tokens"],
+                pre["pairs"],
+                pre["heads"],
+                pre["head_dim"],
+                pre["t_s"],
+                "bf16",
+                groups=shape_family(pre["heads"], pre["kv_heads"], pre["head_dim"]),
+            )
+            sec["prefill_attention"] = {"bf16": _params_dict(f.params)}
+            errors[f"attention.{backend}.prefill.bf16"] = _err(
+                f.error,
+                f"{pre['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, bf16 KV, full causal)",
+            )
+            tables.add(pre["table"].iloc[0])
+        backends[backend] = sec
+    return backends, errors, tables
+
+
+def auto_candidates(errors: dict[str, Any], backends: dict[str, Any]) -> dict[str, list[str]]:
+    """Backends ``auto`` may pick, per phase: those whose fit generalises — held-out median
+    APE within :data:`AUTO_MAX_APE` for every dtype fitted. Picking the fastest backend by
+    its fitted model would otherwise reward a fit that predicts too fast."""
+    out: dict[str, list[str]] = {}
+    for phase, op in (("decode", "decode_attention"), ("prefill", "prefill_attention")):
+        names = []
+        for name, sec in backends.items():
+            dts = list((sec.get(op) or {}).keys())
+            errs = [errors.get(f"attention.{name}.{phase}.{dt}", {}) for dt in dts]
+            if dts and all(
+                (e.get("held_out_median_ape") or e.get("median_ape", 1.0)) <= AUTO_MAX_APE
+                for e in errs
+            ):
+                names.append(name)
+        out[phase] = names
+    return out
+
+
+def quant_s(peaks: GpuPeaks, ew: ElementwiseParams, m, k) -> np.ndarray:
+    """Seconds of the activation-quantisation kernel in front of an FP8 GEMM of ``m``
+    tokens × ``k`` inputs: an element-wise op reading 2 and writing 1 byte per element
+    (``FP8_QUANT_BYTES_PER_ELEM``), as the step model costs it."""
+    return ops.elementwise_time_s(
+        peaks, ew, FP8_QUANT_BYTES_PER_ELEM * np.asarray(m, float) * np.asarray(k, float)
+    )
+
+
+def fit_gemm_fp8(
+    gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams
+) -> tuple[dict[str, float], dict[str, Any], str]:
+    """FP8 GEMM parameters from the public tables (module docstring): every framework's FP8
+    row times a quantisation kernel plus the GEMM, so the quantisation kernel is costed as
+    the step model costs it and the fit is the GEMM alone. The efficiencies (max_eff,
+    half_sat, mem_eff) come from TensorRT-LLM's rows; the floor from the fastest FP8 path,
+    SGLang's (its rows up to 16 µs, efficiencies held at TensorRT-LLM's): TensorRT-LLM's
+    per-call path adds ~6 µs of scale handling that an engine with precomputed scales does
+    not run."""
+    slope = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == FP8_SLOPE_FRAMEWORK)]
+    extra = quant_s(peaks, ew, slope["m"], slope["k"])
+    f = fit_gemm(
+        peaks,
+        slope["m"],
+        slope["n"],
+        slope["k"],
+        slope["t_s"],
+        "fp8",
+        groups=shape_family(slope["n"], slope["k"]),
+        extra_s=extra,
+    )
+    floor = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == FP8_FLOOR_FRAMEWORK)]
+    floor = floor[floor["t_s"] <= FP8_FLOOR_MAX_S]
+    fe = quant_s(peaks, ew, floor["m"], floor["k"])
+    p = f.params
+
+    def model(x, idx):
+        prm = GemmParams(launch_s=x[0], max_eff=p.max_eff, half_sat=p.half_sat, mem_eff=p.mem_eff)
+        return (
+            ops.gemm_time_s(
+                peaks,
+                prm,
+                floor["m"].to_numpy()[idx],
+                floor["n"].to_numpy()[idx],
+                floor["k"].to_numpy()[idx],
+                "fp8",
+            )
+            + fe[idx]
+        )
+
+    (launch,), ferr = fit_generic(
+        model, floor["t_s"].to_numpy(float), [(3e-6,), (1e-6,)], (1e-8,), (1e-3,), held_out=False
+    )
+    params = GemmParams(
+        launch_s=float(launch), max_eff=p.max_eff, half_sat=p.half_sat, mem_eff=p.mem_eff
+    )
+    err = {
+        **f.error.as_dict(),
+        "floor_from": f"{FP8_FLOOR_FRAMEWORK} fp8 rows <= {FP8_FLOOR_MAX_S * 1e6:.0f} us "
+        f"(n={len(floor)}, median APE {100 * ferr.median_ape:.1f}%)",
+        "floor_of_slope_fit_us": round(p.launch_s * 1e6, 3),
+        "quantisation": "one element-wise kernel per GEMM (3 bytes per input element) "
+        "added to every prediction",
+    }
+    return _params_dict(params), err, str(slope["table"].iloc[0])
+
+
 def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
     """A fitted-public profile dict for ``gpu`` (``base``: the shipped profile, for carried parts)."""
     peaks = peaks_of(gpu)
@@ -86,76 +277,47 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
     errors: dict[str, Any] = {}
     tables: set[str] = set()
 
+    mlp = public.vidur_mlp(data_root, gpu)
+    ew_rows = mlp[mlp["op"].isin(public.VIDUR_ELEMENTWISE_OPS)]
+    few = fit_elementwise(
+        peaks, ew_rows["nbytes"], ew_rows["t_s"], groups=ew_rows["model"].to_numpy()
+    )
+    ew = few.params
+
     gemm = public.aic_gemm(data_root, gpu)
     ops_out["gemm"] = {}
-    for dtype, fw in GEMM_FRAMEWORK.items():
-        if dtype == "fp8" and peaks.fp8_flop_per_s <= 0:
-            continue
-        rows = gemm[(gemm["dtype"] == dtype) & (gemm["framework"] == fw)]
-        if rows.empty:
-            continue
-        f = fit_gemm(
-            peaks,
-            rows["m"],
-            rows["n"],
-            rows["k"],
-            rows["t_s"],
-            dtype,
-            groups=shape_family(rows["n"], rows["k"]),
-        )
-        ops_out["gemm"][dtype] = _params_dict(f.params)
-        errors[f"gemm.{dtype}"] = _err(f.error, f"{rows['table'].iloc[0]} ({fw} {dtype})")
-        tables.add(rows["table"].iloc[0])
-
-    dec = public.aic_decode_attention(data_root, gpu)
-    dec = dec[dec["framework"] == ATTENTION_FRAMEWORK]
-    ops_out["decode_attention"] = {}
-    for dtype_key, rows in dec.groupby("dtype"):
-        dtype = str(dtype_key)
-        f = fit_decode_attention(
-            peaks,
-            rows["batch"],
-            rows["context_tokens"],
-            rows["kv_heads"],
-            rows["head_dim"],
-            rows["t_s"],
-            kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
-            groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
-        )
-        ops_out["decode_attention"][str(dtype)] = _params_dict(f.params)
-        errors[f"decode_attention.{dtype}"] = _err(
-            f.error, f"{rows['table'].iloc[0]} (vllm, kv {dtype})"
-        )
-        tables.add(rows["table"].iloc[0])
-
-    pre = public.aic_prefill_attention(data_root, gpu)
-    pre = pre[(pre["framework"] == ATTENTION_FRAMEWORK) & (pre["kv_dtype"] == "bf16")]
-    f = fit_prefill_attention(
+    rows = gemm[(gemm["dtype"] == "bf16") & (gemm["framework"] == "vllm")]
+    f = fit_gemm(
         peaks,
-        pre["num_seqs"],
-        pre["new_tokens"],
-        pre["pairs"],
-        pre["heads"],
-        pre["head_dim"],
-        pre["t_s"],
+        rows["m"],
+        rows["n"],
+        rows["k"],
+        rows["t_s"],
         "bf16",
-        groups=shape_family(pre["heads"], pre["kv_heads"], pre["head_dim"]),
+        groups=shape_family(rows["n"], rows["k"]),
     )
-    ops_out["prefill_attention"] = {"bf16": _params_dict(f.params)}
-    errors["prefill_attention.bf16"] = _err(
-        f.error, f"{pre['table'].iloc[0]} (vllm, bf16 KV, full causal)"
-    )
-    tables.add(pre["table"].iloc[0])
+    ops_out["gemm"]["bf16"] = _params_dict(f.params)
+    errors["gemm.bf16"] = _err(f.error, f"{rows['table'].iloc[0]} (vllm bf16)")
+    tables.add(rows["table"].iloc[0])
+    if peaks.fp8_flop_per_s > 0 and (gemm["dtype"] == "fp8").any():
+        prm8, err8, table8 = fit_gemm_fp8(gemm, peaks, ew)
+        ops_out["gemm"]["fp8"] = prm8
+        errors["gemm.fp8"] = {**err8, "source": f"{table8} (trtllm fp8; floor from sglang)"}
+        tables.add(table8)
 
-    mlp = public.vidur_mlp(data_root, gpu)
-    ew = mlp[mlp["op"].isin(public.VIDUR_ELEMENTWISE_OPS)]
-    f = fit_elementwise(peaks, ew["nbytes"], ew["t_s"], groups=ew["model"].to_numpy())
-    ops_out["elementwise"] = _params_dict(f.params)
+    backends, berr, btables = fit_attention_backends(gpu, data_root, peaks)
+    errors.update(berr)
+    tables |= btables
+    generic = backends[GENERIC_BACKEND]
+    ops_out["decode_attention"] = dict(generic["decode_attention"])
+    ops_out["prefill_attention"] = dict(generic["prefill_attention"])
+
+    ops_out["elementwise"] = _params_dict(ew)
     errors["elementwise"] = _err(
-        f.error, f"vidur/compute/{public.VIDUR_GPU_DIR[gpu]}/*/mlp.csv (norm, rope, act, add)"
+        few.error, f"vidur/compute/{public.VIDUR_GPU_DIR[gpu]}/*/mlp.csv (norm, rope, act, add)"
     )
     tables.add(f"vidur/compute/{public.VIDUR_GPU_DIR[gpu]}/*/mlp.csv")
-    ew_bw = peaks.hbm_bytes_per_s * f.params.bw_eff
+    ew_bw = peaks.hbm_bytes_per_s * ew.bw_eff
 
     ar = public.aic_allreduce(data_root, gpu)
     ops_out["allreduce"] = {}
@@ -175,7 +337,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
     copies["gather"] = {**copies["gather"], "bw_bytes_per_s": _round(ew_bw / 2.0)}
     ops_out["copy"] = copies
 
-    prof = {
+    return {
         "schema_version": 1,
         "gpu": gpu,
         "peaks": {
@@ -185,21 +347,25 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
             "hbm_bytes": peaks.hbm_bytes,
         },
         "ops": ops_out,
-        "engines": base["engines"],
+        "attention_backends": backends,
+        "attention_auto": auto_candidates(errors, backends),
+        "graph_replay": dict(base.get("graph_replay") or {"per_layer_s": 0.0}),
         "fit_error": errors,
         "provenance": {
             "kind": "fitted-public",
-            "source": "calibration/fit_public.py fitted the disaggsim.costmodel.ops forms to public measured "
-            "kernel tables (log-space least squares); peaks are datasheet values from the GPU catalog",
+            "source": "calibration/fit_public.py fitted the disaggsim.costmodel.ops forms to "
+            "public measured kernel tables (log-space least squares); peaks are datasheet "
+            "values from the GPU catalog",
             "tables": sorted(tables),
             "source_commit": {
                 "aiconfigurator": public.source_commit(data_root, "aiconfigurator"),
                 "vidur": public.source_commit(data_root, "vidur"),
             },
             "frameworks": {
-                "gemm.bf16": GEMM_FRAMEWORK["bf16"],
-                "gemm.fp8": GEMM_FRAMEWORK["fp8"],
-                "attention": ATTENTION_FRAMEWORK,
+                "gemm.bf16": "vllm",
+                "gemm.fp8": f"{FP8_SLOPE_FRAMEWORK} (floor {FP8_FLOOR_FRAMEWORK})",
+                "attention_backends": dict(BACKEND_FRAMEWORKS),
+                "ops.decode_attention/prefill_attention": GENERIC_BACKEND,
             },
             "carried": [
                 "copy.h2d_pinned",
@@ -208,15 +374,14 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
                 "copy.d2d.latency_s",
                 "copy.gather.latency_s",
                 "copy.gather.per_block_s",
-                "engines",
             ],
-            "carried_from": "the provisional profile shipped before this fit (no public table measures these)",
-            "derived": "copy.d2d and copy.gather bandwidth = fitted element-wise bandwidth / 2 (read + write)",
-            "command": "python -m calibration.fit_public --data ../shared/data",
+            "carried_from": "the profile shipped before this fit (no public table measures these)",
+            "derived": "copy.d2d and copy.gather bandwidth = fitted element-wise bandwidth / 2 "
+            "(read + write)",
+            "command": COMMAND,
             "date": _dt.date.today().isoformat(),
         },
     }
-    return prof
 
 
 def _scale(value: float, num: float, den: float) -> float:
@@ -224,7 +389,12 @@ def _scale(value: float, num: float, den: float) -> float:
 
 
 def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
-    """Datasheet peaks of ``gpu`` with efficiencies transferred from ``source`` (a profile dict)."""
+    """Datasheet peaks of ``gpu`` with efficiencies transferred from ``source`` (a profile dict).
+
+    Within one SM architecture (:data:`SM_ARCH`) this is the model's rule, not a guess:
+    GPUs of the same architecture run the same kernels, so they share every efficiency
+    and floor and differ by their datasheet peaks (FLOP/s, HBM bandwidth and size). Across
+    architectures it is a prior, said so in the provenance."""
     tgt, src = get_gpu(gpu), get_gpu(source_gpu)
     ops_in = source["ops"]
     ops_out: dict[str, Any] = json.loads(json.dumps(ops_in))
@@ -250,6 +420,14 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
     ops_out["copy"]["p2p"]["bw_bytes_per_s"] = _scale(
         ops_in["copy"]["p2p"]["bw_bytes_per_s"], link(tgt), link(src)
     )
+    same_arch = SM_ARCH[gpu] == SM_ARCH[source_gpu]
+    rule = (
+        f"same SM architecture as {source_gpu} ({SM_ARCH[gpu]}): shares its kernel "
+        "efficiencies and floors, differs by datasheet peaks"
+        if same_arch
+        else f"PRIOR across architectures ({SM_ARCH[source_gpu]} -> {SM_ARCH[gpu]}): "
+        f"{source_gpu}'s efficiencies are a guess for this GPU's kernels"
+    )
     return {
         "schema_version": 1,
         "gpu": gpu,
@@ -260,18 +438,22 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
             "hbm_bytes": tgt.hbm_bytes,
         },
         "ops": ops_out,
-        "engines": source["engines"],
+        "attention_backends": json.loads(json.dumps(source.get("attention_backends", {}))),
+        "attention_auto": json.loads(json.dumps(source.get("attention_auto", {}))),
+        "graph_replay": dict(source.get("graph_replay") or {"per_layer_s": 0.0}),
         "fit_error": {},
         "provenance": {
             "kind": "prior",
-            "source": f"PRIOR, not measured on {gpu}: datasheet peaks from the GPU catalog with the efficiency "
-            f"parameters (GEMM, attention, element-wise, launch floors, engine overheads) of the "
-            f"{source_gpu} profile ({source['provenance']['kind']}); all-reduce and p2p bandwidth scaled by "
-            f"the {'NVLink' if tgt.nvlink_bytes_per_s > 0 else 'PCIe'} / "
-            f"{'NVLink' if src.nvlink_bytes_per_s > 0 else 'PCIe'} bandwidth ratio, d2d/gather by the HBM "
-            f"ratio, host copies by the PCIe ratio",
+            "source": f"not measured on {gpu}: datasheet peaks from the GPU catalog with the "
+            f"efficiency parameters (GEMM, attention backends, element-wise, floors) of the "
+            f"{source_gpu} profile ({source['provenance']['kind']}); {rule}; all-reduce and "
+            f"p2p bandwidth scaled by the {'NVLink' if tgt.nvlink_bytes_per_s > 0 else 'PCIe'}"
+            f" / {'NVLink' if src.nvlink_bytes_per_s > 0 else 'PCIe'} bandwidth ratio, "
+            "d2d/gather by the HBM ratio, host copies by the PCIe ratio",
             "transferred_from": source_gpu,
-            "command": "python -m calibration.fit_public --data ../shared/data",
+            "sm_arch": SM_ARCH[gpu],
+            "same_sm_arch_as_source": same_arch,
+            "command": COMMAND,
             "date": _dt.date.today().isoformat(),
         },
     }
@@ -307,6 +489,18 @@ def destination(gpu: str, out_dir: str | None) -> Path:
     return target
 
 
+def _print_errors(prof: dict) -> None:
+    for op, e in prof["fit_error"].items():
+        if not isinstance(e, dict) or "median_ape" not in e:
+            continue
+        ho = e.get("held_out_median_ape")
+        print(
+            f"  {op:34s} n={e['n']:6d} median {100 * e['median_ape']:5.1f}% "
+            f"mean {100 * e['mean_ape']:5.1f}%"
+            + (f" held-out median {100 * ho:5.1f}% ({e['held_out']})" if ho is not None else "")
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.fit_public", description=__doc__.split("\n\n")[0]
@@ -318,9 +512,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out-dir", help="write profiles here instead of disaggsim/hardware/profiles/")
     p.add_argument(
-        "--engines", action="store_true", help="also fit engine overheads to DistServe (A100)"
+        "--engines",
+        action="store_true",
+        help="also fit the serving-engine profiles (calibration/engines.py) to the public "
+        "end-to-end measurements and write disaggsim/hardware/engines.json",
     )
     args = p.parse_args(argv)
+    from calibration import engines
+    from calibration.fit import build_profile
+    from calibration.rawio import read_raw
+
     try:
         data = Path(args.data)
         public.kernels_dir(data)
@@ -329,53 +530,39 @@ def main(argv: list[str] | None = None) -> int:
             out = destination(gpu, args.out_dir)
             base_path = out if out.is_file() else shipped_profile_path(gpu)
             base = json.loads(base_path.read_text())
-            prof = fit_gpu(gpu, data, base)
-            if args.engines:
-                from calibration import engines
-
-                if gpu == "a100-80gb":
-                    prof = engines.fit_into(prof, data)
-                prof = engines.graphs_into(prof, data, gpu)
+            prof = engines.graphs_into(fit_gpu(gpu, data, base), data, gpu)
             write_profile(prof, out)
             fitted[gpu] = prof
             print(f"wrote {out}")
-            for op, e in prof["fit_error"].items():
-                ho = e.get("held_out_median_ape")
-                print(
-                    f"  {op:24s} n={e['n']:6d} median {100 * e['median_ape']:5.1f}% mean {100 * e['mean_ape']:5.1f}%"
-                    + (
-                        f" held-out median {100 * ho:5.1f}% ({e['held_out']})"
-                        if ho is not None
-                        else ""
-                    )
-                )
-        if args.engines:  # no H100 whole-step table: it takes the A100 eager overheads
-            h100, a100 = fitted["h100-sxm"], fitted["a100-80gb"]
-            own_graph_layer_s = h100["engines"]["cuda-graphs"]["per_layer_s"]
-            h100["engines"] = json.loads(json.dumps(a100["engines"]))
-            h100["engines"]["cuda-graphs"]["per_layer_s"] = own_graph_layer_s
-            h100["provenance"]["carried"] = [
-                c for c in h100["provenance"]["carried"] if c != "engines"
-            ]
-            h100["provenance"]["engines_from"] = (
-                "engines.eager and engines.cuda-graphs.per_iteration_s from the a100-80gb "
-                "DistServe fit (no H100 whole-step table)"
-            )
-            write_profile(fitted["h100-sxm"], destination("h100-sxm", args.out_dir))
+            _print_errors(prof)
         for gpu, src in PRIORS.items():
             out = destination(gpu, args.out_dir)
-            write_profile(prior_from(gpu, src, fitted[src]), out)
-            note = ""
-            if out.parent.name == "priors":
-                note = (
-                    f"; the shipped {gpu} profile is measured and stays: refit it with "
-                    f"`disaggsim calibrate fit RAW_DIR --gpu {gpu} --base {out}`"
-                )
-            print(f"wrote {out} (prior from {src}{note})")
+            prior = prior_from(gpu, src, fitted[src])
+            write_profile(prior, out)
+            print(f"wrote {out} (from {src}: {prior['provenance']['source'].split(';')[1]})")
+            if gpu in MEASURED_RUNS:  # the GPU's own measurements on top of its prior
+                raw_dir = REPO / MEASURED_RUNS[gpu]
+                ship = (
+                    Path(args.out_dir) if args.out_dir else shipped_profile_path(gpu).parent
+                ) / (shipped_profile_path(gpu).name)
+                prof = build_profile(gpu, read_raw(raw_dir), prior, MEASURED_RUNS[gpu], _rel(out))
+                write_profile(prof, ship)
+                print(f"wrote {ship} (measured parts from {MEASURED_RUNS[gpu]} over {_rel(out)})")
+                _print_errors(prof)
+        if args.engines:
+            path = engines.write_engines(data, args.out_dir)
+            print(f"wrote {path}")
     except UserError as e:
         print(f"fit_public: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -3,22 +3,32 @@
 Runs the sweeps of ``disaggsim calibrate --device cuda|cpu`` and appends one raw CSV row
 per measured point (:mod:`calibration.rawio`):
 
-- GEMM in bf16 (and fp8 through ``torch._scaled_mm`` on sm_89+) over m = 1 … 16k tokens ×
-  the (n, k) of real TP shards of catalog models, plus squares;
-- decode attention (one query token per sequence) over batch × context × head layouts,
-  through flash-attn when importable, else ``scaled_dot_product_attention``;
-- causal prefill attention over prompt length;
+- GEMM in bf16, and fp8 through ``torch._scaled_mm`` with precomputed scales (sm_89+),
+  over m = 1 … 16k tokens × the (n, k) of real TP shards of catalog models, plus squares;
+- decode attention (one query token per sequence) over batch × context × head layouts and
+  causal prefill attention over prompt length, through every attention kernel the device
+  runs: torch SDPA with each backend forced in turn (flash, cuDNN, efficient) and
+  FlexAttention (decode: a block mask over each sequence's 128-token KV pages; prefill:
+  the causal block mask), one row per kernel;
+- element-wise kernels: residual add, SiLU-and-multiply, and the FP8 activation
+  quantisation an FP8 GEMM needs (bf16 in, fp8 out);
 - KV copies: d2d, pinned h2d / d2h, p2p (2+ GPUs), and a paged-block gather (16-token
   blocks → one contiguous buffer via ``index_select``);
 - all-reduce through ``torch.distributed`` over 2, 4, 8 ranks (as many as the GPUs
   visible allow: NCCL, one process per GPU; not measured with one GPU). On CPU two gloo
   ranks run the same code, so the multi-process path is tested without a GPU.
 
-Timing on CUDA: CUDA events after warm-up, random data, a buffer larger than L2 written
-between repeats, median of the repeats. On CPU the same code runs tiny sizes timed with
-``time.perf_counter`` so the whole pipeline is testable without a GPU. Every op runs in
-its own try/except under its own time budget, so one failure or a slow op does not lose
-the rest; rows are written as they are measured.
+Time kernels, not launches (:func:`time_kernel`): on a GPU each measured op is captured in
+a CUDA graph — as many calls per graph as keep one replay near
+:data:`GRAPH_TARGET_S`, cycling through enough copies of the inputs that the calls do not
+run out of L2 — and the replays are timed with CUDA events after an L2 flush; a row is
+one call's share of a replay. Launch and Python time never enter a kernel row (they belong
+to the engine profiles, ``disaggsim/hardware/engines.py``). On CPU the same calls run back
+to back under ``time.perf_counter`` (no graphs), so the whole pipeline is testable without
+a GPU; the ``timing`` column says which. Copies and all-reduces are timed one call at a
+time (an engine launches those from the host too). Every op runs in its own try/except
+under its own time budget, so one failure or a slow op does not lose the rest; rows are
+written as they are measured.
 """
 
 from __future__ import annotations
@@ -68,6 +78,9 @@ class Sweep:
     allreduce_bytes: tuple[int, ...]  # message size per rank
     gather_blocks: tuple[int, ...]
     block_tokens: int
+    elementwise_tokens: tuple[int, ...]  # rows of an element-wise op (× hidden columns)
+    elementwise_hidden: tuple[int, ...]
+    max_ops_per_replay: int
     repeats: int
     warmup: int
     flush_bytes: int
@@ -97,14 +110,18 @@ def cuda_sweep(quick: bool = False) -> Sweep:
         allreduce_bytes=tuple(4**i * 1024 for i in range(0, 11)),  # 1 KiB … 1 GiB
         gather_blocks=(1, 4, 16, 64, 256, 1024, 4096, 16384),
         block_tokens=16,
+        elementwise_tokens=(1, 16, 256, 2048, 16384),
+        elementwise_hidden=(4096, 8192, 14336),
+        max_ops_per_replay=32,
         repeats=20 if quick else 25,
         warmup=3,
         flush_bytes=512 * 2**20,
         budget_s={
-            "gemm": 35 if quick else 100,
-            "decode_attention": 20 if quick else 55,
+            "gemm": 35 if quick else 75,
+            "decode_attention": 25 if quick else 60,
             "prefill_attention": 20 if quick else 45,
-            "copy": 10 if quick else 25,
+            "elementwise": 5 if quick else 10,
+            "copy": 10 if quick else 20,
             "allreduce": 30 if quick else 60,
         },
         use_model_shards=True,
@@ -127,13 +144,17 @@ def cpu_sweep() -> Sweep:
         allreduce_bytes=(4096, 65536, 1 << 20),
         gather_blocks=(1, 8, 64),
         block_tokens=16,
+        elementwise_tokens=(1, 64),
+        elementwise_hidden=(256,),
+        max_ops_per_replay=4,
         repeats=20,
         warmup=2,
         flush_bytes=1 << 20,
         budget_s={
             "gemm": 10,
-            "decode_attention": 5,
-            "prefill_attention": 5,
+            "decode_attention": 8,
+            "prefill_attention": 8,
+            "elementwise": 3,
             "copy": 5,
             "allreduce": 30,
         },
@@ -151,7 +172,7 @@ def model_gemm_shapes(use_model_shards: bool) -> list[tuple[str, int, int]]:
         return [("tiny-qkv", 96, 64), ("tiny-down", 64, 128)]
     shards = []
     try:
-        from disaggsim.catalog import get_model  # optional: the catalog may be absent
+        from disaggsim.catalog import get_model  # optional: catalog may be absent
 
         for name, tp in _CATALOG_SHARDS:
             m = get_model(name)
@@ -227,6 +248,70 @@ def time_calls(
     }
 
 
+GRAPH_TARGET_S = 200e-6  # one replay: long enough that replay and event costs vanish
+L2_ROTATE_BYTES = 256 * 2**20  # input copies cycled per graph: beyond any catalog GPU's L2
+
+
+def time_kernel(
+    torch,
+    cuda: bool,
+    make_call: Callable[[int], Callable[[], object]],
+    *,
+    working_bytes: float,
+    warmup: int,
+    repeats: int,
+    flush=None,
+    max_ops: int = 32,
+) -> dict:
+    """Per-call kernel time of ``make_call(i)()`` (``i``: which copy of the inputs).
+
+    On a GPU the calls are captured in one CUDA graph and the replays timed (the module
+    docstring): ``n`` calls per replay so a replay lasts about :data:`GRAPH_TARGET_S`,
+    cycling through ``copies`` input sets so that together they exceed L2 (a serving
+    engine streams each layer's weights and KV from HBM, not from L2). The result is one
+    call's share (median/p10/p90 of the replays ÷ n), ``timing`` ``graph``. If capture
+    fails, one call is timed between CUDA events instead and ``timing`` says ``eager``
+    (launch time inside). On CPU the same ``n`` calls run back to back (``cpu``)."""
+    first = make_call(0)
+    first()
+    est = time_calls(torch, cuda, first, warmup=1, repeats=3)["median_s"]
+    n = int(min(max_ops, max(1, round(GRAPH_TARGET_S / max(est, 1e-7)))))
+    copies = int(min(n, max(1, -(-L2_ROTATE_BYTES // max(int(working_bytes), 1)))))
+    calls = [first] + [make_call(i) for i in range(1, copies)]
+    seq = [calls[i % copies] for i in range(n)]
+
+    def run_all() -> None:
+        for c in seq:
+            c()
+
+    timing = "cpu"
+    fn: Callable[[], object] = run_all
+    if cuda:
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(max(warmup, 1)):
+                    run_all()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run_all()
+            fn, timing = graph.replay, "graph"
+        except Exception:  # a kernel that cannot be captured: time it launch by launch
+            torch.cuda.synchronize()
+            fn, timing, n = first, "eager", 1
+    t = time_calls(torch, cuda, fn, warmup=warmup, repeats=repeats, flush=flush)
+    return {
+        "median_s": t["median_s"] / n,
+        "p10_s": t["p10_s"] / n,
+        "p90_s": t["p90_s"] / n,
+        "repeats": t["repeats"],
+        "timing": timing,
+        "ops_per_replay": n,
+    }
+
+
 class Timer:
     """:func:`time_calls` with a sweep's warm-up, repeats and an L2 flush buffer."""
 
@@ -242,7 +327,8 @@ class Timer:
         repeats: int | None = None,
         before: Callable[[], object] | None = None,
     ) -> dict:
-        return time_calls(
+        """One call at a time (copies, collectives): ``timing`` ``eager`` on a GPU."""
+        t = time_calls(
             self.torch,
             self.cuda,
             fn,
@@ -250,6 +336,22 @@ class Timer:
             repeats=repeats or self.sweep.repeats,
             flush=self.flush_buf,
             before=before,
+        )
+        return {**t, "timing": "eager" if self.cuda else "cpu", "ops_per_replay": 1}
+
+    def kernel(
+        self, make_call: Callable[[int], Callable[[], object]], working_bytes: float
+    ) -> dict:
+        """:func:`time_kernel` with the sweep's warm-up, repeats and flush buffer."""
+        return time_kernel(
+            self.torch,
+            self.cuda,
+            make_call,
+            working_bytes=working_bytes,
+            warmup=self.sweep.warmup,
+            repeats=self.sweep.repeats,
+            flush=self.flush_buf,
+            max_ops=self.sweep.max_ops_per_replay,
         )
 
 
@@ -297,6 +399,9 @@ class _Budget:
 
 
 def bench_gemm(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> Iterator[str]:
+    """bf16 ``linear`` and (sm_89+) fp8 ``_scaled_mm`` with scales computed once, before
+    capture, as an engine with static scales runs it; the activation quantisation is timed
+    on its own (:func:`bench_elementwise`)."""
     shapes = model_gemm_shapes(sweep.use_model_shards) + [
         (f"square{s}", s, s) for s in sweep.gemm_squares
     ]
@@ -311,95 +416,191 @@ def bench_gemm(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> I
         (dt, m, label, n, k) for dt in dtypes for (label, n, k) in shapes for m in sweep.gemm_m
     ]
     budget = _Budget(sweep.budget_s["gemm"])
-    cache: dict = {}
+    done = 0
     for dt, m, label, n, k in _shuffled(points, 1):
         if budget.over():
-            yield f"gemm: time budget reached after {len(cache)} weights"
+            yield f"gemm: time budget reached after {done} points"
             return
-        tdt = torch.bfloat16
-        x = torch.randn(m, k, device=dev, dtype=tdt)
-        w = cache.get((n, k, dt))
-        if w is None:
-            w = torch.randn(n, k, device=dev, dtype=tdt) / k**0.5
+
+        def make(i: int, dt=dt, m=m, n=n, k=k):
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
             if dt == "fp8":
-                w = w.to(torch.float8_e4m3fn)
-            cache.clear()  # keep one weight resident at a time (16k × 57k bf16 is 2 GB)
-            cache[(n, k, dt)] = w
-        if dt == "fp8":
-            x8 = x.to(torch.float8_e4m3fn)
-            one = torch.ones((), device=dev, dtype=torch.float32)
-            fn = partial(
-                torch._scaled_mm, x8, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
-            )
-            backend = "torch._scaled_mm"
-        else:
-            fn = partial(torch.nn.functional.linear, x, w)
-            backend = "torch.nn.functional.linear"
+                x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+                one = torch.ones((), device=dev, dtype=torch.float32)
+                return partial(
+                    torch._scaled_mm, x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+                )
+            return partial(torch.nn.functional.linear, x, w)
+
+        elem = 1 if dt == "fp8" else 2
+        backend = "torch._scaled_mm" if dt == "fp8" else "torch.nn.functional.linear"
         try:
-            timing = timer(fn)
+            timing = timer.kernel(make, (m * k + n * k) * elem + m * n * 2)
         except RuntimeError as e:
             yield f"gemm {dt} m={m} n={n} k={k}: skipped ({str(e).splitlines()[0][:120]})"
             continue
         out.write("gemm", {"m": m, "n": n, "k": k, "kind": label}, dt, backend, timing)
+        done += 1
     yield "gemm: done"
 
 
-def _attention_candidates(torch):
-    """(name, fn, context) in order of preference: flash-attn, then SDPA's kernels one by one.
+def bench_elementwise(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> Iterator[str]:
+    """Memory-bound element-wise kernels of a layer: residual add (reads 2, writes 1
+    element), SiLU-and-multiply on a gate/up pair (reads 2, writes 1) and, on FP8 GPUs, the
+    activation quantisation in front of an FP8 GEMM (reads 2 bytes, writes 1 per element).
+    ``nbytes`` is the bytes each call moves."""
+    fp8 = dev == "cuda" and torch.cuda.get_device_capability(0) >= (8, 9)
+    kinds = ["add", "silu_mul"] + (["quant_fp8"] if fp8 else [])
+    points = [
+        (kind, t, h)
+        for kind in kinds
+        for t in sweep.elementwise_tokens
+        for h in sweep.elementwise_hidden
+    ]
+    budget = _Budget(sweep.budget_s["elementwise"])
+    done = 0
+    bf16 = torch.bfloat16
+    for kind, t, h in _shuffled(points, 4):
+        if budget.over():
+            yield f"elementwise: time budget reached after {done} points"
+            return
 
-    SDPA runs under ``sdpa_kernel([backend])`` so the recorded backend is the one that ran.
-    """
+        def make(i: int, kind=kind, t=t, h=h):
+            a = torch.randn(t, h, device=dev, dtype=bf16)
+            b = torch.randn(t, h, device=dev, dtype=bf16)
+            if kind == "add":
+                o = torch.empty_like(a)
+                return partial(torch.add, a, b, out=o)
+            if kind == "silu_mul":
+                return lambda: torch.nn.functional.silu(a).mul_(b)
+            return partial(a.to, torch.float8_e4m3fn)
+
+        nbytes = {"add": 3 * 2, "silu_mul": 3 * 2, "quant_fp8": 2 + 1}[kind] * t * h
+        try:
+            timing = timer.kernel(make, nbytes)
+        except RuntimeError as e:
+            yield f"elementwise {kind} {t}x{h}: skipped ({str(e).splitlines()[0][:120]})"
+            continue
+        backend = {"add": "torch.add", "silu_mul": "silu + mul_", "quant_fp8": "tensor.to(fp8)"}
+        out.write("elementwise", {"kind": kind, "nbytes": nbytes}, "bf16", backend[kind], timing)
+        done += 1
+    yield "elementwise: done"
+
+
+FLEX_PAGE = 128  # KV tokens per FlexAttention block (one page of the paged KV cache)
+
+
+def _attention_candidates(torch, dev: str):
+    """``(name, make)`` for every attention kernel to time: torch SDPA with each backend
+    forced (flash, cuDNN, efficient) and FlexAttention. ``make(q, k, v, causal, lens)``
+    returns a zero-argument call or raises when the kernel rejects the inputs."""
     import contextlib
+    import warnings
 
-    try:
-        from flash_attn import flash_attn_func
-
-        def fa(q, k, v, causal):  # (B, H, L, D) → flash-attn's (B, L, H, D)
-            return flash_attn_func(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal
-            )
-
-        yield "flash_attn", fa, contextlib.nullcontext
-    except Exception:  # flash-attn is optional
-        pass
     sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def sdpa_gqa(q, k, v, causal):
-        if k.shape[1] != q.shape[1]:
-            return sdpa(q, k, v, is_causal=causal, enable_gqa=True)
-        return sdpa(q, k, v, is_causal=causal)
-
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # very old torch: whatever SDPA picks
+        sdpa_kernel, SDPBackend = None, None
+
+    def sdpa_maker(be):
+        def make(q, k, v, causal, lens):
+            gqa = k.shape[1] != q.shape[1]
+
+            def call():
+                with sdpa_kernel([be]) if be is not None else contextlib.nullcontext():
+                    return sdpa(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+            call()  # raises here if this backend rejects the shape
+            return call
+
+        return make
+
+    if sdpa_kernel is not None and SDPBackend is not None:
+        for be, name in (
+            (SDPBackend.FLASH_ATTENTION, "sdpa-flash"),
+            (SDPBackend.CUDNN_ATTENTION, "sdpa-cudnn"),
+            (SDPBackend.EFFICIENT_ATTENTION, "sdpa-efficient"),
+        ):
+            yield name, sdpa_maker(be)
+    else:
+        yield "sdpa", sdpa_maker(None)
+    try:
+        from torch.nn.attention.flex_attention import (
+            create_block_mask,
+            flex_attention,
+        )
     except ImportError:
-        yield "sdpa", sdpa_gqa, contextlib.nullcontext
         return
-    for be, name in (
-        (SDPBackend.FLASH_ATTENTION, "sdpa-flash"),
-        (SDPBackend.CUDNN_ATTENTION, "sdpa-cudnn"),
-        (SDPBackend.EFFICIENT_ATTENTION, "sdpa-efficient"),
-        (SDPBackend.MATH, "sdpa-math"),
-    ):
-        yield name, sdpa_gqa, (lambda be=be: sdpa_kernel([be]))
+    flex = torch.compile(flex_attention, dynamic=False) if dev == "cuda" else flex_attention
+
+    def flex_make(q, k, v, causal, lens):
+        b, _, lq, _ = q.shape
+        lk = k.shape[2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if causal:
+                mask = create_block_mask(
+                    lambda bi, h, qi, ki: qi >= ki, b, None, lq, lk, device=dev
+                )
+            else:  # decode: each sequence attends to its own pages of the padded cache
+                lens_t = torch.as_tensor(lens, device=dev)
+                mask = create_block_mask(
+                    lambda bi, h, qi, ki: ki < lens_t[bi], b, None, lq, lk, device=dev,
+                    BLOCK_SIZE=FLEX_PAGE,
+                )  # fmt: skip
+
+        def call():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return flex(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+
+        call()
+        return call
+
+    yield "flex", flex_make
 
 
-def _time_attention(torch, timer: Timer, q, k, v, causal: bool) -> tuple[str, dict]:
-    """Time the first attention kernel that accepts the inputs; returns (backend, timing)."""
-    errors = []
-    for name, fn, ctx in _attention_candidates(torch):
-        try:
-            with ctx():
-                fn(q, k, v, causal)
-                return name, timer(partial(fn, q, k, v, causal))
-        except Exception as e:  # this kernel rejects the shape/dtype; try the next one
-            errors.append(f"{name}: {str(e).splitlines()[0][:60] if str(e) else type(e).__name__}")
-    raise RuntimeError("no attention kernel accepted the inputs (" + "; ".join(errors) + ")")
+def _bench_attention(
+    torch, dev, sweep, timer, out, op, points, shape_of, qkv_of, causal, seed
+) -> Iterator[str]:
+    """Time every accepting kernel (:func:`_attention_candidates`) at every point; one row
+    per (point, kernel)."""
+    budget = _Budget(sweep.budget_s[op])
+    cands = list(_attention_candidates(torch, dev))
+    done = 0
+    order = _shuffled(points, seed)
+    for i, pt in enumerate(order):
+        if budget.over():
+            yield f"{op}: time budget reached after {done} rows"
+            return
+        shape, nbytes = shape_of(pt)
+        for name, maker in cands:
+            if budget.over():
+                break
+            if name == "flex" and dev != "cuda" and i < len(order) - 1:
+                continue  # FlexAttention on CPU runs unfused and slowly: the last point tests it
+
+            def make(i: int, pt=pt, maker=maker):
+                q, k, v, lens = qkv_of(pt)
+                return maker(q, k, v, causal, lens)
+
+            try:
+                timing = timer.kernel(make, nbytes)
+            except Exception as e:  # this kernel rejects the shape/dtype: the others still run
+                msg = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+                yield f"{op} {pt} {name}: skipped ({msg})"
+                continue
+            out.write(op, shape, "bf16", name, timing)
+            done += 1
+    yield f"{op}: done"
 
 
 def bench_decode_attention(
     torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter
 ) -> Iterator[str]:
-    dt, dname = torch.bfloat16, "bf16"
+    dt = torch.bfloat16
     points = [
         (b, c, lay)
         for lay in sweep.attn_layouts
@@ -407,56 +608,51 @@ def bench_decode_attention(
         for c in sweep.decode_context_per_seq
         if 2 * b * c * lay[1] * lay[2] * 2 <= sweep.decode_max_kv_bytes
     ]
-    budget = _Budget(sweep.budget_s["decode_attention"])
-    done = 0
-    for b, c, (h, kh, d) in _shuffled(points, 2):
-        if budget.over():
-            yield f"decode_attention: time budget reached after {done} points"
-            return
+
+    def shape_of(pt):
+        b, c, (h, kh, d) = pt
+        shape = {"batch": b, "context_tokens": b * c, "heads": h, "kv_heads": kh, "head_dim": d}
+        return shape, 2 * b * c * kh * d * 2
+
+    def qkv_of(pt):
+        b, c, (h, kh, d) = pt
         q = torch.randn(b, h, 1, d, device=dev, dtype=dt)
         k = torch.randn(b, kh, c, d, device=dev, dtype=dt)
         v = torch.randn(b, kh, c, d, device=dev, dtype=dt)
-        try:
-            name, timing = _time_attention(torch, timer, q, k, v, False)
-        except RuntimeError as e:
-            yield f"decode_attention b={b} c={c} ({h},{kh},{d}): skipped ({str(e).splitlines()[0][:120]})"
-            continue
-        shape = {"batch": b, "context_tokens": b * c, "heads": h, "kv_heads": kh, "head_dim": d}
-        out.write("decode_attention", shape, dname, name, timing)
-        done += 1
-        del q, k, v
-    yield "decode_attention: done"
+        return q, k, v, [c] * b
+
+    yield from _bench_attention(
+        torch, dev, sweep, timer, out, "decode_attention", points, shape_of, qkv_of, False, 2
+    )
 
 
 def bench_prefill_attention(
     torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter
 ) -> Iterator[str]:
-    dt, dname = torch.bfloat16, "bf16"
-    points = []
-    for lay in sweep.attn_layouts:
-        for p in sweep.prefill_prompt:
-            for b in (1, 4):
-                if b * p <= sweep.prefill_max_tokens:
-                    points.append((b, p, lay))
-    budget = _Budget(sweep.budget_s["prefill_attention"])
-    done = 0
-    for b, p, (h, kh, d) in _shuffled(points, 3):
-        if budget.over():
-            yield f"prefill_attention: time budget reached after {done} points"
-            return
+    dt = torch.bfloat16
+    points = [
+        (b, p, lay)
+        for lay in sweep.attn_layouts
+        for p in sweep.prefill_prompt
+        for b in (1, 4)
+        if b * p <= sweep.prefill_max_tokens
+    ]
+
+    def shape_of(pt):
+        b, p, (h, kh, d) = pt
+        shape = {"batch": b, "prompt_tokens": p, "heads": h, "kv_heads": kh, "head_dim": d}
+        return shape, b * p * (h + 2 * kh) * d * 2
+
+    def qkv_of(pt):
+        b, p, (h, kh, d) = pt
         q = torch.randn(b, h, p, d, device=dev, dtype=dt)
         k = torch.randn(b, kh, p, d, device=dev, dtype=dt)
         v = torch.randn(b, kh, p, d, device=dev, dtype=dt)
-        try:
-            name, timing = _time_attention(torch, timer, q, k, v, True)
-        except RuntimeError as e:
-            yield f"prefill_attention b={b} p={p}: skipped ({str(e).splitlines()[0][:120]})"
-            continue
-        shape = {"batch": b, "prompt_tokens": p, "heads": h, "kv_heads": kh, "head_dim": d}
-        out.write("prefill_attention", shape, dname, name, timing)
-        done += 1
-        del q, k, v
-    yield "prefill_attention: done"
+        return q, k, v, [p] * b
+
+    yield from _bench_attention(
+        torch, dev, sweep, timer, out, "prefill_attention", points, shape_of, qkv_of, True, 3
+    )
 
 
 def bench_copy(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> Iterator[str]:
@@ -543,7 +739,7 @@ def _allreduce_rank(
     when the time budget is spent and every rank follows, so no rank waits on a collective
     the others skipped. Rank 0 writes the rows as JSON to ``result``.
     """
-    import torch  # in the spawned process
+    import torch  # a spawned process
     import torch.distributed as dist
 
     cuda = dev == "cuda"
@@ -631,6 +827,7 @@ def bench_allreduce(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter)
             got = json.loads(result.read_text())
         for r in got["rows"]:
             timing = {k: r[k] for k in ("median_s", "p10_s", "p90_s", "repeats")}
+            timing.update(timing="eager" if dev == "cuda" else "cpu", ops_per_replay=1)
             out.write(
                 "allreduce",
                 {"num_gpus": world, "nbytes": r["nbytes"]},
@@ -646,6 +843,7 @@ BENCHES = (
     ("gemm", bench_gemm),
     ("decode_attention", bench_decode_attention),
     ("prefill_attention", bench_prefill_attention),
+    ("elementwise", bench_elementwise),
     ("copy", bench_copy),
     ("allreduce", bench_allreduce),
 )

@@ -6,12 +6,17 @@ back. This module owns the column layout and nothing else; it never imports torc
 
 Columns (every file has all of them; shape columns an op does not use are empty):
 
-- ``op``: ``gemm`` | ``decode_attention`` | ``prefill_attention`` | ``copy`` | ``allreduce``
+- ``op``: ``gemm`` | ``decode_attention`` | ``prefill_attention`` | ``elementwise`` |
+  ``copy`` | ``allreduce``
 - shape: ``m, n, k`` (GEMM: m tokens × k → n), ``batch, context_tokens`` (decode: total
   cached tokens over the batch), ``prompt_tokens`` (prefill: per sequence), ``heads,
   kv_heads, head_dim``, ``nbytes, num_blocks, kind`` (copies: d2d, h2d_pinned,
   d2h_pinned, p2p, gather), ``num_gpus`` (all-reduce, ``nbytes`` per GPU)
 - ``dtype`` (bf16, fp8, fp32 on CPU), ``backend`` (the kernel path that ran)
+- ``timing``: ``graph`` (the calls captured in a CUDA graph and the replays timed: kernel
+  time, no launches), ``cpu`` (CPU wall clock of the same calls), ``eager`` (CUDA events
+  around one launched call: launch time inside short calls; every row of runs made before
+  graph timing); ``ops_per_replay``: calls per timed replay (the row is per call)
 - environment: ``device_name, driver, torch_version, cuda_version, date``
 - timing: ``median_s, p10_s, p90_s, repeats`` (seconds, over the repeats after warm-up)
 """
@@ -21,11 +26,12 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from disaggsim.errors import UserError
 
-OPS = ("gemm", "decode_attention", "prefill_attention", "copy", "allreduce")
+OPS = ("gemm", "decode_attention", "prefill_attention", "elementwise", "copy", "allreduce")
 SHAPE_COLUMNS = (
     "m",
     "n",
@@ -42,7 +48,7 @@ SHAPE_COLUMNS = (
     "kind",
 )
 ENV_COLUMNS = ("device_name", "driver", "torch_version", "cuda_version", "date")
-TIMING_COLUMNS = ("median_s", "p10_s", "p90_s", "repeats")
+TIMING_COLUMNS = ("median_s", "p10_s", "p90_s", "repeats", "timing", "ops_per_replay")
 COLUMNS = ("op", *SHAPE_COLUMNS, "dtype", "backend", *ENV_COLUMNS, *TIMING_COLUMNS)
 
 
@@ -96,4 +102,8 @@ def read_raw(raw_dir: str | Path) -> pd.DataFrame:
     if not frames:
         raise UserError(f"{raw_dir}: no raw CSV files ({', '.join(op + '.csv' for op in OPS)})")
     df = pd.concat(frames, ignore_index=True)
+    if "timing" not in df.columns:  # runs made before graph timing: one call per CUDA-event pair
+        df["timing"] = np.where(df["device_name"].astype(str).str.startswith("cpu"), "cpu", "eager")
+    if "ops_per_replay" not in df.columns:
+        df["ops_per_replay"] = 1
     return df[df["median_s"] > 0].reset_index(drop=True)

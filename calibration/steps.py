@@ -15,13 +15,13 @@ called ``LAYERS_PER_PASS`` times back to back per timed pass, so inter-layer lau
 are inside the measurement. No all-reduce (one GPU), no LM head. On CPU the same code runs
 tiny token counts in eager mode only, one layer per pass, one repeat (for tests). Rows go to ``DIR/steps.csv``.
 
-``disaggsim calibrate fit-steps DIR --gpu ID`` fits ``engines.cuda-graphs.per_layer_s`` to
+``disaggsim calibrate fit-steps DIR --gpu ID`` fits ``graph_replay.per_layer_s`` to
 the graph passes (:func:`graph_layer_fit`) and writes the profile with it.
 
 ``disaggsim calibrate validate-steps DIR [--gpu ID | --profile JSON]`` compares each row
 with the step model: per layer, ``(gemm_s + attention_s + elementwise_s) / num_layers``
-of :func:`disaggsim.costmodel.step.build_worker_cost`'s breakdown, plus the profile's
-``engines.<mode>.per_layer_s``; it prints APE per (model, mode, kind) and the
+of :func:`disaggsim.costmodel.step.build_worker_cost`'s breakdown, plus (graph passes)
+the profile's ``graph_replay.per_layer_s``; it prints APE per (model, mode, kind) and the
 kernels-only APE beside.
 """
 
@@ -214,6 +214,7 @@ def read_steps(raw_dir: str | Path) -> pd.DataFrame:
 def predict(df: pd.DataFrame, gpu: str, profile=None) -> pd.DataFrame:
     """Step-model seconds per layer of each row: kernels only and with the mode's overhead."""
     from disaggsim.costmodel.step import build_worker_cost
+    from disaggsim.hardware.engines import ZERO_ENGINE
 
     kern, total = [], []
     workers: dict = {}
@@ -222,7 +223,9 @@ def predict(df: pd.DataFrame, gpu: str, profile=None) -> pd.DataFrame:
     ):
         key = (model, int(tp), mode)
         if key not in workers:
-            workers[key] = build_worker_cost(model, gpu, int(tp), engine=mode, profile=profile)
+            workers[key] = build_worker_cost(
+                model, gpu, int(tp), engine=ZERO_ENGINE, profile=profile
+            )
         w = workers[key]
         b, n = int(b), int(n)
         if kind == "prefill":
@@ -233,7 +236,7 @@ def predict(df: pd.DataFrame, gpu: str, profile=None) -> pd.DataFrame:
             bd = w.breakdown(decode_batch=b, decode_context_tokens=b * (n + 1))
         k = (bd.gemm_s + bd.attention_s + bd.elementwise_s) / w.model.num_layers
         kern.append(k)
-        total.append(k + w.profile.engine(mode).per_layer_s)
+        total.append(k + (w.profile.graph_layer_s if mode == "cuda-graphs" else 0.0))
     return df.assign(
         measured_per_layer_s=df["median_s"] / df["layers_per_pass"],
         kernels_per_layer_s=kern,
@@ -278,14 +281,14 @@ def validate_steps(raw_dir: str | Path, gpu: str, profile_path: str | None = Non
 
 
 def graph_layer_fit(raw_dir: str | Path, gpu: str, profile=None) -> dict:
-    """``engines.cuda-graphs.per_layer_s`` fitted to the ``cuda-graphs`` layer passes.
+    """``graph_replay.per_layer_s`` fitted to the ``cuda-graphs`` layer passes.
 
     Each pass replays a graph of ``layers_per_pass`` layers, so a row's measured time per
     layer is the step model's kernels per layer plus the graph's per-layer cost: the
     non-negative ``x`` minimising the relative error of ``kernels + x`` (closed form).
     Held out by shape: ``x`` from the other shape predicts each shape's rows. The eager
-    rows are reported beside (their residual is bare-torch launch cost, a lower bound of a
-    serving engine's eager per-layer overhead, which stays fitted to DistServe)."""
+    rows are reported beside (their residual is bare-torch launch cost, a lower bound of an
+    eager serving engine's per-layer overhead, which is fitted to end-to-end data)."""
     from calibration.fit import ape, prediction_error
     from disaggsim.errors import UserError
 

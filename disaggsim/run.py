@@ -80,6 +80,7 @@ def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, Work
                 weight_dtype=scenario.weight_dtype,
                 kv_dtype=scenario.kv_dtype,
                 engine=scenario.engine,
+                attention_backend=scenario.attention_backend,
                 gpu_mem_util=pool.gpu_mem_util,
                 max_seqs=pool.max_batch_seqs,
             )

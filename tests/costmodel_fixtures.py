@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from disaggsim.hardware.engines import EngineProfile
 from disaggsim.hardware.profile import HardwareProfile, profile_from_dict
 
 # H100-SXM datasheet peaks: 989 TFLOP/s dense bf16, 1979 fp8, 3.35 TB/s HBM, 80 GiB-class
@@ -48,12 +49,15 @@ FIXED_H100: dict[str, Any] = {
             "gather": {"latency_s": 5e-6, "bw_bytes_per_s": 1.2e12, "per_block_s": 2e-7},
         },
     },
-    "engines": {
-        "eager": {"per_iteration_s": 1e-3, "per_layer_s": 2e-5},
-        "cuda-graphs": {"per_iteration_s": 3e-4, "per_layer_s": 1e-6},
-    },
     "provenance": {"kind": "provisional", "source": "tests/costmodel_fixtures.py"},
 }
+
+
+# Engine profiles for hand arithmetic: a graph engine and an eager one
+FIXED_GRAPHS = EngineProfile(name="vllm", per_iteration_s=3e-4, per_layer_s=1e-6)
+FIXED_EAGER = EngineProfile(
+    name="vllm-eager-2023", per_iteration_s=1e-3, per_layer_s=2e-5, cuda_graphs=False
+)
 
 
 def fixed_h100_dict() -> dict[str, Any]:

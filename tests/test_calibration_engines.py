@@ -1,5 +1,6 @@
-"""Engine-overhead fit against DistServe's whole-step curves, the two-protocol all-reduce
-fit, and the rules that keep measured profiles from being overwritten by public fits."""
+"""Serving-engine fits against the collected end-to-end measurements and DistServe's 2023-vLLM
+curves, the graph-replay gap, the two-protocol all-reduce fit, and the rules that keep
+measured profiles from being overwritten by public fits."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from calibration import engines, fit_public
@@ -15,6 +17,7 @@ from calibration.cli import default_base
 from calibration.fit import fit_allreduce
 from disaggsim.costmodel import ops
 from disaggsim.errors import UserError
+from disaggsim.hardware.engines import load_engines
 from disaggsim.hardware.profile import AllReduceParams, load_profile, shipped_profile_path
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -24,16 +27,19 @@ needs_data = pytest.mark.skipif(
 
 
 def test_overhead_solver_recovers_known_overheads() -> None:
-    # synthetic whole steps = kernels + 0.7 ms + 45 µs per layer, 40- and 64-layer models
+    # synthetic measurements = kernels + 0.7 ms per iteration + 45 µs per layer-iteration
+    # + 3 µs per sequence, over a mix of iteration counts, layer counts and batch sizes
     rng = np.random.default_rng(0)
-    kern = rng.uniform(5e-3, 0.5, 60)
-    layers = np.repeat([40.0, 64.0], 30)
-    meas = kern + 7e-4 + 45e-6 * layers
-    per_iter, per_layer = engines._solve(kern, layers, meas)
-    assert per_iter == pytest.approx(7e-4, rel=1e-6)
-    assert per_layer == pytest.approx(45e-6, rel=1e-6)
+    kern = rng.uniform(5e-3, 0.5, 80)
+    iters = rng.integers(1, 200, 80).astype(float)
+    layers = np.repeat([40.0, 64.0], 40)
+    seqs = iters * rng.integers(1, 256, 80)
+    x = np.column_stack([iters, iters * layers, seqs])
+    meas = kern + x @ np.array([7e-4, 45e-6, 3e-6])
+    theta = engines.solve(kern, x, meas)
+    np.testing.assert_allclose(theta, [7e-4, 45e-6, 3e-6], rtol=1e-6)
     # overheads are never negative, even when kernels alone overshoot
-    assert min(engines._solve(kern, layers, kern * 0.9)) >= 0.0
+    assert engines.solve(kern, x, kern * 0.9).min() >= 0.0
 
 
 @needs_data
@@ -53,16 +59,50 @@ def test_whole_step_points_are_the_curves_by_hand() -> None:
     assert (d.batch * d.tokens).max() <= 66144
 
 
+def test_measurement_rows_follow_their_sources_by_hand() -> None:
+    df = engines.read_measurements()
+    # TensorRT-LLM 0.9.0 static batches: latency = batch x osl / (tok/s/GPU x TP), recomputed
+    # from the raw throughput column (a different column from value_s)
+    t = df[(df["source"] == "trtllm-0.9.0-perf") & (df["metric"] == "batch_latency_s")]
+    assert len(t) == 36
+    tput = t["raw"].str.extract(r"^([0-9]+)")[0].astype(float)
+    np.testing.assert_allclose(t["value_s"], t["batch"] * t["osl"] / (tput * t["tp"]), rtol=1e-5)
+    # one row by hand: H200 Llama-2-70B, batch 1024, TP1, 128/128 at 3,989 tok/s/GPU
+    row = t[(t["gpu"] == "h200-sxm") & (t["model"] == "llama-2-70b") & (t["batch"] == 1024)]
+    assert row["value_s"].item() == pytest.approx(1024 * 128 / 3989, rel=1e-5)
+    # vLLM's CI latency test: 8 prompts of 32 tokens, 128 out, on three GPUs
+    v = df[df["engine"] == "vllm"]
+    assert set(v["gpu"]) == {"a100-80gb", "h100-sxm", "h200-sxm"}
+    assert (v["batch"] == 8).all() and (v["isl"] == 32).all() and (v["osl"] == 128).all()
+    # every engine but sglang holds rows out of its fit; every row names its URL
+    for e in ("vllm", "trtllm"):
+        assert (df[df["engine"] == e]["split"] == "holdout").any()
+    assert df["url"].str.startswith("https://").all()
+
+
+def test_a_bad_measurement_row_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    df = pd.read_csv(engines.MEASUREMENTS)
+    df.loc[3, "engine"] = "tgi"
+    bad = tmp_path / "m.csv"
+    df.to_csv(bad, index=False)
+    with pytest.raises(UserError, match=r"m.csv: line 5: engine 'tgi' \(allowed: vllm, sglang"):
+        engines.read_measurements(bad)
+
+
 @needs_data
-def test_eager_fit_generalises_across_model_tp_families() -> None:
-    f = engines.fit(DATA, load_profile("a100-80gb"), "distserve")
-    e = f["error"]
-    assert f["per_iteration_s"] >= 0 and 0 < f["per_layer_s"] < 1e-3
-    assert e["held_out_median_ape"] < 0.10
-    assert e["median_ape"] < e["kernels_only_median_ape"]  # the overhead explains something
-    # the shipped A100 profile carries exactly this fit (rounded to 5 digits)
-    shipped = load_profile("a100-80gb").engine("eager")
-    assert shipped.per_layer_s == pytest.approx(f["per_layer_s"], rel=1e-4)
+def test_engine_fits_beat_kernels_alone_and_ship() -> None:
+    fits = engines.fit_all(DATA)
+    eager = fits["vllm-eager-2023"]["error"]
+    # the 2023 eager engine's time is mostly host time: held-out families gain most
+    assert eager["held_out_by_family"]["median_ape"] < eager["kernels_only"]["median_ape"] / 2
+    for name in ("vllm", "trtllm", "vllm-eager-2023"):
+        e = fits[name]["error"]
+        assert e["all"]["median_ape"] < e["kernels_only"]["median_ape"]
+    # the shipped engines.json holds exactly these fits (rounded to 5 digits)
+    shipped = load_engines()
+    for name, f in fits.items():
+        for k, v in f["params"].items():
+            assert getattr(shipped[name], k) == pytest.approx(v, rel=1e-4, abs=1e-12), (name, k)
 
 
 def test_gap_slope_recovers_a_known_graph_gap() -> None:
@@ -80,24 +120,20 @@ def test_graphs_into_sets_the_per_layer_gap_of_the_gapless_kernels(monkeypatch) 
     from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER
 
     raw = json.loads(shipped_profile_path("a100-80gb").read_text())
-    raw["provenance"]["carried"] = ["copy.p2p", "engines.cuda-graphs.per_layer_s"]
+    raw["provenance"]["carried"] = ["copy.p2p", "graph_replay"]
 
     def fake_gap(gap_s: float):
         return lambda data, gpu: {"gap_s": gap_s, "error": {"gap_us": gap_s * 1e6}}
 
     monkeypatch.setattr(engines, "graph_gap", fake_gap(2e-6))
     out = engines.graphs_into(raw, DATA, "a100-80gb")
-    assert out["engines"]["cuda-graphs"]["per_layer_s"] == pytest.approx(
-        ELEMENTWISE_KERNELS_PER_LAYER * 2e-6
-    )
-    assert out["engines"]["eager"] == raw["engines"]["eager"]  # untouched
+    assert out["graph_replay"]["per_layer_s"] == pytest.approx(ELEMENTWISE_KERNELS_PER_LAYER * 2e-6)
+    assert out["ops"] == raw["ops"]  # untouched
     assert out["provenance"]["carried"] == ["copy.p2p"]
-    assert out["fit_error"]["engines.cuda-graphs"] == {"gap_us": 2.0}
+    assert out["fit_error"]["graph_replay"] == {"gap_us": 2.0}
     # a negative gap (graph faster than the bare kernels' fit) adds nothing
     monkeypatch.setattr(engines, "graph_gap", fake_gap(-4e-7))
-    assert (
-        engines.graphs_into(raw, DATA, "a100-80gb")["engines"]["cuda-graphs"]["per_layer_s"] == 0.0
-    )
+    assert engines.graphs_into(raw, DATA, "a100-80gb")["graph_replay"]["per_layer_s"] == 0.0
 
 
 @pytest.mark.skipif(
@@ -120,8 +156,8 @@ def test_graph_gap_on_public_tables_and_the_shipped_profiles(gpu: str) -> None:
     # the shipped profile holds this estimate
     shipped = load_profile(gpu)
     want = ELEMENTWISE_KERNELS_PER_LAYER * max(gg["gap_s"], 0.0)
-    assert shipped.engine("cuda-graphs").per_layer_s == pytest.approx(want, abs=1e-9)
-    assert shipped.fit_error["engines.cuda-graphs"]["n"] == len(rows)
+    assert shipped.graph_layer_s == pytest.approx(want, abs=1e-9)
+    assert shipped.fit_error["graph_replay"]["n"] == len(rows)
 
 
 def test_two_protocol_allreduce_fit_recovers_both_protocols() -> None:

@@ -30,15 +30,29 @@ def raw_dir(tmp_path_factory) -> Path:
 
 def test_raw_csvs_have_every_column_and_positive_times(raw_dir: Path) -> None:
     df = read_raw(raw_dir)
-    assert set(df["op"]) == {"gemm", "decode_attention", "prefill_attention", "copy", "allreduce"}
+    assert set(df["op"]) == {
+        "gemm",
+        "decode_attention",
+        "prefill_attention",
+        "elementwise",
+        "copy",
+        "allreduce",
+    }
     assert list(df.columns) == list(COLUMNS)
     assert (df["median_s"] > 0).all()
     assert (df["p10_s"] <= df["median_s"]).all() and (df["median_s"] <= df["p90_s"]).all()
     assert (df["repeats"] >= 20).all()
     assert df["torch_version"].notna().all() and df["date"].notna().all()
-    # attention rows record which kernel ran
+    # attention rows record which kernel ran; every kernel the device runs is timed, the
+    # FlexAttention path included (one point on CPU)
     attn = df[df["op"].str.contains("attention")]
-    assert attn["backend"].str.startswith(("sdpa", "flash_attn")).all()
+    assert set(attn["backend"]) <= {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "flex"}
+    assert "flex" in set(attn["backend"]) and "sdpa-flash" in set(attn["backend"])
+    # the CPU path runs the graph code path without graphs: several calls per timed run
+    kern = df[df["op"].isin(["gemm", "elementwise"])]
+    assert (kern["timing"] == "cpu").all() and (kern["ops_per_replay"] > 1).any()
+    ew = df[df["op"] == "elementwise"]
+    assert {"add", "silu_mul"} <= set(ew["kind"]) and (ew["nbytes"] > 0).all()
     # copies span KB to MB and include the paged-block gather
     cp = df[df["op"] == "copy"]
     assert {"d2d", "gather"} <= set(cp["kind"])
@@ -62,7 +76,7 @@ def test_fit_writes_a_loadable_measured_profile(raw_dir: Path, tmp_path: Path) -
     # the base profile, which for h200-sxm (shipped profile measured) is the prior
     # fit_public writes beside
     assert "allreduce.2" in prov["measured"] and "allreduce.2" not in prov["carried"]
-    assert {"allreduce.4", "allreduce.8", "engines"} <= set(prov["carried"])
+    assert {"allreduce.4", "allreduce.8", "graph_replay"} <= set(prov["carried"])
     assert "allreduce:torch.distributed.all_reduce gloo" in prov["backends"]
     assert prov["base_profile"] == "calibration/priors/h200_sxm.json"
     assert prov["base_kind"] == "prior"
@@ -72,7 +86,9 @@ def test_fit_writes_a_loadable_measured_profile(raw_dir: Path, tmp_path: Path) -
         assert raw_prof["ops"]["allreduce"][world] == prior["ops"]["allreduce"][world]
     assert raw_prof["ops"]["allreduce"]["2"] != prior["ops"]["allreduce"]["2"]
     assert prof.fit_error["allreduce.2"]["n"] == len(harness.cpu_sweep().allreduce_bytes)
-    assert raw_prof["engines"] == prior["engines"]
+    # SDPA's flash kernel is fitted as its own attention backend; auto's candidates stay
+    assert "sdpa-flash" in raw_prof["attention_backends"]
+    assert raw_prof["attention_auto"] == prior["attention_auto"]
     assert prof.fit_error["gemm.bf16"]["n"] > 0
     # the fitted parameters drive the ops formulas, and the times are in the measured range
     df = read_raw(raw_dir)

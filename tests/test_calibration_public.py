@@ -18,12 +18,18 @@ pytestmark = pytest.mark.skipif(
 
 # Targets the shipped profiles do not meet yet, each stated in docs/validation.md. strict:
 # if a refit meets one, this test fails until it is removed from the list.
-KNOWN_MISSES: set[tuple[str, str, str]] = set()
+KNOWN_MISSES: set[tuple[str, str, str]] = {
+    # FP8 GEMM: SGLang's floor with TensorRT-LLM's slopes, both plus a quantisation kernel
+    ("h100-sxm", "gemm", "AIC sglang fp8"),
+    # vLLM FP8-KV decode under the roofline form (overlap 1): 10.8%; a free overlap reaches
+    # 9.2% by adding per-item work and KV stream, which extrapolates worse in KV heads
+    ("h100-sxm", "decode_attention", "AIC vllm kv fp8 (vllm-flash)"),
+}
 
 
 @pytest.fixture(scope="module")
 def report() -> validate.Report:
-    return validate.run(["a100-80gb", "h100-sxm"], DATA)
+    return validate.run(["a100-80gb", "h100-sxm"], DATA, extended=False)
 
 
 def _targeted(report: validate.Report):
@@ -55,12 +61,12 @@ def test_validation_covers_every_targeted_table(report: validate.Report) -> None
     [
         ("a100-80gb", "gemm", "AIC vllm bf16"),
         ("h100-sxm", "gemm", "AIC vllm bf16"),
-        ("h100-sxm", "gemm", "AIC trtllm fp8"),
-        ("a100-80gb", "decode_attention", "AIC vllm kv bf16"),
-        ("h100-sxm", "decode_attention", "AIC vllm kv bf16"),
-        ("h100-sxm", "decode_attention", "AIC vllm kv fp8"),
-        ("a100-80gb", "prefill_attention", "AIC vllm kv bf16"),
-        ("h100-sxm", "prefill_attention", "AIC vllm kv bf16"),
+        ("h100-sxm", "gemm", "AIC sglang fp8"),
+        ("a100-80gb", "decode_attention", "AIC vllm kv bf16 (vllm-flash)"),
+        ("h100-sxm", "decode_attention", "AIC vllm kv bf16 (vllm-flash)"),
+        ("h100-sxm", "decode_attention", "AIC vllm kv fp8 (vllm-flash)"),
+        ("a100-80gb", "prefill_attention", "AIC vllm kv bf16 (vllm-flash)"),
+        ("h100-sxm", "prefill_attention", "AIC vllm kv bf16 (vllm-flash)"),
         *[
             (g, "allreduce", f"nccl-tests {n} GPUs")
             for g in ("a100-80gb", "h100-sxm")
@@ -73,7 +79,7 @@ def test_accuracy_target(report: validate.Report, key: tuple[str, str, str]) -> 
     row = next(
         r for r in report.rows if (r.gpu, r.op, r.source, r.bucket) == (gpu, op, source, "all")
     )
-    med_max, mean_max = validate.TARGETS[op]
+    med_max, mean_max, _ = validate.TARGETS[op]
     ok = row.median_ape <= med_max and (mean_max is None or row.mean_ape <= mean_max)
     if key in KNOWN_MISSES:
         if ok:
@@ -97,3 +103,15 @@ def test_apes_are_recomputed_independently_for_a_sample() -> None:
     )
     np.testing.assert_allclose(ops.gemm_time_s(prof.peaks, p, m, n, k), by_hand, rtol=1e-12)
     assert np.median(np.abs(by_hand / g["t_s"].to_numpy() - 1)) < 0.15
+
+
+def test_engine_rows_and_hopper_rows() -> None:
+    """The engine section scores every engine with its shipped profile; the Hopper rows
+    hold memory-bound decode steps to the H200/H100 bandwidth ratio."""
+    rows = validate.engine_rows(DATA)
+    engines_scored = {r.source.split(" ")[0] for r in rows if r.bucket == "all rows"}
+    assert {"vllm", "sglang", "trtllm", "vllm-eager-2023"} <= engines_scored
+    vllm = next(r for r in rows if r.source == "vllm (shipped profile)" and r.bucket == "all rows")
+    assert vllm.n == 6 and vllm.target
+    hop = validate.hopper_rows()
+    assert all(r.met for r in hop if r.met is not None) and any(r.met is not None for r in hop)

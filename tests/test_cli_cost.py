@@ -209,9 +209,11 @@ def test_input_csv_kv_and_decode(capsys, tmp_path):
     assert b["bytes"] == 100 * 524_288 and b["bandwidth_bytes_per_s"] == 50e9
     g = tmp_path / "dec.csv"
     g.write_text(
-        "model,gpu,tp,batch,context_tokens\nmistral-7b,l40s,1,8,0\nmistral-7b,l40s,1,8,4000\n"
+        "model,gpu,tp,batch,context_tokens\nmistral-7b,l40s,1,8,1000\nmistral-7b,l40s,1,8,5000\n"
     )
     lo, hi = _run(capsys, ["cost", "decode", "--input", str(g)])
+    # both above the attention kernel's knee: the step is affine in the context there
+    assert 8 * 1000 >= lo["knee_context_tokens"]
     assert hi["time_s"] - lo["time_s"] == pytest.approx(hi["per_context_token_s"] * 32_000)
 
 

@@ -17,7 +17,7 @@ from disaggsim.costmodel.kv import LINK_CLASSES, kv_bytes, kv_transfer
 from disaggsim.costmodel.step import _gemm_s, build_worker_cost, valid_tps
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import GemmParams, load_profile
-from tests.costmodel_fixtures import fixed_h100_profile
+from tests.costmodel_fixtures import FIXED_GRAPHS, fixed_h100_profile
 
 GiB = 2**30
 
@@ -37,12 +37,16 @@ def w8():
 # half_sat 32, mem_eff 0.8; decode attention bf16 bw_eff 0.7.
 @pytest.fixture(scope="module")
 def w70_fixed():
-    return build_worker_cost("llama-3-70b", "h100-sxm", 4, profile=fixed_h100_profile())
+    return build_worker_cost(
+        "llama-3-70b", "h100-sxm", 4, profile=fixed_h100_profile(), engine=FIXED_GRAPHS
+    )
 
 
 @pytest.fixture(scope="module")
 def w8_fixed():
-    return build_worker_cost("llama-3-8b", "h100-sxm", 1, profile=fixed_h100_profile())
+    return build_worker_cost(
+        "llama-3-8b", "h100-sxm", 1, profile=fixed_h100_profile(), engine=FIXED_GRAPHS
+    )
 
 
 def test_implements_worker_cost_protocol(w70):
@@ -73,9 +77,11 @@ def test_scalar_gemm_equals_ops(m, n, k, fp8, max_eff, half_sat, mem_eff):
     assert got == pytest.approx(want, rel=1e-12)
 
 
-def _reference_step_s(prof, tp, m, *, pre_seqs=0, pre_tokens=0, pairs=0.0, dec_b=0, dec_c=0):
+def _reference_step_s(w, tp, m, *, pre_seqs=0, pre_tokens=0, pairs=0.0, dec_b=0, dec_c=0):
     """Llama-3-70B (80 layers, hidden 8192, 64 heads, 8 KV heads, head_dim 128, ffn 28672,
-    vocab 128256) summed from ops.py with the TP shard shapes written out by hand."""
+    vocab 128256) summed from ops.py with the TP shard shapes written out by hand; the
+    attention kernels are the ones worker ``w`` picked, the overhead its engine's."""
+    prof = w.profile
     pk = prof.peaks
     g = prof.gemm_params("bf16")
     shapes = [
@@ -90,7 +96,7 @@ def _reference_step_s(prof, tp, m, *, pre_seqs=0, pre_tokens=0, pairs=0.0, dec_b
         attn += float(
             ops.prefill_attention_time_s(
                 pk,
-                prof.prefill_attention_params("bf16"),
+                prof.prefill_attention_for(w.prefill_backend, "bf16"),
                 pre_seqs,
                 pre_tokens,
                 pairs,
@@ -101,7 +107,13 @@ def _reference_step_s(prof, tp, m, *, pre_seqs=0, pre_tokens=0, pairs=0.0, dec_b
     if dec_b:
         attn += float(
             ops.decode_attention_time_s(
-                pk, prof.decode_attention_params("bf16"), dec_b, dec_c, 8 // tp, 128, 2.0
+                pk,
+                prof.decode_attention_for(w.decode_backend, "bf16"),
+                dec_b,
+                dec_c,
+                8 // tp,
+                128,
+                2.0,
             )
         )
     ew = prof.elementwise
@@ -114,20 +126,25 @@ def _reference_step_s(prof, tp, m, *, pre_seqs=0, pre_tokens=0, pairs=0.0, dec_b
     lm = float(ops.elementwise_time_s(pk, ew, 2 * out * 8192 * 2)) + float(
         ops.gemm_time_s(pk, g, out, 128256 // tp, 8192)
     )
-    eng = prof.engine("cuda-graphs")
-    return 80 * (gemm + attn + elementwise + ar) + lm + eng.per_iteration_s + 80 * eng.per_layer_s
+    eng = w.engine_profile
+    overhead = (
+        eng.per_iteration_s
+        + eng.per_tp_rank_s * (tp - 1)
+        + 80 * (eng.per_layer_s + eng.per_layer_tp_s + prof.graph_layer_s)
+        + eng.per_seq_s * out
+        + eng.per_token_s * m
+    )
+    return 80 * (gemm + attn + elementwise + ar) + lm + overhead
 
 
 def test_prefill_equals_ops_sum(w70):
-    prof = load_profile("h100-sxm")
     pairs = 2 * 3000 * 3001 / 2
-    want = _reference_step_s(prof, 4, 6000, pre_seqs=2, pre_tokens=6000, pairs=pairs)
+    want = _reference_step_s(w70, 4, 6000, pre_seqs=2, pre_tokens=6000, pairs=pairs)
     assert w70.prefill_time_s(2, 6000, pairs) == pytest.approx(want, rel=1e-12)
 
 
 def test_decode_equals_ops_sum(w70):
-    prof = load_profile("h100-sxm")
-    want = _reference_step_s(prof, 4, 48, dec_b=48, dec_c=48 * 1500)
+    want = _reference_step_s(w70, 4, 48, dec_b=48, dec_c=48 * 1500)
     assert decode_step_time_s(w70, 48, 48 * 1500) == pytest.approx(want, rel=1e-12)
     assert w70.breakdown(decode_batch=48, decode_context_tokens=72000).total_s == pytest.approx(
         want, rel=1e-12
@@ -135,10 +152,9 @@ def test_decode_equals_ops_sum(w70):
 
 
 def test_mixed_equals_ops_sum(w70):
-    prof = load_profile("h100-sxm")
     pairs = 512 * 2000 + 512 * 513 / 2  # a 512-token chunk after 2000 cached tokens
     want = _reference_step_s(
-        prof, 4, 32 + 512, pre_seqs=1, pre_tokens=512, pairs=pairs, dec_b=32, dec_c=32 * 900
+        w70, 4, 32 + 512, pre_seqs=1, pre_tokens=512, pairs=pairs, dec_b=32, dec_c=32 * 900
     )
     got = w70.mixed_time_s(32, 32 * 900, 1, 512, pairs, 2000)
     assert got == pytest.approx(want, rel=1e-12)
@@ -282,7 +298,8 @@ def test_invalid_tp_and_options():
     for kwargs, pat in [
         ({"weight_dtype": "int4"}, "unknown weight dtype 'int4'"),
         ({"kv_dtype": "fp4"}, "unknown KV dtype"),
-        ({"engine": "trt"}, "unknown engine 'trt'.*cuda-graphs, eager"),
+        ({"engine": "trt"}, "unknown engine 'trt'.*vllm, sglang, trtllm, vllm-eager-2023"),
+        ({"attention_backend": "fa9"}, "unknown attention backend 'fa9'.*auto, vllm-flash"),
         ({"gpu_mem_util": 1.5}, r"gpu_mem_util must be in \(0, 1\]"),
     ]:
         with pytest.raises(UserError, match=pat):
@@ -307,12 +324,23 @@ def test_eager_engine_costs_more_than_cuda_graphs():
     c2=st.integers(0, 2_000_000),
 )
 def test_decode_exactly_affine_in_context(model_id, gpu_id, batch, c1, c2):
+    """A decode step is the larger of two lines in the context C (the attention kernel's
+    roofline): exactly affine, slope ``per``, above the knee; flat-ish below it."""
     cost = build_worker_cost(model_id, gpu_id, 8)
     base, per = cost.decode_coeffs(batch)
-    assert per > 0 and base > 0
+    ib, ip = cost.decode_item_coeffs(batch)
+    assert per > 0 and base > 0 and 0 <= ip <= per and ib >= base
     assert cost.decode_coeffs(batch) == (base, per)  # memoised, stable
+    knee = cost.decode_knee_tokens(batch)
     t1, t2 = decode_step_time_s(cost, batch, c1), decode_step_time_s(cost, batch, c2)
-    assert t2 - t1 == pytest.approx(per * (c2 - c1), rel=1e-9, abs=1e-15)
+    for c, t in ((c1, t1), (c2, t2)):
+        assert t == pytest.approx(max(base + per * c, ib + ip * c), rel=1e-12)
+        if c >= knee:
+            assert t == pytest.approx(base + per * c, rel=1e-12)
+    if min(c1, c2) >= knee:
+        assert t2 - t1 == pytest.approx(per * (c2 - c1), rel=1e-9, abs=1e-15)
+    lo, hi = sorted((c1, c2))
+    assert decode_step_time_s(cost, batch, lo) <= decode_step_time_s(cost, batch, hi)
     # the operator-level sum gives the same numbers
     bd = cost.breakdown(decode_batch=batch, decode_context_tokens=c1)
     assert bd.total_s == pytest.approx(t1, rel=1e-12)

@@ -60,7 +60,8 @@ from disaggsim.costmodel.step import KV_DTYPES
 from disaggsim.errors import UserError
 from disaggsim.fabric import exposed_time_s
 from disaggsim.fabric.estimate import PAIR_PATHS, estimate_handoff, pair_topology
-from disaggsim.hardware.profile import ENGINE_KINDS, HardwareProfile, load_profile
+from disaggsim.hardware.engines import ENGINE_CHOICES
+from disaggsim.hardware.profile import ATTENTION_CHOICES, HardwareProfile, load_profile
 
 __all__ = ["add_parser", "run_queries"]
 
@@ -131,8 +132,10 @@ MOE_OPTS = (
 WORKER_OPTS = (
     _choice("weight_dtype", WEIGHT_FORMATS, "weight dtype", "bf16"),
     _choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"),
-    _choice("engine", ENGINE_KINDS, "serving-engine overheads", "cuda-graphs"),
+    _choice("engine", ENGINE_CHOICES, "serving-engine profile (overheads)", "vllm"),
+    _choice("attention_backend", ATTENTION_CHOICES, "attention kernel", "auto"),
 )
+WORKER_KEYS = ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine", "attention_backend")
 PROFILE = Field("profile", "str", "hardware profile JSON (default: the shipped one)", False)
 SHAPE = (
     _int("heads", "query heads (on this GPU)"),
@@ -178,7 +181,10 @@ def _worker(values: dict[str, Any], cache: dict) -> Any:
     tp, dp = _layout(values)
     values["tp"], values["dp"] = tp, dp
     moe = {f.name: values[f.name] for f in MOE_OPTS if values.get(f.name) is not None}
-    key = tuple(values[k] for k in ("model", "gpu", "weight_dtype", "kv_dtype", "engine"))
+    key = tuple(
+        values[k]
+        for k in ("model", "gpu", "weight_dtype", "kv_dtype", "engine", "attention_backend")
+    )
     key += (tp, dp, values.get("ep"), tuple(sorted(moe.items())), values.get("profile"))
     if key not in cache:
         cache[key] = build_cost(
@@ -192,12 +198,15 @@ def _worker(values: dict[str, Any], cache: dict) -> Any:
             kv_dtype=values["kv_dtype"],
             engine=values["engine"],
             profile=_profile(values, values["gpu"], cache),
+            attention_backend=values["attention_backend"],
         )
     return cache[key]
 
 
 def _worker_inputs(v: dict[str, Any], cost: Any) -> dict[str, Any]:
-    out = {k: v[k] for k in ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine")}
+    out = {k: v[k] for k in WORKER_KEYS}
+    if not isinstance(cost, MoeWorkerCost):
+        out["attention_kernels"] = {"decode": cost.decode_backend, "prefill": cost.prefill_backend}
     out["profile_kind"] = cost.profile.provenance.get("kind")
     if isinstance(cost, MoeWorkerCost):
         lo = cost.layout
@@ -267,6 +276,9 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         **_moe_parts(cost, bd),
         "base_s": base_s,
         "per_context_token_s": per_token_s,
+        "item_bound_base_s": cost.decode_item_coeffs(b)[0],
+        "item_bound_per_context_token_s": cost.decode_item_coeffs(b)[1],
+        "knee_context_tokens": cost.decode_knee_tokens(b),
         "kv_capacity_tokens": cost.kv_capacity_tokens,
         "kv_tokens_used": b * c,
         "weights_bytes_per_gpu": cost.weights_bytes_per_gpu,

@@ -46,7 +46,21 @@ LinkKind = Literal["nvlink", "infiniband", "roce", "pcie"]
 DType = Literal["bf16", "fp16", "fp8"]
 # MoE/MLA models also take fp8-block, mxfp4, nvfp4 and released (disaggsim.costmodel.moe)
 WeightDType = Literal["bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released"]
-Engine = Literal["eager", "cuda-graphs"]
+# serving-engine profiles (disaggsim/hardware/engines.py); cuda-graphs = vllm and
+# eager = vllm-eager-2023 are the older names
+Engine = Literal["vllm", "sglang", "trtllm", "vllm-eager-2023", "cuda-graphs", "eager"]
+# attention kernels (disaggsim/hardware/profile.py ATTENTION_CHOICES); auto: the fastest
+# the GPU's profile fits for the model's head layout
+AttentionBackend = Literal[
+    "auto",
+    "vllm-flash",
+    "sglang-flash",
+    "trtllm",
+    "sdpa-flash",
+    "sdpa-cudnn",
+    "sdpa-efficient",
+    "flex",
+]
 
 
 class _Model(BaseModel):
@@ -264,7 +278,8 @@ class Scenario(_Model):
     model: str
     weight_dtype: WeightDType = "bf16"
     kv_dtype: DType = "bf16"
-    engine: Engine = "cuda-graphs"
+    engine: Engine = "vllm"
+    attention_backend: AttentionBackend = "auto"
     architecture: Literal["disaggregated", "colocated"]
     prefill_pool: PoolConfig | None = None
     decode_pool: PoolConfig | None = None

@@ -8,9 +8,13 @@ copy of the weights) for the time of one forward pass. Three shapes of iteration
   tokens after p cached ones adds ``c*p + c*(c+1)/2``), ``cached_tokens`` previously cached
   tokens whose KV the chunk re-reads;
 - a decode step: ``batch`` sequences holding ``context_tokens`` cached tokens in total.
-  Its time must be **affine in context_tokens at fixed batch**: ``base + per_token * C``.
-  :meth:`WorkerCost.decode_coeffs` returns ``(base_s, per_context_token_s)`` so the engine
-  can advance a worker over a run of steps in closed form (docs/design.md, "The speed rule");
+  Its time is **affine in context_tokens at fixed batch** above a knee: ``base + per_token
+  * C``. :meth:`WorkerCost.decode_coeffs` returns ``(base_s, per_context_token_s)`` so the
+  engine can advance a worker over a run of steps in closed form (docs/design.md, "The
+  speed rule"). A cost model whose attention kernel is bound by per-sequence work at short
+  contexts may also offer ``decode_item_coeffs(batch)``, a second line: the step then takes
+  the larger of the two (:func:`decode_step_time_s`), still a closed form per run (the
+  larger line changes at most once as C grows);
 - a mixed (chunked-prefill) step: both at once.
 
 :class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.
@@ -46,5 +50,12 @@ class WorkerCost(Protocol):
 
 
 def decode_step_time_s(cost: WorkerCost, batch: int, context_tokens: int) -> float:
+    """Seconds of one decode step: the stream-bound line, or the item-bound line where the
+    cost model has one and it is larger (short contexts)."""
     base, per_token = cost.decode_coeffs(batch)
-    return base + per_token * context_tokens
+    t = base + per_token * context_tokens
+    item = getattr(cost, "decode_item_coeffs", None)
+    if item is not None:
+        b1, k1 = item(batch)
+        t = max(t, b1 + k1 * context_tokens)
+    return t

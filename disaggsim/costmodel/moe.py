@@ -61,6 +61,7 @@ from disaggsim.costmodel.moe_params import (
     load_moe_params,
 )
 from disaggsim.errors import UserError
+from disaggsim.hardware.engines import resolve_engine
 from disaggsim.hardware.profile import GemmParams, HardwareProfile, load_profile
 from disaggsim.units import GiB
 
@@ -394,8 +395,9 @@ class MoeWorkerCost:
         self._dec = profile.decode_attention_params(kv_dtype)
         self._pre = profile.prefill_attention_params("bf16")
         self._ew = profile.elementwise
-        eng = profile.engine(engine)
-        self._overhead_s = eng.per_iteration_s + eng.per_layer_s * model.num_layers
+        eng = resolve_engine(engine)  # disaggsim.hardware.engines: host time per iteration
+        graph_s = profile.graph_layer_s * model.num_layers if eng.cuda_graphs else 0.0
+        self._overhead_s = eng.fixed_s(lo.tp, model.num_layers) + graph_s
         self._ar_tp = profile.allreduce.protocols_for_gpus(lo.tp) if lo.tp > 1 else ()
         self._ar_all = profile.allreduce.protocols_for_gpus(lo.gpus) if lo.gpus > 1 else ()
 
@@ -960,7 +962,7 @@ def build_moe_worker_cost(
     ep: int | None = None,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    engine: str = "cuda-graphs",
+    engine: str = "vllm",
     gpu_mem_util: float = 0.9,
     activation_reserve_bytes: float | None = None,
     profile: HardwareProfile | str | Path | None = None,
@@ -1097,8 +1099,7 @@ def build_moe_worker_cost(
             f"weight_dtype: {g.id} has no FP8 tensor cores for {weight_dtype} weights "
             f"(allowed there: bf16, fp16, mxfp4, nvfp4)"
         )
-    if engine not in prof.engines:
-        raise UserError(f"engine: {engine!r} (allowed: {', '.join(sorted(prof.engines))})")
+    resolve_engine(engine)  # an unknown engine name is a one-line error here
     params = moe_params if isinstance(moe_params, MoeParams) else load_moe_params(g.id, moe_params)
     layout = MoeLayout(
         tp=tp,
@@ -1143,7 +1144,7 @@ def build_cost(
     moe: dict | None = None,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    engine: str = "cuda-graphs",
+    engine: str = "vllm",
     gpu_mem_util: float = 0.9,
     max_seqs: int = 256,
     profile: HardwareProfile | str | Path | None = None,

@@ -12,12 +12,16 @@ Forms (``docs/costmodel.md`` has the derivations):
   with ``eff_c = max_eff × d / (d + half_sat)``, ``d = min(m, n, k)``: compute efficiency
   saturating in the smallest dimension; ``bytes = (mk + kn + mn) × elem``.
 - Decode attention (B sequences, C cached tokens in all, KH KV heads of dimension D):
-  ``floor_s + per_seq_s × B + per_seq_kv_elem_s × B × KH × D + kv_bytes / (hbm × bw_eff ×
-  P / (P + par_half_sat))`` with ``P = B × KH`` the kernel's (sequence, KV head) work
-  items: each item loads its query group and writes its output (the per-item term), and
-  few items cannot keep every memory channel busy (the parallelism factor). At fixed B
-  and shape the time is linear in C, which the engine relies on. The two newer
-  parameters default to 0 (no per-item term, no parallelism limit).
+  ``floor_s + per_seq_s × B + max(items, stream) + (1 − overlap) × min(items, stream)``, with
+  ``items = per_seq_kv_elem_s × B × KH × D`` (each of the ``P = B × KH`` (sequence, KV
+  head) work items loads its query group, combines its partial results and writes its
+  output) and ``stream = kv_bytes / (hbm × bw_eff × P / (P + par_half_sat))`` (few items
+  cannot keep every memory channel busy). With many items resident per SM, one item's
+  fixed work runs while another streams KV: ``overlap`` = 1 makes the kernel take the
+  longer of the two (the roofline), 0 their sum. The stream term never exceeds peak
+  bandwidth (``bw_eff`` ≤ 1). At fixed B and shape the time is the larger of two affine
+  functions of C (:func:`decode_attention_lines`); above the knee, where the KV stream
+  dominates, it is ``... + stream`` exactly. Newer parameters default to 0.
 - Prefill attention (causal, FLOP = 4 × heads × head_dim × query-key pairs):
   ``floor_s + flop / (peak × max_eff × L / (L + half_sat))``, L = mean new tokens per
   sequence.
@@ -106,11 +110,36 @@ def decode_attention_time_s(
     d = np.asarray(head_dim, float)
     kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
     bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, b, kh)
+    items = p.per_seq_kv_elem_s * b * kh * d
+    stream = kv_bytes / bw
     return (
         decode_attention_floor_s(p, b, kh)
         + p.per_seq_s * b
-        + p.per_seq_kv_elem_s * b * kh * d
-        + kv_bytes / bw
+        + np.maximum(items, stream)
+        + (1.0 - p.overlap) * np.minimum(items, stream)
+    )
+
+
+def decode_attention_lines(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    batch: float,
+    kv_heads: float,
+    head_dim: float,
+    kv_elem_bytes: float = 2.0,
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The two affine functions of the context tokens C whose maximum is
+    :func:`decode_attention_time_s` at fixed batch and shape: ``((base, per_token)`` of the
+    KV-stream-bound line, ``(base, per_token)`` of the item-bound line``)``. Stream-bound:
+    ``fixed + (1 − overlap) × items + stream``; item-bound: ``fixed + items + (1 − overlap)
+    × stream`` (equal at the knee, where items = stream)."""
+    fixed = float(decode_attention_floor_s(p, batch, kv_heads)) + p.per_seq_s * batch
+    items = p.per_seq_kv_elem_s * batch * kv_heads * head_dim
+    bw = peaks.hbm_bytes_per_s * p.bw_eff * float(decode_attention_bw_scale(p, batch, kv_heads))
+    per_token = 2.0 * kv_heads * head_dim * kv_elem_bytes / bw
+    return (
+        (fixed + (1.0 - p.overlap) * items, per_token),
+        (fixed + items, (1.0 - p.overlap) * per_token),
     )
 
 

@@ -13,8 +13,17 @@ One iteration over ``m`` tokens (``docs/costmodel.md`` has the derivation):
   (two norms, rope, KV-cache write, activation, two residual adds); two ring all-reduces
   of ``m × hidden × 2`` bytes when ``tp > 1`` (hierarchical across nodes when ``tp``
   exceeds a node, :mod:`disaggsim.costmodel.tp_layout`);
+- with FP8 weights, one activation-quantisation kernel before each GEMM (element-wise:
+  reads 2 and writes 1 byte per input element);
 - × ``num_layers``; + final norm and LM-head GEMM ``(sequences emitting a token,
-  vocab / tp, hidden)``; + the serving engine's per-layer and per-iteration overheads.
+  vocab / tp, hidden)``; + the serving engine's overhead (:mod:`disaggsim.hardware.engines`:
+  per iteration, per TP rank, per sequence, per token, per layer) and, for engines that
+  replay CUDA graphs, the GPU's per-layer graph cost.
+
+Attention runs the kernel the profile fitted for the named ``attention_backend``, or with
+``auto`` the backend whose kernels are fastest for this worker's head layout (shape
+family: heads, KV heads, head dim per GPU), chosen once per worker
+(:func:`pick_attention_backends`).
 
 Every operator time is the formula of :mod:`disaggsim.costmodel.ops`. The engine calls
 these methods in its hot loop, so they are evaluated here with plain float arithmetic
@@ -33,7 +42,9 @@ from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_mode
 from disaggsim.costmodel.interface import decode_step_time_s
 from disaggsim.costmodel.tp_layout import TpLayout, allreduce_s, tp_layout
 from disaggsim.errors import UserError
+from disaggsim.hardware.engines import ENGINE_CHOICES, EngineProfile, resolve_engine
 from disaggsim.hardware.profile import (
+    ATTENTION_CHOICES,
     DecodeAttentionParams,
     ElementwiseParams,
     GemmParams,
@@ -45,12 +56,15 @@ from disaggsim.units import GiB
 
 __all__ = [
     "ACT_BYTES",
+    "ATTENTION_CHOICES",
+    "ENGINE_CHOICES",
     "DEFAULT_ACTIVATION_RESERVE_BYTES",
     "KV_DTYPES",
     "WEIGHT_DTYPES",
     "RooflineWorkerCost",
     "StepBreakdown",
     "build_worker_cost",
+    "pick_attention_backends",
     "valid_tps",
 ]
 
@@ -61,6 +75,11 @@ DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB  # per GPU: activations, workspace, N
 MAX_TP = 64
 # launches per layer in ew_layer below: two norms, rope, KV write, activation, two adds
 ELEMENTWISE_KERNELS_PER_LAYER = 7
+FP8_QUANT_BYTES_PER_ELEM = 3.0  # activation quantisation: read bf16, write fp8
+# reference points at which ``auto`` compares attention backends for one head layout:
+# decode (batch, context tokens per sequence) and prefill (prompt tokens)
+_AUTO_DECODE_POINTS = ((1, 512), (8, 2048), (64, 1024), (256, 512), (32, 8192))
+_AUTO_PREFILL_POINTS = (256, 2048, 8192)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +159,73 @@ def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> fl
     return items / (items + p.par_half_sat)
 
 
+def pick_attention_backends(
+    profile: HardwareProfile,
+    backend: str,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    kv_dtype: str,
+) -> tuple[str, str]:
+    """``(decode backend, prefill backend)`` a worker with this per-GPU head layout runs.
+
+    A named ``backend`` must be fitted in the profile. ``auto`` takes, separately for
+    decode and prefill, the backend with the smallest summed time over a few reference
+    shapes of this head layout (its shape family), as engines pick the fastest kernel for
+    a model, among the profile's ``attention_auto`` candidates (the backends whose fit is
+    trusted; all fitted ones when the profile names none); ``generic`` (the profile's
+    ``ops`` entries) when there is none. Raises :class:`UserError` for an unknown or unfitted name."""
+    if backend not in ATTENTION_CHOICES:
+        raise UserError(
+            f"unknown attention backend {backend!r} (allowed: {', '.join(ATTENTION_CHOICES)})"
+        )
+    fitted = profile.attention_backends
+    if backend != "auto":
+        if backend not in fitted:
+            have = ", ".join(["auto", *sorted(fitted)])
+            raise UserError(
+                f"attention backend {backend!r} is not fitted in the {profile.gpu} profile "
+                f"{profile.path} (allowed here: {have})"
+            )
+        return backend, backend
+    if not fitted:
+        return "generic", "generic"
+    peaks = profile.peaks
+    kv_elem = float(dtype_bytes(kv_dtype))
+    hkv, hd = float(kv_heads), float(head_dim)
+
+    def decode_cost(name: str) -> float:
+        d = profile.decode_attention_for(name, kv_dtype)
+        total = 0.0
+        for b, ctx in _AUTO_DECODE_POINTS:
+            kv_bytes = 2.0 * b * ctx * hkv * hd * kv_elem
+            bw = peaks.hbm_bytes_per_s * d.bw_eff * _dec_bw_scale(d, b, hkv)
+            items = d.per_seq_kv_elem_s * b * hkv * hd
+            total += (
+                _dec_floor_s(d, b, hkv)
+                + d.per_seq_s * b
+                + max(items, kv_bytes / bw)
+                + (1.0 - d.overlap) * min(items, kv_bytes / bw)
+            )
+        return total
+
+    def prefill_cost(name: str) -> float:
+        pre = profile.prefill_attention_for(name, "bf16")
+        return sum(
+            _prefill_attention_s(
+                peaks.bf16_flop_per_s, pre, 1.0, float(n), n * (n + 1) / 2.0, float(heads), hd
+            )
+            for n in _AUTO_PREFILL_POINTS
+        )
+
+    auto = profile.attention_auto
+    dec_names = list(auto.get("decode", tuple(fitted)))
+    pre_names = [n for n in auto.get("prefill", tuple(fitted)) if fitted[n].prefill]
+    decoders = sorted(dec_names, key=lambda n: (decode_cost(n), n))
+    prefillers = sorted(pre_names, key=lambda n: (prefill_cost(n), n))
+    return (decoders[0] if decoders else "generic"), (prefillers[0] if prefillers else "generic")
+
+
 def valid_tps(model: ModelSpec, max_tp: int = MAX_TP) -> tuple[int, ...]:
     """TP degrees that shard ``model``: divide the query heads, and either divide the KV
     heads or are a multiple of them (then each GPU holds one replicated KV head)."""
@@ -168,6 +254,10 @@ class RooflineWorkerCost:
         "weight_dtype",
         "kv_dtype",
         "engine",
+        "engine_profile",
+        "attention_backend",
+        "decode_backend",
+        "prefill_backend",
         "gpu_mem_util",
         "activation_reserve_bytes",
         "num_gpus",
@@ -192,9 +282,12 @@ class RooflineWorkerCost:
         "_kv_elem",
         "_ar_protocols",
         "tp_layout",
-        "_overhead_s",
+        "_ov_fixed_s",
+        "_ov_seq_s",
+        "_ov_tok_s",
+        "_quant_k",
         "_decode_cache",
-    )
+    )  # _decode_cache: batch -> (stream-bound line, item-bound line)
 
     def __init__(
         self,
@@ -204,9 +297,10 @@ class RooflineWorkerCost:
         tp: int,
         weight_dtype: str,
         kv_dtype: str,
-        engine: str,
+        engine: EngineProfile,
         gpu_mem_util: float,
         activation_reserve_bytes: float,
+        attention_backend: str = "auto",
     ) -> None:
         self.model = model
         self.gpu = gpu
@@ -214,7 +308,9 @@ class RooflineWorkerCost:
         self.tp = tp
         self.weight_dtype = weight_dtype
         self.kv_dtype = kv_dtype
-        self.engine = engine
+        self.engine = engine.name
+        self.engine_profile = engine
+        self.attention_backend = attention_backend
         self.gpu_mem_util = gpu_mem_util
         self.activation_reserve_bytes = activation_reserve_bytes
         self.num_gpus = tp
@@ -238,8 +334,15 @@ class RooflineWorkerCost:
         self._gemm = profile.gemm_params(self._gemm_dtype)
         self._gemm_peak = peaks.flop_per_s(self._gemm_dtype)
         self._gemm_elem = 1.0 if self._gemm_dtype == "fp8" else 2.0
-        self._dec = profile.decode_attention_params(kv_dtype)
-        self._pre = profile.prefill_attention_params("bf16")
+        self.decode_backend, self.prefill_backend = pick_attention_backends(
+            profile, attention_backend, self.heads_per_gpu, self.kv_heads_per_gpu, hd, kv_dtype
+        )
+        self._dec = profile.decode_attention_for(self.decode_backend, kv_dtype)
+        self._pre = profile.prefill_attention_for(self.prefill_backend, "bf16")
+        # FP8 weights: one quantisation kernel per GEMM input (k elements per token)
+        self._quant_k: tuple[float, ...] = (
+            tuple(k for _, k in self._gemm_shapes) if self._gemm_dtype == "fp8" else ()
+        )
         self._ew = profile.elementwise
         self._kv_elem = float(dtype_bytes(kv_dtype))
         # TP beyond one node: hierarchical all-reduce (costmodel/tp_layout.py); the
@@ -247,8 +350,10 @@ class RooflineWorkerCost:
         self.tp_layout: TpLayout = tp_layout(gpu, tp)
         g = self.tp_layout.gpus_in_node
         self._ar_protocols = profile.allreduce.protocols_for_gpus(g) if g > 1 else ()
-        eng = profile.engine(engine)
-        self._overhead_s = eng.per_iteration_s + eng.per_layer_s * model.num_layers
+        graph_s = profile.graph_layer_s * model.num_layers if engine.cuda_graphs else 0.0
+        self._ov_fixed_s = engine.fixed_s(tp, model.num_layers) + graph_s
+        self._ov_seq_s = engine.per_seq_s
+        self._ov_tok_s = engine.per_token_s
 
         # Memory (bytes). KV per token: the model's logical KV; per GPU it includes the
         # replicated KV heads when tp > kv_heads.
@@ -258,7 +363,7 @@ class RooflineWorkerCost:
         self.weights_bytes = self.weights_bytes_per_gpu * tp
         free = gpu.hbm_bytes * gpu_mem_util - self.weights_bytes_per_gpu - activation_reserve_bytes
         self.kv_capacity_tokens = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
-        self._decode_cache: dict[int, tuple[float, float]] = {}
+        self._decode_cache: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
 
     # --- the WorkerCost protocol ---------------------------------------------------
 
@@ -269,29 +374,50 @@ class RooflineWorkerCost:
         return sum(self._parts(0, 0, num_seqs, new_tokens, attn_pairs))
 
     def decode_coeffs(self, batch: int) -> tuple[float, float]:
-        """``(base_s, per_context_token_s)``: a decode step over ``batch`` sequences holding
-        C cached tokens in all takes ``base_s + per_context_token_s × C`` seconds."""
+        """``(base_s, per_context_token_s)`` of the KV-stream-bound line: a decode step over
+        ``batch`` sequences holding C cached tokens in all takes ``base_s +
+        per_context_token_s × C`` seconds whenever the KV stream outlasts the attention
+        kernel's per-item work (C above :meth:`decode_knee_tokens`: sequences longer than a
+        few hundred tokens). Below the knee the step is the larger of this and
+        :meth:`decode_item_coeffs`' line (:meth:`decode_time_s` takes it)."""
+        return self._decode_lines(batch)[0]
+
+    def decode_item_coeffs(self, batch: int) -> tuple[float, float]:
+        """``(base_s, per_context_token_s)`` of the item-bound line (see
+        :meth:`decode_coeffs`); it lies above the stream-bound line only below the knee."""
+        return self._decode_lines(batch)[1]
+
+    def decode_knee_tokens(self, batch: int) -> float:
+        """Context tokens (all sequences together) where the two lines cross; 0 when the
+        attention kernel's per-item work never outlasts its KV stream."""
+        (b0, k0), (b1, k1) = self._decode_lines(batch)
+        return (b1 - b0) / (k0 - k1) if k0 > k1 and b1 > b0 else 0.0
+
+    def _decode_lines(self, batch: int) -> tuple[tuple[float, float], tuple[float, float]]:
         hit = self._decode_cache.get(batch)
         if hit is not None:
             return hit
         if batch <= 0:
-            coeffs = (0.0, 0.0)
+            lines = ((0.0, 0.0), (0.0, 0.0))
         else:
-            base = sum(self._parts(batch, 0, 0, 0, 0.0))
-            per_token = self.model.num_layers * (
+            d = self._dec
+            hkv = float(self.kv_heads_per_gpu)
+            layers = self.model.num_layers
+            base_items = sum(self._parts(batch, 0, 0, 0, 0.0))  # C = 0: the whole item work
+            items = layers * d.per_seq_kv_elem_s * batch * hkv * self.model.head_dim
+            per_token = layers * (
                 2.0
-                * self.kv_heads_per_gpu
+                * hkv
                 * self.model.head_dim
                 * self._kv_elem
-                / (
-                    self._hbm
-                    * self._dec.bw_eff
-                    * _dec_bw_scale(self._dec, batch, self.kv_heads_per_gpu)
-                )
+                / (self._hbm * d.bw_eff * _dec_bw_scale(d, batch, hkv))
             )
-            coeffs = (base, per_token)
-        self._decode_cache[batch] = coeffs
-        return coeffs
+            lines = (
+                (base_items - d.overlap * items, per_token),
+                (base_items, (1.0 - d.overlap) * per_token),
+            )
+        self._decode_cache[batch] = lines
+        return lines
 
     def decode_time_s(self, batch: int, context_tokens: int) -> float:
         return decode_step_time_s(self, batch, context_tokens)
@@ -375,11 +501,13 @@ class RooflineWorkerCost:
             d = self._dec
             hkv_dec = float(self.kv_heads_per_gpu)
             kv_bytes = 2.0 * decode_context_tokens * hkv_dec * hd * self._kv_elem
+            items = d.per_seq_kv_elem_s * decode_batch * hkv_dec * hd
+            stream = kv_bytes / (hbm * d.bw_eff * _dec_bw_scale(d, decode_batch, hkv_dec))
             attn_layer += (
                 _dec_floor_s(d, decode_batch, hkv_dec)
                 + d.per_seq_s * decode_batch
-                + d.per_seq_kv_elem_s * decode_batch * hkv_dec * hd
-                + kv_bytes / (hbm * d.bw_eff * _dec_bw_scale(d, decode_batch, hkv_dec))
+                + max(items, stream)
+                + (1.0 - d.overlap) * min(items, stream)
             )
 
         a = float(ACT_BYTES)
@@ -393,6 +521,8 @@ class RooflineWorkerCost:
             + _elementwise_s(hbm, ew, (3.0 if model.gated_mlp else 2.0) * m * ffn_shard * a)
             + 2.0 * _elementwise_s(hbm, ew, 3.0 * m * hidden * a)  # two residual adds
         )
+        for k in self._quant_k:  # FP8: quantise each GEMM's input activations
+            ew_layer += _elementwise_s(hbm, ew, FP8_QUANT_BYTES_PER_ELEM * m * k)
 
         ar_layer = 0.0
         if self.tp > 1:
@@ -404,19 +534,21 @@ class RooflineWorkerCost:
             lm_head = _elementwise_s(hbm, ew, 2.0 * out_seqs * hidden * a) + _gemm_s(
                 self._gemm_peak, hbm, self._gemm, out_seqs, self._lm_head_n, hidden, self._gemm_elem
             )
+        overhead = self._ov_fixed_s + self._ov_seq_s * out_seqs + self._ov_tok_s * m
         return (
             layers * gemm_layer,
             layers * attn_layer,
             layers * ew_layer,
             layers * ar_layer,
             lm_head,
-            self._overhead_s,
+            overhead,
         )
 
     def __repr__(self) -> str:
         return (
             f"RooflineWorkerCost({self.model.id}, {self.gpu.id}, tp={self.tp}, "
-            f"weights={self.weight_dtype}, kv={self.kv_dtype}, engine={self.engine})"
+            f"weights={self.weight_dtype}, kv={self.kv_dtype}, engine={self.engine}, "
+            f"attention={self.decode_backend}/{self.prefill_backend})"
         )
 
 
@@ -451,10 +583,11 @@ def build_worker_cost(
     *,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    engine: str = "cuda-graphs",
+    engine: str | EngineProfile = "vllm",
     gpu_mem_util: float = 0.9,
     activation_reserve_bytes: float | None = None,
     profile: HardwareProfile | str | Path | None = None,
+    attention_backend: str = "auto",
 ) -> RooflineWorkerCost:
     """A roofline cost model for one worker of ``tp`` × ``gpu`` serving ``model``.
 
@@ -469,13 +602,18 @@ def build_worker_cost(
         ``bf16``/``fp16`` (2 bytes) or ``fp8`` (1 byte). FP8 weights use the profile's
         FP8 GEMM parameters and peak; FP8 KV halves KV bytes.
     engine
-        Serving-engine overhead entry of the profile: ``eager`` or ``cuda-graphs``.
+        Serving-engine profile (:mod:`disaggsim.hardware.engines`): ``vllm``, ``sglang``,
+        ``trtllm``, ``vllm-eager-2023`` (aliases ``cuda-graphs`` = ``vllm``, ``eager`` =
+        ``vllm-eager-2023``), or an :class:`EngineProfile`.
     gpu_mem_util
         Share of device memory the engine may use (weights + activations + KV), (0, 1].
     activation_reserve_bytes
         Bytes per GPU kept for activations/workspace; default 1 GiB.
     profile
         A loaded profile or a path to one; default: the profile shipped for ``gpu``.
+    attention_backend
+        ``auto`` (the fastest fitted kernel for the head layout) or a backend the profile
+        fits (:data:`disaggsim.hardware.profile.ATTENTION_BACKENDS`).
 
     Raises
     ------
@@ -532,19 +670,17 @@ def build_worker_cost(
             f"{g.id} has no FP8 tensor cores: weight dtype fp8 is not supported there "
             f"(use bf16 or fp16)"
         )
-    if engine not in prof.engines:
-        raise UserError(
-            f"unknown engine {engine!r} for profile {prof.path or g.id} "
-            f"(allowed: {', '.join(sorted(prof.engines))})"
-        )
-    cost = RooflineWorkerCost(m, g, prof, tp, weight_dtype, kv_dtype, engine, gpu_mem_util, reserve)
+    eng = resolve_engine(engine)
+    cost = RooflineWorkerCost(
+        m, g, prof, tp, weight_dtype, kv_dtype, eng, gpu_mem_util, reserve, attention_backend
+    )
     if cost.kv_capacity_tokens < 1:
         fits = [
             t
             for t in tps
             if t > tp
             and RooflineWorkerCost(
-                m, g, prof, t, weight_dtype, kv_dtype, engine, gpu_mem_util, reserve
+                m, g, prof, t, weight_dtype, kv_dtype, eng, gpu_mem_util, reserve, attention_backend
             ).kv_capacity_tokens
             >= 1
         ]

@@ -20,11 +20,22 @@ by the calibration fitter. Schema (version 1)::
         "copy": {"d2d" | "h2d_pinned" | "d2h_pinned" | "p2p" | "gather":
                  {"latency_s", "bw_bytes_per_s", "per_block_s"}}
       },
-      "engines": {"eager": {"per_iteration_s", "per_layer_s"}, "cuda-graphs": {...}},
+      "attention_backends": {                                   (optional)
+        "<backend>": {"decode_attention": {"bf16": {...}, "fp8": {...}},
+                      "prefill_attention": {"bf16": {...}}}, ...},
+      "attention_auto": {"decode": [...], "prefill": [...]},   (optional: auto's candidates)
+      "graph_replay": {"per_layer_s": ...},                     (optional, default 0)
       "fit_error": {"<op>": {"median_ape": ..., "mean_ape": ..., "n": ..., ...}},
       "provenance": {"kind": "measured" | "fitted-public" | "prior" | "provisional",
                      "source": "...", "date": "...", ...}
     }
+
+``ops.decode_attention`` / ``ops.prefill_attention`` are the generic attention kernel;
+``attention_backends`` holds one fitted set per named kernel (:data:`ATTENTION_BACKENDS`),
+among which the step model picks the fastest per shape family unless a scenario names one
+(``attention_backend``). ``graph_replay.per_layer_s`` is what a replayed CUDA graph costs
+per layer beyond its kernels. Serving-engine overheads (CPU time) are not a GPU property:
+they live in :mod:`disaggsim.hardware.engines`.
 
 Formulas that consume these parameters are in :mod:`disaggsim.costmodel.ops`.
 """
@@ -40,7 +51,19 @@ from disaggsim.inputs import read_json
 
 SCHEMA_VERSION = 1
 PROVENANCE_KINDS = ("measured", "fitted-public", "prior", "provisional")
-ENGINE_KINDS = ("eager", "cuda-graphs")
+# Attention kernels a profile may hold fitted parameters for: the FlashAttention builds of
+# vLLM and SGLang, TensorRT-LLM's attention op (public kernel tables), and the kernels the
+# calibration harness times itself (torch SDPA's backends, FlexAttention).
+ATTENTION_BACKENDS = (
+    "vllm-flash",
+    "sglang-flash",
+    "trtllm",
+    "sdpa-flash",
+    "sdpa-cudnn",
+    "sdpa-efficient",
+    "flex",
+)
+ATTENTION_CHOICES = ("auto", *ATTENTION_BACKENDS)
 
 
 class ProfileError(ValueError):
@@ -76,7 +99,9 @@ class DecodeAttentionParams:
     ``par_half_sat``: (sequence, KV head) work items at which the kernel reaches half its
     bandwidth; ``multi_floor_s``: extra fixed time of the kernel's multi-sequence GQA launch
     path, taken when ``batch > 1`` and ``kv_heads > 1`` (one sequence or one KV head per
-    shard runs the single-pass path at ``floor_s``). All three optional in the JSON (0: term
+    shard runs the single-pass path at ``floor_s``); ``overlap`` in [0, 1]: the share of the
+    smaller of the per-item work and the KV stream that runs under the larger (1: the
+    kernel takes the longer of the two, 0: their sum). All optional in the JSON (0: term
     off), so older profiles still load."""
 
     floor_s: float
@@ -85,6 +110,7 @@ class DecodeAttentionParams:
     per_seq_kv_elem_s: float = 0.0
     par_half_sat: float = 0.0
     multi_floor_s: float = 0.0
+    overlap: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +160,11 @@ class CopyParams:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineOverhead:
-    per_iteration_s: float
-    per_layer_s: float
+class AttentionBackendParams:
+    """One attention kernel's fitted parameters, per dtype (decode: KV dtype)."""
+
+    decode: dict[str, DecodeAttentionParams]
+    prefill: dict[str, PrefillAttentionParams]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +177,10 @@ class HardwareProfile:
     elementwise: ElementwiseParams
     allreduce: AllReduceParams
     copy: dict[str, CopyParams]
-    engines: dict[str, EngineOverhead]
+    attention_backends: dict[str, AttentionBackendParams] = field(default_factory=dict)
+    # backends ``auto`` chooses among, per phase ("decode", "prefill"); all when absent
+    attention_auto: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    graph_layer_s: float = 0.0
     fit_error: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -163,12 +194,27 @@ class HardwareProfile:
     def prefill_attention_params(self, dtype: str) -> PrefillAttentionParams:
         return _pick(self.prefill_attention, dtype, "prefill_attention", self.path)
 
-    def engine(self, kind: str) -> EngineOverhead:
-        if kind not in self.engines:
+    def backend(self, name: str) -> AttentionBackendParams:
+        """The fitted parameters of attention backend ``name``."""
+        if name not in self.attention_backends:
+            have = ", ".join(sorted(self.attention_backends)) or "none"
             raise ProfileError(
-                f"{self.path}: engines: no entry {kind!r} (have: {', '.join(sorted(self.engines))})"
+                f"{self.path}: attention_backends: no backend {name!r} for {self.gpu} "
+                f"(fitted here: {have})"
             )
-        return self.engines[kind]
+        return self.attention_backends[name]
+
+    def decode_attention_for(self, backend: str, kv_dtype: str) -> DecodeAttentionParams:
+        """Decode-attention parameters of ``backend`` (``generic``: ``ops.decode_attention``)."""
+        if backend == "generic":
+            return self.decode_attention_params(kv_dtype)
+        return _pick(self.backend(backend).decode, kv_dtype, f"{backend}.decode", self.path)
+
+    def prefill_attention_for(self, backend: str, dtype: str = "bf16") -> PrefillAttentionParams:
+        """Prefill-attention parameters of ``backend`` (``generic``: ``ops.prefill_attention``)."""
+        if backend == "generic":
+            return self.prefill_attention_params(dtype)
+        return _pick(self.backend(backend).prefill, dtype, f"{backend}.prefill", self.path)
 
 
 def _pick(table: dict, dtype: str, op: str, path: str):
@@ -238,6 +284,48 @@ def _section(d: Any, key: str, where: str, path: str) -> dict:
     return d[key]
 
 
+_DEC_KEYS: tuple[Any, ...] = (
+    DecodeAttentionParams,
+    ("floor_s", "per_seq_s", "bw_eff"),
+    ("per_seq_s",),
+    ("per_seq_kv_elem_s", "par_half_sat", "multi_floor_s", "overlap"),
+)
+_PRE_KEYS: tuple[Any, ...] = (
+    PrefillAttentionParams,
+    ("floor_s", "max_eff", "half_sat"),
+    ("half_sat",),
+)
+
+
+def _per_dtype(
+    parent: Any,
+    where: str,
+    op: str,
+    cls: Any,
+    keys: tuple[str, ...],
+    nonneg: tuple[str, ...],
+    optional: tuple[str, ...],
+    path: str,
+) -> dict[str, Any]:
+    """``{dtype: cls(...)}`` from ``parent[op]``; ``optional`` keys (non-negative) may be
+    absent (the dataclass default applies); efficiencies must lie in (0, 1]."""
+    sec = _section(parent, op, where, path)
+    if not sec:
+        raise ProfileError(f"{path}: {where}.{op}: needs at least one dtype")
+    out = {}
+    for dt, params in sec.items():
+        w = f"{where}.{op}.{dt}"
+        kw = {k: _num(params, k, w, path, positive=k not in nonneg) for k in keys}
+        for k in optional:
+            if isinstance(params, dict) and k in params:
+                kw[k] = _num(params, k, w, path, positive=False)
+        for k in ("max_eff", "bw_eff", "mem_eff", "overlap"):
+            if k in kw and kw[k] > 1.0:
+                raise ProfileError(f"{path}: {w}.{k}: must be in (0, 1], got {kw[k]}")
+        out[dt] = cls(**kw)
+    return out
+
+
 def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
     """Validate a parsed profile; every error names the file and the field."""
     if not isinstance(raw, dict):
@@ -258,49 +346,17 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
     )
     ops = _section(raw, "ops", "", path)
 
-    def per_dtype(
-        op: str,
-        cls,
-        keys: tuple[str, ...],
-        nonneg: tuple[str, ...] = (),
-        optional: tuple[str, ...] = (),
-    ):
-        """``optional`` keys (non-negative) may be absent: the dataclass default applies."""
-        sec = _section(ops, op, "ops", path)
-        if not sec:
-            raise ProfileError(f"{path}: ops.{op}: needs at least one dtype")
-        out = {}
-        for dt, params in sec.items():
-            where = f"ops.{op}.{dt}"
-            kw = {k: _num(params, k, where, path, positive=k not in nonneg) for k in keys}
-            for k in optional:
-                if isinstance(params, dict) and k in params:
-                    kw[k] = _num(params, k, where, path, positive=False)
-            out[dt] = cls(**kw)
-        return out
+    def per_dtype(op, cls, keys, nonneg=(), optional=()):
+        return per_dtype_in(ops, "ops", op, cls, keys, nonneg, optional)
+
+    def per_dtype_in(parent, where, op, cls, keys, nonneg=(), optional=()):
+        return _per_dtype(parent, where, op, cls, keys, nonneg, optional, path)
 
     gemm = per_dtype(
         "gemm", GemmParams, ("launch_s", "max_eff", "half_sat", "mem_eff"), ("half_sat",)
     )
-    dec = per_dtype(
-        "decode_attention",
-        DecodeAttentionParams,
-        ("floor_s", "per_seq_s", "bw_eff"),
-        ("per_seq_s",),
-        ("per_seq_kv_elem_s", "par_half_sat", "multi_floor_s"),
-    )
-    pre = per_dtype(
-        "prefill_attention",
-        PrefillAttentionParams,
-        ("floor_s", "max_eff", "half_sat"),
-        ("half_sat",),
-    )
-    for table, op in ((gemm, "gemm"), (pre, "prefill_attention")):
-        for dt, prm in table.items():
-            if prm.max_eff > 1.0:
-                raise ProfileError(
-                    f"{path}: ops.{op}.{dt}.max_eff: must be in (0, 1], got {prm.max_eff}"
-                )
+    dec = per_dtype("decode_attention", *_DEC_KEYS)
+    pre = per_dtype("prefill_attention", *_PRE_KEYS)
     ew = _section(ops, "elementwise", "ops", path)
     elementwise = ElementwiseParams(
         launch_s=_num(ew, "launch_s", "ops.elementwise", path, positive=False),
@@ -336,18 +392,46 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
             if "per_block_s" in prm
             else 0.0,
         )
-    eng = _section(raw, "engines", "", path)
-    engines = {}
-    for kind, prm in eng.items():
-        if kind not in ENGINE_KINDS:
-            raise ProfileError(
-                f"{path}: engines.{kind}: unknown engine (allowed: {', '.join(ENGINE_KINDS)})"
-            )
-        where = f"engines.{kind}"
-        engines[kind] = EngineOverhead(
-            per_iteration_s=_num(prm, "per_iteration_s", where, path, positive=False),
-            per_layer_s=_num(prm, "per_layer_s", where, path, positive=False),
+    if "engines" in raw:
+        raise ProfileError(
+            f"{path}: engines: serving-engine overheads are no longer part of a hardware "
+            "profile (they are CPU time, not a GPU property): remove this section; engine "
+            "profiles live in disaggsim/hardware/engines.json"
         )
+    backends: dict[str, AttentionBackendParams] = {}
+    ab = raw.get("attention_backends", {})
+    if not isinstance(ab, dict):
+        raise ProfileError(f"{path}: attention_backends: not an object")
+    for name, sec in ab.items():
+        if name not in ATTENTION_BACKENDS:
+            raise ProfileError(
+                f"{path}: attention_backends.{name}: unknown backend "
+                f"(allowed: {', '.join(ATTENTION_BACKENDS)})"
+            )
+        if not isinstance(sec, dict) or not isinstance(sec.get("decode_attention"), dict):
+            raise ProfileError(f"{path}: attention_backends.{name}.decode_attention: missing")
+        backends[name] = AttentionBackendParams(
+            decode=per_dtype_in(sec, f"attention_backends.{name}", "decode_attention", *_DEC_KEYS),
+            prefill=per_dtype_in(sec, f"attention_backends.{name}", "prefill_attention", *_PRE_KEYS)
+            if "prefill_attention" in sec
+            else {},
+        )
+    auto: dict[str, tuple[str, ...]] = {}
+    for phase, names in (raw.get("attention_auto") or {}).items():
+        if phase not in ("decode", "prefill") or not isinstance(names, list):
+            raise ProfileError(
+                f"{path}: attention_auto.{phase}: expected decode/prefill lists of backends"
+            )
+        for n in names:
+            if n not in backends:
+                raise ProfileError(
+                    f"{path}: attention_auto.{phase}: {n!r} is not in attention_backends "
+                    f"(have: {', '.join(sorted(backends)) or 'none'})"
+                )
+        auto[phase] = tuple(names)
+    graph_layer_s = 0.0
+    if "graph_replay" in raw:
+        graph_layer_s = _num(raw["graph_replay"], "per_layer_s", "graph_replay", path, False)
     prov = raw.get("provenance")
     if not isinstance(prov, dict) or prov.get("kind") not in PROVENANCE_KINDS:
         raise ProfileError(f"{path}: provenance.kind: must be one of {', '.join(PROVENANCE_KINDS)}")
@@ -360,7 +444,9 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         elementwise=elementwise,
         allreduce=AllReduceParams(tuple(rows)),
         copy=copies,
-        engines=engines,
+        attention_backends=backends,
+        attention_auto=auto,
+        graph_layer_s=graph_layer_s,
         fit_error=raw.get("fit_error", {}) or {},
         provenance=prov,
         path=path,

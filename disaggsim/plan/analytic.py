@@ -126,6 +126,7 @@ def worker_cost(loaded: LoadedScenario, gpu: str, tp: int, gpu_mem_util: float =
         weight_dtype=s.weight_dtype,
         kv_dtype=s.kv_dtype,
         engine=s.engine,
+        attention_backend=s.attention_backend,
         gpu_mem_util=gpu_mem_util,
     )
 

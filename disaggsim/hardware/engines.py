@@ -1,0 +1,177 @@
+"""Serving-engine profiles: the CPU and launch time a forward pass costs beyond its kernels.
+
+A serving engine's iteration takes its kernels' time plus time the GPU waits for the host:
+scheduling, input preparation, sampling and detokenisation, the broadcast of the step's
+inputs to the other TP ranks and, for engines that launch kernels one by one from Python,
+a launch cost per layer. Kernels themselves are the hardware profile's business (timed
+as replayed CUDA graphs); this module owns the rest. One iteration's overhead is::
+
+    per_iteration_s + per_tp_rank_s × (tp − 1)
+      + per_seq_s × sequences + per_token_s × tokens
+      + num_layers × (per_layer_s + per_layer_tp_s × [tp > 1])
+
+``sequences`` are the sequences that emit a token this iteration and ``tokens`` the tokens
+it processes (prefill plus one per decoding sequence). The overhead does not depend on the
+context tokens, so a decode step stays affine in the context (``docs/costmodel.md``).
+
+Profiles ship in ``engines.json`` beside this module, fitted by ``calibration/engines.py``
+to public end-to-end measurements (``calibration/engine_data/measurements.csv``). Names
+(:data:`ENGINE_NAMES`): ``vllm`` (vLLM V1, CUDA-graph decode), ``sglang``, ``trtllm``
+(TensorRT-LLM), ``vllm-eager-2023`` (vLLM of 2023, eager PyTorch). The older names
+``cuda-graphs`` and ``eager`` are aliases of ``vllm`` and ``vllm-eager-2023``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+ENGINE_NAMES = ("vllm", "sglang", "trtllm", "vllm-eager-2023")
+ENGINE_ALIASES = {"cuda-graphs": "vllm", "eager": "vllm-eager-2023"}
+ENGINE_CHOICES = ENGINE_NAMES + tuple(ENGINE_ALIASES)
+ENGINES_SCHEMA_VERSION = 1
+PARAM_KEYS = (
+    "per_iteration_s",
+    "per_tp_rank_s",
+    "per_seq_s",
+    "per_token_s",
+    "per_layer_s",
+    "per_layer_tp_s",
+)
+
+
+class EngineProfileError(ValueError):
+    """The engine-profile file is missing or malformed; the message names file and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    """Overhead parameters of one serving engine (seconds; see the module docstring)."""
+
+    name: str
+    per_iteration_s: float = 0.0
+    per_tp_rank_s: float = 0.0
+    per_seq_s: float = 0.0
+    per_token_s: float = 0.0
+    per_layer_s: float = 0.0
+    per_layer_tp_s: float = 0.0
+    cuda_graphs: bool = True  # decode replays CUDA graphs (adds the GPU's graph_layer_s)
+    description: str = ""
+    fit_error: dict[str, Any] = field(default_factory=dict)
+
+    def fixed_s(self, tp: int, num_layers: int) -> float:
+        """The part of one iteration's overhead that depends on neither batch nor tokens."""
+        return (
+            self.per_iteration_s
+            + self.per_tp_rank_s * (tp - 1)
+            + num_layers * (self.per_layer_s + (self.per_layer_tp_s if tp > 1 else 0.0))
+        )
+
+    def overhead_s(self, tp: int, num_layers: int, seqs: float, tokens: float) -> float:
+        """Seconds of one iteration's overhead over ``seqs`` sequences and ``tokens`` tokens."""
+        return self.fixed_s(tp, num_layers) + self.per_seq_s * seqs + self.per_token_s * tokens
+
+
+ZERO_ENGINE = EngineProfile(name="none", description="no overhead (kernels only)")
+
+
+def canonical_engine(name: str) -> str:
+    """``name`` with the old aliases resolved; a one-line error for unknown names."""
+    if name in ENGINE_ALIASES:
+        return ENGINE_ALIASES[name]
+    if name not in ENGINE_NAMES:
+        raise EngineProfileError(
+            f"unknown engine {name!r} (allowed: {', '.join(ENGINE_CHOICES)}; "
+            f"{', '.join(f'{a} = {b}' for a, b in ENGINE_ALIASES.items())})"
+        )
+    return name
+
+
+def shipped_engines_path() -> Path:
+    return Path(str(resources.files("disaggsim.hardware") / "engines.json"))
+
+
+def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProfile]:
+    """Validate a parsed engine-profile file: every error names the file and the field."""
+    if not isinstance(raw, dict):
+        raise EngineProfileError(f"{path}: expected a JSON object at top level")
+    if raw.get("schema_version") != ENGINES_SCHEMA_VERSION:
+        raise EngineProfileError(
+            f"{path}: schema_version: expected {ENGINES_SCHEMA_VERSION}, "
+            f"got {raw.get('schema_version')!r}"
+        )
+    engines = raw.get("engines")
+    if not isinstance(engines, dict):
+        raise EngineProfileError(f"{path}: engines: missing or not an object")
+    out = {}
+    for name, prm in engines.items():
+        if name not in ENGINE_NAMES:
+            raise EngineProfileError(
+                f"{path}: engines.{name}: unknown engine (allowed: {', '.join(ENGINE_NAMES)})"
+            )
+        if not isinstance(prm, dict):
+            raise EngineProfileError(f"{path}: engines.{name}: not an object")
+        kw: dict[str, float] = {}
+        for key in PARAM_KEYS:
+            v = prm.get(key, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise EngineProfileError(
+                    f"{path}: engines.{name}.{key}: expected a number >= 0, got {v!r}"
+                )
+            kw[key] = float(v)
+        extra = ("cuda_graphs", "description", "fit_error")
+        unknown = sorted(set(prm) - set(PARAM_KEYS) - set(extra))
+        if unknown:
+            raise EngineProfileError(
+                f"{path}: engines.{name}.{unknown[0]}: unknown key "
+                f"(allowed: {', '.join((*PARAM_KEYS, *extra))})"
+            )
+        graphs = prm.get("cuda_graphs", True)
+        if not isinstance(graphs, bool):
+            raise EngineProfileError(
+                f"{path}: engines.{name}.cuda_graphs: expected true or false, got {graphs!r}"
+            )
+        out[name] = EngineProfile(
+            name=name,
+            cuda_graphs=graphs,
+            description=str(prm.get("description", "")),
+            fit_error=dict(prm.get("fit_error") or {}),
+            **kw,
+        )
+    missing = [n for n in ENGINE_NAMES if n not in out]
+    if missing:
+        raise EngineProfileError(f"{path}: engines.{missing[0]}: missing")
+    return out
+
+
+def load_engines(path: str | Path | None = None) -> dict[str, EngineProfile]:
+    """The engine profiles in ``path`` (default: the shipped ``engines.json``)."""
+    p = shipped_engines_path() if path is None else Path(path)
+    if not p.is_file():
+        raise EngineProfileError(f"{p}: engine-profile file not found")
+    try:
+        raw = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise EngineProfileError(f"{p}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    return engines_from_dict(raw, str(p))
+
+
+def get_engine(name: str, path: str | Path | None = None) -> EngineProfile:
+    """The profile of engine ``name`` (aliases allowed)."""
+    return load_engines(path)[canonical_engine(name)]
+
+
+def resolve_engine(engine: str | EngineProfile) -> EngineProfile:
+    """``engine`` as a profile: a name (aliases allowed) is looked up in the shipped file;
+    an unknown name is a one-line :class:`~disaggsim.errors.UserError`."""
+    from disaggsim.errors import UserError
+
+    if isinstance(engine, EngineProfile):
+        return engine
+    try:
+        return get_engine(engine)
+    except EngineProfileError as e:
+        raise UserError(str(e)) from None

@@ -1,0 +1,143 @@
+"""Serving-engine profiles, attention backends and the Hopper rule in the step model."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import pytest
+
+from disaggsim.catalog import get_gpu
+from disaggsim.config.scenario import AttentionBackend, Engine
+from disaggsim.costmodel.step import build_worker_cost
+from disaggsim.errors import UserError
+from disaggsim.hardware.engines import (
+    ENGINE_ALIASES,
+    ENGINE_CHOICES,
+    ENGINE_NAMES,
+    ZERO_ENGINE,
+    EngineProfile,
+    EngineProfileError,
+    canonical_engine,
+    engines_from_dict,
+    load_engines,
+    shipped_engines_path,
+)
+from disaggsim.hardware.profile import ATTENTION_CHOICES, load_profile
+
+
+def test_scenario_literals_are_the_model_choices() -> None:
+    assert set(typing.get_args(Engine)) == set(ENGINE_CHOICES)
+    assert set(typing.get_args(AttentionBackend)) == set(ATTENTION_CHOICES)
+
+
+def test_old_engine_names_are_aliases() -> None:
+    assert canonical_engine("cuda-graphs") == "vllm"
+    assert canonical_engine("eager") == "vllm-eager-2023"
+    eng = load_engines()
+    for alias, name in ENGINE_ALIASES.items():
+        a = build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=alias)
+        b = build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=name)
+        assert a.engine == b.engine == name and a.decode_coeffs(8) == b.decode_coeffs(8)
+        assert a.engine_profile == eng[name]
+    with pytest.raises(UserError, match=r"unknown engine 'tgi' \(allowed: vllm, sglang, trtllm"):
+        build_worker_cost("llama-3-8b", "h100-sxm", 1, engine="tgi")
+
+
+def test_every_shipped_engine_is_fitted_and_loads() -> None:
+    eng = load_engines()
+    assert set(eng) == set(ENGINE_NAMES)
+    raw = json.loads(shipped_engines_path().read_text())
+    for name in ENGINE_NAMES:
+        assert raw["engines"][name]["fit_error"]["all"]["n"] >= 1
+    # the eager 2023 engine pays host time per layer with TP (Python all-reduce launches)
+    assert eng["vllm-eager-2023"].per_layer_tp_s > 0 and not eng["vllm-eager-2023"].cuda_graphs
+
+
+def test_engine_overhead_by_hand() -> None:
+    e = EngineProfile(
+        name="vllm",
+        per_iteration_s=1e-4,
+        per_tp_rank_s=2e-5,
+        per_seq_s=1e-6,
+        per_token_s=1e-7,
+        per_layer_s=3e-6,
+        per_layer_tp_s=5e-6,
+    )
+    # tp 4, 80 layers, 16 sequences, 16 tokens (a decode step)
+    want = 1e-4 + 3 * 2e-5 + 16 * 1e-6 + 16 * 1e-7 + 80 * (3e-6 + 5e-6)
+    assert e.overhead_s(4, 80, 16, 16) == pytest.approx(want, rel=1e-12)
+    # a decode step's overhead part is exactly the engine's overhead at (batch, batch)
+    with_e = build_worker_cost("llama-3-70b", "h100-sxm", 4, engine=e)
+    bare = build_worker_cost("llama-3-70b", "h100-sxm", 4, engine=ZERO_ENGINE)
+    diff = with_e.decode_time_s(16, 16 * 1000) - bare.decode_time_s(16, 16 * 1000)
+    assert diff == pytest.approx(e.overhead_s(4, 80, 16, 16), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        (lambda d: d["engines"].pop("sglang"), r"engines\.sglang: missing"),
+        (
+            lambda d: d["engines"]["vllm"].update(per_seq_s=-1),
+            r"engines\.vllm\.per_seq_s: expected",
+        ),
+        (lambda d: d["engines"]["vllm"].update(speed=1), r"engines\.vllm\.speed: unknown key"),
+        (lambda d: d["engines"].update(tgi={}), r"engines\.tgi: unknown engine"),
+    ],
+)
+def test_bad_engine_file_is_one_line_naming_the_field(change, pattern) -> None:
+    raw = json.loads(shipped_engines_path().read_text())
+    change(raw)
+    with pytest.raises(EngineProfileError, match=pattern):
+        engines_from_dict(raw, "x.json")
+
+
+def test_named_attention_backend_and_auto() -> None:
+    prof = load_profile("h100-sxm")
+    auto = build_worker_cost("llama-3-70b", "h100-sxm", 4)
+    assert auto.decode_backend in prof.attention_auto["decode"]
+    for name in prof.attention_backends:
+        w = build_worker_cost("llama-3-70b", "h100-sxm", 4, attention_backend=name)
+        assert (w.decode_backend, w.prefill_backend) == (name, name)
+        # auto is the fastest of its candidates for this head layout at the reference shapes
+        if name in prof.attention_auto["decode"]:
+            assert auto.decode_time_s(64, 64 * 1024) <= w.decode_time_s(64, 64 * 1024) * 1.05
+    with pytest.raises(UserError, match=r"attention backend 'flex' is not fitted .*allowed here"):
+        build_worker_cost("llama-3-70b", "h100-sxm", 4, attention_backend="flex")
+
+
+def test_fp8_weights_add_one_quantisation_kernel_per_gemm() -> None:
+    bf = build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=ZERO_ENGINE)
+    f8 = build_worker_cost("llama-3-8b", "h100-sxm", 1, weight_dtype="fp8", engine=ZERO_ENGINE)
+    ew = load_profile("h100-sxm").elementwise
+    m = 256
+    extra = f8.breakdown(decode_batch=m, decode_context_tokens=m * 512).elementwise_s - (
+        bf.breakdown(decode_batch=m, decode_context_tokens=m * 512).elementwise_s
+    )
+    # four GEMM inputs per layer (k = hidden, q heads x dim, hidden, ffn): 3 bytes per element
+    ks = (4096, 4096, 4096, 14336)
+    hbm = get_gpu("h100-sxm").hbm_bytes_per_s
+    want = 32 * sum(ew.launch_s + 3.0 * m * k / (hbm * ew.bw_eff) for k in ks)
+    assert extra == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "model, tp, batch, ctx", [("llama-3-8b", 1, 64, 4096), ("llama-2-7b", 1, 16, 8192)]
+)
+def test_hopper_decode_step_follows_the_bandwidth_ratio(model, tp, batch, ctx) -> None:
+    """Same SM architecture, different peaks: H200 and H100 profiles share every
+    efficiency, so a memory-bound decode step (weights + KV streamed, > 15 GB) is faster on
+    the H200 by the HBM bandwidth ratio 4.8 / 3.35 = 1.433, within 10% (the part of the
+    step that does not scale: kernel floors and the engine's host time, here left out)."""
+    h1 = load_profile("h100-sxm")
+    h2 = load_profile("h200-sxm")
+    assert h2.gemm_params("bf16") == h1.gemm_params("bf16")
+    assert h2.attention_backends["vllm-flash"] == h1.attention_backends["vllm-flash"]
+    t = [
+        build_worker_cost(model, g, tp, engine=ZERO_ENGINE).decode_time_s(batch, batch * ctx)
+        for g in ("h100-sxm", "h200-sxm")
+    ]
+    ratio_bw = get_gpu("h200-sxm").hbm_bytes_per_s / get_gpu("h100-sxm").hbm_bytes_per_s
+    assert t[0] / t[1] == pytest.approx(ratio_bw, rel=0.10)
+    assert t[0] / t[1] <= ratio_bw  # floors do not scale: never faster than bandwidth allows
