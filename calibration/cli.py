@@ -44,6 +44,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", dest="raw_out", metavar="DIR", help="folder for the raw CSVs")
     p.add_argument("--quick", action="store_true", help="smaller sweeps (GPU: about a minute)")
+    p.add_argument(
+        "--ops",
+        metavar="OP,OP",
+        help="comma-separated sweeps to run (default all: gemm, decode_attention, "
+        "prefill_attention, elementwise, copy, allreduce)",
+    )
     p.set_defaults(func=_cmd_run)
     sub = p.add_subparsers(
         dest="calibrate_command", metavar="{fit,show,validate,validate-steps,fit-steps}"
@@ -118,12 +124,19 @@ def _cmd_run(args) -> int:
     from calibration import harness
     from disaggsim.output import claim_folder, seal_folder
 
+    names = tuple(n for n, _ in harness.BENCHES)
+    ops = None
+    if args.ops:
+        ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
+        bad = [o for o in ops if o not in names]
+        if bad:
+            raise UserError(f"--ops: unknown sweep {bad[0]!r} (allowed: {', '.join(names)})")
     out = Path(args.raw_out)
     previous = claim_folder(out, "calibrate", "--out")
     if previous is not None:
         print(f"{out}: replacing the earlier disaggsim {previous.command} result there")
     try:
-        harness.run(args.device, out, quick=args.quick)
+        harness.run(args.device, out, quick=args.quick, ops=ops)
     finally:
         seal_folder(out, "calibrate")
     return 0

@@ -192,8 +192,13 @@ def fit_gemm(
     def model(p, idx):
         return ops.gemm_time_s(peaks, prm_of(p), m[idx], n[idx], k[idx], dtype) + extra[idx]
 
-    starts = [(5e-6, 0.75, 64.0, 0.8), (2e-6, 0.9, 256.0, 0.6), (1e-5, 0.5, 16.0, 0.9)]
-    lo, hi = (1e-8, 1e-4, 1e-2, 1e-4), (1e-2, 1.0, 1e5, 1.0)
+    starts: list[tuple[float, ...]] = [
+        (5e-6, 0.75, 64.0, 0.8),
+        (2e-6, 0.9, 256.0, 0.6),
+        (1e-5, 0.5, 16.0, 0.9),
+    ]
+    lo: tuple[float, ...] = (1e-8, 1e-4, 1e-2, 1e-4)
+    hi: tuple[float, ...] = (1e-2, 1.0, 1e5, 1.0)
     if launch_s is not None:
         starts = [s[1:] for s in starts]
         lo, hi = lo[1:], hi[1:]
@@ -289,8 +294,9 @@ def fit_prefill_attention(
             peaks, prm_of(p), s[idx], nt[idx], pr[idx], h[idx], d[idx], dtype
         )
 
-    starts = [(1e-5, 0.6, 512.0), (5e-6, 0.8, 128.0), (3e-5, 0.4, 2048.0)]
-    lo, hi = (1e-8, 1e-4, 1e-2), (1e-2, 1.0, 1e6)
+    starts: list[tuple[float, ...]] = [(1e-5, 0.6, 512.0), (5e-6, 0.8, 128.0), (3e-5, 0.4, 2048.0)]
+    lo: tuple[float, ...] = (1e-8, 1e-4, 1e-2)
+    hi: tuple[float, ...] = (1e-2, 1.0, 1e6)
     if floor_s is not None:
         starts = [x[1:] for x in starts]
         lo, hi = lo[1:], hi[1:]
@@ -495,9 +501,10 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
             out.not_fitted["elementwise"] = "timed call by call (launch-bound floors)"
     for op in ("decode_attention", "prefill_attention"):
         a = df[df["op"] == op]
-        for (be, dt), rows in a.groupby(["backend", "dtype"]):
-            backend = RAW_ATTENTION_BACKENDS.get(str(be))
-            key = _dtype_key(str(dt))
+        for gkey, rows in a.groupby(["backend", "dtype"]):
+            be, dt = (str(x) for x in cast(tuple, gkey))
+            backend = RAW_ATTENTION_BACKENDS.get(be)
+            key = _dtype_key(dt)
             label = f"attention.{backend or be}.{op.split('_')[0]}.{key}"
             if backend is None:
                 out.not_fitted[label] = f"backend {be!r} is not a profile attention backend"

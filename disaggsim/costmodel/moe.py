@@ -61,7 +61,7 @@ from disaggsim.costmodel.moe_params import (
     load_moe_params,
 )
 from disaggsim.errors import UserError
-from disaggsim.hardware.engines import resolve_engine
+from disaggsim.hardware.engines import EngineProfile, resolve_engine
 from disaggsim.hardware.profile import GemmParams, HardwareProfile, load_profile
 from disaggsim.units import GiB
 
@@ -351,14 +351,15 @@ class MoeWorkerCost:
         layout: MoeLayout,
         weight_dtype: str,
         kv_dtype: str,
-        engine: str,
+        engine: str | EngineProfile,
         gpu_mem_util: float,
         activation_reserve_bytes: float,
         max_seqs: int,
     ) -> None:
         self.model, self.gpu, self.profile, self.params = model, gpu, profile, params
         self.layout = layout
-        self.weight_dtype, self.kv_dtype, self.engine = weight_dtype, kv_dtype, engine
+        self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
+        self.engine = resolve_engine(engine).name
         self.gpu_mem_util = gpu_mem_util
         self.activation_reserve_bytes = activation_reserve_bytes
         self.max_seqs = max_seqs
@@ -962,7 +963,7 @@ def build_moe_worker_cost(
     ep: int | None = None,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    engine: str = "vllm",
+    engine: str | EngineProfile = "vllm",
     gpu_mem_util: float = 0.9,
     activation_reserve_bytes: float | None = None,
     profile: HardwareProfile | str | Path | None = None,
@@ -1144,10 +1145,11 @@ def build_cost(
     moe: dict | None = None,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    engine: str = "vllm",
+    engine: str | EngineProfile = "vllm",
     gpu_mem_util: float = 0.9,
     max_seqs: int = 256,
     profile: HardwareProfile | str | Path | None = None,
+    attention_backend: str = "auto",
 ):
     """The cost model of one worker of any catalog model: the dense roofline
     (:func:`disaggsim.costmodel.step.build_worker_cost`) for a dense model on a plain TP
@@ -1181,6 +1183,12 @@ def build_cost(
             engine=engine,
             gpu_mem_util=gpu_mem_util,
             profile=profile,
+            attention_backend=attention_backend,
+        )
+    if attention_backend != "auto":  # MoE/MLA attention has its own kernels (costmodel.mla)
+        raise UserError(
+            f"attention_backend: {attention_backend!r} applies to dense models; {m.id} runs "
+            "its own attention kernels (allowed: auto)"
         )
     return build_moe_worker_cost(
         m,
