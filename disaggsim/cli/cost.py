@@ -276,12 +276,23 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         **_moe_parts(cost, bd),
         "base_s": base_s,
         "per_context_token_s": per_token_s,
-        "item_bound_base_s": cost.decode_item_coeffs(b)[0],
-        "item_bound_per_context_token_s": cost.decode_item_coeffs(b)[1],
-        "knee_context_tokens": cost.decode_knee_tokens(b),
+        **_item_line(cost, b),
         "kv_capacity_tokens": cost.kv_capacity_tokens,
         "kv_tokens_used": b * c,
         "weights_bytes_per_gpu": cost.weights_bytes_per_gpu,
+    }
+
+
+def _item_line(cost: Any, b: int) -> dict[str, Any]:
+    """The dense model's item-bound decode line and knee (docs/costmodel.md); MoE workers
+    have one line."""
+    if not hasattr(cost, "decode_item_coeffs"):
+        return {}
+    item_base_s, item_per_token_s = cost.decode_item_coeffs(b)
+    return {
+        "item_bound_base_s": item_base_s,
+        "item_bound_per_context_token_s": item_per_token_s,
+        "knee_context_tokens": cost.decode_knee_tokens(b),
     }
 
 
