@@ -55,7 +55,7 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
         try:
             if self._depth > MAX_YAML_DEPTH:
@@ -64,7 +64,7 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
