@@ -99,7 +99,9 @@ class Cluster:
         self.orphan_streams: set[int] = set()  # decode target lost while still prefilling
         self.all_done = self.env.event()
         self.arrived_prompt_tokens = 0
-        self.ttft_log: list[tuple[float, float]] = []  # (first token at, ttft) in time order
+        # (first token at, ttft) in time order, for the autoscalers' TTFT signal
+        self.ttft_log: list[tuple[float, float]] = []
+        self._keep_ttft = bool(cfg.autoscalers)
         self.disaggregated = cfg.disaggregated
         self.prefill_workers: list[PrefillWorker] = []
         self.decode_workers: list[DecodeWorker] = []
@@ -129,6 +131,7 @@ class Cluster:
             raise ValueError("a disaggregated cluster needs decode workers")
         if cfg.topology is not None:
             self._check_placed(cfg.topology)
+        self.router.attach()
         self.scaling = Scaling(self)
 
     def _build_pool(self, pool: PoolSpec) -> None:
@@ -269,7 +272,8 @@ class Cluster:
         self.requests.generated[rid] = g + 1
         if g == 0:
             self.log.first_token_at_s[rid] = now
-            self.ttft_log.append((now, now - self.table.arrival_s[rid]))
+            if self._keep_ttft:
+                self.ttft_log.append((now, now - self.table.arrival_s[rid]))
         else:
             self.segments.add_point(rid, now)
 

@@ -1,8 +1,8 @@
 """What the engine records while it runs: flat per-request arrays and per-worker step logs,
 and the :class:`RawResult` it returns.
 
-The hot loop only writes numbers into preallocated numpy arrays and appends small tuples
-to lists; DataFrames and per-token timestamps are derived after the run
+The hot loop only writes numbers into preallocated numpy arrays and appends to typed
+``array.array`` columns (8 bytes a value, no Python object per entry); DataFrames and per-token timestamps are derived after the run
 (:mod:`disaggsim.metrics.reconstruct`).
 
 Status codes of a request: see :data:`STATUS_NAMES`.
@@ -11,8 +11,10 @@ Status codes of a request: see :data:`STATUS_NAMES`.
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 import numpy as np
 
@@ -36,7 +38,7 @@ def _times(n: int) -> np.ndarray:
     return np.full(n, np.nan)
 
 
-def _ints(n: int, fill: int) -> np.ndarray:
+def _counts(n: int, fill: int) -> np.ndarray:
     return np.full(n, fill, dtype=np.int64)
 
 
@@ -79,13 +81,13 @@ class RequestLog:
             decode_admit_at_s=_times(n),
             first_token_at_s=_times(n),
             finish_at_s=_times(n),
-            prefill_worker=_ints(n, -1),
-            decode_worker=_ints(n, -1),
-            first_token_step=_ints(n, -1),
-            num_preemptions=_ints(n, 0),
-            num_retries=_ints(n, 0),
-            num_prefills=_ints(n, 0),
-            status=_ints(n, STATUS_UNFINISHED),
+            prefill_worker=_counts(n, -1),
+            decode_worker=_counts(n, -1),
+            first_token_step=_counts(n, -1),
+            num_preemptions=_counts(n, 0),
+            num_retries=_counts(n, 0),
+            num_prefills=_counts(n, 0),
+            status=_counts(n, STATUS_UNFINISHED),
         )
 
     @property
@@ -95,6 +97,63 @@ class RequestLog:
     def columns(self) -> dict[str, np.ndarray]:
         """Every array column by name (the declared field order)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "reason"}
+
+
+def _floats() -> array[float]:
+    return array("d")
+
+
+def _ints() -> array[int]:
+    return array("q")
+
+
+class PrefillIters:
+    """Prefill-only iterations (and swap stalls) of one worker as columns, read and
+    written as ``(start_at_s, duration_s, num_seqs, num_tokens)`` rows."""
+
+    __slots__ = ("duration_s", "num_seqs", "num_tokens", "start_at_s")
+
+    def __init__(self) -> None:
+        self.start_at_s = _floats()
+        self.duration_s = _floats()
+        self.num_seqs = _ints()
+        self.num_tokens = _ints()
+
+    def append(self, row: tuple[float, float, int, int]) -> None:
+        self.start_at_s.append(row[0])
+        self.duration_s.append(row[1])
+        self.num_seqs.append(row[2])
+        self.num_tokens.append(row[3])
+
+    def __len__(self) -> int:
+        return len(self.start_at_s)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[float, float, int, int]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[float, float, int, int]]: ...
+
+    def __getitem__(
+        self, i: int | slice
+    ) -> tuple[float, float, int, int] | list[tuple[float, float, int, int]]:
+        if isinstance(i, slice):
+            return list(
+                zip(
+                    self.start_at_s[i],
+                    self.duration_s[i],
+                    self.num_seqs[i],
+                    self.num_tokens[i],
+                    strict=True,
+                )
+            )
+        return (self.start_at_s[i], self.duration_s[i], self.num_seqs[i], self.num_tokens[i])
+
+    def __setitem__(self, i: int, row: tuple[float, float, int, int]) -> None:
+        self.start_at_s[i], self.duration_s[i], self.num_seqs[i], self.num_tokens[i] = row
+
+    def __iter__(self) -> Iterator[tuple[float, float, int, int]]:
+        return zip(self.start_at_s, self.duration_s, self.num_seqs, self.num_tokens, strict=True)
 
 
 @dataclass(slots=True)
@@ -111,14 +170,14 @@ class StepLog:
     ``(start_at_s, duration_s, num_seqs, num_tokens)``.
     """
 
-    run_start_at_s: list[float] = field(default_factory=list)
-    run_steps: list[int] = field(default_factory=list)
-    run_batch: list[int] = field(default_factory=list)
-    run_context0: list[int] = field(default_factory=list)
-    run_base_s: list[float] = field(default_factory=list)
-    run_per_token_s: list[float] = field(default_factory=list)
-    run_prefill_tokens: list[int] = field(default_factory=list)
-    prefill_iters: list[tuple[float, float, int, int]] = field(default_factory=list)
+    run_start_at_s: array[float] = field(default_factory=_floats)
+    run_steps: array[int] = field(default_factory=_ints)
+    run_batch: array[int] = field(default_factory=_ints)
+    run_context0: array[int] = field(default_factory=_ints)
+    run_base_s: array[float] = field(default_factory=_floats)
+    run_per_token_s: array[float] = field(default_factory=_floats)
+    run_prefill_tokens: array[int] = field(default_factory=_ints)
+    prefill_iters: PrefillIters = field(default_factory=lambda: PrefillIters())
 
     def add_run(
         self,
@@ -173,7 +232,9 @@ class StepLog:
         """Σ sequences × seconds over the iterations (token-step runs: their batch;
         prefill-only iterations: their prompts; swap stalls: none)."""
         runs = self._run_durations_s() * np.asarray(self.run_batch, dtype=float)
-        return float(runs.sum() + sum(p[1] * p[2] for p in self.prefill_iters))
+        it = self.prefill_iters
+        prefill = np.dot(np.asarray(it.duration_s), np.asarray(it.num_seqs, dtype=float))
+        return float(runs.sum() + prefill)
 
     def busy_s(self) -> float:
         """Seconds this worker spent computing (token steps plus prefill-only iterations)."""
@@ -183,18 +244,18 @@ class StepLog:
         per = np.asarray(self.run_per_token_s)
         ctx = np.asarray(self.run_context0, dtype=float)
         runs = steps * base + per * (steps * ctx + batch * steps * (steps - 1) / 2)
-        return float(runs.sum() + sum(p[1] for p in self.prefill_iters))
+        return float(runs.sum() + sum(self.prefill_iters.duration_s))
 
 
 @dataclass(slots=True)
 class Samples:
     """Time series sampled at state changes: one row per (time, worker)."""
 
-    at_s: list[float] = field(default_factory=list)
-    worker: list[int] = field(default_factory=list)
-    queue_len: list[int] = field(default_factory=list)
-    batch: list[int] = field(default_factory=list)
-    kv_used_tokens: list[int] = field(default_factory=list)
+    at_s: array[float] = field(default_factory=_floats)
+    worker: array[int] = field(default_factory=_ints)
+    queue_len: array[int] = field(default_factory=_ints)
+    batch: array[int] = field(default_factory=_ints)
+    kv_used_tokens: array[int] = field(default_factory=_ints)
 
 
 @dataclass(slots=True)
@@ -206,11 +267,11 @@ class Segments:
     1`` (``at_s`` NaN). A point segment (``worker`` −1, ``start_step`` −1, one token) is
     the token a re-prefill produced, delivered at ``at_s``."""
 
-    rid: list[int] = field(default_factory=list)
-    worker: list[int] = field(default_factory=list)
-    start_step: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    at_s: list[float] = field(default_factory=list)
+    rid: array[int] = field(default_factory=_ints)
+    worker: array[int] = field(default_factory=_ints)
+    start_step: array[int] = field(default_factory=_ints)
+    tokens: array[int] = field(default_factory=_ints)
+    at_s: array[float] = field(default_factory=_floats)
 
     def add(self, rid: int, worker: int, start_step: int, tokens: int) -> None:
         self.rid.append(rid)
@@ -232,9 +293,9 @@ class RouterSamples:
     """Router state at each change: requests held at the router, and prefilled KV bytes
     waiting for a decode worker (orphaned KV)."""
 
-    at_s: list[float] = field(default_factory=list)
-    queue_len: list[int] = field(default_factory=list)
-    orphaned_kv_bytes: list[int] = field(default_factory=list)
+    at_s: array[float] = field(default_factory=_floats)
+    queue_len: array[int] = field(default_factory=_ints)
+    orphaned_kv_bytes: array[int] = field(default_factory=_ints)
 
 
 class Allocation(NamedTuple):

@@ -1,14 +1,23 @@
 """Each request's token counts and the KV block arithmetic the whole engine shares.
 
-Columnar: one Python list per quantity, indexed by request id (list indexing is the
-fastest random access the hot loop has; numpy scalars would be slower per call). What a
+Columnar: one typed ``array.array`` per quantity, indexed by request id (as fast to index
+as a list, 8 bytes a request instead of a Python int object; numpy scalars would be
+slower per access). What a
 request *may* need (``max_tokens``: what the client allowed) is what routing, admission
 and reservations plan on; what it gets (``output_tokens``) only decides when it stops.
 """
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
+
 from disaggsim.workload.requests import Requests
+
+
+def _column(values: np.ndarray) -> array[int]:
+    return array("q", np.ascontiguousarray(values, dtype=np.int64).tobytes())
 
 
 class RequestState:
@@ -34,15 +43,15 @@ class RequestState:
         n = len(requests)
         self.block_tokens = block_tokens
         self.reserve_full = reserve_full
-        self.prompt_tokens: list[int] = requests.prompt_tokens.tolist()
-        self.output_tokens: list[int] = requests.output_tokens.tolist()
+        self.prompt_tokens = _column(requests.prompt_tokens)
+        self.output_tokens = _column(requests.output_tokens)
         # no max_tokens given: a client asking for exactly the reply it gets
         cap = requests.max_tokens if requests.max_tokens is not None else requests.output_tokens
-        self.max_tokens: list[int] = cap.tolist()
-        self.generated: list[int] = [0] * n  # tokens delivered so far
+        self.max_tokens = _column(cap)
+        self.generated = array("q", bytes(8 * n))  # tokens delivered so far
         # tokens the last prefill computed (prompt + tokens delivered when it started)
-        self.prefilled_tokens: list[int] = list(self.prompt_tokens)
-        self.ended: list[bool] = [False] * n  # completed, rejected or abandoned
+        self.prefilled_tokens = array("q", self.prompt_tokens)
+        self.ended = bytearray(n)  # 1: completed, rejected or abandoned
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)

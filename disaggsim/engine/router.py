@@ -15,9 +15,10 @@ cannot get here). Ties are broken by worker index, never at random.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import simpy
 
@@ -27,54 +28,149 @@ from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
     from disaggsim.engine.handoff import Handoff
-    from disaggsim.engine.workers import ColocatedWorker, DecodeWorker, PrefillWorker
+    from disaggsim.engine.workers import ColocatedWorker, DecodeWorker, PrefillWorker, Worker
 
     FrontWorker = PrefillWorker | ColocatedWorker
+
+W = TypeVar("W", bound="Worker")
+
+
+# -- indexed workers -----------------------------------------------------------------------
+
+
+class _Heap(Generic[W]):
+    """Workers ordered by ``key`` (smallest first) in a binary heap with lazy
+    invalidation: a worker whose key changed is pushed again under a new version, and
+    entries whose version is not the worker's current one are dropped when they surface.
+    Only accepting workers are in it. O(log W) per change and per look."""
+
+    def __init__(self, workers: Sequence[W], key: Callable[[W], tuple[int, ...]]) -> None:
+        self._workers = workers
+        self._key = key
+        self._version = [0] * len(workers)
+        self._heap: list[tuple[tuple[int, ...], int, int]] = []
+
+    def update(self, pos: int) -> None:
+        """Worker ``pos`` changed: index it under its current key (if accepting)."""
+        self._version[pos] += 1
+        w = self._workers[pos]
+        if w.accepting:
+            heapq.heappush(self._heap, (self._key(w), self._version[pos], pos))
+        if len(self._heap) > 4 * len(self._workers) + 64:  # too many stale entries
+            self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
+            heapq.heapify(self._heap)
+
+    def _valid(self, entry: tuple[tuple[int, ...], int, int]) -> bool:
+        return entry[1] == self._version[entry[2]]
+
+    def top(self) -> W | None:
+        heap = self._heap
+        while heap:
+            if self._valid(heap[0]):
+                return self._workers[heap[0][2]]
+            heapq.heappop(heap)
+        return None
+
+    def first(self, take: Callable[[W], bool | None]) -> W | None:
+        """The first worker, in key order, for which ``take`` is True; ``take``
+        returning None stops the search (no later worker can qualify)."""
+        heap = self._heap
+        seen: list[tuple[tuple[int, ...], int, int]] = []
+        found: W | None = None
+        while heap:
+            entry = heapq.heappop(heap)
+            if not self._valid(entry):
+                continue
+            seen.append(entry)
+            w = self._workers[entry[2]]
+            verdict = take(w)
+            if verdict:
+                found = w
+                break
+            if verdict is None:
+                break
+        for entry in seen:
+            heapq.heappush(heap, entry)
+        return found
 
 
 # -- prefill choice -------------------------------------------------------------------------
 
 
 class PrefillChoice(Protocol):
-    def choose(self, workers: Sequence[FrontWorker]) -> FrontWorker:
-        """One of ``workers`` (all accepting work, at least one)."""
+    """Picks a prefill (or colocated) worker among those accepting work. ``update`` is
+    told each worker whose routing quantities changed, before each choice."""
+
+    def update(self, pos: int, accepting_changed: bool) -> None: ...
+
+    def choose(self) -> FrontWorker:
+        """One accepting worker (the router checks there is one)."""
         ...
 
 
 class RoundRobin:
     """Each accepting worker in turn (the turn counts admissions, not workers)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: Sequence[FrontWorker]) -> None:
+        self._workers = workers
         self._next = 0
+        self._accepting: list[int] = []  # positions of accepting workers, in order
+        self._stale = True
 
-    def choose(self, workers: Sequence[FrontWorker]) -> FrontWorker:
-        w = workers[self._next % len(workers)]
+    def update(self, pos: int, accepting_changed: bool) -> None:
+        if accepting_changed:
+            self._stale = True
+
+    def choose(self) -> FrontWorker:
+        if self._stale:
+            self._accepting = [i for i, w in enumerate(self._workers) if w.accepting]
+            self._stale = False
+        w = self._workers[self._accepting[self._next % len(self._accepting)]]
         self._next += 1
         return w
 
 
-class LeastTokens:
+class _ByKey:
+    def __init__(self, workers: Sequence[FrontWorker]) -> None:
+        self._heap = _Heap(workers, self.key)
+
+    @staticmethod
+    def key(w: FrontWorker) -> tuple[int, ...]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def update(self, pos: int, accepting_changed: bool) -> None:
+        self._heap.update(pos)
+
+    def choose(self) -> FrontWorker:
+        w = self._heap.top()
+        assert w is not None
+        return w
+
+
+class LeastTokens(_ByKey):
     """Fewest prompt tokens queued, then fewest requests outstanding, then index."""
 
-    def choose(self, workers: Sequence[FrontWorker]) -> FrontWorker:
-        return min(workers, key=lambda x: (x.queued_tokens, x.num_outstanding, x.index))
+    @staticmethod
+    def key(w: FrontWorker) -> tuple[int, ...]:
+        return (w.queued_tokens, w.num_outstanding, w.index)
 
 
-class ShortestQueue:
+class ShortestQueue(_ByKey):
     """Fewest requests outstanding, then index."""
 
-    def choose(self, workers: Sequence[FrontWorker]) -> FrontWorker:
-        return min(workers, key=lambda x: (x.num_outstanding, x.index))
+    @staticmethod
+    def key(w: FrontWorker) -> tuple[int, ...]:
+        return (w.num_outstanding, w.index)
 
 
-def prefill_choice(policy: PrefillPolicy) -> PrefillChoice:
+def prefill_choice(policy: PrefillPolicy, workers: Sequence[FrontWorker]) -> PrefillChoice:
     match policy:
         case "round_robin":
-            return RoundRobin()
+            return RoundRobin(workers)
         case "least_tokens":
-            return LeastTokens()
+            return LeastTokens(workers)
         case "shortest_queue":
-            return ShortestQueue()
+            return ShortestQueue(workers)
     raise ValueError(f"prefill_policy: {policy!r}")  # unreachable: EngineConfig checks it
 
 
@@ -82,54 +178,94 @@ def prefill_choice(policy: PrefillPolicy) -> PrefillChoice:
 
 
 class DecodeChoice(Protocol):
-    def choose(self, workers: Sequence[DecodeWorker], src: PrefillWorker) -> DecodeWorker:
-        """One of ``workers`` (all with room for the request, at least one) for a
-        handoff from ``src``."""
-        ...
+    """Picks a decode worker with room for a handoff needing ``need`` blocks
+    (:meth:`DecodeWorker.room_blocks`), or None when none has room."""
+
+    def update(self, pos: int) -> None: ...
+
+    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None: ...
 
 
 class MostFreeKv:
-    """Most free KV blocks, then lowest index."""
+    """Most free KV blocks, then lowest index. Workers are kept in a heap by free
+    blocks; the search walks it from the top and stops at the first with room, or where
+    even a worker's free blocks (less the smallest watermark and one block) fall short."""
 
-    def choose(self, workers: Sequence[DecodeWorker], src: PrefillWorker) -> DecodeWorker:
-        return max(workers, key=lambda x: (x.free_blocks, -x.index))
+    def __init__(self, workers: Sequence[DecodeWorker]) -> None:
+        self._heap = _Heap(workers, lambda w: (-w.free_blocks, w.index))
+        self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
+
+    def update(self, pos: int) -> None:
+        self._heap.update(pos)
+
+    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
+        slack = 1 + self._min_watermark
+
+        def take(w: DecodeWorker) -> bool | None:
+            if w.room_blocks() >= need:
+                return True
+            return False if w.free_blocks - slack >= need else None
+
+        return self._heap.first(take)
 
 
 class RoundRobinDecode:
-    """The next decode worker (by index, cyclically) after the last one chosen."""
+    """The next decode worker (by index, cyclically) with room, after the last one
+    chosen."""
 
-    def __init__(self, num_workers: int) -> None:
-        self._n = num_workers
+    def __init__(self, workers: Sequence[DecodeWorker]) -> None:
+        self._workers = workers
         self._next = 0
 
-    def choose(self, workers: Sequence[DecodeWorker], src: PrefillWorker) -> DecodeWorker:
-        n = self._n
-        w = min(workers, key=lambda x: (x.index - self._next) % n)
-        self._next = (w.index + 1) % n
-        return w
+    def update(self, pos: int) -> None:
+        pass
+
+    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
+        workers = self._workers
+        n = len(workers)
+        if n == 0:
+            return None
+        # cyclic order of (index - next) mod n, indices being global worker indices
+        start = (self._next - workers[0].index) % n
+        for k in range(n):
+            w = workers[(start + k) % n]
+            if w.room_blocks() >= need:
+                self._next = (w.index + 1) % n
+                return w
+        return None
 
 
 class FastestPath:
     """Topology fabric: the fastest path kind (NVLink, PCIe peer, RDMA, staged), then the
-    least loaded path, then most free KV, then index."""
+    least loaded path, then most free KV, then index. Path loads change with every flow,
+    so this policy scans the decode workers (O(W) per handoff)."""
 
-    def __init__(self, handoff: Handoff) -> None:
+    def __init__(self, workers: Sequence[DecodeWorker], handoff: Handoff) -> None:
+        self._workers = workers
         self._handoff = handoff
 
-    def choose(self, workers: Sequence[DecodeWorker], src: PrefillWorker) -> DecodeWorker:
+    def update(self, pos: int) -> None:
+        pass
+
+    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
         rank = self._handoff.path_rank_and_load
-        return min(workers, key=lambda x: (*rank(src.index, x.index), -x.free_blocks, x.index))
+        fits = [w for w in self._workers if w.room_blocks() >= need]
+        if not fits:
+            return None
+        return min(fits, key=lambda x: (*rank(src.index, x.index), -x.free_blocks, x.index))
 
 
-def decode_choice(policy: DecodePolicy, num_workers: int, handoff: Handoff) -> DecodeChoice:
+def decode_choice(
+    policy: DecodePolicy, workers: Sequence[DecodeWorker], handoff: Handoff
+) -> DecodeChoice:
     match policy:
         case "most_free_kv":
-            return MostFreeKv()
+            return MostFreeKv(workers)
         case "round_robin":
-            return RoundRobinDecode(num_workers)
+            return RoundRobinDecode(workers)
         case "fastest_path":
             # without a topology every path is alike: most free KV
-            return FastestPath(handoff) if handoff.net is not None else MostFreeKv()
+            return FastestPath(workers, handoff) if handoff.net is not None else MostFreeKv(workers)
     raise ValueError(f"decode_policy: {policy!r}")  # unreachable: EngineConfig checks it
 
 
@@ -160,14 +296,62 @@ class Router:
         self.handoff_fabric = handoff
         self.samples = samples
         self.kv_aware = kv_aware
-        self.prefill = prefill_choice(prefill_policy)
-        self.decode = decode_choice(decode_policy, len(decode_workers), handoff)
+        self._prefill_policy = prefill_policy
+        self._decode_policy = decode_policy
         self.queue: deque[int] = deque()  # held at the router (back-pressure / no worker)
         self.committed: dict[int, int] = {}  # admitted to prefill, decode blocks promised
         self.committed_blocks = 0
         self.pending: deque[int] = deque()  # prefilled, waiting for decode KV room
         self._pending_src: dict[int, PrefillWorker] = {}
         self.orphaned_bytes = 0
+
+    def attach(self) -> None:
+        """Index the workers (once every pool is built): each reports its changes here."""
+        self.prefill = prefill_choice(self._prefill_policy, self.front_workers)
+        self.decode = decode_choice(self._decode_policy, self.decode_workers, self.handoff_fabric)
+        self._front_changes: set[int] = set()
+        self._decode_changes: set[int] = set()
+        self._front_pos = {w.index: i for i, w in enumerate(self.front_workers)}
+        self._decode_pos = {w.index: i for i, w in enumerate(self.decode_workers)}
+        self._front_accepting = [False] * len(self.front_workers)
+        self._num_front_accepting = 0
+        # kv_aware: Σ over accepting decode workers of max(0, capacity - watermark -
+        # eventual blocks), kept per worker and in total
+        self._room = [0] * len(self.decode_workers)
+        self._room_total = 0
+        for w in self.front_workers:
+            w.watch(self._front_changes)
+        for dw in self.decode_workers:
+            dw.watch(self._decode_changes)
+
+    def _refresh(self) -> None:
+        """Bring the indexes up to date with the workers that changed since the last
+        decision (work per change, not per worker)."""
+        if self._front_changes:
+            pos_of = self._front_pos
+            for index in self._front_changes:
+                pos = pos_of[index]
+                now = self.front_workers[pos].accepting
+                changed = now != self._front_accepting[pos]
+                if changed:
+                    self._front_accepting[pos] = now
+                    self._num_front_accepting += 1 if now else -1
+                self.prefill.update(pos, changed)
+            self._front_changes.clear()
+        if self._decode_changes:
+            pos_of = self._decode_pos
+            for index in self._decode_changes:
+                pos = pos_of[index]
+                self.decode.update(pos)
+                w = self.decode_workers[pos]
+                room = (
+                    max(0, w.kv_capacity_blocks - w.watermark_blocks - w.eventual_blocks)
+                    if w.accepting
+                    else 0
+                )
+                self._room_total += room - self._room[pos]
+                self._room[pos] = room
+            self._decode_changes.clear()
 
     # -- front: arrivals and re-prefills ------------------------------------------------
 
@@ -181,16 +365,11 @@ class Router:
         """Blocks the decode pool can still promise: capacity less the watermark, less
         what its assigned sequences may hold at their longest, less what is promised to
         requests still in prefill."""
-        room = sum(
-            max(0, w.kv_capacity_blocks - w.watermark_blocks - w.eventual_blocks)
-            for w in self.decode_workers
-            if w.accepting
-        )
-        return room - self.committed_blocks
+        return self._room_total - self.committed_blocks
 
     def _try_route(self, rid: int) -> bool:
-        workers = [w for w in self.front_workers if w.accepting]
-        if not workers:
+        self._refresh()
+        if not self._num_front_accepting:
             return False
         if self.kv_aware:
             need = self.requests.full_blocks(rid)
@@ -198,7 +377,7 @@ class Router:
                 return False
             self.committed[rid] = need
             self.committed_blocks += need
-        self.prefill.choose(workers).submit(rid)
+        self.prefill.choose().submit(rid)
         return True
 
     def drain_queue(self) -> None:
@@ -248,10 +427,10 @@ class Router:
         return self._try_handoff(rid, src, prefill_s)
 
     def _try_handoff(self, rid: int, src: PrefillWorker, prefill_s: float | None = None) -> bool:
-        workers = [w for w in self.decode_workers if w.can_accept(rid)]
-        if not workers:
+        self._refresh()
+        w = self.decode.choose(self.requests.join_blocks(rid), src)
+        if w is None:
             return False
-        w = self.decode.choose(workers, src)
         self.uncommit(rid)
         w.reserve(rid)
         self.handoff_fabric.start_transfer(rid, src, w, prefill_s)

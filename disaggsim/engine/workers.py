@@ -45,7 +45,6 @@ from collections.abc import Generator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
 import simpy
 
 from disaggsim.costmodel.interface import WorkerCost
@@ -131,26 +130,82 @@ class Worker:
         self.kv_capacity_blocks = cost.kv_capacity_tokens // self.block_tokens
         # blocks kept free when admitting (a share of the capacity, fixed per worker)
         self.watermark_blocks = math.ceil(kv_watermark * self.kv_capacity_blocks)
-        self.kv_used_blocks = 0
+        # the router indexes workers by these quantities: every change is reported
+        # through the properties below into the set given to watch()
+        self._changes: set[int] = set()
+        self._kv_used_blocks = 0
+        self._alive = True
+        self._state = WorkerState.IN_SERVICE
+        self._queued_tokens = 0  # prompt tokens assigned here and not yet prefilled
+        self._num_outstanding = 0  # requests assigned here and not yet finished/handed off
         self.steps = StepLog()
-        self.alive = True
-        self.state = WorkerState.IN_SERVICE
         self.num_failures = 0
         self._wake: simpy.Event | None = None
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
-        self.queued_tokens = 0  # prompt tokens assigned here and not yet prefilled
-        self.num_outstanding = 0  # requests assigned here and not yet finished/handed off
         self.proc = self.env.process(self._main())
+
+    def watch(self, changes: set[int]) -> None:
+        """Report this worker's index into ``changes`` whenever a quantity the router
+        indexes changes (KV blocks in use, queued tokens, outstanding requests, life)."""
+        self._changes = changes
+        changes.add(self.index)
+
+    @property
+    def kv_used_blocks(self) -> int:
+        return self._kv_used_blocks
+
+    @kv_used_blocks.setter
+    def kv_used_blocks(self, blocks: int) -> None:
+        self._kv_used_blocks = blocks
+        self._changes.add(self.index)
+
+    @property
+    def queued_tokens(self) -> int:
+        """Prompt tokens assigned here and not yet prefilled."""
+        return self._queued_tokens
+
+    @queued_tokens.setter
+    def queued_tokens(self, tokens: int) -> None:
+        self._queued_tokens = tokens
+        self._changes.add(self.index)
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests assigned here and not yet finished or handed off."""
+        return self._num_outstanding
+
+    @num_outstanding.setter
+    def num_outstanding(self, n: int) -> None:
+        self._num_outstanding = n
+        self._changes.add(self.index)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    @alive.setter
+    def alive(self, alive: bool) -> None:
+        self._alive = alive
+        self._changes.add(self.index)
+
+    @property
+    def state(self) -> WorkerState:
+        return self._state
+
+    @state.setter
+    def state(self, state: WorkerState) -> None:
+        self._state = state
+        self._changes.add(self.index)
 
     @property
     def accepting(self) -> bool:
         """Takes new work: alive and in service (not starting, draining or released)."""
-        return self.alive and self.state is WorkerState.IN_SERVICE
+        return self._alive and self._state is WorkerState.IN_SERVICE
 
     @property
     def free_blocks(self) -> int:
-        return self.kv_capacity_blocks - self.kv_used_blocks
+        return self.kv_capacity_blocks - self._kv_used_blocks
 
     @property
     def kv_used_tokens(self) -> int:
@@ -226,8 +281,8 @@ class _TokenBatch(Worker):
         self.swapped: deque[int] = deque()  # preempted by swap: KV on the host
         self.promised_growth = 0  # blocks the run in progress will still allocate
         super().__init__(*args, **kwargs)
-        self._phase_hist = np.zeros(self.block_tokens, dtype=np.int64)  # on_demand block phases
-        self._arange_bs = np.arange(self.block_tokens, dtype=np.int64)
+        # on_demand: running sequences by block phase, bin (context - step_idx) mod block
+        self._phase_hist: list[int] = [0] * self.block_tokens
 
     def _coeffs_for(self, batch: int) -> tuple[float, float]:
         c = self._coeffs.get(batch)
@@ -245,13 +300,28 @@ class _TokenBatch(Worker):
         return _ceil_div(ctx + self.step_idx - join, self.block_tokens)
 
     def _new_blocks(self, t: int) -> int:
-        """Blocks the running batch allocates over its next ``t`` steps (on_demand)."""
+        """Blocks the running batch allocates over its next ``t`` steps (on_demand).
+
+        A sequence whose context is ``r`` (mod block ``B``) allocates ``ceil((r + t)/B) -
+        ceil(r/B)`` blocks in ``t`` steps: ``q`` (``t = qB + m``) plus one more exactly
+        when ``r`` is one of the ``m`` values ``0, -1, ..., -(m-1)`` (mod ``B``). Its
+        phase bin is ``(context - step_idx) mod B``, so those sequences are the bins
+        ``a, a-1, ..., a-m+1`` with ``a = -step_idx mod B``: a cyclic slice of the
+        histogram. Integer arithmetic, at most two slices (one lookup for ``t = 1``)."""
         if t <= 0 or self.batch == 0:
             return 0
         bs = self.block_tokens
-        r = (self._arange_bs + self.step_idx) % bs  # context mod bs of each phase bin
-        grow = (r + t + bs - 1) // bs - (r + bs - 1) // bs
-        return int(grow @ self._phase_hist)
+        q, m = divmod(t, bs)
+        total = q * self.batch
+        if m:
+            hist = self._phase_hist
+            a = -self.step_idx % bs
+            lo = a - m + 1
+            if lo >= 0:
+                total += hist[a] if m == 1 else sum(hist[lo : a + 1])
+            else:
+                total += sum(hist[: a + 1]) + sum(hist[bs + lo :])
+        return total
 
     def growth_headroom(self) -> int:
         """Blocks to keep free for the running batch before admitting anything new: the
@@ -500,7 +570,7 @@ class _TokenBatch(Worker):
         lost.extend(self.swapped)
         self.swapped.clear()
         self._finishing.clear()
-        self._phase_hist[:] = 0
+        self._phase_hist = [0] * self.block_tokens
         self.promised_growth = 0
         return lost
 
@@ -638,9 +708,26 @@ class DecodeWorker(_TokenBatch):
         # blocks the sequences assigned here may hold at their longest (prompt +
         # max_tokens; the router never sees the realised reply length): back-pressure
         # promises decode room against this, not against today's free blocks
-        self.eventual_blocks = 0
+        self._eventual_blocks = 0
         self._eventual: dict[int, int] = {}
         super().__init__(*args, **kwargs)
+
+    @property
+    def eventual_blocks(self) -> int:
+        return self._eventual_blocks
+
+    @eventual_blocks.setter
+    def eventual_blocks(self, blocks: int) -> None:
+        self._eventual_blocks = blocks
+        self._changes.add(self.index)
+
+    def room_blocks(self) -> int:
+        """The most blocks a handoff may take here now: free blocks less the watermark,
+        the running batch's growth and one block for the sequence's own next step;
+        negative when taking nothing (not accepting, or swapped sequences come first)."""
+        if not self.accepting or self.swapped:
+            return -1
+        return self.free_blocks - 1 - self.watermark_blocks - self.growth_headroom()
 
     def can_accept(self, rid: int) -> bool:
         """Room for ``rid``'s KV (keeping the watermark), and no swapped-out sequence

@@ -1,0 +1,122 @@
+"""The router's indexed decisions are the decisions of a full scan, and the decode batch's
+block growth in integer arithmetic is the per-sequence growth.
+
+Every routing decision of random stressed clusters (failures, preemption, back-pressure,
+autoscaling-free) is checked against the definition of its policy evaluated over every
+worker, as the router did before it kept indexes: the worker chosen must be the same
+one (issue 15: decisions in O(log W) with exactness kept)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from disaggsim.costmodel.testing import ConstantCost
+from disaggsim.engine.cluster import Cluster, run_cluster
+from disaggsim.engine.config import EngineConfig, PoolSpec
+from disaggsim.engine.router import Router
+from disaggsim.workload.requests import Requests
+from tests.test_engine_failures import _check, stressed
+
+
+def _grow_by_sequence(contexts: list[int], t: int, block: int) -> int:
+    """Blocks a batch of sequences with these contexts allocates over ``t`` more steps."""
+    return sum(-(-(c + t) // block) - -(-c // block) for c in contexts)
+
+
+def test_block_growth_in_integer_arithmetic_is_the_per_sequence_growth():
+    rng = random.Random(5)
+    for block in (1, 2, 16, 64):
+        cfg = EngineConfig(
+            pools=(PoolSpec("colocated", 1, ConstantCost(), 64, 10_000, "vllm"),),
+            kv_admission="on_demand",
+            block_tokens=block,
+        )
+        cl = Cluster(Requests(np.zeros(0), np.zeros(0, int), np.zeros(0, int)), cfg, lambda *a: 0)
+        w = cl.colocated_workers[0]
+        for _ in range(300):
+            w.step_idx = rng.randint(0, 10_000)
+            contexts = [rng.randint(1, 5 * block + 7) for _ in range(rng.randint(1, 12))]
+            w._phase_hist = [0] * block
+            for c in contexts:  # as _join files them: (context - step) mod block
+                w._phase_hist[(c - w.step_idx) % block] += 1
+            w.batch = len(contexts)
+            for t in (1, 2, block - 1, block, block + 1, 3 * block + 5):
+                if t >= 1:
+                    assert w._new_blocks(t) == _grow_by_sequence(contexts, t, block)
+
+
+def _front_expected(router: Router):
+    workers = [w for w in router.front_workers if w.accepting]
+    match router._prefill_policy:
+        case "least_tokens":
+            return min(workers, key=lambda x: (x.queued_tokens, x.num_outstanding, x.index))
+        case "shortest_queue":
+            return min(workers, key=lambda x: (x.num_outstanding, x.index))
+    return None  # round robin: its turn counter is its definition
+
+
+def _decode_expected(router: Router, rid: int):
+    fits = [w for w in router.decode_workers if w.can_accept(rid)]
+    if not fits:
+        return None
+    match router._decode_policy:
+        case "most_free_kv":
+            return max(fits, key=lambda x: (x.free_blocks, -x.index))
+        case "round_robin":
+            n = len(router.decode_workers)
+            nxt = router.decode._next
+            return min(fits, key=lambda x: (x.index - nxt) % n)
+    return None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    stressed(),
+    st.sampled_from(["least_tokens", "shortest_queue", "round_robin"]),
+    st.sampled_from(["most_free_kv", "round_robin"]),
+    st.integers(1, 6),
+)
+def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale):
+    reqs, cfg, transfer = case
+    pools = tuple(dataclasses.replace(p, num_workers=p.num_workers * scale) for p in cfg.pools)
+    cfg = dataclasses.replace(cfg, pools=pools, prefill_policy=prefill, decode_policy=decode)
+    if scale > 1:  # a topology places the drawn pools only: keep the link-class fabric
+        windows = tuple(w for w in cfg.link_windows if w.links is None)
+        cfg = dataclasses.replace(cfg, topology=None, overlap=False, link_windows=windows)
+    checked = {"route": 0, "handoff": 0}
+    route, handoff = Router._try_route, Router._try_handoff
+
+    def checked_route(self: Router, rid: int) -> bool:
+        self._refresh()
+        expected = _front_expected(self) if self._num_front_accepting else None
+        ok = route(self, rid)
+        if ok and expected is not None:
+            chosen = [w for w in self.front_workers if rid in w.queue]
+            assert chosen == [expected], (rid, chosen, expected)
+            checked["route"] += 1
+        return ok
+
+    def checked_handoff(self: Router, rid: int, src, prefill_s=None) -> bool:
+        expected = _decode_expected(self, rid)
+        ok = handoff(self, rid, src, prefill_s)
+        if self._decode_policy in ("most_free_kv", "round_robin"):
+            assert ok == (expected is not None)
+        if ok and expected is not None:
+            chosen = [w for w in self.decode_workers if rid in w.incoming]
+            assert chosen == [expected], (rid, chosen, expected)
+            checked["handoff"] += 1
+        return ok
+
+    try:
+        Router._try_route = checked_route  # type: ignore[method-assign]
+        Router._try_handoff = checked_handoff  # type: ignore[method-assign]
+        raw = run_cluster(reqs, cfg, lambda nbytes, s, d: transfer)
+    finally:
+        Router._try_route = route  # type: ignore[method-assign]
+        Router._try_handoff = handoff  # type: ignore[method-assign]
+    _check(reqs, cfg, raw)
