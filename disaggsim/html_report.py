@@ -242,9 +242,11 @@ def plan_report(res: SearchResult, advice: Advice, plan_dict: Mapping[str, Any])
     )
     rec = advice.recommended
     gain = advice.disaggregation_gain
-    what = f"Verdict: {advice.verdict} — {rec.candidate.label}"
-    if rec.goodput_per_s > 0:
-        what += f", {rec.goodput_per_gpu_per_s:.3g} req/s per GPU"
+    what = f"Verdict: {advice.verdict}"
+    if rec is not None:
+        what += f" — {rec.candidate.label}"
+        if rec.goodput_per_s > 0:
+            what += f", {rec.goodput_per_gpu_per_s:.3g} req/s per GPU"
     page.verdict(
         what,
         advice.reason
@@ -317,12 +319,15 @@ def plan_report(res: SearchResult, advice: Advice, plan_dict: Mapping[str, Any])
     page.heading("Recommended deployment")
     import yaml
 
-    page.pre(yaml.safe_dump(rec.candidate.deployment(), sort_keys=False))
-    page.paragraph(
-        "plan --out writes its launch configurations beside this report: deploy-vllm.sh, "
-        "deploy-sglang.sh and deploy-dynamo.yaml (flag names from each project's docs, "
-        "versions in their header comments)."
-    )
+    if advice.decided and rec is not None:
+        page.pre(yaml.safe_dump(rec.candidate.deployment(), sort_keys=False))
+        page.paragraph(
+            "plan --out writes its launch configurations beside this report: deploy-vllm.sh, "
+            "deploy-sglang.sh and deploy-dynamo.yaml (flag names from each project's docs, "
+            "versions in their header comments)."
+        )
+    else:  # undecided (quick mode) or no deployment meets the SLOs
+        page.paragraph(f"None: the verdict is {advice.verdict} ({advice.reason}).")
     page.heading("Analytic first guess")
     page.pre("\n".join(res.analytic.arithmetic()))
     return page.render(_footer())

@@ -16,8 +16,9 @@ AUTOSCALE = "autoscale={prefill: {min_workers: 1, max_workers: 2, policy: slo}}"
 
 def test_plan_on_a_topology_fabric(tmp_path, capsys):
     out = tmp_path / "plan"
-    argv = ["plan", str(FABRIC / "nvlink.yaml"), "--quick", "--duration", "20", "--workers", "1",
-            "--quiet", "--no-plots", "--out", str(out)]  # fmt: skip
+    argv = ["plan", str(FABRIC / "nvlink.yaml"), "--quick", "--min-requests", "100",
+            "--service-multiple", "1", "--workers", "1", "--quiet", "--no-plots",
+            "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "fabric topology" in text and "fast_fabric" in text
@@ -30,6 +31,7 @@ def test_sweep_and_compare_on_topology_fabrics(tmp_path, capsys):
     assert main(sweep) == 0
     compare = ["compare", str(FABRIC / "nvlink.yaml"), str(FABRIC / "pcie.yaml"), "--param",
                "workload.rate_per_s=0.5,1", "--tol", "0.5", "--workers", "1", "--quiet",
+               "--min-requests", "100", "--service-multiple", "1",
                "--no-plots", "--out", str(tmp_path / "c"), *SHORT]  # fmt: skip
     assert main(compare) == 0
     assert (tmp_path / "s" / "sweep.parquet").is_file()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from disaggsim.sweep import DaskExecutor, SerialExecutor, goodput, sweep
+from disaggsim.sweep import DaskExecutor, RunLengthRule, SerialExecutor, goodput, sweep
 from disaggsim.sweep.executors import make_executor
 from tests.conftest import REPO
 
@@ -42,7 +42,11 @@ def test_dask_table_equals_the_serial_table(cluster):
 
 def test_dask_goodput_equals_serial(cluster):
     args = (CI / "chunked.yaml", 1.0, 12.0)
-    kw = {"tol_per_s": 0.5, "overrides": SHORT}
+    kw = {
+        "tol_per_s": 0.5,
+        "overrides": SHORT,
+        "rule": RunLengthRule(min_measured_requests=150, service_multiple=2.0),
+    }
     expected = goodput(*args, executor=SerialExecutor(), **kw)
     with distributed.Client(cluster) as client:
         got = goodput(*args, executor=DaskExecutor(client=client), **kw)

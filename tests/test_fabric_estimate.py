@@ -70,7 +70,19 @@ def test_plan_on_a_topology_fabric_quotes_the_placed_path(capsys):
     from disaggsim.cli import main
 
     path = REPO / "scenarios" / "fabric" / "nvlink.yaml"
-    rc = main(["plan", str(path), "--quick", "--duration", "20", "--quiet", "--json"])
+    rc = main(
+        [
+            "plan",
+            str(path),
+            "--quick",
+            "--min-requests",
+            "100",
+            "--service-multiple",
+            "1",
+            "--quiet",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0, err
     obj = json.loads(out)

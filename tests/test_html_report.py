@@ -85,7 +85,20 @@ def _words(c: Checker) -> str:
 def plan_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "out"
     path = REPO / "scenarios" / "advisor" / "short-prompt.yaml"
-    argv = ["plan", str(path), "--quick", "--duration", "20", "--workers", "1", "--quiet"]
+    argv = [
+        "plan",
+        str(path),
+        "--gpus",
+        "2",  # a small budget keeps the search (and the report) small
+        "--quick",
+        "--min-requests",
+        "60",
+        "--service-multiple",
+        "0.5",
+        "--workers",
+        "1",
+        "--quiet",
+    ]
     assert main([*argv, "--price-per-gpu-hour", "2.5", "--out", str(out)]) == 0
     return out
 
@@ -132,7 +145,9 @@ def test_plan_report_is_self_contained_and_complete(plan_out):
     for cond in plan["conditions"]:
         assert cond["name"] in words
     assert "Steady-state confirmation" in words
-    assert " ".join(CONFIRMATION_MISSING.split()) in words  # the slot, clearly labelled
+    # every plan goodput now carries its confirmation run (twice the horizon)
+    assert " ".join(CONFIRMATION_MISSING.split()) not in words
+    assert "confirm_duration_s" in words and "confirm_attainment" in words
 
 
 def test_compare_report_is_self_contained_and_complete(compare_out):

@@ -15,17 +15,25 @@ from disaggsim.cli import main
 from disaggsim.config.loader import load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import SUMMARY_KEYS, Summary
-from disaggsim.plan import PlanOptions, analytic_guess, plan
+from disaggsim.plan import PlanOptions, advise, analytic_guess, plan
 from disaggsim.plan.analytic import split_budget
-from disaggsim.plan.report import pareto_front, recommended_scenario
-from disaggsim.plan.search import KINDS, Candidate, CandidateResult
+from disaggsim.plan.report import pareto_front, recommended_scenario, write_outputs
+from disaggsim.plan.search import KINDS, Candidate, CandidateResult, SearchResult
 from disaggsim.run import simulate
-from disaggsim.sweep import SerialExecutor
+from disaggsim.sweep import RunLengthRule, SerialExecutor
 from tests.conftest import REPO
 
 ADVISOR = REPO / "scenarios" / "advisor"
-# quick mode, shorter still: the verdicts below hold with a wide margin
-FAST = dataclasses.replace(PlanOptions.quick(), duration_s=30.0, warmup_s=5.0)
+# quick mode, shorter runs still: the verdicts below hold with a wide margin
+FAST = dataclasses.replace(
+    PlanOptions.quick(),
+    rule=RunLengthRule(
+        min_measured_requests=150, service_multiple=1.0, warmup_service_multiple=1.0
+    ),
+    explore_rule=RunLengthRule(
+        min_measured_requests=100, service_multiple=1.0, warmup_service_multiple=1.0
+    ),
+)
 
 
 def _mix(prompt: dict, output: dict) -> dict:
@@ -90,8 +98,12 @@ def test_split_budget_with_tp():
 def verdicts():
     out = {}
     with SerialExecutor() as ex:
-        for name in ("long-prompt-infiniband", "short-prompt", "pcie-only", "two-gpus"):
-            out[name] = plan(ADVISOR / f"{name}.yaml", options=FAST, executor=ex)
+        # half the advisor's 16-GPU budget and TP up to 2 keep the search small
+        long = dataclasses.replace(FAST, max_tp=2)
+        out["long-prompt-infiniband"] = plan(
+            ADVISOR / "long-prompt-infiniband.yaml", gpus=8, options=long, executor=ex
+        )
+        out["two-gpus"] = plan(ADVISOR / "two-gpus.yaml", options=FAST, executor=ex)
     return out
 
 
@@ -106,20 +118,9 @@ def test_long_prompts_tight_itl_rdma_many_gpus_disaggregate(verdicts):
     )
     held = {c.name for c in advice.conditions if c.holds}
     assert {"long_prompts", "tight_itl_tail", "large_fleet", "fast_fabric"} <= held
-
-
-def test_short_prompts_use_chunked(verdicts):
-    _, advice = verdicts["short-prompt"]
-    assert advice.verdict == "colocate_chunked"
-    assert advice.reason.startswith("use chunked prefill on one pool")
-    assert not {c.name: c.holds for c in advice.conditions}["long_prompts"]
-
-
-def test_pcie_only_uses_chunked(verdicts):
-    _, advice = verdicts["pcie-only"]
-    assert advice.verdict == "colocate_chunked"
-    assert not {c.name: c.holds for c in advice.conditions}["fast_fabric"]
-    assert "pcie" in advice.reason
+    # families the analytic bound rules out are never simulated
+    assert "pruned" in res.families.values()
+    assert res.num_simulations > 0
 
 
 def test_two_gpus_cannot_disaggregate(verdicts):
@@ -136,8 +137,91 @@ def test_candidates_respect_the_budget(verdicts):
         assert res.ranked
         for r in res.ranked:
             assert r.candidate.num_gpus <= res.gpu_budget
-        g = [r.goodput_per_gpu_per_s for r in res.ranked]
+            assert r.goodput is not None
+            assert r.status in ("found", "refined", "unattainable", "explored")
+            if r.goodput_per_s > 0 and r.status != "explored":  # backed by a long run
+                assert r.goodput.confirmed and r.at_rate
+            # no run is so short that it measures almost no request
+            for e in r.goodput.evaluations:
+                least = min(FAST.rule, FAST.explore_rule, key=lambda x: x.min_measured_requests)
+                assert e.summary["num_requests"] >= 0.7 * least.min_measured_requests
+        g = [r.goodput_per_gpu_per_s for r in res.ranked if r.status != "explored"]
         assert g == sorted(g, reverse=True)
+
+
+# ------------------------------------------------------------------ the advisor's rule
+
+
+def _search(ranked, *, quick=False, families=None) -> SearchResult:
+    """A finished search with the given candidates (per-GPU goodputs set by hand) on
+    the long-prompt scenario's numbers."""
+    loaded = load_scenario(ADVISOR / "long-prompt-infiniband.yaml")
+    g = analytic_guess(loaded, prefill_tp=1, decode_tp=1, gpu_budget=16)
+    opts = PlanOptions.quick() if quick else PlanOptions()
+    fams = families or {}
+    return SearchResult(
+        loaded=loaded, gpu="h100-sxm", gpu_budget=16, analytic=g,
+        ranked=tuple(sorted(ranked, key=lambda r: -r.goodput_per_gpu_per_s)),
+        rate_lo_per_s=1.0, rate_hi_per_s=10.0, min_worker_gpus=1, options=opts,
+        families={k: v[0] for k, v in fams.items()},
+        family_kinds={k: v[1] for k, v in fams.items()},
+        family_bounds={k: v[2] for k, v in fams.items()},
+        converged="open" not in {v[0] for v in fams.values()},
+    )  # fmt: skip
+
+
+def _row(kind: str, per_gpu: float) -> CandidateResult:
+    c = (
+        Candidate("disaggregate", 10, 1, 6, 1)
+        if kind == "disaggregate"
+        else Candidate(kind, 16, 1, chunk_tokens=512 if kind == "colocate_chunked" else None)
+    )
+    status = "found" if per_gpu > 0 else "unattainable"
+    zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
+    return CandidateResult(
+        c, per_gpu * 16, per_gpu, status, Summary.from_dict({**zeros, "e2e_mean_s": 3.0})
+    )
+
+
+@pytest.mark.parametrize(
+    ("dis", "chunked", "quick", "verdict"),
+    [
+        (1.30, 1.0, False, "disaggregate"),  # +30 %
+        (1.03, 1.0, False, "colocate_chunked"),  # +3 %: not worth a second pool
+        (1.10, 1.0, False, "disaggregate"),  # +10 %
+        (1.10, 1.0, True, "undecided"),  # quick: +10 % is inside its +-15 % error
+        (1.30, 1.0, True, "disaggregate"),  # quick: decided outside it
+        (0.70, 1.0, True, "colocate_chunked"),
+    ],
+)
+def test_verdict_rule(dis, chunked, quick, verdict):
+    res = _search([_row("disaggregate", dis), _row("colocate_chunked", chunked),
+                   _row("colocate_vllm", 0.2)], quick=quick)  # fmt: skip
+    advice = advise(res)
+    assert advice.verdict == verdict
+    if verdict == "undecided":
+        assert "run without --quick" in advice.reason and not advice.decided
+
+
+def test_quick_is_undecided_when_an_open_rival_family_could_win():
+    rows = [_row("disaggregate", 0.5), _row("colocate_chunked", 1.0)]
+    open_rival = {"disagg tp1/tp2": ("open", "disaggregate", 2.0)}
+    assert advise(_search(rows, quick=True, families=open_rival)).verdict == "undecided"
+    hopeless = {"disagg tp1/tp2": ("open", "disaggregate", 0.4)}
+    assert advise(_search(rows, quick=True, families=hopeless)).verdict == "colocate_chunked"
+
+
+def test_no_deployment_meets_the_slo(tmp_path):
+    res = _search([_row("disaggregate", 0.0), _row("colocate_chunked", 0.0)])
+    advice = advise(res)
+    assert advice.verdict == "none" and advice.recommended is None and not advice.decided
+    assert "meets the SLOs at any rate" in advice.reason
+    write_outputs(res, advice, tmp_path / "out", plots=False)
+    assert (tmp_path / "out" / "plan.json").exists()
+    assert not (tmp_path / "out" / "recommended.yaml").exists()
+    with pytest.raises(ValueError, match="recommends no deployment"):
+        recommended_scenario(res, advice)
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["recommended"] is None
 
 
 def test_recommended_yaml_loads_and_runs(verdicts, tmp_path):
@@ -166,14 +250,27 @@ def test_pareto_front_by_hand():
     assert pareto_front([a, b, c, d]) == [a, b]
 
 
+SMALL = {
+    "name": "small-8b", "seed": 4, "model": "llama-3-8b", "architecture": "colocated",
+    "pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1, "scheduler": "chunked",
+             "max_batch_tokens": 512},
+    "fabric": {"link": "nvlink"},
+    "slo": {"ttft_ms": 1500, "itl_ms": 50, "itl_statistic": "max_gap"},
+    "workload": {"kind": "synthetic", "rate_per_s": 5.0,
+                 "prompt_tokens": {"dist": "uniform", "low": 500, "high": 1500},
+                 "output_tokens": {"dist": "uniform", "low": 10, "high": 40}},
+    "sim": {"duration_s": 60, "warmup_s": 10},
+}  # fmt: skip
+
+
 def test_cli_json_structure(tmp_path, capsys):
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
     rc = main(
         [
             "plan",
-            str(ADVISOR / "two-gpus.yaml"),
+            str(path),
             "--quick",
-            "--duration",
-            "30",
             "--workers",
             "1",
             "--json",
@@ -186,13 +283,16 @@ def test_cli_json_structure(tmp_path, capsys):
     )
     assert rc == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["verdict"] in KINDS
+    assert obj["verdict"] in (*KINDS, "undecided")
     assert isinstance(obj["reason"], str) and obj["reason"]
     assert obj["ranked"]
     for row in obj["ranked"]:
-        assert {"deployment", "goodput_per_gpu", "kind", "num_gpus"} <= set(row)
+        assert {"deployment", "goodput_per_gpu", "kind", "num_gpus", "confirmed"} <= set(row)
         assert row["deployment"]["architecture"] in ("disaggregated", "colocated")
-    per_gpu = [r["goodput_per_gpu"] for r in obj["ranked"]]
+    # confirmed candidates first, best first; then the ones only explored
+    confirmed = [r["confirmed"] for r in obj["ranked"]]
+    assert confirmed == sorted(confirmed, reverse=True) and confirmed[0]
+    per_gpu = [r["goodput_per_gpu"] for r in obj["ranked"] if r["confirmed"]]
     assert per_gpu == sorted(per_gpu, reverse=True)
     assert {
         "pd_gpu_ratio",
@@ -201,11 +301,15 @@ def test_cli_json_structure(tmp_path, capsys):
         "prefill_gpu_s_per_request",
         "decode_gpu_s_per_request",
     } <= set(obj["analytic"])
+    assert {"num_simulations", "families", "converged", "quick"} <= set(obj["search"])
+    assert obj["search"]["quick"] is True
     assert obj["ranked"][0]["usd_per_m_output_tokens"] > 0
-    assert {"plan.json", "ranked.csv", "recommended.yaml"} <= {
-        p.name for p in (tmp_path / "out").iterdir()
-    }
-    load_scenario(tmp_path / "out" / "recommended.yaml")
+    names = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"plan.json", "ranked.csv"} <= names
+    # a runnable recommendation only with a decided verdict
+    assert ("recommended.yaml" in names) == obj["decided"]
+    if obj["decided"]:
+        load_scenario(tmp_path / "out" / "recommended.yaml")
 
 
 def test_budget_smaller_than_one_worker_is_one_line_error(capsys):

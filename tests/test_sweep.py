@@ -1,24 +1,20 @@
 """Sweeps: grid syntax, the tidy table's columns and order, seeds, executors agreeing,
-goodput bisection (pure function and a constant-cost engine case), compare, and the CLI
+the steady-state columns, compare, and the CLI
 (outputs written, one-line errors with nothing written)."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import pytest
 
-from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.errors import UserError
 from disaggsim.run import simulate
 from disaggsim.sweep import (
     Param,
     ProcessExecutor,
+    RunLengthRule,
     SerialExecutor,
-    bisect_rate,
     expand_grid,
-    goodput,
     parse_param,
     sweep,
 )
@@ -29,6 +25,7 @@ from tests.conftest import REPO
 
 CI = REPO / "scenarios" / "ci"
 SHORT = ["sim.duration_s=40", "sim.warmup_s=5"]
+QUICK_RULE = RunLengthRule(min_measured_requests=150, service_multiple=2.0)  # cheap goodput runs
 
 
 # ------------------------------------------------------------------ grid syntax
@@ -209,87 +206,6 @@ def test_make_executor_choice():
         ProcessExecutor(0)
 
 
-# ------------------------------------------------------------------ goodput
-
-
-def test_bisection_finds_a_known_threshold():
-    # attainment is a step at 7.3 req/s: 1 below, 0.5 above
-    b = bisect_rate(lambda r: 1.0 if r <= 7.3 else 0.5, 1.0, 20.0, 0.9, tol_per_s=0.01)
-    assert b.status == "found"
-    assert 7.3 - 0.01 <= b.rate_per_s <= 7.3
-    assert b.hi > 7.3 and b.hi - b.lo <= 0.01
-    # ends first, then midpoints
-    assert [r for r, _ in b.evaluations[:3]] == [1.0, 20.0, 10.5]
-    # log2(19 / 0.01) = 10.9 → 11 midpoints after the two ends
-    assert len(b.evaluations) == 2 + 11
-
-
-def test_bisection_outside_the_range_and_nan():
-    b = bisect_rate(lambda r: 0.95, 1.0, 20.0, 0.9, tol_per_s=0.1)
-    assert (b.status, b.rate_per_s, len(b.evaluations)) == ("above_range", 20.0, 2)
-    b = bisect_rate(lambda r: 0.5, 1.0, 20.0, 0.9, tol_per_s=0.1)
-    assert b.status == "below_range" and math.isnan(b.rate_per_s)
-    b = bisect_rate(lambda r: float("nan") if r > 4 else 1.0, 1.0, 20.0, 0.9, tol_per_s=0.1)
-    assert 3.9 <= b.rate_per_s <= 4.0  # NaN attainment counts as a miss
-    with pytest.raises(UserError, match="rate_lo < rate_hi"):
-        bisect_rate(lambda r: 1.0, 5.0, 5.0, 0.9, tol_per_s=0.1)
-
-
-PREFILL_S = 0.1  # seconds of prefill per request in the constant-cost case below
-
-
-def _one_server_scenario() -> dict:
-    """One colocated worker; every request is a 100-token prompt with a 1-token reply, so
-    it is done when its prefill ends. Prefill costs 1 ms per token and nothing per batch,
-    so a batch of k prompts takes k × 0.1 s: a work-conserving server with service time
-    0.1 s. Arrivals are almost evenly spaced (gamma, CV 1e-4). Below 10 req/s every
-    request finds the server idle (TTFT = 0.1 s <= the 0.15 s SLO); above it the backlog
-    grows by (0.1 − 1/rate) s per arrival, so all but the first few hundred of 60 s of
-    requests miss. Goodput is therefore 10 req/s (per GPU: 10)."""
-    return {
-        "name": "one-server",
-        "seed": 3,
-        "model": "llama-3-8b",
-        "architecture": "colocated",
-        "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "vllm"},
-        "slo": {"ttft_ms": 1.5 * PREFILL_S * 1e3, "itl_ms": 1000, "attainment_target": 0.9},
-        "workload": {
-            "kind": "synthetic", "rate_per_s": 1.0, "arrival": "gamma", "burstiness_cv": 1e-4,
-            "prompt_tokens": {"dist": "fixed", "value": 100},
-            "output_tokens": {"dist": "fixed", "value": 1},
-        },
-        "sim": {"duration_s": 60, "warmup_s": 0},
-    }  # fmt: skip
-
-
-@pytest.fixture
-def constant_costs(monkeypatch):
-    cost = ConstantCost(prefill_base_s=0.0, prefill_per_token_s=PREFILL_S / 100)
-    monkeypatch.setattr("disaggsim.run.build_costs", lambda scenario, label="": {"colocated": cost})
-
-
-def test_goodput_on_a_constant_cost_scenario(constant_costs):
-    # sanity of the construction: just below the threshold all meet, just above most miss
-    below = simulate(_one_server_scenario(), ["workload.rate_per_s=9.8"]).summary
-    above = simulate(_one_server_scenario(), ["workload.rate_per_s=10.3"]).summary
-    assert below["slo_attainment"] == 1.0
-    assert above["slo_attainment"] < 0.5
-    g = goodput(_one_server_scenario(), 2.0, 20.0, tol_per_s=0.05, executor=SerialExecutor())
-    assert g.status == "found"
-    assert g.num_gpus == 1
-    assert 10.0 - 0.05 - 0.02 <= g.rate_per_s <= 10.0 + 0.02
-    assert g.per_gpu_per_s == g.rate_per_s
-    assert g.tol_per_s == 0.05
-
-
-def test_goodput_per_gpu_divides_by_the_gpu_count(constant_costs):
-    s = _one_server_scenario()
-    s["pool"] = {**s["pool"], "tp": 4}  # same (patched) cost, 4 GPUs per worker
-    g = goodput(s, 2.0, 20.0, tol_per_s=0.05, executor=SerialExecutor())
-    assert g.num_gpus == 4
-    assert g.per_gpu_per_s == g.rate_per_s / 4
-
-
 # ------------------------------------------------------------------ compare
 
 
@@ -301,6 +217,7 @@ def test_compare_table_and_goodput_columns():
         same_gpus=True,
         overrides=SHORT,
         tol_per_s=0.5,
+        rule=QUICK_RULE,
     )
     df = res.table
     assert list(df.columns[:3]) == [SCENARIO_FILE, "workload.rate_per_s", "seed_index"]
@@ -325,6 +242,7 @@ def test_compare_goodput_per_other_parameter():
         executor=SerialExecutor(),
         overrides=SHORT,
         tol_per_s=1.0,
+        rule=QUICK_RULE,
     )
     assert res.goodput["decode_pool.max_batch_seqs"].tolist() == [16, 128]
     assert len(res.table) == 4
@@ -404,6 +322,7 @@ def test_cli_compare_prints_goodput_and_writes_files(tmp_path, capsys, monkeypat
         "compare", str(CI / "disaggregated.yaml"), str(CI / "colocated-vllm.yaml"),
         "--param", "workload.rate_per_s=0.5:4:3", "--same-gpus", "--tol", "0.5",
         "--set", "sim.duration_s=30", "--set", "sim.warmup_s=5", "--workers", "1",
+        "--min-requests", "150", "--service-multiple", "2",
         "--out", str(out), "--quiet",
     ])  # fmt: skip
     text = capsys.readouterr().out
@@ -419,5 +338,11 @@ def test_cli_compare_prints_goodput_and_writes_files(tmp_path, capsys, monkeypat
     g = pd.read_csv(out / "goodput.csv")
     assert g["scenario"].tolist() == ["ci-disaggregated", "ci-colocated-vllm"]
     assert "goodput" in text and "vs best" in text
+    # vllm misses the max-gap SLO at every rate swept: its goodput is searched below them
+    assert g["goodput_per_s"][1] < 0.5 and g["ratio_to_best"][1] < 0.1
+    assert set(g["status"]) <= {"found", "refined"} and g["confirmed"].all()
+    assert (
+        g["confirm_duration_s"] >= 2 * g["search_duration_s"].where(g["status"] == "found", 0)
+    ).all()
     line = next(ln for ln in text.splitlines() if "ci-colocated-vllm" in ln)
-    assert "< rate-lo" in line  # vllm misses the max-gap SLO at every rate here
+    assert " over " in line  # the confirmation run: attainment over its length

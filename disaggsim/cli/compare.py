@@ -14,13 +14,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenarios", type=Path, nargs="+", help="scenario YAML files")
     grid_args(p, required=False)
     p.add_argument("--same-gpus", action="store_true", help="require the same total GPU count")
-    p.add_argument("--rate-lo", type=float, default=None, help="goodput bisection low end (req/s)")
-    p.add_argument("--rate-hi", type=float, default=None, help="goodput bisection high end (req/s)")
+    p.add_argument(
+        "--rate-lo", type=float, default=None, help="goodput search: starting low end (req/s)"
+    )
+    p.add_argument(
+        "--rate-hi", type=float, default=None, help="goodput search: starting high end (req/s)"
+    )
     p.add_argument(
         "--tol",
         type=float,
         default=None,
-        help="bisection tolerance, req/s (default 1%% of rate-hi)",
+        help="bisection tolerance, req/s (default 1%% of the bracket's high end)",
+    )
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="goodput runs measure at least N requests (default 1000; docs/metrics.md)",
+    )
+    p.add_argument(
+        "--service-multiple",
+        type=float,
+        default=None,
+        metavar="M",
+        help="goodput runs measure at least M longest service times (default 10)",
     )
     p.add_argument("--out", type=Path, default=Path("results/compare"), help="output folder")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -39,6 +57,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     params = parse_params(args.params)
     check_folder(args.out, "--out")
+    rule = run_length_rule(args.min_requests, args.service_multiple)
     with executor(args) as ex, progress(args.quiet) as new_bar:
         res = compare(
             args.scenarios,
@@ -49,9 +68,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             rate_lo=args.rate_lo,
             rate_hi=args.rate_hi,
             tol_per_s=args.tol,
+            rule=rule,
             overrides=args.overrides,
             progress=new_bar("sweeping"),
-            goodput_progress=new_bar("goodput bisection"),
+            goodput_progress=new_bar("steady-state goodput"),
         )
 
     def render(tmp: Path) -> list[Path]:
@@ -87,8 +107,39 @@ _PLOT_CAPTIONS = {
 }
 
 
+def run_length_rule(min_requests: int | None, service_multiple: float | None):
+    """The goodput run-length rule with the CLI's overrides (one-line errors)."""
+    import dataclasses
+
+    from disaggsim.errors import UserError
+    from disaggsim.metrics.steady import RunLengthRule
+
+    rule = RunLengthRule()
+    if min_requests is not None:
+        if min_requests < 1:
+            raise UserError(f"--min-requests {min_requests}: must be an integer >= 1")
+        rule = dataclasses.replace(rule, min_measured_requests=min_requests)
+    if service_multiple is not None:
+        if not service_multiple > 0:
+            raise UserError(f"--service-multiple {service_multiple}: must be > 0")
+        rule = dataclasses.replace(rule, service_multiple=service_multiple)
+    return rule
+
+
 def _fmt(v: float, fmt: str) -> str:
     return "-" if v is None or not math.isfinite(v) else fmt.format(v)
+
+
+def _confirmation(r: dict) -> str:
+    """How the long run backed the goodput: its attainment and length."""
+    if r["status"] not in ("found", "refined"):
+        return "-"
+    text = (
+        _fmt(r["confirm_attainment"], "{:.1%}")
+        + " over "
+        + _fmt(r["confirm_duration_s"], "{:.0f} s")
+    )
+    return text + (" (lowered)" if r["status"] == "refined" else "")
 
 
 def print_goodput(g, written: str | None, param_cols: list[str] | None = None) -> None:
@@ -98,18 +149,20 @@ def print_goodput(g, written: str | None, param_cols: list[str] | None = None) -
 
     param_cols = param_cols or []
     table = Table(
-        title="goodput (highest rate meeting the SLO attainment target)", header_style="bold"
+        title="steady-state goodput (highest rate meeting the SLO attainment target with "
+        "stable queues, confirmed at twice the horizon)",
+        header_style="bold",
     )
     for col in ("scenario", "architecture", *param_cols):
         table.add_column(col, overflow="fold")
-    for col in ("GPUs", "goodput req/s", "req/s per GPU", "vs best"):
+    for col in ("GPUs", "goodput req/s", "req/s per GPU", "vs best", "confirmed"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in g.to_dict("records"):
         rate = _fmt(r["goodput_per_s"], "{:.3g}")
-        if r["status"] == "above_range":
-            rate = ">= " + rate
-        elif r["status"] == "below_range":
-            rate = "< rate-lo"
+        if r["status"] == "unattainable":
+            rate = "0 (misses at " + _fmt(r["unattainable_below_per_s"], "{:.3g}") + ")"
+        elif r["status"] == "unbounded":
+            rate = "unbounded"
         table.add_row(
             str(r["scenario"]),
             str(r["architecture"]),
@@ -118,6 +171,7 @@ def print_goodput(g, written: str | None, param_cols: list[str] | None = None) -
             rate,
             _fmt(r["goodput_per_gpu_per_s"], "{:.3g}"),
             _fmt(r["ratio_to_best"], "{:.2f}×"),
+            _confirmation(r),
         )
     console = Console()
     console.print(table)

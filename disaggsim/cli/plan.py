@@ -81,14 +81,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="$ per GPU-hour: adds $ per million output tokens at the goodput",
     )
     p.add_argument(
-        "--quick", action="store_true", help="bounded search: short runs, fewer candidates"
+        "--quick",
+        action="store_true",
+        help="bounded search: shorter runs, coarser steps; says 'undecided' when it cannot tell",
     )
     p.add_argument(
-        "--duration",
+        "--min-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="goodput runs measure at least N requests (default 1000, quick 400; docs/metrics.md)",
+    )
+    p.add_argument(
+        "--service-multiple",
         type=float,
         default=None,
-        metavar="S",
-        help="simulated seconds per run (default: the scenario's; --quick: 60)",
+        metavar="M",
+        help="goodput runs measure at least M longest service times (default 10, quick 5)",
+    )
+    p.add_argument(
+        "--fp8",
+        action="store_true",
+        help="also try FP8 weights (on GPUs whose profile has FP8)",
     )
     add_set_option(p, "override a scenario field first (repeatable)")
     p.add_argument(
@@ -163,8 +177,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
     from disaggsim.sweep.executors import make_executor
 
-    if args.duration is not None and not args.duration > 0:
-        raise UserError(f"--duration {args.duration}: must be > 0 s")
     question = _question(args)
     asked = question.given() + _question_flag_defaults_changed(args)
     question_text = None
@@ -185,9 +197,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if out is not None:
         check_folder(out, "--out")
     opts = PlanOptions.quick() if args.quick else PlanOptions()
-    if args.duration is not None:
-        warm = min(loaded.scenario.sim.warmup_s, 0.2 * args.duration)
-        opts = dataclasses.replace(opts, duration_s=args.duration, warmup_s=warm)
+    if args.fp8:
+        opts = dataclasses.replace(opts, weight_dtypes=("fp8",))
+    opts = opts.with_run_length(args.min_requests, args.service_multiple)
     with (
         make_executor(args.workers, args.scheduler) as ex,
         progress(args.quiet or args.json) as bar,
@@ -199,7 +211,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             price_per_gpu_hour=args.price_per_gpu_hour,
             options=opts,
             executor=ex,
-            progress=bar("goodput bisection"),
+            progress=bar("steady-state goodput"),
         )
     written = None
     if out is not None:
@@ -215,9 +227,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print("\nanalytic first guess:")
     for line in res.analytic.arithmetic():
         print(f"  {line}")
+    pruned = sum(1 for v in res.families.values() if v == "pruned")
     print(
-        f"\nsimulated goodput (bisection over {res.rate_lo_per_s:.3g}-{res.rate_hi_per_s:.3g} req/s, "
-        f"{len(res.ranked)} candidates):"
+        f"\nsteady-state goodput of {len(res.ranked)} candidates ({len(res.families)} families, "
+        f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations; run "
+        "lengths from the workload, each goodput confirmed at twice the horizon):"
     )
     for line in ranked_table(res, args.price_per_gpu_hour is not None):
         print(f"  {line}")

@@ -44,11 +44,25 @@ def print_summary(summary: Summary, title: str, written: str | None) -> None:
     slo = (
         f"SLO: TTFT <= {summary.slo_ttft_s * 1e3:g} ms and {summary.slo_itl_statistic} <= "
         f"{summary.slo_itl_s * 1e3:g} ms for {summary.slo_attainment_target:.0%} of requests: "
-        + ("[green]met[/green]" if summary.slo_attained else "[red]missed[/red]")
+        + _verdict(summary)
     )
     console.print(slo)
     if written is not None:
         console.print(f"results {written}", markup=False, soft_wrap=True)
+
+
+def _verdict(summary: Summary) -> str:
+    """Met only with the attainment and no upward trend (docs/metrics.md)."""
+    steady = (
+        "no upward trend in queues or TTFT"
+        if summary.stable
+        else f"queues or TTFT trending up, p = {summary.stability_p_value:.2g}"
+    )
+    if summary.meets_slo:
+        return f"[green]met[/green] ({steady})"
+    if summary.slo_attained:
+        return f"[red]missed[/red]: attainment reached but {steady}: not a steady state"
+    return f"[red]missed[/red] ({steady})"
 
 
 def cmd_run(args: argparse.Namespace) -> int:

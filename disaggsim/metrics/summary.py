@@ -14,6 +14,7 @@ import pandas as pd
 from disaggsim.config.scenario import Scenario
 from disaggsim.engine.cluster import RawResult
 from disaggsim.metrics.reconstruct import GapDistribution, percentile
+from disaggsim.metrics.steady import meets_slo, stability, stationary_arrivals
 from disaggsim.metrics.summary_table import Summary
 
 
@@ -66,6 +67,14 @@ def summarize(
     end = raw.end_at_s
     roles = sorted({w.role for w in raw.workers})
     handoff = _handoff(done, raw, scenario)
+    steady = stability(
+        frame,
+        scenario.sim.warmup_s,
+        scenario.sim.duration_s,
+        stationary=stationary_arrivals(scenario.workload),
+        client_timeout_s=scenario.router.client_timeout_s,
+        ttft_target_s=slo.ttft_s,
+    )
     return Summary(
         scenario=scenario.name,
         architecture=scenario.architecture
@@ -115,6 +124,11 @@ def summarize(
         slo_attainment=attainment,
         slo_attainment_target=slo.attainment_target,
         slo_attained=bool(attainment >= slo.attainment_target),
+        stable=steady.stable,
+        stability_p_value=steady.p_value,
+        waiting_trend_per_s=steady.slope("waiting"),
+        ttft_trend_s_per_s=steady.slope("ttft"),
+        meets_slo=meets_slo(attainment, slo.attainment_target, steady.stable),
         output_tokens_per_s=float(done["output_tokens"].sum() / span) if rate_ok else float("nan"),
         requests_per_s=float(len(done) / span) if rate_ok else float("nan"),
         offered_requests_per_s=_offered_rate(m),

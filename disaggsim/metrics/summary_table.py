@@ -175,6 +175,27 @@ class Summary(Mapping[str, Value]):
     )
     slo_attainment_target: float = metric("share", "`slo.attainment_target`")
     slo_attained: bool = metric("", "`slo_attainment ≥ slo.attainment_target`")
+    stable: bool = metric(
+        "",
+        "the steady-state test (below): no significant, material upward trend over the "
+        "measurement window in the number of requests waiting for a first token or in TTFT",
+    )
+    stability_p_value: float = metric(
+        "", "the test's Bonferroni-adjusted p-value (unstable when below 0.01)"
+    )
+    waiting_trend_per_s: float = metric(
+        "requests/s",
+        "fitted slope of the number waiting for a first token over the window (NaN when "
+        "the arrival rate varies by design)",
+    )
+    ttft_trend_s_per_s: float = metric(
+        "s/s", "fitted slope of the mean TTFT over the window, per second of arrival time"
+    )
+    meets_slo: bool = metric(
+        "",
+        "`slo_attained` **and** `stable`: the one rule by which a run's rate meets the SLO "
+        "(docs/metrics.md, steady-state goodput)",
+    )
     output_tokens_per_s: float = metric(
         "tokens/s",
         "output tokens of the completed measured requests divided by the span from the "

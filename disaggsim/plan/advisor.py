@@ -22,6 +22,7 @@ disaggregation should win or lose") and say for each whether it holds here:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from disaggsim.plan.search import CandidateResult, SearchResult
 
 __all__ = [
     "HIGH_CONCURRENCY_PER_WORKER",
+    "QUICK_UNCERTAINTY",
     "LARGE_FLEET_WORKERS",
     "LONG_PROMPT_STEPS",
     "MIN_GAIN",
@@ -45,6 +47,10 @@ __all__ = [
 ]
 
 MIN_GAIN = 0.05
+# quick mode's error on a goodput-per-GPU ratio (its 4 % bisection tolerance plus the
+# spread of its shorter runs, docs/planning.md): inside MIN_GAIN +- this it says
+# "undecided" instead of a verdict
+QUICK_UNCERTAINTY = 0.15
 LONG_PROMPT_STEPS = 10.0
 LARGE_FLEET_WORKERS = 4
 HIGH_CONCURRENCY_PER_WORKER = 4.0
@@ -57,22 +63,35 @@ class Condition:
     detail: str
 
 
+VERDICTS = ("disaggregate", "colocate_chunked", "colocate_vllm", "undecided", "none")
+
+
 @dataclass(frozen=True, slots=True)
 class Advice:
-    verdict: str  # disaggregate | colocate_chunked | colocate_vllm
+    """``verdict``: a kind of deployment; ``undecided`` (quick mode could not tell:
+    run full mode); ``none`` (no deployment in the budget meets the SLOs at any rate).
+    ``recommended`` is the best candidate found (None when none meets the SLOs); a
+    runnable scenario is written for it only with a decided verdict."""
+
+    verdict: str  # one of VERDICTS
     reason: str
-    recommended: CandidateResult
+    recommended: CandidateResult | None
     best_disaggregated: CandidateResult | None
     best_chunked: CandidateResult | None
     best_vllm: CandidateResult | None
     disaggregation_gain: float | None  # best disagg / best colocated goodput per GPU - 1
     conditions: tuple[Condition, ...]
 
+    @property
+    def decided(self) -> bool:
+        return self.verdict not in ("undecided", "none")
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
+            "decided": self.decided,
             "reason": self.reason,
-            "recommended": self.recommended.as_dict(),
+            "recommended": self.recommended.as_dict() if self.recommended else None,
             "disaggregation_gain": self.disaggregation_gain,
             "conditions": [
                 {"name": c.name, "holds": c.holds, "detail": c.detail} for c in self.conditions
@@ -199,6 +218,67 @@ def _pct(x: float) -> str:
 
 def advise(res: SearchResult) -> Advice:
     """The verdict for a finished search (see the module docstring for the rule)."""
+    adv = _advise(res)
+    if not res.ranked or res.ranked[0].goodput_per_s <= 0:
+        lowest = min(
+            (
+                r.goodput.unattainable_below_per_s
+                for r in res.ranked
+                if r.goodput is not None and r.goodput.unattainable_below_per_s is not None
+            ),
+            default=None,
+        )
+        at = f" (missed even at {lowest:.3g} req/s)" if lowest is not None else ""
+        return dataclasses.replace(
+            adv,
+            verdict="none",
+            recommended=None,
+            reason=(
+                f"no deployment of {res.gpu_budget} x {res.gpu} searched meets the SLOs at any "
+                f"rate{at}: relax the SLO targets (a prompt's prefill alone may exceed the "
+                "TTFT target) or change the model or GPU"
+            ),
+        )
+    if res.options.quick_mode:
+        why = _quick_doubt(res, adv)
+        if why is None:
+            return adv
+        return dataclasses.replace(
+            adv,
+            verdict="undecided",
+            reason=(
+                f"undecided: quick mode cannot tell ({why}); run without --quick. "
+                f"Best found so far: {adv.reason}"
+            ),
+        )
+    return adv
+
+
+def _quick_doubt(res: SearchResult, adv: Advice) -> str | None:
+    """Why quick mode's verdict cannot be trusted, or None. Doubt: the gain is within
+    :data:`QUICK_UNCERTAINTY` of :data:`MIN_GAIN`; or a family of the losing side was
+    left open by the wave limit while its bound could still beat the winner."""
+    gain = adv.disaggregation_gain
+    if gain is not None and abs(gain - MIN_GAIN) < QUICK_UNCERTAINTY:
+        return (
+            f"disaggregation's gain of {gain:+.0%} goodput per GPU lies within its "
+            f"+-{QUICK_UNCERTAINTY:.0%} error of the {MIN_GAIN:.0%} needed for a second pool"
+        )
+    winner = "disaggregate" if adv.verdict == "disaggregate" else "colocate"
+    best = adv.recommended.goodput_per_gpu_per_s if adv.recommended else 0.0
+    for name, state in res.families.items():
+        kind = res.family_kinds.get(name, "")
+        losing = (kind == "disaggregate") != (winner == "disaggregate")
+        bound = res.family_bounds.get(name, 0.0) * res.options.bound_slack
+        if state == "open" and losing and bound > best * (1 - QUICK_UNCERTAINTY):
+            return (
+                f"its bounded search stopped with family {name} unsettled, whose bound "
+                f"({bound:.3g} req/s per GPU) could still beat the best ({best:.3g})"
+            )
+    return None
+
+
+def _advise(res: SearchResult) -> Advice:
     dis = _best(res, "disaggregate")
     chk = _best(res, "colocate_chunked")
     vll = _best(res, "colocate_vllm")

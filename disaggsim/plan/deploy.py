@@ -127,6 +127,8 @@ def deployment_of(res: SearchResult, advice: Advice) -> Deployment:
     from disaggsim.config.loader import load_scenario
     from disaggsim.plan.search import candidate_scenario
 
+    if not advice.decided or advice.recommended is None:
+        raise ValueError(f"plan: verdict {advice.verdict!r} recommends no deployment")
     cand = advice.recommended.candidate
     s: Scenario = load_scenario(
         candidate_scenario(res.loaded, cand), base_dir=res.loaded.base_dir

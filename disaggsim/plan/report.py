@@ -53,9 +53,15 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
         "search": {
             "rate_lo_per_s": res.rate_lo_per_s,
             "rate_hi_per_s": res.rate_hi_per_s,
-            "tol_per_s": res.options.tol_fraction * res.rate_hi_per_s,
+            "tol_fraction": res.options.tol_fraction,
             "num_candidates": len(res.ranked),
-            "sim_duration_s": res.options.duration_s or s.sim.duration_s,
+            "num_simulations": res.num_simulations,
+            "converged": res.converged,
+            "families": res.families,
+            "quick": res.options.quick_mode,
+            "min_measured_requests": res.options.rule.min_measured_requests,
+            "service_multiple": res.options.rule.service_multiple,
+            "confirm_factor": res.options.rule.confirm_factor,
         },
     }
     return _clean(out)
@@ -66,17 +72,23 @@ def _ms(v: Any) -> str:
 
 
 def ranked_table(res: SearchResult, price: bool) -> list[str]:
-    head = f"{'#':>2}  {'candidate':<34} {'GPUs':>4} {'goodput/GPU':>11} {'TTFT p99 ms':>11} {'ITL p99 ms':>10}"
+    head = (
+        f"{'#':>2}  {'candidate':<34} {'GPUs':>4} {'goodput/GPU':>14} {'search':>9} "
+        f"{'TTFT p99 ms':>11} {'ITL p99 ms':>10}"
+    )
     if price:
         head += f" {'$/M out tok':>11}"
     lines = [head]
     for i, r in enumerate(res.ranked, 1):
         a = r.at_rate
-        g = f"{r.goodput_per_gpu_per_s:.3f}" + ("+" if r.status == "above_range" else "")
-        if r.status == "below_range":
-            g = "< range"
+        g = f"{r.goodput_per_gpu_per_s:.3f}"
+        if r.goodput_per_s <= 0:
+            g = "0 (SLO missed)"
+        elif r.status == "unbounded":
+            g = "unbounded"
+        how = {"found": "confirmed", "refined": "confirmed"}.get(r.status, r.status)
         line = (
-            f"{i:>2}  {r.candidate.label:<34} {r.candidate.num_gpus:>4} {g:>11} "
+            f"{i:>2}  {r.candidate.label:<34} {r.candidate.num_gpus:>4} {g:>14} {how:>9} "
             f"{_ms(None if a is None else a.ttft_p99_s):>11} "
             f"{_ms(None if a is None else a.itl_p99_s):>10}"
         )
@@ -115,8 +127,11 @@ def _itl_p99(r: CandidateResult) -> float:
 
 def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
     """The recommended deployment as a runnable scenario: the original's workload,
-    model, fabric and SLOs, its own ``sim`` section, the rate set to the goodput found."""
+    model, fabric and SLOs, its own ``sim`` section, the rate set to the goodput found.
+    Only for a decided verdict (``undecided`` and ``none`` recommend nothing)."""
     rec = advice.recommended
+    if not advice.decided or rec is None or rec.goodput_per_s <= 0:
+        raise ValueError(f"plan: verdict {advice.verdict!r} recommends no deployment")
     raw = candidate_scenario(res.loaded, rec.candidate, name=f"{res.loaded.scenario.name}-plan")
     if rec.goodput_per_s > 0:
         wl = dict(raw["workload"])
@@ -222,19 +237,21 @@ def write_outputs(
             d.pop("deployment")
             rows.append(d)
         pd.DataFrame.from_records(rows).to_csv(tmp / "ranked.csv", index=False)
-        (tmp / "recommended.yaml").write_text(
-            "# Written by disaggsim plan; run it with: disaggsim run recommended.yaml\n#\n"
-            + "\n".join(slo_model_lines(res.loaded.scenario.slo, prefix="# "))
-            + "\n"
-            + yaml.safe_dump(recommended_scenario(res, advice), sort_keys=False)
-        )
+        if advice.decided:  # undecided and none recommend nothing
+            (tmp / "recommended.yaml").write_text(
+                "# Written by disaggsim plan; run it with: disaggsim run recommended.yaml\n#\n"
+                + "\n".join(slo_model_lines(res.loaded.scenario.slo, prefix="# "))
+                + "\n"
+                + yaml.safe_dump(recommended_scenario(res, advice), sort_keys=False)
+            )
         if plots:
             _plot(res, tmp / "pareto.png")
         from disaggsim.html_report import REPORT_FILE, plan_report
         from disaggsim.plan.deploy import launch_configs
 
-        for name, text in launch_configs(res, advice).items():
-            (tmp / name).write_text(text)
+        if advice.decided:  # launch configs only for a recommendation that stands
+            for name, text in launch_configs(res, advice).items():
+                (tmp / name).write_text(text)
 
         (tmp / REPORT_FILE).write_text(plan_report(res, advice, plan_json(res, advice)))
 

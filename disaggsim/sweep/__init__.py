@@ -1,4 +1,4 @@
-"""Sweeps over scenario parameters, goodput by bisection, and the executors that run them.
+"""Sweeps over scenario parameters, steady-state goodput, and the executors that run them.
 
 Python API (notebooks)::
 
@@ -9,16 +9,8 @@ Python API (notebooks)::
 Definitions and the CLI (``disaggsim sweep`` / ``compare``): docs/sweeps.md.
 """
 
-from disaggsim.sweep.core import (
-    Bisection,
-    GoodputResult,
-    PointTask,
-    bisect_rate,
-    goodput,
-    goodput_many,
-    run_point,
-    sweep,
-)
+from disaggsim.metrics.steady import RunLengthRule
+from disaggsim.sweep.core import PointTask, run_point, sweep
 from disaggsim.sweep.executors import (
     DaskExecutor,
     Executor,
@@ -26,18 +18,27 @@ from disaggsim.sweep.executors import (
     SerialExecutor,
     make_executor,
 )
+from disaggsim.sweep.goodput import (
+    Evaluation,
+    GoodputResult,
+    RateSearch,
+    goodput,
+    goodput_many,
+    search_rate,
+)
 from disaggsim.sweep.grid import Param, expand_grid, parse_param, parse_params
 
 __all__ = [
-    "Bisection",
     "DaskExecutor",
+    "Evaluation",
     "Executor",
     "GoodputResult",
     "Param",
     "PointTask",
     "ProcessExecutor",
+    "RateSearch",
+    "RunLengthRule",
     "SerialExecutor",
-    "bisect_rate",
     "expand_grid",
     "goodput",
     "goodput_many",
@@ -45,5 +46,6 @@ __all__ = [
     "parse_param",
     "parse_params",
     "run_point",
+    "search_rate",
     "sweep",
 ]

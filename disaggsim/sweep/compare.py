@@ -12,19 +12,19 @@ from typing import Any
 import pandas as pd
 
 from disaggsim.errors import UserError
+from disaggsim.metrics.steady import RunLengthRule
 from disaggsim.sweep.core import (
     RATE_PATH,
-    GoodputResult,
     ProgressFn,
     Source,
     as_source,
-    goodput_many,
     run_tasks,
     sweep_tasks,
     table,
     with_overrides,
 )
 from disaggsim.sweep.executors import Executor, default_executor
+from disaggsim.sweep.goodput import GoodputResult, goodput_many
 from disaggsim.sweep.grid import (
     Param,
     check_grid_size,
@@ -43,6 +43,12 @@ GOODPUT_COLUMNS = (
     "goodput_per_gpu_per_s",
     "ratio_to_best",
     "status",
+    "confirmed",
+    "confirm_rate_per_s",
+    "confirm_attainment",
+    "confirm_duration_s",
+    "search_duration_s",
+    "unattainable_below_per_s",
     "attainment_target",
     "tol_per_s",
 )
@@ -69,7 +75,8 @@ def check_same_gpus(sources: Sequence[Source]) -> None:
 def rate_range(
     params: Sequence[Param], rate_lo: float | None, rate_hi: float | None
 ) -> tuple[float, float]:
-    """Goodput bracket: given, else the min and max of a swept ``workload.rate_per_s``."""
+    """Starting goodput bracket: given, else the min and max of a swept
+    ``workload.rate_per_s`` (the search widens it until it brackets the goodput)."""
     swept = [p for p in params if p.path == RATE_PATH]
     if rate_lo is None or rate_hi is None:
         if not swept:
@@ -94,11 +101,13 @@ def compare(
     rate_lo: float | None = None,
     rate_hi: float | None = None,
     tol_per_s: float | None = None,
+    rule: RunLengthRule | None = None,
     overrides: Sequence[str] | None = None,
     progress: ProgressFn | None = None,
     goodput_progress: ProgressFn | None = None,
 ) -> CompareResult:
-    """Sweep every scenario over the same grid and bisect each one's goodput.
+    """Sweep every scenario over the same grid and search each one's steady-state
+    goodput (:mod:`disaggsim.sweep.goodput`).
 
     Goodput is found for every scenario × combination of the swept parameters other
     than ``workload.rate_per_s`` (the rate is what the bisection varies). With
@@ -139,6 +148,7 @@ def compare(
             hi,
             tol_per_s=tol_per_s,
             seeds=seeds,
+            rule=rule,
             executor=ex,
             progress=goodput_progress,
         )
@@ -161,6 +171,7 @@ def goodput_frame(
     best = max(finite) if finite else float("nan")
     rows = []
     for src, point, r in zip(sources, points, results, strict=True):
+        c = r.confirmation
         rows.append(
             {
                 SCENARIO_FILE: src.label,
@@ -172,6 +183,14 @@ def goodput_frame(
                 "goodput_per_gpu_per_s": r.per_gpu_per_s,
                 "ratio_to_best": r.per_gpu_per_s / best if best > 0 else float("nan"),
                 "status": r.status,
+                "confirmed": r.confirmed,
+                "confirm_rate_per_s": c.rate_per_s if c is not None else float("nan"),
+                "confirm_attainment": c.attainment if c is not None else float("nan"),
+                "confirm_duration_s": c.duration_s if c is not None else float("nan"),
+                "search_duration_s": r.search_duration_s,
+                "unattainable_below_per_s": r.unattainable_below_per_s
+                if r.unattainable_below_per_s is not None
+                else float("nan"),
                 "attainment_target": r.attainment_target,
                 "tol_per_s": r.tol_per_s,
             }

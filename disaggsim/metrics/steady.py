@@ -1,0 +1,307 @@
+"""Steady state: the one definition of "this rate meets the SLO" (docs/metrics.md).
+
+A finite run of a rate above capacity can still meet the attainment target: the queue
+has not yet grown long enough to push TTFTs past the SLO. So a rate **meets the SLO**
+only when both hold over the measurement window ``[warmup_s, duration_s)``:
+
+1. **attainment**: the share of measured requests meeting both SLOs is at least
+   ``slo.attainment_target`` (``slo_attainment``, :mod:`disaggsim.metrics.summary`);
+2. **stability**: neither the number of requests waiting for their first token nor
+   the TTFT trends upward. The window is cut into :data:`NUM_BATCHES` equal batches; each signal's batch
+   means are regressed on time by least squares, and the slope's one-sided t-test
+   (``k − 2`` degrees of freedom) rejects "no upward trend" at ``alpha / m`` for each of
+   the ``m`` signals tested (Bonferroni). If the batch means of a stationary system are
+   independent and normal, each test rejects with probability exactly ``alpha / m``, so
+   the chance of calling a stable run unstable is at most :data:`ALPHA`.
+
+The run length is chosen from the workload (:func:`horizon`): at least
+``min_measured_requests`` measured requests and ``service_multiple`` times the longest
+service time (:func:`service_time_s`), after a warm-up. :mod:`disaggsim.sweep.core`
+bisects the rate with this rule and confirms the result with a run at least
+``confirm_factor`` times as long.
+
+This module is pure: numpy and scipy over the per-request frame, no simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from disaggsim.config.bounds import MAX_DURATION_S
+from disaggsim.costmodel.interface import WorkerCost, decode_step_time_s
+
+__all__ = [
+    "ALPHA",
+    "NUM_BATCHES",
+    "Horizon",
+    "RunLengthRule",
+    "Stability",
+    "TrendTest",
+    "horizon",
+    "count_batch_means",
+    "meets_slo",
+    "service_time_s",
+    "slo_drain_s",
+    "stability",
+    "stationary_arrivals",
+    "trend_test",
+]
+
+ALPHA = 0.01  # probability of calling a stationary run unstable (all signals together)
+NUM_BATCHES = 10  # batch means per signal over the measurement window
+# A significant trend must also matter: its fitted rise over the window is at least
+# one more request waiting, or this share of the TTFT target.
+MIN_WAITING_RISE = 1.0
+MIN_TTFT_RISE_SHARE = 0.02
+
+
+# ------------------------------------------------------------------ the trend test
+
+
+@dataclass(frozen=True, slots=True)
+class TrendTest:
+    """One signal's least-squares slope over the window's batch means.
+
+    ``slope_per_s``: the signal's change per second of simulated time (requests per
+    second for ``waiting``; seconds of TTFT per second of arrival time for ``ttft``).
+    ``p_value``: one-sided, for "the slope is > 0", from Student's t with ``k − 2``
+    degrees of freedom (``k`` batch means that have data)."""
+
+    signal: str  # "waiting" | "ttft"
+    slope_per_s: float
+    t_stat: float
+    p_value: float
+    num_batches: int
+    rise: float = float("nan")  # slope × the span of the batch centres
+
+
+def trend_test(signal: str, centers_s: np.ndarray, means: np.ndarray) -> TrendTest:
+    """The slope test for one signal (NaN means are dropped; fewer than 3 left: p = 1)."""
+    ok = np.isfinite(means)
+    x, y = np.asarray(centers_s, float)[ok], np.asarray(means, float)[ok]
+    k = len(y)
+    if k < 3:
+        return TrendTest(signal, float("nan"), float("nan"), 1.0, k)
+    from scipy.special import stdtr  # Student's t CDF (scipy.stats costs seconds to import)
+
+    xc = x - x.mean()
+    sxx = float((xc * xc).sum())
+    slope = float((xc * (y - y.mean())).sum() / sxx)
+    resid = y - y.mean() - slope * xc
+    s2 = float((resid * resid).sum()) / (k - 2)
+    if s2 == 0.0:  # every mean on the line: an upward line is a trend, a flat one not
+        t = math.inf if slope > 0 else 0.0
+    else:
+        t = slope / math.sqrt(s2 / sxx)
+    p = float(stdtr(k - 2, -t)) if math.isfinite(t) else (0.0 if t > 0 else 1.0)
+    return TrendTest(signal, slope, float(t), p, k, slope * float(x.max() - x.min()))
+
+
+def count_batch_means(
+    start_at_s: np.ndarray, end_at_s: np.ndarray, edges_s: np.ndarray
+) -> np.ndarray:
+    """Time-average number of intervals ``[start, end)`` open over each ``[edges[j],
+    edges[j+1])`` (``end = inf``: never closed)."""
+    a = np.asarray(start_at_s, float)[:, None]
+    e = np.asarray(end_at_s, float)[:, None]
+    lo, hi = edges_s[None, :-1], edges_s[None, 1:]
+    overlap = np.clip(np.minimum(e, hi) - np.maximum(a, lo), 0.0, None)
+    return overlap.sum(axis=0) / np.diff(edges_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Stability:
+    """Whether the measurement window shows an upward trend (docs/metrics.md).
+
+    ``p_value`` is the smallest p-value times the number of signals tested (Bonferroni,
+    at most 1), over the signals whose fitted rise is material; the run is ``stable``
+    when it is at least ``alpha``."""
+
+    stable: bool
+    p_value: float
+    alpha: float
+    tests: tuple[TrendTest, ...]
+
+    def slope(self, signal: str) -> float:
+        return next((t.slope_per_s for t in self.tests if t.signal == signal), float("nan"))
+
+
+def stability(
+    frame: pd.DataFrame,
+    window_start_s: float,
+    window_end_s: float,
+    *,
+    stationary: bool = True,
+    client_timeout_s: float | None = None,
+    ttft_target_s: float = 0.0,
+    alpha: float = ALPHA,
+    num_batches: int = NUM_BATCHES,
+) -> Stability:
+    """Trend tests over ``[window_start_s, window_end_s)`` of a run's request frame.
+
+    Signals: ``waiting`` (time-average number of requests that have arrived and not yet
+    received a first token, every request counted, measured or not: the queues in front
+    of prefill, of the decode pool and at the router together) and ``ttft`` (mean TTFT
+    of the requests
+    arriving in each batch; a request that never got a first token counts with the
+    time it waited until it was abandoned or the run ended, a lower bound; rejected
+    requests are left out). Where the arrival rate varies by design (``stationary``
+    false: a rate schedule, a rate shape, a mix shift or a trace), the number waiting
+    follows the offered load, so only the TTFT is tested. A trend counts when it
+    is significant and its fitted rise over the window is at least
+    :data:`MIN_WAITING_RISE` requests, or :data:`MIN_TTFT_RISE_SHARE` of
+    ``ttft_target_s`` (so float noise on a deterministic run is no trend)."""
+    if not window_end_s > window_start_s:
+        return Stability(True, 1.0, alpha, ())
+    edges = np.linspace(window_start_s, window_end_s, num_batches + 1)
+    centers = 0.5 * (edges[:-1] + edges[1:])
+    arrival = frame["arrival_at_s"].to_numpy(float)
+    status = frame["status"].astype(str).to_numpy()
+    first = frame["first_token_at_s"].to_numpy(float)
+    finish = frame["finish_at_s"].to_numpy(float)
+    # waiting for a first token: until it came, or the request was rejected or gave up
+    gave_up = arrival + (client_timeout_s if client_timeout_s is not None else 0.0)
+    end = np.where(np.isfinite(first), first, np.inf)
+    end = np.where(status == "rejected", arrival, end)
+    end = np.where(status == "abandoned", gave_up, end)
+    tests = []
+    if stationary:
+        tests.append(trend_test("waiting", centers, count_batch_means(arrival, end, edges)))
+    # TTFT by arrival batch; no first token: waited until it gave up or the run ended
+    last_event = float(np.nanmax(np.concatenate([finish, first, arrival]))) if len(frame) else 0.0
+    waited = np.where(status == "abandoned", gave_up, last_event) - arrival
+    ttft = np.where(np.isfinite(first), first - arrival, waited)
+    keep = (status != "rejected") & (arrival >= window_start_s) & (arrival < window_end_s)
+    batch = np.clip(np.searchsorted(edges, arrival[keep], side="right") - 1, 0, num_batches - 1)
+    sums = np.bincount(batch, weights=ttft[keep], minlength=num_batches)
+    counts = np.bincount(batch, minlength=num_batches)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    tests.append(trend_test("ttft", centers, means))
+    floor = {"waiting": MIN_WAITING_RISE, "ttft": MIN_TTFT_RISE_SHARE * ttft_target_s}
+    material = [t.p_value for t in tests if t.rise >= floor[t.signal]]
+    p = min(1.0, min(material, default=1.0) * len(tests))
+    return Stability(bool(p >= alpha), p, alpha, tuple(tests))
+
+
+def meets_slo(attainment: float, target: float, stable: bool) -> bool:
+    """The one rule: attainment (NaN: no measured request, a miss) and stability."""
+    return bool(attainment >= target) and bool(stable)
+
+
+def stationary_arrivals(workload) -> bool:
+    """True when the offered load is constant by design: a synthetic or preset workload
+    at one ``rate_per_s`` with no rate schedule, rate shape or mix shift (a trace's rate
+    varies with the trace)."""
+    kind = getattr(workload, "kind", None)
+    if kind == "preset":
+        return True
+    if kind != "synthetic":
+        return False
+    return (
+        workload.rate_schedule is None
+        and workload.rate_shape is None
+        and workload.mix_shift is None
+    )
+
+
+# ------------------------------------------------------------------ run length
+
+
+@dataclass(frozen=True, slots=True)
+class RunLengthRule:
+    """How long a goodput run lasts, from the workload (docs/metrics.md).
+
+    The measurement window holds at least ``min_measured_requests`` arrivals and lasts
+    at least ``service_multiple`` longest service times; the warm-up before it is the
+    larger of ``warmup_service_multiple`` service times and ``warmup_share`` of the
+    window. A confirmation run's warm-up and window are ``confirm_factor`` times as long."""
+
+    min_measured_requests: int = 1000
+    service_multiple: float = 10.0
+    warmup_service_multiple: float = 3.0
+    warmup_share: float = 0.1
+    confirm_factor: float = 2.0
+    alpha: float = ALPHA
+
+    def __post_init__(self) -> None:
+        if self.min_measured_requests < 1 or self.service_multiple <= 0:
+            raise ValueError("RunLengthRule: need min_measured_requests >= 1, multiples > 0")
+        if self.confirm_factor < 2.0:
+            raise ValueError("RunLengthRule: confirm_factor must be >= 2 (twice the horizon)")
+
+
+@dataclass(frozen=True, slots=True)
+class Horizon:
+    """One run's simulated times (seconds): arrivals in ``[0, warmup_s + measure_s)``,
+    measured from ``warmup_s``, the run stopped at most ``drain_s`` after arrivals end."""
+
+    warmup_s: float
+    measure_s: float
+    drain_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.warmup_s + self.measure_s
+
+    def overrides(self) -> list[str]:
+        """The ``--set`` overrides that give a scenario this horizon."""
+        return [
+            f"sim.duration_s={_num(self.duration_s)}",
+            f"sim.warmup_s={_num(self.warmup_s)}",
+            f"sim.max_drain_s={_num(self.drain_s)}",
+        ]
+
+
+def _num(x: float) -> str:
+    return repr(float(f"{x:.9g}"))
+
+
+def horizon(
+    rule: RunLengthRule,
+    rate_per_s: float,
+    service_s: float,
+    drain_s: float,
+    *,
+    confirm: bool = False,
+) -> Horizon:
+    """The run length at ``rate_per_s`` for a workload whose longest service time is
+    ``service_s``: window ``max(min_measured_requests / rate, service_multiple ×
+    service_s)`` (× ``confirm_factor`` for a confirmation), warm-up ``max(
+    warmup_service_multiple × service_s, warmup_share × window)``."""
+    if not rate_per_s > 0:
+        raise ValueError(f"horizon: rate must be > 0, got {rate_per_s}")
+    measure = max(rule.min_measured_requests / rate_per_s, rule.service_multiple * service_s)
+    warm = max(rule.warmup_service_multiple * service_s, rule.warmup_share * measure)
+    scale = rule.confirm_factor if confirm else 1.0
+    warm, measure = scale * warm, scale * measure
+    if warm + measure > MAX_DURATION_S:  # the scenario bound (30 days of arrivals)
+        shrink = MAX_DURATION_S / (warm + measure)
+        warm, measure = warm * shrink, measure * shrink
+    return Horizon(warmup_s=warm, measure_s=measure, drain_s=min(drain_s, MAX_DURATION_S))
+
+
+def service_time_s(
+    costs: Mapping[str, WorkerCost], prompt_tokens: int, output_tokens: int
+) -> float:
+    """Longest service time: a ``prompt_tokens`` / ``output_tokens`` request served alone
+    (its prefill, then ``output_tokens − 1`` decode steps at batch 1), on the pools of
+    ``costs`` (``prefill``/``decode``, or ``colocated``). Callers pass the p99 lengths."""
+    pre = costs.get("prefill") or costs["colocated"]
+    dec = costs.get("decode") or costs["colocated"]
+    p, o = int(prompt_tokens), int(output_tokens)
+    prefill = pre.prefill_time_s(1, p, p * (p + 1) / 2.0)
+    decode = max(o - 1, 0) * decode_step_time_s(dec, 1, p + o // 2)
+    return float(prefill + decode)
+
+
+def slo_drain_s(ttft_s: float, itl_s: float, max_output_tokens: int) -> float:
+    """How long after arrivals end a run must go on so that no request that could still
+    meet the SLO is cut: such a request ends within ``ttft + (output − 1) × itl`` of its
+    arrival (every gap, and so the mean gap, is at most the ITL target)."""
+    return float(ttft_s + max(int(max_output_tokens) - 1, 0) * itl_s)

@@ -1,0 +1,148 @@
+"""The planner's search over deployments: branch and bound over families, hill climbing
+inside each family (docs/planning.md, "Search").
+
+A **family** is every deployment sharing the discrete choices that the analytic model
+prices (kind, TP per pool, weight dtype): a disaggregated family's members differ in
+their prefill and decode worker counts, a chunked family's in the chunk size. Each
+family carries an optimistic **bound** on its goodput per GPU (the analytic capacity
+of a perfectly packed fleet, :mod:`disaggsim.plan.analytic`) and **start** points.
+
+The optimiser is pure: it is given an ``evaluate`` function (candidates → goodput per
+GPU; the planner passes steady-state goodput by simulation, tests pass an oracle) and:
+
+1. evaluates the start points of the family with the highest bound of each kind;
+2. then, wave after wave, for every family not yet settled: **prunes** it when its
+   bound × ``bound_slack`` is below the best goodput found (it cannot win), otherwise
+   evaluates its start points, or the unevaluated **neighbours** of its best member; a
+   family whose best member has every neighbour evaluated is at a local optimum
+   (settled). ``explore_floor`` > 0 also stops a family whose best member is below that
+   share of the best found (quick mode);
+3. stops when no family proposes anything, or after ``max_waves`` (then the search is
+   reported as not converged).
+
+A neighbour replaces its family's best member only when it is better by more than
+``min_gain`` (a share: the evaluation's tolerance), so noise does not send the climb
+wandering; the result is then a local optimum to within that share.
+
+Every wave is one call of ``evaluate``, so the simulations of a wave run in lock-step
+on the executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+__all__ = ["Family", "OptimiseResult", "optimise"]
+
+C = TypeVar("C", bound=Hashable)
+
+
+@dataclass(slots=True)
+class Family(Generic[C]):
+    """One family: its name, kind, bound (goodput per GPU, optimistic), start points and
+    a neighbourhood function over its members (tiers of neighbours, nearest first)."""
+
+    name: str
+    kind: str
+    bound_per_gpu: float
+    starts: tuple[C, ...]
+    neighbours: Callable[[C], Sequence[Sequence[C]]]  # tiers, nearest first
+    state: str = "open"  # open | settled | pruned | stopped
+    best: C | None = None
+    evaluated: list[C] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class OptimiseResult(Generic[C]):
+    values: dict  # candidate -> goodput per GPU, every one evaluated
+    family_of: dict  # candidate -> family name
+    states: dict  # family name -> open | settled | pruned | stopped
+    waves: int
+    converged: bool  # every family settled, pruned or stopped before max_waves
+
+    @property
+    def best(self) -> C | None:
+        return max(self.values, key=lambda c: self.values[c]) if self.values else None
+
+
+def optimise(
+    families: Sequence[Family[C]],
+    evaluate: Callable[[list[C]], list[float]],
+    *,
+    bound_slack: float = 1.25,
+    explore_floor: float = 0.0,
+    max_waves: int = 40,
+    min_gain: float = 0.0,
+) -> OptimiseResult[C]:
+    values: dict[C, float] = {}
+    family_of: dict[C, str] = {}
+
+    def best_value() -> float:
+        return max(values.values(), default=0.0)
+
+    def record(cands: list[C], owner: dict[C, Family[C]]) -> None:
+        got = evaluate(cands)
+        for c, v in zip(cands, got, strict=True):
+            values[c] = float(v)
+            fam = owner[c]
+            family_of[c] = fam.name
+            fam.evaluated.append(c)
+            # a neighbour must beat the family's best by more than the evaluation's noise
+            if fam.best is None or values[c] > values[fam.best] * (1 + min_gain):
+                fam.best = c
+
+    # wave 1: the most promising family of each kind, so later waves can prune
+    first: dict[str, Family[C]] = {}
+    for fam in families:
+        if fam.kind not in first or fam.bound_per_gpu > first[fam.kind].bound_per_gpu:
+            first[fam.kind] = fam
+    waves = 0
+    pending = list(first.values())
+    while True:
+        best = best_value()
+        proposals: list[C] = []
+        owner: dict[C, Family[C]] = {}
+        for fam in pending if waves == 0 else families:
+            if fam.state != "open":
+                continue
+            if best > 0 and fam.bound_per_gpu * bound_slack < best:
+                fam.state = "pruned"
+                continue
+            if fam.best is None:
+                todo = [c for c in fam.starts if c not in values]
+            else:
+                if explore_floor > 0 and values[fam.best] < explore_floor * best:
+                    fam.state = "stopped"
+                    continue
+                todo = []
+                for tier in fam.neighbours(fam.best):  # the first tier not yet tried
+                    todo = [c for c in tier if c not in values]
+                    if todo:
+                        break
+            todo = [c for c in dict.fromkeys(todo) if c not in owner]
+            if not todo:
+                if fam.best is not None or not fam.starts:
+                    fam.state = "settled"
+                continue
+            for c in todo:
+                owner[c] = fam
+            proposals += todo
+        if not proposals:
+            if waves == 0:  # nothing to start with: go on to every family
+                waves = 1
+                continue
+            break
+        if waves >= max_waves:
+            break
+        record(proposals, owner)
+        waves += 1
+    converged = all(f.state != "open" for f in families)
+    return OptimiseResult(
+        values=values,
+        family_of=family_of,
+        states={f.name: f.state for f in families},
+        waves=waves,
+        converged=converged,
+    )

@@ -1,0 +1,534 @@
+"""Steady-state goodput: the highest rate that meets the SLO, found by simulation.
+
+"Meets the SLO" is :func:`disaggsim.metrics.steady.meets_slo` (attainment over the
+measurement window after warm-up **and** no upward trend in the number of requests in
+the system or in TTFT); each run's length comes from the workload
+(:func:`disaggsim.metrics.steady.horizon`), never from the scenario's ``sim`` section.
+
+The search (:class:`RateSearch`, a small state machine so many scenarios advance in
+lock-step, one executor round per step, and a pure function of rate can drive it in
+tests):
+
+1. **bracket**: evaluate ``rate_lo`` and ``rate_hi``; while ``rate_hi`` meets, double it;
+   while ``rate_lo`` misses, divide it by 4 (at most :data:`MAX_WIDEN_DOWN` times, and not
+   below :data:`IDLE_CONCURRENCY` / the longest service time, where the system is all but
+   idle: then the SLO is *unattainable*, goodput 0, at every rate down to the last one
+   tried). A goodput is never reported from a range that did not bracket it;
+2. **bisect** until the meeting and the missing rate are at most ``tol`` apart;
+3. **confirm**: run the found rate with a measurement window ``confirm_factor`` (>= 2)
+   times as long. If it misses, step down at that length (by 2 × tol, doubling) until a
+   rate meets, then bisect between the two at that length; the result is that rate
+   (status ``refined``).
+
+Definitions and the math: docs/metrics.md ("Steady-state goodput"); CLI: docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.config.scenario import Scenario
+from disaggsim.errors import UserError
+from disaggsim.metrics.steady import RunLengthRule, horizon, service_time_s, slo_drain_s
+from disaggsim.metrics.summary_table import Summary
+from disaggsim.sweep.core import (
+    RATE_PATH,
+    PointTask,
+    ProgressFn,
+    Source,
+    _check_seeds,
+    _task,
+    as_source,
+    run_point,
+)
+from disaggsim.sweep.executors import Executor, default_executor
+from disaggsim.sweep.grid import Param, check_params, override_text
+
+__all__ = [
+    "MAX_WIDEN_DOWN",
+    "MAX_WIDEN_UP",
+    "Evaluation",
+    "GoodputResult",
+    "RateSearch",
+    "SteadyProfile",
+    "goodput",
+    "goodput_many",
+    "search_rate",
+    "steady_profile",
+]
+
+MAX_WIDEN_UP = 16  # rate_hi doublings before giving up (status "unbounded")
+MAX_WIDEN_DOWN = 5  # rate_lo quarterings before the SLO is called unattainable
+MAX_REFINE_STEPS = 8  # step-downs after a failed confirmation
+# Below this many requests in service on average (rate x longest service time) a run is
+# all but idle: requests meet no queue, so missing the SLO there means missing it at any
+# rate, and the bracket stops widening down.
+IDLE_CONCURRENCY = 0.05
+DEFAULT_TOL_FRACTION = 0.01
+MAX_SAMPLE_REQUESTS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One rate, simulated (``seeds`` runs): mean attainment, stability, the verdict."""
+
+    rate_per_s: float
+    attainment: float  # mean over seeds (NaN: no measured request)
+    stable: bool  # every seed stable at alpha / seeds (Bonferroni)
+    meets: bool  # attainment >= target and stable
+    duration_s: float  # arrivals window of the run (warm-up + measurement)
+    confirm: bool = False  # a confirmation-length run
+    # the first seed's run summary (None when evaluated without simulating)
+    summary: Summary | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputResult:
+    """Steady-state goodput of one scenario.
+
+    ``status``: ``found`` (bisected and confirmed by the long run), ``refined`` (the
+    first confirmation missed; ``rate_per_s`` is the highest rate that met at the
+    confirmation length), ``unattainable`` (missed at every rate down to
+    ``unattainable_below_per_s``: goodput 0) or ``unbounded`` (still met at the largest
+    rate tried: NaN). ``confirmation`` is the long run that backs the result."""
+
+    scenario: str
+    num_gpus: int
+    rate_per_s: float
+    per_gpu_per_s: float
+    status: str
+    attainment_target: float
+    tol_per_s: float
+    evaluations: tuple[Evaluation, ...]
+    confirmation: Evaluation | None = None
+    unattainable_below_per_s: float | None = None
+    service_s: float = float("nan")  # the longest service time the horizon used
+
+    @property
+    def confirmed(self) -> bool:
+        return self.confirmation is not None and self.confirmation.meets
+
+    @property
+    def search_duration_s(self) -> float:
+        """Arrivals window of the bisection's run at the goodput rate (NaN if none)."""
+        for e in self.evaluations:
+            if not e.confirm and e.rate_per_s == self.rate_per_s:
+                return e.duration_s
+        return float("nan")
+
+
+class RateSearch:
+    """Bracket, bisect and confirm the rate at which a scenario stops meeting the SLO.
+
+    Drive it with :meth:`next_points` (``(rate, confirm_length)`` pairs to evaluate) and
+    :meth:`record` (their :class:`Evaluation`, in the same order) until ``status`` is set.
+    ``tol_per_s`` defaults to ``tol_fraction`` of the bracket's upper end once it is
+    bracketed. Assumes meeting is monotone in rate; where noise breaks that near the
+    threshold the result is still a rate that met next to one, at most ``tol`` above,
+    that did not. The bracket does not widen below ``min_rate_per_s`` (a rate at which the
+    system is all but idle: missing there, the SLO is unattainable at any rate)."""
+
+    def __init__(
+        self,
+        rate_lo: float,
+        rate_hi: float,
+        *,
+        tol_per_s: float | None = None,
+        tol_fraction: float = DEFAULT_TOL_FRACTION,
+        confirm: bool = True,
+        min_rate_per_s: float = 0.0,
+    ) -> None:
+        if not (0 < rate_lo < rate_hi) or not math.isfinite(rate_hi):
+            raise UserError(f"goodput: need 0 < rate_lo < rate_hi, got {rate_lo} and {rate_hi}")
+        if tol_per_s is not None and not tol_per_s > 0:
+            raise UserError(f"goodput: tolerance must be > 0 req/s, got {tol_per_s}")
+        if not 0 < tol_fraction < 1:
+            raise UserError(f"goodput: tolerance fraction must be in (0, 1), got {tol_fraction}")
+        self.lo, self.hi = float(rate_lo), float(rate_hi)
+        self.tol = float(tol_per_s) if tol_per_s is not None else None
+        self.tol_fraction = tol_fraction
+        self.confirm = confirm
+        self.min_rate = float(min_rate_per_s)
+        self.evaluations: list[Evaluation] = []
+        self.status: str | None = None
+        self.phase = "bracket"
+        self._lo_ok: bool | None = None
+        self._hi_ok: bool | None = None
+        self._up = self._down = 0
+        self.confirmation: Evaluation | None = None
+        self.unattainable_below: float | None = None
+        # at the confirmation length: highest rate that met, lowest that missed
+        self._long_lo: float | None = None
+        self._long_hi = math.nan
+        self._step = math.nan
+        self._steps = 0
+
+    # -------------------------------------------------------------- driving
+
+    def next_points(self) -> list[tuple[float, bool]]:
+        if self.status is not None:
+            return []
+        if self.phase == "bracket":
+            pts = []
+            if self._lo_ok is None:
+                pts.append((self.lo, False))
+            if self._hi_ok is None:
+                pts.append((self.hi, False))
+            return pts
+        if self.phase == "bisect":
+            return [(0.5 * (self.lo + self.hi), False)]
+        if self.phase == "confirm":
+            return [(self.lo, True)]
+        if self.phase == "step_down":
+            return [(self._probe(), True)]
+        assert self.phase == "long_bisect" and self._long_lo is not None
+        return [(0.5 * (self._long_lo + self._long_hi), True)]
+
+    def record(self, results: Sequence[Evaluation]) -> None:
+        """Results for exactly the points :meth:`next_points` returned, in that order."""
+        self.evaluations.extend(results)
+        if self.phase == "bracket":
+            for e in results:
+                if e.rate_per_s == self.lo:
+                    self._lo_ok = e.meets
+                elif e.rate_per_s == self.hi:
+                    self._hi_ok = e.meets
+            self._after_bracket()
+        elif self.phase == "bisect":
+            (e,) = results
+            if e.meets:
+                self.lo = e.rate_per_s
+            else:
+                self.hi = e.rate_per_s
+            self._after_bisect()
+        elif self.phase == "confirm":
+            (e,) = results
+            self.confirmation = e
+            if e.meets:
+                self.status = "found"
+            else:
+                self._long_hi = e.rate_per_s
+                self._step = 2.0 * self._tol()
+                self.phase = "step_down"
+        elif self.phase == "step_down":
+            (e,) = results
+            if e.meets:
+                self._long_lo = e.rate_per_s
+                self.confirmation = e
+                self.phase = "long_bisect"
+                self._after_long_bisect()
+            else:
+                self._long_hi = e.rate_per_s
+                self._steps += 1
+                self._step *= 2.0
+                if self._steps >= MAX_REFINE_STEPS or self._probe() <= 0:
+                    self.status = "unattainable"
+                    self.unattainable_below = e.rate_per_s
+        else:
+            (e,) = results
+            if e.meets:
+                self._long_lo = e.rate_per_s
+                self.confirmation = e
+            else:
+                self._long_hi = e.rate_per_s
+            self._after_long_bisect()
+
+    def _tol(self) -> float:
+        return self.tol if self.tol is not None else self.tol_fraction * self.hi
+
+    def _probe(self) -> float:
+        return self._long_hi - self._step
+
+    def _after_bracket(self) -> None:
+        if self._lo_ok is False:
+            if self._down >= MAX_WIDEN_DOWN or self.lo / 4.0 < self.min_rate:
+                self.status = "unattainable"
+                self.unattainable_below = self.lo
+                return
+            self.hi, self._hi_ok = self.lo, False
+            self.lo, self._lo_ok = self.lo / 4.0, None
+            self._down += 1
+            return
+        if self._hi_ok is True:
+            if self._up >= MAX_WIDEN_UP:
+                self.status = "unbounded"
+                return
+            self.lo, self._lo_ok = self.hi, True
+            self.hi, self._hi_ok = 2.0 * self.hi, None
+            self._up += 1
+            return
+        if self._lo_ok and self._hi_ok is False:
+            if self.tol is None:
+                self.tol = self.tol_fraction * self.hi
+            self.phase = "bisect"
+            self._after_bisect()
+
+    def _after_bisect(self) -> None:
+        if self.hi - self.lo <= self._tol():
+            if self.confirm:
+                self.phase = "confirm"
+            else:
+                self.status = "found"
+
+    def _after_long_bisect(self) -> None:
+        assert self._long_lo is not None
+        if self._long_hi - self._long_lo <= self._tol():
+            self.status = "refined"
+
+    # -------------------------------------------------------------- result
+
+    @property
+    def rate_per_s(self) -> float:
+        if self.status == "found":
+            return self.lo
+        if self.status == "refined":
+            assert self._long_lo is not None
+            return self._long_lo
+        if self.status == "unattainable":
+            return 0.0
+        return float("nan")
+
+
+def search_rate(
+    evaluate: Callable[[float, bool], tuple[float, bool]],
+    rate_lo: float,
+    rate_hi: float,
+    target: float,
+    *,
+    tol_per_s: float | None = None,
+    tol_fraction: float = DEFAULT_TOL_FRACTION,
+    confirm: bool = True,
+    min_rate_per_s: float = 0.0,
+) -> RateSearch:
+    """Run :class:`RateSearch` against ``evaluate(rate, confirm_length) -> (attainment,
+    stable)`` (tests, analytic models)."""
+    s = RateSearch(
+        rate_lo,
+        rate_hi,
+        tol_per_s=tol_per_s,
+        tol_fraction=tol_fraction,
+        confirm=confirm,
+        min_rate_per_s=min_rate_per_s,
+    )
+    while pts := s.next_points():
+        out = []
+        for rate, long in pts:
+            att, stable = evaluate(rate, long)
+            out.append(Evaluation(rate, att, stable, bool(att >= target) and stable, 0.0, long))
+        s.record(out)
+    return s
+
+
+# ------------------------------------------------------------------ run lengths
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyProfile:
+    """What the run-length rule needs from a scenario: its longest service time (a p99
+    prompt and a p99 output served alone) and the drain that no SLO-meeting request
+    outlasts (the largest output at the ITL target after the TTFT target)."""
+
+    service_s: float
+    drain_s: float
+    prompt_tokens_p99: int
+    output_tokens_p99: int
+    output_tokens_max: int
+
+
+def steady_profile(loaded: LoadedScenario, label: str = "<scenario>") -> SteadyProfile:
+    from disaggsim import run  # module attribute: tests patch run.build_costs
+
+    s = loaded.scenario
+    reqs = run.make_requests(loaded)
+    if len(reqs) == 0:
+        raise UserError(f"{label}: the workload produces no requests (raise the rate or duration)")
+    n = min(len(reqs), MAX_SAMPLE_REQUESTS)
+    prompts = np.asarray(reqs.prompt_tokens[:n], dtype=np.int64)
+    outputs = np.asarray(reqs.output_tokens[:n], dtype=np.int64)
+    p99 = int(np.percentile(prompts, 99, method="inverted_cdf"))
+    o99 = int(np.percentile(outputs, 99, method="inverted_cdf"))
+    o_max = int(outputs.max())
+    costs = run.build_costs(s, label)
+    return SteadyProfile(
+        service_s=service_time_s(costs, p99, o99),
+        drain_s=slo_drain_s(s.slo.ttft_s, s.slo.itl_s, o_max),
+        prompt_tokens_p99=p99,
+        output_tokens_p99=o99,
+        output_tokens_max=o_max,
+    )
+
+
+# ------------------------------------------------------------------ driver
+
+
+@dataclass(slots=True)
+class _Job:
+    src: Source
+    search: RateSearch
+    profile: SteadyProfile
+    points: list[tuple[float, bool]] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+
+
+def goodput_many(
+    scenarios: Sequence[Source],
+    rate_lo: float,
+    rate_hi: float,
+    *,
+    tol_per_s: float | None = None,
+    tol_fraction: float = DEFAULT_TOL_FRACTION,
+    seeds: int = 1,
+    rule: RunLengthRule | None = None,
+    confirm: bool = True,
+    executor: Executor | None = None,
+    progress: ProgressFn | None = None,
+    brackets: Sequence[tuple[float, float]] | None = None,
+) -> list[GoodputResult]:
+    """Steady-state goodput of several scenarios, searched in lock-step: each round sends
+    every scenario's next rate(s) × seeds to the executor at once. ``brackets`` gives a
+    starting ``(rate_lo, rate_hi)`` per scenario instead of the shared one."""
+    _check_seeds(seeds)
+    rule = rule or RunLengthRule()
+    starts = list(brackets) if brackets is not None else [(rate_lo, rate_hi)] * len(scenarios)
+    jobs = []
+    for src, (lo, hi) in zip(scenarios, starts, strict=True):
+        check_params([Param(RATE_PATH, (lo,))], src.raw, src.label)
+        loaded = load_scenario(src.raw, base_dir=src.base_dir)
+        profile = steady_profile(loaded, src.label)
+        jobs.append(
+            _Job(
+                src,
+                RateSearch(
+                    lo,
+                    hi,
+                    tol_per_s=tol_per_s,
+                    tol_fraction=tol_fraction,
+                    confirm=confirm,
+                    min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
+                ),
+                profile,
+            )
+        )
+    own = executor is None
+    # the first round sends both ends of every search
+    ex = executor if executor is not None else default_executor(2 * len(jobs) * seeds)
+    done_tasks = 0
+    # a typical search: 2 ends + ~8 midpoints + a confirmation (twice as long)
+    total_est = len(jobs) * seeds * 12
+    try:
+        while True:
+            tasks: list[PointTask] = []
+            for job in jobs:
+                job.points = job.search.next_points()
+                job.durations = []
+                for rate, long in job.points:
+                    h = horizon(
+                        rule, rate, job.profile.service_s, job.profile.drain_s, confirm=long
+                    )
+                    job.durations.append(h.duration_s)
+                    for k in range(seeds):
+                        tasks.append(
+                            _task(
+                                job.src,
+                                [
+                                    override_text(RATE_PATH, rate),
+                                    override_text("seed", job.src.seed + k),
+                                    *h.overrides(),
+                                ],
+                            )
+                        )
+            if not tasks:
+                break
+
+            def on_done() -> None:
+                nonlocal done_tasks
+                done_tasks += 1
+                if progress is not None:
+                    progress(done_tasks, max(total_est, done_tasks))
+
+            summaries = iter(ex.map(run_point, tasks, on_done))
+            for job in jobs:
+                results = []
+                for (rate, long), duration in zip(job.points, job.durations, strict=True):
+                    runs = [next(summaries) for _ in range(seeds)]
+                    results.append(
+                        _evaluation(rate, long, duration, runs, job.src.attainment_target, rule)
+                    )
+                if results:
+                    job.search.record(results)
+    finally:
+        if own:
+            ex.close()
+    if progress is not None:
+        progress(done_tasks, done_tasks)
+    out = []
+    for job in jobs:
+        b = job.search
+        rate = b.rate_per_s
+        out.append(
+            GoodputResult(
+                scenario=job.src.name,
+                num_gpus=job.src.num_gpus,
+                rate_per_s=rate,
+                per_gpu_per_s=rate / job.src.num_gpus,
+                status=str(b.status),
+                attainment_target=job.src.attainment_target,
+                tol_per_s=b._tol(),
+                evaluations=tuple(b.evaluations),
+                confirmation=b.confirmation,
+                unattainable_below_per_s=b.unattainable_below,
+                service_s=job.profile.service_s,
+            )
+        )
+    return out
+
+
+def _evaluation(
+    rate: float,
+    long: bool,
+    duration_s: float,
+    runs: list[Summary],
+    target: float,
+    rule: RunLengthRule,
+) -> Evaluation:
+    att = [s.slo_attainment for s in runs]
+    mean = sum(att) / len(att)
+    p = min(s.stability_p_value for s in runs) * len(runs)
+    stable = bool(p >= rule.alpha)
+    return Evaluation(
+        rate, mean, stable, bool(mean >= target) and stable, duration_s, long, runs[0]
+    )
+
+
+def goodput(
+    scenario: LoadedScenario | Scenario | str | Path | dict,
+    rate_lo: float,
+    rate_hi: float,
+    *,
+    tol_per_s: float | None = None,
+    seeds: int = 1,
+    rule: RunLengthRule | None = None,
+    executor: Executor | None = None,
+    overrides: Sequence[str] | None = None,
+    progress: ProgressFn | None = None,
+) -> GoodputResult:
+    """Steady-state goodput of one scenario, starting from ``[rate_lo, rate_hi]`` (the
+    range widens until it brackets the goodput), to ``tol_per_s`` (default 1 % of the
+    bracket's upper end), confirmed at twice the horizon; per GPU = rate / GPUs."""
+    src = as_source(scenario, overrides)
+    return goodput_many(
+        [src],
+        rate_lo,
+        rate_hi,
+        tol_per_s=tol_per_s,
+        seeds=seeds,
+        rule=rule,
+        executor=executor,
+        progress=progress,
+    )[0]
