@@ -19,9 +19,20 @@ GRID = {"workload.rate_per_s": [1.0, 2.5, 4.0], "decode_pool.max_batch_seqs": [3
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as c:
+    import dask
+
+    # a loaded 2-core CI machine can take longer than dask's 30 s default to start and
+    # connect two worker processes; the timeouts bound a hang, not the test's speed
+    timeouts = {
+        "distributed.comm.timeouts.connect": "120s",
+        "distributed.comm.timeouts.tcp": "120s",
+    }
+    with (
+        dask.config.set(timeouts),
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as c,
+    ):
         yield c
 
 
