@@ -120,3 +120,24 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
         Router._try_route = route  # type: ignore[method-assign]
         Router._try_handoff = handoff  # type: ignore[method-assign]
     _check(reqs, cfg, raw)
+
+
+def test_gap_percentiles_by_weight_are_the_sorted_weighted_percentiles():
+    """The fleet's gap distribution is kept grouped by weight and searched by bisection;
+    every percentile equals the inverted-CDF percentile of the whole sorted multiset."""
+    from disaggsim.metrics.reconstruct import GapDistribution, weighted_percentile
+
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        n = int(rng.integers(1, 400))
+        values = np.round(rng.exponential(0.02, n), int(rng.integers(2, 7)))  # with ties
+        if rng.random() < 0.3:
+            values -= 0.01  # negative values order too (not expected from the engine)
+        weights = rng.integers(0, 9, n)
+        if not (weights > 0).any():
+            weights[0] = 1
+        dist = GapDistribution.from_pairs(values, weights)
+        assert dist.count == int(weights.sum())
+        assert dist.max_s() == values[weights > 0].max()
+        for q in (0, 1, 25, 50, 90, 99, 99.9, 100):
+            assert dist.percentile(q) == weighted_percentile(values, weights, q), q

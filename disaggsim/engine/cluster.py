@@ -135,10 +135,14 @@ class Cluster:
         self.scaling = Scaling(self)
 
     def _build_pool(self, pool: PoolSpec) -> None:
+        prefill_times: dict[tuple[int, int, float], float] = {}
         for i in range(pool.num_built):
             idx = len(self.workers)
             args = (self, idx, pool.cost, pool.max_batch_seqs, pool.max_batch_tokens)
-            kw = {"kv_watermark": self.cfg.kv_watermark}
+            kw: dict[str, Any] = {
+                "kv_watermark": self.cfg.kv_watermark,
+                "prefill_times": prefill_times,
+            }
             w: Worker
             match pool.role:
                 case "prefill":

@@ -327,6 +327,10 @@ class Router:
     def _refresh(self) -> None:
         """Bring the indexes up to date with the workers that changed since the last
         decision (work per change, not per worker)."""
+        self._refresh_front()
+        self._refresh_decode()
+
+    def _refresh_front(self) -> None:
         if self._front_changes:
             pos_of = self._front_pos
             for index in self._front_changes:
@@ -338,6 +342,8 @@ class Router:
                     self._num_front_accepting += 1 if now else -1
                 self.prefill.update(pos, changed)
             self._front_changes.clear()
+
+    def _refresh_decode(self) -> None:
         if self._decode_changes:
             pos_of = self._decode_pos
             for index in self._decode_changes:
@@ -368,10 +374,11 @@ class Router:
         return self._room_total - self.committed_blocks
 
     def _try_route(self, rid: int) -> bool:
-        self._refresh()
+        self._refresh_front()
         if not self._num_front_accepting:
             return False
         if self.kv_aware:
+            self._refresh_decode()
             need = self.requests.full_blocks(rid)
             if need > self._decode_room_blocks():
                 return False
@@ -427,7 +434,7 @@ class Router:
         return self._try_handoff(rid, src, prefill_s)
 
     def _try_handoff(self, rid: int, src: PrefillWorker, prefill_s: float | None = None) -> bool:
-        self._refresh()
+        self._refresh_decode()
         w = self.decode.choose(self.requests.join_blocks(rid), src)
         if w is None:
             return False

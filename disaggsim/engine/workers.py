@@ -42,6 +42,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Generator
+from functools import partial
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -55,10 +56,16 @@ if TYPE_CHECKING:
     from disaggsim.engine.host import WorkerHost
 
 _EPS = 1e-12
+_MAX_CACHED_PREFILLS = 1 << 16
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _succeed_once(done: simpy.Event, _cause: simpy.Event) -> None:
+    if not done.triggered:
+        done.succeed()
 
 
 class WorkerState(Enum):
@@ -118,6 +125,7 @@ class Worker:
         max_batch_tokens: int,
         *,
         kv_watermark: float = 0.0,
+        prefill_times: dict[tuple[int, int, float], float] | None = None,
     ) -> None:
         self.host = host
         self.env: simpy.Environment = host.env
@@ -138,12 +146,24 @@ class Worker:
         self._state = WorkerState.IN_SERVICE
         self._queued_tokens = 0  # prompt tokens assigned here and not yet prefilled
         self._num_outstanding = 0  # requests assigned here and not yet finished/handed off
+        # prefill batch times already asked of the cost model (a pure function; shared by
+        # the workers of one pool)
+        self._prefill_times = prefill_times if prefill_times is not None else {}
         self.steps = StepLog()
         self.num_failures = 0
         self._wake: simpy.Event | None = None
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
         self.proc = self.env.process(self._main())
+
+    def _prefill_time_s(self, num_seqs: int, tokens: int, pairs: float) -> float:
+        key = (num_seqs, tokens, pairs)
+        t = self._prefill_times.get(key)
+        if t is None:
+            if len(self._prefill_times) >= _MAX_CACHED_PREFILLS:
+                self._prefill_times.clear()
+            t = self._prefill_times[key] = self.cost.prefill_time_s(num_seqs, tokens, pairs)
+        return t
 
     def watch(self, changes: set[int]) -> None:
         """Report this worker's index into ``changes`` whenever a quantity the router
@@ -521,8 +541,13 @@ class _TokenBatch(Worker):
         if not self.requests.reserve_full:
             self.promised_growth = self._new_blocks(k)
         if interruptible:
-            self._wake = env.event()
-            yield env.timeout(total) | self._wake
+            # wait for the run's end or new work, whichever first: both succeed ``done``
+            # (one plain event; cheaper than a SimPy condition, with the same hops)
+            done = env.event()
+            wake = self._wake = env.event()
+            env.timeout(total).callbacks.append(partial(_succeed_once, done))
+            wake.callbacks.append(partial(_succeed_once, done))
+            yield done
             self._wake = None
             tau = env.now - start
             if tau < total - _EPS:
@@ -668,7 +693,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             now = env.now
             for r in batch:
                 host.prefill_started(r, self.index)
-            dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
+            dur = self._prefill_time_s(len(batch), tokens, pairs)
             self.steps.prefill_iters.append((now, dur, len(batch), tokens))
             self._activity = PrefillIter(batch)
             self.batch_end_at_s = now + dur
@@ -895,7 +920,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 self.sample(len(self.queue), self.batch + len(batch))
                 lens = [self.requests.prefill_len(r) for r in batch]
                 pairs = sum(n * (n + 1) / 2 for n in lens)
-                dur = self.cost.prefill_time_s(len(batch), tokens, pairs)
+                dur = self._prefill_time_s(len(batch), tokens, pairs)
                 self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
                 self._activity = PrefillIter(batch)
                 yield env.timeout(dur)

@@ -22,17 +22,111 @@ from disaggsim.engine.records import STATUS_COMPLETED, STATUS_NAMES
 @dataclass(frozen=True, slots=True)
 class GapDistribution:
     """All inter-token gaps of the measured requests as (value, weight) pairs: each
-    distinct step gap carries the number of measured requests whose token it delays."""
+    distinct step gap carries the number of measured requests whose token it delays.
 
-    values_s: np.ndarray
-    weights: np.ndarray
+    Stored by weight: for each weight ``w`` (a few hundred at most: the batch sizes), the
+    sorted gaps that carry it. A percentile is found exactly without sorting or copying
+    all gaps again (:meth:`percentile`), so the distribution of a fleet-hour (tens of
+    millions of step gaps) costs one float per gap."""
+
+    by_weight: tuple[tuple[int, np.ndarray], ...]  # (weight, its gaps sorted ascending)
+
+    @classmethod
+    def from_pairs(cls, values_s: np.ndarray, weights: np.ndarray) -> GapDistribution:
+        return _GapBuilder().add(np.asarray(values_s, float), np.asarray(weights)).build()
 
     @property
     def count(self) -> int:
-        return int(self.weights.sum())
+        return int(sum(w * len(v) for w, v in self.by_weight))
+
+    @property
+    def values_s(self) -> np.ndarray:
+        """Every gap (grouped by weight; aligned with :attr:`weights`)."""
+        if not self.by_weight:
+            return np.empty(0)
+        return np.concatenate([v for _, v in self.by_weight])
+
+    @property
+    def weights(self) -> np.ndarray:
+        if not self.by_weight:
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate([np.full(len(v), w, dtype=np.int64) for w, v in self.by_weight])
+
+    def max_s(self) -> float:
+        """The largest gap (NaN when none)."""
+        return max((float(v[-1]) for _, v in self.by_weight), default=float("nan"))
 
     def percentile(self, q: float) -> float:
-        return weighted_percentile(self.values_s, self.weights, q)
+        """Inverted-CDF percentile: the smallest gap ``v`` whose cumulative weight
+        ``W(<= v)`` reaches ``q/100`` of the total (as :func:`weighted_percentile`); NaN
+        when empty. Bisection over order-preserving integer keys of the gaps
+        (:func:`_float_keys`): ``W(<= v)`` is a sum over weights of one binary search
+        each, and it changes only at gaps, so the bisection ends on a gap."""
+        if not self.by_weight:
+            return float("nan")
+        bits = [(w, _float_keys(v)) for w, v in self.by_weight]
+        total = float(sum(w * len(b) for w, b in bits))
+        target = q / 100.0 * total - 1e-9 * total
+        lo = min(int(b[0]) for _, b in bits)
+        hi = max(int(b[-1]) for _, b in bits)
+
+        def weight_upto(x: int) -> float:
+            return float(sum(w * int(np.searchsorted(b, x, side="right")) for w, b in bits))
+
+        if weight_upto(lo) >= target:
+            return _key_float(lo)
+        while hi - lo > 1:  # weight_upto(lo) < target <= weight_upto(hi)
+            mid = (lo + hi) // 2
+            if weight_upto(mid) >= target:
+                hi = mid
+            else:
+                lo = mid
+        return _key_float(hi)
+
+
+_LOW63 = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+def _float_keys(v: np.ndarray) -> np.ndarray:
+    """int64 keys that sort as the floats ``v`` do (negative floats have their magnitude
+    bits flipped); ascending when ``v`` is, and an involution (:func:`_key_float`)."""
+    bits = v.view(np.int64)
+    return bits ^ ((bits >> 63) & _LOW63)
+
+
+def _key_float(key: int) -> float:
+    k = np.int64(key)
+    return float(np.int64(k ^ ((k >> 63) & _LOW63)).view(np.float64))
+
+
+class _GapBuilder:
+    """Collects (gap, weight) chunks, grouped by weight; :meth:`build` sorts each group
+    in place."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[int, list[np.ndarray]] = {}
+
+    def add(self, values: np.ndarray, weights: np.ndarray) -> _GapBuilder:
+        keep = (weights > 0) & np.isfinite(values)
+        values, weights = values[keep], weights[keep]
+        if len(values) == 0:
+            return self
+        order = np.argsort(weights, kind="stable")
+        w_sorted = weights[order]
+        cuts = np.flatnonzero(np.diff(w_sorted)) + 1
+        for idx in np.split(order, cuts):
+            self._chunks.setdefault(int(weights[idx[0]]), []).append(values[idx])
+        return self
+
+    def build(self) -> GapDistribution:
+        groups = []
+        for w in sorted(self._chunks):
+            v = np.concatenate(self._chunks[w]) if len(self._chunks[w]) > 1 else self._chunks[w][0]
+            v = v + 0.0  # -0.0 -> +0.0: equal gaps, one bit pattern
+            v.sort()
+            groups.append((w, v))
+        self._chunks = {}
+        return GapDistribution(by_weight=tuple(groups))
 
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -69,12 +163,13 @@ class _Segments:
     last_t: np.ndarray
     first_gap: np.ndarray  # from the previous token of the request to the first here
     inner_max: np.ndarray  # the largest gap inside the segment
-    ends_of: dict[int, np.ndarray]  # step end times of each worker with segments
 
 
-def _segment_times(raw: RawResult) -> _Segments:
+def _segment_times(raw: RawResult, counted: np.ndarray, gaps: _GapBuilder) -> _Segments:
     """Per decode segment (in the order they were recorded): request, worker, first and
-    last token times, first gap, and the largest gap inside the segment."""
+    last token times, first gap, and the largest gap inside the segment. Each worker's
+    step gaps go into ``gaps`` weighted by the segments of ``counted`` requests they
+    delay (worker by worker: one worker's steps are expanded at a time)."""
     seg = raw.segments
     rid = np.asarray(seg.rid, dtype=np.int64)
     worker = np.asarray(seg.worker, dtype=np.int64)
@@ -85,23 +180,32 @@ def _segment_times(raw: RawResult) -> _Segments:
     first_t = np.asarray(seg.at_s, dtype=float).copy() if n else np.full(0, np.nan)
     last_t = first_t.copy()
     inner_max = np.full(n, -np.inf)
-    ends_of: dict[int, np.ndarray] = {}
-    for w in raw.workers:
-        sel = np.flatnonzero(worker == w.index)
+    counted_seg = counted[rid] if n else np.zeros(0, dtype=bool)
+    by_worker = np.argsort(worker, kind="stable")  # segments of each worker, in order
+    bounds = np.searchsorted(worker[by_worker], [w.index for w in raw.workers] + [len(raw.workers)])
+    for j, w in enumerate(raw.workers):
+        sel = by_worker[bounds[j] : bounds[j + 1]]
         if len(sel) == 0:
             continue
         ends = w.steps.step_end_times()
-        ends_of[w.index] = ends
         s0, k = start[sel], tokens[sel]
         first_t[sel] = ends[s0]
         last_t[sel] = ends[s0 + k - 1]
+        step_gaps = np.diff(ends, prepend=np.nan)
         multi = k > 1
         if multi.any():
-            gaps = np.append(np.diff(ends, prepend=np.nan), np.nan)
+            padded = np.append(step_gaps, np.nan)
             idx = np.empty(2 * int(multi.sum()), dtype=np.int64)
             idx[0::2] = s0[multi] + 1
             idx[1::2] = s0[multi] + k[multi]
-            inner_max[sel[multi]] = np.maximum.reduceat(gaps, idx)[0::2]
+            inner_max[sel[multi]] = np.maximum.reduceat(padded, idx)[0::2]
+        # weights: counted requests alive across step gap i of this worker
+        mine = sel[counted_seg[sel]]
+        if len(mine):
+            diff = np.zeros(len(ends) + 1, dtype=np.int64)
+            np.add.at(diff, start[mine] + 1, 1)
+            np.add.at(diff, start[mine] + tokens[mine], -1)
+            gaps.add(step_gaps, np.cumsum(diff)[: len(ends)])
     # previous token time: the request's first token, or the end of its previous segment
     order = np.argsort(rid, kind="stable")
     prev = raw.log.first_token_at_s[rid].copy()
@@ -120,7 +224,6 @@ def _segment_times(raw: RawResult) -> _Segments:
         last_t=last_t,
         first_gap=first_t - prev,
         inner_max=inner_max,
-        ends_of=ends_of,
     )
 
 
@@ -134,31 +237,19 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
     status = log.status
     completed = status == STATUS_COMPLETED
     measured = arrival >= warmup_s
-    seg = _segment_times(raw)
+    counted = completed & measured
+    builder = _GapBuilder()
+    seg = _segment_times(raw, counted, builder)
     max_gap = np.full(n, -np.inf)
     seg_max = np.maximum(seg.first_gap, seg.inner_max)
     np.maximum.at(max_gap, seg.rid, seg_max)
     max_gap[~np.isfinite(max_gap)] = np.nan
     max_gap[~completed] = np.nan
 
-    # weights: measured completed requests alive across step gap i of a worker
-    gap_values: list[np.ndarray] = []
-    gap_weights: list[np.ndarray] = []
-    counted = (completed & measured)[seg.rid]
-    for w_index, ends in seg.ends_of.items():
-        sel = counted & (seg.worker == w_index)
-        if not sel.any():
-            continue
-        diff = np.zeros(len(ends) + 1, dtype=np.int64)
-        np.add.at(diff, seg.start[sel] + 1, 1)
-        np.add.at(diff, seg.start[sel] + seg.tokens[sel], -1)
-        weight = np.cumsum(diff)[: len(ends)]
-        step_gaps = np.diff(ends, prepend=np.nan)
-        gap_values.append(step_gaps[weight > 0])
-        gap_weights.append(weight[weight > 0])
-    gap_values.append(seg.first_gap[counted])
-    gap_weights.append(np.ones(int(counted.sum()), dtype=np.int64))
-    gaps = GapDistribution(values_s=np.concatenate(gap_values), weights=np.concatenate(gap_weights))
+    # each counted request's first gap (first token to its first decode token), weight 1
+    first_counted = counted[seg.rid] if len(seg.rid) else np.zeros(0, dtype=bool)
+    builder.add(seg.first_gap[first_counted], np.ones(int(first_counted.sum()), dtype=np.int64))
+    gaps = builder.build()
     ttft = log.first_token_at_s - arrival
     e2e = log.finish_at_s - arrival
     with np.errstate(invalid="ignore", divide="ignore"):

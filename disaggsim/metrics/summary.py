@@ -114,7 +114,7 @@ def summarize(
         itl_p50_s=itl["itl_p50_s"],
         itl_p90_s=itl["itl_p90_s"],
         itl_p99_s=itl["itl_p99_s"],
-        itl_max_s=float(gaps.values_s.max()) if gaps.count else float("nan"),
+        itl_max_s=gaps.max_s(),
         slo_ttft_s=slo.ttft_s,
         slo_itl_s=slo.itl_s,
         slo_itl_statistic=slo.itl_statistic,
