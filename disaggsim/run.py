@@ -456,40 +456,47 @@ def _as_loaded(scenario, overrides) -> LoadedScenario:
 
 def timeseries_frame(raw: RawResult) -> pd.DataFrame:
     """Worker rows (queue, batch, KV use) and router rows (``worker`` = -1, role
-    ``router``: requests held at the router, orphaned KV bytes)."""
+    ``router``: requests held at the router, orphaned KV bytes), ordered by time, then
+    worker (stable: equal keys keep worker rows before router rows, each in record order).
+
+    Each column is built once, already in that order (one stable ``lexsort`` over the
+    keys, one gather per column): a fleet-hour has millions of samples, and a frame
+    concatenated then sorted would hold three copies of them at once."""
     s = raw.samples
-    role = np.array([w.role for w in raw.workers], dtype=object)
-    cap = np.array([w.kv_capacity_tokens for w in raw.workers], dtype=float)
-    worker = np.asarray(s.worker, dtype=np.int64)
-    kv = np.asarray(s.kv_used_tokens, dtype=np.int64)
-    workers = pd.DataFrame(
-        {
-            "at_s": np.asarray(s.at_s, float),
-            "worker": worker,
-            "role": role[worker] if len(worker) else np.empty(0, dtype=object),
-            "queue_len": np.asarray(s.queue_len, dtype=np.int64),
-            "batch": np.asarray(s.batch, dtype=np.int64),
-            "kv_used_tokens": kv,
-            "kv_util": kv / cap[worker] if len(worker) else np.empty(0),
-            "orphaned_kv_bytes": np.zeros(len(worker), dtype=np.int64),
-        }
-    )
     r = raw.router_samples
-    n = len(r.at_s)
-    router = pd.DataFrame(
-        {
-            "at_s": np.asarray(r.at_s, float),
-            "worker": np.full(n, -1, dtype=np.int64),
-            "role": np.full(n, "router", dtype=object),
-            "queue_len": np.asarray(r.queue_len, dtype=np.int64),
-            "batch": np.zeros(n, dtype=np.int64),
-            "kv_used_tokens": np.zeros(n, dtype=np.int64),
-            "kv_util": np.zeros(n),
-            "orphaned_kv_bytes": np.asarray(r.orphaned_kv_bytes, dtype=np.int64),
-        }
+    n_w, n_r = len(s.at_s), len(r.at_s)
+    role_of = np.array([w.role for w in raw.workers] + ["router"], dtype=object)
+    cap = np.array([w.kv_capacity_tokens for w in raw.workers] + [1], dtype=float)
+    at_s = np.concatenate([np.asarray(s.at_s, float), np.asarray(r.at_s, float)])
+    worker = np.concatenate(
+        [np.asarray(s.worker, dtype=np.int64), np.full(n_r, -1, dtype=np.int64)]
     )
-    both = pd.concat([workers, router], ignore_index=True)
-    return both.sort_values(["at_s", "worker"], kind="stable", ignore_index=True)
+    order = np.lexsort((worker, at_s))  # by at_s, then worker; stable
+    at_s = at_s[order]
+    worker = worker[order]
+
+    def column(w_part: np.ndarray, r_part: np.ndarray) -> np.ndarray:
+        return np.concatenate([w_part, r_part])[order]
+
+    zeros_r = np.zeros(n_r, dtype=np.int64)
+    kv = column(np.asarray(s.kv_used_tokens, dtype=np.int64), zeros_r)
+    return pd.DataFrame(
+        {
+            "at_s": at_s,
+            "worker": worker,
+            "role": role_of[worker],  # -1 (router) picks the last entry
+            "queue_len": column(
+                np.asarray(s.queue_len, dtype=np.int64), np.asarray(r.queue_len, dtype=np.int64)
+            ),
+            "batch": column(np.asarray(s.batch, dtype=np.int64), zeros_r),
+            "kv_used_tokens": kv,
+            "kv_util": kv / cap[worker],
+            "orphaned_kv_bytes": column(
+                np.zeros(n_w, dtype=np.int64), np.asarray(r.orphaned_kv_bytes, dtype=np.int64)
+            ),
+        },
+        copy=False,
+    )
 
 
 def pool_sizes_frame(raw: RawResult) -> pd.DataFrame:

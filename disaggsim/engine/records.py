@@ -247,14 +247,20 @@ class StepLog:
         return float(runs.sum() + sum(self.prefill_iters.duration_s))
 
 
+def _small_ints() -> array[int]:
+    return array("i")  # 4 bytes a value: worker indexes, queue lengths, batch sizes
+
+
 @dataclass(slots=True)
 class Samples:
-    """Time series sampled at state changes: one row per (time, worker)."""
+    """Time series sampled at state changes: one row per (time, worker). The most
+    numerous record (about five rows per request), so counts that stay far below 2**31
+    take 4 bytes."""
 
     at_s: array[float] = field(default_factory=_floats)
-    worker: array[int] = field(default_factory=_ints)
-    queue_len: array[int] = field(default_factory=_ints)
-    batch: array[int] = field(default_factory=_ints)
+    worker: array[int] = field(default_factory=_small_ints)
+    queue_len: array[int] = field(default_factory=_small_ints)
+    batch: array[int] = field(default_factory=_small_ints)
     kv_used_tokens: array[int] = field(default_factory=_ints)
 
 

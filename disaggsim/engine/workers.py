@@ -154,6 +154,14 @@ class Worker:
         self._wake: simpy.Event | None = None
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
+        smp = host.samples
+        self._sample_to = (
+            smp.at_s.append,
+            smp.worker.append,
+            smp.queue_len.append,
+            smp.batch.append,
+            smp.kv_used_tokens.append,
+        )
         self.proc = self.env.process(self._main())
 
     def _prefill_time_s(self, num_seqs: int, tokens: int, pairs: float) -> float:
@@ -229,7 +237,7 @@ class Worker:
 
     @property
     def kv_used_tokens(self) -> int:
-        return self.kv_used_blocks * self.block_tokens
+        return self._kv_used_blocks * self.block_tokens
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -248,12 +256,12 @@ class Worker:
         self._wake = None
 
     def sample(self, queue_len: int, batch: int) -> None:
-        s = self.host.samples
-        s.at_s.append(self.env.now)
-        s.worker.append(self.index)
-        s.queue_len.append(queue_len)
-        s.batch.append(batch)
-        s.kv_used_tokens.append(self.kv_used_blocks * self.block_tokens)
+        at_s, worker, queue, running, kv = self._sample_to  # the host's sample columns
+        at_s(self.env.now)
+        worker(self.index)
+        queue(queue_len)
+        running(batch)
+        kv(self._kv_used_blocks * self.block_tokens)
 
     # -- failures ---------------------------------------------------------------------
 
@@ -538,8 +546,9 @@ class _TokenBatch(Worker):
         total = k * base + per * (k * c + b * k * (k - 1) / 2)
         start = env.now
         self._activity = Run(start, k, b, c, base, per)
-        if not self.requests.reserve_full:
-            self.promised_growth = self._new_blocks(k)
+        growth = 0 if self.requests.reserve_full else self._new_blocks(k)
+        self.promised_growth = growth
+        planned = k
         if interruptible:
             # wait for the run's end or new work, whichever first: both succeed ``done``
             # (one plain event; cheaper than a SimPy condition, with the same hops)
@@ -559,14 +568,25 @@ class _TokenBatch(Worker):
         else:
             yield env.timeout(total)
         self._activity = None
-        self._advance(start, k, b, c, base, per)
+        # the histogram and step index do not change during a run: the growth planned
+        # at its start is the growth of its steps, unless it was cut short
+        self._advance(start, k, b, c, base, per, growth if k == planned else None)
         self._pop_finished()
 
-    def _advance(self, start: float, k: int, b: int, c: int, base: float, per: float) -> None:
+    def _advance(
+        self,
+        start: float,
+        k: int,
+        b: int,
+        c: int,
+        base: float,
+        per: float,
+        growth: int | None = None,
+    ) -> None:
         self.promised_growth = 0
         self.steps.add_run(start, k, b, c, base, per)
         if not self.requests.reserve_full:
-            self.kv_used_blocks += self._new_blocks(k)
+            self.kv_used_blocks += self._new_blocks(k) if growth is None else growth
         self.step_idx += k
         self.context_tokens += k * b
 
@@ -750,9 +770,10 @@ class DecodeWorker(_TokenBatch):
         """The most blocks a handoff may take here now: free blocks less the watermark,
         the running batch's growth and one block for the sequence's own next step;
         negative when taking nothing (not accepting, or swapped sequences come first)."""
-        if not self.accepting or self.swapped:
+        if not (self._alive and self._state is WorkerState.IN_SERVICE) or self.swapped:
             return -1
-        return self.free_blocks - 1 - self.watermark_blocks - self.growth_headroom()
+        free = self.kv_capacity_blocks - self._kv_used_blocks
+        return free - 1 - self.watermark_blocks - self.growth_headroom()
 
     def can_accept(self, rid: int) -> bool:
         """Room for ``rid``'s KV (keeping the watermark), and no swapped-out sequence
