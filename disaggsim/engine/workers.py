@@ -42,8 +42,8 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Generator
-from functools import partial
 from enum import Enum
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
