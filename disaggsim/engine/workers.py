@@ -552,11 +552,11 @@ class _TokenBatch(Worker):
         if interruptible:
             # wait for the run's end or new work, whichever first: both succeed ``done``
             # (one plain event; cheaper than a SimPy condition, with the same hops)
-            done = env.event()
+            ended = env.event()
             wake = self._wake = env.event()
-            env.timeout(total).callbacks.append(partial(_succeed_once, done))
-            wake.callbacks.append(partial(_succeed_once, done))
-            yield done
+            env.timeout(total).callbacks.append(partial(_succeed_once, ended))
+            wake.callbacks.append(partial(_succeed_once, ended))
+            yield ended
             self._wake = None
             tau = env.now - start
             if tau < total - _EPS:
