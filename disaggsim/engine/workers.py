@@ -18,9 +18,12 @@ A worker is a TP group holding one copy of the weights. Three kinds:
 
 Speed rule: between state changes (an admission, a completion, running out of KV blocks)
 a batch of decoding sequences does not change, so its steps are advanced as one *run* in
-closed form (``WorkerCost.decode_coeffs`` makes a step's time affine in the context), cut
-at the next step boundary when new work arrives. A run costs one or two SimPy events
-whatever its length and batch size.
+closed form, cut at the next step boundary when new work arrives. A step's time is the
+larger of at most two lines affine in the batch's context (``WorkerCost.decode_coeffs``,
+the KV-stream bound, and the optional ``decode_item_coeffs``, the per-item bound); the
+context grows by the batch size each step, so the larger line changes at most once in a
+run and a run is at most two affine segments (:class:`Run`). A run costs one or two SimPy
+events whatever its length and batch size.
 
 Paged KV memory (blocks of ``block_tokens``): with ``reserve_full`` admission reserves the
 blocks of the longest sequence the client allows (prompt + ``max_tokens``); with ``on_demand`` (vLLM's policy) it
@@ -77,9 +80,33 @@ class WorkerState(Enum):
     RELEASED = "released"  # holds no GPUs
 
 
+def _affine_s(j: int, base: float, per: float, b: int, c: int) -> float:
+    """Seconds of ``j`` steps of ``base + per × C`` from context ``c``, ``b`` more each."""
+    return j * base + per * (j * c + b * j * (j - 1) / 2)
+
+
+def _affine_covering(tau: float, k: int, base: float, per: float, b: int, c: int) -> int:
+    """Smallest j in [1, k] whose time :func:`_affine_s` reaches ``tau`` (within _EPS)."""
+    a2 = per * b / 2
+    b1 = base + per * c - a2
+    if a2 > 0:
+        j = math.ceil((-b1 + math.sqrt(b1 * b1 + 4 * a2 * tau)) / (2 * a2))
+    else:
+        j = math.ceil(tau / b1) if b1 > 0 else 1
+    j = min(max(j, 1), k)
+    while j > 1 and _affine_s(j - 1, base, per, b, c) >= tau - _EPS:
+        j -= 1
+    while j < k and _affine_s(j, base, per, b, c) < tau - _EPS:
+        j += 1
+    return j
+
+
 class Run(NamedTuple):
-    """A run of ``steps`` token steps in progress (closed form: step i lasts ``base_s +
-    per_token_s × (context0 + i × batch)``)."""
+    """A run of ``steps`` token steps over ``batch`` sequences whose total context is
+    ``context0`` at its first step (``+ batch`` each step). Its first ``lead_steps``
+    steps last ``lead_base_s + lead_per_token_s × C``, the rest ``base_s + per_token_s ×
+    C``: a step takes the larger of the cost model's two decode lines, and the larger one
+    changes at most once as the context grows (``lead_steps`` 0: one line throughout)."""
 
     start_s: float
     steps: int
@@ -87,6 +114,99 @@ class Run(NamedTuple):
     context0: int
     base_s: float
     per_token_s: float
+    lead_steps: int = 0
+    lead_base_s: float = 0.0
+    lead_per_token_s: float = 0.0
+
+    def time_s(self, j: int) -> float:
+        """Seconds of the run's first ``j`` steps."""
+        m = self.lead_steps
+        if m == 0:
+            return _affine_s(j, self.base_s, self.per_token_s, self.batch, self.context0)
+        b, c = self.batch, self.context0
+        t = _affine_s(min(j, m), self.lead_base_s, self.lead_per_token_s, b, c)
+        if j > m:
+            t += _affine_s(j - m, self.base_s, self.per_token_s, b, c + m * b)
+        return t
+
+    def steps_covering(self, tau: float) -> int:
+        """Smallest j in [1, steps] whose time reaches ``tau`` (within _EPS)."""
+        m, k, b, c = self.lead_steps, self.steps, self.batch, self.context0
+        if m == 0:
+            return _affine_covering(tau, k, self.base_s, self.per_token_s, b, c)
+        lead_s = self.time_s(m)
+        if m >= k or lead_s >= tau - _EPS:
+            return _affine_covering(tau, min(m, k), self.lead_base_s, self.lead_per_token_s, b, c)
+        return m + _affine_covering(
+            tau - lead_s, k - m, self.base_s, self.per_token_s, b, c + m * b
+        )
+
+    def steps_done_by(self, tau: float) -> int:
+        """Steps fully completed ``tau`` seconds after the run's start."""
+        j = self.steps_covering(max(tau, 0.0))
+        if self.time_s(j) > tau + _EPS:
+            j -= 1
+        return max(j, 0)
+
+    def log_to(self, log: StepLog) -> None:
+        """Record the run's steps: one affine run per segment."""
+        m = min(self.lead_steps, self.steps)
+        b, c = self.batch, self.context0
+        if m:
+            log.add_run(self.start_s, m, b, c, self.lead_base_s, self.lead_per_token_s)
+        if self.steps > m:
+            start = self.start_s + self.time_s(m) if m else self.start_s
+            log.add_run(start, self.steps - m, b, c + m * b, self.base_s, self.per_token_s)
+
+
+class DecodeLines(NamedTuple):
+    """A batch size's decode lines: ``(base_s, per_token_s)`` of the KV-stream bound and,
+    where the cost model has one, of the per-item bound (``has_item`` False: one line)."""
+
+    base_s: float
+    per_token_s: float
+    has_item: bool
+    item_base_s: float
+    item_per_token_s: float
+
+    def split(self, start_s: float, k: int, b: int, c: int) -> Run:
+        """The run of ``k`` steps from context ``c``: which line is larger at its first
+        step, and for how many steps (the difference of the lines is affine in the
+        context, so its sign changes at most once; found from the crossing, then checked
+        step by step where the floats decide)."""
+        base, per = self.base_s, self.per_token_s
+        if not self.has_item:
+            return Run(start_s, k, b, c, base, per)
+        ib, ip = self.item_base_s, self.item_per_token_s
+
+        def item_above(i: int) -> bool:
+            ctx = c + i * b
+            return ib + ip * ctx > base + per * ctx
+
+        first = item_above(0)
+        slope = (ip - per) * b  # change of (item - stream) per step
+        if slope == 0 or (slope < 0) != first:  # the first line stays the larger one
+            m = k
+        else:
+            cross = (base - ib - (ip - per) * c) / slope  # steps to the crossing
+            m = k if cross >= k else 0 if cross <= 0 else math.ceil(cross)
+            while m > 0 and item_above(m - 1) != first:
+                m -= 1
+            while m < k and item_above(m) == first:
+                m += 1
+        if first:
+            if m == 0:
+                return Run(start_s, k, b, c, base, per)
+            return (
+                Run(start_s, k, b, c, base, per, m, ib, ip)
+                if m < k
+                else Run(start_s, k, b, c, ib, ip)
+            )
+        if m >= k:
+            return Run(start_s, k, b, c, base, per)
+        if m == 0:
+            return Run(start_s, k, b, c, ib, ip)
+        return Run(start_s, k, b, c, ib, ip, m, base, per)
 
 
 class PrefillIter(NamedTuple):
@@ -305,18 +425,21 @@ class _TokenBatch(Worker):
         self.step_idx = 0  # token steps completed so far
         self._finishing: list[tuple[int, int]] = []  # heap of (finish step, rid), lazy
         self._running: dict[int, tuple[int, int, int]] = {}  # rid -> (join step, ctx, finish step)
-        self._coeffs: dict[int, tuple[float, float]] = {}
+        self._lines: dict[int, DecodeLines] = {}
         self.swapped: deque[int] = deque()  # preempted by swap: KV on the host
         self.promised_growth = 0  # blocks the run in progress will still allocate
         super().__init__(*args, **kwargs)
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
 
-    def _coeffs_for(self, batch: int) -> tuple[float, float]:
-        c = self._coeffs.get(batch)
-        if c is None:
-            c = self._coeffs[batch] = self.cost.decode_coeffs(batch)
-        return c
+    def _lines_for(self, batch: int) -> DecodeLines:
+        lines = self._lines.get(batch)
+        if lines is None:
+            base, per = self.cost.decode_coeffs(batch)
+            item = getattr(self.cost, "decode_item_coeffs", None)
+            ib, ip = item(batch) if item is not None else (0.0, 0.0)
+            lines = self._lines[batch] = DecodeLines(base, per, item is not None, ib, ip)
+        return lines
 
     # -- KV blocks ----------------------------------------------------------------------
 
@@ -507,32 +630,6 @@ class _TokenBatch(Worker):
 
     # -- runs of steps ---------------------------------------------------------------
 
-    def _steps_covering(self, tau: float, k: int, base: float, per: float, b: int, c: int) -> int:
-        """Smallest j in [1, k] whose run time T(j) >= tau."""
-
-        def run_time(j: int) -> float:
-            return j * base + per * (j * c + b * j * (j - 1) / 2)
-
-        a2 = per * b / 2
-        b1 = base + per * c - a2
-        if a2 > 0:
-            j = math.ceil((-b1 + math.sqrt(b1 * b1 + 4 * a2 * tau)) / (2 * a2))
-        else:
-            j = math.ceil(tau / b1) if b1 > 0 else 1
-        j = min(max(j, 1), k)
-        while j > 1 and run_time(j - 1) >= tau - _EPS:
-            j -= 1
-        while j < k and run_time(j) < tau - _EPS:
-            j += 1
-        return j
-
-    def _steps_done_by(self, tau: float, k: int, base: float, per: float, b: int, c: int) -> int:
-        """Steps of a run fully completed ``tau`` seconds after its start."""
-        j = self._steps_covering(max(tau, 0.0), k, base, per, b, c)
-        if j * base + per * (j * c + b * j * (j - 1) / 2) > tau + _EPS:
-            j -= 1
-        return max(j, 0)
-
     def _run(self, interruptible: bool) -> Proc:
         """Advance the running batch to its next completion or block shortage (or to the
         step boundary after new work arrives, when ``interruptible``)."""
@@ -542,10 +639,10 @@ class _TokenBatch(Worker):
         if k == 0:
             yield from self._preempt_for_growth()
             return
-        base, per = self._coeffs_for(b)
-        total = k * base + per * (k * c + b * k * (k - 1) / 2)
         start = env.now
-        self._activity = Run(start, k, b, c, base, per)
+        run = self._lines_for(b).split(start, k, b, c)
+        total = run.time_s(k)
+        self._activity = run
         growth = 0 if self.requests.reserve_full else self._new_blocks(k)
         self.promised_growth = growth
         planned = k
@@ -560,9 +657,10 @@ class _TokenBatch(Worker):
             self._wake = None
             tau = env.now - start
             if tau < total - _EPS:
-                k = self._steps_covering(tau, k, base, per, b, c)
-                self._activity = Run(start, k, b, c, base, per)
-                done = k * base + per * (k * c + b * k * (k - 1) / 2)
+                k = run.steps_covering(tau)
+                run = run._replace(steps=k)
+                self._activity = run
+                done = run.time_s(k)
                 if done - tau > 0:
                     yield env.timeout(done - tau)
         else:
@@ -570,41 +668,28 @@ class _TokenBatch(Worker):
         self._activity = None
         # the histogram and step index do not change during a run: the growth planned
         # at its start is the growth of its steps, unless it was cut short
-        self._advance(start, k, b, c, base, per, growth if k == planned else None)
+        self._advance(run, growth if k == planned else None)
         self._pop_finished()
 
-    def _advance(
-        self,
-        start: float,
-        k: int,
-        b: int,
-        c: int,
-        base: float,
-        per: float,
-        growth: int | None = None,
-    ) -> None:
+    def _advance(self, run: Run, growth: int | None = None) -> None:
+        """The batch has completed ``run``'s steps (``growth``: the blocks they allocate,
+        when already known)."""
+        k = run.steps
         self.promised_growth = 0
-        self.steps.add_run(start, k, b, c, base, per)
+        run.log_to(self.steps)
         if not self.requests.reserve_full:
             self.kv_used_blocks += self._new_blocks(k) if growth is None else growth
         self.step_idx += k
-        self.context_tokens += k * b
+        self.context_tokens += k * run.batch
 
     def _settle_interrupted_run(self) -> None:
         """On failure mid-run: count the steps that completed before now."""
         act = self._activity
         if not isinstance(act, Run):
             return
-        j = self._steps_done_by(
-            self.env.now - act.start_s,
-            act.steps,
-            act.base_s,
-            act.per_token_s,
-            act.batch,
-            act.context0,
-        )
+        j = act.steps_done_by(self.env.now - act.start_s)
         if j:
-            self._advance(act.start_s, j, act.batch, act.context0, act.base_s, act.per_token_s)
+            self._advance(act._replace(steps=j))
 
     def _drop_running(self) -> list[int]:
         """Failure: every running and swapped sequence loses its KV."""
@@ -993,7 +1078,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 yield env.timeout(dur)
                 self._activity = None
                 if b:
-                    self._advance(start, 1, b, ctx, dur, 0.0)
+                    self._advance(Run(start, 1, b, ctx, dur, 0.0))
                     self.steps.run_prefill_tokens[-1] = chunk_tokens
                 else:
                     self.steps.prefill_iters.append((start, dur, chunk_seqs, chunk_tokens))
