@@ -178,13 +178,15 @@ class DecodeLines(NamedTuple):
         if not self.has_item:
             return Run(start_s, k, b, c, base, per)
         ib, ip = self.item_base_s, self.item_per_token_s
+        first = ib + ip * c > base + per * c  # the item line above at the first step
+        slope = (ip - per) * b  # change of (item - stream) per step
+        if not first and slope <= 0:  # the common case: the stream line throughout
+            return Run(start_s, k, b, c, base, per)
 
         def item_above(i: int) -> bool:
             ctx = c + i * b
             return ib + ip * ctx > base + per * ctx
 
-        first = item_above(0)
-        slope = (ip - per) * b  # change of (item - stream) per step
         if slope == 0 or (slope < 0) != first:  # the first line stays the larger one
             m = k
         else:
