@@ -203,3 +203,70 @@ def test_calibrate_fit_base_is_the_prior_or_an_explicit_one(monkeypatch, tmp_pat
     monkeypatch.setattr(fit_public, "PRIORS_DIR", tmp_path)  # no prior written yet
     with pytest.raises(UserError, match=r"h200-sxm profile is itself measured; give --base"):
         default_base("h200-sxm")
+
+
+def test_overlap_form_fit_recovers_known_host_time() -> None:
+    # synthetic eager steps: per layer the longer of kernels and a 300 µs launch, plus a
+    # 150 µs sync with TP > 1, 2 ms per iteration and 40 µs per token
+    rng = np.random.default_rng(1)
+    n = 300
+    layers = rng.choice([40.0, 64.0], n)
+    d = {
+        "layer_k": layers * rng.uniform(50e-6, 2e-3, n),
+        "lm": rng.uniform(1e-4, 1e-3, n),
+        "tokens": rng.integers(1, 4096, n).astype(float),
+        "layers": layers,
+        "multi": (rng.integers(1, 9, n) > 1).astype(float),
+    }
+    truth = np.array([2e-3, 40e-6, 300e-6, 150e-6])
+    d["meas"] = engines._eager_form_pred("overlap", truth, d)
+    theta = engines._fit_eager_form("overlap", d, np.ones(n, bool))
+    np.testing.assert_allclose(theta, truth, rtol=1e-3)
+
+
+@needs_data
+def test_eager_forms_additive_is_the_shipped_fit_and_overlap_keeps_the_holdout_miss() -> None:
+    forms = engines.eager_forms(DATA)
+    shipped = load_engines()["vllm-eager-2023"]
+    add = forms["additive"]["params"]
+    # two fitters (NNLS over the design matrix, least squares over the parts) agree
+    assert add["per_iteration_s"] == pytest.approx(shipped.per_iteration_s, rel=1e-2)
+    assert add["per_token_s"] == pytest.approx(shipped.per_token_s, rel=1e-2)
+    assert add["per_layer_tp_s"] == pytest.approx(shipped.per_layer_tp_s, rel=1e-2)
+    assert forms["additive"]["all"]["n"] == forms["overlap"]["all"]["n"] > 400
+    # docs/validation.md: overlapped host time fits better but keeps the held-out p90 miss
+    assert forms["overlap"]["all"]["p90_ape"] < forms["additive"]["all"]["p90_ape"]
+    assert forms["overlap"]["holdout"]["p90_ape"] > 0.15
+
+
+@needs_data
+def test_distserve_curve_checks_flag_the_opt13b_tp4_decode_slope() -> None:
+    checks = engines.curve_checks(DATA, 2.039e12).set_index(["model", "tp"])
+    # the held-out OPT-13B TP4 decode curve reads KV faster than the A100's HBM peak; no
+    # other family does
+    assert checks.loc[("opt-13b", 4), "of_hbm_peak"] > 1.2
+    assert (checks.drop(index=("opt-13b", 4))["of_hbm_peak"] < 1.0).all()
+    # by hand: slope b ms per (batch x context) token against 2 x 40 layers x 10 KV heads
+    # x 128 x 2 bytes per token on one GPU
+    b = engines.load_curves(DATA, "vllm")["facebook/opt-13b"]["4"]["decoding_smallbs"][1]
+    assert checks.loc[("opt-13b", 4), "decode_kv_tb_per_s"] == pytest.approx(
+        2 * 40 * 10 * 128 * 2 / (b * 1e-3) / 1e12
+    )
+    quad = checks.loc["opt-66b", "prefill_quad_ns_x_tp"]
+    assert quad.min() < 0 < 100 < quad.max()
+
+
+@needs_data
+def test_engines_cli_rows_and_eager_forms(capsys) -> None:
+    assert engines.main(["--data", str(DATA), "--rows", "trtllm"]) == 0
+    out = capsys.readouterr().out
+    assert "measured_over_predicted" in out and out.count("trtllm-0.9.0-perf") == 54
+    assert engines.main(["--data", str(DATA), "--eager-forms"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm-eager-2023 overlap:" in out and "of_hbm_peak" in out
+
+
+def test_engines_cli_eager_forms_without_data_is_one_line_error(tmp_path: Path, capsys) -> None:
+    assert engines.main(["--data", str(tmp_path), "--eager-forms"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "kernel tables not found" in err
