@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,6 +35,8 @@ from disaggsim.engine.cluster import (
     run_cluster,
 )
 from disaggsim.engine.config import Role
+from disaggsim.engine.prefix import PrefixSetup
+from disaggsim.engine.records import Samples
 from disaggsim.errors import InvariantError, UserError
 from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
@@ -42,6 +45,7 @@ from disaggsim.metrics.summary_table import Summary
 from disaggsim.output import Written, write_folder
 from disaggsim.validity import check_prefill_budget
 from disaggsim.workload import generate_requests
+from disaggsim.workload.chains import PrefixChains
 from disaggsim.workload.requests import Requests
 
 ProgressFn = Callable[[float, int, int], None]
@@ -221,7 +225,10 @@ def engine_config(
     topology=None,
     autoscalers: tuple = (),
     label: str = "<scenario>",
+    prefix_chains: PrefixChains | None = None,
 ) -> EngineConfig:
+    """The engine's configuration of a scenario; ``prefix_chains`` (the requests')
+    turns on prefix caching where the scenario has a ``cache:`` section."""
     from disaggsim.catalog import get_model
 
     pools = []
@@ -250,6 +257,47 @@ def engine_config(
         num_layers=get_model(scenario.model).num_layers,
         context_tokens=get_model(scenario.model).context_tokens,
         horizon_s=scenario.sim.duration_s + scenario.sim.max_drain_s,
+        prefix=prefix_setup(scenario, prefix_chains, label),
+    )
+
+
+def prefix_setup(
+    scenario: Scenario, chains: PrefixChains | None, label: str = "<scenario>"
+) -> PrefixSetup | None:
+    """Prefix caching for the engine: the ``cache:`` section, the requests' chains, the
+    promotion time of the prefill pool's GPUs (host DRAM over PCIe, the remote store
+    over the NIC, each GPU its own shard, the two in parallel) and its node size. None
+    without a ``cache:`` section."""
+    from disaggsim.catalog import get_gpu
+    from disaggsim.costmodel.kv import kv_transfer, link_bandwidth_bytes_per_s
+
+    if scenario.cache is None:
+        return None
+    if chains is None:
+        raise UserError(
+            f"{label}: cache: the workload has no prefix chains to cache (use a trace with "
+            "hash_ids, e.g. format: mooncake, or kind: sessions)"
+        )
+    pool = scenario.prefill_pool
+    assert pool is not None  # the scenario checks caching is disaggregated
+    pcie_bw = link_bandwidth_bytes_per_s("pcie", pool.gpu)
+    nic_bw = link_bandwidth_bytes_per_s("infiniband", pool.gpu)
+
+    def promote_time(cost: WorkerCost, pcie_bytes: int, nic_bytes: int) -> float:
+        g = max(cost.num_gpus, 1)
+        t = 0.0
+        if pcie_bytes:
+            t = kv_transfer(pcie_bytes / g, "pcie", bandwidth_bytes_per_s=pcie_bw).time_s
+        if nic_bytes:
+            nic = kv_transfer(nic_bytes / g, "infiniband", bandwidth_bytes_per_s=nic_bw).time_s
+            t = max(t, nic)
+        return t
+
+    return PrefixSetup(
+        cache=scenario.cache,
+        chains=chains,
+        promote_time=promote_time,
+        gpus_per_node=get_gpu(pool.gpu).gpus_per_node,
     )
 
 
@@ -420,6 +468,7 @@ def simulate(
             topology,
             build_autoscalers(s, costs, int(reqs.prompt_tokens.mean()) if len(reqs) else 1),
             label,
+            reqs.prefix_chains,
         ),
         transfer,
         progress=progress,
@@ -494,9 +543,28 @@ def timeseries_frame(raw: RawResult) -> pd.DataFrame:
             "orphaned_kv_bytes": column(
                 np.zeros(n_w, dtype=np.int64), np.asarray(r.orphaned_kv_bytes, dtype=np.int64)
             ),
+            **{
+                # prefix caching: the worker's HBM cache, its node's DRAM, the remote store
+                name: column(np.asarray(values, dtype=np.int64), zeros_r)
+                for name, values in _cache_columns(s).items()
+            },
         },
         copy=False,
     )
+
+
+def _cache_columns(s: Samples) -> dict[str, array[int]]:
+    """The sampled cache occupancy columns (none without prefix caching)."""
+    if s.cache_hbm_tokens is None:
+        return {}
+    cols = {
+        "cache_hbm_tokens": s.cache_hbm_tokens,
+        "cache_hbm_pinned_tokens": s.cache_hbm_pinned_tokens,
+        "cache_hbm_pending_tokens": s.cache_hbm_pending_tokens,
+        "cache_dram_tokens": s.cache_dram_tokens,
+        "cache_remote_tokens": s.cache_remote_tokens,
+    }
+    return {k: v for k, v in cols.items() if v is not None}
 
 
 def pool_sizes_frame(raw: RawResult) -> pd.DataFrame:

@@ -161,3 +161,25 @@ def test_lower_tiers_stay_within_capacity() -> None:
         BlockStore("dram", -1)
     with pytest.raises(ValueError, match="unknown cache policy 'fifo'"):
         WorkerKvCache(0, 1, 1, 1, "fifo")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("policy", ["lru", "radix"])
+def test_promotion_survives_demotions_that_fill_dram(policy: str) -> None:
+    """A request hitting blocks in a full DRAM tier: the room its admission makes in HBM
+    demotes blocks into that DRAM, which pushes out its least recently used blocks; the
+    blocks being promoted are copied up first, so they are not lost (an admission once
+    crashed here)."""
+    dram = BlockStore("dram", 8)
+    c = WorkerKvCache(
+        0, capacity_tokens=8, block_tokens=4, kv_bytes_per_token=1, policy=policy, dram=dram
+    )
+    for rid, chain in enumerate(([1, 2], [3, 4])):
+        assert c.admit(rid, chain, 8) is not None
+        c.commit(rid)
+        c.release(rid)
+    assert 1 in dram and 2 in dram  # evicted from HBM to make room for 3, 4
+    adm = c.admit(2, [1, 2], 8)
+    assert adm is not None
+    assert (adm.lookup.dram_blocks, adm.promote_pcie_bytes) == (2, 8)
+    assert c.is_cached(1) and c.is_cached(2) and c.refs(1) == c.refs(2) == 1
+    assert c.tokens_total <= 8

@@ -9,7 +9,12 @@ from disaggsim.run import simulate
 from tests.conftest import REPO, SHARED_DATA
 
 SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))
-NEEDS_SHARED = {"mooncake-replay.yaml"}
+NEEDS_SHARED = {
+    "mooncake-replay.yaml",
+    "mooncake-ideal.yaml",
+    "mooncake-cache-aware.yaml",
+    "mooncake-round-robin.yaml",
+}
 
 
 def test_there_are_scenarios():

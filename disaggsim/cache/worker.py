@@ -314,15 +314,18 @@ class WorkerKvCache:
             if b is not None:
                 self._pin(bid, b, tick)
                 held.pinned.append(bid)
-        freed, demote_bytes = self._evict_until(limit - need)
+        # promote lower-tier hits before evicting: the demotions that eviction writes to
+        # DRAM may push out of DRAM the very blocks this request is promoting
         promote_pcie = promote_nic = 0
         kvb = self.kv_bytes_per_token
         dram, remote = self.dram, self.remote
+        promoted_tokens = 0
         for k in range(hit):
             bid = chain[k]
             if bid in blocks:
                 continue  # an HBM hit, pinned above
             t = min(bt, prompt_tokens - k * bt)
+            promoted_tokens += t
             if dram is not None and bid in dram:
                 dram.touch(bid)
                 promote_pcie += t * kvb
@@ -332,6 +335,8 @@ class WorkerKvCache:
                 promote_nic += t * kvb
             self._insert(bid, t, chain[k - 1] if k else -1, tick)
             held.pinned.append(bid)
+        # promoted blocks are in HBM now (pinned): make room for the pending suffix
+        freed, demote_bytes = self._evict_until(limit - (need - promoted_tokens))
         # pinned keeps chain order: HBM hits and promotions interleave by position
         if look.dram_blocks or look.remote_blocks:
             position = {bid: k for k, bid in enumerate(chain[:hit])}

@@ -501,6 +501,10 @@ def load_scenario(
         label = str(path)
         base = base_dir or path.resolve().parent
     raw = apply_overrides(raw, overrides, label)
+    if isinstance(raw, dict) and isinstance(raw.get("cache"), dict):
+        from disaggsim.cache.config import validate_cache_section
+
+        validate_cache_section(raw["cache"], label)  # its one-line messages name the field
     problems = schema_problems(raw)
     if problems:
         n_more = len(problems) - 1

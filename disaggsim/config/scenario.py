@@ -23,6 +23,7 @@ from pydantic import (
 
 from disaggsim.autoscale import AutoscaleConfig, check_against_pools
 from disaggsim.autoscale.config import Role
+from disaggsim.cache.config import CacheConfig
 from disaggsim.config.bounds import (
     MAX_BATCH_SEQS,
     MAX_BATCH_TOKENS,
@@ -144,7 +145,11 @@ FabricSection = Annotated[
 
 
 class RouterConfig(_Model):
-    prefill_policy: Literal["round_robin", "least_tokens", "shortest_queue"] = "least_tokens"
+    prefill_policy: Literal["round_robin", "least_tokens", "shortest_queue", "cache_aware"] = Field(
+        default="least_tokens",
+        description="cache_aware (with a cache: section): Dynamo's KV-router cost, cached "
+        "prefix overlap against queued and active tokens (docs/prefix-caching.md)",
+    )
     decode_policy: Literal["most_free_kv", "round_robin", "fastest_path"] = Field(
         default="most_free_kv",
         description="fastest_path (topology fabric): prefer the decode worker reached over the "
@@ -294,6 +299,11 @@ class Scenario(_Model):
     kv: KvConfig = KvConfig()
     failures: FailuresConfig = FailuresConfig()
     autoscale: AutoscaleConfig = AutoscaleConfig()
+    cache: CacheConfig | None = Field(
+        default=None,
+        description="prefix caching: policy, KV tiers below HBM, cache-aware routing "
+        "weight (docs/prefix-caching.md); absent: no prefix cache",
+    )
     slo: SloConfig
     workload: WorkloadConfig
     sim: SimConfig
@@ -329,6 +339,16 @@ class Scenario(_Model):
                 raise ValueError(
                     "pool.scheduler is required for colocated pools (allowed: vllm, chunked)"
                 )
+        if self.cache is not None and self.architecture != "disaggregated":
+            raise ValueError(
+                "cache: prefix caching is modelled on the prefill workers of a disaggregated "
+                "deployment (architecture: disaggregated); colocated pools have no prefix "
+                "cache yet"
+            )
+        if self.router.prefill_policy == "cache_aware" and self.cache is None:
+            raise ValueError(
+                "router.prefill_policy: cache_aware needs a cache: section (prefix caching)"
+            )
         self._check_failure_targets()
         check_against_pools(
             self.autoscale, self.architecture, {r: p.num_workers for r, p in self.pools.items()}

@@ -41,6 +41,7 @@ from disaggsim.engine.config import (
 )
 from disaggsim.engine.events import call_later
 from disaggsim.engine.handoff import Handoff
+from disaggsim.engine.prefix import PrefixCaches
 from disaggsim.engine.records import (
     STATUS_ABANDONED,
     STATUS_COMPLETED,
@@ -90,6 +91,13 @@ class Cluster:
         self.log = RequestLog.empty(len(requests))
         self.segments = Segments()
         self.samples = Samples()
+        # prefix caching: only when the scenario has a cache and the requests have chains
+        self.prefix: PrefixCaches | None = None
+        if cfg.prefix is not None:
+            if not cfg.disaggregated:
+                raise ValueError("prefix caching: the engine caches on prefill workers only")
+            self.prefix = PrefixCaches(cfg.prefix, self.requests.prompt_tokens)
+            self.samples.with_cache_columns()
         self.router_samples = RouterSamples()
         self.preemption = cfg.preemption
         self.counters = {"num_resent_transfers": 0, "num_worker_failures": 0}
@@ -122,6 +130,7 @@ class Cluster:
             prefill_policy=cfg.prefill_policy,
             decode_policy=cfg.decode_policy,
             kv_aware=cfg.backpressure == "kv_aware" and self.disaggregated,
+            caches=self.prefix,
         )
         self.workers: list[Worker] = []
         self._pool_of: list[tuple[Role, int]] = []
@@ -135,7 +144,7 @@ class Cluster:
         self.scaling = Scaling(self)
 
     def _build_pool(self, pool: PoolSpec) -> None:
-        prefill_times: dict[tuple[int, int, float], float] = {}
+        prefill_times: dict[tuple[int, int, float, int], float] = {}
         for i in range(pool.num_built):
             idx = len(self.workers)
             args = (self, idx, pool.cost, pool.max_batch_seqs, pool.max_batch_tokens)
@@ -147,6 +156,8 @@ class Cluster:
             match pool.role:
                 case "prefill":
                     w = PrefillWorker(*args, **kw)
+                    if self.prefix is not None:
+                        w.use_cache(self.prefix)
                     self.prefill_workers.append(w)
                 case "decode":
                     w = DecodeWorker(*args, **kw)
@@ -390,6 +401,8 @@ class Cluster:
         w.notify()
 
     def worker_drained(self, w: Worker) -> None:
+        if isinstance(w, PrefillWorker) and w.prefix is not None:
+            w.prefix.clear()  # its GPUs go back: a worker started later begins empty
         self.scaling.release(w)
 
     # -- failures -----------------------------------------------------------------------
@@ -507,6 +520,7 @@ class Cluster:
             kv_bytes_per_token={p.role: p.cost.kv_bytes_per_token for p in self.cfg.pools},
             counters=dict(self.counters),
             failures=tuple(self.failure_log),
+            prefix_log=self.prefix.log if self.prefix is not None else None,
             transfers=tuple(net.records) if net is not None else (),
             link_util=net.link_utilisation() if net is not None else None,
             allocations=tuple(self.scaling.close()),

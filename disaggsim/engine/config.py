@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from disaggsim.costmodel.interface import WorkerCost
 
 if TYPE_CHECKING:
+    from disaggsim.engine.prefix import PrefixSetup
     from disaggsim.fabric.topology import Topology
 
 Role = Literal["prefill", "decode", "colocated"]
 Scheduler = Literal["vllm", "chunked"]
-PrefillPolicy = Literal["round_robin", "least_tokens", "shortest_queue"]
+PrefillPolicy = Literal["round_robin", "least_tokens", "shortest_queue", "cache_aware"]
 DecodePolicy = Literal["most_free_kv", "round_robin", "fastest_path"]
 FirstTokenFrom = Literal["decode", "prefill"]
 KvAdmission = Literal["reserve_full", "on_demand"]
@@ -107,6 +108,7 @@ class EngineConfig:
     context_tokens: int | None = None  # prompt + max_tokens beyond it: exceeds_context
     autoscalers: tuple[Any, ...] = ()  # (role, disaggsim.autoscale.Autoscaler, cold start s)
     horizon_s: float = float("inf")  # stop here even if requests are still running
+    prefix: PrefixSetup | None = None  # prefix caching (docs/prefix-caching.md)
 
     def __post_init__(self) -> None:
         _check("prefill_policy", self.prefill_policy, PrefillPolicy)
@@ -117,6 +119,8 @@ class EngineConfig:
         _check("backpressure", self.backpressure, Backpressure)
         if self.block_tokens < 1:
             raise ValueError(f"block_tokens: {self.block_tokens} (must be >= 1)")
+        if self.prefill_policy == "cache_aware" and self.prefix is None:
+            raise ValueError("prefill_policy: cache_aware needs prefix caching (a cache: section)")
 
     @property
     def disaggregated(self) -> bool:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple, overload
 import numpy as np
 
 if TYPE_CHECKING:
+    from disaggsim.engine.prefix import PrefixLog
     from disaggsim.fabric.flows import LinkUtilisation, TransferRecord
     from disaggsim.workload.requests import Requests
 
@@ -262,6 +263,21 @@ class Samples:
     queue_len: array[int] = field(default_factory=_small_ints)
     batch: array[int] = field(default_factory=_small_ints)
     kv_used_tokens: array[int] = field(default_factory=_ints)
+    # prefix caching on (else None): the worker's HBM cache (cached + pending, pinned,
+    # pending), its node's DRAM tier and the remote store, in tokens
+    cache_hbm_tokens: array[int] | None = None
+    cache_hbm_pinned_tokens: array[int] | None = None
+    cache_hbm_pending_tokens: array[int] | None = None
+    cache_dram_tokens: array[int] | None = None
+    cache_remote_tokens: array[int] | None = None
+
+    def with_cache_columns(self) -> Samples:
+        self.cache_hbm_tokens = _ints()
+        self.cache_hbm_pinned_tokens = _ints()
+        self.cache_hbm_pending_tokens = _ints()
+        self.cache_dram_tokens = _ints()
+        self.cache_remote_tokens = _ints()
+        return self
 
 
 @dataclass(slots=True)
@@ -365,3 +381,4 @@ class RawResult:
     pool_sizes: tuple[PoolSize, ...] = ()
     scale_events: int = 0
     link_util: LinkUtilisation | None = None  # topology fabric
+    prefix_log: PrefixLog | None = None  # prefix caching: hit tokens by tier per request

@@ -20,14 +20,17 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+import numpy as np
 import simpy
 
+from disaggsim.cache import cache_aware_costs, pick_lowest_cost
 from disaggsim.engine.config import DecodePolicy, PrefillPolicy
 from disaggsim.engine.records import RouterSamples
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
     from disaggsim.engine.handoff import Handoff
+    from disaggsim.engine.prefix import PrefixCaches
     from disaggsim.engine.workers import ColocatedWorker, DecodeWorker, PrefillWorker, Worker
 
     FrontWorker = PrefillWorker | ColocatedWorker
@@ -44,11 +47,11 @@ class _Heap(Generic[W]):
     entries whose version is not the worker's current one are dropped when they surface.
     Only accepting workers are in it. O(log W) per change and per look."""
 
-    def __init__(self, workers: Sequence[W], key: Callable[[W], tuple[int, ...]]) -> None:
+    def __init__(self, workers: Sequence[W], key: Callable[[W], tuple[float, ...]]) -> None:
         self._workers = workers
         self._key = key
         self._version = [0] * len(workers)
-        self._heap: list[tuple[tuple[int, ...], int, int]] = []
+        self._heap: list[tuple[tuple[float, ...], int, int]] = []
 
     def update(self, pos: int) -> None:
         """Worker ``pos`` changed: index it under its current key (if accepting)."""
@@ -60,7 +63,7 @@ class _Heap(Generic[W]):
             self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
             heapq.heapify(self._heap)
 
-    def _valid(self, entry: tuple[tuple[int, ...], int, int]) -> bool:
+    def _valid(self, entry: tuple[tuple[float, ...], int, int]) -> bool:
         return entry[1] == self._version[entry[2]]
 
     def top(self) -> W | None:
@@ -75,7 +78,7 @@ class _Heap(Generic[W]):
         """The first worker, in key order, for which ``take`` is True; ``take``
         returning None stops the search (no later worker can qualify)."""
         heap = self._heap
-        seen: list[tuple[tuple[int, ...], int, int]] = []
+        seen: list[tuple[tuple[float, ...], int, int]] = []
         found: W | None = None
         while heap:
             entry = heapq.heappop(heap)
@@ -103,8 +106,8 @@ class PrefillChoice(Protocol):
 
     def update(self, pos: int, accepting_changed: bool) -> None: ...
 
-    def choose(self) -> FrontWorker:
-        """One accepting worker (the router checks there is one)."""
+    def choose(self, rid: int) -> FrontWorker:
+        """One accepting worker for request ``rid`` (the router checks there is one)."""
         ...
 
 
@@ -121,7 +124,7 @@ class RoundRobin:
         if accepting_changed:
             self._stale = True
 
-    def choose(self) -> FrontWorker:
+    def choose(self, rid: int) -> FrontWorker:
         if self._stale:
             self._accepting = [i for i, w in enumerate(self._workers) if w.accepting]
             self._stale = False
@@ -141,7 +144,7 @@ class _ByKey:
     def update(self, pos: int, accepting_changed: bool) -> None:
         self._heap.update(pos)
 
-    def choose(self) -> FrontWorker:
+    def choose(self, rid: int) -> FrontWorker:
         w = self._heap.top()
         assert w is not None
         return w
@@ -163,7 +166,59 @@ class ShortestQueue(_ByKey):
         return (w.num_outstanding, w.index)
 
 
-def prefill_choice(policy: PrefillPolicy, workers: Sequence[FrontWorker]) -> PrefillChoice:
+class CacheAware:
+    """NVIDIA Dynamo's KV-router cost (``docs/prefix-caching.md``, "Cache-aware
+    routing"): ``overlap_weight × (queued + L − overlap) + active + L`` in tokens, lowest
+    wins, ties to the lowest index. ``overlap`` is the request's prefix cached in the
+    worker's HBM (the pool's :class:`~disaggsim.cache.OverlapIndex`), ``queued`` the
+    prompt tokens routed there and not yet prefilled, ``active`` the KV its requests
+    hold. Only the workers holding the chain's first block are scored from the index;
+    of all the others the best is the top of a heap keyed by ``overlap_weight × queued +
+    active`` (their overlap is 0), so a decision does not scan the pool."""
+
+    def __init__(self, workers: Sequence[FrontWorker], caches: PrefixCaches) -> None:
+        self._workers = workers
+        self._caches = caches
+        self._weight = caches.cfg.routing.overlap_weight
+        self._pos = {w.index: i for i, w in enumerate(workers)}
+        self._heap = _Heap(workers, self.key)
+
+    def key(self, w: FrontWorker) -> tuple[float, int]:
+        return (self._weight * w.queued_tokens + w.kv_used_tokens, w.index)
+
+    def update(self, pos: int, accepting_changed: bool) -> None:
+        self._heap.update(pos)
+
+    def choose(self, rid: int) -> FrontWorker:
+        caches = self._caches
+        prompt = caches.prompt_tokens(rid)
+        overlaps = caches.index.overlaps(caches.chain(rid), prompt, caches.block_tokens)
+        ids: list[int] = []
+        overlap: list[int] = []
+        queued: list[int] = []
+        active: list[int] = []
+        for wid, ov in overlaps.items():
+            w = self._workers[self._pos[wid]]
+            if w.accepting:
+                ids.append(wid)
+                overlap.append(ov)
+                queued.append(w.queued_tokens)
+                active.append(w.kv_used_tokens)
+        other = self._heap.first(lambda w: w.index not in overlaps)
+        if other is not None:
+            ids.append(other.index)
+            overlap.append(0)
+            queued.append(other.queued_tokens)
+            active.append(other.kv_used_tokens)
+        costs = cache_aware_costs(
+            np.array(overlap), np.array(queued), np.array(active), prompt, self._weight
+        )
+        return self._workers[self._pos[pick_lowest_cost(costs, ids)]]
+
+
+def prefill_choice(
+    policy: PrefillPolicy, workers: Sequence[FrontWorker], caches: PrefixCaches | None = None
+) -> PrefillChoice:
     match policy:
         case "round_robin":
             return RoundRobin(workers)
@@ -171,6 +226,9 @@ def prefill_choice(policy: PrefillPolicy, workers: Sequence[FrontWorker]) -> Pre
             return LeastTokens(workers)
         case "shortest_queue":
             return ShortestQueue(workers)
+        case "cache_aware":
+            assert caches is not None  # EngineConfig checks a cache is configured
+            return CacheAware(workers, caches)
     raise ValueError(f"prefill_policy: {policy!r}")  # unreachable: EngineConfig checks it
 
 
@@ -288,6 +346,7 @@ class Router:
         prefill_policy: PrefillPolicy,
         decode_policy: DecodePolicy,
         kv_aware: bool,
+        caches: PrefixCaches | None = None,
     ) -> None:
         self.env = env
         self.requests = requests
@@ -296,6 +355,7 @@ class Router:
         self.handoff_fabric = handoff
         self.samples = samples
         self.kv_aware = kv_aware
+        self.caches = caches
         self._prefill_policy = prefill_policy
         self._decode_policy = decode_policy
         self.queue: deque[int] = deque()  # held at the router (back-pressure / no worker)
@@ -307,7 +367,7 @@ class Router:
 
     def attach(self) -> None:
         """Index the workers (once every pool is built): each reports its changes here."""
-        self.prefill = prefill_choice(self._prefill_policy, self.front_workers)
+        self.prefill = prefill_choice(self._prefill_policy, self.front_workers, self.caches)
         self.decode = decode_choice(self._decode_policy, self.decode_workers, self.handoff_fabric)
         self._front_changes: set[int] = set()
         self._decode_changes: set[int] = set()
@@ -384,7 +444,7 @@ class Router:
                 return False
             self.committed[rid] = need
             self.committed_blocks += need
-        self.prefill.choose().submit(rid)
+        self.prefill.choose(rid).submit(rid)
         return True
 
     def drain_queue(self) -> None:

@@ -56,7 +56,9 @@ from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
+    from disaggsim.cache import WorkerKvCache
     from disaggsim.engine.host import WorkerHost
+    from disaggsim.engine.prefix import PrefixCaches
 
 _EPS = 1e-12
 _MAX_CACHED_PREFILLS = 1 << 16
@@ -247,7 +249,7 @@ class Worker:
         max_batch_tokens: int,
         *,
         kv_watermark: float = 0.0,
-        prefill_times: dict[tuple[int, int, float], float] | None = None,
+        prefill_times: dict[tuple[int, int, float, int], float] | None = None,
     ) -> None:
         self.host = host
         self.env: simpy.Environment = host.env
@@ -284,15 +286,33 @@ class Worker:
             smp.batch.append,
             smp.kv_used_tokens.append,
         )
+        # prefix caching on: five more columns per sample (docs/prefix-caching.md)
+        self._cache_to = None
+        if smp.cache_hbm_tokens is not None:
+            assert smp.cache_hbm_pinned_tokens is not None
+            assert smp.cache_hbm_pending_tokens is not None
+            assert smp.cache_dram_tokens is not None and smp.cache_remote_tokens is not None
+            self._cache_to = (
+                smp.cache_hbm_tokens.append,
+                smp.cache_hbm_pinned_tokens.append,
+                smp.cache_hbm_pending_tokens.append,
+                smp.cache_dram_tokens.append,
+                smp.cache_remote_tokens.append,
+            )
         self.proc = self.env.process(self._main())
 
-    def _prefill_time_s(self, num_seqs: int, tokens: int, pairs: float) -> float:
-        key = (num_seqs, tokens, pairs)
+    def _prefill_time_s(self, num_seqs: int, tokens: int, pairs: float, cached: int = 0) -> float:
+        key = (num_seqs, tokens, pairs, cached)
         t = self._prefill_times.get(key)
         if t is None:
             if len(self._prefill_times) >= _MAX_CACHED_PREFILLS:
                 self._prefill_times.clear()
-            t = self._prefill_times[key] = self.cost.prefill_time_s(num_seqs, tokens, pairs)
+            t = (
+                self.cost.prefill_time_s(num_seqs, tokens, pairs, cached)
+                if cached
+                else (self.cost.prefill_time_s(num_seqs, tokens, pairs))
+            )
+            self._prefill_times[key] = t
         return t
 
     def watch(self, changes: set[int]) -> None:
@@ -384,6 +404,13 @@ class Worker:
         queue(queue_len)
         running(batch)
         kv(self._kv_used_blocks * self.block_tokens)
+        if self._cache_to is not None:
+            self._sample_cache(self._cache_to)
+
+    def _sample_cache(self, columns: tuple[Any, ...]) -> None:
+        """Prefix cache occupancy beside a sample: none on a worker without a cache."""
+        for append in columns:
+            append(0)
 
     # -- failures ---------------------------------------------------------------------
 
@@ -748,7 +775,17 @@ class PrefillWorker(_PrefillQueue, Worker):
         self.held: dict[int, int] = {}  # prefilled, KV here awaiting handoff -> blocks
         self._batch_blocks: dict[int, int] = {}  # in the running prefill -> blocks
         self.batch_end_at_s = 0.0  # when the running (or last) prefill batch ends
+        # prefix caching (the cluster sets these): the worker's cache, the run's caches
+        self.prefix: WorkerKvCache | None = None
+        self._caches: PrefixCaches | None = None
+        self._extra: dict[int, int] = {}  # cache-admitted -> tokens past its prompt
+        self._outside_tokens = 0  # KV held outside the cache (re-prefilled replies)
         super().__init__(*args, **kwargs)
+
+    def use_cache(self, caches: PrefixCaches) -> None:
+        """Prefill through a prefix cache: only a request's uncached suffix is computed."""
+        self._caches = caches
+        self.prefix = caches.attach(self)
 
     @property
     def in_batch(self) -> dict[int, int]:
@@ -759,9 +796,73 @@ class PrefillWorker(_PrefillQueue, Worker):
         """The handoff of ``rid`` completed (or was abandoned): its KV leaves this worker."""
         blocks = self.held.pop(rid, None)
         if blocks is not None:
-            self.kv_used_blocks -= blocks
+            if self.prefix is not None:
+                self.prefix.release(rid)  # its blocks stay cached, unpinned
+                self._outside_tokens -= self._extra.pop(rid, 0)
+                self._sync_kv()
+            else:
+                self.kv_used_blocks -= blocks
             self.num_outstanding -= 1
             self.notify()
+
+    def _sync_kv(self) -> None:
+        """With a cache: the KV in use is the cache's pinned and pending tokens plus what
+        is held outside it (cached blocks no request uses are evictable, not in use)."""
+        c = self.prefix
+        assert c is not None
+        used = c.pinned_tokens + c.pending_tokens + self._outside_tokens
+        self.kv_used_blocks = -(-used // self.block_tokens)
+
+    def _sample_cache(self, columns: tuple[Any, ...]) -> None:
+        c, caches = self.prefix, self._caches
+        if c is None or caches is None:
+            super()._sample_cache(columns)
+            return
+        hbm, pinned, pending, dram, remote = columns
+        hbm(c.tokens_total)
+        pinned(c.pinned_tokens)
+        pending(c.pending_tokens)
+        dram(caches.dram_tokens_of(self.index))
+        remote(caches.remote_tokens())
+
+    def _form_cached_batch(self) -> tuple[list[int], int, float, int, int, float]:
+        """FCFS through the prefix cache: each request's lookup and admission (its hit
+        prefix pinned, lower-tier hits promoted, its suffix allocated, unpinned blocks
+        evicted to fit); the token budget counts uncached tokens. Returns the batch, its
+        new tokens, attention pairs, cached tokens, prompt tokens dequeued and the
+        seconds its promotions take."""
+        cache, caches = self.prefix, self._caches
+        assert cache is not None and caches is not None
+        rs = self.requests
+        limit = self.kv_capacity_blocks * self.block_tokens
+        batch: list[int] = []
+        tokens = cached = dequeued = pcie = nic = 0
+        pairs = 0.0
+        while self.queue and len(batch) < self.max_batch_seqs:
+            rid = self.queue[0]
+            prompt = rs.prompt_tokens[rid]
+            extra = rs.prefill_len(rid) - prompt  # a re-prefill also recomputes its reply
+            chain = caches.chain(rid)
+            new = cache.lookup(chain, prompt).new_tokens + extra
+            if batch and tokens + new > self.max_batch_tokens:
+                break
+            adm = cache.admit(rid, chain, prompt, limit - self._outside_tokens - extra)
+            if adm is None:
+                break  # no room even after evicting every unpinned block: wait
+            self.queue.popleft()
+            batch.append(rid)
+            hit = adm.lookup.hit_tokens
+            tokens += new
+            cached += hit
+            pairs += new * hit + new * (new + 1) / 2
+            dequeued += prompt + extra
+            pcie += adm.promote_pcie_bytes
+            nic += adm.promote_nic_bytes
+            self._extra[rid] = extra
+            self._outside_tokens += extra
+            caches.log.record(rid, adm.lookup.tier_hit_tokens())
+        promote_s = caches.setup.promote_time(self.cost, pcie, nic) if pcie or nic else 0.0
+        return batch, tokens, pairs, cached, dequeued, promote_s
 
     def _form_batch(self) -> list[int]:
         batch: list[int] = []
@@ -785,22 +886,32 @@ class PrefillWorker(_PrefillQueue, Worker):
         env = self.env
         host = self.host
         while True:
-            batch = self._form_batch()
+            promote_s = 0.0
+            cached = 0
+            if self.prefix is None:
+                batch = self._form_batch()
+                if batch:
+                    lens = [self.requests.prefill_len(r) for r in batch]
+                    tokens = dequeued = sum(lens)
+                    pairs = sum(n * (n + 1) / 2 for n in lens)
+                    self._batch_blocks = {r: self.requests.prefill_blocks(r) for r in batch}
+                    self.kv_used_blocks += sum(self._batch_blocks.values())
+            else:
+                batch, tokens, pairs, cached, dequeued, promote_s = self._form_cached_batch()
+                if batch:
+                    self._batch_blocks = dict.fromkeys(batch, 0)
+                    self._sync_kv()
             if not batch:
                 self.sample(len(self.queue), 0)
                 yield from self._idle()
                 continue
-            lens = [self.requests.prefill_len(r) for r in batch]
-            tokens = sum(lens)
-            pairs = sum(n * (n + 1) / 2 for n in lens)
-            self.queued_tokens -= tokens
-            self._batch_blocks = {r: self.requests.prefill_blocks(r) for r in batch}
-            self.kv_used_blocks += sum(self._batch_blocks.values())
+            self.queued_tokens -= dequeued
             self.sample(len(self.queue), len(batch))
             now = env.now
             for r in batch:
                 host.prefill_started(r, self.index)
-            dur = self._prefill_time_s(len(batch), tokens, pairs)
+            # promotions from lower cache tiers finish before the prefill computes
+            dur = promote_s + self._prefill_time_s(len(batch), tokens, pairs, cached)
             self.steps.prefill_iters.append((now, dur, len(batch), tokens))
             self._activity = PrefillIter(batch)
             self.batch_end_at_s = now + dur
@@ -810,6 +921,10 @@ class PrefillWorker(_PrefillQueue, Worker):
             for r in batch:
                 self.held[r] = self._batch_blocks[r]
             self._batch_blocks = {}
+            if self.prefix is not None:
+                for r in batch:
+                    self.prefix.commit(r)  # computed blocks become hit-able
+                self._sync_kv()
             for r in batch:
                 host.prefill_done(r, self)
 
@@ -828,6 +943,10 @@ class PrefillWorker(_PrefillQueue, Worker):
         self.queued_tokens = 0
         self.num_outstanding = 0
         self.kv_used_blocks = 0
+        if self.prefix is not None:  # the lost worker's HBM cache is gone
+            self.prefix.clear()
+            self._extra.clear()
+            self._outside_tokens = 0
         host.prefill_worker_lost(self, queued, in_batch, held)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -93,4 +93,36 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     fig.savefig(p, dpi=110)
     plt.close(fig)
     paths.append(p)
+    if "cache_hbm_tokens" in ts.columns:
+        paths.append(_cache_plot(plt, ts[ts["role"] == "prefill"], out_dir, result.scenario.name))
     return paths
+
+
+def _cache_plot(plt: Any, ts: pd.DataFrame, out_dir: Path, name: str) -> Path:
+    """Prefix cache occupancy beside the KV one: the pool's HBM cache (cached + pending,
+    and the pinned part), DRAM over its nodes and the remote store, in tokens."""
+    fig, axes = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    cols = ["cache_hbm_tokens", "cache_hbm_pinned_tokens", "cache_dram_tokens"]
+    wide = ts.pivot_table(index="at_s", columns="worker", values=cols, aggfunc="last")
+    wide = wide.sort_index().ffill().fillna(0)
+    for col, label in (("cache_hbm_tokens", "HBM (cached + pending)"),
+                       ("cache_hbm_pinned_tokens", "HBM pinned (in use)")):  # fmt: skip
+        total = cast(pd.DataFrame, wide[col]).sum(axis=1)
+        axes[0].step(wide.index, total / 1e6, where="post", label=label)
+    axes[0].set_ylabel("prefill pool HBM cache (M tokens)")
+    # a node's DRAM is seen by each of its workers: its largest view per instant
+    dram = cast(pd.DataFrame, wide["cache_dram_tokens"]).max(axis=1)
+    axes[1].step(wide.index, dram / 1e6, where="post", label="DRAM (busiest node)")
+    remote = ts.sort_values("at_s", kind="stable")
+    axes[1].step(remote["at_s"], remote["cache_remote_tokens"] / 1e6, where="post", label="remote")
+    axes[1].set_ylabel("lower tiers (M tokens)")
+    axes[1].set_xlabel("simulated time (s)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left")
+    fig.suptitle(f"{name}: prefix cache occupancy")
+    fig.tight_layout()
+    p = out_dir / "cache.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p

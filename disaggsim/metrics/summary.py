@@ -8,14 +8,26 @@ completed, its TTFT <= ``slo.ttft_ms`` and its ITL statistic (TPOT or largest ga
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from disaggsim.cache.summary import prefix_summary
 from disaggsim.config.scenario import Scenario
 from disaggsim.engine.cluster import RawResult
 from disaggsim.metrics.reconstruct import GapDistribution, percentile
 from disaggsim.metrics.steady import meets_slo, stability, stationary_arrivals
 from disaggsim.metrics.summary_table import Summary
+
+
+def _prefix_keys(raw: RawResult, measured: pd.DataFrame) -> dict[str, Any]:
+    """The prefix-cache keys over the measured requests (none without a cache)."""
+    if raw.prefix_log is None:
+        return {}
+    rid = measured["request_id"].to_numpy()
+    hbm, dram, remote = (col[rid] for col in raw.prefix_log.columns())
+    return prefix_summary(measured["prompt_tokens"].to_numpy(), hbm, dram, remote)
 
 
 def slo_met(frame: pd.DataFrame, scenario: Scenario) -> np.ndarray:
@@ -142,6 +154,7 @@ def summarize(
             sum((min(rel, end) - at) * gpus for _, _, gpus, at, rel in raw.allocations) / 3600.0
         ),
         scale_events=int(raw.scale_events),
+        **_prefix_keys(raw, m),
         mean_workers={role: _mean_workers(raw, role) for role in roles},
         busy_share={role: _busy_share(raw, role) for role in roles},
         mean_batch={role: _mean_batch(raw, role) for role in roles},

@@ -74,6 +74,7 @@ def metric(
 _FAILURES = "with worker failures"
 _RETRIED = "when a measured request completed after a retry"
 _DISAGG = "disaggregated runs"
+_CACHE = "with a `cache:` section (prefix caching)"
 _PCT = "over measured completed requests"
 
 
@@ -245,6 +246,40 @@ class Summary(Mapping[str, Value]):
         "share",
         "topology fabric: the busiest link's mean utilisation over the run (null for `kind: link`)",
         present=_DISAGG,
+    )
+    prompt_tokens_total: int | None = metric(
+        "tokens",
+        "Σ prompt tokens of the measured requests (docs/prefix-caching.md)",
+        label="prompt tokens",
+        fmt="{:,d}",
+        present=_CACHE,
+    )
+    prefix_hit_tokens: int | None = metric(
+        "tokens",
+        "Σ over the measured requests of the prompt tokens their last admission found "
+        "cached (HBM + DRAM + remote; at most prompt − 1 each)",
+        present=_CACHE,
+    )
+    prefix_hit_share: float | None = metric(
+        "share",
+        "`prefix_hit_tokens / prompt_tokens_total`",
+        label="prefix hit share",
+        fmt="{:.1%}",
+        present=_CACHE,
+    )
+    prefix_hit_share_hbm: float | None = metric(
+        "share", "hit tokens found in the worker's HBM / `prompt_tokens_total`", present=_CACHE
+    )
+    prefix_hit_share_dram: float | None = metric(
+        "share",
+        "hit tokens promoted from the node's host DRAM / `prompt_tokens_total`",
+        present=_CACHE,
+    )
+    prefix_hit_share_remote: float | None = metric(
+        "share",
+        "hit tokens promoted from the remote store / `prompt_tokens_total` (the three tier "
+        "shares add up to `prefix_hit_share`)",
+        present=_CACHE,
     )
     gpu_hours: float = metric(
         "GPU-hours", "Σ over workers of GPUs × time holding them (docs/autoscaling.md)"
