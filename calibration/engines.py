@@ -46,6 +46,7 @@ import argparse
 import datetime as _dt
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,10 @@ FIT_PARAMS = {
     "trtllm": ("per_iteration_s", "per_tp_rank_s", "per_seq_s"),
     "vllm-eager-2023": PARAM_KEYS,
 }
+# engines that ship their own attention kernels (the rest run FlashAttention-family
+# kernels, for which auto's fastest trusted fit stands): written into engines.json and used
+# for the kernel time of their measurements
+ENGINE_ATTENTION = {"trtllm": "trtllm"}
 DESCRIPTIONS = {
     "vllm": "vLLM with CUDA-graph decode (V1-era CI): per-iteration scheduling, sampling "
     "and input preparation, plus the broadcast to the other TP ranks",
@@ -320,7 +325,8 @@ def features(
         if gpu not in profiles:
             profiles[gpu] = load_profile(gpu)
         prof = profiles[gpu]
-        key = (r["model"], gpu, int(r["tp"]), r["weight_dtype"], r["kv_dtype"])
+        attn = ENGINE_ATTENTION.get(str(r["engine"]), "auto")
+        key = (r["model"], gpu, int(r["tp"]), r["weight_dtype"], r["kv_dtype"], attn)
         if key not in workers:
             workers[key] = build_worker_cost(
                 str(r["model"]),
@@ -328,7 +334,7 @@ def features(
                 int(r["tp"]),
                 weight_dtype=str(r["weight_dtype"]),
                 kv_dtype=str(r["kv_dtype"]),
-                engine=ZERO_ENGINE,
+                engine=replace(ZERO_ENGINE, attention_backend=attn),
                 profile=prof,
                 gpu_mem_util=1.0,
                 activation_reserve_bytes=0.0,
@@ -449,6 +455,7 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
         engines[name] = {
             **{k: f["params"].get(k, 0.0) for k in PARAM_KEYS},
             "cuda_graphs": name != "vllm-eager-2023",
+            "attention_backend": ENGINE_ATTENTION.get(name, "auto"),
             "description": DESCRIPTIONS[name],
             "fit_error": f["error"],
         }

@@ -501,6 +501,22 @@ def _print_errors(prof: dict) -> None:
         )
 
 
+DECODE_RATE_MIN_BYTES = 5e8  # reads this large are stream-bound on every kernel
+
+
+def decode_rates(data_root: Path, gpu: str) -> pd.DataFrame:
+    """Median KV bandwidth (TB/s of KV bytes as stored: 1 per FP8 element, 2 per bf16) of
+    the public decode-attention rows reading at least :data:`DECODE_RATE_MIN_BYTES`, per
+    framework, KV dtype and head dim (columns), with the row counts beside."""
+    d = public.aic_decode_attention(data_root, gpu)
+    elem = np.where(d["dtype"] == "fp8", 1.0, 2.0)
+    nbytes = 2.0 * d["context_tokens"] * d["kv_heads"] * d["head_dim"] * elem
+    big = d.assign(tb_per_s=nbytes / d["t_s"] / 1e12)[nbytes >= DECODE_RATE_MIN_BYTES]
+    keys = ["framework", "dtype", "head_dim"]
+    g = big.groupby(keys)["tb_per_s"].agg(["median", "size"]).round(2)
+    return pd.DataFrame(g.unstack("head_dim"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.fit_public", description=__doc__.split("\n\n")[0]
@@ -517,7 +533,22 @@ def main(argv: list[str] | None = None) -> int:
         help="also fit the serving-engine profiles (calibration/engines.py) to the public "
         "end-to-end measurements and write disaggsim/hardware/engines.json",
     )
+    p.add_argument(
+        "--decode-rates",
+        metavar="GPU",
+        choices=sorted(public.AIC_GPU_DIR),
+        help="only print the KV bandwidth decode-attention kernels reach on large reads, "
+        "per framework, KV dtype and head dim (fits and writes nothing)",
+    )
     args = p.parse_args(argv)
+    if args.decode_rates:
+        try:
+            rates = decode_rates(Path(args.data), args.decode_rates)
+        except UserError as e:
+            print(f"fit_public: error: {e}", file=sys.stderr)
+            return 2
+        print(rates.to_string())
+        return 0
     from calibration import engines
     from calibration.fit import build_profile
     from calibration.rawio import read_raw

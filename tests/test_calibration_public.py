@@ -163,3 +163,21 @@ def test_held_out_h200_gemm_rows() -> None:
         # graph-replayed kernels of the same architecture (docs/calibration.md)
         call_us = float(r.source.split("per-call time (")[1].split(" µs")[0])
         assert 2.0 < call_us < 8.0
+
+
+def test_decode_rates_fp8_kv_depends_on_head_dim_and_framework() -> None:
+    """docs/validation.md's reading of the FP8-KV decode miss: on large reads vLLM's FP8
+    kernel slows with the head dim, its bf16 kernel does not, SGLang's FP8 kernel has the
+    opposite trend."""
+    from calibration.fit_public import decode_rates
+
+    r = decode_rates(DATA, "h100-sxm")["median"]
+    vllm_bf16, vllm_fp8 = r.loc[("vllm", "bf16")], r.loc[("vllm", "fp8")]
+    assert vllm_fp8[256.0] < 0.6 * vllm_bf16[256.0]
+    assert vllm_fp8[256.0] < vllm_fp8[192.0] < vllm_fp8[128.0]
+    bf = vllm_bf16[[64.0, 128.0, 192.0, 256.0]]
+    assert bf.max() / bf.min() < 1.1
+    sg = r.loc[("sglang", "fp8")]
+    assert sg[64.0] < sg[128.0] < sg[256.0]
+    # bandwidths are physical: below the H100's 3.35 TB/s peak
+    assert (r.stack().dropna() < 3.35).all()

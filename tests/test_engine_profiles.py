@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import typing
 
@@ -84,6 +85,10 @@ def test_engine_overhead_by_hand() -> None:
         ),
         (lambda d: d["engines"]["vllm"].update(speed=1), r"engines\.vllm\.speed: unknown key"),
         (lambda d: d["engines"].update(tgi={}), r"engines\.tgi: unknown engine"),
+        (
+            lambda d: d["engines"]["trtllm"].update(attention_backend="xqa"),
+            r"engines\.trtllm\.attention_backend: 'xqa' \(allowed: auto, ",
+        ),
     ],
 )
 def test_bad_engine_file_is_one_line_naming_the_field(change, pattern) -> None:
@@ -105,6 +110,41 @@ def test_named_attention_backend_and_auto() -> None:
             assert auto.decode_time_s(64, 64 * 1024) <= w.decode_time_s(64, 64 * 1024) * 1.05
     with pytest.raises(UserError, match=r"attention backend 'flex' is not fitted .*allowed here"):
         build_worker_cost("llama-3-70b", "h100-sxm", 4, attention_backend="flex")
+
+
+def test_an_engine_with_its_own_kernels_runs_them_under_auto() -> None:
+    # TensorRT-LLM ships its own attention kernels: auto runs them where the profile fits them
+    eng = load_engines()
+    assert eng["trtllm"].attention_backend == "trtllm"
+    assert {eng[n].attention_backend for n in ("vllm", "sglang", "vllm-eager-2023")} == {"auto"}
+    trt = build_worker_cost("mistral-7b", "h100-sxm", 1, engine="trtllm", kv_dtype="fp8")
+    assert (trt.decode_backend, trt.prefill_backend) == ("trtllm", "trtllm")
+    named = build_worker_cost(
+        "mistral-7b", "h100-sxm", 1, engine=ZERO_ENGINE, attention_backend="trtllm", kv_dtype="fp8"
+    )
+    # same kernels as naming the backend, plus the engine's own host time
+    over = eng["trtllm"].overhead_s(1, 32, 8, 8)
+    assert trt.decode_time_s(8, 8 * 4096) == pytest.approx(
+        named.decode_time_s(8, 8 * 4096) + over, rel=1e-12
+    )
+    vllm = build_worker_cost("mistral-7b", "h100-sxm", 1, engine="vllm", kv_dtype="fp8")
+    assert vllm.decode_backend in load_profile("h100-sxm").attention_auto["decode"]
+    # a backend named in the scenario wins over the engine's
+    w = build_worker_cost(
+        "mistral-7b", "h100-sxm", 1, engine="trtllm", attention_backend="vllm-flash"
+    )
+    assert (w.decode_backend, w.prefill_backend) == ("vllm-flash", "vllm-flash")
+    # a profile without the engine's kernel falls back to auto's pick
+    prof = load_profile("h100-sxm")
+    bare = dataclasses.replace(
+        prof,
+        attention_backends={k: v for k, v in prof.attention_backends.items() if k != "trtllm"},
+        attention_auto={
+            ph: tuple(n for n in ns if n != "trtllm") for ph, ns in prof.attention_auto.items()
+        },
+    )
+    fb = build_worker_cost("mistral-7b", "h100-sxm", 1, engine="trtllm", profile=bare)
+    assert fb.decode_backend in prof.attention_auto["decode"] and fb.decode_backend != "trtllm"
 
 
 def test_fp8_weights_add_one_quantisation_kernel_per_gemm() -> None:

@@ -21,8 +21,9 @@ One iteration over ``m`` tokens (``docs/costmodel.md`` has the derivation):
   replay CUDA graphs, the GPU's per-layer graph cost.
 
 Attention runs the kernel the profile fitted for the named ``attention_backend``, or with
-``auto`` the backend whose kernels are fastest for this worker's head layout (shape
-family: heads, KV heads, head dim per GPU), chosen once per worker
+``auto`` the serving engine's own kernel where its engine profile names one (TensorRT-LLM)
+and the profile fits it, else the backend whose kernels are fastest for this worker's
+head layout (shape family: heads, KV heads, head dim per GPU), chosen once per worker
 (:func:`pick_attention_backends`).
 
 Every operator time is the formula of :mod:`disaggsim.costmodel.ops`. The engine calls
@@ -166,10 +167,13 @@ def pick_attention_backends(
     kv_heads: int,
     head_dim: int,
     kv_dtype: str,
+    engine_backend: str = "auto",
 ) -> tuple[str, str]:
     """``(decode backend, prefill backend)`` a worker with this per-GPU head layout runs.
 
-    A named ``backend`` must be fitted in the profile. ``auto`` takes, separately for
+    A named ``backend`` must be fitted in the profile. ``auto`` runs the serving engine's
+    own kernel (``engine_backend``, :class:`~disaggsim.hardware.engines.EngineProfile`)
+    for each phase the profile fits it for; otherwise ``auto`` takes, separately for
     decode and prefill, the backend with the smallest summed time over a few reference
     shapes of this head layout (its shape family), as engines pick the fastest kernel for
     a model, among the profile's ``attention_auto`` candidates (the backends whose fit is
@@ -218,11 +222,16 @@ def pick_attention_backends(
             for n in _AUTO_PREFILL_POINTS
         )
 
+    own = fitted.get(engine_backend) if engine_backend != "auto" else None
+    if own is not None and own.prefill:
+        return engine_backend, engine_backend
     auto = profile.attention_auto
     dec_names = list(auto.get("decode", tuple(fitted)))
     pre_names = [n for n in auto.get("prefill", tuple(fitted)) if fitted[n].prefill]
     decoders = sorted(dec_names, key=lambda n: (decode_cost(n), n))
     prefillers = sorted(pre_names, key=lambda n: (prefill_cost(n), n))
+    if own is not None:  # the engine's kernel for decode, auto's pick for prefill
+        return engine_backend, (prefillers[0] if prefillers else "generic")
     return (decoders[0] if decoders else "generic"), (prefillers[0] if prefillers else "generic")
 
 
@@ -335,7 +344,13 @@ class RooflineWorkerCost:
         self._gemm_peak = peaks.flop_per_s(self._gemm_dtype)
         self._gemm_elem = 1.0 if self._gemm_dtype == "fp8" else 2.0
         self.decode_backend, self.prefill_backend = pick_attention_backends(
-            profile, attention_backend, self.heads_per_gpu, self.kv_heads_per_gpu, hd, kv_dtype
+            profile,
+            attention_backend,
+            self.heads_per_gpu,
+            self.kv_heads_per_gpu,
+            hd,
+            kv_dtype,
+            engine.attention_backend,
         )
         self._dec = profile.decode_attention_for(self.decode_backend, kv_dtype)
         self._pre = profile.prefill_attention_for(self.prefill_backend, "bf16")
@@ -612,8 +627,9 @@ def build_worker_cost(
     profile
         A loaded profile or a path to one; default: the profile shipped for ``gpu``.
     attention_backend
-        ``auto`` (the fastest fitted kernel for the head layout) or a backend the profile
-        fits (:data:`disaggsim.hardware.profile.ATTENTION_BACKENDS`).
+        ``auto`` (the engine's own kernel where the engine profile names one and the
+        hardware profile fits it, else the fastest trusted kernel for the head layout) or
+        a backend the profile fits (:data:`disaggsim.hardware.profile.ATTENTION_BACKENDS`).
 
     Raises
     ------

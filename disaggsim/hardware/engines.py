@@ -11,7 +11,11 @@ as replayed CUDA graphs); this module owns the rest. One iteration's overhead is
       + num_layers × (per_layer_s + per_layer_tp_s × [tp > 1])
 
 ``sequences`` are the sequences that emit a token this iteration and ``tokens`` the tokens
-it processes (prefill plus one per decoding sequence). The overhead does not depend on the
+it processes (prefill plus one per decoding sequence). An engine that ships its own
+attention kernels names them (``attention_backend``: TensorRT-LLM's ``trtllm``); a worker
+with ``attention_backend: auto`` then runs that kernel wherever the hardware profile fits
+it (``auto`` otherwise: vLLM and SGLang both run FlashAttention-family kernels, among which
+``auto`` takes the fastest trusted fit). The overhead does not depend on the
 context tokens, so a decode step stays affine in the context (``docs/costmodel.md``).
 
 Profiles ship in ``engines.json`` beside this module, fitted by ``calibration/engines.py``
@@ -28,6 +32,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from disaggsim.hardware.profile import ATTENTION_CHOICES
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm", "vllm-eager-2023")
 ENGINE_ALIASES = {"cuda-graphs": "vllm", "eager": "vllm-eager-2023"}
@@ -59,6 +65,7 @@ class EngineProfile:
     per_layer_s: float = 0.0
     per_layer_tp_s: float = 0.0
     cuda_graphs: bool = True  # decode replays CUDA graphs (adds the GPU's graph_layer_s)
+    attention_backend: str = "auto"  # the engine's own attention kernel, where a profile fits it
     description: str = ""
     fit_error: dict[str, Any] = field(default_factory=dict)
 
@@ -122,7 +129,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
                     f"{path}: engines.{name}.{key}: expected a number >= 0, got {v!r}"
                 )
             kw[key] = float(v)
-        extra = ("cuda_graphs", "description", "fit_error")
+        extra = ("cuda_graphs", "attention_backend", "description", "fit_error")
         unknown = sorted(set(prm) - set(PARAM_KEYS) - set(extra))
         if unknown:
             raise EngineProfileError(
@@ -134,9 +141,16 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             raise EngineProfileError(
                 f"{path}: engines.{name}.cuda_graphs: expected true or false, got {graphs!r}"
             )
+        attn = prm.get("attention_backend", "auto")
+        if attn not in ATTENTION_CHOICES:
+            raise EngineProfileError(
+                f"{path}: engines.{name}.attention_backend: {attn!r} "
+                f"(allowed: {', '.join(ATTENTION_CHOICES)})"
+            )
         out[name] = EngineProfile(
             name=name,
             cuda_graphs=graphs,
+            attention_backend=attn,
             description=str(prm.get("description", "")),
             fit_error=dict(prm.get("fit_error") or {}),
             **kw,
