@@ -166,7 +166,12 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
         _max_workers(scenario),
     )
     try:
-        return _build(scenario.fabric, layouts, host_paths=scenario.kv.preemption == "swap")
+        return _build(
+            scenario.fabric,
+            layouts,
+            host_paths=scenario.kv.preemption == "swap",
+            cache_paths=scenario.cache is not None,
+        )
     except UserError as e:
         raise UserError(f"{label}: {e}") from None
 

@@ -105,6 +105,60 @@ def test_a_dram_hit_is_promoted_before_the_prefill_starts():
     assert sorted(set(raw.samples.cache_dram_tokens)) == [0, 6, 12]
 
 
+def test_on_a_topology_a_promotion_is_a_flow_on_the_workers_pcie_link():
+    """The same three requests on a topology fabric (1 GPU per worker, host DRAM over a
+    1 GB/s PCIe link, 5 µs per hop): r2's 6,000 bytes of DRAM hits move host → GPU over
+    the prefill GPU's PCIe link as a flow, 5 µs + 6 µs, before its 0.11 s prefill. A
+    remote-store promotion takes the NIC's in-link the same way."""
+    from disaggsim.fabric import build_topology, parse_topology_config, pool_layouts
+
+    cost = ConstantCost(prefill_base_s=0.1, prefill_per_token_s=0.01, kv_capacity_tokens=14)
+    reqs = Requests(
+        arrival_s=np.array([0.0, 1.0, 2.0]),
+        prompt_tokens=np.array([10, 10, 10]),
+        output_tokens=np.array([2, 2, 2]),
+        max_tokens=np.array([4, 4, 4]),
+        prefix_chains=_chains([[0, 1, 2], [3, 4, 5], [0, 1, 2]], 4),
+    )
+    fab = parse_topology_config(
+        {"kind": "topology", "gpus_per_node": 1, "pcie": {"gb_per_s": 1.0, "latency_us": 5}}
+    )
+    topo = build_topology(fab, pool_layouts([("prefill", "h100-sxm", 1, 1),
+                                             ("decode", "h100-sxm", 1, 1)]),  # fmt: skip
+                          cache_paths=True)  # fmt: skip
+    h2d = topo.host_path(0, "h2d")
+    assert h2d is not None and [topo.links[i].id for r in h2d.routes for i in r.links] == [
+        "n0.g0.pcie.in"
+    ]
+    assert topo.host_path(0, "nic.in") is not None and topo.host_path(1, "h2d") is None
+    for tiers, expect_end in (
+        ({"dram": {"capacity_gib_per_node": 1}}, 2.0 + 5e-6 + 6e-6 + 0.11),
+        ({"remote": {"capacity_gib": "unbounded"}}, None),
+    ):
+        cfg = EngineConfig(
+            pools=(
+                PoolSpec("prefill", 1, cost, 8, 10_000),
+                PoolSpec("decode", 1, DECODE, 8, 10_000),
+            ),
+            block_tokens=1,
+            topology=topo,
+            prefix=PrefixSetup(
+                cache=CacheConfig.model_validate({"tiers": tiers}),
+                chains=reqs.prefix_chains,
+                promote_time=lambda c, pcie, nic: 1.0,  # not used: flows on a topology
+            ),
+        )
+        raw = run_cluster(reqs, cfg, lambda nbytes, s, d: 0.0)
+        _check(reqs, cfg, raw)
+        end = raw.log.prefill_end_at_s
+        if expect_end is not None:
+            assert end[2] == pytest.approx(expect_end, abs=1e-12)
+        else:  # remote hits: r2 hits all it computed earlier through the NIC's in-link
+            hbm, dram, remote = raw.prefix_log.columns()
+            assert remote[2] > 0 and dram[2] == 0
+            assert 2.11 < end[2] < 2.2
+
+
 # -- invariants under stress ------------------------------------------------------------
 
 
@@ -155,11 +209,26 @@ def cached_cluster(draw):
         WorkerFailureEvent(draw(st.floats(0.0, 3.0)), draw(st.integers(0, n_pre)), 0.5)
         for _ in range(draw(st.integers(0, 2)))
     )
+    topology = None
+    if draw(st.booleans()):  # cache copies as flows sharing links with the handoffs
+        from disaggsim.fabric import build_topology, parse_topology_config, pool_layouts
+
+        fab = parse_topology_config(
+            {
+                "kind": "topology",
+                "gpus_per_node": 2,
+                "nic": {"gbit_per_s": 0.1, "per_gpu": draw(st.booleans())},
+                "pcie": {"gb_per_s": draw(st.floats(0.001, 0.05))},
+            }
+        )
+        layouts = pool_layouts([("prefill", "h100-sxm", n_pre, 1), ("decode", "h100-sxm", 1, 1)])
+        topology = build_topology(fab, layouts, cache_paths=True)
     cfg = EngineConfig(
         pools=(
             PoolSpec("prefill", n_pre, pre, draw(st.integers(1, 4)), 10_000),
             PoolSpec("decode", 1, dec, 8, 10_000),
         ),
+        topology=topology,
         block_tokens=draw(st.sampled_from([1, 4])),
         prefill_policy=draw(st.sampled_from(["cache_aware", "least_tokens", "round_robin"])),
         backpressure=draw(st.sampled_from(["none", "kv_aware"])),

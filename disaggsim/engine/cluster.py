@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -65,6 +65,9 @@ from disaggsim.engine.workers import (
     WorkerState,
 )
 from disaggsim.workload.requests import Requests
+
+if TYPE_CHECKING:
+    from disaggsim.fabric.flows import FlowHandle
 
 __all__ = [
     "Cluster",
@@ -347,6 +350,14 @@ class Cluster:
 
     def cancel_swap(self, w: Worker) -> None:
         self.handoff.cancel_swap(w)
+
+    def cache_copy(
+        self, w: Worker, nbytes: float, kind: str, done: Callable[[], None] | None = None
+    ) -> FlowHandle | None:
+        return self.handoff.cache_copy(w, nbytes, kind, done)
+
+    def cancel_copy(self, handle: FlowHandle) -> None:
+        self.handoff.cancel_copy(handle)
 
     # -- the end of a request -------------------------------------------------------------
 

@@ -237,6 +237,27 @@ class Handoff:
         self._swaps[index] = self.net.start(nbytes, path, on_done=finished, record=False)
         return done
 
+    def cache_copy(
+        self, w: Worker, nbytes: float, kind: str, done: Callable[[], None] | None = None
+    ) -> FlowHandle | None:
+        """A prefix cache copy on a topology fabric built with cache paths: ``kind``
+        ``h2d`` (promotion from host DRAM), ``d2h`` (demotion), ``nic.in`` (promotion
+        from the remote store) or ``nic.out`` (write-through), every GPU its own shard,
+        sharing the links with KV handoffs. None (and no ``done``) when there is no such
+        path: the caller times the copy itself."""
+        if self.topology is None or nbytes <= 0:
+            return None
+        path = self.topology.host_path(w.index, kind)
+        if path is None:
+            return None
+        assert self.net is not None
+        on_done = None if done is None else (lambda _rec: done())
+        return self.net.start(nbytes, path, on_done=on_done, record=False)
+
+    def cancel_copy(self, handle: FlowHandle) -> None:
+        assert self.net is not None
+        self.net.cancel(handle)
+
     def cancel_swap(self, w: Worker) -> None:
         """``w`` failed during a swap copy: its flow stops using the links."""
         handle = self._swaps.pop(w.index, None)

@@ -8,6 +8,7 @@ read (and tested) on its own; :class:`disaggsim.engine.cluster.Cluster` implemen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import simpy
@@ -18,6 +19,7 @@ from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
     from disaggsim.engine.workers import ColocatedWorker, DecodeWorker, PrefillWorker, Worker
+    from disaggsim.fabric.flows import FlowHandle
 
 
 class WorkerHost(Protocol):
@@ -55,6 +57,14 @@ class WorkerHost(Protocol):
     def swap_copy(self, w: Worker, nbytes: float, direction: str) -> simpy.Event: ...
 
     def cancel_swap(self, w: Worker) -> None: ...
+
+    # -- prefix cache copies (topology fabric) -----------------------------------------
+
+    def cache_copy(
+        self, w: Worker, nbytes: float, kind: str, done: Callable[[], None] | None = None
+    ) -> FlowHandle | None: ...
+
+    def cancel_copy(self, handle: FlowHandle) -> None: ...
 
     # -- pool sizes and failures --------------------------------------------------------
 

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from disaggsim.cache import WorkerKvCache
     from disaggsim.engine.host import WorkerHost
     from disaggsim.engine.prefix import PrefixCaches
+    from disaggsim.fabric.flows import FlowHandle
 
 _EPS = 1e-12
 _MAX_CACHED_PREFILLS = 1 << 16
@@ -780,6 +781,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         self._caches: PrefixCaches | None = None
         self._extra: dict[int, int] = {}  # cache-admitted -> tokens past its prompt
         self._outside_tokens = 0  # KV held outside the cache (re-prefilled replies)
+        self._copies: set[FlowHandle] = set()  # cache copies in flight (topology fabric)
         super().__init__(*args, **kwargs)
 
     def use_cache(self, caches: PrefixCaches) -> None:
@@ -825,18 +827,18 @@ class PrefillWorker(_PrefillQueue, Worker):
         dram(caches.dram_tokens_of(self.index))
         remote(caches.remote_tokens())
 
-    def _form_cached_batch(self) -> tuple[list[int], int, float, int, int, float]:
+    def _form_cached_batch(self) -> tuple[list[int], int, float, int, int, int, int, int]:
         """FCFS through the prefix cache: each request's lookup and admission (its hit
         prefix pinned, lower-tier hits promoted, its suffix allocated, unpinned blocks
         evicted to fit); the token budget counts uncached tokens. Returns the batch, its
-        new tokens, attention pairs, cached tokens, prompt tokens dequeued and the
-        seconds its promotions take."""
+        new tokens, attention pairs, cached tokens, prompt tokens dequeued, and the bytes
+        to promote over PCIe and the NIC and to demote over PCIe."""
         cache, caches = self.prefix, self._caches
         assert cache is not None and caches is not None
         rs = self.requests
         limit = self.kv_capacity_blocks * self.block_tokens
         batch: list[int] = []
-        tokens = cached = dequeued = pcie = nic = 0
+        tokens = cached = dequeued = pcie = nic = demote = 0
         pairs = 0.0
         while self.queue and len(batch) < self.max_batch_seqs:
             rid = self.queue[0]
@@ -858,11 +860,56 @@ class PrefillWorker(_PrefillQueue, Worker):
             dequeued += prompt + extra
             pcie += adm.promote_pcie_bytes
             nic += adm.promote_nic_bytes
+            demote += adm.demote_pcie_bytes
             self._extra[rid] = extra
             self._outside_tokens += extra
             caches.log.record(rid, adm.lookup.tier_hit_tokens())
-        promote_s = caches.setup.promote_time(self.cost, pcie, nic) if pcie or nic else 0.0
-        return batch, tokens, pairs, cached, dequeued, promote_s
+        return batch, tokens, pairs, cached, dequeued, pcie, nic, demote
+
+    def _cache_copies(self, pcie: int, nic: int, demote: int) -> tuple[simpy.Event | None, float]:
+        """Start a batch's cache copies. On a topology fabric built with cache paths they
+        are flows sharing the links with KV handoffs: the returned event fires when the
+        promotions (host DRAM over PCIe, the remote store over the NIC) are done, and
+        demotions run on without anyone waiting. Copies without a path take the link
+        time of the worker's PCIe or NIC (the returned seconds)."""
+        caches = self._caches
+        assert caches is not None
+        env = self.env
+        waits: list[simpy.Event] = []
+        timed_pcie = timed_nic = 0
+        for nbytes, kind in ((pcie, "h2d"), (nic, "nic.in")):
+            if not nbytes:
+                continue
+            ev = env.event()
+            if self._copy(nbytes, kind, ev):
+                waits.append(ev)
+            elif kind == "h2d":
+                timed_pcie = nbytes
+            else:
+                timed_nic = nbytes
+        if demote:
+            self._copy(demote, "d2h", None)
+        timed_s = 0.0
+        if timed_pcie or timed_nic:
+            timed_s = caches.setup.promote_time(self.cost, timed_pcie, timed_nic)
+        return (env.all_of(waits) if waits else None), timed_s
+
+    def _copy(self, nbytes: int, kind: str, done: simpy.Event | None) -> bool:
+        """One cache copy as a flow (False: no path for it on this fabric)."""
+        box: list[FlowHandle] = []
+
+        def finished() -> None:
+            if box:
+                self._copies.discard(box[0])
+            if done is not None:
+                done.succeed()
+
+        handle = self.host.cache_copy(self, nbytes, kind, finished)
+        if handle is None:
+            return False
+        box.append(handle)
+        self._copies.add(handle)
+        return True
 
     def _form_batch(self) -> list[int]:
         batch: list[int] = []
@@ -888,6 +935,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         while True:
             promote_s = 0.0
             cached = 0
+            copies: simpy.Event | None = None
             if self.prefix is None:
                 batch = self._form_batch()
                 if batch:
@@ -897,10 +945,13 @@ class PrefillWorker(_PrefillQueue, Worker):
                     self._batch_blocks = {r: self.requests.prefill_blocks(r) for r in batch}
                     self.kv_used_blocks += sum(self._batch_blocks.values())
             else:
-                batch, tokens, pairs, cached, dequeued, promote_s = self._form_cached_batch()
+                batch, tokens, pairs, cached, dequeued, pcie, nic, demote = (
+                    self._form_cached_batch()
+                )
                 if batch:
                     self._batch_blocks = dict.fromkeys(batch, 0)
                     self._sync_kv()
+                    copies, promote_s = self._cache_copies(pcie, nic, demote)
             if not batch:
                 self.sample(len(self.queue), 0)
                 yield from self._idle()
@@ -910,10 +961,19 @@ class PrefillWorker(_PrefillQueue, Worker):
             now = env.now
             for r in batch:
                 host.prefill_started(r, self.index)
+            self._activity = PrefillIter(batch)
+            if copies is not None:
+                # promotion flows finish before the prefill computes (a failure meanwhile
+                # cuts this record at the failure)
+                self.steps.prefill_iters.append((now, 0.0, len(batch), tokens))
+                yield copies
+                now = env.now
             # promotions from lower cache tiers finish before the prefill computes
             dur = promote_s + self._prefill_time_s(len(batch), tokens, pairs, cached)
-            self.steps.prefill_iters.append((now, dur, len(batch), tokens))
-            self._activity = PrefillIter(batch)
+            if copies is not None:
+                self.steps.prefill_iters[-1] = (now, dur, len(batch), tokens)
+            else:
+                self.steps.prefill_iters.append((now, dur, len(batch), tokens))
             self.batch_end_at_s = now + dur
             host.prefill_batch_started(batch, self, dur)
             yield env.timeout(dur)
@@ -922,8 +982,11 @@ class PrefillWorker(_PrefillQueue, Worker):
                 self.held[r] = self._batch_blocks[r]
             self._batch_blocks = {}
             if self.prefix is not None:
+                put = 0
                 for r in batch:
-                    self.prefix.commit(r)  # computed blocks become hit-able
+                    put += self.prefix.commit(r).remote_put_bytes  # computed: hit-able now
+                if put:
+                    self._copy(put, "nic.out", None)  # write-through, nobody waits
                 self._sync_kv()
             for r in batch:
                 host.prefill_done(r, self)
@@ -947,6 +1010,9 @@ class PrefillWorker(_PrefillQueue, Worker):
             self.prefix.clear()
             self._extra.clear()
             self._outside_tokens = 0
+            for handle in list(self._copies):  # its copies stop using the links
+                self.host.cancel_copy(handle)
+            self._copies.clear()
         host.prefill_worker_lost(self, queued, in_batch, held)
 
 

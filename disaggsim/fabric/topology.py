@@ -68,7 +68,8 @@ BLOCK_TOKENS = 16
 PAGEABLE_FACTOR = 0.5
 PCIE_X16_BYTES_PER_S: Mapping[int, float] = MappingProxyType({4: 32 * GB, 5: 64 * GB})
 PATH_KINDS: tuple[str, ...] = ("nvlink", "pcie-p2p", "rdma", "staged", "link-class")
-HOST_PATH_KINDS: tuple[str, ...] = ("d2h", "h2d")  # a worker's GPUs ↔ host memory (swap)
+# a worker's GPUs ↔ host memory (swap, cache tiers), ↔ its NIC (remote cache store)
+HOST_PATH_KINDS: tuple[str, ...] = ("d2h", "h2d", "nic.in", "nic.out")
 # Defaults when no catalog GPU is named (as costmodel.kv): NVLink 4, 200 Gb/s HDR, Gen4.
 _PATH_RANK: Mapping[str, int] = MappingProxyType(
     {"nvlink": 0, "link-class": 0, "pcie-p2p": 1, "rdma": 2, "staged": 3}
@@ -164,8 +165,11 @@ class Topology:
             raise ValueError(f"no path from worker {src_worker} to worker {dst_worker}") from None
 
     def host_path(self, worker: int, kind: str) -> Path | None:
-        """``kind`` ``d2h`` (swap out) or ``h2d`` (swap in): each GPU of ``worker`` over
-        its own PCIe link to host memory, one route per GPU; None when not built."""
+        """``kind`` ``d2h`` (swap out, cache demotion) or ``h2d`` (swap in, promotion
+        from host DRAM): each GPU of ``worker`` over its own PCIe link to host memory,
+        one route per GPU; ``nic.in`` / ``nic.out`` (prefix cache promotion from, and
+        write-through to, the remote store): each GPU's shard through its node's NIC
+        (its own with ``nic.per_gpu``). None when not built."""
         return self._host.get((worker, kind))
 
     def transfer_latency_s(self, path: Path, num_tokens: int) -> float:
@@ -350,11 +354,16 @@ class _LinkTable:
 
 
 def build_topology(
-    cfg: FabricTopologyConfig, pools: Mapping[str, PoolLayout], host_paths: bool = False
+    cfg: FabricTopologyConfig,
+    pools: Mapping[str, PoolLayout],
+    host_paths: bool = False,
+    cache_paths: bool = False,
 ) -> Topology:
     """Place the workers of ``pools`` (role → layout, in pool order: prefill then decode)
     and compute every prefill→decode path; with ``host_paths``, also each decode worker's
-    GPU ↔ host paths over its PCIe links (KV swap, :meth:`Topology.host_path`).
+    GPU ↔ host paths over its PCIe links (KV swap, :meth:`Topology.host_path`); with
+    ``cache_paths``, each prefill worker's GPU ↔ host paths and, where nodes have a NIC,
+    its GPU ↔ NIC paths (prefix cache tiers, docs/prefix-caching.md).
 
     Raises :class:`UserError` (one line naming the field) for a TP group larger than a
     node's NVLink domain, a node asked for more GPUs than it has, or a cross-node path
@@ -387,6 +396,15 @@ def build_topology(
         for d in receivers:
             for kind, way in (("d2h", "out"), ("h2d", "in")):
                 host[(d.index, kind)] = _host_path(cfg, table, hw[d.gpu], d, kind, way)
+    if cache_paths:
+        for w in placed:
+            if w.role != "prefill":
+                continue
+            for kind, way in (("d2h", "out"), ("h2d", "in")):
+                host[(w.index, kind)] = _host_path(cfg, table, hw[w.gpu], w, kind, way)
+            if cfg.nic is not None and hw[w.gpu].nic_bytes_per_s > 0:
+                for way in ("in", "out"):
+                    host[(w.index, f"nic.{way}")] = _nic_path(cfg, table, hw[w.gpu], w, way)
     return Topology(
         links=tuple(table.links),
         workers=tuple(placed),
@@ -416,6 +434,29 @@ def _host_path(
         for g in w.gpus
     )
     return Path(kind, w.index, w.index, routes, lat)
+
+
+def _nic_path(
+    cfg: FabricTopologyConfig, table: _LinkTable, hwn: _NodeHw, w: WorkerPlacement, way: str
+) -> Path:
+    """Every GPU of ``w`` moving its own KV shard through its node's NIC (its own with
+    ``nic.per_gpu``) to or from a store outside the node (``way`` ``in``: into the GPU)."""
+    assert cfg.nic is not None
+    lat = cfg.nic.latency_s
+    routes = tuple(
+        Route(
+            (
+                table.get(
+                    f"n{w.node}.nic{g if cfg.nic.per_gpu else 0}.{way}",
+                    "nic",
+                    hwn.nic_bytes_per_s,
+                    lat if way == "out" else 0.0,
+                ),
+            )
+        )
+        for g in w.gpus
+    )
+    return Path(f"nic.{way}", w.index, w.index, routes, lat)
 
 
 def _path(
