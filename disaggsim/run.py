@@ -270,7 +270,7 @@ def prefix_setup(
     scenario: Scenario, chains: PrefixChains | None, label: str = "<scenario>"
 ) -> PrefixSetup | None:
     """Prefix caching for the engine: the ``cache:`` section, the requests' chains, the
-    promotion time of the prefill pool's GPUs (host DRAM over PCIe, the remote store
+    promotion time of the prefilling pool's GPUs (host DRAM over PCIe, the remote store
     over the NIC, each GPU its own shard, the two in parallel) and its node size. None
     without a ``cache:`` section."""
     from disaggsim.catalog import get_gpu
@@ -283,8 +283,8 @@ def prefix_setup(
             f"{label}: cache: the workload has no prefix chains to cache (use a trace with "
             "hash_ids, e.g. format: mooncake, or kind: sessions)"
         )
-    pool = scenario.prefill_pool
-    assert pool is not None  # the scenario checks caching is disaggregated
+    pool = scenario.prefill_pool if scenario.architecture == "disaggregated" else scenario.pool
+    assert pool is not None
     pcie_bw = link_bandwidth_bytes_per_s("pcie", pool.gpu)
     nic_bw = link_bandwidth_bytes_per_s("infiniband", pool.gpu)
 

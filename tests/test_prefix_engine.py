@@ -159,6 +159,37 @@ def test_on_a_topology_a_promotion_is_a_flow_on_the_workers_pcie_link():
             assert 2.11 < end[2] < 2.2
 
 
+@pytest.mark.parametrize("scheduler", ["vllm", "chunked"])
+def test_colocated_workers_prefill_only_the_uncached_suffix(scheduler):
+    """The repeated prompt of the first test on one colocated worker: r1 hits 9 of its 10
+    tokens. vllm: a prefill-only iteration of 0.1 + 1 × 0.01 s. chunked: the first chunk
+    starts after the cached prefix, so r1's prefill is one mixed step computing 1 token."""
+    cost = ConstantCost(
+        prefill_base_s=0.1, prefill_per_token_s=0.01, decode_base_s=0.01, kv_capacity_tokens=1000
+    )
+    reqs = Requests(
+        arrival_s=np.array([0.0, 1.0]),
+        prompt_tokens=np.array([10, 10]),
+        output_tokens=np.array([3, 3]),
+        prefix_chains=_chains([[0, 1, 2], [0, 1, 2]], 4),
+    )
+    cfg = EngineConfig(
+        pools=(PoolSpec("colocated", 1, cost, 8, 10_000, scheduler),),
+        block_tokens=1,
+        kv_admission="on_demand",
+        prefix=PrefixSetup(cache=CacheConfig(), chains=reqs.prefix_chains),
+    )
+    raw = run_cluster(reqs, cfg)
+    _check(reqs, cfg, raw)
+    hbm, _, _ = raw.prefix_log.columns()
+    assert hbm.tolist() == [0, 9]
+    # vllm: a prefill iteration 0.1 + n × 0.01; chunked: a prefill-only mixed step is the
+    # prefill part plus its base (ConstantCost.mixed_time_s)
+    np.testing.assert_allclose(raw.log.prefill_end_at_s, [0.2, 1.11])
+    it = raw.workers[0].steps.prefill_iters
+    assert list(it.num_tokens) == [10, 1]
+
+
 # -- invariants under stress ------------------------------------------------------------
 
 
@@ -197,6 +228,7 @@ def cached_cluster(draw):
     )
     dec = ConstantCost(decode_base_s=0.005, kv_capacity_tokens=10 * longest)
     n_pre = draw(st.integers(1, 3))
+    arch = draw(st.sampled_from(["disaggregated", "vllm", "chunked"]))
     tiers = {}
     if draw(st.booleans()):
         tiers["dram"] = {"capacity_gib_per_node": draw(st.sampled_from([0.0, 1e-5, 1.0]))}
@@ -206,11 +238,15 @@ def cached_cluster(draw):
         {"policy": draw(st.sampled_from(["lru", "radix"])), "tiers": tiers}
     )
     failures = tuple(
-        WorkerFailureEvent(draw(st.floats(0.0, 3.0)), draw(st.integers(0, n_pre)), 0.5)
+        WorkerFailureEvent(
+            draw(st.floats(0.0, 3.0)),
+            draw(st.integers(0, n_pre if arch == "disaggregated" else n_pre - 1)),
+            0.5,
+        )
         for _ in range(draw(st.integers(0, 2)))
     )
     topology = None
-    if draw(st.booleans()):  # cache copies as flows sharing links with the handoffs
+    if arch == "disaggregated" and draw(st.booleans()):  # copies as flows beside handoffs
         from disaggsim.fabric import build_topology, parse_topology_config, pool_layouts
 
         fab = parse_topology_config(
@@ -223,12 +259,24 @@ def cached_cluster(draw):
         )
         layouts = pool_layouts([("prefill", "h100-sxm", n_pre, 1), ("decode", "h100-sxm", 1, 1)])
         topology = build_topology(fab, layouts, cache_paths=True)
-    cfg = EngineConfig(
-        pools=(
+    if arch == "disaggregated":
+        pools = (
             PoolSpec("prefill", n_pre, pre, draw(st.integers(1, 4)), 10_000),
             PoolSpec("decode", 1, dec, 8, 10_000),
-        ),
+        )
+    else:  # colocated: the prefill cost's memory, decoding too (on_demand growth)
+        col = ConstantCost(
+            prefill_base_s=pre.prefill_base_s,
+            prefill_per_token_s=pre.prefill_per_token_s,
+            decode_base_s=0.005,
+            kv_capacity_tokens=pre.kv_capacity_tokens + draw(st.integers(0, 2 * longest)),
+        )
+        budget = draw(st.integers(longest, 4 * longest))
+        pools = (PoolSpec("colocated", n_pre, col, draw(st.integers(1, 4)), budget, arch),)
+    cfg = EngineConfig(
+        pools=pools,
         topology=topology,
+        kv_admission="on_demand" if arch != "disaggregated" else "reserve_full",
         block_tokens=draw(st.sampled_from([1, 4])),
         prefill_policy=draw(st.sampled_from(["cache_aware", "least_tokens", "round_robin"])),
         backpressure=draw(st.sampled_from(["none", "kv_aware"])),
@@ -391,10 +439,12 @@ def test_cache_on_a_workload_without_prefix_chains_is_refused(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "cache: the workload has no prefix chains" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
-    args[4:6] = ["scenarios/ci/colocated-vllm.yaml"] if False else args[4:6]
     p = subprocess.run(
         [sys.executable, "-m", "disaggsim", "run", "scenarios/ci/colocated-vllm.yaml",
-         "--set", "cache.policy=radix", "--out", str(tmp_path / "o")],
+         "--set", "cache.policy=radix", "--set", "kv.admission=reserve_full",
+         "--out", str(tmp_path / "o")],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
-    assert p.returncode == 2 and "colocated pools have no prefix cache" in p.stderr, p.stderr
+    assert p.returncode == 2, p.stderr
+    assert "cache: prefix caching on a colocated pool needs kv.admission on_demand" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -339,12 +339,13 @@ class Scenario(_Model):
                 raise ValueError(
                     "pool.scheduler is required for colocated pools (allowed: vllm, chunked)"
                 )
-        if self.cache is not None and self.architecture != "disaggregated":
-            raise ValueError(
-                "cache: prefix caching is modelled on the prefill workers of a disaggregated "
-                "deployment (architecture: disaggregated); colocated pools have no prefix "
-                "cache yet"
-            )
+        if self.cache is not None and self.architecture == "colocated":
+            if self.kv.admission != "on_demand" or self.kv.preemption != "recompute":
+                raise ValueError(
+                    "cache: prefix caching on a colocated pool needs kv.admission on_demand "
+                    "and kv.preemption recompute (got "
+                    f"{self.kv.admission}, {self.kv.preemption})"
+                )
         if self.router.prefill_policy == "cache_aware" and self.cache is None:
             raise ValueError(
                 "router.prefill_policy: cache_aware needs a cache: section (prefix caching)"

@@ -97,8 +97,13 @@ class Cluster:
         # prefix caching: only when the scenario has a cache and the requests have chains
         self.prefix: PrefixCaches | None = None
         if cfg.prefix is not None:
-            if not cfg.disaggregated:
-                raise ValueError("prefix caching: the engine caches on prefill workers only")
+            if not cfg.disaggregated and (
+                cfg.kv_admission != "on_demand" or cfg.preemption != "recompute"
+            ):
+                raise ValueError(
+                    "prefix caching on colocated workers needs kv_admission on_demand and "
+                    "preemption recompute"
+                )
             self.prefix = PrefixCaches(cfg.prefix, self.requests.prompt_tokens)
             self.samples.with_cache_columns()
         self.router_samples = RouterSamples()
@@ -167,6 +172,8 @@ class Cluster:
                     self.decode_workers.append(w)
                 case "colocated":
                     w = ColocatedWorker(*args, **kw, scheduler=pool.scheduler or "vllm")
+                    if self.prefix is not None:
+                        w.use_cache(self.prefix)
                     self.colocated_workers.append(w)
             self.workers.append(w)
             self._pool_of.append((pool.role, i))
@@ -412,7 +419,7 @@ class Cluster:
         w.notify()
 
     def worker_drained(self, w: Worker) -> None:
-        if isinstance(w, PrefillWorker) and w.prefix is not None:
+        if isinstance(w, PrefillWorker | ColocatedWorker) and w.prefix is not None:
             w.prefix.clear()  # its GPUs go back: a worker started later begins empty
         self.scaling.release(w)
 

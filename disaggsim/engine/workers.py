@@ -454,7 +454,8 @@ class _TokenBatch(Worker):
         self.context_tokens = 0  # their total context (KV tokens read per step)
         self.step_idx = 0  # token steps completed so far
         self._finishing: list[tuple[int, int]] = []  # heap of (finish step, rid), lazy
-        self._running: dict[int, tuple[int, int, int]] = {}  # rid -> (join step, ctx, finish step)
+        # rid -> (join step, ctx, finish step, tokens of ctx held in a prefix cache)
+        self._running: dict[int, tuple[int, int, int, int]] = {}
         self._lines: dict[int, DecodeLines] = {}
         self.swapped: deque[int] = deque()  # preempted by swap: KV on the host
         self.promised_growth = 0  # blocks the run in progress will still allocate
@@ -477,8 +478,8 @@ class _TokenBatch(Worker):
         """Blocks the running sequence ``rid`` holds now."""
         if self.requests.reserve_full:
             return self.requests.full_blocks(rid)
-        join, ctx, _ = self._running[rid]
-        return _ceil_div(ctx + self.step_idx - join, self.block_tokens)
+        join, ctx, _, in_cache = self._running[rid]
+        return _ceil_div(ctx - in_cache + self.step_idx - join, self.block_tokens)
 
     def _new_blocks(self, t: int) -> int:
         """Blocks the running batch allocates over its next ``t`` steps (on_demand).
@@ -530,33 +531,34 @@ class _TokenBatch(Worker):
 
     # -- joining and leaving ---------------------------------------------------------
 
-    def _join(self, rid: int) -> None:
+    def _join(self, rid: int, in_cache: int = 0) -> None:
         """Add a request (its KV blocks already held here) to the running batch at a step
-        boundary. It emits its remaining tokens at the next steps."""
+        boundary. It emits its remaining tokens at the next steps. ``in_cache``: tokens of
+        its context held by the worker's prefix cache (its blocks count from there)."""
         host = self.host
         remaining = self.requests.output_tokens[rid] - self.requests.generated[rid]
         ctx = self.requests.prompt_tokens[rid] + self.requests.generated[rid]
         host.log.first_token_step[rid] = self.step_idx
         host.log.decode_worker[rid] = self.index
         fin = self.step_idx + remaining
-        self._running[rid] = (self.step_idx, ctx, fin)
+        self._running[rid] = (self.step_idx, ctx, fin, in_cache)
         self.batch += 1
         self.context_tokens += ctx
         heapq.heappush(self._finishing, (fin, rid))
         if not self.requests.reserve_full:
-            self._phase_hist[(ctx - self.step_idx) % self.block_tokens] += 1
+            self._phase_hist[(ctx - in_cache - self.step_idx) % self.block_tokens] += 1
 
     def _leave(self, rid: int) -> int:
         """Remove a running request; record its segment; return the blocks it held."""
         host = self.host
-        join, ctx, _ = self._running[rid]
+        join, ctx, _, in_cache = self._running[rid]
         blocks = self._blocks_now(rid)
         emitted = self.step_idx - join
         del self._running[rid]
         self.batch -= 1
         self.context_tokens -= ctx + emitted
         if not self.requests.reserve_full:
-            self._phase_hist[(ctx - join) % self.block_tokens] -= 1
+            self._phase_hist[(ctx - in_cache - join) % self.block_tokens] -= 1
         if emitted:
             host.segments.add(rid, self.index, join, emitted)
             self.requests.generated[rid] += emitted
@@ -1137,14 +1139,113 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self.scheduler = scheduler
         self.queue: deque[int] = deque()  # waiting for prefill (no KV yet)
         self.prefilling: list[list[int]] = []  # chunked: [rid, tokens done]
+        # prefix caching (the cluster sets it, on_demand admission and recompute only):
+        # a request's prompt KV lives in the cache (pinned, pending); the tokens past it
+        # (its reply so far) in blocks outside it, counted by the growth arithmetic
+        self.prefix: WorkerKvCache | None = None
+        self._caches: PrefixCaches | None = None
+        self._cache_blocks = 0  # blocks of the cache's pinned + pending tokens, counted
+        self._reserved: dict[int, int] = {}  # prefilling -> blocks reserved outside
+        self._hit: dict[int, int] = {}  # prefilling -> its cached prefix tokens
+        self._promote = [0, 0]  # bytes to promote (PCIe, NIC) before the next iteration
         super().__init__(*args, **kwargs)
+
+    def use_cache(self, caches: PrefixCaches) -> None:
+        self._caches = caches
+        self.prefix = caches.attach(self)
 
     def _loop(self) -> Proc:
         return self._loop_vllm() if self.scheduler == "vllm" else self._loop_chunked()
 
     def _recompute(self, rid: int) -> None:
         self.num_outstanding -= 1
+        self._release_cached(rid)  # its computed prompt blocks stay cached, unpinned
         self.submit(rid, front=True)
+
+    # -- prefix cache ------------------------------------------------------------------
+
+    def _sync_cache(self) -> None:
+        """Count the cache's in-use tokens (pinned + pending) in the worker's blocks, and
+        keep the cache within what the blocks outside it leave (unpinned cached blocks
+        are evicted when decode growth needs their memory)."""
+        c = self.prefix
+        assert c is not None
+        bt = self.block_tokens
+        blocks = -(-(c.pinned_tokens + c.pending_tokens) // bt)
+        self.kv_used_blocks += blocks - self._cache_blocks
+        self._cache_blocks = blocks
+        outside = self._kv_used_blocks - blocks
+        c.evict_to((self.kv_capacity_blocks - outside) * bt)
+
+    def _promotion_s(self) -> float:
+        """Link time of the promotions admitted since the last iteration (host DRAM over
+        PCIe, the remote store over the NIC): the iteration that prefills them waits."""
+        pcie, nic = self._promote
+        if not (pcie or nic) or self._caches is None:
+            return 0.0
+        self._promote = [0, 0]
+        return self._caches.setup.promote_time(self.cost, pcie, nic)
+
+    def _release_cached(self, rid: int) -> None:
+        if self.prefix is not None and self.prefix.holds(rid):
+            self.prefix.release(rid)
+            self._sync_cache()
+
+    def _gone(self, rid: int) -> None:
+        self._release_cached(rid)
+
+    def _advance(self, run: Run, growth: int | None = None) -> None:
+        super()._advance(run, growth)
+        if self.prefix is not None and not self.requests.reserve_full:
+            self._sync_cache()  # decode growth may need unpinned cached blocks' memory
+
+    def _sample_cache(self, columns: tuple[Any, ...]) -> None:
+        c, caches = self.prefix, self._caches
+        if c is None or caches is None:
+            super()._sample_cache(columns)
+            return
+        hbm, pinned, pending, dram, remote = columns
+        hbm(c.tokens_total)
+        pinned(c.pinned_tokens)
+        pending(c.pending_tokens)
+        dram(caches.dram_tokens_of(self.index))
+        remote(caches.remote_tokens())
+
+    def _admit_cached(self, seats_used: int, budget_left: int | None) -> bool:
+        """Cached mode's admission of the head of the queue: a seat, the token budget
+        (its uncached tokens), and the cache's admission within the memory the blocks
+        outside it leave (its reply slot, the watermark and the batch's growth kept
+        free). Admits it (pins, promotes, allocates) and starts its prefill."""
+        cache, caches = self.prefix, self._caches
+        assert cache is not None and caches is not None
+        if not self.queue or seats_used >= self.max_batch_seqs or self.swapped:
+            return False
+        rid = self.queue[0]
+        rs = self.requests
+        prompt = rs.prompt_tokens[rid]
+        extra = rs.prefill_len(rid) - prompt  # a re-prefilled reply: outside the cache
+        chain = caches.chain(rid)
+        look = cache.lookup(chain, prompt)
+        if budget_left is not None and look.new_tokens + extra > budget_left:
+            return False
+        reserve = -(-(extra + 1) // self.block_tokens)  # and the first token's slot
+        outside = self._kv_used_blocks - self._cache_blocks
+        keep = reserve + self.watermark_blocks + self.growth_headroom()
+        limit = (self.kv_capacity_blocks - outside - keep) * self.block_tokens
+        adm = cache.admit(rid, chain, prompt, limit)
+        if adm is None:
+            return False
+        caches.log.record(rid, adm.lookup.tier_hit_tokens())
+        self._promote[0] += adm.promote_pcie_bytes
+        self._promote[1] += adm.promote_nic_bytes
+        self._hit[rid] = adm.lookup.hit_tokens
+        self._reserved[rid] = reserve
+        self.queue.popleft()
+        self.kv_used_blocks += reserve
+        self._sync_cache()
+        self.queued_tokens -= rs.prefill_len(rid)
+        self.host.prefill_started(rid, self.index)
+        return True
 
     def _decode_or_idle(self) -> Proc:
         """No prefill to run: advance the running batch, or wait for work."""
@@ -1176,21 +1277,30 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         host = self.host
         now = self.env.now
         host.log.prefill_end_at_s[rid] = now
-        held = self.requests.colocated_blocks(rid)
+        in_cache = 0
+        if self.prefix is not None:
+            self.prefix.commit(rid)  # its computed blocks become hit-able
+            self._hit.pop(rid, None)
+            held = self._reserved.pop(rid)
+            in_cache = self.requests.prompt_tokens[rid]
+        else:
+            held = self.requests.colocated_blocks(rid)
         if self.requests.ended[rid]:  # abandoned while its prefill ran
             self.kv_used_blocks -= held
+            self._release_cached(rid)
             self.num_outstanding -= 1
             host.bury(rid)
             return
         host.prefill_token(rid, now)
         if self.requests.generated[rid] >= self.requests.output_tokens[rid]:
             self.kv_used_blocks -= held
+            self._release_cached(rid)
             self.num_outstanding -= 1
             host.finish(rid, now)
             return
         if host.log.decode_admit_at_s[rid] != host.log.decode_admit_at_s[rid]:  # NaN: first join
             host.log.decode_admit_at_s[rid] = now
-        self._join(rid)
+        self._join(rid, in_cache)
         self.kv_used_blocks += self._blocks_now(rid) - held  # <= 0: prefill reserved one more
 
     def _loop_vllm(self) -> Proc:
@@ -1202,18 +1312,36 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 yield from self._swap_in()
             batch: list[int] = []
             tokens = 0
-            while self._admissible(self.batch + len(batch)):
-                p = self.requests.prefill_len(self.queue[0])
-                if batch and tokens + p > self.max_batch_tokens:
-                    break
-                batch.append(self.queue[0])
-                self._start_prefill(self.queue[0])
-                tokens += p
+            if self.prefix is None:
+                while self._admissible(self.batch + len(batch)):
+                    p = self.requests.prefill_len(self.queue[0])
+                    if batch and tokens + p > self.max_batch_tokens:
+                        break
+                    batch.append(self.queue[0])
+                    self._start_prefill(self.queue[0])
+                    tokens += p
+            else:
+                while self.queue:
+                    rid = self.queue[0]
+                    left = self.max_batch_tokens - tokens if batch else None
+                    if not self._admit_cached(self.batch + len(batch), left):
+                        break
+                    batch.append(rid)
+                    tokens += self.requests.prefill_len(rid) - self._hit[rid]
             if batch:
                 self.sample(len(self.queue), self.batch + len(batch))
-                lens = [self.requests.prefill_len(r) for r in batch]
-                pairs = sum(n * (n + 1) / 2 for n in lens)
-                dur = self._prefill_time_s(len(batch), tokens, pairs)
+                if self.prefix is None:
+                    lens = [self.requests.prefill_len(r) for r in batch]
+                    pairs = sum(n * (n + 1) / 2 for n in lens)
+                    dur = self._prefill_time_s(len(batch), tokens, pairs)
+                else:  # each prompt's uncached suffix after its cached prefix
+                    hits = [self._hit[r] for r in batch]
+                    news = [
+                        self.requests.prefill_len(r) - h for r, h in zip(batch, hits, strict=True)
+                    ]
+                    pairs = sum(n * h + n * (n + 1) / 2 for n, h in zip(news, hits, strict=True))
+                    dur = self._prefill_time_s(len(batch), tokens, pairs, sum(hits))
+                    dur += self._promotion_s()
                 self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
                 self._activity = PrefillIter(batch)
                 yield env.timeout(dur)
@@ -1230,10 +1358,17 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         while True:
             if self.swapped:
                 yield from self._swap_in()
-            while self._admissible(self.batch + len(self.prefilling)):
-                rid = self.queue[0]
-                self._start_prefill(rid)
-                self.prefilling.append([rid, 0])
+            if self.prefix is None:
+                while self._admissible(self.batch + len(self.prefilling)):
+                    rid = self.queue[0]
+                    self._start_prefill(rid)
+                    self.prefilling.append([rid, 0])
+            else:
+                while self.queue:
+                    rid = self.queue[0]
+                    if not self._admit_cached(self.batch + len(self.prefilling), None):
+                        break
+                    self.prefilling.append([rid, self._hit[rid]])  # from its cached prefix
             budget = self.max_batch_tokens - self.batch
             if self.prefilling and budget > 0:
                 if self.batch and self._steps_fitting(1) == 0:
@@ -1260,6 +1395,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 b, ctx = self.batch, self.context_tokens
                 self.sample(len(self.queue), b + len(self.prefilling))
                 dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
+                if self.prefix is not None:
+                    dur += self._promotion_s()
                 start = env.now
                 self._activity = _MIXED
                 yield env.timeout(dur)
@@ -1270,6 +1407,12 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 else:
                     self.steps.prefill_iters.append((start, dur, chunk_seqs, chunk_tokens))
                 self._pop_finished()
+                if self.prefix is not None:  # blocks computed so far are hit-able
+                    bt = self.prefix.block_tokens
+                    for rid, done in self.prefilling:
+                        if rid not in done_now:
+                            self.prefix.commit(rid, upto_blocks=done // bt)
+                    self._sync_cache()
                 if done_now:
                     finished = set(done_now)
                     self.prefilling = [e for e in self.prefilling if e[0] not in finished]
@@ -1296,4 +1439,10 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self.queued_tokens = 0
         self.kv_used_blocks = 0
         self.num_outstanding = 0
+        if self.prefix is not None:  # the lost worker's HBM cache is gone
+            self.prefix.clear()
+            self._cache_blocks = 0
+            self._reserved.clear()
+            self._hit.clear()
+            self._promote = [0, 0]
         host.colocated_worker_lost(self, queued, lost)
