@@ -155,14 +155,8 @@ def build_topology(scenario: Scenario, label: str = "<scenario>"):
         scenario.fabric, FabricTopologyConfig
     ):
         return None
-    for role, p in scenario.pools.items():
-        if p.gpus_per_worker != p.tp:  # multi-rank EP workers: placement is the engine's next step
-            raise UserError(
-                f"{label}: {_pool_key(role)}.dp: workers of several data-parallel ranks run on "
-                "fabric kind link for now (allowed with kind topology: dp 1)"
-            )
     layouts = pool_layouts(
-        [(r, p.gpu, p.num_workers, p.tp) for r, p in scenario.pools.items()],
+        [(r, p.gpu, p.num_workers, p.tp, max(p.dp, 1)) for r, p in scenario.pools.items()],
         _max_workers(scenario),
     )
     try:

@@ -11,7 +11,6 @@ import pytest
 
 from disaggsim.config.loader import load_scenario
 from disaggsim.costmodel.moe import MoeWorkerCost
-from disaggsim.errors import UserError
 from disaggsim.run import build_costs, simulate
 from tests.conftest import REPO
 
@@ -84,11 +83,3 @@ def test_qwen3_pair_uses_the_same_gpus():
     c = load_scenario(MOE / "qwen3-235b-colocated.yaml").scenario
     assert d.num_gpus == c.num_gpus == 16
     assert d.workload == c.workload and d.slo == c.slo
-
-
-def test_multi_rank_workers_refuse_a_topology_fabric():
-    raw = copy.deepcopy(EP_UNITS)
-    raw["fabric"] = {"kind": "topology"}
-    raw["failures"] = {}
-    with pytest.raises(UserError, match=r"(prefill|decode)_pool\.dp: .*fabric kind link"):
-        simulate(raw)

@@ -148,6 +148,11 @@ class Cluster:
             raise ValueError("a disaggregated cluster needs decode workers")
         if cfg.topology is not None:
             self._check_placed(cfg.topology)
+            for w in self.workers:  # EP units across nodes: all-to-all flows on the NICs
+                if cfg.topology.host_path(w.index, "a2a") is not None and hasattr(
+                    w.cost, "all_to_all_traffic"
+                ):
+                    w.use_all_to_all()
         self.router.attach()
         self.scaling = Scaling(self)
 
@@ -363,8 +368,8 @@ class Cluster:
     ) -> FlowHandle | None:
         return self.handoff.cache_copy(w, nbytes, kind, done)
 
-    def cancel_copy(self, handle: FlowHandle) -> None:
-        self.handoff.cancel_copy(handle)
+    def cancel_copy(self, handle: FlowHandle) -> float:
+        return self.handoff.cancel_copy(handle)
 
     # -- the end of a request -------------------------------------------------------------
 

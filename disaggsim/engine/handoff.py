@@ -240,10 +240,11 @@ class Handoff:
     def cache_copy(
         self, w: Worker, nbytes: float, kind: str, done: Callable[[], None] | None = None
     ) -> FlowHandle | None:
-        """A prefix cache copy on a topology fabric built with cache paths: ``kind``
+        """A copy on a topology fabric, on the worker's path of ``kind``: prefix cache
         ``h2d`` (promotion from host DRAM), ``d2h`` (demotion), ``nic.in`` (promotion
-        from the remote store) or ``nic.out`` (write-through), every GPU its own shard,
-        sharing the links with KV handoffs. None (and no ``done``) when there is no such
+        from the remote store), ``nic.out`` (write-through), every GPU its own shard; or
+        ``a2a`` (an EP unit's all-to-all between its nodes), sharing the links with KV
+        handoffs. None (and no ``done``) when there is no such
         path: the caller times the copy itself."""
         if self.topology is None or nbytes <= 0:
             return None
@@ -254,9 +255,10 @@ class Handoff:
         on_done = None if done is None else (lambda _rec: done())
         return self.net.start(nbytes, path, on_done=on_done, record=False)
 
-    def cancel_copy(self, handle: FlowHandle) -> None:
+    def cancel_copy(self, handle: FlowHandle) -> float:
+        """Stop a copy; returns the bytes it had delivered."""
         assert self.net is not None
-        self.net.cancel(handle)
+        return self.net.cancel(handle)
 
     def cancel_swap(self, w: Worker) -> None:
         """``w`` failed during a swap copy: its flow stops using the links."""

@@ -279,6 +279,10 @@ class Worker:
         self._wake: simpy.Event | None = None
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
+        self._copies: set[FlowHandle] = set()  # flows of this worker in flight (topology)
+        # an EP unit across nodes on a topology: its all-to-all bytes per step, by batch
+        self._a2a = False
+        self._a2a_bytes: dict[tuple[int, int], float] = {}
         smp = host.samples
         self._sample_to = (
             smp.at_s.append,
@@ -315,6 +319,48 @@ class Worker:
             )
             self._prefill_times[key] = t
         return t
+
+    def _copy(self, nbytes: float, kind: str, done: simpy.Event | None) -> FlowHandle | None:
+        """One copy (prefix cache tier, all-to-all) as a flow on a topology fabric, on
+        the worker's path of that kind (None: no such path on this fabric)."""
+        box: list[FlowHandle] = []
+
+        def finished() -> None:
+            if box:
+                self._copies.discard(box[0])
+            if done is not None:
+                done.succeed()
+
+        handle = self.host.cache_copy(self, nbytes, kind, finished)
+        if handle is None:
+            return None
+        box.append(handle)
+        self._copies.add(handle)
+        return handle
+
+    def _cancel_copies(self) -> None:
+        """The worker failed: its flows stop using the links."""
+        for handle in list(self._copies):
+            self.host.cancel_copy(handle)
+        self._copies.clear()
+
+    def use_all_to_all(self) -> None:
+        """An EP unit across nodes on a topology fabric: each iteration's expert
+        all-to-all between its nodes moves as flows on their NICs (the cost model
+        already prices its time; the flows make it load the links that KV handoffs and
+        cache copies share)."""
+        self._a2a = True
+
+    def _a2a_iteration_bytes(self, decode_batch: int, prefill_tokens: int) -> float:
+        """Bytes one iteration's all-to-all moves between the unit's nodes (dispatch and
+        combine over RDMA, every MoE layer, every GPU)."""
+        key = (decode_batch, prefill_tokens)
+        out = self._a2a_bytes.get(key)
+        if out is None:
+            t = self.cost.all_to_all_traffic(decode_batch, prefill_tokens)  # type: ignore[attr-defined]
+            out = t.num_layers * (t.dispatch_rdma_bytes + t.combine_rdma_bytes) * self.cost.num_gpus
+            self._a2a_bytes[key] = out
+        return out
 
     def watch(self, changes: set[int]) -> None:
         """Report this worker's index into ``changes`` whenever a quantity the router
@@ -432,6 +478,7 @@ class Worker:
             except simpy.Interrupt:
                 self._wake = None
                 self._on_failure()
+                self._cancel_copies()
                 self._activity = None
                 self.sample(0, 0)
                 yield self.env.timeout(self._down_s)
@@ -678,6 +725,9 @@ class _TokenBatch(Worker):
         growth = 0 if self.requests.reserve_full else self._new_blocks(k)
         self.promised_growth = growth
         planned = k
+        a2a = None
+        if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
+            a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         if interruptible:
             # wait for the run's end or new work, whichever first: both succeed ``done``
             # (one plain event; cheaper than a SimPy condition, with the same hops)
@@ -691,6 +741,11 @@ class _TokenBatch(Worker):
             if tau < total - _EPS:
                 k = run.steps_covering(tau)
                 run = run._replace(steps=k)
+                if a2a is not None and a2a in self._copies:  # carry only the steps run
+                    self._copies.discard(a2a)
+                    rest = self._a2a_iteration_bytes(b, 0) * k - self.host.cancel_copy(a2a)
+                    if rest > 0:
+                        self._copy(rest, "a2a", None)
                 self._activity = run
                 done = run.time_s(k)
                 if done - tau > 0:
@@ -783,7 +838,6 @@ class PrefillWorker(_PrefillQueue, Worker):
         self._caches: PrefixCaches | None = None
         self._extra: dict[int, int] = {}  # cache-admitted -> tokens past its prompt
         self._outside_tokens = 0  # KV held outside the cache (re-prefilled replies)
-        self._copies: set[FlowHandle] = set()  # cache copies in flight (topology fabric)
         super().__init__(*args, **kwargs)
 
     def use_cache(self, caches: PrefixCaches) -> None:
@@ -883,7 +937,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             if not nbytes:
                 continue
             ev = env.event()
-            if self._copy(nbytes, kind, ev):
+            if self._copy(nbytes, kind, ev) is not None:
                 waits.append(ev)
             elif kind == "h2d":
                 timed_pcie = nbytes
@@ -895,23 +949,6 @@ class PrefillWorker(_PrefillQueue, Worker):
         if timed_pcie or timed_nic:
             timed_s = caches.setup.promote_time(self.cost, timed_pcie, timed_nic)
         return (env.all_of(waits) if waits else None), timed_s
-
-    def _copy(self, nbytes: int, kind: str, done: simpy.Event | None) -> bool:
-        """One cache copy as a flow (False: no path for it on this fabric)."""
-        box: list[FlowHandle] = []
-
-        def finished() -> None:
-            if box:
-                self._copies.discard(box[0])
-            if done is not None:
-                done.succeed()
-
-        handle = self.host.cache_copy(self, nbytes, kind, finished)
-        if handle is None:
-            return False
-        box.append(handle)
-        self._copies.add(handle)
-        return True
 
     def _form_batch(self) -> list[int]:
         batch: list[int] = []
@@ -976,6 +1013,8 @@ class PrefillWorker(_PrefillQueue, Worker):
                 self.steps.prefill_iters[-1] = (now, dur, len(batch), tokens)
             else:
                 self.steps.prefill_iters.append((now, dur, len(batch), tokens))
+            if self._a2a:  # the iteration's all-to-all on the unit's NICs
+                self._copy(self._a2a_iteration_bytes(0, tokens), "a2a", None)
             self.batch_end_at_s = now + dur
             host.prefill_batch_started(batch, self, dur)
             yield env.timeout(dur)
@@ -1012,9 +1051,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             self.prefix.clear()
             self._extra.clear()
             self._outside_tokens = 0
-            for handle in list(self._copies):  # its copies stop using the links
-                self.host.cancel_copy(handle)
-            self._copies.clear()
+            self._cancel_copies()
         host.prefill_worker_lost(self, queued, in_batch, held)
 
 

@@ -69,7 +69,8 @@ PAGEABLE_FACTOR = 0.5
 PCIE_X16_BYTES_PER_S: Mapping[int, float] = MappingProxyType({4: 32 * GB, 5: 64 * GB})
 PATH_KINDS: tuple[str, ...] = ("nvlink", "pcie-p2p", "rdma", "staged", "link-class")
 # a worker's GPUs ↔ host memory (swap, cache tiers), ↔ its NIC (remote cache store)
-HOST_PATH_KINDS: tuple[str, ...] = ("d2h", "h2d", "nic.in", "nic.out")
+# and an EP unit's all-to-all between its nodes
+HOST_PATH_KINDS: tuple[str, ...] = ("d2h", "h2d", "nic.in", "nic.out", "a2a")
 # Defaults when no catalog GPU is named (as costmodel.kv): NVLink 4, 200 Gb/s HDR, Gen4.
 _PATH_RANK: Mapping[str, int] = MappingProxyType(
     {"nvlink": 0, "link-class": 0, "pcie-p2p": 1, "rdma": 2, "staged": 3}
@@ -126,6 +127,16 @@ class WorkerPlacement:
     tp: int
     node: int
     gpus: tuple[int, ...]  # GPU indices within the node
+    # a worker of several data-parallel ranks (an MoE EP unit): each rank's (node, GPUs),
+    # the first one being ``node``/``gpus`` above; () for a one-rank worker
+    ranks: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """The nodes the worker's GPUs are on, in rank order, each once."""
+        if not self.ranks:
+            return (self.node,)
+        return tuple(dict.fromkeys(n for n, _ in self.ranks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +149,7 @@ class PoolLayout:
     num_workers: int
     tp: int
     max_workers: int | None = None
+    dp: int = 1  # data-parallel ranks per worker (each of ``tp`` GPUs, within a node)
 
     @property
     def num_placed(self) -> int:
@@ -218,8 +230,11 @@ def _workers(pools: Mapping[str, PoolLayout]) -> list[WorkerPlacement]:
     order, each pool's initial workers then the ones it may scale up to)."""
     out: list[WorkerPlacement] = []
     for role, pool in pools.items():
+        ranks = tuple((-1, ()) for _ in range(pool.dp)) if pool.dp > 1 else ()
         for i in range(pool.num_placed):
-            out.append(WorkerPlacement(len(out), f"{role}.{i}", role, pool.gpu, pool.tp, -1, ()))
+            out.append(
+                WorkerPlacement(len(out), f"{role}.{i}", role, pool.gpu, pool.tp, -1, (), ranks)
+            )
     return out
 
 
@@ -264,22 +279,26 @@ def _place_policy(
     placed: dict[int, WorkerPlacement] = {}
     for w in order:
         group = w.role if policy == "spread" else ""
-        for n in range(len(node_free)):
-            if node_gpu[n] == w.gpu and node_group[n] == group and node_free[n] >= w.tp:
-                break
-        else:
-            n = len(node_free)
-            node_gpu.append(w.gpu)
-            node_free.append(hw[w.gpu].gpus_per_node)
-            node_group.append(group)
-        first = hw[w.gpu].gpus_per_node - node_free[n]
-        node_free[n] -= w.tp
+        ranks: list[tuple[int, tuple[int, ...]]] = []
+        for _ in range(max(len(w.ranks), 1)):  # each rank's TP group inside one node
+            for n in range(len(node_free)):
+                if node_gpu[n] == w.gpu and node_group[n] == group and node_free[n] >= w.tp:
+                    break
+            else:
+                n = len(node_free)
+                node_gpu.append(w.gpu)
+                node_free.append(hw[w.gpu].gpus_per_node)
+                node_group.append(group)
+            first = hw[w.gpu].gpus_per_node - node_free[n]
+            node_free[n] -= w.tp
+            ranks.append((n, tuple(range(first, first + w.tp))))
+        node, gpus = ranks[0]
         placed[w.index] = WorkerPlacement(
-            w.index, w.key, w.role, w.gpu, w.tp, n, tuple(range(first, first + w.tp))
+            w.index, w.key, w.role, w.gpu, w.tp, node, gpus, tuple(ranks) if w.ranks else ()
         )
     limit = cfg.placement.num_nodes
     if limit is not None and len(node_free) > limit:
-        need = sum(w.tp for w in workers)
+        need = sum(w.tp * max(len(w.ranks), 1) for w in workers)
         scaled = sum(p.num_placed - p.num_workers for p in pools.values())
         extra = f", {scaled} of them autoscaled up to max_workers" if scaled else ""
         raise UserError(
@@ -294,6 +313,12 @@ def _place_explicit(
 ) -> list[WorkerPlacement]:
     explicit = cfg.placement.explicit or {}
     where = "fabric.placement.explicit"
+    for w in workers:
+        if w.ranks:
+            raise UserError(
+                f"{where}: {w.key} has {len(w.ranks)} data-parallel ranks; place workers of "
+                "several ranks with placement.policy (pack, spread, pair)"
+            )
     keys = [w.key for w in workers]
     for k in explicit:
         if k not in keys:
@@ -396,6 +421,9 @@ def build_topology(
         for d in receivers:
             for kind, way in (("d2h", "out"), ("h2d", "in")):
                 host[(d.index, kind)] = _host_path(cfg, table, hw[d.gpu], d, kind, way)
+    for w in placed:  # an EP unit across nodes: its expert all-to-all over the NICs
+        if len(w.nodes) > 1 and cfg.nic is not None and hw[w.gpu].nic_bytes_per_s > 0:
+            host[(w.index, "a2a")] = _a2a_path(cfg, table, hw[w.gpu], w)
     if cache_paths:
         for w in placed:
             if w.role != "prefill":
@@ -434,6 +462,35 @@ def _host_path(
         for g in w.gpus
     )
     return Path(kind, w.index, w.index, routes, lat)
+
+
+def _a2a_path(
+    cfg: FabricTopologyConfig, table: _LinkTable, hwn: _NodeHw, w: WorkerPlacement
+) -> Path:
+    """A multi-node worker's all-to-all across nodes: one route per rank, from its
+    node's NIC (its first GPU's own with ``nic.per_gpu``) to the NIC of the rank at the
+    same position on the next node (ranks in a ring of nodes), so every node's NICs send
+    and receive their ranks' share."""
+    assert cfg.nic is not None
+    lat = cfg.nic.latency_s
+    ranks = w.ranks
+    routes = []
+    for i, (node, gpus) in enumerate(ranks):
+        same = sum(1 for n, _ in ranks if n == node)  # ranks on this node
+        peer_node, peer_gpus = ranks[(i + same) % len(ranks)]
+        if peer_node == node:  # uneven nodes: the next rank on another node
+            peer_node, peer_gpus = next(r for r in ranks[i:] + ranks[:i] if r[0] != node)
+        k_out = gpus[0] if cfg.nic.per_gpu else 0
+        k_in = peer_gpus[0] if cfg.nic.per_gpu else 0
+        routes.append(
+            Route(
+                (
+                    table.get(f"n{node}.nic{k_out}.out", "nic", hwn.nic_bytes_per_s, lat),
+                    table.get(f"n{peer_node}.nic{k_in}.in", "nic", hwn.nic_bytes_per_s, 0.0),
+                )
+            )
+        )
+    return Path("a2a", w.index, w.index, tuple(routes), lat)
 
 
 def _nic_path(
@@ -545,10 +602,13 @@ def describe_path(topology: Topology, path: Path) -> tuple[str, ...]:
 
 
 def pool_layouts(
-    items: Sequence[tuple[str, str | None, int, int]],
+    items: Sequence[tuple[str, str | None, int, int] | tuple[str, str | None, int, int, int]],
     max_workers: Mapping[str, int] | None = None,
 ) -> dict[str, PoolLayout]:
-    """``[(role, gpu, num_workers, tp), …]`` (and each autoscaled role's ``max_workers``)
-    → the mapping :func:`build_topology` takes."""
+    """``[(role, gpu, num_workers, tp[, dp]), …]`` (and each autoscaled role's
+    ``max_workers``) → the mapping :func:`build_topology` takes."""
     most = max_workers or {}
-    return {role: PoolLayout(gpu, n, tp, most.get(role)) for role, gpu, n, tp in items}
+    out = {}
+    for role, gpu, n, tp, *rest in items:
+        out[role] = PoolLayout(gpu, n, tp, most.get(role), rest[0] if rest else 1)
+    return out
