@@ -43,13 +43,19 @@ def test_ranks_are_placed_as_tp_groups_inside_nodes():
     by_key = {w.key: w for w in topo.workers}
     assert by_key["prefill.0"].nodes == (0,)
     assert by_key["decode.0"].nodes == (1, 2) and by_key["decode.1"].nodes == (3, 4)
-    # only a unit across nodes has an all-to-all path: one route per rank, NIC to NIC
+    # only a unit across nodes has an all-to-all path: two routes whatever its size, the
+    # first rank's NIC sending to the next node and receiving from the previous one
     assert topo.host_path(by_key["prefill.0"].index, "a2a") is None
     a2a = topo.host_path(by_key["decode.0"].index, "a2a")
-    assert a2a is not None and a2a.num_shards == 4
-    ids = {topo.links[i].id for r in a2a.routes for i in r.links}
-    # a NIC per GPU (the default): rank g of one node sends to rank g of the other
-    assert ids == {f"n{a}.nic{g}.{way}" for a in (1, 2) for g in (0, 1) for way in ("in", "out")}
+    assert a2a is not None and a2a.num_shards == 2
+    ids = [[topo.links[i].id for i in r.links] for r in a2a.routes]
+    assert ids == [["n1.nic0.out", "n2.nic0.in"], ["n2.nic0.out", "n1.nic0.in"]]
+    # a NIC per GPU (the default): each route carries one rank's share; a shared NIC,
+    # its node's ranks'
+    assert topo.a2a_share(by_key["decode.0"].index) == 2 * 1 / 4
+    raw["fabric"]["nic"] = {"per_gpu": False}
+    shared = build_topology(load_scenario(raw).scenario)
+    assert shared.a2a_share(by_key["decode.0"].index) == 2 * 2 / 4
 
 
 def test_explicit_placement_of_multi_rank_workers_is_one_line():
@@ -81,7 +87,7 @@ def test_all_to_all_flows_load_the_nics_and_slow_handoffs():
     try:
         mp.setattr(workers_module.Worker, "_copy", counted)
         on = simulate(copy.deepcopy(WIDE))
-        mp.setattr(workers_module.Worker, "use_all_to_all", lambda self: None)
+        mp.setattr(workers_module.Worker, "use_all_to_all", lambda self, share: None)
         off = simulate(copy.deepcopy(WIDE))
     finally:
         mp.undo()

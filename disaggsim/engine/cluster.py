@@ -152,7 +152,7 @@ class Cluster:
                 if cfg.topology.host_path(w.index, "a2a") is not None and hasattr(
                     w.cost, "all_to_all_traffic"
                 ):
-                    w.use_all_to_all()
+                    w.use_all_to_all(cfg.topology.a2a_share(w.index))
         self.router.attach()
         self.scaling = Scaling(self)
 

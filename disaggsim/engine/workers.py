@@ -282,6 +282,7 @@ class Worker:
         self._copies: set[FlowHandle] = set()  # flows of this worker in flight (topology)
         # an EP unit across nodes on a topology: its all-to-all bytes per step, by batch
         self._a2a = False
+        self._a2a_share = 0.0
         self._a2a_bytes: dict[tuple[int, int], float] = {}
         smp = host.samples
         self._sample_to = (
@@ -344,21 +345,23 @@ class Worker:
             self.host.cancel_copy(handle)
         self._copies.clear()
 
-    def use_all_to_all(self) -> None:
+    def use_all_to_all(self, share: float) -> None:
         """An EP unit across nodes on a topology fabric: each iteration's expert
-        all-to-all between its nodes moves as flows on their NICs (the cost model
-        already prices its time; the flows make it load the links that KV handoffs and
-        cache copies share)."""
+        all-to-all moves as a flow on the NIC its KV handoffs use, carrying the
+        ``share`` of its bytes that crosses it (the cost model already prices its time;
+        the flow makes it load the links that KV handoffs and cache copies share)."""
         self._a2a = True
+        self._a2a_share = share
 
     def _a2a_iteration_bytes(self, decode_batch: int, prefill_tokens: int) -> float:
-        """Bytes one iteration's all-to-all moves between the unit's nodes (dispatch and
-        combine over RDMA, every MoE layer, every GPU)."""
+        """Bytes of one iteration's all-to-all on the unit's ``a2a`` path: its share of
+        dispatch and combine over RDMA (every MoE layer, every GPU)."""
         key = (decode_batch, prefill_tokens)
         out = self._a2a_bytes.get(key)
         if out is None:
             t = self.cost.all_to_all_traffic(decode_batch, prefill_tokens)  # type: ignore[attr-defined]
-            out = t.num_layers * (t.dispatch_rdma_bytes + t.combine_rdma_bytes) * self.cost.num_gpus
+            per_gpu = t.num_layers * (t.dispatch_rdma_bytes + t.combine_rdma_bytes)
+            out = per_gpu * self.cost.num_gpus * self._a2a_share
             self._a2a_bytes[key] = out
         return out
 

@@ -168,6 +168,11 @@ class Topology:
     overlap: bool = False
     _routes: Mapping[tuple[int, int], Path] = field(default_factory=dict, repr=False)
     _host: Mapping[tuple[int, str], Path] = field(default_factory=dict, repr=False)
+    _a2a_share: Mapping[int, float] = field(default_factory=dict, repr=False)
+
+    def a2a_share(self, worker: int) -> float:
+        """Share of a multi-node worker's all-to-all bytes its ``a2a`` path carries."""
+        return self._a2a_share.get(worker, 0.0)
 
     def path(self, src_worker: int, dst_worker: int) -> Path:
         """The path a KV transfer from ``src_worker`` to ``dst_worker`` takes."""
@@ -421,9 +426,10 @@ def build_topology(
         for d in receivers:
             for kind, way in (("d2h", "out"), ("h2d", "in")):
                 host[(d.index, kind)] = _host_path(cfg, table, hw[d.gpu], d, kind, way)
+    a2a_share: dict[int, float] = {}
     for w in placed:  # an EP unit across nodes: its expert all-to-all over the NICs
         if len(w.nodes) > 1 and cfg.nic is not None and hw[w.gpu].nic_bytes_per_s > 0:
-            host[(w.index, "a2a")] = _a2a_path(cfg, table, hw[w.gpu], w)
+            host[(w.index, "a2a")], a2a_share[w.index] = _a2a_path(cfg, table, hw[w.gpu], w)
     if cache_paths:
         for w in placed:
             if w.role != "prefill":
@@ -443,6 +449,7 @@ def build_topology(
         overlap=cfg.overlap,
         _routes=MappingProxyType(routes),
         _host=MappingProxyType(host),
+        _a2a_share=MappingProxyType(a2a_share),
     )
 
 
@@ -466,31 +473,37 @@ def _host_path(
 
 def _a2a_path(
     cfg: FabricTopologyConfig, table: _LinkTable, hwn: _NodeHw, w: WorkerPlacement
-) -> Path:
-    """A multi-node worker's all-to-all across nodes: one route per rank, from its
-    node's NIC (its first GPU's own with ``nic.per_gpu``) to the NIC of the rank at the
-    same position on the next node (ranks in a ring of nodes), so every node's NICs send
-    and receive their ranks' share."""
+) -> tuple[Path, float]:
+    """A multi-node worker's all-to-all as it loads the links others share: the first
+    rank's NIC (its GPU's own with ``nic.per_gpu``, else its node's) sending to the rank
+    at the same position on the next node and receiving from the one on the previous
+    node (nodes in a ring), and the share of the unit's all-to-all bytes each of those
+    two routes carries (one rank's, or with a shared NIC every rank's on the node). KV
+    handoffs of the unit use the first rank's GPUs, so this is where they meet the
+    all-to-all; the other ranks' NICs carry shares nothing else uses. Two routes
+    whatever the unit's size: the flow's work per run does not grow with its GPUs."""
     assert cfg.nic is not None
     lat = cfg.nic.latency_s
     ranks = w.ranks
-    routes = []
-    for i, (node, gpus) in enumerate(ranks):
-        same = sum(1 for n, _ in ranks if n == node)  # ranks on this node
-        peer_node, peer_gpus = ranks[(i + same) % len(ranks)]
-        if peer_node == node:  # uneven nodes: the next rank on another node
-            peer_node, peer_gpus = next(r for r in ranks[i:] + ranks[:i] if r[0] != node)
-        k_out = gpus[0] if cfg.nic.per_gpu else 0
-        k_in = peer_gpus[0] if cfg.nic.per_gpu else 0
-        routes.append(
-            Route(
-                (
-                    table.get(f"n{node}.nic{k_out}.out", "nic", hwn.nic_bytes_per_s, lat),
-                    table.get(f"n{peer_node}.nic{k_in}.in", "nic", hwn.nic_bytes_per_s, 0.0),
-                )
-            )
+    nodes = w.nodes
+    node, gpus = ranks[0]
+    nxt = next(r for r in ranks if r[0] == nodes[1])  # first rank of the next node
+    prv = next(r for r in ranks if r[0] == nodes[-1])  # and of the previous one
+
+    def nic(r: tuple[int, tuple[int, ...]], way: str) -> int:
+        k = r[1][0] if cfg.nic is not None and cfg.nic.per_gpu else 0
+        return table.get(
+            f"n{r[0]}.nic{k}.{way}", "nic", hwn.nic_bytes_per_s, lat if way == "out" else 0.0
         )
-    return Path("a2a", w.index, w.index, tuple(routes), lat)
+
+    first = (node, gpus)
+    routes = (
+        Route((nic(first, "out"), nic(nxt, "in"))),
+        Route((nic(prv, "out"), nic(first, "in"))),
+    )
+    same = sum(1 for n, _ in ranks if n == node)  # ranks on the first rank's node
+    share = 2 * (1 if cfg.nic.per_gpu else same) / len(ranks)  # split over two routes
+    return Path("a2a", w.index, w.index, routes, lat), share
 
 
 def _nic_path(
