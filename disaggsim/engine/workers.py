@@ -237,7 +237,42 @@ _STALL = Stall()
 
 
 class Worker:
-    """State and bookkeeping shared by all worker kinds."""
+    """State and bookkeeping shared by all worker kinds.
+
+    Every worker class declares its attributes in ``__slots__``: the hot loop reads them
+    on every state change, and slot access stays fast however many a worker has."""
+
+    __slots__ = (
+        "_a2a",
+        "_a2a_bytes",
+        "_a2a_share",
+        "_activity",
+        "_alive",
+        "_cache_to",
+        "_changes",
+        "_copies",
+        "_down_s",
+        "_kv_used_blocks",
+        "_num_outstanding",
+        "_prefill_times",
+        "_queued_tokens",
+        "_sample_to",
+        "_state",
+        "_wake",
+        "block_tokens",
+        "cost",
+        "env",
+        "host",
+        "index",
+        "kv_capacity_blocks",
+        "max_batch_seqs",
+        "max_batch_tokens",
+        "num_failures",
+        "proc",
+        "requests",
+        "steps",
+        "watermark_blocks",
+    )
 
     role = "worker"
 
@@ -498,6 +533,18 @@ class Worker:
 
 class _TokenBatch(Worker):
     """A continuous batch of decoding sequences advanced in closed-form runs of steps."""
+
+    __slots__ = (
+        "_finishing",
+        "_lines",
+        "_phase_hist",
+        "_running",
+        "batch",
+        "context_tokens",
+        "promised_growth",
+        "step_idx",
+        "swapped",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.batch = 0  # running sequences
@@ -799,13 +846,21 @@ class _PrefillQueue:
     """The FCFS queue of requests routed to a worker that has not started their prefill
     (prefill and colocated workers)."""
 
+    __slots__ = ()
+
     queue: deque[int]
-    queued_tokens: int
-    num_outstanding: int
     requests: RequestState
 
     if TYPE_CHECKING:  # provided by Worker, which every user of this mixin also is
 
+        @property
+        def queued_tokens(self) -> int: ...
+        @queued_tokens.setter
+        def queued_tokens(self, tokens: int) -> None: ...
+        @property
+        def num_outstanding(self) -> int: ...
+        @num_outstanding.setter
+        def num_outstanding(self, n: int) -> None: ...
         def notify(self) -> None: ...
 
     def submit(self, rid: int, front: bool = False) -> None:
@@ -829,6 +884,16 @@ class _PrefillQueue:
 
 
 class PrefillWorker(_PrefillQueue, Worker):
+    __slots__ = (
+        "_batch_blocks",
+        "_caches",
+        "_extra",
+        "_outside_tokens",
+        "batch_end_at_s",
+        "held",
+        "prefix",
+        "queue",
+    )
     role = "prefill"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -1059,6 +1124,12 @@ class PrefillWorker(_PrefillQueue, Worker):
 
 
 class DecodeWorker(_TokenBatch):
+    __slots__ = (
+        "_eventual",
+        "_eventual_blocks",
+        "incoming",
+        "waiting",
+    )
     role = "decode"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -1173,6 +1244,17 @@ class DecodeWorker(_TokenBatch):
 
 
 class ColocatedWorker(_PrefillQueue, _TokenBatch):
+    __slots__ = (
+        "_cache_blocks",
+        "_caches",
+        "_hit",
+        "_promote",
+        "_reserved",
+        "prefilling",
+        "prefix",
+        "queue",
+        "scheduler",
+    )
     role = "colocated"
 
     def __init__(self, *args: Any, scheduler: str, **kwargs: Any) -> None:
