@@ -292,6 +292,18 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "fabric.link: nvlink cannot join prefill_pool.gpu h100-sxm and decode_pool.gpu h200-sxm"),
     ("nvlink-sweep-point", _nothing, ["sweep", DISAGG, "--param", "decode_pool.num_workers=1,2",
      "--quiet"], "= 12 GPUs: use fabric.link infiniband or roce"),
+    # TP beyond a node on a topology fabric: refused by run, sweep and compare alike (kind
+    # link prices it hierarchically instead: docs/validity.md)
+    ("topology-tp-beyond-node-run", _nothing, sets("prefill_pool.tp=16", scenario=FABRIC),
+     "fabric.gpus_per_node: prefill_pool.tp 16 is larger than the node's NVLink domain (8 "
+     "GPUs) (allowed: tp <= 8 on a topology fabric"),
+    ("topology-tp-beyond-node-sweep", _nothing, ["sweep", FABRIC, "--param",
+     "prefill_pool.tp=8,16", "--quiet"], "fabric.yaml: fabric.gpus_per_node: prefill_pool.tp 16"
+     " is larger than the node's NVLink domain (8 GPUs) (allowed: tp <= 8"),
+    ("topology-tp-beyond-node-compare", _nothing, ["compare", FABRIC, FABRIC, "--set",
+     "decode_pool.tp=16", "--param", "workload.rate_per_s=0.5,1", "--quiet"],
+     "fabric.yaml: fabric.gpus_per_node: decode_pool.tp 16 is larger than the node's NVLink "
+     "domain (8 GPUs) (allowed: tp <= 8"),
     ("prefill-budget-below-prompt", _nothing, sets("prefill_pool.max_batch_tokens=1024"),
      "prefill_pool.max_batch_tokens: 1024 is below the largest prompt"),
     ("plan-question-model", _nothing, ["plan", "--model", "gpt-9", "--gpu", "h100-sxm", "--gpus",

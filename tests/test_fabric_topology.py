@@ -135,7 +135,7 @@ def test_link_class_mode_is_todays_transfer_time():
          (("h100-sxm", 1, 4), ("h100-sxm", 1, 5)),
          r"^fabric\.placement\.explicit: node 0 has 8 GPUs but workers prefill\.0, decode\.0 need 9$"),
         ({}, (("h100-sxm", 1, 16), ("h100-sxm", 1, 8)),
-         r"^fabric\.gpus_per_node: prefill_pool\.tp 16 is larger than the node's NVLink domain \(8 GPUs\)$"),
+         r"^fabric\.gpus_per_node: prefill_pool\.tp 16 is larger than the node.s NVLink domain \(8 GPUs\) \(allowed: tp <= 8 "),
         ({"gpus_per_node": 4}, (("h100-sxm", 1, 4), ("h100-sxm", 1, 8)),
          r"^fabric\.gpus_per_node: decode_pool\.tp 8 is larger"),
         ({"nic": None, "placement": {"policy": "spread"}}, (("h100-sxm", 1, 1), ("h100-sxm", 1, 1)),

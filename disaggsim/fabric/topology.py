@@ -405,7 +405,8 @@ def build_topology(
         if pool.tp > gpn:
             raise UserError(
                 f"fabric.gpus_per_node: {_role_key(role)}.tp {pool.tp} is larger than the "
-                f"node's NVLink domain ({gpn} GPUs)"
+                f"node's NVLink domain ({gpn} GPUs) (allowed: tp <= {gpn} on a topology "
+                "fabric; fabric kind link prices TP across nodes hierarchically)"
             )
     workers = _workers(pools)
     if cfg.placement.explicit is not None:

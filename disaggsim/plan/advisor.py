@@ -18,6 +18,12 @@ disaggregation should win or lose") and say for each whether it holds here:
   of a mean prompt's KV is quoted against its prefill time;
 - **concurrency**: at the best candidate's goodput, Little's law (rate × mean end-to-end
   time) keeps at least :data:`HIGH_CONCURRENCY_PER_WORKER` requests in flight per worker.
+
+Where the requests carry prefix chains (traces with ``hash_ids``, session workloads) a
+sixth line, **prefix reuse**, says what share of prompt tokens the prefill pool is
+expected to find cached and how that moves the prefill work and the P:D ratio; it holds
+(and the reason repeats it) when that share is at least :data:`REUSE_MATTERS`. It is not a
+condition for disaggregation: reuse shrinks prefill for both architectures.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ __all__ = [
     "HIGH_CONCURRENCY_PER_WORKER",
     "QUICK_UNCERTAINTY",
     "LARGE_FLEET_WORKERS",
+    "REUSE_MATTERS",
     "LONG_PROMPT_STEPS",
     "MIN_GAIN",
     "Advice",
@@ -54,11 +61,13 @@ QUICK_UNCERTAINTY = 0.15
 LONG_PROMPT_STEPS = 10.0
 LARGE_FLEET_WORKERS = 4
 HIGH_CONCURRENCY_PER_WORKER = 4.0
+REUSE_MATTERS = 0.10  # an expected prefix hit share from which the reason mentions reuse
 
 
 @dataclass(frozen=True, slots=True)
 class Condition:
     name: str  # long_prompts | tight_itl_tail | large_fleet | fast_fabric | concurrency
+    # | prefix_reuse (only for workloads with prefix chains; not a disaggregation condition)
     holds: bool
     detail: str
 
@@ -146,7 +155,7 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
     s = res.loaded.scenario
     g = res.analytic
     slo_itl_s = s.slo.itl_s
-    pcost = worker_cost(res.loaded, res.gpu, g.prefill_tp)
+    pcost = worker_cost(res.loaded, res.gpu, g.prefill_layout)
     p_mean = int(round(g.prompt_tokens_mean))
     p90 = int(round(g.prompt_tokens_p90))
     pre_mean_s = pcost.prefill_time_s(1, p_mean, p_mean * (p_mean + 1) / 2.0)
@@ -168,14 +177,19 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
         ),
     ]
     workers = res.gpu_budget // res.min_worker_gpus
+    unit = (
+        f"tp{res.min_worker_gpus}"
+        if g.prefill_dp == 1 and g.decode_dp == 1
+        else f"{res.min_worker_gpus} GPUs"
+    )
     if workers < 2:
         fleet = (
-            f"{res.gpu_budget} GPUs hold {workers} worker of tp{res.min_worker_gpus}: "
+            f"{res.gpu_budget} GPUs hold {workers} worker of {unit}: "
             "disaggregation needs at least 2 workers (one per pool) and cannot exist here"
         )
     else:
         fleet = (
-            f"{res.gpu_budget} GPUs hold {workers} workers of tp{res.min_worker_gpus} "
+            f"{res.gpu_budget} GPUs hold {workers} workers of {unit} "
             f"(large when >= {LARGE_FLEET_WORKERS}: enough to split near the "
             f"{g.pd_gpu_ratio:.2f} P:D ratio)"
         )
@@ -209,7 +223,37 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
         out.append(
             Condition("concurrency", False, "no candidate met the SLOs at any rate searched")
         )
+    reuse = _reuse(res)
+    if reuse is not None:
+        out.append(reuse)
     return tuple(out)
+
+
+def _reuse(res: SearchResult) -> Condition | None:
+    """The prefix-reuse line (None when the requests carry no prefix chains)."""
+    allowed = res.reuse_share_unbounded
+    if allowed is None:
+        return None
+    g = res.analytic
+    share = g.prefix_hit_share
+    if share <= 0:
+        return Condition(
+            "prefix_reuse",
+            False,
+            f"the requests repeat prefixes ({allowed:.0%} of prompt tokens an unbounded "
+            "cache would hold), but this scenario does not cache them (no cache: section), "
+            "so the plan assumes every prompt token is prefilled",
+        )
+    pre0 = g.prefill_gpu_s_no_reuse
+    ratio0 = pre0 / g.decode_gpu_s_per_request
+    return Condition(
+        "prefix_reuse",
+        share >= REUSE_MATTERS,
+        f"an expected {share:.0%} of prompt tokens are cached in the prefill pool "
+        f"({allowed:.0%} with an unbounded cache): prefill {pre0 * 1e3:.1f} -> "
+        f"{g.prefill_gpu_s_per_request * 1e3:.1f} GPU-ms per request, P:D GPU ratio "
+        f"{ratio0:.2f} -> {g.pd_gpu_ratio:.2f} (matters when >= {REUSE_MATTERS:.0%})",
+    )
 
 
 def _pct(x: float) -> str:
@@ -285,8 +329,10 @@ def _advise(res: SearchResult) -> Advice:
     colo = [r for r in (chk, vll) if r is not None]
     best_colo = max(colo, key=lambda r: r.goodput_per_gpu_per_s)
     conds = conditions(res)
-    held = [c.name.replace("_", " ") for c in conds if c.holds]
-    missing = [c for c in conds if not c.holds]
+    pd_conds = [c for c in conds if c.name != "prefix_reuse"]  # the disaggregation ones
+    held = [c.name.replace("_", " ") for c in pd_conds if c.holds]
+    missing = [c for c in pd_conds if not c.holds]
+    reuse = next((c for c in conds if c.name == "prefix_reuse" and c.holds), None)
 
     gain = None
     if dis is not None and best_colo.goodput_per_gpu_per_s > 0:
@@ -302,21 +348,22 @@ def _advise(res: SearchResult) -> Advice:
         )
         verdict, rec = colo_verdict, best_colo
     elif gain is not None and gain >= MIN_GAIN:
-        ref = "chunked prefill" if chk is not None else colo_name
-        ref_gain = (
-            dis.goodput_per_gpu_per_s / chk.goodput_per_gpu_per_s - 1.0
-            if chk is not None and chk.goodput_per_gpu_per_s > 0
-            else gain
-        )
+        # the margin that decides is over the best colocated candidate; chunked
+        # prefill's is quoted too when vllm is the better colocated one
         margin = (
-            f"+{_pct(ref_gain)} goodput per GPU over {ref}"
-            if ref_gain != float("inf")
-            else f"meets the SLOs where {ref} does not at any rate searched"
+            f"+{_pct(gain)} goodput per GPU over {colo_name}"
+            if gain != float("inf")
+            else f"meets the SLOs where {colo_name} does not at any rate searched"
         )
+        if best_colo is not chk and chk is not None and chk.goodput_per_gpu_per_s > 0:
+            margin += (
+                f" (+{_pct(dis.goodput_per_gpu_per_s / chk.goodput_per_gpu_per_s - 1.0)} "
+                "over chunked prefill)"
+            )
         reason = (
             f"disaggregate: {margin} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
-            f"{(chk or best_colo).goodput_per_gpu_per_s:.3f} req/s per GPU)"
+            f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU)"
             + (f"; holds: {', '.join(held)}" if held else "")
             + (
                 f"; does not hold: {', '.join(c.name.replace('_', ' ') for c in missing)}"
@@ -344,6 +391,8 @@ def _advise(res: SearchResult) -> Advice:
             + (f"; holds: {', '.join(held)}" if held else "")
         )
         verdict, rec = colo_verdict, best_colo
+    if reuse is not None:
+        reason += f"; prefix reuse: {reuse.detail}"
     return Advice(
         verdict=verdict,
         reason=reason,

@@ -12,6 +12,13 @@ would) and the roofline cost model of one worker per pool:
   ``B`` is the largest batch up to ``max_batch_seqs`` whose step time stays under the
   ITL target and whose KV (``B × (mean prompt + mean output)`` tokens) fits the worker.
 
+A worker is a :class:`Layout`: attention TP per data-parallel rank, DP ranks and the EP
+degree of an MoE model (dense models: TP only); its GPUs count in the GPU-seconds. With
+an expected **prefix hit share** ``s`` (:func:`expected_prefix_hit_share`: a workload
+whose requests carry prefix chains, on a scenario that caches them) a prompt of ``L``
+tokens prefills ``(1 − s) L`` new tokens after ``s L`` cached ones; decode and the
+handoff (the whole KV crosses) do not change.
+
 The P:D GPU ratio is the ratio of the two; worker counts follow for a GPU budget (split
 in that ratio) or for a target rate (enough GPU-seconds per second in each pool at
 :data:`TARGET_UTILISATION`). Capacity per GPU = 1 / (prefill + decode GPU-s per request):
@@ -22,19 +29,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import numpy as np
 
+from disaggsim.catalog import get_model
 from disaggsim.config.loader import LoadedScenario
 from disaggsim.costmodel.step import RooflineWorkerCost, build_worker_cost, valid_tps
 from disaggsim.errors import UserError
 from disaggsim.run import make_requests
+from disaggsim.workload.requests import Requests
 
 __all__ = [
     "TARGET_UTILISATION",
     "AnalyticGuess",
+    "Layout",
     "analytic_guess",
+    "cache_enabled",
+    "expected_prefix_hit_share",
     "fitting_tps",
+    "sample_requests",
     "worker_cost",
 ]
 
@@ -42,6 +56,27 @@ TARGET_UTILISATION = 0.7  # a pool sized for a target rate runs at most this bus
 MAX_SAMPLE_REQUESTS = 4000  # the histograms are means: a few thousand requests suffice
 DEFAULT_PREFILL_BUDGET_TOKENS = 8192
 DEFAULT_MAX_BATCH_SEQS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One worker's parallel layout: attention ``tp`` per data-parallel rank, ``dp``
+    ranks, experts over ``ep`` GPUs (None: the cost model's default, docs/costmodel.md).
+    A dense worker is ``Layout(tp)``."""
+
+    tp: int
+    dp: int = 1
+    ep: int | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def tag(self) -> str:
+        """``tp4``, ``tp1xdp8 ep8``, ``tp8 ep8``."""
+        out = f"tp{self.tp}" + (f"xdp{self.dp}" if self.dp > 1 else "")
+        return out + (f" ep{self.ep}" if self.ep is not None and self.ep > 1 else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +104,27 @@ class AnalyticGuess:
     num_prefill_workers: int
     num_decode_workers: int
     capacity_per_gpu_per_s: float  # 1 / (prefill + decode GPU-s per request)
+    prefill_dp: int = 1  # data-parallel ranks per worker (MoE layouts)
+    prefill_ep: int | None = None
+    decode_dp: int = 1
+    decode_ep: int | None = None
+    prefix_hit_share: float = 0.0  # expected share of prompt tokens found cached
+    prefill_gpu_s_no_reuse: float = float("nan")  # prefill GPU-s per request at share 0
+
+    @property
+    def prefill_layout(self) -> Layout:
+        return Layout(self.prefill_tp, self.prefill_dp, self.prefill_ep)
+
+    @property
+    def decode_layout(self) -> Layout:
+        return Layout(self.decode_tp, self.decode_dp, self.decode_ep)
 
     @property
     def num_gpus(self) -> int:
-        return self.num_prefill_workers * self.prefill_tp + self.num_decode_workers * self.decode_tp
+        return (
+            self.num_prefill_workers * self.prefill_layout.gpus
+            + self.num_decode_workers * self.decode_layout.gpus
+        )
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -81,18 +133,31 @@ class AnalyticGuess:
 
     def arithmetic(self) -> list[str]:
         """The guess as lines of arithmetic, for the terminal."""
-        p, d = self.prefill_tp, self.decode_tp
+        pl, dl = self.prefill_layout, self.decode_layout
+        p = pl.tag if pl.dp > 1 or pl.ep else str(pl.tp)
+        d = dl.tag if dl.dp > 1 or dl.ep else str(dl.tp)
+        p_gpus = f"tp {p}" if pl.gpus == pl.tp else f"{pl.gpus} GPUs ({p})"
+        d_gpus = f"tp {d}" if dl.gpus == dl.tp else f"{dl.gpus} GPUs ({d})"
         lines = [
             f"histograms: {self.num_requests_sampled} requests, prompt mean "
             f"{self.prompt_tokens_mean:.0f} tokens (p90 {self.prompt_tokens_p90:.0f}), "
             f"output mean {self.output_tokens_mean:.0f} tokens",
+        ]
+        if self.prefix_hit_share > 0:
+            lines.append(
+                f"prefix reuse: an expected {self.prefix_hit_share:.1%} of prompt tokens are "
+                f"cached, so a prompt prefills {1 - self.prefix_hit_share:.1%} of its tokens "
+                f"(prefill {self.prefill_gpu_s_no_reuse * 1e3:.1f} GPU-ms per request "
+                "without reuse)"
+            )
+        lines += [
             f"prefill: {self.prefill_batch_prompts_mean:.1f} prompts per "
             f"{self.prefill_budget_tokens}-token batch -> {self.prefill_s_per_request * 1e3:.1f} ms "
-            f"per request x tp {p} = {self.prefill_gpu_s_per_request * 1e3:.1f} GPU-ms",
+            f"per request x {p_gpus} = {self.prefill_gpu_s_per_request * 1e3:.1f} GPU-ms",
             f"decode: batch {self.decode_batch} x {self.decode_context_tokens_mean:.0f} context "
             f"tokens -> step {self.decode_step_s * 1e3:.2f} ms; "
             f"{self.output_tokens_mean:.0f} tokens x {self.decode_step_s * 1e3:.2f} ms / "
-            f"{self.decode_batch} x tp {d} = {self.decode_gpu_s_per_request * 1e3:.1f} GPU-ms",
+            f"{self.decode_batch} x {d_gpus} = {self.decode_gpu_s_per_request * 1e3:.1f} GPU-ms",
             f"P:D GPU ratio = {self.prefill_gpu_s_per_request * 1e3:.1f} / "
             f"{self.decode_gpu_s_per_request * 1e3:.1f} = {self.pd_gpu_ratio:.2f} "
             f"(prefill share {self.prefill_share:.0%})",
@@ -100,13 +165,13 @@ class AnalyticGuess:
         if self.target_rate_per_s is not None:
             lines.append(
                 f"for {self.target_rate_per_s:g} req/s at {TARGET_UTILISATION:.0%} utilisation: "
-                f"prefill {self.num_prefill_workers} x tp{p}, decode {self.num_decode_workers} x tp{d} "
-                f"({self.num_gpus} GPUs)"
+                f"prefill {self.num_prefill_workers} x {pl.tag}, decode "
+                f"{self.num_decode_workers} x {dl.tag} ({self.num_gpus} GPUs)"
             )
         else:
             lines.append(
-                f"for {self.gpu_budget} GPUs: prefill {self.num_prefill_workers} x tp{p}, "
-                f"decode {self.num_decode_workers} x tp{d} ({self.num_gpus} GPUs)"
+                f"for {self.gpu_budget} GPUs: prefill {self.num_prefill_workers} x {pl.tag}, "
+                f"decode {self.num_decode_workers} x {dl.tag} ({self.num_gpus} GPUs)"
             )
         lines.append(
             f"capacity if perfectly packed: 1 / ({self.prefill_gpu_s_per_request * 1e3:.1f} + "
@@ -116,13 +181,37 @@ class AnalyticGuess:
         return lines
 
 
-def worker_cost(loaded: LoadedScenario, gpu: str, tp: int, gpu_mem_util: float = 0.9):
-    """The roofline cost of one ``tp`` × ``gpu`` worker of the scenario's model."""
+def worker_cost(
+    loaded: LoadedScenario,
+    gpu: str,
+    tp: int | Layout,
+    gpu_mem_util: float = 0.9,
+):
+    """The cost model of one worker of the scenario's model on ``gpu``: ``tp`` GPUs (a
+    dense roofline), or a :class:`Layout` (MoE: its DP ranks and EP degree, with the MoE
+    options of the scenario's pools)."""
+    from disaggsim.costmodel.moe import build_cost
+
     s = loaded.scenario
-    return build_worker_cost(
+    lay = tp if isinstance(tp, Layout) else Layout(tp)
+    if lay.dp == 1 and lay.ep is None and get_model(s.model).is_dense:
+        return build_worker_cost(
+            s.model,
+            gpu,
+            lay.tp,
+            weight_dtype=s.weight_dtype,
+            kv_dtype=s.kv_dtype,
+            engine=s.engine,
+            attention_backend=s.attention_backend,
+            gpu_mem_util=gpu_mem_util,
+        )
+    return build_cost(
         s.model,
         gpu,
-        tp,
+        lay.tp,
+        dp=lay.dp,
+        ep=lay.ep,
+        moe=moe_options(loaded),
         weight_dtype=s.weight_dtype,
         kv_dtype=s.kv_dtype,
         engine=s.engine,
@@ -131,12 +220,26 @@ def worker_cost(loaded: LoadedScenario, gpu: str, tp: int, gpu_mem_util: float =
     )
 
 
+def moe_options(loaded: LoadedScenario) -> dict | None:
+    """The MoE options (``moe:``) of the scenario's decode (or colocated) pool, else its
+    prefill pool's; None for none."""
+    s = loaded.scenario
+    for pool in (s.decode_pool or s.pool, s.prefill_pool):
+        if pool is not None and pool.moe is not None:
+            return pool.moe.model_dump(exclude_unset=True)
+    return None
+
+
+def kv_capacity_per_rank(cost) -> int:
+    """KV tokens one sequence can use: a DP rank's capacity (a request lives on one
+    rank), else the worker's."""
+    return int(getattr(cost, "kv_capacity_tokens_per_rank", cost.kv_capacity_tokens))
+
+
 def fitting_tps(
     loaded: LoadedScenario, gpu: str, max_tp: int, min_kv_tokens: int, gpu_mem_util: float = 0.9
 ) -> list[int]:
     """Valid TP degrees up to ``max_tp`` whose worker holds at least ``min_kv_tokens`` of KV."""
-    from disaggsim.catalog import get_model
-
     out = []
     for tp in valid_tps(get_model(loaded.scenario.model), max_tp):
         try:
@@ -148,14 +251,23 @@ def fitting_tps(
     return out
 
 
-def sample_lengths(loaded: LoadedScenario) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt and output token arrays of the scenario's requests (at most
-    :data:`MAX_SAMPLE_REQUESTS`, the first ones)."""
+def sample_requests(loaded: LoadedScenario) -> Requests:
+    """The scenario's requests as a run generates them (all of them: the prefix hit share
+    needs the whole sequence of prefix chains)."""
     reqs = make_requests(loaded)
     if len(reqs) == 0:
         raise UserError(
             "plan: the scenario's workload produces no requests (raise the rate or duration)"
         )
+    return reqs
+
+
+def sample_lengths(
+    loaded: LoadedScenario, requests: Requests | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output token arrays of the scenario's requests (at most
+    :data:`MAX_SAMPLE_REQUESTS`, the first ones)."""
+    reqs = requests if requests is not None else sample_requests(loaded)
     n = min(len(reqs), MAX_SAMPLE_REQUESTS)
     return (
         np.asarray(reqs.prompt_tokens[:n], dtype=np.int64),
@@ -163,17 +275,66 @@ def sample_lengths(loaded: LoadedScenario) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def cache_enabled(loaded: LoadedScenario) -> bool:
+    """Whether the simulation reuses cached prefixes: the scenario has a ``cache:``
+    section (docs/prefix-caching.md). Until the engine reads that section no scenario
+    has one, so the planner's analytic guess assumes no reuse, as the runs it brackets."""
+    return getattr(loaded.scenario, "cache", None) is not None
+
+
+def expected_prefix_hit_share(
+    loaded: LoadedScenario,
+    requests: Requests,
+    *,
+    num_workers: int,
+    layout: Layout | int,
+    gpu: str | None = None,
+) -> float:
+    """The share of prompt tokens a prefilling pool of ``num_workers`` workers of
+    ``layout`` finds cached (:func:`disaggsim.cache.estimate.expected_hit_share`): 0
+    when the requests carry no prefix chains. Each worker keeps for prefixes its KV
+    capacity less one full prefill batch of the running prompts (its
+    ``max_batch_tokens``); the pool's caches add up under ``cache_aware`` routing
+    (the scenario's cache policy, radix by default)."""
+    from disaggsim.cache.estimate import expected_hit_share
+
+    if requests.prefix_chains is None:
+        return 0.0
+    s = loaded.scenario
+    pool = s.prefill_pool or s.pool
+    assert pool is not None
+    cost = worker_cost(loaded, gpu or plan_gpu(loaded), layout)
+    room = max(int(cost.kv_capacity_tokens) - int(pool.max_batch_tokens), 0)
+    cache = getattr(s, "cache", None)
+    policy: Literal["lru", "radix"] = "lru" if getattr(cache, "policy", None) == "lru" else "radix"
+    return expected_hit_share(
+        requests,
+        num_workers=max(1, num_workers),
+        capacity_tokens_per_worker=room,
+        routing="cache_aware",
+        policy=policy,
+    )
+
+
 def prefill_s_per_request(
-    cost: RooflineWorkerCost, prompts: np.ndarray, budget_tokens: int
+    cost: RooflineWorkerCost,
+    prompts: np.ndarray,
+    budget_tokens: int,
+    hit_share: float = 0.0,
 ) -> tuple[float, float]:
     """(mean worker-seconds per request, mean prompts per batch) when every prompt is
-    prefilled in a batch of ``max(1, budget // L)`` prompts of its own length ``L``."""
+    prefilled in a batch of ``max(1, budget // N)`` prompts of its own length ``L``,
+    ``N = L − c`` new tokens after ``c = round(hit_share × L)`` cached ones (attention
+    over the cached part still counts: ``N·c + N(N+1)/2`` query-key pairs)."""
     lengths, counts = np.unique(prompts, return_counts=True)
     total_s = 0.0
     total_k = 0.0
     for length, count in zip(lengths.tolist(), counts.tolist(), strict=True):
-        k = max(1, budget_tokens // length)
-        t = cost.prefill_time_s(k, k * length, k * length * (length + 1) / 2.0)
+        cached = min(int(round(hit_share * length)), length - 1)
+        new = length - cached
+        k = max(1, budget_tokens // new)
+        pairs = new * cached + new * (new + 1) / 2.0
+        t = cost.prefill_time_s(k, k * new, k * pairs, k * cached)
         total_s += count * t / k
         total_k += count * k
     n = float(counts.sum())
@@ -202,24 +363,31 @@ def typical_decode_batch(
 def analytic_guess(
     loaded: LoadedScenario,
     *,
-    prefill_tp: int,
-    decode_tp: int,
+    prefill_tp: int | Layout,
+    decode_tp: int | Layout,
     gpu_budget: int | None = None,
     target_rate_per_s: float | None = None,
     prefill_budget_tokens: int | None = None,
     max_batch_seqs: int | None = None,
     lengths: tuple[np.ndarray, np.ndarray] | None = None,
+    hit_share: float = 0.0,
 ) -> AnalyticGuess:
     """The P:D ratio and worker counts from the token histograms and the cost model.
 
     Give ``gpu_budget`` (split the GPUs in the ratio, at least one worker each) or
     ``target_rate_per_s`` (size each pool for that rate). Pools use the scenario's GPU
-    (its decode pool's, or its colocated pool's) with TPs ``prefill_tp``/``decode_tp``.
+    (its decode pool's, or its colocated pool's) with TPs ``prefill_tp``/``decode_tp``
+    (or :class:`Layout` s: their GPUs count). ``hit_share``: the expected share of prompt
+    tokens found in a prefix cache (:func:`expected_prefix_hit_share`), in [0, 1).
     """
     if (gpu_budget is None) == (target_rate_per_s is None):
         raise UserError("plan: give a GPU budget or a target rate (exactly one)")
+    if not 0.0 <= hit_share < 1.0:
+        raise UserError(f"plan: prefix hit share {hit_share}: must be in [0, 1)")
     s = loaded.scenario
     gpu = plan_gpu(loaded)
+    pl = prefill_tp if isinstance(prefill_tp, Layout) else Layout(prefill_tp)
+    dl = decode_tp if isinstance(decode_tp, Layout) else Layout(decode_tp)
     prompts, outputs = lengths if lengths is not None else sample_lengths(loaded)
     pre_pool = s.prefill_pool or s.pool
     dec_pool = s.decode_pool or s.pool
@@ -231,31 +399,32 @@ def analytic_guess(
     )
     max_b = max_batch_seqs or dec_pool.max_batch_seqs
 
-    pcost = worker_cost(loaded, gpu, prefill_tp)
-    dcost = worker_cost(loaded, gpu, decode_tp)
-    pre_s, k_mean = prefill_s_per_request(pcost, prompts, budget_tokens)
+    pcost = worker_cost(loaded, gpu, pl)
+    dcost = worker_cost(loaded, gpu, dl)
+    pre_s, k_mean = prefill_s_per_request(pcost, prompts, budget_tokens, hit_share)
+    pre_s0 = pre_s if hit_share == 0 else prefill_s_per_request(pcost, prompts, budget_tokens)[0]
     p_mean, o_mean = float(prompts.mean()), float(outputs.mean())
     ctx = p_mean + 0.5 * o_mean
     b = typical_decode_batch(dcost, ctx, p_mean + o_mean, max_b, s.slo.itl_s)
     step = dcost.decode_time_s(b, int(b * ctx))
-    pre_gpu = pre_s * prefill_tp
-    dec_gpu = o_mean * step / b * decode_tp
+    pre_gpu = pre_s * pl.gpus
+    dec_gpu = o_mean * step / b * dl.gpus
     ratio = pre_gpu / dec_gpu
     share = pre_gpu / (pre_gpu + dec_gpu)
 
     if gpu_budget is not None:
-        n_p, n_d = split_budget(gpu_budget, share, prefill_tp, decode_tp)
+        n_p, n_d = split_budget(gpu_budget, share, pl.gpus, dl.gpus)
     else:
         assert target_rate_per_s is not None
-        n_p = max(1, math.ceil(target_rate_per_s * pre_gpu / prefill_tp / TARGET_UTILISATION))
-        n_d = max(1, math.ceil(target_rate_per_s * dec_gpu / decode_tp / TARGET_UTILISATION))
+        n_p = max(1, math.ceil(target_rate_per_s * pre_gpu / pl.gpus / TARGET_UTILISATION))
+        n_d = max(1, math.ceil(target_rate_per_s * dec_gpu / dl.gpus / TARGET_UTILISATION))
     return AnalyticGuess(
         num_requests_sampled=len(prompts),
         prompt_tokens_mean=p_mean,
         prompt_tokens_p90=float(np.percentile(prompts, 90)),
         output_tokens_mean=o_mean,
-        prefill_tp=prefill_tp,
-        decode_tp=decode_tp,
+        prefill_tp=pl.tp,
+        decode_tp=dl.tp,
         prefill_budget_tokens=int(budget_tokens),
         prefill_batch_prompts_mean=k_mean,
         prefill_s_per_request=pre_s,
@@ -271,6 +440,12 @@ def analytic_guess(
         num_prefill_workers=n_p,
         num_decode_workers=n_d,
         capacity_per_gpu_per_s=1.0 / (pre_gpu + dec_gpu),
+        prefill_dp=pl.dp,
+        prefill_ep=pl.ep,
+        decode_dp=dl.dp,
+        decode_ep=dl.ep,
+        prefix_hit_share=hit_share,
+        prefill_gpu_s_no_reuse=pre_s0 * pl.gpus,
     )
 
 

@@ -82,10 +82,10 @@ def ranked_table(res: SearchResult, price: bool) -> list[str]:
     for i, r in enumerate(res.ranked, 1):
         a = r.at_rate
         g = f"{r.goodput_per_gpu_per_s:.3f}"
-        if r.goodput_per_s <= 0:
-            g = "0 (SLO missed)"
-        elif r.status == "unbounded":
+        if r.status == "unbounded":  # met the SLO at every rate up to 2**16 x the start
             g = "unbounded"
+        elif r.goodput_per_s <= 0:
+            g = "0 (SLO missed)"
         how = {"found": "confirmed", "refined": "confirmed"}.get(r.status, r.status)
         line = (
             f"{i:>2}  {r.candidate.label:<34} {r.candidate.num_gpus:>4} {g:>14} {how:>9} "

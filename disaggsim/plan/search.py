@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from disaggsim.catalog import get_gpu
+from disaggsim.catalog import get_gpu, get_model
 from disaggsim.config.bounds import MAX_GPUS
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
@@ -38,16 +38,21 @@ from disaggsim.metrics.steady import RunLengthRule
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.plan.analytic import (
     AnalyticGuess,
+    Layout,
     analytic_guess,
+    cache_enabled,
+    expected_prefix_hit_share,
     fitting_tps,
     plan_gpu,
     sample_lengths,
+    sample_requests,
 )
 from disaggsim.plan.optimise import Family, OptimiseResult, optimise
 from disaggsim.sweep.core import Source, source_of
 from disaggsim.sweep.executors import Executor
 from disaggsim.sweep.goodput import GoodputResult, goodput_many
 from disaggsim.validity import largest_prompt_tokens, link_fabric_problem
+from disaggsim.workload.requests import Requests
 
 __all__ = [
     "CHUNK_LADDER",
@@ -87,7 +92,8 @@ class PlanOptions:
     weight_dtypes: tuple[str, ...] = ()  # besides the scenario's (e.g. ("fp8",))
     chunk_ladder: tuple[int, ...] = CHUNK_LADDER
     walk_chunks: bool = False  # False: try every chunk on the ladder; True: climb from one
-    max_tp: int | None = None  # None: one node's GPUs
+    max_tp: int | None = None  # None: no limit beyond the budget and the fabric
+    moe_unit_sizes: int = 3  # MoE: unit sizes (best layout of each) kept per role
     rate_hi_factor: float = 1.5  # first bracket: [lo, hi] x analytic capacity
     rate_lo_factor: float = 0.25
     quick_mode: bool = False
@@ -151,21 +157,41 @@ class Candidate:
     decode_tp: int = 0
     chunk_tokens: int | None = None  # colocate_chunked only
     weight_dtype: str | None = None  # None: the scenario's
+    # MoE layouts (docs/costmodel.md): data-parallel ranks per worker and the EP degree
+    # (None: the cost model's default); a worker is tp x dp GPUs
+    prefill_dp: int = 1
+    prefill_ep: int | None = None
+    decode_dp: int = 1
+    decode_ep: int | None = None
+
+    @property
+    def prefill_layout(self) -> Layout:
+        """The prefill (colocated: the pool's) worker layout."""
+        return Layout(self.prefill_tp, self.prefill_dp, self.prefill_ep)
+
+    @property
+    def decode_layout(self) -> Layout:
+        return Layout(self.decode_tp, self.decode_dp, self.decode_ep)
 
     @property
     def num_gpus(self) -> int:
-        return self.num_prefill_workers * self.prefill_tp + self.num_decode_workers * self.decode_tp
+        gpus = self.num_prefill_workers * self.prefill_layout.gpus
+        if self.num_decode_workers:
+            gpus += self.num_decode_workers * self.decode_layout.gpus
+        return gpus
 
     @property
     def label(self) -> str:
         if self.kind == "disaggregate":
             return (
-                f"disagg {self.num_prefill_workers}P x tp{self.prefill_tp} + "
-                f"{self.num_decode_workers}D x tp{self.decode_tp}{self._dtype()}"
+                f"disagg {self.num_prefill_workers}P x {self.prefill_layout.tag} + "
+                f"{self.num_decode_workers}D x {self.decode_layout.tag}{self._dtype()}"
             )
         sched = "chunked" if self.kind == "colocate_chunked" else "vllm"
         extra = f" chunk {self.chunk_tokens}" if self.chunk_tokens else ""
-        return f"{sched} {self.num_prefill_workers} x tp{self.prefill_tp}{extra}{self._dtype()}"
+        return (
+            f"{sched} {self.num_prefill_workers} x {self.prefill_layout.tag}{extra}{self._dtype()}"
+        )
 
     def _dtype(self) -> str:
         return f" {self.weight_dtype}" if self.weight_dtype else ""
@@ -175,18 +201,34 @@ class Candidate:
         if self.kind == "disaggregate":
             return {
                 "architecture": "disaggregated",
-                "prefill_pool": {"num_workers": self.num_prefill_workers, "tp": self.prefill_tp},
-                "decode_pool": {"num_workers": self.num_decode_workers, "tp": self.decode_tp},
+                "prefill_pool": {
+                    "num_workers": self.num_prefill_workers,
+                    **_layout_fields(self.prefill_layout),
+                },
+                "decode_pool": {
+                    "num_workers": self.num_decode_workers,
+                    **_layout_fields(self.decode_layout),
+                },
                 **extra,
             }
         pool: dict[str, Any] = {
             "num_workers": self.num_prefill_workers,
-            "tp": self.prefill_tp,
+            **_layout_fields(self.prefill_layout),
             "scheduler": "chunked" if self.kind == "colocate_chunked" else "vllm",
         }
-        if self.chunk_tokens:
-            pool["max_batch_tokens"] = self.chunk_tokens
+        if self.chunk_tokens:  # the chunk is per data-parallel rank
+            pool["max_batch_tokens"] = self.chunk_tokens * self.prefill_dp
         return {"architecture": "colocated", "pool": pool, **extra}
+
+
+def _layout_fields(lay: Layout) -> dict[str, int]:
+    """A pool's ``tp``, and ``dp``/``ep`` where they differ from the defaults."""
+    out = {"tp": lay.tp}
+    if lay.dp > 1:
+        out["dp"] = lay.dp
+    if lay.ep is not None:
+        out["ep"] = lay.ep
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,12 +286,33 @@ class SearchResult:
     family_bounds: dict[str, float] = field(default_factory=dict)  # name -> bound per GPU
     converged: bool = True  # every family settled or pruned (no wave limit hit)
     num_simulations: int = 0
+    # share of prompt tokens an unbounded prefix cache would find (None: the requests
+    # carry no prefix chains), whether or not the scenario caches them
+    reuse_share_unbounded: float | None = None
 
 
 def _pool_base(pool) -> dict[str, Any]:
+    """A pool's settings without its layout; its batch limits per data-parallel rank
+    (``max_batch_tokens``, ``max_batch_seqs`` are over the whole worker; ceil)."""
     d = pool.model_dump(mode="json", exclude_none=True)
-    d.pop("scheduler", None)
+    for key in ("scheduler", "dp", "ep"):
+        d.pop(key, None)
+    dp = pool.dp
+    if dp > 1:
+        d["max_batch_tokens"] = -(-d["max_batch_tokens"] // dp)
+        d["max_batch_seqs"] = -(-d["max_batch_seqs"] // dp)
     return d
+
+
+def _per_worker(base: dict[str, Any], lay: Layout) -> dict[str, Any]:
+    """Per-rank batch limits of ``base`` scaled to the ``lay.dp`` ranks of a worker."""
+    if lay.dp == 1:
+        return base
+    return {
+        **base,
+        "max_batch_tokens": base["max_batch_tokens"] * lay.dp,
+        "max_batch_seqs": base["max_batch_seqs"] * lay.dp,
+    }
 
 
 def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None = None) -> dict:
@@ -277,13 +340,13 @@ def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None
     if cand.weight_dtype:
         raw["weight_dtype"] = cand.weight_dtype
     if cand.kind == "disaggregate":
-        raw["prefill_pool"] = {**pre, **dep["prefill_pool"]}
-        raw["decode_pool"] = {**dec, **dep["decode_pool"]}
+        raw["prefill_pool"] = {**_per_worker(pre, cand.prefill_layout), **dep["prefill_pool"]}
+        raw["decode_pool"] = {**_per_worker(dec, cand.decode_layout), **dep["decode_pool"]}
     else:
         base = _pool_base(s.pool) if s.pool is not None else dict(dec)
         if cand.kind == "colocate_vllm":
             base["max_batch_tokens"] = pre["max_batch_tokens"]
-        raw["pool"] = {**base, **dep["pool"]}
+        raw["pool"] = {**_per_worker(base, cand.prefill_layout), **dep["pool"]}
     if name is not None:
         raw["name"] = name
     return raw
@@ -319,8 +382,20 @@ def tp_options(
     priced hierarchically (:mod:`disaggsim.costmodel.tp_layout`), so such degrees are
     candidates too; the analytic bound prunes them where they cannot win."""
     gpu = plan_gpu(loaded)
-    top = min(gpu_budget, max_tp or gpu_budget)
+    top = min(gpu_budget, max_tp or gpu_budget, fabric_max_tp(loaded))
     return fitting_tps(loaded, gpu, top, _p99_kv_tokens(lengths))
+
+
+def fabric_max_tp(loaded: LoadedScenario) -> int:
+    """The largest TP group the scenario's fabric can hold: a ``kind: topology`` fabric
+    places each worker inside one node (its ``gpus_per_node``, else the catalog's), a
+    ``kind: link`` fabric prices TP beyond a node hierarchically (no limit here)."""
+    from disaggsim.fabric import FabricTopologyConfig
+
+    fab = loaded.scenario.fabric
+    if not isinstance(fab, FabricTopologyConfig):
+        return MAX_GPUS
+    return fab.gpus_per_node or get_gpu(plan_gpu(loaded)).gpus_per_node
 
 
 def _dtypes(loaded: LoadedScenario, options: PlanOptions) -> list[str | None]:
@@ -347,8 +422,10 @@ def disagg_neighbours(c: Candidate, budget: int) -> list[list[Candidate]]:
     the ratio can lose to a smaller deployment that can)."""
     n_p0, n_d0 = c.num_prefill_workers, c.num_decode_workers
 
+    g_p, g_d = c.prefill_layout.gpus, c.decode_layout.gpus
+
     def fits(n_p: int, n_d: int) -> bool:
-        return n_p >= 1 and n_d >= 1 and n_p * c.prefill_tp + n_d * c.decode_tp <= budget
+        return n_p >= 1 and n_d >= 1 and n_p * g_p + n_d * g_d <= budget
 
     def at(pairs) -> list[Candidate]:
         return [
@@ -357,7 +434,7 @@ def disagg_neighbours(c: Candidate, budget: int) -> list[list[Candidate]]:
             if fits(p, d) and (p, d) != (n_p0, n_d0)
         ]
 
-    line = [(n_p, (budget - n_p * c.prefill_tp) // c.decode_tp) for n_p in (n_p0 - 1, n_p0 + 1)]
+    line = [(n_p, (budget - n_p * g_p) // g_d) for n_p in (n_p0 - 1, n_p0 + 1)]
     single = [(n_p0 + dp, n_d0) for dp in (-1, 1)] + [(n_p0, n_d0 + dd) for dd in (-1, 1)]
     ratio = []
     if n_p0 > 1:
@@ -400,56 +477,84 @@ def plan_families(
     gpu_budget: int,
     options: PlanOptions,
     lengths: tuple[np.ndarray, np.ndarray],
+    requests: Requests | None = None,
 ) -> tuple[list[Family[Candidate]], dict[Candidate, AnalyticGuess]]:
-    """The families of the search space and the analytic guess behind each start."""
+    """The families of the search space and the analytic guess behind each start.
+
+    Worker layouts come from :func:`worker_layouts` (TP degrees; for an MoE model also
+    EP/DP layouts and unit sizes in nodes). With ``requests`` whose prompts carry prefix
+    chains, on a scenario that caches them (:func:`~disaggsim.plan.analytic.cache_enabled`),
+    each family's guess and bound use the expected prefix hit share of its prefill pool."""
     fams: list[Family[Candidate]] = []
     guesses: dict[Candidate, AnalyticGuess] = {}
+    reuse = requests is not None and requests.prefix_chains is not None and cache_enabled(loaded)
     for dtype in _dtypes(loaded, options):
         try:
             ld = _with_dtype(loaded, dtype)
-            tps = tp_options(ld, gpu_budget, lengths, options.max_tp)
+            pre_lays, dec_lays, colo_lays = worker_layouts(ld, gpu_budget, lengths, options)
         except UserError:
             continue  # e.g. FP8 weights on a GPU without FP8
         tag = f" {dtype}" if dtype else ""
-        for tp_p in tps:
-            for tp_d in tps:
-                if tp_p + tp_d > gpu_budget:
+
+        @functools.cache
+        def share(lay: Layout, n: int, ld: LoadedScenario = ld) -> float:
+            if not reuse:
+                return 0.0
+            assert requests is not None
+            return expected_prefix_hit_share(ld, requests, num_workers=n, layout=lay)
+
+        def guess(
+            pl: Layout, dl: Layout, budget: int, ld: LoadedScenario = ld, colocated: int = 0
+        ) -> AnalyticGuess:
+            """``colocated``: the pool's workers (0: a disaggregated guess)."""
+            tokens, seqs = _batch_limits(ld, pl, dl, colocated > 0)
+            g = analytic_guess(
+                ld, prefill_tp=pl, decode_tp=dl, gpu_budget=budget, lengths=lengths,
+                prefill_budget_tokens=tokens, max_batch_seqs=seqs,
+            )  # fmt: skip
+            n = colocated or g.num_prefill_workers
+            s = share(pl, n)
+            if s <= 0:
+                return g
+            return analytic_guess(
+                ld, prefill_tp=pl, decode_tp=dl, gpu_budget=budget, lengths=lengths,
+                prefill_budget_tokens=tokens, max_batch_seqs=seqs, hit_share=s,
+            )  # fmt: skip
+
+        for pl in pre_lays:
+            for dl in dec_lays:
+                if pl.gpus + dl.gpus > gpu_budget:
                     continue
-                g = analytic_guess(
-                    ld, prefill_tp=tp_p, decode_tp=tp_d, gpu_budget=gpu_budget, lengths=lengths
-                )
-                start = Candidate(
-                    "disaggregate",
-                    g.num_prefill_workers,
-                    tp_p,
-                    g.num_decode_workers,
-                    tp_d,
-                    weight_dtype=dtype,
-                )
+                g = guess(pl, dl, gpu_budget)
+                start = _disagg(g.num_prefill_workers, pl, g.num_decode_workers, dl, dtype)
                 guesses[start] = g
                 fams.append(
                     Family(
-                        name=f"disagg tp{tp_p}/tp{tp_d}{tag}",
+                        name=f"disagg {pl.tag}/{dl.tag}{tag}",
                         kind="disaggregate",
                         bound_per_gpu=g.capacity_per_gpu_per_s,
                         starts=(start,),
                         neighbours=lambda c: disagg_neighbours(c, gpu_budget),
                     )
                 )
-        for tp in tps:
-            g = analytic_guess(ld, prefill_tp=tp, decode_tp=tp, gpu_budget=2 * tp, lengths=lengths)
-            n = gpu_budget // tp
+        for lay in colo_lays:
+            n = gpu_budget // lay.gpus
+            if n < 1:
+                continue
+            # per-GPU capacity does not depend on the split (a 1 + 1 guess); the hit
+            # share depends on the pool's n workers, which all prefill
+            g = guess(lay, lay, 2 * lay.gpus, colocated=n)
             ladder = options.chunk_ladder
             chunked = tuple(
-                Candidate("colocate_chunked", n, tp, chunk_tokens=ch, weight_dtype=dtype)
+                _colo("colocate_chunked", n, lay, dtype, ch)
                 for ch in chunk_starts(_own_chunk(loaded), options)
             )
-            vllm = Candidate("colocate_vllm", n, tp, weight_dtype=dtype)
+            vllm = _colo("colocate_vllm", n, lay, dtype)
             for c in (*chunked, vllm):
                 guesses[c] = g
             fams.append(
                 Family(
-                    name=f"chunked tp{tp}{tag}",
+                    name=f"chunked {lay.tag}{tag}",
                     kind="colocate_chunked",
                     bound_per_gpu=g.capacity_per_gpu_per_s,
                     starts=chunked,
@@ -458,7 +563,7 @@ def plan_families(
             )
             fams.append(
                 Family(
-                    name=f"vllm tp{tp}{tag}",
+                    name=f"vllm {lay.tag}{tag}",
                     kind="colocate_vllm",
                     bound_per_gpu=g.capacity_per_gpu_per_s,
                     starts=(vllm,),
@@ -468,29 +573,151 @@ def plan_families(
     return fams, guesses
 
 
+def _disagg(n_p: int, pl: Layout, n_d: int, dl: Layout, dtype: str | None) -> Candidate:
+    return Candidate(
+        "disaggregate", n_p, pl.tp, n_d, dl.tp, weight_dtype=dtype,
+        prefill_dp=pl.dp, prefill_ep=pl.ep, decode_dp=dl.dp, decode_ep=dl.ep,
+    )  # fmt: skip
+
+
+def _colo(kind: str, n: int, lay: Layout, dtype: str | None, chunk: int | None = None):
+    return Candidate(
+        kind, n, lay.tp, chunk_tokens=chunk, weight_dtype=dtype,
+        prefill_dp=lay.dp, prefill_ep=lay.ep,
+    )  # fmt: skip
+
+
+def _batch_limits(
+    loaded: LoadedScenario, pl: Layout, dl: Layout, colocated: bool = False
+) -> tuple[int | None, int | None]:
+    """The analytic guess's prefill token budget and decode batch limit for workers of
+    these layouts: the scenario's limits per data-parallel rank, times the ranks (what
+    :func:`candidate_scenario` gives the candidate's pools). None (the scenario's own)
+    for single-rank layouts."""
+    if pl.dp == 1 and dl.dp == 1:
+        return None, None
+    s = loaded.scenario
+    pre = _pool_base(s.prefill_pool or s.pool)
+    dec = _pool_base(s.decode_pool or s.pool)
+    tokens = pre["max_batch_tokens"]
+    if s.architecture == "colocated" or colocated:
+        tokens = max(tokens, 8192)
+    tokens = max(tokens, largest_prompt_tokens(loaded) or 0)
+    return tokens * pl.dp, dec["max_batch_seqs"] * dl.dp
+
+
+def worker_layouts(
+    loaded: LoadedScenario,
+    gpu_budget: int,
+    lengths: tuple[np.ndarray, np.ndarray],
+    options: PlanOptions,
+) -> tuple[list[Layout], list[Layout], list[Layout]]:
+    """Worker layouts the search tries for (prefill, decode, colocated) pools.
+
+    Dense models: every TP degree of :func:`tp_options`, for every pool. MoE models
+    also spread attention over data-parallel ranks and experts over EP ranks, in units
+    of 1–4 GPUs or whole nodes (:func:`disaggsim.plan.moe_layouts.search_moe_layouts`
+    ranks every valid ``(tp, dp, ep)`` per unit size by tokens per second per GPU in
+    each role); each role keeps the best layout of each of its
+    ``options.moe_unit_sizes`` best unit sizes, colocated pools the union of both
+    roles' layouts. Layouts hold a p99 request's KV on one DP rank; a ``kind:
+    topology`` fabric places each worker in one node with one DP rank (dp 1)."""
+    tps = tp_options(loaded, gpu_budget, lengths, options.max_tp)
+    dense = [Layout(tp) for tp in tps]
+    if get_model(loaded.scenario.model).moe is None:
+        return dense, dense, dense
+    pre = _moe_layouts(loaded, gpu_budget, lengths, options, "prefill") or dense
+    dec = _moe_layouts(loaded, gpu_budget, lengths, options, "decode") or dense
+    colo = list(dict.fromkeys([*dec, *pre]))
+    return pre, dec, colo
+
+
+def _moe_layouts(
+    loaded: LoadedScenario,
+    gpu_budget: int,
+    lengths: tuple[np.ndarray, np.ndarray],
+    options: PlanOptions,
+    role: str,
+) -> list[Layout]:
+    from disaggsim.costmodel.moe import build_cost
+    from disaggsim.plan.analytic import kv_capacity_per_rank, moe_options
+    from disaggsim.plan.moe_layouts import search_moe_layouts, unit_sizes
+
+    s = loaded.scenario
+    gpu = plan_gpu(loaded)
+    gpn = get_gpu(gpu).gpus_per_node
+    topology = fabric_max_tp(loaded) < MAX_GPUS
+    sizes = tuple(g for g in unit_sizes(gpn, max(1, gpu_budget // gpn)) if g <= gpu_budget)
+    if topology:
+        sizes = tuple(g for g in sizes if g <= fabric_max_tp(loaded))
+    prompts, outputs = lengths
+    p_mean, o_mean = float(prompts.mean()), float(outputs.mean())
+    pool = s.prefill_pool or s.pool
+    assert pool is not None
+    per_rank_tokens = max(_pool_base(pool)["max_batch_tokens"], int(p_mean))
+    moe = moe_options(loaded)
+    found = search_moe_layouts(
+        s.model, gpu, role,
+        prompt_tokens=max(1, int(p_mean)),
+        context_tokens=max(1, int(p_mean + 0.5 * o_mean)),
+        itl_s=s.slo.itl_s,
+        tokens_per_rank=per_rank_tokens,
+        sizes=sizes,
+        weight_dtype=s.weight_dtype,
+        kv_dtype=s.kv_dtype,
+        moe=moe,
+    )  # fmt: skip
+    need = _p99_kv_tokens(lengths)
+    best: dict[int, Layout] = {}  # unit size -> its best layout (estimates are best first)
+    for e in found.estimates:
+        if e.gpus in best or (topology and e.dp > 1):
+            continue
+        if options.max_tp is not None and e.tp > options.max_tp:
+            continue
+        default_ep = e.gpus if e.dp > 1 else 1
+        lay = Layout(e.tp, e.dp, None if e.ep == default_ep else e.ep)
+        try:
+            cost = build_cost(
+                s.model, gpu, lay.tp, dp=lay.dp, ep=lay.ep, moe=moe,
+                weight_dtype=s.weight_dtype, kv_dtype=s.kv_dtype, engine=s.engine,
+            )  # fmt: skip
+        except UserError:
+            continue
+        if kv_capacity_per_rank(cost) >= need:
+            best[e.gpus] = lay
+    ranked = sorted(best.values(), key=lambda lay: -_rate_of(found, lay))
+    return ranked[: options.moe_unit_sizes]
+
+
+def _rate_of(found, lay: Layout) -> float:
+    for e in found.estimates:
+        if (e.gpus, e.tp, e.dp) == (lay.gpus, lay.tp, lay.dp):
+            return float(e.tokens_per_s_per_gpu)
+    return 0.0
+
+
 def all_candidates(
     gpu_budget: int,
-    tps: list[int],
+    tps: list[int] | list[Layout],
     chunks: tuple[int, ...],
     dtypes: tuple[str | None, ...] = (None,),
 ) -> list[Candidate]:
     """Every deployment of the search space a user could write by hand: any worker
-    counts that fit the budget (colocated ones too), every TP pair and chunk (the
-    exhaustive baseline the planner is tested against)."""
+    counts that fit the budget (colocated ones too), every pair of layouts (TP degrees,
+    or MoE :class:`Layout` s) and chunk (the exhaustive baseline the planner is tested
+    against)."""
+    lays = [t if isinstance(t, Layout) else Layout(t) for t in tps]
     out = []
     for dt in dtypes:
-        for tp_p in tps:
-            for tp_d in tps:
-                for n_p in range(1, gpu_budget // tp_p + 1):
-                    for n_d in range(1, (gpu_budget - n_p * tp_p) // tp_d + 1):
-                        out.append(Candidate("disaggregate", n_p, tp_p, n_d, tp_d, weight_dtype=dt))
-        for tp in tps:
-            for n in range(1, gpu_budget // tp + 1):
-                out += [
-                    Candidate("colocate_chunked", n, tp, chunk_tokens=ch, weight_dtype=dt)
-                    for ch in chunks
-                ]
-                out.append(Candidate("colocate_vllm", n, tp, weight_dtype=dt))
+        for pl in lays:
+            for dl in lays:
+                for n_p in range(1, gpu_budget // pl.gpus + 1):
+                    for n_d in range(1, (gpu_budget - n_p * pl.gpus) // dl.gpus + 1):
+                        out.append(_disagg(n_p, pl, n_d, dl, dt))
+        for lay in lays:
+            for n in range(1, gpu_budget // lay.gpus + 1):
+                out += [_colo("colocate_chunked", n, lay, dt, ch) for ch in chunks]
+                out.append(_colo("colocate_vllm", n, lay, dt))
     return out
 
 
@@ -534,7 +761,7 @@ class _Evaluator:
         return self.counter[0]
 
     def _family_key(self, c: Candidate) -> tuple:
-        return (c.kind, c.prefill_tp, c.decode_tp, c.weight_dtype)
+        return (c.kind, c.prefill_layout, c.decode_layout, c.weight_dtype)
 
     def _bracket(self, c: Candidate) -> tuple[float, float]:
         o = self.options
@@ -564,12 +791,19 @@ class _Evaluator:
         return source_of(cl, self.label)
 
     def _fabric_problem(self, c: Candidate) -> str | None:
-        """Why ``c`` cannot be built on the scenario's fabric (NVLink beyond one node)."""
+        """Why ``c`` cannot be built on the scenario's fabric: NVLink beyond one node
+        (``kind: link``), or workers a ``kind: topology`` fabric cannot place."""
         if c not in self.invalid and c.kind == "disaggregate":
+            from disaggsim.run import build_topology
+
             raw = candidate_scenario(self.loaded, c)
-            problem = link_fabric_problem(
-                load_scenario(raw, base_dir=self.loaded.base_dir).scenario
-            )
+            cs = load_scenario(raw, base_dir=self.loaded.base_dir).scenario
+            problem = link_fabric_problem(cs)
+            if problem is None:
+                try:
+                    build_topology(cs, self.label)
+                except UserError as e:
+                    problem = str(e)
             if problem is not None:
                 self.invalid[c] = problem
         return self.invalid.get(c)
@@ -667,7 +901,8 @@ def search(
     if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
         raise UserError(f"--price-per-gpu-hour {price_per_gpu_hour}: must be > 0")
     s = loaded.scenario
-    lengths = sample_lengths(loaded)
+    requests = sample_requests(loaded)
+    lengths = sample_lengths(loaded, requests)
     gpu = plan_gpu(loaded)
     if gpus is None and target_rate_per_s is not None:
         node = get_gpu(gpu).gpus_per_node
@@ -699,18 +934,35 @@ def search(
             f"{s.model} with room for a p99 request's KV ({_p99_kv_tokens(lengths)} tokens): "
             f"it needs {need}"
         )
-    guess = analytic_guess(
-        loaded,
-        prefill_tp=tps[0],
-        decode_tp=tps[0],
-        lengths=lengths,
-        **(
-            {"target_rate_per_s": target_rate_per_s}
-            if target_rate_per_s is not None
-            else {"gpu_budget": max(budget, 2 * tps[0])}
-        ),
+    pre_lays, dec_lays, colo_lays = worker_layouts(loaded, budget, lengths, opts)
+    # the headline guess: the smallest fitting TP; MoE: the best-ranked layouts of each
+    # role that fit the budget together
+    pl = dl = Layout(tps[0])
+    if get_model(s.model).moe is not None:
+        pl, dl = next(
+            ((a, b) for a in pre_lays for b in dec_lays if a.gpus + b.gpus <= budget),
+            (pre_lays[0], dec_lays[0]),
+        )
+    reuse = requests.prefix_chains is not None and cache_enabled(loaded)
+    sized = (
+        {"target_rate_per_s": target_rate_per_s}
+        if target_rate_per_s is not None
+        else {"gpu_budget": max(budget, pl.gpus + dl.gpus)}
     )
-    fams, guesses = plan_families(loaded, budget, opts, lengths)
+    tokens, seqs = _batch_limits(loaded, pl, dl)
+    guess = analytic_guess(
+        loaded, prefill_tp=pl, decode_tp=dl, lengths=lengths, prefill_budget_tokens=tokens,
+        max_batch_seqs=seqs, **sized,
+    )  # fmt: skip
+    if reuse:
+        share = expected_prefix_hit_share(
+            loaded, requests, num_workers=guess.num_prefill_workers, layout=pl
+        )
+        guess = analytic_guess(
+            loaded, prefill_tp=pl, decode_tp=dl, lengths=lengths, prefill_budget_tokens=tokens,
+            max_batch_seqs=seqs, hit_share=share, **sized,
+        )  # fmt: skip
+    fams, guesses = plan_families(loaded, budget, opts, lengths, requests)
     counter = [0]
     explorer = _Evaluator(loaded, guesses, opts, executor, progress, "explore", counter=counter)
     found: OptimiseResult[Candidate] = optimise(
@@ -764,7 +1016,8 @@ def search(
         ranked=tuple(rows),
         rate_lo_per_s=opts.rate_lo_factor * cap,
         rate_hi_per_s=opts.rate_hi_factor * cap,
-        min_worker_gpus=tps[0],
+        min_worker_gpus=min(lay.gpus for lay in (*pre_lays, *dec_lays, *colo_lays)),
+        reuse_share_unbounded=_unbounded_share(requests),
         options=opts,
         families=found.states,
         family_kinds={f.name: f.kind for f in fams},
@@ -772,6 +1025,15 @@ def search(
         converged=found.converged,
         num_simulations=counter[0],
     )
+
+
+def _unbounded_share(requests: Requests) -> float | None:
+    """What the workload's prefix chains allow at most (an unbounded shared cache)."""
+    from disaggsim.cache.estimate import expected_hit_share
+
+    if requests.prefix_chains is None:
+        return None
+    return expected_hit_share(requests)
 
 
 def _at_rate(r: GoodputResult) -> Summary | None:

@@ -129,11 +129,15 @@ def _task(src: Source, overrides: list[str]) -> PointTask:
 
 
 def _check_runnable(loaded: LoadedScenario, label: str) -> None:
-    from disaggsim.run import build_costs, build_transfer
+    """Everything :func:`disaggsim.run.simulate` builds before its first event that can
+    refuse the scenario: cost models, the link and the topology (a TP group larger than a
+    node on a ``kind: topology`` fabric fails here, before any point runs)."""
+    from disaggsim.run import build_costs, build_topology, build_transfer
 
     try:
         build_costs(loaded.scenario, label)
         build_transfer(loaded.scenario, label)
+        build_topology(loaded.scenario, label)
     except UserError as e:
         raise UserError(str(e).replace("<scenario>", label, 1)) from None
 

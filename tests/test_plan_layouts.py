@@ -1,0 +1,252 @@
+"""The planner's worker layouts and its prefix-reuse arithmetic (docs/planning.md):
+
+- MoE models: ``plan`` searches EP/DP layouts per pool and unit sizes in nodes
+  (issue 17 item 6), end to end on a small question;
+- a ``kind: topology`` fabric limits the layouts to what it can place (TP within one
+  node, one DP rank), so no candidate fails at run time;
+- the analytic first guess and bounds account for the expected prefix hit share of a
+  workload that repeats prefixes (issue 16 item 7), and the advisor says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+
+import numpy as np
+import pytest
+
+from disaggsim.config.loader import load_scenario
+from disaggsim.costmodel.moe import build_cost, valid_layouts
+from disaggsim.costmodel.testing import ConstantCost
+from disaggsim.metrics.steady import RunLengthRule
+from disaggsim.plan.advisor import REUSE_MATTERS, _reuse
+from disaggsim.plan.analytic import (
+    Layout,
+    analytic_guess,
+    expected_prefix_hit_share,
+    kv_capacity_per_rank,
+    prefill_s_per_request,
+    sample_lengths,
+    sample_requests,
+    worker_cost,
+)
+from disaggsim.plan.question import Question, build_question
+from disaggsim.plan.search import (
+    Candidate,
+    PlanOptions,
+    _Evaluator,
+    candidate_scenario,
+    plan_families,
+    tp_options,
+    worker_layouts,
+)
+from tests.conftest import REPO
+
+search_mod = importlib.import_module("disaggsim.plan.search")  # the module, not plan.search()
+
+
+def _question(model: str, gpus: int, **kw) -> dict:
+    q = Question(
+        model=model, gpu="h100-sxm", gpus=gpus, isl="2000", osl="200", ttft_ms=2000,
+        itl_ms=50, **kw,
+    )  # fmt: skip
+    return build_question(q)
+
+
+# ------------------------------------------------------------------ MoE layouts
+
+
+def test_moe_layouts_span_data_parallel_ranks_and_whole_nodes():
+    loaded = load_scenario(_question("qwen3-30b-a3b", 16))
+    lengths = sample_lengths(loaded)
+    pre, dec, colo = worker_layouts(loaded, 16, lengths, PlanOptions())
+    model = loaded.scenario.model
+    from disaggsim.catalog import get_model
+
+    spec = get_model(model)
+    need = int(np.percentile(lengths[0], 99) + np.percentile(lengths[1], 99))
+    for lay in {*pre, *dec, *colo}:
+        ep = lay.ep if lay.ep is not None else (lay.gpus if lay.dp > 1 else 1)
+        assert (lay.tp, lay.dp, ep) in valid_layouts(spec, lay.gpus, 8)
+        cost = build_cost(model, "h100-sxm", lay.tp, dp=lay.dp, ep=lay.ep)
+        assert kv_capacity_per_rank(cost) >= need
+    # the search is not TP-only: data-parallel attention and units of whole nodes appear
+    assert any(lay.dp > 1 for lay in [*pre, *dec])
+    assert any(lay.gpus >= 8 for lay in [*pre, *dec])
+    assert len(pre) <= PlanOptions().moe_unit_sizes and len({x.gpus for x in pre}) == len(pre)
+    assert colo == list(dict.fromkeys([*dec, *pre]))
+    # a dense model keeps the TP ladder (beyond a node too, on a link fabric), the same for
+    # every pool
+    dense = load_scenario(_question("llama-3-8b", 16))
+    d_pre, d_dec, d_colo = worker_layouts(dense, 16, sample_lengths(dense), PlanOptions())
+    assert d_pre == d_dec == d_colo == [Layout(tp) for tp in (1, 2, 4, 8, 16)]
+
+
+def test_an_moe_candidate_is_a_runnable_scenario_with_its_layout():
+    loaded = load_scenario(REPO / "scenarios" / "moe" / "qwen3-235b-disaggregated.yaml")
+    cand = Candidate("disaggregate", 1, 4, 1, 1, prefill_dp=2, decode_dp=8, decode_ep=8)
+    raw = candidate_scenario(loaded, cand)
+    s = load_scenario(raw).scenario
+    assert s.num_gpus == cand.num_gpus == 16
+    assert (s.prefill_pool.tp, s.prefill_pool.dp, s.prefill_pool.ep) == (4, 2, None)
+    assert (s.decode_pool.tp, s.decode_pool.dp, s.decode_pool.ep) == (1, 8, 8)
+    # the scenario's batch limits are per DP rank (32768 / 2 tokens, raised to the
+    # longest prompt, 32768; 512 / 8 sequences), scaled to each candidate's ranks
+    assert s.prefill_pool.max_batch_tokens == 2 * 32768
+    assert s.decode_pool.max_batch_seqs == 512
+    colo = Candidate("colocate_chunked", 4, 2, chunk_tokens=1024, prefill_dp=2)
+    pool = load_scenario(candidate_scenario(loaded, colo)).scenario.pool
+    assert (pool.tp, pool.dp, pool.max_batch_tokens, pool.max_batch_seqs) == (2, 2, 2048, 128)
+    assert colo.label == "chunked 4 x tp2xdp2 chunk 1024"
+    assert cand.label == "disagg 1P x tp4xdp2 + 1D x tp1xdp8 ep8"
+
+
+def test_moe_plan_end_to_end_searches_layouts(tmp_path):
+    """A small MoE question, planned in quick mode with short runs: the families are
+    layout pairs (DP/EP among them), every simulated candidate has the GPUs it says, and
+    the recommendation is written as a scenario that loads with its layout."""
+    from disaggsim.plan import plan
+    from disaggsim.plan.report import write_outputs
+    from disaggsim.sweep import SerialExecutor
+
+    loaded = load_scenario(_question("qwen3-30b-a3b", 8))
+    tiny = RunLengthRule(min_measured_requests=60, service_multiple=1.0)
+    opts = dataclasses.replace(PlanOptions.quick(), rule=tiny, explore_rule=tiny, max_waves=3)
+    with SerialExecutor() as ex:
+        res, advice = plan(loaded, options=opts, executor=ex)
+    assert any("dp" in name for name in res.families)
+    simulated = [r for r in res.ranked if r.at_rate is not None]
+    assert simulated
+    for r in simulated:
+        assert r.at_rate.num_gpus == r.candidate.num_gpus <= 8
+    assert any(r.candidate.prefill_dp > 1 or r.candidate.decode_dp > 1 for r in res.ranked)
+    if advice.decided:
+        write_outputs(res, advice, tmp_path / "out", plots=False)
+        rec = load_scenario(tmp_path / "out" / "recommended.yaml").scenario
+        assert rec.num_gpus == advice.recommended.candidate.num_gpus
+
+
+# ------------------------------------------------------------------ topology fabrics
+
+
+def test_topology_fabric_limits_layouts_to_what_it_places():
+    raw = load_scenario(REPO / "scenarios" / "fabric" / "nvlink.yaml").raw
+    loaded = load_scenario(raw)
+    lengths = sample_lengths(loaded)
+    # a link fabric would offer TP 16 and 32 for 32 GPUs (priced hierarchically)
+    link = load_scenario({**raw, "fabric": {"link": "infiniband"}})
+    assert max(tp_options(link, 32, lengths)) > 8
+    assert max(tp_options(loaded, 32, lengths)) == 8
+    # a deployment the topology cannot place is evaluated as invalid, not simulated
+    small = load_scenario(raw, ["fabric.placement.num_nodes=1"])
+    ev = _Evaluator(small, {}, PlanOptions(), None, None)
+    too_big = Candidate("disaggregate", 2, 4, 2, 4)  # 16 GPUs on one 8-GPU node
+    assert "fabric.placement.num_nodes" in (ev._fabric_problem(too_big) or "")
+    assert ev._fabric_problem(Candidate("disaggregate", 1, 4, 1, 4)) is None
+
+
+# ------------------------------------------------------------------ prefix reuse
+
+
+def test_prefill_time_with_a_hit_share_by_hand():
+    cost = ConstantCost(prefill_base_s=0.01, prefill_per_token_s=1e-5)
+    prompts = np.array([1000, 1000, 3000])
+    # no reuse: 8 prompts of 1000 per 8192-token batch, 2 of 3000
+    t0, k0 = prefill_s_per_request(cost, prompts, 8192)
+    assert t0 == pytest.approx(((0.01 + 8000e-5) / 8 * 2 + (0.01 + 6000e-5) / 2) / 3)
+    assert k0 == pytest.approx((8 + 8 + 2) / 3)
+    # half the tokens cached: 500 and 1500 new tokens -> 16 and 5 prompts per batch
+    t, k = prefill_s_per_request(cost, prompts, 8192, hit_share=0.5)
+    assert t == pytest.approx(((0.01 + 8000e-5) / 16 * 2 + (0.01 + 7500e-5) / 5) / 3)
+    assert k == pytest.approx((16 + 16 + 5) / 3)
+
+
+def test_reuse_shrinks_prefill_work_and_moves_the_split():
+    loaded = load_scenario(REPO / "scenarios" / "advisor" / "long-prompt-infiniband.yaml")
+    lengths = sample_lengths(loaded)
+    g0 = analytic_guess(loaded, prefill_tp=1, decode_tp=1, gpu_budget=16, lengths=lengths)
+    prev = g0
+    for share in (0.25, 0.5, 0.75):
+        g = analytic_guess(
+            loaded, prefill_tp=1, decode_tp=1, gpu_budget=16, lengths=lengths, hit_share=share
+        )
+        assert g.prefill_gpu_s_per_request < prev.prefill_gpu_s_per_request
+        assert g.decode_gpu_s_per_request == pytest.approx(g0.decode_gpu_s_per_request)
+        assert g.capacity_per_gpu_per_s > prev.capacity_per_gpu_per_s
+        assert g.num_prefill_workers <= prev.num_prefill_workers
+        assert g.prefill_gpu_s_no_reuse == pytest.approx(g0.prefill_gpu_s_per_request)
+        prev = g
+    assert prev.num_prefill_workers < g0.num_prefill_workers
+    assert any("prefix reuse" in line for line in prev.arithmetic())
+    with pytest.raises(Exception, match="prefix hit share"):
+        analytic_guess(loaded, prefill_tp=1, decode_tp=1, gpu_budget=16, hit_share=1.0)
+
+
+SESSIONS = {
+    "name": "chat-sessions", "seed": 3, "model": "llama-3-8b", "architecture": "colocated",
+    "pool": {"gpu": "h100-sxm", "num_workers": 4, "tp": 1, "scheduler": "chunked",
+             "max_batch_tokens": 512},
+    "fabric": {"link": "nvlink"},
+    "slo": {"ttft_ms": 2000, "itl_ms": 50, "attainment_target": 0.9},
+    "workload": {"kind": "sessions", "rate_per_s": 0.5,
+                 "turns": {"dist": "uniform", "low": 2, "high": 6},
+                 "system_prompt_tokens": 1500, "num_system_prompts": 2,
+                 "user_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.8, "max": 2000},
+                 "output_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.6, "max": 1000},
+                 "think_time_s": {"dist": "exponential", "mean_s": 10}},
+    "sim": {"duration_s": 300, "warmup_s": 10},
+}  # fmt: skip
+
+
+def test_expected_hit_share_of_a_sessions_workload():
+    from disaggsim.cache.estimate import expected_hit_share
+
+    loaded = load_scenario(SESSIONS)
+    reqs = sample_requests(loaded)
+    assert reqs.prefix_chains is not None
+    share = expected_prefix_hit_share(loaded, reqs, num_workers=4, layout=1)
+    # by hand: each worker keeps its KV capacity less one 512-token chunk for prefixes
+    cap = worker_cost(loaded, "h100-sxm", 1).kv_capacity_tokens - 512
+    assert share == expected_hit_share(reqs, num_workers=4, capacity_tokens_per_worker=cap)
+    assert 0.3 < share <= expected_hit_share(reqs) + 1e-12
+    # no prefix chains, no reuse
+    plain = load_scenario(REPO / "scenarios" / "advisor" / "short-prompt.yaml")
+    assert expected_prefix_hit_share(plain, sample_requests(plain), num_workers=4, layout=1) == 0
+
+
+def test_families_use_the_hit_share_only_when_the_scenario_caches(monkeypatch):
+    loaded = load_scenario(SESSIONS)
+    reqs = sample_requests(loaded)
+    lengths = sample_lengths(loaded, reqs)
+    opts = dataclasses.replace(PlanOptions(), max_tp=2)
+    plain, _ = plan_families(loaded, 4, opts, lengths, reqs)
+    assert not search_mod.cache_enabled(loaded)  # no scenario caches until the engine does
+    monkeypatch.setattr(search_mod, "cache_enabled", lambda ld: True)
+    cached, guesses = plan_families(loaded, 4, opts, lengths, reqs)
+    assert [f.name for f in plain] == [f.name for f in cached]
+    for a, b in zip(plain, cached, strict=True):
+        assert b.bound_per_gpu > a.bound_per_gpu  # fewer prompt tokens to prefill
+    assert all(g.prefix_hit_share > 0.3 for g in guesses.values())
+
+
+def test_the_advisor_mentions_reuse_when_it_matters():
+    g = types.SimpleNamespace(
+        prefix_hit_share=0.4, prefill_gpu_s_no_reuse=0.2, prefill_gpu_s_per_request=0.12,
+        decode_gpu_s_per_request=0.1, pd_gpu_ratio=1.2,
+    )  # fmt: skip
+    res = types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=g)
+    c = _reuse(res)
+    assert c is not None and c.holds and c.name == "prefix_reuse"
+    assert "40%" in c.detail and "60%" in c.detail and "2.00 -> 1.20" in c.detail
+
+    def with_share(x: float) -> types.SimpleNamespace:
+        a = types.SimpleNamespace(**{**vars(g), "prefix_hit_share": x})
+        return types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=a)
+
+    small = _reuse(with_share(REUSE_MATTERS / 2))
+    assert small is not None and not small.holds
+    off = _reuse(with_share(0.0))
+    assert off is not None and not off.holds and "does not cache them" in off.detail
+    assert _reuse(types.SimpleNamespace(reuse_share_unbounded=None, analytic=g)) is None
