@@ -320,12 +320,21 @@ def plan_report(res: SearchResult, advice: Advice, plan_dict: Mapping[str, Any])
     import yaml
 
     if advice.decided and rec is not None:
+        from disaggsim.plan.deploy import multi_rank
+
         page.pre(yaml.safe_dump(rec.candidate.deployment(), sort_keys=False))
-        page.paragraph(
-            "plan --out writes its launch configurations beside this report: deploy-vllm.sh, "
-            "deploy-sglang.sh and deploy-dynamo.yaml (flag names from each project's docs, "
-            "versions in their header comments)."
-        )
+        if multi_rank(rec.candidate):
+            page.paragraph(
+                "No launch configurations are written for this layout: its data-parallel "
+                "ranks or expert-parallel degree need the engines' DP/EP flags, which "
+                "disaggsim does not emit yet."
+            )
+        else:
+            page.paragraph(
+                "plan --out writes its launch configurations beside this report: "
+                "deploy-vllm.sh, deploy-sglang.sh and deploy-dynamo.yaml (flag names from "
+                "each project's docs, versions in their header comments)."
+            )
     else:  # undecided (quick mode) or no deployment meets the SLOs
         page.paragraph(f"None: the verdict is {advice.verdict} ({advice.reason}).")
     page.heading("Analytic first guess")

@@ -123,9 +123,14 @@ def test_moe_plan_end_to_end_searches_layouts(tmp_path):
         assert r.at_rate.num_gpus == r.candidate.num_gpus <= 8
     assert any(r.candidate.prefill_dp > 1 or r.candidate.decode_dp > 1 for r in res.ranked)
     if advice.decided:
+        from disaggsim.plan.deploy import multi_rank
+
         write_outputs(res, advice, tmp_path / "out", plots=False)
         rec = load_scenario(tmp_path / "out" / "recommended.yaml").scenario
         assert rec.num_gpus == advice.recommended.candidate.num_gpus
+        # launch configs only for layouts the engines' documented flags can express
+        written = (tmp_path / "out" / "deploy-vllm.sh").is_file()
+        assert written != multi_rank(advice.recommended.candidate)
 
 
 # ------------------------------------------------------------------ topology fabrics

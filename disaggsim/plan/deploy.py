@@ -450,8 +450,18 @@ def _k8s_name(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
 
 
+def multi_rank(cand) -> bool:
+    """True for a worker layout with data-parallel ranks or an explicit EP degree (MoE):
+    the engines' DP/EP flags are not in ``deploy_flags.yaml`` yet, so no launch
+    configuration is written for it (docs/planning.md)."""
+    return any(x.dp > 1 or x.ep is not None for x in (cand.prefill_layout, cand.decode_layout))
+
+
 def launch_configs(res: SearchResult, advice: Advice) -> dict[str, str]:
-    """File name → text of the three launch configurations (:data:`DEPLOY_FILES`)."""
+    """File name → text of the three launch configurations (:data:`DEPLOY_FILES`); none
+    for a :func:`multi_rank` layout."""
+    if advice.recommended is not None and multi_rank(advice.recommended.candidate):
+        return {}
     dep = deployment_of(res, advice)
     return {
         "deploy-vllm.sh": vllm_script(dep),
