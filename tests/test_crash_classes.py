@@ -34,6 +34,8 @@ def test_sweep_and_compare_on_topology_fabrics(tmp_path, capsys):
                "--min-requests", "100", "--service-multiple", "1",
                "--no-plots", "--out", str(tmp_path / "c"), *SHORT]  # fmt: skip
     assert main(compare) == 0
+    # compare states the SLO model it judged by (disaggsim/metrics/slo_model.py)
+    assert "SLO model: Each measured request is judged on its own" in capsys.readouterr().out
     assert (tmp_path / "s" / "sweep.parquet").is_file()
     assert (tmp_path / "c" / "goodput.csv").is_file()
 

@@ -151,6 +151,7 @@ def test_the_help_and_docs_say_the_same_slo_model():
     )
     helptext = sub.choices["plan"].format_help()
     assert _flat(slo_model_help()) in _flat(helptext)
+    assert _flat(slo_model_help(flags=False)) in _flat(sub.choices["compare"].format_help())
     assert _flat(slo_model_help()) in _flat((REPO / "docs" / "metrics.md").read_text())
 
 

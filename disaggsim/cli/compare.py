@@ -10,7 +10,20 @@ from disaggsim.cli.common import executor, executor_args, grid_args, progress
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="several scenarios on the same grid, with goodput per GPU")
+    import textwrap
+
+    from disaggsim.metrics.slo_model import slo_model_help
+
+    text = (
+        "Several scenarios on the same grid, with each one's steady-state goodput per GPU "
+        "(docs/sweeps.md). SLO model: " + slo_model_help(flags=False)
+    )
+    p = sub.add_parser(
+        "compare",
+        help="several scenarios on the same grid, with goodput per GPU",
+        description=textwrap.fill(text, 80, break_on_hyphens=False),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("scenarios", type=Path, nargs="+", help="scenario YAML files")
     grid_args(p, required=False)
     p.add_argument("--same-gpus", action="store_true", help="require the same total GPU count")
@@ -97,7 +110,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     written = write_folder(args.out, render, command="compare")
     print_goodput(res.goodput, written.note(), [p.path for p in params if p.path != RATE_PATH])
+    _print_slo_models(args.scenarios, args.overrides)
     return 0
+
+
+def _print_slo_models(paths: list[Path], overrides: list[str] | None) -> None:
+    """The SLO model in words (docs/metrics.md), once per distinct SLO of the scenarios."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.metrics.slo_model import slo_model_lines
+
+    seen: dict = {}
+    for path in paths:
+        slo = load_scenario(path, overrides).scenario.slo
+        seen.setdefault(slo, []).append(path.name)
+    for slo, names in seen.items():
+        head = "" if len(seen) == 1 else f"{', '.join(names)}: "
+        lines = slo_model_lines(slo)
+        print(head + lines[0])
+        print("\n".join(lines[1:]))
 
 
 _PLOT_CAPTIONS = {

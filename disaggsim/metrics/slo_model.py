@@ -45,18 +45,23 @@ def describe_slo(slo: SloConfig) -> str:
     )
 
 
-def slo_model_help() -> str:
-    """The SLO model with field and flag names in place of values (CLI help)."""
+def slo_model_help(flags: bool = True) -> str:
+    """The SLO model with field names (and the one-command ``plan`` flags, with
+    ``flags``) in place of values (CLI help)."""
+
+    def f(flag: str) -> str:
+        return flag if flags else ""
+
     return SLO_MODEL.format(
-        ttft="slo.ttft_ms (--ttft-ms)",
+        ttft="slo.ttft_ms" + f(" (--ttft-ms)"),
         itl_statistic=(
-            "ITL statistic (slo.itl_statistic, --itl-statistic) — TPOT, the mean gap between "
-            "its tokens after the first (tpot, the default), or its largest gap between two "
-            "consecutive tokens (max_gap); a one-token reply passes —"
+            "ITL statistic (slo.itl_statistic" + f(", --itl-statistic") + ") — TPOT, the mean "
+            "gap between its tokens after the first (tpot, the default), or its largest gap "
+            "between two consecutive tokens (max_gap); a one-token reply passes —"
         ),
-        itl="slo.itl_ms (--itl-ms)",
-        target="slo.attainment_target (--attainment, default 0.9)",
-        percentile="slo.percentile (--percentile, default 99)",
+        itl="slo.itl_ms" + f(" (--itl-ms)"),
+        target="slo.attainment_target (" + f("--attainment, ") + "default 0.9)",
+        percentile="slo.percentile (" + f("--percentile, ") + "default 99)",
     )
 
 
