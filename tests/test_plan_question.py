@@ -15,7 +15,7 @@ from disaggsim.cli import build_parser, main
 from disaggsim.config.loader import load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.slo_model import describe_slo, slo_model_help
-from disaggsim.plan.question import Question, build_question, parse_lengths
+from disaggsim.plan.question import Question, build_question, parse_lengths, question_yaml
 from tests.conftest import REPO
 
 ASK = dict(
@@ -168,6 +168,7 @@ def test_the_help_and_docs_say_the_same_slo_model():
         (["--ttft-ms", "-5"], ["--ttft-ms -5", "> 0"]),
         (["--itl-ms", "0"], ["--itl-ms 0", "> 0"]),
         (["--itl-statistic", "p99"], ["--itl-statistic p99", "allowed: tpot, max_gap"]),
+        (["--max-tokens", "0"], ["--max-tokens 0", "whole number of tokens >= 1"]),
         (["--fabric", "ethernet"], ["--fabric ethernet", "auto, nvlink, infiniband, roce, pcie"]),
         (["--fabric", "nvlink"], ["--fabric nvlink", "16 GPUs", "infiniband, roce"]),
         (["--attainment", "1.5"], ["--attainment 1.5", "(0, 1]"]),
@@ -224,3 +225,27 @@ def test_scenario_and_question_flags_are_not_mixed(tmp_path, capsys):
 def test_question_errors_raise_before_any_work():
     with pytest.raises(UserError, match=r"^--isl 0: expected"):
         build_question(Question(**{**ASK, "isl": "0"}))
+
+
+@pytest.mark.parametrize(
+    "model, isl, osl, max_tokens, expected",
+    [
+        # the longest reply, when every prompt still fits the context with it
+        ("qwen3-30b-a3b", "2000", "uniform:100:300", None, 300),
+        ("llama-3-8b", "lognormal:2000:0.5:6000", "lognormal:200:0.5:900", None, 900),
+        # 8000 + 300 > Llama 3's 8,192: a constant cap would refuse every prompt, so the
+        # default (context - prompt) stays; an unbounded reply length has no longest
+        ("llama-3-70b", "8000", "300", None, None),
+        ("llama-3-8b", "2000", "lognormal:200:0.5", None, None),
+        ("llama-3-70b", "8000", "300", 150, 150),  # --max-tokens wins
+    ],
+)
+def test_question_max_tokens(model, isl, osl, max_tokens, expected):
+    """Routing and KV admission plan on max_tokens (issue 12 item 3): the question gives the
+    clients' cap so a long-context model's default (context - prompt) does not reserve KV
+    for replies the workload never asks for."""
+    q = Question(**{**ASK, "model": model, "isl": isl, "osl": osl, "max_tokens": max_tokens})
+    raw = build_question(q)
+    assert raw["workload"].get("max_tokens") == expected
+    text = question_yaml(load_scenario(raw).raw, q)
+    assert "# max_tokens: " in text

@@ -63,6 +63,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--weight-dtype", default="bf16", metavar="bf16|fp16|fp8", help="weights")
     q.add_argument("--kv-dtype", default="bf16", metavar="bf16|fp16|fp8", help="KV cache")
     q.add_argument("--seed", type=int, default=0, help="workload seed (0)")
+    q.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the clients' max_tokens, which routing and KV admission plan on (default: the "
+        "longest --osl reply; unbounded lognormal: the model's context minus the prompt)",
+    )
     p.add_argument(
         "--gpus", type=int, default=None, help="GPU budget (default: the scenario's GPUs)"
     )
@@ -147,6 +155,7 @@ def _question(args: argparse.Namespace):
         weight_dtype=args.weight_dtype,
         kv_dtype=args.kv_dtype,
         seed=args.seed,
+        max_tokens=args.max_tokens,
     )
 
 
@@ -159,6 +168,7 @@ def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
         "weight_dtype": "bf16",
         "kv_dtype": "bf16",
         "seed": 0,
+        "max_tokens": None,
     }
     return ["--" + k.replace("_", "-") for k, v in defaults.items() if getattr(args, k) != v]
 

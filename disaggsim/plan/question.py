@@ -62,6 +62,7 @@ class Question:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     seed: int = 0
+    max_tokens: int | None = None  # None: the longest --osl reply (if bounded)
 
     def command_line(self) -> list[str]:
         """The ``disaggsim plan`` arguments that ask this question (non-defaults only)."""
@@ -128,7 +129,7 @@ def _choice(flag: str, v: str, allowed: tuple[str, ...]) -> None:
         raise UserError(f"{flag} {v}: allowed: {', '.join(allowed)}")
 
 
-def _workload(q: Question, base_dir: Path) -> dict[str, Any]:
+def _workload(q: Question, base_dir: Path, context_tokens: int | None = None) -> dict[str, Any]:
     sources = [f for f, v in (("--isl/--osl", q.isl or q.osl), ("--preset", q.preset)) if v]
     if q.trace is not None:
         sources.append("--trace")
@@ -158,13 +159,27 @@ def _workload(q: Question, base_dir: Path) -> dict[str, Any]:
     if q.isl is None or q.osl is None:
         missing = "--isl" if q.isl is None else "--osl"
         raise UserError(f"plan: {missing} is needed with the other ({LENGTH_SPEC})")
-    return {
+    prompt, out = parse_lengths("--isl", q.isl), parse_lengths("--osl", q.osl)
+    wl = {
         "kind": "synthetic",
         "rate_per_s": rate if rate is not None else DEFAULT_RATE_PER_S,
         "arrival": "poisson",
-        "prompt_tokens": parse_lengths("--isl", q.isl),
-        "output_tokens": parse_lengths("--osl", q.osl),
+        "prompt_tokens": prompt,
+        "output_tokens": out,
     }
+    # clients cap replies at the longest one (docs/workloads.md), where every prompt still
+    # fits the context with it; else the default cap, the context less the prompt
+    longest, longest_prompt = _upper(out), _upper(prompt)
+    if longest is not None and longest_prompt is not None and context_tokens is not None:
+        if longest_prompt + longest <= context_tokens:
+            wl["max_tokens"] = longest
+    return wl
+
+
+def _upper(dist: dict[str, Any]) -> int | None:
+    """The largest length a parsed length spec can draw (None: unbounded)."""
+    v = dist.get("value", dist.get("high", dist.get("max")))
+    return None if v is None else int(v)
 
 
 def _name(q: Question) -> str:
@@ -211,7 +226,13 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
     _choice("--kv-dtype", q.kv_dtype, DTYPES)
     if q.seed < 0:
         raise UserError(f"--seed {q.seed}: must be >= 0")
-    workload = _workload(q, base_dir)
+    if q.max_tokens is not None and not (
+        isinstance(q.max_tokens, int) and not isinstance(q.max_tokens, bool) and q.max_tokens >= 1
+    ):
+        raise UserError(f"--max-tokens {q.max_tokens}: must be a whole number of tokens >= 1")
+    workload = _workload(q, base_dir, model.context_tokens)
+    if q.max_tokens is not None:
+        workload["max_tokens"] = q.max_tokens
 
     node = gpu.gpus_per_node
     fits_node = q.gpus is not None and q.gpus <= node
@@ -313,5 +334,14 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
         "# The pool only states the GPU budget (num_workers x tp); the planner replaces it",
         "# with each candidate deployment.",
         "# Fabric: " + _fabric_reason(q, s.fabric.link),  # type: ignore[union-attr]
+        "# max_tokens: "
+        + (
+            f"{q.max_tokens} (--max-tokens), the cap routing and KV admission plan on"
+            if q.max_tokens is not None
+            else "the longest --osl reply, the cap routing and KV admission plan on"
+            if "max_tokens" in raw["workload"]
+            else "not set: the context length minus the prompt (longest --isl + --osl exceed "
+            "the context, or a reply length is unbounded; docs/workloads.md)"
+        ),
     ]
     return "\n".join(lines) + "\n" + yaml.safe_dump(raw, sort_keys=False)
