@@ -6,8 +6,12 @@
 Prints the wall time, the CPU seconds of this process and its simulation workers, the
 number of simulations, the load average before and after (the machine may be shared:
 wall time then overstates the cost; CPU seconds / workers is what an idle machine with
-that many cores would take, to within cache contention), and the verdict. Not a test:
-nothing is asserted.
+that many cores would take, to within cache contention and workers left idle at the end
+of a lock-step wave), and the verdict. It also times a fixed reference simulation
+(``scenarios/ci/disaggregated.yaml`` at 4 req/s for 1000 s, after one warm-up run) before and after, wall and
+CPU, in this process: ``core_share`` = its CPU / wall is the share of a core the
+benchmark got, and ``wall_s_normalised`` = wall × core_share estimates the wall time on
+an unshared machine. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -34,6 +38,18 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def reference() -> tuple[float, float]:
+    """(wall s, CPU s) of one fixed simulation in this process."""
+    from disaggsim.run import simulate
+
+    path = REPO / "scenarios/ci/disaggregated.yaml"
+    sets = ["workload.rate_per_s=4", "sim.duration_s=1000", "sim.warmup_s=5"]
+    simulate(path, sets)  # imports and caches warm
+    cpu0, t0 = cpu_s(), time.perf_counter()
+    simulate(path, sets)
+    return time.perf_counter() - t0, cpu_s() - cpu0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -50,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     opts = PlanOptions.quick() if args.quick else PlanOptions()
     load_before = os.getloadavg()
+    ref_before = reference()
     cpu0, t0 = cpu_s(), time.perf_counter()
     with ProcessExecutor(args.workers) as ex:
         res, advice = plan(args.scenario, gpus=args.gpus, options=opts, executor=ex)
@@ -59,12 +76,18 @@ def main(argv: list[str] | None = None) -> int:
         workers_cpu = sum(proc_cpu_s(pid) for pid in (pool._processes if pool else {}))
     wall = time.perf_counter() - t0
     cpu = cpu_s() - cpu0 + workers_cpu
+    ref_after = reference()
+    share = (ref_before[1] + ref_after[1]) / (ref_before[0] + ref_after[0])
     out = {
         "scenario": str(args.scenario),
         "gpus": args.gpus,
         "mode": "quick" if args.quick else "full",
         "workers": args.workers,
         "wall_s": round(wall, 1),
+        "core_share": round(min(share, 1.0), 2),
+        "wall_s_normalised": round(wall * min(share, 1.0), 1),
+        "reference_wall_s": [round(ref_before[0], 2), round(ref_after[0], 2)],
+        "reference_cpu_s": [round(ref_before[1], 2), round(ref_after[1], 2)],
         "cpu_s": round(cpu, 1),
         "cpu_s_per_worker": round(cpu / args.workers, 1),
         "num_simulations": res.num_simulations,
