@@ -320,6 +320,16 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "--itl-statistic", "p99"], "--itl-statistic p99: allowed: tpot, max_gap"),
     ("plan-question-and-scenario", _nothing, ["plan", DISAGG, "--isl", "100"],
      "plan: give a scenario file or the question flags, not both"),
+    # ---- goodput run lengths (plan, compare) and flags argparse cannot parse
+    ("plan-min-requests-0", _nothing, ["plan", DISAGG, "--quick", "--min-requests", "0",
+     "--quiet"], "--min-requests 0: must be an integer >= 1"),
+    ("plan-min-requests-float", _nothing, ["plan", DISAGG, "--min-requests", "1.5"],
+     "argument --min-requests: invalid int value: '1.5' (see disaggsim plan --help)"),
+    ("compare-service-multiple-0", _nothing, ["compare", DISAGG, COLOC, "--param",
+     "workload.rate_per_s=1,2", "--service-multiple", "0", "--quiet"],
+     "--service-multiple 0.0: must be > 0"),
+    ("run-unknown-flag", _nothing, run_args("--gpus", "4"),
+     "unrecognized arguments: --gpus 4"),
     # ---- plan budgets
     ("plan-gpus-1e9", _nothing, ["plan", DISAGG, "--quick", "--gpus", "1000000000", "--quiet"],
      "--gpus 1000000000: a budget of 1,000,000,000 GPUs, more than the 16,384"),

@@ -10,16 +10,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from disaggsim import __version__
 from disaggsim.errors import InvariantError, UserError
 from disaggsim.hardware.profile import ProfileError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's bad-input rule: a flag argparse cannot parse (``--gpus
+    1.5``, a missing value, an unknown flag) is one line naming it, exit code 2, instead
+    of the usage block before the message. Subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.partition(" ")[2]
+        where = f"{command}: " if command else ""
+        self.exit(2, f"disaggsim: error: {where}{message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from disaggsim.cli import bench, calibrate, compare, cost, plan, regress, run, sweep
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="disaggsim",
         description="Simulate disaggregated vs colocated LLM serving clusters.",
     )
@@ -32,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a flag it cannot parse (one line, 2)
+        return e.code if isinstance(e.code, int) else 2
     try:
         rc = args.func(args)
     except (UserError, ProfileError) as e:
