@@ -257,3 +257,26 @@ def test_planner_matches_exhaustive_simulation_on_a_small_budget():
     assert by_hand > 0 and res.converged
     assert best.goodput_per_gpu_per_s >= by_hand * (1 - 2 * opts.tol_fraction)
     assert len(rest) > 0 and len(done) < len(space)
+
+
+def test_finalists_confirm_the_best_of_each_kind_even_after_a_confirmation_lowers_it():
+    """The advisor compares the best confirmed candidate of each kind: when confirming
+    the explored leader of a kind lowers it below another explored candidate of that
+    kind, that one is confirmed next (long-prompt-infiniband: chunked 16 x tp1 c512
+    explored first, confirmed at 1.471, below chunked 8 x tp2 c1024's explored 1.550)."""
+    from disaggsim.plan.search import finalists
+    from disaggsim.sweep.goodput import GoodputResult
+
+    def res(per_gpu: float) -> GoodputResult:
+        return GoodputResult("s", 1, per_gpu, per_gpu, "found", 0.9, 0.01, ())
+
+    a = Candidate("colocate_chunked", 16, 1, chunk_tokens=512)
+    b = Candidate("colocate_chunked", 8, 2, chunk_tokens=1024)
+    d = Candidate("disaggregate", 9, 1, 1, 4)
+    v = Candidate("colocate_vllm", 16, 1)
+    explored = {a: res(1.60), b: res(1.55), d: res(2.10), v: res(0.39)}
+    first = finalists(explored, {}, 0.05)
+    assert set(first) == {a, d, v}  # the leader of each kind (nothing near the top)
+    confirmed = {a: res(1.47), d: res(2.09), v: res(0.39)}
+    assert finalists(explored, confirmed, 0.05) == [b]  # b's 1.55 now beats a's 1.47
+    assert finalists(explored, {**confirmed, b: res(1.50)}, 0.05) == []

@@ -854,23 +854,31 @@ def finalists(
     confirmed: dict[Candidate, GoodputResult],
     margin: float,
 ) -> list[Candidate]:
-    """Explored candidates still to confirm: the best of each kind, and every one whose
-    explored goodput per GPU is within ``margin`` of the best goodput known (confirmed
-    ones count with their confirmed value), so no unconfirmed candidate can outrank the
-    recommendation by more than the margin."""
+    """Explored candidates still to confirm: in each kind, the best unconfirmed one when
+    its explored goodput per GPU beats every confirmed one of its kind (so the best of
+    each kind the advisor compares is a confirmed one, even after a confirmation lowered
+    the first pick), and every one within ``margin`` of the best goodput known
+    (confirmed ones count with their confirmed value), so no unconfirmed candidate can
+    outrank the recommendation by more than the margin."""
     out: list[Candidate] = []
-    best_of_kind: dict[str, Candidate] = {}
+    best_confirmed: dict[str, float] = {}
+    for c, r in confirmed.items():
+        best_confirmed[c.kind] = max(best_confirmed.get(c.kind, 0.0), _per_gpu(r))
+    best_open: dict[str, Candidate] = {}
     for c, r in explored.items():
+        if c in confirmed or _per_gpu(r) <= 0:
+            continue
         k = c.kind
-        if k not in best_of_kind or _per_gpu(r) > _per_gpu(explored[best_of_kind[k]]):
-            best_of_kind[k] = c
+        if k not in best_open or _per_gpu(r) > _per_gpu(explored[best_open[k]]):
+            best_open[k] = c
     known = [_per_gpu(r) for c, r in confirmed.items()]
     known += [_per_gpu(r) for c, r in explored.items() if c not in confirmed]
     top = max(known, default=0.0)
     for c, r in explored.items():
         if c in confirmed or _per_gpu(r) <= 0:
             continue
-        if c in best_of_kind.values() or _per_gpu(r) >= (1 - margin) * top:
+        leads_kind = best_open.get(c.kind) == c and _per_gpu(r) > best_confirmed.get(c.kind, 0.0)
+        if leads_kind or _per_gpu(r) >= (1 - margin) * top:
             out.append(c)
     return out
 
