@@ -190,9 +190,9 @@ def test_reuse_shrinks_prefill_work_and_moves_the_split():
 
 
 SESSIONS = {
-    "name": "chat-sessions", "seed": 3, "model": "llama-3-8b", "architecture": "colocated",
-    "pool": {"gpu": "h100-sxm", "num_workers": 4, "tp": 1, "scheduler": "chunked",
-             "max_batch_tokens": 512},
+    "name": "chat-sessions", "seed": 3, "model": "llama-3-8b", "architecture": "disaggregated",
+    "prefill_pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1, "max_batch_tokens": 16384},
+    "decode_pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1},
     "fabric": {"link": "nvlink"},
     "slo": {"ttft_ms": 2000, "itl_ms": 50, "attainment_target": 0.9},
     "workload": {"kind": "sessions", "rate_per_s": 0.5,
@@ -203,37 +203,64 @@ SESSIONS = {
                  "think_time_s": {"dist": "exponential", "mean_s": 10}},
     "sim": {"duration_s": 300, "warmup_s": 10},
 }  # fmt: skip
+CACHED = {
+    **SESSIONS,
+    "router": {"prefill_policy": "cache_aware"},
+    "cache": {"policy": "radix", "tiers": {"dram": {"capacity_gib_per_node": 64}}},
+}
 
 
-def test_expected_hit_share_of_a_sessions_workload():
+def test_expected_hit_share_follows_the_scenarios_cache_and_routing():
     from disaggsim.cache.estimate import expected_hit_share
 
-    loaded = load_scenario(SESSIONS)
-    reqs = sample_requests(loaded)
+    plain = load_scenario(SESSIONS)
+    reqs = sample_requests(plain)
     assert reqs.prefix_chains is not None
-    share = expected_prefix_hit_share(loaded, reqs, num_workers=4, layout=1)
-    # by hand: each worker keeps its KV capacity less one 512-token chunk for prefixes
-    cap = worker_cost(loaded, "h100-sxm", 1).kv_capacity_tokens - 512
-    assert share == expected_hit_share(reqs, num_workers=4, capacity_tokens_per_worker=cap)
-    assert 0.3 < share <= expected_hit_share(reqs) + 1e-12
+    cost = worker_cost(plain, "h100-sxm", 1)
+    hbm = cost.kv_capacity_tokens - 16384  # KV capacity less one prefill batch
+    # no cache: section, least_tokens routing: each worker sees every n-th request
+    share = expected_prefix_hit_share(plain, reqs, num_workers=2, layout=1)
+    assert share == expected_hit_share(
+        reqs, num_workers=2, capacity_tokens_per_worker=hbm, routing="round_robin"
+    )
+    # cache-aware routing and 64 GiB of DRAM per node, shared by the node's workers
+    cached = load_scenario(CACHED)
+    dram = (64 * 2**30) // cost.kv_bytes_per_token
+    got = expected_prefix_hit_share(cached, reqs, num_workers=2, layout=1)
+    assert got == expected_hit_share(
+        reqs, num_workers=2, capacity_tokens_per_worker=hbm + dram // 2, routing="cache_aware"
+    )
+    assert 0.3 < share <= got <= expected_hit_share(reqs) + 1e-12
     # no prefix chains, no reuse
-    plain = load_scenario(REPO / "scenarios" / "advisor" / "short-prompt.yaml")
-    assert expected_prefix_hit_share(plain, sample_requests(plain), num_workers=4, layout=1) == 0
+    other = load_scenario(REPO / "scenarios" / "advisor" / "short-prompt.yaml")
+    assert expected_prefix_hit_share(other, sample_requests(other), num_workers=4, layout=1) == 0
 
 
-def test_families_use_the_hit_share_only_when_the_scenario_caches(monkeypatch):
-    loaded = load_scenario(SESSIONS)
-    reqs = sample_requests(loaded)
-    lengths = sample_lengths(loaded, reqs)
+def test_families_use_the_hit_share_only_where_the_engine_caches():
+    """With a cache: section the disaggregated families' guesses and bounds use the
+    expected hit share; colocated ones do not (the engine caches on disaggregated
+    prefill workers only), and their candidates run without the cache."""
     opts = dataclasses.replace(PlanOptions(), max_tp=2)
-    plain, _ = plan_families(loaded, 4, opts, lengths, reqs)
-    assert not search_mod.cache_enabled(loaded)  # no scenario caches until the engine does
-    monkeypatch.setattr(search_mod, "cache_enabled", lambda ld: True)
-    cached, guesses = plan_families(loaded, 4, opts, lengths, reqs)
+    plain_ld, cached_ld = load_scenario(SESSIONS), load_scenario(CACHED)
+    reqs = sample_requests(plain_ld)
+    lengths = sample_lengths(plain_ld, reqs)
+    assert not search_mod.cache_enabled(plain_ld) and search_mod.cache_enabled(cached_ld)
+    plain, _ = plan_families(plain_ld, 4, opts, lengths, reqs)
+    cached, guesses = plan_families(cached_ld, 4, opts, lengths, reqs)
     assert [f.name for f in plain] == [f.name for f in cached]
     for a, b in zip(plain, cached, strict=True):
-        assert b.bound_per_gpu > a.bound_per_gpu  # fewer prompt tokens to prefill
-    assert all(g.prefix_hit_share > 0.3 for g in guesses.values())
+        if a.kind == "disaggregate":
+            assert b.bound_per_gpu > a.bound_per_gpu  # fewer prompt tokens to prefill
+        else:
+            assert b.bound_per_gpu == a.bound_per_gpu
+    assert any(g.prefix_hit_share > 0.3 for g in guesses.values())
+    colo = load_scenario(
+        candidate_scenario(cached_ld, Candidate("colocate_chunked", 4, 1, chunk_tokens=512))
+    ).scenario
+    assert colo.cache is None and colo.router.prefill_policy != "cache_aware"
+    dis = load_scenario(candidate_scenario(cached_ld, Candidate("disaggregate", 2, 1, 2, 1)))
+    assert dis.scenario.cache == cached_ld.scenario.cache  # passed through
+    assert dis.scenario.router.prefill_policy == "cache_aware"
 
 
 def test_the_advisor_mentions_reuse_when_it_matters():

@@ -252,7 +252,9 @@ def _reuse(res: SearchResult) -> Condition | None:
         f"an expected {share:.0%} of prompt tokens are cached in the prefill pool "
         f"({allowed:.0%} with an unbounded cache): prefill {pre0 * 1e3:.1f} -> "
         f"{g.prefill_gpu_s_per_request * 1e3:.1f} GPU-ms per request, P:D GPU ratio "
-        f"{ratio0:.2f} -> {g.pd_gpu_ratio:.2f} (matters when >= {REUSE_MATTERS:.0%})",
+        f"{ratio0:.2f} -> {g.pd_gpu_ratio:.2f} (matters when >= {REUSE_MATTERS:.0%}); "
+        "colocated candidates ran without a prefix cache (the simulator caches on "
+        "disaggregated prefill workers only), which favours disaggregation here",
     )
 
 

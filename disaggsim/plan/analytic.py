@@ -277,8 +277,8 @@ def sample_lengths(
 
 def cache_enabled(loaded: LoadedScenario) -> bool:
     """Whether the simulation reuses cached prefixes: the scenario has a ``cache:``
-    section (docs/prefix-caching.md). Until the engine reads that section no scenario
-    has one, so the planner's analytic guess assumes no reuse, as the runs it brackets."""
+    section (docs/prefix-caching.md; the engine caches on the prefill workers of a
+    disaggregated deployment)."""
     return getattr(loaded.scenario, "cache", None) is not None
 
 
@@ -292,26 +292,47 @@ def expected_prefix_hit_share(
 ) -> float:
     """The share of prompt tokens a prefilling pool of ``num_workers`` workers of
     ``layout`` finds cached (:func:`disaggsim.cache.estimate.expected_hit_share`): 0
-    when the requests carry no prefix chains. Each worker keeps for prefixes its KV
-    capacity less one full prefill batch of the running prompts (its
-    ``max_batch_tokens``); the pool's caches add up under ``cache_aware`` routing
-    (the scenario's cache policy, radix by default)."""
+    when the requests carry no prefix chains.
+
+    Each worker keeps for prefixes its KV capacity less one full prefill batch of the
+    running prompts (its ``max_batch_tokens``), plus its share of its node's DRAM tier
+    and of the remote store when the scenario's ``cache:`` has them (an unbounded remote
+    store: no limit). The routing is the scenario's: ``cache_aware`` (the pool's caches
+    add up) when ``router.prefill_policy`` is ``cache_aware``, else each worker sees every
+    ``n``-th request (``round_robin``); the cache policy is ``cache.policy`` (radix when
+    the scenario has no ``cache:``)."""
     from disaggsim.cache.estimate import expected_hit_share
+    from disaggsim.catalog import get_gpu
 
     if requests.prefix_chains is None:
         return 0.0
     s = loaded.scenario
     pool = s.prefill_pool or s.pool
     assert pool is not None
-    cost = worker_cost(loaded, gpu or plan_gpu(loaded), layout)
-    room = max(int(cost.kv_capacity_tokens) - int(pool.max_batch_tokens), 0)
+    gpu = gpu or plan_gpu(loaded)
+    lay = layout if isinstance(layout, Layout) else Layout(layout)
+    cost = worker_cost(loaded, gpu, lay)
+    room: int | None = max(int(cost.kv_capacity_tokens) - int(pool.max_batch_tokens), 0)
     cache = getattr(s, "cache", None)
+    n = max(1, num_workers)
+    if cache is not None and room is not None:
+        per_token = int(cost.kv_bytes_per_token)
+        dram = cache.dram_tokens(per_token)
+        if dram is not None:  # a node's DRAM is shared by the workers on it
+            per_node = max(1, get_gpu(gpu).gpus_per_node // lay.gpus)
+            room += dram // min(per_node, n)
+        if cache.has_remote:
+            remote = cache.remote_tokens(per_token)
+            room = None if remote is None else room + remote // n
     policy: Literal["lru", "radix"] = "lru" if getattr(cache, "policy", None) == "lru" else "radix"
+    routing: Literal["cache_aware", "round_robin"] = (
+        "cache_aware" if s.router.prefill_policy == "cache_aware" else "round_robin"
+    )
     return expected_hit_share(
         requests,
-        num_workers=max(1, num_workers),
+        num_workers=n,
         capacity_tokens_per_worker=room,
-        routing="cache_aware",
+        routing=routing,
         policy=policy,
     )
 

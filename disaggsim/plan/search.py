@@ -317,12 +317,19 @@ def _per_worker(base: dict[str, Any], lay: Layout) -> dict[str, Any]:
 
 def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None = None) -> dict:
     """The scenario mapping of ``cand``: the original with its pools replaced (the other
-    pool settings carried over) and worker failures dropped (they name workers of the
-    original pools)."""
+    pool settings carried over: the ``cache:`` section too) and worker failures dropped
+    (they name workers of the original pools). A colocated candidate runs without the
+    prefix cache (and the ``cache_aware`` router it needs): the engine caches prefixes on
+    the prefill workers of disaggregated deployments only (docs/prefix-caching.md)."""
     s = loaded.scenario
     raw = copy.deepcopy(loaded.raw)
     for key in ("pool", "prefill_pool", "decode_pool"):
         raw.pop(key, None)
+    if cand.kind != "disaggregate" and "cache" in raw:
+        raw.pop("cache")
+        router = raw.get("router")
+        if isinstance(router, dict) and router.get("prefill_policy") == "cache_aware":
+            raw["router"] = {k: v for k, v in router.items() if k != "prefill_policy"}
     if isinstance(raw.get("failures"), dict):
         raw["failures"] = {
             k: v for k, v in raw["failures"].items() if k not in ("workers", "random", "links")
@@ -497,8 +504,8 @@ def plan_families(
         tag = f" {dtype}" if dtype else ""
 
         @functools.cache
-        def share(lay: Layout, n: int, ld: LoadedScenario = ld) -> float:
-            if not reuse:
+        def share(lay: Layout, n: int, ld: LoadedScenario = ld, colocated: bool = False) -> float:
+            if not reuse or colocated:  # colocated candidates run without the cache
                 return 0.0
             assert requests is not None
             return expected_prefix_hit_share(ld, requests, num_workers=n, layout=lay)
@@ -512,8 +519,7 @@ def plan_families(
                 ld, prefill_tp=pl, decode_tp=dl, gpu_budget=budget, lengths=lengths,
                 prefill_budget_tokens=tokens, max_batch_seqs=seqs,
             )  # fmt: skip
-            n = colocated or g.num_prefill_workers
-            s = share(pl, n)
+            s = share(pl, colocated or g.num_prefill_workers, colocated=colocated > 0)
             if s <= 0:
                 return g
             return analytic_guess(
@@ -541,8 +547,8 @@ def plan_families(
             n = gpu_budget // lay.gpus
             if n < 1:
                 continue
-            # per-GPU capacity does not depend on the split (a 1 + 1 guess); the hit
-            # share depends on the pool's n workers, which all prefill
+            # per-GPU capacity does not depend on the split (a 1 + 1 guess); no prefix
+            # reuse: the engine caches on disaggregated prefill workers only
             g = guess(lay, lay, 2 * lay.gpus, colocated=n)
             ladder = options.chunk_ladder
             chunked = tuple(
