@@ -237,28 +237,33 @@ def test_expected_hit_share_follows_the_scenarios_cache_and_routing():
 
 
 def test_families_use_the_hit_share_only_where_the_engine_caches():
-    """With a cache: section the disaggregated families' guesses and bounds use the
-    expected hit share; colocated ones do not (the engine caches on disaggregated
-    prefill workers only), and their candidates run without the cache."""
+    """With a cache: section every family's guess and bound use the expected hit share
+    of its prefilling pool and the candidates carry the cache through; where the engine
+    cannot cache a colocated pool (swap preemption) colocated families assume no reuse
+    and their candidates run without the cache."""
     opts = dataclasses.replace(PlanOptions(), max_tp=2)
     plain_ld, cached_ld = load_scenario(SESSIONS), load_scenario(CACHED)
+    swap_ld = load_scenario({**CACHED, "kv": {"preemption": "swap"}})
     reqs = sample_requests(plain_ld)
     lengths = sample_lengths(plain_ld, reqs)
     assert not search_mod.cache_enabled(plain_ld) and search_mod.cache_enabled(cached_ld)
     plain, _ = plan_families(plain_ld, 4, opts, lengths, reqs)
     cached, guesses = plan_families(cached_ld, 4, opts, lengths, reqs)
-    assert [f.name for f in plain] == [f.name for f in cached]
-    for a, b in zip(plain, cached, strict=True):
+    swap, _ = plan_families(swap_ld, 4, opts, lengths, reqs)
+    assert [f.name for f in plain] == [f.name for f in cached] == [f.name for f in swap]
+    for a, b, c in zip(plain, cached, swap, strict=True):
+        assert b.bound_per_gpu > a.bound_per_gpu  # fewer prompt tokens to prefill
         if a.kind == "disaggregate":
-            assert b.bound_per_gpu > a.bound_per_gpu  # fewer prompt tokens to prefill
+            assert c.bound_per_gpu == b.bound_per_gpu
         else:
-            assert b.bound_per_gpu == a.bound_per_gpu
-    assert any(g.prefix_hit_share > 0.3 for g in guesses.values())
-    colo = load_scenario(
-        candidate_scenario(cached_ld, Candidate("colocate_chunked", 4, 1, chunk_tokens=512))
-    ).scenario
-    assert colo.cache is None and colo.router.prefill_policy != "cache_aware"
-    dis = load_scenario(candidate_scenario(cached_ld, Candidate("disaggregate", 2, 1, 2, 1)))
+            assert c.bound_per_gpu == a.bound_per_gpu
+    assert all(g.prefix_hit_share > 0.3 for g in guesses.values())
+    colo = Candidate("colocate_chunked", 4, 1, chunk_tokens=512)
+    s = load_scenario(candidate_scenario(cached_ld, colo)).scenario
+    assert s.cache == cached_ld.scenario.cache and s.router.prefill_policy == "cache_aware"
+    s = load_scenario(candidate_scenario(swap_ld, colo)).scenario
+    assert s.cache is None and s.router.prefill_policy != "cache_aware"
+    dis = load_scenario(candidate_scenario(swap_ld, Candidate("disaggregate", 2, 1, 2, 1)))
     assert dis.scenario.cache == cached_ld.scenario.cache  # passed through
     assert dis.scenario.router.prefill_policy == "cache_aware"
 
@@ -268,17 +273,24 @@ def test_the_advisor_mentions_reuse_when_it_matters():
         prefix_hit_share=0.4, prefill_gpu_s_no_reuse=0.2, prefill_gpu_s_per_request=0.12,
         decode_gpu_s_per_request=0.1, pd_gpu_ratio=1.2,
     )  # fmt: skip
-    res = types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=g)
+    kv = types.SimpleNamespace(admission="on_demand", preemption="recompute")
+    ld = types.SimpleNamespace(scenario=types.SimpleNamespace(kv=kv))
+    res = types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=g, loaded=ld)
     c = _reuse(res)
     assert c is not None and c.holds and c.name == "prefix_reuse"
     assert "40%" in c.detail and "60%" in c.detail and "2.00 -> 1.20" in c.detail
 
     def with_share(x: float) -> types.SimpleNamespace:
         a = types.SimpleNamespace(**{**vars(g), "prefix_hit_share": x})
-        return types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=a)
+        return types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=a, loaded=ld)
 
     small = _reuse(with_share(REUSE_MATTERS / 2))
     assert small is not None and not small.holds
     off = _reuse(with_share(0.0))
     assert off is not None and not off.holds and "does not cache them" in off.detail
+    assert "ran without a prefix cache" not in c.detail
+    swap = types.SimpleNamespace(scenario=types.SimpleNamespace(kv=types.SimpleNamespace(
+        admission="on_demand", preemption="swap")))  # fmt: skip
+    c = _reuse(types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=g, loaded=swap))
+    assert c is not None and "colocated candidates ran without a prefix cache" in c.detail
     assert _reuse(types.SimpleNamespace(reuse_share_unbounded=None, analytic=g)) is None

@@ -38,7 +38,7 @@ from disaggsim.errors import UserError
 from disaggsim.fabric import FabricTopologyConfig, PlacementConfig, build_topology, pool_layouts
 from disaggsim.fabric.estimate import estimate_handoff
 from disaggsim.plan.analytic import worker_cost
-from disaggsim.plan.search import CandidateResult, SearchResult
+from disaggsim.plan.search import CandidateResult, SearchResult, colocated_cache_ok
 
 __all__ = [
     "HIGH_CONCURRENCY_PER_WORKER",
@@ -252,9 +252,14 @@ def _reuse(res: SearchResult) -> Condition | None:
         f"an expected {share:.0%} of prompt tokens are cached in the prefill pool "
         f"({allowed:.0%} with an unbounded cache): prefill {pre0 * 1e3:.1f} -> "
         f"{g.prefill_gpu_s_per_request * 1e3:.1f} GPU-ms per request, P:D GPU ratio "
-        f"{ratio0:.2f} -> {g.pd_gpu_ratio:.2f} (matters when >= {REUSE_MATTERS:.0%}); "
-        "colocated candidates ran without a prefix cache (the simulator caches on "
-        "disaggregated prefill workers only), which favours disaggregation here",
+        f"{ratio0:.2f} -> {g.pd_gpu_ratio:.2f} (matters when >= {REUSE_MATTERS:.0%})"
+        + (
+            ""
+            if colocated_cache_ok(res.loaded)
+            else "; colocated candidates ran without a prefix cache (the simulator caches "
+            "colocated pools only with kv.admission on_demand and kv.preemption recompute), "
+            "which favours disaggregation here"
+        ),
     )
 
 

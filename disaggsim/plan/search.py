@@ -317,15 +317,16 @@ def _per_worker(base: dict[str, Any], lay: Layout) -> dict[str, Any]:
 
 def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None = None) -> dict:
     """The scenario mapping of ``cand``: the original with its pools replaced (the other
-    pool settings carried over: the ``cache:`` section too) and worker failures dropped
-    (they name workers of the original pools). A colocated candidate runs without the
-    prefix cache (and the ``cache_aware`` router it needs): the engine caches prefixes on
-    the prefill workers of disaggregated deployments only (docs/prefix-caching.md)."""
+    pool settings carried over: the ``cache:`` section and the router too) and worker
+    failures dropped (they name workers of the original pools). A colocated candidate
+    runs without the prefix cache (and the ``cache_aware`` router it needs) only where
+    the engine cannot cache a colocated pool: ``kv.admission`` other than ``on_demand``
+    or ``kv.preemption`` other than ``recompute`` (docs/prefix-caching.md)."""
     s = loaded.scenario
     raw = copy.deepcopy(loaded.raw)
     for key in ("pool", "prefill_pool", "decode_pool"):
         raw.pop(key, None)
-    if cand.kind != "disaggregate" and "cache" in raw:
+    if cand.kind != "disaggregate" and "cache" in raw and not colocated_cache_ok(loaded):
         raw.pop("cache")
         router = raw.get("router")
         if isinstance(router, dict) and router.get("prefill_policy") == "cache_aware":
@@ -357,6 +358,13 @@ def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None
     if name is not None:
         raw["name"] = name
     return raw
+
+
+def colocated_cache_ok(loaded: LoadedScenario) -> bool:
+    """Whether the engine caches prefixes on a colocated pool of this scenario's KV
+    settings (on-demand admission and recompute preemption)."""
+    kv = loaded.scenario.kv
+    return kv.admission == "on_demand" and kv.preemption == "recompute"
 
 
 def budget_of(loaded: LoadedScenario, gpus: int | None) -> int:
@@ -505,8 +513,8 @@ def plan_families(
 
         @functools.cache
         def share(lay: Layout, n: int, ld: LoadedScenario = ld, colocated: bool = False) -> float:
-            if not reuse or colocated:  # colocated candidates run without the cache
-                return 0.0
+            if not reuse or (colocated and not colocated_cache_ok(ld)):
+                return 0.0  # no cache, or a colocated pool the engine cannot cache
             assert requests is not None
             return expected_prefix_hit_share(ld, requests, num_workers=n, layout=lay)
 
@@ -547,8 +555,8 @@ def plan_families(
             n = gpu_budget // lay.gpus
             if n < 1:
                 continue
-            # per-GPU capacity does not depend on the split (a 1 + 1 guess); no prefix
-            # reuse: the engine caches on disaggregated prefill workers only
+            # per-GPU capacity does not depend on the split (a 1 + 1 guess); the hit
+            # share depends on the pool's n workers, which all prefill
             g = guess(lay, lay, 2 * lay.gpus, colocated=n)
             ladder = options.chunk_ladder
             chunked = tuple(
