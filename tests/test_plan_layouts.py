@@ -77,11 +77,17 @@ def test_moe_layouts_span_data_parallel_ranks_and_whole_nodes():
     assert any(lay.gpus >= 8 for lay in [*pre, *dec])
     assert len(pre) <= PlanOptions().moe_unit_sizes and len({x.gpus for x in pre}) == len(pre)
     assert colo == list(dict.fromkeys([*dec, *pre]))
+    # MoE families are never pruned by the separate-phase analytic bound (a colocated
+    # MoE pool beat it by 65 %: docs/planning.md); dense families keep theirs
+    fams, _ = plan_families(loaded, 16, PlanOptions(), lengths)
+    assert fams and all(f.bound_per_gpu == float("inf") for f in fams)
     # a dense model keeps the TP ladder (beyond a node too, on a link fabric), the same for
     # every pool
     dense = load_scenario(_question("llama-3-8b", 16))
     d_pre, d_dec, d_colo = worker_layouts(dense, 16, sample_lengths(dense), PlanOptions())
     assert d_pre == d_dec == d_colo == [Layout(tp) for tp in (1, 2, 4, 8, 16)]
+    d_fams, _ = plan_families(dense, 16, PlanOptions(), sample_lengths(dense))
+    assert all(0 < f.bound_per_gpu < float("inf") for f in d_fams)
 
 
 def test_an_moe_candidate_is_a_runnable_scenario_with_its_layout():
@@ -113,7 +119,7 @@ def test_moe_plan_end_to_end_searches_layouts(tmp_path):
 
     loaded = load_scenario(_question("qwen3-30b-a3b", 8))
     tiny = RunLengthRule(min_measured_requests=60, service_multiple=1.0)
-    opts = dataclasses.replace(PlanOptions.quick(), rule=tiny, explore_rule=tiny, max_waves=3)
+    opts = dataclasses.replace(PlanOptions.quick(), rule=tiny, explore_rule=tiny, max_waves=1)
     with SerialExecutor() as ex:
         res, advice = plan(loaded, options=opts, executor=ex)
     assert any("dp" in name for name in res.families)
