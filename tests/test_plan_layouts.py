@@ -90,6 +90,19 @@ def test_moe_layouts_span_data_parallel_ranks_and_whole_nodes():
     assert all(0 < f.bound_per_gpu < float("inf") for f in d_fams)
 
 
+def test_moe_units_may_span_nodes_on_a_topology_fabric():
+    raw = _question("qwen3-30b-a3b", 16)
+    raw["fabric"] = {"kind": "topology", "gpus_per_node": 8}
+    loaded = load_scenario(raw)
+    pre, dec, _ = worker_layouts(loaded, 16, sample_lengths(loaded), PlanOptions())
+    assert all(lay.tp <= 8 for lay in [*pre, *dec])
+    assert any(lay.dp > 1 for lay in [*pre, *dec])
+    ev = _Evaluator(loaded, {}, PlanOptions(), None, None)
+    # after the 4-rank prefill unit, the 8-rank decode unit spans both nodes (4 + 4)
+    cand = Candidate("disaggregate", 1, 1, 1, 1, prefill_dp=4, decode_dp=8)
+    assert ev._fabric_problem(cand) is None
+
+
 def test_an_moe_candidate_is_a_runnable_scenario_with_its_layout():
     loaded = load_scenario(REPO / "scenarios" / "moe" / "qwen3-235b-disaggregated.yaml")
     cand = Candidate("disaggregate", 1, 4, 1, 1, prefill_dp=2, decode_dp=8, decode_ep=8)

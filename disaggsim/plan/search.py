@@ -643,8 +643,9 @@ def worker_layouts(
     ranks every valid ``(tp, dp, ep)`` per unit size by tokens per second per GPU in
     each role); each role keeps the best layout of each of its
     ``options.moe_unit_sizes`` best unit sizes, colocated pools the union of both
-    roles' layouts. Layouts hold a p99 request's KV on one DP rank; a ``kind:
-    topology`` fabric places each worker in one node with one DP rank (dp 1)."""
+    roles' layouts. Layouts hold a p99 request's KV on one DP rank; on a ``kind:
+    topology`` fabric each rank's TP group fits one of its nodes (a unit of several
+    ranks may span nodes, rank after rank: docs/fabric.md)."""
     tps = tp_options(loaded, gpu_budget, lengths, options.max_tp)
     dense = [Layout(tp) for tp in tps]
     if get_model(loaded.scenario.model).moe is None:
@@ -669,10 +670,8 @@ def _moe_layouts(
     s = loaded.scenario
     gpu = plan_gpu(loaded)
     gpn = get_gpu(gpu).gpus_per_node
-    topology = fabric_max_tp(loaded) < MAX_GPUS
+    rank_tp = fabric_max_tp(loaded)  # a TP group's GPUs share a node on a topology
     sizes = tuple(g for g in unit_sizes(gpn, max(1, gpu_budget // gpn)) if g <= gpu_budget)
-    if topology:
-        sizes = tuple(g for g in sizes if g <= fabric_max_tp(loaded))
     prompts, outputs = lengths
     p_mean, o_mean = float(prompts.mean()), float(outputs.mean())
     pool = s.prefill_pool or s.pool
@@ -693,7 +692,7 @@ def _moe_layouts(
     need = _p99_kv_tokens(lengths)
     best: dict[int, Layout] = {}  # unit size -> its best layout (estimates are best first)
     for e in found.estimates:
-        if e.gpus in best or (topology and e.dp > 1):
+        if e.gpus in best or e.tp > rank_tp:
             continue
         if options.max_tp is not None and e.tp > options.max_tp:
             continue
