@@ -313,3 +313,21 @@ def test_the_advisor_mentions_reuse_when_it_matters():
     c = _reuse(types.SimpleNamespace(reuse_share_unbounded=0.6, analytic=g, loaded=swap))
     assert c is not None and "colocated candidates ran without a prefix cache" in c.detail
     assert _reuse(types.SimpleNamespace(reuse_share_unbounded=None, analytic=g)) is None
+
+
+def test_typical_decode_batch_bisection_equals_the_scan():
+    """The typical batch is the last batch whose step fits the ITL target: bisection
+    (for wide MoE units) gives what scanning from 1 gives."""
+    from disaggsim.plan.analytic import typical_decode_batch
+
+    loaded = load_scenario(REPO / "scenarios" / "advisor" / "long-prompt-infiniband.yaml")
+    for tp in (1, 2, 4):
+        cost = worker_cost(loaded, "h100-sxm", tp)
+        for ctx, itl, top in ((2000, 0.05, 256), (12000, 0.05, 256), (500, 0.02, 512)):
+            cap = int(cost.kv_capacity_tokens // (ctx + 100))
+            scan = 1
+            for b in range(1, max(1, min(top, cap)) + 1):
+                if cost.decode_time_s(b, int(b * ctx)) > itl:
+                    break
+                scan = b
+            assert typical_decode_batch(cost, ctx, ctx + 100, top, itl) == scan

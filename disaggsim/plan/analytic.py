@@ -372,13 +372,25 @@ def typical_decode_batch(
     """Largest batch <= ``max_batch`` whose step stays under ``itl_s`` and whose KV
     (``resident_tokens`` per sequence) fits the worker; at least 1."""
     kv_cap = int(cost.kv_capacity_tokens // max(resident_tokens, 1.0))
-    best = 1
-    for b in range(1, max(1, min(max_batch, kv_cap)) + 1):
-        if cost.decode_time_s(b, int(b * context_tokens)) <= itl_s:
-            best = b
+    top = max(1, min(max_batch, kv_cap))
+
+    def fits(b: int) -> bool:
+        return cost.decode_time_s(b, int(b * context_tokens)) <= itl_s
+
+    # the step time grows with the batch: bisect for the last batch that fits (a wide
+    # MoE decode unit allows thousands of sequences)
+    if not fits(1):
+        return 1
+    lo, hi = 1, top
+    if fits(hi):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
         else:
-            break
-    return best
+            hi = mid
+    return lo
 
 
 def analytic_guess(
