@@ -112,13 +112,23 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
             checked["handoff"] += 1
         return ok
 
+    waiting = Router.waiting_for_prefill
+
+    def checked_waiting(self: Router) -> int:
+        n = waiting(self)
+        assert n == len(self.queue) + sum(len(w.queue) for w in self.front_workers)
+        checked["waiting"] = checked.get("waiting", 0) + 1
+        return n
+
     try:
         Router._try_route = checked_route  # type: ignore[method-assign]
         Router._try_handoff = checked_handoff  # type: ignore[method-assign]
+        Router.waiting_for_prefill = checked_waiting  # type: ignore[method-assign]
         raw = run_cluster(reqs, cfg, lambda nbytes, s, d: transfer)
     finally:
         Router._try_route = route  # type: ignore[method-assign]
         Router._try_handoff = handoff  # type: ignore[method-assign]
+        Router.waiting_for_prefill = waiting  # type: ignore[method-assign]
     _check(reqs, cfg, raw)
 
 

@@ -375,6 +375,10 @@ class Router:
         self._decode_pos = {w.index: i for i, w in enumerate(self.decode_workers)}
         self._front_accepting = [False] * len(self.front_workers)
         self._num_front_accepting = 0
+        # requests queued at the front workers, kept per worker and in total (a queue
+        # changes only with its worker's queued tokens, which report the change)
+        self._front_queued = [0] * len(self.front_workers)
+        self._front_queued_total = 0
         # kv_aware: Σ over accepting decode workers of max(0, capacity - watermark -
         # eventual blocks), kept per worker and in total
         self._room = [0] * len(self.decode_workers)
@@ -395,6 +399,9 @@ class Router:
             pos_of = self._front_pos
             for index in self._front_changes:
                 pos = pos_of[index]
+                queued = len(self.front_workers[pos].queue)
+                self._front_queued_total += queued - self._front_queued[pos]
+                self._front_queued[pos] = queued
                 now = self.front_workers[pos].accepting
                 changed = now != self._front_accepting[pos]
                 if changed:
@@ -473,7 +480,10 @@ class Router:
             self.committed_blocks -= blocks
 
     def waiting_for_prefill(self) -> int:
-        return len(self.queue) + sum(len(w.queue) for w in self.front_workers)
+        """Requests waiting for a prefill: held here, or queued at a front worker (from
+        the running total: work per change, not per worker)."""
+        self._refresh_front()
+        return len(self.queue) + self._front_queued_total
 
     # -- back: handoffs to decode -----------------------------------------------------
 
