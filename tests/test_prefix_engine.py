@@ -448,3 +448,36 @@ def test_cache_on_a_workload_without_prefix_chains_is_refused(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "cache: prefix caching on a colocated pool needs kv.admission on_demand" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_on_a_topology_a_workers_dram_is_its_placed_nodes():
+    """Placement pair puts prefill.0 with decode.0 on node 0 and prefill.1 with decode.1
+    on node 1: the two prefill workers read different DRAM tiers (grouping by worker
+    order alone would have put both on one 8-GPU node)."""
+    from disaggsim.engine.cluster import Cluster
+    from disaggsim.fabric import build_topology, parse_topology_config, pool_layouts
+
+    fab = parse_topology_config(
+        {"kind": "topology", "gpus_per_node": 2, "placement": {"policy": "pair"}}
+    )
+    layouts = pool_layouts([("prefill", "h100-sxm", 2, 1), ("decode", "h100-sxm", 2, 1)])
+    topo = build_topology(fab, layouts, cache_paths=True)
+    reqs = Requests(
+        arrival_s=np.array([0.0]),
+        prompt_tokens=np.array([10]),
+        output_tokens=np.array([2]),
+        prefix_chains=_chains([[0, 1, 2]], 4),
+    )
+    cost = ConstantCost(kv_capacity_tokens=1000)
+    cache = CacheConfig.model_validate({"tiers": {"dram": {"capacity_gib_per_node": 1}}})
+    cfg = EngineConfig(
+        pools=(PoolSpec("prefill", 2, cost, 8, 10_000), PoolSpec("decode", 2, DECODE, 8, 10_000)),
+        topology=topo,
+        prefix=PrefixSetup(cache=cache, chains=reqs.prefix_chains),
+    )
+    cluster = Cluster(reqs, cfg, lambda nbytes, s, d: 0.0)
+    assert cluster.prefix is not None
+    placed = {p.index: p.node for p in topo.workers}
+    assert cluster.prefix.node_of == {0: placed[0], 1: placed[1]} and placed[0] != placed[1]
+    a, b = (cluster.prefix.by_worker[i].dram for i in (0, 1))
+    assert a is not None and b is not None and a is not b

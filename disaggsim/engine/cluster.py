@@ -104,7 +104,12 @@ class Cluster:
                     "prefix caching on colocated workers needs kv_admission on_demand and "
                     "preemption recompute"
                 )
-            self.prefix = PrefixCaches(cfg.prefix, self.requests.prompt_tokens)
+            placed = (
+                {p.index: p.node for p in cfg.topology.workers}
+                if cfg.topology is not None
+                else None
+            )
+            self.prefix = PrefixCaches(cfg.prefix, self.requests.prompt_tokens, placed)
             self.samples.with_cache_columns()
         self.router_samples = RouterSamples()
         self.preemption = cfg.preemption

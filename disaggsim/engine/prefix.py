@@ -10,8 +10,9 @@ workers group into nodes. :class:`PrefixCaches` builds, for the pool that prefil
 :class:`~disaggsim.cache.OverlapIndex` (the cache-aware router's view), and records per
 request the hit tokens by tier of its last admission (:class:`PrefixLog`).
 
-Nodes: workers fill nodes of ``gpus_per_node`` GPUs in worker order (two TP4 workers
-share an 8-GPU node and its DRAM).
+Nodes: on a ``kind: topology`` fabric a worker's node is where the topology placed it
+(its first rank's node); otherwise workers fill nodes of ``gpus_per_node`` GPUs in worker
+order (two TP4 workers share an 8-GPU node and its DRAM).
 
 The worker side (admission into a prefill batch, commit, release, loss) is in
 :class:`~disaggsim.engine.workers.PrefillWorker`; every call is per request or per block
@@ -82,7 +83,12 @@ class PrefixLog:
 class PrefixCaches:
     """The caches of the workers that prefill, their tiers and the pool's overlap index."""
 
-    def __init__(self, setup: PrefixSetup, prompt_tokens: Sequence[int]) -> None:
+    def __init__(
+        self,
+        setup: PrefixSetup,
+        prompt_tokens: Sequence[int],
+        placed_nodes: dict[int, int] | None = None,
+    ) -> None:
         self.setup = setup
         self._prompt_tokens = prompt_tokens
         self.cfg = setup.cache
@@ -91,8 +97,9 @@ class PrefixCaches:
         self.index = OverlapIndex()
         self.log = PrefixLog(len(prompt_tokens))
         self.remote: BlockStore | None = None
-        self.dram: list[BlockStore] = []  # per node
-        self._node_gpus: list[int] = []  # GPUs placed on each node so far
+        self.dram: dict[int, BlockStore] = {}  # per node
+        self._node_gpus: list[int] = []  # GPUs placed on each node so far (no topology)
+        self._placed = placed_nodes  # worker index -> topology node
         self.node_of: dict[int, int] = {}  # worker index -> node
         self.by_worker: dict[int, WorkerKvCache] = {}
 
@@ -108,15 +115,18 @@ class PrefixCaches:
         cfg = self.cfg
         if cfg.has_remote and self.remote is None:
             self.remote = BlockStore("remote", cfg.remote_tokens(kvb))
-        gpus = max(int(w.cost.num_gpus), 1)
-        per_node = max(self.setup.gpus_per_node, gpus)
-        if not self._node_gpus or self._node_gpus[-1] + gpus > per_node:
-            self._node_gpus.append(0)
-            dram_tokens = cfg.dram_tokens(kvb)
-            if dram_tokens is not None:
-                self.dram.append(BlockStore("dram", dram_tokens))
-        node = len(self._node_gpus) - 1
-        self._node_gpus[node] += gpus
+        if self._placed is not None and w.index in self._placed:
+            node = self._placed[w.index]
+        else:
+            gpus = max(int(w.cost.num_gpus), 1)
+            per_node = max(self.setup.gpus_per_node, gpus)
+            if not self._node_gpus or self._node_gpus[-1] + gpus > per_node:
+                self._node_gpus.append(0)
+            node = len(self._node_gpus) - 1
+            self._node_gpus[node] += gpus
+        dram_tokens = cfg.dram_tokens(kvb)
+        if dram_tokens is not None and node not in self.dram:
+            self.dram[node] = BlockStore("dram", dram_tokens)
         self.node_of[w.index] = node
         cache = WorkerKvCache(
             w.index,
@@ -124,7 +134,7 @@ class PrefixCaches:
             self.block_tokens,
             kvb,
             cfg.policy,
-            dram=self.dram[node] if self.dram else None,
+            dram=self.dram.get(node),
             remote=self.remote,
             listener=self.index,
         )
@@ -132,9 +142,8 @@ class PrefixCaches:
         return cache
 
     def dram_tokens_of(self, worker_index: int) -> int:
-        if not self.dram:
-            return 0
-        return self.dram[self.node_of[worker_index]].tokens
+        store = self.dram.get(self.node_of.get(worker_index, -1))
+        return 0 if store is None else store.tokens
 
     def remote_tokens(self) -> int:
         return 0 if self.remote is None else self.remote.tokens
