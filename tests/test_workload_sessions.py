@@ -63,6 +63,24 @@ def test_one_conversation_by_hand() -> None:
     assert expected_hit_share(r) == (512 + 1024) / (900 + 1250 + 1600)
 
 
+def test_max_tokens_caps_replies_and_the_context_they_feed() -> None:
+    # the clients cap every reply at 30 tokens: the 50-token answers stop at 30, and the
+    # next turns' prompts hold the cut answers (600 + 300; + 30 + 300; + 30 + 300)
+    r = generate_requests(sessions(num_requests=3, max_tokens=30), duration_s=math.inf, seed=5)
+    assert r.prompt_tokens.tolist() == [900, 1230, 1560]
+    assert r.output_tokens.tolist() == [30, 30, 30]
+    assert r.max_tokens is not None and r.max_tokens.tolist() == [30, 30, 30]
+    # a cap above every answer changes nothing but the planning bound
+    loose = generate_requests(sessions(num_requests=3, max_tokens=64), duration_s=math.inf, seed=5)
+    assert loose.prompt_tokens.tolist() == [900, 1250, 1600]
+    assert loose.output_tokens.tolist() == [50, 50, 50]
+    assert loose.max_tokens is not None and loose.max_tokens.tolist() == [64, 64, 64]
+    # without max_tokens a session's requests carry none (the engine's default applies)
+    assert (
+        generate_requests(sessions(num_requests=3), duration_s=math.inf, seed=5).max_tokens is None
+    )
+
+
 def test_agent_loop_by_hand() -> None:
     agent = {
         "tool_calls_mean": 1e9,  # with max 2: two tool calls per turn (P(fewer) ~ 2e-9)

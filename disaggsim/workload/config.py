@@ -466,6 +466,9 @@ class SessionWorkload(_Frozen):
     """Tokens per prefix-hash block of the generated chains."""
     num_requests: RequestCount | None = None
     """Cap: at most this many requests (the first arrivals)."""
+    max_tokens: MaxTokens | None = None
+    """The clients' cap on every request's reply (answers and tool calls); an answer cut
+    at its cap enters the next turns' context at its cut length."""
 
     @model_validator(mode="after")
     def _check(self) -> SessionWorkload:

@@ -95,7 +95,8 @@ def generate_requests(
             f"workload: {len(requests):,} requests, more than the {MAX_REQUESTS:,} allowed in "
             "one run (shorten the window, or set num_requests; docs/safety.md)"
         )
-    max_tokens = getattr(cfg, "max_tokens", None)  # sessions: none (answers feed next turns)
+    # sessions draw their caps themselves (a cut answer feeds the next turns' context)
+    max_tokens = None if isinstance(cfg, SessionWorkload) else cfg.max_tokens
     if max_tokens is not None:
         rng = streams(seed, replication)["max_tokens"]
         requests = requests.with_max_tokens(sample_lengths(max_tokens, len(requests), rng))

@@ -113,6 +113,13 @@ def generate_sessions(
             agent.tool_call_tokens, num_tool_steps, rngs["session_tool_call_tokens"]
         )
 
+    # the clients' max_tokens: a reply stops at its cap, and the next turns' context
+    # holds what was generated
+    max_tokens = None
+    if cfg.max_tokens is not None:
+        max_tokens = sample_lengths(cfg.max_tokens, n, rngs["max_tokens"])
+        output = np.minimum(output, max_tokens)
+
     # prompt = system + everything earlier in the session + this segment
     session_first = np.zeros(n, dtype=bool)
     session_first[np.searchsorted(session_of, np.arange(num_sessions))] = True
@@ -163,6 +170,7 @@ def generate_sessions(
         prompt_tokens=prompt_k,
         output_tokens=output[index],
         prefix_chains=chains,
+        max_tokens=None if max_tokens is None else max_tokens[index],
     )
 
 
