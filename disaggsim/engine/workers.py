@@ -850,6 +850,8 @@ class _PrefillQueue:
 
     queue: deque[int]
     requests: RequestState
+    prefix: WorkerKvCache | None  # the worker's prefix cache (None: no caching)
+    _caches: PrefixCaches | None  # the run's caches (tiers, overlap index)
 
     if TYPE_CHECKING:  # provided by Worker, which every user of this mixin also is
 
@@ -862,6 +864,23 @@ class _PrefillQueue:
         @num_outstanding.setter
         def num_outstanding(self, n: int) -> None: ...
         def notify(self) -> None: ...
+
+        index: int
+
+    def _sample_cache(self, columns: tuple[Any, ...]) -> None:
+        """Prefix cache occupancy beside a sample: HBM tokens (pinned and pending among
+        them), the worker's node's DRAM tier and the remote store."""
+        c, caches = self.prefix, self._caches
+        if c is None or caches is None:
+            for append in columns:
+                append(0)
+            return
+        hbm, pinned, pending, dram, remote = columns
+        hbm(c.tokens_total)
+        pinned(c.pinned_tokens)
+        pending(c.pending_tokens)
+        dram(caches.dram_tokens_of(self.index))
+        remote(caches.remote_tokens())
 
     def submit(self, rid: int, front: bool = False) -> None:
         if front:
@@ -938,18 +957,6 @@ class PrefillWorker(_PrefillQueue, Worker):
         assert c is not None
         used = c.pinned_tokens + c.pending_tokens + self._outside_tokens
         self.kv_used_blocks = -(-used // self.block_tokens)
-
-    def _sample_cache(self, columns: tuple[Any, ...]) -> None:
-        c, caches = self.prefix, self._caches
-        if c is None or caches is None:
-            super()._sample_cache(columns)
-            return
-        hbm, pinned, pending, dram, remote = columns
-        hbm(c.tokens_total)
-        pinned(c.pinned_tokens)
-        pending(c.pending_tokens)
-        dram(caches.dram_tokens_of(self.index))
-        remote(caches.remote_tokens())
 
     def _form_cached_batch(self) -> tuple[list[int], int, float, int, int, int, int, int]:
         """FCFS through the prefix cache: each request's lookup and admission (its hit
@@ -1273,6 +1280,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         super().__init__(*args, **kwargs)
 
     def use_cache(self, caches: PrefixCaches) -> None:
+        """Prefill through a prefix cache: only a request's uncached suffix is computed."""
         self._caches = caches
         self.prefix = caches.attach(self)
 
@@ -1320,18 +1328,6 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         super()._advance(run, growth)
         if self.prefix is not None and not self.requests.reserve_full:
             self._sync_cache()  # decode growth may need unpinned cached blocks' memory
-
-    def _sample_cache(self, columns: tuple[Any, ...]) -> None:
-        c, caches = self.prefix, self._caches
-        if c is None or caches is None:
-            super()._sample_cache(columns)
-            return
-        hbm, pinned, pending, dram, remote = columns
-        hbm(c.tokens_total)
-        pinned(c.pinned_tokens)
-        pending(c.pending_tokens)
-        dram(caches.dram_tokens_of(self.index))
-        remote(caches.remote_tokens())
 
     def _admit_cached(self, seats_used: int, budget_left: int | None) -> bool:
         """Cached mode's admission of the head of the queue: a seat, the token budget
