@@ -320,15 +320,12 @@ def plan_report(res: SearchResult, advice: Advice, plan_dict: Mapping[str, Any])
     import yaml
 
     if advice.decided and rec is not None:
-        from disaggsim.plan.deploy import multi_rank
+        from disaggsim.plan.deploy import unsupported
 
         page.pre(yaml.safe_dump(rec.candidate.deployment(), sort_keys=False))
-        if multi_rank(rec.candidate):
-            page.paragraph(
-                "No launch configurations are written for this layout: its data-parallel "
-                "ranks or expert-parallel degree need the engines' DP/EP flags, which "
-                "disaggsim does not emit yet."
-            )
+        gap = unsupported(rec.candidate)
+        if gap is not None:
+            page.paragraph(f"plan --out writes deploy-sglang.sh beside this report; {gap}.")
         else:
             page.paragraph(
                 "plan --out writes its launch configurations beside this report: "

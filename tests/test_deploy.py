@@ -243,3 +243,118 @@ def test_fp8_and_chunk_settings_reach_the_engines(planned):
         for w in shell_commands(chunked["deploy-vllm.sh"])
     ]
     assert all(f["--max-num-batched-tokens"] == ["512"] for f in vl)
+
+
+# --------------------------------------------------------------- MoE layouts (issue 17)
+
+QWEN_MOE = ["model=qwen3-30b-a3b", "weight_dtype=bf16", "kv_dtype=bf16"]
+DSV3 = ["model=deepseek-v3", "weight_dtype=released", "kv_dtype=bf16"]
+MOE_CASES = {
+    # 2 prefill workers of tp1 x dp4 (experts over their 4 GPUs by default) on node 0,
+    # one decode worker of tp2 x dp4 with ep 8 on node 1
+    "moe-in-node": (
+        Candidate("disaggregate", 2, 1, 1, 2, prefill_dp=4, decode_dp=4, decode_ep=8),
+        QWEN_MOE,
+    ),
+    # DeepSeek-V3: one prefill worker of tp1 x dp8 (node 0), one decode worker of
+    # tp1 x dp16 over nodes 1 and 2
+    "moe-two-nodes": (
+        Candidate("disaggregate", 1, 1, 1, 1, prefill_dp=8, decode_dp=16),
+        DSV3,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MOE_CASES))
+def test_moe_layout_flags_are_in_the_documented_list(planned, case, tmp_path):
+    files = configs(planned, *MOE_CASES[case])
+    assert set(files) == set(DEPLOY_FILES)
+    for name, engine in (("deploy-vllm.sh", "vllm"), ("deploy-sglang.sh", "sglang")):
+        for words in shell_commands(files[name]):
+            env, words = split_env(list(words))
+            assert set(env) <= set(FLAGS[engine]["env"]), (name, env)
+            check_command(engine, words)
+        path = tmp_path / name
+        path.write_text(files[name])
+        r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    doc = yaml.safe_load(files["deploy-dynamo.yaml"])
+    for svc in doc["spec"]["services"].values():
+        c = svc["extraPodSpec"]["mainContainer"]
+        check_command("dynamo", [*c["command"], *c["args"]])
+
+
+def test_moe_layout_in_one_node_gets_its_degrees(planned):
+    files = configs(planned, *MOE_CASES["moe-in-node"])
+    vllm = [split_env(list(w)) for w in shell_commands(files["deploy-vllm.sh"])]
+    serve = [(env, check_command("vllm", w)[1]) for env, w in vllm if w[:2] == ["vllm", "serve"]]
+    assert len(serve) == 3  # one vllm serve per worker: DP ranks are engines inside it
+    assert [f["--tensor-parallel-size"] for _, f in serve] == [["1"], ["1"], ["2"]]
+    assert [f["--data-parallel-size"] for _, f in serve] == [["4"], ["4"], ["4"]]
+    # ep = tp x dp everywhere (prefill by default, decode 8 = 2 x 4): vLLM's EP flag
+    assert all("--enable-expert-parallel" in f for _, f in serve)
+    assert [env["CUDA_VISIBLE_DEVICES"] for env, _ in serve] == [
+        "0,1,2,3",
+        "4,5,6,7",
+        "0,1,2,3,4,5,6,7",
+    ]
+    assert not any("--data-parallel-address" in f for _, f in serve)  # one node each
+    sg = servers("sglang", files["deploy-sglang.sh"])
+    # SGLang's TP size counts all the worker's GPUs; DP attention over dp ranks
+    assert [s["--tp-size"] for s in sg] == [["4"], ["4"], ["8"]]
+    assert [s["--dp-size"] for s in sg] == [["4"], ["4"], ["4"]]
+    assert [s["--ep-size"] for s in sg] == [["4"], ["4"], ["8"]]
+    assert all("--enable-dp-attention" in s for s in sg)
+    assert [s["--base-gpu-id"] for s in sg] == [["0"], ["4"], ["0"]]
+    svcs = yaml.safe_load(files["deploy-dynamo.yaml"])["spec"]["services"]
+    dec = svcs["VllmDecodeWorker"]
+    assert dec["resources"]["limits"]["gpu"] == "8" and "multinode" not in dec
+    args = dec["extraPodSpec"]["mainContainer"]["args"]
+    assert args[args.index("--data-parallel-size") + 1] == "4"
+    assert "--enable-expert-parallel" in args
+    assert svcs["VllmPrefillWorker"]["replicas"] == 2
+
+
+def test_moe_layout_over_nodes_starts_a_server_per_node(planned):
+    files = configs(planned, *MOE_CASES["moe-two-nodes"])
+    vllm = [split_env(list(w)) for w in shell_commands(files["deploy-vllm.sh"])]
+    serve = [(env, check_command("vllm", w)[1]) for env, w in vllm if w[:2] == ["vllm", "serve"]]
+    pre, head, rest = serve  # prefill (node 0), decode on node 1 and node 2
+    assert pre[1]["--data-parallel-size"] == ["8"] and "--data-parallel-size-local" not in pre[1]
+    for _, f in (head, rest):
+        assert f["--data-parallel-size"] == ["16"] and f["--tensor-parallel-size"] == ["1"]
+        assert f["--data-parallel-size-local"] == ["8"]  # 16 ranks of tp1 on 8-GPU nodes
+        assert f["--data-parallel-address"] == ["$NODE_1"]
+        assert "--enable-expert-parallel" in f
+        assert "--distributed-executor-backend" not in f  # DP ranks, not a TP group: no Ray
+    assert "--headless" not in head[1] and "--port" in head[1]
+    assert "--headless" in rest[1] and rest[1]["--data-parallel-start-rank"] == ["8"]
+    assert head[1]["--data-parallel-rpc-port"] == rest[1]["--data-parallel-rpc-port"]
+    # the script dispatches the two decode commands to nodes 1 and 2
+    script = files["deploy-vllm.sh"]
+    assert script.index("1)\n  # decode") < script.index("2)\n  # decode")
+    sg = shell_commands(files["deploy-sglang.sh"])
+    dec = [w for w in sg if "decode" in w and "sglang.launch_server" in w]
+    assert [w[w.index("--node-rank") + 1] for w in dec] == ["0", "1"]
+    for w in dec:
+        assert w[w.index("--nnodes") + 1] == "2" and w[w.index("--tp-size") + 1] == "16"
+        assert w[w.index("--dp-size") + 1] == "16" and w[w.index("--ep-size") + 1] == "16"
+    svcs = yaml.safe_load(files["deploy-dynamo.yaml"])["spec"]["services"]
+    d = svcs["VllmDecodeWorker"]
+    assert d["multinode"] == {"nodeCount": 2} and d["resources"]["limits"]["gpu"] == "8"
+    args = d["extraPodSpec"]["mainContainer"]["args"]
+    assert args[args.index("--data-parallel-size") + 1] == "16"
+
+
+def test_an_ep_degree_vllm_cannot_express_writes_sglang_only(planned):
+    from disaggsim.plan.deploy import unsupported
+
+    # tp8 with experts over 4 GPUs (each expert split 2 ways): SGLang --ep-size 4; vLLM's
+    # EP degree is always tp x dp
+    cand = Candidate("disaggregate", 1, 8, 1, 8, decode_ep=4)
+    assert "ep 4 over 8 GPUs" in (unsupported(cand) or "")
+    files = configs(planned, cand, QWEN_MOE)
+    assert set(files) == {"deploy-sglang.sh"}
+    sg = servers("sglang", files["deploy-sglang.sh"])
+    assert [s.get("--ep-size") for s in sg] == [None, ["4"]]
+    assert all("--dp-size" not in s for s in sg)

@@ -142,14 +142,16 @@ def test_moe_plan_end_to_end_searches_layouts(tmp_path):
         assert r.at_rate.num_gpus == r.candidate.num_gpus <= 8
     assert any(r.candidate.prefill_dp > 1 or r.candidate.decode_dp > 1 for r in res.ranked)
     if advice.decided:
-        from disaggsim.plan.deploy import multi_rank
+        from disaggsim.plan.deploy import unsupported
 
         write_outputs(res, advice, tmp_path / "out", plots=False)
         rec = load_scenario(tmp_path / "out" / "recommended.yaml").scenario
         assert rec.num_gpus == advice.recommended.candidate.num_gpus
-        # launch configs only for layouts the engines' documented flags can express
+        # SGLang's launch config always; vLLM's and Dynamo's for layouts vLLM expresses
+        assert (tmp_path / "out" / "deploy-sglang.sh").is_file()
         written = (tmp_path / "out" / "deploy-vllm.sh").is_file()
-        assert written != multi_rank(advice.recommended.candidate)
+        assert written == (unsupported(advice.recommended.candidate) is None)
+        assert written == (tmp_path / "out" / "deploy-dynamo.yaml").is_file()
 
 
 # ------------------------------------------------------------------ topology fabrics

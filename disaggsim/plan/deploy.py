@@ -21,6 +21,18 @@ How disaggsim's deployment maps onto each engine:
   a colocated ``chunked`` pool gets its chunk as the budget;
 - FP8 weights → ``--quantization fp8``; FP8 KV → ``--kv-cache-dtype fp8`` (vLLM) /
   ``fp8_e4m3`` (SGLang);
+- MoE layouts (a worker of ``tp × dp`` GPUs, experts over ``ep`` of them): vLLM
+  ``--tensor-parallel-size tp --data-parallel-size dp`` and ``--enable-expert-parallel``
+  when ``ep = tp × dp`` (vLLM's EP degree is always TP × DP; ``ep = 1`` leaves the
+  experts tensor-parallel over all GPUs, vLLM's default), a worker over several nodes as
+  one ``vllm serve`` per node (``--data-parallel-size-local``, ``--data-parallel-address``,
+  ``--data-parallel-rpc-port``; ``--headless --data-parallel-start-rank`` off the head
+  node); SGLang ``--tp-size tp × dp --dp-size dp --enable-dp-attention --ep-size ep``
+  (its TP size counts every GPU, attention TP = tp-size / dp-size), over nodes with
+  ``--nnodes``/``--node-rank``/``--dist-init-addr``; Dynamo passes the vLLM flags through
+  and its operator adds the per-node data-parallel flags to a ``multinode`` service. A
+  layout with ``1 < ep < tp × dp`` has no vLLM form: only ``deploy-sglang.sh`` is written
+  (:func:`unsupported`);
 - disaggregated KV transfer: vLLM's ``NixlConnector`` (producer on prefill, consumer on
   decode instances) behind vLLM's example proxy; SGLang ``--disaggregation-mode`` with the
   Mooncake transfer backend behind ``sglang_router`` in PD mode; Dynamo's vLLM workers in
@@ -43,9 +55,18 @@ from disaggsim.costmodel.tp_layout import TpLayout, tp_layout
 if TYPE_CHECKING:
     from disaggsim.config.scenario import PoolConfig, Scenario
     from disaggsim.plan.advisor import Advice
-    from disaggsim.plan.search import SearchResult
+    from disaggsim.plan.search import Candidate, SearchResult
 
-__all__ = ["DEPLOY_FILES", "SOURCES", "Deployment", "Instance", "deployment_of", "launch_configs"]
+__all__ = [
+    "DEPLOY_FILES",
+    "SOURCES",
+    "Deployment",
+    "Instance",
+    "deployment_of",
+    "effective_ep",
+    "launch_configs",
+    "unsupported",
+]
 
 DEPLOY_FILES = ("deploy-vllm.sh", "deploy-sglang.sh", "deploy-dynamo.yaml")
 
@@ -56,6 +77,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "https://github.com/vllm-project/vllm/blob/026c83f974fcee0e1887060ebdcc53dc427bacfc"
         "/docs/features/nixl_connector_usage.md",
         "https://docs.vllm.ai/en/latest/serving/engine_args.html",
+        "https://github.com/vllm-project/vllm/blob/624b7aff3e997f284b2149b3798099029b916687"
+        "/docs/serving/data_parallel_deployment.md",
     ),
     "sglang": (
         "https://github.com/sgl-project/sglang/blob/b36e8e198b71553316b55bce53de6ecf9b3a9a47"
@@ -72,6 +95,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "/components/src/dynamo/vllm/backend_args.py",
         "https://github.com/ai-dynamo/dynamo/blob/000a36a7399ab3fa8e27d9537d8b1f5020e34db4"
         "/components/src/dynamo/vllm/args.py",
+        "https://github.com/ai-dynamo/dynamo/blob/f15b4f4a9bd05cfdc985feeffaf3b8c9c0149e0d"
+        "/deploy/cloud/operator/internal/dynamo/backend_vllm.go",
     ),
 }
 
@@ -81,6 +106,7 @@ PROXY_PORT = 8000
 SGLANG_HTTP_PORT = 30000
 SGLANG_BOOTSTRAP_PORT = 8998
 SGLANG_DIST_PORT = 5000
+VLLM_DP_RPC_PORT = 13345  # + the instance's first GPU (vLLM's data-parallel example port)
 DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:${VERSION}"
 
 
@@ -90,10 +116,21 @@ class Instance:
 
     role: str  # prefill | decode | colocated
     index: int  # within its role
-    tp: int
-    layout: TpLayout
-    nodes: tuple[int, ...]  # the nodes it uses (several when TP spans nodes)
+    tp: int  # attention TP per data-parallel rank
+    layout: TpLayout  # the placement of all tp x dp GPUs
+    nodes: tuple[int, ...]  # the nodes it uses (several when the worker spans nodes)
     first_gpu: int  # its first GPU in each of those nodes
+    dp: int = 1  # attention data-parallel ranks
+    ep: int = 1  # GPUs the experts are spread over (1: tensor-parallel experts)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Data-parallel ranks on each of its nodes (a rank's TP group stays in a node)."""
+        return max(1, self.layout.gpus_in_node // self.tp)
 
     @property
     def gpus(self) -> str:
@@ -138,19 +175,21 @@ def deployment_of(res: SearchResult, advice: Advice) -> Deployment:
     instances: list[Instance] = []
     cur_node, cur_gpu = 0, 0
     for role, pool in s.pools.items():
-        lay = tp_layout(gpu, pool.tp)
+        gpus = pool.gpus_per_worker
+        lay = tp_layout(gpu, gpus)
+        ep = effective_ep(pool.tp, pool.dp, pool.ep)
         for i in range(pool.num_workers):
             if lay.cross_node:
                 if cur_gpu:
                     cur_node, cur_gpu = cur_node + 1, 0
                 nodes = tuple(range(cur_node, cur_node + lay.num_nodes))
-                instances.append(Instance(role, i, pool.tp, lay, nodes, 0))
+                instances.append(Instance(role, i, pool.tp, lay, nodes, 0, pool.dp, ep))
                 cur_node += lay.num_nodes
                 continue
-            if cur_gpu + pool.tp > node:
+            if cur_gpu + gpus > node:
                 cur_node, cur_gpu = cur_node + 1, 0
-            instances.append(Instance(role, i, pool.tp, lay, (cur_node,), cur_gpu))
-            cur_gpu += pool.tp
+            instances.append(Instance(role, i, pool.tp, lay, (cur_node,), cur_gpu, pool.dp, ep))
+            cur_gpu += gpus
     num_nodes = cur_node + (1 if cur_gpu else 0)
     return Deployment(
         label=cand.label,
@@ -210,22 +249,54 @@ def _dtype_args_vllm(dep: Deployment) -> list[str]:
     return out
 
 
+def effective_ep(tp: int, dp: int, ep: int | None) -> int:
+    """The layout's EP degree with the cost model's default filled in (all GPUs when
+    ``dp > 1``, else 1: docs/costmodel.md)."""
+    if ep is not None:
+        return ep
+    return tp * dp if dp > 1 else 1
+
+
+def unsupported(cand: Candidate) -> str | None:
+    """Why vLLM (and Dynamo's vLLM backend) cannot launch ``cand``'s layouts, or None:
+    vLLM's EP degree is always TP × DP (``--enable-expert-parallel``) or 1."""
+    for role, lay in (("prefill", cand.prefill_layout), ("decode", cand.decode_layout)):
+        if lay.tp == 0:
+            continue
+        ep = effective_ep(lay.tp, lay.dp, lay.ep)
+        if ep not in (1, lay.gpus):
+            return (
+                f"the {role} layout's ep {ep} over {lay.gpus} GPUs has no vLLM form (vLLM "
+                "spreads experts over tp x dp GPUs with --enable-expert-parallel, or none): "
+                "deploy-vllm.sh and deploy-dynamo.yaml are not written, deploy-sglang.sh "
+                "is (--ep-size)"
+            )
+    return None
+
+
 def _vllm_engine_args(dep: Deployment, inst: Instance) -> list[str]:
+    """Per-rank batch limits: a pool's ``max_batch_seqs``/``max_batch_tokens`` count the
+    whole worker, vLLM's ``--max-num-seqs``/``--max-num-batched-tokens`` one DP rank."""
     pool = dep.pools[inst.role]
+    seqs = -(-pool.max_batch_seqs // inst.dp)
     # a step holds at most max_num_batched_tokens tokens: at least one per running sequence
-    budget = max(pool.max_batch_tokens, pool.max_batch_seqs)
+    budget = max(-(-pool.max_batch_tokens // inst.dp), seqs)
     args = [
         "--tensor-parallel-size",
         str(inst.tp),
         "--max-num-seqs",
-        str(pool.max_batch_seqs),
+        str(seqs),
         "--max-num-batched-tokens",
         str(budget),
         "--gpu-memory-utilization",
         f"{pool.gpu_mem_util:g}",
         *_dtype_args_vllm(dep),
     ]
-    if inst.layout.cross_node:
+    if inst.dp > 1:
+        args += ["--data-parallel-size", str(inst.dp)]
+    if inst.ep > 1:
+        args.append("--enable-expert-parallel")
+    if inst.layout.cross_node and inst.dp == 1:  # one TP group over nodes
         args += ["--distributed-executor-backend", "ray"]
     return args
 
@@ -266,28 +337,47 @@ def vllm_script(dep: Deployment) -> str:
     per_node: dict[int, list[str]] = {}
     for inst in dep.instances:
         head = inst.nodes[0]
-        env = [f"CUDA_VISIBLE_DEVICES={inst.gpus}"]
-        args = [
-            "vllm",
-            "serve",
-            '"$MODEL"',
-            "--port",
-            str(VLLM_HTTP_PORT + inst.first_gpu),
-            *_vllm_engine_args(dep, inst),
-        ]
-        if dep.kind == "disaggregate":
-            env += [
-                f'VLLM_NIXL_SIDE_CHANNEL_HOST="$NODE_{head}"',
-                f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_PORT + inst.first_gpu}",
-            ]
-            args += ["--kv-transfer-config", _kv_transfer(inst.role)]
-        note = f"# {inst.role} instance {inst.index}: node {head}, GPUs {inst.gpus}"
-        if inst.layout.cross_node:
-            note += (
-                f" on each of nodes {', '.join(map(str, inst.nodes))} (tp {inst.tp} across nodes:"
-                f" start a Ray cluster over them first, ray start --head on node {head})"
-            )
-        per_node.setdefault(head, []).append(f"{note}\n{' '.join(env)} {_q(args)} &")
+        multi_dp = inst.layout.cross_node and inst.dp > 1  # DP ranks over several nodes
+        nodes = inst.nodes if multi_dp else (head,)
+        for rank, n in enumerate(nodes):
+            env = [f"CUDA_VISIBLE_DEVICES={inst.gpus}"]
+            args = ["vllm", "serve", '"$MODEL"']
+            if rank > 0:  # engines only: the head node's API server fronts them
+                args.append("--headless")
+            else:
+                args += ["--port", str(VLLM_HTTP_PORT + inst.first_gpu)]
+            args += _vllm_engine_args(dep, inst)
+            if multi_dp:
+                local = inst.ranks_per_node
+                args += ["--data-parallel-size-local", str(local)]
+                if rank > 0:
+                    args += ["--data-parallel-start-rank", str(rank * local)]
+                args += [
+                    "--data-parallel-address",
+                    f'"$NODE_{head}"',
+                    "--data-parallel-rpc-port",
+                    str(VLLM_DP_RPC_PORT + inst.first_gpu),
+                ]
+            if dep.kind == "disaggregate":
+                env += [
+                    f'VLLM_NIXL_SIDE_CHANNEL_HOST="$NODE_{n}"',
+                    f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_PORT + inst.first_gpu}",
+                ]
+                args += ["--kv-transfer-config", _kv_transfer(inst.role)]
+            note = f"# {inst.role} instance {inst.index}: node {n}, GPUs {inst.gpus}"
+            if inst.dp > 1:
+                note += f" (tp {inst.tp} x dp {inst.dp}, ep {inst.ep})"
+            if multi_dp:
+                note += (
+                    f", data-parallel ranks {rank * inst.ranks_per_node}.."
+                    f"{(rank + 1) * inst.ranks_per_node - 1} of {inst.dp}"
+                )
+            elif inst.layout.cross_node:
+                note += (
+                    f" on each of nodes {', '.join(map(str, inst.nodes))} (tp {inst.tp} across "
+                    f"nodes: start a Ray cluster over them first, ray start --head on node {head})"
+                )
+            per_node.setdefault(n, []).append(f"{note}\n{' '.join(env)} {_q(args)} &")
     if dep.kind == "disaggregate":
         pre, dec = dep.of("prefill"), dep.of("decode")
         proxy = [
@@ -337,21 +427,28 @@ def sglang_script(dep: Deployment) -> str:
     for inst in dep.instances:
         pool = dep.pools[inst.role]
         port = SGLANG_HTTP_PORT + inst.first_gpu
+        # SGLang's TP size counts every GPU of the instance (attention TP = tp / dp with
+        # DP attention); its running-request and chunk limits are the instance's (split
+        # over the DP ranks by SGLang), a prefill batch's tokens are per rank
         args = [
             "python", "-m", "sglang.launch_server", "--model-path", '"$MODEL"',
-            "--host", "0.0.0.0", "--port", str(port), "--tp-size", str(inst.tp),
+            "--host", "0.0.0.0", "--port", str(port), "--tp-size", str(inst.num_gpus),
             "--base-gpu-id", str(inst.first_gpu),
             "--mem-fraction-static", f"{pool.gpu_mem_util:g}",
             "--max-running-requests", str(pool.max_batch_seqs),
             *_dtype_args_sglang(dep),
         ]  # fmt: skip
+        if inst.dp > 1:
+            args += ["--dp-size", str(inst.dp), "--enable-dp-attention"]
+        if inst.ep > 1:
+            args += ["--ep-size", str(inst.ep)]
         if inst.role == "decode":
             pass
         elif inst.role == "colocated" and dep.kind == "colocate_chunked":
             args += ["--chunked-prefill-size", str(pool.max_batch_tokens)]
         else:  # whole prompts: no chunking, a prefill batch holds the longest prompt
             args += ["--chunked-prefill-size", "-1", "--max-prefill-tokens",
-                     str(pool.max_batch_tokens)]  # fmt: skip
+                     str(-(-pool.max_batch_tokens // inst.dp))]  # fmt: skip
         bootstrap = SGLANG_BOOTSTRAP_PORT + inst.first_gpu
         if dep.kind == "disaggregate":
             args += ["--disaggregation-mode", inst.role,
@@ -383,7 +480,8 @@ def sglang_script(dep: Deployment) -> str:
 
 def dynamo_yaml(dep: Deployment) -> str:
     """A ``DynamoGraphDeployment`` with the vLLM backend: a frontend and one service per
-    pool (``replicas`` = workers; ``multinode.nodeCount`` when TP spans nodes)."""
+    pool (``replicas`` = workers; ``multinode.nodeCount`` when a worker spans nodes: the
+    operator adds Ray or the per-node data-parallel flags)."""
     services: dict[str, Any] = {
         "Frontend": {
             "componentType": "frontend",
@@ -409,7 +507,7 @@ def dynamo_yaml(dep: Deployment) -> str:
         if dep.kind == "disaggregate":
             args += ["--disaggregation-mode", role, "--kv-transfer-config", _kv_transfer(role)]
         engine = _vllm_engine_args(dep, inst)
-        if inst.layout.cross_node:  # Dynamo spans the nodes itself (multinode below)
+        if "--distributed-executor-backend" in engine:  # the operator adds Ray (multinode)
             engine = engine[: engine.index("--distributed-executor-backend")]
         args += engine
         svc: dict[str, Any] = {
@@ -450,21 +548,13 @@ def _k8s_name(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
 
 
-def multi_rank(cand) -> bool:
-    """True for a worker layout with data-parallel ranks or an explicit EP degree (MoE):
-    the engines' DP/EP flags are not in ``deploy_flags.yaml`` yet, so no launch
-    configuration is written for it (docs/planning.md)."""
-    return any(x.dp > 1 or x.ep is not None for x in (cand.prefill_layout, cand.decode_layout))
-
-
 def launch_configs(res: SearchResult, advice: Advice) -> dict[str, str]:
-    """File name → text of the three launch configurations (:data:`DEPLOY_FILES`); none
-    for a :func:`multi_rank` layout."""
-    if advice.recommended is not None and multi_rank(advice.recommended.candidate):
-        return {}
+    """File name → text of the launch configurations (:data:`DEPLOY_FILES`); only
+    ``deploy-sglang.sh`` for a layout vLLM cannot express (:func:`unsupported`)."""
     dep = deployment_of(res, advice)
-    return {
-        "deploy-vllm.sh": vllm_script(dep),
-        "deploy-sglang.sh": sglang_script(dep),
-        "deploy-dynamo.yaml": dynamo_yaml(dep),
-    }
+    files = {"deploy-sglang.sh": sglang_script(dep)}
+    assert advice.recommended is not None
+    if unsupported(advice.recommended.candidate) is None:
+        files["deploy-vllm.sh"] = vllm_script(dep)
+        files["deploy-dynamo.yaml"] = dynamo_yaml(dep)
+    return {name: files[name] for name in DEPLOY_FILES if name in files}
