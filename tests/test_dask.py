@@ -30,7 +30,12 @@ def cluster():
     with (
         dask.config.set(timeouts),
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            # ":0": the dashboard on a free port (None means the fixed default 8787, which
+            # another process on the machine may hold)
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
         ) as c,
     ):
         yield c
