@@ -49,6 +49,29 @@ class WorkerCost(Protocol):
     ) -> float: ...
 
 
+def context_kv_bytes(cost: WorkerCost, tokens: int) -> int:
+    """Bytes of KV one sequence of ``tokens`` tokens holds on a worker (all GPUs
+    together): what a handoff or a swap copy moves. A cost model whose layers keep a
+    bounded window (sliding or chunked attention) offers ``context_kv_bytes(tokens)``;
+    otherwise every layer keeps every token, ``tokens × kv_bytes_per_token``."""
+    f = getattr(cost, "context_kv_bytes", None)
+    if f is not None:
+        return int(f(tokens))
+    return tokens * cost.kv_bytes_per_token
+
+
+def kv_copy_gpus(cost: WorkerCost, num_seqs: int) -> float:
+    """How many GPUs' worth of links a copy of ``num_seqs`` sequences' KV runs over in
+    parallel: the copy ends when the busiest GPU has copied its share. Every GPU holds a
+    shard of every sequence (``num_gpus``) unless the cost model says otherwise
+    (``kv_copy_gpus(num_seqs)``: data-parallel ranks hold whole sequences, MLA's latent
+    is replicated across a rank's TP group)."""
+    f = getattr(cost, "kv_copy_gpus", None)
+    if f is not None:
+        return float(f(num_seqs))
+    return float(cost.num_gpus)
+
+
 def decode_step_time_s(cost: WorkerCost, batch: int, context_tokens: int) -> float:
     """Seconds of one decode step: the stream-bound line, or the item-bound line where the
     cost model has one and it is larger (short contexts)."""

@@ -484,6 +484,27 @@ class MoeWorkerCost:
         self.kv_capacity_tokens = per_rank * lo.dp
         self._decode_cache: dict[int, tuple[float, float]] = {}
 
+    def context_kv_bytes(self, tokens: int) -> int:
+        """KV bytes of one sequence of ``tokens`` tokens (all GPUs of its DP rank
+        together, each TP shard once): full-attention layers keep every token, windowed
+        layers (sliding or chunked) at most the window (:meth:`ModelSpec.kv_bytes`)."""
+        per_layer = float(self.model.kv_elems_per_token_per_layer()) * self._kv_elem
+        kept = self.num_full_layers * tokens + self.num_window_layers * min(
+            tokens, self.window_tokens
+        )
+        return int(kept * per_layer)
+
+    def kv_copy_gpus(self, num_seqs: int) -> float:
+        """GPUs' worth of parallel links for a copy of ``num_seqs`` sequences' KV (swap):
+        a sequence lives on one DP rank, spread over ``shard`` of its TP GPUs (``tp`` for
+        sharded KV heads, 1 for MLA's replicated latent, each GPU copying all of it); the
+        sequences spread evenly over the ranks, so the busiest rank holds
+        ``ceil(n / dp)`` of them and the copy takes ``bytes × ceil(n / dp) / n / shard``
+        per GPU."""
+        n = max(int(num_seqs), 1)
+        shard = self.kv_bytes_per_token / self.kv_bytes_per_token_per_gpu
+        return n / -(-n // self.dp) * shard
+
     # --- routing ---------------------------------------------------------------------------
 
     def _imbalance_table(self) -> tuple[tuple[float, ...], tuple[float, ...]]:

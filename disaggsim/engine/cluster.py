@@ -362,8 +362,8 @@ class Cluster:
     def decode_freed(self) -> None:
         self.router.decode_freed()
 
-    def swap_copy(self, w: Worker, nbytes: float, direction: str) -> simpy.Event:
-        return self.handoff.swap_copy(w, nbytes, direction)
+    def swap_copy(self, w: Worker, nbytes: float, direction: str, num_seqs: int = 0) -> simpy.Event:
+        return self.handoff.swap_copy(w, nbytes, direction, num_seqs)
 
     def cancel_swap(self, w: Worker) -> None:
         self.handoff.cancel_swap(w)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from disaggsim.costmodel.interface import context_kv_bytes, kv_copy_gpus
 from disaggsim.engine.config import EngineConfig, LinkWindow, TransferTime
 from disaggsim.engine.events import call_later
 from disaggsim.engine.records import RequestLog
@@ -77,8 +78,9 @@ class Handoff:
     # -- transfers ----------------------------------------------------------------------
 
     def kv_bytes(self, rid: int, w: Worker) -> int:
-        """Bytes of ``rid``'s KV on ``w`` (its prompt and the tokens so far)."""
-        return self.requests.prefill_len(rid) * w.cost.kv_bytes_per_token
+        """Bytes of ``rid``'s KV on ``w`` (its prompt and the tokens so far): the KV the
+        model holds for that context (windowed layers at most their window)."""
+        return context_kv_bytes(w.cost, self.requests.prefill_len(rid))
 
     def in_flight(self, rid: int) -> bool:
         return rid in self._transfers
@@ -216,11 +218,18 @@ class Handoff:
 
     # -- swap copies ----------------------------------------------------------------------
 
-    def swap_copy(self, w: Worker, nbytes: float, direction: str) -> simpy.Event:
-        """An event that fires when ``w`` has copied ``nbytes`` of KV out to host memory
-        (``direction`` ``out``) or back in. On a topology fabric built with host paths
-        every GPU copies its shard over its own PCIe link as a flow sharing the link with
-        KV handoffs; otherwise it takes the profile's pinned-copy time, uncontended."""
+    def swap_copy(self, w: Worker, nbytes: float, direction: str, num_seqs: int = 0) -> simpy.Event:
+        """An event that fires when ``w`` has copied ``nbytes`` of KV (``num_seqs``
+        sequences) out to host memory (``direction`` ``out``) or back in. On a topology
+        fabric built with host paths every GPU copies its shard over its own PCIe link as
+        a flow sharing the link with KV handoffs; otherwise it takes the profile's
+        pinned-copy time, uncontended. Both spread a copy over all the worker's GPUs, so
+        a worker whose GPUs do not all hold a shard of every sequence (data-parallel
+        ranks, MLA's replicated latent: :func:`kv_copy_gpus`) copies the bytes its
+        busiest GPU holds on each: ``nbytes × num_gpus / kv_copy_gpus`` spread evenly
+        (on a topology, the idle GPUs' PCIe links then carry a share too)."""
+        if num_seqs > 0:
+            nbytes = nbytes * w.cost.num_gpus / kv_copy_gpus(w.cost, num_seqs)
         path = None
         if self.topology is not None:
             path = self.topology.host_path(w.index, "d2h" if direction == "out" else "h2d")

@@ -54,7 +54,9 @@ class WorkerHost(Protocol):
 
     # -- KV copies to host memory (swap) ------------------------------------------------
 
-    def swap_copy(self, w: Worker, nbytes: float, direction: str) -> simpy.Event: ...
+    def swap_copy(
+        self, w: Worker, nbytes: float, direction: str, num_seqs: int = 0
+    ) -> simpy.Event: ...
 
     def cancel_swap(self, w: Worker) -> None: ...
 

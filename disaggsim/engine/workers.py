@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
-from disaggsim.costmodel.interface import WorkerCost
+from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
 from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
@@ -702,14 +702,14 @@ class _TokenBatch(Worker):
             self.kv_used_blocks -= self._leave(rid)
             host.log.num_preemptions[rid] += 1
             victims.append(rid)
-            swap_bytes += (
-                self.requests.prompt_tokens[rid] + self.requests.generated[rid]
-            ) * self.cost.kv_bytes_per_token
+            swap_bytes += context_kv_bytes(
+                self.cost, int(self.requests.prompt_tokens[rid] + self.requests.generated[rid])
+            )
         if host.preemption == "swap":
             # swapped from the copy's start: a failure during it loses them with the rest
             self.swapped.extend(victims)
             if swap_bytes:
-                yield from self._swap_stall(swap_bytes, "out")
+                yield from self._swap_stall(swap_bytes, "out", len(victims))
         else:
             for rid in victims:
                 self._recompute(rid)
@@ -730,17 +730,17 @@ class _TokenBatch(Worker):
                 break
             self.kv_used_blocks += need
             back.append(rid)
-            nbytes += (
-                self.requests.prompt_tokens[rid] + self.requests.generated[rid]
-            ) * self.cost.kv_bytes_per_token
+            nbytes += context_kv_bytes(
+                self.cost, int(self.requests.prompt_tokens[rid] + self.requests.generated[rid])
+            )
         if back:
             # they stay swapped until the copy ends: a failure during it loses them
-            yield from self._swap_stall(nbytes, "in")
+            yield from self._swap_stall(nbytes, "in", len(back))
             for rid in back:
                 self.swapped.popleft()
                 self._join(rid)
 
-    def _swap_stall(self, nbytes: float, direction: str) -> Proc:
+    def _swap_stall(self, nbytes: float, direction: str, num_seqs: int) -> Proc:
         """The worker does no token step while it copies ``nbytes`` of KV to host memory
         (``out``) or back; logged as a stall from its start to its end (or the failure
         that cuts it, which also stops the copy)."""
@@ -751,7 +751,7 @@ class _TokenBatch(Worker):
         log.append((start, 0.0, 0, 0))
         i = len(log) - 1
         try:
-            yield host.swap_copy(self, nbytes, direction)
+            yield host.swap_copy(self, nbytes, direction, num_seqs)
         finally:
             log[i] = (start, self.env.now - start, 0, 0)
             host.cancel_swap(self)
