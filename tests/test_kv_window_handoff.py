@@ -65,6 +65,10 @@ def test_gpt_oss_handoff_keeps_the_sliding_window(gpt_oss):
     # sliding layers' window
     assert gpt_oss.kv_bytes_per_token == 18 * per
     assert handed_off_bytes(gpt_oss, 1000) == [41_582_592]
+    # the same bytes from the cost model's KV helper (disaggsim cost kv, summaries)
+    from disaggsim.costmodel.kv import kv_bytes
+
+    assert kv_bytes("gpt-oss-120b", 1000) == 41_582_592
 
 
 def test_maverick_handoff_bounds_the_chunked_layers(maverick):

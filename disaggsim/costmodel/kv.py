@@ -69,10 +69,11 @@ class KvTransfer:
 
 
 def kv_bytes(model: str | ModelSpec, tokens: int, kv_dtype: str = "bf16") -> int:
-    """Bytes of KV cache for ``tokens`` tokens of context of ``model``."""
+    """Bytes of KV cache for ``tokens`` tokens of context of ``model`` (windowed layers
+    keep at most their window: :meth:`ModelSpec.kv_bytes`)."""
     if tokens < 0:
         raise UserError(f"tokens must be >= 0, got {tokens}")
-    return get_model(model).kv_bytes_per_token(kv_dtype) * tokens
+    return get_model(model).kv_bytes(tokens, kv_dtype)
 
 
 def _check_link(link: str) -> None:

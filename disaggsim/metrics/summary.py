@@ -184,6 +184,20 @@ def _handoff(done: pd.DataFrame, raw: RawResult, scenario: Scenario) -> dict[str
         done["prefill_end_at_s"], done["transfer_start_at_s"]
     )
     kv_bpt = raw.kv_bytes_per_token.get("prefill", 0)
+    moved = done["prompt_tokens"].to_numpy(float) * kv_bpt
+    from disaggsim.catalog import get_model
+
+    model = get_model(scenario.model)
+    win = model.attention_window
+    if win is not None:  # windowed layers hold at most their window (the bytes handed off)
+        from disaggsim.catalog import dtype_bytes
+
+        per_layer = model.kv_elems_per_token_per_layer() * dtype_bytes(scenario.kv_dtype)
+        tokens = done["prompt_tokens"].to_numpy(float)
+        moved = per_layer * (
+            model.num_full_attention_layers * tokens
+            + win.num_layers * np.minimum(tokens, win.tokens)
+        )
     link_util_max = float("nan")
     if raw.link_util is not None:
         from disaggsim.fabric.flows import fabric_summary
@@ -194,9 +208,7 @@ def _handoff(done: pd.DataFrame, raw: RawResult, scenario: Scenario) -> dict[str
         "kv_transfer_p99_s": percentile(tr, 99),
         "kv_exposed_p50_s": percentile(exposed.to_numpy(float), 50),
         "kv_exposed_p99_s": percentile(exposed.to_numpy(float), 99),
-        "kv_transfer_bytes_mean": float((done["prompt_tokens"] * kv_bpt).mean())
-        if len(done)
-        else float("nan"),
+        "kv_transfer_bytes_mean": float(moved.mean()) if len(done) else float("nan"),
         "link_util_max": link_util_max,
     }
 
