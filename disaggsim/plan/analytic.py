@@ -79,8 +79,41 @@ class Layout:
         return out + (f" ep{self.ep}" if self.ep is not None and self.ep > 1 else "")
 
 
+class PoolLayouts:
+    """The prefill and decode worker layouts of a deployment held as flat fields
+    (:class:`AnalyticGuess`, ``search.Candidate``). Colocated: the prefill fields are the
+    pool's and there are no decode workers."""
+
+    __slots__ = ()
+
+    num_prefill_workers: int
+    prefill_tp: int
+    prefill_dp: int
+    prefill_ep: int | None
+    num_decode_workers: int
+    decode_tp: int
+    decode_dp: int
+    decode_ep: int | None
+
+    @property
+    def prefill_layout(self) -> Layout:
+        """The prefill (colocated: the pool's) worker layout."""
+        return Layout(self.prefill_tp, self.prefill_dp, self.prefill_ep)
+
+    @property
+    def decode_layout(self) -> Layout:
+        return Layout(self.decode_tp, self.decode_dp, self.decode_ep)
+
+    @property
+    def num_gpus(self) -> int:
+        return (
+            self.num_prefill_workers * self.prefill_layout.gpus
+            + self.num_decode_workers * self.decode_layout.gpus
+        )
+
+
 @dataclass(frozen=True, slots=True)
-class AnalyticGuess:
+class AnalyticGuess(PoolLayouts):
     """The first guess and the numbers it came from (seconds, tokens, GPUs)."""
 
     num_requests_sampled: int
@@ -110,21 +143,6 @@ class AnalyticGuess:
     decode_ep: int | None = None
     prefix_hit_share: float = 0.0  # expected share of prompt tokens found cached
     prefill_gpu_s_no_reuse: float = float("nan")  # prefill GPU-s per request at share 0
-
-    @property
-    def prefill_layout(self) -> Layout:
-        return Layout(self.prefill_tp, self.prefill_dp, self.prefill_ep)
-
-    @property
-    def decode_layout(self) -> Layout:
-        return Layout(self.decode_tp, self.decode_dp, self.decode_ep)
-
-    @property
-    def num_gpus(self) -> int:
-        return (
-            self.num_prefill_workers * self.prefill_layout.gpus
-            + self.num_decode_workers * self.decode_layout.gpus
-        )
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -39,6 +39,7 @@ from disaggsim.metrics.summary_table import Summary
 from disaggsim.plan.analytic import (
     AnalyticGuess,
     Layout,
+    PoolLayouts,
     analytic_guess,
     cache_enabled,
     expected_prefix_hit_share,
@@ -146,7 +147,7 @@ class PlanOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(PoolLayouts):
     """One deployment. Colocated: ``num_prefill_workers``/``prefill_tp`` are the pool's
     workers and TP; the decode fields are 0."""
 
@@ -163,22 +164,6 @@ class Candidate:
     prefill_ep: int | None = None
     decode_dp: int = 1
     decode_ep: int | None = None
-
-    @property
-    def prefill_layout(self) -> Layout:
-        """The prefill (colocated: the pool's) worker layout."""
-        return Layout(self.prefill_tp, self.prefill_dp, self.prefill_ep)
-
-    @property
-    def decode_layout(self) -> Layout:
-        return Layout(self.decode_tp, self.decode_dp, self.decode_ep)
-
-    @property
-    def num_gpus(self) -> int:
-        gpus = self.num_prefill_workers * self.prefill_layout.gpus
-        if self.num_decode_workers:
-            gpus += self.num_decode_workers * self.decode_layout.gpus
-        return gpus
 
     @property
     def label(self) -> str:
