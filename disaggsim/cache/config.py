@@ -11,7 +11,9 @@ cache:
 
 HBM is always the first tier: a worker's KV capacity (``gpu_mem_util`` and the cost
 model decide it), shared between running requests and cached blocks. Capacities are
-converted to tokens once, with the model's KV bytes per token (:meth:`CacheConfig.dram_tokens`,
+converted to tokens once, with the bytes a stored block spends per token
+(:func:`disaggsim.cache.worker.stored_bytes_per_token`: the model's KV bytes per token
+unless windowed layers keep less; :meth:`CacheConfig.dram_tokens`,
 :meth:`CacheConfig.remote_tokens`). Validation follows the project's style: frozen
 models, unknown keys refused, and :func:`validate_cache_section` turns the first error
 into one line naming the file and the field.
@@ -64,13 +66,13 @@ class CacheConfig(_Frozen):
     tiers: CacheTiers = CacheTiers()
     routing: CacheRouting = CacheRouting()
 
-    def dram_tokens(self, kv_bytes_per_token: int) -> int | None:
+    def dram_tokens(self, kv_bytes_per_token: float) -> int | None:
         """DRAM capacity per node in tokens, or None without a DRAM tier."""
         if self.tiers.dram is None:
             return None
         return _tokens(self.tiers.dram.capacity_gib_per_node, kv_bytes_per_token)
 
-    def remote_tokens(self, kv_bytes_per_token: int) -> int | None:
+    def remote_tokens(self, kv_bytes_per_token: float) -> int | None:
         """Remote store capacity in tokens; None when unbounded or absent (see
         :attr:`has_remote`)."""
         remote = self.tiers.remote
@@ -83,7 +85,9 @@ class CacheConfig(_Frozen):
         return self.tiers.remote is not None
 
 
-def _tokens(gib: float, kv_bytes_per_token: int) -> int:
+def _tokens(gib: float, kv_bytes_per_token: float) -> int:
+    if not kv_bytes_per_token > 0:
+        raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token}")
     return math.floor(gib * GiB / kv_bytes_per_token)
 
 

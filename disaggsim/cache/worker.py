@@ -32,6 +32,20 @@ engine can issue the fabric flows. Blocks evicted from HBM are copied down to DR
 (demotion, write-back); newly computed blocks are written through to the remote store
 at :meth:`commit` (as Mooncake's prefill nodes put KV into Mooncake Store).
 
+Bytes a copy moves (promotion, demotion, write-through) come from one function,
+``kv_bytes(tokens)``: the KV one sequence of ``tokens`` tokens holds, the same
+:func:`~disaggsim.costmodel.interface.context_kv_bytes` that sizes KV handoffs and swap
+copies (full-attention layers keep every token, sliding/chunked layers at most their
+window). A *stored* block (demoted to DRAM, written through to the remote store) holds
+``kv_bytes(t)`` for its ``t`` tokens: a later hit may end at that block, and then its
+windowed layers need the block's own tokens (at most the window). A *promotion* moves
+only what continuing the prompt after the hit needs: with the hit prefix ending at token
+``h``, the block covering tokens ``[a, b)`` moves ``kv_bytes(h - a) - kv_bytes(h - b)``
+(its full-attention layers whole, its windowed layers where the block lies within the
+window before ``h``), so promoting a whole hit prefix moves ``kv_bytes(h)``, exactly what
+a handoff of it moves. Without a window every layer keeps every token and all three are
+``t × kv_bytes_per_token``.
+
 The cache never holds more than the limit the engine gives it: :meth:`admit` evicts
 unpinned blocks to fit and refuses (changing nothing) when even evicting all of them
 would not; :meth:`evict_to` shrinks it when the engine needs memory for something else.
@@ -41,15 +55,39 @@ yields the first output token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal, Protocol
 
 from disaggsim.cache.policies import EvictionPolicy, LruPolicy, RadixPolicy
 from disaggsim.cache.store import BlockStore
+from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
 
 CachePolicyName = Literal["lru", "radix"]
 CACHE_POLICIES: tuple[str, ...] = ("lru", "radix")
+
+KvBytes = Callable[[int], int]
+"""Bytes of KV one sequence of ``tokens`` tokens holds on a worker (all its GPUs)."""
+
+
+def worker_kv_bytes(cost: WorkerCost) -> KvBytes | None:
+    """The cache's ``kv_bytes`` for a worker: the cost model's
+    :func:`~disaggsim.costmodel.interface.context_kv_bytes` (the function handoffs and
+    swaps use), or None when every layer keeps every token (then a copy of ``t`` tokens
+    is ``t × kv_bytes_per_token`` and the cache keeps its integer arithmetic)."""
+    if getattr(cost, "context_kv_bytes", None) is None:
+        return None
+    return partial(context_kv_bytes, cost)
+
+
+def stored_bytes_per_token(cost: WorkerCost, block_tokens: int) -> float:
+    """Bytes a DRAM or remote tier spends per token of a stored full block
+    (``kv_bytes(block_tokens) / block_tokens``): what a tier's GiB convert to tokens with
+    (:meth:`CacheConfig.dram_tokens`). Equals ``kv_bytes_per_token`` without a window."""
+    if block_tokens < 1:
+        raise ValueError(f"block_tokens must be >= 1, got {block_tokens}")
+    return context_kv_bytes(cost, block_tokens) / block_tokens
 
 
 class CacheListener(Protocol):
@@ -162,11 +200,15 @@ class WorkerKvCache:
     worker_id : the worker's id (passed to the listener).
     capacity_tokens : the most tokens HBM may hold (the worker's KV capacity).
     block_tokens : tokens per full block (the workload's hash block).
-    kv_bytes_per_token : bytes a token's KV takes when moved (all layers and shards).
+    kv_bytes_per_token : bytes a token's KV takes when moved (all layers and shards)
+        when every layer keeps every token.
     policy : ``"lru"`` or ``"radix"``.
     dram : the host DRAM tier of the worker's node (shared by its workers), or None.
     remote : the shared remote store, or None.
     listener : told when blocks become hit-able here and stop being so.
+    kv_bytes : bytes of KV a sequence of ``tokens`` tokens holds (:func:`worker_kv_bytes`
+        of the worker's cost); None: ``tokens × kv_bytes_per_token``. Sizes every copy
+        (module docstring).
     """
 
     def __init__(
@@ -179,6 +221,7 @@ class WorkerKvCache:
         dram: BlockStore | None = None,
         remote: BlockStore | None = None,
         listener: CacheListener | None = None,
+        kv_bytes: KvBytes | None = None,
     ) -> None:
         if capacity_tokens < 0:
             raise ValueError(f"capacity_tokens must be >= 0, got {capacity_tokens}")
@@ -188,6 +231,7 @@ class WorkerKvCache:
         self.capacity_tokens = capacity_tokens
         self.block_tokens = block_tokens
         self.kv_bytes_per_token = kv_bytes_per_token
+        self.kv_bytes = kv_bytes
         self.dram = dram
         self.remote = remote
         self.listener = listener
@@ -317,22 +361,27 @@ class WorkerKvCache:
         # promote lower-tier hits before evicting: the demotions that eviction writes to
         # DRAM may push out of DRAM the very blocks this request is promoting
         promote_pcie = promote_nic = 0
-        kvb = self.kv_bytes_per_token
+        kvb, kvf = self.kv_bytes_per_token, self.kv_bytes
         dram, remote = self.dram, self.remote
         promoted_tokens = 0
+        hit_end = min(hit * bt, prompt_tokens)  # tokens the hit blocks cover
         for k in range(hit):
             bid = chain[k]
             if bid in blocks:
                 continue  # an HBM hit, pinned above
             t = min(bt, prompt_tokens - k * bt)
             promoted_tokens += t
+            if kvf is None:
+                nbytes = t * kvb
+            else:  # what continuing after the hit needs of this block (module docstring)
+                nbytes = kvf(hit_end - k * bt) - kvf(hit_end - k * bt - t)
             if dram is not None and bid in dram:
                 dram.touch(bid)
-                promote_pcie += t * kvb
+                promote_pcie += nbytes
             else:
                 assert remote is not None
                 remote.touch(bid)
-                promote_nic += t * kvb
+                promote_nic += nbytes
             self._insert(bid, t, chain[k - 1] if k else -1, tick)
             held.pinned.append(bid)
         # promoted blocks are in HBM now (pinned): make room for the pending suffix
@@ -360,7 +409,8 @@ class WorkerKvCache:
         blocks, remote = self._blocks, self.remote
         self._tick += 1
         tick = self._tick
-        committed = dedup = put_tokens = 0
+        committed = dedup = put_tokens = put_bytes = 0
+        kvf = self.kv_bytes
         for k in range(held.next_pos, end):
             bid = chain[k]
             t = min(bt, L - k * bt)
@@ -378,8 +428,12 @@ class WorkerKvCache:
             held.pinned.append(bid)
             if remote is not None and bid not in remote and remote.put(bid, t):
                 put_tokens += t
+                if kvf is not None:
+                    put_bytes += kvf(t)
         held.next_pos = max(held.next_pos, end)
-        return Commit(committed, dedup, put_tokens * self.kv_bytes_per_token)
+        if kvf is None:
+            put_bytes = put_tokens * self.kv_bytes_per_token
+        return Commit(committed, dedup, put_bytes)
 
     def release(self, request_id: int) -> None:
         """The request no longer needs its KV here (handoff done, finished, preempted
@@ -439,8 +493,8 @@ class WorkerKvCache:
             self.listener.added(self.worker_id, bid)
 
     def _evict_until(self, limit_tokens: int) -> tuple[int, int]:
-        freed = demoted = 0
-        policy, blocks, dram = self._policy, self._blocks, self.dram
+        freed = demoted = demoted_bytes = 0
+        policy, blocks, dram, kvf = self._policy, self._blocks, self.dram, self.kv_bytes
         while self.tokens_total > limit_tokens:
             bid = policy.victim()
             if bid is None:
@@ -460,4 +514,8 @@ class WorkerKvCache:
                 self.listener.removed(self.worker_id, bid)
             if dram is not None and bid not in dram and dram.put(bid, b.tokens):
                 demoted += b.tokens
-        return freed, demoted * self.kv_bytes_per_token
+                if kvf is not None:
+                    demoted_bytes += kvf(b.tokens)
+        if kvf is None:
+            demoted_bytes = demoted * self.kv_bytes_per_token
+        return freed, demoted_bytes

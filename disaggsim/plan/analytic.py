@@ -320,6 +320,7 @@ def expected_prefix_hit_share(
     ``n``-th request (``round_robin``); the cache policy is ``cache.policy`` (radix when
     the scenario has no ``cache:``)."""
     from disaggsim.cache.estimate import expected_hit_share
+    from disaggsim.cache.worker import stored_bytes_per_token
     from disaggsim.catalog import get_gpu
 
     if requests.prefix_chains is None:
@@ -334,7 +335,8 @@ def expected_prefix_hit_share(
     cache = getattr(s, "cache", None)
     n = max(1, num_workers)
     if cache is not None and room is not None:
-        per_token = int(cost.kv_bytes_per_token)
+        # what a stored block spends per token, as the engine sizes its tiers
+        per_token = stored_bytes_per_token(cost, requests.prefix_chains.block_tokens)
         dram = cache.dram_tokens(per_token)
         if dram is not None:  # a node's DRAM is shared by the workers on it
             per_node = max(1, get_gpu(gpu).gpus_per_node // lay.gpus)
