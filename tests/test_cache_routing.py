@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disaggsim.cache import OverlapIndex, WorkerKvCache, cache_aware_costs, pick_lowest_cost
+from disaggsim.cache import (
+    OverlapIndex,
+    WorkerKvCache,
+    cache_aware_costs,
+    pick_lowest_cost,
+    uncached_prompt_tokens,
+)
 
 
 def test_cost_by_hand() -> None:
@@ -27,6 +33,29 @@ def test_cost_by_hand() -> None:
     assert pick_lowest_cost([3.0, 3.0, 4.0], [9, 4, 1]) == 4
     with pytest.raises(ValueError):
         pick_lowest_cost([], [])
+
+
+def test_queued_work_counts_the_uncached_tokens() -> None:
+    """Dynamo books a routed request at its uncached tokens on the chosen worker. Worker
+    0 has two queued 4,000-token prompts with 3,584 of each cached there (7 blocks of
+    512): 416 + 416 = 832 tokens to compute; worker 1 one uncached 1,500-token prompt.
+    A new 2,000-token prompt cached nowhere: w0 832 + 2,000 + 2,000 = 4,832, w1 1,500 +
+    2,000 + 2,000 = 5,500 -> worker 0. Counting whole prompts (8,000 queued on w0:
+    12,000) would send it to worker 1, the one with more work queued."""
+    assert uncached_prompt_tokens(4000, 3584) == 416
+    assert uncached_prompt_tokens(1500, 0) == 1500
+    assert uncached_prompt_tokens(1000, 1000) == 1  # the last prompt token is computed
+    assert uncached_prompt_tokens(1000, 5000) == 1
+    queued = [uncached_prompt_tokens(4000, 3584) * 2, uncached_prompt_tokens(1500, 0)]
+    costs = cache_aware_costs([0, 0], queued, [0, 0], 2000)
+    assert costs.tolist() == [4832.0, 5500.0]
+    assert pick_lowest_cost(costs, [0, 1]) == 0
+    whole = cache_aware_costs([0, 0], [8000, 1500], [0, 0], 2000)
+    assert pick_lowest_cost(whole, [0, 1]) == 1
+    with pytest.raises(ValueError, match="prompt_tokens must be >= 1"):
+        uncached_prompt_tokens(0, 0)
+    with pytest.raises(ValueError, match="overlap_tokens must be >= 0"):
+        uncached_prompt_tokens(10, -1)
 
 
 @settings(max_examples=200, deadline=None)

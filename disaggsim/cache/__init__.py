@@ -13,7 +13,12 @@ Pure Python, no simpy: the engine calls these objects at its state changes
 
 from disaggsim.cache.config import CacheConfig, validate_cache_section
 from disaggsim.cache.estimate import expected_hit_share
-from disaggsim.cache.routing import OverlapIndex, cache_aware_costs, pick_lowest_cost
+from disaggsim.cache.routing import (
+    OverlapIndex,
+    cache_aware_costs,
+    pick_lowest_cost,
+    uncached_prompt_tokens,
+)
 from disaggsim.cache.store import BlockStore
 from disaggsim.cache.summary import SUMMARY_KEYS, TIMESERIES_COLUMNS, prefix_summary
 from disaggsim.cache.worker import (
@@ -41,5 +46,6 @@ __all__ = [
     "expected_hit_share",
     "pick_lowest_cost",
     "prefix_summary",
+    "uncached_prompt_tokens",
     "validate_cache_section",
 ]

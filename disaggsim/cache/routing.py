@@ -11,7 +11,14 @@ what Dynamo's deterministic mode (temperature 0) picks up to its tie order::
     cost_w = overlap_weight * (queued_prefill_tokens_w + prompt_tokens - overlap_tokens_w)
              + active_kv_tokens_w + prompt_tokens
 
-``overlap_weight`` defaults to 1.0, Dynamo's ``--kv-overlap-score-weight`` default;
+``queued_prefill_tokens_w`` is the prefill work already booked on ``w``: Dynamo's router
+books each request it routes at its *uncached* tokens on the chosen worker,
+:func:`uncached_prompt_tokens` (``ActiveSequences::add_request`` adds ``new_tokens(isl,
+overlap)`` to the worker's ``active_tokens``), and removes that same amount when the
+prefill completes (``mark_prefill_completed``); the cost of a worker is then
+``new_tokens(isl, overlap_w) + active_tokens_w`` prefill tokens
+(``potential_blocks_and_tokens``; ai-dynamo/dynamo ``lib/llm/src/kv_router/sequence.rs``
+@581ee33). ``overlap_weight`` defaults to 1.0, Dynamo's ``--kv-overlap-score-weight`` default;
 higher values favour cache reuse (TTFT), lower ones even load (ITL). ``overlap_tokens_w``
 is the request's prefix already cached in worker ``w``'s HBM (capped like a hit at
 ``prompt_tokens - 1``); host-DRAM and remote-store hits are not credited, as in Dynamo's
@@ -34,6 +41,19 @@ import numpy as np
 DEFAULT_OVERLAP_WEIGHT = 1.0
 
 
+def uncached_prompt_tokens(prompt_tokens: int, overlap_tokens: int) -> int:
+    """Prompt tokens a worker holding ``overlap_tokens`` of the prompt in HBM must
+    compute: ``prompt_tokens - min(overlap_tokens, prompt_tokens - 1)`` (the last prompt
+    token is always computed). What the router books as a routed request's queued
+    prefill on the worker it picks, and takes off again when the request leaves that
+    worker's queue (Dynamo's ``new_tokens(isl, overlap)``)."""
+    if prompt_tokens < 1:
+        raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
+    if overlap_tokens < 0:
+        raise ValueError(f"overlap_tokens must be >= 0, got {overlap_tokens}")
+    return prompt_tokens - min(overlap_tokens, prompt_tokens - 1)
+
+
 def cache_aware_costs(
     overlap_tokens: np.ndarray | Sequence[int],
     queued_prefill_tokens: np.ndarray | Sequence[int],
@@ -46,8 +66,9 @@ def cache_aware_costs(
     Parameters
     ----------
     overlap_tokens : per worker, the request's prefix cached in its HBM.
-    queued_prefill_tokens : per worker, prompt tokens admitted or queued and not yet
-        prefilled (uncached tokens only).
+    queued_prefill_tokens : per worker, prefill work routed there and not yet
+        prefilled, each request counted at its uncached tokens on that worker when it
+        was routed (:func:`uncached_prompt_tokens`).
     active_kv_tokens : per worker, KV tokens held by its running requests.
     prompt_tokens : the request's prompt length.
     overlap_weight : weight of the prefill term (>= 0).
