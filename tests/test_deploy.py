@@ -18,7 +18,7 @@ import yaml
 
 from disaggsim.config.loader import load_scenario
 from disaggsim.plan import PlanOptions, plan
-from disaggsim.plan.deploy import DEPLOY_FILES, SOURCES, launch_configs
+from disaggsim.plan.deploy import DEPLOY_FILES, SOURCES, launch_configs, weight_serving
 from disaggsim.plan.search import Candidate, CandidateResult
 from disaggsim.sweep import SerialExecutor
 from tests.conftest import REPO
@@ -358,3 +358,78 @@ def test_an_ep_degree_vllm_cannot_express_writes_sglang_only(planned):
     sg = servers("sglang", files["deploy-sglang.sh"])
     assert [s.get("--ep-size") for s in sg] == [None, ["4"]]
     assert all("--dp-size" not in s for s in sg)
+
+
+# ------------------------------------------- pre-quantised and released weights (issue 17)
+
+
+def test_weight_serving_by_format_and_release():
+    """Which flags and which checkpoint, by hand from the engines' docs: online FP8 from
+    a bf16 (or FP8-block, quant_method fp8) checkpoint; a pre-quantised format is read
+    from the checkpoint (--dtype auto, no --quantization); a format the release is not in
+    needs a checkpoint that is."""
+    want = {
+        ("bf16", "bf16"): ("bfloat16", None, None),
+        ("fp16", "bf16"): ("float16", None, None),
+        ("fp8", "bf16"): (None, "fp8", None),
+        ("released", "bf16"): ("bfloat16", None, None),
+        ("fp8-block", "bf16"): ("auto", None, "fp8-block"),
+        ("mxfp4", "bf16"): ("auto", None, "mxfp4"),
+        ("nvfp4", "bf16"): ("auto", None, "nvfp4"),
+        ("released", "fp8-block"): ("auto", None, None),
+        ("fp8-block", "fp8-block"): ("auto", None, None),
+        ("fp8", "fp8-block"): (None, "fp8", None),
+        ("bf16", "fp8-block"): ("bfloat16", None, "bf16"),
+        ("nvfp4", "fp8-block"): ("auto", None, "nvfp4"),
+        ("released", "mxfp4-moe"): ("auto", None, None),
+        ("mxfp4", "mxfp4-moe"): ("auto", None, None),
+        ("fp8", "mxfp4-moe"): (None, "fp8", "bf16"),
+        ("bf16", "mxfp4-moe"): ("bfloat16", None, "bf16"),
+    }
+    for (wd, rel), (dtype, quant, ckpt) in want.items():
+        w = weight_serving(wd, rel)
+        assert (w.dtype, w.quantization, w.checkpoint) == (dtype, quant, ckpt), (wd, rel)
+    with pytest.raises(ValueError, match="weight_dtype 'int4'"):
+        weight_serving("int4")
+    with pytest.raises(ValueError, match="released_weights 'fp4'"):
+        weight_serving("bf16", "fp4")
+
+
+QWEN_FP8_BLOCK = ["model=qwen3-30b-a3b", "weight_dtype=fp8-block", "kv_dtype=bf16"]
+
+
+def test_released_fp8_block_checkpoint_is_served_as_it_ships(planned):
+    files = configs(planned, *MOE_CASES["moe-two-nodes"])  # deepseek-v3, released weights
+    for engine, name in (("vllm", "deploy-vllm.sh"), ("sglang", "deploy-sglang.sh")):
+        srv = servers(engine, files[name])
+        assert srv and all(f["--dtype"] == ["auto"] and "--quantization" not in f for f in srv)
+        assert 'MODEL="${MODEL:-deepseek-ai/DeepSeek-V3}"' in files[name]
+        assert "bfloat16" not in files[name]
+    doc = yaml.safe_load(files["deploy-dynamo.yaml"])
+    for svc in list(doc["spec"]["services"].values())[1:]:
+        args = svc["extraPodSpec"]["mainContainer"]["args"]
+        assert args[args.index("--model") + 1] == "deepseek-ai/DeepSeek-V3"
+        assert args[args.index("--dtype") + 1] == "auto" and "--quantization" not in args
+
+
+def test_a_format_the_release_lacks_needs_a_checkpoint(planned, tmp_path):
+    """qwen3-30b-a3b ships bf16: fp8-block weights need an FP8-block checkpoint; the
+    scripts refuse to start without MODEL and name the format."""
+    files = configs(planned, Candidate("colocate_vllm", 2, 1), QWEN_FP8_BLOCK)
+    for engine, name in (("vllm", "deploy-vllm.sh"), ("sglang", "deploy-sglang.sh")):
+        srv = servers(engine, files[name])
+        assert len(srv) == 2
+        assert all(f["--dtype"] == ["auto"] and "--quantization" not in f for f in srv)
+        path = tmp_path / name
+        path.write_text(files[name])
+        env = {"PATH": "/usr/bin:/bin", "NODE_RANK": "0", "NODE_0": "127.0.0.1"}
+        r = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env)
+        assert r.returncode != 0
+        assert "set MODEL to a fp8-block checkpoint of Qwen/Qwen3-30B-A3B" in r.stderr
+    doc = yaml.safe_load(files["deploy-dynamo.yaml"])
+    worker = doc["spec"]["services"]["VllmWorker"]["extraPodSpec"]["mainContainer"]["args"]
+    assert worker[worker.index("--model") + 1] == "${MODEL}"
+    assert "set MODEL to a fp8-block checkpoint" in files["deploy-dynamo.yaml"]
+    for svc in doc["spec"]["services"].values():
+        c = svc["extraPodSpec"]["mainContainer"]
+        check_command("dynamo", [*c["command"], *c["args"]])

@@ -19,8 +19,15 @@ How disaggsim's deployment maps onto each engine:
   budget of at least the longest prompt (``--max-num-batched-tokens`` /
   ``--max-prefill-tokens`` with ``--chunked-prefill-size -1``), so no prompt is split;
   a colocated ``chunked`` pool gets its chunk as the budget;
-- FP8 weights → ``--quantization fp8``; FP8 KV → ``--kv-cache-dtype fp8`` (vLLM) /
-  ``fp8_e4m3`` (SGLang);
+- weights (:func:`weight_serving`): bf16/fp16 → ``--dtype bfloat16|float16``; FP8
+  (per-tensor) → ``--quantization fp8``, which both engines apply online to a bf16
+  checkpoint; a pre-quantised format (fp8-block, mxfp4, nvfp4, ``released``) is the
+  checkpoint's own: ``--dtype auto`` and no ``--quantization``, since both engines read
+  the method from the checkpoint's ``quantization_config`` (vLLM refuses a
+  ``--quantization`` that differs from it). When the model's released checkpoint is not
+  in the planned format (DeepSeek-V3 in bf16, Qwen3 in fp8-block, anything in nvfp4)
+  the scripts need ``MODEL`` set to a checkpoint that is, and say so; FP8 KV →
+  ``--kv-cache-dtype fp8`` (vLLM) / ``fp8_e4m3`` (SGLang);
 - MoE layouts (a worker of ``tp × dp`` GPUs, experts over ``ep`` of them): vLLM
   ``--tensor-parallel-size tp --data-parallel-size dp`` and ``--enable-expert-parallel``
   when ``ep = tp × dp`` (vLLM's EP degree is always TP × DP; ``ep = 1`` leaves the
@@ -62,10 +69,12 @@ __all__ = [
     "SOURCES",
     "Deployment",
     "Instance",
+    "WeightServing",
     "deployment_of",
     "effective_ep",
     "launch_configs",
     "unsupported",
+    "weight_serving",
 ]
 
 DEPLOY_FILES = ("deploy-vllm.sh", "deploy-sglang.sh", "deploy-dynamo.yaml")
@@ -139,6 +148,56 @@ class Instance:
 
 
 @dataclass(frozen=True, slots=True)
+class WeightServing:
+    """How the engines are told to serve the weights the plan simulated."""
+
+    format: str  # bf16 | fp16 | fp8 | fp8-block | mxfp4 | nvfp4 (what the plan simulated)
+    dtype: str | None  # --dtype: bfloat16 | float16 | auto (None: not given)
+    quantization: str | None  # --quantization for online quantisation (None: not given)
+    checkpoint: str | None  # None: the model's released checkpoint serves it; else the
+    # format a checkpoint must have (the scripts then need MODEL)
+
+
+# the catalog's released_weights -> disaggsim's weight format of that checkpoint
+_RELEASED_FORMAT = {"bf16": "bf16", "fp8-block": "fp8-block", "mxfp4-moe": "mxfp4"}
+
+
+def weight_serving(weight_dtype: str, released_weights: str = "bf16") -> WeightServing:
+    """The engine flags and the checkpoint for weights of ``weight_dtype`` (a scenario's,
+    ``released`` included) of a model released as ``released_weights`` (the catalog's).
+
+    - ``bf16``/``fp16``: ``--dtype bfloat16|float16``; a model released quantised needs a
+      bf16 checkpoint;
+    - ``fp8`` (per-tensor): ``--quantization fp8``, online quantisation of a bf16
+      checkpoint (vLLM's and SGLang's docs); a checkpoint released in fp8-block carries
+      ``quant_method: fp8`` itself and is accepted as is; an mxfp4 checkpoint is not
+      (vLLM refuses a ``--quantization`` that differs from the checkpoint's), so a bf16
+      one is needed;
+    - a pre-quantised format (fp8-block, mxfp4, nvfp4; ``released``): ``--dtype auto`` and
+      no ``--quantization``, the engines read the method from the checkpoint's
+      ``quantization_config``; the released checkpoint when it is in that format, else
+      a checkpoint in it (``MODEL``).
+    """
+    if released_weights not in _RELEASED_FORMAT:
+        raise ValueError(
+            f"released_weights {released_weights!r} (allowed: {', '.join(_RELEASED_FORMAT)})"
+        )
+    released = _RELEASED_FORMAT[released_weights]
+    fmt = released if weight_dtype == "released" else weight_dtype
+    if fmt in ("bf16", "fp16"):
+        dtype = "float16" if fmt == "fp16" else "bfloat16"
+        return WeightServing(fmt, dtype, None, None if released == "bf16" else "bf16")
+    if fmt == "fp8":
+        return WeightServing(fmt, None, "fp8", "bf16" if released == "mxfp4" else None)
+    if fmt in ("fp8-block", "mxfp4", "nvfp4"):
+        return WeightServing(fmt, "auto", None, None if fmt == released else fmt)
+    raise ValueError(
+        f"weight_dtype {weight_dtype!r} (allowed: bf16, fp16, fp8, fp8-block, mxfp4, nvfp4, "
+        "released)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Deployment:
     """The recommended deployment, as the engines need it."""
 
@@ -153,6 +212,11 @@ class Deployment:
     pools: dict[str, PoolConfig]
     weight_dtype: str
     kv_dtype: str
+    released_weights: str = "bf16"  # how the model's checkpoint ships (catalog)
+
+    @property
+    def weights(self) -> WeightServing:
+        return weight_serving(self.weight_dtype, self.released_weights)
 
     def of(self, role: str) -> list[Instance]:
         return [i for i in self.instances if i.role == role]
@@ -203,6 +267,7 @@ def deployment_of(res: SearchResult, advice: Advice) -> Deployment:
         pools={str(role): pool for role, pool in s.pools.items()},
         weight_dtype=s.weight_dtype,
         kv_dtype=s.kv_dtype,
+        released_weights=get_model(s.model).released_weights,
     )
 
 
@@ -235,15 +300,49 @@ def _q(args: Sequence[str]) -> str:
     return " \\\n    ".join(lines)
 
 
-def _dtype_args_vllm(dep: Deployment) -> list[str]:
-    out = (
-        ["--quantization", "fp8"]
-        if dep.weight_dtype == "fp8"
-        else [
-            "--dtype",
-            "float16" if dep.weight_dtype == "fp16" else "bfloat16",
-        ]
+def _weight_args(dep: Deployment) -> list[str]:
+    """``--dtype`` and ``--quantization`` as :func:`weight_serving` says (the same flag
+    names in vLLM and SGLang)."""
+    w = dep.weights
+    out = []
+    if w.quantization is not None:
+        out += ["--quantization", w.quantization]
+    if w.dtype is not None:
+        out += ["--dtype", w.dtype]
+    return out
+
+
+def _checkpoint_note(dep: Deployment) -> list[str]:
+    """Header lines when the planned weights need a checkpoint other than the released one."""
+    w = dep.weights
+    if w.checkpoint is None:
+        return []
+    if w.quantization is not None:
+        how = f"--quantization {w.quantization} quantises it when it loads"
+    elif w.checkpoint in ("bf16", "fp16"):
+        how = "unquantised"
+    else:
+        how = "the engine reads the method from its quantization_config"
+    return [
+        f"The plan simulated {w.format} weights; {dep.hf_model} is released in "
+        f"{_RELEASED_FORMAT[dep.released_weights]}:",
+        f"set MODEL to a {w.checkpoint} checkpoint of it ({how}).",
+    ]
+
+
+def _model_line(dep: Deployment) -> str:
+    w = dep.weights
+    if w.checkpoint is None:
+        return 'MODEL="${MODEL:-' + dep.hf_model + '}"'
+    return (
+        'MODEL="${MODEL:?set MODEL to a '
+        + f"{w.checkpoint} checkpoint of {dep.hf_model}, the weights the plan simulated"
+        + '}"'
     )
+
+
+def _dtype_args_vllm(dep: Deployment) -> list[str]:
+    out = _weight_args(dep)
     if dep.kv_dtype == "fp8":
         out += ["--kv-cache-dtype", "fp8"]
     return out
@@ -307,8 +406,9 @@ def _kv_transfer(role: str) -> str:
 
 
 def _script(dep: Deployment, engine: str, how: list[str], per_node: dict[int, list[str]]) -> str:
+    how = [*how, *_checkpoint_note(dep)]
     lines = ["#!/usr/bin/env bash", *_header(dep, engine, how), "set -euo pipefail", ""]
-    lines.append('MODEL="${MODEL:-' + dep.hf_model + '}"')
+    lines.append(_model_line(dep))
     for n in range(dep.num_nodes):
         lines.append(f': "${{NODE_{n}:?set NODE_{n} to the address of node {n}}}"')
     lines.append(': "${NODE_RANK:?set NODE_RANK to this node (0..' + f"{dep.num_nodes - 1})" + '}"')
@@ -402,14 +502,7 @@ def vllm_script(dep: Deployment) -> str:
 
 
 def _dtype_args_sglang(dep: Deployment) -> list[str]:
-    out = (
-        ["--quantization", "fp8"]
-        if dep.weight_dtype == "fp8"
-        else [
-            "--dtype",
-            "float16" if dep.weight_dtype == "fp16" else "bfloat16",
-        ]
-    )
+    out = _weight_args(dep)
     if dep.kv_dtype == "fp8":
         out += ["--kv-cache-dtype", "fp8_e4m3"]
     return out
@@ -503,7 +596,7 @@ def dynamo_yaml(dep: Deployment) -> str:
     for role in dep.pools:
         insts = dep.of(role)
         inst = insts[0]
-        args = ["--model", dep.hf_model]
+        args = ["--model", dep.hf_model if dep.weights.checkpoint is None else "${MODEL}"]
         if dep.kind == "disaggregate":
             args += ["--disaggregation-mode", role, "--kv-transfer-config", _kv_transfer(role)]
         engine = _vllm_engine_args(dep, inst)
@@ -538,6 +631,8 @@ def dynamo_yaml(dep: Deployment) -> str:
         "Apply with kubectl apply -f deploy-dynamo.yaml (Dynamo's operator installed);",
         "set the runtime image tag for ${VERSION} and the hf-token-secret first.",
     ]
+    if dep.weights.checkpoint is not None:
+        how += [*_checkpoint_note(dep), "Replace ${MODEL} in the workers' --model with it."]
     head = "\n".join(_header(dep, "Dynamo", how))
     return head + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120)
 
