@@ -72,6 +72,9 @@ def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, Work
     from disaggsim.costmodel.moe import build_cost
 
     costs: dict[str, WorkerCost] = {}
+    # a topology fabric's node size decides how many nodes an MoE unit's all-to-all spans,
+    # as it decides where the fabric places the unit's ranks
+    gpn = getattr(scenario.fabric, "gpus_per_node", None)
     for role, pool in scenario.pools.items():
         try:
             costs[role] = build_cost(  # dense roofline, or MoE/MLA with the pool's layout
@@ -87,6 +90,7 @@ def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, Work
                 attention_backend=scenario.attention_backend,
                 gpu_mem_util=pool.gpu_mem_util,
                 max_seqs=pool.max_batch_seqs,
+                gpus_per_node=gpn,
             )
         except UserError as e:
             raise UserError(f"{label}: {_pool_key(role)}: {e}") from None

@@ -355,8 +355,12 @@ class MoeWorkerCost:
         gpu_mem_util: float,
         activation_reserve_bytes: float,
         max_seqs: int,
+        gpus_per_node: int | None = None,
     ) -> None:
         self.model, self.gpu, self.profile, self.params = model, gpu, profile, params
+        # the cluster's node size (a topology fabric's gpus_per_node), else the catalog's:
+        # how many nodes an EP unit spans and which of its all-to-all goes over RDMA
+        self.gpus_per_node = gpus_per_node or gpu.gpus_per_node
         self.layout = layout
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.engine = resolve_engine(engine).name
@@ -437,7 +441,7 @@ class MoeWorkerCost:
             self._shared_f = moe.num_shared_experts * moe.shared_expert_ffn / tp
             self._top_k = moe.top_k
             self.uses_all_to_all = lo.dp > 1 and lo.ep > 1
-            self.nodes = -(-lo.gpus // gpu.gpus_per_node)
+            self.nodes = -(-lo.gpus // self.gpus_per_node)
             fp8_dispatch = fmt in ("fp8", "fp8-block") or lin == "fp8"
             self._dispatch_payload = (h + h / 128.0 * 4.0) if fp8_dispatch else h * ACT_BYTES
             self._combine_payload = h * ACT_BYTES
@@ -447,7 +451,7 @@ class MoeWorkerCost:
         else:
             self.uses_all_to_all = False
             self.local_experts = 0
-            self.nodes = -(-lo.gpus // gpu.gpus_per_node)
+            self.nodes = -(-lo.gpus // self.gpus_per_node)
         self._lm_head_n = float(-(-model.vocab // tp))
 
         # --- memory -----------------------------------------------------------------------
@@ -807,7 +811,7 @@ class MoeWorkerCost:
             if mode == "auto":  # DeepEP's own split: low-latency kernels for decode
                 mode = "low_latency" if decode_only else "normal"
             per_gpu = m_total / lo.gpus * f
-            gpn = self.gpu.gpus_per_node
+            gpn = self.gpus_per_node
             for phase, payload in (
                 ("dispatch", self._dispatch_payload),
                 ("combine", self._combine_payload),
@@ -841,7 +845,7 @@ class MoeWorkerCost:
         if mode == "auto":
             mode = "low_latency" if prefill_tokens == 0 else "normal"
         per_gpu = m / lo.gpus * self.imbalance(m)
-        gpn = self.gpu.gpus_per_node
+        gpn = self.gpus_per_node
         d_nv, d_rd = all_to_all_volume_bytes(
             per_gpu, self._dispatch_payload, self._top_k, lo.ep, gpn, mode
         )
@@ -997,6 +1001,7 @@ def build_moe_worker_cost(
     all_to_all: str = "auto",
     two_batch_overlap: bool = False,
     mla_prefill: str = "absorbed",
+    gpus_per_node: int | None = None,
 ) -> MoeWorkerCost:
     """A cost model for one worker of ``tp × dp`` GPUs serving an MoE/MLA model.
 
@@ -1026,6 +1031,9 @@ def build_moe_worker_cost(
         other's non-attention compute.
     mla_prefill
         ``absorbed`` or ``naive`` (MHA form after up-projection) MLA prefill attention.
+    gpus_per_node
+        GPUs per node of the cluster (a topology fabric's ``gpus_per_node``); None: the
+        GPU catalog's. Sets how many nodes a unit spans and its all-to-all's RDMA share.
 
     Raises
     ------
@@ -1034,6 +1042,10 @@ def build_moe_worker_cost(
     """
     m = get_model(model)
     g = get_gpu(gpu)
+    if gpus_per_node is not None and (
+        isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1
+    ):
+        raise UserError(f"gpus_per_node: must be a positive integer, got {gpus_per_node!r}")
     for name, v in (("tp", tp), ("dp", dp), ("max_seqs", max_seqs)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UserError(f"{name}: must be a positive integer, got {v!r}")
@@ -1138,7 +1150,18 @@ def build_moe_worker_cost(
 
     def make(lay: MoeLayout) -> MoeWorkerCost:
         return MoeWorkerCost(
-            m, g, prof, params, lay, weight_dtype, kv_dtype, engine, gpu_mem_util, reserve, max_seqs
+            m,
+            g,
+            prof,
+            params,
+            lay,
+            weight_dtype,
+            kv_dtype,
+            engine,
+            gpu_mem_util,
+            reserve,
+            max_seqs,
+            gpus_per_node,
         )
 
     cost = make(layout)
@@ -1171,13 +1194,16 @@ def build_cost(
     max_seqs: int = 256,
     profile: HardwareProfile | str | Path | None = None,
     attention_backend: str = "auto",
+    gpus_per_node: int | None = None,
 ):
     """The cost model of one worker of any catalog model: the dense roofline
     (:func:`disaggsim.costmodel.step.build_worker_cost`) for a dense model on a plain TP
     layout, :func:`build_moe_worker_cost` otherwise. ``moe`` holds the MoE options
     (``redundant_experts``, ``routing``, ``power_law_alpha``, ``imbalance_factor``,
     ``all_to_all``, ``two_batch_overlap``, ``mla_prefill``); on a dense model any of
-    them, a ``dp`` or an ``ep`` other than 1 is a one-line error naming the field."""
+    them, a ``dp`` or an ``ep`` other than 1 is a one-line error naming the field.
+    ``gpus_per_node`` (a topology fabric's node size; None: the catalog's) sets the nodes
+    an MoE unit spans for its all-to-all."""
     from disaggsim.costmodel.step import build_worker_cost
 
     m = get_model(model)
@@ -1223,5 +1249,6 @@ def build_cost(
         gpu_mem_util=gpu_mem_util,
         max_seqs=max_seqs,
         profile=profile,
+        gpus_per_node=gpus_per_node,
         **opts,
     )

@@ -235,6 +235,7 @@ def worker_cost(
         engine=s.engine,
         attention_backend=s.attention_backend,
         gpu_mem_util=gpu_mem_util,
+        gpus_per_node=getattr(s.fabric, "gpus_per_node", None),  # a topology's node size
     )
 
 

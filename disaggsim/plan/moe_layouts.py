@@ -86,13 +86,15 @@ def search_moe_layouts(
     weight_dtype: str = "released",
     kv_dtype: str = "bf16",
     moe: dict | None = None,
+    gpus_per_node: int | None = None,
 ) -> LayoutSearch:
-    """Rank the layouts of ``model`` on ``gpu`` for one pool ``role`` (see module doc)."""
+    """Rank the layouts of ``model`` on ``gpu`` for one pool ``role`` (see module doc);
+    ``gpus_per_node``: the cluster's node size (a topology fabric's), else the catalog's."""
     if role not in ROLES:
         raise UserError(f"role: {role!r} (allowed: {', '.join(ROLES)})")
     m = get_model(model)
     g = get_gpu(gpu)
-    gpn = g.gpus_per_node
+    gpn = gpus_per_node or g.gpus_per_node
     out: list[LayoutEstimate] = []
     skipped: list[tuple[str, str]] = []
     for gpus in sizes or unit_sizes(gpn, max_nodes):
@@ -111,6 +113,7 @@ def search_moe_layouts(
                     moe=moe if m.moe is not None else None,
                     weight_dtype=weight_dtype,
                     kv_dtype=kv_dtype,
+                    gpus_per_node=gpn,
                 )
             except UserError as e:
                 skipped.append((key, str(e)))

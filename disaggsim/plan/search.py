@@ -654,7 +654,8 @@ def _moe_layouts(
 
     s = loaded.scenario
     gpu = plan_gpu(loaded)
-    gpn = get_gpu(gpu).gpus_per_node
+    # the node size of the fabric's placement (a topology's gpus_per_node), else the catalog's
+    gpn = getattr(s.fabric, "gpus_per_node", None) or get_gpu(gpu).gpus_per_node
     rank_tp = fabric_max_tp(loaded)  # a TP group's GPUs share a node on a topology
     sizes = tuple(g for g in unit_sizes(gpn, max(1, gpu_budget // gpn)) if g <= gpu_budget)
     prompts, outputs = lengths
@@ -673,6 +674,7 @@ def _moe_layouts(
         weight_dtype=s.weight_dtype,
         kv_dtype=s.kv_dtype,
         moe=moe,
+        gpus_per_node=gpn,
     )  # fmt: skip
     need = _p99_kv_tokens(lengths)
     best: dict[int, Layout] = {}  # unit size -> its best layout (estimates are best first)
