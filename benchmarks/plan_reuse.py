@@ -2,9 +2,10 @@
 
     python benchmarks/plan_reuse.py
 
-Plans a session workload (Llama-3-8B, 2-6 turns over two 1,500-token system prompts,
-radix cache with 64 GiB of DRAM per node, cache-aware routing) on 4 H100 in quick mode
-with short runs (60 measured requests, one longest service time), and prints the
+Plans ``scenarios/prefix/chat-sessions.yaml`` (Llama-3-8B, sessions of 2-6 turns over two
+1,500-token system prompts, radix cache with 64 GiB of DRAM per node, cache-aware
+routing) on 4 H100 in quick mode with short runs (60 measured requests, one longest
+service time), and prints the
 analytic hit share beside the simulated ``prefix_hit_share`` of the candidates, the
 verdict and the prefix-reuse line. Not a test: nothing is asserted.
 """
@@ -13,23 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
-SCENARIO = {
-    "name": "chat-sessions", "seed": 3, "model": "llama-3-8b", "architecture": "disaggregated",
-    "prefill_pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1, "max_batch_tokens": 16384},
-    "decode_pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1},
-    "fabric": {"link": "nvlink"},
-    "router": {"prefill_policy": "cache_aware"},
-    "cache": {"policy": "radix", "tiers": {"dram": {"capacity_gib_per_node": 64}}},
-    "slo": {"ttft_ms": 2000, "itl_ms": 50, "attainment_target": 0.9},
-    "workload": {"kind": "sessions", "rate_per_s": 0.5,
-                 "turns": {"dist": "uniform", "low": 2, "high": 6},
-                 "system_prompt_tokens": 1500, "num_system_prompts": 2,
-                 "user_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.8, "max": 2000},
-                 "output_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.6, "max": 1000},
-                 "think_time_s": {"dist": "exponential", "mean_s": 10}},
-    "sim": {"duration_s": 300, "warmup_s": 10},
-}  # fmt: skip
+# the question, shared with tests/test_plan_layouts.py (which checks its arithmetic)
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "prefix" / "chat-sessions.yaml"
 
 
 def main() -> None:

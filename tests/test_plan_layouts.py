@@ -16,6 +16,7 @@ import types
 
 import numpy as np
 import pytest
+import yaml
 
 from disaggsim.config.loader import load_scenario
 from disaggsim.costmodel.moe import build_cost, valid_layouts
@@ -210,25 +211,10 @@ def test_reuse_shrinks_prefill_work_and_moves_the_split():
         analytic_guess(loaded, prefill_tp=1, decode_tp=1, gpu_budget=16, hit_share=1.0)
 
 
-SESSIONS = {
-    "name": "chat-sessions", "seed": 3, "model": "llama-3-8b", "architecture": "disaggregated",
-    "prefill_pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1, "max_batch_tokens": 16384},
-    "decode_pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1},
-    "fabric": {"link": "nvlink"},
-    "slo": {"ttft_ms": 2000, "itl_ms": 50, "attainment_target": 0.9},
-    "workload": {"kind": "sessions", "rate_per_s": 0.5,
-                 "turns": {"dist": "uniform", "low": 2, "high": 6},
-                 "system_prompt_tokens": 1500, "num_system_prompts": 2,
-                 "user_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.8, "max": 2000},
-                 "output_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.6, "max": 1000},
-                 "think_time_s": {"dist": "exponential", "mean_s": 10}},
-    "sim": {"duration_s": 300, "warmup_s": 10},
-}  # fmt: skip
-CACHED = {
-    **SESSIONS,
-    "router": {"prefill_policy": "cache_aware"},
-    "cache": {"policy": "radix", "tiers": {"dram": {"capacity_gib_per_node": 64}}},
-}
+# the planner's prefix-reuse question (benchmarks/plan_reuse.py plans the same file), and
+# the same workload without the prefix cache and cache-aware routing
+CACHED = yaml.safe_load((REPO / "scenarios" / "prefix" / "chat-sessions.yaml").read_text())
+SESSIONS = {k: v for k, v in CACHED.items() if k not in ("router", "cache")}
 
 
 def test_expected_hit_share_follows_the_scenarios_cache_and_routing():
