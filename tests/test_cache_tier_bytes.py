@@ -190,3 +190,33 @@ def test_without_a_window_the_function_changes_nothing(policy: str) -> None:
         limit = rng.randrange(40)
         assert a.evict_to(limit) == b.evict_to(limit)
     assert moved > 0  # the sequence exercised the tiers
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine lane: PrefixCaches.attach must pass kv_bytes=worker_kv_bytes(cost) and "
+    "size the tiers with stored_bytes_per_token (docs/prefix-caching.md, 'bytes of a copy' "
+    "row); remove this marker when it does",
+)
+def test_the_engine_builds_caches_with_the_one_function(gpt_oss) -> None:
+    """The engine's build step (engine/prefix.py) for a gpt-oss worker: a 64 GiB DRAM
+    tier holds 64 GiB / 46,080 B tokens, and a whole 1,000-token prefix promoted from it
+    moves the handoff's 41,582,592 B."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from disaggsim.engine.prefix import PrefixCaches, PrefixSetup
+    from disaggsim.workload.chains import PrefixChains
+
+    cfg = CacheConfig.model_validate({"tiers": {"dram": {"capacity_gib_per_node": 64}}})
+    chains = PrefixChains(np.array([0, 1]), np.array([0, 2]), 512, 2)
+    caches = PrefixCaches(PrefixSetup(cache=cfg, chains=chains), [1000])
+    cache = caches.attach(SimpleNamespace(index=0, cost=gpt_oss))  # type: ignore[arg-type]
+    assert caches.dram[0].capacity_tokens == 64 * 2**30 // 46_080 == 1_491_308
+    assert cache.admit(0, [0, 1], 1000) is not None
+    cache.commit(0)
+    cache.release(0)
+    cache.evict_to(0)
+    again = cache.admit(1, [0, 1], 1000)
+    assert again is not None and again.promote_pcie_bytes == 41_582_592
