@@ -192,12 +192,6 @@ def test_without_a_window_the_function_changes_nothing(policy: str) -> None:
     assert moved > 0  # the sequence exercised the tiers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine lane: PrefixCaches.attach must pass kv_bytes=worker_kv_bytes(cost) and "
-    "size the tiers with stored_bytes_per_token (docs/prefix-caching.md, 'bytes of a copy' "
-    "row); remove this marker when it does",
-)
 def test_the_engine_builds_caches_with_the_one_function(gpt_oss) -> None:
     """The engine's build step (engine/prefix.py) for a gpt-oss worker: a 64 GiB DRAM
     tier holds 64 GiB / 46,080 B tokens, and a whole 1,000-token prefix promoted from it

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from disaggsim.cache import BlockStore, CacheConfig, OverlapIndex, WorkerKvCache
+from disaggsim.cache.worker import stored_bytes_per_token, worker_kv_bytes
 from disaggsim.costmodel.interface import WorkerCost
 from disaggsim.workload.chains import PrefixChains
 
@@ -112,9 +113,10 @@ class PrefixCaches:
     def attach(self, w: Worker) -> WorkerKvCache:
         """Build worker ``w``'s cache (on the next node with room for its GPUs)."""
         kvb = int(w.cost.kv_bytes_per_token)
+        stored = stored_bytes_per_token(w.cost, self.block_tokens)
         cfg = self.cfg
         if cfg.has_remote and self.remote is None:
-            self.remote = BlockStore("remote", cfg.remote_tokens(kvb))
+            self.remote = BlockStore("remote", cfg.remote_tokens(stored))
         if self._placed is not None and w.index in self._placed:
             node = self._placed[w.index]
         else:
@@ -124,7 +126,7 @@ class PrefixCaches:
                 self._node_gpus.append(0)
             node = len(self._node_gpus) - 1
             self._node_gpus[node] += gpus
-        dram_tokens = cfg.dram_tokens(kvb)
+        dram_tokens = cfg.dram_tokens(stored)
         if dram_tokens is not None and node not in self.dram:
             self.dram[node] = BlockStore("dram", dram_tokens)
         self.node_of[w.index] = node
@@ -137,6 +139,7 @@ class PrefixCaches:
             dram=self.dram.get(node),
             remote=self.remote,
             listener=self.index,
+            kv_bytes=worker_kv_bytes(w.cost),
         )
         self.by_worker[w.index] = cache
         return cache
