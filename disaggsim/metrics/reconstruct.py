@@ -25,11 +25,11 @@ class GapDistribution:
     distinct step gap carries the number of measured requests whose token it delays.
 
     Stored by weight: for each weight ``w`` (a few hundred at most: the batch sizes), the
-    sorted gaps that carry it. A percentile is found exactly without sorting or copying
-    all gaps again (:meth:`percentile`), so the distribution of a fleet-hour (tens of
-    millions of step gaps) costs one float per gap."""
+    gaps that carry it, in no particular order. A percentile is found exactly without
+    sorting or copying the gaps (:meth:`percentiles`), so the distribution of a fleet-hour
+    (tens of millions of step gaps) costs one float per gap and a few passes over them."""
 
-    by_weight: tuple[tuple[int, np.ndarray], ...]  # (weight, its gaps sorted ascending)
+    by_weight: tuple[tuple[int, np.ndarray], ...]  # (weight, its gaps)
 
     @classmethod
     def from_pairs(cls, values_s: np.ndarray, weights: np.ndarray) -> GapDistribution:
@@ -54,44 +54,49 @@ class GapDistribution:
 
     def max_s(self) -> float:
         """The largest gap (NaN when none)."""
-        return max((float(v[-1]) for _, v in self.by_weight), default=float("nan"))
+        return max((float(v.max()) for _, v in self.by_weight), default=float("nan"))
 
     def percentile(self, q: float) -> float:
         """Inverted-CDF percentile: the smallest gap ``v`` whose cumulative weight
         ``W(<= v)`` reaches ``q/100`` of the total (as :func:`weighted_percentile`); NaN
-        when empty. Bisection over order-preserving integer keys of the gaps
-        (:func:`_float_keys`): ``W(<= v)`` is a sum over weights of one binary search
-        each, and it changes only at gaps, so the bisection ends on a gap."""
+        when empty."""
+        return self.percentiles((q,))[0]
+
+    def percentiles(self, qs: tuple[float, ...] | list[float]) -> list[float]:
+        """:meth:`percentile` of each of ``qs``, sharing the passes over the gaps.
+
+        A radix selection over order-preserving integer keys of the gaps
+        (:func:`_float_keys`; the float bits themselves when no gap is negative): one
+        pass counts the weight in each of 2**16 key ranges, the range where ``W``
+        crosses the target holds the answer, and only the gaps inside it are looked at
+        again (counted the same way on their narrower range, or sorted once few)."""
         if not self.by_weight:
-            return float("nan")
-        bits = [(w, _float_keys(v)) for w, v in self.by_weight]
-        total = float(sum(w * len(b) for w, b in bits))
-        target = q / 100.0 * total - 1e-9 * total
-        lo = min(int(b[0]) for _, b in bits)
-        hi = max(int(b[-1]) for _, b in bits)
-
-        def weight_upto(x: int) -> float:
-            return float(sum(w * int(np.searchsorted(b, x, side="right")) for w, b in bits))
-
-        if weight_upto(lo) >= target:
-            return _key_float(lo)
-        while hi - lo > 1:  # weight_upto(lo) < target <= weight_upto(hi)
-            mid = (lo + hi) // 2
-            if weight_upto(mid) >= target:
-                hi = mid
-            else:
-                lo = mid
-        return _key_float(hi)
+            return [float("nan")] * len(qs)
+        groups = [(w, _gap_keys(v)) for w, v in self.by_weight]
+        total = float(sum(w * len(k) for w, k in groups))
+        targets = [q / 100.0 * total - 1e-9 * total for q in qs]
+        return [_key_float(k) for k in _select(groups, targets)]
 
 
 _LOW63 = np.int64(0x7FFFFFFFFFFFFFFF)
+_RANGE_BITS = 16  # key ranges counted per pass: 2**16 (a 512 KiB histogram)
+_SORT_AT_MOST = 1 << 16  # candidates sorted directly once at most this many
+_CHUNK = 1 << 22  # gaps per vectorised step of a pass (bounds the temporaries)
 
 
 def _float_keys(v: np.ndarray) -> np.ndarray:
     """int64 keys that sort as the floats ``v`` do (negative floats have their magnitude
-    bits flipped); ascending when ``v`` is, and an involution (:func:`_key_float`)."""
+    bits flipped); an involution (:func:`_key_float`)."""
     bits = v.view(np.int64)
     return bits ^ ((bits >> 63) & _LOW63)
+
+
+def _gap_keys(v: np.ndarray) -> np.ndarray:
+    """:func:`_float_keys` of ``v``: a view of the bits (no copy) when no value is
+    negative (the builder stores -0.0 as +0.0), as for every gap of a valid run."""
+    if len(v) == 0 or float(v.min()) >= 0.0:
+        return v.view(np.int64)
+    return _float_keys(v)
 
 
 def _key_float(key: int) -> float:
@@ -99,9 +104,94 @@ def _key_float(key: int) -> float:
     return float(np.int64(k ^ ((k >> 63) & _LOW63)).view(np.float64))
 
 
+def _select(groups: list[tuple[int, np.ndarray]], targets: list[float]) -> list[int]:
+    """For each target, the smallest key ``x`` of ``groups`` (weight, int64 keys) whose
+    weight ``W(<= x)`` reaches it (the smallest key for a target <= its weight)."""
+    lo = min(int(k.min()) for _, k in groups if len(k))
+    hi = max(int(k.max()) for _, k in groups if len(k))
+    count = sum(len(k) for _, k in groups)
+    if count <= _SORT_AT_MOST:
+        return [_sorted_select(groups, lo, hi, 0, t, restrict=False) for t in targets]
+    # the first pass counts every key once for all the targets
+    first = _ranges(groups, lo, hi, restrict=False)
+    return [_select_in(groups, lo, hi, t, first) for t in targets]
+
+
+def _select_in(
+    groups: list[tuple[int, np.ndarray]],
+    lo: int,
+    hi: int,
+    target: float,
+    counted: tuple[int, np.ndarray, np.ndarray],
+) -> int:
+    """The answer for ``target`` among the keys of ``groups`` in ``[lo, hi]``, which
+    holds it; ``counted`` is that range's (shift, weight per key range, keys per range)
+    from :func:`_ranges`."""
+    below = 0  # weight of the keys below lo
+    while True:
+        shift, weight, count = counted
+        cum = np.cumsum(weight) + below
+        j = min(int(np.searchsorted(cum, target, side="left")), len(cum) - 1)
+        if j > 0:
+            below = int(cum[j - 1])
+        lo, hi = lo + (j << shift), min(hi, lo + ((j + 1) << shift) - 1)
+        if lo == hi:
+            return lo
+        if int(count[j]) <= _SORT_AT_MOST:
+            return _sorted_select(groups, lo, hi, below, target, restrict=True)
+        counted = _ranges(groups, lo, hi, restrict=True)
+
+
+def _ranges(
+    groups: list[tuple[int, np.ndarray]], lo: int, hi: int, restrict: bool
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """``[lo, hi]`` cut into at most 2**_RANGE_BITS equal key ranges of 2**shift keys:
+    (shift, the weight in each range, the keys in each range) over the keys of
+    ``groups`` (only those inside ``[lo, hi]`` when ``restrict``)."""
+    shift = max((hi - lo).bit_length() - _RANGE_BITS, 0)
+    num = ((hi - lo) >> shift) + 1
+    weight = np.zeros(num, dtype=np.int64)
+    count = np.zeros(num, dtype=np.int64)
+    for w, k in groups:
+        for part in _parts(k, lo, hi, restrict):
+            # offsets from lo as unsigned (the span of int64 keys may pass 2**63)
+            ranges = (part - np.int64(lo)).view(np.uint64) >> np.uint64(shift)
+            n = np.bincount(ranges.view(np.int64), minlength=num)
+            count += n
+            weight += w * n
+    return shift, weight, count
+
+
+def _parts(k: np.ndarray, lo: int, hi: int, restrict: bool):
+    """``k`` in chunks (views), each cut to the keys in ``[lo, hi]`` when ``restrict``."""
+    for start in range(0, len(k), _CHUNK):
+        part = k[start : start + _CHUNK]
+        yield part[(part >= lo) & (part <= hi)] if restrict else part
+
+
+def _sorted_select(
+    groups: list[tuple[int, np.ndarray]],
+    lo: int,
+    hi: int,
+    below: int,
+    target: float,
+    restrict: bool,
+) -> int:
+    """:func:`_select_in` for few keys: sort them with their weights."""
+    keys, weights = [], []
+    for w, k in groups:
+        for part in _parts(k, lo, hi, restrict):
+            keys.append(part)
+            weights.append(np.full(len(part), w, dtype=np.int64))
+    key = np.concatenate(keys)
+    order = np.argsort(key, kind="stable")
+    cum = np.cumsum(np.concatenate(weights)[order]) + below
+    i = min(int(np.searchsorted(cum, target, side="left")), len(key) - 1)
+    return int(key[order[i]])
+
+
 class _GapBuilder:
-    """Collects (gap, weight) chunks, grouped by weight; :meth:`build` sorts each group
-    in place."""
+    """Collects (gap, weight) chunks, grouped by weight; :meth:`build` joins each group."""
 
     def __init__(self) -> None:
         self._chunks: dict[int, list[np.ndarray]] = {}
@@ -111,7 +201,9 @@ class _GapBuilder:
         values, weights = values[keep], weights[keep]
         if len(values) == 0:
             return self
-        order = np.argsort(weights, kind="stable")
+        # stable order by weight; weights are batch sizes, so 16-bit keys (a radix sort)
+        small = weights.astype(np.uint16) if int(weights.max()) < 1 << 16 else weights
+        order = np.argsort(small, kind="stable")
         w_sorted = weights[order]
         cuts = np.flatnonzero(np.diff(w_sorted)) + 1
         for idx in np.split(order, cuts):
@@ -121,11 +213,11 @@ class _GapBuilder:
     def build(self) -> GapDistribution:
         groups = []
         for w in sorted(self._chunks):
-            v = np.concatenate(self._chunks[w]) if len(self._chunks[w]) > 1 else self._chunks[w][0]
-            v = v + 0.0  # -0.0 -> +0.0: equal gaps, one bit pattern
-            v.sort()
+            chunks = self._chunks.pop(w)  # each group's chunks freed once joined
+            v = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+            del chunks
+            v += 0.0  # -0.0 -> +0.0: equal gaps, one bit pattern
             groups.append((w, v))
-        self._chunks = {}
         return GapDistribution(by_weight=tuple(groups))
 
 

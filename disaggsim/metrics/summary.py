@@ -73,12 +73,15 @@ def summarize(
         for col, key in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e"))
         for stat, value in _stats(done[col].to_numpy(float)).items()
     }
-    itl = {f"itl_p{q}_s": gaps.percentile(q) for q in (50, 90, 99)}
     q = slo.percentile
+    itl_p50, itl_p90, itl_p99, itl_at_q = gaps.percentiles((50, 90, 99, q))
     rate_ok = bool(span and span > 0)
     end = raw.end_at_s
     roles = sorted({w.role for w in raw.workers})
     handoff = _handoff(done, raw, scenario)
+    steps = {role: _step_seconds(raw, role) for role in roles}
+    busy_share = {role: _busy_share(raw, role, steps[role][0]) for role in roles}
+    kv_token_s = _kv_token_s(raw)
     steady = stability(
         frame,
         scenario.sim.warmup_s,
@@ -123,16 +126,16 @@ def summarize(
         e2e_p90_s=lat["e2e_p90_s"],
         e2e_p99_s=lat["e2e_p99_s"],
         e2e_mean_s=lat["e2e_mean_s"],
-        itl_p50_s=itl["itl_p50_s"],
-        itl_p90_s=itl["itl_p90_s"],
-        itl_p99_s=itl["itl_p99_s"],
+        itl_p50_s=itl_p50,
+        itl_p90_s=itl_p90,
+        itl_p99_s=itl_p99,
         itl_max_s=gaps.max_s(),
         slo_ttft_s=slo.ttft_s,
         slo_itl_s=slo.itl_s,
         slo_itl_statistic=slo.itl_statistic,
         slo_percentile=q,
         ttft_at_slo_percentile_s=percentile(done["ttft_s"].to_numpy(float), q),
-        itl_at_slo_percentile_s=gaps.percentile(q),
+        itl_at_slo_percentile_s=itl_at_q,
         slo_attainment=attainment,
         slo_attainment_target=slo.attainment_target,
         slo_attained=bool(attainment >= slo.attainment_target),
@@ -156,10 +159,10 @@ def summarize(
         scale_events=int(raw.scale_events),
         **_prefix_keys(raw, m),
         mean_workers={role: _mean_workers(raw, role) for role in roles},
-        busy_share={role: _busy_share(raw, role) for role in roles},
-        mean_batch={role: _mean_batch(raw, role) for role in roles},
-        mean_kv_util={role: _mean_kv_util(raw, role) for role in roles},
-        util={role: _busy_share(raw, role) for role in roles},
+        busy_share=busy_share,
+        mean_batch={role: _mean_batch(raw, role, steps[role]) for role in roles},
+        mean_kv_util={role: _mean_kv_util(raw, role, kv_token_s) for role in roles},
+        util=dict(busy_share),
         sim_end_s=float(end),
     )
 
@@ -229,38 +232,73 @@ def _held_s(raw: RawResult, role: str) -> float:
     )
 
 
-def _busy_share(raw: RawResult, role: str) -> float:
+def _step_seconds(raw: RawResult, role: str) -> tuple[float, float]:
+    """(busy s, sequence-seconds) of the pool's workers: :meth:`StepLog.busy_s` and
+    :meth:`StepLog.batch_s` summed in worker order."""
+    ws = [w for w in raw.workers if w.role == role]
+    return sum(w.steps.busy_s() for w in ws), sum(w.steps.batch_s() for w in ws)
+
+
+def _busy_share(raw: RawResult, role: str, busy: float | None = None) -> float:
+    """Busy seconds over held seconds (``busy``: the pool's, if already summed)."""
     held = _held_s(raw, role)
-    busy = sum(w.steps.busy_s() for w in raw.workers if w.role == role)
+    if busy is None:
+        busy = _step_seconds(raw, role)[0]
     return float(busy / held) if held > 0 else 0.0
 
 
-def _mean_batch(raw: RawResult, role: str) -> float:
-    ws = [w for w in raw.workers if w.role == role]
-    busy = sum(w.steps.busy_s() for w in ws)
-    return float(sum(w.steps.batch_s() for w in ws) / busy) if busy > 0 else 0.0
+def _mean_batch(
+    raw: RawResult, role: str, step_seconds: tuple[float, float] | None = None
+) -> float:
+    busy, batch = _step_seconds(raw, role) if step_seconds is None else step_seconds
+    return float(batch / busy) if busy > 0 else 0.0
 
 
-def _mean_kv_util(raw: RawResult, role: str) -> float:
-    """Time-averaged KV use of the pool from the per-worker state-change samples."""
+def _mean_kv_util(raw: RawResult, role: str, kv_token_s: dict[str, float] | None = None) -> float:
+    """Time-averaged KV use of the pool from the per-worker state-change samples
+    (``kv_token_s``: :func:`_kv_token_s`, if already computed)."""
+    used = (_kv_token_s(raw) if kv_token_s is None else kv_token_s).get(role, 0.0)
+    held = _held_kv_token_s(raw, role)
+    return used / held if held > 0 else 0.0
+
+
+def _kv_token_s(raw: RawResult) -> dict[str, float]:
+    """Token-seconds of KV each pool used, from the per-worker state-change samples
+    (each sample's use holds until the worker's next sample, the last until the end).
+
+    Samples are summed per pool in worker, then time order (stable), as one ``np.sum``
+    over that pool's products: the samples are recorded in time order, so one stable
+    sort by worker gives that order (checked; a stable sort by both keys otherwise)."""
     end = raw.end_at_s
     s = raw.samples
     at = np.asarray(s.at_s, float)
     worker = np.asarray(s.worker, np.int64)
-    kv = np.asarray(s.kv_used_tokens, float)
-    cap = {w.index: w.kv_capacity_tokens for w in raw.workers if w.role == role}
-    sel = np.isin(worker, list(cap))
-    at, worker, kv = at[sel], worker[sel], kv[sel]
-    order = np.lexsort((at, worker))  # by worker, then time (stable: last sample wins)
-    at, worker, kv = at[order], worker[order], kv[order]
+    n_workers = len(raw.workers)
+    key = worker.astype(np.uint16) if n_workers <= 1 << 16 else worker
+    order = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
+    at, worker = at[order], worker[order]
+    same = worker[1:] == worker[:-1]
+    if bool(np.any(same & (at[1:] < at[:-1]))):  # not in time order within a worker
+        order = np.lexsort((np.asarray(s.at_s, float), np.asarray(s.worker, np.int64)))
+        at, worker = np.asarray(s.at_s, float)[order], np.asarray(s.worker, np.int64)[order]
+        same = worker[1:] == worker[:-1]
+    kv = np.asarray(s.kv_used_tokens, float)[order]
     until = np.append(at[1:], end)
-    last = np.append(worker[1:] != worker[:-1], True)
-    until[last] = end
-    used = float(np.sum(kv * np.clip(until - at, 0.0, None)))
-    held = sum(
+    until[np.flatnonzero(~same)] = end  # a worker's last sample holds until the end
+    used = kv * np.clip(until - at, 0.0, None)
+    role_index = {r: i for i, r in enumerate(sorted({w.role for w in raw.workers}))}
+    role_of = np.array([role_index[w.role] for w in raw.workers], dtype=np.int64)
+    sample_role = role_of[worker] if len(worker) else worker
+    return {r: float(np.sum(used[sample_role == i])) for r, i in role_index.items()}
+
+
+def _held_kv_token_s(raw: RawResult, role: str) -> float:
+    """KV token-seconds the pool's workers held (capacity x allocation, cut at the end)."""
+    end = raw.end_at_s
+    cap = {w.index: w.kv_capacity_tokens for w in raw.workers if w.role == role}
+    return sum(
         max(min(rel, end) - a, 0.0) * cap[i] for i, r, _, a, rel in raw.allocations if r == role
     )
-    return used / held if held > 0 else 0.0
 
 
 def _offered_rate(m: pd.DataFrame) -> float:
