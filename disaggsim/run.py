@@ -511,38 +511,54 @@ def timeseries_frame(raw: RawResult) -> pd.DataFrame:
     ``router``: requests held at the router, orphaned KV bytes), ordered by time, then
     worker (stable: equal keys keep worker rows before router rows, each in record order).
 
-    Each column is built once, already in that order (one stable ``lexsort`` over the
-    keys, one gather per column): a fleet-hour has millions of samples, and a frame
-    concatenated then sorted would hold three copies of them at once."""
+    Each column is built once, already in that order: a fleet-hour has millions of
+    samples, and a frame concatenated then sorted would hold three copies of them at
+    once. The engine records samples as time goes on, so the order is the worker rows as
+    recorded (rows at one instant sorted by worker) with the router rows merged in
+    (:func:`_merge_order`); otherwise one stable ``lexsort`` over the keys and one
+    gather per column."""
     s = raw.samples
     r = raw.router_samples
     n_w, n_r = len(s.at_s), len(r.at_s)
-    role_of = np.array([w.role for w in raw.workers] + ["router"], dtype=object)
     cap = np.array([w.kv_capacity_tokens for w in raw.workers] + [1], dtype=float)
-    at_s = np.concatenate([np.asarray(s.at_s, float), np.asarray(r.at_s, float)])
-    worker = np.concatenate(
-        [np.asarray(s.worker, dtype=np.int64), np.full(n_r, -1, dtype=np.int64)]
-    )
-    order = np.lexsort((worker, at_s))  # by at_s, then worker; stable
-    at_s = at_s[order]
-    worker = worker[order]
+    w_at = np.asarray(s.at_s, float)
+    w_worker = np.asarray(s.worker, dtype=np.int64)
+    r_at = np.asarray(r.at_s, float)
+    merge = _merge_order(w_at, w_worker, r_at)
+    if merge is not None:
+        perm, is_router = merge
+        is_worker = ~is_router
 
-    def column(w_part: np.ndarray, r_part: np.ndarray) -> np.ndarray:
-        return np.concatenate([w_part, r_part])[order]
+        def column(w_part: np.ndarray, r_part: np.ndarray) -> np.ndarray:
+            out = np.empty(n_w + n_r, dtype=np.result_type(w_part, r_part))
+            out[is_worker] = w_part if perm is None else w_part[perm]
+            out[is_router] = r_part
+            return out
 
+    else:
+        at_all = np.concatenate([w_at, r_at])
+        worker_all = np.concatenate([w_worker, np.full(n_r, -1, dtype=np.int64)])
+        order = np.lexsort((worker_all, at_all))  # by at_s, then worker; stable
+        del at_all, worker_all
+
+        def column(w_part: np.ndarray, r_part: np.ndarray) -> np.ndarray:
+            return np.concatenate([w_part, r_part])[order]
+
+    at_s = column(w_at, r_at)
+    worker = column(w_worker, np.full(n_r, -1, dtype=np.int64))
     zeros_r = np.zeros(n_r, dtype=np.int64)
     kv = column(np.asarray(s.kv_used_tokens, dtype=np.int64), zeros_r)
     return pd.DataFrame(
         {
             "at_s": at_s,
             "worker": worker,
-            "role": role_of[worker],  # -1 (router) picks the last entry
+            "role": _role_column(raw, worker),
             "queue_len": column(
                 np.asarray(s.queue_len, dtype=np.int64), np.asarray(r.queue_len, dtype=np.int64)
             ),
             "batch": column(np.asarray(s.batch, dtype=np.int64), zeros_r),
             "kv_used_tokens": kv,
-            "kv_util": kv / cap[worker],
+            "kv_util": kv / cap[worker],  # -1 (router) picks the last entry
             "orphaned_kv_bytes": column(
                 np.zeros(n_w, dtype=np.int64), np.asarray(r.orphaned_kv_bytes, dtype=np.int64)
             ),
@@ -554,6 +570,45 @@ def timeseries_frame(raw: RawResult) -> pd.DataFrame:
         },
         copy=False,
     )
+
+
+def _merge_order(
+    w_at: np.ndarray, w_worker: np.ndarray, r_at: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """The (time, worker) order without a full sort, when the worker rows and the router
+    rows are each recorded in time order, as the engine records them (None otherwise):
+    the order of the worker rows (None: as recorded; else only rows at the same time
+    reordered, stably by worker) and a mask of where the router rows go among all rows
+    (at equal times router rows, worker -1, come first)."""
+    if not (bool(np.all(r_at[1:] >= r_at[:-1])) and bool(np.all(w_at[1:] >= w_at[:-1]))):
+        return None
+    perm = None
+    tie = w_at[1:] == w_at[:-1]
+    swapped = np.flatnonzero(tie & (w_worker[1:] < w_worker[:-1]))
+    if len(swapped):
+        # sort only the rows of the instants where workers were recorded out of order
+        instant = np.zeros(len(w_at), dtype=np.int64)
+        instant[1:] = np.cumsum(~tie)
+        unsorted = np.zeros(int(instant[-1]) + 1, dtype=bool)
+        unsorted[instant[swapped]] = True
+        rows = np.flatnonzero(unsorted[instant])
+        perm = np.arange(len(w_at))
+        perm[rows] = rows[np.lexsort((w_worker[rows], instant[rows]))]
+    is_router = np.zeros(len(w_at) + len(r_at), dtype=bool)
+    # router row i: after the i router rows before it and the worker rows at earlier times
+    is_router[np.arange(len(r_at)) + np.searchsorted(w_at, r_at, side="left")] = True
+    return perm, is_router
+
+
+def _role_column(raw: RawResult, worker: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """Each row's pool role (``router`` for worker -1) as pandas' ``str`` column, taken
+    from the few role names by index (no Python string per row)."""
+    import pyarrow as pa
+
+    names = [w.role for w in raw.workers] + ["router"]
+    index = np.where(worker < 0, len(raw.workers), worker)
+    taken = pa.array(names, type=pa.large_string()).take(pa.array(index))
+    return pd.array(taken, dtype=pd.StringDtype("pyarrow", na_value=np.nan))
 
 
 def _cache_columns(s: Samples) -> dict[str, array[int]]:

@@ -156,8 +156,13 @@ def check_run(raw: RawResult) -> None:
     # token order: step end times of each worker, then segments against them
     first_t = np.where(point, at_s, np.nan)
     last_t = first_t.copy()
-    for w in raw.workers:
-        sel = np.flatnonzero(worker == w.index)
+    # each worker's segments in recorded order: one stable sort (16-bit keys: a radix
+    # sort) instead of a scan of every segment per worker
+    key = worker.astype(np.int16) if len(raw.workers) < 1 << 15 else worker
+    by_worker = np.argsort(key, kind="stable")
+    bounds = np.searchsorted(worker[by_worker], [w.index for w in raw.workers] + [len(raw.workers)])
+    for j, w in enumerate(raw.workers):
+        sel = by_worker[bounds[j] : bounds[j + 1]]
         ends = np.asarray(w.steps.step_end_times(), dtype=np.float64)
         if len(ends) and not (np.isfinite(ends).all() and (np.diff(ends) >= -_EPS_S).all()):
             r = int(rid[sel[0]]) if len(sel) else -1
