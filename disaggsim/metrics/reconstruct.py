@@ -33,7 +33,8 @@ class GapDistribution:
 
     @classmethod
     def from_pairs(cls, values_s: np.ndarray, weights: np.ndarray) -> GapDistribution:
-        return _GapBuilder().add(np.asarray(values_s, float), np.asarray(weights)).build()
+        w = np.asarray(weights)
+        return _GapBuilder().count(w).add(np.asarray(values_s, float), w).build()
 
     @property
     def count(self) -> int:
@@ -81,7 +82,7 @@ class GapDistribution:
 _LOW63 = np.int64(0x7FFFFFFFFFFFFFFF)
 _RANGE_BITS = 16  # key ranges counted per pass: 2**16 (a 512 KiB histogram)
 _SORT_AT_MOST = 1 << 16  # candidates sorted directly once at most this many
-_CHUNK = 1 << 22  # gaps per vectorised step of a pass (bounds the temporaries)
+_CHUNK = 1 << 20  # gaps per vectorised step of a pass (8 MB temporaries)
 
 
 def _float_keys(v: np.ndarray) -> np.ndarray:
@@ -191,12 +192,32 @@ def _sorted_select(
 
 
 class _GapBuilder:
-    """Collects (gap, weight) chunks, grouped by weight; :meth:`build` joins each group."""
+    """Gaps grouped by weight into arrays sized in advance, so no chunk is kept and no
+    group is joined from copies: :meth:`count` the weights of every chunk of gaps to
+    come, then :meth:`add` the chunks (any order), then :meth:`build`."""
 
     def __init__(self) -> None:
-        self._chunks: dict[int, list[np.ndarray]] = {}
+        self._counts = np.zeros(1, dtype=np.int64)  # gaps to come, by weight
+        self._groups: dict[int, np.ndarray] = {}
+        self._filled: dict[int, int] = {}
+
+    def count(self, weights: np.ndarray) -> _GapBuilder:
+        w = weights[weights > 0]
+        if len(w):
+            c = np.bincount(w)
+            if len(c) > len(self._counts):
+                c[: len(self._counts)] += self._counts
+                self._counts = c
+            else:
+                self._counts[: len(c)] += c
+        return self
 
     def add(self, values: np.ndarray, weights: np.ndarray) -> _GapBuilder:
+        """Values of a counted chunk (non-finite ones and weight 0 left out)."""
+        if not self._groups:
+            for weight in np.flatnonzero(self._counts).tolist():
+                self._groups[weight] = np.empty(int(self._counts[weight]))
+                self._filled[weight] = 0
         keep = (weights > 0) & np.isfinite(values)
         values, weights = values[keep], weights[keep]
         if len(values) == 0:
@@ -206,18 +227,22 @@ class _GapBuilder:
         order = np.argsort(small, kind="stable")
         w_sorted = weights[order]
         cuts = np.flatnonzero(np.diff(w_sorted)) + 1
-        for idx in np.split(order, cuts):
-            self._chunks.setdefault(int(weights[idx[0]]), []).append(values[idx])
+        for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(order)], strict=True):
+            w = int(w_sorted[a])
+            at = self._filled[w]
+            self._groups[w][at : at + b - a] = values[order[a:b]]
+            self._filled[w] = at + b - a
         return self
 
     def build(self) -> GapDistribution:
         groups = []
-        for w in sorted(self._chunks):
-            chunks = self._chunks.pop(w)  # each group's chunks freed once joined
-            v = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
-            del chunks
-            v += 0.0  # -0.0 -> +0.0: equal gaps, one bit pattern
-            groups.append((w, v))
+        for w in sorted(self._groups):
+            v = self._groups.pop(w)
+            if self._filled[w] < len(v):  # non-finite gaps were left out
+                v = v[: self._filled[w]].copy()
+            if len(v):
+                v += 0.0  # -0.0 -> +0.0: equal gaps, one bit pattern
+                groups.append((w, v))
         return GapDistribution(by_weight=tuple(groups))
 
 
@@ -273,10 +298,31 @@ def _segment_times(raw: RawResult, counted: np.ndarray, gaps: _GapBuilder) -> _S
     last_t = first_t.copy()
     inner_max = np.full(n, -np.inf)
     counted_seg = counted[rid] if n else np.zeros(0, dtype=bool)
-    by_worker = np.argsort(worker, kind="stable")  # segments of each worker, in order
+    # each worker's segments in recorded order (16-bit keys: a radix sort)
+    key = worker.astype(np.int16) if len(raw.workers) < 1 << 15 else worker
+    by_worker = np.argsort(key, kind="stable")
     bounds = np.searchsorted(worker[by_worker], [w.index for w in raw.workers] + [len(raw.workers)])
+    sels = [by_worker[bounds[j] : bounds[j + 1]] for j in range(len(raw.workers))]
+
+    def step_weights(j: int, num_steps: int) -> np.ndarray | None:
+        """Counted requests alive across each step gap of worker ``j`` (gap i: from the
+        end of step i - 1 to the end of step i)."""
+        mine = sels[j][counted_seg[sels[j]]]
+        if not len(mine):
+            return None
+        up = np.bincount(start[mine] + 1, minlength=num_steps + 1)
+        down = np.bincount(start[mine] + tokens[mine], minlength=num_steps + 1)
+        return np.cumsum(up - down)[:num_steps]
+
+    # first pass: how many gaps of each weight (the weights need no step times)
+    num_steps = [int(np.sum(np.asarray(w.steps.run_steps, dtype=np.int64))) for w in raw.workers]
+    for j in range(len(raw.workers)):
+        weights = step_weights(j, num_steps[j])
+        if weights is not None:
+            gaps.count(weights)
+    gaps.count(np.ones(int(counted_seg.sum()), dtype=np.int64))  # each request's first gap
     for j, w in enumerate(raw.workers):
-        sel = by_worker[bounds[j] : bounds[j + 1]]
+        sel = sels[j]
         if len(sel) == 0:
             continue
         ends = w.steps.step_end_times()
@@ -291,13 +337,9 @@ def _segment_times(raw: RawResult, counted: np.ndarray, gaps: _GapBuilder) -> _S
             idx[0::2] = s0[multi] + 1
             idx[1::2] = s0[multi] + k[multi]
             inner_max[sel[multi]] = np.maximum.reduceat(padded, idx)[0::2]
-        # weights: counted requests alive across step gap i of this worker
-        mine = sel[counted_seg[sel]]
-        if len(mine):
-            diff = np.zeros(len(ends) + 1, dtype=np.int64)
-            np.add.at(diff, start[mine] + 1, 1)
-            np.add.at(diff, start[mine] + tokens[mine], -1)
-            gaps.add(step_gaps, np.cumsum(diff)[: len(ends)])
+        weights = step_weights(j, len(ends))
+        if weights is not None:
+            gaps.add(step_gaps, weights)
     # previous token time: the request's first token, or the end of its previous segment
     order = np.argsort(rid, kind="stable")
     prev = raw.log.first_token_at_s[rid].copy()
@@ -346,44 +388,61 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
     e2e = log.finish_at_s - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out >= 2, (log.finish_at_s - log.first_token_at_s) / (out - 1), np.nan)
-    reasons = (
-        np.array([log.reason.get(i, "") for i in range(n)], dtype=object) if log.reason else ""
-    )
+    # Columns computed here go in as they are; the engine's arrays are copied, so the
+    # frame never shares memory with the records (editing one leaves the other alone).
+    # No block consolidation: a fleet-hour's frame is built without a second copy.
+    own = np.copy
     frame = pd.DataFrame(
         {
             "request_id": np.arange(n),
-            "arrival_at_s": arrival,
-            "prompt_tokens": req.prompt_tokens,
+            "arrival_at_s": own(arrival),
+            "prompt_tokens": own(req.prompt_tokens),
             "output_tokens": out,
-            "max_tokens": req.max_tokens if req.max_tokens is not None else out,
+            "max_tokens": own(req.max_tokens) if req.max_tokens is not None else out.copy(),
             "measured": measured,
             "status": pd.Categorical.from_codes(
                 status, categories=pd.Index([STATUS_NAMES[i] for i in range(len(STATUS_NAMES))])
             ),
-            "reason": reasons,
-            "prefill_worker": log.prefill_worker,
-            "decode_worker": log.decode_worker,
-            "prefill_start_at_s": log.prefill_start_at_s,
-            "prefill_end_at_s": log.prefill_end_at_s,
-            "transfer_start_at_s": log.transfer_start_at_s,
-            "transfer_end_at_s": log.transfer_end_at_s,
-            "decode_admit_at_s": log.decode_admit_at_s,
-            "first_token_at_s": log.first_token_at_s,
-            "finish_at_s": log.finish_at_s,
-            "first_token_step": log.first_token_step,
-            "num_preemptions": log.num_preemptions,
-            "num_retries": log.num_retries,
-            "num_prefills": log.num_prefills,
+            "reason": _reason_column(log.reason, n),
+            "prefill_worker": own(log.prefill_worker),
+            "decode_worker": own(log.decode_worker),
+            "prefill_start_at_s": own(log.prefill_start_at_s),
+            "prefill_end_at_s": own(log.prefill_end_at_s),
+            "transfer_start_at_s": own(log.transfer_start_at_s),
+            "transfer_end_at_s": own(log.transfer_end_at_s),
+            "decode_admit_at_s": own(log.decode_admit_at_s),
+            "first_token_at_s": own(log.first_token_at_s),
+            "finish_at_s": own(log.finish_at_s),
+            "first_token_step": own(log.first_token_step),
+            "num_preemptions": own(log.num_preemptions),
+            "num_retries": own(log.num_retries),
+            "num_prefills": own(log.num_prefills),
             "ttft_s": ttft,
             "e2e_s": e2e,
             "tpot_s": tpot,
             "max_itl_s": max_gap,
             "queue_s": log.prefill_start_at_s - arrival,
             "transfer_s": log.transfer_end_at_s - log.transfer_start_at_s,
-        }
+        },
+        copy=False,
     )
-    frame["reason"] = frame["reason"].astype(str)
     return frame, gaps
+
+
+def _reason_column(reason: dict[int, str], n: int) -> pd.api.extensions.ExtensionArray:
+    """Why each request was rejected or abandoned ("" otherwise) as pandas' ``str``
+    column, taken from the few distinct reasons by index (no Python string per
+    request)."""
+    import pyarrow as pa
+
+    names = sorted(set(reason.values()))
+    index = np.zeros(n, dtype=np.int64)  # 0: ""
+    if reason:
+        code = {r: i + 1 for i, r in enumerate(names)}
+        rids = np.fromiter(reason.keys(), dtype=np.int64, count=len(reason))
+        index[rids] = np.fromiter((code[r] for r in reason.values()), np.int64, len(reason))
+    taken = pa.array(["", *names], type=pa.large_string()).take(pa.array(index))
+    return pd.array(taken, dtype=pd.StringDtype("pyarrow", na_value=np.nan))
 
 
 def token_times(raw: RawResult, request_id: int) -> np.ndarray:

@@ -41,8 +41,8 @@ def slo_met(frame: pd.DataFrame, scenario: Scenario) -> np.ndarray:
 def summarize(
     frame: pd.DataFrame, gaps: GapDistribution, raw: RawResult, scenario: Scenario
 ) -> Summary:
-    m = frame[frame["measured"]]
-    done = m[m["status"] == "completed"]
+    m = _rows(frame, frame["measured"].to_numpy(bool))
+    done = _rows(m, (m["status"] == "completed").to_numpy(bool))
     slo = scenario.slo
     met = slo_met(m, scenario)
     attainment = float(met.mean()) if len(m) else float("nan")
@@ -167,6 +167,37 @@ def summarize(
     )
 
 
+# the request frame's columns the summary reads from its measured and completed rows
+_READ_COLUMNS = [
+    "request_id",
+    "arrival_at_s",
+    "prompt_tokens",
+    "output_tokens",
+    "status",
+    "reason",
+    "num_retries",
+    "num_preemptions",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "max_itl_s",
+    "finish_at_s",
+    "prefill_end_at_s",
+    "transfer_start_at_s",
+    "transfer_end_at_s",
+    "transfer_s",
+]
+
+
+def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows where ``keep`` holds: ``frame`` itself when that is every row, else a
+    copy of those rows of the columns the summary reads (a fleet-hour's frame is
+    hundreds of MB; a boolean selection copies every column)."""
+    if bool(keep.all()):
+        return frame
+    return frame.loc[keep, [c for c in _READ_COLUMNS if c in frame.columns]]
+
+
 # the engine's counters (RawResult.counters), each a summary key
 COUNTERS = ("num_resent_transfers", "num_worker_failures")
 
@@ -266,30 +297,40 @@ def _kv_token_s(raw: RawResult) -> dict[str, float]:
     """Token-seconds of KV each pool used, from the per-worker state-change samples
     (each sample's use holds until the worker's next sample, the last until the end).
 
-    Samples are summed per pool in worker, then time order (stable), as one ``np.sum``
-    over that pool's products: the samples are recorded in time order, so one stable
-    sort by worker gives that order (checked; a stable sort by both keys otherwise)."""
+    Summed per pool as one ``np.sum`` over its samples in worker, then time order
+    (stable): one stable sort by worker (16-bit keys: a radix sort), then worker by
+    worker (the samples are recorded in time order; a worker's are sorted by time
+    where they are not), so no full-length copy of the samples is made."""
     end = raw.end_at_s
     s = raw.samples
     at = np.asarray(s.at_s, float)
-    worker = np.asarray(s.worker, np.int64)
-    n_workers = len(raw.workers)
-    key = worker.astype(np.uint16) if n_workers <= 1 << 16 else worker
-    order = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
-    at, worker = at[order], worker[order]
-    same = worker[1:] == worker[:-1]
-    if bool(np.any(same & (at[1:] < at[:-1]))):  # not in time order within a worker
-        order = np.lexsort((np.asarray(s.at_s, float), np.asarray(s.worker, np.int64)))
-        at, worker = np.asarray(s.at_s, float)[order], np.asarray(s.worker, np.int64)[order]
-        same = worker[1:] == worker[:-1]
-    kv = np.asarray(s.kv_used_tokens, float)[order]
-    until = np.append(at[1:], end)
-    until[np.flatnonzero(~same)] = end  # a worker's last sample holds until the end
-    used = kv * np.clip(until - at, 0.0, None)
-    role_index = {r: i for i, r in enumerate(sorted({w.role for w in raw.workers}))}
-    role_of = np.array([role_index[w.role] for w in raw.workers], dtype=np.int64)
-    sample_role = role_of[worker] if len(worker) else worker
-    return {r: float(np.sum(used[sample_role == i])) for r, i in role_index.items()}
+    kv = np.asarray(s.kv_used_tokens)
+    worker = np.asarray(s.worker)
+    key = worker.astype(np.uint16) if len(raw.workers) <= 1 << 16 else worker.astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    out: dict[str, float] = {}
+    for role in sorted({w.role for w in raw.workers}):
+        idx = [w.index for w in raw.workers if w.role == role]
+        lo = np.searchsorted(sorted_key, idx, side="left")
+        hi = np.searchsorted(sorted_key, idx, side="right")
+        used = np.empty(int((hi - lo).sum()))
+        pos = 0
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+            rows = order[a:b]
+            t = at[rows]
+            if bool(np.any(t[1:] < t[:-1])):  # not in time order: sort it (stable)
+                rows = rows[np.argsort(t, kind="stable")]
+                t = at[rows]
+            held = np.empty(len(t))
+            held[:-1] = t[1:]
+            held[-1:] = end
+            held -= t
+            np.clip(held, 0.0, None, out=held)
+            used[pos : pos + len(t)] = kv[rows].astype(float) * held
+            pos += len(t)
+        out[role] = float(np.sum(used))
+    return out
 
 
 def _held_kv_token_s(raw: RawResult, role: str) -> float:
