@@ -64,7 +64,9 @@ from disaggsim.hardware.engines import (
     ENGINES_SCHEMA_VERSION,
     PARAM_KEYS,
     ZERO_ENGINE,
+    EngineProfile,
     engines_from_dict,
+    load_engines,
     shipped_engines_path,
 )
 from disaggsim.hardware.profile import HardwareProfile, load_profile
@@ -99,6 +101,25 @@ FIT_PARAMS = {
 # kernels, for which auto's fastest trusted fit stands): written into engines.json and used
 # for the kernel time of their measurements
 ENGINE_ATTENTION = {"trtllm": "trtllm"}
+# Decode kernels of the release a source measured, where its grouped (GQA) kernel covered
+# only some layouts: query heads per KV head the grouped kernel took; the others ran a
+# per-query-head kernel (EngineProfile.grouped_decode_q_per_kv). TensorRT-LLM of April 2024
+# (0.9.0; tensorrt_llm 0.10.0.dev2024043000, decoderXQARunner.h ``shouldUse``: single-token
+# generation takes XQA only when ``nbQHeadsPerKV`` is 8 or 1, else the masked-MHA kernel,
+# one thread block per query head; gpt-attention.md of that release: XQA "only supports a
+# limited number of model configurations, such as the LLAMA2 70B model"). So Mistral-7B
+# (4 query heads per KV head) decoded per query head; Llama-2-70B (8) and Llama-2-7B (MHA)
+# did not. The AIConfigurator tables the ``trtllm`` kernel fit comes from are TensorRT-LLM
+# 1.3, whose XQA covers every GQA layout, as does the shipped ``trtllm`` profile.
+RELEASE_GROUPED_DECODE = {"trtllm-0.9.0-perf": (1, 8)}
+RELEASE_GROUPED_DECODE_SOURCE = (
+    "TensorRT-LLM decoderXQARunner.h shouldUse at tensorrt_llm 0.10.0.dev2024043000 "
+    "(github.com/WhiteD2125/TensorRT-LLM@6ad7cf1bcc08e31990c62ba929a8e84f35667654, a copy "
+    "of NVIDIA/TensorRT-LLM main of 2024-04-30): nbQHeadsPerKV != 8 && != 1 -> no XQA"
+)
+# candidate rates of the per-query-head kernel's KV re-reads (bytes/s, log grid): the fit
+# takes the one minimising the relative error of the fit rows it affects
+REREAD_GRID_BYTES_PER_S = tuple(float(x) for x in np.logspace(np.log10(2e12), np.log10(2e13), 61))
 DESCRIPTIONS = {
     "vllm": "vLLM with CUDA-graph decode (V1-era CI): per-iteration scheduling, sampling "
     "and input preparation, plus the broadcast to the other TP ranks",
@@ -311,13 +332,52 @@ def all_points(data_root: Path | None, path: Path = MEASUREMENTS) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
+def shipped_reread_bytes_per_s() -> dict[str, float]:
+    """Each engine's per-query-head KV re-read rate in the shipped ``engines.json``."""
+    return {n: e.per_query_head_kv_bytes_per_s for n, e in load_engines().items()}
+
+
+def kernel_engine(engine: str, source: str, reread_bytes_per_s: float) -> EngineProfile:
+    """The zero-overhead engine profile the kernels of one measurement run with: the
+    engine's own attention kernel, and the decode-kernel coverage of the release the source
+    measured (:data:`RELEASE_GROUPED_DECODE`)."""
+    grouped = RELEASE_GROUPED_DECODE.get(source)
+    return replace(
+        ZERO_ENGINE,
+        attention_backend=ENGINE_ATTENTION.get(engine, "auto"),
+        grouped_decode_q_per_kv=grouped,
+        per_query_head_kv_bytes_per_s=reread_bytes_per_s if grouped is not None else 0.0,
+    )
+
+
+def per_query_head_rows(points: pd.DataFrame) -> np.ndarray:
+    """Rows whose release decoded their layout with a per-query-head kernel."""
+    out = np.zeros(len(points), bool)
+    for i, r in enumerate(points.to_dict("records")):
+        grouped = RELEASE_GROUPED_DECODE.get(str(r["source"]))
+        if grouped is None:
+            continue
+        spec = get_model(str(r["model"]))
+        tp = int(r["tp"])
+        hq, hkv = spec.num_heads // tp, max(spec.num_kv_heads // tp, 1)
+        out[i] = (
+            replace(ZERO_ENGINE, grouped_decode_q_per_kv=grouped).decode_reread_group(hq // hkv) > 1
+        )
+    return out
+
+
 def features(
-    points: pd.DataFrame, profiles: dict[str, HardwareProfile] | None = None
+    points: pd.DataFrame,
+    profiles: dict[str, HardwareProfile] | None = None,
+    reread_bytes_per_s: dict[str, float] | None = None,
 ) -> pd.DataFrame:
     """Per point: kernel-only seconds of the measured work (``kernels_s``) and the columns of
     the overhead's design matrix (one per :data:`PARAM_KEYS`), from the step model with the
-    GPU's hardware profile (``profiles`` or the shipped one)."""
+    GPU's hardware profile (``profiles`` or the shipped one) and, for a release whose
+    grouped decode kernel did not cover the layout, the engine's per-query-head re-read rate
+    (``reread_bytes_per_s`` per engine, default the shipped ones)."""
     profiles = dict(profiles or {})
+    reread = shipped_reread_bytes_per_s() if reread_bytes_per_s is None else reread_bytes_per_s
     workers: dict[tuple, Any] = {}
     out = np.zeros((len(points), 1 + len(PARAM_KEYS)))
     for i, r in enumerate(points.to_dict("records")):
@@ -325,8 +385,11 @@ def features(
         if gpu not in profiles:
             profiles[gpu] = load_profile(gpu)
         prof = profiles[gpu]
-        attn = ENGINE_ATTENTION.get(str(r["engine"]), "auto")
-        key = (r["model"], gpu, int(r["tp"]), r["weight_dtype"], r["kv_dtype"], attn)
+        eng = kernel_engine(str(r["engine"]), str(r["source"]), reread.get(str(r["engine"]), 0.0))
+        key = (
+            r["model"], gpu, int(r["tp"]), r["weight_dtype"], r["kv_dtype"],
+            eng.attention_backend, eng.grouped_decode_q_per_kv, eng.per_query_head_kv_bytes_per_s,
+        )  # fmt: skip
         if key not in workers:
             workers[key] = build_worker_cost(
                 str(r["model"]),
@@ -334,7 +397,7 @@ def features(
                 int(r["tp"]),
                 weight_dtype=str(r["weight_dtype"]),
                 kv_dtype=str(r["kv_dtype"]),
-                engine=replace(ZERO_ENGINE, attention_backend=attn),
+                engine=eng,
                 profile=prof,
                 gpu_mem_util=1.0,
                 activation_reserve_bytes=0.0,
@@ -384,18 +447,65 @@ def solve(kern: np.ndarray, x: np.ndarray, meas: np.ndarray) -> np.ndarray:
     return np.asarray(res.x, float)
 
 
-def fit_engine(feat: pd.DataFrame, engine: str) -> dict[str, Any]:
+def _solve_cost(
+    kern: np.ndarray, x: np.ndarray, meas: np.ndarray, sel: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """:func:`solve` over the rows ``sel`` and its summed squared relative error there."""
+    theta = solve(kern[sel], x[sel], meas[sel])
+    r = (kern[sel] + x[sel] @ theta) / meas[sel] - 1.0
+    return theta, float(r @ r)
+
+
+def reread_variants(
+    points: pd.DataFrame,
+    feat: pd.DataFrame,
+    engine: str,
+    profiles: dict[str, HardwareProfile] | None = None,
+) -> dict[float, pd.DataFrame] | None:
+    """``engine``'s rows of ``feat`` with the kernel time recomputed at every rate of
+    :data:`REREAD_GRID_BYTES_PER_S` (None when no row of it decoded per query head)."""
+    mine = (points["engine"] == engine).to_numpy()
+    pts = points[mine].reset_index(drop=True)
+    base = feat[mine].reset_index(drop=True)
+    hit = per_query_head_rows(pts)
+    if not hit.any():
+        return None
+    out = {}
+    for rate in REREAD_GRID_BYTES_PER_S:
+        f = features(pts[hit], profiles, {engine: rate})
+        v = base.copy()
+        v.loc[hit, "kernels_s"] = f["kernels_s"].to_numpy(float)
+        out[rate] = v
+    return out
+
+
+def fit_engine(
+    feat: pd.DataFrame, engine: str, variants: dict[float, pd.DataFrame] | None = None
+) -> dict[str, Any]:
     """One engine's fitted :class:`EngineProfile` and its errors: all rows, fit rows,
     held-out rows, held out by family (source, model, GPU, TP: refit without it), and the
-    kernels alone."""
+    kernels alone. With ``variants`` (:func:`reread_variants`) the per-query-head re-read
+    rate is fitted too: the grid rate whose overhead fit has the least relative error over
+    the fit rows (and, for each family held out, over the rows left)."""
     rows = feat[feat["engine"] == engine].reset_index(drop=True)
     names = FIT_PARAMS[engine]
     cols = [f"x_{k}" for k in names]
-    kern = rows["kernels_s"].to_numpy(float)
     meas = rows["value_s"].to_numpy(float)
     x = rows[cols].to_numpy(float)
     fit = (rows["split"] == "fit").to_numpy()
-    theta = solve(kern[fit], x[fit], meas[fit])
+    kerns: dict[float | None, np.ndarray] = (
+        {None: rows["kernels_s"].to_numpy(float)}
+        if variants is None
+        else {rate: v["kernels_s"].to_numpy(float) for rate, v in variants.items()}
+    )
+
+    def best(sel: np.ndarray) -> tuple[float | None, np.ndarray]:
+        scored = [(_solve_cost(k, x, meas, sel), rate) for rate, k in kerns.items()]
+        (theta, _), rate = min(scored, key=lambda t: t[0][1])
+        return rate, theta
+
+    rate, theta = best(fit)
+    kern = kerns[rate]
     pred = kern + x @ theta
     fam = (
         rows["source"] + "|" + rows["model"] + "|" + rows["gpu"] + "|" + rows["tp"].astype(str)
@@ -405,7 +515,8 @@ def fit_engine(feat: pd.DataFrame, engine: str) -> dict[str, Any]:
         test = fam == f
         train = fit & ~test
         if train.any():
-            lofo[test] = kern[test] + x[test] @ solve(kern[train], x[train], meas[train])
+            rate_o, theta_o = best(train)
+            lofo[test] = kerns[rate_o][test] + x[test] @ theta_o
         else:  # nothing left to fit on (a single family): no held-out prediction
             lofo[test] = np.nan
     a = ape(pred, meas)
@@ -426,25 +537,40 @@ def fit_engine(feat: pd.DataFrame, engine: str) -> dict[str, Any]:
     params = {
         k: (float(f"{v:.5g}") if v >= 1e-9 else 0.0) for k, v in zip(names, theta, strict=True)
     }
+    error: dict[str, Any] = {
+        "all": stats(every, a),
+        "fit": stats(fit, a),
+        "holdout": stats(~fit, a),
+        "held_out_by_family": stats(every, ape(lofo, meas)),
+        "kernels_only": stats(every, ape(kern, meas)),
+        "sources": sorted(set(rows["source"])),
+    }
+    if rate is not None:
+        params["per_query_head_kv_bytes_per_s"] = float(f"{rate:.4g}")
+        error["per_query_head_decode"] = (
+            f"{int(per_query_head_rows(rows).sum())} rows decoded per query head "
+            f"({RELEASE_GROUPED_DECODE_SOURCE}); re-read rate fitted on a log grid "
+            f"{REREAD_GRID_BYTES_PER_S[0] / 1e12:.0f}-{REREAD_GRID_BYTES_PER_S[-1] / 1e12:.0f} "
+            "TB/s with the overheads, refitted for every family held out"
+        )
     return {
         "engine": engine,
         "params": params,
-        "rows": rows.assign(pred_s=pred, lofo_pred_s=lofo, ape=a, kernels_ape=ape(kern, meas)),
-        "error": {
-            "all": stats(every, a),
-            "fit": stats(fit, a),
-            "holdout": stats(~fit, a),
-            "held_out_by_family": stats(every, ape(lofo, meas)),
-            "kernels_only": stats(every, ape(kern, meas)),
-            "sources": sorted(set(rows["source"])),
-        },
+        "rows": rows.assign(
+            kernels_s=kern, pred_s=pred, lofo_pred_s=lofo, ape=a, kernels_ape=ape(kern, meas)
+        ),
+        "error": error,
     }
 
 
 def fit_all(data_root: Path | None, profiles: dict[str, HardwareProfile] | None = None):
-    """Every engine's fit (:func:`fit_engine`) on :func:`all_points`."""
-    feat = features(all_points(data_root), profiles)
-    return {e: fit_engine(feat, e) for e in ENGINE_NAMES}
+    """Every engine's fit (:func:`fit_engine`) on :func:`all_points`, the per-query-head
+    re-read rate included where a release decoded some layout per query head."""
+    points = all_points(data_root)
+    feat = features(points, profiles)
+    return {
+        e: fit_engine(feat, e, reread_variants(points, feat, e, profiles)) for e in ENGINE_NAMES
+    }
 
 
 def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
@@ -456,6 +582,11 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
             **{k: f["params"].get(k, 0.0) for k in PARAM_KEYS},
             "cuda_graphs": name != "vllm-eager-2023",
             "attention_backend": ENGINE_ATTENTION.get(name, "auto"),
+            # the shipped profiles model current releases, whose grouped decode kernels
+            # cover every GQA layout; the fitted re-read rate is there for a profile that
+            # names an older release's coverage (grouped_decode_q_per_kv)
+            "grouped_decode_q_per_kv": None,
+            "per_query_head_kv_bytes_per_s": f["params"].get("per_query_head_kv_bytes_per_s", 0.0),
             "description": DESCRIPTIONS[name],
             "fit_error": f["error"],
         }
@@ -719,7 +850,12 @@ def main(argv: list[str] | None = None) -> int:
         fits = fit_all(Path(args.data))
         for name, f in fits.items():
             e = f["error"]
-            prm = ", ".join(f"{k} {v * 1e6:.2f} us" for k, v in f["params"].items())
+            prm = ", ".join(
+                f"{k} {v / 1e12:.2f} TB/s"
+                if k.endswith("_bytes_per_s")
+                else f"{k} {v * 1e6:.2f} us"
+                for k, v in f["params"].items()
+            )
             print(f"{name}: {prm}")
             for part in ("all", "fit", "holdout", "held_out_by_family", "kernels_only"):
                 st = e[part]

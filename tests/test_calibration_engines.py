@@ -270,3 +270,32 @@ def test_engines_cli_eager_forms_without_data_is_one_line_error(tmp_path: Path, 
     assert engines.main(["--data", str(tmp_path), "--eager-forms"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "kernel tables not found" in err
+
+
+@needs_data
+def test_trtllm_09_decodes_mistral_per_query_head_and_h200_holds_out() -> None:
+    """TensorRT-LLM 0.9's XQA took 1 or 8 query heads per KV head: of its measured models
+    only Mistral-7B (4) ran the per-query-head kernel. Its re-read rate is fitted on the
+    H100 and A100 rows; the held-out H200 Mistral batches (the same SMs and L2 as the H100,
+    1.43x its HBM bandwidth) are predicted better than by the grouped kernel, whose
+    HBM-bound stream would make them faster than the H100's."""
+    points = engines.all_points(DATA)
+    hit = engines.per_query_head_rows(points)
+    assert set(points[hit]["model"]) == {"mistral-7b"}
+    assert set(points[hit]["source"]) == {"trtllm-0.9.0-perf"}
+    feat = engines.features(points)
+    with_reread = engines.fit_engine(
+        feat, "trtllm", engines.reread_variants(points, feat, "trtllm")
+    )
+    grouped = engines.fit_engine(engines.features(points, reread_bytes_per_s={}), "trtllm")
+    r = with_reread["rows"]
+    sel = (
+        (r["model"] == "mistral-7b") & (r["gpu"] == "h200-sxm") & (r["metric"] == "batch_latency_s")
+    ).to_numpy()
+    assert (r["split"][sel] == "holdout").all() and sel.sum() == 4
+    a_reread = np.median(with_reread["rows"]["ape"].to_numpy()[sel])
+    a_grouped = np.median(grouped["rows"]["ape"].to_numpy()[sel])
+    assert a_reread < a_grouped / 2
+    # the fitted rate is a bandwidth between the HBM peak of the H100 and 20 TB/s
+    rate = with_reread["params"]["per_query_head_kv_bytes_per_s"]
+    assert 3.35e12 < rate < 2e13

@@ -315,6 +315,49 @@ def test_eager_engine_costs_more_than_cuda_graphs():
 # --- hypothesis invariants ------------------------------------------------------------
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.integers(1, 512),
+    ctx=st.integers(0, 200_000),
+    rate=st.floats(1e12, 3e13),
+    layout=st.sampled_from([("llama-3-8b", 1), ("llama-3-8b", 8), ("llama-3-70b", 4)]),
+)
+def test_per_query_head_decode_equals_ops(batch, ctx, rate, layout):
+    """The step model's decode attention with a per-query-head kernel (the engine's grouped
+    kernel does not cover the layout) is ops.decode_attention_time_s with the same group and
+    re-read rate, and stays the larger of two affine lines in the context."""
+    import dataclasses
+
+    from disaggsim.hardware.engines import ZERO_ENGINE
+
+    eng = dataclasses.replace(
+        ZERO_ENGINE, grouped_decode_q_per_kv=(1,), per_query_head_kv_bytes_per_s=rate
+    )
+    model, tp = layout
+    w = build_worker_cost(model, "h100-sxm", tp, engine=eng, attention_backend="trtllm")
+    bare = build_worker_cost(model, "h100-sxm", tp, engine=ZERO_ENGINE, attention_backend="trtllm")
+    # llama-3-8b: 32 query / 8 KV heads (tp 8: 4 over 1); llama-3-70b tp 4: 16 over 2
+    hq, hkv = {("llama-3-8b", 1): (32, 8), ("llama-3-8b", 8): (4, 1), ("llama-3-70b", 4): (16, 2)}[
+        layout
+    ]
+    prof = w.profile
+    dec = prof.decode_attention_for("trtllm", "bf16")
+    want = float(
+        ops.decode_attention_time_s(prof.peaks, dec, batch, ctx, hkv, 128, 2.0, hq // hkv, rate)
+    )
+    plain = float(ops.decode_attention_time_s(prof.peaks, dec, batch, ctx, hkv, 128, 2.0))
+    got = w.breakdown(decode_batch=batch, decode_context_tokens=ctx).attention_s
+    got /= w.model.num_layers
+    assert got == pytest.approx(want, rel=1e-12)
+    assert want >= plain * (1 - 1e-12)
+    base, per = w.decode_coeffs(batch)
+    ib, ip = w.decode_item_coeffs(batch)
+    assert decode_step_time_s(w, batch, ctx) == pytest.approx(
+        max(base + per * ctx, ib + ip * ctx), rel=1e-12
+    )
+    assert per >= bare.decode_coeffs(batch)[1] * (1 - 1e-12)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     model_id=st.sampled_from(["llama-3-8b", "llama-2-70b", "opt-13b", "mistral-7b"]),

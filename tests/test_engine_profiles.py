@@ -89,6 +89,20 @@ def test_engine_overhead_by_hand() -> None:
             lambda d: d["engines"]["trtllm"].update(attention_backend="xqa"),
             r"engines\.trtllm\.attention_backend: 'xqa' \(allowed: auto, ",
         ),
+        (
+            lambda d: d["engines"]["trtllm"].update(grouped_decode_q_per_kv=[8, "4"]),
+            r"engines\.trtllm\.grouped_decode_q_per_kv: expected null or a list of integers",
+        ),
+        (
+            lambda d: d["engines"]["trtllm"].update(per_query_head_kv_bytes_per_s=-1),
+            r"engines\.trtllm\.per_query_head_kv_bytes_per_s: expected a number >= 0",
+        ),
+        (
+            lambda d: d["engines"]["vllm"].update(
+                grouped_decode_q_per_kv=[8], per_query_head_kv_bytes_per_s=0
+            ),
+            r"engines\.vllm\.per_query_head_kv_bytes_per_s: must be > 0 when",
+        ),
     ],
 )
 def test_bad_engine_file_is_one_line_naming_the_field(change, pattern) -> None:
@@ -145,6 +159,44 @@ def test_an_engine_with_its_own_kernels_runs_them_under_auto() -> None:
     )
     fb = build_worker_cost("mistral-7b", "h100-sxm", 1, engine="trtllm", profile=bare)
     assert fb.decode_backend in prof.attention_auto["decode"] and fb.decode_backend != "trtllm"
+
+
+def test_per_query_head_decode_rereads_the_group_by_hand() -> None:
+    """A release whose grouped decode kernel covers 1 and 8 query heads per KV head runs
+    Mistral-7B's 4 per query head: each of the 4 reads its KV head, so the KV stream per
+    context token is the longer of the HBM stream and 4 x the bytes at the re-read rate.
+    Llama-2-70B (8 per KV head) and Llama-2-7B (MHA) keep the grouped kernel."""
+    rate = 4.0e12
+    old = dataclasses.replace(ZERO_ENGINE, grouped_decode_q_per_kv=(1, 8))
+    old = dataclasses.replace(old, per_query_head_kv_bytes_per_s=rate)
+    assert [old.decode_reread_group(g) for g in (1, 2, 4, 8)] == [1, 2, 4, 1]
+    assert ZERO_ENGINE.decode_reread_group(4) == 1  # no coverage limit: every layout grouped
+    prof = load_profile("h100-sxm")
+    dec = prof.decode_attention_for("trtllm", "fp8")
+    hbm = get_gpu("h100-sxm").hbm_bytes_per_s
+    for batch in (1, 56, 512):
+        p = batch * 8  # (sequence, KV head) work items: 8 KV heads
+        share = p / (p + dec.par_half_sat)
+        # Mistral-7B: 32 layers, 8 KV heads of 128, 1-byte KV; 2 (K and V) bytes per element
+        hbm_per_token = 32 * 2 * 8 * 128 * 1.0 / (hbm * dec.bw_eff * share)
+        reread_per_token = 32 * 2 * 8 * 128 * 1.0 * 4 / rate
+        kw = dict(kv_dtype="fp8", weight_dtype="fp8", attention_backend="trtllm")
+        w_old = build_worker_cost("mistral-7b", "h100-sxm", 1, engine=old, **kw)
+        w_new = build_worker_cost("mistral-7b", "h100-sxm", 1, engine=ZERO_ENGINE, **kw)
+        assert w_new.decode_coeffs(batch)[1] == pytest.approx(hbm_per_token, rel=1e-12)
+        assert w_old.decode_coeffs(batch)[1] == pytest.approx(
+            max(hbm_per_token, reread_per_token), rel=1e-12
+        )
+        assert w_old.decode_coeffs(batch)[0] == pytest.approx(w_new.decode_coeffs(batch)[0])
+        assert w_old.decode_time_s(batch, batch * 4096) > w_new.decode_time_s(batch, batch * 4096)
+    for model in ("llama-2-70b", "llama-2-7b"):
+        kw = dict(kv_dtype="fp8", weight_dtype="fp8", attention_backend="trtllm")
+        tp = 4 if model == "llama-2-70b" else 1
+        a = build_worker_cost(model, "h100-sxm", tp, engine=old, **kw)
+        b = build_worker_cost(model, "h100-sxm", tp, engine=ZERO_ENGINE, **kw)
+        assert a.decode_coeffs(64) == b.decode_coeffs(64)
+    # the shipped profiles model current releases: every GQA layout grouped
+    assert all(e.grouped_decode_q_per_kv is None for e in load_engines().values())
 
 
 def test_fp8_weights_add_one_quantisation_kernel_per_gemm() -> None:

@@ -19,9 +19,13 @@ Forms (``docs/costmodel.md`` has the derivations):
   cannot keep every memory channel busy). With many items resident per SM, one item's
   fixed work runs while another streams KV: ``overlap`` = 1 makes the kernel take the
   longer of the two (the roofline), 0 their sum. The stream term never exceeds peak
-  bandwidth (``bw_eff`` ≤ 1). At fixed B and shape the time is the larger of two affine
-  functions of C (:func:`decode_attention_lines`); above the knee, where the KV stream
-  dominates, it is ``... + stream`` exactly. Newer parameters default to 0.
+  bandwidth (``bw_eff`` ≤ 1). A per-query-head kernel over a grouped layout (``group``
+  query heads per KV head, each reading its KV head: an engine's fallback where its
+  grouped kernel does not cover the layout) streams the longer of the KV bytes from HBM and
+  ``group × kv_bytes / reread_bytes_per_s`` (the re-reads served by L2). At fixed B and
+  shape the time is the larger of two affine functions of C
+  (:func:`decode_attention_lines`); above the knee, where the KV stream dominates, it is
+  ``... + stream`` exactly. Newer parameters default to 0.
 - Prefill attention (causal, FLOP = 4 × heads × head_dim × query-key pairs):
   ``floor_s + flop / (peak × max_eff × L / (L + half_sat))``, L = mean new tokens per
   sequence.
@@ -94,6 +98,24 @@ def decode_attention_floor_s(p: DecodeAttentionParams, batch: ArrayLike, kv_head
     return p.floor_s + p.multi_floor_s * multi
 
 
+def decode_stream_seconds_per_byte(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    batch: ArrayLike,
+    kv_heads: ArrayLike,
+    reread_group: float = 1.0,
+    reread_bytes_per_s: float = 0.0,
+) -> np.ndarray:
+    """Seconds per KV byte of a decode kernel's KV stream: ``1 / (hbm × bw_eff × P / (P +
+    par_half_sat))``, or for a per-query-head kernel over ``reread_group`` > 1 query heads
+    per KV head the longer of that and ``reread_group / reread_bytes_per_s``."""
+    bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, batch, kv_heads)
+    per_byte = 1.0 / bw
+    if reread_group > 1.0 and reread_bytes_per_s > 0.0:
+        per_byte = np.maximum(per_byte, reread_group / reread_bytes_per_s)
+    return per_byte
+
+
 def decode_attention_time_s(
     peaks: GpuPeaks,
     p: DecodeAttentionParams,
@@ -102,16 +124,21 @@ def decode_attention_time_s(
     kv_heads: ArrayLike,
     head_dim: ArrayLike,
     kv_elem_bytes: float = 2.0,
+    reread_group: float = 1.0,
+    reread_bytes_per_s: float = 0.0,
 ) -> np.ndarray:
     """Seconds for one decode-attention kernel over ``batch`` sequences holding
-    ``context_tokens`` cached tokens in total (per layer, per GPU shard)."""
+    ``context_tokens`` cached tokens in total (per layer, per GPU shard); ``reread_group``
+    > 1: a per-query-head kernel whose query heads each read their KV head
+    (:func:`decode_stream_seconds_per_byte`)."""
     b = np.asarray(batch, float)
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
     kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
-    bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, b, kh)
     items = p.per_seq_kv_elem_s * b * kh * d
-    stream = kv_bytes / bw
+    stream = kv_bytes * decode_stream_seconds_per_byte(
+        peaks, p, b, kh, reread_group, reread_bytes_per_s
+    )
     return (
         decode_attention_floor_s(p, b, kh)
         + p.per_seq_s * b
@@ -127,6 +154,8 @@ def decode_attention_lines(
     kv_heads: float,
     head_dim: float,
     kv_elem_bytes: float = 2.0,
+    reread_group: float = 1.0,
+    reread_bytes_per_s: float = 0.0,
 ) -> tuple[tuple[float, float], tuple[float, float]]:
     """The two affine functions of the context tokens C whose maximum is
     :func:`decode_attention_time_s` at fixed batch and shape: ``((base, per_token)`` of the
@@ -135,8 +164,10 @@ def decode_attention_lines(
     × stream`` (equal at the knee, where items = stream)."""
     fixed = float(decode_attention_floor_s(p, batch, kv_heads)) + p.per_seq_s * batch
     items = p.per_seq_kv_elem_s * batch * kv_heads * head_dim
-    bw = peaks.hbm_bytes_per_s * p.bw_eff * float(decode_attention_bw_scale(p, batch, kv_heads))
-    per_token = 2.0 * kv_heads * head_dim * kv_elem_bytes / bw
+    per_byte = float(
+        decode_stream_seconds_per_byte(peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s)
+    )
+    per_token = 2.0 * kv_heads * head_dim * kv_elem_bytes * per_byte
     return (
         (fixed + (1.0 - p.overlap) * items, per_token),
         (fixed + items, (1.0 - p.overlap) * per_token),

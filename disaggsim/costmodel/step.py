@@ -160,6 +160,16 @@ def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> fl
     return items / (items + p.par_half_sat)
 
 
+def _dec_per_byte_s(
+    hbm: float, p: DecodeAttentionParams, batch: float, kv_heads: float, group: float, reread: float
+) -> float:
+    """ops.decode_stream_seconds_per_byte for scalars."""
+    per_byte = 1.0 / (hbm * p.bw_eff * _dec_bw_scale(p, batch, kv_heads))
+    if group > 1.0 and reread > 0.0:
+        return max(per_byte, group / reread)
+    return per_byte
+
+
 def pick_attention_backends(
     profile: HardwareProfile,
     backend: str,
@@ -295,6 +305,8 @@ class RooflineWorkerCost:
         "_ov_seq_s",
         "_ov_tok_s",
         "_quant_k",
+        "_reread_group",
+        "_reread_bytes_per_s",
         "_decode_cache",
     )  # _decode_cache: batch -> (stream-bound line, item-bound line)
 
@@ -353,6 +365,10 @@ class RooflineWorkerCost:
             engine.attention_backend,
         )
         self._dec = profile.decode_attention_for(self.decode_backend, kv_dtype)
+        # a per-query-head decode kernel (the engine's grouped kernel does not cover this
+        # layout) reads each KV head once per query head: the re-reads come from L2
+        self._reread_group = float(engine.decode_reread_group(hq // hkv))
+        self._reread_bytes_per_s = engine.per_query_head_kv_bytes_per_s
         self._pre = profile.prefill_attention_for(self.prefill_backend, "bf16")
         # FP8 weights: one quantisation kernel per GEMM input (k elements per token)
         self._quant_k: tuple[float, ...] = (
@@ -425,7 +441,9 @@ class RooflineWorkerCost:
                 * hkv
                 * self.model.head_dim
                 * self._kv_elem
-                / (self._hbm * d.bw_eff * _dec_bw_scale(d, batch, hkv))
+                * _dec_per_byte_s(
+                    self._hbm, d, batch, hkv, self._reread_group, self._reread_bytes_per_s
+                )
             )
             lines = (
                 (base_items - d.overlap * items, per_token),
@@ -517,7 +535,9 @@ class RooflineWorkerCost:
             hkv_dec = float(self.kv_heads_per_gpu)
             kv_bytes = 2.0 * decode_context_tokens * hkv_dec * hd * self._kv_elem
             items = d.per_seq_kv_elem_s * decode_batch * hkv_dec * hd
-            stream = kv_bytes / (hbm * d.bw_eff * _dec_bw_scale(d, decode_batch, hkv_dec))
+            stream = kv_bytes * _dec_per_byte_s(
+                hbm, d, decode_batch, hkv_dec, self._reread_group, self._reread_bytes_per_s
+            )
             attn_layer += (
                 _dec_floor_s(d, decode_batch, hkv_dec)
                 + d.per_seq_s * decode_batch

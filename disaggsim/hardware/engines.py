@@ -11,7 +11,16 @@ as replayed CUDA graphs); this module owns the rest. One iteration's overhead is
       + num_layers × (per_layer_s + per_layer_tp_s × [tp > 1])
 
 ``sequences`` are the sequences that emit a token this iteration and ``tokens`` the tokens
-it processes (prefill plus one per decoding sequence). An engine that ships its own
+it processes (prefill plus one per decoding sequence).
+
+Decode attention over grouped-query layouts: a grouped kernel (FlashAttention's packed
+GQA, TensorRT-LLM's XQA) reads each KV head once for all the query heads that share it.
+An engine release whose grouped kernel covers only some group sizes
+(``grouped_decode_q_per_kv``: the query heads per KV head it covers; absent: every layout)
+runs the others on a per-query-head kernel (TensorRT-LLM's masked MHA), whose query heads
+each read their KV head: the group's re-reads hit L2, so the kernel's KV stream becomes
+the longer of the KV bytes from HBM and ``group × KV bytes`` at
+``per_query_head_kv_bytes_per_s`` (``docs/costmodel.md``). An engine that ships its own
 attention kernels names them (``attention_backend``: TensorRT-LLM's ``trtllm``); a worker
 with ``attention_backend: auto`` then runs that kernel wherever the hardware profile fits
 it (``auto`` otherwise: vLLM and SGLang both run FlashAttention-family kernels, among which
@@ -66,6 +75,10 @@ class EngineProfile:
     per_layer_tp_s: float = 0.0
     cuda_graphs: bool = True  # decode replays CUDA graphs (adds the GPU's graph_layer_s)
     attention_backend: str = "auto"  # the engine's own attention kernel, where a profile fits it
+    # query heads per KV head the grouped decode kernel covers (None: every layout); the
+    # others run per query head, re-reading the shared KV at per_query_head_kv_bytes_per_s
+    grouped_decode_q_per_kv: tuple[int, ...] | None = None
+    per_query_head_kv_bytes_per_s: float = 0.0
     description: str = ""
     fit_error: dict[str, Any] = field(default_factory=dict)
 
@@ -80,6 +93,14 @@ class EngineProfile:
     def overhead_s(self, tp: int, num_layers: int, seqs: float, tokens: float) -> float:
         """Seconds of one iteration's overhead over ``seqs`` sequences and ``tokens`` tokens."""
         return self.fixed_s(tp, num_layers) + self.per_seq_s * seqs + self.per_token_s * tokens
+
+    def decode_reread_group(self, q_per_kv: int) -> int:
+        """How many times a decode step reads each KV head: 1 when the engine's grouped
+        kernel covers ``q_per_kv`` query heads per KV head (or the layout is not grouped),
+        else ``q_per_kv`` (a per-query-head kernel: every query head reads its KV head)."""
+        if q_per_kv <= 1 or self.grouped_decode_q_per_kv is None:
+            return 1
+        return 1 if q_per_kv in self.grouped_decode_q_per_kv else q_per_kv
 
 
 ZERO_ENGINE = EngineProfile(name="none", description="no overhead (kernels only)")
@@ -129,7 +150,14 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
                     f"{path}: engines.{name}.{key}: expected a number >= 0, got {v!r}"
                 )
             kw[key] = float(v)
-        extra = ("cuda_graphs", "attention_backend", "description", "fit_error")
+        extra = (
+            "cuda_graphs",
+            "attention_backend",
+            "grouped_decode_q_per_kv",
+            "per_query_head_kv_bytes_per_s",
+            "description",
+            "fit_error",
+        )
         unknown = sorted(set(prm) - set(PARAM_KEYS) - set(extra))
         if unknown:
             raise EngineProfileError(
@@ -147,10 +175,32 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
                 f"{path}: engines.{name}.attention_backend: {attn!r} "
                 f"(allowed: {', '.join(ATTENTION_CHOICES)})"
             )
+        grouped = prm.get("grouped_decode_q_per_kv")
+        if grouped is not None and (
+            not isinstance(grouped, list)
+            or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in grouped)
+        ):
+            raise EngineProfileError(
+                f"{path}: engines.{name}.grouped_decode_q_per_kv: expected null or a list of "
+                f"integers >= 1 (query heads per KV head), got {grouped!r}"
+            )
+        reread = prm.get("per_query_head_kv_bytes_per_s", 0.0)
+        if isinstance(reread, bool) or not isinstance(reread, (int, float)) or reread < 0:
+            raise EngineProfileError(
+                f"{path}: engines.{name}.per_query_head_kv_bytes_per_s: expected a number "
+                f">= 0, got {reread!r}"
+            )
+        if grouped is not None and reread <= 0:
+            raise EngineProfileError(
+                f"{path}: engines.{name}.per_query_head_kv_bytes_per_s: must be > 0 when "
+                "grouped_decode_q_per_kv limits the grouped kernel"
+            )
         out[name] = EngineProfile(
             name=name,
             cuda_graphs=graphs,
             attention_backend=attn,
+            grouped_decode_q_per_kv=None if grouped is None else tuple(grouped),
+            per_query_head_kv_bytes_per_s=float(reread),
             description=str(prm.get("description", "")),
             fit_error=dict(prm.get("fit_error") or {}),
             **kw,
