@@ -73,6 +73,7 @@ from disaggsim.hardware.profile import (
     ElementwiseParams,
     GemmParams,
     GpuPeaks,
+    load_profile,
     profile_from_dict,
     shipped_profile_path,
 )
@@ -517,6 +518,49 @@ def decode_rates(data_root: Path, gpu: str) -> pd.DataFrame:
     return pd.DataFrame(g.unstack("head_dim"))
 
 
+def decode_rates_by_group(data_root: Path, gpu: str) -> pd.DataFrame:
+    """As :func:`decode_rates`, per framework and KV dtype (rows) and query heads per KV
+    head (columns): whether a kernel's rate depends on how many query heads share a KV
+    head (work per query head) or not (work per KV element)."""
+    d = public.aic_decode_attention(data_root, gpu)
+    elem = np.where(d["dtype"] == "fp8", 1.0, 2.0)
+    nbytes = 2.0 * d["context_tokens"] * d["kv_heads"] * d["head_dim"] * elem
+    big = d.assign(
+        tb_per_s=nbytes / d["t_s"] / 1e12, q_per_kv=(d["heads"] / d["kv_heads"]).round()
+    )[nbytes >= DECODE_RATE_MIN_BYTES]
+    g = big.groupby(["framework", "dtype", "head_dim", "q_per_kv"])["tb_per_s"].median()
+    return pd.DataFrame(g.round(2).unstack("q_per_kv"))
+
+
+# m classes of :func:`gemm_ratios`: below and inside the ranges where GEMM kernels switch
+# tile configurations, and m one past a multiple of 256 (one more row of tiles)
+GEMM_M_CLASSES = (
+    ("m <= 64", lambda m: m <= 64),
+    ("65-128", lambda m: (m > 64) & (m <= 128)),
+    ("129-256", lambda m: (m > 128) & (m <= 256)),
+    ("> 256, multiple of 256", lambda m: (m > 256) & (m % 256 == 0)),
+    ("> 256, multiple of 256 + 1", lambda m: (m > 256) & (m % 256 == 1)),
+)
+
+
+def gemm_ratios(data_root: Path, gpu: str, dtype: str = "fp8") -> pd.DataFrame:
+    """Median measured / predicted time of the public ``dtype`` GEMM rows with the shipped
+    profile (FP8 with its quantisation kernel), per framework (columns) and m class
+    (:data:`GEMM_M_CLASSES`, rows): where the smooth GEMM form errs by shape."""
+    prof = load_profile(gpu)
+    g = public.aic_gemm(data_root, gpu)
+    g = g[g["dtype"] == dtype]
+    pred = ops.gemm_time_s(prof.peaks, prof.gemm_params(dtype), g["m"], g["n"], g["k"], dtype)
+    if dtype == "fp8":
+        pred = pred + quant_s(prof.peaks, prof.elementwise, g["m"], g["k"])
+    g = g.assign(ratio=g["t_s"].to_numpy(float) / pred)
+    m = g["m"].to_numpy(float)
+    out = {}
+    for name, sel in GEMM_M_CLASSES:
+        out[name] = g[sel(m)].groupby("framework")["ratio"].median()
+    return pd.DataFrame(out).T.round(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.fit_public", description=__doc__.split("\n\n")[0]
@@ -540,14 +584,32 @@ def main(argv: list[str] | None = None) -> int:
         help="only print the KV bandwidth decode-attention kernels reach on large reads, "
         "per framework, KV dtype and head dim (fits and writes nothing)",
     )
+    p.add_argument(
+        "--gemm-ratios",
+        metavar="GPU",
+        choices=sorted(public.AIC_GPU_DIR),
+        help="only print the median measured/predicted time of the public FP8 GEMM rows "
+        "with the shipped profile, per framework and m class (fits and writes nothing)",
+    )
     args = p.parse_args(argv)
     if args.decode_rates:
         try:
             rates = decode_rates(Path(args.data), args.decode_rates)
+            by_group = decode_rates_by_group(Path(args.data), args.decode_rates)
         except UserError as e:
             print(f"fit_public: error: {e}", file=sys.stderr)
             return 2
         print(rates.to_string())
+        print("\nper query heads per KV head (columns):")
+        print(by_group.to_string())
+        return 0
+    if args.gemm_ratios:
+        try:
+            ratios = gemm_ratios(Path(args.data), args.gemm_ratios)
+        except UserError as e:
+            print(f"fit_public: error: {e}", file=sys.stderr)
+            return 2
+        print(ratios.to_string())
         return 0
     from calibration import engines
     from calibration.fit import build_profile
