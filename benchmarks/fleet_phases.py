@@ -27,6 +27,7 @@ import json
 import os
 import pickle
 import re
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -38,6 +39,10 @@ _STATUS = Path("/proc/self/status")
 def _kib(field: str) -> int:
     m = re.search(rf"{field}:\s+(\d+) kB", _STATUS.read_text())
     return int(m.group(1)) if m else 0
+
+
+def _sys_s() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 def _reset_peak() -> None:
@@ -53,12 +58,13 @@ class Phases:
 
     def run(self, name: str, fn, *args):
         _reset_peak()
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0, s0 = time.process_time(), time.perf_counter(), _sys_s()
         out = fn(*args)
         self.rows.append(
             {
                 "phase": name,
                 "cpu_s": time.process_time() - c0,
+                "sys_s": _sys_s() - s0,
                 "wall_s": time.perf_counter() - t0,
                 "rss_after_mib": _kib("VmRSS") / 1024,
                 "rss_peak_mib": _kib("VmHWM") / 1024,
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "phase": "post (sum)",
                 "cpu_s": sum(r["cpu_s"] for r in post),
+                "sys_s": sum(r["sys_s"] for r in post),
                 "wall_s": sum(r["wall_s"] for r in post),
                 "rss_after_mib": ph.rows[-1]["rss_after_mib"],
                 "rss_peak_mib": max(r["rss_peak_mib"] for r in post),
@@ -159,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 "phase": n,
                 **{
                     k: statistics.median(r[k] for run in runs for r in run if r["phase"] == n)
-                    for k in ("cpu_s", "wall_s", "rss_after_mib", "rss_peak_mib")
+                    for k in ("cpu_s", "sys_s", "wall_s", "rss_after_mib", "rss_peak_mib")
                 },
             }
             for n in names
@@ -173,10 +180,13 @@ POST = ("invariants", "request_frame", "summary", "timeseries")
 
 def _print(rows: list[dict[str, Any]], title: str) -> None:
     print(title)
-    print(f"  {'phase':<14} {'CPU s':>8} {'wall s':>8} {'RSS after MiB':>14} {'peak MiB':>9}")
+    print(
+        f"  {'phase':<14} {'CPU s':>8} {'of it sys':>9} {'wall s':>8} {'RSS after MiB':>14} "
+        f"{'peak MiB':>9}"
+    )
     for r in rows:
         print(
-            f"  {r['phase']:<14} {r['cpu_s']:8.2f} {r['wall_s']:8.2f} "
+            f"  {r['phase']:<14} {r['cpu_s']:8.2f} {r['sys_s']:9.2f} {r['wall_s']:8.2f} "
             f"{r['rss_after_mib']:14.0f} {r['rss_peak_mib']:9.0f}"
         )
 
