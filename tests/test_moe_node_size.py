@@ -67,3 +67,35 @@ def test_a_link_fabric_keeps_the_catalog_node():
 def test_bad_node_size_is_one_line():
     with pytest.raises(UserError, match=r"^gpus_per_node: must be a positive integer, got 0$"):
         build_cost("qwen3-30b-a3b", "h100-sxm", 1, dp=8, weight_dtype="fp8-block", gpus_per_node=0)
+
+
+def test_attention_tp_is_checked_against_the_cluster_node():
+    # a fabric of 16-GPU nodes holds a TP16 group that the catalog's 8-GPU H100 node
+    # cannot; a fabric of 4-GPU nodes cannot hold TP8
+    big = build_cost("qwen3-30b-a3b", "h100-sxm", 16, weight_dtype="fp8-block", gpus_per_node=16)
+    assert big.tp == 16 and big.nodes == 1
+    with pytest.raises(
+        UserError,
+        match=r"^tp: attention TP 16 spans nodes \(h100-sxm has 8 GPUs per node\); use dp for "
+        r"more GPUs \(allowed tp: 1, 2, 4, 8\)$",
+    ):
+        build_cost("qwen3-30b-a3b", "h100-sxm", 16, weight_dtype="fp8-block")
+    with pytest.raises(
+        UserError,
+        match=r"^tp: attention TP 8 spans nodes \(gpus_per_node is 4\); use dp for more GPUs "
+        r"\(allowed tp: 1, 2, 4\)$",
+    ):
+        build_cost("qwen3-30b-a3b", "h100-sxm", 8, dp=2, weight_dtype="fp8-block", gpus_per_node=4)
+
+
+def test_a_scenario_on_large_nodes_runs_tp_beyond_the_catalog_node():
+    raw = unit_of_eight({"kind": "topology", "gpus_per_node": 16})
+    raw["decode_pool"] = {"gpu": "h100-sxm", "num_workers": 1, "tp": 16}
+    s = load_scenario(raw).scenario
+    assert build_costs(s)["decode"].tp == 16
+    (decode,) = [w for w in build_topology(s).workers if w.role == "decode"]
+    assert decode.nodes == (1,) and decode.gpus == tuple(range(16))
+    raw = unit_of_eight({"kind": "topology", "gpus_per_node": 4})
+    raw["decode_pool"] = {"gpu": "h100-sxm", "num_workers": 1, "tp": 8}
+    with pytest.raises(UserError, match=r"^<scenario>: decode_pool: tp: attention TP 8 spans"):
+        build_costs(load_scenario(raw).scenario)

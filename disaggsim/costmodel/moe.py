@@ -77,6 +77,8 @@ __all__ = [
     "all_to_all_volume_bytes",
     "build_moe_worker_cost",
     "grouped_gemm_time_s",
+    "unit_node_gpus",
+    "unit_nodes",
     "power_law_imbalance",
     "valid_layouts",
 ]
@@ -124,6 +126,23 @@ def grouped_gemm_time_s(
         flop / (peak_flop_per_s * vmax(eff, 1e-12)),
         (weight_bytes + act_bytes) / (hbm_bytes_per_s * p.mem_eff),
     )
+
+
+def unit_nodes(tp: int, num_ranks: int, gpus_per_node: int) -> int:
+    """Nodes a worker of ``num_ranks`` data-parallel ranks of ``tp`` GPUs spans: one when
+    the whole unit fits a node, else ``ceil(num_ranks / (gpus_per_node // tp))`` nodes
+    (each rank's TP group inside one node) — the fewest it can span. A topology fabric
+    places units this way (a unit larger than a node on fresh nodes from their first GPU,
+    as vLLM's one ``vllm serve`` per node, SGLang's ``--nnodes`` and Dynamo's
+    ``multinode.nodeCount`` run them; :func:`disaggsim.fabric.topology.build_topology`),
+    and the all-to-all's NVLink/RDMA split counts the same nodes."""
+    return -(-num_ranks // (gpus_per_node // tp))
+
+
+def unit_node_gpus(tp: int, num_ranks: int, gpus_per_node: int) -> int:
+    """GPUs of such a unit in each of its nodes (the last may hold fewer): whole TP groups,
+    ``min(tp × num_ranks, (gpus_per_node // tp) × tp)``."""
+    return min(tp * num_ranks, (gpus_per_node // tp) * tp)
 
 
 def all_to_all_volume_bytes(
@@ -362,6 +381,10 @@ class MoeWorkerCost:
         # how many nodes an EP unit spans and which of its all-to-all goes over RDMA
         self.gpus_per_node = gpus_per_node or gpu.gpus_per_node
         self.layout = layout
+        # the unit as a topology fabric places it: whole TP groups per node, the fewest
+        # nodes (fabric.topology places it so; tests/test_moe_placement.py checks both)
+        self.nodes = unit_nodes(layout.tp, layout.dp, self.gpus_per_node)
+        self._node_gpus = unit_node_gpus(layout.tp, layout.dp, self.gpus_per_node)
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.engine = resolve_engine(engine).name
         self.gpu_mem_util = gpu_mem_util
@@ -441,7 +464,6 @@ class MoeWorkerCost:
             self._shared_f = moe.num_shared_experts * moe.shared_expert_ffn / tp
             self._top_k = moe.top_k
             self.uses_all_to_all = lo.dp > 1 and lo.ep > 1
-            self.nodes = -(-lo.gpus // self.gpus_per_node)
             fp8_dispatch = fmt in ("fp8", "fp8-block") or lin == "fp8"
             self._dispatch_payload = (h + h / 128.0 * 4.0) if fp8_dispatch else h * ACT_BYTES
             self._combine_payload = h * ACT_BYTES
@@ -451,7 +473,6 @@ class MoeWorkerCost:
         else:
             self.uses_all_to_all = False
             self.local_experts = 0
-            self.nodes = -(-lo.gpus // self.gpus_per_node)
         self._lm_head_n = float(-(-model.vocab // tp))
 
         # --- memory -----------------------------------------------------------------------
@@ -811,7 +832,7 @@ class MoeWorkerCost:
             if mode == "auto":  # DeepEP's own split: low-latency kernels for decode
                 mode = "low_latency" if decode_only else "normal"
             per_gpu = m_total / lo.gpus * f
-            gpn = self.gpus_per_node
+            gpn = self._node_gpus
             for phase, payload in (
                 ("dispatch", self._dispatch_payload),
                 ("combine", self._combine_payload),
@@ -845,7 +866,7 @@ class MoeWorkerCost:
         if mode == "auto":
             mode = "low_latency" if prefill_tokens == 0 else "normal"
         per_gpu = m / lo.gpus * self.imbalance(m)
-        gpn = self.gpus_per_node
+        gpn = self._node_gpus
         d_nv, d_rd = all_to_all_volume_bytes(
             per_gpu, self._dispatch_payload, self._top_k, lo.ep, gpn, mode
         )
@@ -1061,17 +1082,23 @@ def build_moe_worker_cost(
         ep = gpus if (dp > 1 and m.moe is not None) else 1
     if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
         raise UserError(f"ep: must be a positive integer, got {ep!r}")
+    node = gpus_per_node or g.gpus_per_node  # the cluster's node (a fabric's), else catalog's
     if m.num_heads % tp or not _tp_ok(m, tp):
-        allowed = [t for t in _divisors(m.num_heads) if _tp_ok(m, t) and t <= g.gpus_per_node]
+        allowed = [t for t in _divisors(m.num_heads) if _tp_ok(m, t) and t <= node]
         raise UserError(
             f"tp: {tp} does not shard the {m.num_heads} attention heads"
             f"{'' if m.mla is not None else f' / {m.num_kv_heads} KV heads'} of {m.id} "
             f"(allowed: {', '.join(map(str, allowed))})"
         )
-    if tp > g.gpus_per_node:
-        allowed = [t for t in _divisors(m.num_heads) if _tp_ok(m, t) and t <= g.gpus_per_node]
+    if tp > node:
+        allowed = [t for t in _divisors(m.num_heads) if _tp_ok(m, t) and t <= node]
+        where = (
+            f"gpus_per_node is {node}"
+            if gpus_per_node is not None
+            else f"{g.id} has {node} GPUs per node"
+        )
         raise UserError(
-            f"tp: attention TP {tp} spans nodes ({g.id} has {g.gpus_per_node} GPUs per node); "
+            f"tp: attention TP {tp} spans nodes ({where}); "
             f"use dp for more GPUs (allowed tp: {', '.join(map(str, allowed))})"
         )
     if gpus % ep:

@@ -4,7 +4,10 @@ Owns the cluster's physical layout: nodes of ``gpus_per_node`` GPUs, each GPU wi
 NVLink port (to the node's non-blocking NVSwitch), a PCIe link to its host, and NICs
 (one per GPU when rail-aligned, else one per node) into a non-blocking network core.
 :func:`build_topology` places every worker on GPUs of one node (a TP group never
-straddles nodes) and checks the layout; an autoscaled pool's workers up to its
+straddles nodes) — an MoE unit of several data-parallel ranks whole in one node when it
+fits, else on fresh nodes, whole TP groups each, the fewest nodes
+(:func:`disaggsim.costmodel.moe.unit_nodes`, which its all-to-all cost counts too) — and
+checks the layout; an autoscaled pool's workers up to its
 ``max_workers`` are placed too, after every pool's initial workers, so a scale-up has GPUs
 and paths and the initial layout is the same as without autoscaling; :meth:`Topology.path` says which links each
 shard of a transfer crosses:
@@ -43,6 +46,7 @@ from types import MappingProxyType
 
 from disaggsim.catalog import get_gpu
 from disaggsim.costmodel.kv import PCIE_EFFICIENCY
+from disaggsim.costmodel.moe import unit_nodes
 from disaggsim.errors import UserError
 from disaggsim.fabric.config import FabricTopologyConfig
 from disaggsim.units import GB, GBIT
@@ -284,17 +288,29 @@ def _place_policy(
     placed: dict[int, WorkerPlacement] = {}
     for w in order:
         group = w.role if policy == "spread" else ""
+        gpn = hw[w.gpu].gpus_per_node
+        num_ranks = max(len(w.ranks), 1)
         ranks: list[tuple[int, tuple[int, ...]]] = []
-        for _ in range(max(len(w.ranks), 1)):  # each rank's TP group inside one node
+        if w.tp * num_ranks <= gpn:  # the whole unit in the first node with room for it
             for n in range(len(node_free)):
-                if node_gpu[n] == w.gpu and node_group[n] == group and node_free[n] >= w.tp:
+                if (
+                    node_gpu[n] == w.gpu
+                    and node_group[n] == group
+                    and node_free[n] >= w.tp * num_ranks
+                ):
                     break
             else:
-                n = len(node_free)
-                node_gpu.append(w.gpu)
-                node_free.append(hw[w.gpu].gpus_per_node)
-                node_group.append(group)
-            first = hw[w.gpu].gpus_per_node - node_free[n]
+                n = _open_node(node_gpu, node_free, node_group, w.gpu, gpn, group)
+            fresh = [n] * num_ranks
+        else:  # over several nodes: fresh ones, from their first GPU, rank after rank
+            per_node = gpn // w.tp  # whole TP groups a node holds
+            nodes = [
+                _open_node(node_gpu, node_free, node_group, w.gpu, gpn, group)
+                for _ in range(unit_nodes(w.tp, num_ranks, gpn))
+            ]
+            fresh = [nodes[r // per_node] for r in range(num_ranks)]
+        for n in fresh:  # each rank's TP group inside one node
+            first = gpn - node_free[n]
             node_free[n] -= w.tp
             ranks.append((n, tuple(range(first, first + w.tp))))
         node, gpus = ranks[0]
@@ -311,6 +327,20 @@ def _place_policy(
             f"{len(workers)} workers ({need} GPUs{extra}) but num_nodes is {limit}"
         )
     return [placed[w.index] for w in workers]
+
+
+def _open_node(
+    node_gpu: list[str | None],
+    node_free: list[int],
+    node_group: list[str],
+    gpu: str | None,
+    gpus_per_node: int,
+    group: str,
+) -> int:
+    node_gpu.append(gpu)
+    node_free.append(gpus_per_node)
+    node_group.append(group)
+    return len(node_free) - 1
 
 
 def _place_explicit(

@@ -630,7 +630,7 @@ def worker_layouts(
     ``options.moe_unit_sizes`` best unit sizes, colocated pools the union of both
     roles' layouts. Layouts hold a p99 request's KV on one DP rank; on a ``kind:
     topology`` fabric each rank's TP group fits one of its nodes (a unit of several
-    ranks may span nodes, rank after rank: docs/fabric.md)."""
+    ranks may span nodes, the fewest it can: docs/fabric.md)."""
     tps = tp_options(loaded, gpu_budget, lengths, options.max_tp)
     dense = [Layout(tp) for tp in tps]
     if get_model(loaded.scenario.model).moe is None:
@@ -689,6 +689,7 @@ def _moe_layouts(
             cost = build_cost(
                 s.model, gpu, lay.tp, dp=lay.dp, ep=lay.ep, moe=moe,
                 weight_dtype=s.weight_dtype, kv_dtype=s.kv_dtype, engine=s.engine,
+                gpus_per_node=gpn,
             )  # fmt: skip
         except UserError:
             continue
