@@ -109,11 +109,16 @@ ENGINE_ATTENTION = {"trtllm": "trtllm"}
 # one thread block per query head; gpt-attention.md of that release: XQA "only supports a
 # limited number of model configurations, such as the LLAMA2 70B model"). So Mistral-7B
 # (4 query heads per KV head) decoded per query head; Llama-2-70B (8) and Llama-2-7B (MHA)
-# did not. The AIConfigurator tables the ``trtllm`` kernel fit comes from are TensorRT-LLM
-# 1.3, whose XQA covers every GQA layout, as does the shipped ``trtllm`` profile.
+# did not. The shipped profiles model current releases (ENGINE_GROUPED_DECODE).
 # TensorRT-LLM 0.5 (the H200 launch blog's table) predates XQA altogether (XQA-kernel.md:
 # "will be included in the v0.8 releases"): every grouped layout decoded per query head.
 RELEASE_GROUPED_DECODE = {"trtllm-0.9.0-perf": (1, 8), "trtllm-0.5.0-h200-blog": (1,)}
+# The shipped engine profiles' coverage (current releases): TensorRT-LLM's JIT XQA
+# (decoderXQAImplJIT kernelUtils.cpp supportConfigQGMMA/HMMA, the 1.x releases whose kernels
+# the AIConfigurator tables time) refuses ``head_grp_size * beam_width > 32``, so larger
+# groups decode per query head (fit_public.per_query_head_rates measures them); vLLM's and
+# SGLang's FlashAttention kernels pack any group (None).
+ENGINE_GROUPED_DECODE: dict[str, tuple[int, ...]] = {"trtllm": tuple(range(1, 33))}
 RELEASE_GROUPED_DECODE_SOURCE = (
     "TensorRT-LLM decoderXQARunner.h shouldUse at tensorrt_llm 0.10.0.dev2024043000 "
     "(github.com/WhiteD2125/TensorRT-LLM@6ad7cf1bcc08e31990c62ba929a8e84f35667654, a copy "
@@ -585,10 +590,10 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
             **{k: f["params"].get(k, 0.0) for k in PARAM_KEYS},
             "cuda_graphs": name != "vllm-eager-2023",
             "attention_backend": ENGINE_ATTENTION.get(name, "auto"),
-            # the shipped profiles model current releases, whose grouped decode kernels
-            # cover every GQA layout; the fitted re-read rate is there for a profile that
-            # names an older release's coverage (grouped_decode_q_per_kv)
-            "grouped_decode_q_per_kv": None,
+            # the shipped profiles model current releases (ENGINE_GROUPED_DECODE)
+            "grouped_decode_q_per_kv": (
+                list(ENGINE_GROUPED_DECODE[name]) if name in ENGINE_GROUPED_DECODE else None
+            ),
             "per_query_head_kv_bytes_per_s": f["params"].get("per_query_head_kv_bytes_per_s", 0.0),
             "description": DESCRIPTIONS[name],
             "fit_error": f["error"],

@@ -532,6 +532,34 @@ def decode_rates_by_group(data_root: Path, gpu: str) -> pd.DataFrame:
     return pd.DataFrame(g.round(2).unstack("q_per_kv"))
 
 
+# TensorRT-LLM's XQA takes at most this many query heads per KV head (its jit
+# supportConfigQGMMA/HMMA: ``head_grp_size * beam_width > 32`` -> no XQA); larger groups
+# decode on masked MHA, one thread block per query head
+XQA_MAX_Q_PER_KV = 32
+PER_QUERY_HEAD_MIN_BYTES = 2e9  # query-head bytes (KV bytes x group) of a row compared
+
+
+def per_query_head_rates(data_root: Path, gpu: str) -> pd.DataFrame:
+    """TensorRT-LLM's decode rows beyond its XQA (more than :data:`XQA_MAX_Q_PER_KV` query
+    heads per KV head), which run one thread block per query head: the median rate of
+    query-head bytes (KV bytes × query heads per KV head, as stored) and of query-head
+    elements, per KV dtype, head dim and group size, over reads of at least
+    :data:`PER_QUERY_HEAD_MIN_BYTES` query-head bytes."""
+    d = public.aic_decode_attention(data_root, gpu)
+    d = d[d["framework"] == "trtllm"]
+    g = (d["heads"] / d["kv_heads"]).round()
+    elem = np.where(d["dtype"] == "fp8", 1.0, 2.0)
+    q_bytes = 2.0 * d["context_tokens"] * d["heads"] * d["head_dim"] * elem
+    sel = (g > XQA_MAX_Q_PER_KV) & (q_bytes >= PER_QUERY_HEAD_MIN_BYTES)
+    x = d[sel].assign(
+        q_per_kv=g[sel],
+        q_tb_per_s=q_bytes[sel] / d["t_s"][sel] / 1e12,
+        q_t_elem_per_s=q_bytes[sel] / elem[sel.to_numpy()] / d["t_s"][sel] / 1e12,
+    )
+    keys = ["dtype", "head_dim", "q_per_kv"]
+    return pd.DataFrame(x.groupby(keys)[["q_tb_per_s", "q_t_elem_per_s"]].median().round(2))
+
+
 # m classes of :func:`gemm_ratios`: below and inside the ranges where GEMM kernels switch
 # tile configurations, and m one past a multiple of 256 (one more row of tiles)
 GEMM_M_CLASSES = (
@@ -596,12 +624,18 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rates = decode_rates(Path(args.data), args.decode_rates)
             by_group = decode_rates_by_group(Path(args.data), args.decode_rates)
+            per_qh = per_query_head_rates(Path(args.data), args.decode_rates)
         except UserError as e:
             print(f"fit_public: error: {e}", file=sys.stderr)
             return 2
         print(rates.to_string())
         print("\nper query heads per KV head (columns):")
         print(by_group.to_string())
+        print(
+            f"\ntrtllm rows beyond XQA (> {XQA_MAX_Q_PER_KV} query heads per KV head: one "
+            "thread block per query head), query-head bytes and elements per second:"
+        )
+        print(per_qh.to_string() if not per_qh.empty else "(none)")
         return 0
     if args.gemm_ratios:
         try:

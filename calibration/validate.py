@@ -106,8 +106,21 @@ kernel (trtllm all rows then 5.6% / 20.0%). A second held-out check, never fitte
 TensorRT-LLM 0.5's H200 launch table (`trtllm-0.5.0-h200-blog`, before XQA existed, so
 Llama-2-70B's 8 query heads per KV head also decoded per query head, FP8 KV assumed):
 its four Llama-2-70B batches are 0.99-1.15× the prediction with the re-reads, 1.18-2.37×
-with a grouped kernel. The shipped `trtllm` profile is current TensorRT-LLM, whose XQA
-covers every layout (`grouped_decode_q_per_kv: null`)."""
+with a grouped kernel. The kernel tables show the same path apart from the engine data:
+TensorRT-LLM 1.3 runs layouts beyond its XQA (more than 32 query heads per KV head) on
+masked MHA, and those rows read query-head bytes at a rate that does not depend on the
+group size (48-128) or head dim: on the H100 5.9-6.5 TB/s in bf16 and 3.1-3.4 in FP8 — the
+same 3.0-3.4 × 10¹² query-head elements per second, so the re-read cost is per element
+(FP8 saves no time there) — and on the A100 3.2-3.55 TB/s in bf16 (`python -m
+calibration.fit_public --data ../shared/data --decode-rates h100-sxm`, last table). The
+engine fit's single rate in bytes (4.65 TB/s: 4.65 × 10¹² FP8 elements/s on Hopper, 2.3 ×
+10¹² bf16 elements/s on the A100) follows the same per-element, per-GPU pattern (A100 ≈ half
+of Hopper) at 1.4× the 1.3 kernel's rate; TensorRT-LLM 0.5/0.9 with groups of 4 and 8 are
+not 1.3 with groups of 48 or more, so the shipped rate stays the one fitted on the engine
+data, and a per-element, per-GPU rate in the hardware profile is left for a table of the
+older kernel. The shipped `trtllm` profile is current TensorRT-LLM, whose XQA takes
+up to 32 query heads per KV head (`grouped_decode_q_per_kv: [1, …, 32]`; every dense model
+in the catalog has at most 16)."""
 KNOWN_LIMITS_MD = """## Where targets are missed, and why
 
 - **vllm-eager-2023 (p90 25.2%).** The miss is one held-out family, OPT-13B TP4 (per-family

@@ -320,3 +320,21 @@ def test_v05_h200_rows_follow_the_blog_by_hand() -> None:
     assert row["value_s"].item() == pytest.approx(512 * 2048 / (1654 * 2), rel=1e-5)
     tput = t["raw"].str.replace(",", "").str.extract(r"^([0-9]+)")[0].astype(float)
     np.testing.assert_allclose(t["value_s"], t["batch"] * t["osl"] / (tput * t["tp"]), rtol=1e-5)
+
+
+@needs_data
+def test_per_query_head_rates_are_the_rows_beyond_xqa() -> None:
+    """TensorRT-LLM rows with more than 32 query heads per KV head (beyond its XQA) as
+    query-head bytes and elements per second: bytes = elements x 1 (FP8) or 2 (bf16)."""
+    r = fit_public.per_query_head_rates(DATA, "h100-sxm").reset_index()
+    assert not r.empty and (r["q_per_kv"] > fit_public.XQA_MAX_Q_PER_KV).all()
+    per_elem = np.where(r["dtype"] == "fp8", 1.0, 2.0)
+    np.testing.assert_allclose(r["q_tb_per_s"], r["q_t_elem_per_s"] * per_elem, atol=0.011)
+    # one group by hand: bf16, head dim 128, 64 query heads per KV head
+    d = engines.public.aic_decode_attention(DATA, "h100-sxm")
+    d = d[(d["framework"] == "trtllm") & (d["dtype"] == "bf16") & (d["head_dim"] == 128)]
+    d = d[d["heads"] == 64 * d["kv_heads"]]
+    q_bytes = 2.0 * d["context_tokens"] * d["heads"] * 128 * 2.0
+    want = float(np.median((q_bytes / d["t_s"] / 1e12)[q_bytes >= 2e9]))
+    got = r[(r["dtype"] == "bf16") & (r["head_dim"] == 128) & (r["q_per_kv"] == 64)]
+    assert got["q_tb_per_s"].item() == pytest.approx(want, abs=0.006)

@@ -195,8 +195,12 @@ def test_per_query_head_decode_rereads_the_group_by_hand() -> None:
         a = build_worker_cost(model, "h100-sxm", tp, engine=old, **kw)
         b = build_worker_cost(model, "h100-sxm", tp, engine=ZERO_ENGINE, **kw)
         assert a.decode_coeffs(64) == b.decode_coeffs(64)
-    # the shipped profiles model current releases: every GQA layout grouped
-    assert all(e.grouped_decode_q_per_kv is None for e in load_engines().values())
+    # the shipped profiles model current releases: TensorRT-LLM's XQA takes up to 32
+    # query heads per KV head; vLLM's and SGLang's FlashAttention any group
+    shipped = load_engines()
+    assert shipped["trtllm"].grouped_decode_q_per_kv == tuple(range(1, 33))
+    assert [shipped["trtllm"].decode_reread_group(g) for g in (4, 32, 48, 64)] == [1, 1, 48, 64]
+    assert all(shipped[n].grouped_decode_q_per_kv is None for n in ("vllm", "sglang"))
 
 
 def test_fp8_weights_add_one_quantisation_kernel_per_gemm() -> None:
