@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from disaggsim.metrics.reconstruct import GapDistribution
+
 if TYPE_CHECKING:
     from disaggsim.run import SimulationResult
 
@@ -33,7 +35,15 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     ttft = np.sort(done["ttft_s"].to_numpy(float))
     ax = axes[0]
     if len(ttft):
-        ax.step(ttft, np.arange(1, len(ttft) + 1) / len(ttft), where="post")
+        # every point up to MAX_CURVE_POINTS, else every k-th and the last: the CDF rises
+        # at most 1/MAX_CURVE_POINTS between two drawn points (far below a pixel)
+        n = len(ttft)
+        keep = (
+            np.arange(n)
+            if n <= MAX_CURVE_POINTS
+            else np.unique(np.linspace(0, n - 1, MAX_CURVE_POINTS).astype(np.int64))
+        )
+        ax.step(ttft[keep], (keep + 1) / n, where="post")
     ax.axvline(slo.ttft_s, color="r", ls="--", lw=1, label=f"SLO {slo.ttft_ms:g} ms")
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("share of requests")
@@ -43,9 +53,7 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     ax = axes[1]
     g = result.gaps
     if g.count:
-        order = np.argsort(g.values_s, kind="stable")
-        v = g.values_s[order]
-        cum = np.cumsum(g.weights[order]) / g.weights.sum()
+        v, cum = _gap_cdf(g)
         ax.step(v * 1e3, cum, where="post")
         ax.set_xscale("log")
     ax.axvline(slo.itl_ms, color="r", ls="--", lw=1, label=f"SLO {slo.itl_ms:g} ms")
@@ -72,15 +80,11 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     axes[2].set_ylabel("orphaned KV (GB)")
     for role, grp in ts.groupby("role", sort=True):
         # pool-level totals: last known value per worker, summed at each sample time
-        wide = grp.pivot_table(
-            index="at_s", columns="worker", values=["queue_len", "kv_util"], aggfunc="last"
-        )
-        wide = wide.sort_index().ffill().fillna(0)
-        # the columns are (value, worker): each value selects a frame, one column per worker
-        queue = cast(pd.DataFrame, wide["queue_len"])
-        kv = cast(pd.DataFrame, wide["kv_util"])
-        axes[0].step(wide.index, queue.sum(axis=1), where="post", label=str(role))
-        axes[1].step(wide.index, kv.mean(axis=1), where="post", label=str(role))
+        at, queue = _pool_total(grp, "queue_len")
+        _, kv = _pool_total(grp, "kv_util")
+        num_workers = grp["worker"].nunique()
+        axes[0].step(at, queue, where="post", label=str(role))
+        axes[1].step(at, kv / num_workers, where="post", label=str(role))
     axes[0].set_ylabel("queued requests (pool)")
     axes[1].set_ylabel("KV occupancy (pool mean)")
     axes[2].set_xlabel("simulated time (s)")
@@ -96,6 +100,55 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     if "cache_hbm_tokens" in ts.columns:
         paths.append(_cache_plot(plt, ts[ts["role"] == "prefill"], out_dir, result.scenario.name))
     return paths
+
+
+MAX_CURVE_POINTS = 20_000  # points of a drawn CDF (a figure is about 1,200 pixels wide)
+
+
+def _gap_cdf(g: GapDistribution) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted CDF of the gaps: at every gap when there are at most
+    MAX_CURVE_POINTS, else at the right edges of MAX_CURVE_POINTS bins equal on the log
+    axis between the smallest positive gap and the largest (each bin narrower than a
+    pixel; gaps <= 0, which a log axis cannot show, count from the first point on)."""
+    total = float(g.count)
+    if sum(len(v) for _, v in g.by_weight) <= MAX_CURVE_POINTS:
+        order = np.argsort(g.values_s, kind="stable")
+        return g.values_s[order], np.cumsum(g.weights[order]) / total
+    positive = [v[v > 0] for _, v in g.by_weight]
+    if not any(len(p) for p in positive):  # nothing a log axis can show
+        return np.array([g.max_s()]), np.array([1.0])
+    lo = min(float(p.min()) for p in positive if len(p))
+    edges = np.geomspace(lo, g.max_s(), MAX_CURVE_POINTS + 1)
+    weight = np.zeros(MAX_CURVE_POINTS + 1)
+    for (w, v), p in zip(g.by_weight, positive, strict=True):
+        weight[0] += w * (len(v) - len(p))  # gaps <= 0
+        # bin i holds (edges[i - 1], edges[i]]; the smallest positive gap is edge 0
+        weight += w * np.bincount(np.searchsorted(edges, p, side="left"), minlength=len(edges))
+    return edges, np.cumsum(weight) / total
+
+
+def _pool_total(grp: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """A pool's ``column`` summed over its workers at each of its sample times (rows in
+    time order), each worker counting its last value so far (0 before its first): the
+    row sums of the (time x worker) table forward-filled, without building that table
+    (a fleet has millions of sample times and hundreds of workers). Each row changes
+    the sum by its value minus its worker's previous one."""
+    at = grp["at_s"].to_numpy(float)
+    worker = grp["worker"].to_numpy()
+    value = grp[column].to_numpy(float)
+    if len(at) == 0:
+        return at, value
+    by_worker = np.argsort(worker, kind="stable")  # each worker's rows in time order
+    v = value[by_worker]
+    previous = np.zeros(len(v))
+    previous[1:] = v[:-1]
+    w = worker[by_worker]
+    previous[np.flatnonzero(w[1:] != w[:-1]) + 1] = 0.0  # a worker's first row
+    change = np.empty(len(v))
+    change[by_worker] = v - previous
+    total = np.cumsum(change)
+    last = np.append(at[1:] != at[:-1], True)  # the last row of each sample time
+    return at[last], total[last]
 
 
 def _cache_plot(plt: Any, ts: pd.DataFrame, out_dir: Path, name: str) -> Path:

@@ -1,0 +1,55 @@
+"""The curves the PNG plots draw (metrics/plots.py) equal their definitions, computed
+without the (time x worker) table or a point per gap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from disaggsim.metrics import plots
+from disaggsim.metrics.reconstruct import GapDistribution
+
+
+def test_pool_total_is_the_forward_filled_table_summed():
+    """Each worker's last value so far (0 before its first sample; the last row wins at
+    a repeated time), summed over the workers at every sample time."""
+    rng = np.random.default_rng(2)
+    n = 3000
+    at = np.sort(np.round(rng.uniform(0, 50, n), 1))  # many rows share a time
+    grp = pd.DataFrame(
+        {
+            "at_s": at,
+            "worker": rng.choice([3, 5, 8, 13], n),
+            "queue_len": rng.integers(0, 30, n),
+            "kv_util": rng.random(n),
+        }
+    ).sort_values(["at_s", "worker"], kind="stable", ignore_index=True)
+    wide = grp.pivot_table(
+        index="at_s", columns="worker", values=["queue_len", "kv_util"], aggfunc="last"
+    )
+    wide = wide.sort_index().ffill().fillna(0)
+    at_q, queue = plots._pool_total(grp, "queue_len")
+    at_k, kv = plots._pool_total(grp, "kv_util")
+    assert np.array_equal(at_q, wide.index.to_numpy()) and np.array_equal(at_k, at_q)
+    assert np.array_equal(queue, wide["queue_len"].sum(axis=1).to_numpy())
+    np.testing.assert_allclose(kv, wide["kv_util"].sum(axis=1).to_numpy(), rtol=1e-12)
+
+
+def test_gap_cdf_is_the_weighted_cdf_at_every_gap_or_at_each_bin_edge(monkeypatch):
+    rng = np.random.default_rng(4)
+    values = np.concatenate([rng.lognormal(-4, 0.5, 5000), [0.0, -1e-12]])
+    weights = rng.integers(1, 9, len(values))
+    dist = GapDistribution.from_pairs(values, weights)
+
+    def exact_cdf(x: np.ndarray) -> np.ndarray:
+        return np.array([weights[values <= v].sum() for v in x]) / weights.sum()
+
+    x, cdf = plots._gap_cdf(dist)  # few gaps: one point per gap
+    assert len(x) == len(values)
+    assert np.array_equal(np.sort(values), np.sort(x)) and cdf[-1] == 1.0
+    np.testing.assert_allclose(cdf, exact_cdf(x), rtol=1e-12)
+    monkeypatch.setattr(plots, "MAX_CURVE_POINTS", 64)  # many gaps: 64 log bins
+    x, cdf = plots._gap_cdf(dist)
+    assert len(x) == 65 and x[0] == values[values > 0].min() and x[-1] == values.max()
+    np.testing.assert_allclose(np.diff(np.log(x)), np.log(x[-1] / x[0]) / 64, rtol=1e-9)
+    np.testing.assert_allclose(cdf, exact_cdf(x), rtol=1e-12)
