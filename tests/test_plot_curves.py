@@ -33,6 +33,10 @@ def test_pool_total_is_the_forward_filled_table_summed():
     assert np.array_equal(at_q, wide.index.to_numpy()) and np.array_equal(at_k, at_q)
     assert np.array_equal(queue, wide["queue_len"].sum(axis=1).to_numpy())
     np.testing.assert_allclose(kv, wide["kv_util"].sum(axis=1).to_numpy(), rtol=1e-12)
+    for rows_per_block in (7, 1000, 5000):  # blocks split times and carry values over
+        at_m, most = plots._pool_max(grp, "kv_util", rows_per_block)
+        assert np.array_equal(at_m, at_q)
+        assert np.array_equal(most, wide["kv_util"].max(axis=1).to_numpy())
 
 
 def test_gap_cdf_is_the_weighted_cdf_at_every_gap_or_at_each_bin_edge(monkeypatch):

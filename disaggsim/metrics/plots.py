@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -151,21 +151,45 @@ def _pool_total(grp: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]
     return at[last], total[last]
 
 
+def _pool_max(
+    grp: pd.DataFrame, column: str, rows_per_block: int = 20_000
+) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`_pool_total`, the largest instead of the sum (0 before a worker's
+    first sample): the forward-filled (row x worker) table built a block of rows at a
+    time, each block starting from the workers' values at the end of the one before."""
+    at = grp["at_s"].to_numpy(float)
+    value = grp[column].to_numpy(float)
+    if len(at) == 0:
+        return at, value
+    workers, col = np.unique(grp["worker"].to_numpy(), return_inverse=True)
+    out = np.empty(len(at))
+    carried = np.zeros(len(workers))  # each worker's value before the block
+    for a in range(0, len(at), rows_per_block):
+        b = min(a + rows_per_block, len(at))
+        rows = np.arange(b - a)
+        # latest[i, w]: the block row of worker w's last sample up to row i (-1: none)
+        latest = np.full((b - a, len(workers)), -1, dtype=np.int64)
+        latest[rows, col[a:b]] = rows
+        np.maximum.accumulate(latest, axis=0, out=latest)
+        table = np.where(latest >= 0, value[a:b][np.maximum(latest, 0)], carried)
+        out[a:b] = table.max(axis=1)
+        carried = table[-1]
+    last = np.append(at[1:] != at[:-1], True)  # the last row of each sample time
+    return at[last], out[last]
+
+
 def _cache_plot(plt: Any, ts: pd.DataFrame, out_dir: Path, name: str) -> Path:
     """Prefix cache occupancy beside the KV one: the pool's HBM cache (cached + pending,
     and the pinned part), DRAM over its nodes and the remote store, in tokens."""
     fig, axes = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
-    cols = ["cache_hbm_tokens", "cache_hbm_pinned_tokens", "cache_dram_tokens"]
-    wide = ts.pivot_table(index="at_s", columns="worker", values=cols, aggfunc="last")
-    wide = wide.sort_index().ffill().fillna(0)
     for col, label in (("cache_hbm_tokens", "HBM (cached + pending)"),
                        ("cache_hbm_pinned_tokens", "HBM pinned (in use)")):  # fmt: skip
-        total = cast(pd.DataFrame, wide[col]).sum(axis=1)
-        axes[0].step(wide.index, total / 1e6, where="post", label=label)
+        at, total = _pool_total(ts, col)
+        axes[0].step(at, total / 1e6, where="post", label=label)
     axes[0].set_ylabel("prefill pool HBM cache (M tokens)")
     # a node's DRAM is seen by each of its workers: its largest view per instant
-    dram = cast(pd.DataFrame, wide["cache_dram_tokens"]).max(axis=1)
-    axes[1].step(wide.index, dram / 1e6, where="post", label="DRAM (busiest node)")
+    at, dram = _pool_max(ts, "cache_dram_tokens")
+    axes[1].step(at, dram / 1e6, where="post", label="DRAM (busiest node)")
     remote = ts.sort_values("at_s", kind="stable")
     axes[1].step(remote["at_s"], remote["cache_remote_tokens"] / 1e6, where="post", label="remote")
     axes[1].set_ylabel("lower tiers (M tokens)")
