@@ -27,12 +27,12 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     plt = _pyplot()
     paths = []
     slo = result.scenario.slo
-    done = result.requests[
-        (result.requests["measured"]) & (result.requests["status"] == "completed")
-    ]
+    # the rows and columns each plot reads, no more: a fleet's frames are hundreds of MB
+    req = result.requests
+    done = (req["measured"] & (req["status"] == "completed")).to_numpy(bool)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    ttft = np.sort(done["ttft_s"].to_numpy(float))
+    ttft = np.sort(req["ttft_s"].to_numpy(float)[done])
     ax = axes[0]
     if len(ttft):
         # every point up to MAX_CURVE_POINTS, else every k-th and the last: the CDF rises
@@ -69,8 +69,10 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     paths.append(p)
 
     ts = result.timeseries
-    router = ts[ts["role"] == "router"]
-    ts = ts[ts["role"] != "router"]
+    role_of = ts["role"]
+    router = ts.loc[
+        (role_of == "router").to_numpy(bool), ["at_s", "queue_len", "orphaned_kv_bytes"]
+    ]
     fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
     if len(router):
         axes[0].step(router["at_s"], router["queue_len"], where="post", label="router", color="k")
@@ -78,7 +80,8 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
             router["at_s"], router["orphaned_kv_bytes"] / 1e9, where="post", color="tab:red"
         )
     axes[2].set_ylabel("orphaned KV (GB)")
-    for role, grp in ts.groupby("role", sort=True):
+    for role in sorted(set(role_of.unique()) - {"router"}):
+        grp = ts.loc[(role_of == role).to_numpy(bool), ["at_s", "worker", "queue_len", "kv_util"]]
         # pool-level totals: last known value per worker, summed at each sample time
         at, queue = _pool_total(grp, "queue_len")
         _, kv = _pool_total(grp, "kv_util")
@@ -98,7 +101,9 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     plt.close(fig)
     paths.append(p)
     if "cache_hbm_tokens" in ts.columns:
-        paths.append(_cache_plot(plt, ts[ts["role"] == "prefill"], out_dir, result.scenario.name))
+        cols = ["at_s", "worker", *(c for c in ts.columns if c.startswith("cache_"))]
+        prefill = ts.loc[(role_of == "prefill").to_numpy(bool), cols]
+        paths.append(_cache_plot(plt, prefill, out_dir, result.scenario.name))
     return paths
 
 
