@@ -365,7 +365,8 @@ def test_an_ep_degree_vllm_cannot_express_writes_sglang_only(planned):
 
 def test_weight_serving_by_format_and_release():
     """Which flags and which checkpoint, by hand from the engines' docs: online FP8 from
-    a bf16 (or FP8-block, quant_method fp8) checkpoint; a pre-quantised format is read
+    a bf16 checkpoint (an FP8-block one would be served block-scaled, not the per-tensor
+    FP8 simulated; an mxfp4 one is refused); a pre-quantised format is read
     from the checkpoint (--dtype auto, no --quantization); a format the release is not in
     needs a checkpoint that is."""
     want = {
@@ -378,7 +379,7 @@ def test_weight_serving_by_format_and_release():
         ("nvfp4", "bf16"): ("auto", None, "nvfp4"),
         ("released", "fp8-block"): ("auto", None, None),
         ("fp8-block", "fp8-block"): ("auto", None, None),
-        ("fp8", "fp8-block"): (None, "fp8", None),
+        ("fp8", "fp8-block"): (None, "fp8", "bf16"),
         ("bf16", "fp8-block"): ("bfloat16", None, "bf16"),
         ("nvfp4", "fp8-block"): ("auto", None, "nvfp4"),
         ("released", "mxfp4-moe"): ("auto", None, None),
@@ -410,6 +411,30 @@ def test_released_fp8_block_checkpoint_is_served_as_it_ships(planned):
         args = svc["extraPodSpec"]["mainContainer"]["args"]
         assert args[args.index("--model") + 1] == "deepseek-ai/DeepSeek-V3"
         assert args[args.index("--dtype") + 1] == "auto" and "--quantization" not in args
+
+
+def test_per_tensor_fp8_of_a_block_fp8_release_needs_a_bf16_checkpoint(planned, tmp_path):
+    """DeepSeek-V3 ships block-scaled FP8: with --quantization fp8 its checkpoint would be
+    served as fp8-block, not the per-tensor FP8 the plan simulated. The scripts quantise a
+    bf16 checkpoint online and refuse to start without MODEL; the header says how to
+    serve the released one."""
+    cand, overrides = MOE_CASES["moe-two-nodes"]
+    files = configs(planned, cand, [*overrides, "weight_dtype=fp8"])
+    for engine, name in (("vllm", "deploy-vllm.sh"), ("sglang", "deploy-sglang.sh")):
+        srv = servers(engine, files[name])
+        assert srv and all(f["--quantization"] == ["fp8"] for f in srv)
+        assert "plan with weight_dtype fp8-block to serve it as it ships" in files[name]
+        path = tmp_path / name
+        path.write_text(files[name])
+        env = {"PATH": "/usr/bin:/bin", "NODE_RANK": "0", "NODE_0": "127.0.0.1"}
+        r = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env)
+        assert r.returncode != 0
+        assert "set MODEL to a bf16 checkpoint of deepseek-ai/DeepSeek-V3" in r.stderr
+    doc = yaml.safe_load(files["deploy-dynamo.yaml"])
+    for svc in list(doc["spec"]["services"].values())[1:]:
+        args = svc["extraPodSpec"]["mainContainer"]["args"]
+        assert args[args.index("--model") + 1] == "${MODEL}"
+        assert args[args.index("--quantization") + 1] == "fp8"
 
 
 def test_a_format_the_release_lacks_needs_a_checkpoint(planned, tmp_path):

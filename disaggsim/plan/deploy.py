@@ -169,10 +169,11 @@ def weight_serving(weight_dtype: str, released_weights: str = "bf16") -> WeightS
     - ``bf16``/``fp16``: ``--dtype bfloat16|float16``; a model released quantised needs a
       bf16 checkpoint;
     - ``fp8`` (per-tensor): ``--quantization fp8``, online quantisation of a bf16
-      checkpoint (vLLM's and SGLang's docs); a checkpoint released in fp8-block carries
-      ``quant_method: fp8`` itself and is accepted as is; an mxfp4 checkpoint is not
-      (vLLM refuses a ``--quantization`` that differs from the checkpoint's), so a bf16
-      one is needed;
+      checkpoint (vLLM's and SGLang's docs). A model released in another format needs a
+      bf16 checkpoint: an mxfp4 one is refused (vLLM refuses a ``--quantization`` that
+      differs from the checkpoint's), and an fp8-block one (DeepSeek-V3's ``quant_method:
+      fp8`` with ``weight_block_size``) is accepted but served block-scaled, which is
+      ``fp8-block``, not the per-tensor FP8 the plan simulated;
     - a pre-quantised format (fp8-block, mxfp4, nvfp4; ``released``): ``--dtype auto`` and
       no ``--quantization``, the engines read the method from the checkpoint's
       ``quantization_config``; the released checkpoint when it is in that format, else
@@ -188,7 +189,7 @@ def weight_serving(weight_dtype: str, released_weights: str = "bf16") -> WeightS
         dtype = "float16" if fmt == "fp16" else "bfloat16"
         return WeightServing(fmt, dtype, None, None if released == "bf16" else "bf16")
     if fmt == "fp8":
-        return WeightServing(fmt, None, "fp8", "bf16" if released == "mxfp4" else None)
+        return WeightServing(fmt, None, "fp8", None if released == "bf16" else "bf16")
     if fmt in ("fp8-block", "mxfp4", "nvfp4"):
         return WeightServing(fmt, "auto", None, None if fmt == released else fmt)
     raise ValueError(
@@ -323,11 +324,17 @@ def _checkpoint_note(dep: Deployment) -> list[str]:
         how = "unquantised"
     else:
         how = "the engine reads the method from its quantization_config"
-    return [
-        f"The plan simulated {w.format} weights; {dep.hf_model} is released in "
-        f"{_RELEASED_FORMAT[dep.released_weights]}:",
+    released = _RELEASED_FORMAT[dep.released_weights]
+    out = [
+        f"The plan simulated {w.format} weights; {dep.hf_model} is released in {released}:",
         f"set MODEL to a {w.checkpoint} checkpoint of it ({how}).",
     ]
+    if w.format == "fp8" and released == "fp8-block":
+        out.append(
+            "Its released checkpoint would be served block-scaled (fp8-block), not the "
+            "per-tensor FP8 simulated: plan with weight_dtype fp8-block to serve it as it ships."
+        )
+    return out
 
 
 def _model_line(dep: Deployment) -> str:
