@@ -68,6 +68,7 @@ from disaggsim.units import GiB
 __all__ = [
     "A2A_CHOICES",
     "AllToAllTraffic",
+    "IterationFloor",
     "ROUTINGS",
     "WEIGHT_FORMATS",
     "MoeBreakdown",
@@ -278,6 +279,67 @@ class MoeLayout:
     @property
     def is_default(self) -> bool:
         return self == MoeLayout(tp=self.tp)
+
+
+@dataclass(frozen=True, slots=True)
+class IterationFloor:
+    """A lower bound on the time of every iteration of one MoE worker
+    (:meth:`MoeWorkerCost.iteration_floor`): with ``m`` tokens in the worker (decode
+    sequences plus prefill tokens), ``C`` decode context tokens and ``P`` prefill
+    attention pairs, the cost model's iteration takes at least
+
+        fixed_s + max(compute_s_per_token · m,
+                      weight_s + weight_s_per_token · m
+                      + expert_s · min(local_experts, copies_per_token · m))
+                + serial_s_per_token · m + kv_s_per_context_token · C + attn_s_per_pair · P
+
+    seconds. The GEMMs of one GPU (projections, dense and shared-expert MLPs, router,
+    routed experts) each take at least the longer of their FLOPs at their best efficiency
+    and their weight and activation reads, so together at least the longer of the two
+    sums; element-wise kernels and kernel launches are taken as the cost model has them;
+    the full-attention layers' KV reads and prefill attention FLOPs at their best rate;
+    the engine's fixed host time; all-reduces and the all-to-all at their latency (with
+    two-batch overlap one half's all-to-all stays exposed). Left out: attention kernel
+    floors, the all-to-all's and all-reduces' bytes, MLA's absorbed BMMs, the LM head,
+    windowed layers' attention, load imbalance. The busiest GPU takes at least the
+    average GPU's share, so ``m / dp`` tokens a rank.
+
+    ``time_s(m) / m`` does not rise with ``m`` (fixed costs and weight reads are shared
+    by the iteration's tokens), so ``n`` tokens served in iterations of at most ``M``
+    tokens take at least ``n · time_s(M) / M`` (:meth:`token_floor_s`)."""
+
+    fixed_s: float
+    compute_s_per_token: float
+    weight_s: float
+    weight_s_per_token: float  # activations the GEMMs read and write
+    expert_s: float
+    local_experts: float
+    copies_per_token: float
+    serial_s_per_token: float  # element-wise kernels
+    kv_s_per_context_token: float
+    attn_s_per_pair: float
+
+    def time_s(self, tokens: float, context_tokens: float = 0.0, pairs: float = 0.0) -> float:
+        """The floor of one iteration of ``tokens`` tokens (0 for an empty one)."""
+        if tokens <= 0:
+            return 0.0
+        weights = (
+            self.weight_s
+            + self.weight_s_per_token * tokens
+            + self.expert_s * min(self.local_experts, self.copies_per_token * tokens)
+        )
+        return (
+            self.fixed_s
+            + max(self.compute_s_per_token * tokens, weights)
+            + self.serial_s_per_token * tokens
+            + self.kv_s_per_context_token * context_tokens
+            + self.attn_s_per_pair * pairs
+        )
+
+    def token_floor_s(self, max_tokens: float) -> float:
+        """Seconds per token at least, over iterations of at most ``max_tokens`` tokens
+        (context and pairs aside)."""
+        return self.time_s(max_tokens) / max_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -881,6 +943,101 @@ class MoeWorkerCost:
             float(d_rd),
             float(c_nv),
             float(c_rd),
+        )
+
+    def iteration_floor(self) -> IterationFloor:
+        """A lower bound on this worker's iteration time (:class:`IterationFloor`), from
+        the same shapes, peaks and parameters :meth:`_parts` uses: each GEMM at its best
+        efficiency (``max_eff``, ``mem_eff``: its compute or its weight and activation
+        reads, the longer), the element-wise kernels and launches exactly, all-reduces
+        and the all-to-all at their latency. The planner bounds an MoE family's goodput
+        with it (docs/planning.md)."""
+        model = self.model
+        lo = self.layout
+        h = float(model.hidden)
+        a = ACT_BYTES
+        hbm = self._hbm
+        fixed = self._overhead_s
+        flop_s = weight_s = act_s = 0.0  # flop_s, act_s: per token of one DP rank
+
+        def gemm(count: float, peak: float, p, n: float, k: float, elem: float) -> None:
+            nonlocal fixed, flop_s, weight_s, act_s
+            fixed += count * p.launch_s
+            flop_s += count * 2.0 * n * k / (peak * p.max_eff)
+            weight_s += count * n * k * elem / (hbm * p.mem_eff)
+            act_s += count * (n + k) * elem / (hbm * p.mem_eff)
+
+        for nn, kk in self._attn_shapes:
+            gemm(model.num_layers, self._lin_peak, self._lin, nn, kk, self._lin_elem)
+        # element-wise kernels: linear in the rank's tokens, taken exactly
+        ew0 = self._ew_layer(0.0)
+        fixed += model.num_layers * ew0
+        serial_s = model.num_layers * (self._ew_layer(1.0) - ew0)
+        ew = self._ew
+        if self.num_dense_layers:
+            f = float(self._dense_f)
+            for nn, kk in (((2.0 if model.gated_mlp else 1.0) * f, h), (h, f)):
+                gemm(self.num_dense_layers, self._lin_peak, self._lin, nn, kk, self._lin_elem)
+            fixed += self.num_dense_layers * ew.launch_s
+            serial_s += self.num_dense_layers * 3.0 * f * a / (hbm * ew.bw_eff)
+        ar_lat = min((lat for lat, _ in self._ar_tp), default=0.0) if lo.tp > 1 else 0.0
+        num_ar = model.num_layers + self.num_dense_layers
+        expert_s = copies = expert_copy_s = 0.0
+        moe = model.moe
+        if moe is not None and self.num_moe_layers:
+            nl = self.num_moe_layers
+            gemm(nl, self._bf16, self._bf16_gemm, float(moe.num_experts), h, 2.0)  # router
+            if self._shared_f:
+                sf = self._shared_f
+                for nn, kk in ((2.0 * sf, h), (h, sf)):
+                    gemm(nl, self._lin_peak, self._lin, nn, kk, self._lin_elem)
+                fixed += nl * ew.launch_s
+                serial_s += nl * 3.0 * sf * a / (hbm * ew.bw_eff)
+            p = self._expert_params
+            mats = 3.0 if model.gated_mlp else 2.0
+            wd = self._expert_width
+            fixed += nl * p.launch_s
+            copies = self._top_k / lo.ep  # routed copies of a worker's token on one GPU
+            expert_s = nl * mats * h * wd * self._expert_elem / (hbm * p.mem_eff)
+            expert_copy_s = nl * 2.0 * mats * h * wd / (self._expert_peak * p.max_eff)
+            expert_act_s = nl * (2.0 * h + 2.0 * (mats - 1.0) * wd) * a / (hbm * p.mem_eff)
+            if self.uses_all_to_all:
+                # two-batch overlap hides at most the other half's: one half's stays
+                rdma = self.nodes > 1
+                fixed += nl * min(
+                    sum(
+                        self.params.all_to_all[mode][phase].latency_s
+                        + rdma * self.params.all_to_all[mode][phase].rdma_latency_s
+                        for phase in ("dispatch", "combine")
+                    )
+                    for mode in ("normal", "low_latency")
+                )
+                num_ar += nl if lo.tp > 1 else 0
+            elif lo.dp == 1 and lo.gpus > 1:
+                fixed += nl * min(lat for lat, _ in self._ar_all)
+        else:
+            expert_act_s = 0.0
+        fixed += num_ar * ar_lat
+        if model.mla is not None:
+            kv_s = self._mla.cache_elems * self._kv_elem / (hbm * self._mla_dec.bw_eff)
+            pair_s = self._mla_pre_flop / (self._bf16 * self._mla_pre.max_eff)
+        else:
+            hd = model.head_dim
+            kv_s = 2.0 * self.kv_heads_per_gpu * hd * self._kv_elem / (hbm * self._dec.bw_eff)
+            pair_s = 4.0 * self.heads_per_gpu * hd / (self._bf16 * self._pre.max_eff)
+        full = float(self.num_full_layers)
+        dp = float(lo.dp)
+        return IterationFloor(
+            fixed_s=fixed,
+            compute_s_per_token=flop_s / dp + copies * expert_copy_s,
+            weight_s=weight_s,
+            weight_s_per_token=act_s / dp + copies * expert_act_s,
+            expert_s=expert_s,
+            local_experts=float(self.local_experts),
+            copies_per_token=copies,
+            serial_s_per_token=serial_s / dp,
+            kv_s_per_context_token=full * kv_s / dp,
+            attn_s_per_pair=full * pair_s / dp,
         )
 
     def _attn_gemm_ew_layer(self, m_r: float) -> float:

@@ -12,7 +12,9 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
 
 1. evaluates the start points of the family with the highest bound of each kind;
 2. then, wave after wave, for every family not yet settled: **prunes** it when its
-   bound × ``bound_slack`` is below the best goodput found (it cannot win), otherwise
+   bound × ``bound_slack`` is below the best goodput found (it cannot win; a member of
+   a family whose bound is a true one, ``true_bound``, counts at most at its bound),
+   otherwise
    evaluates its start points, or the unevaluated **neighbours** of its best member; a
    family whose best member has every neighbour evaluated is at a local optimum
    (settled). ``explore_floor`` > 0 also stops a family whose best member is below that
@@ -52,6 +54,10 @@ class Family(Generic[C]):
     state: str = "open"  # open | settled | pruned | stopped
     best: C | None = None
     evaluated: list[C] = field(default_factory=list)
+    # the bound holds for the family's true goodput (MoE: plan/moe_bound.py), so a
+    # member measured above it is a measurement artefact (a short run ending before its
+    # queues grow): pruning counts it at the bound
+    true_bound: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +88,25 @@ def optimise(
     def best_value() -> float:
         return max(values.values(), default=0.0)
 
+    def pruning_value() -> float:
+        """The best found, each member of a family with a true bound counted at most
+        at that bound."""
+        return max(
+            (
+                min(v, owner_of[c].bound_per_gpu) if owner_of[c].true_bound else v
+                for c, v in values.items()
+            ),
+            default=0.0,
+        )
+
+    owner_of: dict[C, Family[C]] = {}
+
     def record(cands: list[C], owner: dict[C, Family[C]]) -> None:
         got = evaluate(cands)
         for c, v in zip(cands, got, strict=True):
             values[c] = float(v)
             fam = owner[c]
+            owner_of[c] = fam
             family_of[c] = fam.name
             fam.evaluated.append(c)
             # a neighbour must beat the family's best by more than the evaluation's noise
@@ -102,12 +122,13 @@ def optimise(
     pending = list(first.values())
     while True:
         best = best_value()
+        prune_below = pruning_value()
         proposals: list[C] = []
         owner: dict[C, Family[C]] = {}
         for fam in pending if waves == 0 else families:
             if fam.state != "open":
                 continue
-            if best > 0 and fam.bound_per_gpu * bound_slack < best:
+            if prune_below > 0 and fam.bound_per_gpu * bound_slack < prune_below:
                 fam.state = "pruned"
                 continue
             if fam.best is None:

@@ -10,7 +10,8 @@ The search space (docs/planning.md, "Search"), all on the scenario's GPU, total 
   degree, ``budget // tp`` workers.
 
 :func:`disaggsim.plan.optimise.optimise` walks it: branch and bound over families (TP
-pair and dtype; the analytic capacity is each family's optimistic bound), hill climbing
+pair and dtype; the analytic capacity is each family's optimistic bound, an MoE
+family's a true one from its iteration floor, :mod:`disaggsim.plan.moe_bound`), hill climbing
 inside a family (worker counts along the full budget, then trimming a pool; chunk size
 up and down). Each candidate's goodput is the steady-state goodput
 (:func:`disaggsim.sweep.goodput_many`: bracketed, bisected and confirmed at twice the
@@ -47,6 +48,7 @@ from disaggsim.plan.analytic import (
     plan_gpu,
     sample_lengths,
     sample_requests,
+    worker_cost,
 )
 from disaggsim.plan.optimise import Family, OptimiseResult, optimise
 from disaggsim.sweep.core import Source, source_of
@@ -496,14 +498,18 @@ def plan_families(
             continue  # e.g. FP8 weights on a GPU without FP8
         tag = f" {dtype}" if dtype else ""
         moe = get_model(ld.scenario.model).moe is not None
+        moe_bound = _MoeBounds(ld, lengths, options, requests if reuse else None) if moe else None
 
-        def bound(g: AnalyticGuess, moe: bool = moe) -> float:
-            """The family's optimistic goodput per GPU: the analytic capacity (dense:
-            simulated goodputs stayed within 5 % of it on the advisor scenarios, inside
-            the pruning slack). MoE families are not pruned: a colocated MoE pool's mixed
-            iterations share the expert weights between decode and prefill tokens, and
-            its simulated goodput exceeded the separate-phase capacity by 65 %."""
-            return math.inf if moe else g.capacity_per_gpu_per_s
+        def bound(g: AnalyticGuess, pl: Layout, dl: Layout | None = None, mb=moe_bound) -> float:
+            """The family's optimistic goodput per GPU. Dense: the analytic capacity
+            (simulated goodputs stayed within 5 % of it on the advisor scenarios, inside
+            the pruning slack). MoE: the separate-phase capacity is no bound there (a
+            colocated pool's mixed iterations share the expert weights between decode and
+            prefill tokens: 65 % above it), so the bound of plan/moe_bound.py, from the
+            floor of every iteration (``dl`` None: a colocated family of ``pl``)."""
+            if mb is None:
+                return g.capacity_per_gpu_per_s
+            return mb.colocated(pl) if dl is None else mb.disaggregated(pl, dl)
 
         @functools.cache
         def share(lay: Layout, n: int, ld: LoadedScenario = ld, colocated: bool = False) -> float:
@@ -540,9 +546,10 @@ def plan_families(
                     Family(
                         name=f"disagg {pl.tag}/{dl.tag}{tag}",
                         kind="disaggregate",
-                        bound_per_gpu=bound(g),
+                        bound_per_gpu=bound(g, pl, dl),
                         starts=(start,),
                         neighbours=lambda c: disagg_neighbours(c, gpu_budget),
+                        true_bound=moe,
                     )
                 )
         for lay in colo_lays:
@@ -564,21 +571,87 @@ def plan_families(
                 Family(
                     name=f"chunked {lay.tag}{tag}",
                     kind="colocate_chunked",
-                    bound_per_gpu=bound(g),
+                    bound_per_gpu=bound(g, lay),
                     starts=chunked,
                     neighbours=functools.partial(chunk_neighbours, ladder=ladder),
+                    true_bound=moe,
                 )
             )
             fams.append(
                 Family(
                     name=f"vllm {lay.tag}{tag}",
                     kind="colocate_vllm",
-                    bound_per_gpu=bound(g),
+                    bound_per_gpu=bound(g, lay),
                     starts=(vllm,),
                     neighbours=lambda c: [],
+                    true_bound=moe,
                 )
             )
     return fams, guesses
+
+
+class _MoeBounds:
+    """Goodput-per-GPU bounds of MoE families (:mod:`disaggsim.plan.moe_bound`) with the
+    batch limits :func:`candidate_scenario` gives the candidates' pools."""
+
+    def __init__(
+        self,
+        loaded: LoadedScenario,
+        lengths: tuple[np.ndarray, np.ndarray],
+        options: PlanOptions,
+        requests: Requests | None,
+    ) -> None:
+        from disaggsim.plan.moe_bound import request_work
+
+        s = loaded.scenario
+        self.loaded = loaded
+        self.gpu = plan_gpu(loaded)
+        share = _unbounded_share(requests) if requests is not None else None
+        self.work = request_work(*lengths, max_hit_share=share or 0.0)
+        pre = _pool_base(s.prefill_pool or s.pool)
+        dec = _pool_base(s.decode_pool or s.pool)
+        tokens = pre["max_batch_tokens"]
+        if s.architecture == "colocated":
+            tokens = max(tokens, 8192)
+        # per data-parallel rank, as candidate_scenario scales them
+        self.prefill_tokens = max(tokens, largest_prompt_tokens(loaded) or 0)
+        self.seqs = int(dec["max_batch_seqs"])
+        self.mem_util = float(dec.get("gpu_mem_util", 0.9))
+        chunks = (_own_chunk(loaded), *options.chunk_ladder)
+        self.colocated_tokens = max(self.prefill_tokens, *chunks)  # vllm's budget or a chunk
+        self._costs: dict[Layout, Any] = {}
+
+    def _cost(self, lay: Layout):
+        if lay not in self._costs:
+            self._costs[lay] = worker_cost(self.loaded, self.gpu, lay, self.mem_util)
+        return self._costs[lay]
+
+    def disaggregated(self, pl: Layout, dl: Layout) -> float:
+        from disaggsim.plan.moe_bound import decode_batch_limit, disaggregated_bound_per_gpu
+
+        try:
+            pc, dc = self._cost(pl), self._cost(dl)
+        except UserError:
+            return math.inf
+        if not hasattr(pc, "iteration_floor") or not hasattr(dc, "iteration_floor"):
+            return math.inf
+        seqs = decode_batch_limit(self.seqs * dl.dp, dc.kv_capacity_tokens, self.work)
+        return disaggregated_bound_per_gpu(
+            pc.iteration_floor(), pl.gpus, self.prefill_tokens * pl.dp,
+            dc.iteration_floor(), dl.gpus, seqs, self.work,
+        )  # fmt: skip
+
+    def colocated(self, lay: Layout) -> float:
+        from disaggsim.plan.moe_bound import colocated_bound_per_gpu
+
+        try:
+            cost = self._cost(lay)
+        except UserError:
+            return math.inf
+        if not hasattr(cost, "iteration_floor"):
+            return math.inf
+        tokens = lay.dp * (self.seqs + self.colocated_tokens)
+        return colocated_bound_per_gpu(cost.iteration_floor(), lay.gpus, tokens, self.work)
 
 
 def _disagg(n_p: int, pl: Layout, n_d: int, dl: Layout, dtype: str | None) -> Candidate:
