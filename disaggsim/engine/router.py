@@ -45,20 +45,27 @@ class _Heap(Generic[W]):
     """Workers ordered by ``key`` (smallest first) in a binary heap with lazy
     invalidation: a worker whose key changed is pushed again under a new version, and
     entries whose version is not the worker's current one are dropped when they surface.
-    Only accepting workers are in it. O(log W) per change and per look."""
+    Only accepting workers are in it. O(log W) per change and per look; a reported
+    change that leaves the key as it was costs no heap operation."""
 
     def __init__(self, workers: Sequence[W], key: Callable[[W], tuple[float, ...]]) -> None:
         self._workers = workers
         self._key = key
         self._version = [0] * len(workers)
+        # the key of each worker's valid entry (None: no valid entry, not accepting)
+        self._keys: list[tuple[float, ...] | None] = [None] * len(workers)
         self._heap: list[tuple[tuple[float, ...], int, int]] = []
 
     def update(self, pos: int) -> None:
         """Worker ``pos`` changed: index it under its current key (if accepting)."""
-        self._version[pos] += 1
         w = self._workers[pos]
-        if w.accepting:
-            heapq.heappush(self._heap, (self._key(w), self._version[pos], pos))
+        key = self._key(w) if w.accepting else None
+        if key == self._keys[pos]:
+            return  # its valid entry (or its absence) stands
+        self._keys[pos] = key
+        self._version[pos] += 1
+        if key is not None:
+            heapq.heappush(self._heap, (key, self._version[pos], pos))
         if len(self._heap) > 4 * len(self._workers) + 64:  # too many stale entries
             self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
             heapq.heapify(self._heap)
@@ -78,11 +85,22 @@ class _Heap(Generic[W]):
         """The first worker, in key order, for which ``take`` is True; ``take``
         returning None stops the search (no later worker can qualify)."""
         heap = self._heap
-        seen: list[tuple[tuple[float, ...], int, int]] = []
+        version = self._version
+        while heap and heap[0][1] != version[heap[0][2]]:
+            heapq.heappop(heap)  # stale
+        if not heap:
+            return None
+        w = self._workers[heap[0][2]]
+        verdict = take(w)
+        if verdict:  # the common case: the top, no heap operation
+            return w
+        if verdict is None:
+            return None
+        seen = [heapq.heappop(heap)]
         found: W | None = None
         while heap:
             entry = heapq.heappop(heap)
-            if not self._valid(entry):
+            if entry[1] != version[entry[2]]:
                 continue
             seen.append(entry)
             w = self._workers[entry[2]]
@@ -155,7 +173,7 @@ class LeastTokens(_ByKey):
 
     @staticmethod
     def key(w: FrontWorker) -> tuple[int, ...]:
-        return (w.queued_tokens, w.num_outstanding, w.index)
+        return (w._queued_tokens, w._num_outstanding, w.index)
 
 
 class ShortestQueue(_ByKey):
@@ -163,7 +181,7 @@ class ShortestQueue(_ByKey):
 
     @staticmethod
     def key(w: FrontWorker) -> tuple[int, ...]:
-        return (w.num_outstanding, w.index)
+        return (w._num_outstanding, w.index)
 
 
 class CacheAware:
@@ -250,7 +268,7 @@ class MostFreeKv:
     even a worker's free blocks (less the smallest watermark and one block) fall short."""
 
     def __init__(self, workers: Sequence[DecodeWorker]) -> None:
-        self._heap = _Heap(workers, lambda w: (-w.free_blocks, w.index))
+        self._heap = _Heap(workers, lambda w: (w._kv_used_blocks - w.kv_capacity_blocks, w.index))
         self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
 
     def update(self, pos: int) -> None:
@@ -397,33 +415,41 @@ class Router:
     def _refresh_front(self) -> None:
         if self._front_changes:
             pos_of = self._front_pos
+            workers = self.front_workers
+            queued_of = self._front_queued
+            accepting_of = self._front_accepting
+            update = self.prefill.update
             for index in self._front_changes:
                 pos = pos_of[index]
-                queued = len(self.front_workers[pos].queue)
-                self._front_queued_total += queued - self._front_queued[pos]
-                self._front_queued[pos] = queued
-                now = self.front_workers[pos].accepting
-                changed = now != self._front_accepting[pos]
+                w = workers[pos]
+                queued = len(w.queue)
+                self._front_queued_total += queued - queued_of[pos]
+                queued_of[pos] = queued
+                now = w.accepting
+                changed = now != accepting_of[pos]
                 if changed:
-                    self._front_accepting[pos] = now
+                    accepting_of[pos] = now
                     self._num_front_accepting += 1 if now else -1
-                self.prefill.update(pos, changed)
+                update(pos, changed)
             self._front_changes.clear()
 
     def _refresh_decode(self) -> None:
         if self._decode_changes:
             pos_of = self._decode_pos
+            workers = self.decode_workers
+            room_of = self._room
+            update = self.decode.update
             for index in self._decode_changes:
                 pos = pos_of[index]
-                self.decode.update(pos)
-                w = self.decode_workers[pos]
+                update(pos)
+                w = workers[pos]
                 room = (
-                    max(0, w.kv_capacity_blocks - w.watermark_blocks - w.eventual_blocks)
+                    max(0, w.kv_capacity_blocks - w.watermark_blocks - w._eventual_blocks)
                     if w.accepting
                     else 0
                 )
-                self._room_total += room - self._room[pos]
-                self._room[pos] = room
+                self._room_total += room - room_of[pos]
+                room_of[pos] = room
             self._decode_changes.clear()
 
     # -- front: arrivals and re-prefills ------------------------------------------------

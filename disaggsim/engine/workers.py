@@ -50,6 +50,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
+from simpy.events import Event
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
 from disaggsim.engine.records import StepLog
@@ -120,6 +121,10 @@ class Run(NamedTuple):
     lead_steps: int = 0
     lead_base_s: float = 0.0
     lead_per_token_s: float = 0.0
+
+    def with_steps(self, k: int) -> Run:
+        """The same run cut to its first ``k`` steps."""
+        return Run(self[0], k, *self[2:])
 
     def time_s(self, j: int) -> float:
         """Seconds of the run's first ``j`` steps."""
@@ -258,7 +263,9 @@ class Worker:
         "_queued_tokens",
         "_sample_to",
         "_state",
+        "_run_end",
         "_wake",
+        "accepting",
         "block_tokens",
         "cost",
         "env",
@@ -304,6 +311,9 @@ class Worker:
         self._kv_used_blocks = 0
         self._alive = True
         self._state = WorkerState.IN_SERVICE
+        # takes new work: alive and in service (not starting, draining or released); kept
+        # by the two setters below (read on every routing decision)
+        self.accepting = True
         self._queued_tokens = 0  # prompt tokens assigned here and not yet prefilled
         self._num_outstanding = 0  # requests assigned here and not yet finished/handed off
         # prefill batch times already asked of the cost model (a pure function; shared by
@@ -311,7 +321,8 @@ class Worker:
         self._prefill_times = prefill_times if prefill_times is not None else {}
         self.steps = StepLog()
         self.num_failures = 0
-        self._wake: simpy.Event | None = None
+        self._wake: simpy.Event | None = None  # idle: succeeded by new work
+        self._run_end: simpy.Event | None = None  # in an interruptible run: its end
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
         self._copies: set[FlowHandle] = set()  # flows of this worker in flight (topology)
@@ -425,6 +436,13 @@ class Worker:
         self._queued_tokens = tokens
         self._changes.add(self.index)
 
+    def _assigned(self, tokens: int, requests: int) -> None:
+        """``tokens`` more prompt tokens queued, ``requests`` more outstanding (one
+        report of the change for both)."""
+        self._queued_tokens += tokens
+        self._num_outstanding += requests
+        self._changes.add(self.index)
+
     @property
     def num_outstanding(self) -> int:
         """Requests assigned here and not yet finished or handed off."""
@@ -442,6 +460,7 @@ class Worker:
     @alive.setter
     def alive(self, alive: bool) -> None:
         self._alive = alive
+        self.accepting = alive and self._state is WorkerState.IN_SERVICE
         self._changes.add(self.index)
 
     @property
@@ -451,12 +470,8 @@ class Worker:
     @state.setter
     def state(self, state: WorkerState) -> None:
         self._state = state
+        self.accepting = self._alive and state is WorkerState.IN_SERVICE
         self._changes.add(self.index)
-
-    @property
-    def accepting(self) -> bool:
-        """Takes new work: alive and in service (not starting, draining or released)."""
-        return self._alive and self._state is WorkerState.IN_SERVICE
 
     @property
     def free_blocks(self) -> int:
@@ -471,9 +486,20 @@ class Worker:
         return self.kv_capacity_blocks * self.block_tokens
 
     def notify(self) -> None:
-        """Wake the worker if it is idle or in an interruptible run."""
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        """Wake the worker if it is idle or in an interruptible run. A run is woken
+        through an event of its own that succeeds the run's end (the hops of a SimPy
+        condition over the run's timeout and the wake), made only when work arrives."""
+        wake = self._wake
+        if wake is not None:
+            if not wake.triggered:
+                wake.succeed()
+            return
+        end = self._run_end
+        if end is not None:
+            self._run_end = None
+            wake = Event(self.env)
+            wake.callbacks.append(partial(_succeed_once, end))
+            wake.succeed()
 
     def _idle(self) -> Proc:
         if self.state is WorkerState.DRAINING and self.num_outstanding == 0:
@@ -515,6 +541,7 @@ class Worker:
                 yield from self._loop()
             except simpy.Interrupt:
                 self._wake = None
+                self._run_end = None
                 self._on_failure()
                 self._cancel_copies()
                 self._activity = None
@@ -538,6 +565,7 @@ class _TokenBatch(Worker):
         "_finishing",
         "_lines",
         "_phase_hist",
+        "_run_to",
         "_running",
         "batch",
         "context_tokens",
@@ -559,6 +587,16 @@ class _TokenBatch(Worker):
         super().__init__(*args, **kwargs)
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
+        st = self.steps  # its run columns, bound once (StepLog.add_run's, in its order)
+        self._run_to = (
+            st.run_start_at_s.append,
+            st.run_steps.append,
+            st.run_batch.append,
+            st.run_context0.append,
+            st.run_base_s.append,
+            st.run_per_token_s.append,
+            st.run_prefill_tokens.append,
+        )
 
     def _lines_for(self, batch: int) -> DecodeLines:
         lines = self._lines.get(batch)
@@ -608,7 +646,11 @@ class _TokenBatch(Worker):
         would be re-admitted at once and preempted again (a livelock)."""
         if self.requests.reserve_full or self.batch == 0:
             return 0
-        return max(self.promised_growth, self._new_blocks(1))
+        # _new_blocks(1): the sequences whose context ends a block now (with one-token
+        # blocks, bin 0 holds every sequence)
+        nxt = self._phase_hist[-self.step_idx % self.block_tokens]
+        grown = self.promised_growth
+        return grown if grown > nxt else nxt
 
     def _steps_fitting(self, k: int) -> int:
         """Most steps (<= k) the batch can run before it needs more blocks than exist."""
@@ -632,45 +674,56 @@ class _TokenBatch(Worker):
         """Add a request (its KV blocks already held here) to the running batch at a step
         boundary. It emits its remaining tokens at the next steps. ``in_cache``: tokens of
         its context held by the worker's prefix cache (its blocks count from there)."""
-        host = self.host
-        remaining = self.requests.output_tokens[rid] - self.requests.generated[rid]
-        ctx = self.requests.prompt_tokens[rid] + self.requests.generated[rid]
-        host.log.first_token_step[rid] = self.step_idx
-        host.log.decode_worker[rid] = self.index
-        fin = self.step_idx + remaining
-        self._running[rid] = (self.step_idx, ctx, fin, in_cache)
+        rs = self.requests
+        log = self.host.log
+        step = self.step_idx
+        generated = rs.generated[rid]
+        ctx = rs.prompt_tokens[rid] + generated
+        log.first_token_step[rid] = step
+        log.decode_worker[rid] = self.index
+        fin = step + rs.output_tokens[rid] - generated
+        self._running[rid] = (step, ctx, fin, in_cache)
         self.batch += 1
         self.context_tokens += ctx
         heapq.heappush(self._finishing, (fin, rid))
-        if not self.requests.reserve_full:
-            self._phase_hist[(ctx - in_cache - self.step_idx) % self.block_tokens] += 1
+        if not rs.reserve_full:
+            self._phase_hist[(ctx - in_cache - step) % self.block_tokens] += 1
 
     def _leave(self, rid: int) -> int:
         """Remove a running request; record its segment; return the blocks it held."""
-        host = self.host
-        join, ctx, _, in_cache = self._running[rid]
-        blocks = self._blocks_now(rid)
+        rs = self.requests
+        join, ctx, _, in_cache = self._running.pop(rid)
         emitted = self.step_idx - join
-        del self._running[rid]
         self.batch -= 1
         self.context_tokens -= ctx + emitted
-        if not self.requests.reserve_full:
-            self._phase_hist[(ctx - in_cache - join) % self.block_tokens] -= 1
+        if rs.reserve_full:
+            blocks = rs.full_blocks(rid)
+        else:  # _blocks_now
+            bt = self.block_tokens
+            blocks = -(-(ctx - in_cache + emitted) // bt)
+            self._phase_hist[(ctx - in_cache - join) % bt] -= 1
         if emitted:
-            host.segments.add(rid, self.index, join, emitted)
-            self.requests.generated[rid] += emitted
+            self.host.segments.add(rid, self.index, join, emitted)
+            rs.generated[rid] += emitted
         return blocks
 
     def _pop_finished(self) -> None:
+        finishing = self._finishing
+        step = self.step_idx
+        if not finishing or finishing[0][0] > step:
+            return
         host = self.host
         now = self.env.now
-        while self._finishing and self._finishing[0][0] <= self.step_idx:
-            fin, rid = heapq.heappop(self._finishing)
-            entry = self._running.get(rid)
+        running = self._running
+        while finishing and finishing[0][0] <= step:
+            fin, rid = heapq.heappop(finishing)
+            entry = running.get(rid)
             if entry is None or entry[2] != fin:
                 continue  # stale: preempted or failed earlier
-            self.kv_used_blocks -= self._leave(rid)
-            self.num_outstanding -= 1
+            blocks = self._leave(rid)
+            self._kv_used_blocks -= blocks
+            self._num_outstanding -= 1
+            self._changes.add(self.index)
             self._gone(rid)
             host.finish(rid, now)
             self._freed()
@@ -764,33 +817,47 @@ class _TokenBatch(Worker):
         step boundary after new work arrives, when ``interruptible``)."""
         env = self.env
         b, c = self.batch, self.context_tokens
-        k = self._steps_fitting(self._next_finish_step() - self.step_idx)
+        on_demand = not self.requests.reserve_full
+        k = self._next_finish_step() - self.step_idx
+        # _steps_fitting, its common case first: a block for every sequence per block of
+        # steps, and one more, fit
+        if on_demand and b * (k // self.block_tokens + 1) > (
+            self.kv_capacity_blocks - self._kv_used_blocks
+        ):
+            k = self._steps_fitting(k)
         if k == 0:
             yield from self._preempt_for_growth()
             return
         start = env.now
-        run = self._lines_for(b).split(start, k, b, c)
-        total = run.time_s(k)
+        lines = self._lines.get(b)
+        if lines is None:
+            lines = self._lines_for(b)
+        if lines.has_item:
+            run = lines.split(start, k, b, c)
+            total = run.time_s(k)
+        else:  # one line throughout: Run.time_s of a one-segment run, inline
+            base, per = lines.base_s, lines.per_token_s
+            run = Run(start, k, b, c, base, per)
+            total = k * base + per * (k * c + b * k * (k - 1) / 2)
         self._activity = run
-        growth = 0 if self.requests.reserve_full else self._new_blocks(k)
+        growth = self._new_blocks(k) if on_demand else 0
         self.promised_growth = growth
         planned = k
         a2a = None
         if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         if interruptible:
-            # wait for the run's end or new work, whichever first: both succeed ``done``
-            # (one plain event; cheaper than a SimPy condition, with the same hops)
-            ended = env.event()
-            wake = self._wake = env.event()
+            # wait for the run's end or new work, whichever first: both succeed ``ended``
+            # (one plain event; cheaper than a SimPy condition, with the same hops; the
+            # wake's event is made by notify, only when work arrives)
+            ended = self._run_end = Event(env)
             env.timeout(total).callbacks.append(partial(_succeed_once, ended))
-            wake.callbacks.append(partial(_succeed_once, ended))
             yield ended
-            self._wake = None
+            self._run_end = None
             tau = env.now - start
             if tau < total - _EPS:
                 k = run.steps_covering(tau)
-                run = run._replace(steps=k)
+                run = run.with_steps(k)
                 if a2a is not None and a2a in self._copies:  # carry only the steps run
                     self._copies.discard(a2a)
                     rest = self._a2a_iteration_bytes(b, 0) * k - self.host.cancel_copy(a2a)
@@ -813,9 +880,22 @@ class _TokenBatch(Worker):
         when already known)."""
         k = run.steps
         self.promised_growth = 0
-        run.log_to(self.steps)
+        if run.lead_steps or not k:
+            run.log_to(self.steps)
+        else:  # Run.log_to of a one-segment run: one row, straight into the columns
+            start, steps, batch, context0, base, per, prefill = self._run_to
+            start(run.start_s)
+            steps(k)
+            batch(run.batch)
+            context0(run.context0)
+            base(run.base_s)
+            per(run.per_token_s)
+            prefill(0)
         if not self.requests.reserve_full:
-            self.kv_used_blocks += self._new_blocks(k) if growth is None else growth
+            grown = self._new_blocks(k) if growth is None else growth
+            if grown:
+                self._kv_used_blocks += grown
+                self._changes.add(self.index)
         self.step_idx += k
         self.context_tokens += k * run.batch
 
@@ -826,7 +906,7 @@ class _TokenBatch(Worker):
             return
         j = act.steps_done_by(self.env.now - act.start_s)
         if j:
-            self._advance(act._replace(steps=j))
+            self._advance(act.with_steps(j))
 
     def _drop_running(self) -> list[int]:
         """Failure: every running and swapped sequence loses its KV."""
@@ -864,6 +944,7 @@ class _PrefillQueue:
         @num_outstanding.setter
         def num_outstanding(self, n: int) -> None: ...
         def notify(self) -> None: ...
+        def _assigned(self, tokens: int, requests: int) -> None: ...
 
         index: int
 
@@ -887,8 +968,8 @@ class _PrefillQueue:
             self.queue.appendleft(rid)
         else:
             self.queue.append(rid)
-        self.queued_tokens += self.requests.prefill_len(rid)
-        self.num_outstanding += 1
+        rs = self.requests
+        self._assigned(rs.prompt_tokens[rid] + rs.generated[rid], 1)  # prefill_len
         self.notify()
 
     def remove_queued(self, rid: int) -> bool:
@@ -946,8 +1027,9 @@ class PrefillWorker(_PrefillQueue, Worker):
                 self._outside_tokens -= self._extra.pop(rid, 0)
                 self._sync_kv()
             else:
-                self.kv_used_blocks -= blocks
-            self.num_outstanding -= 1
+                self._kv_used_blocks -= blocks
+            self._num_outstanding -= 1
+            self._changes.add(self.index)
             self.notify()
 
     def _sync_kv(self) -> None:
@@ -1025,23 +1107,37 @@ class PrefillWorker(_PrefillQueue, Worker):
             timed_s = caches.setup.promote_time(self.cost, timed_pcie, timed_nic)
         return (env.all_of(waits) if waits else None), timed_s
 
-    def _form_batch(self) -> list[int]:
+    def _form_batch(self) -> tuple[list[int], list[int], dict[int, int], int, int]:
+        """FCFS under the token budget and the free blocks. Returns the batch, its
+        prompts' lengths (:meth:`RequestState.prefill_len`), the blocks each takes
+        (:meth:`RequestState.prefill_blocks`), their tokens and their blocks."""
+        queue = self.queue
         batch: list[int] = []
-        tokens = 0
-        free = self.free_blocks
-        need_blocks = 0
-        while self.queue and len(batch) < self.max_batch_seqs:
-            rid = self.queue[0]
-            p = self.requests.prefill_len(rid)
-            if batch and tokens + p > self.max_batch_tokens:
+        lens: list[int] = []
+        blocks: dict[int, int] = {}
+        tokens = need_blocks = 0
+        if not queue:
+            return batch, lens, blocks, tokens, need_blocks
+        rs = self.requests
+        prompt, generated = rs.prompt_tokens, rs.generated
+        bt = self.block_tokens
+        free = self.kv_capacity_blocks - self._kv_used_blocks
+        max_seqs, max_tokens = self.max_batch_seqs, self.max_batch_tokens
+        while queue and len(batch) < max_seqs:
+            rid = queue[0]
+            p = prompt[rid] + generated[rid]
+            if batch and tokens + p > max_tokens:
                 break
-            nb = self.requests.prefill_blocks(rid)
+            nb = -(-p // bt)
             if need_blocks + nb > free:
                 break  # KV memory full of prompts awaiting handoff: wait for releases
-            batch.append(self.queue.popleft())
+            queue.popleft()
+            batch.append(rid)
+            lens.append(p)
+            blocks[rid] = nb
             tokens += p
             need_blocks += nb
-        return batch
+        return batch, lens, blocks, tokens, need_blocks
 
     def _loop(self) -> Proc:
         env = self.env
@@ -1051,13 +1147,13 @@ class PrefillWorker(_PrefillQueue, Worker):
             cached = 0
             copies: simpy.Event | None = None
             if self.prefix is None:
-                batch = self._form_batch()
+                batch, lens, blocks, tokens, need_blocks = self._form_batch()
                 if batch:
-                    lens = [self.requests.prefill_len(r) for r in batch]
-                    tokens = dequeued = sum(lens)
-                    pairs = sum(n * (n + 1) / 2 for n in lens)
-                    self._batch_blocks = {r: self.requests.prefill_blocks(r) for r in batch}
-                    self.kv_used_blocks += sum(self._batch_blocks.values())
+                    dequeued = tokens
+                    pairs = sum([n * (n + 1) / 2 for n in lens])
+                    self._batch_blocks = blocks
+                    self._kv_used_blocks += need_blocks
+                    self._changes.add(self.index)
             else:
                 batch, tokens, pairs, cached, dequeued, pcie, nic, demote = (
                     self._form_cached_batch()
@@ -1068,9 +1164,15 @@ class PrefillWorker(_PrefillQueue, Worker):
                     copies, promote_s = self._cache_copies(pcie, nic, demote)
             if not batch:
                 self.sample(len(self.queue), 0)
-                yield from self._idle()
+                # _idle, inline
+                if self._state is WorkerState.DRAINING and self._num_outstanding == 0:
+                    host.worker_drained(self)
+                wake = self._wake = Event(env)
+                yield wake
+                self._wake = None
                 continue
-            self.queued_tokens -= dequeued
+            self._queued_tokens -= dequeued
+            self._changes.add(self.index)
             self.sample(len(self.queue), len(batch))
             now = env.now
             for r in batch:
@@ -1083,7 +1185,10 @@ class PrefillWorker(_PrefillQueue, Worker):
                 yield copies
                 now = env.now
             # promotions from lower cache tiers finish before the prefill computes
-            dur = promote_s + self._prefill_time_s(len(batch), tokens, pairs, cached)
+            dur = self._prefill_times.get((len(batch), tokens, pairs, cached))
+            if dur is None:
+                dur = self._prefill_time_s(len(batch), tokens, pairs, cached)
+            dur += promote_s
             if copies is not None:
                 self.steps.prefill_iters[-1] = (now, dur, len(batch), tokens)
             else:
@@ -1094,8 +1199,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             host.prefill_batch_started(batch, self, dur)
             yield env.timeout(dur)
             self._activity = None
-            for r in batch:
-                self.held[r] = self._batch_blocks[r]
+            self.held.update(self._batch_blocks)  # in batch order
             self._batch_blocks = {}
             if self.prefix is not None:
                 put = 0
@@ -1162,7 +1266,7 @@ class DecodeWorker(_TokenBatch):
         """The most blocks a handoff may take here now: free blocks less the watermark,
         the running batch's growth and one block for the sequence's own next step;
         negative when taking nothing (not accepting, or swapped sequences come first)."""
-        if not (self._alive and self._state is WorkerState.IN_SERVICE) or self.swapped:
+        if not self.accepting or self.swapped:
             return -1
         free = self.kv_capacity_blocks - self._kv_used_blocks
         return free - 1 - self.watermark_blocks - self.growth_headroom()
@@ -1179,13 +1283,15 @@ class DecodeWorker(_TokenBatch):
 
     def reserve(self, rid: int) -> None:
         """Claim KV blocks for an incoming handoff (called by the router)."""
-        blocks = self.requests.join_blocks(rid)
-        self.kv_used_blocks += blocks
+        rs = self.requests
+        blocks = rs.join_blocks(rid)
+        self._kv_used_blocks += blocks
         self.incoming[rid] = blocks
-        self.num_outstanding += 1
-        full = self.requests.full_blocks(rid)
+        self._num_outstanding += 1
+        full = rs.full_blocks(rid)
         self._eventual[rid] = full
-        self.eventual_blocks += full
+        self._eventual_blocks += full
+        self._changes.add(self.index)
 
     def unreserve(self, rid: int) -> None:
         """An incoming handoff will not arrive (its source failed, or it was abandoned)."""
@@ -1201,7 +1307,10 @@ class DecodeWorker(_TokenBatch):
     def kv_arrived(self, rid: int) -> None:
         blocks = self.incoming.pop(rid)
         # the reservation becomes the running sequence's blocks (see _join)
-        self.kv_used_blocks += self.requests.join_blocks(rid) - blocks
+        grown = self.requests.join_blocks(rid) - blocks
+        if grown:
+            self._kv_used_blocks += grown
+            self._changes.add(self.index)
         self.waiting.append(rid)
         self.notify()
 
@@ -1219,7 +1328,8 @@ class DecodeWorker(_TokenBatch):
         self.host.reprefill(rid, "preempted")
 
     def _gone(self, rid: int) -> None:
-        self.eventual_blocks -= self._eventual.pop(rid, 0)
+        self._eventual_blocks -= self._eventual.pop(rid, 0)
+        self._changes.add(self.index)
 
     def _loop(self) -> Proc:
         env = self.env
