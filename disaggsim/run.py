@@ -141,11 +141,12 @@ def build_transfer(scenario: Scenario, label: str = "<scenario>"):
             )
     shards = min(p.tp, d.tp)
     latency = None if fab.latency_us is None else fab.latency_us * 1e-6
+    # kv_transfer's checks and defaults once; per handoff its time_s, the same arithmetic
+    link = kv_transfer(0.0, fab.link, bandwidth_bytes_per_s=bw, latency_s=latency)
+    bw_bytes_per_s, latency_s = link.bandwidth_bytes_per_s, link.latency_s
 
     def transfer_time(nbytes: int, src: int, dst: int) -> float:
-        return kv_transfer(
-            nbytes / shards, fab.link, bandwidth_bytes_per_s=bw, latency_s=latency
-        ).time_s
+        return latency_s + nbytes / shards / bw_bytes_per_s
 
     return transfer_time
 

@@ -48,7 +48,7 @@ from disaggsim.engine.records import (
     STATUS_REJECTED,
     FailureRecord,
     RawResult,
-    RequestLog,
+    RequestLogColumns,
     RouterSamples,
     Samples,
     Segments,
@@ -91,7 +91,7 @@ class Cluster:
         self.cfg = cfg
         self.table = requests
         self.requests = RequestState(requests, cfg.block_tokens, cfg.kv_admission == "reserve_full")
-        self.log = RequestLog.empty(len(requests))
+        self.log = RequestLogColumns(len(requests))
         self.segments = Segments()
         self.samples = Samples()
         # prefix caching: only when the scenario has a cache and the requests have chains
@@ -116,6 +116,8 @@ class Cluster:
         self.counters = {"num_resent_transfers": 0, "num_worker_failures": 0}
         self.failure_log: list[FailureRecord] = []
         self.num_done = 0
+        self._token_from_prefill = cfg.first_token_from == "prefill"
+        self._num_requests = len(requests)
         self.zombies: set[int] = set()  # abandoned inside a running prefill: KV still held
         self.orphan_streams: set[int] = set()  # decode target lost while still prefilling
         self.all_done = self.env.event()
@@ -225,21 +227,23 @@ class Cluster:
         timeout = self.cfg.client_timeout_s
         max_queue = self.cfg.max_queue
         context = self.cfg.context_tokens
+        prompt, max_tokens, bt = rs.prompt_tokens, rs.max_tokens, rs.block_tokens
         for rid, at in enumerate(arrival):
-            if at > env.now:
-                yield env.timeout(at - env.now)
-            longest = rs.longest_tokens(rid)
+            now = env.now
+            if at > now:
+                yield env.timeout(at - now)
+            longest = prompt[rid] + max_tokens[rid]  # rs.longest_tokens
             if context is not None and longest > context:
                 self.reject(rid, "exceeds_context")  # a server answers 400
                 continue
-            blocks = rs.blocks(longest)
+            blocks = -(-longest // bt)  # rs.blocks
             if blocks > max_seq or (self.disaggregated and blocks > max_pre):
                 self.reject(rid, "exceeds_kv_capacity")
                 continue
             if max_queue is not None and self.router.waiting_for_prefill() >= max_queue:
                 self.reject(rid, "queue_full")
                 continue
-            self.arrived_prompt_tokens += rs.prompt_tokens[rid]
+            self.arrived_prompt_tokens += prompt[rid]
             if timeout is not None:
                 call_later(env, timeout, partial(self.abandon, rid))
             self.router.admit(rid)
@@ -303,8 +307,9 @@ class Cluster:
         """The token a finished prefill produces reaches the client at ``now``: the first
         one, or after a re-prefill (recompute preemption, failure) the next one, as vLLM
         emits it at the end of the recomputation."""
-        g = self.requests.generated[rid]
-        self.requests.generated[rid] = g + 1
+        generated = self.requests.generated
+        g = generated[rid]
+        generated[rid] = g + 1
         if g == 0:
             self.log.first_token_at_s[rid] = now
             if self._keep_ttft:
@@ -328,7 +333,7 @@ class Cluster:
             self.bury(rid)
             self.router.drain_queue()
             return
-        if self.cfg.first_token_from == "prefill":
+        if self._token_from_prefill:
             self.prefill_token(rid, now)
             if rs.done_generating(rid):  # one-token reply: done
                 tr = self.handoff.cancel_transfer(rid)
@@ -349,10 +354,11 @@ class Cluster:
     def _delivered(self, rid: int, src: PrefillWorker, dst: DecodeWorker) -> None:
         """``rid``'s KV has reached ``dst`` (:class:`Handoff` calls this)."""
         now = self.env.now
-        if self.cfg.first_token_from == "decode":
+        if not self._token_from_prefill:
             self.prefill_token(rid, now)
         src.release_kv(rid)
-        if self.requests.done_generating(rid):
+        rs = self.requests
+        if rs.generated[rid] >= rs.output_tokens[rid]:  # done_generating
             dst.finish_without_decode(rid)
             self.finish(rid, now)
         else:
@@ -398,11 +404,16 @@ class Cluster:
         self.router.admit(rid)
 
     def finish(self, rid: int, now: float) -> None:
-        if self.requests.ended[rid]:
+        ended = self.requests.ended
+        if ended[rid]:
             return
-        self.log.finish_at_s[rid] = now
-        self.log.status[rid] = STATUS_COMPLETED
-        self._end(rid)
+        log = self.log
+        log.finish_at_s[rid] = now
+        log.status[rid] = STATUS_COMPLETED
+        ended[rid] = True  # _end, inline
+        self.num_done += 1
+        if self.num_done == self._num_requests:
+            self._check_done()
 
     def _end(self, rid: int) -> None:
         self.requests.ended[rid] = True
@@ -410,7 +421,7 @@ class Cluster:
         self._check_done()
 
     def _check_done(self) -> None:
-        if self.num_done == len(self.requests) and not self.zombies and not self.all_done.triggered:
+        if self.num_done == self._num_requests and not self.zombies and not self.all_done.triggered:
             self.all_done.succeed()
 
     # -- pool sizes (Scaling calls these) ---------------------------------------------------
@@ -527,7 +538,7 @@ class Cluster:
         net = self.handoff.net
         return RawResult(
             requests=self.table,
-            log=self.log,
+            log=self.log.log,
             segments=self.segments,
             workers=tuple(
                 WorkerInfo(

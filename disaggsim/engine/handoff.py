@@ -27,7 +27,7 @@ import simpy
 from disaggsim.costmodel.interface import context_kv_bytes, kv_copy_gpus
 from disaggsim.engine.config import EngineConfig, LinkWindow, TransferTime
 from disaggsim.engine.events import call_later
-from disaggsim.engine.records import RequestLog
+from disaggsim.engine.records import RequestLogColumns
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class Handoff:
         env: simpy.Environment,
         cfg: EngineConfig,
         requests: RequestState,
-        log: RequestLog,
+        log: RequestLogColumns,
         transfer_time: TransferTime,
         counters: dict[str, int],
         delivered: Callable[[int, PrefillWorker, DecodeWorker], None],
@@ -98,10 +98,11 @@ class Handoff:
         """Move ``rid``'s KV from ``src`` to ``dst``; ``prefill_s`` given: the prefill is
         starting now and lasts that long (overlap: the KV streams while it runs)."""
         env = self.env
-        if self.log.transfer_start_at_s[rid] != self.log.transfer_start_at_s[rid]:
-            self.log.transfer_start_at_s[rid] = env.now
-        nbytes = self.kv_bytes(rid, src)
         token = env.now
+        started = self.log.transfer_start_at_s
+        if started[rid] != started[rid]:  # NaN: the first transfer
+            started[rid] = token
+        nbytes = self.kv_bytes(rid, src)
         self._transfers[rid] = (src, dst, token)
         done = partial(self._transfer_done, rid, token)
         if self.net is not None:
@@ -128,7 +129,7 @@ class Handoff:
                 on_done=lambda _rec: done(),
             )
             return
-        delay, factor = self._link_state(env.now)
+        delay, factor = self._link_state(token) if self.cfg.link_windows else (0.0, 1.0)
         call_later(env, delay + self.transfer_time(nbytes, src.index, dst.index) / factor, done)
 
     def cancel_transfer(self, rid: int) -> tuple[PrefillWorker, DecodeWorker] | None:

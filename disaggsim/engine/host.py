@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import simpy
 
 from disaggsim.engine.config import Preemption
-from disaggsim.engine.records import RequestLog, Samples, Segments
+from disaggsim.engine.records import RequestLogColumns, Samples, Segments
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class WorkerHost(Protocol):
     env: simpy.Environment
     requests: RequestState  # token counts and KV block arithmetic
-    log: RequestLog
+    log: RequestLogColumns
     segments: Segments
     samples: Samples
     preemption: Preemption

@@ -56,7 +56,7 @@ class _Heap(Generic[W]):
         self._keys: list[tuple[float, ...] | None] = [None] * len(workers)
         self._heap: list[tuple[tuple[float, ...], int, int]] = []
 
-    def update(self, pos: int) -> None:
+    def update(self, pos: int, _accepting_changed: bool = False) -> None:
         """Worker ``pos`` changed: index it under its current key (if accepting)."""
         w = self._workers[pos]
         key = self._key(w) if w.accepting else None
@@ -152,15 +152,15 @@ class RoundRobin:
 
 
 class _ByKey:
+    update: Callable[[int, bool], None]  # the heap's own (no call in between)
+
     def __init__(self, workers: Sequence[FrontWorker]) -> None:
         self._heap = _Heap(workers, self.key)
+        self.update = self._heap.update
 
     @staticmethod
     def key(w: FrontWorker) -> tuple[int, ...]:  # pragma: no cover - overridden
         raise NotImplementedError
-
-    def update(self, pos: int, accepting_changed: bool) -> None:
-        self._heap.update(pos)
 
     def choose(self, rid: int) -> FrontWorker:
         w = self._heap.top()
@@ -267,12 +267,13 @@ class MostFreeKv:
     blocks; the search walks it from the top and stops at the first with room, or where
     even a worker's free blocks (less the smallest watermark and one block) fall short."""
 
-    def __init__(self, workers: Sequence[DecodeWorker]) -> None:
-        self._heap = _Heap(workers, lambda w: (w._kv_used_blocks - w.kv_capacity_blocks, w.index))
-        self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
+    update: Callable[[int], None]  # the heap's own (no call in between)
 
-    def update(self, pos: int) -> None:
-        self._heap.update(pos)
+    def __init__(self, workers: Sequence[DecodeWorker]) -> None:
+        # most free blocks first: -(capacity - used)
+        self._heap = _Heap(workers, lambda w: (w._kv_used_blocks - w.kv_capacity_blocks, w.index))
+        self.update = self._heap.update
+        self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
 
     def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
         slack = 1 + self._min_watermark

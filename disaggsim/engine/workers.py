@@ -832,11 +832,14 @@ class _TokenBatch(Worker):
         lines = self._lines.get(b)
         if lines is None:
             lines = self._lines_for(b)
-        if lines.has_item:
+        base, per = lines.base_s, lines.per_token_s
+        if lines.has_item and (
+            lines.item_per_token_s - per > 0
+            or lines.item_base_s + lines.item_per_token_s * c > base + per * c
+        ):  # the item line may be the larger one in this run: DecodeLines.split
             run = lines.split(start, k, b, c)
             total = run.time_s(k)
-        else:  # one line throughout: Run.time_s of a one-segment run, inline
-            base, per = lines.base_s, lines.per_token_s
+        else:  # the stream line throughout (split's common case), its time inline
             run = Run(start, k, b, c, base, per)
             total = k * base + per * (k * c + b * k * (k - 1) / 2)
         self._activity = run
@@ -1529,7 +1532,10 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         if host.log.decode_admit_at_s[rid] != host.log.decode_admit_at_s[rid]:  # NaN: first join
             host.log.decode_admit_at_s[rid] = now
         self._join(rid, in_cache)
-        self.kv_used_blocks += self._blocks_now(rid) - held  # <= 0: prefill reserved one more
+        grown = self._blocks_now(rid) - held  # <= 0: prefill reserved one more
+        if grown:
+            self._kv_used_blocks += grown
+            self._changes.add(self.index)
 
     def _loop_vllm(self) -> Proc:
         """Prefill-prioritising continuous batching: waiting prompts run first, as a
@@ -1539,15 +1545,31 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             if self.swapped:
                 yield from self._swap_in()
             batch: list[int] = []
+            lens: list[int] = []
             tokens = 0
+            queue = self.queue
             if self.prefix is None:
-                while self._admissible(self.batch + len(batch)):
-                    p = self.requests.prefill_len(self.queue[0])
-                    if batch and tokens + p > self.max_batch_tokens:
-                        break
-                    batch.append(self.queue[0])
-                    self._start_prefill(self.queue[0])
-                    tokens += p
+                if queue and not self.swapped:
+                    # _admissible and _start_prefill, inline: the growth headroom does
+                    # not change while prefills start, the free blocks do
+                    rs = self.requests
+                    keep = self.watermark_blocks + self.growth_headroom()
+                    while queue and self.batch + len(batch) < self.max_batch_seqs:
+                        rid = queue[0]
+                        need = rs.colocated_blocks(rid)
+                        if need + keep > self.kv_capacity_blocks - self._kv_used_blocks:
+                            break
+                        p = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
+                        if batch and tokens + p > self.max_batch_tokens:
+                            break
+                        batch.append(rid)
+                        lens.append(p)
+                        queue.popleft()
+                        self._kv_used_blocks += need
+                        self._queued_tokens -= p
+                        self._changes.add(self.index)
+                        self.host.prefill_started(rid, self.index)
+                        tokens += p
             else:
                 while self.queue:
                     rid = self.queue[0]
@@ -1559,9 +1581,10 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             if batch:
                 self.sample(len(self.queue), self.batch + len(batch))
                 if self.prefix is None:
-                    lens = [self.requests.prefill_len(r) for r in batch]
-                    pairs = sum(n * (n + 1) / 2 for n in lens)
-                    dur = self._prefill_time_s(len(batch), tokens, pairs)
+                    pairs = sum([n * (n + 1) / 2 for n in lens])
+                    dur = self._prefill_times.get((len(batch), tokens, pairs, 0))
+                    if dur is None:
+                        dur = self._prefill_time_s(len(batch), tokens, pairs)
                 else:  # each prompt's uncached suffix after its cached prefix
                     hits = [self._hit[r] for r in batch]
                     news = [
