@@ -565,6 +565,7 @@ class _TokenBatch(Worker):
         "_finishing",
         "_lines",
         "_phase_hist",
+        "_run_plan",
         "_run_to",
         "_running",
         "batch",
@@ -584,6 +585,9 @@ class _TokenBatch(Worker):
         self._lines: dict[int, DecodeLines] = {}
         self.swapped: deque[int] = deque()  # preempted by swap: KV on the host
         self.promised_growth = 0  # blocks the run in progress will still allocate
+        # the run in progress: (its seconds, its planned block growth, its planned steps,
+        # its all-to-all flow, interruptible)
+        self._run_plan: tuple[float, int, int, FlowHandle | None, bool] = (0.0, 0, 0, None, False)
         super().__init__(*args, **kwargs)
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
@@ -815,6 +819,23 @@ class _TokenBatch(Worker):
     def _run(self, interruptible: bool) -> Proc:
         """Advance the running batch to its next completion or block shortage (or to the
         step boundary after new work arrives, when ``interruptible``)."""
+        wait = self._begin_run(interruptible)
+        if wait is None:
+            yield from self._preempt_for_growth()
+            return
+        yield wait
+        wait = self._cut_run()
+        if wait is not None:
+            yield wait
+        self._end_run()
+
+    # A run in three plain calls around its waits (:meth:`_run`; the decode loop calls
+    # them itself, without a generator per run): begin (the event to wait on), cut (new
+    # work arrived: the wait up to the step boundary where it stops), end.
+
+    def _begin_run(self, interruptible: bool) -> simpy.Event | None:
+        """Start the run to the next completion or block shortage; the event its end (or,
+        ``interruptible``, new work) succeeds. None: no step fits, preempt first."""
         env = self.env
         b, c = self.batch, self.context_tokens
         on_demand = not self.requests.reserve_full
@@ -826,8 +847,7 @@ class _TokenBatch(Worker):
         ):
             k = self._steps_fitting(k)
         if k == 0:
-            yield from self._preempt_for_growth()
-            return
+            return None
         start = env.now
         lines = self._lines.get(b)
         if lines is None:
@@ -845,37 +865,52 @@ class _TokenBatch(Worker):
         self._activity = run
         growth = self._new_blocks(k) if on_demand else 0
         self.promised_growth = growth
-        planned = k
         a2a = None
         if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
+        self._run_plan = (total, growth, k, a2a, interruptible)
         if interruptible:
             # wait for the run's end or new work, whichever first: both succeed ``ended``
             # (one plain event; cheaper than a SimPy condition, with the same hops; the
             # wake's event is made by notify, only when work arrives)
             ended = self._run_end = Event(env)
             env.timeout(total).callbacks.append(partial(_succeed_once, ended))
-            yield ended
-            self._run_end = None
-            tau = env.now - start
-            if tau < total - _EPS:
-                k = run.steps_covering(tau)
-                run = run.with_steps(k)
-                if a2a is not None and a2a in self._copies:  # carry only the steps run
-                    self._copies.discard(a2a)
-                    rest = self._a2a_iteration_bytes(b, 0) * k - self.host.cancel_copy(a2a)
-                    if rest > 0:
-                        self._copy(rest, "a2a", None)
-                self._activity = run
-                done = run.time_s(k)
-                if done - tau > 0:
-                    yield env.timeout(done - tau)
-        else:
-            yield env.timeout(total)
+            return ended
+        return env.timeout(total)
+
+    def _cut_run(self) -> simpy.Event | None:
+        """The run's wait is over. Woken by new work before its end: cut it at the step
+        boundary covering now, and return the wait until that boundary (None: there)."""
+        total, _, _, a2a, interruptible = self._run_plan
+        if not interruptible:
+            return None
+        self._run_end = None
+        run = self._activity
+        assert isinstance(run, Run)
+        tau = self.env.now - run.start_s
+        if tau < total - _EPS:
+            k = run.steps_covering(tau)
+            run = run.with_steps(k)
+            if a2a is not None and a2a in self._copies:  # carry only the steps run
+                self._copies.discard(a2a)
+                rest = self._a2a_iteration_bytes(run.batch, 0) * k - self.host.cancel_copy(a2a)
+                if rest > 0:
+                    self._copy(rest, "a2a", None)
+            self._activity = run
+            done = run.time_s(k)
+            if done - tau > 0:
+                return self.env.timeout(done - tau)
+        return None
+
+    def _end_run(self) -> None:
+        """The run's steps are done: advance the batch, let finished sequences go."""
+        run = self._activity
+        assert isinstance(run, Run)
+        _, growth, planned, _, _ = self._run_plan
         self._activity = None
         # the histogram and step index do not change during a run: the growth planned
         # at its start is the growth of its steps, unless it was cut short
-        self._advance(run, growth if k == planned else None)
+        self._advance(run, growth if run.steps == planned else None)
         self._pop_finished()
 
     def _advance(self, run: Run, growth: int | None = None) -> None:
@@ -1150,6 +1185,14 @@ class PrefillWorker(_PrefillQueue, Worker):
             cached = 0
             copies: simpy.Event | None = None
             if self.prefix is None:
+                if not self.queue:  # nothing to form (the idle pass after a release)
+                    self.sample(0, 0)
+                    if self._state is WorkerState.DRAINING and self._num_outstanding == 0:
+                        host.worker_drained(self)
+                    wake = self._wake = Event(env)
+                    yield wake
+                    self._wake = None
+                    continue
                 batch, lens, blocks, tokens, need_blocks = self._form_batch()
                 if batch:
                     dequeued = tokens
@@ -1349,7 +1392,16 @@ class DecodeWorker(_TokenBatch):
                 yield from self._idle()
                 continue
             self.sample(len(self.waiting) + len(self.swapped), self.batch)
-            yield from self._run(interruptible=self.batch < self.max_batch_seqs)
+            # _run, without a generator of its own
+            wait = self._begin_run(self.batch < self.max_batch_seqs)
+            if wait is None:
+                yield from self._preempt_for_growth()
+                continue
+            yield wait
+            wait = self._cut_run()
+            if wait is not None:
+                yield wait
+            self._end_run()
 
     def _on_failure(self) -> None:
         self._settle_interrupted_run()
