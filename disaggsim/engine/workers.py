@@ -1652,7 +1652,22 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 for r in batch:
                     self._prefill_finished(r)
                 continue
-            yield from self._decode_or_idle()
+            # _decode_or_idle and its _run, inline (no generator per run)
+            waiting = len(queue) + len(self.swapped)
+            if self.batch == 0:
+                self.sample(waiting, 0)
+                yield from self._idle()
+                continue
+            self.sample(waiting, self.batch)
+            wait = self._begin_run(self.batch < self.max_batch_seqs)
+            if wait is None:
+                yield from self._preempt_for_growth()
+                continue
+            yield wait
+            wait = self._cut_run()
+            if wait is not None:
+                yield wait
+            self._end_run()
 
     def _loop_chunked(self) -> Proc:
         """Sarathi-style: each iteration carries one token per running sequence plus
