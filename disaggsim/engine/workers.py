@@ -566,6 +566,7 @@ class _TokenBatch(Worker):
         "_lines",
         "_phase_hist",
         "_run_plan",
+        "_run_timeout",
         "_run_to",
         "_running",
         "batch",
@@ -588,6 +589,7 @@ class _TokenBatch(Worker):
         # the run in progress: (its seconds, its planned block growth, its planned steps,
         # its all-to-all flow, interruptible)
         self._run_plan: tuple[float, int, int, FlowHandle | None, bool] = (0.0, 0, 0, None, False)
+        self._run_timeout: simpy.Event | None = None  # an interruptible run's own end
         super().__init__(*args, **kwargs)
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
@@ -874,7 +876,9 @@ class _TokenBatch(Worker):
             # (one plain event; cheaper than a SimPy condition, with the same hops; the
             # wake's event is made by notify, only when work arrives)
             ended = self._run_end = Event(env)
-            env.timeout(total).callbacks.append(partial(_succeed_once, ended))
+            timeout = env.timeout(total)
+            timeout.callbacks.append(partial(_succeed_once, ended))
+            self._run_timeout = timeout
             return ended
         return env.timeout(total)
 
@@ -889,6 +893,10 @@ class _TokenBatch(Worker):
         assert isinstance(run, Run)
         tau = self.env.now - run.start_s
         if tau < total - _EPS:
+            # the run's own timeout will find ``ended`` already succeeded: drop its call
+            timeout = self._run_timeout
+            if timeout is not None and timeout.callbacks is not None:
+                timeout.callbacks.clear()
             k = run.steps_covering(tau)
             run = run.with_steps(k)
             if a2a is not None and a2a in self._copies:  # carry only the steps run
