@@ -52,13 +52,17 @@ def _definition(raw) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def raw():
-    res = simulate(
+def result():
+    return simulate(
         "scenarios/failures/backpressure-kv-aware.yaml",
         ["workload.num_requests=300", "sim.duration_s=60"],
     )
-    assert len(res.raw.router_samples.at_s) > 10  # both kinds of rows
-    return res.raw
+
+
+@pytest.fixture(scope="module")
+def raw(result):
+    assert len(result.raw.router_samples.at_s) > 10  # both kinds of rows
+    return result.raw
 
 
 def _with(raw, rows: np.ndarray, router_rows: np.ndarray, at_s=None, router_at_s=None):
@@ -86,8 +90,10 @@ def _with(raw, rows: np.ndarray, router_rows: np.ndarray, at_s=None, router_at_s
     return replace(raw, samples=samples, router_samples=router)
 
 
-def test_recorded_order_is_merged_as_defined(raw):
+def test_recorded_order_is_merged_as_defined(result, raw):
     pd.testing.assert_frame_equal(timeseries_frame(raw), _definition(raw), check_exact=True)
+    # and the frame a run returns is that one
+    pd.testing.assert_frame_equal(result.timeseries, _definition(raw), check_exact=True)
 
 
 def test_samples_out_of_time_order_are_sorted_as_defined(raw):
