@@ -35,7 +35,7 @@ import numpy as np
 
 from disaggsim.catalog import get_model
 from disaggsim.config.loader import LoadedScenario
-from disaggsim.costmodel.step import RooflineWorkerCost, build_worker_cost, valid_tps
+from disaggsim.costmodel.step import RooflineWorkerCost, valid_tps
 from disaggsim.errors import UserError
 from disaggsim.run import make_requests
 from disaggsim.workload.requests import Requests
@@ -207,22 +207,11 @@ def worker_cost(
 ):
     """The cost model of one worker of the scenario's model on ``gpu``: ``tp`` GPUs (a
     dense roofline), or a :class:`Layout` (MoE: its DP ranks and EP degree, with the MoE
-    options of the scenario's pools)."""
+    options of the scenario's pools); the same ``build_cost`` the simulator runs."""
     from disaggsim.costmodel.moe import build_cost
 
     s = loaded.scenario
     lay = tp if isinstance(tp, Layout) else Layout(tp)
-    if lay.dp == 1 and lay.ep is None and get_model(s.model).is_dense:
-        return build_worker_cost(
-            s.model,
-            gpu,
-            lay.tp,
-            weight_dtype=s.weight_dtype,
-            kv_dtype=s.kv_dtype,
-            engine=s.engine,
-            attention_backend=s.attention_backend,
-            gpu_mem_util=gpu_mem_util,
-        )
     return build_cost(
         s.model,
         gpu,
