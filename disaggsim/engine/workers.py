@@ -34,9 +34,13 @@ sequences are preempted there: by ``recompute`` (KV dropped, the prompt and the 
 far prefilled again; that prefill emits the next token, as vLLM's does) or ``swap`` (KV copied to host memory and back, the worker stalled
 for the copy).
 
-Failures: :meth:`Worker.fail` interrupts the process; steps completed before the failure
-count, everything the worker holds goes back to the router, and the worker serves again
-after its restart delay.
+Failures: :meth:`Worker.fail` interrupts the worker (as SimPy interrupts a process); steps
+completed before the failure count, everything the worker holds goes back to the router,
+and the worker serves again after its restart delay.
+
+A decode worker runs as callbacks on the events it waits for rather than as a SimPy
+process (the driver in :class:`Worker`): the same events in the same order, without a
+generator resumed per state change.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -53,6 +57,7 @@ import simpy
 from simpy.events import Event
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
+from disaggsim.engine.events import call_urgent
 from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
@@ -237,6 +242,7 @@ class Stall(NamedTuple):
 
 Activity = Run | PrefillIter | Mixed | Stall
 Proc = Generator[simpy.Event, Any, None]  # a SimPy process body (or part of one)
+Then = Callable[[Any], None]  # what a worker does when the event it waits for is processed
 _MIXED = Mixed()
 _STALL = Stall()
 
@@ -263,7 +269,11 @@ class Worker:
         "_queued_tokens",
         "_sample_to",
         "_state",
+        "_gen",
+        "_gen_then",
         "_run_end",
+        "_target",
+        "_then",
         "_wake",
         "accepting",
         "block_tokens",
@@ -351,7 +361,16 @@ class Worker:
                 smp.cache_dram_tokens.append,
                 smp.cache_remote_tokens.append,
             )
-        self.proc = self.env.process(self._main())
+        # the driver (below): the event the worker waits for and what it does then
+        self._target: simpy.Event | None = None
+        self._then: Then | None = None
+        self._gen: Proc | None = None  # a rare path written as a generator, under way
+        self._gen_then: Then | None = None
+        if self._driven:
+            self._target = call_urgent(self.env, self._start)
+            self._then = self._start
+        else:
+            self.proc = self.env.process(self._main())
 
     def _prefill_time_s(self, num_seqs: int, tokens: int, pairs: float, cached: int = 0) -> float:
         key = (num_seqs, tokens, pairs, cached)
@@ -532,7 +551,10 @@ class Worker:
         self.alive = False
         self.num_failures += 1
         self._down_s = down_s
-        self.proc.interrupt("failure")
+        if self._driven:
+            call_urgent(self.env, self._interrupted)
+        else:
+            self.proc.interrupt("failure")
         return True
 
     def _main(self) -> Proc:
@@ -553,6 +575,103 @@ class Worker:
     def _loop(self) -> Proc:  # pragma: no cover - overridden
         raise NotImplementedError
         yield
+
+    # -- the driver: callbacks in place of a SimPy process -------------------------------
+    #
+    # A driven worker is not a SimPy process: it registers a method as the callback of
+    # the event it waits for (:meth:`_wait`), at the point where a process would yield
+    # it, so SimPy schedules the same events in the same order and every record is the
+    # same, without a generator resumed per state change. :meth:`_pass` is the loop's
+    # head: it works until it registers the next wait and returns. It starts and fails
+    # through URGENT events, as a process starts and is interrupted; a failure takes the
+    # callback off the event waited for, as an interrupt takes off the process's.
+
+    _driven = False  # a worker kind runs as callbacks (else as a SimPy process, _main)
+
+    def _wait(self, ev: simpy.Event, then: Then) -> None:
+        """Call ``then(ev)`` when ``ev`` is processed (now if it already was)."""
+        callbacks = ev.callbacks
+        if callbacks is None:
+            then(ev)
+            return
+        callbacks.append(then)
+        self._target = ev
+        self._then = then
+
+    def _sub(self, gen: Proc, then: Then) -> bool:
+        """Run ``gen`` (a rare path written as a generator: a swap copy) as a SimPy process
+        would run it: True when it waits (``then(None)`` follows its return), False when
+        it returned without waiting."""
+        try:
+            ev = next(gen)
+        except StopIteration:
+            return False
+        self._gen = gen
+        self._gen_then = then
+        self._wait(ev, self._gen_step)
+        return True
+
+    def _gen_step(self, ev: simpy.Event) -> None:
+        gen = self._gen
+        assert gen is not None
+        try:
+            nxt = gen.send(ev._value)
+        except StopIteration:
+            then = self._gen_then
+            self._gen = self._gen_then = None
+            assert then is not None
+            then(None)
+            return
+        self._wait(nxt, self._gen_step)
+
+    def _start(self, _ev: simpy.Event) -> None:
+        self._pass()
+
+    def _pass(self) -> None:  # pragma: no cover - overridden by driven kinds
+        raise NotImplementedError
+
+    def _resume_pass(self, _ev: simpy.Event | None) -> None:
+        self._pass()
+
+    def _wait_for_work(self) -> None:
+        """Wait for work (a drained worker first gives its GPUs back)."""
+        if self._state is WorkerState.DRAINING and self._num_outstanding == 0:
+            self.host.worker_drained(self)
+        wake = self._wake = Event(self.env)
+        wake.callbacks.append(self._woken)
+        self._target = wake
+        self._then = self._woken
+
+    def _woken(self, _ev: simpy.Event) -> None:
+        self._wake = None
+        self._pass()
+
+    def _interrupted(self, _ev: simpy.Event) -> None:
+        """The failure: what the worker waited for no longer concerns it (a swap copy
+        under way ends as an interrupt ends it); it is down ``_down_s``, then serves."""
+        target, then = self._target, self._then
+        if target is not None and target.callbacks is not None and then is not None:
+            target.callbacks.remove(then)
+        self._target = self._then = None
+        gen = self._gen
+        if gen is not None:
+            self._gen = self._gen_then = None
+            try:
+                gen.throw(simpy.Interrupt("failure"))
+            except simpy.Interrupt:
+                pass
+        self._wake = None
+        self._run_end = None
+        self._on_failure()
+        self._cancel_copies()
+        self._activity = None
+        self.sample(0, 0)
+        self._wait(self.env.timeout(self._down_s), self._recovered)
+
+    def _recovered(self, _ev: simpy.Event) -> None:
+        self.alive = True
+        self.host.worker_recovered(self)
+        self._pass()
 
     def _on_failure(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -831,9 +950,51 @@ class _TokenBatch(Worker):
             yield wait
         self._end_run()
 
-    # A run in three plain calls around its waits (:meth:`_run`; the decode loop calls
-    # them itself, without a generator per run): begin (the event to wait on), cut (new
-    # work arrived: the wait up to the step boundary where it stops), end.
+    # A run in three plain calls around its waits (:meth:`_run`; driven workers call
+    # them from :meth:`_start_run` and its callbacks): begin (the event to wait on), cut
+    # (new work arrived: the wait up to the step boundary where it stops), end.
+
+    def _pass(self) -> None:
+        """The loop's head: swapped sequences back first, then the rest of a pass
+        (:meth:`_rest`), again until a pass waits."""
+        while True:
+            if self.swapped and self._sub(self._swap_in(), self._after_swap):
+                return
+            if self._rest():
+                return
+
+    def _after_swap(self, _ev: None) -> None:
+        if not self._rest():
+            self._pass()
+
+    def _rest(self) -> bool:  # pragma: no cover - overridden by driven kinds
+        """A pass after the swap-in: True when it waits, False to pass again at once."""
+        raise NotImplementedError
+
+    def _start_run(self, interruptible: bool) -> bool:
+        """Run the batch (:meth:`_run`, driven): True when it waits; False after a
+        preemption for growth that did not wait (the loop passes again)."""
+        wait = self._begin_run(interruptible)
+        if wait is None:
+            return self._sub(self._preempt_for_growth(), self._resume_pass)
+        wait.callbacks.append(self._run_waited)
+        self._target = wait
+        self._then = self._run_waited
+        return True
+
+    def _run_waited(self, _ev: simpy.Event) -> None:
+        wait = self._cut_run()
+        if wait is not None:
+            wait.callbacks.append(self._run_cut)
+            self._target = wait
+            self._then = self._run_cut
+            return
+        self._end_run()
+        self._pass()
+
+    def _run_cut(self, _ev: simpy.Event) -> None:
+        self._end_run()
+        self._pass()
 
     def _begin_run(self, interruptible: bool) -> simpy.Event | None:
         """Start the run to the next completion or block shortage; the event its end (or,
@@ -1385,31 +1546,25 @@ class DecodeWorker(_TokenBatch):
         self._eventual_blocks -= self._eventual.pop(rid, 0)
         self._changes.add(self.index)
 
-    def _loop(self) -> Proc:
-        env = self.env
-        host = self.host
-        while True:
-            if self.swapped:
-                yield from self._swap_in()
-            while self.waiting and self.batch < self.max_batch_seqs:
-                rid = self.waiting.popleft()
-                host.log.decode_admit_at_s[rid] = env.now
+    _driven = True
+
+    def _rest(self) -> bool:
+        """Waiting sequences join at this step boundary, then the batch runs (or the
+        worker waits for work)."""
+        waiting = self.waiting
+        if waiting and self.batch < self.max_batch_seqs:
+            admit = self.host.log.decode_admit_at_s
+            now = self.env.now
+            while waiting and self.batch < self.max_batch_seqs:
+                rid = waiting.popleft()
+                admit[rid] = now
                 self._join(rid)
-            if self.batch == 0:
-                self.sample(len(self.waiting) + len(self.swapped), 0)
-                yield from self._idle()
-                continue
-            self.sample(len(self.waiting) + len(self.swapped), self.batch)
-            # _run, without a generator of its own
-            wait = self._begin_run(self.batch < self.max_batch_seqs)
-            if wait is None:
-                yield from self._preempt_for_growth()
-                continue
-            yield wait
-            wait = self._cut_run()
-            if wait is not None:
-                yield wait
-            self._end_run()
+        if self.batch == 0:
+            self.sample(len(waiting) + len(self.swapped), 0)
+            self._wait_for_work()
+            return True
+        self.sample(len(waiting) + len(self.swapped), self.batch)
+        return self._start_run(self.batch < self.max_batch_seqs)
 
     def _on_failure(self) -> None:
         self._settle_interrupted_run()
