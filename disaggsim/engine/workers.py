@@ -1196,6 +1196,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         "_caches",
         "_extra",
         "_outside_tokens",
+        "_promoting",
         "batch_end_at_s",
         "held",
         "prefix",
@@ -1213,6 +1214,9 @@ class PrefillWorker(_PrefillQueue, Worker):
         self._caches: PrefixCaches | None = None
         self._extra: dict[int, int] = {}  # cache-admitted -> tokens past its prompt
         self._outside_tokens = 0  # KV held outside the cache (re-prefilled replies)
+        # a batch waiting for its cache promotions: its tokens, pairs, cached tokens and
+        # promotion seconds without a flow
+        self._promoting: tuple[int, float, int, float] = (0, 0.0, 0, 0.0)
         super().__init__(*args, **kwargs)
 
     def use_cache(self, caches: PrefixCaches) -> None:
@@ -1346,85 +1350,107 @@ class PrefillWorker(_PrefillQueue, Worker):
             need_blocks += nb
         return batch, lens, blocks, tokens, need_blocks
 
-    def _loop(self) -> Proc:
-        env = self.env
+    _driven = True
+
+    def _pass(self) -> None:
+        """Form the next FCFS batch and start its prefill (or wait for work)."""
         host = self.host
-        while True:
-            promote_s = 0.0
-            cached = 0
-            copies: simpy.Event | None = None
-            if self.prefix is None:
-                if not self.queue:  # nothing to form (the idle pass after a release)
-                    self.sample(0, 0)
-                    if self._state is WorkerState.DRAINING and self._num_outstanding == 0:
-                        host.worker_drained(self)
-                    wake = self._wake = Event(env)
-                    yield wake
-                    self._wake = None
-                    continue
-                batch, lens, blocks, tokens, need_blocks = self._form_batch()
-                if batch:
-                    dequeued = tokens
-                    pairs = sum([n * (n + 1) / 2 for n in lens])
-                    self._batch_blocks = blocks
-                    self._kv_used_blocks += need_blocks
-                    self._changes.add(self.index)
-            else:
-                batch, tokens, pairs, cached, dequeued, pcie, nic, demote = (
-                    self._form_cached_batch()
-                )
-                if batch:
-                    self._batch_blocks = dict.fromkeys(batch, 0)
-                    self._sync_kv()
-                    copies, promote_s = self._cache_copies(pcie, nic, demote)
-            if not batch:
-                self.sample(len(self.queue), 0)
-                # _idle, inline
-                if self._state is WorkerState.DRAINING and self._num_outstanding == 0:
-                    host.worker_drained(self)
-                wake = self._wake = Event(env)
-                yield wake
-                self._wake = None
-                continue
-            self._queued_tokens -= dequeued
-            self._changes.add(self.index)
-            self.sample(len(self.queue), len(batch))
-            now = env.now
-            for r in batch:
-                host.prefill_started(r, self.index)
-            self._activity = PrefillIter(batch)
-            if copies is not None:
-                # promotion flows finish before the prefill computes (a failure meanwhile
-                # cuts this record at the failure)
-                self.steps.prefill_iters.append((now, 0.0, len(batch), tokens))
-                yield copies
-                now = env.now
-            # promotions from lower cache tiers finish before the prefill computes
-            dur = self._prefill_times.get((len(batch), tokens, pairs, cached))
-            if dur is None:
-                dur = self._prefill_time_s(len(batch), tokens, pairs, cached)
-            dur += promote_s
-            if copies is not None:
-                self.steps.prefill_iters[-1] = (now, dur, len(batch), tokens)
-            else:
-                self.steps.prefill_iters.append((now, dur, len(batch), tokens))
-            if self._a2a:  # the iteration's all-to-all on the unit's NICs
-                self._copy(self._a2a_iteration_bytes(0, tokens), "a2a", None)
-            self.batch_end_at_s = now + dur
-            host.prefill_batch_started(batch, self, dur)
-            yield env.timeout(dur)
-            self._activity = None
-            self.held.update(self._batch_blocks)  # in batch order
-            self._batch_blocks = {}
-            if self.prefix is not None:
-                put = 0
-                for r in batch:
-                    put += self.prefix.commit(r).remote_put_bytes  # computed: hit-able now
-                if put:
-                    self._copy(put, "nic.out", None)  # write-through, nobody waits
+        promote_s = 0.0
+        cached = 0
+        copies: simpy.Event | None = None
+        if self.prefix is None:
+            if not self.queue:  # nothing to form (the idle pass after a release)
+                self.sample(0, 0)
+                self._wait_for_work()
+                return
+            batch, lens, blocks, tokens, need_blocks = self._form_batch()
+            if batch:
+                dequeued = tokens
+                pairs = sum([n * (n + 1) / 2 for n in lens])
+                self._batch_blocks = blocks
+                self._kv_used_blocks += need_blocks
+                self._changes.add(self.index)
+        else:
+            batch, tokens, pairs, cached, dequeued, pcie, nic, demote = self._form_cached_batch()
+            if batch:
+                self._batch_blocks = dict.fromkeys(batch, 0)
                 self._sync_kv()
+                copies, promote_s = self._cache_copies(pcie, nic, demote)
+        if not batch:
+            self.sample(len(self.queue), 0)
+            self._wait_for_work()
+            return
+        self._queued_tokens -= dequeued
+        self._changes.add(self.index)
+        self.sample(len(self.queue), len(batch))
+        for r in batch:
+            host.prefill_started(r, self.index)
+        self._activity = PrefillIter(batch)
+        if copies is not None:
+            # promotion flows finish before the prefill computes (a failure meanwhile
+            # cuts this record at the failure)
+            self.steps.prefill_iters.append((self.env.now, 0.0, len(batch), tokens))
+            self._promoting = (tokens, pairs, cached, promote_s)
+            self._wait(copies, self._promoted)
+            return
+        self._compute(batch, tokens, pairs, cached, promote_s, False)
+
+    def _promoted(self, _ev: simpy.Event) -> None:
+        act = self._activity
+        assert isinstance(act, PrefillIter)
+        tokens, pairs, cached, promote_s = self._promoting
+        self._compute(act.batch, tokens, pairs, cached, promote_s, True)
+
+    def _compute(
+        self,
+        batch: list[int],
+        tokens: int,
+        pairs: float,
+        cached: int,
+        promote_s: float,
+        logged: bool,
+    ) -> None:
+        """The batch's prefill computes (``logged``: its row was written when its cache
+        promotions started)."""
+        env = self.env
+        now = env.now
+        # promotions from lower cache tiers finish before the prefill computes
+        dur = self._prefill_times.get((len(batch), tokens, pairs, cached))
+        if dur is None:
+            dur = self._prefill_time_s(len(batch), tokens, pairs, cached)
+        dur += promote_s
+        if logged:
+            self.steps.prefill_iters[-1] = (now, dur, len(batch), tokens)
+        else:
+            self.steps.prefill_iters.append((now, dur, len(batch), tokens))
+        if self._a2a:  # the iteration's all-to-all on the unit's NICs
+            self._copy(self._a2a_iteration_bytes(0, tokens), "a2a", None)
+        self.batch_end_at_s = now + dur
+        self.host.prefill_batch_started(batch, self, dur)
+        done = env.timeout(dur)
+        done.callbacks.append(self._computed)
+        self._target = done
+        self._then = self._computed
+
+    def _computed(self, _ev: simpy.Event) -> None:
+        """The batch's prefill is done: its KV is held here until its handoff."""
+        act = self._activity
+        assert isinstance(act, PrefillIter)
+        batch = act.batch
+        self._activity = None
+        self.held.update(self._batch_blocks)  # in batch order
+        self._batch_blocks = {}
+        if self.prefix is not None:
+            put = 0
             for r in batch:
-                host.prefill_done(r, self)
+                put += self.prefix.commit(r).remote_put_bytes  # computed: hit-able now
+            if put:
+                self._copy(put, "nic.out", None)  # write-through, nobody waits
+            self._sync_kv()
+        host = self.host
+        for r in batch:
+            host.prefill_done(r, self)
+        self._pass()
 
     def _on_failure(self) -> None:
         host = self.host
