@@ -63,6 +63,25 @@ def test_count_batch_means_by_hand():
     assert means.tolist() == [(2 + 1) / 2, (2 + 1) / 2]
 
 
+def test_count_batch_means_is_the_table_sum_bit_for_bit():
+    # the definition: the (intervals x batches) overlap table summed down its columns
+    rng = np.random.default_rng(7)
+    start = rng.uniform(0.0, 100.0, 5_000)
+    end = start + rng.exponential(5.0, len(start))
+    end[rng.random(len(end)) < 0.05] = np.inf
+    end[:50] = start[:50]  # empty intervals
+    edges = np.linspace(3.0, 97.0, 11)
+    table = np.clip(
+        np.minimum(end[:, None], edges[None, 1:]) - np.maximum(start[:, None], edges[None, :-1]),
+        0.0,
+        None,
+    )
+    want = table.sum(axis=0) / np.diff(edges)
+    got = count_batch_means(start, end, edges)
+    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+    assert count_batch_means(np.empty(0), np.empty(0), edges).tolist() == [0.0] * 10
+
+
 def _frame(arrival, first, finish, status) -> pd.DataFrame:
     return pd.DataFrame(
         {

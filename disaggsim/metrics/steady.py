@@ -106,12 +106,25 @@ def count_batch_means(
     start_at_s: np.ndarray, end_at_s: np.ndarray, edges_s: np.ndarray
 ) -> np.ndarray:
     """Time-average number of intervals ``[start, end)`` open over each ``[edges[j],
-    edges[j+1])`` (``end = inf``: never closed)."""
-    a = np.asarray(start_at_s, float)[:, None]
-    e = np.asarray(end_at_s, float)[:, None]
-    lo, hi = edges_s[None, :-1], edges_s[None, 1:]
-    overlap = np.clip(np.minimum(e, hi) - np.maximum(a, lo), 0.0, None)
-    return overlap.sum(axis=0) / np.diff(edges_s)
+    edges[j+1])`` (``end = inf``: never closed).
+
+    One batch at a time in two reused buffers (memory linear in the intervals, not
+    intervals × batches). Each batch's overlaps are added in interval order, one after
+    another (``np.add.accumulate``), as numpy's ``sum(axis=0)`` of the intervals ×
+    batches table added them: the same sums bit for bit."""
+    a = np.asarray(start_at_s, float)
+    e = np.asarray(end_at_s, float)
+    edges_s = np.asarray(edges_s, float)
+    total = np.zeros(len(edges_s) - 1)
+    if len(a):
+        overlap, lower = np.empty(len(a)), np.empty(len(a))
+        for j in range(len(total)):
+            np.minimum(e, edges_s[j + 1], out=overlap)
+            np.maximum(a, edges_s[j], out=lower)
+            np.subtract(overlap, lower, out=overlap)
+            np.clip(overlap, 0.0, None, out=overlap)
+            total[j] = np.add.accumulate(overlap, out=overlap)[-1]
+    return total / np.diff(edges_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,22 +174,24 @@ def stability(
     edges = np.linspace(window_start_s, window_end_s, num_batches + 1)
     centers = 0.5 * (edges[:-1] + edges[1:])
     arrival = frame["arrival_at_s"].to_numpy(float)
-    status = frame["status"].astype(str).to_numpy()
+    status = frame["status"]  # masks compared on the column (no string per request)
+    rejected = (status == "rejected").to_numpy(bool)
+    abandoned = (status == "abandoned").to_numpy(bool)
     first = frame["first_token_at_s"].to_numpy(float)
     finish = frame["finish_at_s"].to_numpy(float)
     # waiting for a first token: until it came, or the request was rejected or gave up
     gave_up = arrival + (client_timeout_s if client_timeout_s is not None else 0.0)
     end = np.where(np.isfinite(first), first, np.inf)
-    end = np.where(status == "rejected", arrival, end)
-    end = np.where(status == "abandoned", gave_up, end)
+    end = np.where(rejected, arrival, end)
+    end = np.where(abandoned, gave_up, end)
     tests = []
     if stationary:
         tests.append(trend_test("waiting", centers, count_batch_means(arrival, end, edges)))
     # TTFT by arrival batch; no first token: waited until it gave up or the run ended
     last_event = float(np.nanmax(np.concatenate([finish, first, arrival]))) if len(frame) else 0.0
-    waited = np.where(status == "abandoned", gave_up, last_event) - arrival
+    waited = np.where(abandoned, gave_up, last_event) - arrival
     ttft = np.where(np.isfinite(first), first - arrival, waited)
-    keep = (status != "rejected") & (arrival >= window_start_s) & (arrival < window_end_s)
+    keep = ~rejected & (arrival >= window_start_s) & (arrival < window_end_s)
     batch = np.clip(np.searchsorted(edges, arrival[keep], side="right") - 1, 0, num_batches - 1)
     sums = np.bincount(batch, weights=ttft[keep], minlength=num_batches)
     counts = np.bincount(batch, minlength=num_batches)
