@@ -133,3 +133,23 @@ def test_cli_rows_by_hand():
     assert rows["KV handoff p99"] == "3.0 ms"
     assert "KV handoff exposed p99" not in rows  # absent key, no row
     assert "wall time" not in rows
+
+
+def test_wall_time_covers_the_frames_and_the_summary(monkeypatch):
+    # wall_s is the whole simulate call: a slow time-series frame or summary shows in it
+    import time
+
+    import disaggsim.run as run
+
+    def slow(real):
+        def wrapped(*args, **kwargs):
+            time.sleep(0.2)
+            return real(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(run, "timeseries_frame", slow(run.timeseries_frame))
+    monkeypatch.setattr(run, "summarize", slow(run.summarize))
+    res = simulate(REPO / "scenarios" / "quickstart.yaml", ["sim.duration_s=10", "sim.warmup_s=1"])
+    assert res.wall_s >= 0.4
+    assert res.summary.wall_s == res.wall_s

@@ -325,8 +325,10 @@ class Summary(Mapping[str, Value]):
     sim_end_s: float = metric("s", "simulated time at the end")
     wall_s: float | None = metric(
         "s",
-        "wall-clock seconds of the run (left out of sweep tables: it differs between "
-        "identical runs)",
+        "wall-clock seconds of the `simulate` call that produced the result: loading the "
+        "scenario, the workload, the simulation, the invariant checks, the frames and this "
+        "summary (writing the result folder is not in it; left out of sweep tables: it "
+        "differs between identical runs)",
         label="wall time",
         fmt="{:.2f} s",
         deterministic=False,
