@@ -57,3 +57,23 @@ def test_gap_cdf_is_the_weighted_cdf_at_every_gap_or_at_each_bin_edge(monkeypatc
     assert len(x) == 65 and x[0] == values[values > 0].min() and x[-1] == values.max()
     np.testing.assert_allclose(np.diff(np.log(x)), np.log(x[-1] / x[0]) / 64, rtol=1e-9)
     np.testing.assert_allclose(cdf, exact_cdf(x), rtol=1e-12)
+
+
+def test_step_envelope_keeps_every_bins_range_and_levels(monkeypatch):
+    rng = np.random.default_rng(6)
+    x = np.sort(rng.uniform(0.0, 100.0, 50_000))
+    y = np.cumsum(rng.normal(size=len(x)))
+    kept_x, kept_y = plots._envelope(x, y)  # few points: drawn as they are
+    assert kept_x is x and kept_y is y
+    monkeypatch.setattr(plots, "MAX_STEP_POINTS", 1000)
+    monkeypatch.setattr(plots, "STEP_BINS", 100)
+    kept_x, kept_y = plots._envelope(x, y)
+    rows = np.flatnonzero(np.isin(x, kept_x))
+    assert len(rows) == len(kept_x) <= 400 and np.array_equal(y[rows], kept_y)
+    assert rows[0] == 0 and rows[-1] == len(x) - 1
+    bins = np.minimum((x - x[0]) * (100 / (x[-1] - x[0])), 99).astype(int)
+    for b in range(100):  # each bin: its first and last points, its smallest and largest
+        inside = np.flatnonzero(bins == b)
+        mine = rows[bins[rows] == b]
+        assert mine[0] == inside[0] and mine[-1] == inside[-1]
+        assert y[mine].min() == y[inside].min() and y[mine].max() == y[inside].max()

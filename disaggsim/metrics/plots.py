@@ -75,19 +75,34 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
     ]
     fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
     if len(router):
-        axes[0].step(router["at_s"], router["queue_len"], where="post", label="router", color="k")
+        at = router["at_s"].to_numpy(float)
+        axes[0].step(
+            *_envelope(at, router["queue_len"].to_numpy(float)),
+            where="post",
+            label="router",
+            color="k",
+        )
         axes[2].step(
-            router["at_s"], router["orphaned_kv_bytes"] / 1e9, where="post", color="tab:red"
+            *_envelope(at, router["orphaned_kv_bytes"].to_numpy(float) / 1e9),
+            where="post",
+            color="tab:red",
         )
     axes[2].set_ylabel("orphaned KV (GB)")
+    at_all, worker_all = ts["at_s"].to_numpy(float), ts["worker"].to_numpy()
     for role in sorted(set(role_of.unique()) - {"router"}):
-        grp = ts.loc[(role_of == role).to_numpy(bool), ["at_s", "worker", "queue_len", "kv_util"]]
+        rows = (role_of == role).to_numpy(bool)
+        worker = worker_all[rows]
+        num_workers = int(np.count_nonzero(np.bincount(worker)))
         # pool-level totals: last known value per worker, summed at each sample time
-        at, queue = _pool_total(grp, "queue_len")
-        _, kv = _pool_total(grp, "kv_util")
-        num_workers = grp["worker"].nunique()
-        axes[0].step(at, queue, where="post", label=str(role))
-        axes[1].step(at, kv / num_workers, where="post", label=str(role))
+        pool = _PoolTotals(at_all[rows], worker)
+        del worker
+        at = pool.times()
+        queue = pool.sum(ts["queue_len"].to_numpy()[rows])
+        axes[0].step(*_envelope(at, queue), where="post", label=str(role))
+        kv = pool.sum(ts["kv_util"].to_numpy()[rows])
+        kv /= num_workers
+        axes[1].step(*_envelope(at, kv), where="post", label=str(role))
+        del pool, queue, kv
     axes[0].set_ylabel("queued requests (pool)")
     axes[1].set_ylabel("KV occupancy (pool mean)")
     axes[2].set_xlabel("simulated time (s)")
@@ -108,6 +123,8 @@ def write_plots(result: SimulationResult, out_dir: Path) -> list[Path]:
 
 
 MAX_CURVE_POINTS = 20_000  # points of a drawn CDF (a figure is about 1,200 pixels wide)
+MAX_STEP_POINTS = 200_000  # points of a drawn step curve before it is cut to its envelope
+STEP_BINS = 5_000  # bins of such an envelope: at most 4 points each
 
 
 def _gap_cdf(g: GapDistribution) -> tuple[np.ndarray, np.ndarray]:
@@ -119,41 +136,89 @@ def _gap_cdf(g: GapDistribution) -> tuple[np.ndarray, np.ndarray]:
     if sum(len(v) for _, v in g.by_weight) <= MAX_CURVE_POINTS:
         order = np.argsort(g.values_s, kind="stable")
         return g.values_s[order], np.cumsum(g.weights[order]) / total
-    positive = [v[v > 0] for _, v in g.by_weight]
-    if not any(len(p) for p in positive):  # nothing a log axis can show
+    # one weight group's positive gaps at a time (a fleet's gaps are hundreds of MB)
+    lows = [float(p.min()) for _, v in g.by_weight if len(p := v[v > 0])]
+    if not lows:  # nothing a log axis can show
         return np.array([g.max_s()]), np.array([1.0])
-    lo = min(float(p.min()) for p in positive if len(p))
-    edges = np.geomspace(lo, g.max_s(), MAX_CURVE_POINTS + 1)
+    edges = np.geomspace(min(lows), g.max_s(), MAX_CURVE_POINTS + 1)
     weight = np.zeros(MAX_CURVE_POINTS + 1)
-    for (w, v), p in zip(g.by_weight, positive, strict=True):
+    for w, v in g.by_weight:
+        p = v[v > 0]
         weight[0] += w * (len(v) - len(p))  # gaps <= 0
         # bin i holds (edges[i - 1], edges[i]]; the smallest positive gap is edge 0
         weight += w * np.bincount(np.searchsorted(edges, p, side="left"), minlength=len(edges))
     return edges, np.cumsum(weight) / total
 
 
+def _envelope(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A step curve's points (``x`` in time order): all of them up to MAX_STEP_POINTS
+    (every run short of a fleet's: its figure as drawn before), else its envelope in
+    STEP_BINS equal bins of ``x`` (several to a pixel column): in each bin its first
+    and last point and the first points holding its smallest and largest value, in
+    order, so each bin keeps its range and the level it enters and leaves with. A fleet
+    hour's timeline has millions of points; drawn, they cost the figure a GB."""
+    n = len(x)
+    if n <= MAX_STEP_POINTS or not x[-1] > x[0]:
+        return x, y
+    num_bins = STEP_BINS
+    b = ((x - x[0]) * (num_bins / (x[-1] - x[0]))).astype(np.int64)
+    np.clip(b, 0, num_bins - 1, out=b)
+    starts = np.flatnonzero(np.diff(b)) + 1
+    first = np.r_[0, starts]
+    last = np.r_[starts - 1, n - 1]
+    keep = [first, last]
+    for extreme in (np.minimum, np.maximum):
+        at = np.repeat(extreme.reduceat(y, first), np.diff(np.r_[first, n]))
+        hit = np.flatnonzero(y == at)  # points holding their bin's extreme
+        hit_bin = b[hit]
+        keep.append(hit[np.r_[True, hit_bin[1:] != hit_bin[:-1]]])  # the first of each bin
+    rows = np.unique(np.concatenate(keep))
+    return x[rows], y[rows]
+
+
 def _pool_total(grp: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """A pool's ``column`` summed over its workers at each of its sample times (rows in
-    time order), each worker counting its last value so far (0 before its first): the
+    """A pool's ``column`` summed over its workers at each of its sample times
+    (:class:`_PoolTotals`; rows in time order): the times and the sums."""
+    pool = _PoolTotals(grp["at_s"].to_numpy(float), grp["worker"].to_numpy())
+    return pool.times(), pool.sum(grp[column].to_numpy())
+
+
+class _PoolTotals:
+    """A pool's samples (rows in time order): a column summed over its workers at each
+    sample time, each worker counting its last value so far (0 before its first). The
     row sums of the (time x worker) table forward-filled, without building that table
-    (a fleet has millions of sample times and hundreds of workers). Each row changes
-    the sum by its value minus its worker's previous one."""
-    at = grp["at_s"].to_numpy(float)
-    worker = grp["worker"].to_numpy()
-    value = grp[column].to_numpy(float)
-    if len(at) == 0:
-        return at, value
-    by_worker = np.argsort(worker, kind="stable")  # each worker's rows in time order
-    v = value[by_worker]
-    previous = np.zeros(len(v))
-    previous[1:] = v[:-1]
-    w = worker[by_worker]
-    previous[np.flatnonzero(w[1:] != w[:-1]) + 1] = 0.0  # a worker's first row
-    change = np.empty(len(v))
-    change[by_worker] = v - previous
-    total = np.cumsum(change)
-    last = np.append(at[1:] != at[:-1], True)  # the last row of each sample time
-    return at[last], total[last]
+    (a fleet has millions of sample times and hundreds of workers): each row changes
+    the sum by its value minus its worker's previous one. The rows' order by worker is
+    found once for every column summed."""
+
+    def __init__(self, at: np.ndarray, worker: np.ndarray) -> None:
+        self._at = at
+        n = len(at)
+        small = n == 0 or int(worker.max()) < 1 << 15
+        # each worker's rows in time order (16-bit keys: a radix sort)
+        self._by_worker = np.argsort(worker.astype(np.int16) if small else worker, kind="stable")
+        w = worker[self._by_worker]
+        self._firsts = np.flatnonzero(np.r_[n > 0, w[1:] != w[:-1]])  # a worker's first row
+        self._last = np.append(at[1:] != at[:-1], True) if n else np.zeros(0, dtype=bool)
+
+    def times(self) -> np.ndarray:
+        """The sample times (the last row of each)."""
+        return self._at[self._last]
+
+    def sum(self, value: np.ndarray) -> np.ndarray:
+        """``value`` (one per row) summed over the workers at each sample time."""
+        v = np.asarray(value, dtype=float)[self._by_worker]
+        if len(v) == 0:
+            return v
+        step = np.empty(len(v))  # each row's change, rows by worker
+        np.subtract(v[1:], v[:-1], out=step[1:])
+        step[self._firsts] = v[self._firsts]
+        del v
+        change = np.empty(len(step))
+        change[self._by_worker] = step
+        del step
+        np.cumsum(change, out=change)
+        return change[self._last]
 
 
 def _pool_max(
@@ -190,13 +255,15 @@ def _cache_plot(plt: Any, ts: pd.DataFrame, out_dir: Path, name: str) -> Path:
     for col, label in (("cache_hbm_tokens", "HBM (cached + pending)"),
                        ("cache_hbm_pinned_tokens", "HBM pinned (in use)")):  # fmt: skip
         at, total = _pool_total(ts, col)
-        axes[0].step(at, total / 1e6, where="post", label=label)
+        axes[0].step(*_envelope(at, total / 1e6), where="post", label=label)
     axes[0].set_ylabel("prefill pool HBM cache (M tokens)")
     # a node's DRAM is seen by each of its workers: its largest view per instant
     at, dram = _pool_max(ts, "cache_dram_tokens")
-    axes[1].step(at, dram / 1e6, where="post", label="DRAM (busiest node)")
-    remote = ts.sort_values("at_s", kind="stable")
-    axes[1].step(remote["at_s"], remote["cache_remote_tokens"] / 1e6, where="post", label="remote")
+    axes[1].step(*_envelope(at, dram / 1e6), where="post", label="DRAM (busiest node)")
+    at = ts["at_s"].to_numpy(float)
+    by_time = np.argsort(at, kind="stable")
+    remote = ts["cache_remote_tokens"].to_numpy(float)[by_time] / 1e6
+    axes[1].step(*_envelope(at[by_time], remote), where="post", label="remote")
     axes[1].set_ylabel("lower tiers (M tokens)")
     axes[1].set_xlabel("simulated time (s)")
     for ax in axes:
