@@ -77,3 +77,11 @@ def test_step_envelope_keeps_every_bins_range_and_levels(monkeypatch):
         mine = rows[bins[rows] == b]
         assert mine[0] == inside[0] and mine[-1] == inside[-1]
         assert y[mine].min() == y[inside].min() and y[mine].max() == y[inside].max()
+
+
+def test_geometric_bin_is_the_binary_search():
+    edges = np.geomspace(1e-4, 3.0, 20_001)
+    near = np.concatenate([edges, np.nextafter(edges, 0.0), np.nextafter(edges, 10.0)])
+    p = np.concatenate([near, np.random.default_rng(8).uniform(1e-4, 3.0, 100_000)])
+    p = p[(p >= edges[0]) & (p <= edges[-1])]  # the gaps' range: smallest to largest
+    assert np.array_equal(plots._geometric_bin(edges, p), np.searchsorted(edges, p, side="left"))
