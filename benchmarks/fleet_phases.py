@@ -11,7 +11,9 @@ phase and its peak during the phase (Linux: ``VmHWM`` reset before each phase th
 ``/proc/self/clear_refs``). Phases: ``setup`` (cost models, fabric), ``workload``
 (generating the requests), ``engine`` (the simulation), ``invariants``,
 ``request_frame`` (the per-request frame and the inter-token gap distribution),
-``summary``, ``timeseries``.
+``summary``, ``timeseries``, then what ``disaggsim run`` does with the result:
+``write_files`` (the result folder without plots: Parquet frames, summary, scenario)
+and ``plots`` (its PNG plots), both into a temporary folder removed afterwards.
 
 ``--save-raw FILE`` pickles the engine's records after the simulation; ``--load-raw FILE``
 reads them instead of simulating, so the phases after the engine can be measured again
@@ -29,6 +31,7 @@ import pickle
 import re
 import resource
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -87,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     from disaggsim.config.loader import load_scenario
     from disaggsim.engine.cluster import run_cluster
     from disaggsim.metrics.invariants import check_run
+    from disaggsim.metrics.plots import write_plots
     from disaggsim.metrics.reconstruct import request_frame
     from disaggsim.metrics.summary import summarize
     from disaggsim.run import (
+        SimulationResult,
         build_autoscalers,
         build_costs,
         build_topology,
@@ -97,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         engine_config,
         make_requests,
         timeseries_frame,
+        write_results_folder,
     )
     from disaggsim.validity import check_prefill_budget
 
@@ -142,6 +148,19 @@ def main(argv: list[str] | None = None) -> int:
         frame, gaps = ph.run("request_frame", request_frame, raw, s.sim.warmup_s)
         summary = ph.run("summary", summarize, frame, gaps, raw, s)
         ts = ph.run("timeseries", timeseries_frame, raw)
+        result = SimulationResult(
+            scenario=s,
+            raw_scenario=loaded.raw,
+            requests=frame,
+            timeseries=ts,
+            summary=summary,
+            gaps=gaps,
+            raw=raw,
+            wall_s=0.0,
+        )
+        with tempfile.TemporaryDirectory(prefix="fleet-phases-") as tmp:
+            ph.run("write_files", write_results_folder, result, Path(tmp) / "out", False)
+            ph.run("plots", write_plots, result, Path(tmp) / "out")
         post = [r for r in ph.rows if r["phase"] in POST]
         ph.rows.append(
             {
@@ -156,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(ph.rows)
         if not args.json:
             _print(ph.rows, f"run {len(runs)}: {summary.num_requests} requests, {len(ts)} rows")
-        del frame, gaps, summary, ts
+        del frame, gaps, summary, ts, result
     if args.json:
         print(json.dumps({"gpus": args.gpus, "num_requests": args.num_requests, "runs": runs}))
     elif len(runs) > 1:
@@ -175,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-POST = ("invariants", "request_frame", "summary", "timeseries")
+POST = ("invariants", "request_frame", "summary", "timeseries", "write_files", "plots")
 
 
 def _print(rows: list[dict[str, Any]], title: str) -> None:
