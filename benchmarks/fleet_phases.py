@@ -1,5 +1,6 @@
-"""Where the time and memory of ``disaggsim bench --scale`` go, phase by phase
-(docs/performance.md, "The phases of the fleet hour").
+"""Where the time and memory of ``disaggsim bench --scale``, and of writing its result
+folder as ``disaggsim run`` does, go, phase by phase (docs/performance.md, "After the
+simulation").
 
     python benchmarks/fleet_phases.py [--gpus 1000] [--num-requests 1000000] [--json]
         [--save-raw FILE | --load-raw FILE] [--repeat N]
