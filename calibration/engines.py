@@ -112,13 +112,19 @@ ENGINE_ATTENTION = {"trtllm": "trtllm"}
 # did not. The shipped profiles model current releases (ENGINE_GROUPED_DECODE).
 # TensorRT-LLM 0.5 (the H200 launch blog's table) predates XQA altogether (XQA-kernel.md:
 # "will be included in the v0.8 releases"): every grouped layout decoded per query head.
-RELEASE_GROUPED_DECODE = {"trtllm-0.9.0-perf": (1, 8), "trtllm-0.5.0-h200-blog": (1,)}
+RELEASE_GROUPED_DECODE: dict[str, tuple[int, ...]] = {
+    "trtllm-0.9.0-perf": (1, 8),
+    "trtllm-0.5.0-h200-blog": (),
+}
 # The shipped engine profiles' coverage (current releases): TensorRT-LLM's JIT XQA
-# (decoderXQAImplJIT kernelUtils.cpp supportConfigQGMMA/HMMA, the 1.x releases whose kernels
-# the AIConfigurator tables time) refuses ``head_grp_size * beam_width > 32``, so larger
-# groups decode per query head (fit_public.per_query_head_rates measures them); vLLM's and
-# SGLang's FlashAttention kernels pack any group (None).
-ENGINE_GROUPED_DECODE: dict[str, tuple[int, ...]] = {"trtllm": tuple(range(1, 33))}
+# (decoderXQAImplJIT kernelUtils.cpp supportConfigCommon/QGMMA/HMMA, the 1.x releases whose
+# kernels the AIConfigurator tables time) refuses vanilla MHA (one query head per KV head)
+# and ``head_grp_size * beam_width > 32``, so those layouts decode on masked MHA
+# (fit_public.trtllm_xqa; the profile's ``trtllm-mmha`` fit); vLLM's and SGLang's
+# FlashAttention kernels pack any group (None).
+ENGINE_GROUPED_DECODE: dict[str, tuple[int, ...]] = {"trtllm": tuple(range(2, 33))}
+# an engine's per-query-head decode kernel (a decode-only backend of the hardware profiles)
+ENGINE_PER_QUERY_HEAD_BACKEND = {"trtllm": "trtllm-mmha"}
 RELEASE_GROUPED_DECODE_SOURCE = (
     "TensorRT-LLM decoderXQARunner.h shouldUse at tensorrt_llm 0.10.0.dev2024043000 "
     "(github.com/WhiteD2125/TensorRT-LLM@6ad7cf1bcc08e31990c62ba929a8e84f35667654, a copy "
@@ -355,6 +361,7 @@ def kernel_engine(engine: str, source: str, reread_bytes_per_s: float) -> Engine
         attention_backend=ENGINE_ATTENTION.get(engine, "auto"),
         grouped_decode_q_per_kv=grouped,
         per_query_head_kv_bytes_per_s=reread_bytes_per_s if grouped is not None else 0.0,
+        per_query_head_decode_backend=ENGINE_PER_QUERY_HEAD_BACKEND.get(engine),
     )
 
 
@@ -595,6 +602,7 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
                 list(ENGINE_GROUPED_DECODE[name]) if name in ENGINE_GROUPED_DECODE else None
             ),
             "per_query_head_kv_bytes_per_s": f["params"].get("per_query_head_kv_bytes_per_s", 0.0),
+            "per_query_head_decode_backend": ENGINE_PER_QUERY_HEAD_BACKEND.get(name),
             "description": DESCRIPTIONS[name],
             "fit_error": f["error"],
         }

@@ -218,16 +218,22 @@ def fit_decode_attention(
     held_out: bool = True,
     floor_s: float | None = None,
     overlap: float | None = 1.0,
+    q_per_kv=None,
 ) -> Fitted:
     """Decode-attention parameters; ``floor_s`` fixes the kernel floor (e.g. for rows timed
     without graphs, whose short calls carry launch time, not kernel time). ``overlap`` of
     per-item work and KV stream: 1 (default) is the roofline, the kernel takes the longer of
     the two, so extrapolation in batch, KV heads and context follows whichever bound binds
     (fitting it, ``None``, gains at most 1-3 points on the public tables and lets a fit
-    add the two where the data is thin); a number fixes it."""
+    add the two where the data is thin); a number fixes it. ``q_per_kv`` (query heads per
+    KV head, per row) fits a per-query-head kernel (TensorRT-LLM's masked MHA): work items
+    per query head and the L2 re-read rate ``reread_bytes_per_s`` of a KV head shared by
+    several (``ops.decode_stream_seconds_per_byte``)."""
     b, c, kh, d, t_s = (
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
     )
+    per_qh = q_per_kv is not None
+    g = np.asarray(q_per_kv, float) if per_qh else np.ones_like(b)
 
     def params(p) -> DecodeAttentionParams:
         return DecodeAttentionParams(
@@ -238,30 +244,30 @@ def fit_decode_attention(
             par_half_sat=p[4],
             multi_floor_s=p[5],
             overlap=p[6] if overlap is None else overlap,
+            reread_bytes_per_s=p[7] if per_qh else 0.0,
         )
 
     def model(p, idx):
         return ops.decode_attention_time_s(
-            peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes
+            peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, g[idx]
         )
 
     # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat, multi_floor_s, overlap);
     # the log-space bounds keep every parameter > 0, the lower ones small enough to mean
     # "term off"
-    starts = [
+    starts: list[tuple[float, ...]] = [
         (8e-6, 1e-8, 0.7, 1e-10, 1.0, 1e-6, 0.9),
         (3e-6, 1e-9, 0.5, 1e-11, 0.1, 5e-6, 0.5),
         (2e-5, 1e-7, 0.9, 1e-9, 10.0, 1e-8, 0.99),
     ]
-    p, err = fit_generic(
-        model,
-        t_s,
-        starts,
-        (1e-8, 1e-13, 1e-4, 1e-15, 1e-4, 1e-12, 1e-6),
-        (1e-2, 1e-3, 1.0, 1e-5, 1e4, 1e-3, 1.0),
-        groups,
-        held_out,
-    )
+    lo = [1e-8, 1e-13, 1e-4, 1e-15, 1e-4, 1e-12, 1e-6]
+    hi = [1e-2, 1e-3, 1.0, 1e-5, 1e4, 1e-3, 1.0]
+    if per_qh:  # the re-read rate (bytes/s): from well under to well over HBM bandwidth
+        hbm = peaks.hbm_bytes_per_s
+        starts = [(*s0, 2.0 * hbm * kv_elem_bytes / 2.0) for s0 in starts]
+        lo.append(0.1 * hbm)
+        hi.append(100.0 * hbm)
+    p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
     return Fitted(params(p), err)
 
 
@@ -401,7 +407,10 @@ def _round(x: float) -> float:
 
 
 def _params_dict(prm: Any) -> dict[str, float]:
-    return {k: _round(v) for k, v in asdict(prm).items()}
+    # a decode kernel's re-read rate is written only for a per-query-head kernel
+    return {
+        k: _round(v) for k, v in asdict(prm).items() if not (k == "reread_bytes_per_s" and v == 0.0)
+    }
 
 
 def allreduce_dict(params: tuple[float, float, float, float]) -> dict[str, float]:

@@ -70,6 +70,7 @@ from disaggsim.costmodel import ops
 from disaggsim.costmodel.step import FP8_QUANT_BYTES_PER_ELEM
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import (
+    DECODE_ONLY_BACKENDS,
     ElementwiseParams,
     GemmParams,
     GpuPeaks,
@@ -106,7 +107,15 @@ GEMM_FRAMEWORK = {"bf16": "vllm", "fp8": "sglang"}
 FP8_SLOPE_FRAMEWORK = "trtllm"
 FP8_FLOOR_FRAMEWORK = "sglang"
 FP8_FLOOR_MAX_S = 16e-6
-BACKEND_FRAMEWORKS = {"vllm-flash": "vllm", "sglang-flash": "sglang", "trtllm": "trtllm"}
+BACKEND_FRAMEWORKS = {
+    "vllm-flash": "vllm",
+    "sglang-flash": "sglang",
+    "trtllm": "trtllm",
+    "trtllm-mmha": "trtllm",
+}
+# TensorRT-LLM's decode kernels: ``trtllm`` is its XQA (grouped) kernel, ``trtllm-mmha`` the
+# masked multi-head attention it runs where XQA refuses the layout (trtllm_decode_kernel)
+TRTLLM_PER_QUERY_HEAD_BACKEND = "trtllm-mmha"
 MINOR_KERNELS = ("vllm_flash_attn_fa4", "triton")
 GENERIC_BACKEND = "vllm-flash"
 AUTO_MAX_APE = 0.15
@@ -122,11 +131,53 @@ def _err(e: FitError, source: str) -> dict[str, Any]:
     return {**e.as_dict(), "source": source}
 
 
+# TensorRT-LLM's XQA takes at most this many query heads per KV head (its jit
+# supportConfigQGMMA/HMMA: ``head_grp_size * beam_width > 32`` -> no XQA); larger groups
+# decode on masked MHA, one thread block per query head
+XQA_MAX_Q_PER_KV = 32
+XQA_SOURCE = (
+    "TensorRT-LLM decoderXQAImplJIT/kernelUtils.cpp supportConfigCommon, supportConfigHMMA "
+    "and supportConfigQGMMA (the 1.x JIT XQA whose kernels the AIConfigurator trtllm 1.3 "
+    "tables time): no XQA for vanilla MHA (one query head per KV head: 'for performance "
+    "reasons'), for head_grp_size > 32 or for a head size outside 16..256 or not a multiple "
+    "of 16; masked MHA (decoderMaskedMultiheadAttention) decodes those"
+)
+
+
+def trtllm_xqa(heads, kv_heads, head_dim) -> np.ndarray:
+    """Whether TensorRT-LLM decodes a layout with XQA (else masked MHA), per
+    :data:`XQA_SOURCE` (single-token generation, beam 1, RoPE models)."""
+    h, kh, d = (np.asarray(x, float) for x in (heads, kv_heads, head_dim))
+    g = np.round(h / kh)
+    return (g >= 2) & (g <= XQA_MAX_Q_PER_KV) & (d % 16 == 0) & (d >= 16) & (d <= 256)
+
+
 def _backend_rows(frame: pd.DataFrame, backend: str) -> pd.DataFrame:
     """The rows of one attention backend: its framework, its main kernel only (vLLM's few
     FA4 rows and SGLang's Triton rows are other kernels with too few shapes to fit)."""
     rows = frame[frame["framework"] == BACKEND_FRAMEWORKS[backend]]
     return rows[~rows["kernel"].isin(MINOR_KERNELS)]
+
+
+def _decode_backend_rows(frame: pd.DataFrame, backend: str) -> pd.DataFrame:
+    """:func:`_backend_rows` of a decode table, TensorRT-LLM's split by the kernel it runs
+    for each layout: XQA rows for ``trtllm``, masked-MHA rows for ``trtllm-mmha``."""
+    rows = _backend_rows(frame, backend)
+    if BACKEND_FRAMEWORKS[backend] != "trtllm":
+        return rows
+    xqa = trtllm_xqa(rows["heads"], rows["kv_heads"], rows["head_dim"])
+    return rows[~xqa] if backend == TRTLLM_PER_QUERY_HEAD_BACKEND else rows[xqa]
+
+
+def decode_backend_of_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Per decode row, the backend whose kernel its framework ran (TensorRT-LLM: XQA or
+    masked MHA by layout); ``""`` for frameworks without one."""
+    inv = {"vllm": "vllm-flash", "sglang": "sglang-flash", "trtllm": "trtllm"}
+    out = frame["framework"].map(inv).fillna("").to_numpy(object)
+    trt = (frame["framework"] == "trtllm").to_numpy()
+    mmha = trt & ~trtllm_xqa(frame["heads"], frame["kv_heads"], frame["head_dim"])
+    out[mmha] = TRTLLM_PER_QUERY_HEAD_BACKEND
+    return out.astype(str)
 
 
 def fit_attention_backends(
@@ -140,9 +191,11 @@ def fit_attention_backends(
     dec_all = public.aic_decode_attention(data_root, gpu)
     pre_all = public.aic_prefill_attention(data_root, gpu)
     for backend in BACKEND_FRAMEWORKS:
-        dec = _backend_rows(dec_all, backend)
+        dec = _decode_backend_rows(dec_all, backend)
         if dec.empty:
             continue
+        per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
+        kind = {"trtllm": ", XQA layouts", TRTLLM_PER_QUERY_HEAD_BACKEND: ", masked-MHA layouts"}
         sec: dict[str, Any] = {"decode_attention": {}}
         for dtype_key, rows in dec.groupby("dtype"):
             dtype = str(dtype_key)
@@ -155,12 +208,18 @@ def fit_attention_backends(
                 rows["t_s"],
                 kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
                 groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
+                q_per_kv=(rows["heads"] / rows["kv_heads"]).round() if per_qh else None,
             )
             sec["decode_attention"][dtype] = _params_dict(f.params)
             errors[f"attention.{backend}.decode.{dtype}"] = _err(
-                f.error, f"{rows['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, kv {dtype})"
+                f.error,
+                f"{rows['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, kv {dtype}"
+                f"{kind.get(backend, '')})",
             )
             tables.add(rows["table"].iloc[0])
+        if per_qh:  # a decode-only kernel: TensorRT-LLM's prefill is the trtllm backend's
+            backends[backend] = sec
+            continue
         pre = _backend_rows(pre_all, backend)
         pre = pre[pre["kv_dtype"] == "bf16"]
         if not pre.empty:
@@ -193,6 +252,8 @@ def auto_candidates(errors: dict[str, Any], backends: dict[str, Any]) -> dict[st
     for phase, op in (("decode", "decode_attention"), ("prefill", "prefill_attention")):
         names = []
         for name, sec in backends.items():
+            if name in DECODE_ONLY_BACKENDS:  # an engine's fallback, never a pick of its own
+                continue
             dts = list((sec.get(op) or {}).keys())
             errs = [errors.get(f"attention.{name}.{phase}.{dt}", {}) for dt in dts]
             if dts and all(
@@ -367,6 +428,8 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
                 "gemm.fp8": f"{FP8_SLOPE_FRAMEWORK} (floor {FP8_FLOOR_FRAMEWORK})",
                 "attention_backends": dict(BACKEND_FRAMEWORKS),
                 "ops.decode_attention/prefill_attention": GENERIC_BACKEND,
+                "trtllm decode split": f"trtllm: XQA layouts, {TRTLLM_PER_QUERY_HEAD_BACKEND}: "
+                f"the others ({XQA_SOURCE})",
             },
             "carried": [
                 "copy.h2d_pinned",
@@ -532,10 +595,6 @@ def decode_rates_by_group(data_root: Path, gpu: str) -> pd.DataFrame:
     return pd.DataFrame(g.round(2).unstack("q_per_kv"))
 
 
-# TensorRT-LLM's XQA takes at most this many query heads per KV head (its jit
-# supportConfigQGMMA/HMMA: ``head_grp_size * beam_width > 32`` -> no XQA); larger groups
-# decode on masked MHA, one thread block per query head
-XQA_MAX_Q_PER_KV = 32
 PER_QUERY_HEAD_MIN_BYTES = 2e9  # query-head bytes (KV bytes x group) of a row compared
 
 

@@ -30,6 +30,9 @@ from calibration.fit_public import (
     MINOR_KERNELS,
     PRIORS,
     REPO,
+    TRTLLM_PER_QUERY_HEAD_BACKEND,
+    _decode_backend_rows,
+    decode_backend_of_rows,
     peaks_of,
     quant_s,
 )
@@ -56,7 +59,9 @@ TARGETS = {  # target key: (median_ape max, mean_ape max or None, p90 max or Non
 KERNELS_MD = """Every row of the public kernel tables (AIConfigurator: vLLM, SGLang and TensorRT-LLM
 kernels replayed in CUDA graphs; Vidur `mlp.csv`; nccl-tests; Vidur all-reduce) against
 `ops.py` with the shipped profile. Attention rows are predicted with their framework's
-backend (`vllm-flash`, `sglang-flash`, `trtllm`); FP8 GEMM rows with the GEMM plus its
+backend (`vllm-flash`, `sglang-flash`, `trtllm`; TensorRT-LLM's rows with the kernel it runs
+for their layout: XQA, the `trtllm` fit, for 2-32 query heads per KV head, masked MHA, the
+`trtllm-mmha` fit, for vanilla MHA and larger groups); FP8 GEMM rows with the GEMM plus its
 activation-quantisation kernel (every framework's FP8 row holds one). Targets apply to the
 rows the targets were set on: vLLM bf16 GEMMs, SGLang FP8 GEMMs (precomputed-scale path),
 vLLM attention, nccl-tests (GEMM and decode attention median ≤ 10%, mean ≤ 15%; prefill
@@ -64,7 +69,8 @@ attention median ≤ 20%; all-reduce median ≤ 15%). Skipped by design: sliding
 fp8-math prefill rows, int8/int4/fp8-block GEMM rows, vLLM's FA4 and SGLang's Triton
 attention rows (other kernels with few shapes)."""
 EXTRAPOLATION_MD = """Whole shape families held out of a refit, to check that each formula's structure
-extrapolates (the shipped fits use every family). Decode attention, per framework: fit on
+extrapolates (the shipped fits use every family). Decode attention, per kernel (TensorRT-LLM's
+XQA and masked MHA apart): fit on
 ≤ 8 KV heads and test on the 32-KV-head rows; fit on ≤ 2048 cached tokens per sequence
 and test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on > 4096. GEMM: fit
 on m ≤ 1024 tokens, test on m ≥ 4096. FP8 GEMM: each framework's rows refitted on their
@@ -101,11 +107,11 @@ stream as the longer of the HBM stream and 4 × the KV bytes at one re-read rate
 (`per_query_head_kv_bytes_per_s`, 4.65 TB/s, fitted with the overheads on the H100 and
 A100 rows; `calibration/engines.py` `RELEASE_GROUPED_DECODE`). The held-out H200 Mistral
 batches — the H100's SMs and L2 with 1.43× its HBM bandwidth, measured no faster than on
-the H100 — are the check: 0.96-1.15× the prediction, against 1.14-1.63× with the grouped
-kernel (trtllm all rows then 5.6% / 20.0%). A second held-out check, never fitted:
+the H100 — are the check: 0.96-1.15× the prediction, against 1.14-1.62× with the grouped
+kernel (trtllm all rows then 6.5% / 18.9%). A second held-out check, never fitted:
 TensorRT-LLM 0.5's H200 launch table (`trtllm-0.5.0-h200-blog`, before XQA existed, so
 Llama-2-70B's 8 query heads per KV head also decoded per query head, FP8 KV assumed):
-its four Llama-2-70B batches are 0.99-1.15× the prediction with the re-reads, 1.18-2.37×
+its four Llama-2-70B batches are 0.99-1.14× the prediction with the re-reads, 1.17-2.30×
 with a grouped kernel. The kernel tables show the same path apart from the engine data:
 TensorRT-LLM 1.3 runs layouts beyond its XQA (more than 32 query heads per KV head) on
 masked MHA, and those rows read query-head bytes at a rate that does not depend on the
@@ -117,10 +123,14 @@ engine fit's single rate in bytes (4.65 TB/s: 4.65 × 10¹² FP8 elements/s on H
 10¹² bf16 elements/s on the A100) follows the same per-element, per-GPU pattern (A100 ≈ half
 of Hopper) at 1.4× the 1.3 kernel's rate; TensorRT-LLM 0.5/0.9 with groups of 4 and 8 are
 not 1.3 with groups of 48 or more, so the shipped rate stays the one fitted on the engine
-data, and a per-element, per-GPU rate in the hardware profile is left for a table of the
-older kernel. The shipped `trtllm` profile is current TensorRT-LLM, whose XQA takes
-up to 32 query heads per KV head (`grouped_decode_q_per_kv: [1, …, 32]`; every dense model
-in the catalog has at most 16)."""
+data. The hardware profiles now fit 1.3's masked MHA as its own decode kernel
+(`trtllm-mmha`, per-element re-read rate included: 6.1 TB/s bf16 and 3.1 TB/s FP8 on the
+H100), and the engine's per-query-head rows run that fit with the release's rate (the grid
+fit still takes 4.65 TB/s; with the 1.3 kernel's own rate trtllm all rows err 5.5% / 19.1%).
+The shipped `trtllm` profile is current TensorRT-LLM: XQA for 2 to 32 query heads per KV
+head (`grouped_decode_q_per_kv: [2, …, 32]`; every dense GQA model in the catalog has at
+most 16), masked MHA (`per_query_head_decode_backend: trtllm-mmha`) for vanilla MHA and
+larger groups, as its `decoderXQAImplJIT` `kernelUtils.cpp` decides."""
 KNOWN_LIMITS_MD = """## Where targets are missed, and why
 
 - **vllm-eager-2023 (p90 25.2%).** The miss is one held-out family, OPT-13B TP4 (per-family
@@ -246,7 +256,8 @@ def gemm_bucket(m: np.ndarray) -> np.ndarray:
 
 
 def _backend_for(fw: str) -> str:
-    return {v: k for k, v in BACKEND_FRAMEWORKS.items()}[fw]
+    """A framework's attention backend (TensorRT-LLM's: its XQA and prefill kernels)."""
+    return {"vllm": "vllm-flash", "sglang": "sglang-flash", "trtllm": "trtllm"}[fw]
 
 
 def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
@@ -274,14 +285,23 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
         backend = _backend_for(fw)
         if backend not in prof.attention_backends:
             continue
-        prm = prof.decode_attention_for(backend, dt)
         elem = 1.0 if dt == "fp8" else 2.0
-        a = ape(
-            ops.decode_attention_time_s(
-                pk, prm, t["batch"], t["context_tokens"], t["kv_heads"], t["head_dim"], elem
-            ),
-            t["t_s"],
-        )
+        a = np.full(len(t), np.nan)
+        kernels = decode_backend_of_rows(t)
+        if TRTLLM_PER_QUERY_HEAD_BACKEND not in prof.attention_backends:
+            kernels[:] = backend  # a profile without the split: one kernel for every layout
+        for kernel in sorted(set(kernels.tolist())):
+            sel = kernels == kernel
+            k = t[sel]
+            prm = prof.decode_attention_for(kernel, dt)
+            g = (k["heads"] / k["kv_heads"]).round().to_numpy(float)
+            a[sel] = ape(
+                ops.decode_attention_time_s(
+                    pk, prm, k["batch"], k["context_tokens"], k["kv_heads"], k["head_dim"],
+                    elem, g,
+                ),
+                k["t_s"],
+            )  # fmt: skip
         tgt = "decode_attention" if fw == ATTENTION_FRAMEWORK else None
         src = f"AIC {fw} kv {dt} ({backend})"
         rows.append(_row(gpu, "decode_attention", src, "all", a, tgt))
@@ -289,6 +309,12 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
         for name, sel in (("KV heads ≤ 8", kh <= 8), ("KV heads > 8", kh > 8)):
             if sel.any() and not sel.all():
                 rows.append(_row(gpu, "decode_attention", src, name, a[sel]))
+        if len(set(kernels.tolist())) > 1:  # TensorRT-LLM: XQA and masked-MHA layouts
+            for kernel, name in (
+                (backend, "XQA layouts (2-32 q heads per KV head)"),
+                (TRTLLM_PER_QUERY_HEAD_BACKEND, "masked-MHA layouts (1 or > 32), trtllm-mmha"),
+            ):
+                rows.append(_row(gpu, "decode_attention", src, name, a[kernels == kernel]))
         if tgt:  # the targeted kernel by head dim (FP8 KV depends on it, bf16 does not)
             hd = t["head_dim"].to_numpy()
             for h in sorted(set(hd.tolist())):
@@ -364,10 +390,16 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
     rows: list[Row] = []
     d = public.aic_decode_attention(data, gpu)
     d = d[(~d["kernel"].isin(MINOR_KERNELS)) & (d["dtype"] == "bf16")]
-    for fw in BACKEND_FRAMEWORKS.values():
-        t = d[d["framework"] == fw]
+    for backend in BACKEND_FRAMEWORKS:
+        # TensorRT-LLM per kernel: its XQA layouts and its masked-MHA layouts
+        t = _decode_backend_rows(d, backend)
         if t.empty:
             continue
+        fw = BACKEND_FRAMEWORKS[backend]
+        per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
+        label = {"trtllm": " (XQA)", TRTLLM_PER_QUERY_HEAD_BACKEND: " (masked MHA)"}.get(
+            backend, ""
+        )
         per_seq = (t["context_tokens"] / t["batch"]).to_numpy()
         splits = [
             ("fit KV heads ≤ 8 → test 32", t["kv_heads"] <= 8, t["kv_heads"] == 32),
@@ -377,19 +409,21 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
             tr, te = t[np.asarray(tr_sel)], t[np.asarray(te_sel)]
             if te.empty or tr.empty:
                 continue
+            g_tr = (tr["heads"] / tr["kv_heads"]).round()
+            g_te = (te["heads"] / te["kv_heads"]).round().to_numpy(float)
             f = fit_decode_attention(
                 pk, tr["batch"], tr["context_tokens"], tr["kv_heads"], tr["head_dim"], tr["t_s"],
-                held_out=False,
+                held_out=False, q_per_kv=g_tr if per_qh else None,
             )  # fmt: skip
             pred = ops.decode_attention_time_s(
-                pk, f.params, te["batch"], te["context_tokens"], te["kv_heads"], te["head_dim"]
-            )
-            rows.append(
-                _row(gpu, "decode_attention", f"AIC {fw} kv bf16", name, ape(pred, te["t_s"]))
-            )
+                pk, f.params, te["batch"], te["context_tokens"], te["kv_heads"], te["head_dim"],
+                2.0, g_te,
+            )  # fmt: skip
+            src = f"AIC {fw} kv bf16{label}"
+            rows.append(_row(gpu, "decode_attention", src, name, ape(pred, te["t_s"])))
     p = public.aic_prefill_attention(data, gpu)
     p = p[(~p["kernel"].isin(MINOR_KERNELS)) & (p["kv_dtype"] == "bf16")]
-    for fw in BACKEND_FRAMEWORKS.values():
+    for fw in dict.fromkeys(BACKEND_FRAMEWORKS.values()):
         t = p[p["framework"] == fw]
         tr, te = t[t["prompt_tokens"] <= 2048], t[t["prompt_tokens"] > 4096]
         if te.empty or tr.empty:

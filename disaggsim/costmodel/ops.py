@@ -22,7 +22,10 @@ Forms (``docs/costmodel.md`` has the derivations):
   bandwidth (``bw_eff`` ≤ 1). A per-query-head kernel over a grouped layout (``group``
   query heads per KV head, each reading its KV head: an engine's fallback where its
   grouped kernel does not cover the layout) streams the longer of the KV bytes from HBM and
-  ``group × kv_bytes / reread_bytes_per_s`` (the re-reads served by L2). At fixed B and
+  ``group × kv_bytes / reread_bytes_per_s`` (the re-reads served by L2). A kernel fitted
+  as one (its params' ``reread_bytes_per_s`` > 0: TensorRT-LLM's masked MHA) also counts
+  its work items per query head, ``P = B × KH × group``, in ``items`` and in the bandwidth
+  share, and takes its own re-read rate unless the caller gives one. At fixed B and
   shape the time is the larger of two affine functions of C
   (:func:`decode_attention_lines`); above the knee, where the KV stream dominates, it is
   ``... + stream`` exactly. Newer parameters default to 0.
@@ -98,21 +101,34 @@ def decode_attention_floor_s(p: DecodeAttentionParams, batch: ArrayLike, kv_head
     return p.floor_s + p.multi_floor_s * multi
 
 
+def decode_work_heads(p: DecodeAttentionParams, kv_heads: ArrayLike, group: ArrayLike = 1.0):
+    """Heads per sequence a decode kernel makes work items of: the KV heads, or for a
+    per-query-head kernel (``p.reread_bytes_per_s`` > 0) the query heads, ``kv_heads ×
+    group``."""
+    kh = np.asarray(kv_heads, float)
+    return kh * np.asarray(group, float) if p.reread_bytes_per_s > 0.0 else kh
+
+
 def decode_stream_seconds_per_byte(
     peaks: GpuPeaks,
     p: DecodeAttentionParams,
     batch: ArrayLike,
     kv_heads: ArrayLike,
-    reread_group: float = 1.0,
+    reread_group: ArrayLike = 1.0,
     reread_bytes_per_s: float = 0.0,
 ) -> np.ndarray:
     """Seconds per KV byte of a decode kernel's KV stream: ``1 / (hbm × bw_eff × P / (P +
     par_half_sat))``, or for a per-query-head kernel over ``reread_group`` > 1 query heads
-    per KV head the longer of that and ``reread_group / reread_bytes_per_s``."""
-    bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, batch, kv_heads)
+    per KV head the longer of that and ``reread_group / rate``: ``rate`` is
+    ``reread_bytes_per_s`` when given (> 0), else the kernel's own ``p.reread_bytes_per_s``;
+    ``P`` counts :func:`decode_work_heads`."""
+    work = decode_work_heads(p, kv_heads, reread_group)
+    bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, batch, work)
     per_byte = 1.0 / bw
-    if reread_group > 1.0 and reread_bytes_per_s > 0.0:
-        per_byte = np.maximum(per_byte, reread_group / reread_bytes_per_s)
+    rate = reread_bytes_per_s if reread_bytes_per_s > 0.0 else p.reread_bytes_per_s
+    g = np.asarray(reread_group, float)
+    if rate > 0.0 and np.any(g > 1.0):
+        per_byte = np.where(g > 1.0, np.maximum(per_byte, g / rate), per_byte)
     return per_byte
 
 
@@ -124,18 +140,18 @@ def decode_attention_time_s(
     kv_heads: ArrayLike,
     head_dim: ArrayLike,
     kv_elem_bytes: float = 2.0,
-    reread_group: float = 1.0,
+    reread_group: ArrayLike = 1.0,
     reread_bytes_per_s: float = 0.0,
 ) -> np.ndarray:
     """Seconds for one decode-attention kernel over ``batch`` sequences holding
     ``context_tokens`` cached tokens in total (per layer, per GPU shard); ``reread_group``
-    > 1: a per-query-head kernel whose query heads each read their KV head
-    (:func:`decode_stream_seconds_per_byte`)."""
+    > 1: query heads per KV head of a per-query-head kernel, whose query heads each read
+    their KV head (:func:`decode_stream_seconds_per_byte`)."""
     b = np.asarray(batch, float)
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
     kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
-    items = p.per_seq_kv_elem_s * b * kh * d
+    items = p.per_seq_kv_elem_s * b * decode_work_heads(p, kh, reread_group) * d
     stream = kv_bytes * decode_stream_seconds_per_byte(
         peaks, p, b, kh, reread_group, reread_bytes_per_s
     )
@@ -163,7 +179,8 @@ def decode_attention_lines(
     ``fixed + (1 − overlap) × items + stream``; item-bound: ``fixed + items + (1 − overlap)
     × stream`` (equal at the knee, where items = stream)."""
     fixed = float(decode_attention_floor_s(p, batch, kv_heads)) + p.per_seq_s * batch
-    items = p.per_seq_kv_elem_s * batch * kv_heads * head_dim
+    items = p.per_seq_kv_elem_s * batch * float(decode_work_heads(p, kv_heads, reread_group))
+    items *= head_dim
     per_byte = float(
         decode_stream_seconds_per_byte(peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s)
     )

@@ -160,13 +160,20 @@ def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> fl
     return items / (items + p.par_half_sat)
 
 
+def _dec_work_heads(p: DecodeAttentionParams, kv_heads: float, group: float) -> float:
+    """ops.decode_work_heads for scalars: query heads for a per-query-head kernel."""
+    return kv_heads * group if p.reread_bytes_per_s > 0.0 else kv_heads
+
+
 def _dec_per_byte_s(
     hbm: float, p: DecodeAttentionParams, batch: float, kv_heads: float, group: float, reread: float
 ) -> float:
     """ops.decode_stream_seconds_per_byte for scalars."""
-    per_byte = 1.0 / (hbm * p.bw_eff * _dec_bw_scale(p, batch, kv_heads))
-    if group > 1.0 and reread > 0.0:
-        return max(per_byte, group / reread)
+    work = _dec_work_heads(p, kv_heads, group)
+    per_byte = 1.0 / (hbm * p.bw_eff * _dec_bw_scale(p, batch, work))
+    rate = reread if reread > 0.0 else p.reread_bytes_per_s
+    if group > 1.0 and rate > 0.0:
+        return max(per_byte, group / rate)
     return per_byte
 
 
@@ -364,10 +371,25 @@ class RooflineWorkerCost:
             kv_dtype,
             engine.attention_backend,
         )
+        # the engine's own decode kernels: where its grouped kernel does not take this
+        # layout it runs its per-query-head kernel, when the profile fits one
+        # (TensorRT-LLM: masked MHA where XQA refuses the layout)
+        fallback = engine.per_query_head_decode_backend
+        if (
+            fallback is not None
+            and self.decode_backend == engine.attention_backend
+            and not engine.grouped_decode_covers(hq // hkv)
+            and fallback in profile.attention_backends
+        ):
+            self.decode_backend = fallback
         self._dec = profile.decode_attention_for(self.decode_backend, kv_dtype)
         # a per-query-head decode kernel (the engine's grouped kernel does not cover this
-        # layout) reads each KV head once per query head: the re-reads come from L2
-        self._reread_group = float(engine.decode_reread_group(hq // hkv))
+        # layout) reads each KV head once per query head: the re-reads come from L2, at the
+        # engine's measured rate where it has one, else at the kernel fit's
+        if self._dec.reread_bytes_per_s > 0.0:
+            self._reread_group = float(hq // hkv)
+        else:
+            self._reread_group = float(engine.decode_reread_group(hq // hkv))
         self._reread_bytes_per_s = engine.per_query_head_kv_bytes_per_s
         self._pre = profile.prefill_attention_for(self.prefill_backend, "bf16")
         # FP8 weights: one quantisation kernel per GEMM input (k elements per token)
@@ -435,7 +457,8 @@ class RooflineWorkerCost:
             hkv = float(self.kv_heads_per_gpu)
             layers = self.model.num_layers
             base_items = sum(self._parts(batch, 0, 0, 0, 0.0))  # C = 0: the whole item work
-            items = layers * d.per_seq_kv_elem_s * batch * hkv * self.model.head_dim
+            work = _dec_work_heads(d, hkv, self._reread_group)
+            items = layers * d.per_seq_kv_elem_s * batch * work * self.model.head_dim
             per_token = layers * (
                 2.0
                 * hkv
@@ -534,7 +557,8 @@ class RooflineWorkerCost:
             d = self._dec
             hkv_dec = float(self.kv_heads_per_gpu)
             kv_bytes = 2.0 * decode_context_tokens * hkv_dec * hd * self._kv_elem
-            items = d.per_seq_kv_elem_s * decode_batch * hkv_dec * hd
+            work = _dec_work_heads(d, hkv_dec, self._reread_group)
+            items = d.per_seq_kv_elem_s * decode_batch * work * hd
             stream = kv_bytes * _dec_per_byte_s(
                 hbm, d, decode_batch, hkv_dec, self._reread_group, self._reread_bytes_per_s
             )

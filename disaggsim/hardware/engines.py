@@ -20,7 +20,11 @@ An engine release whose grouped kernel covers only some group sizes
 runs the others on a per-query-head kernel (TensorRT-LLM's masked MHA), whose query heads
 each read their KV head: the group's re-reads hit L2, so the kernel's KV stream becomes
 the longer of the KV bytes from HBM and ``group × KV bytes`` at
-``per_query_head_kv_bytes_per_s`` (``docs/costmodel.md``). An engine that ships its own
+``per_query_head_kv_bytes_per_s`` (``docs/costmodel.md``). Where the hardware profile
+fits that per-query-head kernel on its own (``per_query_head_decode_backend``: TensorRT-LLM's
+masked MHA, ``trtllm-mmha``, a decode-only backend), the engine's own decode kernel for
+those layouts is that fit — work items per query head, its own re-read rate unless the
+engine gives one — instead of the grouped kernel's fit. An engine that ships its own
 attention kernels names them (``attention_backend``: TensorRT-LLM's ``trtllm``); a worker
 with ``attention_backend: auto`` then runs that kernel wherever the hardware profile fits
 it (``auto`` otherwise: vLLM and SGLang both run FlashAttention-family kernels, among which
@@ -42,7 +46,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from disaggsim.hardware.profile import ATTENTION_CHOICES
+from disaggsim.hardware.profile import ATTENTION_CHOICES, DECODE_ONLY_BACKENDS
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm", "vllm-eager-2023")
 ENGINE_ALIASES = {"cuda-graphs": "vllm", "eager": "vllm-eager-2023"}
@@ -79,6 +83,9 @@ class EngineProfile:
     # others run per query head, re-reading the shared KV at per_query_head_kv_bytes_per_s
     grouped_decode_q_per_kv: tuple[int, ...] | None = None
     per_query_head_kv_bytes_per_s: float = 0.0
+    # the engine's per-query-head decode kernel (a decode-only attention backend of the
+    # hardware profile) for the layouts its grouped kernel does not take; None: none named
+    per_query_head_decode_backend: str | None = None
     description: str = ""
     fit_error: dict[str, Any] = field(default_factory=dict)
 
@@ -93,6 +100,11 @@ class EngineProfile:
     def overhead_s(self, tp: int, num_layers: int, seqs: float, tokens: float) -> float:
         """Seconds of one iteration's overhead over ``seqs`` sequences and ``tokens`` tokens."""
         return self.fixed_s(tp, num_layers) + self.per_seq_s * seqs + self.per_token_s * tokens
+
+    def grouped_decode_covers(self, q_per_kv: int) -> bool:
+        """Whether the engine's grouped decode kernel takes ``q_per_kv`` query heads per KV
+        head (always, when the engine limits none)."""
+        return self.grouped_decode_q_per_kv is None or q_per_kv in self.grouped_decode_q_per_kv
 
     def decode_reread_group(self, q_per_kv: int) -> int:
         """How many times a decode step reads each KV head: 1 when the engine's grouped
@@ -155,6 +167,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             "attention_backend",
             "grouped_decode_q_per_kv",
             "per_query_head_kv_bytes_per_s",
+            "per_query_head_decode_backend",
             "description",
             "fit_error",
         )
@@ -190,10 +203,17 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
                 f"{path}: engines.{name}.per_query_head_kv_bytes_per_s: expected a number "
                 f">= 0, got {reread!r}"
             )
-        if grouped is not None and reread <= 0:
+        fallback = prm.get("per_query_head_decode_backend")
+        if fallback is not None and fallback not in DECODE_ONLY_BACKENDS:
+            raise EngineProfileError(
+                f"{path}: engines.{name}.per_query_head_decode_backend: {fallback!r} "
+                f"(allowed: null, {', '.join(DECODE_ONLY_BACKENDS)})"
+            )
+        if grouped is not None and reread <= 0 and fallback is None:
             raise EngineProfileError(
                 f"{path}: engines.{name}.per_query_head_kv_bytes_per_s: must be > 0 when "
-                "grouped_decode_q_per_kv limits the grouped kernel"
+                "grouped_decode_q_per_kv limits the grouped kernel and no "
+                "per_query_head_decode_backend is named"
             )
         out[name] = EngineProfile(
             name=name,
@@ -201,6 +221,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             attention_backend=attn,
             grouped_decode_q_per_kv=None if grouped is None else tuple(grouped),
             per_query_head_kv_bytes_per_s=float(reread),
+            per_query_head_decode_backend=fallback,
             description=str(prm.get("description", "")),
             fit_error=dict(prm.get("fit_error") or {}),
             **kw,

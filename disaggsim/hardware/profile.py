@@ -62,8 +62,13 @@ ATTENTION_BACKENDS = (
     "sdpa-cudnn",
     "sdpa-efficient",
     "flex",
+    "trtllm-mmha",
 )
-ATTENTION_CHOICES = ("auto", *ATTENTION_BACKENDS)
+# Decode-only kernels: an engine runs them for the decode layouts its main kernel does not
+# take (TensorRT-LLM's masked multi-head attention beside its XQA: engine profile
+# ``per_query_head_decode_backend``); a scenario cannot name them, having no prefill.
+DECODE_ONLY_BACKENDS = ("trtllm-mmha",)
+ATTENTION_CHOICES = ("auto", *(b for b in ATTENTION_BACKENDS if b not in DECODE_ONLY_BACKENDS))
 
 
 class ProfileError(ValueError):
@@ -101,8 +106,11 @@ class DecodeAttentionParams:
     path, taken when ``batch > 1`` and ``kv_heads > 1`` (one sequence or one KV head per
     shard runs the single-pass path at ``floor_s``); ``overlap`` in [0, 1]: the share of the
     smaller of the per-item work and the KV stream that runs under the larger (1: the
-    kernel takes the longer of the two, 0: their sum). All optional in the JSON (0: term
-    off), so older profiles still load."""
+    kernel takes the longer of the two, 0: their sum); ``reread_bytes_per_s`` > 0 marks a
+    per-query-head kernel (TensorRT-LLM's masked MHA: one work item per (sequence, query
+    head), each reading its KV head, so a KV head shared by ``g`` query heads is read ``g``
+    times, the re-reads from L2 at this rate: ``ops.decode_stream_seconds_per_byte``). All
+    optional in the JSON (0: term off), so older profiles still load."""
 
     floor_s: float
     per_seq_s: float
@@ -111,6 +119,7 @@ class DecodeAttentionParams:
     par_half_sat: float = 0.0
     multi_floor_s: float = 0.0
     overlap: float = 0.0
+    reread_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +297,7 @@ _DEC_KEYS: tuple[Any, ...] = (
     DecodeAttentionParams,
     ("floor_s", "per_seq_s", "bw_eff"),
     ("per_seq_s",),
-    ("per_seq_kv_elem_s", "par_half_sat", "multi_floor_s", "overlap"),
+    ("per_seq_kv_elem_s", "par_half_sat", "multi_floor_s", "overlap", "reread_bytes_per_s"),
 )
 _PRE_KEYS: tuple[Any, ...] = (
     PrefillAttentionParams,
