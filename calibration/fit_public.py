@@ -648,6 +648,70 @@ def gemm_ratios(data_root: Path, gpu: str, dtype: str = "fp8") -> pd.DataFrame:
     return pd.DataFrame(out).T.round(2)
 
 
+# SGLang's FP8 GEMM on Hopper (sgl-kernel csrc/gemm/fp8_gemm_kernel.cu
+# sm90_fp8_dispatch_shape): 64 x 64 x 128 CTA tiles for m <= 256, 128 x 128 x 128 above
+SGLANG_FP8_SMALL_TILE_MAX_M = 256
+H100_SMS = 132
+
+
+def gemm_tile_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
+    """A diagnostic, not shipped: SGLang's FP8 GEMM rows (with their quantisation kernel)
+    fitted by a tile form from its dispatch table — each GEMM whole waves of its CTA tiles
+    over the SMs, one efficiency per tile shape, against the memory bound — beside the
+    smooth GEMM form refitted to the same rows; APE by m range, and each fit held out by
+    (n, k) family."""
+    pk = peaks_of(gpu)
+    ew = load_profile(gpu).elementwise
+    g = public.aic_gemm(data_root, gpu)
+    t = g[(g["framework"] == "sglang") & (g["dtype"] == "fp8")]
+    m, n, k, ts = (t[c].to_numpy(float) for c in ("m", "n", "k", "t_s"))
+    extra = quant_s(pk, ew, m, k)
+    small = m <= SGLANG_FP8_SMALL_TILE_MAX_M
+    tile = np.where(small, 64.0, 128.0)
+    waves = np.ceil(np.ceil(m / tile) * np.ceil(n / tile) / H100_SMS)
+
+    def model(p, idx):
+        launch, eff_small, eff_big, mem_eff = p
+        eff = np.where(small[idx], eff_small, eff_big)
+        per_tile = 2.0 * tile[idx] ** 2 * k[idx] / (pk.fp8_flop_per_s / H100_SMS * eff)
+        mem = ops.gemm_bytes(m[idx], n[idx], k[idx], 1.0) / (pk.hbm_bytes_per_s * mem_eff)
+        return launch + np.maximum(waves[idx] * per_tile, mem) + extra[idx]
+
+    fam = shape_family(t["n"], t["k"])
+    p, err = fit_generic(
+        model, ts, [(4e-6, 0.5, 0.7, 0.8), (2e-6, 0.3, 0.9, 0.6)], (1e-8,) + (1e-3,) * 3,
+        (1e-3, 1.0, 1.0, 1.0), fam,
+    )  # fmt: skip
+    smooth = fit_gemm(pk, m, n, k, ts, "fp8", groups=fam, extra_s=extra)
+    fits = {
+        "tile form": (model(p, np.arange(len(ts))), err),
+        "smooth form": (ops.gemm_time_s(pk, smooth.params, m, n, k, "fp8") + extra, smooth.error),
+    }
+    rows = []
+    for name, (pred, e) in fits.items():
+        a = np.abs(pred / ts - 1.0)
+        for label, lo, hi in (
+            ("all", 0, np.inf),
+            ("<= 64", 0, 64),
+            ("65-128", 64, 128),
+            ("129-256", 128, 256),
+            ("257-1024", 256, 1024),
+            ("> 1024", 1024, np.inf),
+        ):
+            sel = (m > lo) & (m <= hi)
+            rows.append(
+                {
+                    "form": name,
+                    "m": label,
+                    "n": int(sel.sum()),
+                    "median_ape": round(float(np.median(a[sel])), 3),
+                    "p90_ape": round(float(np.percentile(a[sel], 90)), 3),
+                    "held_out_median_ape": round(float(e.held_out_median_ape or np.nan), 3),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.fit_public", description=__doc__.split("\n\n")[0]
@@ -678,7 +742,21 @@ def main(argv: list[str] | None = None) -> int:
         help="only print the median measured/predicted time of the public FP8 GEMM rows "
         "with the shipped profile, per framework and m class (fits and writes nothing)",
     )
+    p.add_argument(
+        "--gemm-tiles",
+        metavar="GPU",
+        choices=["h100-sxm"],
+        help="only print SGLang's FP8 GEMM rows fitted by a tile form from its dispatch "
+        "table beside the smooth form (a diagnostic: fits and writes nothing shipped)",
+    )
     args = p.parse_args(argv)
+    if args.gemm_tiles:
+        try:
+            print(gemm_tile_fit(Path(args.data), args.gemm_tiles).to_string(index=False))
+        except UserError as e:
+            print(f"fit_public: error: {e}", file=sys.stderr)
+            return 2
+        return 0
     if args.decode_rates:
         try:
             rates = decode_rates(Path(args.data), args.decode_rates)

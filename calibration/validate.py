@@ -189,7 +189,14 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   lookup fitted to the scored rows. Tried while analysing this miss and not kept: a wave-
   quantisation factor (128 × 128 tiles over 132 SMs: 13.9%), per-m-range efficiencies,
   and a serial k-loop bound (`per_k × k`, the CUTLASS kernels do not split K: 12.4% refitted
-  on SGLang's rows). The target stays missed.
+  on SGLang's rows). Tried in the issue-13 round: SGLang's own dispatch table
+  (`sgl-kernel` `sm90_fp8_dispatch_shape`: 64 × 64 CTA tiles up to m = 256, 128 × 128
+  above), each GEMM as whole waves of its tiles over the 132 SMs with one efficiency per
+  tile shape: 12.9% median as the smooth form refitted to the same rows (held out by (n, k)
+  family 12.9% both; p90 34.3% against 40.4%): better at m 65-128 (7.2% against 15.4%) and
+  257-1024 (16.1% against 22.2%), worse at 129-256 (23.5% against 18.0%) (`python -m
+  calibration.fit_public --data ../shared/data --gemm-tiles h100-sxm`). Not shipped: no
+  better at the target's median. The target stays missed.
 - **Decode attention, context extrapolation.** Fitting on ≤ 2048 tokens per sequence
   leaves the bandwidth share of few work items (`par_half_sat`) undetermined, so the
   long-context rows of small batches are mispredicted; the shipped fits see every context
