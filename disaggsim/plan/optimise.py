@@ -15,9 +15,13 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
    bound × ``bound_slack`` is below the best goodput found (it cannot win; a member of
    a family whose bound is a true one, ``true_bound``, counts at most at its bound),
    otherwise
-   evaluates its start points, or the unevaluated **neighbours** of its best member; a
-   family whose best member has every neighbour evaluated is at a local optimum
-   (settled). ``explore_floor`` > 0 also stops a family whose best member is below that
+   evaluates its start points, or the unevaluated **neighbours** of its best member
+   (local moves, in tiers: the nearest tier with anything unevaluated); once every
+   neighbour is evaluated, a family with a model (``predict``: goodput per GPU of its
+   other members, predicted from what its evaluated members measured) evaluates the
+   unevaluated members predicted to beat its best by more than ``min_gain``, the best
+   predicted first, ``predict_width`` at a time; a family with nothing left to evaluate
+   is settled. ``explore_floor`` > 0 also stops a family whose best member is below that
    share of the best found (quick mode);
 3. stops when no family proposes anything, or after ``max_waves`` (then the search is
    reported as not converged).
@@ -32,7 +36,7 @@ on the executor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -43,8 +47,11 @@ C = TypeVar("C", bound=Hashable)
 
 @dataclass(slots=True)
 class Family(Generic[C]):
-    """One family: its name, kind, bound (goodput per GPU, optimistic), start points and
-    a neighbourhood function over its members (tiers of neighbours, nearest first)."""
+    """One family: its name, kind, bound (goodput per GPU, optimistic), start points, a
+    neighbourhood function over its members (tiers of neighbours, nearest first) and,
+    optionally, a model that predicts the goodput per GPU of members the local moves
+    need not reach: ``predict(best, measured)`` with ``measured`` every evaluated member
+    of the family and its goodput per GPU."""
 
     name: str
     kind: str
@@ -58,6 +65,7 @@ class Family(Generic[C]):
     # member measured above it is a measurement artefact (a short run ending before its
     # queues grow): pruning counts it at the bound
     true_bound: bool = False
+    predict: Callable[[C, Mapping[C, float]], Mapping[C, float]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +89,7 @@ def optimise(
     explore_floor: float = 0.0,
     max_waves: int = 40,
     min_gain: float = 0.0,
+    predict_width: int = 2,
 ) -> OptimiseResult[C]:
     values: dict[C, float] = {}
     family_of: dict[C, str] = {}
@@ -142,6 +151,8 @@ def optimise(
                     todo = [c for c in tier if c not in values]
                     if todo:
                         break
+                if not todo and fam.predict is not None:
+                    todo = _promising(fam, values, min_gain, predict_width)
             todo = [c for c in dict.fromkeys(todo) if c not in owner]
             if not todo:
                 if fam.best is not None or not fam.starts:
@@ -167,3 +178,15 @@ def optimise(
         waves=waves,
         converged=converged,
     )
+
+
+def _promising(fam: Family[C], values: Mapping[C, float], min_gain: float, width: int) -> list[C]:
+    """The ``width`` unevaluated members the family's model predicts best, among those
+    predicted to beat its best member by more than ``min_gain``."""
+    assert fam.predict is not None and fam.best is not None
+    measured = {c: values[c] for c in fam.evaluated}
+    predicted = fam.predict(fam.best, measured)
+    above = values[fam.best] * (1 + min_gain)
+    todo = [c for c, v in predicted.items() if v > above and c not in values]
+    todo.sort(key=lambda c: -predicted[c])  # stable: ties keep the model's order
+    return todo[:width]

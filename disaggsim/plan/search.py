@@ -12,8 +12,9 @@ The search space (docs/planning.md, "Search"), all on the scenario's GPU, total 
 :func:`disaggsim.plan.optimise.optimise` walks it: branch and bound over families (TP
 pair and dtype; the analytic capacity is each family's optimistic bound, an MoE
 family's a true one from its iteration floor, :mod:`disaggsim.plan.moe_bound`), hill climbing
-inside a family (worker counts along the full budget, then trimming a pool; chunk size
-up and down). Each candidate's goodput is the steady-state goodput
+inside a family (worker counts along the full budget, then trimming a pool, then the
+balanced splits a bottleneck model fitted to the family's measurements predicts better,
+:func:`balanced_splits`; chunk size up and down). Each candidate's goodput is the steady-state goodput
 (:func:`disaggsim.sweep.goodput_many`: bracketed, bisected and confirmed at twice the
 horizon, each run's length from the workload); the latency columns come from its
 confirmation run.
@@ -25,7 +26,7 @@ import copy
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -456,6 +457,101 @@ def disagg_neighbours(c: Candidate, budget: int) -> list[list[Candidate]]:
     return out
 
 
+def disagg_family(
+    name: str,
+    bound_per_gpu: float,
+    start: Candidate,
+    budget: int,
+    *,
+    tolerance: float = 0.0,
+    true_bound: bool = False,
+) -> Family[Candidate]:
+    """A disaggregated family (one pair of worker layouts): it climbs from ``start`` by
+    the worker-count moves of :func:`disagg_neighbours`, then tries the splits that
+    :func:`balanced_splits` predicts better than its best (``tolerance``: the share
+    within which a goodput is measured)."""
+    return Family(
+        name=name,
+        kind="disaggregate",
+        bound_per_gpu=bound_per_gpu,
+        starts=(start,),
+        neighbours=lambda c: disagg_neighbours(c, budget),
+        true_bound=true_bound,
+        predict=lambda c, seen: balanced_splits(c, seen, budget, tolerance),
+    )
+
+
+def balanced_splits(
+    best: Candidate, measured: Mapping[Candidate, float], budget: int, tolerance: float = 0.0
+) -> dict[Candidate, float]:
+    """Predicted goodput per GPU of the best-balanced splits of ``best``'s layouts (one or
+    two at every decode worker count the budget holds), from a bottleneck model fitted to
+    the family's measured members (candidate -> goodput per GPU).
+
+    **Model.** A split of ``P`` prefill and ``D`` decode workers serves what its slower
+    pool does, ``min(P p, D d)`` for per-worker rates ``p`` and ``d``. Every member bounds
+    each rate from below (``p >= goodput / P``); the largest such quotient is the
+    estimate, exact once some member was limited by that pool. A member was limited by
+    prefill when one with the same decode workers and more prefill workers served more,
+    by more than the ``tolerance`` (decode likewise: compared at the same size of the
+    other pool, the test holds when per-worker rates grow with a pool's size). A rate no
+    member was limited by may be higher than its estimate: it is doubled (when neither
+    was shown, each in turn, the better prediction kept), so the splits that would show
+    it are predicted better and get tried; each try is limited by that pool (the rate is
+    then known) or raises the estimate.
+
+    **Splits.** For a fixed ``D`` the predicted goodput per GPU rises with ``P`` while
+    prefill limits and falls after: the best ``P`` is the floor or the ceiling of the
+    balance ``D d / p`` (or the most the budget leaves). So the family's optimum under the
+    model, a split of the whole budget or a smaller one whose counts are closer to the
+    ratio, is among these.
+
+    **Pooling.** The model leaves out that a pool's per-worker rate grows with its size
+    (more workers share the bursts): it predicts a smaller split than the measured ones
+    above what it serves (the cost is an evaluation) and a larger one below. A split of
+    more GPUs than ``best`` is therefore predicted ``1 + tolerance`` times the model's
+    value: the optimiser, which tries a prediction that beats the best by more than the
+    tolerance, tries a larger split predicted better at all."""
+    g_p, g_d = best.prefill_layout.gpus, best.decode_layout.gpus
+    served = [
+        (m.num_prefill_workers, m.num_decode_workers, v * m.num_gpus)
+        for m, v in measured.items()
+        if v > 0
+    ]
+    if not served:
+        return {}
+    p = max(s / n_p for n_p, _, s in served)
+    d = max(s / n_d for _, n_d, s in served)
+    slack = 1 + max(tolerance, 1e-9)  # on an exact landscape: rounding only
+    p_shown = any(
+        a_d == b_d and a_p < b_p and a * slack < b
+        for a_p, a_d, a in served
+        for b_p, b_d, b in served
+    )
+    d_shown = any(
+        a_p == b_p and a_d < b_d and a * slack < b
+        for a_p, a_d, a in served
+        for b_p, b_d, b in served
+    )
+    rates = [(p if p_shown else 2 * p, d)] if d_shown else [(p, 2 * d)]
+    if not (p_shown or d_shown):
+        rates.append((2 * p, d))
+    out: dict[Candidate, float] = {}
+    for rate_p, rate_d in rates:
+        for n_d in range(1, (budget - g_p) // g_d + 1):
+            most = (budget - n_d * g_d) // g_p
+            balance = n_d * rate_d / rate_p
+            for n_p in dict.fromkeys(
+                min(max(x, 1), most) for x in (math.floor(balance), math.ceil(balance))
+            ):
+                c = dataclasses.replace(best, num_prefill_workers=n_p, num_decode_workers=n_d)
+                v = min(n_p * rate_p, n_d * rate_d) / c.num_gpus
+                if c.num_gpus > best.num_gpus:
+                    v *= 1 + tolerance
+                out[c] = max(out.get(c, 0.0), v)
+    return out
+
+
 def chunk_neighbours(c: Candidate, ladder: tuple[int, ...]) -> list[list[Candidate]]:
     """The next smaller and larger chunk on the ladder (the candidate's own chunk may be
     off the ladder: then its nearest rungs on each side)."""
@@ -543,12 +639,12 @@ def plan_families(
                 start = _disagg(g.num_prefill_workers, pl, g.num_decode_workers, dl, dtype)
                 guesses[start] = g
                 fams.append(
-                    Family(
-                        name=f"disagg {pl.tag}/{dl.tag}{tag}",
-                        kind="disaggregate",
-                        bound_per_gpu=bound(g, pl, dl),
-                        starts=(start,),
-                        neighbours=lambda c: disagg_neighbours(c, gpu_budget),
+                    disagg_family(
+                        f"disagg {pl.tag}/{dl.tag}{tag}",
+                        bound(g, pl, dl),
+                        start,
+                        gpu_budget,
+                        tolerance=options.explore_tol_fraction,
                         true_bound=moe,
                     )
                 )
