@@ -1,4 +1,4 @@
-"""Workers: SimPy processes that batch requests and advance in forward-pass steps.
+"""Workers: batch requests and advance them in forward-pass steps, as SimPy callbacks.
 
 A worker reaches the cluster only through :class:`~disaggsim.engine.host.WorkerHost`
 (request state, records, and the calls that move a request on); its life (in service,
@@ -38,9 +38,9 @@ Failures: :meth:`Worker.fail` interrupts the worker (as SimPy interrupts a proce
 completed before the failure count, everything the worker holds goes back to the router,
 and the worker serves again after its restart delay.
 
-A decode worker runs as callbacks on the events it waits for rather than as a SimPy
-process (the driver in :class:`Worker`): the same events in the same order, without a
-generator resumed per state change.
+A worker runs as callbacks on the events it waits for rather than as a SimPy process
+(the driver in :class:`Worker`): the same events in the same order as the processes it
+replaced, without a generator resumed per state change.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ class Stall(NamedTuple):
 
 
 Activity = Run | PrefillIter | Mixed | Stall
-Proc = Generator[simpy.Event, Any, None]  # a SimPy process body (or part of one)
+Proc = Generator[simpy.Event, Any, None]  # a rare path written as a generator (Worker._sub)
 Then = Callable[[Any], None]  # what a worker does when the event it waits for is processed
 _MIXED = Mixed()
 _STALL = Stall()
@@ -285,7 +285,6 @@ class Worker:
         "max_batch_seqs",
         "max_batch_tokens",
         "num_failures",
-        "proc",
         "requests",
         "steps",
         "watermark_blocks",
@@ -366,11 +365,8 @@ class Worker:
         self._then: Then | None = None
         self._gen: Proc | None = None  # a rare path written as a generator, under way
         self._gen_then: Then | None = None
-        if self._driven:
-            self._target = call_urgent(self.env, self._start)
-            self._then = self._start
-        else:
-            self.proc = self.env.process(self._main())
+        self._target = call_urgent(self.env, self._start)  # as a SimPy process starts
+        self._then = self._start
 
     def _prefill_time_s(self, num_seqs: int, tokens: int, pairs: float, cached: int = 0) -> float:
         key = (num_seqs, tokens, pairs, cached)
@@ -520,13 +516,6 @@ class Worker:
             wake.callbacks.append(partial(_succeed_once, end))
             wake.succeed()
 
-    def _idle(self) -> Proc:
-        if self.state is WorkerState.DRAINING and self.num_outstanding == 0:
-            self.host.worker_drained(self)
-        self._wake = self.env.event()
-        yield self._wake
-        self._wake = None
-
     def sample(self, queue_len: int, batch: int) -> None:
         at_s, worker, queue, running, kv = self._sample_to  # the host's sample columns
         at_s(self.env.now)
@@ -551,42 +540,18 @@ class Worker:
         self.alive = False
         self.num_failures += 1
         self._down_s = down_s
-        if self._driven:
-            call_urgent(self.env, self._interrupted)
-        else:
-            self.proc.interrupt("failure")
+        call_urgent(self.env, self._interrupted)  # as SimPy interrupts a process
         return True
-
-    def _main(self) -> Proc:
-        while True:
-            try:
-                yield from self._loop()
-            except simpy.Interrupt:
-                self._wake = None
-                self._run_end = None
-                self._on_failure()
-                self._cancel_copies()
-                self._activity = None
-                self.sample(0, 0)
-                yield self.env.timeout(self._down_s)
-                self.alive = True
-                self.host.worker_recovered(self)
-
-    def _loop(self) -> Proc:  # pragma: no cover - overridden
-        raise NotImplementedError
-        yield
 
     # -- the driver: callbacks in place of a SimPy process -------------------------------
     #
-    # A driven worker is not a SimPy process: it registers a method as the callback of
+    # A worker is not a SimPy process: it registers a method as the callback of
     # the event it waits for (:meth:`_wait`), at the point where a process would yield
     # it, so SimPy schedules the same events in the same order and every record is the
     # same, without a generator resumed per state change. :meth:`_pass` is the loop's
     # head: it works until it registers the next wait and returns. It starts and fails
     # through URGENT events, as a process starts and is interrupted; a failure takes the
     # callback off the event waited for, as an interrupt takes off the process's.
-
-    _driven = False  # a worker kind runs as callbacks (else as a SimPy process, _main)
 
     def _wait(self, ev: simpy.Event, then: Then) -> None:
         """Call ``then(ev)`` when ``ev`` is processed (now if it already was)."""
@@ -627,7 +592,7 @@ class Worker:
     def _start(self, _ev: simpy.Event) -> None:
         self._pass()
 
-    def _pass(self) -> None:  # pragma: no cover - overridden by driven kinds
+    def _pass(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def _resume_pass(self, _ev: simpy.Event | None) -> None:
@@ -937,22 +902,9 @@ class _TokenBatch(Worker):
 
     # -- runs of steps ---------------------------------------------------------------
 
-    def _run(self, interruptible: bool) -> Proc:
-        """Advance the running batch to its next completion or block shortage (or to the
-        step boundary after new work arrives, when ``interruptible``)."""
-        wait = self._begin_run(interruptible)
-        if wait is None:
-            yield from self._preempt_for_growth()
-            return
-        yield wait
-        wait = self._cut_run()
-        if wait is not None:
-            yield wait
-        self._end_run()
-
-    # A run in three plain calls around its waits (:meth:`_run`; driven workers call
-    # them from :meth:`_start_run` and its callbacks): begin (the event to wait on), cut
-    # (new work arrived: the wait up to the step boundary where it stops), end.
+    # A run in three plain calls around its waits (:meth:`_start_run` and its callbacks):
+    # begin (the event to wait on), cut (new work arrived: the wait up to the step
+    # boundary where it stops), end.
 
     def _pass(self) -> None:
         """The loop's head: swapped sequences back first, then the rest of a pass
@@ -967,13 +919,15 @@ class _TokenBatch(Worker):
         if not self._rest():
             self._pass()
 
-    def _rest(self) -> bool:  # pragma: no cover - overridden by driven kinds
+    def _rest(self) -> bool:  # pragma: no cover - overridden
         """A pass after the swap-in: True when it waits, False to pass again at once."""
         raise NotImplementedError
 
     def _start_run(self, interruptible: bool) -> bool:
-        """Run the batch (:meth:`_run`, driven): True when it waits; False after a
-        preemption for growth that did not wait (the loop passes again)."""
+        """Advance the running batch to its next completion or block shortage (or to the
+        step boundary after new work arrives, when ``interruptible``): True when it
+        waits; False after a preemption for growth that did not wait (the loop passes
+        again)."""
         wait = self._begin_run(interruptible)
         if wait is None:
             return self._sub(self._preempt_for_growth(), self._resume_pass)
@@ -1350,8 +1304,6 @@ class PrefillWorker(_PrefillQueue, Worker):
             need_blocks += nb
         return batch, lens, blocks, tokens, need_blocks
 
-    _driven = True
-
     def _pass(self) -> None:
         """Form the next FCFS batch and start its prefill (or wait for work)."""
         host = self.host
@@ -1572,8 +1524,6 @@ class DecodeWorker(_TokenBatch):
         self._eventual_blocks -= self._eventual.pop(rid, 0)
         self._changes.add(self.index)
 
-    _driven = True
-
     def _rest(self) -> bool:
         """Waiting sequences join at this step boundary, then the batch runs (or the
         worker waits for work)."""
@@ -1609,7 +1559,9 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         "_cache_blocks",
         "_caches",
         "_hit",
+        "_mixing",
         "_promote",
+        "_vllm",
         "_reserved",
         "prefilling",
         "prefix",
@@ -1620,6 +1572,18 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
 
     def __init__(self, *args: Any, scheduler: str, **kwargs: Any) -> None:
         self.scheduler = scheduler
+        self._vllm = scheduler == "vllm"
+        # the chunked iteration in progress: its start, seconds, batch, context, prompt
+        # chunks, their tokens, and the prompts it completes
+        self._mixing: tuple[float, float, int, int, int, int, list[int]] = (
+            0.0,
+            0.0,
+            0,
+            0,
+            0,
+            0,
+            [],
+        )
         self.queue: deque[int] = deque()  # waiting for prefill (no KV yet)
         self.prefilling: list[list[int]] = []  # chunked: [rid, tokens done]
         # prefix caching (the cluster sets it, on_demand admission and recompute only):
@@ -1638,8 +1602,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self._caches = caches
         self.prefix = caches.attach(self)
 
-    def _loop(self) -> Proc:
-        return self._loop_vllm() if self.scheduler == "vllm" else self._loop_chunked()
+    def _rest(self) -> bool:
+        return self._vllm_rest() if self._vllm else self._chunked_rest()
 
     def _recompute(self, rid: int) -> None:
         self.num_outstanding -= 1
@@ -1719,17 +1683,18 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self.host.prefill_started(rid, self.index)
         return True
 
-    def _decode_or_idle(self) -> Proc:
-        """No prefill to run: advance the running batch, or wait for work."""
+    def _decode_or_idle(self) -> bool:
+        """No prefill to run: advance the running batch, or wait for work (True: waits;
+        False: a preemption for growth did not wait)."""
         waiting = len(self.queue) + len(self.swapped)
         if self.batch == 0:
             self.sample(waiting, 0)
-            yield from self._idle()
-            return
+            self._wait_for_work()
+            return True
         self.sample(waiting, self.batch)
         # A new arrival can only start at a boundary if a seat is free; memory may still
         # block it, in which case the next completion ends the run anyway.
-        yield from self._run(interruptible=self.batch < self.max_batch_seqs)
+        return self._start_run(self.batch < self.max_batch_seqs)
 
     def _admissible(self, seats_used: int) -> bool:
         """Can the head of the queue start its prefill (a seat and its KV blocks free)?"""
@@ -1778,155 +1743,152 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self._kv_used_blocks += grown
             self._changes.add(self.index)
 
-    def _loop_vllm(self) -> Proc:
+    def _vllm_rest(self) -> bool:
         """Prefill-prioritising continuous batching: waiting prompts run first, as a
         prefill-only iteration that stalls every running decode."""
         env = self.env
-        while True:
-            if self.swapped:
-                yield from self._swap_in()
-            batch: list[int] = []
-            lens: list[int] = []
-            tokens = 0
-            queue = self.queue
-            if self.prefix is None:
-                if queue and not self.swapped:
-                    # _admissible and _start_prefill, inline: the growth headroom does
-                    # not change while prefills start, the free blocks do
-                    rs = self.requests
-                    keep = self.watermark_blocks + self.growth_headroom()
-                    while queue and self.batch + len(batch) < self.max_batch_seqs:
-                        rid = queue[0]
-                        need = rs.colocated_blocks(rid)
-                        if need + keep > self.kv_capacity_blocks - self._kv_used_blocks:
-                            break
-                        p = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
-                        if batch and tokens + p > self.max_batch_tokens:
-                            break
-                        batch.append(rid)
-                        lens.append(p)
-                        queue.popleft()
-                        self._kv_used_blocks += need
-                        self._queued_tokens -= p
-                        self._changes.add(self.index)
-                        self.host.prefill_started(rid, self.index)
-                        tokens += p
-            else:
-                while self.queue:
-                    rid = self.queue[0]
-                    left = self.max_batch_tokens - tokens if batch else None
-                    if not self._admit_cached(self.batch + len(batch), left):
+        batch: list[int] = []
+        lens: list[int] = []
+        tokens = 0
+        queue = self.queue
+        if self.prefix is None:
+            if queue and not self.swapped:
+                # _admissible and _start_prefill, inline: the growth headroom does
+                # not change while prefills start, the free blocks do
+                rs = self.requests
+                keep = self.watermark_blocks + self.growth_headroom()
+                while queue and self.batch + len(batch) < self.max_batch_seqs:
+                    rid = queue[0]
+                    need = rs.colocated_blocks(rid)
+                    if need + keep > self.kv_capacity_blocks - self._kv_used_blocks:
+                        break
+                    p = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
+                    if batch and tokens + p > self.max_batch_tokens:
                         break
                     batch.append(rid)
-                    tokens += self.requests.prefill_len(rid) - self._hit[rid]
-            if batch:
-                self.sample(len(self.queue), self.batch + len(batch))
-                if self.prefix is None:
-                    pairs = sum([n * (n + 1) / 2 for n in lens])
-                    dur = self._prefill_times.get((len(batch), tokens, pairs, 0))
-                    if dur is None:
-                        dur = self._prefill_time_s(len(batch), tokens, pairs)
-                else:  # each prompt's uncached suffix after its cached prefix
-                    hits = [self._hit[r] for r in batch]
-                    news = [
-                        self.requests.prefill_len(r) - h for r, h in zip(batch, hits, strict=True)
-                    ]
-                    pairs = sum(n * h + n * (n + 1) / 2 for n, h in zip(news, hits, strict=True))
-                    dur = self._prefill_time_s(len(batch), tokens, pairs, sum(hits))
-                    dur += self._promotion_s()
-                self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
-                self._activity = PrefillIter(batch)
-                yield env.timeout(dur)
-                self._activity = None
-                for r in batch:
-                    self._prefill_finished(r)
-                continue
-            # _decode_or_idle and its _run, inline (no generator per run)
-            waiting = len(queue) + len(self.swapped)
-            if self.batch == 0:
-                self.sample(waiting, 0)
-                yield from self._idle()
-                continue
-            self.sample(waiting, self.batch)
-            wait = self._begin_run(self.batch < self.max_batch_seqs)
-            if wait is None:
-                yield from self._preempt_for_growth()
-                continue
-            yield wait
-            wait = self._cut_run()
-            if wait is not None:
-                yield wait
-            self._end_run()
+                    lens.append(p)
+                    queue.popleft()
+                    self._kv_used_blocks += need
+                    self._queued_tokens -= p
+                    self._changes.add(self.index)
+                    self.host.prefill_started(rid, self.index)
+                    tokens += p
+        else:
+            while self.queue:
+                rid = self.queue[0]
+                left = self.max_batch_tokens - tokens if batch else None
+                if not self._admit_cached(self.batch + len(batch), left):
+                    break
+                batch.append(rid)
+                tokens += self.requests.prefill_len(rid) - self._hit[rid]
+        if batch:
+            self.sample(len(self.queue), self.batch + len(batch))
+            if self.prefix is None:
+                pairs = sum([n * (n + 1) / 2 for n in lens])
+                dur = self._prefill_times.get((len(batch), tokens, pairs, 0))
+                if dur is None:
+                    dur = self._prefill_time_s(len(batch), tokens, pairs)
+            else:  # each prompt's uncached suffix after its cached prefix
+                hits = [self._hit[r] for r in batch]
+                news = [self.requests.prefill_len(r) - h for r, h in zip(batch, hits, strict=True)]
+                pairs = sum(n * h + n * (n + 1) / 2 for n, h in zip(news, hits, strict=True))
+                dur = self._prefill_time_s(len(batch), tokens, pairs, sum(hits))
+                dur += self._promotion_s()
+            self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
+            self._activity = PrefillIter(batch)
+            done = env.timeout(dur)
+            done.callbacks.append(self._prefilled)
+            self._target = done
+            self._then = self._prefilled
+            return True
+        # _decode_or_idle, inline
+        waiting = len(queue) + len(self.swapped)
+        if self.batch == 0:
+            self.sample(waiting, 0)
+            self._wait_for_work()
+            return True
+        self.sample(waiting, self.batch)
+        return self._start_run(self.batch < self.max_batch_seqs)
 
-    def _loop_chunked(self) -> Proc:
+    def _prefilled(self, _ev: simpy.Event) -> None:
+        """A prefill-only iteration ended: its sequences join the batch (or finish)."""
+        act = self._activity
+        assert isinstance(act, PrefillIter)
+        self._activity = None
+        for r in act.batch:
+            self._prefill_finished(r)
+        self._pass()
+
+    def _chunked_rest(self) -> bool:
         """Sarathi-style: each iteration carries one token per running sequence plus
         prompt chunks filling the rest of the token budget."""
         env = self.env
-        while True:
-            if self.swapped:
-                yield from self._swap_in()
-            if self.prefix is None:
-                while self._admissible(self.batch + len(self.prefilling)):
-                    rid = self.queue[0]
-                    self._start_prefill(rid)
-                    self.prefilling.append([rid, 0])
-            else:
-                while self.queue:
-                    rid = self.queue[0]
-                    if not self._admit_cached(self.batch + len(self.prefilling), None):
-                        break
-                    self.prefilling.append([rid, self._hit[rid]])  # from its cached prefix
-            budget = self.max_batch_tokens - self.batch
-            if self.prefilling and budget > 0:
-                if self.batch and self._steps_fitting(1) == 0:
-                    yield from self._preempt_for_growth()
-                    continue
-                budget = self.max_batch_tokens - self.batch
-                chunk_tokens = 0
-                pairs = 0.0
-                cached = 0
-                chunk_seqs = 0
-                done_now: list[int] = []
-                for entry in self.prefilling:
-                    if chunk_tokens >= budget:
-                        break
-                    rid, done = entry
-                    c = min(self.requests.prefill_len(rid) - done, budget - chunk_tokens)
-                    pairs += c * done + c * (c + 1) / 2
-                    cached += done
-                    chunk_tokens += c
-                    chunk_seqs += 1
-                    entry[1] = done + c
-                    if entry[1] >= self.requests.prefill_len(rid):
-                        done_now.append(rid)
-                b, ctx = self.batch, self.context_tokens
-                self.sample(len(self.queue), b + len(self.prefilling))
-                dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
-                if self.prefix is not None:
-                    dur += self._promotion_s()
-                start = env.now
-                self._activity = _MIXED
-                yield env.timeout(dur)
-                self._activity = None
-                if b:
-                    self._advance(Run(start, 1, b, ctx, dur, 0.0))
-                    self.steps.run_prefill_tokens[-1] = chunk_tokens
-                else:
-                    self.steps.prefill_iters.append((start, dur, chunk_seqs, chunk_tokens))
-                self._pop_finished()
-                if self.prefix is not None:  # blocks computed so far are hit-able
-                    bt = self.prefix.block_tokens
-                    for rid, done in self.prefilling:
-                        if rid not in done_now:
-                            self.prefix.commit(rid, upto_blocks=done // bt)
-                    self._sync_cache()
-                if done_now:
-                    finished = set(done_now)
-                    self.prefilling = [e for e in self.prefilling if e[0] not in finished]
-                    for rid in done_now:
-                        self._prefill_finished(rid)
-                continue
-            yield from self._decode_or_idle()
+        if self.prefix is None:
+            while self._admissible(self.batch + len(self.prefilling)):
+                rid = self.queue[0]
+                self._start_prefill(rid)
+                self.prefilling.append([rid, 0])
+        else:
+            while self.queue:
+                rid = self.queue[0]
+                if not self._admit_cached(self.batch + len(self.prefilling), None):
+                    break
+                self.prefilling.append([rid, self._hit[rid]])  # from its cached prefix
+        budget = self.max_batch_tokens - self.batch
+        if not (self.prefilling and budget > 0):
+            return self._decode_or_idle()
+        if self.batch and self._steps_fitting(1) == 0:
+            return self._sub(self._preempt_for_growth(), self._resume_pass)
+        budget = self.max_batch_tokens - self.batch
+        chunk_tokens = 0
+        pairs = 0.0
+        cached = 0
+        chunk_seqs = 0
+        done_now: list[int] = []
+        for entry in self.prefilling:
+            if chunk_tokens >= budget:
+                break
+            rid, done = entry
+            c = min(self.requests.prefill_len(rid) - done, budget - chunk_tokens)
+            pairs += c * done + c * (c + 1) / 2
+            cached += done
+            chunk_tokens += c
+            chunk_seqs += 1
+            entry[1] = done + c
+            if entry[1] >= self.requests.prefill_len(rid):
+                done_now.append(rid)
+        b, ctx = self.batch, self.context_tokens
+        self.sample(len(self.queue), b + len(self.prefilling))
+        dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
+        if self.prefix is not None:
+            dur += self._promotion_s()
+        self._activity = _MIXED
+        self._mixing = (env.now, dur, b, ctx, chunk_seqs, chunk_tokens, done_now)
+        self._wait(env.timeout(dur), self._mixed)
+        return True
+
+    def _mixed(self, _ev: simpy.Event) -> None:
+        """A chunked iteration ended: its token step and its chunks are done."""
+        start, dur, b, ctx, chunk_seqs, chunk_tokens, done_now = self._mixing
+        self._activity = None
+        if b:
+            self._advance(Run(start, 1, b, ctx, dur, 0.0))
+            self.steps.run_prefill_tokens[-1] = chunk_tokens
+        else:
+            self.steps.prefill_iters.append((start, dur, chunk_seqs, chunk_tokens))
+        self._pop_finished()
+        if self.prefix is not None:  # blocks computed so far are hit-able
+            bt = self.prefix.block_tokens
+            for rid, done in self.prefilling:
+                if rid not in done_now:
+                    self.prefix.commit(rid, upto_blocks=done // bt)
+            self._sync_cache()
+        if done_now:
+            finished = set(done_now)
+            self.prefilling = [e for e in self.prefilling if e[0] not in finished]
+            for rid in done_now:
+                self._prefill_finished(rid)
+        self._pass()
 
     def _on_failure(self) -> None:
         host = self.host
