@@ -35,3 +35,14 @@ def call_urgent(env: simpy.Environment, fn: Callable[[Event], None]) -> Event:
     ev.callbacks.append(fn)
     env.schedule(ev, URGENT)
     return ev
+
+
+def call_soon(env: simpy.Environment, fn: Callable[[Event], None]) -> Event:
+    """Call ``fn(event)`` at the current instant, after the events already due now (normal
+    priority, FIFO): the hop of an event succeeded now. Returns the event."""
+    ev = Event(env)
+    ev._ok = True
+    ev._value = None
+    ev.callbacks.append(fn)
+    env.schedule(ev)
+    return ev

@@ -50,14 +50,13 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator
 from enum import Enum
-from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 from simpy.events import Event
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
-from disaggsim.engine.events import call_urgent
+from disaggsim.engine.events import call_soon, call_urgent
 from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
@@ -73,11 +72,6 @@ _MAX_CACHED_PREFILLS = 1 << 16
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _succeed_once(done: simpy.Event, _cause: simpy.Event) -> None:
-    if not done.triggered:
-        done.succeed()
 
 
 class WorkerState(Enum):
@@ -271,7 +265,6 @@ class Worker:
         "_state",
         "_gen",
         "_gen_then",
-        "_run_end",
         "_target",
         "_then",
         "_wake",
@@ -331,7 +324,6 @@ class Worker:
         self.steps = StepLog()
         self.num_failures = 0
         self._wake: simpy.Event | None = None  # idle: succeeded by new work
-        self._run_end: simpy.Event | None = None  # in an interruptible run: its end
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
         self._copies: set[FlowHandle] = set()  # flows of this worker in flight (topology)
@@ -501,19 +493,9 @@ class Worker:
         return self.kv_capacity_blocks * self.block_tokens
 
     def notify(self) -> None:
-        """Wake the worker if it is idle or in an interruptible run. A run is woken
-        through an event of its own that succeeds the run's end (the hops of a SimPy
-        condition over the run's timeout and the wake), made only when work arrives."""
+        """Wake the worker if it is idle."""
         wake = self._wake
-        if wake is not None:
-            if not wake.triggered:
-                wake.succeed()
-            return
-        end = self._run_end
-        if end is not None:
-            self._run_end = None
-            wake = Event(self.env)
-            wake.callbacks.append(partial(_succeed_once, end))
+        if wake is not None and not wake.triggered:
             wake.succeed()
 
     def sample(self, queue_len: int, batch: int) -> None:
@@ -626,7 +608,6 @@ class Worker:
             except simpy.Interrupt:
                 pass
         self._wake = None
-        self._run_end = None
         self._on_failure()
         self._cancel_copies()
         self._activity = None
@@ -649,8 +630,10 @@ class _TokenBatch(Worker):
         "_finishing",
         "_lines",
         "_phase_hist",
+        "_run_end",
         "_run_plan",
         "_run_timeout",
+        "_run_wake",
         "_run_to",
         "_running",
         "batch",
@@ -673,7 +656,11 @@ class _TokenBatch(Worker):
         # the run in progress: (its seconds, its planned block growth, its planned steps,
         # its all-to-all flow, interruptible)
         self._run_plan: tuple[float, int, int, FlowHandle | None, bool] = (0.0, 0, 0, None, False)
-        self._run_timeout: simpy.Event | None = None  # an interruptible run's own end
+        # an interruptible run: new work may cut it (notify), its own timeout until its
+        # wait ends, the event of the wake by new work
+        self._run_end = False
+        self._run_timeout: simpy.Event | None = None
+        self._run_wake: simpy.Event | None = None
         super().__init__(*args, **kwargs)
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
@@ -931,10 +918,43 @@ class _TokenBatch(Worker):
         wait = self._begin_run(interruptible)
         if wait is None:
             return self._sub(self._preempt_for_growth(), self._resume_pass)
-        wait.callbacks.append(self._run_waited)
+        then = self._run_timed_out if interruptible else self._run_waited
+        wait.callbacks.append(then)
         self._target = wait
-        self._then = self._run_waited
+        self._then = then
         return True
+
+    # An interruptible run's wait ends at its timeout or when new work arrives, whichever
+    # first, one hop later (the hops of the SimPy condition over the two that this
+    # replaced): notify schedules the wake (_run_woken) only when work arrives; the first
+    # of the two schedules the hop to _run_waited, and the other then does nothing.
+
+    def notify(self) -> None:
+        """Wake the worker if it is idle, or cut its interruptible run."""
+        wake = self._wake
+        if wake is not None:
+            if not wake.triggered:
+                wake.succeed()
+            return
+        if self._run_end:
+            self._run_end = False
+            self._run_wake = call_soon(self.env, self._run_woken)
+
+    def _run_timed_out(self, ev: simpy.Event) -> None:
+        if ev is self._run_timeout:
+            self._run_hop()
+
+    def _run_woken(self, ev: simpy.Event) -> None:
+        if ev is self._run_wake:
+            self._run_wake = None
+            if self._run_timeout is not None:
+                self._run_hop()
+
+    def _run_hop(self) -> None:
+        self._run_timeout = None
+        hop = call_soon(self.env, self._run_waited)
+        self._target = hop
+        self._then = self._run_waited
 
     def _run_waited(self, _ev: simpy.Event) -> None:
         wait = self._cut_run()
@@ -986,16 +1006,11 @@ class _TokenBatch(Worker):
         if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         self._run_plan = (total, growth, k, a2a, interruptible)
-        if interruptible:
-            # wait for the run's end or new work, whichever first: both succeed ``ended``
-            # (one plain event; cheaper than a SimPy condition, with the same hops; the
-            # wake's event is made by notify, only when work arrives)
-            ended = self._run_end = Event(env)
-            timeout = env.timeout(total)
-            timeout.callbacks.append(partial(_succeed_once, ended))
+        timeout = env.timeout(total)
+        if interruptible:  # its end or new work, whichever first (_run_timed_out, notify)
             self._run_timeout = timeout
-            return ended
-        return env.timeout(total)
+            self._run_end = True
+        return timeout
 
     def _cut_run(self) -> simpy.Event | None:
         """The run's wait is over. Woken by new work before its end: cut it at the step
@@ -1003,15 +1018,12 @@ class _TokenBatch(Worker):
         total, _, _, a2a, interruptible = self._run_plan
         if not interruptible:
             return None
-        self._run_end = None
+        self._run_end = False
+        self._run_wake = None  # a wake made after the hop does nothing
         run = self._activity
         assert isinstance(run, Run)
         tau = self.env.now - run.start_s
-        if tau < total - _EPS:
-            # the run's own timeout will find ``ended`` already succeeded: drop its call
-            timeout = self._run_timeout
-            if timeout is not None and timeout.callbacks is not None:
-                timeout.callbacks.clear()
+        if tau < total - _EPS:  # the run's own timeout, due later, does nothing
             k = run.steps_covering(tau)
             run = run.with_steps(k)
             if a2a is not None and a2a in self._copies:  # carry only the steps run
@@ -1061,7 +1073,10 @@ class _TokenBatch(Worker):
         self.context_tokens += k * run.batch
 
     def _settle_interrupted_run(self) -> None:
-        """On failure mid-run: count the steps that completed before now."""
+        """On failure mid-run: count the steps that completed before now (its timeout
+        and a wake under way then do nothing)."""
+        self._run_end = False
+        self._run_timeout = self._run_wake = None
         act = self._activity
         if not isinstance(act, Run):
             return
