@@ -257,19 +257,18 @@ class StepLog:
         total = int(steps.sum())
         if total == 0:
             return np.empty(0)
-        run_of_step = np.repeat(np.arange(len(steps)), steps)
+        # each run's values repeated once per step (np.repeat: cheaper than gathering
+        # through a step -> run index)
         first_of_run = np.cumsum(steps) - steps
-        i_in_run = np.arange(total) - first_of_run[run_of_step]
-        base = np.asarray(self.run_base_s)[run_of_step]
-        per = np.asarray(self.run_per_token_s)[run_of_step]
-        ctx = np.asarray(self.run_context0, dtype=float)[run_of_step]
-        batch = np.asarray(self.run_batch, dtype=float)[run_of_step]
+        i_in_run = np.arange(total) - np.repeat(first_of_run, steps)
+        base = np.repeat(np.asarray(self.run_base_s), steps)
+        per = np.repeat(np.asarray(self.run_per_token_s), steps)
+        ctx = np.repeat(np.asarray(self.run_context0, dtype=float), steps)
+        batch = np.repeat(np.asarray(self.run_batch, dtype=float), steps)
         dur = base + per * (ctx + i_in_run * batch)
         cum = np.cumsum(dur)
         # restart the cumulative sum at each run's start time
-        offset = (
-            np.asarray(self.run_start_at_s)[run_of_step] - (cum - dur)[first_of_run][run_of_step]
-        )
+        offset = np.repeat(np.asarray(self.run_start_at_s) - (cum - dur)[first_of_run], steps)
         out: np.ndarray = cum + offset
         return out
 
