@@ -119,19 +119,22 @@ def test_request_too_large_for_kv_is_rejected_with_reason():
 
 def test_kv_landing_as_a_run_ends_joins_at_that_boundary():
     # Dyadic times, so every instant below is exact in floats. Prefill 0.125 s, decode
-    # step 0.0625 s, handoff 0.0625 s. r0 (output 4) lands at 0.1875 and runs 3 steps to
-    # 0.375; r1 arrives at 0.1875, prefills until 0.3125 and lands at 0.375, the instant
-    # r0's run ends, after the run's own timeout is processed and before its wait ends.
-    # r1 joins at that boundary, and the wake its landing made does not cut r1's own run.
+    # step 0.0625 s, handoff 0.0625 s. r0 (output 4) and r1 (output 10) prefill together
+    # and land at 0.1875; their run ends when r0 finishes, 3 steps later at 0.375. r2
+    # arrives at 0.1875, prefills until 0.3125 and lands at 0.375: the instant the run
+    # ends, after the run's own timeout is processed and before its wait ends (one hop
+    # later). r2 joins r1 at that boundary, not one step later, and the wake its landing
+    # made does not cut the run it joins.
     cost = ConstantCost(prefill_base_s=0.125, decode_base_s=0.0625)
-    reqs = Requests(np.array([0.0, 0.1875]), np.array([10, 10]), np.array([4, 3]))
+    reqs = Requests(np.array([0.0, 0.0, 0.1875]), np.array([10, 10, 10]), np.array([4, 10, 3]))
     cfg = EngineConfig(
         pools=(PoolSpec("prefill", 1, cost, 8, 10_000), PoolSpec("decode", 1, cost, 8, 10_000))
     )
     raw = run_cluster(reqs, cfg, lambda nbytes, s, d: 0.0625)
-    assert raw.log.decode_admit_at_s.tolist() == [0.1875, 0.375]
-    assert raw.log.finish_at_s.tolist() == [0.375, 0.5]
+    assert raw.log.decode_admit_at_s.tolist() == [0.1875, 0.1875, 0.375]
+    assert raw.log.finish_at_s.tolist() == [0.375, 0.75, 0.5]
     steps = raw.workers[1].steps
-    assert list(steps.run_start_at_s) == [0.1875, 0.375]
-    assert list(steps.run_steps) == [3, 2]
-    assert token_times(raw, 1).tolist() == [0.375, 0.4375, 0.5]
+    assert list(steps.run_start_at_s) == [0.1875, 0.375, 0.5]
+    assert list(steps.run_steps) == [3, 2, 4]
+    assert list(steps.run_batch) == [2, 2, 1]
+    assert token_times(raw, 2).tolist() == [0.375, 0.4375, 0.5]

@@ -53,10 +53,9 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
-from simpy.events import Event
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
-from disaggsim.engine.events import call_soon, call_urgent
+from disaggsim.engine.events import call_in, call_urgent
 from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
@@ -267,7 +266,7 @@ class Worker:
         "_gen_then",
         "_target",
         "_then",
-        "_wake",
+        "_idle",
         "accepting",
         "block_tokens",
         "cost",
@@ -323,7 +322,7 @@ class Worker:
         self._prefill_times = prefill_times if prefill_times is not None else {}
         self.steps = StepLog()
         self.num_failures = 0
-        self._wake: simpy.Event | None = None  # idle: succeeded by new work
+        self._idle = False  # waiting for work: new work schedules the wake (notify)
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
         self._down_s = 0.0
         self._copies: set[FlowHandle] = set()  # flows of this worker in flight (topology)
@@ -493,10 +492,12 @@ class Worker:
         return self.kv_capacity_blocks * self.block_tokens
 
     def notify(self) -> None:
-        """Wake the worker if it is idle."""
-        wake = self._wake
-        if wake is not None and not wake.triggered:
-            wake.succeed()
+        """Wake the worker if it is idle: one hop later, once, as an event succeeded now
+        (the first new work schedules it, the rest finds it scheduled)."""
+        if self._idle:
+            self._idle = False
+            self._target = call_in(self.env, 0.0, self._woken)
+            self._then = self._woken
 
     def sample(self, queue_len: int, batch: int) -> None:
         at_s, worker, queue, running, kv = self._sample_to  # the host's sample columns
@@ -584,13 +585,9 @@ class Worker:
         """Wait for work (a drained worker first gives its GPUs back)."""
         if self._state is WorkerState.DRAINING and self._num_outstanding == 0:
             self.host.worker_drained(self)
-        wake = self._wake = Event(self.env)
-        wake.callbacks.append(self._woken)
-        self._target = wake
-        self._then = self._woken
+        self._idle = True
 
     def _woken(self, _ev: simpy.Event) -> None:
-        self._wake = None
         self._pass()
 
     def _interrupted(self, _ev: simpy.Event) -> None:
@@ -607,7 +604,7 @@ class Worker:
                 gen.throw(simpy.Interrupt("failure"))
             except simpy.Interrupt:
                 pass
-        self._wake = None
+        self._idle = False
         self._on_failure()
         self._cancel_copies()
         self._activity = None
@@ -915,13 +912,8 @@ class _TokenBatch(Worker):
         step boundary after new work arrives, when ``interruptible``): True when it
         waits; False after a preemption for growth that did not wait (the loop passes
         again)."""
-        wait = self._begin_run(interruptible)
-        if wait is None:
+        if not self._begin_run(interruptible):
             return self._sub(self._preempt_for_growth(), self._resume_pass)
-        then = self._run_timed_out if interruptible else self._run_waited
-        wait.callbacks.append(then)
-        self._target = wait
-        self._then = then
         return True
 
     # An interruptible run's wait ends at its timeout or when new work arrives, whichever
@@ -931,14 +923,13 @@ class _TokenBatch(Worker):
 
     def notify(self) -> None:
         """Wake the worker if it is idle, or cut its interruptible run."""
-        wake = self._wake
-        if wake is not None:
-            if not wake.triggered:
-                wake.succeed()
-            return
-        if self._run_end:
+        if self._idle:
+            self._idle = False
+            self._target = call_in(self.env, 0.0, self._woken)
+            self._then = self._woken
+        elif self._run_end:
             self._run_end = False
-            self._run_wake = call_soon(self.env, self._run_woken)
+            self._run_wake = call_in(self.env, 0.0, self._run_woken)
 
     def _run_timed_out(self, ev: simpy.Event) -> None:
         if ev is self._run_timeout:
@@ -952,15 +943,13 @@ class _TokenBatch(Worker):
 
     def _run_hop(self) -> None:
         self._run_timeout = None
-        hop = call_soon(self.env, self._run_waited)
-        self._target = hop
+        self._target = call_in(self.env, 0.0, self._run_waited)
         self._then = self._run_waited
 
     def _run_waited(self, _ev: simpy.Event) -> None:
-        wait = self._cut_run()
-        if wait is not None:
-            wait.callbacks.append(self._run_cut)
-            self._target = wait
+        rest_s = self._cut_run()
+        if rest_s > 0:
+            self._target = call_in(self.env, rest_s, self._run_cut)
             self._then = self._run_cut
             return
         self._end_run()
@@ -970,9 +959,9 @@ class _TokenBatch(Worker):
         self._end_run()
         self._pass()
 
-    def _begin_run(self, interruptible: bool) -> simpy.Event | None:
-        """Start the run to the next completion or block shortage; the event its end (or,
-        ``interruptible``, new work) succeeds. None: no step fits, preempt first."""
+    def _begin_run(self, interruptible: bool) -> bool:
+        """Start the run to the next completion or block shortage and wait for its end
+        (or, ``interruptible``, new work). False: no step fits, preempt first."""
         env = self.env
         b, c = self.batch, self.context_tokens
         on_demand = not self.requests.reserve_full
@@ -984,7 +973,7 @@ class _TokenBatch(Worker):
         ):
             k = self._steps_fitting(k)
         if k == 0:
-            return None
+            return False
         start = env.now
         lines = self._lines.get(b)
         if lines is None:
@@ -1006,18 +995,22 @@ class _TokenBatch(Worker):
         if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         self._run_plan = (total, growth, k, a2a, interruptible)
-        timeout = env.timeout(total)
         if interruptible:  # its end or new work, whichever first (_run_timed_out, notify)
+            timeout = self._target = call_in(env, total, self._run_timed_out)
+            self._then = self._run_timed_out
             self._run_timeout = timeout
             self._run_end = True
-        return timeout
+        else:
+            self._target = call_in(env, total, self._run_waited)
+            self._then = self._run_waited
+        return True
 
-    def _cut_run(self) -> simpy.Event | None:
+    def _cut_run(self) -> float:
         """The run's wait is over. Woken by new work before its end: cut it at the step
-        boundary covering now, and return the wait until that boundary (None: there)."""
+        boundary covering now, and return the seconds until that boundary (0: there)."""
         total, _, _, a2a, interruptible = self._run_plan
         if not interruptible:
-            return None
+            return 0.0
         self._run_end = False
         self._run_wake = None  # a wake made after the hop does nothing
         run = self._activity
@@ -1032,10 +1025,10 @@ class _TokenBatch(Worker):
                 if rest > 0:
                     self._copy(rest, "a2a", None)
             self._activity = run
-            done = run.time_s(k)
-            if done - tau > 0:
-                return self.env.timeout(done - tau)
-        return None
+            rest_s = run.time_s(k) - tau
+            if rest_s > 0:
+                return rest_s
+        return 0.0
 
     def _end_run(self) -> None:
         """The run's steps are done: advance the batch, let finished sequences go."""
@@ -1394,9 +1387,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             self._copy(self._a2a_iteration_bytes(0, tokens), "a2a", None)
         self.batch_end_at_s = now + dur
         self.host.prefill_batch_started(batch, self, dur)
-        done = env.timeout(dur)
-        done.callbacks.append(self._computed)
-        self._target = done
+        self._target = call_in(env, dur, self._computed)
         self._then = self._computed
 
     def _computed(self, _ev: simpy.Event) -> None:
@@ -1811,9 +1802,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 dur += self._promotion_s()
             self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
             self._activity = PrefillIter(batch)
-            done = env.timeout(dur)
-            done.callbacks.append(self._prefilled)
-            self._target = done
+            self._target = call_in(env, dur, self._prefilled)
             self._then = self._prefilled
             return True
         # _decode_or_idle, inline
@@ -1879,7 +1868,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             dur += self._promotion_s()
         self._activity = _MIXED
         self._mixing = (env.now, dur, b, ctx, chunk_seqs, chunk_tokens, done_now)
-        self._wait(env.timeout(dur), self._mixed)
+        self._target = call_in(env, dur, self._mixed)
+        self._then = self._mixed
         return True
 
     def _mixed(self, _ev: simpy.Event) -> None:
