@@ -1,0 +1,47 @@
+"""The engine's callback waits keep SimPy's order: ``call_in`` pushes onto SimPy's event
+queue itself (its private ``_queue`` and ``_eid``), so a SimPy release that changes those
+internals must fail here rather than reorder a simulation silently."""
+
+from __future__ import annotations
+
+import simpy
+
+from disaggsim.engine.events import call_in, call_later, call_urgent
+
+
+def _fire_order(use_call_in: bool) -> list[tuple[float, str]]:
+    """Waits made in one order at several delays (ties included), each with either
+    ``call_in`` or ``env.timeout``; returns the order they fire in."""
+    env = simpy.Environment()
+    seen: list[tuple[float, str]] = []
+
+    def note(name: str):
+        return lambda _ev: seen.append((env.now, name))
+
+    delays = [0.0, 1.0, 0.5, 1.0, 0.0, 0.5, 2.0, 1.0]
+    for i, d in enumerate(delays):
+        if use_call_in and i % 2 == 0:
+            call_in(env, d, note(f"w{i}"))
+        else:
+            env.timeout(d).callbacks.append(note(f"w{i}"))
+    call_later(env, 1.0, lambda: seen.append((env.now, "later")))
+    call_urgent(env, note("urgent"))
+    env.run()
+    return seen
+
+
+def test_call_in_queues_as_a_timeout_would() -> None:
+    got = _fire_order(use_call_in=True)
+    assert got == _fire_order(use_call_in=False)
+    # the urgent call first; at each instant FIFO by creation
+    assert got[0] == (0.0, "urgent")
+    assert [n for t, n in got if t == 1.0] == ["w1", "w3", "w7", "later"]
+
+
+def test_call_in_event_reads_as_processed() -> None:
+    env = simpy.Environment()
+    got: list[object] = []
+    ev = call_in(env, 0.25, lambda e: got.append((env.now, e.ok, e.value)))
+    env.run()
+    assert got == [(0.25, True, None)]
+    assert ev.processed
