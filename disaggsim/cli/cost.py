@@ -8,7 +8,9 @@ Owns the cost-query commands::
         ranks), --ep N (expert parallelism), --gpus N (per worker, = tp x dp), and the
         MoE options --redundant-experts, --routing, --power-law-alpha,
         --imbalance-factor, --all-to-all, --two-batch-overlap, --mla-prefill; --batch then
-        counts sequences over the whole worker
+        counts sequences over the whole worker. --gpus-per-node N: the cluster's node
+        (NVLink domain) size, as a topology fabric's gpus_per_node (default: the
+        catalog's); it decides whether a TP group's all-reduce stays in one node
     disaggsim cost kv      --model M --tokens T [--kv-dtype fp8] [--link pcie] [--gpu G]
                            [--prefill-s S] [--overlap] [--path same-node|cross-node-rdma|
                            cross-node-staged] [--tp N] [--host-staging pageable]
@@ -45,7 +47,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, dtype_bytes, get_gpu, get_model
-from disaggsim.config.bounds import MAX_BATCH_SEQS, MAX_DP, MAX_TOKENS, MAX_TP
+from disaggsim.config.bounds import (
+    MAX_BATCH_SEQS,
+    MAX_DP,
+    MAX_GPUS_PER_NODE,
+    MAX_TOKENS,
+    MAX_TP,
+)
 from disaggsim.costmodel import ops
 from disaggsim.costmodel.kv import LINK_CLASSES, kv_transfer
 from disaggsim.costmodel.mla import MLA_PREFILL_FORMS
@@ -118,6 +126,14 @@ LAYOUT = (
         maximum=MAX_TP * MAX_DP,
     ),
     Field("gpus", "int", "GPUs per worker (= tp x dp)", False, maximum=MAX_TP * MAX_DP),
+    Field(
+        "gpus_per_node",
+        "int",
+        "GPUs per node (NVLink domain), as a topology fabric's gpus_per_node; decides "
+        "in-node vs hierarchical all-reduce and an MoE unit's nodes (default: the catalog's)",
+        False,
+        maximum=MAX_GPUS_PER_NODE,
+    ),
 )
 # MoE options: passed to the cost model only when given (a dense model refuses them)
 MOE_OPTS = (
@@ -186,6 +202,7 @@ def _worker(values: dict[str, Any], cache: dict) -> Any:
         for k in ("model", "gpu", "weight_dtype", "kv_dtype", "engine", "attention_backend")
     )
     key += (tp, dp, values.get("ep"), tuple(sorted(moe.items())), values.get("profile"))
+    key += (values.get("gpus_per_node"),)
     if key not in cache:
         cache[key] = build_cost(
             values["model"],
@@ -199,6 +216,7 @@ def _worker(values: dict[str, Any], cache: dict) -> Any:
             engine=values["engine"],
             profile=_profile(values, values["gpu"], cache),
             attention_backend=values["attention_backend"],
+            gpus_per_node=values.get("gpus_per_node"),
         )
     return cache[key]
 

@@ -1387,7 +1387,8 @@ def build_cost(
     ``all_to_all``, ``two_batch_overlap``, ``mla_prefill``); on a dense model any of
     them, a ``dp`` or an ``ep`` other than 1 is a one-line error naming the field.
     ``gpus_per_node`` (a topology fabric's node size; None: the catalog's) sets the nodes
-    an MoE unit spans for its all-to-all."""
+    an MoE unit spans for its all-to-all, and whether a dense TP group's all-reduce stays
+    in one node or is hierarchical."""
     from disaggsim.costmodel.step import build_worker_cost
 
     m = get_model(model)
@@ -1415,6 +1416,7 @@ def build_cost(
             gpu_mem_util=gpu_mem_util,
             profile=profile,
             attention_backend=attention_backend,
+            gpus_per_node=gpus_per_node,
         )
     if attention_backend != "auto":  # MoE/MLA attention has its own kernels (costmodel.mla)
         raise UserError(

@@ -329,6 +329,7 @@ class RooflineWorkerCost:
         gpu_mem_util: float,
         activation_reserve_bytes: float,
         attention_backend: str = "auto",
+        gpus_per_node: int | None = None,
     ) -> None:
         self.model = model
         self.gpu = gpu
@@ -399,8 +400,9 @@ class RooflineWorkerCost:
         self._ew = profile.elementwise
         self._kv_elem = float(dtype_bytes(kv_dtype))
         # TP beyond one node: hierarchical all-reduce (costmodel/tp_layout.py); the
-        # in-node part uses the fit for the GPUs the group holds in each node.
-        self.tp_layout: TpLayout = tp_layout(gpu, tp)
+        # in-node part uses the fit for the GPUs the group holds in each node. The node is
+        # the cluster's (a topology fabric's gpus_per_node), else the catalog's.
+        self.tp_layout: TpLayout = tp_layout(gpu, tp, gpus_per_node)
         g = self.tp_layout.gpus_in_node
         self._ar_protocols = profile.allreduce.protocols_for_gpus(g) if g > 1 else ()
         graph_s = profile.graph_layer_s * model.num_layers if engine.cuda_graphs else 0.0
@@ -647,6 +649,7 @@ def build_worker_cost(
     activation_reserve_bytes: float | None = None,
     profile: HardwareProfile | str | Path | None = None,
     attention_backend: str = "auto",
+    gpus_per_node: int | None = None,
 ) -> RooflineWorkerCost:
     """A roofline cost model for one worker of ``tp`` × ``gpu`` serving ``model``.
 
@@ -674,6 +677,10 @@ def build_worker_cost(
         ``auto`` (the engine's own kernel where the engine profile names one and the
         hardware profile fits it, else the fastest trusted kernel for the head layout) or
         a backend the profile fits (:data:`disaggsim.hardware.profile.ATTENTION_BACKENDS`).
+    gpus_per_node
+        GPUs per node (NVLink domain) of the cluster: a topology fabric's
+        ``gpus_per_node``; None: the GPU catalog's. Decides whether the TP group's
+        all-reduce stays in one node or is hierarchical (:mod:`.tp_layout`).
 
     Raises
     ------
@@ -698,6 +705,10 @@ def build_worker_cost(
         )
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise UserError(f"tp must be a positive integer, got {tp!r}")
+    if gpus_per_node is not None and (
+        isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1
+    ):
+        raise UserError(f"gpus_per_node: must be a positive integer, got {gpus_per_node!r}")
     tps = valid_tps(m)
     if tp not in tps:
         raise UserError(
@@ -732,7 +743,17 @@ def build_worker_cost(
         )
     eng = resolve_engine(engine)
     cost = RooflineWorkerCost(
-        m, g, prof, tp, weight_dtype, kv_dtype, eng, gpu_mem_util, reserve, attention_backend
+        m,
+        g,
+        prof,
+        tp,
+        weight_dtype,
+        kv_dtype,
+        eng,
+        gpu_mem_util,
+        reserve,
+        attention_backend,
+        gpus_per_node,
     )
     if cost.kv_capacity_tokens < 1:
         fits = [

@@ -4,7 +4,8 @@ Owns the one rule every command applies to a TP degree (``run``, ``sweep``, ``co
 ``plan`` and ``cost`` all build workers through
 :func:`disaggsim.costmodel.step.build_worker_cost`, which asks this module):
 
-- ``tp <= gpus_per_node`` (the GPU catalog's node size): the group sits in one node and
+- ``tp <= gpus_per_node`` (the cluster's node size: a topology fabric's ``gpus_per_node``
+  where the scenario declares one, else the GPU catalog's): the group sits in one node and
   its all-reduce is the profile's fitted in-node collective (NVLink, or PCIe on GPUs
   without NVLink), exactly as before;
 - ``tp > gpus_per_node``: the group spans ``num_nodes = tp / g`` nodes with ``g`` GPUs in
@@ -12,6 +13,12 @@ Owns the one rule every command applies to a TP degree (``run``, ``sweep``, ``co
   nodes) and its all-reduce is *hierarchical*: a reduce-scatter inside each node, an
   all-reduce of each GPU's ``1/g`` shard across the nodes over that GPU's NIC (one ring
   per local rank, rail-aligned), and an all-gather inside the node.
+
+The node size is the fabric's because the fabric decides where the group's GPUs sit: a
+scenario declaring an NVLink domain of 16 or 36 GPUs (NVL72-like) places a TP16 group in
+one domain, so its all-reduce never touches a NIC. In a domain larger than the profile's
+largest measured in-node count (8 on the catalog's GPUs), the in-node fit used is that
+count's (the nearest measured; the ring's byte factor ``2 (g − 1) / g`` is exact).
 
 For ``S`` bytes per GPU, with ``λ``/``B`` the NIC latency and per-GPU bandwidth::
 
@@ -43,7 +50,7 @@ class TpLayout:
     """A TP group's placement: ``gpus_in_node`` GPUs on each of ``num_nodes`` nodes."""
 
     tp: int
-    gpus_per_node: int  # the node's size (catalog)
+    gpus_per_node: int  # the node's size (a topology fabric's, else the catalog's)
     gpus_in_node: int  # g: the group's GPUs in each node it uses
     num_nodes: int  # k
     nic_bytes_per_s: float  # per GPU, per direction
@@ -74,10 +81,12 @@ class TpLayout:
         }
 
 
-def tp_layout(gpu: str | GpuSpec, tp: int) -> TpLayout:
-    """The placement of a ``tp``-GPU group on ``gpu`` nodes (see the module docstring)."""
+def tp_layout(gpu: str | GpuSpec, tp: int, gpus_per_node: int | None = None) -> TpLayout:
+    """The placement of a ``tp``-GPU group on ``gpu`` nodes (see the module docstring):
+    nodes of ``gpus_per_node`` GPUs (a topology fabric's node size), or the catalog's
+    ``gpu.gpus_per_node`` when None."""
     g = get_gpu(gpu)
-    node = g.gpus_per_node
+    node = gpus_per_node or g.gpus_per_node
     if tp <= node:
         per_node = tp
     else:
