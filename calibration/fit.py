@@ -219,6 +219,7 @@ def fit_decode_attention(
     floor_s: float | None = None,
     overlap: float | None = 1.0,
     q_per_kv=None,
+    split_kv: bool = False,
 ) -> Fitted:
     """Decode-attention parameters; ``floor_s`` fixes the kernel floor (e.g. for rows timed
     without graphs, whose short calls carry launch time, not kernel time). ``overlap`` of
@@ -228,7 +229,10 @@ def fit_decode_attention(
     add the two where the data is thin); a number fixes it. ``q_per_kv`` (query heads per
     KV head, per row) fits a per-query-head kernel (TensorRT-LLM's masked MHA): work items
     per query head and the L2 re-read rate ``reread_bytes_per_s`` of a KV head shared by
-    several (``ops.decode_stream_seconds_per_byte``)."""
+    several (``ops.decode_stream_seconds_per_byte``). ``split_kv`` fits a split-KV kernel
+    (``split_fill_s``: few work items pay a fixed time and the KV stream runs at full
+    bandwidth, as FlashAttention's split-KV and TensorRT-LLM's multi-block mode split a
+    long sequence over several thread blocks) instead of the bandwidth share of few items."""
     b, c, kh, d, t_s = (
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
     )
@@ -245,6 +249,7 @@ def fit_decode_attention(
             multi_floor_s=p[5],
             overlap=p[6] if overlap is None else overlap,
             reread_bytes_per_s=p[7] if per_qh else 0.0,
+            split_fill_s=p[-1] if split_kv else 0.0,
         )
 
     def model(p, idx):
@@ -267,6 +272,10 @@ def fit_decode_attention(
         starts = [(*s0, 2.0 * hbm * kv_elem_bytes / 2.0) for s0 in starts]
         lo.append(0.1 * hbm)
         hi.append(100.0 * hbm)
+    if split_kv:  # the few-item time (s), last
+        starts = [(*s0, f) for s0, f in zip(starts, (5e-6, 2e-5, 1e-6), strict=True)]
+        lo.append(1e-12)
+        hi.append(1e-2)
     p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
     return Fitted(params(p), err)
 
@@ -407,10 +416,10 @@ def _round(x: float) -> float:
 
 
 def _params_dict(prm: Any) -> dict[str, float]:
-    # a decode kernel's re-read rate is written only for a per-query-head kernel
-    return {
-        k: _round(v) for k, v in asdict(prm).items() if not (k == "reread_bytes_per_s" and v == 0.0)
-    }
+    # a decode kernel's re-read rate is written only for a per-query-head kernel, its
+    # few-item time only for a split-KV kernel
+    optional = ("reread_bytes_per_s", "split_fill_s")
+    return {k: _round(v) for k, v in asdict(prm).items() if not (k in optional and v == 0.0)}
 
 
 def allreduce_dict(params: tuple[float, float, float, float]) -> dict[str, float]:

@@ -209,6 +209,7 @@ def fit_attention_backends(
                 kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
                 groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
                 q_per_kv=(rows["heads"] / rows["kv_heads"]).round() if per_qh else None,
+                split_kv=True,
             )
             sec["decode_attention"][dtype] = _params_dict(f.params)
             errors[f"attention.{backend}.decode.{dtype}"] = _err(

@@ -10,6 +10,7 @@ import pytest
 
 from disaggsim.catalog import get_gpu
 from disaggsim.config.scenario import AttentionBackend, Engine
+from disaggsim.costmodel import ops
 from disaggsim.costmodel.step import build_worker_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import (
@@ -177,8 +178,9 @@ def test_per_query_head_decode_rereads_the_group_by_hand() -> None:
     dec = prof.decode_attention_for("trtllm", "fp8")
     hbm = get_gpu("h100-sxm").hbm_bytes_per_s
     for batch in (1, 56, 512):
-        p = batch * 8  # (sequence, KV head) work items: 8 KV heads
-        share = p / (p + dec.par_half_sat)
+        # the bandwidth share of batch x 8 (sequence, KV head) work items (1 for a split-KV
+        # kernel: ops docstring)
+        share = float(ops.decode_attention_bw_scale(dec, batch, 8))
         # Mistral-7B: 32 layers, 8 KV heads of 128, 1-byte KV; 2 (K and V) bytes per element
         hbm_per_token = 32 * 2 * 8 * 128 * 1.0 / (hbm * dec.bw_eff * share)
         reread_per_token = 32 * 2 * 8 * 128 * 1.0 * 4 / rate

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disaggsim.catalog import get_gpu, get_model
+from disaggsim.costmodel import ops
 from disaggsim.costmodel.interface import WorkerCost, decode_step_time_s
 from disaggsim.costmodel.moe import (
     MoeWorkerCost,
@@ -165,7 +166,7 @@ def test_sliding_window_layers_bound_kv_and_decode_reads():
     )
     assert per == pytest.approx(dense_like.decode_coeffs(32)[1])
     d = c._dec
-    share = 64.0 / (64.0 + d.par_half_sat) if d.par_half_sat > 0 else 1.0  # 32 seqs x 2 heads
+    share = float(ops.decode_attention_bw_scale(d, 32, 2))  # 32 seqs x 2 heads
     want_per = 18 * 2 * 2 * 64 * 2 / (3.35e12 * d.bw_eff * share)
     assert per == pytest.approx(want_per, rel=1e-9)
     # chunked layers (Llama 4, 8192 tokens) are charged per token: exact within a chunk

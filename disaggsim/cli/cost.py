@@ -494,6 +494,7 @@ def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "bw_eff": p.bw_eff,
         "parallel_share": share,
         "par_half_sat": p.par_half_sat,
+        "split_fill_s": p.split_fill_s,
     }
 
 

@@ -842,7 +842,9 @@ class MoeWorkerCost:
             hkv = float(self.kv_heads_per_gpu)
             floor = d.floor_s + (d.multi_floor_s if b_r > 1.0 and hkv > 1.0 else 0.0)
             scale = 1.0
-            if d.par_half_sat > 0:
+            if d.split_fill_s > 0.0:  # split-KV: few items pay a fixed time, full bandwidth
+                floor += d.split_fill_s * d.par_half_sat / (b_r * hkv + d.par_half_sat)
+            elif d.par_half_sat > 0:
                 items = b_r * hkv
                 scale = items / (items + d.par_half_sat)
             t += (

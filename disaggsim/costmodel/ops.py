@@ -16,7 +16,11 @@ Forms (``docs/costmodel.md`` has the derivations):
   ``items = per_seq_kv_elem_s × B × KH × D`` (each of the ``P = B × KH`` (sequence, KV
   head) work items loads its query group, combines its partial results and writes its
   output) and ``stream = kv_bytes / (hbm × bw_eff × P / (P + par_half_sat))`` (few items
-  cannot keep every memory channel busy). With many items resident per SM, one item's
+  cannot keep every memory channel busy). A split-KV kernel (``split_fill_s`` > 0:
+  FlashAttention/FlashInfer split-KV, TensorRT-LLM multi-block) splits each long sequence
+  over several thread blocks, so few items do not starve the stream: it runs at ``hbm ×
+  bw_eff`` and few items cost a fixed ``split_fill_s × par_half_sat / (P + par_half_sat)``
+  instead (pipeline fill and the splits' reduction; in the floor). With many items resident per SM, one item's
   fixed work runs while another streams KV: ``overlap`` = 1 makes the kernel take the
   longer of the two (the roofline), 0 their sum. The stream term never exceeds peak
   bandwidth (``bw_eff`` ≤ 1). A per-query-head kernel over a grouped layout (``group``
@@ -87,18 +91,32 @@ def gemm_time_s(
 
 def decode_attention_bw_scale(p: DecodeAttentionParams, batch: ArrayLike, kv_heads: ArrayLike):
     """Share of ``hbm × bw_eff`` a decode-attention kernel over ``batch × kv_heads``
-    (sequence, KV head) work items reaches: ``P / (P + par_half_sat)`` (1 when 0)."""
-    if p.par_half_sat <= 0.0:
+    (sequence, KV head) work items reaches: ``P / (P + par_half_sat)`` (1 when 0, and for a
+    split-KV kernel, ``split_fill_s`` > 0, whose few items pay a fixed time instead)."""
+    if p.par_half_sat <= 0.0 or p.split_fill_s > 0.0:
         return np.ones_like(np.asarray(batch, float) * np.asarray(kv_heads, float))
     items = np.asarray(batch, float) * np.asarray(kv_heads, float)
     return items / np.maximum(items + p.par_half_sat, 1e-300)
 
 
-def decode_attention_floor_s(p: DecodeAttentionParams, batch: ArrayLike, kv_heads: ArrayLike):
+def decode_attention_floor_s(
+    p: DecodeAttentionParams,
+    batch: ArrayLike,
+    kv_heads: ArrayLike,
+    work_heads: ArrayLike | None = None,
+):
     """Fixed time of a decode-attention kernel: ``floor_s``, plus ``multi_floor_s`` when the
-    kernel takes its multi-sequence GQA path (``batch > 1`` and ``kv_heads > 1``)."""
-    multi = (np.asarray(batch, float) > 1.0) & (np.asarray(kv_heads, float) > 1.0)
-    return p.floor_s + p.multi_floor_s * multi
+    kernel takes its multi-sequence GQA path (``batch > 1`` and ``kv_heads > 1``), plus for
+    a split-KV kernel the few-item time ``split_fill_s × par_half_sat / (P +
+    par_half_sat)``, ``P = batch × work_heads`` (``work_heads``: :func:`decode_work_heads`,
+    the KV heads when None)."""
+    b = np.asarray(batch, float)
+    multi = (b > 1.0) & (np.asarray(kv_heads, float) > 1.0)
+    t = p.floor_s + p.multi_floor_s * multi
+    if p.split_fill_s > 0.0:
+        w = np.asarray(kv_heads if work_heads is None else work_heads, float)
+        t = t + p.split_fill_s * p.par_half_sat / (b * w + p.par_half_sat)
+    return t
 
 
 def decode_work_heads(p: DecodeAttentionParams, kv_heads: ArrayLike, group: ArrayLike = 1.0):
@@ -151,12 +169,13 @@ def decode_attention_time_s(
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
     kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
-    items = p.per_seq_kv_elem_s * b * decode_work_heads(p, kh, reread_group) * d
+    work = decode_work_heads(p, kh, reread_group)
+    items = p.per_seq_kv_elem_s * b * work * d
     stream = kv_bytes * decode_stream_seconds_per_byte(
         peaks, p, b, kh, reread_group, reread_bytes_per_s
     )
     return (
-        decode_attention_floor_s(p, b, kh)
+        decode_attention_floor_s(p, b, kh, work)
         + p.per_seq_s * b
         + np.maximum(items, stream)
         + (1.0 - p.overlap) * np.minimum(items, stream)
@@ -178,8 +197,9 @@ def decode_attention_lines(
     KV-stream-bound line, ``(base, per_token)`` of the item-bound line``)``. Stream-bound:
     ``fixed + (1 − overlap) × items + stream``; item-bound: ``fixed + items + (1 − overlap)
     × stream`` (equal at the knee, where items = stream)."""
-    fixed = float(decode_attention_floor_s(p, batch, kv_heads)) + p.per_seq_s * batch
-    items = p.per_seq_kv_elem_s * batch * float(decode_work_heads(p, kv_heads, reread_group))
+    work = float(decode_work_heads(p, kv_heads, reread_group))
+    fixed = float(decode_attention_floor_s(p, batch, kv_heads, work)) + p.per_seq_s * batch
+    items = p.per_seq_kv_elem_s * batch * work
     items *= head_dim
     per_byte = float(
         decode_stream_seconds_per_byte(peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s)

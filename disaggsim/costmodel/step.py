@@ -145,16 +145,22 @@ def _prefill_attention_s(
     return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
 
 
-def _dec_floor_s(p: DecodeAttentionParams, batch: float, kv_heads: float) -> float:
-    """ops.decode_attention_floor_s for scalars: ``multi_floor_s`` added when B > 1 and KH > 1."""
-    if batch > 1.0 and kv_heads > 1.0:
-        return p.floor_s + p.multi_floor_s
-    return p.floor_s
+def _dec_floor_s(
+    p: DecodeAttentionParams, batch: float, kv_heads: float, work_heads: float | None = None
+) -> float:
+    """ops.decode_attention_floor_s for scalars: ``multi_floor_s`` added when B > 1 and KH > 1;
+    a split-KV kernel's few-item time ``split_fill_s × h / (B × work_heads + h)``."""
+    t = p.floor_s + p.multi_floor_s if batch > 1.0 and kv_heads > 1.0 else p.floor_s
+    if p.split_fill_s > 0.0:
+        w = kv_heads if work_heads is None else work_heads
+        t += p.split_fill_s * p.par_half_sat / (batch * w + p.par_half_sat)
+    return t
 
 
 def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> float:
-    """ops.decode_attention_bw_scale for scalars: ``P / (P + par_half_sat)``, P = B × KH."""
-    if p.par_half_sat <= 0.0:
+    """ops.decode_attention_bw_scale for scalars: ``P / (P + par_half_sat)``, P = B × KH (1
+    for a split-KV kernel)."""
+    if p.par_half_sat <= 0.0 or p.split_fill_s > 0.0:
         return 1.0
     items = batch * kv_heads
     return items / (items + p.par_half_sat)
@@ -565,7 +571,7 @@ class RooflineWorkerCost:
                 hbm, d, decode_batch, hkv_dec, self._reread_group, self._reread_bytes_per_s
             )
             attn_layer += (
-                _dec_floor_s(d, decode_batch, hkv_dec)
+                _dec_floor_s(d, decode_batch, hkv_dec, work)
                 + d.per_seq_s * decode_batch
                 + max(items, stream)
                 + (1.0 - d.overlap) * min(items, stream)

@@ -109,8 +109,13 @@ class DecodeAttentionParams:
     kernel takes the longer of the two, 0: their sum); ``reread_bytes_per_s`` > 0 marks a
     per-query-head kernel (TensorRT-LLM's masked MHA: one work item per (sequence, query
     head), each reading its KV head, so a KV head shared by ``g`` query heads is read ``g``
-    times, the re-reads from L2 at this rate: ``ops.decode_stream_seconds_per_byte``). All
-    optional in the JSON (0: term off), so older profiles still load."""
+    times, the re-reads from L2 at this rate: ``ops.decode_stream_seconds_per_byte``);
+    ``split_fill_s`` > 0 marks a split-KV kernel (FlashAttention's and FlashInfer's split-KV,
+    TensorRT-LLM's multi-block mode: a long sequence's KV is split over several thread
+    blocks, so few work items still stream at full bandwidth): its KV stream runs at ``hbm ×
+    bw_eff`` whatever the number of items, and few items cost a fixed time instead,
+    ``split_fill_s × par_half_sat / (P + par_half_sat)`` (``ops.decode_attention_floor_s``).
+    All optional in the JSON (0: term off), so older profiles still load."""
 
     floor_s: float
     per_seq_s: float
@@ -120,6 +125,7 @@ class DecodeAttentionParams:
     multi_floor_s: float = 0.0
     overlap: float = 0.0
     reread_bytes_per_s: float = 0.0
+    split_fill_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +303,14 @@ _DEC_KEYS: tuple[Any, ...] = (
     DecodeAttentionParams,
     ("floor_s", "per_seq_s", "bw_eff"),
     ("per_seq_s",),
-    ("per_seq_kv_elem_s", "par_half_sat", "multi_floor_s", "overlap", "reread_bytes_per_s"),
+    (
+        "per_seq_kv_elem_s",
+        "par_half_sat",
+        "multi_floor_s",
+        "overlap",
+        "reread_bytes_per_s",
+        "split_fill_s",
+    ),
 )
 _PRE_KEYS: tuple[Any, ...] = (
     PrefillAttentionParams,
