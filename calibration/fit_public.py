@@ -713,6 +713,77 @@ def gemm_tile_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# TensorRT-LLM's XQA multi-block rule (decoderXQAImplCommon.h computeMultiBlockCount,
+# decoderXQAConstants.h): kMinHistoryTokensPerBlock, kTargetWaveFactor; SMs per GPU
+XQA_MIN_TOKENS_PER_BLOCK = 128
+XQA_TARGET_WAVES = 8
+SMS = {"h100-sxm": 132, "a100-80gb": 108}
+
+
+def xqa_blocks_per_sequence(per_seq_tokens, items, sms: int) -> np.ndarray:
+    """Thread blocks XQA's multi-block mode gives each (sequence, KV head) item: one per 128
+    cached tokens, at most ``round(sqrt(8 × that))``, cut so that ``items × blocks`` stays
+    within 8 waves of the SMs, at least 1 (its workspace cap is not modelled)."""
+    m0 = np.floor(np.asarray(per_seq_tokens, float) / XQA_MIN_TOKENS_PER_BLOCK)
+    m = np.maximum(np.minimum(m0, np.round(np.sqrt(8.0 * m0))), 1.0)
+    adj = np.asarray(items, float) * m / (sms * XQA_TARGET_WAVES)
+    return np.maximum(np.where(adj > 1.0, np.floor(m / adj), m), 1.0)
+
+
+def xqa_split_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
+    """A diagnostic, not shipped: TensorRT-LLM's XQA decode rows (bf16 KV) under the shipped
+    split-KV form (few items pay a fixed time) and under XQA's own multi-block count (the
+    bandwidth share over ``items × blocks`` thread blocks, blocks from the context per
+    sequence: :func:`xqa_blocks_per_sequence`), in sample and fitted on ≤ 2048 tokens per
+    sequence, tested on > 8192. The second is not affine in the context at a fixed batch."""
+    pk = peaks_of(gpu)
+    d = public.aic_decode_attention(data_root, gpu)
+    d = _decode_backend_rows(d[d["dtype"] == "bf16"], "trtllm")
+    b, c, kh, hd, ts = (
+        d[x].to_numpy(float) for x in ("batch", "context_tokens", "kv_heads", "head_dim", "t_s")
+    )
+    blocks = xqa_blocks_per_sequence(c / b, b * kh, SMS[gpu])
+
+    def count_form(p, idx):
+        floor, per_seq, bw, per_elem, half, multi = p
+        work = b[idx] * kh[idx] * blocks[idx]
+        stream = 2.0 * c[idx] * kh[idx] * hd[idx] * 2.0 / (pk.hbm_bytes_per_s * bw)
+        stream = stream * (work + half) / work
+        items = per_elem * b[idx] * kh[idx] * hd[idx]
+        fixed = floor + multi * ((b[idx] > 1) & (kh[idx] > 1)) + per_seq * b[idx]
+        return fixed + np.maximum(items, stream)
+
+    starts = [(8e-6, 1e-8, 0.7, 1e-10, 10.0, 1e-6), (3e-6, 1e-9, 0.9, 1e-11, 100.0, 1e-7)]
+    lo, hi = (1e-8, 1e-13, 1e-4, 1e-15, 1e-4, 1e-12), (1e-2, 1e-3, 1.0, 1e-5, 1e4, 1e-3)
+    every = np.arange(len(ts))
+    short, long_ = every[c / b <= 2048], every[c / b > 8192]
+    rows = []
+    for name in ("split-KV fixed time (shipped form)", "XQA multi-block count"):
+        for label, train, test in (("in sample", every, every), ("≤ 2048 → > 8192", short, long_)):
+            if name.startswith("XQA"):
+                p, _ = fit_generic(count_form, ts[train], starts, lo, hi, held_out=False)
+                pred = count_form(p, test)
+            else:
+                f = fit_decode_attention(
+                    pk, b[train], c[train], kh[train], hd[train], ts[train],
+                    held_out=False, split_kv=True,
+                )  # fmt: skip
+                pred = ops.decode_attention_time_s(
+                    pk, f.params, b[test], c[test], kh[test], hd[test]
+                )
+            a = np.abs(pred / ts[test] - 1.0)
+            rows.append(
+                {
+                    "form": name,
+                    "rows": label,
+                    "n": len(test),
+                    "median_ape": round(float(np.median(a)), 3),
+                    "p90_ape": round(float(np.percentile(a, 90)), 3),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.fit_public", description=__doc__.split("\n\n")[0]
@@ -750,7 +821,18 @@ def main(argv: list[str] | None = None) -> int:
         help="only print SGLang's FP8 GEMM rows fitted by a tile form from its dispatch "
         "table beside the smooth form (a diagnostic: fits and writes nothing shipped)",
     )
+    p.add_argument(
+        "--xqa-split",
+        metavar="GPU",
+        choices=sorted(SMS),
+        help="only print TensorRT-LLM's XQA decode rows under the shipped split-KV form and "
+        "under XQA's own multi-block count, in sample and fitted on short contexts (a "
+        "diagnostic: fits and writes nothing shipped)",
+    )
     args = p.parse_args(argv)
+    if args.xqa_split:
+        print(xqa_split_fit(Path(args.data), args.xqa_split).to_string(index=False))
+        return 0
     if args.gemm_tiles:
         try:
             print(gemm_tile_fit(Path(args.data), args.gemm_tiles).to_string(index=False))

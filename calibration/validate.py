@@ -214,10 +214,12 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   the A100 (7.3% → 7.7%, 6.6% → 7.6%), and TensorRT-LLM's fits lose 0.2-2.5 points (H100
   XQA bf16 14.6% → 15.7%, masked MHA FP8 14.8% → 17.3%): the fixed time stands for a split
   count that grows with the context. XQA's own count (`sqrt` rule and wave cap) as the
-  work items of the bandwidth share fits better on both counts (H100 XQA 11.3% in sample,
-  18.1% fitted on short contexts; a scratch fit, not in the repository) but makes a step
-  non-affine in the context at a fixed batch, which the engine's closed-form decode runs
-  rely on, so it is not shipped. XQA at A100 long contexts (40.3%) is the worst held-out row
+  work items of the bandwidth share fits better on both counts (XQA bf16 in sample 11.3%
+  (H100) and 10.6% (A100), fitted on short contexts 17.0% and 15.4%; `python -m
+  calibration.fit_public --data ../shared/data --xqa-split GPU`) but makes a step
+  non-affine in the context at a fixed batch (piecewise affine: the count changes at
+  discrete tokens per sequence), which the engine's closed-form decode runs rely on, so it
+  is not shipped; the engine would have to end a decode run where the count changes. XQA at A100 long contexts (40.3%) is the worst held-out row
   left. In KV heads (fit ≤ 8 → test 32) the change is small: SGLang 6.3% → 8.5% (H100),
   5.7% → 3.8% (A100); masked MHA 10.4% → 12.4%, 13.1% → 12.8%.
 """

@@ -98,10 +98,14 @@ def test_engine_fits_beat_kernels_alone_and_ship() -> None:
     for name in ("vllm", "trtllm", "vllm-eager-2023"):
         e = fits[name]["error"]
         kern = e["kernels_only"]
-        # the overhead (least squares on relative error) shortens the tail and gives up no
-        # more than half a point of median: TensorRT-LLM's kernels alone already sit at
-        # its median target (4.1%), the fit takes its p90 from 13.9% to 11.9%
+        # the overhead (least squares on relative error) shortens the tail, also for each
+        # (source, model, GPU, TP) family predicted by a refit without it, and gives up no
+        # more than half a point of median: a median of 62 TensorRT-LLM rows has a
+        # bootstrap standard error of 0.7 points, so a strict median gain would test noise
+        # (trtllm: kernels alone 4.8% / 14.8%, fitted 4.2% / 12.5%, held out by family
+        # 4.5% / 13.1%; before the split-KV refit 4.1% / 13.9% against 4.4% / 11.9%)
         assert e["all"]["p90_ape"] < kern["p90_ape"]
+        assert e["held_out_by_family"]["p90_ape"] < kern["p90_ape"]
         assert e["all"]["median_ape"] < kern["median_ape"] + 0.005
     # the shipped engines.json holds exactly these fits (rounded to 5 digits)
     shipped = load_engines()

@@ -112,3 +112,15 @@ def test_xqa_fitted_on_short_contexts_extrapolates_to_long() -> None:
     pred = ops.decode_attention_time_s(pk, f.params, *(te[k] for k in cols))
     ape = np.abs(pred - te["t_s"].to_numpy()) / te["t_s"].to_numpy()
     assert np.median(ape) < 0.30
+
+
+def test_xqa_block_count_follows_its_source_rule() -> None:
+    """calibration.fit_public.xqa_blocks_per_sequence (the --xqa-split diagnostic) by hand
+    from decoderXQAImplCommon.h: 128 tokens a block, at most round(sqrt(8 m)), cut to 8
+    waves of the SMs."""
+    from calibration.fit_public import xqa_blocks_per_sequence
+
+    got = xqa_blocks_per_sequence([100, 2048, 131072, 32768], [1, 1, 1, 32], 132)
+    # 100 tokens: 0 blocks -> 1; 2048: 16 -> sqrt(128) = 11.3 -> 11; 131072: 1024 ->
+    # sqrt(8192) = 90.5 -> 91; 32768 x 32 items: 256 -> 45, 32 x 45 / 1056 = 1.36 -> 33
+    assert got.tolist() == [1.0, 11.0, 91.0, 33.0]
