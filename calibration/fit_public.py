@@ -683,9 +683,32 @@ def gemm_tile_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
         model, ts, [(4e-6, 0.5, 0.7, 0.8), (2e-6, 0.3, 0.9, 0.6)], (1e-8,) + (1e-3,) * 3,
         (1e-3, 1.0, 1.0, 1.0), fam,
     )  # fmt: skip
+    # the whole dispatch table: four branches (m <= 64: 64 x 64 tiles in 1 x 4 clusters;
+    # 65-256: 64 x 64, 1 x 1; 257-1024: 128 x 128, 1 x 1; above: 128 x 128, 2 x 1), tiles
+    # rounded up to whole clusters, one efficiency per branch, and a per-tile epilogue time
+    # (output tile and scales; per 64 x 64 outputs)
+    br = np.select([m <= 64, m <= 256, m <= 1024], [0, 1, 2], 3)
+    tm = np.array([64.0, 64.0, 128.0, 128.0])[br]
+    cm, cn = np.array([1.0, 1.0, 1.0, 2.0])[br], np.array([4.0, 1.0, 1.0, 1.0])[br]
+    tiles = np.ceil(np.ceil(m / tm) / cm) * cm * np.ceil(np.ceil(n / tm) / cn) * cn
+    waves4 = np.ceil(tiles / H100_SMS)
+
+    def dispatch(q, idx):
+        launch, e0, e1, e2, e3, mem_eff, epi = q
+        eff = np.array([e0, e1, e2, e3])[br[idx]]
+        area = tm[idx] ** 2
+        per_tile = epi * area / 4096.0 + 2.0 * area * k[idx] / (pk.fp8_flop_per_s / H100_SMS * eff)
+        mem = ops.gemm_bytes(m[idx], n[idx], k[idx], 1.0) / (pk.hbm_bytes_per_s * mem_eff)
+        return launch + np.maximum(waves4[idx] * per_tile, mem) + extra[idx]
+
+    q, err4 = fit_generic(
+        dispatch, ts, [(4e-6, 0.5, 0.6, 0.7, 0.8, 0.8, 1e-6), (2e-6, 0.3, 0.4, 0.9, 0.9, 0.6, 1e-7)],
+        (1e-8,) + (1e-3,) * 5 + (1e-12,), (1e-3,) + (1.0,) * 5 + (1e-4,), fam,
+    )  # fmt: skip
     smooth = fit_gemm(pk, m, n, k, ts, "fp8", groups=fam, extra_s=extra)
     fits = {
         "tile form": (model(p, np.arange(len(ts))), err),
+        "dispatch table": (dispatch(q, np.arange(len(ts))), err4),
         "smooth form": (ops.gemm_time_s(pk, smooth.params, m, n, k, "fp8") + extra, smooth.error),
     }
     rows = []
