@@ -105,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
+        print(
+            f"{out['mode']} plan, {args.gpus} GPUs, {args.workers} workers: "
+            f"{res.num_simulations} simulations, wall {out['wall_s']} s "
+            f"(normalised {out['wall_s_normalised']} s), CPU {out['cpu_s']} s "
+            f"({out['cpu_s_per_worker']} per worker)"
+        )
         for k, v in out.items():
             print(f"{k:>22}: {v}")
     return 0

@@ -48,6 +48,7 @@ __all__ = [
     "cache_enabled",
     "expected_prefix_hit_share",
     "fitting_tps",
+    "loaded_residence_s",
     "sample_requests",
     "worker_cost",
 ]
@@ -197,6 +198,20 @@ class AnalyticGuess(PoolLayouts):
             f"{self.capacity_per_gpu_per_s:.2f} req/s per GPU"
         )
         return lines
+
+
+def loaded_residence_s(g: AnalyticGuess, slo, colocated: bool = False) -> float:
+    """Seconds a mean request spends in a loaded deployment of the guess's layouts: its
+    prefill batch (``k`` prompts of ``prefill_s_per_request`` each), then (mean output −
+    1) decode steps, each the typical batch's step (disaggregated) or the ITL target (a
+    colocated pool: its steps carry prefill work, and at capacity they stretch to the
+    target); at most what the SLO lets a request that meets it take (TTFT target + (mean
+    output − 1) × ITL target). A goodput run shorter than this measures a system that
+    has not filled (docs/planning.md, "Run lengths")."""
+    decode_steps = max(g.output_tokens_mean - 1.0, 0.0)
+    prefill_s = g.prefill_s_per_request * max(g.prefill_batch_prompts_mean, 1.0)
+    step_s = slo.itl_s if colocated else min(g.decode_step_s, slo.itl_s)
+    return min(prefill_s + decode_steps * step_s, slo.ttft_s + decode_steps * slo.itl_s)
 
 
 def worker_cost(

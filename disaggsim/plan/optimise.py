@@ -12,9 +12,10 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
 
 1. evaluates the start points of the family with the highest bound of each kind;
 2. then, wave after wave, for every family not yet settled: **prunes** it when its
-   bound × ``bound_slack`` is below the best goodput found (it cannot win; a member of
-   a family whose bound is a true one, ``true_bound``, counts at most at its bound),
-   otherwise
+   bound × ``bound_slack`` is below the best goodput found (it cannot win), each member
+   found counted at most at its own family's ceiling: its bound when that is a true
+   one (``true_bound``), else its bound × ``bound_slack`` — the premise of pruning
+   applied to the measurement that prunes; otherwise
    evaluates its start points, or the unevaluated **neighbours** of its best member
    (local moves, in tiers: the nearest tier with anything unevaluated); once every
    neighbour is evaluated, a family with a model (``predict``: goodput per GPU of its
@@ -63,7 +64,7 @@ class Family(Generic[C]):
     evaluated: list[C] = field(default_factory=list)
     # the bound holds for the family's true goodput (MoE: plan/moe_bound.py), so a
     # member measured above it is a measurement artefact (a short run ending before its
-    # queues grow): pruning counts it at the bound
+    # queues grow): pruning counts it at the bound (else at the bound x the slack)
     true_bound: bool = False
     predict: Callable[[C, Mapping[C, float]], Mapping[C, float]] | None = None
 
@@ -97,16 +98,16 @@ def optimise(
     def best_value() -> float:
         return max(values.values(), default=0.0)
 
+    def ceiling(fam: Family[C]) -> float:
+        """The most a member of ``fam`` can truly reach: its bound when that is a true
+        one, else its bound x the slack (what pruning assumes of every family)."""
+        return fam.bound_per_gpu * (1.0 if fam.true_bound else bound_slack)
+
     def pruning_value() -> float:
-        """The best found, each member of a family with a true bound counted at most
-        at that bound."""
-        return max(
-            (
-                min(v, owner_of[c].bound_per_gpu) if owner_of[c].true_bound else v
-                for c, v in values.items()
-            ),
-            default=0.0,
-        )
+        """The best found, each member counted at most at its family's ceiling: a value
+        above it is a measurement artefact (a run too short for its queues to grow),
+        and pruning on it would drop families that could win."""
+        return max((min(v, ceiling(owner_of[c])) for c, v in values.items()), default=0.0)
 
     owner_of: dict[C, Family[C]] = {}
 

@@ -46,6 +46,7 @@ from disaggsim.plan.analytic import (
     cache_enabled,
     expected_prefix_hit_share,
     fitting_tps,
+    loaded_residence_s,
     plan_gpu,
     sample_lengths,
     sample_requests,
@@ -54,7 +55,7 @@ from disaggsim.plan.analytic import (
 from disaggsim.plan.optimise import Family, OptimiseResult, optimise
 from disaggsim.sweep.core import Source, source_of
 from disaggsim.sweep.executors import Executor
-from disaggsim.sweep.goodput import GoodputResult, goodput_many
+from disaggsim.sweep.goodput import GoodputResult, goodput_many, steady_profile
 from disaggsim.validity import largest_prompt_tokens, link_fabric_problem
 from disaggsim.workload.requests import Requests
 
@@ -74,6 +75,8 @@ __all__ = [
 KINDS = ("disaggregate", "colocate_chunked", "colocate_vllm")
 DEFAULT_CHUNK_TOKENS = 512  # Sarathi-style chunk budget when the scenario has none
 CHUNK_LADDER = (256, 512, 1024, 2048, 4096, 8192)  # chunk sizes the search tries
+# quick mode's exploration trend test (metrics.steady.ALPHA, 0.01, elsewhere)
+QUICK_TREND_ALPHA = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +140,10 @@ class PlanOptions:
             rule=RunLengthRule(min_measured_requests=400, service_multiple=5.0),
             tol_fraction=0.04,
             explore_rule=RunLengthRule(
-                min_measured_requests=200, service_multiple=2.0, warmup_service_multiple=1.0
+                min_measured_requests=200,
+                service_multiple=2.0,
+                warmup_service_multiple=1.0,
+                alpha=QUICK_TREND_ALPHA,
             ),
             explore_tol_fraction=0.06,
             finalist_margin=0.0,
@@ -934,6 +940,7 @@ class _Evaluator:
         self.invalid: dict[Candidate, str] = {}  # deployments the fabric cannot join
         self.label = str(loaded.path) if loaded.path else "<scenario>"
         self.counter = counter if counter is not None else [0]  # simulations, all stages
+        self._residence: dict[tuple, float] = {}  # family -> residence in service times
 
     @property
     def simulations(self) -> int:
@@ -941,6 +948,42 @@ class _Evaluator:
 
     def _family_key(self, c: Candidate) -> tuple:
         return (c.kind, c.prefill_layout, c.decode_layout, c.weight_dtype)
+
+    def _guess(self, c: Candidate) -> AnalyticGuess:
+        return self.guesses.get(c) or next(
+            v for k, v in self.guesses.items() if self._family_key(k) == self._family_key(c)
+        )
+
+    def residence_multiple(self, c: Candidate) -> float:
+        """The loaded residence of a mean request in ``c``'s family
+        (:func:`~disaggsim.plan.analytic.loaded_residence_s`) in service times of ``c``
+        (the run-length rule's unit, :func:`~disaggsim.sweep.goodput.steady_profile`),
+        rounded up to a power of 2^(1/4) so that a few rules serve every family."""
+        key = self._family_key(c)
+        if key not in self._residence:
+            src = self.source(c)
+            service_s = steady_profile(load_scenario(src.raw, base_dir=src.base_dir)).service_s
+            g = self._guess(c)
+            residence_s = loaded_residence_s(g, self.loaded.scenario.slo, c.kind != "disaggregate")
+            m = residence_s / service_s if service_s > 0 else 0.0
+            self._residence[key] = 2 ** (math.ceil(4 * math.log2(m)) / 4) if m > 1 else 1.0
+        return self._residence[key]
+
+    def rule_for(self, c: Candidate, rule: RunLengthRule) -> RunLengthRule:
+        """``rule`` with its warm-up and its measurement window each at least the loaded
+        residence of a mean request in ``c``. A shorter run measures requests that spend
+        much of their lives after arrivals have stopped, in an emptying system (decode
+        batches free of new prompts), and ends before the deployment has filled (decode
+        KV, batch slots): rates above capacity meet the SLO there (docs/planning.md,
+        "Run lengths")."""
+        m = self.residence_multiple(c)
+        if m <= rule.warmup_service_multiple and m <= rule.service_multiple:
+            return rule
+        return dataclasses.replace(
+            rule,
+            warmup_service_multiple=max(rule.warmup_service_multiple, m),
+            service_multiple=max(rule.service_multiple, m),
+        )
 
     def _bracket(self, c: Candidate) -> tuple[float, float]:
         o = self.options
@@ -955,10 +998,7 @@ class _Evaluator:
         if rel:
             centre = max(rel) * c.num_gpus
             return 0.7 * centre, 1.3 * centre
-        g = self.guesses.get(c) or next(
-            v for k, v in self.guesses.items() if self._family_key(k) == self._family_key(c)
-        )
-        cap = g.capacity_per_gpu_per_s * c.num_gpus
+        cap = self._guess(c).capacity_per_gpu_per_s * c.num_gpus
         return o.rate_lo_factor * cap, o.rate_hi_factor * cap
 
     def source(self, c: Candidate) -> Source:
@@ -993,6 +1033,19 @@ class _Evaluator:
         return [got.get(c, 0.0) for c in cands]  # a deployment that cannot exist serves 0
 
     def _evaluate(self, cands: list[Candidate]) -> list[float]:
+        """One search per run-length rule (:meth:`rule_for`), one after another; each
+        in lock-step over its candidates."""
+        o = self.options
+        base = o.explore_rule if self.stage == "explore" else o.rule
+        groups: dict[RunLengthRule, list[Candidate]] = {}
+        for c in cands:
+            groups.setdefault(self.rule_for(c, base), []).append(c)
+        got: dict[Candidate, float] = {}
+        for rule, group in groups.items():
+            got.update(zip(group, self._search(group, rule), strict=True))
+        return [got[c] for c in cands]
+
+    def _search(self, cands: list[Candidate], rule: RunLengthRule) -> list[float]:
         o = self.options
         explore = self.stage == "explore"
         brackets = [self._bracket(c) for c in cands]
@@ -1011,7 +1064,7 @@ class _Evaluator:
             brackets=brackets,
             tol_fraction=o.explore_tol_fraction if explore else o.tol_fraction,
             seeds=o.seeds,
-            rule=o.explore_rule if explore else o.rule,
+            rule=rule,
             confirm=not explore,
             executor=self.executor,
             progress=on_progress,
