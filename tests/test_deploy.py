@@ -346,6 +346,48 @@ def test_moe_layout_over_nodes_starts_a_server_per_node(planned):
     assert args[args.index("--data-parallel-size") + 1] == "16"
 
 
+def test_ranks_over_nodes_sit_where_the_fabric_puts_them(planned):
+    """A topology fabric of 4-GPU nodes runs a decode worker of tp1 x dp12 on three
+    nodes of 4 (the simulation's placement); the catalog's 8-GPU H100 node would have
+    given two of 6."""
+    cand = Candidate("disaggregate", 1, 1, 1, 1, prefill_dp=4, decode_dp=12)
+    files = configs(planned, cand, [*QWEN_MOE, "fabric={kind: topology, gpus_per_node: 4}"])
+    assert set(files) == set(DEPLOY_FILES)
+    vllm = [split_env(list(w)) for w in shell_commands(files["deploy-vllm.sh"])]
+    dec = [(env, check_command("vllm", w)[1]) for env, w in vllm if w[:2] == ["vllm", "serve"]][1:]
+    assert [f["--data-parallel-size-local"] for _, f in dec] == [["4"], ["4"], ["4"]]
+    assert [f.get("--data-parallel-start-rank") for _, f in dec] == [None, ["4"], ["8"]]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env, _ in dec] == ["0,1,2,3"] * 3
+    sg = [w for w in shell_commands(files["deploy-sglang.sh"]) if "decode" in w]
+    assert [w[w.index("--nnodes") + 1] for w in sg] == ["3"] * 3
+    d = yaml.safe_load(files["deploy-dynamo.yaml"])["spec"]["services"]["VllmDecodeWorker"]
+    assert d["multinode"] == {"nodeCount": 3} and d["resources"]["limits"]["gpu"] == "4"
+
+
+def test_ranks_that_do_not_fill_their_last_node_get_vllm_only(planned):
+    """tp4 x dp3 on 8-GPU nodes: two ranks on the first node, one on the second (8 + 4,
+    as the fabric places whole TP groups), which vLLM takes as a local size per node;
+    SGLang's --nnodes and Dynamo's multinode put as many GPUs on every node."""
+    from disaggsim.plan.deploy import deployment_of, uneven_nodes
+
+    cand = Candidate("disaggregate", 1, 1, 1, 4, decode_dp=3)
+    files = configs(planned, cand, QWEN_MOE)
+    assert set(files) == {"deploy-vllm.sh"}
+    vllm = [split_env(list(w)) for w in shell_commands(files["deploy-vllm.sh"])]
+    dec = [(env, check_command("vllm", w)[1]) for env, w in vllm if w[:2] == ["vllm", "serve"]][1:]
+    assert [f["--data-parallel-size-local"] for _, f in dec] == [["2"], ["1"]]
+    assert [f.get("--data-parallel-start-rank") for _, f in dec] == [None, ["2"]]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env, _ in dec] == ["0,1,2,3,4,5,6,7", "0,1,2,3"]
+    assert all(f["--data-parallel-size"] == ["3"] for _, f in dec)
+    res, advice = planned
+    loaded = load_scenario(res.loaded.raw, QWEN_MOE, base_dir=res.loaded.base_dir)
+    rec = CandidateResult(cand, 1.0, 1.0 / cand.num_gpus, "found")
+    dep = deployment_of(
+        dataclasses.replace(res, loaded=loaded), dataclasses.replace(advice, recommended=rec)
+    )
+    assert "8 + 4 GPUs" in (uneven_nodes(dep) or "")
+
+
 def test_an_ep_degree_vllm_cannot_express_writes_sglang_only(planned):
     from disaggsim.plan.deploy import unsupported
 

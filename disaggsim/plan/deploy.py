@@ -9,9 +9,13 @@ checks the emitted files against it.
 
 How disaggsim's deployment maps onto each engine:
 
-- workers are placed on nodes of the catalog's ``gpus_per_node`` in pool order (prefill,
-  then decode), a worker inside one node when its TP fits, else across whole nodes
-  (TP beyond a node: :mod:`disaggsim.costmodel.tp_layout`);
+- workers are placed on nodes of the fabric's ``gpus_per_node`` (a topology's, else the
+  catalog's) in pool order (prefill, then decode), as the simulation placed them: a
+  worker inside one node when it fits; the data-parallel ranks of a larger one over
+  fresh nodes, whole TP groups per node (the last node may hold fewer: vLLM takes a
+  ``--data-parallel-size-local`` per node, SGLang's ``--nnodes`` and Dynamo's
+  ``multinode`` cannot, :func:`uneven_nodes`); one TP group beyond a node evenly over
+  whole nodes (:mod:`disaggsim.costmodel.tp_layout`);
 - TP → ``--tensor-parallel-size`` (vLLM, Dynamo) / ``--tp-size`` (SGLang);
   ``gpu_mem_util`` → ``--gpu-memory-utilization`` / ``--mem-fraction-static``;
   ``max_batch_seqs`` → ``--max-num-seqs`` / ``--max-running-requests``;
@@ -51,7 +55,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -73,6 +77,7 @@ __all__ = [
     "deployment_of",
     "effective_ep",
     "launch_configs",
+    "uneven_nodes",
     "unsupported",
     "weight_serving",
 ]
@@ -131,20 +136,36 @@ class Instance:
     first_gpu: int  # its first GPU in each of those nodes
     dp: int = 1  # attention data-parallel ranks
     ep: int = 1  # GPUs the experts are spread over (1: tensor-parallel experts)
+    # data-parallel ranks on each of its nodes, when its ranks span nodes (the last node
+    # may hold fewer: whole TP groups, as the fabric places them)
+    node_ranks: tuple[int, ...] = ()
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.dp
 
-    @property
-    def ranks_per_node(self) -> int:
-        """Data-parallel ranks on each of its nodes (a rank's TP group stays in a node)."""
+    def ranks_on(self, i: int) -> int:
+        """Data-parallel ranks on its ``i``-th node (a rank's TP group stays in a node)."""
+        if self.node_ranks:
+            return self.node_ranks[i]
         return max(1, self.layout.gpus_in_node // self.tp)
+
+    def first_rank_on(self, i: int) -> int:
+        return sum(self.ranks_on(j) for j in range(i))
+
+    def gpus_on(self, i: int) -> str:
+        """Its GPUs (CUDA_VISIBLE_DEVICES) on its ``i``-th node."""
+        g = self.ranks_on(i) * self.tp if self.node_ranks else self.layout.gpus_in_node
+        return ",".join(str(self.first_gpu + k) for k in range(g))
 
     @property
     def gpus(self) -> str:
-        g = self.layout.gpus_in_node
-        return ",".join(str(self.first_gpu + i) for i in range(g))
+        return self.gpus_on(0)
+
+    @property
+    def uneven(self) -> bool:
+        """Its nodes hold different numbers of its GPUs."""
+        return len(set(self.node_ranks)) > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +244,27 @@ class Deployment:
         return [i for i in self.instances if i.role == role]
 
 
+def _placement(gpu: str, tp: int, dp: int, node: int) -> tuple[TpLayout, tuple[int, ...]]:
+    """Where a worker of ``dp`` ranks of ``tp`` GPUs sits on nodes of ``node`` GPUs, as the
+    fabric places it (:func:`disaggsim.fabric.topology.build_topology`): in one node when
+    it fits; a unit of several ranks over whole TP groups per node, ``node // tp`` ranks
+    on each node but the last (12 GPUs of 4 x dp3 on 8-GPU nodes: 8 + 4, two ranks and
+    one); one TP group beyond a node split evenly (the largest divisor of ``tp`` that fits
+    a node, :func:`~disaggsim.costmodel.tp_layout.tp_layout`). Returns the layout (its
+    ``gpus_in_node``: the GPUs on its first node) and the ranks on each node (empty
+    unless the ranks span nodes)."""
+    lay = tp_layout(gpu, tp * dp)
+    gpus = tp * dp
+    if gpus <= node:
+        return replace(lay, gpus_per_node=node, gpus_in_node=gpus, num_nodes=1), ()
+    if dp > 1:
+        per = node // tp  # whole TP groups a node holds
+        ranks = tuple(min(per, dp - k) for k in range(0, dp, per))
+        return replace(lay, gpus_per_node=node, gpus_in_node=per * tp, num_nodes=len(ranks)), ranks
+    g = max(d for d in range(1, node + 1) if tp % d == 0)
+    return replace(lay, gpus_per_node=node, gpus_in_node=g, num_nodes=tp // g), ()
+
+
 def deployment_of(res: SearchResult, advice: Advice) -> Deployment:
     """The recommended candidate with its pools as the plan simulated them (prefill
     budgets, batch limits, memory share) and its instances placed on nodes."""
@@ -236,19 +278,20 @@ def deployment_of(res: SearchResult, advice: Advice) -> Deployment:
         candidate_scenario(res.loaded, cand), base_dir=res.loaded.base_dir
     ).scenario
     gpu = get_gpu(res.gpu)
-    node = gpu.gpus_per_node
+    # the node the simulation placed workers on: a topology fabric's, else the catalog's
+    node = getattr(s.fabric, "gpus_per_node", None) or gpu.gpus_per_node
     instances: list[Instance] = []
     cur_node, cur_gpu = 0, 0
     for role, pool in s.pools.items():
         gpus = pool.gpus_per_worker
-        lay = tp_layout(gpu, gpus)
+        lay, ranks = _placement(gpu.id, pool.tp, pool.dp, node)
         ep = effective_ep(pool.tp, pool.dp, pool.ep)
         for i in range(pool.num_workers):
             if lay.cross_node:
                 if cur_gpu:
                     cur_node, cur_gpu = cur_node + 1, 0
                 nodes = tuple(range(cur_node, cur_node + lay.num_nodes))
-                instances.append(Instance(role, i, pool.tp, lay, nodes, 0, pool.dp, ep))
+                instances.append(Instance(role, i, pool.tp, lay, nodes, 0, pool.dp, ep, ranks))
                 cur_node += lay.num_nodes
                 continue
             if cur_gpu + gpus > node:
@@ -447,18 +490,17 @@ def vllm_script(dep: Deployment) -> str:
         multi_dp = inst.layout.cross_node and inst.dp > 1  # DP ranks over several nodes
         nodes = inst.nodes if multi_dp else (head,)
         for rank, n in enumerate(nodes):
-            env = [f"CUDA_VISIBLE_DEVICES={inst.gpus}"]
+            env = [f"CUDA_VISIBLE_DEVICES={inst.gpus_on(rank)}"]
             args = ["vllm", "serve", '"$MODEL"']
             if rank > 0:  # engines only: the head node's API server fronts them
                 args.append("--headless")
             else:
                 args += ["--port", str(VLLM_HTTP_PORT + inst.first_gpu)]
             args += _vllm_engine_args(dep, inst)
-            if multi_dp:
-                local = inst.ranks_per_node
-                args += ["--data-parallel-size-local", str(local)]
+            if multi_dp:  # each node its own ranks (vLLM takes a local size per node)
+                args += ["--data-parallel-size-local", str(inst.ranks_on(rank))]
                 if rank > 0:
-                    args += ["--data-parallel-start-rank", str(rank * local)]
+                    args += ["--data-parallel-start-rank", str(inst.first_rank_on(rank))]
                 args += [
                     "--data-parallel-address",
                     f'"$NODE_{head}"',
@@ -471,13 +513,13 @@ def vllm_script(dep: Deployment) -> str:
                     f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_PORT + inst.first_gpu}",
                 ]
                 args += ["--kv-transfer-config", _kv_transfer(inst.role)]
-            note = f"# {inst.role} instance {inst.index}: node {n}, GPUs {inst.gpus}"
+            note = f"# {inst.role} instance {inst.index}: node {n}, GPUs {inst.gpus_on(rank)}"
             if inst.dp > 1:
                 note += f" (tp {inst.tp} x dp {inst.dp}, ep {inst.ep})"
             if multi_dp:
+                first = inst.first_rank_on(rank)
                 note += (
-                    f", data-parallel ranks {rank * inst.ranks_per_node}.."
-                    f"{(rank + 1) * inst.ranks_per_node - 1} of {inst.dp}"
+                    f", data-parallel ranks {first}..{first + inst.ranks_on(rank) - 1} of {inst.dp}"
                 )
             elif inst.layout.cross_node:
                 note += (
@@ -654,9 +696,29 @@ def launch_configs(res: SearchResult, advice: Advice) -> dict[str, str]:
     """File name → text of the launch configurations (:data:`DEPLOY_FILES`); only
     ``deploy-sglang.sh`` for a layout vLLM cannot express (:func:`unsupported`)."""
     dep = deployment_of(res, advice)
-    files = {"deploy-sglang.sh": sglang_script(dep)}
+    files = {}
+    if uneven_nodes(dep) is None:
+        files["deploy-sglang.sh"] = sglang_script(dep)
     assert advice.recommended is not None
     if unsupported(advice.recommended.candidate) is None:
         files["deploy-vllm.sh"] = vllm_script(dep)
-        files["deploy-dynamo.yaml"] = dynamo_yaml(dep)
+        if uneven_nodes(dep) is None:
+            files["deploy-dynamo.yaml"] = dynamo_yaml(dep)
     return {name: files[name] for name in DEPLOY_FILES if name in files}
+
+
+def uneven_nodes(dep: Deployment) -> str | None:
+    """Why SGLang and Dynamo cannot launch ``dep``'s placement, or None: a worker whose
+    nodes hold different numbers of its GPUs (data-parallel ranks over nodes that do not
+    divide them). SGLang's ``--nnodes`` splits ``--tp-size`` evenly over the nodes and
+    Dynamo's ``multinode`` gives every node ``resources.limits.gpu``; vLLM takes
+    ``--data-parallel-size-local`` per node."""
+    for inst in dep.instances:
+        if inst.uneven:
+            per = " + ".join(str(r * inst.tp) for r in inst.node_ranks)
+            return (
+                f"a {inst.role} worker of tp {inst.tp} x dp {inst.dp} sits on {per} GPUs of "
+                f"{dep.gpus_per_node}-GPU nodes: SGLang (--nnodes) and Dynamo (multinode) "
+                "put as many GPUs on every node, so only deploy-vllm.sh is written"
+            )
+    return None
