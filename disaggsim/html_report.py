@@ -320,23 +320,44 @@ def plan_report(res: SearchResult, advice: Advice, plan_dict: Mapping[str, Any])
     import yaml
 
     if advice.decided and rec is not None:
-        from disaggsim.plan.deploy import unsupported
-
         page.pre(yaml.safe_dump(rec.candidate.deployment(), sort_keys=False))
-        gap = unsupported(rec.candidate)
-        if gap is not None:
-            page.paragraph(f"plan --out writes deploy-sglang.sh beside this report; {gap}.")
-        else:
-            page.paragraph(
-                "plan --out writes its launch configurations beside this report: "
-                "deploy-vllm.sh, deploy-sglang.sh and deploy-dynamo.yaml (flag names from "
-                "each project's docs, versions in their header comments)."
-            )
+        page.paragraph(_launch_files_text(res, advice))
     else:  # undecided (quick mode) or no deployment meets the SLOs
         page.paragraph(f"None: the verdict is {advice.verdict} ({advice.reason}).")
     page.heading("Analytic first guess")
     page.pre("\n".join(res.analytic.arithmetic()))
     return page.render(_footer())
+
+
+def _launch_files_text(res: SearchResult, advice: Advice) -> str:
+    """Which launch configurations ``plan --out`` writes beside the report, and why any
+    of the three is left out (the same rule as :func:`disaggsim.plan.deploy.launch_configs`)."""
+    from disaggsim.plan.deploy import (
+        DEPLOY_FILES,
+        deployment_of,
+        launch_configs,
+        uneven_nodes,
+        unsupported,
+    )
+
+    assert advice.recommended is not None
+    written = list(launch_configs(res, advice))
+    reasons = [
+        why
+        for why in (
+            unsupported(advice.recommended.candidate),
+            uneven_nodes(deployment_of(res, advice)),
+        )
+        if why is not None
+    ]
+    if not written:
+        return (
+            "plan --out writes no launch configuration for this layout: " + "; ".join(reasons) + "."
+        )
+    text = "plan --out writes its launch configurations beside this report: " + ", ".join(written)
+    if len(written) == len(DEPLOY_FILES):
+        return text + " (flag names from each project's docs, versions in their header comments)."
+    return text + "; " + "; ".join(reasons) + "."
 
 
 def _find_confirmation(d: Mapping[str, Any]) -> Any:

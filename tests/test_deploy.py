@@ -500,3 +500,31 @@ def test_a_format_the_release_lacks_needs_a_checkpoint(planned, tmp_path):
     for svc in doc["spec"]["services"].values():
         c = svc["extraPodSpec"]["mainContainer"]
         check_command("dynamo", [*c["command"], *c["args"]])
+
+
+@pytest.mark.parametrize(
+    "cand, overrides",
+    [
+        (Candidate("disaggregate", 3, 2, 2, 4), []),  # all three files
+        (Candidate("disaggregate", 1, 1, 1, 4, decode_dp=3), QWEN_MOE),  # uneven: vLLM only
+        (Candidate("disaggregate", 1, 8, 1, 8, decode_ep=4), QWEN_MOE),  # ep: SGLang only
+    ],
+)
+def test_report_names_the_launch_files_plan_writes(planned, cand, overrides):
+    """report.html's deployment paragraph names exactly the files plan --out writes
+    (it said all three for an uneven placement that writes deploy-vllm.sh alone)."""
+    from disaggsim.html_report import _launch_files_text
+
+    res, advice = planned
+    if overrides:
+        loaded = load_scenario(res.loaded.raw, overrides, base_dir=res.loaded.base_dir)
+        res = dataclasses.replace(res, loaded=loaded)
+    advice = dataclasses.replace(
+        advice, recommended=CandidateResult(cand, 1.0, 1.0 / cand.num_gpus, "found")
+    )
+    written = set(launch_configs(res, advice))
+    text = _launch_files_text(res, advice)
+    listed = text.split(";")[0]  # the files; the reasons for any left out follow
+    assert {name for name in DEPLOY_FILES if name in listed} == written
+    if written != set(DEPLOY_FILES):
+        assert "only deploy-vllm.sh is written" in text or "are not written" in text
