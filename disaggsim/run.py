@@ -482,11 +482,14 @@ def simulate(
         progress=progress,
         progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
     )
+    # every worker's step end times, expanded once for the checks and the request frame
+    step_ends = [w.steps.step_end_times() for w in raw.workers]
     try:
-        check_run(raw)  # before anything is derived from the records, or written
+        check_run(raw, step_ends)  # before anything is derived from the records, or written
     except InvariantError as e:
         raise InvariantError(f"{label}: {e}") from None
-    frame, gaps = request_frame(raw, s.sim.warmup_s)
+    frame, gaps = request_frame(raw, s.sim.warmup_s, step_ends)
+    del step_ends
     summary = summarize(frame, gaps, raw, s)
     timeseries = timeseries_frame(raw)
     wall = time.perf_counter() - t0  # after the last frame: what the summary reports

@@ -27,6 +27,8 @@ engine's hot loop is untouched). They are:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from disaggsim.config.bounds import MAX_TOKENS
@@ -53,8 +55,12 @@ def _fail(mask: np.ndarray, invariant: str, describe) -> None:
         raise InvariantError(f"request {rid}: {describe(rid)}{more} (invariant: {invariant})")
 
 
-def check_run(raw: RawResult) -> None:
-    """Raise :class:`InvariantError` if the run's records break an invariant."""
+def check_run(raw: RawResult, step_ends: Sequence[np.ndarray] | None = None) -> None:
+    """Raise :class:`InvariantError` if the run's records break an invariant.
+
+    ``step_ends``: each worker's :meth:`StepLog.step_end_times`, when the caller has
+    them already (:func:`disaggsim.run.simulate` expands them once for this check and
+    the request frame); otherwise expanded here."""
     req, log = raw.requests, raw.log
     n = len(req)
     prompt = np.asarray(req.prompt_tokens)
@@ -163,7 +169,9 @@ def check_run(raw: RawResult) -> None:
     bounds = np.searchsorted(worker[by_worker], [w.index for w in raw.workers] + [len(raw.workers)])
     for j, w in enumerate(raw.workers):
         sel = by_worker[bounds[j] : bounds[j + 1]]
-        ends = np.asarray(w.steps.step_end_times(), dtype=np.float64)
+        ends = np.asarray(
+            w.steps.step_end_times() if step_ends is None else step_ends[j], dtype=np.float64
+        )
         if len(ends) and not (np.isfinite(ends).all() and (np.diff(ends) >= -_EPS_S).all()):
             r = int(rid[sel[0]]) if len(sel) else -1
             raise InvariantError(

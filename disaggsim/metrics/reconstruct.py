@@ -10,6 +10,7 @@ vectorised numpy over steps and requests (docs/metrics.md has the definitions).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -282,7 +283,12 @@ class _Segments:
     inner_max: np.ndarray  # the largest gap inside the segment
 
 
-def _segment_times(raw: RawResult, counted: np.ndarray, gaps: _GapBuilder) -> _Segments:
+def _segment_times(
+    raw: RawResult,
+    counted: np.ndarray,
+    gaps: _GapBuilder,
+    step_ends: Sequence[np.ndarray] | None = None,
+) -> _Segments:
     """Per decode segment (in the order they were recorded): request, worker, first and
     last token times, first gap, and the largest gap inside the segment. Each worker's
     step gaps go into ``gaps`` weighted by the segments of ``counted`` requests they
@@ -325,7 +331,7 @@ def _segment_times(raw: RawResult, counted: np.ndarray, gaps: _GapBuilder) -> _S
         sel = sels[j]
         if len(sel) == 0:
             continue
-        ends = w.steps.step_end_times()
+        ends = w.steps.step_end_times() if step_ends is None else step_ends[j]
         s0, k = start[sel], tokens[sel]
         first_t[sel] = ends[s0]
         last_t[sel] = ends[s0 + k - 1]
@@ -361,8 +367,12 @@ def _segment_times(raw: RawResult, counted: np.ndarray, gaps: _GapBuilder) -> _S
     )
 
 
-def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDistribution]:
-    """The per-request table and the fleet-wide gap distribution (measured requests)."""
+def request_frame(
+    raw: RawResult, warmup_s: float, step_ends: Sequence[np.ndarray] | None = None
+) -> tuple[pd.DataFrame, GapDistribution]:
+    """The per-request table and the fleet-wide gap distribution (measured requests).
+    ``step_ends``: each worker's :meth:`StepLog.step_end_times`, when the caller has them
+    already (otherwise expanded here, one worker at a time)."""
     req = raw.requests
     log = raw.log
     n = len(req)
@@ -373,7 +383,7 @@ def request_frame(raw: RawResult, warmup_s: float) -> tuple[pd.DataFrame, GapDis
     measured = arrival >= warmup_s
     counted = completed & measured
     builder = _GapBuilder()
-    seg = _segment_times(raw, counted, builder)
+    seg = _segment_times(raw, counted, builder, step_ends)
     max_gap = np.full(n, -np.inf)
     seg_max = np.maximum(seg.first_gap, seg.inner_max)
     np.maximum.at(max_gap, seg.rid, seg_max)
