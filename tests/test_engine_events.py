@@ -1,6 +1,7 @@
 """The engine's callback waits keep SimPy's order: ``call_in`` pushes onto SimPy's event
-queue itself (its private ``_queue`` and ``_eid``), so a SimPy release that changes those
-internals must fail here rather than reorder a simulation silently."""
+queue itself (its private ``_queue`` and ``_eid``), and the engine reads the clock as
+``env._now`` (what ``env.now`` returns), so a SimPy release that changes those internals
+must fail here rather than reorder a simulation silently."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ def _fire_order(use_call_in: bool) -> list[tuple[float, str]]:
     seen: list[tuple[float, str]] = []
 
     def note(name: str):
-        return lambda _ev: seen.append((env.now, name))
+        def noted(_ev: simpy.Event) -> None:
+            assert env._now == env.now  # the engine's reading of the clock
+            seen.append((env.now, name))
+
+        return noted
 
     delays = [0.0, 1.0, 0.5, 1.0, 0.0, 0.5, 2.0, 1.0]
     for i, d in enumerate(delays):

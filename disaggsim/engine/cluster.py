@@ -229,7 +229,7 @@ class Cluster:
         context = self.cfg.context_tokens
         prompt, max_tokens, bt = rs.prompt_tokens, rs.max_tokens, rs.block_tokens
         for rid, at in enumerate(arrival):
-            now = env.now
+            now = env._now
             if at > now:
                 yield env.timeout(at - now)
             longest = prompt[rid] + max_tokens[rid]  # rs.longest_tokens
@@ -297,7 +297,7 @@ class Cluster:
     def prefill_started(self, rid: int, worker: int) -> None:
         log = self.log
         if log.prefill_start_at_s[rid] != log.prefill_start_at_s[rid]:  # NaN: first prefill
-            log.prefill_start_at_s[rid] = self.env.now
+            log.prefill_start_at_s[rid] = self.env._now
         log.prefill_worker[rid] = worker
         log.num_prefills[rid] += 1
         rs = self.requests
@@ -325,7 +325,7 @@ class Cluster:
             self.router.try_early_handoff(rid, src, prefill_s)
 
     def prefill_done(self, rid: int, src: PrefillWorker) -> None:
-        now = self.env.now
+        now = self.env._now
         rs = self.requests
         self.log.prefill_end_at_s[rid] = now
         if rs.ended[rid]:  # abandoned while its prefill ran
@@ -353,7 +353,7 @@ class Cluster:
 
     def _delivered(self, rid: int, src: PrefillWorker, dst: DecodeWorker) -> None:
         """``rid``'s KV has reached ``dst`` (:class:`Handoff` calls this)."""
-        now = self.env.now
+        now = self.env._now
         if not self._token_from_prefill:
             self.prefill_token(rid, now)
         src.release_kv(rid)
@@ -397,7 +397,7 @@ class Cluster:
             self.bury(rid)
             return
         if rs.done_generating(rid):
-            self.finish(rid, self.env.now)
+            self.finish(rid, self.env._now)
             return
         if why == "retry":
             self.log.num_retries[rid] += 1

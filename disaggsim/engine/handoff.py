@@ -98,7 +98,7 @@ class Handoff:
         """Move ``rid``'s KV from ``src`` to ``dst``; ``prefill_s`` given: the prefill is
         starting now and lasts that long (overlap: the KV streams while it runs)."""
         env = self.env
-        token = env.now
+        token = env._now
         started = self.log.transfer_start_at_s
         if started[rid] != started[rid]:  # NaN: the first transfer
             started[rid] = token
@@ -111,8 +111,8 @@ class Handoff:
             assert self.topology is not None
             path = self.topology.path(src.index, dst.index)
             early = prefill_s is not None
-            end = env.now + prefill_s if prefill_s is not None else env.now
-            plan = send_plan(nbytes, env.now, end, prefill_s or 0.0, self.cfg.num_layers, early)
+            end = env._now + prefill_s if prefill_s is not None else env._now
+            plan = send_plan(nbytes, env._now, end, prefill_s or 0.0, self.cfg.num_layers, early)
             extra = (
                 self.topology.transfer_latency_s(path, self.requests.prefill_len(rid))
                 - path.latency_s
@@ -151,12 +151,12 @@ class Handoff:
         if rid in src.in_batch:
             # streamed KV landed before its prefill ended (as it ends, or earlier after a
             # re-send lifted the overlap cap): take it once the prefill batch is over
-            wait = max(src.batch_end_at_s - self.env.now, 0.0)
+            wait = max(src.batch_end_at_s - self.env._now, 0.0)
             call_later(self.env, wait, partial(self._transfer_done, rid, token))
             return
         del self._transfers[rid]
         self._flows.pop(rid, None)
-        self.log.transfer_end_at_s[rid] = self.env.now
+        self.log.transfer_end_at_s[rid] = self.env._now
         self.delivered(rid, src, dst)
 
     # -- link windows -----------------------------------------------------------------------

@@ -568,6 +568,6 @@ class Router:
 
     def sample(self) -> None:
         s = self.samples
-        s.at_s.append(self.env.now)
+        s.at_s.append(self.env._now)
         s.queue_len.append(len(self.queue))
         s.orphaned_kv_bytes.append(self.orphaned_bytes)

@@ -501,7 +501,7 @@ class Worker:
 
     def sample(self, queue_len: int, batch: int) -> None:
         at_s, worker, queue, running, kv = self._sample_to  # the host's sample columns
-        at_s(self.env.now)
+        at_s(self.env._now)
         worker(self.index)
         queue(queue_len)
         running(batch)
@@ -787,7 +787,7 @@ class _TokenBatch(Worker):
         if not finishing or finishing[0][0] > step:
             return
         host = self.host
-        now = self.env.now
+        now = self.env._now
         running = self._running
         while finishing and finishing[0][0] <= step:
             fin, rid = heapq.heappop(finishing)
@@ -872,7 +872,7 @@ class _TokenBatch(Worker):
         (``out``) or back; logged as a stall from its start to its end (or the failure
         that cuts it, which also stops the copy)."""
         host = self.host
-        start = self.env.now
+        start = self.env._now
         self._activity = _STALL
         log = self.steps.prefill_iters
         log.append((start, 0.0, 0, 0))
@@ -880,7 +880,7 @@ class _TokenBatch(Worker):
         try:
             yield host.swap_copy(self, nbytes, direction, num_seqs)
         finally:
-            log[i] = (start, self.env.now - start, 0, 0)
+            log[i] = (start, self.env._now - start, 0, 0)
             host.cancel_swap(self)
         self._activity = None
 
@@ -974,7 +974,7 @@ class _TokenBatch(Worker):
             k = self._steps_fitting(k)
         if k == 0:
             return False
-        start = env.now
+        start = env._now
         lines = self._lines.get(b)
         if lines is None:
             lines = self._lines_for(b)
@@ -1015,7 +1015,7 @@ class _TokenBatch(Worker):
         self._run_wake = None  # a wake made after the hop does nothing
         run = self._activity
         assert isinstance(run, Run)
-        tau = self.env.now - run.start_s
+        tau = self.env._now - run.start_s
         if tau < total - _EPS:  # the run's own timeout, due later, does nothing
             k = run.steps_covering(tau)
             run = run.with_steps(k)
@@ -1073,7 +1073,7 @@ class _TokenBatch(Worker):
         act = self._activity
         if not isinstance(act, Run):
             return
-        j = act.steps_done_by(self.env.now - act.start_s)
+        j = act.steps_done_by(self.env._now - act.start_s)
         if j:
             self._advance(act.with_steps(j))
 
@@ -1349,7 +1349,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         if copies is not None:
             # promotion flows finish before the prefill computes (a failure meanwhile
             # cuts this record at the failure)
-            self.steps.prefill_iters.append((self.env.now, 0.0, len(batch), tokens))
+            self.steps.prefill_iters.append((self.env._now, 0.0, len(batch), tokens))
             self._promoting = (tokens, pairs, cached, promote_s)
             self._wait(copies, self._promoted)
             return
@@ -1373,7 +1373,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         """The batch's prefill computes (``logged``: its row was written when its cache
         promotions started)."""
         env = self.env
-        now = env.now
+        now = env._now
         # promotions from lower cache tiers finish before the prefill computes
         dur = self._prefill_times.get((len(batch), tokens, pairs, cached))
         if dur is None:
@@ -1416,7 +1416,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         in_batch = list(act.batch) if isinstance(act, PrefillIter) else []
         if in_batch:  # the iteration was logged with its full length: cut it at the failure
             start, _, n, tok = self.steps.prefill_iters[-1]
-            self.steps.prefill_iters[-1] = (start, self.env.now - start, n, tok)
+            self.steps.prefill_iters[-1] = (start, self.env._now - start, n, tok)
         queued = list(self.queue)
         held = list(self.held)
         self.queue.clear()
@@ -1536,7 +1536,7 @@ class DecodeWorker(_TokenBatch):
         waiting = self.waiting
         if waiting and self.batch < self.max_batch_seqs:
             admit = self.host.log.decode_admit_at_s
-            now = self.env.now
+            now = self.env._now
             while waiting and self.batch < self.max_batch_seqs:
                 rid = waiting.popleft()
                 admit[rid] = now
@@ -1718,7 +1718,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
 
     def _prefill_finished(self, rid: int) -> None:
         host = self.host
-        now = self.env.now
+        now = self.env._now
         host.log.prefill_end_at_s[rid] = now
         in_cache = 0
         if self.prefix is not None:
@@ -1800,7 +1800,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 pairs = sum(n * h + n * (n + 1) / 2 for n, h in zip(news, hits, strict=True))
                 dur = self._prefill_time_s(len(batch), tokens, pairs, sum(hits))
                 dur += self._promotion_s()
-            self.steps.prefill_iters.append((env.now, dur, len(batch), tokens))
+            self.steps.prefill_iters.append((env._now, dur, len(batch), tokens))
             self._activity = PrefillIter(batch)
             self._target = call_in(env, dur, self._prefilled)
             self._then = self._prefilled
@@ -1867,7 +1867,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         if self.prefix is not None:
             dur += self._promotion_s()
         self._activity = _MIXED
-        self._mixing = (env.now, dur, b, ctx, chunk_seqs, chunk_tokens, done_now)
+        self._mixing = (env._now, dur, b, ctx, chunk_seqs, chunk_tokens, done_now)
         self._target = call_in(env, dur, self._mixed)
         self._then = self._mixed
         return True
@@ -1903,7 +1903,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         if isinstance(act, PrefillIter):
             in_prefill = list(act.batch)
             start, _, n, tok = self.steps.prefill_iters[-1]
-            self.steps.prefill_iters[-1] = (start, self.env.now - start, n, tok)
+            self.steps.prefill_iters[-1] = (start, self.env._now - start, n, tok)
         # a mixed iteration is logged only when it ends: nothing to cut
         in_prefill += [e[0] for e in self.prefilling if e[0] not in in_prefill]
         self.prefilling = []
