@@ -165,6 +165,11 @@ class Run(NamedTuple):
             log.add_run(start, self.steps - m, b, c + m * b, self.base_s, self.per_token_s)
 
 
+# a Run from all nine fields, without NamedTuple's generated __new__ (one Python call less
+# per run on the hot path; Run(...) reads better everywhere else)
+_new_run = tuple.__new__
+
+
 class DecodeLines(NamedTuple):
     """A batch size's decode lines: ``(base_s, per_token_s)`` of the KV-stream bound and,
     where the cost model has one, of the per-item bound (``has_item`` False: one line)."""
@@ -258,6 +263,7 @@ class Worker:
         "_down_s",
         "_kv_used_blocks",
         "_num_outstanding",
+        "_pass_cb",
         "_prefill_times",
         "_queued_tokens",
         "_sample_to",
@@ -356,6 +362,9 @@ class Worker:
         self._then: Then | None = None
         self._gen: Proc | None = None  # a rare path written as a generator, under way
         self._gen_then: Then | None = None
+        # the callbacks the hot loop registers, bound once (not a new bound method per
+        # wait); _pass takes the event it is called with and ignores it
+        self._pass_cb: Then = self._pass
         self._target = call_urgent(self.env, self._start)  # as a SimPy process starts
         self._then = self._start
 
@@ -496,8 +505,8 @@ class Worker:
         (the first new work schedules it, the rest finds it scheduled)."""
         if self._idle:
             self._idle = False
-            self._target = call_in(self.env, 0.0, self._woken)
-            self._then = self._woken
+            self._target = call_in(self.env, 0.0, self._pass_cb)
+            self._then = self._pass_cb
 
     def sample(self, queue_len: int, batch: int) -> None:
         at_s, worker, queue, running, kv = self._sample_to  # the host's sample columns
@@ -575,20 +584,15 @@ class Worker:
     def _start(self, _ev: simpy.Event) -> None:
         self._pass()
 
-    def _pass(self) -> None:  # pragma: no cover - overridden
+    def _pass(self, _ev: simpy.Event | None = None) -> None:  # pragma: no cover - overridden
+        """The loop's head (also the callback of a wake: ``_ev`` is ignored)."""
         raise NotImplementedError
-
-    def _resume_pass(self, _ev: simpy.Event | None) -> None:
-        self._pass()
 
     def _wait_for_work(self) -> None:
         """Wait for work (a drained worker first gives its GPUs back)."""
         if self._state is WorkerState.DRAINING and self._num_outstanding == 0:
             self.host.worker_drained(self)
         self._idle = True
-
-    def _woken(self, _ev: simpy.Event) -> None:
-        self._pass()
 
     def _interrupted(self, _ev: simpy.Event) -> None:
         """The failure: what the worker waited for no longer concerns it (a swap copy
@@ -628,9 +632,14 @@ class _TokenBatch(Worker):
         "_lines",
         "_phase_hist",
         "_run_end",
+        "_run_cut_cb",
+        "_run_done_cb",
         "_run_plan",
+        "_run_timed_out_cb",
         "_run_timeout",
         "_run_wake",
+        "_run_waited_cb",
+        "_run_woken_cb",
         "_run_to",
         "_running",
         "batch",
@@ -659,6 +668,11 @@ class _TokenBatch(Worker):
         self._run_timeout: simpy.Event | None = None
         self._run_wake: simpy.Event | None = None
         super().__init__(*args, **kwargs)
+        self._run_timed_out_cb: Then = self._run_timed_out  # bound once (Worker._pass_cb)
+        self._run_woken_cb: Then = self._run_woken
+        self._run_waited_cb: Then = self._run_waited
+        self._run_done_cb: Then = self._run_done
+        self._run_cut_cb: Then = self._run_cut
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
         st = self.steps  # its run columns, bound once (StepLog.add_run's, in its order)
@@ -890,7 +904,7 @@ class _TokenBatch(Worker):
     # begin (the event to wait on), cut (new work arrived: the wait up to the step
     # boundary where it stops), end.
 
-    def _pass(self) -> None:
+    def _pass(self, _ev: simpy.Event | None = None) -> None:
         """The loop's head: swapped sequences back first, then the rest of a pass
         (:meth:`_rest`), again until a pass waits."""
         while True:
@@ -913,44 +927,61 @@ class _TokenBatch(Worker):
         waits; False after a preemption for growth that did not wait (the loop passes
         again)."""
         if not self._begin_run(interruptible):
-            return self._sub(self._preempt_for_growth(), self._resume_pass)
+            return self._sub(self._preempt_for_growth(), self._pass_cb)
         return True
 
     # An interruptible run's wait ends at its timeout or when new work arrives, whichever
     # first, one hop later (the hops of the SimPy condition over the two that this
-    # replaced): notify schedules the wake (_run_woken) only when work arrives; the first
-    # of the two schedules the hop to _run_waited, and the other then does nothing.
+    # replaced): notify schedules the wake (_run_woken) only when work arrives. The
+    # timeout first: the hop to _run_done (the run ran to its end); the wake first: the
+    # hop to _run_waited (cut the run at the step boundary covering now), and the
+    # timeout's callback is taken off (it would do nothing).
 
     def notify(self) -> None:
         """Wake the worker if it is idle, or cut its interruptible run."""
         if self._idle:
             self._idle = False
-            self._target = call_in(self.env, 0.0, self._woken)
-            self._then = self._woken
+            self._target = call_in(self.env, 0.0, self._pass_cb)
+            self._then = self._pass_cb
         elif self._run_end:
             self._run_end = False
-            self._run_wake = call_in(self.env, 0.0, self._run_woken)
+            self._run_wake = call_in(self.env, 0.0, self._run_woken_cb)
 
     def _run_timed_out(self, ev: simpy.Event) -> None:
         if ev is self._run_timeout:
-            self._run_hop()
+            self._run_timeout = None
+            self._target = call_in(self.env, 0.0, self._run_done_cb)
+            self._then = self._run_done_cb
 
     def _run_woken(self, ev: simpy.Event) -> None:
         if ev is self._run_wake:
             self._run_wake = None
-            if self._run_timeout is not None:
-                self._run_hop()
+            timeout = self._run_timeout
+            if timeout is not None:  # not processed yet: it will find nothing to call
+                timeout.callbacks.clear()  # type: ignore[union-attr]
+                self._run_timeout = None
+                self._target = call_in(self.env, 0.0, self._run_waited_cb)
+                self._then = self._run_waited_cb
 
-    def _run_hop(self) -> None:
-        self._run_timeout = None
-        self._target = call_in(self.env, 0.0, self._run_waited)
-        self._then = self._run_waited
+    def _run_done(self, _ev: simpy.Event) -> None:
+        """The run's wait is over at its end (its timeout, or a run new work cannot
+        cut): every planned step is done (:meth:`_end_run` of an uncut run)."""
+        self._run_end = False
+        self._run_wake = None  # a wake made after the hop does nothing
+        run = self._activity
+        assert isinstance(run, Run)
+        self._activity = None
+        # the histogram and step index do not change during a run: the growth planned
+        # at its start is the growth of its steps
+        self._advance(run, self._run_plan[1])
+        self._pop_finished()
+        self._pass()
 
     def _run_waited(self, _ev: simpy.Event) -> None:
         rest_s = self._cut_run()
         if rest_s > 0:
-            self._target = call_in(self.env, rest_s, self._run_cut)
-            self._then = self._run_cut
+            self._target = call_in(self.env, rest_s, self._run_cut_cb)
+            self._then = self._run_cut_cb
             return
         self._end_run()
         self._pass()
@@ -965,7 +996,15 @@ class _TokenBatch(Worker):
         env = self.env
         b, c = self.batch, self.context_tokens
         on_demand = not self.requests.reserve_full
-        k = self._next_finish_step() - self.step_idx
+        finishing = self._finishing
+        if finishing:  # _next_finish_step, its common case (the heap's top is valid)
+            fin, rid = finishing[0]
+            entry = self._running.get(rid)
+            if entry is None or entry[2] != fin:
+                fin = self._next_finish_step()
+        else:
+            fin = self._next_finish_step()
+        k = fin - self.step_idx
         # _steps_fitting, its common case first: a block for every sequence per block of
         # steps, and one more, fit
         if on_demand and b * (k // self.block_tokens + 1) > (
@@ -986,7 +1025,7 @@ class _TokenBatch(Worker):
             run = lines.split(start, k, b, c)
             total = run.time_s(k)
         else:  # the stream line throughout (split's common case), its time inline
-            run = Run(start, k, b, c, base, per)
+            run = _new_run(Run, (start, k, b, c, base, per, 0, 0.0, 0.0))
             total = k * base + per * (k * c + b * k * (k - 1) / 2)
         self._activity = run
         growth = self._new_blocks(k) if on_demand else 0
@@ -996,13 +1035,13 @@ class _TokenBatch(Worker):
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         self._run_plan = (total, growth, k, a2a, interruptible)
         if interruptible:  # its end or new work, whichever first (_run_timed_out, notify)
-            timeout = self._target = call_in(env, total, self._run_timed_out)
-            self._then = self._run_timed_out
+            timeout = self._target = call_in(env, total, self._run_timed_out_cb)
+            self._then = self._run_timed_out_cb
             self._run_timeout = timeout
             self._run_end = True
         else:
-            self._target = call_in(env, total, self._run_waited)
-            self._then = self._run_waited
+            self._target = call_in(env, total, self._run_done_cb)
+            self._then = self._run_done_cb
         return True
 
     def _cut_run(self) -> float:
@@ -1156,6 +1195,7 @@ class PrefillWorker(_PrefillQueue, Worker):
     __slots__ = (
         "_batch_blocks",
         "_caches",
+        "_computed_cb",
         "_extra",
         "_outside_tokens",
         "_promoting",
@@ -1180,6 +1220,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         # promotion seconds without a flow
         self._promoting: tuple[int, float, int, float] = (0, 0.0, 0, 0.0)
         super().__init__(*args, **kwargs)
+        self._computed_cb: Then = self._computed  # bound once (Worker._pass_cb)
 
     def use_cache(self, caches: PrefixCaches) -> None:
         """Prefill through a prefix cache: only a request's uncached suffix is computed."""
@@ -1312,7 +1353,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             need_blocks += nb
         return batch, lens, blocks, tokens, need_blocks
 
-    def _pass(self) -> None:
+    def _pass(self, _ev: simpy.Event | None = None) -> None:
         """Form the next FCFS batch and start its prefill (or wait for work)."""
         host = self.host
         promote_s = 0.0
@@ -1387,8 +1428,8 @@ class PrefillWorker(_PrefillQueue, Worker):
             self._copy(self._a2a_iteration_bytes(0, tokens), "a2a", None)
         self.batch_end_at_s = now + dur
         self.host.prefill_batch_started(batch, self, dur)
-        self._target = call_in(env, dur, self._computed)
-        self._then = self._computed
+        self._target = call_in(env, dur, self._computed_cb)
+        self._then = self._computed_cb
 
     def _computed(self, _ev: simpy.Event) -> None:
         """The batch's prefill is done: its KV is held here until its handoff."""
@@ -1546,7 +1587,10 @@ class DecodeWorker(_TokenBatch):
             self._wait_for_work()
             return True
         self.sample(len(waiting) + len(self.swapped), self.batch)
-        return self._start_run(self.batch < self.max_batch_seqs)
+        # _start_run, inline
+        if not self._begin_run(self.batch < self.max_batch_seqs):
+            return self._sub(self._preempt_for_growth(), self._pass_cb)
+        return True
 
     def _on_failure(self) -> None:
         self._settle_interrupted_run()
@@ -1565,7 +1609,9 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         "_cache_blocks",
         "_caches",
         "_hit",
+        "_mixed_cb",
         "_mixing",
+        "_prefilled_cb",
         "_promote",
         "_vllm",
         "_reserved",
@@ -1602,6 +1648,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self._hit: dict[int, int] = {}  # prefilling -> its cached prefix tokens
         self._promote = [0, 0]  # bytes to promote (PCIe, NIC) before the next iteration
         super().__init__(*args, **kwargs)
+        self._prefilled_cb: Then = self._prefilled  # bound once (Worker._pass_cb)
+        self._mixed_cb: Then = self._mixed
 
     def use_cache(self, caches: PrefixCaches) -> None:
         """Prefill through a prefix cache: only a request's uncached suffix is computed."""
@@ -1802,8 +1850,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 dur += self._promotion_s()
             self.steps.prefill_iters.append((env._now, dur, len(batch), tokens))
             self._activity = PrefillIter(batch)
-            self._target = call_in(env, dur, self._prefilled)
-            self._then = self._prefilled
+            self._target = call_in(env, dur, self._prefilled_cb)
+            self._then = self._prefilled_cb
             return True
         # _decode_or_idle, inline
         waiting = len(queue) + len(self.swapped)
@@ -1842,7 +1890,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         if not (self.prefilling and budget > 0):
             return self._decode_or_idle()
         if self.batch and self._steps_fitting(1) == 0:
-            return self._sub(self._preempt_for_growth(), self._resume_pass)
+            return self._sub(self._preempt_for_growth(), self._pass_cb)
         budget = self.max_batch_tokens - self.batch
         chunk_tokens = 0
         pairs = 0.0
@@ -1868,8 +1916,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             dur += self._promotion_s()
         self._activity = _MIXED
         self._mixing = (env._now, dur, b, ctx, chunk_seqs, chunk_tokens, done_now)
-        self._target = call_in(env, dur, self._mixed)
-        self._then = self._mixed
+        self._target = call_in(env, dur, self._mixed_cb)
+        self._then = self._mixed_cb
         return True
 
     def _mixed(self, _ev: simpy.Event) -> None:
