@@ -39,7 +39,7 @@ from disaggsim.engine.config import (
     TransferTime,
     WorkerFailureEvent,
 )
-from disaggsim.engine.events import call_later
+from disaggsim.engine.events import call_in, call_urgent
 from disaggsim.engine.handoff import Handoff
 from disaggsim.engine.prefix import PrefixCaches
 from disaggsim.engine.records import (
@@ -219,19 +219,33 @@ class Cluster:
         col = max(w.kv_capacity_blocks - w.watermark_blocks - 1 for w in self.colocated_workers)
         return col, col
 
-    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+    def _start_arrivals(self) -> None:
+        """Arrivals in time order, as callbacks on the events of the SimPy process they
+        replace: started by an URGENT event where the process's start was, then at each
+        arrival instant one event queued as the process's timeout would be
+        (:func:`~disaggsim.engine.events.call_in`), no process resumed per request."""
+        self._arrival_at = self.table.arrival_s.tolist()
+        self._next_arrival = 0
+        self._servable = self._largest_servable()
+        call_urgent(self.env, self._arrive)
+
+    def _arrive(self, _ev: simpy.Event) -> None:
+        """Admit every request due now, then wait for the next arrival."""
         env = self.env
         rs = self.requests
-        arrival = self.table.arrival_s.tolist()
-        max_pre, max_seq = self._largest_servable()
+        arrival = self._arrival_at
+        max_pre, max_seq = self._servable
         timeout = self.cfg.client_timeout_s
         max_queue = self.cfg.max_queue
         context = self.cfg.context_tokens
         prompt, max_tokens, bt = rs.prompt_tokens, rs.max_tokens, rs.block_tokens
-        for rid, at in enumerate(arrival):
+        for rid in range(self._next_arrival, len(arrival)):
+            at = arrival[rid]
             now = env._now
             if at > now:
-                yield env.timeout(at - now)
+                self._next_arrival = rid
+                call_in(env, at - now, self._arrive)
+                return
             longest = prompt[rid] + max_tokens[rid]  # rs.longest_tokens
             if context is not None and longest > context:
                 self.reject(rid, "exceeds_context")  # a server answers 400
@@ -245,16 +259,18 @@ class Cluster:
                 continue
             self.arrived_prompt_tokens += prompt[rid]
             if timeout is not None:
-                call_later(env, timeout, partial(self.abandon, rid))
+                call_in(env, timeout, partial(self.abandon, rid))
             self.router.admit(rid)
+        self._next_arrival = len(arrival)
 
     def reject(self, rid: int, reason: str) -> None:
         self.log.status[rid] = STATUS_REJECTED
         self.log.reason[rid] = reason
         self._end(rid)
 
-    def abandon(self, rid: int) -> None:
-        """The client gave up before its first token: drop the request wherever it is."""
+    def abandon(self, rid: int, _ev: simpy.Event | None = None) -> None:
+        """The client gave up before its first token: drop the request wherever it is
+        (also the callback of the client's timeout: ``_ev`` is ignored)."""
         rs = self.requests
         if rs.ended[rid] or rs.generated[rid] > 0:
             return
@@ -510,7 +526,7 @@ class Cluster:
         """Run until every request has ended or the horizon. ``progress(now, done, total)``
         is called every ``progress_every_s`` simulated seconds when given."""
         env = self.env
-        env.process(self._arrivals())
+        self._start_arrivals()
         for ev in self.cfg.worker_failures:
             env.process(self._fail_worker(ev))
         for role, scaler, cold_start_s in self.cfg.autoscalers:

@@ -26,7 +26,7 @@ import simpy
 
 from disaggsim.costmodel.interface import context_kv_bytes, kv_copy_gpus
 from disaggsim.engine.config import EngineConfig, LinkWindow, TransferTime
-from disaggsim.engine.events import call_later
+from disaggsim.engine.events import call_in
 from disaggsim.engine.records import RequestLogColumns
 from disaggsim.engine.request_state import RequestState
 
@@ -130,7 +130,7 @@ class Handoff:
             )
             return
         delay, factor = self._link_state(token) if self.cfg.link_windows else (0.0, 1.0)
-        call_later(env, delay + self.transfer_time(nbytes, src.index, dst.index) / factor, done)
+        call_in(env, delay + self.transfer_time(nbytes, src.index, dst.index) / factor, done)
 
     def cancel_transfer(self, rid: int) -> tuple[PrefillWorker, DecodeWorker] | None:
         """Stop ``rid``'s transfer (if any); returns its (source, destination)."""
@@ -143,7 +143,9 @@ class Handoff:
             self.net.cancel(handle)
         return tr[0], tr[1]
 
-    def _transfer_done(self, rid: int, token: float) -> None:
+    def _transfer_done(self, rid: int, token: float, _ev: simpy.Event | None = None) -> None:
+        """The transfer ``token`` of ``rid`` ended (also the callback of its end event:
+        ``_ev`` is ignored)."""
         tr = self._transfers.get(rid)
         if tr is None or tr[2] != token:
             return  # cancelled, or superseded by a re-send
@@ -152,7 +154,7 @@ class Handoff:
             # streamed KV landed before its prefill ended (as it ends, or earlier after a
             # re-send lifted the overlap cap): take it once the prefill batch is over
             wait = max(src.batch_end_at_s - self.env._now, 0.0)
-            call_later(self.env, wait, partial(self._transfer_done, rid, token))
+            call_in(self.env, wait, partial(self._transfer_done, rid, token))
             return
         del self._transfers[rid]
         self._flows.pop(rid, None)
