@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -75,9 +76,11 @@ class _Heap(Generic[W]):
 
     def top(self) -> W | None:
         heap = self._heap
+        version = self._version
         while heap:
-            if self._valid(heap[0]):
-                return self._workers[heap[0][2]]
+            entry = heap[0]
+            if entry[1] == version[entry[2]]:  # _valid
+                return self._workers[entry[2]]
             heapq.heappop(heap)
         return None
 
@@ -153,14 +156,13 @@ class RoundRobin:
 
 class _ByKey:
     update: Callable[[int, bool], None]  # the heap's own (no call in between)
+    # a worker's key, smallest first: an attrgetter of its fields, so making a key is
+    # one C call (an attrgetter is not a function: no method binding on lookup)
+    key: Callable[[FrontWorker], tuple[int, ...]]
 
     def __init__(self, workers: Sequence[FrontWorker]) -> None:
         self._heap = _Heap(workers, self.key)
         self.update = self._heap.update
-
-    @staticmethod
-    def key(w: FrontWorker) -> tuple[int, ...]:  # pragma: no cover - overridden
-        raise NotImplementedError
 
     def choose(self, rid: int) -> FrontWorker:
         w = self._heap.top()
@@ -171,17 +173,13 @@ class _ByKey:
 class LeastTokens(_ByKey):
     """Fewest prompt tokens queued, then fewest requests outstanding, then index."""
 
-    @staticmethod
-    def key(w: FrontWorker) -> tuple[int, ...]:
-        return (w._queued_tokens, w._num_outstanding, w.index)
+    key = attrgetter("_queued_tokens", "_num_outstanding", "index")
 
 
 class ShortestQueue(_ByKey):
     """Fewest requests outstanding, then index."""
 
-    @staticmethod
-    def key(w: FrontWorker) -> tuple[int, ...]:
-        return (w._num_outstanding, w.index)
+    key = attrgetter("_num_outstanding", "index")
 
 
 class CacheAware:
@@ -276,6 +274,9 @@ class MostFreeKv:
         self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
 
     def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
+        top = self._heap.top()
+        if top is not None and top.room_blocks() >= need:
+            return top  # the common case: the most free KV has room
         slack = 1 + self._min_watermark
 
         def take(w: DecodeWorker) -> bool | None:

@@ -82,6 +82,9 @@ class WorkerState(Enum):
     RELEASED = "released"  # holds no GPUs
 
 
+_DRAINING = WorkerState.DRAINING
+
+
 def _affine_s(j: int, base: float, per: float, b: int, c: int) -> float:
     """Seconds of ``j`` steps of ``base + per × C`` from context ``c``, ``b`` more each."""
     return j * base + per * (j * c + b * j * (j - 1) / 2)
@@ -96,9 +99,13 @@ def _affine_covering(tau: float, k: int, base: float, per: float, b: int, c: int
     else:
         j = math.ceil(tau / b1) if b1 > 0 else 1
     j = min(max(j, 1), k)
-    while j > 1 and _affine_s(j - 1, base, per, b, c) >= tau - _EPS:
-        j -= 1
-    while j < k and _affine_s(j, base, per, b, c) < tau - _EPS:
+    reach = tau - _EPS
+    while j > 1:  # _affine_s(j - 1, ...) >= reach, inline
+        i = j - 1
+        if i * base + per * (i * c + b * i * (i - 1) / 2) < reach:
+            break
+        j = i
+    while j < k and j * base + per * (j * c + b * j * (j - 1) / 2) < reach:  # _affine_s
         j += 1
     return j
 
@@ -127,8 +134,10 @@ class Run(NamedTuple):
     def time_s(self, j: int) -> float:
         """Seconds of the run's first ``j`` steps."""
         m = self.lead_steps
-        if m == 0:
-            return _affine_s(j, self.base_s, self.per_token_s, self.batch, self.context0)
+        if m == 0:  # _affine_s, inline
+            return j * self.base_s + self.per_token_s * (
+                j * self.context0 + self.batch * j * (j - 1) / 2
+            )
         b, c = self.batch, self.context0
         t = _affine_s(min(j, m), self.lead_base_s, self.lead_per_token_s, b, c)
         if j > m:
@@ -642,6 +651,7 @@ class _TokenBatch(Worker):
         "_run_woken_cb",
         "_run_to",
         "_running",
+        "_segment_to",
         "batch",
         "context_tokens",
         "promised_growth",
@@ -675,6 +685,14 @@ class _TokenBatch(Worker):
         self._run_cut_cb: Then = self._run_cut
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
+        seg = self.host.segments  # the host's segment columns (Segments.add's, in order)
+        self._segment_to = (
+            seg.rid.append,
+            seg.worker.append,
+            seg.start_step.append,
+            seg.tokens.append,
+            seg.at_s.append,
+        )
         st = self.steps  # its run columns, bound once (StepLog.add_run's, in its order)
         self._run_to = (
             st.run_start_at_s.append,
@@ -790,8 +808,13 @@ class _TokenBatch(Worker):
             bt = self.block_tokens
             blocks = -(-(ctx - in_cache + emitted) // bt)
             self._phase_hist[(ctx - in_cache - join) % bt] -= 1
-        if emitted:
-            self.host.segments.add(rid, self.index, join, emitted)
+        if emitted:  # Segments.add, into the bound columns
+            seg_rid, seg_worker, seg_start, seg_tokens, seg_at = self._segment_to
+            seg_rid(rid)
+            seg_worker(self.index)
+            seg_start(join)
+            seg_tokens(emitted)
+            seg_at(math.nan)
             rs.generated[rid] += emitted
         return blocks
 
@@ -958,7 +981,7 @@ class _TokenBatch(Worker):
             self._run_wake = None
             timeout = self._run_timeout
             if timeout is not None:  # not processed yet: it will find nothing to call
-                timeout.callbacks.clear()  # type: ignore[union-attr]
+                timeout.callbacks.clear()
                 self._run_timeout = None
                 self._target = call_in(self.env, 0.0, self._run_waited_cb)
                 self._then = self._run_waited_cb
@@ -1362,7 +1385,10 @@ class PrefillWorker(_PrefillQueue, Worker):
         if self.prefix is None:
             if not self.queue:  # nothing to form (the idle pass after a release)
                 self.sample(0, 0)
-                self._wait_for_work()
+                # _wait_for_work, inline
+                if self._state is _DRAINING and self._num_outstanding == 0:
+                    self.host.worker_drained(self)
+                self._idle = True
                 return
             batch, lens, blocks, tokens, need_blocks = self._form_batch()
             if batch:
@@ -1508,8 +1534,12 @@ class DecodeWorker(_TokenBatch):
         negative when taking nothing (not accepting, or swapped sequences come first)."""
         if not self.accepting or self.swapped:
             return -1
-        free = self.kv_capacity_blocks - self._kv_used_blocks
-        return free - 1 - self.watermark_blocks - self.growth_headroom()
+        free = self.kv_capacity_blocks - self._kv_used_blocks - 1 - self.watermark_blocks
+        if self.requests.reserve_full or self.batch == 0:  # growth_headroom, inline
+            return free
+        nxt = self._phase_hist[-self.step_idx % self.block_tokens]
+        grown = self.promised_growth
+        return free - (grown if grown > nxt else nxt)
 
     def can_accept(self, rid: int) -> bool:
         """Room for ``rid``'s KV (keeping the watermark), and no swapped-out sequence
@@ -1524,11 +1554,13 @@ class DecodeWorker(_TokenBatch):
     def reserve(self, rid: int) -> None:
         """Claim KV blocks for an incoming handoff (called by the router)."""
         rs = self.requests
-        blocks = rs.join_blocks(rid)
+        bt = rs.block_tokens
+        full = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // bt)  # rs.full_blocks
+        # rs.join_blocks
+        blocks = full if rs.reserve_full else -(-(rs.prefilled_tokens[rid] + 1) // bt)
         self._kv_used_blocks += blocks
         self.incoming[rid] = blocks
         self._num_outstanding += 1
-        full = rs.full_blocks(rid)
         self._eventual[rid] = full
         self._eventual_blocks += full
         self._changes.add(self.index)
@@ -1547,7 +1579,11 @@ class DecodeWorker(_TokenBatch):
     def kv_arrived(self, rid: int) -> None:
         blocks = self.incoming.pop(rid)
         # the reservation becomes the running sequence's blocks (see _join)
-        grown = self.requests.join_blocks(rid) - blocks
+        rs = self.requests
+        if rs.reserve_full:  # rs.join_blocks
+            grown = rs.full_blocks(rid) - blocks
+        else:
+            grown = -(-(rs.prefilled_tokens[rid] + 1) // rs.block_tokens) - blocks
         if grown:
             self._kv_used_blocks += grown
             self._changes.add(self.index)
@@ -1584,7 +1620,10 @@ class DecodeWorker(_TokenBatch):
                 self._join(rid)
         if self.batch == 0:
             self.sample(len(waiting) + len(self.swapped), 0)
-            self._wait_for_work()
+            # _wait_for_work, inline
+            if self._state is _DRAINING and self._num_outstanding == 0:
+                self.host.worker_drained(self)
+            self._idle = True
             return True
         self.sample(len(waiting) + len(self.swapped), self.batch)
         # _start_run, inline
