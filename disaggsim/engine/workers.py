@@ -637,9 +637,11 @@ class _TokenBatch(Worker):
     """A continuous batch of decoding sequences advanced in closed-form runs of steps."""
 
     __slots__ = (
+        "_after_advance",
         "_finishing",
         "_lines",
         "_phase_hist",
+        "_rest_fn",
         "_run_end",
         "_run_cut_cb",
         "_run_done_cb",
@@ -683,6 +685,10 @@ class _TokenBatch(Worker):
         self._run_waited_cb: Then = self._run_waited
         self._run_done_cb: Then = self._run_done
         self._run_cut_cb: Then = self._run_cut
+        # the rest of a pass (a colocated worker binds its scheduler's), and what follows
+        # each advance of the batch (a colocated worker's prefix cache: its sync)
+        self._rest_fn: Callable[[], bool] = self._rest
+        self._after_advance: Callable[[], None] | None = None
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
         seg = self.host.segments  # the host's segment columns (Segments.add's, in order)
@@ -933,11 +939,11 @@ class _TokenBatch(Worker):
         while True:
             if self.swapped and self._sub(self._swap_in(), self._after_swap):
                 return
-            if self._rest():
+            if self._rest_fn():
                 return
 
     def _after_swap(self, _ev: None) -> None:
-        if not self._rest():
+        if not self._rest_fn():
             self._pass()
 
     def _rest(self) -> bool:  # pragma: no cover - overridden
@@ -1126,6 +1132,8 @@ class _TokenBatch(Worker):
                 self._changes.add(self.index)
         self.step_idx += k
         self.context_tokens += k * run.batch
+        if self._after_advance is not None:
+            self._after_advance()
 
     def _settle_interrupted_run(self) -> None:
         """On failure mid-run: count the steps that completed before now (its timeout
@@ -1689,11 +1697,15 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         super().__init__(*args, **kwargs)
         self._prefilled_cb: Then = self._prefilled  # bound once (Worker._pass_cb)
         self._mixed_cb: Then = self._mixed
+        self._rest_fn = self._vllm_rest if self._vllm else self._chunked_rest
 
     def use_cache(self, caches: PrefixCaches) -> None:
         """Prefill through a prefix cache: only a request's uncached suffix is computed."""
         self._caches = caches
         self.prefix = caches.attach(self)
+        if not self.requests.reserve_full:
+            # decode growth may need unpinned cached blocks' memory: sync after advances
+            self._after_advance = self._sync_cache
 
     def _rest(self) -> bool:
         return self._vllm_rest() if self._vllm else self._chunked_rest()
@@ -1733,12 +1745,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self._sync_cache()
 
     def _gone(self, rid: int) -> None:
-        self._release_cached(rid)
-
-    def _advance(self, run: Run, growth: int | None = None) -> None:
-        super()._advance(run, growth)
-        if self.prefix is not None and not self.requests.reserve_full:
-            self._sync_cache()  # decode growth may need unpinned cached blocks' memory
+        if self.prefix is not None:  # _release_cached
+            self._release_cached(rid)
 
     def _admit_cached(self, seats_used: int, budget_left: int | None) -> bool:
         """Cached mode's admission of the head of the queue: a seat, the token budget
@@ -1814,7 +1822,11 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             held = self._reserved.pop(rid)
             in_cache = self.requests.prompt_tokens[rid]
         else:
-            held = self.requests.colocated_blocks(rid)
+            rs = self.requests
+            if rs.reserve_full:  # rs.colocated_blocks
+                held = rs.full_blocks(rid)
+            else:
+                held = -(-(rs.prompt_tokens[rid] + rs.generated[rid] + 1) // self.block_tokens)
         if self.requests.ended[rid]:  # abandoned while its prefill ran
             self.kv_used_blocks -= held
             self._release_cached(rid)
@@ -1831,7 +1843,11 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         if host.log.decode_admit_at_s[rid] != host.log.decode_admit_at_s[rid]:  # NaN: first join
             host.log.decode_admit_at_s[rid] = now
         self._join(rid, in_cache)
-        grown = self._blocks_now(rid) - held  # <= 0: prefill reserved one more
+        # <= 0: prefill reserved one more
+        if self.requests.reserve_full:
+            grown = self.requests.full_blocks(rid) - held
+        else:  # _blocks_now of the sequence just joined: its context past the cache
+            grown = -(-(self._running[rid][1] - in_cache) // self.block_tokens) - held
         if grown:
             self._kv_used_blocks += grown
             self._changes.add(self.index)
@@ -1850,9 +1866,13 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 # not change while prefills start, the free blocks do
                 rs = self.requests
                 keep = self.watermark_blocks + self.growth_headroom()
+                full, bt = rs.reserve_full, self.block_tokens
                 while queue and self.batch + len(batch) < self.max_batch_seqs:
                     rid = queue[0]
-                    need = rs.colocated_blocks(rid)
+                    if full:  # rs.colocated_blocks
+                        need = rs.full_blocks(rid)
+                    else:
+                        need = -(-(rs.prompt_tokens[rid] + rs.generated[rid] + 1) // bt)
                     if need + keep > self.kv_capacity_blocks - self._kv_used_blocks:
                         break
                     p = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
@@ -1899,7 +1919,10 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self._wait_for_work()
             return True
         self.sample(waiting, self.batch)
-        return self._start_run(self.batch < self.max_batch_seqs)
+        # _start_run, inline
+        if not self._begin_run(self.batch < self.max_batch_seqs):
+            return self._sub(self._preempt_for_growth(), self._pass_cb)
+        return True
 
     def _prefilled(self, _ev: simpy.Event) -> None:
         """A prefill-only iteration ended: its sequences join the batch (or finish)."""
