@@ -45,7 +45,15 @@ def call_urgent(env: simpy.Environment, fn: Callable[[Event], None]) -> Event:
 class Call(Event):
     """A function call due at an instant: an event holding what SimPy's loop reads of
     one (``callbacks``, ``_ok``; ``_value`` None), made without :class:`simpy.Event`'s
-    constructor. Made by :func:`call_in`, for the workers' own waits."""
+    constructor. Made by :func:`call_in`, for the workers' own waits. ``_ok`` and
+    ``_value`` are the class's (a Call is succeeded when made and never changes them):
+    no per-event store."""
+
+    _ok = True
+    _value = None
+
+
+_new_event = object.__new__
 
 
 def call_in(env: simpy.Environment, delay_s: float, fn: Callable[[Event], None]) -> Call:
@@ -55,9 +63,7 @@ def call_in(env: simpy.Environment, delay_s: float, fn: Callable[[Event], None])
     ``delay_s`` 0, as an event succeeded now. The one place that pushes onto SimPy's
     queue itself: a worker makes about nine such events per request, and this costs a
     fraction of a Timeout's constructor and ``Environment.schedule``."""
-    ev = Call.__new__(Call)
-    ev._ok = True
-    ev._value = None
+    ev = _new_event(Call)
     ev.callbacks = [fn]
     heappush(env._queue, (env._now + delay_s, NORMAL, next(env._eid), ev))
     return ev

@@ -15,9 +15,9 @@ cannot get here). Ties are broken by worker index, never at random.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
+from heapq import heapify, heappop, heappush
 from operator import attrgetter
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -56,20 +56,23 @@ class _Heap(Generic[W]):
         # the key of each worker's valid entry (None: no valid entry, not accepting)
         self._keys: list[tuple[float, ...] | None] = [None] * len(workers)
         self._heap: list[tuple[tuple[float, ...], int, int]] = []
+        self._max_entries = 4 * len(workers) + 64  # more: too many stale entries
 
     def update(self, pos: int, _accepting_changed: bool = False) -> None:
         """Worker ``pos`` changed: index it under its current key (if accepting)."""
         w = self._workers[pos]
         key = self._key(w) if w.accepting else None
-        if key == self._keys[pos]:
+        keys = self._keys
+        if key == keys[pos]:
             return  # its valid entry (or its absence) stands
-        self._keys[pos] = key
-        self._version[pos] += 1
+        keys[pos] = key
+        version = self._version[pos] + 1
+        self._version[pos] = version
         if key is not None:
-            heapq.heappush(self._heap, (key, self._version[pos], pos))
-        if len(self._heap) > 4 * len(self._workers) + 64:  # too many stale entries
+            heappush(self._heap, (key, version, pos))
+        if len(self._heap) > self._max_entries:  # too many stale entries
             self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
-            heapq.heapify(self._heap)
+            heapify(self._heap)
 
     def _valid(self, entry: tuple[tuple[float, ...], int, int]) -> bool:
         return entry[1] == self._version[entry[2]]
@@ -81,7 +84,7 @@ class _Heap(Generic[W]):
             entry = heap[0]
             if entry[1] == version[entry[2]]:  # _valid
                 return self._workers[entry[2]]
-            heapq.heappop(heap)
+            heappop(heap)
         return None
 
     def first(self, take: Callable[[W], bool | None]) -> W | None:
@@ -90,7 +93,7 @@ class _Heap(Generic[W]):
         heap = self._heap
         version = self._version
         while heap and heap[0][1] != version[heap[0][2]]:
-            heapq.heappop(heap)  # stale
+            heappop(heap)  # stale
         if not heap:
             return None
         w = self._workers[heap[0][2]]
@@ -99,10 +102,10 @@ class _Heap(Generic[W]):
             return w
         if verdict is None:
             return None
-        seen = [heapq.heappop(heap)]
+        seen = [heappop(heap)]
         found: W | None = None
         while heap:
-            entry = heapq.heappop(heap)
+            entry = heappop(heap)
             if entry[1] != version[entry[2]]:
                 continue
             seen.append(entry)
@@ -114,7 +117,7 @@ class _Heap(Generic[W]):
             if verdict is None:
                 break
         for entry in seen:
-            heapq.heappush(heap, entry)
+            heappush(heap, entry)
         return found
 
 

@@ -45,11 +45,11 @@ replaced, without a generator resumed per state change.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Generator
 from enum import Enum
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -797,7 +797,7 @@ class _TokenBatch(Worker):
         self._running[rid] = (step, ctx, fin, in_cache)
         self.batch += 1
         self.context_tokens += ctx
-        heapq.heappush(self._finishing, (fin, rid))
+        heappush(self._finishing, (fin, rid))
         if not rs.reserve_full:
             self._phase_hist[(ctx - in_cache - step) % self.block_tokens] += 1
 
@@ -833,7 +833,7 @@ class _TokenBatch(Worker):
         now = self.env._now
         running = self._running
         while finishing and finishing[0][0] <= step:
-            fin, rid = heapq.heappop(finishing)
+            fin, rid = heappop(finishing)
             entry = running.get(rid)
             if entry is None or entry[2] != fin:
                 continue  # stale: preempted or failed earlier
@@ -857,7 +857,7 @@ class _TokenBatch(Worker):
             entry = self._running.get(rid)
             if entry is not None and entry[2] == fin:
                 return fin
-            heapq.heappop(self._finishing)
+            heappop(self._finishing)
         raise RuntimeError("running batch without a finishing sequence")
 
     # -- preemption ------------------------------------------------------------------
