@@ -5,9 +5,10 @@ must fail here rather than reorder a simulation silently."""
 
 from __future__ import annotations
 
+import pytest
 import simpy
 
-from disaggsim.engine.events import call_in, call_later, call_urgent
+from disaggsim.engine.events import Environment, call_in, call_later, call_urgent
 
 
 def _fire_order(use_call_in: bool) -> list[tuple[float, str]]:
@@ -50,3 +51,41 @@ def test_call_in_event_reads_as_processed() -> None:
     env.run()
     assert got == [(0.25, True, None)]
     assert ev.processed
+
+
+def _program(env: simpy.Environment) -> tuple[list[tuple[float, str]], object]:
+    """A process, timeouts at tied instants, and an ``until`` event succeeded by a
+    callback that is not its event's last (the rest run when the loop resumes); returns
+    what fired, in order, and what ``run`` returned."""
+    seen: list[tuple[float, str]] = []
+    stop = env.event()
+
+    def proc(env: simpy.Environment):
+        for d in (0.5, 0.0, 1.0):
+            yield env.timeout(d)
+            seen.append((env.now, f"proc+{d}"))
+
+    env.process(proc(env))
+    ev = env.timeout(1.0)
+    ev.callbacks.append(lambda _e: seen.append((env.now, "a")))
+    ev.callbacks.append(lambda _e: stop.succeed("stopped"))
+    ev.callbacks.append(lambda _e: seen.append((env.now, "b")))
+    env.timeout(1.0).callbacks.append(lambda _e: seen.append((env.now, "c")))
+    out = env.run(until=stop)
+    seen.append((env.now, "returned"))
+    env.run(until=env.timeout(5.0))
+    return seen, out
+
+
+def test_environment_runs_as_simpy_does() -> None:
+    """The engine's Environment processes the same events in the same order as SimPy's,
+    returns the same value, and crashes on the same undefused failure."""
+    assert _program(Environment()) == _program(simpy.Environment())
+    for make in (Environment, simpy.Environment):
+        env = make()
+        env.event().fail(ValueError("boom"))
+        with pytest.raises(ValueError, match="boom"):
+            env.run(until=env.timeout(1.0))
+        env = make()
+        with pytest.raises(RuntimeError, match="No scheduled events left"):
+            env.run(until=env.event())

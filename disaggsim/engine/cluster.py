@@ -39,7 +39,7 @@ from disaggsim.engine.config import (
     TransferTime,
     WorkerFailureEvent,
 )
-from disaggsim.engine.events import call_in, call_urgent
+from disaggsim.engine.events import Environment, call_in, call_urgent
 from disaggsim.engine.handoff import Handoff
 from disaggsim.engine.prefix import PrefixCaches
 from disaggsim.engine.records import (
@@ -87,7 +87,7 @@ class Cluster:
     """One run: the workers, the router, the fabric, the records and the event loop."""
 
     def __init__(self, requests: Requests, cfg: EngineConfig, transfer_time: TransferTime) -> None:
-        self.env = simpy.Environment()
+        self.env: simpy.Environment = Environment()  # SimPy's, its run loop inline
         self.cfg = cfg
         self.table = requests
         self.requests = RequestState(requests, cfg.block_tokens, cfg.kv_admission == "reserve_full")

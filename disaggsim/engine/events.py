@@ -1,13 +1,17 @@
 """The engine's callback-style waits.
 
 The router's back-pressure and the autoscaler's control loops are SimPy processes that
-``yield`` their events. A few waits need no process of their own (a KV handoff's end, a
-cold start, a client's timeout): each is one timeout whose callback runs a function,
-always through :func:`call_later`, which is cheaper than starting a process per wait and
-keeps SimPy's FIFO order among events due at the same instant. Workers run as callbacks
-on the events they wait for (:mod:`disaggsim.engine.workers`): their own waits are
+``yield`` their events. A few waits need no process of their own: a cold start is one
+timeout whose callback runs a function (:func:`call_later`); the arrivals, a KV
+handoff's end and a client's timeout, the most numerous, are :func:`call_in` events
+calling their function directly. Either is cheaper than a process per wait and keeps
+SimPy's FIFO order among events due at the same instant. Workers run as callbacks on the
+events they wait for (:mod:`disaggsim.engine.workers`): their own waits are
 :func:`call_in` events, queued as timeouts would be; their start and their failures are
 :func:`call_urgent` events, where SimPy puts a process's start and an interrupt.
+
+A run's events are processed by :class:`Environment`, SimPy's with its loop over
+``step`` written out (the same steps, no method call per event).
 
 The engine reads the clock as ``env._now``, the attribute SimPy's ``now`` property
 returns: no property call on the 15-20 reads per request (``tests/test_engine_events.py``
@@ -17,10 +21,52 @@ pins both private attributes; ``simpy`` is capped below 5 in ``pyproject.toml``)
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappush
+from heapq import heappop, heappush
+from typing import Any
 
 import simpy
-from simpy.events import NORMAL, URGENT, Event
+from simpy.core import EmptySchedule, StopSimulation
+from simpy.events import NORMAL, URGENT, Event, EventPriority
+
+
+class Environment(simpy.Environment):
+    """SimPy's environment, its :meth:`run` until an event with the loop over
+    :meth:`~simpy.Environment.step` written out in one function: the same steps in the
+    same order (pop the next event, set the clock, call its callbacks, crash on a failed
+    event nobody defused; a stop inside the callbacks puts the rest back), without a
+    method call per event (the engine processes about ten events per request). Any
+    other ``until`` goes to SimPy's own :meth:`run`."""
+
+    def run(self, until: Any = None) -> Any:
+        if not isinstance(until, Event) or until.callbacks is None:
+            return super().run(until)
+        until.callbacks.append(StopSimulation.callback)
+        queue = self._queue
+        try:
+            while True:  # step(), inline
+                try:
+                    self._now, _, _, event = heappop(queue)
+                except IndexError:
+                    raise EmptySchedule from None
+                callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+                try:
+                    for callback in callbacks:
+                        callback(event)
+                except StopSimulation:
+                    event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+                    self.schedule(event, EventPriority(-1))
+                    raise
+                if not event._ok and not hasattr(event, "_defused"):
+                    exc = type(event._value)(*event._value.args)
+                    exc.__cause__ = event._value
+                    raise exc
+        except StopSimulation as exc:
+            return exc.args[0]  # == until.value
+        except EmptySchedule:
+            assert not until.triggered
+            raise RuntimeError(
+                f'No scheduled events left but "until" event was not triggered: {until}'
+            ) from None
 
 
 def call_later(env: simpy.Environment, delay_s: float, fn: Callable[[], None]) -> simpy.Event:
