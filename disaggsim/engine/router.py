@@ -271,8 +271,15 @@ class MostFreeKv:
     update: Callable[[int], None]  # the heap's own (no call in between)
 
     def __init__(self, workers: Sequence[DecodeWorker]) -> None:
-        # most free blocks first: -(capacity - used)
-        self._heap = _Heap(workers, lambda w: (w._kv_used_blocks - w.kv_capacity_blocks, w.index))
+        # most free blocks first: -(capacity - used); where every worker has the same
+        # capacity (one decode pool), used blocks order them the same, and an
+        # attrgetter makes that key in one C call
+        key: Callable[[DecodeWorker], tuple[int, int]]
+        if len({w.kv_capacity_blocks for w in workers}) <= 1:
+            key = attrgetter("_kv_used_blocks", "index")
+        else:
+            key = lambda w: (w._kv_used_blocks - w.kv_capacity_blocks, w.index)  # noqa: E731
+        self._heap = _Heap(workers, key)
         self.update = self._heap.update
         self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
 
@@ -448,11 +455,9 @@ class Router:
                 pos = pos_of[index]
                 update(pos)
                 w = workers[pos]
-                room = (
-                    max(0, w.kv_capacity_blocks - w.watermark_blocks - w._eventual_blocks)
-                    if w.accepting
-                    else 0
-                )
+                room = w.kv_capacity_blocks - w.watermark_blocks - w._eventual_blocks
+                if room < 0 or not w.accepting:  # max(0, room) when accepting, else 0
+                    room = 0
                 self._room_total += room - room_of[pos]
                 room_of[pos] = room
             self._decode_changes.clear()
@@ -472,11 +477,13 @@ class Router:
         return self._room_total - self.committed_blocks
 
     def _try_route(self, rid: int) -> bool:
-        self._refresh_front()
+        if self._front_changes:
+            self._refresh_front()
         if not self._num_front_accepting:
             return False
         if self.kv_aware:
-            self._refresh_decode()
+            if self._decode_changes:
+                self._refresh_decode()
             need = self.requests.full_blocks(rid)
             if need > self._decode_room_blocks():
                 return False
@@ -535,7 +542,8 @@ class Router:
         return self._try_handoff(rid, src, prefill_s)
 
     def _try_handoff(self, rid: int, src: PrefillWorker, prefill_s: float | None = None) -> bool:
-        self._refresh_decode()
+        if self._decode_changes:
+            self._refresh_decode()
         w = self.decode.choose(self.requests.join_blocks(rid), src)
         if w is None:
             return False
