@@ -1004,7 +1004,8 @@ class _TokenBatch(Worker):
         # at its start is the growth of its steps
         self._advance(run, self._run_plan[1])
         self._pop_finished()
-        self._pass()
+        if self.swapped or not self._rest_fn():  # _pass, its first turn inline
+            self._pass()
 
     def _run_waited(self, _ev: simpy.Event) -> None:
         rest_s = self._cut_run()
@@ -1013,11 +1014,13 @@ class _TokenBatch(Worker):
             self._then = self._run_cut_cb
             return
         self._end_run()
-        self._pass()
+        if self.swapped or not self._rest_fn():  # _pass, its first turn inline
+            self._pass()
 
     def _run_cut(self, _ev: simpy.Event) -> None:
         self._end_run()
-        self._pass()
+        if self.swapped or not self._rest_fn():  # _pass, its first turn inline
+            self._pass()
 
     def _begin_run(self, interruptible: bool) -> bool:
         """Start the run to the next completion or block shortage and wait for its end
@@ -1085,8 +1088,13 @@ class _TokenBatch(Worker):
         assert isinstance(run, Run)
         tau = self.env._now - run.start_s
         if tau < total - _EPS:  # the run's own timeout, due later, does nothing
-            k = run.steps_covering(tau)
-            run = run.with_steps(k)
+            if run.lead_steps:
+                k = run.steps_covering(tau)
+            else:  # Run.steps_covering of a one-line run
+                k = _affine_covering(
+                    tau, run.steps, run.base_s, run.per_token_s, run.batch, run.context0
+                )
+            run = _new_run(Run, (run[0], k, *run[2:]))  # run.with_steps(k)
             if a2a is not None and a2a in self._copies:  # carry only the steps run
                 self._copies.discard(a2a)
                 rest = self._a2a_iteration_bytes(run.batch, 0) * k - self.host.cancel_copy(a2a)
