@@ -224,21 +224,29 @@ class Cluster:
         replace: started by an URGENT event where the process's start was, then at each
         arrival instant one event queued as the process's timeout would be
         (:func:`~disaggsim.engine.events.call_in`), no process resumed per request."""
-        self._arrival_at = self.table.arrival_s.tolist()
+        rs, cfg = self.requests, self.cfg
+        max_pre, max_seq = self._largest_servable()
+        # what each arrival reads, unpacked once per call
+        self._arrival = (
+            self.table.arrival_s.tolist(),
+            max_pre,
+            max_seq,
+            cfg.client_timeout_s,
+            cfg.max_queue,
+            cfg.context_tokens,
+            rs.prompt_tokens,
+            rs.max_tokens,
+            rs.block_tokens,
+        )
         self._next_arrival = 0
-        self._servable = self._largest_servable()
         call_urgent(self.env, self._arrive)
 
     def _arrive(self, _ev: simpy.Event) -> None:
         """Admit every request due now, then wait for the next arrival."""
         env = self.env
-        rs = self.requests
-        arrival = self._arrival_at
-        max_pre, max_seq = self._servable
-        timeout = self.cfg.client_timeout_s
-        max_queue = self.cfg.max_queue
-        context = self.cfg.context_tokens
-        prompt, max_tokens, bt = rs.prompt_tokens, rs.max_tokens, rs.block_tokens
+        arrival, max_pre, max_seq, timeout, max_queue, context, prompt, max_tokens, bt = (
+            self._arrival
+        )
         for rid in range(self._next_arrival, len(arrival)):
             at = arrival[rid]
             now = env._now

@@ -174,8 +174,8 @@ class Run(NamedTuple):
             log.add_run(start, self.steps - m, b, c + m * b, self.base_s, self.per_token_s)
 
 
-# a Run from all nine fields, without NamedTuple's generated __new__ (one Python call less
-# per run on the hot path; Run(...) reads better everywhere else)
+# a Run (or PrefillIter) from all its fields, without NamedTuple's generated __new__ (one
+# Python call less per run on the hot path; Run(...) reads better everywhere else)
 _new_run = tuple.__new__
 
 
@@ -1428,7 +1428,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         self.sample(len(self.queue), len(batch))
         for r in batch:
             host.prefill_started(r, self.index)
-        self._activity = PrefillIter(batch)
+        self._activity = _new_run(PrefillIter, (batch,))  # PrefillIter(batch)
         if copies is not None:
             # promotion flows finish before the prefill computes (a failure meanwhile
             # cuts this record at the failure)
@@ -1873,8 +1873,12 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 # _admissible and _start_prefill, inline: the growth headroom does
                 # not change while prefills start, the free blocks do
                 rs = self.requests
-                keep = self.watermark_blocks + self.growth_headroom()
                 full, bt = rs.reserve_full, self.block_tokens
+                keep = self.watermark_blocks
+                if not full and self.batch:  # + growth_headroom(), inline
+                    nxt = self._phase_hist[-self.step_idx % bt]
+                    grown = self.promised_growth
+                    keep += grown if grown > nxt else nxt
                 while queue and self.batch + len(batch) < self.max_batch_seqs:
                     rid = queue[0]
                     if full:  # rs.colocated_blocks
@@ -1916,7 +1920,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 dur = self._prefill_time_s(len(batch), tokens, pairs, sum(hits))
                 dur += self._promotion_s()
             self.steps.prefill_iters.append((env._now, dur, len(batch), tokens))
-            self._activity = PrefillIter(batch)
+            self._activity = _new_run(PrefillIter, (batch,))  # PrefillIter(batch)
             self._target = call_in(env, dur, self._prefilled_cb)
             self._then = self._prefilled_cb
             return True
