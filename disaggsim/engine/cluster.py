@@ -387,7 +387,8 @@ class Cluster:
             self.finish(rid, now)
         else:
             dst.kv_arrived(rid)
-        self.router.drain_queue()
+        if self.router.queue:  # drain_queue has nothing to do otherwise
+            self.router.drain_queue()
 
     def decode_freed(self) -> None:
         self.router.decode_freed()

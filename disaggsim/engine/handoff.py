@@ -102,7 +102,8 @@ class Handoff:
         started = self.log.transfer_start_at_s
         if started[rid] != started[rid]:  # NaN: the first transfer
             started[rid] = token
-        nbytes = self.kv_bytes(rid, src)
+        rs = self.requests
+        nbytes = context_kv_bytes(src.cost, rs.prompt_tokens[rid] + rs.generated[rid])  # kv_bytes
         self._transfers[rid] = (src, dst, token)
         done = partial(self._transfer_done, rid, token)
         if self.net is not None:

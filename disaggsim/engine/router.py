@@ -547,7 +547,9 @@ class Router:
         w = self.decode.choose(self.requests.join_blocks(rid), src)
         if w is None:
             return False
-        self.uncommit(rid)
+        blocks = self.committed.pop(rid, None)  # uncommit
+        if blocks is not None:
+            self.committed_blocks -= blocks
         w.reserve(rid)
         self.handoff_fabric.start_transfer(rid, src, w, prefill_s)
         return True
