@@ -488,8 +488,11 @@ def simulate(
         check_run(raw, step_ends)  # before anything is derived from the records, or written
     except InvariantError as e:
         raise InvariantError(f"{label}: {e}") from None
-    frame, gaps = request_frame(raw, s.sim.warmup_s, step_ends)
+    # the request frame takes each worker's out of the list as it goes (its memory freed
+    # while the gap distribution fills)
+    taken: list[np.ndarray | None] = list(step_ends)
     del step_ends
+    frame, gaps = request_frame(raw, s.sim.warmup_s, taken)
     summary = summarize(frame, gaps, raw, s)
     timeseries = timeseries_frame(raw)
     wall = time.perf_counter() - t0  # after the last frame: what the summary reports

@@ -10,7 +10,6 @@ vectorised numpy over steps and requests (docs/metrics.md has the definitions).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,7 +286,7 @@ def _segment_times(
     raw: RawResult,
     counted: np.ndarray,
     gaps: _GapBuilder,
-    step_ends: Sequence[np.ndarray] | None = None,
+    step_ends: list[np.ndarray | None] | None = None,
 ) -> _Segments:
     """Per decode segment (in the order they were recorded): request, worker, first and
     last token times, first gap, and the largest gap inside the segment. Each worker's
@@ -331,7 +330,10 @@ def _segment_times(
         sel = sels[j]
         if len(sel) == 0:
             continue
-        ends = w.steps.step_end_times() if step_ends is None else step_ends[j]
+        given = None
+        if step_ends is not None:  # taken from the caller's list: freed as the gaps fill
+            given, step_ends[j] = step_ends[j], None
+        ends = w.steps.step_end_times() if given is None else given
         s0, k = start[sel], tokens[sel]
         first_t[sel] = ends[s0]
         last_t[sel] = ends[s0 + k - 1]
@@ -368,11 +370,13 @@ def _segment_times(
 
 
 def request_frame(
-    raw: RawResult, warmup_s: float, step_ends: Sequence[np.ndarray] | None = None
+    raw: RawResult, warmup_s: float, step_ends: list[np.ndarray | None] | None = None
 ) -> tuple[pd.DataFrame, GapDistribution]:
     """The per-request table and the fleet-wide gap distribution (measured requests).
     ``step_ends``: each worker's :meth:`StepLog.step_end_times`, when the caller has them
-    already (otherwise expanded here, one worker at a time)."""
+    already; each is taken out of the list (set to None) as it is used, so they do not
+    all stay in memory beside the gaps (otherwise expanded here, one worker at a
+    time)."""
     req = raw.requests
     log = raw.log
     n = len(req)
