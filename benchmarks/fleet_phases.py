@@ -10,7 +10,8 @@ same functions :func:`disaggsim.run.simulate` calls, one phase at a time, and pr
 phase the CPU seconds of this process, the wall seconds, the resident memory after the
 phase and its peak during the phase (Linux: ``VmHWM`` reset before each phase through
 ``/proc/self/clear_refs``). Phases: ``setup`` (cost models, fabric), ``workload``
-(generating the requests), ``engine`` (the simulation), ``invariants``,
+(generating the requests), ``engine`` (the simulation), ``step_end_times`` (every
+worker's step end times, expanded once as ``simulate`` does), ``invariants``,
 ``request_frame`` (the per-request frame and the inter-token gap distribution),
 ``summary``, ``timeseries``, then what ``disaggsim run`` does with the result:
 ``write_files`` (the result folder without plots: Parquet frames, summary, scenario)
@@ -75,6 +76,11 @@ class Phases:
             }
         )
         return out
+
+
+def _step_ends(raw: Any) -> list:
+    """Every worker's step end times, as :func:`disaggsim.run.simulate` expands them once."""
+    return [w.steps.step_end_times() for w in raw.workers]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,8 +151,13 @@ def main(argv: list[str] | None = None) -> int:
             del reqs
             if args.save_raw is not None:
                 args.save_raw.write_bytes(pickle.dumps(raw, protocol=5))
-        ph.run("invariants", check_run, raw)
-        frame, gaps = ph.run("request_frame", request_frame, raw, s.sim.warmup_s)
+        # as simulate does: every worker's step end times expanded once, for the checks and
+        # the request frame (which takes each out of its list as it goes)
+        step_ends = ph.run("step_end_times", _step_ends, raw)
+        ph.run("invariants", check_run, raw, step_ends)
+        taken: list = list(step_ends)
+        del step_ends
+        frame, gaps = ph.run("request_frame", request_frame, raw, s.sim.warmup_s, taken)
         summary = ph.run("summary", summarize, frame, gaps, raw, s)
         ts = ph.run("timeseries", timeseries_frame, raw)
         result = SimulationResult(
@@ -195,7 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-POST = ("invariants", "request_frame", "summary", "timeseries", "write_files", "plots")
+POST = (
+    "step_end_times",
+    "invariants",
+    "request_frame",
+    "summary",
+    "timeseries",
+    "write_files",
+    "plots",
+)
 
 
 def _print(rows: list[dict[str, Any]], title: str) -> None:
