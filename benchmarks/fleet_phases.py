@@ -95,19 +95,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from disaggsim.cli.bench import fleet_scenario
     from disaggsim.config.loader import load_scenario
-    from disaggsim.engine.cluster import run_cluster
     from disaggsim.metrics.invariants import check_run
     from disaggsim.metrics.plots import write_plots
     from disaggsim.metrics.reconstruct import request_frame
     from disaggsim.metrics.summary import summarize
     from disaggsim.run import (
         SimulationResult,
-        build_autoscalers,
         build_costs,
         build_topology,
         build_transfer,
-        engine_config,
         make_requests,
+        run_engine,
         timeseries_frame,
         write_results_folder,
     )
@@ -134,20 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
             reqs = ph.run("workload", workload)
 
-            def engine(reqs=reqs, costs=costs, transfer=transfer, topology=topology):
-                cfg = engine_config(
-                    s,
-                    costs,
-                    0,
-                    topology,
-                    build_autoscalers(s, costs, int(reqs.prompt_tokens.mean())),
-                    "<fleet>",
-                    reqs.prefix_chains,
-                )
-                return run_cluster(reqs, cfg, transfer)
-
             del raw
-            raw = ph.run("engine", engine)
+            raw = ph.run("engine", run_engine, s, costs, reqs, transfer, topology, 0, "<fleet>")
             del reqs
             if args.save_raw is not None:
                 args.save_raw.write_bytes(pickle.dumps(raw, protocol=5))

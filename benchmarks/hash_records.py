@@ -144,15 +144,8 @@ class _CutKV:
 def run_engine(raw_scenario: dict, base_dir: Path, kv_cut: int = 1) -> Any:
     """The engine's records of a scenario mapping, built as :func:`simulate` builds them."""
     from disaggsim.config.loader import load_scenario
-    from disaggsim.engine.cluster import run_cluster
-    from disaggsim.run import (
-        build_autoscalers,
-        build_costs,
-        build_topology,
-        build_transfer,
-        engine_config,
-        make_requests,
-    )
+    from disaggsim.run import build_costs, build_topology, build_transfer, make_requests
+    from disaggsim.run import run_engine as engine_records
 
     loaded = load_scenario(raw_scenario, base_dir=base_dir)
     s = loaded.scenario
@@ -163,19 +156,7 @@ def run_engine(raw_scenario: dict, base_dir: Path, kv_cut: int = 1) -> Any:
         # out of blocks and preempt, enough that no request is rejected for its size
         floor = int((reqs.prompt_tokens + reqs.max_tokens).max()) * 11 // 10 + 64
         costs = {role: _CutKV(c, kv_cut, floor) for role, c in costs.items()}  # type: ignore[misc]
-    transfer = build_transfer(s)
-    topology = build_topology(s)
-    mean_prompt = int(reqs.prompt_tokens.mean()) if len(reqs) else 1
-    cfg = engine_config(
-        s,
-        costs,
-        0,
-        topology,
-        build_autoscalers(s, costs, mean_prompt),
-        "<hash>",
-        reqs.prefix_chains,
-    )
-    return run_cluster(reqs, cfg, transfer)
+    return engine_records(s, costs, reqs, build_transfer(s), build_topology(s), label="<hash>")
 
 
 def _read(path: Path) -> dict:

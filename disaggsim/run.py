@@ -436,6 +436,38 @@ def make_requests(loaded: LoadedScenario, replication: int = 0) -> Requests:
     ).with_context(get_model(s.model).context_tokens)
 
 
+def run_engine(
+    s: Scenario,
+    costs: dict[str, WorkerCost],
+    reqs: Requests,
+    transfer,
+    topology=None,
+    replication: int = 0,
+    label: str = "<scenario>",
+    progress: ProgressFn | None = None,
+) -> RawResult:
+    """The engine's records of ``reqs`` on the scenario's cluster: its configuration
+    (autoscalers sized by the mean prompt) and the run, as :func:`simulate` does it
+    (the benchmarks call this to time or hash the engine alone)."""
+    mean_prompt = int(reqs.prompt_tokens.mean()) if len(reqs) else 1
+    cfg = engine_config(
+        s,
+        costs,
+        replication,
+        topology,
+        build_autoscalers(s, costs, mean_prompt),
+        label,
+        reqs.prefix_chains,
+    )
+    return run_cluster(
+        reqs,
+        cfg,
+        transfer,
+        progress=progress,
+        progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
+    )
+
+
 def simulate(
     scenario: LoadedScenario | Scenario | str | Path | dict,
     overrides: list[str] | None = None,
@@ -467,21 +499,7 @@ def simulate(
         msg = str(e)
         raise UserError(msg if msg.startswith(label) else f"{label}: {msg}") from None
     check_prefill_budget(s, reqs, label)  # whole-prompt prefills need a budget >= the prompt
-    raw = run_cluster(
-        reqs,
-        engine_config(
-            s,
-            costs,
-            replication,
-            topology,
-            build_autoscalers(s, costs, int(reqs.prompt_tokens.mean()) if len(reqs) else 1),
-            label,
-            reqs.prefix_chains,
-        ),
-        transfer,
-        progress=progress,
-        progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
-    )
+    raw = run_engine(s, costs, reqs, transfer, topology, replication, label, progress)
     # every worker's step end times, expanded once for the checks and the request frame
     step_ends = [w.steps.step_end_times() for w in raw.workers]
     try:
