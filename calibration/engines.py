@@ -101,6 +101,10 @@ FIT_PARAMS = {
 # kernels, for which auto's fastest trusted fit stands): written into engines.json and used
 # for the kernel time of their measurements
 ENGINE_ATTENTION = {"trtllm": "trtllm"}
+# engines whose FP8 GEMM kernel the hardware profiles fit on its own (``gemm_kernels``):
+# SGLang's sgl-kernel FP8 GEMM (calibration/fit_public.py fit_sglang_fp8_kernel); written
+# into engines.json and used for the kernel time of their measurements
+ENGINE_FP8_GEMM = {"sglang": "sglang-fp8"}
 # Decode kernels of the release a source measured, where its grouped (GQA) kernel covered
 # only some layouts: query heads per KV head the grouped kernel took; the others ran a
 # per-query-head kernel (EngineProfile.grouped_decode_q_per_kv). TensorRT-LLM of April 2024
@@ -359,6 +363,7 @@ def kernel_engine(engine: str, source: str, reread_bytes_per_s: float) -> Engine
     return replace(
         ZERO_ENGINE,
         attention_backend=ENGINE_ATTENTION.get(engine, "auto"),
+        fp8_gemm_kernel=ENGINE_FP8_GEMM.get(engine),
         grouped_decode_q_per_kv=grouped,
         per_query_head_kv_bytes_per_s=reread_bytes_per_s if grouped is not None else 0.0,
         per_query_head_decode_backend=ENGINE_PER_QUERY_HEAD_BACKEND.get(engine),
@@ -404,6 +409,7 @@ def features(
         key = (
             r["model"], gpu, int(r["tp"]), r["weight_dtype"], r["kv_dtype"],
             eng.attention_backend, eng.grouped_decode_q_per_kv, eng.per_query_head_kv_bytes_per_s,
+            eng.fp8_gemm_kernel,
         )  # fmt: skip
         if key not in workers:
             workers[key] = build_worker_cost(
@@ -603,6 +609,7 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
             ),
             "per_query_head_kv_bytes_per_s": f["params"].get("per_query_head_kv_bytes_per_s", 0.0),
             "per_query_head_decode_backend": ENGINE_PER_QUERY_HEAD_BACKEND.get(name),
+            "fp8_gemm_kernel": ENGINE_FP8_GEMM.get(name),
             "description": DESCRIPTIONS[name],
             "fit_error": f["error"],
         }

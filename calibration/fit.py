@@ -151,15 +151,33 @@ def fit_generic(
     ho_med = ho_mean = None
     how = ""
     if held_out:
-        folds, how = _folds(groups, n)
-        if folds:
-            errs = np.full(n, np.nan)
-            for test in folds:
-                train = np.setdiff1d(every, test)
-                p = _least_squares_log(model, train, meas, [list(params)], lower, upper)
-                errs[test] = ape(model(p, test), meas[test])
+        errs, how = held_out_apes(model, meas, params, lower, upper, groups)
+        if how:
             ho_med, ho_mean, _ = _stats(errs[~np.isnan(errs)])
     return params, FitError(med, mean, p90, n, ho_med, ho_mean, how)
+
+
+def held_out_apes(
+    model: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    meas: np.ndarray,
+    params: Sequence[float] | np.ndarray,
+    lower: Sequence[float],
+    upper: Sequence[float],
+    groups: np.ndarray | None = None,
+) -> tuple[np.ndarray, str]:
+    """Each row's APE predicted by a refit without its fold (whole shape families when
+    ``groups`` has >= 3, else random folds; each refit starts from ``params``), and how the
+    folds were made (``""`` and NaNs when there are too few rows)."""
+    meas = np.asarray(meas, float)
+    n = len(meas)
+    every = np.arange(n)
+    errs = np.full(n, np.nan)
+    folds, how = _folds(groups, n)
+    for test in folds:
+        train = np.setdiff1d(every, test)
+        p = _least_squares_log(model, train, meas, [list(params)], lower, upper)
+        errs[test] = ape(model(p, test), meas[test])
+    return errs, how
 
 
 # ---- per-op fitters: each calls exactly the ops.py function the step model uses ----
@@ -639,6 +657,7 @@ def build_profile(
                 label = f"attention.{name}.{op.split('_')[0]}.{key}"
                 if label not in fit.measured:
                     carried.append(label)
+    carried += [f"gemm_kernels.{name}" for name in base.get("gemm_kernels") or {}]
     carried.append("graph_replay")
     first = df.iloc[0]
     base_errors = {k: v for k, v in (base.get("fit_error") or {}).items() if k not in fit.errors}
@@ -649,6 +668,7 @@ def build_profile(
         "ops": ops_out,
         "attention_backends": backends,
         "attention_auto": json.loads(json.dumps(base.get("attention_auto", {}))),
+        "gemm_kernels": json.loads(json.dumps(base.get("gemm_kernels", {}))),
         "graph_replay": dict(base.get("graph_replay") or {"per_layer_s": 0.0}),
         "fit_error": {**fit.errors, **{f"carried:{k}": v for k, v in base_errors.items()}},
         "provenance": {

@@ -63,6 +63,7 @@ from calibration.fit import (
     fit_gemm,
     fit_generic,
     fit_prefill_attention,
+    held_out_apes,
     shape_family,
 )
 from disaggsim.catalog import get_gpu
@@ -73,7 +74,9 @@ from disaggsim.hardware.profile import (
     DECODE_ONLY_BACKENDS,
     ElementwiseParams,
     GemmParams,
+    GemmTileBranch,
     GpuPeaks,
+    TiledGemmParams,
     load_profile,
     profile_from_dict,
     shipped_profile_path,
@@ -333,6 +336,99 @@ def fit_gemm_fp8(
     return _params_dict(params), err, str(slope["table"].iloc[0])
 
 
+# SGLang's FP8 GEMM on Hopper, sgl-kernel csrc/gemm/fp8_gemm_kernel.cu
+# sm90_fp8_dispatch_shape: (max m, CTA tile m, n, cluster m, n) per branch, m <= 64: 64 x 64
+# tiles in 1 x 4 clusters; 65-256: 64 x 64, 1 x 1; 257-1024: 128 x 128, 1 x 1; above: 128 x
+# 128, 2 x 1 (every branch 128 deep). Its m = 1 branch (64 x 64, 1 x 8 clusters, a
+# non-persistent scheduler) is folded into the m <= 64 one: one token's GEMM streams its
+# weights, and 1 x 8 vs 1 x 4 clusters round the tile count of the table's n (multiples of
+# 256 but 32..128) identically
+SGLANG_FP8_KERNEL = "sglang-fp8"
+SGLANG_FP8_DISPATCH = (
+    (64, 64, 64, 1, 4),
+    (256, 64, 64, 1, 1),
+    (1024, 128, 128, 1, 1),
+    (None, 128, 128, 2, 1),
+)
+SGLANG_FP8_SOURCE = (
+    "sgl-kernel csrc/gemm/fp8_gemm_kernel.cu sm90_fp8_dispatch_shape (CUTLASS, 128-deep "
+    "CTA tiles; its m = 1 branch folded into m <= 64)"
+)
+# SMs per GPU, for the tile form's waves: the datasheets' counts (H100 SXM / H200 / H800:
+# 132, H100 PCIe: 114)
+NUM_SMS = {"a100-80gb": 108, "h100-sxm": 132, "h100-pcie": 114, "h200-sxm": 132, "h800-sxm": 132}
+
+
+def tiled_kernel_dict(
+    dispatch, num_sms: int, launch_s: float, effs, mem_eff: float, epi: float, source: str
+) -> dict[str, Any]:
+    """A ``gemm_kernels`` entry (the profile's JSON form) of an FP8 tile-form fit."""
+    return {
+        "dtype": "fp8",
+        "num_sms": int(num_sms),
+        "launch_s": _round(launch_s),
+        "mem_eff": _round(mem_eff),
+        "epilogue_s_per_elem": _round(epi),
+        "branches": [
+            {
+                "max_m": mm,
+                "tile_m": tm,
+                "tile_n": tn,
+                "cluster_m": cm,
+                "cluster_n": cn,
+                "max_eff": _round(e),
+            }
+            for (mm, tm, tn, cm, cn), e in zip(dispatch, effs, strict=True)
+        ],  # fmt: skip
+        "source": source,
+    }
+
+
+def fit_sglang_fp8_kernel(
+    gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams, num_sms: int
+) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
+    """SGLang's FP8 GEMM kernel (``gemm_kernels.sglang-fp8``) fitted to SGLang's FP8 rows
+    of the public tables through ``ops.tiled_gemm_time_s`` with its dispatch table
+    (:data:`SGLANG_FP8_DISPATCH`): one efficiency per branch, the floor, the memory
+    efficiency and a per-output epilogue time; every row holds its activation-quantisation
+    kernel, added as the step model costs it. Returns the profile entry, its fit error and
+    each row's APE predicted by a refit without its (n, k) family (5 folds)."""
+    t = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == "sglang")]
+    if t.empty:
+        raise UserError("no SGLang FP8 GEMM rows in the public tables")
+    m, n, k, ts = (t[c].to_numpy(float) for c in ("m", "n", "k", "t_s"))
+    extra = quant_s(peaks, ew, m, k)
+    nb = len(SGLANG_FP8_DISPATCH)
+
+    def params_of(q) -> TiledGemmParams:
+        branches = tuple(
+            GemmTileBranch(float("inf") if mm is None else float(mm), tm, tn, cm, cn, float(e))
+            for (mm, tm, tn, cm, cn), e in zip(SGLANG_FP8_DISPATCH, q[1 : 1 + nb], strict=True)
+        )
+        return TiledGemmParams("fp8", num_sms, q[0], q[1 + nb], q[2 + nb], branches)
+
+    def model(q, idx):
+        return ops.tiled_gemm_time_s(peaks, params_of(q), m[idx], n[idx], k[idx]) + extra[idx]
+
+    starts = [(4e-6, 0.5, 0.6, 0.7, 0.8, 0.8, 2.4e-10), (2e-6, 0.3, 0.4, 0.9, 0.9, 0.6, 2.4e-11)]
+    lower = (1e-8,) + (1e-3,) * (nb + 1) + (1e-16,)
+    upper = (1e-3,) + (1.0,) * (nb + 1) + (2.5e-8,)
+    fam = shape_family(t["n"], t["k"])
+    q, ferr = fit_generic(model, ts, starts, lower, upper, fam)
+    held, how = held_out_apes(model, ts, q, lower, upper, fam)
+    entry = tiled_kernel_dict(
+        SGLANG_FP8_DISPATCH, num_sms, q[0], q[1 : 1 + nb], q[1 + nb], q[2 + nb], SGLANG_FP8_SOURCE
+    )
+    err = {
+        **ferr.as_dict(),
+        "source": f"{t['table'].iloc[0]} (sglang fp8, every row)",
+        "held_out_p90_ape": round(float(np.percentile(held, 90)), 5),
+        "quantisation": "one element-wise kernel per GEMM (3 bytes per input element) "
+        "added to every prediction",
+    }
+    return entry, err, held
+
+
 def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
     """A fitted-public profile dict for ``gpu`` (``base``: the shipped profile, for carried parts)."""
     peaks = peaks_of(gpu)
@@ -367,6 +463,14 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
         ops_out["gemm"]["fp8"] = prm8
         errors["gemm.fp8"] = {**err8, "source": f"{table8} (trtllm fp8; floor from sglang)"}
         tables.add(table8)
+    gemm_kernels: dict[str, Any] = {}
+    if (
+        peaks.fp8_flop_per_s > 0
+        and ((gemm["dtype"] == "fp8") & (gemm["framework"] == "sglang")).any()
+    ):
+        entry, kerr, _ = fit_sglang_fp8_kernel(gemm, peaks, ew, NUM_SMS[gpu])
+        gemm_kernels[SGLANG_FP8_KERNEL] = entry
+        errors[f"gemm_kernels.{SGLANG_FP8_KERNEL}"] = kerr
 
     backends, berr, btables = fit_attention_backends(gpu, data_root, peaks)
     errors.update(berr)
@@ -412,6 +516,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
         "ops": ops_out,
         "attention_backends": backends,
         "attention_auto": auto_candidates(errors, backends),
+        "gemm_kernels": gemm_kernels,
         "graph_replay": dict(base.get("graph_replay") or {"per_layer_s": 0.0}),
         "fit_error": errors,
         "provenance": {
@@ -427,6 +532,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
             "frameworks": {
                 "gemm.bf16": "vllm",
                 "gemm.fp8": f"{FP8_SLOPE_FRAMEWORK} (floor {FP8_FLOOR_FRAMEWORK})",
+                f"gemm_kernels.{SGLANG_FP8_KERNEL}": "sglang (every fp8 row, its dispatch table)",
                 "attention_backends": dict(BACKEND_FRAMEWORKS),
                 "ops.decode_attention/prefill_attention": GENERIC_BACKEND,
                 "trtllm decode split": f"trtllm: XQA layouts, {TRTLLM_PER_QUERY_HEAD_BACKEND}: "
@@ -486,6 +592,13 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
         ops_in["copy"]["p2p"]["bw_bytes_per_s"], link(tgt), link(src)
     )
     same_arch = SM_ARCH[gpu] == SM_ARCH[source_gpu]
+    # a kernel's dispatch table is its architecture's (sgl-kernel's sm90 path): carried to
+    # GPUs of the same architecture with their own SM count, dropped across architectures
+    gemm_kernels = {
+        name: {**sec, "num_sms": NUM_SMS[gpu]}
+        for name, sec in (source.get("gemm_kernels") or {}).items()
+        if same_arch and tgt.fp8_flop_per_s > 0
+    }
     rule = (
         f"same SM architecture as {source_gpu} ({SM_ARCH[gpu]}): shares its kernel "
         "efficiencies and floors, differs by datasheet peaks"
@@ -505,6 +618,7 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
         "ops": ops_out,
         "attention_backends": json.loads(json.dumps(source.get("attention_backends", {}))),
         "attention_auto": json.loads(json.dumps(source.get("attention_auto", {}))),
+        "gemm_kernels": json.loads(json.dumps(gemm_kernels)),
         "graph_replay": dict(source.get("graph_replay") or {"per_layer_s": 0.0}),
         "fit_error": {},
         "provenance": {
@@ -518,6 +632,12 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
             "transferred_from": source_gpu,
             "sm_arch": SM_ARCH[gpu],
             "same_sm_arch_as_source": same_arch,
+            "gemm_kernels": (
+                f"{', '.join(gemm_kernels)} from {source_gpu} with this GPU's SM count "
+                f"({NUM_SMS[gpu]})"
+                if gemm_kernels
+                else "none (a kernel's dispatch table is its SM architecture's)"
+            ),
             "command": COMMAND,
             "date": _dt.date.today().isoformat(),
         },

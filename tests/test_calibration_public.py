@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(
 # Targets the shipped profiles do not meet yet, each stated in docs/validation.md. strict:
 # if a refit meets one, this test fails until it is removed from the list.
 KNOWN_MISSES: set[tuple[str, str, str]] = {
-    # FP8 GEMM: SGLang's floor with TensorRT-LLM's slopes, both plus a quantisation kernel
-    ("h100-sxm", "gemm", "AIC sglang fp8"),
+    # (SGLang FP8 GEMM: 12.9% with the shared FP8 GEMM, met by SGLang's own kernel, the
+    # engine profile's fp8_gemm_kernel, in sample and with its (n, k) families held out)
     # (vLLM FP8-KV decode, 10.8% under the bandwidth-share form, meets its target at 9.8%
     # as a split-KV kernel: docs/costmodel.md)
 }
@@ -60,7 +60,7 @@ def test_validation_covers_every_targeted_table(report: validate.Report) -> None
     [
         ("a100-80gb", "gemm", "AIC vllm bf16"),
         ("h100-sxm", "gemm", "AIC vllm bf16"),
-        ("h100-sxm", "gemm", "AIC sglang fp8"),
+        ("h100-sxm", "gemm", "AIC sglang fp8 (sglang-fp8)"),
         ("a100-80gb", "decode_attention", "AIC vllm kv bf16 (vllm-flash)"),
         ("h100-sxm", "decode_attention", "AIC vllm kv bf16 (vllm-flash)"),
         ("h100-sxm", "decode_attention", "AIC vllm kv fp8 (vllm-flash)"),
@@ -85,6 +85,24 @@ def test_accuracy_target(report: validate.Report, key: tuple[str, str, str]) -> 
             pytest.fail(f"{key} now meets its target: remove it from KNOWN_MISSES and docs")
         pytest.xfail(f"known miss: median {row.median_ape:.1%}, mean {row.mean_ape:.1%}")
     assert ok, f"{key}: median {row.median_ape:.1%} mean {row.mean_ape:.1%} (target {row.target})"
+
+
+def test_sglang_fp8_kernel_meets_the_gemm_target_held_out_by_shape_family() -> None:
+    """The SGLang FP8 kernel's target row is in sample, as every target row; the same target
+    holds for each row predicted by a refit without its (n, k) family."""
+    from calibration.fit_public import NUM_SMS, fit_sglang_fp8_kernel
+
+    prof = load_profile("h100-sxm")
+    g = public.aic_gemm(DATA, "h100-sxm")
+    entry, err, held = fit_sglang_fp8_kernel(g, prof.peaks, prof.elementwise, NUM_SMS["h100-sxm"])
+    assert err["held_out"] == "shape families" and len(held) > 30000
+    med_max, mean_max, _ = validate.TARGETS["gemm"]
+    assert np.median(held) <= med_max and np.mean(held) <= mean_max
+    # the shipped kernel is this fit (rounded to five significant digits)
+    shipped = prof.gemm_kernels["sglang-fp8"]
+    assert shipped.launch_s == pytest.approx(entry["launch_s"], rel=1e-3)
+    for b, e in zip(shipped.branches, entry["branches"], strict=True):
+        assert b.max_eff == pytest.approx(e["max_eff"], rel=1e-3)
 
 
 def test_apes_are_recomputed_independently_for_a_sample() -> None:

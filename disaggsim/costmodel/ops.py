@@ -11,6 +11,12 @@ Forms (``docs/costmodel.md`` has the derivations):
 - GEMM (m tokens × k → n): ``launch_s + max(2mnk / (peak × eff_c), bytes / (hbm × mem_eff))``
   with ``eff_c = max_eff × d / (d + half_sat)``, ``d = min(m, n, k)``: compute efficiency
   saturating in the smallest dimension; ``bytes = (mk + kn + mn) × elem``.
+- GEMM kernel with a dispatch table (a named ``gemm_kernels`` fit, e.g. SGLang's FP8 GEMM):
+  the branch for m gives CTA tiles ``tm × tn`` in clusters ``cm × cn``; ``tiles =
+  ⌈⌈m/tm⌉/cm⌉·cm × ⌈⌈n/tn⌉/cn⌉·cn`` run in ``⌈tiles / SMs⌉`` waves, each tile ``epilogue ×
+  tm·tn + 2·tm·tn·k / (peak / SMs × eff_branch)``; ``launch_s + max(waves × tile, bytes /
+  (hbm × mem_eff))``. Piecewise in m (whole tiles and waves; not monotone across branches,
+  as the kernel is not).
 - Decode attention (B sequences, C cached tokens in all, KH KV heads of dimension D):
   ``floor_s + per_seq_s × B + max(items, stream) + (1 − overlap) × min(items, stream)``, with
   ``items = per_seq_kv_elem_s × B × KH × D`` (each of the ``P = B × KH`` (sequence, KV
@@ -56,6 +62,7 @@ from disaggsim.hardware.profile import (
     GemmParams,
     GpuPeaks,
     PrefillAttentionParams,
+    TiledGemmParams,
 )
 
 
@@ -87,6 +94,29 @@ def gemm_time_s(
     compute_s = gemm_flop(m, n, k) / (peak * gemm_compute_eff(p, m, n, k))
     memory_s = gemm_bytes(m, n, k, elem) / (peaks.hbm_bytes_per_s * p.mem_eff)
     return p.launch_s + np.maximum(compute_s, memory_s)
+
+
+def tiled_gemm_time_s(
+    peaks: GpuPeaks, p: TiledGemmParams, m: ArrayLike, n: ArrayLike, k: ArrayLike
+) -> np.ndarray:
+    """Seconds for one (m × k) @ (k × n) GEMM on a kernel with a CTA-tile dispatch table
+    (:class:`~disaggsim.hardware.profile.TiledGemmParams`, module docstring), in its dtype."""
+    m, n, k = np.broadcast_arrays(*(np.asarray(x, float) for x in (m, n, k)))
+    br = np.zeros(m.shape, int)
+    for i, b in enumerate(p.branches[:-1]):  # the first branch whose max_m takes m
+        br = np.where((br == i) & (m > b.max_m), i + 1, br)
+    tm, tn, cm, cn, eff = (
+        np.array([getattr(b, f) for b in p.branches], float)[br]
+        for f in ("tile_m", "tile_n", "cluster_m", "cluster_n", "max_eff")
+    )
+    tiles = np.ceil(np.ceil(m / tm) / cm) * cm * np.ceil(np.ceil(n / tn) / cn) * cn
+    waves = np.ceil(tiles / p.num_sms)
+    area = tm * tn
+    per_sm = peaks.flop_per_s(p.dtype) / p.num_sms
+    per_tile = p.epilogue_s_per_elem * area + 2.0 * area * k / (per_sm * eff)
+    elem = 1.0 if p.dtype == "fp8" else 2.0
+    memory_s = gemm_bytes(m, n, k, elem) / (peaks.hbm_bytes_per_s * p.mem_eff)
+    return p.launch_s + np.maximum(waves * per_tile, memory_s)
 
 
 def decode_attention_bw_scale(p: DecodeAttentionParams, batch: ArrayLike, kv_heads: ArrayLike):

@@ -26,6 +26,11 @@ and the profile fits it, else the backend whose kernels are fastest for this wor
 head layout (shape family: heads, KV heads, head dim per GPU), chosen once per worker
 (:func:`pick_attention_backends`).
 
+GEMMs run the profile's ``ops.gemm`` fit for the weight dtype, or with FP8 weights the
+serving engine's own FP8 GEMM kernel where its engine profile names one (SGLang's
+``sglang-fp8``) and the profile fits it (``gemm_kernels``: a tile form with the kernel's
+dispatch table, ``ops.tiled_gemm_time_s``).
+
 Every operator time is the formula of :mod:`disaggsim.costmodel.ops`. The engine calls
 these methods in its hot loop, so they are evaluated here with plain float arithmetic
 written term for term like ``ops.py`` (numpy scalars cost microseconds each);
@@ -36,6 +41,7 @@ linear in the bytes read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +57,7 @@ from disaggsim.hardware.profile import (
     GemmParams,
     HardwareProfile,
     PrefillAttentionParams,
+    TiledGemmParams,
     load_profile,
 )
 from disaggsim.units import GiB
@@ -125,6 +132,22 @@ def _gemm_s(peak: float, hbm: float, p: GemmParams, m: float, n: float, k: float
     compute_s = 2.0 * m * n * k / (peak * eff)
     memory_s = (m * k + k * n + m * n) * elem / (hbm * p.mem_eff)
     return p.launch_s + max(compute_s, memory_s)
+
+
+def _tiled_gemm_s(
+    peak: float, hbm: float, p: TiledGemmParams, m: float, n: float, k: float
+) -> float:
+    b = p.branch(m)
+    tiles = (
+        math.ceil(math.ceil(m / b.tile_m) / b.cluster_m) * b.cluster_m
+        * math.ceil(math.ceil(n / b.tile_n) / b.cluster_n) * b.cluster_n
+    )  # fmt: skip
+    waves = math.ceil(tiles / p.num_sms)
+    area = float(b.tile_m * b.tile_n)
+    per_tile = p.epilogue_s_per_elem * area + 2.0 * area * k / (peak / p.num_sms * b.max_eff)
+    elem = 1.0 if p.dtype == "fp8" else 2.0
+    memory_s = (m * k + k * n + m * n) * elem / (hbm * p.mem_eff)
+    return p.launch_s + max(waves * per_tile, memory_s)
 
 
 def _elementwise_s(hbm: float, p: ElementwiseParams, nbytes: float) -> float:
@@ -306,6 +329,8 @@ class RooflineWorkerCost:
         "_gemm",
         "_gemm_peak",
         "_gemm_elem",
+        "_tiles",
+        "gemm_kernel",
         "_dec",
         "_pre",
         "_ew",
@@ -369,6 +394,9 @@ class RooflineWorkerCost:
         self._gemm = profile.gemm_params(self._gemm_dtype)
         self._gemm_peak = peaks.flop_per_s(self._gemm_dtype)
         self._gemm_elem = 1.0 if self._gemm_dtype == "fp8" else 2.0
+        # the engine's own FP8 GEMM kernel where the profile fits it (None: ops.gemm)
+        self._tiles = profile.gemm_kernel(engine.fp8_gemm_kernel, self._gemm_dtype)
+        self.gemm_kernel = "generic" if self._tiles is None else str(engine.fp8_gemm_kernel)
         self.decode_backend, self.prefill_backend = pick_attention_backends(
             profile,
             attention_backend,
@@ -547,8 +575,13 @@ class RooflineWorkerCost:
         hd = float(model.head_dim)
 
         gemm_layer = 0.0
-        for n, k in self._gemm_shapes:
-            gemm_layer += _gemm_s(self._gemm_peak, hbm, self._gemm, m, n, k, self._gemm_elem)
+        tiles = self._tiles
+        if tiles is None:
+            for n, k in self._gemm_shapes:
+                gemm_layer += _gemm_s(self._gemm_peak, hbm, self._gemm, m, n, k, self._gemm_elem)
+        else:
+            for n, k in self._gemm_shapes:
+                gemm_layer += _tiled_gemm_s(self._gemm_peak, hbm, tiles, m, n, k)
 
         attn_layer = 0.0
         if prefill_tokens > 0:
@@ -598,9 +631,14 @@ class RooflineWorkerCost:
         out_seqs = float(decode_batch + prefill_seqs)
         lm_head = 0.0
         if out_seqs > 0:
-            lm_head = _elementwise_s(hbm, ew, 2.0 * out_seqs * hidden * a) + _gemm_s(
-                self._gemm_peak, hbm, self._gemm, out_seqs, self._lm_head_n, hidden, self._gemm_elem
-            )
+            lm_head = _elementwise_s(hbm, ew, 2.0 * out_seqs * hidden * a) + (
+                _gemm_s(
+                    self._gemm_peak, hbm, self._gemm, out_seqs, self._lm_head_n, hidden,
+                    self._gemm_elem,
+                )
+                if tiles is None
+                else _tiled_gemm_s(self._gemm_peak, hbm, tiles, out_seqs, self._lm_head_n, hidden)
+            )  # fmt: skip
         overhead = self._ov_fixed_s + self._ov_seq_s * out_seqs + self._ov_tok_s * m
         return (
             layers * gemm_layer,

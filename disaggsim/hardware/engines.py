@@ -31,6 +31,12 @@ it (``auto`` otherwise: vLLM and SGLang both run FlashAttention-family kernels, 
 ``auto`` takes the fastest trusted fit). The overhead does not depend on the
 context tokens, so a decode step stays affine in the context (``docs/costmodel.md``).
 
+GEMM kernels: an engine whose FP8 GEMM kernel the hardware profile fits on its own names it
+(``fp8_gemm_kernel``: SGLang's ``sglang-fp8``, sgl-kernel's CUTLASS FP8 GEMM with its tile
+dispatch table); its FP8 GEMMs then run that fit wherever the hardware profile has it
+(``HardwareProfile.gemm_kernels``), else the profile's ``ops.gemm.fp8``. ``null`` (absent in
+an older file): ``ops.gemm.fp8``, the behaviour before the field existed.
+
 Profiles ship in ``engines.json`` beside this module, fitted by ``calibration/engines.py``
 to public end-to-end measurements (``calibration/engine_data/measurements.csv``). Names
 (:data:`ENGINE_NAMES`): ``vllm`` (vLLM V1, CUDA-graph decode), ``sglang``, ``trtllm``
@@ -46,7 +52,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from disaggsim.hardware.profile import ATTENTION_CHOICES, DECODE_ONLY_BACKENDS
+from disaggsim.hardware.profile import ATTENTION_CHOICES, DECODE_ONLY_BACKENDS, GEMM_KERNELS
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm", "vllm-eager-2023")
 ENGINE_ALIASES = {"cuda-graphs": "vllm", "eager": "vllm-eager-2023"}
@@ -86,6 +92,9 @@ class EngineProfile:
     # the engine's per-query-head decode kernel (a decode-only attention backend of the
     # hardware profile) for the layouts its grouped kernel does not take; None: none named
     per_query_head_decode_backend: str | None = None
+    # the engine's FP8 GEMM kernel (a ``gemm_kernels`` fit of the hardware profile), used
+    # where the profile fits it; None: the profile's ops.gemm.fp8
+    fp8_gemm_kernel: str | None = None
     description: str = ""
     fit_error: dict[str, Any] = field(default_factory=dict)
 
@@ -168,6 +177,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             "grouped_decode_q_per_kv",
             "per_query_head_kv_bytes_per_s",
             "per_query_head_decode_backend",
+            "fp8_gemm_kernel",
             "description",
             "fit_error",
         )
@@ -209,6 +219,13 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
                 f"{path}: engines.{name}.per_query_head_decode_backend: {fallback!r} "
                 f"(allowed: null, {', '.join(DECODE_ONLY_BACKENDS)})"
             )
+        fp8_gemm = prm.get("fp8_gemm_kernel")
+        fp8_kernels = [k for k, dt in GEMM_KERNELS.items() if dt == "fp8"]
+        if fp8_gemm is not None and fp8_gemm not in fp8_kernels:
+            raise EngineProfileError(
+                f"{path}: engines.{name}.fp8_gemm_kernel: {fp8_gemm!r} "
+                f"(allowed: null, {', '.join(fp8_kernels)})"
+            )
         if grouped is not None and reread <= 0 and fallback is None:
             raise EngineProfileError(
                 f"{path}: engines.{name}.per_query_head_kv_bytes_per_s: must be > 0 when "
@@ -222,6 +239,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             grouped_decode_q_per_kv=None if grouped is None else tuple(grouped),
             per_query_head_kv_bytes_per_s=float(reread),
             per_query_head_decode_backend=fallback,
+            fp8_gemm_kernel=fp8_gemm,
             description=str(prm.get("description", "")),
             fit_error=dict(prm.get("fit_error") or {}),
             **kw,

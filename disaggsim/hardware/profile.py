@@ -24,6 +24,11 @@ by the calibration fitter. Schema (version 1)::
         "<backend>": {"decode_attention": {"bf16": {...}, "fp8": {...}},
                       "prefill_attention": {"bf16": {...}}}, ...},
       "attention_auto": {"decode": [...], "prefill": [...]},   (optional: auto's candidates)
+      "gemm_kernels": {                                         (optional)
+        "<kernel>": {"dtype": "fp8", "num_sms", "launch_s", "mem_eff",
+                     "epilogue_s_per_elem", "source",
+                     "branches": [{"max_m" (null: no limit), "tile_m", "tile_n",
+                                   "cluster_m", "cluster_n", "max_eff"}, ...]}},
       "graph_replay": {"per_layer_s": ...},                     (optional, default 0)
       "fit_error": {"<op>": {"median_ape": ..., "mean_ape": ..., "n": ..., ...}},
       "provenance": {"kind": "measured" | "fitted-public" | "prior" | "provisional",
@@ -33,7 +38,10 @@ by the calibration fitter. Schema (version 1)::
 ``ops.decode_attention`` / ``ops.prefill_attention`` are the generic attention kernel;
 ``attention_backends`` holds one fitted set per named kernel (:data:`ATTENTION_BACKENDS`),
 among which the step model picks the fastest per shape family unless a scenario names one
-(``attention_backend``). ``graph_replay.per_layer_s`` is what a replayed CUDA graph costs
+(``attention_backend``). ``gemm_kernels`` holds named GEMM kernels fitted by a tile form
+(:data:`GEMM_KERNELS`, :class:`TiledGemmParams`): a serving engine whose profile names one
+(``fp8_gemm_kernel``) runs its FP8 GEMMs on it where the hardware profile fits it; a
+profile without the section (or without that kernel) gives every engine ``ops.gemm.fp8``. ``graph_replay.per_layer_s`` is what a replayed CUDA graph costs
 per layer beyond its kernels. Serving-engine overheads (CPU time) are not a GPU property:
 they live in :mod:`disaggsim.hardware.engines`.
 
@@ -69,6 +77,10 @@ ATTENTION_BACKENDS = (
 # ``per_query_head_decode_backend``); a scenario cannot name them, having no prefill.
 DECODE_ONLY_BACKENDS = ("trtllm-mmha",)
 ATTENTION_CHOICES = ("auto", *(b for b in ATTENTION_BACKENDS if b not in DECODE_ONLY_BACKENDS))
+# GEMM kernels a profile may hold a tile-form fit for (``gemm_kernels``), and the weight
+# dtype each runs: SGLang's FP8 GEMM on Hopper (sgl-kernel ``fp8_scaled_mm``, CUTLASS with a
+# CTA-tile dispatch table by m)
+GEMM_KERNELS = {"sglang-fp8": "fp8"}
 
 
 class ProfileError(ValueError):
@@ -96,6 +108,43 @@ class GemmParams:
     max_eff: float
     half_sat: float
     mem_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTileBranch:
+    """One entry of a GEMM kernel's dispatch table: GEMMs with ``m <= max_m`` tokens (the
+    last entry: ``inf``) run CTA tiles of ``tile_m × tile_n`` outputs in clusters of
+    ``cluster_m × cluster_n`` tiles at ``max_eff`` of the SM's share of the peak."""
+
+    max_m: float
+    tile_m: int
+    tile_n: int
+    cluster_m: int
+    cluster_n: int
+    max_eff: float
+
+
+@dataclass(frozen=True, slots=True)
+class TiledGemmParams:
+    """A GEMM kernel fitted by its dispatch table (``ops.tiled_gemm_time_s``): the branch
+    for ``m`` gives the tiles; the output grid, rounded up to whole clusters, runs in whole
+    waves over ``num_sms`` SMs, each tile ``k`` deep at ``max_eff`` of ``peak / num_sms``
+    plus ``epilogue_s_per_elem`` per output element (scaling and the store); the kernel
+    takes the longer of that and the memory bound, plus ``launch_s``."""
+
+    dtype: str
+    num_sms: int
+    launch_s: float
+    mem_eff: float
+    epilogue_s_per_elem: float
+    branches: tuple[GemmTileBranch, ...]
+    source: str = ""
+
+    def branch(self, m: float) -> GemmTileBranch:
+        for b in self.branches:
+            if m <= b.max_m:
+                return b
+        return self.branches[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +244,8 @@ class HardwareProfile:
     attention_backends: dict[str, AttentionBackendParams] = field(default_factory=dict)
     # backends ``auto`` chooses among, per phase ("decode", "prefill"); all when absent
     attention_auto: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # named GEMM kernels (tile-form fits) an engine profile may name; none when absent
+    gemm_kernels: dict[str, TiledGemmParams] = field(default_factory=dict)
     graph_layer_s: float = 0.0
     fit_error: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -208,6 +259,15 @@ class HardwareProfile:
 
     def prefill_attention_params(self, dtype: str) -> PrefillAttentionParams:
         return _pick(self.prefill_attention, dtype, "prefill_attention", self.path)
+
+    def gemm_kernel(self, name: str | None, dtype: str) -> TiledGemmParams | None:
+        """The tile-form fit of GEMM kernel ``name`` for ``dtype`` GEMMs, or None when no
+        kernel is named, the kernel runs another dtype or this profile does not fit it
+        (the caller then uses :meth:`gemm_params`: what every profile without
+        ``gemm_kernels`` gives)."""
+        if name is None or GEMM_KERNELS.get(name) != dtype:
+            return None
+        return self.gemm_kernels.get(name)
 
     def backend(self, name: str) -> AttentionBackendParams:
         """The fitted parameters of attention backend ``name``."""
@@ -451,6 +511,7 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
                     f"(have: {', '.join(sorted(backends)) or 'none'})"
                 )
         auto[phase] = tuple(names)
+    gemm_kernels = _gemm_kernels(raw.get("gemm_kernels", {}), peaks, path)
     graph_layer_s = 0.0
     if "graph_replay" in raw:
         graph_layer_s = _num(raw["graph_replay"], "per_layer_s", "graph_replay", path, False)
@@ -468,8 +529,92 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         copy=copies,
         attention_backends=backends,
         attention_auto=auto,
+        gemm_kernels=gemm_kernels,
         graph_layer_s=graph_layer_s,
         fit_error=raw.get("fit_error", {}) or {},
         provenance=prov,
         path=path,
     )
+
+
+_BRANCH_INTS = ("tile_m", "tile_n", "cluster_m", "cluster_n")
+_KERNEL_KEYS = {
+    "dtype", "num_sms", "launch_s", "mem_eff", "epilogue_s_per_elem", "branches", "source"
+}  # fmt: skip
+
+
+def _count(d: dict, key: str, where: str, path: str) -> int:
+    v = d.get(key) if isinstance(d, dict) else None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ProfileError(f"{path}: {where}.{key}: expected an integer >= 1, got {v!r}")
+    return v
+
+
+def _gemm_kernels(sec: Any, peaks: GpuPeaks, path: str) -> dict[str, TiledGemmParams]:
+    """``gemm_kernels`` validated: known kernel names, their dtype, a dispatch table of
+    branches with increasing ``max_m`` ending in ``null`` (no limit), efficiencies in (0, 1]."""
+    if not isinstance(sec, dict):
+        raise ProfileError(f"{path}: gemm_kernels: not an object")
+    out: dict[str, TiledGemmParams] = {}
+    for name, prm in sec.items():
+        w = f"gemm_kernels.{name}"
+        if name not in GEMM_KERNELS:
+            raise ProfileError(
+                f"{path}: {w}: unknown GEMM kernel (allowed: {', '.join(GEMM_KERNELS)})"
+            )
+        if not isinstance(prm, dict):
+            raise ProfileError(f"{path}: {w}: not an object")
+        unknown = sorted(set(prm) - _KERNEL_KEYS)
+        if unknown:
+            raise ProfileError(
+                f"{path}: {w}.{unknown[0]}: unknown key (allowed: {', '.join(sorted(_KERNEL_KEYS))})"
+            )
+        dtype = prm.get("dtype")
+        if dtype != GEMM_KERNELS[name]:
+            raise ProfileError(
+                f"{path}: {w}.dtype: {name} runs {GEMM_KERNELS[name]} GEMMs, got {dtype!r}"
+            )
+        if dtype == "fp8" and peaks.fp8_flop_per_s <= 0:
+            raise ProfileError(f"{path}: {w}: this GPU has no FP8 tensor cores")
+        mem_eff = _num(prm, "mem_eff", w, path)
+        if mem_eff > 1.0:
+            raise ProfileError(f"{path}: {w}.mem_eff: must be in (0, 1], got {mem_eff}")
+        raw_branches = prm.get("branches")
+        if not isinstance(raw_branches, list) or not raw_branches:
+            raise ProfileError(f"{path}: {w}.branches: expected a non-empty list")
+        branches = []
+        last = 0.0
+        for i, b in enumerate(raw_branches):
+            wb = f"{w}.branches[{i}]"
+            if not isinstance(b, dict):
+                raise ProfileError(f"{path}: {wb}: not an object")
+            final = i == len(raw_branches) - 1
+            if final:
+                if b.get("max_m") is not None:
+                    raise ProfileError(
+                        f"{path}: {wb}.max_m: the last branch takes every larger m (null), "
+                        f"got {b.get('max_m')!r}"
+                    )
+                max_m = float("inf")
+            else:
+                max_m = _num(b, "max_m", wb, path)
+                if max_m <= last:
+                    raise ProfileError(
+                        f"{path}: {wb}.max_m: must increase from branch to branch, got {max_m}"
+                    )
+                last = max_m
+            eff = _num(b, "max_eff", wb, path)
+            if eff > 1.0:
+                raise ProfileError(f"{path}: {wb}.max_eff: must be in (0, 1], got {eff}")
+            ints = {k: _count(b, k, wb, path) for k in _BRANCH_INTS}
+            branches.append(GemmTileBranch(max_m=max_m, max_eff=eff, **ints))
+        out[name] = TiledGemmParams(
+            dtype=dtype,
+            num_sms=_count(prm, "num_sms", w, path),
+            launch_s=_num(prm, "launch_s", w, path, positive=False),
+            mem_eff=mem_eff,
+            epilogue_s_per_elem=_num(prm, "epilogue_s_per_elem", w, path, positive=False),
+            branches=tuple(branches),
+            source=str(prm.get("source", "")),
+        )
+    return out

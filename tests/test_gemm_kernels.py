@@ -1,0 +1,192 @@
+"""Named GEMM kernels with a dispatch table (``gemm_kernels``, SGLang's FP8 GEMM): the tile
+form by hand, the step model against ``ops.py``, selection by the engine profile, and the
+profile and engine-file errors."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+
+import pytest
+
+from disaggsim.costmodel import ops
+from disaggsim.costmodel.step import build_worker_cost
+from disaggsim.hardware.engines import (
+    ZERO_ENGINE,
+    EngineProfileError,
+    engines_from_dict,
+    load_engines,
+    shipped_engines_path,
+)
+from disaggsim.hardware.profile import ProfileError, load_profile, profile_from_dict
+from tests.costmodel_fixtures import FIXED_H100
+
+# round numbers for hand arithmetic; the dispatch table is SGLang's (fit_public)
+KERNEL = {
+    "dtype": "fp8",
+    "num_sms": 132,
+    "launch_s": 3e-6,
+    "mem_eff": 0.75,
+    "epilogue_s_per_elem": 1e-10,
+    "branches": [
+        {"max_m": 64, "tile_m": 64, "tile_n": 64, "cluster_m": 1, "cluster_n": 4, "max_eff": 0.9},
+        {"max_m": 256, "tile_m": 64, "tile_n": 64, "cluster_m": 1, "cluster_n": 1, "max_eff": 0.4},
+        {"max_m": 1024, "tile_m": 128, "tile_n": 128, "cluster_m": 1, "cluster_n": 1,
+         "max_eff": 0.8},
+        {"max_m": None, "tile_m": 128, "tile_n": 128, "cluster_m": 2, "cluster_n": 1,
+         "max_eff": 0.75},
+    ],
+}  # fmt: skip
+SGLANG_KERNELS = dataclasses.replace(ZERO_ENGINE, fp8_gemm_kernel="sglang-fp8")
+
+
+def _profile(kernel=KERNEL):
+    raw = copy.deepcopy(FIXED_H100)
+    raw["gemm_kernels"] = {"sglang-fp8": copy.deepcopy(kernel)}
+    return profile_from_dict(raw, "fixed.json")
+
+
+def test_tile_form_by_hand() -> None:
+    p = _profile().gemm_kernels["sglang-fp8"]
+    peaks = _profile().peaks
+    per_sm = 1979e12 / 132
+    # m = 100 (64 x 64 tiles, no clusters), n = k = 4096: 2 x 64 = 128 tiles, one wave
+    tile = 1e-10 * 4096 + 2 * 4096 * 4096 / (per_sm * 0.4)
+    mem = (100 * 4096 + 4096 * 4096 + 100 * 4096) / (3.35e12 * 0.75)
+    want = 3e-6 + max(tile, mem)
+    assert float(ops.tiled_gemm_time_s(peaks, p, 100, 4096, 4096)) == pytest.approx(want, rel=1e-12)
+    # m = 1025 (128 x 128 tiles in 2 x 1 clusters): 9 row tiles round up to 10, x 32 = 320
+    # tiles, three waves of 132
+    tile = 1e-10 * 128 * 128 + 2 * 128 * 128 * 4096 / (per_sm * 0.75)
+    got = float(ops.tiled_gemm_time_s(peaks, p, 1025, 4096, 4096))
+    assert got == pytest.approx(3e-6 + 3 * tile, rel=1e-12)
+    # m = 1 is the m <= 64 branch: 64 column tiles already a multiple of the 1 x 4 cluster
+    mem1 = (4096 + 4096 * 4096 + 4096) / (3.35e12 * 0.75)
+    tile1 = 1e-10 * 4096 + 2 * 4096 * 4096 / (per_sm * 0.9)
+    got1 = float(ops.tiled_gemm_time_s(peaks, p, 1, 4096, 4096))
+    assert got1 == pytest.approx(3e-6 + max(tile1, mem1), rel=1e-12)
+
+
+def test_step_model_runs_the_engine_kernel_term_for_term() -> None:
+    prof = _profile()
+    w = build_worker_cost(
+        "llama-3-8b", "h100-sxm", 2, weight_dtype="fp8", engine=SGLANG_KERNELS, profile=prof
+    )
+    assert w.gemm_kernel == "sglang-fp8"
+    p = prof.gemm_kernels["sglang-fp8"]
+    # llama-3-8b TP2: QKV (32/2 + 2 x 8/2) x 128 = 3072 x 4096, O 4096 x 2048,
+    # up 2 x 7168 x 4096, down 4096 x 7168
+    shapes = ((3072, 4096), (4096, 2048), (14336, 4096), (4096, 7168))
+    for m in (1, 64, 65, 200, 256, 257, 1000, 1025, 4096):
+        want = 32 * sum(float(ops.tiled_gemm_time_s(prof.peaks, p, m, n, k)) for n, k in shapes)
+        got = w.breakdown(decode_batch=m, decode_context_tokens=m * 100).gemm_s
+        assert got == pytest.approx(want, rel=1e-12)
+    # the LM head too: vocab 128256 / 2 columns over the emitting sequences
+    lm = w.breakdown(decode_batch=8, decode_context_tokens=800).lm_head_s
+    ew = prof.elementwise
+    norm = ew.launch_s + 2.0 * 8 * 4096 * 2 / (3.35e12 * ew.bw_eff)
+    head = float(ops.tiled_gemm_time_s(prof.peaks, p, 8, math.ceil(128256 / 2), 4096))
+    assert lm == pytest.approx(norm + head, rel=1e-12)
+
+
+def test_the_engine_profile_chooses_the_kernel_where_the_profile_fits_it() -> None:
+    prof = _profile()
+    kw = dict(weight_dtype="fp8", profile=prof)
+    assert (
+        build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=SGLANG_KERNELS, **kw).gemm_kernel
+        == "sglang-fp8"
+    )
+    generic = build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=ZERO_ENGINE, **kw)
+    assert generic.gemm_kernel == "generic"
+    # bf16 weights: the kernel is an FP8 one, so ops.gemm.bf16
+    bf = build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=SGLANG_KERNELS, profile=prof)
+    assert bf.gemm_kernel == "generic"
+    # an older profile without gemm_kernels: the engine's FP8 GEMMs are ops.gemm.fp8, the
+    # behaviour before the field existed (same step times as an engine naming no kernel)
+    old = profile_from_dict(copy.deepcopy(FIXED_H100), "old.json")
+    assert old.gemm_kernels == {}
+    w_old = build_worker_cost("llama-3-8b", "h100-sxm", 1, weight_dtype="fp8",
+                              engine=SGLANG_KERNELS, profile=old)  # fmt: skip
+    w_none = build_worker_cost("llama-3-8b", "h100-sxm", 1, weight_dtype="fp8",
+                               engine=ZERO_ENGINE, profile=old)  # fmt: skip
+    assert w_old.gemm_kernel == "generic"
+    for b in (1, 100, 3000):
+        assert w_old.decode_time_s(b, b * 512) == w_none.decode_time_s(b, b * 512)
+    # shipped: SGLang names its kernel, the others none; the H100 profile fits it
+    eng = load_engines()
+    assert eng["sglang"].fp8_gemm_kernel == "sglang-fp8"
+    assert {eng[n].fp8_gemm_kernel for n in ("vllm", "trtllm", "vllm-eager-2023")} == {None}
+    sg = build_worker_cost("llama-3-70b", "h100-sxm", 4, weight_dtype="fp8", engine="sglang")
+    vl = build_worker_cost("llama-3-70b", "h100-sxm", 4, weight_dtype="fp8", engine="vllm")
+    assert (sg.gemm_kernel, vl.gemm_kernel) == ("sglang-fp8", "generic")
+
+
+def test_kernels_follow_the_sm_architecture_with_each_gpu_sm_count() -> None:
+    h100 = load_profile("h100-sxm").gemm_kernels["sglang-fp8"]
+    assert h100.num_sms == 132 and len(h100.branches) == 4
+    for gpu, sms in (("h200-sxm", 132), ("h800-sxm", 132), ("h100-pcie", 114)):
+        k = load_profile(gpu).gemm_kernels["sglang-fp8"]
+        assert k.num_sms == sms
+        assert dataclasses.replace(k, num_sms=132) == h100
+    for gpu in ("a100-80gb", "l40s", "b200"):  # no FP8 / another architecture's kernels
+        assert load_profile(gpu).gemm_kernels == {}
+
+
+def _bad(path_change):
+    k = copy.deepcopy(KERNEL)
+    path_change(k)
+    return k
+
+
+@pytest.mark.parametrize(
+    "kernel, name, pattern",
+    [
+        (KERNEL, "cublas-fp8", r"gemm_kernels\.cublas-fp8: unknown GEMM kernel \(allowed: sglang-fp8\)"),
+        (_bad(lambda k: k.update(dtype="bf16")), "sglang-fp8", r"sglang-fp8\.dtype: sglang-fp8 runs fp8"),
+        (_bad(lambda k: k.pop("mem_eff")), "sglang-fp8", r"sglang-fp8\.mem_eff: missing"),
+        (_bad(lambda k: k.update(mem_eff=1.5)), "sglang-fp8", r"mem_eff: must be in \(0, 1\]"),
+        (_bad(lambda k: k.update(num_sms=0)), "sglang-fp8", r"num_sms: expected an integer >= 1"),
+        (_bad(lambda k: k.update(branches=[])), "sglang-fp8", r"branches: expected a non-empty list"),
+        (_bad(lambda k: k["branches"][3].update(max_m=4096)), "sglang-fp8",
+         r"branches\[3\]\.max_m: the last branch takes every larger m \(null\)"),
+        (_bad(lambda k: k["branches"][1].update(max_m=64)), "sglang-fp8",
+         r"branches\[1\]\.max_m: must increase"),
+        (_bad(lambda k: k["branches"][0].update(max_eff=1.2)), "sglang-fp8",
+         r"branches\[0\]\.max_eff: must be in \(0, 1\]"),
+        (_bad(lambda k: k["branches"][2].update(tile_m=0)), "sglang-fp8",
+         r"branches\[2\]\.tile_m: expected an integer >= 1"),
+        (_bad(lambda k: k["branches"][2].update(cluster_n=1.5)), "sglang-fp8",
+         r"branches\[2\]\.cluster_n: expected an integer >= 1"),
+        (_bad(lambda k: k.update(tile=64)), "sglang-fp8", r"sglang-fp8\.tile: unknown key"),
+    ],
+)  # fmt: skip
+def test_bad_gemm_kernels_are_one_line_naming_the_field(kernel, name, pattern) -> None:
+    raw = copy.deepcopy(FIXED_H100)
+    raw["gemm_kernels"] = {name: kernel}
+    with pytest.raises(ProfileError, match=pattern):
+        profile_from_dict(raw, "p.json")
+
+
+def test_an_fp8_kernel_on_a_gpu_without_fp8_is_an_error() -> None:
+    raw = copy.deepcopy(FIXED_H100)
+    raw["peaks"]["fp8_flop_per_s"] = 0.0
+    raw["ops"]["gemm"].pop("fp8")
+    raw["gemm_kernels"] = {"sglang-fp8": copy.deepcopy(KERNEL)}
+    with pytest.raises(ProfileError, match=r"gemm_kernels\.sglang-fp8: this GPU has no FP8"):
+        profile_from_dict(raw, "p.json")
+
+
+def test_engine_file_fp8_gemm_kernel_field() -> None:
+    raw = json.loads(shipped_engines_path().read_text())
+    raw["engines"]["sglang"]["fp8_gemm_kernel"] = "cutlass"
+    with pytest.raises(
+        EngineProfileError,
+        match=r"engines\.sglang\.fp8_gemm_kernel: 'cutlass' \(allowed: null, sglang-fp8\)",
+    ):
+        engines_from_dict(raw, "x.json")
+    # a file written before the field: every engine's FP8 GEMMs are ops.gemm.fp8
+    for e in raw["engines"].values():
+        e.pop("fp8_gemm_kernel", None)
+    assert all(e.fp8_gemm_kernel is None for e in engines_from_dict(raw, "old.json").values())
