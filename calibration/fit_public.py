@@ -384,6 +384,26 @@ def tiled_kernel_dict(
     }
 
 
+def tiled_params(entry: dict[str, Any]) -> TiledGemmParams:
+    """The :class:`TiledGemmParams` of a ``gemm_kernels`` entry (its JSON form)."""
+    branches = tuple(
+        GemmTileBranch(
+            float("inf") if b["max_m"] is None else float(b["max_m"]),
+            int(b["tile_m"]),
+            int(b["tile_n"]),
+            int(b["cluster_m"]),
+            int(b["cluster_n"]),
+            float(b["max_eff"]),
+        )  # fmt: skip
+        for b in entry["branches"]
+    )
+    return TiledGemmParams(
+        str(entry["dtype"]), int(entry["num_sms"]), float(entry["launch_s"]),
+        float(entry["mem_eff"]), float(entry["epilogue_s_per_elem"]), branches,
+        str(entry.get("source", "")),
+    )  # fmt: skip
+
+
 def fit_sglang_fp8_kernel(
     gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams, num_sms: int
 ) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
@@ -719,6 +739,34 @@ def decode_rates_by_group(data_root: Path, gpu: str) -> pd.DataFrame:
 PER_QUERY_HEAD_MIN_BYTES = 2e9  # query-head bytes (KV bytes x group) of a row compared
 
 
+def decode_rates_by_context(data_root: Path, gpu: str) -> pd.DataFrame:
+    """Median KV bytes per second of the bf16 decode rows per kernel (``vllm-flash``,
+    ``sglang-flash``, and ``trtllm-mmha`` on vanilla MHA, where it reads each KV head once),
+    by bytes read and tokens per sequence (≤ 2048, 2049-8192, > 8192): whether a few long
+    sequences, split over thread blocks, stream as fast as many short ones of the same size."""
+    d = public.aic_decode_attention(data_root, gpu)
+    d = d[(~d["kernel"].isin(MINOR_KERNELS)) & (d["dtype"] == "bf16")]
+    frames = []
+    for be in ("vllm-flash", "sglang-flash", TRTLLM_PER_QUERY_HEAD_BACKEND):
+        t = _decode_backend_rows(d, be)
+        if be == TRTLLM_PER_QUERY_HEAD_BACKEND:
+            t = t[(t["heads"] / t["kv_heads"]).round() == 1]
+        kv = 2.0 * t["context_tokens"] * t["kv_heads"] * t["head_dim"] * 2.0
+        per_seq = (t["context_tokens"] / t["batch"]).to_numpy()
+        ctx = np.select([per_seq <= 2048, per_seq <= 8192], ["<= 2048", "2049-8192"], "> 8192")
+        frames.append(
+            t.assign(
+                kernel=be,
+                tokens_per_seq=ctx,
+                mb_read=pd.cut(kv / 1e6, [0, 10, 40, 160, 640, np.inf]),
+                tb_per_s=kv / t["t_s"] / 1e12,
+            )
+        )
+    x = pd.concat(frames)
+    keys = ["kernel", "mb_read", "tokens_per_seq"]
+    return x.groupby(keys, observed=True)["tb_per_s"].median().round(2).unstack("tokens_per_seq")
+
+
 def per_query_head_rates(data_root: Path, gpu: str) -> pd.DataFrame:
     """TensorRT-LLM's decode rows beyond its XQA (more than :data:`XQA_MAX_Q_PER_KV` query
     heads per KV head), which run one thread block per query head: the median rate of
@@ -776,11 +824,12 @@ H100_SMS = 132
 
 
 def gemm_tile_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
-    """A diagnostic, not shipped: SGLang's FP8 GEMM rows (with their quantisation kernel)
-    fitted by a tile form from its dispatch table — each GEMM whole waves of its CTA tiles
-    over the SMs, one efficiency per tile shape, against the memory bound — beside the
-    smooth GEMM form refitted to the same rows; APE by m range, and each fit held out by
-    (n, k) family."""
+    """SGLang's FP8 GEMM rows (with their quantisation kernel) under three forms: a tile
+    form with two tile shapes (64 x 64 up to m = 256, 128 x 128 above; each GEMM whole
+    waves of its CTA tiles over the SMs, one efficiency per tile shape, against the memory
+    bound; a diagnostic, not shipped), the whole dispatch table (the shipped
+    ``gemm_kernels.sglang-fp8``, :func:`fit_sglang_fp8_kernel`) and the smooth GEMM form
+    refitted to the same rows; APE by m range, and each fit held out by (n, k) family."""
     pk = peaks_of(gpu)
     ew = load_profile(gpu).elementwise
     g = public.aic_gemm(data_root, gpu)
@@ -803,32 +852,17 @@ def gemm_tile_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
         model, ts, [(4e-6, 0.5, 0.7, 0.8), (2e-6, 0.3, 0.9, 0.6)], (1e-8,) + (1e-3,) * 3,
         (1e-3, 1.0, 1.0, 1.0), fam,
     )  # fmt: skip
-    # the whole dispatch table: four branches (m <= 64: 64 x 64 tiles in 1 x 4 clusters;
-    # 65-256: 64 x 64, 1 x 1; 257-1024: 128 x 128, 1 x 1; above: 128 x 128, 2 x 1), tiles
-    # rounded up to whole clusters, one efficiency per branch, and a per-tile epilogue time
-    # (output tile and scales; per 64 x 64 outputs)
-    br = np.select([m <= 64, m <= 256, m <= 1024], [0, 1, 2], 3)
-    tm = np.array([64.0, 64.0, 128.0, 128.0])[br]
-    cm, cn = np.array([1.0, 1.0, 1.0, 2.0])[br], np.array([4.0, 1.0, 1.0, 1.0])[br]
-    tiles = np.ceil(np.ceil(m / tm) / cm) * cm * np.ceil(np.ceil(n / tm) / cn) * cn
-    waves4 = np.ceil(tiles / H100_SMS)
-
-    def dispatch(q, idx):
-        launch, e0, e1, e2, e3, mem_eff, epi = q
-        eff = np.array([e0, e1, e2, e3])[br[idx]]
-        area = tm[idx] ** 2
-        per_tile = epi * area / 4096.0 + 2.0 * area * k[idx] / (pk.fp8_flop_per_s / H100_SMS * eff)
-        mem = ops.gemm_bytes(m[idx], n[idx], k[idx], 1.0) / (pk.hbm_bytes_per_s * mem_eff)
-        return launch + np.maximum(waves4[idx] * per_tile, mem) + extra[idx]
-
-    q, err4 = fit_generic(
-        dispatch, ts, [(4e-6, 0.5, 0.6, 0.7, 0.8, 0.8, 1e-6), (2e-6, 0.3, 0.4, 0.9, 0.9, 0.6, 1e-7)],
-        (1e-8,) + (1e-3,) * 5 + (1e-12,), (1e-3,) + (1.0,) * 5 + (1e-4,), fam,
+    # the whole dispatch table: the shipped kernel's form (fit_sglang_fp8_kernel)
+    entry, kerr, _ = fit_sglang_fp8_kernel(g, pk, ew, NUM_SMS[gpu])
+    dispatch_pred = ops.tiled_gemm_time_s(pk, tiled_params(entry), m, n, k) + extra
+    err4 = FitError(
+        kerr["median_ape"], kerr["mean_ape"], kerr["p90_ape"], kerr["n"],
+        kerr["held_out_median_ape"], kerr["held_out_mean_ape"], kerr["held_out"],
     )  # fmt: skip
     smooth = fit_gemm(pk, m, n, k, ts, "fp8", groups=fam, extra_s=extra)
     fits = {
         "tile form": (model(p, np.arange(len(ts))), err),
-        "dispatch table": (dispatch(q, np.arange(len(ts))), err4),
+        "dispatch table": (dispatch_pred, err4),
         "smooth form": (ops.gemm_time_s(pk, smooth.params, m, n, k, "fp8") + extra, smooth.error),
     }
     rows = []
@@ -951,6 +985,13 @@ def main(argv: list[str] | None = None) -> int:
         "per framework, KV dtype and head dim (fits and writes nothing)",
     )
     p.add_argument(
+        "--decode-context-rates",
+        metavar="GPU",
+        choices=sorted(public.AIC_GPU_DIR),
+        help="only print the median KV bandwidth of the bf16 decode rows per kernel, by MB "
+        "read and tokens per sequence (fits and writes nothing)",
+    )
+    p.add_argument(
         "--gemm-ratios",
         metavar="GPU",
         choices=sorted(public.AIC_GPU_DIR),
@@ -999,6 +1040,13 @@ def main(argv: list[str] | None = None) -> int:
             "thread block per query head), query-head bytes and elements per second:"
         )
         print(per_qh.to_string() if not per_qh.empty else "(none)")
+        return 0
+    if args.decode_context_rates:
+        try:
+            print(decode_rates_by_context(Path(args.data), args.decode_context_rates).to_string())
+        except UserError as e:
+            print(f"fit_public: error: {e}", file=sys.stderr)
+            return 2
         return 0
     if args.gemm_ratios:
         try:

@@ -183,7 +183,16 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   head dim 192, 128-key tiles without intra-warpgroup overlap above), which fits the drop at
   256 but not the 64/192 dips; we found no per-element cost that follows head dim across
   all four. The margin is thin (0.2 points): a refit that moves this row by more is a
-  regression to look at, not noise.
+  regression to look at, not noise. Checked 2026-12-01 (evening) with no parameter fitted:
+  the one physical cost head dim 256 adds in FlashAttention-3's FP8 path — above head dim
+  192 its tiles run without intra-warpgroup overlap, so each KV tile's WGMMA (64 query
+  rows, 2 × 64 FLOP per K byte and per V byte at the FP8 peak: 0.065 ps per KV byte) runs
+  after its load instead of under it — would take the stream from 2.92 TB/s (bf16) to
+  2.5 TB/s, while the rows run at 1.43 TB/s: it explains about a fifth of the 0.36 ps per
+  byte the 256 rows cost over bf16, and none of the 64 and 192 dips. FP8 V's in-kernel
+  transpose through shared memory (one read and one write per V byte, ~33 TB/s of shared
+  memory over 132 SMs: 0.03 ps per KV byte) is smaller still. So no term is added: the only
+  term that would close the 256 rows is a head-dim-256 rate fitted to them.
 - **FP8 GEMM (SGLang rows): met by SGLang's own kernel, narrowly.** The shared FP8 GEMM
   (`ops.gemm.fp8`: TensorRT-LLM's efficiencies, SGLang's floor) errs by a median 12.9% on
   SGLang's rows, and the smooth GEMM form refitted to those rows alone by 12.9% too
@@ -227,7 +236,20 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   calibration.fit_public --data ../shared/data --xqa-split GPU`) but makes a step
   non-affine in the context at a fixed batch (piecewise affine: the count changes at
   discrete tokens per sequence), which the engine's closed-form decode runs rely on, so it
-  is not shipped; the engine would have to end a decode run where the count changes. XQA at A100 long contexts (40.3%) is the worst held-out row
+  is not shipped; the engine would have to end a decode run where the count changes.
+  Masked MHA on the A100 got worse (16.6% → 20.8%), and not by chance: fitted on ≤ 2048
+  tokens per sequence, the split form predicts the > 8192-token rows 1.27× too fast at every
+  batch (median measured/predicted 1.08-1.29 at batch 1-64) and every KV-head count
+  (1.06-1.31), where the bandwidth-share form erred both ways (0.74 at batch 1, 1.03-1.52 at
+  8 and above) and its errors cancelled in the median. The A100's masked MHA streams a few
+  long sequences slower than many short ones of the same size (vanilla-MHA rows reading
+  over 640 MB: median 1.57 TB/s over > 8192 tokens per sequence against 1.73 TB/s over
+  ≤ 2048), so a long sequence split over thread blocks does not reach the bandwidth the
+  short-context fit sets; on the H100 it nearly does (2.85 against 2.94 TB/s), where the
+  same refit gains (38.2% → 10.4%). On the A100 vLLM's FA2 shows a small gap (1.50 against
+  1.57 TB/s) and SGLang's a larger one (0.82 against 1.11), and its held-out context error is
+  14.9%: the gap is the A100 kernels', not the form's (`python -m calibration.fit_public
+  --data ../shared/data --decode-context-rates a100-80gb`, rows "> 640 MB"; 2026-12-01). XQA at A100 long contexts (40.3%) is the worst held-out row
   left. In KV heads (fit ≤ 8 → test 32) the change is small: SGLang 6.3% → 8.5% (H100),
   5.7% → 3.8% (A100); masked MHA 10.4% → 12.4%, 13.1% → 12.8%.
 """
@@ -507,11 +529,11 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
                 _row(gpu, "gemm", f"AIC {fw8} fp8", "refit to its own rows", ape(pred, t["t_s"]))
             )
         if gpu in NUM_SMS:  # SGLang's FP8 kernel, its (n, k) families held out of refits
-            _, kerr, held = fit_sglang_fp8_kernel(g, pk, ew, NUM_SMS[gpu])
+            _, _, held = fit_sglang_fp8_kernel(g, pk, ew, NUM_SMS[gpu])
             rows.append(
                 _row(
                     gpu, "gemm", f"AIC sglang fp8 ({SGLANG_FP8_KERNEL})",
-                    f"dispatch-table form, (n, k) families held out ({kerr['held_out']})", held,
+                    "dispatch-table form, (n, k) families held out", held,
                 )
             )  # fmt: skip
     return rows
