@@ -238,10 +238,11 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   discrete tokens per sequence), which the engine's closed-form decode runs rely on, so it
   is not shipped; the engine would have to end a decode run where the count changes.
   Masked MHA on the A100 got worse (16.6% → 20.8%), and not by chance: fitted on ≤ 2048
-  tokens per sequence, the split form predicts the > 8192-token rows 1.27× too fast at every
+  tokens per sequence, the split form predicts the > 8192-token rows too fast at every
   batch (median measured/predicted 1.08-1.29 at batch 1-64) and every KV-head count
   (1.06-1.31), where the bandwidth-share form erred both ways (0.74 at batch 1, 1.03-1.52 at
-  8 and above) and its errors cancelled in the median. The A100's masked MHA streams a few
+  8 and above) and its errors cancelled in the median (the extrapolation row's refit done
+  both ways, test rows grouped by batch and KV heads; 2026-12-01). The A100's masked MHA streams a few
   long sequences slower than many short ones of the same size (vanilla-MHA rows reading
   over 640 MB: median 1.57 TB/s over > 8192 tokens per sequence against 1.73 TB/s over
   ≤ 2048), so a long sequence split over thread blocks does not reach the bandwidth the
