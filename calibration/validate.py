@@ -187,12 +187,13 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   the one physical cost head dim 256 adds in FlashAttention-3's FP8 path — above head dim
   192, with paged KV read without TMA (vLLM's decode: one query token), its tiles run
   without intra-warpgroup overlap (`tile_size.h` `tile_size_fwd_sm90`, element size 1:
-  128 × 128 tiles, `IntraWGOverlap = !paged_kv_non_TMA`), so each KV tile's WGMMA (a
+  128 × 128 tiles, `IntraWGOverlap = !paged_kv_non_TMA`). Even if each KV tile's WGMMA (a
   128-row query tile, padded from the few packed query heads: 2 × 128 FLOP per K byte and
-  per V byte at the FP8 peak, 0.13 ps per KV byte) runs after its load instead of under it —
-  would take the stream from 2.92 TB/s (bf16) to 2.1 TB/s, while the rows run at 1.43
-  TB/s: it explains about a third of the 0.36 ps per byte the 256 rows cost over bf16, and
-  none of the 64 and 192 dips (overlapped tiles there). FP8 V's in-kernel transpose
+  per V byte at the FP8 peak, 0.13 ps per KV byte) ran after its load instead of under it
+  (an upper bound: FA3's producer warps load the next tiles meanwhile), the stream would go
+  from 2.92 TB/s (bf16) to 2.1 TB/s, while the rows run at 1.43 TB/s: at most a third of
+  the 0.36 ps per byte the 256 rows cost over bf16, and none of the 64 and 192 dips
+  (overlapped tiles there). FP8 V's in-kernel transpose
   through shared memory (one read and one write per V byte, ~33 TB/s of shared memory over
   132 SMs: 0.03 ps per KV byte) is smaller still. So no term is added: the only term that
   would close the 256 rows is a head-dim-256 rate fitted to them.
