@@ -81,6 +81,23 @@ def test_decode_json(capsys):
     assert obj["time_s"] > 2 * 8.03e9 / 2.039e12
 
 
+def test_decode_names_the_gemm_kernel_the_engine_runs(capsys):
+    """An SGLang FP8 worker on an H100 runs SGLang's own FP8 GEMM kernel (the profile's
+    gemm_kernels.sglang-fp8); vLLM there, and SGLang in bf16, run the generic GEMM fit;
+    the two kernels give different GEMM times for the same shapes."""
+    base = "cost decode --model llama-3-70b --gpu h100-sxm --tp 4 --batch 32 --context-tokens 4096"
+    got = {}
+    for engine, dtype in (("sglang", "fp8"), ("vllm", "fp8"), ("sglang", "bf16")):
+        argv = [*base.split(), "--engine", engine, "--weight-dtype", dtype]
+        (obj,) = _run(capsys, argv)
+        got[engine, dtype] = obj
+    assert got["sglang", "fp8"]["gemm_kernel"] == "sglang-fp8"
+    assert got["vllm", "fp8"]["gemm_kernel"] == "generic"
+    assert got["sglang", "bf16"]["gemm_kernel"] == "generic"
+    sglang_gemm_s = got["sglang", "fp8"]["breakdown"]["gemm_s"]
+    assert sglang_gemm_s != pytest.approx(got["vllm", "fp8"]["breakdown"]["gemm_s"], rel=1e-3)
+
+
 def test_kv_json_seed_facts(capsys):
     (obj,) = _run(capsys, "cost kv --model llama-3-70b --tokens 8192".split())
     assert obj["bytes_per_token"] == 327_680

@@ -225,6 +225,8 @@ def _worker_inputs(v: dict[str, Any], cost: Any) -> dict[str, Any]:
     out = {k: v[k] for k in WORKER_KEYS}
     if not isinstance(cost, MoeWorkerCost):
         out["attention_kernels"] = {"decode": cost.decode_backend, "prefill": cost.prefill_backend}
+        # the engine's own GEMM kernel where the profile fits it (e.g. sglang-fp8), else "generic"
+        out["gemm_kernel"] = cost.gemm_kernel
     out["profile_kind"] = cost.profile.provenance.get("kind")
     if isinstance(cost, MoeWorkerCost):
         lo = cost.layout
