@@ -121,7 +121,9 @@ def test_quick_screening_of_a_lightly_loaded_pool_is_not_pessimistic():
     pool at a quarter of its capacity unstable (pcie-only advisor, 8 x tp1 chunk 512 at
     1.55 req/s: attainment 1.000, p = 0.004), and a miss at the bottom of the first
     bracket sends it down fourfold: screened at 0.167 per GPU, full mode confirms 0.813.
-    Quick mode tests trends at QUICK_TREND_ALPHA."""
+    The goodput search now retests a run that misses on the trend test alone
+    (tests/test_sweep_retest.py); quick mode's workaround, a trend test at alpha 0.001,
+    is gone."""
     from tests.conftest import REPO
 
     loaded = load_scenario(REPO / "scenarios" / "advisor" / "pcie-only.yaml")

@@ -75,8 +75,6 @@ __all__ = [
 KINDS = ("disaggregate", "colocate_chunked", "colocate_vllm")
 DEFAULT_CHUNK_TOKENS = 512  # Sarathi-style chunk budget when the scenario has none
 CHUNK_LADDER = (256, 512, 1024, 2048, 4096, 8192)  # chunk sizes the search tries
-# quick mode's exploration trend test (metrics.steady.ALPHA, 0.01, elsewhere)
-QUICK_TREND_ALPHA = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +141,6 @@ class PlanOptions:
                 min_measured_requests=200,
                 service_multiple=2.0,
                 warmup_service_multiple=1.0,
-                alpha=QUICK_TREND_ALPHA,
             ),
             explore_tol_fraction=0.06,
             finalist_margin=0.0,

@@ -20,11 +20,22 @@ tests):
    rate meets, then bisect between the two at that length; the result is that rate
    (status ``refined``).
 
+**Retest** (every phase): a rate whose runs met the attainment target but failed the
+trend test is simulated once more, at the confirmation length (``confirm_factor`` times
+the warm-up and window; a confirmation run's retest has its own length) with fresh seeds
+(``seed + seeds + k``), and that run decides. The trend test rejects a stationary run
+with probability ``alpha``, and a search makes tens of runs (a plan hundreds): a lone
+false alarm at a bracket's ``rate_lo`` divided it by 4 and capped the goodput there. A
+second, independent rejection is needed now, so a stationary run is called unstable with
+probability about ``alpha**2``; a run above capacity, whose queue grows, is rejected again
+by the longer run (or misses the attainment target in it).
+
 Definitions and the math: docs/metrics.md ("Steady-state goodput"); CLI: docs/sweeps.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -81,11 +92,14 @@ class Evaluation:
     rate_per_s: float
     attainment: float  # mean over seeds (NaN: no measured request)
     stable: bool  # every seed stable at alpha / seeds (Bonferroni)
-    meets: bool  # attainment >= target and stable
+    meets: bool  # attainment >= target and stable; else, when retested, the retest's
     duration_s: float  # arrivals window of the run (warm-up + measurement)
     confirm: bool = False  # a confirmation-length run
     # the first seed's run summary (None when evaluated without simulating)
     summary: Summary | None = field(default=None, compare=False, repr=False)
+    # attainment met but trend test failed: the run at the confirmation length with
+    # fresh seeds that decided ``meets`` (module docstring, "Retest")
+    retest: Evaluation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +127,11 @@ class GoodputResult:
     @property
     def confirmed(self) -> bool:
         return self.confirmation is not None and self.confirmation.meets
+
+    @property
+    def num_retests(self) -> int:
+        """Evaluations decided by a retest (a trend-only miss run again)."""
+        return sum(e.retest is not None for e in self.evaluations)
 
     @property
     def search_duration_s(self) -> float:
@@ -305,9 +324,12 @@ def search_rate(
     tol_fraction: float = DEFAULT_TOL_FRACTION,
     confirm: bool = True,
     min_rate_per_s: float = 0.0,
+    retest: bool = False,
 ) -> RateSearch:
     """Run :class:`RateSearch` against ``evaluate(rate, confirm_length) -> (attainment,
-    stable)`` (tests, analytic models)."""
+    stable)`` (tests, analytic models). ``retest``: a trend-only miss is decided by
+    ``evaluate(rate, True)``, called once more (as :func:`goodput_many` does; off by
+    default: a function without noise answers the same)."""
     s = RateSearch(
         rate_lo,
         rate_hi,
@@ -320,7 +342,12 @@ def search_rate(
         out = []
         for rate, long in pts:
             att, stable = evaluate(rate, long)
-            out.append(Evaluation(rate, att, stable, bool(att >= target) and stable, 0.0, long))
+            e = Evaluation(rate, att, stable, bool(att >= target) and stable, 0.0, long)
+            if retest and not stable and att >= target:
+                att2, stable2 = evaluate(rate, True)
+                again = Evaluation(rate, att2, stable2, bool(att2 >= target) and stable2, 0.0, True)
+                e = dataclasses.replace(e, meets=again.meets, retest=again)
+            out.append(e)
         s.record(out)
     return s
 
@@ -389,10 +416,13 @@ def goodput_many(
     executor: Executor | None = None,
     progress: ProgressFn | None = None,
     brackets: Sequence[tuple[float, float]] | None = None,
+    retest: bool = True,
 ) -> list[GoodputResult]:
     """Steady-state goodput of several scenarios, searched in lock-step: each round sends
-    every scenario's next rate(s) × seeds to the executor at once. ``brackets`` gives a
-    starting ``(rate_lo, rate_hi)`` per scenario instead of the shared one."""
+    every scenario's next rate(s) × seeds to the executor at once (then, in a second call,
+    the round's retests: module docstring). ``brackets`` gives a starting ``(rate_lo,
+    rate_hi)`` per scenario instead of the shared one; ``retest=False`` lets a trend-only
+    miss stand (the search before retests)."""
     _check_seeds(seeds)
     rule = rule or RunLengthRule()
     starts = list(brackets) if brackets is not None else [(rate_lo, rate_hi)] * len(scenarios)
@@ -453,6 +483,7 @@ def goodput_many(
                     progress(done_tasks, max(total_est, done_tasks))
 
             summaries = iter(ex.map(run_point, tasks, on_done))
+            rounds: list[list[Evaluation]] = []
             for job in jobs:
                 results = []
                 for (rate, long), duration in zip(job.points, job.durations, strict=True):
@@ -460,6 +491,10 @@ def goodput_many(
                     results.append(
                         _evaluation(rate, long, duration, runs, job.src.attainment_target, rule)
                     )
+                rounds.append(results)
+            if retest:
+                _retest(jobs, rounds, seeds, rule, ex, on_done)
+            for job, results in zip(jobs, rounds, strict=True):
                 if results:
                     job.search.record(results)
     finally:
@@ -487,6 +522,48 @@ def goodput_many(
             )
         )
     return out
+
+
+def _retest(
+    jobs: list[_Job],
+    rounds: list[list[Evaluation]],
+    seeds: int,
+    rule: RunLengthRule,
+    ex: Executor,
+    on_done: Callable[[], None],
+) -> None:
+    """Run every trend-only miss of this round again, all in one executor call, at the
+    confirmation length with seeds ``seed + seeds + k`` (none of the search's own), and
+    let that run decide (module docstring, "Retest"). ``rounds`` is updated in place."""
+    tasks: list[PointTask] = []
+    todo: list[tuple[int, int, float]] = []  # (job, evaluation, duration)
+    for j, (job, results) in enumerate(zip(jobs, rounds, strict=True)):
+        for i, e in enumerate(results):
+            if e.stable or not e.attainment >= job.src.attainment_target:
+                continue
+            h = horizon(
+                rule, e.rate_per_s, job.profile.service_s, job.profile.drain_s, confirm=True
+            )
+            todo.append((j, i, h.duration_s))
+            for k in range(seeds):
+                tasks.append(
+                    _task(
+                        job.src,
+                        [
+                            override_text(RATE_PATH, e.rate_per_s),
+                            override_text("seed", job.src.seed + seeds + k),
+                            *h.overrides(),
+                        ],
+                    )
+                )
+    if not tasks:
+        return
+    summaries = iter(ex.map(run_point, tasks, on_done))
+    for j, i, duration in todo:
+        e = rounds[j][i]
+        runs = [next(summaries) for _ in range(seeds)]
+        again = _evaluation(e.rate_per_s, True, duration, runs, jobs[j].src.attainment_target, rule)
+        rounds[j][i] = dataclasses.replace(e, meets=again.meets, retest=again)
 
 
 def _evaluation(
@@ -517,6 +594,7 @@ def goodput(
     executor: Executor | None = None,
     overrides: Sequence[str] | None = None,
     progress: ProgressFn | None = None,
+    retest: bool = True,
 ) -> GoodputResult:
     """Steady-state goodput of one scenario, starting from ``[rate_lo, rate_hi]`` (the
     range widens until it brackets the goodput), to ``tol_per_s`` (default 1 % of the
@@ -531,4 +609,5 @@ def goodput(
         rule=rule,
         executor=executor,
         progress=progress,
+        retest=retest,
     )[0]
