@@ -2,7 +2,7 @@
 simulation's CPU (``time.process_time``: load-independent but for cache contention).
 
     python benchmarks/plan_cost.py [--gpus 64] [--quick] \
-        [--scenario scenarios/advisor/long-prompt-infiniband.yaml] [--json]
+        [--scenario scenarios/advisor/long-prompt-infiniband.yaml] [--json] [--rows FILE]
 
 Prints the number of simulations, their simulated requests and CPU seconds in all and
 per candidate kind and per phase (exploration, retests, confirmation-length runs), the
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=None)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--rows", type=Path, help="write every simulation as a CSV row here")
     args = p.parse_args(argv)
 
     from disaggsim.plan import PlanOptions, plan
@@ -110,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         "gain": advice.disaggregation_gain,
         "best_confirmed": best,
     }
+    if args.rows is not None:
+        import pandas as pd
+
+        pd.DataFrame(ex.rows).to_csv(args.rows, index=False)
     if args.json:
         print(json.dumps(out))
     else:

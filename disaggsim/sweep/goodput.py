@@ -21,14 +21,15 @@ tests):
    (status ``refined``).
 
 **Retest** (every phase): a rate whose runs met the attainment target but failed the
-trend test is simulated once more, at the confirmation length (``confirm_factor`` times
-the warm-up and window; a confirmation run's retest has its own length) with fresh seeds
-(``seed + seeds + k``), and that run decides. The trend test rejects a stationary run
-with probability ``alpha``, and a search makes tens of runs (a plan hundreds): a lone
-false alarm at a bracket's ``rate_lo`` divided it by 4 and capped the goodput there. A
-second, independent rejection is needed now, so a stationary run is called unstable with
-probability about ``alpha**2``; a run above capacity, whose queue grows, is rejected again
-by the longer run (or misses the attainment target in it).
+trend test with ``alpha² <= p < alpha`` is simulated once more, at the confirmation
+length (``confirm_factor`` times the warm-up and window; a confirmation run's retest has
+its own length) with fresh seeds (``seed + seeds + k``), and that run decides. The trend
+test rejects a stationary run with probability ``alpha``, and a search makes tens of runs
+(a plan hundreds): a lone false alarm at a bracket's ``rate_lo`` divided it by 4 and
+capped the goodput there. Now a stationary run misses on the trend test with probability
+about ``2 alpha²`` (``p < alpha²``, or two independent rejections); a run above capacity,
+whose queue grows, is rejected again by the longer run (or misses the attainment target
+in it), and far above capacity its ``p`` is below ``alpha²`` at once (no retest).
 
 Definitions and the math: docs/metrics.md ("Steady-state goodput"); CLI: docs/sweeps.md.
 """
@@ -100,6 +101,8 @@ class Evaluation:
     # attainment met but trend test failed: the run at the confirmation length with
     # fresh seeds that decided ``meets`` (module docstring, "Retest")
     retest: Evaluation | None = None
+    # the trend test's p-value, Bonferroni over the seeds (NaN: evaluated without one)
+    p_value: float = float("nan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,6 +527,13 @@ def goodput_many(
     return out
 
 
+def _retested(e: Evaluation, target: float, alpha: float) -> bool:
+    """Whether ``e`` is a trend-only miss that a retest decides: attainment met, trend
+    test failed with ``p >= alpha²`` (below that a stationary run is rejected no more
+    often than two runs both would be, so it is a miss outright)."""
+    return not e.stable and bool(e.attainment >= target) and not e.p_value < alpha * alpha
+
+
 def _retest(
     jobs: list[_Job],
     rounds: list[list[Evaluation]],
@@ -532,14 +542,15 @@ def _retest(
     ex: Executor,
     on_done: Callable[[], None],
 ) -> None:
-    """Run every trend-only miss of this round again, all in one executor call, at the
+    """Run every trend-only miss of this round (:func:`_retested`) again, all in one
+    executor call, at the
     confirmation length with seeds ``seed + seeds + k`` (none of the search's own), and
     let that run decide (module docstring, "Retest"). ``rounds`` is updated in place."""
     tasks: list[PointTask] = []
     todo: list[tuple[int, int, float]] = []  # (job, evaluation, duration)
     for j, (job, results) in enumerate(zip(jobs, rounds, strict=True)):
         for i, e in enumerate(results):
-            if e.stable or not e.attainment >= job.src.attainment_target:
+            if not _retested(e, job.src.attainment_target, rule.alpha):
                 continue
             h = horizon(
                 rule, e.rate_per_s, job.profile.service_s, job.profile.drain_s, confirm=True
@@ -579,8 +590,9 @@ def _evaluation(
     p = min(s.stability_p_value for s in runs) * len(runs)
     stable = bool(p >= rule.alpha)
     return Evaluation(
-        rate, mean, stable, bool(mean >= target) and stable, duration_s, long, runs[0]
-    )
+        rate, mean, stable, bool(mean >= target) and stable, duration_s, long, runs[0],
+        p_value=min(1.0, p),
+    )  # fmt: skip
 
 
 def goodput(
