@@ -212,6 +212,20 @@ def test_search_lowers_the_rate_when_the_long_run_misses():
     assert s.confirmation is not None and s.confirmation.confirm and s.confirmation.meets
 
 
+def test_a_bisected_bracket_is_only_confirmed():
+    """Quick plans confirm an explored goodput at once: the bracket [7.0, 7.5] met and
+    missed already, so the search runs 7.0 at the confirmation length and stops; when
+    that misses it steps down at that length as after any confirmation."""
+    s = search_rate(_step(7.3), 7.0, 7.5, 0.9, tol_per_s=0.1, bisected=True)
+    assert s.status == "found" and s.rate_per_s == 7.0
+    assert [(e.rate_per_s, e.confirm) for e in s.evaluations] == [(7.0, True)]
+    r = search_rate(_step(7.3, long_threshold=6.0), 7.0, 7.5, 0.9, tol_per_s=0.1, bisected=True)
+    assert r.status == "refined" and 5.9 <= r.rate_per_s <= 6.0
+    assert all(e.confirm for e in r.evaluations)
+    with pytest.raises(UserError, match="confirmation"):
+        search_rate(_step(7.3), 7.0, 7.5, 0.9, confirm=False, bisected=True)
+
+
 def test_search_counts_instability_and_nan_as_misses():
     s = search_rate(lambda r, long: (1.0, r <= 4.0), 1.0, 20.0, 0.9, tol_per_s=0.1)
     assert 3.9 <= s.rate_per_s <= 4.0

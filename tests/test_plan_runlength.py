@@ -130,3 +130,29 @@ def test_quick_screening_of_a_lightly_loaded_pool_is_not_pessimistic():
     c = search.Candidate("colocate_chunked", 8, 1, chunk_tokens=512)
     explored = _evaluator(loaded, search.PlanOptions.quick())([c])[0]
     assert explored >= 0.7, explored
+
+
+# ------------------------------------------------------------------ quick confirmation
+
+
+def test_quick_mode_confirms_an_explored_goodput_without_searching_it_again():
+    """Quick mode's final rule lasts about as long as its exploration once both cover a
+    loaded residence (64 H100, long prompts: 23 and 26 s of arrivals), so a finalist's
+    explored bracket (last rate met, lowest missed above it) is confirmed at once at
+    twice the final horizon; full mode searches it again with its longer rule."""
+    from disaggsim.sweep.goodput import Evaluation, GoodputResult
+
+    c = search.Candidate("colocate_chunked", 8, 1, chunk_tokens=512)
+    evals = tuple(
+        Evaluation(rate, 1.0 if ok else 0.5, ok, ok, 10.0)
+        for rate, ok in ((2.0, True), (12.0, False), (7.0, False), (4.5, True), (5.75, True))
+    )
+    seen = GoodputResult("x", 8, 5.75, 5.75 / 8, "found", 0.9, 0.3, evals)
+
+    def bisected(options):
+        ev = search._Evaluator.__new__(search._Evaluator)
+        ev.options, ev.stage, ev.explored = options, "final", {c: seen}
+        return ev._bisected(c)
+
+    assert bisected(search.PlanOptions.quick()) == (5.75, 7.0)
+    assert bisected(search.PlanOptions()) is None

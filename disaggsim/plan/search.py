@@ -101,6 +101,12 @@ class PlanOptions:
     moe_unit_sizes: int = 3  # MoE: unit sizes (best layout of each) kept per role
     rate_hi_factor: float = 1.5  # first bracket: [lo, hi] x analytic capacity
     rate_lo_factor: float = 0.25
+    # confirm a finalist's explored goodput at once (twice the final rule's horizon,
+    # stepping down if it misses) instead of searching it again with the final rule
+    confirm_explored: bool = False
+    # a candidate whose family has a goodput brackets it at (1 -+ this) x that goodput
+    # per GPU x its GPUs (its neighbours lie within a few % of it)
+    relative_bracket: float = 0.3
     quick_mode: bool = False
 
     def with_run_length(
@@ -148,6 +154,8 @@ class PlanOptions:
             explore_floor=0.85,
             max_waves=8,
             walk_chunks=True,
+            confirm_explored=True,
+            relative_bracket=0.12,
             quick_mode=True,
         )
 
@@ -994,9 +1002,22 @@ class _Evaluator:
         ]
         if rel:
             centre = max(rel) * c.num_gpus
-            return 0.7 * centre, 1.3 * centre
+            return (1 - o.relative_bracket) * centre, (1 + o.relative_bracket) * centre
         cap = self._guess(c).capacity_per_gpu_per_s * c.num_gpus
         return o.rate_lo_factor * cap, o.rate_hi_factor * cap
+
+    def _bisected(self, c: Candidate) -> tuple[float, float] | None:
+        """The explored search's last met and missed rates of ``c``, when the options
+        confirm explored goodputs directly (``confirm_explored``: quick mode, whose final
+        rule is about as long as its exploration's once both last a loaded residence)."""
+        seen = self.explored.get(c)
+        if self.stage != "final" or not self.options.confirm_explored or seen is None:
+            return None
+        lo = seen.rate_per_s
+        if not (lo > 0 and math.isfinite(lo)):
+            return None
+        missed = [e.rate_per_s for e in seen.evaluations if not e.meets and e.rate_per_s > lo]
+        return (lo, min(missed)) if missed else None
 
     def source(self, c: Candidate) -> Source:
         raw = candidate_scenario(self.loaded, c, name=f"{self.loaded.scenario.name}-{_slug(c)}")
@@ -1045,7 +1066,8 @@ class _Evaluator:
     def _search(self, cands: list[Candidate], rule: RunLengthRule) -> list[float]:
         o = self.options
         explore = self.stage == "explore"
-        brackets = [self._bracket(c) for c in cands]
+        bisected = [self._bisected(c) for c in cands]
+        brackets = [b or self._bracket(c) for b, c in zip(bisected, cands, strict=True)]
         done = [0]
         start = self.counter[0]
 
@@ -1059,6 +1081,7 @@ class _Evaluator:
             brackets[0][0],
             brackets[0][1],
             brackets=brackets,
+            bisected=[b is not None for b in bisected],
             tol_fraction=o.explore_tol_fraction if explore else o.tol_fraction,
             seeds=o.seeds,
             rule=rule,

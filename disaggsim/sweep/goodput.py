@@ -154,7 +154,9 @@ class RateSearch:
     bracketed. Assumes meeting is monotone in rate; where noise breaks that near the
     threshold the result is still a rate that met next to one, at most ``tol`` above,
     that did not. The bracket does not widen below ``min_rate_per_s`` (a rate at which the
-    system is all but idle: missing there, the SLO is unattainable at any rate)."""
+    system is all but idle: missing there, the SLO is unattainable at any rate).
+    ``bisected``: ``rate_lo`` met and ``rate_hi`` missed already (e.g. in a search with
+    shorter runs): go straight to the confirmation of ``rate_lo``."""
 
     def __init__(
         self,
@@ -165,6 +167,7 @@ class RateSearch:
         tol_fraction: float = DEFAULT_TOL_FRACTION,
         confirm: bool = True,
         min_rate_per_s: float = 0.0,
+        bisected: bool = False,
     ) -> None:
         if not (0 < rate_lo < rate_hi) or not math.isfinite(rate_hi):
             raise UserError(f"goodput: need 0 < rate_lo < rate_hi, got {rate_lo} and {rate_hi}")
@@ -190,6 +193,13 @@ class RateSearch:
         self._long_hi = math.nan
         self._step = math.nan
         self._steps = 0
+        if bisected:  # [lo, hi] met and missed already (a shorter search): confirm lo
+            if not confirm:
+                raise UserError("goodput: a bisected bracket needs the confirmation run")
+            self._lo_ok, self._hi_ok = True, False
+            if self.tol is None:
+                self.tol = self.tol_fraction * self.hi
+            self.phase = "confirm"
 
     # -------------------------------------------------------------- driving
 
@@ -328,6 +338,7 @@ def search_rate(
     confirm: bool = True,
     min_rate_per_s: float = 0.0,
     retest: bool = False,
+    bisected: bool = False,
 ) -> RateSearch:
     """Run :class:`RateSearch` against ``evaluate(rate, confirm_length) -> (attainment,
     stable)`` (tests, analytic models). ``retest``: a trend-only miss is decided by
@@ -340,6 +351,7 @@ def search_rate(
         tol_fraction=tol_fraction,
         confirm=confirm,
         min_rate_per_s=min_rate_per_s,
+        bisected=bisected,
     )
     while pts := s.next_points():
         out = []
@@ -420,17 +432,20 @@ def goodput_many(
     progress: ProgressFn | None = None,
     brackets: Sequence[tuple[float, float]] | None = None,
     retest: bool = True,
+    bisected: Sequence[bool] | None = None,
 ) -> list[GoodputResult]:
     """Steady-state goodput of several scenarios, searched in lock-step: each round sends
     every scenario's next rate(s) × seeds to the executor at once (then, in a second call,
     the round's retests: module docstring). ``brackets`` gives a starting ``(rate_lo,
     rate_hi)`` per scenario instead of the shared one; ``retest=False`` lets a trend-only
-    miss stand (the search before retests)."""
+    miss stand (the search before retests); ``bisected`` (per scenario) marks brackets
+    already bisected, whose ``rate_lo`` is only confirmed (:class:`RateSearch`)."""
     _check_seeds(seeds)
     rule = rule or RunLengthRule()
     starts = list(brackets) if brackets is not None else [(rate_lo, rate_hi)] * len(scenarios)
     jobs = []
-    for src, (lo, hi) in zip(scenarios, starts, strict=True):
+    done_before = list(bisected) if bisected is not None else [False] * len(scenarios)
+    for src, (lo, hi), was in zip(scenarios, starts, done_before, strict=True):
         check_params([Param(RATE_PATH, (lo,))], src.raw, src.label)
         loaded = load_scenario(src.raw, base_dir=src.base_dir)
         profile = steady_profile(loaded, src.label)
@@ -444,6 +459,7 @@ def goodput_many(
                     tol_fraction=tol_fraction,
                     confirm=confirm,
                     min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
+                    bisected=was,
                 ),
                 profile,
             )
