@@ -14,12 +14,15 @@ from hypothesis import strategies as st
 
 from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.engine.cluster import (
+    Cluster,
     EngineConfig,
     LinkWindow,
     PoolSpec,
     WorkerFailureEvent,
     run_cluster,
 )
+from disaggsim.engine.events import call_in
+from disaggsim.engine.records import STATUS_COMPLETED
 from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import request_frame, token_times
 from disaggsim.workload.requests import Requests
@@ -193,3 +196,24 @@ def test_same_inputs_same_results(case):
     a, _ = request_frame(run_cluster(reqs, cfg, lambda n, s, d: transfer), 0.0)
     b, _ = request_frame(run_cluster(reqs, cfg, lambda n, s, d: transfer), 0.0)
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_failure_after_a_cut_that_leaves_the_worker_idle():
+    # Dyadic times. r0 lands on the decode worker at 0.1875 and runs 3 steps of 0.0625 to
+    # 0.375. A wake 1e-13 s before that end (within the engine's _EPS) cuts the run at
+    # its end: r0 finishes there and the worker goes idle, its run's timeout (0.375)
+    # still queued without callbacks. The worker fails at 0.375, before that timeout is
+    # processed: the failure finds nothing to take off the event it waited for.
+    cost = ConstantCost(prefill_base_s=0.125, decode_base_s=0.0625)
+    reqs = Requests(np.array([0.0, 2.0]), np.array([10, 10]), np.array([4, 4]))
+    cfg = EngineConfig(
+        pools=(PoolSpec("prefill", 1, cost, 8, 10_000), PoolSpec("decode", 1, cost, 8, 10_000))
+    )
+    cluster = Cluster(reqs, cfg, lambda nbytes, s, d: 0.0625)
+    dec = cluster.decode_workers[0]
+    call_in(cluster.env, 0.375 - 1e-13, lambda _ev: dec.notify())
+    call_in(cluster.env, 0.375, lambda _ev: dec.fail(1.0))  # queued before the run's timeout
+    raw = cluster.run()
+    assert raw.log.status.tolist() == [STATUS_COMPLETED, STATUS_COMPLETED]
+    assert raw.log.finish_at_s[1] == 2.375
+    assert raw.workers[dec.index].num_failures == 1

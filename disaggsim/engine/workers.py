@@ -976,11 +976,20 @@ class _TokenBatch(Worker):
             self._run_end = False
             self._run_wake = call_in(self.env, 0.0, self._run_woken_cb)
 
+    # A hop is an event due now, queued after every event already due now: where none is
+    # (the queue's next event is later), it would be the very next event processed, so
+    # it is not queued and its callback runs at once (the same order, one event less).
+
     def _run_timed_out(self, ev: simpy.Event) -> None:
         if ev is self._run_timeout:
             self._run_timeout = None
-            self._target = call_in(self.env, 0.0, self._run_done_cb)
-            self._then = self._run_done_cb
+            env = self.env
+            queue = env._queue
+            if queue and queue[0][0] <= env._now:  # another event due now: hop after it
+                self._target = call_in(env, 0.0, self._run_done_cb)
+                self._then = self._run_done_cb
+            else:
+                self._run_done(ev)
 
     def _run_woken(self, ev: simpy.Event) -> None:
         if ev is self._run_wake:
@@ -989,8 +998,18 @@ class _TokenBatch(Worker):
             if timeout is not None:  # not processed yet: it will find nothing to call
                 timeout.callbacks.clear()
                 self._run_timeout = None
-                self._target = call_in(self.env, 0.0, self._run_waited_cb)
-                self._then = self._run_waited_cb
+                env = self.env
+                queue = env._queue
+                if queue and queue[0][0] <= env._now:  # another event due now: hop after it
+                    self._target = call_in(env, 0.0, self._run_waited_cb)
+                    self._then = self._run_waited_cb
+                else:
+                    # what the worker waits for is this event, being processed (as the
+                    # hop would be), not the timeout whose callbacks were just cleared: a
+                    # failure after a cut that leaves the worker idle finds nothing to take off
+                    self._target = ev
+                    self._then = self._run_waited_cb
+                    self._run_waited(ev)
 
     def _run_done(self, _ev: simpy.Event) -> None:
         """The run's wait is over at its end (its timeout, or a run new work cannot
