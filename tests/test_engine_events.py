@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from disaggsim.engine.events import Environment, call_in, call_later, call_urgent
+from disaggsim.engine.events import Environment, call_in, call_later, call_soon, call_urgent
 
 
 def _fire_order(use_call_in: bool) -> list[tuple[float, str]]:
@@ -89,3 +89,59 @@ def test_environment_runs_as_simpy_does() -> None:
         env = make()
         with pytest.raises(RuntimeError, match="No scheduled events left"):
             env.run(until=env.event())
+
+
+def _due_now_program(env: simpy.Environment, soon) -> list[tuple[float, str]]:
+    """Callbacks at tied instants that each schedule, in one order, events due now by
+    ``soon``, SimPy timeouts of no delay, succeeded events, URGENT calls and later calls
+    (one of them scheduling more events due now); returns the order they fire in."""
+    seen: list[tuple[float, str]] = []
+
+    def note(name: str):
+        return lambda _ev: seen.append((env.now, name))
+
+    def chain(name: str):
+        def fired(_ev: simpy.Event) -> None:
+            seen.append((env.now, name))
+            soon(env, note(f"{name}.next"))
+            call_in(env, 0.25, note(f"{name}.later"))
+
+        return fired
+
+    def burst(name: str):
+        def fired(_ev: simpy.Event) -> None:
+            seen.append((env.now, name))
+            soon(env, note(f"{name}.s1"))
+            env.timeout(0).callbacks.append(note(f"{name}.t0"))
+            soon(env, chain(f"{name}.s2"))
+            call_urgent(env, note(f"{name}.u"))
+            ev = env.event()
+            ev.callbacks.append(note(f"{name}.ev"))
+            ev.succeed()
+            call_in(env, 0.0, note(f"{name}.c0"))
+            soon(env, note(f"{name}.s3"))
+
+        return fired
+
+    for i, d in enumerate((0.0, 1.0, 0.5, 1.0, 0.0)):
+        call_in(env, d, burst(f"b{i}"))
+    env.run(until=env.timeout(2.0))
+    return seen
+
+
+def test_events_due_now_keep_simpys_order() -> None:
+    """Events due now wait in the engine's FIFO beside the heap: the same order as
+    SimPy's heap gives them (``call_in`` with no delay), whatever else is due then."""
+    got = _due_now_program(Environment(), call_soon)
+    assert got == _due_now_program(simpy.Environment(), lambda env, fn: call_in(env, 0.0, fn))
+    assert len(got) == 5 * 10  # every call fired
+    # SimPy's own step, peek and run take them from the heap, in the same order
+    env = Environment()
+    seen: list[str] = []
+    env.timeout(0).callbacks.append(lambda _e: seen.append("t0"))
+    call_soon(env, lambda _e: seen.append("s"))
+    call_urgent(env, lambda _e: seen.append("u"))
+    assert env.peek() == 0.0
+    env.step()
+    env.run(until=1.0)
+    assert seen == ["u", "t0", "s"]

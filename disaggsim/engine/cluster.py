@@ -87,7 +87,7 @@ class Cluster:
     """One run: the workers, the router, the fabric, the records and the event loop."""
 
     def __init__(self, requests: Requests, cfg: EngineConfig, transfer_time: TransferTime) -> None:
-        self.env: simpy.Environment = Environment()  # SimPy's, its run loop inline
+        self.env: Environment = Environment()  # SimPy's, its run loop inline
         self.cfg = cfg
         self.table = requests
         self.requests = RequestState(requests, cfg.block_tokens, cfg.kv_admission == "reserve_full")

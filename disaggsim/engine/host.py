@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import simpy
 
 from disaggsim.engine.config import Preemption
+from disaggsim.engine.events import Environment
 from disaggsim.engine.records import RequestLogColumns, Samples, Segments
 from disaggsim.engine.request_state import RequestState
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class WorkerHost(Protocol):
-    env: simpy.Environment
+    env: Environment  # the engine's (events due now in its FIFO: call_soon)
     requests: RequestState  # token counts and KV block arithmetic
     log: RequestLogColumns
     segments: Segments

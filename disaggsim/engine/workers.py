@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
-from disaggsim.engine.events import call_in, call_urgent
+from disaggsim.engine.events import Environment, call_in, call_soon, call_urgent
 from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
@@ -311,7 +311,7 @@ class Worker:
         prefill_times: dict[tuple[int, int, float, int], float] | None = None,
     ) -> None:
         self.host = host
-        self.env: simpy.Environment = host.env
+        self.env: Environment = host.env
         self.requests: RequestState = host.requests
         self.index = index  # global worker index (unique across pools)
         self.cost = cost
@@ -514,7 +514,7 @@ class Worker:
         (the first new work schedules it, the rest finds it scheduled)."""
         if self._idle:
             self._idle = False
-            self._target = call_in(self.env, 0.0, self._pass_cb)
+            self._target = call_soon(self.env, self._pass_cb)
             self._then = self._pass_cb
 
     def sample(self, queue_len: int, batch: int) -> None:
@@ -970,11 +970,11 @@ class _TokenBatch(Worker):
         """Wake the worker if it is idle, or cut its interruptible run."""
         if self._idle:
             self._idle = False
-            self._target = call_in(self.env, 0.0, self._pass_cb)
+            self._target = call_soon(self.env, self._pass_cb)
             self._then = self._pass_cb
         elif self._run_end:
             self._run_end = False
-            self._run_wake = call_in(self.env, 0.0, self._run_woken_cb)
+            self._run_wake = call_soon(self.env, self._run_woken_cb)
 
     # A hop is an event due now, queued after every event already due now: where none is
     # (the queue's next event is later), it would be the very next event processed, so
@@ -985,8 +985,8 @@ class _TokenBatch(Worker):
             self._run_timeout = None
             env = self.env
             queue = env._queue
-            if queue and queue[0][0] <= env._now:  # another event due now: hop after it
-                self._target = call_in(env, 0.0, self._run_done_cb)
+            if env._soon or queue and queue[0][0] <= env._now:  # another due now: hop after it
+                self._target = call_soon(env, self._run_done_cb)
                 self._then = self._run_done_cb
             else:
                 self._run_done(ev)
@@ -1000,8 +1000,8 @@ class _TokenBatch(Worker):
                 self._run_timeout = None
                 env = self.env
                 queue = env._queue
-                if queue and queue[0][0] <= env._now:  # another event due now: hop after it
-                    self._target = call_in(env, 0.0, self._run_waited_cb)
+                if env._soon or queue and queue[0][0] <= env._now:  # another due now: hop after
+                    self._target = call_soon(env, self._run_waited_cb)
                     self._then = self._run_waited_cb
                 else:
                     # what the worker waits for is this event, being processed (as the
