@@ -27,9 +27,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from functools import partial
+from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import NORMAL
 
 from disaggsim.engine.config import (
     EngineConfig,
@@ -39,7 +41,7 @@ from disaggsim.engine.config import (
     TransferTime,
     WorkerFailureEvent,
 )
-from disaggsim.engine.events import Environment, call_in, call_urgent
+from disaggsim.engine.events import Call, Environment, call_in, call_urgent
 from disaggsim.engine.handoff import Handoff
 from disaggsim.engine.prefix import PrefixCaches
 from disaggsim.engine.records import (
@@ -81,6 +83,7 @@ __all__ = [
 ]
 
 ProgressFn = Callable[[float, int, int], None]
+_new_call = object.__new__  # a Call event made without a call (call_in, inline)
 
 
 class Cluster:
@@ -135,6 +138,8 @@ class Cluster:
         self.handoff = Handoff(
             self.env, cfg, self.requests, self.log, transfer_time, self.counters, self._delivered
         )
+        # overlap on a topology fabric: handoffs may start with the prefill
+        self.early_handoffs = self.handoff.net is not None and cfg.overlap
         self.router = Router(
             self.env,
             self.requests,
@@ -252,7 +257,9 @@ class Cluster:
             now = env._now
             if at > now:
                 self._next_arrival = rid
-                call_in(env, at - now, self._arrive)
+                ev = _new_call(Call)  # call_in(env, at - now, self._arrive), inline
+                ev.callbacks = [self._arrive]
+                heappush(env._queue, (now + (at - now), NORMAL, next(env._eid), ev))
                 return
             longest = prompt[rid] + max_tokens[rid]  # rs.longest_tokens
             if context is not None and longest > context:
@@ -343,7 +350,7 @@ class Cluster:
 
     def prefill_batch_started(self, batch: list[int], src: PrefillWorker, prefill_s: float) -> None:
         """Overlap on a topology fabric: hand off at prefill start where a slot exists."""
-        if self.handoff.net is None or not self.cfg.overlap:
+        if not self.early_handoffs:
             return
         for rid in batch:
             self.router.try_early_handoff(rid, src, prefill_s)
@@ -359,7 +366,7 @@ class Cluster:
             return
         if self._token_from_prefill:
             self.prefill_token(rid, now)
-            if rs.done_generating(rid):  # one-token reply: done
+            if rs.generated[rid] >= rs.output_tokens[rid]:  # done_generating: one-token reply
                 tr = self.handoff.cancel_transfer(rid)
                 if tr is not None:
                     tr[1].unreserve(rid)
@@ -371,7 +378,7 @@ class Cluster:
                 return
         if rid in self.orphan_streams:  # its decode worker died during the prefill
             self.orphan_streams.discard(rid)
-        elif self.handoff.in_flight(rid):  # already streaming to its decode worker (overlap)
+        elif rid in self.handoff.transfers:  # in_flight: streaming to its decode worker already
             return
         self.router.handoff(rid, src)
 
@@ -391,7 +398,9 @@ class Cluster:
             self.router.drain_queue()
 
     def decode_freed(self) -> None:
-        self.router.decode_freed()
+        r = self.router
+        if r.pending or r.kv_aware and r.queue:  # Router.decode_freed does nothing otherwise
+            r.decode_freed()
 
     def swap_copy(self, w: Worker, nbytes: float, direction: str, num_seqs: int = 0) -> simpy.Event:
         return self.handoff.swap_copy(w, nbytes, direction, num_seqs)

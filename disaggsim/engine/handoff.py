@@ -62,8 +62,8 @@ class Handoff:
             from disaggsim.fabric.flows import FlowNetwork
 
             self.net = FlowNetwork(env, cfg.topology)
-        # rid -> (source, destination, start time of this copy)
-        self._transfers: dict[int, tuple[PrefillWorker, DecodeWorker, float]] = {}
+        # in flight: rid -> (source, destination, start time of this copy)
+        self.transfers: dict[int, tuple[PrefillWorker, DecodeWorker, float]] = {}
         self._flows: dict[int, FlowHandle] = {}  # rid -> its flow (topology fabric)
         self._swaps: dict[int, FlowHandle] = {}  # worker -> its swap copy (topology fabric)
 
@@ -83,7 +83,7 @@ class Handoff:
         return context_kv_bytes(w.cost, self.requests.prefill_len(rid))
 
     def in_flight(self, rid: int) -> bool:
-        return rid in self._transfers
+        return rid in self.transfers
 
     def path_rank_and_load(self, src: int, dst: int) -> tuple[int, float]:
         """Topology fabric: (path kind rank, current load) from worker ``src`` to
@@ -104,7 +104,7 @@ class Handoff:
             started[rid] = token
         rs = self.requests
         nbytes = context_kv_bytes(src.cost, rs.prompt_tokens[rid] + rs.generated[rid])  # kv_bytes
-        self._transfers[rid] = (src, dst, token)
+        self.transfers[rid] = (src, dst, token)
         done = partial(self._transfer_done, rid, token)
         if self.net is not None:
             from disaggsim.fabric.overlap import send_plan
@@ -135,7 +135,7 @@ class Handoff:
 
     def cancel_transfer(self, rid: int) -> tuple[PrefillWorker, DecodeWorker] | None:
         """Stop ``rid``'s transfer (if any); returns its (source, destination)."""
-        tr = self._transfers.pop(rid, None)
+        tr = self.transfers.pop(rid, None)
         if tr is None:
             return None
         handle = self._flows.pop(rid, None)
@@ -147,7 +147,7 @@ class Handoff:
     def _transfer_done(self, rid: int, token: float, _ev: simpy.Event | None = None) -> None:
         """The transfer ``token`` of ``rid`` ended (also the callback of its end event:
         ``_ev`` is ignored)."""
-        tr = self._transfers.get(rid)
+        tr = self.transfers.get(rid)
         if tr is None or tr[2] != token:
             return  # cancelled, or superseded by a re-send
         src, dst, _ = tr
@@ -157,7 +157,7 @@ class Handoff:
             wait = max(src.batch_end_at_s - self.env._now, 0.0)
             call_in(self.env, wait, partial(self._transfer_done, rid, token))
             return
-        del self._transfers[rid]
+        del self.transfers[rid]
         self._flows.pop(rid, None)
         self.log.transfer_end_at_s[rid] = self.env._now
         self.delivered(rid, src, dst)
@@ -182,7 +182,7 @@ class Handoff:
         return t - now, factor
 
     def _resend(self, rid: int) -> None:
-        src, dst, _ = self._transfers[rid]
+        src, dst, _ = self.transfers[rid]
         handle = self._flows.pop(rid, None)
         if handle is not None:
             assert self.net is not None
@@ -194,7 +194,7 @@ class Handoff:
         """At an outage's start, every transfer in flight is lost and sent again (it
         waits for the link, then starts over)."""
         yield self.env.timeout(window.start_s)
-        for rid in list(self._transfers):
+        for rid in list(self.transfers):
             self._resend(rid)
 
     def _link_window(self, window: LinkWindow) -> Generator[simpy.Event, Any, None]:
@@ -208,8 +208,8 @@ class Handoff:
             net.set_link_capacity(i, window.factor)
         if window.factor == 0:
             hit = set(links)
-            for rid in list(self._transfers):
-                src, dst, _ = self._transfers[rid]
+            for rid in list(self.transfers):
+                src, dst, _ = self.transfers[rid]
                 path = topo.path(src.index, dst.index)
                 if window.links is not None and not any(
                     i in hit for r in path.routes for i in r.links

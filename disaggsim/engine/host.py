@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 class WorkerHost(Protocol):
     env: Environment  # the engine's (events due now in its FIFO: call_soon)
+    early_handoffs: bool  # prefill_batch_started may start handoffs (else it does nothing)
     requests: RequestState  # token counts and KV block arithmetic
     log: RequestLogColumns
     segments: Segments

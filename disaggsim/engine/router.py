@@ -484,8 +484,9 @@ class Router:
         if self.kv_aware:
             if self._decode_changes:
                 self._refresh_decode()
-            need = self.requests.full_blocks(rid)
-            if need > self._decode_room_blocks():
+            rs = self.requests  # need: rs.full_blocks(rid), inline
+            need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
+            if need > self._room_total - self.committed_blocks:  # _decode_room_blocks
                 return False
             self.committed[rid] = need
             self.committed_blocks += need
@@ -544,7 +545,12 @@ class Router:
     def _try_handoff(self, rid: int, src: PrefillWorker, prefill_s: float | None = None) -> bool:
         if self._decode_changes:
             self._refresh_decode()
-        w = self.decode.choose(self.requests.join_blocks(rid), src)
+        rs = self.requests
+        if rs.reserve_full:  # rs.join_blocks
+            need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
+        else:
+            need = -(-(rs.prefilled_tokens[rid] + 1) // rs.block_tokens)
+        w = self.decode.choose(need, src)
         if w is None:
             return False
         blocks = self.committed.pop(rid, None)  # uncommit

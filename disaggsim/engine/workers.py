@@ -53,9 +53,10 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
+from simpy.events import NORMAL
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
-from disaggsim.engine.events import Environment, call_in, call_soon, call_urgent
+from disaggsim.engine.events import Call, Environment, call_in, call_soon, call_urgent
 from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
@@ -177,6 +178,9 @@ class Run(NamedTuple):
 # a Run (or PrefillIter) from all its fields, without NamedTuple's generated __new__ (one
 # Python call less per run on the hot path; Run(...) reads better everywhere else)
 _new_run = tuple.__new__
+# a Call event without a call (call_in written out where a worker schedules its own events
+# once per run or prefill: the same event, queued the same way)
+_new_call = object.__new__
 
 
 class DecodeLines(NamedTuple):
@@ -279,6 +283,7 @@ class Worker:
         "_state",
         "_gen",
         "_gen_then",
+        "_iter_to",
         "_target",
         "_then",
         "_idle",
@@ -336,6 +341,13 @@ class Worker:
         # the workers of one pool)
         self._prefill_times = prefill_times if prefill_times is not None else {}
         self.steps = StepLog()
+        it = self.steps.prefill_iters  # its columns, bound once (PrefillIters.append's)
+        self._iter_to = (
+            it.start_at_s.append,
+            it.duration_s.append,
+            it.num_seqs.append,
+            it.num_tokens.append,
+        )
         self.num_failures = 0
         self._idle = False  # waiting for work: new work schedules the wake (notify)
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
@@ -1085,14 +1097,16 @@ class _TokenBatch(Worker):
         if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         self._run_plan = (total, growth, k, a2a, interruptible)
+        # call_in(env, total, then), inline
+        ev = self._target = _new_call(Call)
         if interruptible:  # its end or new work, whichever first (_run_timed_out, notify)
-            timeout = self._target = call_in(env, total, self._run_timed_out_cb)
-            self._then = self._run_timed_out_cb
-            self._run_timeout = timeout
+            then = self._then = self._run_timed_out_cb
+            self._run_timeout = ev
             self._run_end = True
         else:
-            self._target = call_in(env, total, self._run_done_cb)
-            self._then = self._run_done_cb
+            then = self._then = self._run_done_cb
+        ev.callbacks = [then]
+        heappush(env._queue, (env._now + total, NORMAL, next(env._eid), ev))
         return True
 
     def _cut_run(self) -> float:
@@ -1302,7 +1316,10 @@ class PrefillWorker(_PrefillQueue, Worker):
                 self._kv_used_blocks -= blocks
             self._num_outstanding -= 1
             self._changes.add(self.index)
-            self.notify()
+            if self._idle:  # notify, inline
+                self._idle = False
+                self._target = call_soon(self.env, self._pass_cb)
+                self._then = self._pass_cb
 
     def _sync_kv(self) -> None:
         """With a cache: the KV in use is the cache's pinned and pending tokens plus what
@@ -1379,17 +1396,18 @@ class PrefillWorker(_PrefillQueue, Worker):
             timed_s = caches.setup.promote_time(self.cost, timed_pcie, timed_nic)
         return (env.all_of(waits) if waits else None), timed_s
 
-    def _form_batch(self) -> tuple[list[int], list[int], dict[int, int], int, int]:
+    def _form_batch(self) -> tuple[list[int], float, dict[int, int], int, int]:
         """FCFS under the token budget and the free blocks. Returns the batch, its
-        prompts' lengths (:meth:`RequestState.prefill_len`), the blocks each takes
+        attention pairs (Σ n(n+1)/2 over its prompts' lengths n,
+        :meth:`RequestState.prefill_len`, in batch order), the blocks each takes
         (:meth:`RequestState.prefill_blocks`), their tokens and their blocks."""
         queue = self.queue
         batch: list[int] = []
-        lens: list[int] = []
+        pairs = 0.0  # each term a half-integer far below 2**53: the sum is exact
         blocks: dict[int, int] = {}
         tokens = need_blocks = 0
         if not queue:
-            return batch, lens, blocks, tokens, need_blocks
+            return batch, pairs, blocks, tokens, need_blocks
         rs = self.requests
         prompt, generated = rs.prompt_tokens, rs.generated
         bt = self.block_tokens
@@ -1405,11 +1423,11 @@ class PrefillWorker(_PrefillQueue, Worker):
                 break  # KV memory full of prompts awaiting handoff: wait for releases
             queue.popleft()
             batch.append(rid)
-            lens.append(p)
+            pairs += p * (p + 1) / 2
             blocks[rid] = nb
             tokens += p
             need_blocks += nb
-        return batch, lens, blocks, tokens, need_blocks
+        return batch, pairs, blocks, tokens, need_blocks
 
     def _pass(self, _ev: simpy.Event | None = None) -> None:
         """Form the next FCFS batch and start its prefill (or wait for work)."""
@@ -1425,10 +1443,9 @@ class PrefillWorker(_PrefillQueue, Worker):
                     self.host.worker_drained(self)
                 self._idle = True
                 return
-            batch, lens, blocks, tokens, need_blocks = self._form_batch()
+            batch, pairs, blocks, tokens, need_blocks = self._form_batch()
             if batch:
                 dequeued = tokens
-                pairs = sum([n * (n + 1) / 2 for n in lens])
                 self._batch_blocks = blocks
                 self._kv_used_blocks += need_blocks
                 self._changes.add(self.index)
@@ -1483,14 +1500,21 @@ class PrefillWorker(_PrefillQueue, Worker):
         dur += promote_s
         if logged:
             self.steps.prefill_iters[-1] = (now, dur, len(batch), tokens)
-        else:
-            self.steps.prefill_iters.append((now, dur, len(batch), tokens))
+        else:  # PrefillIters.append, into the bound columns
+            start, duration, seqs, toks = self._iter_to
+            start(now)
+            duration(dur)
+            seqs(len(batch))
+            toks(tokens)
         if self._a2a:  # the iteration's all-to-all on the unit's NICs
             self._copy(self._a2a_iteration_bytes(0, tokens), "a2a", None)
         self.batch_end_at_s = now + dur
-        self.host.prefill_batch_started(batch, self, dur)
-        self._target = call_in(env, dur, self._computed_cb)
-        self._then = self._computed_cb
+        if self.host.early_handoffs:  # prefill_batch_started does nothing otherwise
+            self.host.prefill_batch_started(batch, self, dur)
+        ev = self._target = _new_call(Call)  # call_in(env, dur, self._computed_cb), inline
+        then = self._then = self._computed_cb
+        ev.callbacks = [then]
+        heappush(env._queue, (now + dur, NORMAL, next(env._eid), ev))
 
     def _computed(self, _ev: simpy.Event) -> None:
         """The batch's prefill is done: its KV is held here until its handoff."""
@@ -1623,7 +1647,13 @@ class DecodeWorker(_TokenBatch):
             self._kv_used_blocks += grown
             self._changes.add(self.index)
         self.waiting.append(rid)
-        self.notify()
+        if self._idle:  # notify, inline
+            self._idle = False
+            self._target = call_soon(self.env, self._pass_cb)
+            self._then = self._pass_cb
+        elif self._run_end:
+            self._run_end = False
+            self._run_wake = call_soon(self.env, self._run_woken_cb)
 
     def finish_without_decode(self, rid: int) -> None:
         """A one-token reply: the KV arrived, nothing to decode."""
@@ -1884,7 +1914,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         prefill-only iteration that stalls every running decode."""
         env = self.env
         batch: list[int] = []
-        lens: list[int] = []
+        pairs = 0.0  # Σ n(n+1)/2 over the prompts, in order: exact (half-integers)
         tokens = 0
         queue = self.queue
         if self.prefix is None:
@@ -1910,7 +1940,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                     if batch and tokens + p > self.max_batch_tokens:
                         break
                     batch.append(rid)
-                    lens.append(p)
+                    pairs += p * (p + 1) / 2
                     queue.popleft()
                     self._kv_used_blocks += need
                     self._queued_tokens -= p
@@ -1928,7 +1958,6 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         if batch:
             self.sample(len(self.queue), self.batch + len(batch))
             if self.prefix is None:
-                pairs = sum([n * (n + 1) / 2 for n in lens])
                 dur = self._prefill_times.get((len(batch), tokens, pairs, 0))
                 if dur is None:
                     dur = self._prefill_time_s(len(batch), tokens, pairs)
@@ -1938,10 +1967,16 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 pairs = sum(n * h + n * (n + 1) / 2 for n, h in zip(news, hits, strict=True))
                 dur = self._prefill_time_s(len(batch), tokens, pairs, sum(hits))
                 dur += self._promotion_s()
-            self.steps.prefill_iters.append((env._now, dur, len(batch), tokens))
+            start, duration, seqs, toks = self._iter_to  # PrefillIters.append, bound
+            start(env._now)
+            duration(dur)
+            seqs(len(batch))
+            toks(tokens)
             self._activity = _new_run(PrefillIter, (batch,))  # PrefillIter(batch)
-            self._target = call_in(env, dur, self._prefilled_cb)
-            self._then = self._prefilled_cb
+            ev = self._target = _new_call(Call)  # call_in(env, dur, self._prefilled_cb), inline
+            then = self._then = self._prefilled_cb
+            ev.callbacks = [then]
+            heappush(env._queue, (env._now + dur, NORMAL, next(env._eid), ev))
             return True
         # _decode_or_idle, inline
         waiting = len(queue) + len(self.swapped)
