@@ -530,6 +530,8 @@ class Worker:
             self._then = self._pass_cb
 
     def sample(self, queue_len: int, batch: int) -> None:
+        # written out where a worker samples once per run or request: the prefill idle
+        # pass, the decode and vllm passes' runs (grep "sample(", inline)
         at_s, worker, queue, running, kv = self._sample_to  # the host's sample columns
         at_s(self.env._now)
         worker(self.index)
@@ -651,6 +653,7 @@ class _TokenBatch(Worker):
     __slots__ = (
         "_after_advance",
         "_finishing",
+        "_leave_hooks",
         "_lines",
         "_phase_hist",
         "_rest_fn",
@@ -701,6 +704,8 @@ class _TokenBatch(Worker):
         # each advance of the batch (a colocated worker's prefix cache: its sync)
         self._rest_fn: Callable[[], bool] = self._rest
         self._after_advance: Callable[[], None] | None = None
+        # whether _gone and _freed do anything (a colocated worker without a cache: no)
+        self._leave_hooks = True
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
         seg = self.host.segments  # the host's segment columns (Segments.add's, in order)
@@ -853,9 +858,12 @@ class _TokenBatch(Worker):
             self._kv_used_blocks -= blocks
             self._num_outstanding -= 1
             self._changes.add(self.index)
-            self._gone(rid)
-            host.finish(rid, now)
-            self._freed()
+            if self._leave_hooks:
+                self._gone(rid)
+                host.finish(rid, now)
+                self._freed()
+            else:  # both hooks do nothing here
+                host.finish(rid, now)
 
     def _gone(self, rid: int) -> None:
         """``rid`` no longer belongs to this worker (finished or sent back)."""
@@ -1437,7 +1445,13 @@ class PrefillWorker(_PrefillQueue, Worker):
         copies: simpy.Event | None = None
         if self.prefix is None:
             if not self.queue:  # nothing to form (the idle pass after a release)
-                self.sample(0, 0)
+                # sample(0, 0), inline (no cache columns: no cache here)
+                at_s, worker, queue, running, kv = self._sample_to
+                at_s(self.env._now)
+                worker(self.index)
+                queue(0)
+                running(0)
+                kv(self._kv_used_blocks * self.block_tokens)
                 # _wait_for_work, inline
                 if self._state is _DRAINING and self._num_outstanding == 0:
                     self.host.worker_drained(self)
@@ -1690,7 +1704,15 @@ class DecodeWorker(_TokenBatch):
                 self.host.worker_drained(self)
             self._idle = True
             return True
-        self.sample(len(waiting) + len(self.swapped), self.batch)
+        # sample(len(waiting) + len(self.swapped), self.batch), inline
+        at_s, worker, queue, running, kv = self._sample_to
+        at_s(self.env._now)
+        worker(self.index)
+        queue(len(waiting) + len(self.swapped))
+        running(self.batch)
+        kv(self._kv_used_blocks * self.block_tokens)
+        if self._cache_to is not None:
+            self._sample_cache(self._cache_to)
         # _start_run, inline
         if not self._begin_run(self.batch < self.max_batch_seqs):
             return self._sub(self._preempt_for_growth(), self._pass_cb)
@@ -1755,11 +1777,13 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self._prefilled_cb: Then = self._prefilled  # bound once (Worker._pass_cb)
         self._mixed_cb: Then = self._mixed
         self._rest_fn = self._vllm_rest if self._vllm else self._chunked_rest
+        self._leave_hooks = False  # _freed does nothing, _gone only with a cache (use_cache)
 
     def use_cache(self, caches: PrefixCaches) -> None:
         """Prefill through a prefix cache: only a request's uncached suffix is computed."""
         self._caches = caches
         self.prefix = caches.attach(self)
+        self._leave_hooks = True  # _gone releases a leaving sequence's cached prefix
         if not self.requests.reserve_full:
             # decode growth may need unpinned cached blocks' memory: sync after advances
             self._after_advance = self._sync_cache
@@ -1984,7 +2008,15 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self.sample(waiting, 0)
             self._wait_for_work()
             return True
-        self.sample(waiting, self.batch)
+        # sample(waiting, self.batch), inline
+        at_s, worker, queue_len, running, kv = self._sample_to
+        at_s(env._now)
+        worker(self.index)
+        queue_len(waiting)
+        running(self.batch)
+        kv(self._kv_used_blocks * self.block_tokens)
+        if self._cache_to is not None:
+            self._sample_cache(self._cache_to)
         # _start_run, inline
         if not self._begin_run(self.batch < self.max_batch_seqs):
             return self._sub(self._preempt_for_growth(), self._pass_cb)
