@@ -1057,7 +1057,14 @@ class _TokenBatch(Worker):
             self._pass()
 
     def _run_cut(self, _ev: simpy.Event) -> None:
-        self._end_run()
+        # _end_run, inline: a cut run's steps are done
+        run = self._activity
+        assert isinstance(run, Run)
+        self._activity = None
+        self._advance(run, self._run_plan[1] if run.steps == self._run_plan[2] else None)
+        finishing = self._finishing  # a cut run's end is seldom a finish: _pop_finished's test
+        if finishing and finishing[0][0] <= self.step_idx:
+            self._pop_finished()
         if self.swapped or not self._rest_fn():  # _pass, its first turn inline
             self._pass()
 
@@ -1142,7 +1149,14 @@ class _TokenBatch(Worker):
                 if rest > 0:
                     self._copy(rest, "a2a", None)
             self._activity = run
-            rest_s = run.time_s(k) - tau
+            if run.lead_steps:
+                rest_s = run.time_s(k) - tau
+            else:  # Run.time_s of a one-line run, inline
+                rest_s = (
+                    k * run.base_s
+                    + run.per_token_s * (k * run.context0 + run.batch * k * (k - 1) / 2)
+                    - tau
+                )
             if rest_s > 0:
                 return rest_s
         return 0.0
