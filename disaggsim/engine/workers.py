@@ -1287,7 +1287,6 @@ class _PrefillQueue:
 
 class PrefillWorker(_PrefillQueue, Worker):
     __slots__ = (
-        "_batch_blocks",
         "_caches",
         "_computed_cb",
         "_extra",
@@ -1295,6 +1294,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         "_promoting",
         "batch_end_at_s",
         "held",
+        "in_batch",
         "prefix",
         "queue",
     )
@@ -1303,7 +1303,8 @@ class PrefillWorker(_PrefillQueue, Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.queue: deque[int] = deque()
         self.held: dict[int, int] = {}  # prefilled, KV here awaiting handoff -> blocks
-        self._batch_blocks: dict[int, int] = {}  # in the running prefill -> blocks
+        # in the running prefill -> blocks (read by the handoff and the cluster)
+        self.in_batch: dict[int, int] = {}
         self.batch_end_at_s = 0.0  # when the running (or last) prefill batch ends
         # prefix caching (the cluster sets these): the worker's cache, the run's caches
         self.prefix: WorkerKvCache | None = None
@@ -1320,11 +1321,6 @@ class PrefillWorker(_PrefillQueue, Worker):
         """Prefill through a prefix cache: only a request's uncached suffix is computed."""
         self._caches = caches
         self.prefix = caches.attach(self)
-
-    @property
-    def in_batch(self) -> dict[int, int]:
-        """Requests inside the running prefill."""
-        return self._batch_blocks
 
     def release_kv(self, rid: int) -> None:
         """The handoff of ``rid`` completed (or was abandoned): its KV leaves this worker."""
@@ -1474,13 +1470,13 @@ class PrefillWorker(_PrefillQueue, Worker):
             batch, pairs, blocks, tokens, need_blocks = self._form_batch()
             if batch:
                 dequeued = tokens
-                self._batch_blocks = blocks
+                self.in_batch = blocks
                 self._kv_used_blocks += need_blocks
                 self._changes.add(self.index)
         else:
             batch, tokens, pairs, cached, dequeued, pcie, nic, demote = self._form_cached_batch()
             if batch:
-                self._batch_blocks = dict.fromkeys(batch, 0)
+                self.in_batch = dict.fromkeys(batch, 0)
                 self._sync_kv()
                 copies, promote_s = self._cache_copies(pcie, nic, demote)
         if not batch:
@@ -1550,8 +1546,8 @@ class PrefillWorker(_PrefillQueue, Worker):
         assert isinstance(act, PrefillIter)
         batch = act.batch
         self._activity = None
-        self.held.update(self._batch_blocks)  # in batch order
-        self._batch_blocks = {}
+        self.held.update(self.in_batch)  # in batch order
+        self.in_batch = {}
         if self.prefix is not None:
             put = 0
             for r in batch:
@@ -1575,7 +1571,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         held = list(self.held)
         self.queue.clear()
         self.held.clear()
-        self._batch_blocks = {}
+        self.in_batch = {}
         self.queued_tokens = 0
         self.num_outstanding = 0
         self.kv_used_blocks = 0
