@@ -767,6 +767,79 @@ def decode_rates_by_context(data_root: Path, gpu: str) -> pd.DataFrame:
     return x.groupby(keys, observed=True)["tb_per_s"].median().round(2).unstack("tokens_per_seq")
 
 
+# the context split of the extrapolation check (validate.py): fit on short, test on long
+CONTEXT_FIT_MAX_TOKENS = 2048
+CONTEXT_TEST_MIN_TOKENS = 8192  # exclusive
+
+
+def refit_decode_predict(
+    peaks: GpuPeaks, backend: str, fit_rows: pd.DataFrame, test_rows: pd.DataFrame,
+    split_kv: bool = True,
+) -> np.ndarray:  # fmt: skip
+    """Refit one decode backend's bf16 form on ``fit_rows`` and predict ``test_rows``
+    (the extrapolation check of ``calibrate validate``: a per-query-head kernel fitted with
+    its group sizes). ``split_kv`` False refits the bandwidth-share form the split-KV form
+    replaced (few work items get a share of the bandwidth)."""
+    per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
+    tr, te = fit_rows, test_rows
+    f = fit_decode_attention(
+        peaks, tr["batch"], tr["context_tokens"], tr["kv_heads"], tr["head_dim"], tr["t_s"],
+        held_out=False, q_per_kv=(tr["heads"] / tr["kv_heads"]).round() if per_qh else None,
+        split_kv=split_kv,
+    )  # fmt: skip
+    return ops.decode_attention_time_s(
+        peaks, f.params, te["batch"], te["context_tokens"], te["kv_heads"], te["head_dim"],
+        2.0, (te["heads"] / te["kv_heads"]).round().to_numpy(float),
+    )  # fmt: skip
+
+
+CONTEXT_RATIO_FORMS = (("split-KV (shipped)", True), ("bandwidth share", False))
+
+
+def context_extrapolation_ratios(
+    data_root: Path, gpu: str, backends: tuple[str, ...] = tuple(BACKEND_FRAMEWORKS)
+) -> pd.DataFrame:
+    """Each bf16 decode backend refitted on rows of at most
+    :data:`CONTEXT_FIT_MAX_TOKENS` tokens per sequence and tested on rows of more than
+    :data:`CONTEXT_TEST_MIN_TOKENS` (``calibrate validate``'s extrapolation row), under
+    the shipped split-KV form and the bandwidth-share form it replaced: the median
+    measured / predicted time of the test rows per batch and per KV-head count (over 1:
+    predicted too fast), and the median APE of all of them. Columns: kernel, form, by
+    (``all``, ``batch`` or ``kv_heads``), value, n, median_ratio, median_ape."""
+    pk = peaks_of(gpu)
+    d = public.aic_decode_attention(data_root, gpu)
+    d = d[(~d["kernel"].isin(MINOR_KERNELS)) & (d["dtype"] == "bf16")]
+    rows = []
+    for backend in backends:
+        t = _decode_backend_rows(d, backend)
+        per_seq = (t["context_tokens"] / t["batch"]).to_numpy()
+        tr = t[per_seq <= CONTEXT_FIT_MAX_TOKENS]
+        te = t[per_seq > CONTEXT_TEST_MIN_TOKENS]
+        if tr.empty or te.empty:
+            continue
+        for form, split_kv in CONTEXT_RATIO_FORMS:
+            ratio = te["t_s"].to_numpy(float) / refit_decode_predict(pk, backend, tr, te, split_kv)
+            x = te.assign(ratio=ratio, ape=np.abs(1.0 / ratio - 1.0))
+            groups = [("all", "", x)]
+            for by in ("batch", "kv_heads"):
+                groups += [
+                    (by, f"{float(cast(float, v)):.0f}", g) for v, g in x.groupby(by, sort=True)
+                ]
+            rows += [
+                {
+                    "kernel": backend,
+                    "form": form,
+                    "by": by,
+                    "value": v,
+                    "n": len(g),
+                    "median_ratio": round(float(g["ratio"].median()), 2),
+                    "median_ape": round(float(g["ape"].median()), 3),
+                }
+                for by, v, g in groups
+            ]
+    return pd.DataFrame(rows)
+
+
 def per_query_head_rates(data_root: Path, gpu: str) -> pd.DataFrame:
     """TensorRT-LLM's decode rows beyond its XQA (more than :data:`XQA_MAX_Q_PER_KV` query
     heads per KV head), which run one thread block per query head: the median rate of
@@ -992,6 +1065,14 @@ def main(argv: list[str] | None = None) -> int:
         "read and tokens per sequence (fits and writes nothing)",
     )
     p.add_argument(
+        "--context-ratios",
+        metavar="GPU",
+        choices=sorted(public.AIC_GPU_DIR),
+        help="only print each bf16 decode kernel refitted on <= 2048 tokens per sequence "
+        "and tested on > 8192, split-KV and bandwidth-share forms: median measured/predicted "
+        "per batch and per KV-head count (fits and writes nothing shipped)",
+    )
+    p.add_argument(
         "--gemm-ratios",
         metavar="GPU",
         choices=sorted(public.AIC_GPU_DIR),
@@ -1047,6 +1128,14 @@ def main(argv: list[str] | None = None) -> int:
         except UserError as e:
             print(f"fit_public: error: {e}", file=sys.stderr)
             return 2
+        return 0
+    if args.context_ratios:
+        try:
+            t = context_extrapolation_ratios(Path(args.data), args.context_ratios)
+        except UserError as e:
+            print(f"fit_public: error: {e}", file=sys.stderr)
+            return 2
+        print(t.to_string(index=False))
         return 0
     if args.gemm_ratios:
         try:

@@ -25,6 +25,8 @@ from calibration import engines, public
 from calibration.fit_public import (
     ATTENTION_FRAMEWORK,
     BACKEND_FRAMEWORKS,
+    CONTEXT_FIT_MAX_TOKENS,
+    CONTEXT_TEST_MIN_TOKENS,
     GEMM_FRAMEWORK,
     MEASURED_RUNS,
     MINOR_KERNELS,
@@ -38,6 +40,7 @@ from calibration.fit_public import (
     fit_sglang_fp8_kernel,
     peaks_of,
     quant_s,
+    refit_decode_predict,
 )
 from disaggsim.catalog import dtype_bytes, get_gpu
 from disaggsim.costmodel import ops
@@ -246,7 +249,9 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   batch (median measured/predicted 1.08-1.29 at batch 1-64) and every KV-head count
   (1.06-1.31), where the bandwidth-share form erred both ways (0.74 at batch 1, 1.03-1.52 at
   8 and above) and its errors cancelled in the median (the extrapolation row's refit done
-  both ways, test rows grouped by batch and KV heads; 2026-12-01). The A100's masked MHA streams a few
+  both ways, test rows grouped by batch and KV heads: `python -m calibration.fit_public
+  --data ../shared/data --context-ratios a100-80gb`, kernel `trtllm-mmha`; batch 128 has
+  one row). The A100's masked MHA streams a few
   long sequences slower than many short ones of the same size (vanilla-MHA rows reading
   over 640 MB: median 1.57 TB/s over > 8192 tokens per sequence against 1.73 TB/s over
   ≤ 2048), so a long sequence split over thread blocks does not reach the bandwidth the
@@ -452,7 +457,6 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
     tokens per sequence, test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on
     > 4096. GEMM bf16: fit on m ≤ 1024 tokens, test on m ≥ 4096."""
     from calibration.fit import (
-        fit_decode_attention,
         fit_gemm,
         fit_prefill_attention,
     )
@@ -467,29 +471,23 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
         if t.empty:
             continue
         fw = BACKEND_FRAMEWORKS[backend]
-        per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
         label = {"trtllm": " (XQA)", TRTLLM_PER_QUERY_HEAD_BACKEND: " (masked MHA)"}.get(
             backend, ""
         )
         per_seq = (t["context_tokens"] / t["batch"]).to_numpy()
         splits = [
             ("fit KV heads ≤ 8 → test 32", t["kv_heads"] <= 8, t["kv_heads"] == 32),
-            ("fit context ≤ 2048 → test > 8192", per_seq <= 2048, per_seq > 8192),
+            (
+                "fit context ≤ 2048 → test > 8192",
+                per_seq <= CONTEXT_FIT_MAX_TOKENS,
+                per_seq > CONTEXT_TEST_MIN_TOKENS,
+            ),
         ]
         for name, tr_sel, te_sel in splits:
             tr, te = t[np.asarray(tr_sel)], t[np.asarray(te_sel)]
             if te.empty or tr.empty:
                 continue
-            g_tr = (tr["heads"] / tr["kv_heads"]).round()
-            g_te = (te["heads"] / te["kv_heads"]).round().to_numpy(float)
-            f = fit_decode_attention(
-                pk, tr["batch"], tr["context_tokens"], tr["kv_heads"], tr["head_dim"], tr["t_s"],
-                held_out=False, q_per_kv=g_tr if per_qh else None, split_kv=True,
-            )  # fmt: skip
-            pred = ops.decode_attention_time_s(
-                pk, f.params, te["batch"], te["context_tokens"], te["kv_heads"], te["head_dim"],
-                2.0, g_te,
-            )  # fmt: skip
+            pred = refit_decode_predict(pk, backend, tr, te)
             src = f"AIC {fw} kv bf16{label}"
             rows.append(_row(gpu, "decode_attention", src, name, ape(pred, te["t_s"])))
     p = public.aic_prefill_attention(data, gpu)
