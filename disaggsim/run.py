@@ -31,6 +31,7 @@ from disaggsim.engine.cluster import (
     LinkWindow,
     PoolSpec,
     RawResult,
+    StopCheck,
     WorkerFailureEvent,
     run_cluster,
 )
@@ -38,6 +39,7 @@ from disaggsim.engine.config import Role
 from disaggsim.engine.prefix import PrefixSetup
 from disaggsim.engine.records import Samples
 from disaggsim.errors import InvariantError, UserError
+from disaggsim.metrics.early_stop import CHECK_EVERY_S, CertainMiss
 from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
 from disaggsim.metrics.summary import summarize
@@ -445,10 +447,13 @@ def run_engine(
     replication: int = 0,
     label: str = "<scenario>",
     progress: ProgressFn | None = None,
+    stop_check: StopCheck | None = None,
+    check_every_s: float = 0.0,
 ) -> RawResult:
     """The engine's records of ``reqs`` on the scenario's cluster: its configuration
     (autoscalers sized by the mean prompt) and the run, as :func:`simulate` does it
-    (the benchmarks call this to time or hash the engine alone)."""
+    (the benchmarks call this to time or hash the engine alone). ``stop_check``,
+    ``check_every_s``: :meth:`disaggsim.engine.cluster.Cluster.run`."""
     mean_prompt = int(reqs.prompt_tokens.mean()) if len(reqs) else 1
     cfg = engine_config(
         s,
@@ -465,6 +470,28 @@ def run_engine(
         transfer,
         progress=progress,
         progress_every_s=s.sim.duration_s / 100 if progress else 0.0,
+        stop_check=stop_check,
+        check_every_s=check_every_s,
+    )
+
+
+def certain_miss_check(
+    s: Scenario, reqs: Requests, below: float | None = None, label: str = "<scenario>"
+) -> CertainMiss:
+    """The stop check of ``simulate(..., stop_on_certain_miss=True)``: the scenario's
+    measured requests (arrival >= ``sim.warmup_s``) and SLO; the run stops once its
+    attainment is certainly below ``below`` (default ``slo.attainment_target``; never
+    above it, or a stopped run could still meet the SLO)."""
+    target = s.slo.attainment_target
+    if below is None:
+        below = target
+    elif not 0.0 <= below <= target:
+        raise UserError(
+            f"{label}: stop_below_attainment: {below} must be from 0 to "
+            f"slo.attainment_target ({target}): above it a stopped run could still meet the SLO"
+        )
+    return CertainMiss(
+        reqs.arrival_s, reqs.output_tokens, s.sim.warmup_s, s.slo.ttft_s, s.slo.itl_s, below
     )
 
 
@@ -475,12 +502,27 @@ def simulate(
     replication: int = 0,
     progress: ProgressFn | None = None,
     requests: Requests | None = None,
+    stop_on_certain_miss: bool = False,
+    stop_below_attainment: float | None = None,
 ) -> SimulationResult:
     """Simulate a scenario (a loaded one, a model, a YAML path or a mapping).
 
     The result's ``wall_s`` (and its summary's) is the wall-clock time of this call:
     loading the scenario, cost models, workload, the simulation, the invariant checks,
-    and every frame and the summary; writing a result folder is not in it."""
+    and every frame and the summary; writing a result folder is not in it.
+
+    ``stop_on_certain_miss``: end the run as soon as it certainly misses the SLO
+    (:class:`~disaggsim.metrics.early_stop.CertainMiss`, checked every
+    :data:`~disaggsim.metrics.early_stop.CHECK_EVERY_S` simulated seconds): so many
+    measured requests have provably missed that the attainment is below
+    ``slo.attainment_target`` whatever the rest do. A stopped run's summary says so
+    (``stopped_early_at_s``; ``slo_attainment`` NaN, ``slo_attainment_upper_bound``,
+    ``meets_slo`` false, docs/metrics.md); a run that does not stop is the same run as
+    without the flag. ``stop_below_attainment`` (default ``slo.attainment_target``, at most
+    that): stop only once the attainment is certainly below this; a search that averages
+    the attainments of ``k`` seeds' runs passes
+    :func:`~disaggsim.metrics.early_stop.seeds_stop_below` (``1 − k × (1 − target)``), below
+    which one run puts the mean below the target whatever the other runs reach."""
     t0 = time.perf_counter()
     loaded = _as_loaded(scenario, overrides)
     s = loaded.scenario
@@ -499,7 +541,21 @@ def simulate(
         msg = str(e)
         raise UserError(msg if msg.startswith(label) else f"{label}: {msg}") from None
     check_prefill_budget(s, reqs, label)  # whole-prompt prefills need a budget >= the prompt
-    raw = run_engine(s, costs, reqs, transfer, topology, replication, label, progress)
+    stop_check = (
+        certain_miss_check(s, reqs, stop_below_attainment, label) if stop_on_certain_miss else None
+    )
+    raw = run_engine(
+        s,
+        costs,
+        reqs,
+        transfer,
+        topology,
+        replication,
+        label,
+        progress,
+        stop_check,
+        CHECK_EVERY_S if stop_check is not None else 0.0,
+    )
     # every worker's step end times, expanded once for the checks and the request frame
     step_ends = [w.steps.step_end_times() for w in raw.workers]
     try:

@@ -51,6 +51,7 @@ from disaggsim.engine.records import (
     FailureRecord,
     RawResult,
     RequestLogColumns,
+    RequestView,
     RouterSamples,
     Samples,
     Segments,
@@ -77,12 +78,16 @@ __all__ = [
     "LinkWindow",
     "PoolSpec",
     "RawResult",
+    "RequestView",
+    "StopCheck",
     "WorkerFailureEvent",
     "WorkerInfo",
     "run_cluster",
 ]
 
 ProgressFn = Callable[[float, int, int], None]
+# (now, the request table) -> True to end the run now (Cluster.run's stop_check)
+StopCheck = Callable[[float, RequestView], bool]
 _new_call = object.__new__  # a Call event made without a call (call_in, inline)
 
 
@@ -119,6 +124,7 @@ class Cluster:
         self.counters = {"num_resent_transfers": 0, "num_worker_failures": 0}
         self.failure_log: list[FailureRecord] = []
         self.num_done = 0
+        self.stopped_early_at_s = math.nan
         self._token_from_prefill = cfg.first_token_from == "prefill"
         self._num_requests = len(requests)
         self.zombies: set[int] = set()  # abandoned inside a running prefill: KV still held
@@ -540,9 +546,22 @@ class Cluster:
 
     # -- run ------------------------------------------------------------------------------
 
-    def run(self, progress: ProgressFn | None = None, progress_every_s: float = 0.0) -> RawResult:
+    def run(
+        self,
+        progress: ProgressFn | None = None,
+        progress_every_s: float = 0.0,
+        stop_check: StopCheck | None = None,
+        check_every_s: float = 0.0,
+    ) -> RawResult:
         """Run until every request has ended or the horizon. ``progress(now, done, total)``
-        is called every ``progress_every_s`` simulated seconds when given."""
+        is called every ``progress_every_s`` simulated seconds when given.
+
+        ``stop_check(now, view)`` (optional) is called every ``check_every_s`` simulated
+        seconds from ``check_every_s`` on, with a :class:`RequestView` of the request
+        table; when it returns True the run ends at that instant, as at the horizon
+        (the result's ``stopped_early_at_s``: that instant; NaN if the run ended
+        otherwise). Each check is one event that only reads: the run's records up to its
+        end are those of the run without the check. Without a check no event is added."""
         env = self.env
         self._start_arrivals()
         for ev in self.cfg.worker_failures:
@@ -555,18 +574,44 @@ class Cluster:
         if len(self.requests) == 0:
             self.all_done.succeed()
         horizon = self.cfg.horizon_s
+        # the events that end the run (one flat condition each time: SimPy disarms a
+        # nested condition when the condition holding it is processed)
+        ends: list[simpy.Event] = [self.all_done]
+        if stop_check is not None:
+            ends.append(self._stop_checks(stop_check, check_every_s))
         if progress is None or progress_every_s <= 0:
-            stop: simpy.Event = self.all_done
             if math.isfinite(horizon):
-                stop = self.all_done | env.timeout(horizon)
-            env.run(until=stop)
+                ends.append(env.timeout(horizon))
+            env.run(until=ends[0] if len(ends) == 1 else env.any_of(ends))
         else:
-            while not self.all_done.triggered and env.now < horizon:
+            while not any(ev.triggered for ev in ends) and env.now < horizon:
                 tick = env.timeout(min(progress_every_s, horizon - env.now))
-                env.run(until=self.all_done | tick)
+                env.run(until=env.any_of([*ends, tick]))
                 progress(env.now, self.num_done, len(self.requests))
+        if self.all_done.triggered:  # every request ended: a complete run after all
+            self.stopped_early_at_s = math.nan
         self.router.sample()
         return self._result()
+
+    def _stop_checks(self, stop_check: StopCheck, every_s: float) -> simpy.Event:
+        """The event a stop check succeeds: ``stop_check`` called every ``every_s``
+        simulated seconds (one :func:`call_in` event each) until it returns True."""
+        if not (every_s > 0 and math.isfinite(every_s)):
+            raise ValueError(f"check_every_s must be a positive number of seconds, got {every_s}")
+        env = self.env
+        stopped = env.event()
+        view = RequestView.of(self.table, self.log.log)
+
+        def check(_ev: simpy.Event) -> None:
+            now = env._now
+            if stop_check(now, view):
+                self.stopped_early_at_s = now
+                stopped.succeed()
+            else:
+                call_in(env, every_s, check)
+
+        call_in(env, every_s, check)
+        return stopped
 
     def _result(self) -> RawResult:
         net = self.handoff.net
@@ -599,6 +644,7 @@ class Cluster:
             allocations=tuple(self.scaling.close()),
             pool_sizes=tuple(self.scaling.sizes),
             scale_events=self.scaling.scale_events,
+            stopped_early_at_s=self.stopped_early_at_s,
         )
 
 
@@ -608,10 +654,13 @@ def run_cluster(
     transfer_time: TransferTime | None = None,
     progress: ProgressFn | None = None,
     progress_every_s: float = 0.0,
+    stop_check: StopCheck | None = None,
+    check_every_s: float = 0.0,
 ) -> RawResult:
     """Simulate ``requests`` on the cluster described by ``cfg``.
 
     ``transfer_time(nbytes, src_worker, dst_worker)`` gives the KV handoff seconds
-    (disaggregated only; default: instantaneous)."""
+    (disaggregated only; default: instantaneous). ``stop_check`` and ``check_every_s``:
+    see :meth:`Cluster.run`."""
     cluster = Cluster(requests, cfg, transfer_time or (lambda nbytes, s, d: 0.0))
-    return cluster.run(progress, progress_every_s)
+    return cluster.run(progress, progress_every_s, stop_check, check_every_s)

@@ -434,3 +434,38 @@ class RawResult:
     scale_events: int = 0
     link_util: LinkUtilisation | None = None  # topology fabric
     prefix_log: PrefixLog | None = None  # prefix caching: hit tokens by tier per request
+    # the instant a stop check ended the run before every request ended (NaN: it did not)
+    stopped_early_at_s: float = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What a stop check (:meth:`~disaggsim.engine.cluster.Cluster.run`) reads of the
+    request table during a run: read-only numpy views of the engine's own columns (no
+    copy; each check sees the values as they are at its instant).
+
+    ``arrival_s`` is non-decreasing (the table is sorted by arrival). A request that has
+    not arrived yet, or is still in service, is ``STATUS_UNFINISHED`` with NaN times.
+    Times once written never change: ``first_token_at_s`` is written once, at the first
+    token; ``finish_at_s`` and a status other than unfinished when the request ends."""
+
+    arrival_s: np.ndarray  # float64, seconds
+    output_tokens: np.ndarray  # int64: the realised reply, the first token included
+    first_token_at_s: np.ndarray  # float64, NaN: no token yet
+    finish_at_s: np.ndarray  # float64, NaN: not completed
+    status: np.ndarray  # int64 STATUS_* codes
+
+    @classmethod
+    def of(cls, requests: Requests, log: RequestLog) -> RequestView:
+        def frozen(a: np.ndarray) -> np.ndarray:
+            v = a.view()
+            v.flags.writeable = False
+            return v
+
+        return cls(
+            arrival_s=frozen(np.asarray(requests.arrival_s, dtype=np.float64)),
+            output_tokens=frozen(np.asarray(requests.output_tokens, dtype=np.int64)),
+            first_token_at_s=frozen(log.first_token_at_s),
+            finish_at_s=frozen(log.finish_at_s),
+            status=frozen(log.status),
+        )

@@ -16,8 +16,10 @@ import pandas as pd
 from disaggsim.cache.summary import prefix_summary
 from disaggsim.config.scenario import Scenario
 from disaggsim.engine.cluster import RawResult
+from disaggsim.errors import InvariantError
+from disaggsim.metrics.early_stop import attainment_bound, provable_misses
 from disaggsim.metrics.reconstruct import GapDistribution, percentile
-from disaggsim.metrics.steady import meets_slo, stability, stationary_arrivals
+from disaggsim.metrics.steady import Stability, meets_slo, stability, stationary_arrivals
 from disaggsim.metrics.summary_table import Summary
 
 
@@ -82,14 +84,23 @@ def summarize(
     steps = {role: _step_seconds(raw, role) for role in roles}
     busy_share = {role: _busy_share(raw, role, steps[role][0]) for role in roles}
     kv_token_s = _kv_token_s(raw)
-    steady = stability(
-        frame,
-        scenario.sim.warmup_s,
-        scenario.sim.duration_s,
-        stationary=stationary_arrivals(scenario.workload),
-        client_timeout_s=scenario.router.client_timeout_s,
-        ttft_target_s=slo.ttft_s,
-    )
+    stopped_at = float(raw.stopped_early_at_s)
+    stopped = stopped_at == stopped_at  # not NaN: a stop check ended the run
+    bound: float | None = None
+    if stopped:
+        # not judged: the run certainly misses (its attainment bound is below target)
+        bound = _attainment_bound_at_stop(frame, raw, scenario, stopped_at)
+        attainment = float("nan")
+        steady = Stability(False, float("nan"), float("nan"), ())
+    else:
+        steady = stability(
+            frame,
+            scenario.sim.warmup_s,
+            scenario.sim.duration_s,
+            stationary=stationary_arrivals(scenario.workload),
+            client_timeout_s=scenario.router.client_timeout_s,
+            ttft_target_s=slo.ttft_s,
+        )
     return Summary(
         scenario=scenario.name,
         architecture=scenario.architecture
@@ -144,6 +155,8 @@ def summarize(
         waiting_trend_per_s=steady.slope("waiting"),
         ttft_trend_s_per_s=steady.slope("ttft"),
         meets_slo=meets_slo(attainment, slo.attainment_target, steady.stable),
+        stopped_early_at_s=stopped_at if stopped else None,
+        slo_attainment_upper_bound=bound,
         output_tokens_per_s=float(done["output_tokens"].sum() / span) if rate_ok else float("nan"),
         requests_per_s=float(len(done) / span) if rate_ok else float("nan"),
         offered_requests_per_s=_offered_rate(m),
@@ -165,6 +178,36 @@ def summarize(
         util=dict(busy_share),
         sim_end_s=float(end),
     )
+
+
+def _attainment_bound_at_stop(
+    frame: pd.DataFrame, raw: RawResult, scenario: Scenario, stopped_at_s: float
+) -> float:
+    """A stopped run's attainment bound: its measured requests that had provably missed
+    at the stop (:func:`~disaggsim.metrics.early_stop.provable_misses`, completed ones
+    judged on their own ITL statistic). Below the target, or the stop was a bug."""
+    slo = scenario.slo
+    keep = frame["measured"].to_numpy(bool)
+    log, req = raw.log, raw.requests
+    max_itl = frame["max_itl_s"].to_numpy(float)[keep] if slo.itl_statistic == "max_gap" else None
+    missed = provable_misses(
+        np.asarray(req.arrival_s)[keep],
+        np.asarray(req.output_tokens)[keep],
+        log.status[keep],
+        log.first_token_at_s[keep],
+        log.finish_at_s[keep],
+        stopped_at_s,
+        slo.ttft_s,
+        slo.itl_s,
+        max_itl,
+    )
+    bound = attainment_bound(int(keep.sum()), int(missed.sum()))
+    if not bound < slo.attainment_target:
+        raise InvariantError(
+            f"the run stopped early at {stopped_at_s} s as a certain miss, but its "
+            f"attainment could still reach {bound} >= target {slo.attainment_target}"
+        )
+    return bound
 
 
 # the request frame's columns the summary reads from its measured and completed rows

@@ -76,6 +76,7 @@ _RETRIED = "when a measured request completed after a retry"
 _DISAGG = "disaggregated runs"
 _CACHE = "with a `cache:` section (prefix caching)"
 _PCT = "over measured completed requests"
+_STOPPED = "when the run stopped early: `simulate(..., stop_on_certain_miss=True)`"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +170,8 @@ class Summary(Mapping[str, Value]):
         "share",
         "share of measured requests that completed with `ttft_s ≤ slo.ttft_ms` **and** ITL "
         "statistic `≤ slo.itl_ms`; the statistic is `tpot_s` (`slo.itl_statistic: tpot`, "
-        "default) or `max_itl_s` (`max_gap`). Rejected and unfinished requests count as misses",
+        "default) or `max_itl_s` (`max_gap`). Rejected and unfinished requests count as misses. "
+        "NaN when the run stopped early (`stopped_early_at_s`)",
         label="SLO attainment",
         fmt="{:.1%}",
         regress=7,
@@ -196,6 +198,25 @@ class Summary(Mapping[str, Value]):
         "",
         "`slo_attained` **and** `stable`: the one rule by which a run's rate meets the SLO "
         "(docs/metrics.md, steady-state goodput)",
+    )
+    stopped_early_at_s: float | None = metric(
+        "s",
+        "the simulated instant the run was ended because it certainly misses the SLO: "
+        "enough measured requests had provably missed that `slo_attainment` is below "
+        "`slo.attainment_target` whatever the others do (docs/metrics.md, stopping a run "
+        "that certainly misses). Then `slo_attainment` is NaN, `slo_attained`, `stable` "
+        "and `meets_slo` are false (not tested: the run misses), `stability_p_value` and "
+        "the trends NaN, and every other key covers the run up to this instant",
+        label="stopped early at",
+        fmt="{:.1f} s",
+        present=_STOPPED,
+    )
+    slo_attainment_upper_bound: float | None = metric(
+        "share",
+        "the most `slo_attainment` the full run could have reached: 1 − (measured "
+        "requests that had provably missed by `stopped_early_at_s`) / `num_requests`; "
+        "below `slo_attainment_target`",
+        present=_STOPPED,
     )
     output_tokens_per_s: float = metric(
         "tokens/s",

@@ -49,15 +49,25 @@ class PointTask:
 
     raw: dict  # the resolved scenario mapping (overrides applied)
     base_dir: str  # relative paths in the scenario resolve against this
+    # end the run once it certainly misses the SLO (simulate's stop_on_certain_miss and
+    # stop_below_attainment)
+    stop_on_certain_miss: bool = False
+    stop_below_attainment: float | None = None
 
 
 def run_point(task: PointTask) -> Summary:
     """Worker side: validate, simulate, return the summary without the keys that differ
-    between identical runs."""
+    between identical runs (a task with ``stop_on_certain_miss``: a run that certainly
+    misses ends early and its summary says so, ``stopped_early_at_s``)."""
     from disaggsim.run import simulate
 
     loaded = load_scenario(task.raw, base_dir=Path(task.base_dir))
-    return simulate(loaded).summary.deterministic()
+    res = simulate(
+        loaded,
+        stop_on_certain_miss=task.stop_on_certain_miss,
+        stop_below_attainment=task.stop_below_attainment,
+    )
+    return res.summary.deterministic()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +125,15 @@ def as_source(
     return source_of(loaded, label)
 
 
-def _task(src: Source, overrides: list[str]) -> PointTask:
+def _task(
+    src: Source,
+    overrides: list[str],
+    stop_on_certain_miss: bool = False,
+    stop_below_attainment: float | None = None,
+) -> PointTask:
     """Resolve and validate one point here, so a bad value fails before any work starts
-    (with the file's name), and the worker receives a mapping that is known to load."""
+    (with the file's name), and the worker receives a mapping that is known to load
+    (``stop_on_certain_miss``, ``stop_below_attainment``: :class:`PointTask`)."""
     raw = apply_overrides(src.raw, overrides, src.label)
     try:
         loaded = load_scenario(raw, base_dir=src.base_dir)
@@ -125,7 +141,12 @@ def _task(src: Source, overrides: list[str]) -> PointTask:
         raise UserError(str(e).replace("<scenario>", src.label, 1)) from None
     raw = dict(loaded.raw)
     _check_runnable(loaded, src.label)
-    return PointTask(raw=raw, base_dir=str(src.base_dir))
+    return PointTask(
+        raw=raw,
+        base_dir=str(src.base_dir),
+        stop_on_certain_miss=stop_on_certain_miss,
+        stop_below_attainment=stop_below_attainment,
+    )
 
 
 def _check_runnable(loaded: LoadedScenario, label: str) -> None:
