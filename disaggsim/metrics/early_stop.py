@@ -54,9 +54,9 @@ __all__ = [
 ]
 
 # Simulated seconds between two checks of a run with stop_on_certain_miss. A run stops at
-# most this long after its miss became certain; a check costs about 0.1 ms of CPU
+# most this long after its miss became certain; a check costs 0.1-0.2 ms of CPU
 # (docs/performance.md, "Stopping runs that certainly miss"), so a run of T simulated
-# seconds spends T x 0.1 ms on checks: negligible against the simulation.
+# seconds spends at most T x 0.2 ms on checks: little against the simulation.
 CHECK_EVERY_S = 1.0
 
 
