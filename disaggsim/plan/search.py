@@ -915,7 +915,7 @@ def all_candidates(
 
 
 class _Evaluator:
-    """Steady-state goodput of candidates, one lock-step ``goodput_many`` per call.
+    """Steady-state goodput of candidates, one ``goodput_many`` per call.
 
     ``stage="explore"``: the exploration rule and tolerance, no confirmation run (the
     hill climb compares candidates); each candidate's first bracket is its analytic
@@ -1051,21 +1051,12 @@ class _Evaluator:
         return [got.get(c, 0.0) for c in cands]  # a deployment that cannot exist serves 0
 
     def _evaluate(self, cands: list[Candidate]) -> list[float]:
-        """One search per run-length rule (:meth:`rule_for`), one after another; each
-        in lock-step over its candidates."""
-        o = self.options
-        base = o.explore_rule if self.stage == "explore" else o.rule
-        groups: dict[RunLengthRule, list[Candidate]] = {}
-        for c in cands:
-            groups.setdefault(self.rule_for(c, base), []).append(c)
-        got: dict[Candidate, float] = {}
-        for rule, group in groups.items():
-            got.update(zip(group, self._search(group, rule), strict=True))
-        return [got[c] for c in cands]
-
-    def _search(self, cands: list[Candidate], rule: RunLengthRule) -> list[float]:
+        """One search over every candidate, each with its own run-length rule
+        (:meth:`rule_for`); a candidate's next runs start as soon as its last are back."""
         o = self.options
         explore = self.stage == "explore"
+        base = o.explore_rule if explore else o.rule
+        rules = [self.rule_for(c, base) for c in cands]
         bisected = [self._bisected(c) for c in cands]
         brackets = [b or self._bracket(c) for b, c in zip(bisected, cands, strict=True)]
         done = [0]
@@ -1084,7 +1075,7 @@ class _Evaluator:
             bisected=[b is not None for b in bisected],
             tol_fraction=o.explore_tol_fraction if explore else o.tol_fraction,
             seeds=o.seeds,
-            rule=rule,
+            rules=rules,
             confirm=not explore,
             executor=self.executor,
             progress=on_progress,

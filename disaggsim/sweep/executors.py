@@ -7,6 +7,13 @@ sweep's table does not depend on which executor (or how many workers) produced i
 
 Executors that hold workers (a process pool, a Dask client) are context managers; they
 start their workers on first use and release them on ``close()``.
+
+Work whose next tasks depend on earlier results (the goodput search: each scenario's next
+rate depends on its last) goes through :func:`drive`: with an executor that can
+``submit`` one task (:class:`SerialExecutor`, :class:`ProcessExecutor`), each job's next
+tasks are sent as soon as its own last ones finish, so a worker is never left idle
+waiting for other jobs' runs; with one that can only ``map`` (Dask, test doubles), in
+rounds, every job's next tasks in one call.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from disaggsim.errors import UserError
 
 T = TypeVar("T")
 R = TypeVar("R")
+T_co = TypeVar("T_co", covariant=True)
+R_contra = TypeVar("R_contra", contravariant=True)
 OnDone = Callable[[], None]
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
@@ -49,6 +58,15 @@ class _Closing:
 class SerialExecutor(_Closing):
     """Runs tasks one after another in this process (tests, notebooks, debugging)."""
 
+    def submit(self, fn: Callable[[Any], Any], task: Any) -> Future:
+        """Run ``task`` now; a finished future holds its result (or its exception)."""
+        f: Future = Future()
+        try:
+            f.set_result(fn(task))
+        except Exception as e:  # re-raised by f.result(), as a pool's future would
+            f.set_exception(e)
+        return f
+
     def map(
         self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone | None = None
     ) -> list[Any]:
@@ -66,6 +84,12 @@ def default_workers() -> int:
 
 # ``executor=None`` runs at most this many tasks at once in this process
 SERIAL_MAX_TASKS = 4
+
+_DIED = (
+    "a sweep worker process died. Workers re-import the script that started "
+    'them: put its top-level code under `if __name__ == "__main__":`, or pass '
+    "executor=SerialExecutor(). (Otherwise a worker may have run out of memory.)"
+)
 
 
 def default_executor(max_parallel_tasks: int) -> SerialExecutor | ProcessExecutor:
@@ -117,16 +141,15 @@ class ProcessExecutor(_Closing):
         except BrokenProcessPool as e:
             for f in futures:
                 f.cancel()
-            raise RuntimeError(
-                "a sweep worker process died. Workers re-import the script that started "
-                'them: put its top-level code under `if __name__ == "__main__":`, or pass '
-                "executor=SerialExecutor(). (Otherwise a worker may have run out of memory.)"
-            ) from e
+            raise RuntimeError(_DIED) from e
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
         return [f.result() for f in futures]
+
+    def submit(self, fn: Callable[[Any], Any], task: Any) -> Future:
+        return self._get_pool().submit(fn, task)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -184,6 +207,63 @@ class DaskExecutor(_Closing):
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
+
+
+class Job(Protocol[T_co, R_contra]):
+    """Work in steps: ``advance(None)`` gives the first tasks, ``advance(results)`` (the
+    results of the tasks it gave last, in their order) the next ones; ``[]``: done."""
+
+    def advance(self, results: Sequence[R_contra] | None) -> Sequence[T_co]: ...
+
+
+def drive(
+    ex: Executor, fn: Callable[[T], R], jobs: Sequence[Job[T, R]], on_done: OnDone | None = None
+) -> None:
+    """Advance every job until it gives no more tasks (module docstring). Each job sees
+    exactly the results of its own tasks, in order, whatever the executor: the outcome
+    does not depend on which tasks ran when. ``on_done`` is called once per finished task."""
+    submit = getattr(ex, "submit", None)
+    if submit is None:
+        todo = [(j, j.advance(None)) for j in jobs]
+        while todo := [(j, t) for j, t in todo if t]:
+            results = iter(ex.map(fn, [x for _, ts in todo for x in ts], on_done))
+            todo = [(j, j.advance([next(results) for _ in ts])) for j, ts in todo]
+        return
+    # futures -> (job, slot); a job's results wait in its slots until all have come
+    where: dict[Future, tuple[int, int]] = {}
+    slots: list[list[Any]] = []
+    left: list[int] = []
+
+    def send(i: int, tasks: Sequence[T]) -> None:
+        slots[i] = [None] * len(tasks)
+        left[i] = len(tasks)
+        for k, t in enumerate(tasks):
+            where[submit(fn, t)] = (i, k)
+
+    try:
+        for i, j in enumerate(jobs):
+            slots.append([])
+            left.append(0)
+            send(i, j.advance(None))
+        while where:
+            done, _ = wait(list(where), return_when=FIRST_COMPLETED)
+            # in job order: which of several finished tasks is handled first is no accident
+            for f in sorted(done, key=lambda f: where[f]):
+                i, k = where.pop(f)
+                slots[i][k] = f.result()  # raises the task's failure here
+                if on_done is not None:
+                    on_done()
+                left[i] -= 1
+                if left[i] == 0:
+                    send(i, jobs[i].advance(slots[i]))
+    except BrokenProcessPool as e:
+        for f in where:
+            f.cancel()
+        raise RuntimeError(_DIED) from e
+    except BaseException:
+        for f in where:
+            f.cancel()
+        raise
 
 
 def make_executor(

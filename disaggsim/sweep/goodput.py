@@ -5,9 +5,9 @@ measurement window after warm-up **and** no upward trend in the number of reques
 the system or in TTFT); each run's length comes from the workload
 (:func:`disaggsim.metrics.steady.horizon`), never from the scenario's ``sim`` section.
 
-The search (:class:`RateSearch`, a small state machine so many scenarios advance in
-lock-step, one executor round per step, and a pure function of rate can drive it in
-tests):
+The search (:class:`RateSearch`, a small state machine so many scenarios advance side
+by side, each sending its next runs as soon as its last are back, and a pure function of
+rate can drive it in tests):
 
 1. **bracket**: evaluate ``rate_lo`` and ``rate_hi``; while ``rate_hi`` meets, double it;
    while ``rate_lo`` misses, divide it by 4 (at most :data:`MAX_WIDEN_DOWN` times, and not
@@ -59,7 +59,7 @@ from disaggsim.sweep.core import (
     as_source,
     run_point,
 )
-from disaggsim.sweep.executors import Executor, default_executor
+from disaggsim.sweep.executors import Executor, default_executor, drive
 from disaggsim.sweep.grid import Param, check_params, override_text
 
 __all__ = [
@@ -409,13 +409,77 @@ def steady_profile(loaded: LoadedScenario, label: str = "<scenario>") -> SteadyP
 # ------------------------------------------------------------------ driver
 
 
-@dataclass(slots=True)
 class _Job:
-    src: Source
-    search: RateSearch
-    profile: SteadyProfile
-    points: list[tuple[float, bool]] = field(default_factory=list)
-    durations: list[float] = field(default_factory=list)
+    """One scenario's search as steps for :func:`~disaggsim.sweep.executors.drive`: its
+    next rates × seeds, then (when a run is a trend-only miss) the retests, then the
+    rates after those."""
+
+    def __init__(
+        self,
+        src: Source,
+        search: RateSearch,
+        profile: SteadyProfile,
+        rule: RunLengthRule,
+        seeds: int,
+        retest: bool,
+    ) -> None:
+        self.src, self.search, self.profile, self.rule = src, search, profile, rule
+        self.seeds, self.retest = seeds, retest
+        self.points: list[tuple[float, bool]] = []
+        self.durations: list[float] = []
+        self.results: list[Evaluation] = []
+        self.todo: list[tuple[int, float]] = []  # retests: (evaluation, duration)
+
+    def _tasks(self, rate: float, confirm: bool, first_seed: int) -> tuple[float, list[PointTask]]:
+        h = horizon(self.rule, rate, self.profile.service_s, self.profile.drain_s, confirm=confirm)
+        tasks = [
+            _task(
+                self.src,
+                [
+                    override_text(RATE_PATH, rate),
+                    override_text("seed", first_seed + k),
+                    *h.overrides(),
+                ],
+            )
+            for k in range(self.seeds)
+        ]
+        return h.duration_s, tasks
+
+    def advance(self, runs: Sequence[Summary] | None) -> list[PointTask]:
+        target = self.src.attainment_target
+        if runs is not None and self.todo:  # the retests came back
+            it = iter(runs)
+            for i, duration in self.todo:
+                e = self.results[i]
+                got = [next(it) for _ in range(self.seeds)]
+                again = _evaluation(e.rate_per_s, True, duration, got, target, self.rule)
+                self.results[i] = dataclasses.replace(e, meets=again.meets, retest=again)
+            self.todo = []
+            self.search.record(self.results)
+        elif runs is not None:  # the rates came back
+            it = iter(runs)
+            self.results = []
+            for (rate, long), duration in zip(self.points, self.durations, strict=True):
+                got = [next(it) for _ in range(self.seeds)]
+                self.results.append(_evaluation(rate, long, duration, got, target, self.rule))
+            tasks: list[PointTask] = []
+            for i, e in enumerate(self.results):
+                if self.retest and _retested(e, target, self.rule.alpha):
+                    # fresh seeds, none of the search's own, at the confirmation length
+                    d, t = self._tasks(e.rate_per_s, True, self.src.seed + self.seeds)
+                    self.todo.append((i, d))
+                    tasks += t
+            if tasks:
+                return tasks
+            self.search.record(self.results)
+        self.points = self.search.next_points()
+        self.durations = []
+        tasks = []
+        for rate, long in self.points:
+            d, t = self._tasks(rate, long, self.src.seed)
+            self.durations.append(d)
+            tasks += t
+        return tasks
 
 
 def goodput_many(
@@ -433,89 +497,52 @@ def goodput_many(
     brackets: Sequence[tuple[float, float]] | None = None,
     retest: bool = True,
     bisected: Sequence[bool] | None = None,
+    rules: Sequence[RunLengthRule] | None = None,
 ) -> list[GoodputResult]:
-    """Steady-state goodput of several scenarios, searched in lock-step: each round sends
-    every scenario's next rate(s) × seeds to the executor at once (then, in a second call,
-    the round's retests: module docstring). ``brackets`` gives a starting ``(rate_lo,
-    rate_hi)`` per scenario instead of the shared one; ``retest=False`` lets a trend-only
-    miss stand (the search before retests); ``bisected`` (per scenario) marks brackets
-    already bisected, whose ``rate_lo`` is only confirmed (:class:`RateSearch`)."""
+    """Steady-state goodput of several scenarios, searched side by side: each scenario's
+    next rate(s) × seeds go to the executor as soon as its last ones are back (then its
+    retests: module docstring), so scenarios needing fewer runs do not hold up the rest
+    (:func:`~disaggsim.sweep.executors.drive`). ``brackets`` gives a starting ``(rate_lo,
+    rate_hi)`` per scenario instead of the shared one; ``rules`` a run-length rule per
+    scenario instead of the shared ``rule``; ``retest=False`` lets a trend-only miss stand
+    (the search before retests); ``bisected`` (per scenario) marks brackets already
+    bisected, whose ``rate_lo`` is only confirmed (:class:`RateSearch`). Each scenario's
+    result depends only on its own runs: the same with any executor or neighbours."""
     _check_seeds(seeds)
     rule = rule or RunLengthRule()
     starts = list(brackets) if brackets is not None else [(rate_lo, rate_hi)] * len(scenarios)
-    jobs = []
     done_before = list(bisected) if bisected is not None else [False] * len(scenarios)
-    for src, (lo, hi), was in zip(scenarios, starts, done_before, strict=True):
+    own_rules = list(rules) if rules is not None else [rule] * len(scenarios)
+    jobs = []
+    for src, (lo, hi), was, r in zip(scenarios, starts, done_before, own_rules, strict=True):
         check_params([Param(RATE_PATH, (lo,))], src.raw, src.label)
         loaded = load_scenario(src.raw, base_dir=src.base_dir)
         profile = steady_profile(loaded, src.label)
-        jobs.append(
-            _Job(
-                src,
-                RateSearch(
-                    lo,
-                    hi,
-                    tol_per_s=tol_per_s,
-                    tol_fraction=tol_fraction,
-                    confirm=confirm,
-                    min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
-                    bisected=was,
-                ),
-                profile,
-            )
+        search = RateSearch(
+            lo,
+            hi,
+            tol_per_s=tol_per_s,
+            tol_fraction=tol_fraction,
+            confirm=confirm,
+            min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
+            bisected=was,
         )
+        jobs.append(_Job(src, search, profile, r, seeds, retest))
     own = executor is None
     # the first round sends both ends of every search
     ex = executor if executor is not None else default_executor(2 * len(jobs) * seeds)
     done_tasks = 0
     # a typical search: 2 ends + ~8 midpoints + a confirmation (twice as long)
     total_est = len(jobs) * seeds * 12
+
+    def on_done() -> None:
+        nonlocal done_tasks
+        done_tasks += 1
+        if progress is not None:
+            progress(done_tasks, max(total_est, done_tasks))
+
     try:
-        while True:
-            tasks: list[PointTask] = []
-            for job in jobs:
-                job.points = job.search.next_points()
-                job.durations = []
-                for rate, long in job.points:
-                    h = horizon(
-                        rule, rate, job.profile.service_s, job.profile.drain_s, confirm=long
-                    )
-                    job.durations.append(h.duration_s)
-                    for k in range(seeds):
-                        tasks.append(
-                            _task(
-                                job.src,
-                                [
-                                    override_text(RATE_PATH, rate),
-                                    override_text("seed", job.src.seed + k),
-                                    *h.overrides(),
-                                ],
-                            )
-                        )
-            if not tasks:
-                break
-
-            def on_done() -> None:
-                nonlocal done_tasks
-                done_tasks += 1
-                if progress is not None:
-                    progress(done_tasks, max(total_est, done_tasks))
-
-            summaries = iter(ex.map(run_point, tasks, on_done))
-            rounds: list[list[Evaluation]] = []
-            for job in jobs:
-                results = []
-                for (rate, long), duration in zip(job.points, job.durations, strict=True):
-                    runs = [next(summaries) for _ in range(seeds)]
-                    results.append(
-                        _evaluation(rate, long, duration, runs, job.src.attainment_target, rule)
-                    )
-                rounds.append(results)
-            if retest:
-                _retest(jobs, rounds, seeds, rule, ex, on_done)
-            for job, results in zip(jobs, rounds, strict=True):
-                if results:
-                    job.search.record(results)
+        drive(ex, run_point, jobs, on_done)
     finally:
         if own:
             ex.close()
@@ -548,49 +575,6 @@ def _retested(e: Evaluation, target: float, alpha: float) -> bool:
     test failed with ``p >= alpha²`` (below that a stationary run is rejected no more
     often than two runs both would be, so it is a miss outright)."""
     return not e.stable and bool(e.attainment >= target) and not e.p_value < alpha * alpha
-
-
-def _retest(
-    jobs: list[_Job],
-    rounds: list[list[Evaluation]],
-    seeds: int,
-    rule: RunLengthRule,
-    ex: Executor,
-    on_done: Callable[[], None],
-) -> None:
-    """Run every trend-only miss of this round (:func:`_retested`) again, all in one
-    executor call, at the
-    confirmation length with seeds ``seed + seeds + k`` (none of the search's own), and
-    let that run decide (module docstring, "Retest"). ``rounds`` is updated in place."""
-    tasks: list[PointTask] = []
-    todo: list[tuple[int, int, float]] = []  # (job, evaluation, duration)
-    for j, (job, results) in enumerate(zip(jobs, rounds, strict=True)):
-        for i, e in enumerate(results):
-            if not _retested(e, job.src.attainment_target, rule.alpha):
-                continue
-            h = horizon(
-                rule, e.rate_per_s, job.profile.service_s, job.profile.drain_s, confirm=True
-            )
-            todo.append((j, i, h.duration_s))
-            for k in range(seeds):
-                tasks.append(
-                    _task(
-                        job.src,
-                        [
-                            override_text(RATE_PATH, e.rate_per_s),
-                            override_text("seed", job.src.seed + seeds + k),
-                            *h.overrides(),
-                        ],
-                    )
-                )
-    if not tasks:
-        return
-    summaries = iter(ex.map(run_point, tasks, on_done))
-    for j, i, duration in todo:
-        e = rounds[j][i]
-        runs = [next(summaries) for _ in range(seeds)]
-        again = _evaluation(e.rate_per_s, True, duration, runs, jobs[j].src.attainment_target, rule)
-        rounds[j][i] = dataclasses.replace(e, meets=again.meets, retest=again)
 
 
 def _evaluation(

@@ -1,0 +1,150 @@
+"""Jobs in steps on an executor (disaggsim/sweep/executors.py, ``drive``): each job gets
+exactly its own results whatever the executor, and with one that can submit a task at a
+time a job's next step starts as soon as its own last one is back, not when every job's
+is. The goodput search runs its scenarios that way, each with its own run-length rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from disaggsim.costmodel.testing import ConstantCost
+from disaggsim.metrics.steady import RunLengthRule
+from disaggsim.sweep import ProcessExecutor, SerialExecutor
+from disaggsim.sweep.core import as_source
+from disaggsim.sweep.executors import drive
+from disaggsim.sweep.goodput import goodput_many
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _nap(task: tuple[float, int]) -> int:
+    time.sleep(task[0])
+    return task[1]
+
+
+class MapOnly:
+    """An executor that can only map (as Dask here): ``drive`` runs it in rounds."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def map(self, fn, tasks, on_done=None):
+        self.calls += 1
+        return SerialExecutor().map(fn, tasks, on_done)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class Steps:
+    """A job of fixed steps: step k sends ``steps[k]``; it keeps what came back."""
+
+    def __init__(self, name: str, steps: list[list], log: list[str]) -> None:
+        self.name, self.steps, self.log = name, steps, log
+        self.got: list[list] = []
+
+    def advance(self, results):
+        if results is not None:
+            self.got.append(results)
+            self.log.append(self.name)
+        return self.steps[len(self.got)] if len(self.got) < len(self.steps) else []
+
+
+def test_each_job_gets_its_own_results_in_order_whatever_the_executor():
+    plan = {"a": [[1, 2, 3], [4], [5, 6]], "b": [[7]], "c": [], "d": [[8, 9], [10, 11, 12]]}
+    want = {k: [[x * x for x in step] for step in v] for k, v in plan.items()}
+    for ex in (SerialExecutor(), MapOnly(), ProcessExecutor(2)):
+        jobs = [Steps(k, v, []) for k, v in plan.items()]
+        done: list[int] = []
+        with ex:
+            drive(ex, _square, jobs, lambda d=done: d.append(1))
+        assert {j.name: j.got for j in jobs} == want, type(ex).__name__
+        assert len(done) == 12
+    m = MapOnly()
+    drive(m, _square, [Steps(k, v, []) for k, v in plan.items()])
+    assert m.calls == 3  # rounds: as many as the longest job has steps
+
+
+def test_a_job_does_not_wait_for_another_jobs_slow_run():
+    """Job ``quick`` takes three steps of one 0.05 s task; ``slow`` one task of 3 s. On
+    two workers ``quick`` is done long before ``slow``; in rounds it would wait for
+    ``slow`` after its first step."""
+    log: list[str] = []
+    jobs = [Steps("slow", [[(3.0, 0)]], log), Steps("quick", [[(0.05, k)] for k in range(3)], log)]
+    with ProcessExecutor(2) as ex:
+        drive(ex, _nap, jobs)
+    assert log == ["quick", "quick", "quick", "slow"]
+    log.clear()
+    jobs = [Steps("slow", [[(0.2, 0)]], log), Steps("quick", [[(0.0, k)] for k in range(3)], log)]
+    drive(MapOnly(), _nap, jobs)
+    assert log == ["slow", "quick", "quick", "quick"]  # in rounds: after the first
+
+
+def test_a_failed_task_is_raised():
+    def bad(x: int) -> int:
+        raise ValueError(f"task {x}")
+
+    with pytest.raises(ValueError, match="task 1"):
+        drive(SerialExecutor(), bad, [Steps("a", [[1]], [])])
+
+
+# ------------------------------------------------------------------ goodput searches
+
+
+def _one_server(ttft_s: float) -> dict:
+    """One worker serving one 100-token prompt at a time at 1 ms per token (patched
+    cost, tests/test_goodput.py): capacity 10 req/s."""
+    return {
+        "name": "one-server",
+        "seed": 3,
+        "model": "llama-3-8b",
+        "architecture": "colocated",
+        "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "vllm",
+                 "max_batch_tokens": 100},
+        "slo": {"ttft_ms": ttft_s * 1e3, "itl_ms": 1000, "attainment_target": 0.9},
+        "workload": {
+            "kind": "synthetic", "rate_per_s": 1.0, "arrival": "poisson",
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "fixed", "value": 1},
+        },
+        "sim": {"duration_s": 60, "warmup_s": 0},
+    }  # fmt: skip
+
+
+def test_goodput_many_with_a_rule_per_scenario_is_each_search_alone(monkeypatch):
+    """Two scenarios with different run-length rules searched together give, each, what
+    it gives searched alone with its rule, with a submitting executor or in rounds."""
+    cost = ConstantCost(prefill_base_s=0.0, prefill_per_token_s=0.1 / 100)
+    monkeypatch.setattr("disaggsim.run.build_costs", lambda scenario, label="": {"colocated": cost})
+    a, b = as_source(_one_server(2.0)), as_source(_one_server(0.6))
+    ra = RunLengthRule(min_measured_requests=150)
+    rb = RunLengthRule(min_measured_requests=300, service_multiple=20.0)
+
+    def key(r):
+        return [
+            (e.rate_per_s, e.meets, e.duration_s, e.confirm, e.attainment) for e in r.evaluations
+        ]
+
+    kw = {"tol_per_s": 0.2, "brackets": [(2.0, 20.0), (1.0, 12.0)]}
+    alone = [
+        goodput_many([a], 2.0, 20.0, tol_per_s=0.2, rule=ra, executor=SerialExecutor())[0],
+        goodput_many([b], 1.0, 12.0, tol_per_s=0.2, rule=rb, executor=SerialExecutor())[0],
+    ]
+    assert key(alone[0]) != key(alone[1])
+    for ex in (SerialExecutor(), MapOnly()):
+        both = goodput_many([a, b], 0, 0, rules=[ra, rb], executor=ex, **kw)  # type: ignore[arg-type]
+        assert [key(r) for r in both] == [key(r) for r in alone]
+        assert [dataclasses.replace(r, evaluations=()) for r in both] == [
+            dataclasses.replace(r, evaluations=()) for r in alone
+        ]
