@@ -1,12 +1,18 @@
 """Where a plan's simulation CPU goes: the plan run on a serial executor that times each
 simulation's CPU (``time.process_time``: load-independent but for cache contention).
 
-    python benchmarks/plan_cost.py [--gpus 64] [--quick] \
+    python benchmarks/plan_cost.py [--gpus 64] [--quick] [--workers 2] \
         [--scenario scenarios/advisor/long-prompt-infiniband.yaml] [--json] [--rows FILE]
 
 Prints the number of simulations, their simulated requests and CPU seconds in all and
-per candidate kind and per phase (exploration, retests, confirmation-length runs), the
-convergence, the verdict and the best candidate of each kind. Not a test: nothing is
+per candidate kind, the retests, the convergence, the verdict and the best candidate of
+each kind. The executor also keeps a virtual clock of ``--workers`` workers: each run
+takes its measured CPU seconds on the first free one, in the order the plan sends them
+(and, where the plan waits for one of several runs, the one that finishes first on that
+clock comes back first). ``makespan_s`` is then the wall time of the simulations on an
+idle machine with that many cores (worker start-up and the parent's own CPU,
+``cpu_s_all - cpu_s_simulations``, left out): the figure that shows how well the plan
+keeps its workers busy, whatever else runs on this machine. Not a test: nothing is
 asserted. docs/planning.md ("Speed") quotes it.
 """
 
@@ -17,6 +23,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -24,33 +31,72 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class TimedSerial:
-    """A serial executor that records (scenario name, seed, duration, CPU s, requests)."""
+    """A serial executor that records (scenario name, seed, duration, CPU s, requests)
+    and replays the runs on ``workers`` virtual workers (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int = 2) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.workers = workers
+        self.now = 0.0  # the virtual clock
+        self._free = [0.0] * workers  # when each virtual worker is next free
+        self._queue: list[tuple[Future, Any, Any]] = []  # submitted, not started
+        self._ends: dict[Future, tuple[float, int]] = {}  # started: (end, worker)
+
+    def _run(self, fn, t) -> tuple[Any, float]:
+        c0 = time.process_time()
+        s = fn(t)
+        cpu = time.process_time() - c0
+        sim = t.raw.get("sim", {})
+        self.rows.append(
+            {
+                "name": t.raw.get("name", ""),
+                "arch": t.raw.get("architecture", ""),
+                "seed": t.raw.get("seed"),
+                "rate": t.raw["workload"]["rate_per_s"],
+                "duration_s": sim.get("duration_s"),
+                "cpu_s": cpu,
+                "requests": s.num_requests,
+                "stopped_early_at_s": s.get("stopped_early_at_s"),
+            }
+        )
+        return s, cpu
 
     def map(self, fn, tasks, on_done=None):
+        """One round: each run on the first free worker; the round ends with its last."""
+        free = [self.now] * self.workers
         out = []
         for t in tasks:
-            c0 = time.process_time()
-            s = fn(t)
-            cpu = time.process_time() - c0
-            sim = t.raw.get("sim", {})
-            self.rows.append(
-                {
-                    "name": t.raw.get("name", ""),
-                    "arch": t.raw.get("architecture", ""),
-                    "seed": t.raw.get("seed"),
-                    "rate": t.raw["workload"]["rate_per_s"],
-                    "duration_s": sim.get("duration_s"),
-                    "cpu_s": cpu,
-                    "requests": s.num_requests,
-                }
-            )
+            s, cpu = self._run(fn, t)
+            i = free.index(min(free))
+            free[i] += cpu
             out.append(s)
             if on_done is not None:
                 on_done()
+        self.now = max(free)
         return out
+
+    def submit(self, fn, task) -> Future:
+        f: Future = Future()
+        self._queue.append((f, fn, task))
+        self._start()
+        return f
+
+    def _start(self) -> None:
+        while self._queue:
+            idle = [i for i in range(self.workers) if i not in {w for _, w in self._ends.values()}]
+            if not idle:
+                return
+            f, fn, t = self._queue.pop(0)
+            s, cpu = self._run(fn, t)
+            f.set_result(s)  # the run is done; the clock says when it comes back
+            self._ends[f] = (max(self.now, self._free[idle[0]]) + cpu, idle[0])
+            self._free[idle[0]] = self._ends[f][0]
+
+    def wait_first(self, futures: list[Future]) -> set[Future]:
+        f = min((g for g in futures if g in self._ends), key=lambda g: self._ends[g][0])
+        self.now = self._ends.pop(f)[0]
+        self._start()
+        return {f}
 
     def close(self) -> None:
         pass
@@ -63,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--gpus", type=int, default=None)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--workers", type=int, default=2, help="virtual workers for makespan_s")
     p.add_argument("--json", action="store_true")
     p.add_argument("--rows", type=Path, help="write every simulation as a CSV row here")
     args = p.parse_args(argv)
@@ -70,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     from disaggsim.plan import PlanOptions, plan
 
     opts = PlanOptions.quick() if args.quick else PlanOptions()
-    ex = TimedSerial()
+    ex = TimedSerial(args.workers)
     c0, t0 = time.process_time(), time.perf_counter()
     res, advice = plan(args.scenario, gpus=args.gpus, options=opts, executor=ex)
     cpu_all, wall = time.process_time() - c0, time.perf_counter() - t0
@@ -100,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         "simulated_requests": int(sum(r["requests"] for r in ex.rows)),
         "cpu_s_simulations": round(sum(r["cpu_s"] for r in ex.rows), 1),
         "cpu_s_all": round(cpu_all, 1),
+        "workers": args.workers,
+        "makespan_s": round(ex.now, 1),
+        "stopped_early": sum(r["stopped_early_at_s"] is not None for r in ex.rows),
         "wall_s": round(wall, 1),
         "by_kind": {k: [v[0], int(v[1]), round(v[2], 1)] for k, v in sorted(by_kind.items())},
         "retested_evaluations": retests,
