@@ -31,8 +31,8 @@ A neighbour replaces its family's best member only when it is better by more tha
 ``min_gain`` (a share: the evaluation's tolerance), so noise does not send the climb
 wandering; the result is then a local optimum to within that share.
 
-Every wave is one call of ``evaluate``, so the simulations of a wave run in lock-step
-on the executor.
+Every wave is one call of ``evaluate``: the planner's searches of a wave's candidates
+run side by side on the executor, and the next wave starts when the last has ended.
 """
 
 from __future__ import annotations
