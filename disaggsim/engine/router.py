@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 import numpy as np
 import simpy
 
-from disaggsim.cache import cache_aware_costs, pick_lowest_cost
+from disaggsim.cache import cache_aware_costs, pick_lowest_cost, uncached_prompt_tokens
 from disaggsim.engine.config import DecodePolicy, PrefillPolicy
 from disaggsim.engine.records import RouterSamples
 from disaggsim.engine.request_state import RequestState
@@ -209,6 +209,12 @@ class CacheAware:
         self._heap.update(pos)
 
     def choose(self, rid: int) -> FrontWorker:
+        return self.choose_booked(rid)[0]
+
+    def choose_booked(self, rid: int) -> tuple[FrontWorker, int]:
+        """The chosen worker and the tokens to book in its queue: the prompt tokens its
+        HBM does not hold (:func:`~disaggsim.cache.uncached_prompt_tokens` of its
+        overlap) plus, for a re-prefill, the reply tokens it recomputes."""
         caches = self._caches
         prompt = caches.prompt_tokens(rid)
         overlaps = caches.index.overlaps(caches.chain(rid), prompt, caches.block_tokens)
@@ -232,7 +238,10 @@ class CacheAware:
         costs = cache_aware_costs(
             np.array(overlap), np.array(queued), np.array(active), prompt, self._weight
         )
-        return self._workers[self._pos[pick_lowest_cost(costs, ids)]]
+        wid = pick_lowest_cost(costs, ids)
+        w = self._workers[self._pos[wid]]
+        extra = w.requests.prefill_len(rid) - prompt  # a re-prefill's reply so far
+        return w, uncached_prompt_tokens(prompt, overlap[ids.index(wid)]) + extra
 
 
 def prefill_choice(
@@ -398,6 +407,7 @@ class Router:
     def attach(self) -> None:
         """Index the workers (once every pool is built): each reports its changes here."""
         self.prefill = prefill_choice(self._prefill_policy, self.front_workers, self.caches)
+        self._cache_aware = self.prefill if isinstance(self.prefill, CacheAware) else None
         self.decode = decode_choice(self._decode_policy, self.decode_workers, self.handoff_fabric)
         self._front_changes: set[int] = set()
         self._decode_changes: set[int] = set()
@@ -490,7 +500,11 @@ class Router:
                 return False
             self.committed[rid] = need
             self.committed_blocks += need
-        self.prefill.choose(rid).submit(rid)
+        if self._cache_aware is not None:  # books the tokens the worker's HBM lacks
+            w, tokens = self._cache_aware.choose_booked(rid)
+            w.submit(rid, False, tokens)
+        else:
+            self.prefill.choose(rid).submit(rid)
         return True
 
     def drain_queue(self) -> None:

@@ -1234,6 +1234,8 @@ class _PrefillQueue:
     requests: RequestState
     prefix: WorkerKvCache | None  # the worker's prefix cache (None: no caching)
     _caches: PrefixCaches | None  # the run's caches (tiers, overlap index)
+    # with a cache: each queued request's tokens in queued_tokens, as booked by submit
+    _booked: dict[int, int] | None
 
     if TYPE_CHECKING:  # provided by Worker, which every user of this mixin also is
 
@@ -1265,14 +1267,29 @@ class _PrefillQueue:
         dram(caches.dram_tokens_of(self.index))
         remote(caches.remote_tokens())
 
-    def submit(self, rid: int, front: bool = False) -> None:
+    def submit(self, rid: int, front: bool = False, tokens: int | None = None) -> None:
+        """Queue ``rid`` for its prefill, booking ``tokens`` in :attr:`queued_tokens`
+        (None: its whole :meth:`~RequestState.prefill_len`; the cache-aware router books
+        the tokens this worker's HBM does not hold). A worker with a prefix cache keeps
+        each booking, and takes exactly that back when the request leaves the queue
+        (:meth:`_unbook`): its prefill starts, it is taken back, or the worker fails."""
         if front:
             self.queue.appendleft(rid)
         else:
             self.queue.append(rid)
-        rs = self.requests
-        self._assigned(rs.prompt_tokens[rid] + rs.generated[rid], 1)  # prefill_len
+        if tokens is None:
+            rs = self.requests
+            tokens = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
+        if self._booked is not None:
+            self._booked[rid] = tokens
+        self._assigned(tokens, 1)
         self.notify()
+
+    def _unbook(self, rid: int) -> int:
+        """The tokens ``rid`` booked when it was queued here (leaving the queue now)."""
+        if self._booked is not None:
+            return self._booked.pop(rid)
+        return self.requests.prefill_len(rid)
 
     def remove_queued(self, rid: int) -> bool:
         """Take back a request whose prefill has not started (False if not queued)."""
@@ -1280,13 +1297,14 @@ class _PrefillQueue:
             self.queue.remove(rid)
         except ValueError:
             return False
-        self.queued_tokens -= self.requests.prefill_len(rid)
+        self.queued_tokens -= self._unbook(rid)
         self.num_outstanding -= 1
         return True
 
 
 class PrefillWorker(_PrefillQueue, Worker):
     __slots__ = (
+        "_booked",
         "_caches",
         "_computed_cb",
         "_extra",
@@ -1309,6 +1327,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         # prefix caching (the cluster sets these): the worker's cache, the run's caches
         self.prefix: WorkerKvCache | None = None
         self._caches: PrefixCaches | None = None
+        self._booked: dict[int, int] | None = None  # with a cache: queued -> tokens booked
         self._extra: dict[int, int] = {}  # cache-admitted -> tokens past its prompt
         self._outside_tokens = 0  # KV held outside the cache (re-prefilled replies)
         # a batch waiting for its cache promotions: its tokens, pairs, cached tokens and
@@ -1321,6 +1340,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         """Prefill through a prefix cache: only a request's uncached suffix is computed."""
         self._caches = caches
         self.prefix = caches.attach(self)
+        self._booked = {}
 
     def release_kv(self, rid: int) -> None:
         """The handoff of ``rid`` completed (or was abandoned): its KV leaves this worker."""
@@ -1377,7 +1397,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             tokens += new
             cached += hit
             pairs += new * hit + new * (new + 1) / 2
-            dequeued += prompt + extra
+            dequeued += self._unbook(rid)  # what submit booked
             pcie += adm.promote_pcie_bytes
             nic += adm.promote_nic_bytes
             demote += adm.demote_pcie_bytes
@@ -1573,6 +1593,8 @@ class PrefillWorker(_PrefillQueue, Worker):
         self.held.clear()
         self.in_batch = {}
         self.queued_tokens = 0
+        if self._booked is not None:
+            self._booked.clear()
         self.num_outstanding = 0
         self.kv_used_blocks = 0
         if self.prefix is not None:  # the lost worker's HBM cache is gone
@@ -1742,6 +1764,7 @@ class DecodeWorker(_TokenBatch):
 
 class ColocatedWorker(_PrefillQueue, _TokenBatch):
     __slots__ = (
+        "_booked",
         "_cache_blocks",
         "_caches",
         "_hit",
@@ -1779,6 +1802,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         # (its reply so far) in blocks outside it, counted by the growth arithmetic
         self.prefix: WorkerKvCache | None = None
         self._caches: PrefixCaches | None = None
+        self._booked: dict[int, int] | None = None  # with a cache: queued -> tokens booked
         self._cache_blocks = 0  # blocks of the cache's pinned + pending tokens, counted
         self._reserved: dict[int, int] = {}  # prefilling -> blocks reserved outside
         self._hit: dict[int, int] = {}  # prefilling -> its cached prefix tokens
@@ -1793,6 +1817,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         """Prefill through a prefix cache: only a request's uncached suffix is computed."""
         self._caches = caches
         self.prefix = caches.attach(self)
+        self._booked = {}
         self._leave_hooks = True  # _gone releases a leaving sequence's cached prefix
         if not self.requests.reserve_full:
             # decode growth may need unpinned cached blocks' memory: sync after advances
@@ -1871,7 +1896,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self.queue.popleft()
         self.kv_used_blocks += reserve
         self._sync_cache()
-        self.queued_tokens -= rs.prefill_len(rid)
+        self.queued_tokens -= self._unbook(rid)
         self.host.prefill_started(rid, self.index)
         return True
 
@@ -2129,6 +2154,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         queued = list(self.queue)
         self.queue.clear()
         self.queued_tokens = 0
+        if self._booked is not None:
+            self._booked.clear()
         self.kv_used_blocks = 0
         self.num_outstanding = 0
         if self.prefix is not None:  # the lost worker's HBM cache is gone
