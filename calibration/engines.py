@@ -102,9 +102,11 @@ FIT_PARAMS = {
 # for the kernel time of their measurements
 ENGINE_ATTENTION = {"trtllm": "trtllm"}
 # engines whose FP8 GEMM kernel the hardware profiles fit on its own (``gemm_kernels``):
-# SGLang's sgl-kernel FP8 GEMM (calibration/fit_public.py fit_sglang_fp8_kernel); written
-# into engines.json and used for the kernel time of their measurements
-ENGINE_FP8_GEMM = {"sglang": "sglang-fp8"}
+# SGLang's sgl-kernel FP8 GEMM and vLLM's CUTLASS scaled_mm (calibration/fit_public.py
+# fit_tiled_fp8_kernel, TILE_KERNELS); written into engines.json and used for the kernel time
+# of their measurements. vllm-eager-2023 (2023 vLLM, before its FP8 kernels) and trtllm keep
+# ops.gemm.fp8
+ENGINE_FP8_GEMM = {"sglang": "sglang-fp8", "vllm": "vllm-fp8"}
 # Decode kernels of the release a source measured, where its grouped (GQA) kernel covered
 # only some layouts: query heads per KV head the grouped kernel took; the others ran a
 # per-query-head kernel (EngineProfile.grouped_decode_q_per_kv). TensorRT-LLM of April 2024

@@ -45,6 +45,7 @@ import argparse
 import datetime as _dt
 import json
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -336,50 +337,117 @@ def fit_gemm_fp8(
     return _params_dict(params), err, str(slope["table"].iloc[0])
 
 
+@dataclass(frozen=True)
+class TileKernelSpec:
+    """A framework's FP8 GEMM kernel as its source dispatches it, for
+    :func:`fit_tiled_fp8_kernel`: the dispatch table (branches in order, ``max_eff`` left
+    at 1 for the fit to set), which branches share one fitted efficiency (the same CTA
+    tile and schedule: clusters only change how tiles round), and the fit's two starts of
+    those efficiencies."""
+
+    name: str
+    framework: str
+    branches: tuple[GemmTileBranch, ...]
+    eff_groups: tuple[int, ...]
+    eff_starts: tuple[tuple[float, ...], tuple[float, ...]]
+    source: str
+
+
+def _tile(max_m, tm, tn, cm, cn, **kw) -> GemmTileBranch:
+    return GemmTileBranch(
+        float("inf") if max_m is None else float(max_m), tm, tn, cm, cn, 1.0, **kw
+    )
+
+
 # SGLang's FP8 GEMM on Hopper, sgl-kernel csrc/gemm/fp8_gemm_kernel.cu
 # sm90_fp8_dispatch_shape: (max m, CTA tile m, n, cluster m, n) per branch, m <= 64: 64 x 64
 # tiles in 1 x 4 clusters; 65-256: 64 x 64, 1 x 1; 257-1024: 128 x 128, 1 x 1; above: 128 x
 # 128, 2 x 1 (every branch 128 deep). Its m = 1 branch (64 x 64, 1 x 8 clusters, a
 # non-persistent scheduler) is folded into the m <= 64 one: one token's GEMM streams its
 # weights, and 1 x 8 vs 1 x 4 clusters round the tile count of the table's n (multiples of
-# 256 but 32..128) identically
+# 256 but 32..128) identically. One efficiency per branch (as first fitted, 2026-12-01).
 SGLANG_FP8_KERNEL = "sglang-fp8"
-SGLANG_FP8_DISPATCH = (
-    (64, 64, 64, 1, 4),
-    (256, 64, 64, 1, 1),
-    (1024, 128, 128, 1, 1),
-    (None, 128, 128, 2, 1),
-)
 SGLANG_FP8_SOURCE = (
     "sgl-kernel csrc/gemm/fp8_gemm_kernel.cu sm90_fp8_dispatch_shape (CUTLASS, 128-deep "
     "CTA tiles; its m = 1 branch folded into m <= 64)"
 )
+SGLANG_FP8 = TileKernelSpec(
+    SGLANG_FP8_KERNEL,
+    "sglang",
+    (_tile(64, 64, 64, 1, 4), _tile(256, 64, 64, 1, 1), _tile(1024, 128, 128, 1, 1),
+     _tile(None, 128, 128, 2, 1)),
+    (0, 1, 2, 3),
+    ((0.5, 0.6, 0.7, 0.8), (0.3, 0.4, 0.9, 0.9)),
+    SGLANG_FP8_SOURCE,
+)  # fmt: skip
+# vLLM's FP8 GEMM on Hopper (per-tensor scales: cutlass_scaled_mm; FlashInfer's FP8 kernel,
+# first in vLLM's list, needs compute capability 10.0), csrc/.../cutlass/c3x/
+# scaled_mm_sm90_fp8_dispatch.cuh cutlass_gemm_sm90_fp8_dispatch: m <= 16: the operands
+# swapped (the weights as the kernel's m), 64 x 16 x 256 tiles, 1 x 2 clusters for n <= 1280,
+# else 1 x 1; 17-64: swapped, 64 x 16 x 256 in 1 x 4 clusters for n <= 1280, else 64 x 64 x
+# 256, 1 x 1; 65-128: 64 x 128 x 128, 2 x 1; m >= 8192 and k >= 6144: 256 x 128 x 128, 2 x 1
+# (cooperative); else 128 x 128 x 128, 2 x 1 (ping-pong). Efficiencies shared by tile shape
+# and schedule: five.
+VLLM_FP8_KERNEL = "vllm-fp8"
+VLLM_FP8_SOURCE = (
+    "vllm csrc cutlass_w8a8 c3x scaled_mm_sm90_fp8_dispatch.cuh cutlass_gemm_sm90_fp8_dispatch "
+    "(CUTLASS; operands swapped for m <= 64; one efficiency per tile shape and schedule)"
+)
+VLLM_FP8 = TileKernelSpec(
+    VLLM_FP8_KERNEL,
+    "vllm",
+    (
+        _tile(16, 64, 16, 1, 2, max_n=1280.0, swap_ab=True),
+        _tile(16, 64, 16, 1, 1, swap_ab=True),
+        _tile(64, 64, 16, 1, 4, max_n=1280.0, swap_ab=True),
+        _tile(64, 64, 64, 1, 1, swap_ab=True),
+        _tile(128, 64, 128, 2, 1),
+        _tile(None, 256, 128, 2, 1, min_m=8192.0, min_k=6144.0),
+        _tile(None, 128, 128, 2, 1),
+    ),
+    (0, 0, 0, 1, 2, 3, 4),
+    ((0.4, 0.5, 0.6, 0.7, 0.8), (0.2, 0.4, 0.9, 0.9, 0.9)),
+    VLLM_FP8_SOURCE,
+)
+TILE_KERNELS = (SGLANG_FP8, VLLM_FP8)
 # SMs per GPU, for the tile form's waves: the datasheets' counts (H100 SXM / H200 / H800:
 # 132, H100 PCIe: 114)
 NUM_SMS = {"a100-80gb": 108, "h100-sxm": 132, "h100-pcie": 114, "h200-sxm": 132, "h800-sxm": 132}
 
 
 def tiled_kernel_dict(
-    dispatch, num_sms: int, launch_s: float, effs, mem_eff: float, epi: float, source: str
+    branches: tuple[GemmTileBranch, ...],
+    num_sms: int,
+    launch_s: float,
+    mem_eff: float,
+    epi: float,
+    source: str,
 ) -> dict[str, Any]:
-    """A ``gemm_kernels`` entry (the profile's JSON form) of an FP8 tile-form fit."""
+    """A ``gemm_kernels`` entry (the profile's JSON form) of an FP8 tile-form fit; a
+    branch's optional conditions written only where set."""
+    out = []
+    for b in branches:
+        d: dict[str, Any] = {
+            "max_m": None if b.max_m == float("inf") else int(b.max_m),
+            "tile_m": b.tile_m,
+            "tile_n": b.tile_n,
+            "cluster_m": b.cluster_m,
+            "cluster_n": b.cluster_n,
+            "max_eff": _round(b.max_eff),
+        }
+        if b.max_n < float("inf"):
+            d["max_n"] = int(b.max_n)
+        d.update({key: int(getattr(b, key)) for key in ("min_m", "min_k") if getattr(b, key)})
+        if b.swap_ab:
+            d["swap_ab"] = True
+        out.append(d)
     return {
         "dtype": "fp8",
         "num_sms": int(num_sms),
         "launch_s": _round(launch_s),
         "mem_eff": _round(mem_eff),
         "epilogue_s_per_elem": _round(epi),
-        "branches": [
-            {
-                "max_m": mm,
-                "tile_m": tm,
-                "tile_n": tn,
-                "cluster_m": cm,
-                "cluster_n": cn,
-                "max_eff": _round(e),
-            }
-            for (mm, tm, tn, cm, cn), e in zip(dispatch, effs, strict=True)
-        ],  # fmt: skip
+        "branches": out,
         "source": source,
     }
 
@@ -394,6 +462,10 @@ def tiled_params(entry: dict[str, Any]) -> TiledGemmParams:
             int(b["cluster_m"]),
             int(b["cluster_n"]),
             float(b["max_eff"]),
+            max_n=float(b.get("max_n") or float("inf")),
+            min_m=float(b.get("min_m", 0.0)),
+            min_k=float(b.get("min_k", 0.0)),
+            swap_ab=bool(b.get("swap_ab", False)),
         )  # fmt: skip
         for b in entry["branches"]
     )
@@ -404,49 +476,58 @@ def tiled_params(entry: dict[str, Any]) -> TiledGemmParams:
     )  # fmt: skip
 
 
-def fit_sglang_fp8_kernel(
-    gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams, num_sms: int
+def fit_tiled_fp8_kernel(
+    gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams, num_sms: int, spec: TileKernelSpec
 ) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
-    """SGLang's FP8 GEMM kernel (``gemm_kernels.sglang-fp8``) fitted to SGLang's FP8 rows
-    of the public tables through ``ops.tiled_gemm_time_s`` with its dispatch table
-    (:data:`SGLANG_FP8_DISPATCH`): one efficiency per branch, the floor, the memory
+    """A framework's FP8 GEMM kernel (``gemm_kernels.<spec.name>``) fitted to that
+    framework's FP8 rows of the public tables through ``ops.tiled_gemm_time_s`` with its
+    dispatch table (``spec``): one efficiency per group of branches, the floor, the memory
     efficiency and a per-output epilogue time; every row holds its activation-quantisation
     kernel, added as the step model costs it. Returns the profile entry, its fit error and
     each row's APE predicted by a refit without its (n, k) family (5 folds)."""
-    t = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == "sglang")]
+    t = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == spec.framework)]
     if t.empty:
-        raise UserError("no SGLang FP8 GEMM rows in the public tables")
+        raise UserError(f"no {spec.framework} FP8 GEMM rows in the public tables")
     m, n, k, ts = (t[c].to_numpy(float) for c in ("m", "n", "k", "t_s"))
     extra = quant_s(peaks, ew, m, k)
-    nb = len(SGLANG_FP8_DISPATCH)
+    ne = max(spec.eff_groups) + 1
 
     def params_of(q) -> TiledGemmParams:
         branches = tuple(
-            GemmTileBranch(float("inf") if mm is None else float(mm), tm, tn, cm, cn, float(e))
-            for (mm, tm, tn, cm, cn), e in zip(SGLANG_FP8_DISPATCH, q[1 : 1 + nb], strict=True)
+            replace(b, max_eff=float(q[1 + g]))
+            for b, g in zip(spec.branches, spec.eff_groups, strict=True)
         )
-        return TiledGemmParams("fp8", num_sms, q[0], q[1 + nb], q[2 + nb], branches)
+        return TiledGemmParams("fp8", num_sms, q[0], q[1 + ne], q[2 + ne], branches)
 
     def model(q, idx):
         return ops.tiled_gemm_time_s(peaks, params_of(q), m[idx], n[idx], k[idx]) + extra[idx]
 
-    starts = [(4e-6, 0.5, 0.6, 0.7, 0.8, 0.8, 2.4e-10), (2e-6, 0.3, 0.4, 0.9, 0.9, 0.6, 2.4e-11)]
-    lower = (1e-8,) + (1e-3,) * (nb + 1) + (1e-16,)
-    upper = (1e-3,) + (1.0,) * (nb + 1) + (2.5e-8,)
+    e1, e2 = spec.eff_starts
+    starts = [(4e-6, *e1, 0.8, 2.4e-10), (2e-6, *e2, 0.6, 2.4e-11)]
+    lower = (1e-8,) + (1e-3,) * (ne + 1) + (1e-16,)
+    upper = (1e-3,) + (1.0,) * (ne + 1) + (2.5e-8,)
     fam = shape_family(t["n"], t["k"])
     q, ferr = fit_generic(model, ts, starts, lower, upper, fam)
     held, how = held_out_apes(model, ts, q, lower, upper, fam)
+    p = params_of(q)
     entry = tiled_kernel_dict(
-        SGLANG_FP8_DISPATCH, num_sms, q[0], q[1 : 1 + nb], q[1 + nb], q[2 + nb], SGLANG_FP8_SOURCE
+        p.branches, num_sms, p.launch_s, p.mem_eff, p.epilogue_s_per_elem, spec.source
     )
     err = {
         **ferr.as_dict(),
-        "source": f"{t['table'].iloc[0]} (sglang fp8, every row)",
+        "source": f"{t['table'].iloc[0]} ({spec.framework} fp8, every row)",
         "held_out_p90_ape": round(float(np.percentile(held, 90)), 5),
         "quantisation": "one element-wise kernel per GEMM (3 bytes per input element) "
         "added to every prediction",
     }
     return entry, err, held
+
+
+def fit_sglang_fp8_kernel(
+    gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams, num_sms: int
+) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
+    """:func:`fit_tiled_fp8_kernel` of SGLang's kernel (:data:`SGLANG_FP8`)."""
+    return fit_tiled_fp8_kernel(gemm, peaks, ew, num_sms, SGLANG_FP8)
 
 
 def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
@@ -484,13 +565,14 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
         errors["gemm.fp8"] = {**err8, "source": f"{table8} (trtllm fp8; floor from sglang)"}
         tables.add(table8)
     gemm_kernels: dict[str, Any] = {}
-    if (
-        peaks.fp8_flop_per_s > 0
-        and ((gemm["dtype"] == "fp8") & (gemm["framework"] == "sglang")).any()
-    ):
-        entry, kerr, _ = fit_sglang_fp8_kernel(gemm, peaks, ew, NUM_SMS[gpu])
-        gemm_kernels[SGLANG_FP8_KERNEL] = entry
-        errors[f"gemm_kernels.{SGLANG_FP8_KERNEL}"] = kerr
+    for spec in TILE_KERNELS:
+        if (
+            peaks.fp8_flop_per_s > 0
+            and ((gemm["dtype"] == "fp8") & (gemm["framework"] == spec.framework)).any()
+        ):
+            entry, kerr, _ = fit_tiled_fp8_kernel(gemm, peaks, ew, NUM_SMS[gpu], spec)
+            gemm_kernels[spec.name] = entry
+            errors[f"gemm_kernels.{spec.name}"] = kerr
 
     backends, berr, btables = fit_attention_backends(gpu, data_root, peaks)
     errors.update(berr)
@@ -552,7 +634,11 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
             "frameworks": {
                 "gemm.bf16": "vllm",
                 "gemm.fp8": f"{FP8_SLOPE_FRAMEWORK} (floor {FP8_FLOOR_FRAMEWORK})",
-                f"gemm_kernels.{SGLANG_FP8_KERNEL}": "sglang (every fp8 row, its dispatch table)",
+                **{
+                    f"gemm_kernels.{spec.name}": f"{spec.framework} (every fp8 row, its "
+                    "dispatch table)"
+                    for spec in TILE_KERNELS
+                },
                 "attention_backends": dict(BACKEND_FRAMEWORKS),
                 "ops.decode_attention/prefill_attention": GENERIC_BACKEND,
                 "trtllm decode split": f"trtllm: XQA layouts, {TRTLLM_PER_QUERY_HEAD_BACKEND}: "

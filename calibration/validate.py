@@ -33,11 +33,11 @@ from calibration.fit_public import (
     NUM_SMS,
     PRIORS,
     REPO,
-    SGLANG_FP8_KERNEL,
+    TILE_KERNELS,
     TRTLLM_PER_QUERY_HEAD_BACKEND,
     _decode_backend_rows,
     decode_backend_of_rows,
-    fit_sglang_fp8_kernel,
+    fit_tiled_fp8_kernel,
     peaks_of,
     quant_s,
     refit_decode_predict,
@@ -70,7 +70,7 @@ for their layout: XQA, the `trtllm` fit, for 2-32 query heads per KV head, maske
 `trtllm-mmha` fit, for vanilla MHA and larger groups); FP8 GEMM rows with the GEMM plus its
 activation-quantisation kernel (every framework's FP8 row holds one), the GEMM being the
 framework's own kernel where its engine profile names one the hardware profile fits
-(SGLang: `sglang-fp8`), else the shared `ops.gemm.fp8`. Targets apply to the
+(SGLang: `sglang-fp8`, vLLM: `vllm-fp8`), else the shared `ops.gemm.fp8`. Targets apply to the
 rows the targets were set on: vLLM bf16 GEMMs, SGLang FP8 GEMMs (precomputed-scale path),
 vLLM attention, nccl-tests (GEMM and decode attention median ≤ 10%, mean ≤ 15%; prefill
 attention median ≤ 20%; all-reduce median ≤ 15%). Skipped by design: sliding-window rows,
@@ -83,8 +83,8 @@ XQA and masked MHA apart): fit on
 and test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on > 4096. GEMM: fit
 on m ≤ 1024 tokens, test on m ≥ 4096. FP8 GEMM: each framework's rows refitted on their
 own, in sample (with its quantisation kernel): the best the smooth GEMM form does on them;
-SGLang's own kernel (the dispatch-table form the `sglang` engine runs) with each row
-predicted by a refit without its (n, k) family. No targets: these rows say where the forms
+SGLang's and vLLM's own kernels (the dispatch-table forms the `sglang` and `vllm` engines
+run) with each row predicted by a refit without its (n, k) family. No targets: these rows say where the forms
 hold and where they do not (last section)."""
 HELD_OUT_GPU_MD = """The H200 profile's kernel parameters are the H100's (same SM architecture, the Hopper
 rule) with H200 peaks; none was fitted to an H200 measurement. Against the H200 run of
@@ -215,13 +215,25 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   clusters; its m = 1 branch folded into m ≤ 64), tiles rounded up to whole clusters and run
   in whole waves over the SMs, one efficiency per branch, a per-output epilogue time, the
   floor and the memory bound fitted to every SGLang FP8 row (`ops.tiled_gemm_time_s`,
-  `calibration/fit_public.py` `fit_sglang_fp8_kernel`). The form was fixed before it was
+  `calibration/fit_public.py` `fit_tiled_fp8_kernel`, `SGLANG_FP8`). The form was fixed before it was
   scored (it is the 2026-12-01 `--gemm-tiles` diagnostic's "dispatch table", unchanged):
   9.9% median, 12.4% mean, 26.6% p90 in sample (the target row), 10.0% median (9.96%),
   12.5% mean, 26.6% p90 predicted by refits without each row's (n, k) family (extrapolation
   section). The margin is thin (0.04 points held out), and m 129-256 is still the worst range
-  (19.3% in sample). vLLM's and TensorRT-LLM's engines keep the shared FP8 GEMM (their FP8
-  rows: 21.8% and 29.3%; no kernel of theirs is fitted). Tried before and not kept: a
+  (19.3% in sample). vLLM's engine runs its own kernel the same way (`vllm-fp8`, the
+  `vllm` engine profile's `fp8_gemm_kernel`): with per-tensor scales on Hopper vLLM runs
+  CUTLASS `cutlass_scaled_mm` (FlashInfer's FP8 kernel, first in its list, needs compute
+  capability 10.0), whose SM90 dispatch (`scaled_mm_sm90_fp8_dispatch.cuh`) depends on m,
+  n and k and swaps the operands for m ≤ 64 (the weights as the kernel's m: 64 × 16 × 256
+  tiles, 1 × 2 or 1 × 4 clusters for n ≤ 1280; 64 × 64 × 256 above at 17-64), then 64 ×
+  128 (65-128), a cooperative 256 × 128 for m ≥ 8192 with k ≥ 6144, else 128 × 128 in
+  2 × 1 clusters; one efficiency per tile shape and schedule (five), fitted to every vLLM
+  FP8 row (`VLLM_FP8`; docs/calibration.md). vLLM's FP8 rows: 21.8% → 8.3% median, 25.5%
+  → 13.6% mean, 55.2% → 32.0% p90 (kernel section), 8.3% median held out by (n, k) family
+  (extrapolation section); no target row (the GEMM target is SGLang's). The table is the
+  current source's; the public tables do not record which source vLLM 0.24.0 was built
+  from. TensorRT-LLM keeps the shared FP8 GEMM (29.3%; no kernel of its own fitted). Tried
+  before and not kept: a
   wave-quantisation factor on the smooth form (13.9%), per-m-range efficiencies, a serial
   k-loop bound (12.4%), and two tile shapes with one efficiency each (12.9%).
 - **Decode attention, context extrapolation (no target).** Before the split-KV form, a
@@ -531,11 +543,14 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
             rows.append(
                 _row(gpu, "gemm", f"AIC {fw8} fp8", "refit to its own rows", ape(pred, t["t_s"]))
             )
-        if gpu in NUM_SMS:  # SGLang's FP8 kernel, its (n, k) families held out of refits
-            _, _, held = fit_sglang_fp8_kernel(g, pk, ew, NUM_SMS[gpu])
+        for spec in TILE_KERNELS if gpu in NUM_SMS else ():
+            # a framework's own FP8 kernel, its (n, k) families held out of refits
+            if not ((g["dtype"] == "fp8") & (g["framework"] == spec.framework)).any():
+                continue
+            _, _, held = fit_tiled_fp8_kernel(g, pk, ew, NUM_SMS[gpu], spec)
             rows.append(
                 _row(
-                    gpu, "gemm", f"AIC sglang fp8 ({SGLANG_FP8_KERNEL})",
+                    gpu, "gemm", f"AIC {spec.framework} fp8 ({spec.name})",
                     "dispatch-table form, (n, k) families held out", held,
                 )
             )  # fmt: skip

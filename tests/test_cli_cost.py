@@ -83,19 +83,27 @@ def test_decode_json(capsys):
 
 def test_decode_names_the_gemm_kernel_the_engine_runs(capsys):
     """An SGLang FP8 worker on an H100 runs SGLang's own FP8 GEMM kernel (the profile's
-    gemm_kernels.sglang-fp8); vLLM there, and SGLang in bf16, run the generic GEMM fit;
-    the two kernels give different GEMM times for the same shapes."""
+    gemm_kernels.sglang-fp8), a vLLM one vLLM's (vllm-fp8); TensorRT-LLM there, and SGLang
+    in bf16, run the generic GEMM fit; the kernels give different GEMM times for the same
+    shapes."""
     base = "cost decode --model llama-3-70b --gpu h100-sxm --tp 4 --batch 32 --context-tokens 4096"
     got = {}
-    for engine, dtype in (("sglang", "fp8"), ("vllm", "fp8"), ("sglang", "bf16")):
+    for engine, dtype in (
+        ("sglang", "fp8"),
+        ("vllm", "fp8"),
+        ("trtllm", "fp8"),
+        ("sglang", "bf16"),
+    ):
         argv = [*base.split(), "--engine", engine, "--weight-dtype", dtype]
         (obj,) = _run(capsys, argv)
         got[engine, dtype] = obj
     assert got["sglang", "fp8"]["gemm_kernel"] == "sglang-fp8"
-    assert got["vllm", "fp8"]["gemm_kernel"] == "generic"
+    assert got["vllm", "fp8"]["gemm_kernel"] == "vllm-fp8"
+    assert got["trtllm", "fp8"]["gemm_kernel"] == "generic"
     assert got["sglang", "bf16"]["gemm_kernel"] == "generic"
-    sglang_gemm_s = got["sglang", "fp8"]["breakdown"]["gemm_s"]
-    assert sglang_gemm_s != pytest.approx(got["vllm", "fp8"]["breakdown"]["gemm_s"], rel=1e-3)
+    gemm_s = {key: obj["breakdown"]["gemm_s"] for key, obj in got.items()}
+    assert gemm_s["sglang", "fp8"] != pytest.approx(gemm_s["vllm", "fp8"], rel=1e-3)
+    assert gemm_s["vllm", "fp8"] != pytest.approx(gemm_s["trtllm", "fp8"], rel=1e-3)
 
 
 def test_kv_json_seed_facts(capsys):

@@ -1,6 +1,7 @@
-"""Named GEMM kernels with a dispatch table (``gemm_kernels``, SGLang's FP8 GEMM): the tile
-form by hand, the step model against ``ops.py``, selection by the engine profile, and the
-profile and engine-file errors."""
+"""Named GEMM kernels with a dispatch table (``gemm_kernels``, SGLang's and vLLM's FP8
+GEMMs): the tile form by hand (branches by m, n and k, swapped operands), the step model
+against ``ops.py``, selection by the engine profile, and the profile and engine-file
+errors."""
 
 from __future__ import annotations
 
@@ -40,6 +41,26 @@ KERNEL = {
     ],
 }  # fmt: skip
 SGLANG_KERNELS = dataclasses.replace(ZERO_ENGINE, fp8_gemm_kernel="sglang-fp8")
+# vLLM's dispatch (fit_public VLLM_FP8): conditions on n and k, operands swapped for m <= 64
+VLLM_KERNEL = {
+    **KERNEL,
+    "branches": [
+        {"max_m": 16, "max_n": 1280, "tile_m": 64, "tile_n": 16, "cluster_m": 1,
+         "cluster_n": 2, "max_eff": 0.2, "swap_ab": True},
+        {"max_m": 16, "tile_m": 64, "tile_n": 16, "cluster_m": 1, "cluster_n": 1,
+         "max_eff": 0.2, "swap_ab": True},
+        {"max_m": 64, "max_n": 1280, "tile_m": 64, "tile_n": 16, "cluster_m": 1,
+         "cluster_n": 4, "max_eff": 0.2, "swap_ab": True},
+        {"max_m": 64, "tile_m": 64, "tile_n": 64, "cluster_m": 1, "cluster_n": 1,
+         "max_eff": 0.4, "swap_ab": True},
+        {"max_m": 128, "tile_m": 64, "tile_n": 128, "cluster_m": 2, "cluster_n": 1,
+         "max_eff": 0.85},
+        {"max_m": None, "min_m": 8192, "min_k": 6144, "tile_m": 256, "tile_n": 128,
+         "cluster_m": 2, "cluster_n": 1, "max_eff": 0.8},
+        {"max_m": None, "tile_m": 128, "tile_n": 128, "cluster_m": 2, "cluster_n": 1,
+         "max_eff": 0.7},
+    ],
+}  # fmt: skip
 
 
 def _profile(kernel=KERNEL):
@@ -67,6 +88,58 @@ def test_tile_form_by_hand() -> None:
     tile1 = 1e-10 * 4096 + 2 * 4096 * 4096 / (per_sm * 0.9)
     got1 = float(ops.tiled_gemm_time_s(peaks, p, 1, 4096, 4096))
     assert got1 == pytest.approx(3e-6 + max(tile1, mem1), rel=1e-12)
+
+
+def test_branches_by_n_and_k_and_swapped_operands_by_hand() -> None:
+    raw = copy.deepcopy(FIXED_H100)
+    raw["gemm_kernels"] = {"vllm-fp8": copy.deepcopy(VLLM_KERNEL)}
+    prof = profile_from_dict(raw, "fixed.json")
+    p, peaks = prof.gemm_kernels["vllm-fp8"], prof.peaks
+    per_sm = 1979e12 / 132
+
+    def tile_s(tm, tn, k, eff):
+        return 1e-10 * tm * tn + 2 * tm * tn * k / (per_sm * eff)
+
+    def mem_s(m, n, k):
+        return (m * k + k * n + m * n) / (3.35e12 * 0.75)
+
+    def got(m, n, k):
+        return float(ops.tiled_gemm_time_s(peaks, p, m, n, k))
+
+    # m = 10, n = 1024 (n <= 1280): swapped, the kernel's m is n: 16 tiles of 64 weight rows
+    # x 1 of 16 tokens, rounded to the 1 x 2 cluster: 32 tiles, one wave; memory-bound
+    want = 3e-6 + max(tile_s(64, 16, 4096, 0.2), mem_s(10, 1024, 4096))
+    assert got(10, 1024, 4096) == pytest.approx(want, rel=1e-12)
+    assert p.branch(10, 1024, 4096) is p.branches[0]
+    # m = 10, n = 16384: the second branch (no cluster): 256 tiles, two waves
+    want = 3e-6 + max(2 * tile_s(64, 16, 4096, 0.2), mem_s(10, 16384, 4096))
+    assert got(10, 16384, 4096) == pytest.approx(want, rel=1e-12)
+    # m = 40, n = 16384: swapped 64 x 64 tiles: 256 x 1 tiles, two waves
+    tile = tile_s(64, 64, 4096, 0.4)
+    assert got(40, 16384, 4096) == pytest.approx(3e-6 + max(2 * tile, mem_s(40, 16384, 4096)))
+    # m = 40, n = 1024: swapped 64 x 16 tiles in 1 x 4 clusters: 16 x ceil(3/4) x 4 = 64 tiles
+    want = 3e-6 + max(tile_s(64, 16, 4096, 0.2), mem_s(40, 1024, 4096))
+    assert got(40, 1024, 4096) == pytest.approx(want, rel=1e-12)
+    # m = 8192: k = 8192 takes the 256 x 128 branch (32 x 64 = 2048 tiles, 16 waves), k = 4096
+    # the default 128 x 128 one (64 x 64 = 4096 tiles, 32 waves)
+    assert got(8192, 8192, 8192) == pytest.approx(3e-6 + 16 * tile_s(256, 128, 8192, 0.8))
+    assert got(8192, 8192, 4096) == pytest.approx(3e-6 + 32 * tile_s(128, 128, 4096, 0.7))
+    assert p.branch(4096, 8192, 8192) is p.branches[-1]  # min_m not met
+    # the step model's scalar copy agrees on every branch
+    from disaggsim.costmodel.step import _tiled_gemm_s
+
+    for m, n, k in (
+        (1, 1024, 4096),
+        (16, 2048, 4096),
+        (17, 1280, 512),
+        (64, 1281, 8192),
+        (100, 4096, 4096),
+        (8192, 4096, 6144),
+        (8192, 4096, 6143),
+        (300, 96, 64),
+    ):
+        want = _tiled_gemm_s(1979e12, 3.35e12, p, m, n, k)
+        assert got(m, n, k) == pytest.approx(want, rel=1e-12)  # fmt: skip
 
 
 def test_step_model_runs_the_engine_kernel_term_for_term() -> None:
@@ -114,22 +187,26 @@ def test_the_engine_profile_chooses_the_kernel_where_the_profile_fits_it() -> No
     assert w_old.gemm_kernel == "generic"
     for b in (1, 100, 3000):
         assert w_old.decode_time_s(b, b * 512) == w_none.decode_time_s(b, b * 512)
-    # shipped: SGLang names its kernel, the others none; the H100 profile fits it
+    # shipped: SGLang and vLLM name their kernels, the others none; the H100 profile fits them
     eng = load_engines()
     assert eng["sglang"].fp8_gemm_kernel == "sglang-fp8"
-    assert {eng[n].fp8_gemm_kernel for n in ("vllm", "trtllm", "vllm-eager-2023")} == {None}
-    sg = build_worker_cost("llama-3-70b", "h100-sxm", 4, weight_dtype="fp8", engine="sglang")
-    vl = build_worker_cost("llama-3-70b", "h100-sxm", 4, weight_dtype="fp8", engine="vllm")
-    assert (sg.gemm_kernel, vl.gemm_kernel) == ("sglang-fp8", "generic")
+    assert eng["vllm"].fp8_gemm_kernel == "vllm-fp8"
+    assert {eng[n].fp8_gemm_kernel for n in ("trtllm", "vllm-eager-2023")} == {None}
+    kernels = {
+        e: build_worker_cost("llama-3-70b", "h100-sxm", 4, weight_dtype="fp8", engine=e).gemm_kernel
+        for e in ("sglang", "vllm", "trtllm")
+    }
+    assert kernels == {"sglang": "sglang-fp8", "vllm": "vllm-fp8", "trtllm": "generic"}
 
 
 def test_kernels_follow_the_sm_architecture_with_each_gpu_sm_count() -> None:
-    h100 = load_profile("h100-sxm").gemm_kernels["sglang-fp8"]
-    assert h100.num_sms == 132 and len(h100.branches) == 4
-    for gpu, sms in (("h200-sxm", 132), ("h800-sxm", 132), ("h100-pcie", 114)):
-        k = load_profile(gpu).gemm_kernels["sglang-fp8"]
-        assert k.num_sms == sms
-        assert dataclasses.replace(k, num_sms=132) == h100
+    for name, num_branches in (("sglang-fp8", 4), ("vllm-fp8", 7)):
+        h100 = load_profile("h100-sxm").gemm_kernels[name]
+        assert h100.num_sms == 132 and len(h100.branches) == num_branches
+        for gpu, sms in (("h200-sxm", 132), ("h800-sxm", 132), ("h100-pcie", 114)):
+            k = load_profile(gpu).gemm_kernels[name]
+            assert k.num_sms == sms
+            assert dataclasses.replace(k, num_sms=132) == h100
     for gpu in ("a100-80gb", "l40s", "b200"):  # no FP8 / another architecture's kernels
         assert load_profile(gpu).gemm_kernels == {}
 
@@ -143,16 +220,27 @@ def _bad(path_change):
 @pytest.mark.parametrize(
     "kernel, name, pattern",
     [
-        (KERNEL, "cublas-fp8", r"gemm_kernels\.cublas-fp8: unknown GEMM kernel \(allowed: sglang-fp8\)"),
+        (KERNEL, "cublas-fp8",
+         r"gemm_kernels\.cublas-fp8: unknown GEMM kernel \(allowed: sglang-fp8, vllm-fp8\)"),
         (_bad(lambda k: k.update(dtype="bf16")), "sglang-fp8", r"sglang-fp8\.dtype: sglang-fp8 runs fp8"),
         (_bad(lambda k: k.pop("mem_eff")), "sglang-fp8", r"sglang-fp8\.mem_eff: missing"),
         (_bad(lambda k: k.update(mem_eff=1.5)), "sglang-fp8", r"mem_eff: must be in \(0, 1\]"),
         (_bad(lambda k: k.update(num_sms=0)), "sglang-fp8", r"num_sms: expected an integer >= 1"),
         (_bad(lambda k: k.update(branches=[])), "sglang-fp8", r"branches: expected a non-empty list"),
         (_bad(lambda k: k["branches"][3].update(max_m=4096)), "sglang-fp8",
-         r"branches\[3\]\.max_m: the last branch takes every larger m \(null\)"),
-        (_bad(lambda k: k["branches"][1].update(max_m=64)), "sglang-fp8",
-         r"branches\[1\]\.max_m: must increase"),
+         r"branches\[3\]: the last branch takes every GEMM the others do not"),
+        (_bad(lambda k: k["branches"][3].update(min_k=6144)), "sglang-fp8",
+         r"branches\[3\]: the last branch takes every GEMM the others do not"),
+        (_bad(lambda k: k["branches"][1].update(max_m=32)), "sglang-fp8",
+         r"branches\[1\]\.max_m: must not decrease"),
+        (_bad(lambda k: k["branches"][1].update(max_m=None)), "sglang-fp8",
+         r"branches\[1\]: a branch before the last needs a condition"),
+        (_bad(lambda k: k["branches"][1].update(swap_ab=1)), "sglang-fp8",
+         r"branches\[1\]\.swap_ab: expected true or false"),
+        (_bad(lambda k: k["branches"][1].update(max_n=0)), "sglang-fp8",
+         r"branches\[1\]\.max_n: must be > 0"),
+        (_bad(lambda k: k["branches"][1].update(min_n=4)), "sglang-fp8",
+         r"branches\[1\]\.min_n: unknown key"),
         (_bad(lambda k: k["branches"][0].update(max_eff=1.2)), "sglang-fp8",
          r"branches\[0\]\.max_eff: must be in \(0, 1\]"),
         (_bad(lambda k: k["branches"][2].update(tile_m=0)), "sglang-fp8",
@@ -183,7 +271,7 @@ def test_engine_file_fp8_gemm_kernel_field() -> None:
     raw["engines"]["sglang"]["fp8_gemm_kernel"] = "cutlass"
     with pytest.raises(
         EngineProfileError,
-        match=r"engines\.sglang\.fp8_gemm_kernel: 'cutlass' \(allowed: null, sglang-fp8\)",
+        match=r"engines\.sglang\.fp8_gemm_kernel: 'cutlass' \(allowed: null, sglang-fp8, vllm-fp8\)",
     ):
         engines_from_dict(raw, "x.json")
     # a file written before the field: every engine's FP8 GEMMs are ops.gemm.fp8

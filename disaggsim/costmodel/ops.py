@@ -11,9 +11,10 @@ Forms (``docs/costmodel.md`` has the derivations):
 - GEMM (m tokens × k → n): ``launch_s + max(2mnk / (peak × eff_c), bytes / (hbm × mem_eff))``
   with ``eff_c = max_eff × d / (d + half_sat)``, ``d = min(m, n, k)``: compute efficiency
   saturating in the smallest dimension; ``bytes = (mk + kn + mn) × elem``.
-- GEMM kernel with a dispatch table (a named ``gemm_kernels`` fit, e.g. SGLang's FP8 GEMM):
-  the branch for m gives CTA tiles ``tm × tn`` in clusters ``cm × cn``; ``tiles =
-  ⌈⌈m/tm⌉/cm⌉·cm × ⌈⌈n/tn⌉/cn⌉·cn`` run in ``⌈tiles / SMs⌉`` waves, each tile ``epilogue ×
+- GEMM kernel with a dispatch table (a named ``gemm_kernels`` fit: SGLang's and vLLM's FP8
+  GEMMs): the first branch whose conditions on m (and n, k) hold gives CTA tiles ``tm × tn``
+  in clusters ``cm × cn``; ``tiles = ⌈⌈M/tm⌉/cm⌉·cm × ⌈⌈N/tn⌉/cn⌉·cn`` with ``(M, N) =
+  (m, n)``, or ``(n, m)`` where the branch swaps the operands (``swap_ab``) run in ``⌈tiles / SMs⌉`` waves, each tile ``epilogue ×
   tm·tn + 2·tm·tn·k / (peak / SMs × eff_branch)``; ``launch_s + max(waves × tile, bytes /
   (hbm × mem_eff))``. Piecewise in m (whole tiles and waves; not monotone across branches,
   as the kernel is not).
@@ -102,14 +103,18 @@ def tiled_gemm_time_s(
     """Seconds for one (m × k) @ (k × n) GEMM on a kernel with a CTA-tile dispatch table
     (:class:`~disaggsim.hardware.profile.TiledGemmParams`, module docstring), in its dtype."""
     m, n, k = np.broadcast_arrays(*(np.asarray(x, float) for x in (m, n, k)))
-    br = np.zeros(m.shape, int)
-    for i, b in enumerate(p.branches[:-1]):  # the first branch whose max_m takes m
-        br = np.where((br == i) & (m > b.max_m), i + 1, br)
-    tm, tn, cm, cn, eff = (
+    last = len(p.branches) - 1
+    br = np.full(m.shape, last)
+    for i in range(last - 1, -1, -1):  # the first branch whose conditions hold
+        b = p.branches[i]
+        takes = (m <= b.max_m) & (n <= b.max_n) & (m >= b.min_m) & (k >= b.min_k)
+        br = np.where(takes, i, br)
+    tm, tn, cm, cn, eff, swap = (
         np.array([getattr(b, f) for b in p.branches], float)[br]
-        for f in ("tile_m", "tile_n", "cluster_m", "cluster_n", "max_eff")
+        for f in ("tile_m", "tile_n", "cluster_m", "cluster_n", "max_eff", "swap_ab")
     )
-    tiles = np.ceil(np.ceil(m / tm) / cm) * cm * np.ceil(np.ceil(n / tn) / cn) * cn
+    rows, cols = np.where(swap > 0, n, m), np.where(swap > 0, m, n)  # the kernel's m, n
+    tiles = np.ceil(np.ceil(rows / tm) / cm) * cm * np.ceil(np.ceil(cols / tn) / cn) * cn
     waves = np.ceil(tiles / p.num_sms)
     area = tm * tn
     per_sm = peaks.flop_per_s(p.dtype) / p.num_sms

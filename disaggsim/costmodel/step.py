@@ -137,10 +137,11 @@ def _gemm_s(peak: float, hbm: float, p: GemmParams, m: float, n: float, k: float
 def _tiled_gemm_s(
     peak: float, hbm: float, p: TiledGemmParams, m: float, n: float, k: float
 ) -> float:
-    b = p.branch(m)
+    b = p.branch(m, n, k)
+    rows, cols = (n, m) if b.swap_ab else (m, n)  # the kernel's m and n
     tiles = (
-        math.ceil(math.ceil(m / b.tile_m) / b.cluster_m) * b.cluster_m
-        * math.ceil(math.ceil(n / b.tile_n) / b.cluster_n) * b.cluster_n
+        math.ceil(math.ceil(rows / b.tile_m) / b.cluster_m) * b.cluster_m
+        * math.ceil(math.ceil(cols / b.tile_n) / b.cluster_n) * b.cluster_n
     )  # fmt: skip
     waves = math.ceil(tiles / p.num_sms)
     area = float(b.tile_m * b.tile_n)

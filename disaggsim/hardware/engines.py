@@ -33,7 +33,8 @@ context tokens, so a decode step stays affine in the context (``docs/costmodel.m
 
 GEMM kernels: an engine whose FP8 GEMM kernel the hardware profile fits on its own names it
 (``fp8_gemm_kernel``: SGLang's ``sglang-fp8``, sgl-kernel's CUTLASS FP8 GEMM with its tile
-dispatch table); its FP8 GEMMs then run that fit wherever the hardware profile has it
+dispatch table; vLLM's ``vllm-fp8``, its CUTLASS ``scaled_mm`` dispatch); its FP8 GEMMs then
+run that fit wherever the hardware profile has it
 (``HardwareProfile.gemm_kernels``), else the profile's ``ops.gemm.fp8``. ``null`` (absent in
 an older file): ``ops.gemm.fp8``, the behaviour before the field existed.
 

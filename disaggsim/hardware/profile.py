@@ -28,7 +28,9 @@ by the calibration fitter. Schema (version 1)::
         "<kernel>": {"dtype": "fp8", "num_sms", "launch_s", "mem_eff",
                      "epilogue_s_per_elem", "source",
                      "branches": [{"max_m" (null: no limit), "tile_m", "tile_n",
-                                   "cluster_m", "cluster_n", "max_eff"}, ...]}},
+                                   "cluster_m", "cluster_n", "max_eff",
+                                   "max_n", "min_m", "min_k", "swap_ab" (optional)},
+                                  ...]}},
       "graph_replay": {"per_layer_s": ...},                     (optional, default 0)
       "fit_error": {"<op>": {"median_ape": ..., "mean_ape": ..., "n": ..., ...}},
       "provenance": {"kind": "measured" | "fitted-public" | "prior" | "provisional",
@@ -79,8 +81,9 @@ DECODE_ONLY_BACKENDS = ("trtllm-mmha",)
 ATTENTION_CHOICES = ("auto", *(b for b in ATTENTION_BACKENDS if b not in DECODE_ONLY_BACKENDS))
 # GEMM kernels a profile may hold a tile-form fit for (``gemm_kernels``), and the weight
 # dtype each runs: SGLang's FP8 GEMM on Hopper (sgl-kernel ``fp8_scaled_mm``, CUTLASS with a
-# CTA-tile dispatch table by m)
-GEMM_KERNELS = {"sglang-fp8": "fp8"}
+# CTA-tile dispatch table by m) and vLLM's (``cutlass_scaled_mm``, CUTLASS with a dispatch
+# table by m, n and k that swaps the operands for m <= 64)
+GEMM_KERNELS = {"sglang-fp8": "fp8", "vllm-fp8": "fp8"}
 
 
 class ProfileError(ValueError):
@@ -113,8 +116,11 @@ class GemmParams:
 @dataclass(frozen=True, slots=True)
 class GemmTileBranch:
     """One entry of a GEMM kernel's dispatch table: GEMMs with ``m <= max_m`` tokens (the
-    last entry: ``inf``) run CTA tiles of ``tile_m × tile_n`` outputs in clusters of
-    ``cluster_m × cluster_n`` tiles at ``max_eff`` of the SM's share of the peak."""
+    last entry: ``inf``), and where given ``n <= max_n``, ``m >= min_m`` and ``k >= min_k``,
+    run CTA tiles of ``tile_m × tile_n`` outputs in clusters of ``cluster_m × cluster_n``
+    tiles at ``max_eff`` of the SM's share of the peak. With ``swap_ab`` the kernel computes
+    the transposed product (the weights as its first operand: vLLM's small-m configs), so
+    its tile and cluster m run along the GEMM's n and their n along its m."""
 
     max_m: float
     tile_m: int
@@ -122,6 +128,15 @@ class GemmTileBranch:
     cluster_m: int
     cluster_n: int
     max_eff: float
+    max_n: float = float("inf")
+    min_m: float = 0.0
+    min_k: float = 0.0
+    swap_ab: bool = False
+
+    def takes(self, m: float, n: float, k: float) -> bool:
+        """Whether a GEMM of ``m`` tokens, ``n`` outputs and ``k`` inputs meets every
+        condition of this entry."""
+        return m <= self.max_m and n <= self.max_n and m >= self.min_m and k >= self.min_k
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +145,9 @@ class TiledGemmParams:
     for ``m`` gives the tiles; the output grid, rounded up to whole clusters, runs in whole
     waves over ``num_sms`` SMs, each tile ``k`` deep at ``max_eff`` of ``peak / num_sms``
     plus ``epilogue_s_per_elem`` per output element (scaling and the store); the kernel
-    takes the longer of that and the memory bound, plus ``launch_s``."""
+    takes the longer of that and the memory bound, plus ``launch_s``. The first branch
+    whose conditions hold (:meth:`GemmTileBranch.takes`) is the one taken, the last one
+    otherwise."""
 
     dtype: str
     num_sms: int
@@ -140,9 +157,9 @@ class TiledGemmParams:
     branches: tuple[GemmTileBranch, ...]
     source: str = ""
 
-    def branch(self, m: float) -> GemmTileBranch:
+    def branch(self, m: float, n: float, k: float) -> GemmTileBranch:
         for b in self.branches:
-            if m <= b.max_m:
+            if b.takes(m, n, k):
                 return b
         return self.branches[-1]
 
@@ -538,6 +555,9 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
 
 
 _BRANCH_INTS = ("tile_m", "tile_n", "cluster_m", "cluster_n")
+_BRANCH_KEYS = {
+    "max_m", *_BRANCH_INTS, "max_eff", "max_n", "min_m", "min_k", "swap_ab"
+}  # fmt: skip
 _KERNEL_KEYS = {
     "dtype", "num_sms", "launch_s", "mem_eff", "epilogue_s_per_elem", "branches", "source"
 }  # fmt: skip
@@ -552,7 +572,8 @@ def _count(d: dict, key: str, where: str, path: str) -> int:
 
 def _gemm_kernels(sec: Any, peaks: GpuPeaks, path: str) -> dict[str, TiledGemmParams]:
     """``gemm_kernels`` validated: known kernel names, their dtype, a dispatch table of
-    branches with increasing ``max_m`` ending in ``null`` (no limit), efficiencies in (0, 1]."""
+    branches with non-decreasing ``max_m`` ending in one that takes every GEMM (``max_m``
+    ``null``: no limit, and no other condition), efficiencies in (0, 1]."""
     if not isinstance(sec, dict):
         raise ProfileError(f"{path}: gemm_kernels: not an object")
     out: dict[str, TiledGemmParams] = {}
@@ -588,26 +609,52 @@ def _gemm_kernels(sec: Any, peaks: GpuPeaks, path: str) -> dict[str, TiledGemmPa
             wb = f"{w}.branches[{i}]"
             if not isinstance(b, dict):
                 raise ProfileError(f"{path}: {wb}: not an object")
+            bad = sorted(set(b) - _BRANCH_KEYS)
+            if bad:
+                raise ProfileError(
+                    f"{path}: {wb}.{bad[0]}: unknown key (allowed: {', '.join(sorted(_BRANCH_KEYS))})"
+                )
             final = i == len(raw_branches) - 1
-            if final:
-                if b.get("max_m") is not None:
-                    raise ProfileError(
-                        f"{path}: {wb}.max_m: the last branch takes every larger m (null), "
-                        f"got {b.get('max_m')!r}"
-                    )
-                max_m = float("inf")
-            else:
-                max_m = _num(b, "max_m", wb, path)
-                if max_m <= last:
-                    raise ProfileError(
-                        f"{path}: {wb}.max_m: must increase from branch to branch, got {max_m}"
-                    )
-                last = max_m
+            max_m = float("inf") if b.get("max_m") is None else _num(b, "max_m", wb, path)
+            max_n = float("inf") if b.get("max_n") is None else _num(b, "max_n", wb, path)
+            min_m, min_k = (
+                _num(b, key, wb, path, positive=False) if key in b else 0.0
+                for key in ("min_m", "min_k")
+            )
+            swap = b.get("swap_ab", False)
+            if not isinstance(swap, bool):
+                raise ProfileError(f"{path}: {wb}.swap_ab: expected true or false, got {swap!r}")
+            limited = max_m < float("inf") or max_n < float("inf") or min_m > 0 or min_k > 0
+            if final and limited:
+                raise ProfileError(
+                    f"{path}: {wb}: the last branch takes every GEMM the others do not "
+                    "(max_m null, no max_n, min_m or min_k)"
+                )
+            if not final and not limited:
+                raise ProfileError(
+                    f"{path}: {wb}: a branch before the last needs a condition (max_m, max_n, "
+                    "min_m or min_k); as it is the branches after it are never taken"
+                )
+            if max_m < last:
+                raise ProfileError(
+                    f"{path}: {wb}.max_m: must not decrease from branch to branch, got {max_m}"
+                )
+            last = max_m
             eff = _num(b, "max_eff", wb, path)
             if eff > 1.0:
                 raise ProfileError(f"{path}: {wb}.max_eff: must be in (0, 1], got {eff}")
             ints = {k: _count(b, k, wb, path) for k in _BRANCH_INTS}
-            branches.append(GemmTileBranch(max_m=max_m, max_eff=eff, **ints))
+            branches.append(
+                GemmTileBranch(
+                    max_m=max_m,
+                    max_eff=eff,
+                    max_n=max_n,
+                    min_m=min_m,
+                    min_k=min_k,
+                    swap_ab=swap,
+                    **ints,
+                )
+            )
         out[name] = TiledGemmParams(
             dtype=dtype,
             num_sms=_count(prm, "num_sms", w, path),
