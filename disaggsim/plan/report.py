@@ -56,6 +56,7 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
             "tol_fraction": res.options.tol_fraction,
             "num_candidates": len(res.ranked),
             "num_simulations": res.num_simulations,
+            "num_stopped_early": res.num_stopped_early,
             "converged": res.converged,
             "families": res.families,
             "quick": res.options.quick_mode,

@@ -285,6 +285,8 @@ class SearchResult:
     family_bounds: dict[str, float] = field(default_factory=dict)  # name -> bound per GPU
     converged: bool = True  # every family settled or pruned (no wave limit hit)
     num_simulations: int = 0
+    # simulations ended early as certain misses (docs/sweeps.md, "Goodput": early stop)
+    num_stopped_early: int = 0
     # share of prompt tokens an unbounded prefix cache would find (None: the requests
     # carry no prefix chains), whether or not the scenario caches them
     reuse_share_unbounded: float | None = None
@@ -1275,6 +1277,9 @@ def search(
         family_bounds={f.name: f.bound_per_gpu for f in fams},
         converged=found.converged,
         num_simulations=counter[0],
+        num_stopped_early=sum(
+            r.num_stopped_early for ev in (explorer, final) for r in ev.results.values()
+        ),
     )
 
 

@@ -51,6 +51,9 @@ GOODPUT_COLUMNS = (
     "unattainable_below_per_s",
     "attainment_target",
     "tol_per_s",
+    "num_runs",
+    "num_stopped_early",
+    "confirm_stopped_early",
 )
 
 
@@ -193,6 +196,9 @@ def goodput_frame(
                 else float("nan"),
                 "attainment_target": r.attainment_target,
                 "tol_per_s": r.tol_per_s,
+                "num_runs": r.num_runs,
+                "num_stopped_early": r.num_stopped_early,
+                "confirm_stopped_early": c is not None and c.num_stopped_early > 0,
             }
         )
     cols = [SCENARIO_FILE, *param_cols, *GOODPUT_COLUMNS[1:]]

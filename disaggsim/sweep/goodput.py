@@ -31,6 +31,15 @@ about ``2 alpha²`` (``p < alpha²``, or two independent rejections); a run abov
 whose queue grows, is rejected again by the longer run (or misses the attainment target
 in it), and far above capacity its ``p`` is below ``alpha²`` at once (no retest).
 
+**Early stop** (every phase, with ``stop_early``, the default): each run ends as soon as
+it certainly misses (:mod:`disaggsim.metrics.early_stop`: so many measured requests have
+provably missed that the attainment is below the target whatever the rest do; over
+``seeds`` runs, below :func:`~disaggsim.metrics.early_stop.seeds_stop_below`, so that one
+seed's stop puts the mean below the target). A stopped run's verdict is the full run's,
+a miss, so the search takes the same steps and finds the same goodput with fewer
+simulated requests; its evaluation says so (``Evaluation.num_stopped_early``, attainment
+NaN: not measured) and is never retested (its attainment is not met).
+
 Definitions and the math: docs/metrics.md ("Steady-state goodput"); CLI: docs/sweeps.md.
 """
 
@@ -47,6 +56,7 @@ import numpy as np
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
+from disaggsim.metrics.early_stop import seeds_stop_below
 from disaggsim.metrics.steady import RunLengthRule, horizon, service_time_s, slo_drain_s
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.sweep.core import (
@@ -101,8 +111,13 @@ class Evaluation:
     # attainment met but trend test failed: the run at the confirmation length with
     # fresh seeds that decided ``meets`` (module docstring, "Retest")
     retest: Evaluation | None = None
-    # the trend test's p-value, Bonferroni over the seeds (NaN: evaluated without one)
+    # the trend test's p-value, Bonferroni over the seeds (NaN: evaluated without one,
+    # or a run stopped early)
     p_value: float = float("nan")
+    # runs of the seeds that ended early as certain misses (module docstring, "Early
+    # stop"): then ``meets`` is false, ``attainment`` NaN and the trend untested
+    num_stopped_early: int = 0
+    num_runs: int = 1  # the seeds' runs behind it
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +150,22 @@ class GoodputResult:
     def num_retests(self) -> int:
         """Evaluations decided by a retest (a trend-only miss run again)."""
         return sum(e.retest is not None for e in self.evaluations)
+
+    @property
+    def num_runs(self) -> int:
+        """Simulations of the search, retests included (each evaluation's seeds)."""
+        return sum(
+            (e.num_runs) + (e.retest.num_runs if e.retest is not None else 0)
+            for e in self.evaluations
+        )
+
+    @property
+    def num_stopped_early(self) -> int:
+        """Runs of the search (retests included) that ended early as certain misses."""
+        return sum(
+            e.num_stopped_early + (e.retest.num_stopped_early if e.retest is not None else 0)
+            for e in self.evaluations
+        )
 
     @property
     def search_duration_s(self) -> float:
@@ -422,9 +453,14 @@ class _Job:
         rule: RunLengthRule,
         seeds: int,
         retest: bool,
+        stop_early: bool,
     ) -> None:
         self.src, self.search, self.profile, self.rule = src, search, profile, rule
         self.seeds, self.retest = seeds, retest
+        # stop a run once it certainly misses: below the target for one seed, lower for
+        # several (one stopped seed must sink their mean); never where none can
+        below = seeds_stop_below(src.attainment_target, seeds)
+        self.stop_below = below if stop_early and below > 0 else None
         self.points: list[tuple[float, bool]] = []
         self.durations: list[float] = []
         self.results: list[Evaluation] = []
@@ -440,6 +476,8 @@ class _Job:
                     override_text("seed", first_seed + k),
                     *h.overrides(),
                 ],
+                stop_on_certain_miss=self.stop_below is not None,
+                stop_below_attainment=self.stop_below,
             )
             for k in range(self.seeds)
         ]
@@ -498,6 +536,7 @@ def goodput_many(
     retest: bool = True,
     bisected: Sequence[bool] | None = None,
     rules: Sequence[RunLengthRule] | None = None,
+    stop_early: bool = True,
 ) -> list[GoodputResult]:
     """Steady-state goodput of several scenarios, searched side by side: each scenario's
     next rate(s) × seeds go to the executor as soon as its last ones are back (then its
@@ -506,8 +545,10 @@ def goodput_many(
     rate_hi)`` per scenario instead of the shared one; ``rules`` a run-length rule per
     scenario instead of the shared ``rule``; ``retest=False`` lets a trend-only miss stand
     (the search before retests); ``bisected`` (per scenario) marks brackets already
-    bisected, whose ``rate_lo`` is only confirmed (:class:`RateSearch`). Each scenario's
-    result depends only on its own runs: the same with any executor or neighbours."""
+    bisected, whose ``rate_lo`` is only confirmed (:class:`RateSearch`);
+    ``stop_early=False`` runs every simulation to its end (module docstring, "Early
+    stop": the same goodput, more simulated requests). Each scenario's result depends
+    only on its own runs: the same with any executor or neighbours."""
     _check_seeds(seeds)
     rule = rule or RunLengthRule()
     starts = list(brackets) if brackets is not None else [(rate_lo, rate_hi)] * len(scenarios)
@@ -527,7 +568,7 @@ def goodput_many(
             min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
             bisected=was,
         )
-        jobs.append(_Job(src, search, profile, r, seeds, retest))
+        jobs.append(_Job(src, search, profile, r, seeds, retest, stop_early))
     own = executor is None
     # the first round sends both ends of every search
     ex = executor if executor is not None else default_executor(2 * len(jobs) * seeds)
@@ -587,11 +628,17 @@ def _evaluation(
 ) -> Evaluation:
     att = [s.slo_attainment for s in runs]
     mean = sum(att) / len(att)
+    stopped = sum(s.stopped_early_at_s is not None for s in runs)
+    if stopped:  # a certain miss (its seeds' mean below the target): no trend to test
+        return Evaluation(
+            rate, math.nan, False, False, duration_s, long, runs[0],
+            num_stopped_early=stopped, num_runs=len(runs),
+        )  # fmt: skip
     p = min(s.stability_p_value for s in runs) * len(runs)
     stable = bool(p >= rule.alpha)
     return Evaluation(
         rate, mean, stable, bool(mean >= target) and stable, duration_s, long, runs[0],
-        p_value=min(1.0, p),
+        p_value=min(1.0, p), num_runs=len(runs),
     )  # fmt: skip
 
 
@@ -607,6 +654,7 @@ def goodput(
     overrides: Sequence[str] | None = None,
     progress: ProgressFn | None = None,
     retest: bool = True,
+    stop_early: bool = True,
 ) -> GoodputResult:
     """Steady-state goodput of one scenario, starting from ``[rate_lo, rate_hi]`` (the
     range widens until it brackets the goodput), to ``tol_per_s`` (default 1 % of the
@@ -622,4 +670,5 @@ def goodput(
         executor=executor,
         progress=progress,
         retest=retest,
+        stop_early=stop_early,
     )[0]
