@@ -14,7 +14,9 @@ Runs, each through :func:`disaggsim.engine.cluster.run_cluster` on the inputs
 - stress variants of some of them: swap preemption, ``reserve_full`` admission, lower
   ``gpu_mem_util``, the KV capacity cut to 1/60 at twice the rate (preemptions), random
   worker failures on each pool, the other colocated scheduler, other router policies,
-  client timeouts and a bounded router queue;
+  client timeouts and a bounded router queue, and for disaggregated scenarios no
+  back-pressure with a cut KV (decode batches outgrow it: disaggregated preemption,
+  recompute and swap);
 - 20,000-request slices of the fixed benchmark (``disaggsim bench``) and of the 200- and
   1,000-GPU fleets (``disaggsim.cli.bench.fleet_scenario``).
 
@@ -256,6 +258,12 @@ def _variants(name: str, raw: dict) -> list[tuple[str, dict, int]]:
                 1,
             )
         )
+        # without back-pressure the decode pool admits on today's blocks, not at full
+        # length, so a cut KV makes decode batches outgrow it: disaggregated preemption,
+        # recomputed (through the prefill pool again) and swapped
+        nobp = _set(_rate_times(raw, 2.0), "router.backpressure", "none")
+        out.append((f"{name}+no_backpressure+kvcut", nobp, 60))
+        out.append((f"{name}+no_backpressure+swap+kvcut", _set(nobp, "kv.preemption", "swap"), 60))
         out.append(
             (
                 f"{name}+kv_aware+kvcut",
