@@ -232,8 +232,29 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   → 13.6% mean, 55.2% → 32.0% p90 (kernel section), 8.3% median held out by (n, k) family
   (extrapolation section); no target row (the GEMM target is SGLang's). The table is the
   current source's; the public tables do not record which source vLLM 0.24.0 was built
-  from. TensorRT-LLM keeps the shared FP8 GEMM (29.3%; no kernel of its own fitted). Tried
-  before and not kept: a
+  from. TensorRT-LLM keeps the shared FP8 GEMM (29.3%; no kernel of its own fitted).
+  Checked 2026-12-01 (night) for the thin margin, no fit shipped (`python -m
+  calibration.fit_public --data ../shared/data --gemm-variants sglang`, and `vllm`; held
+  out by (n, k) family, median / mean / p90): SGLang's shipped form 9.96% / 12.5% / 26.6%.
+  An L2 operand-traffic bound (each CTA tile loads its two operand tiles from L2, TMA
+  multicast sharing one over a cluster; one fitted L2 bandwidth, 7.5 TB/s) lowers the median
+  to 9.1% but raises mean and p90 (12.8%, 27.6%) and worsens m 129-256 (19.3% → 23.8% in
+  sample); on vLLM's rows it moves the median the wrong way (8.3% → 8.4%), mean and p90
+  down (13.6% → 13.2%, 32.0% → 30.7%), at 6.4 TB/s: the two kernels do not agree on one L2
+  rate either. A factor on the
+  quantisation kernel (each framework's own kernel, not the element-wise fit) gains 0.2
+  points on SGLang (factor 0.84) and 0.5 on vLLM (1.51): the factors go opposite ways and
+  the step model costs one quantisation kernel for every engine, so none is shipped. The
+  residual sits where the source's table and the rows disagree: SGLang's rows at m 129-256
+  take the time of 128-row tiles (vLLM's 128 × 128 tiles take about the same there), while
+  sgl-kernel's `sm90_fp8_dispatch_shape` runs 64 × 64 tiles from m 65 to 256 in every
+  public version found; with 128 × 128 tiles at 129-256 the rows err 9.2% / 11.0% / 22.1%
+  held out (m 129-256: 19.3% → 9.1% in sample). Nothing in the source explains a step at
+  m = 129 (one wave of 64 × 64 tiles gives each SM the same work at m = 128 and 129), so
+  the table is not changed on the rows alone: a kernel trace on a Hopper GPU (CUTLASS
+  kernel names carry the tile shape) would tell which kernel those rows timed. vLLM's rows
+  fit its current table better than its earlier one (no swapped small-m configs, no
+  256 × 128 branch). Tried before and not kept: a
   wave-quantisation factor on the smooth form (13.9%), per-m-range efficiencies, a serial
   k-loop bound (12.4%), and two tile shapes with one efficiency each (12.9%).
 - **Decode attention, context extrapolation (no target).** Before the split-KV form, a

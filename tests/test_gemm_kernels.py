@@ -142,6 +142,19 @@ def test_branches_by_n_and_k_and_swapped_operands_by_hand() -> None:
         assert got(m, n, k) == pytest.approx(want, rel=1e-12)  # fmt: skip
 
 
+def test_the_tile_grid_counts_whole_clusters_in_the_kernel_coordinates() -> None:
+    raw = copy.deepcopy(FIXED_H100)
+    raw["gemm_kernels"] = {"vllm-fp8": copy.deepcopy(VLLM_KERNEL)}
+    p = profile_from_dict(raw, "fixed.json").gemm_kernels["vllm-fp8"]
+    tiles, tm, tn, cm, cn = ops.tiled_gemm_grid(p, [10, 40, 40, 100, 8192], 1024, 8192)
+    # m = 10 and 40 swapped (64 weight rows x 16 tokens): 16 x 2 (the 1 x 2 cluster) and
+    # 16 x 4 (1 x 4); m = 100: 64 x 128 tiles, 2 rows x 8 columns; m = 8192, k = 8192:
+    # 256 x 128 tiles, 32 x 8
+    assert tiles.tolist() == [32, 64, 64, 16, 256]
+    assert (tm.tolist(), tn.tolist()) == ([64, 64, 64, 64, 256], [16, 16, 16, 128, 128])
+    assert (cm.tolist(), cn.tolist()) == ([1, 1, 1, 2, 2], [2, 4, 4, 1, 1])
+
+
 def test_step_model_runs_the_engine_kernel_term_for_term() -> None:
     prof = _profile()
     w = build_worker_cost(

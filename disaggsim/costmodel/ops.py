@@ -97,24 +97,46 @@ def gemm_time_s(
     return p.launch_s + np.maximum(compute_s, memory_s)
 
 
+def _tiled_branch(p: TiledGemmParams, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Per GEMM, the index of the first branch whose conditions hold (else the last)."""
+    last = len(p.branches) - 1
+    br = np.full(m.shape, last)
+    for i in range(last - 1, -1, -1):
+        b = p.branches[i]
+        takes = (m <= b.max_m) & (n <= b.max_n) & (m >= b.min_m) & (k >= b.min_k)
+        br = np.where(takes, i, br)
+    return br
+
+
+def tiled_gemm_grid(
+    p: TiledGemmParams, m: ArrayLike, n: ArrayLike, k: ArrayLike
+) -> tuple[np.ndarray, ...]:
+    """Per GEMM on a dispatch-table kernel: its CTA tiles (rounded up to whole clusters) and
+    its branch's ``tile_m``, ``tile_n``, ``cluster_m``, ``cluster_n`` (the kernel's own
+    coordinates: swapped with the operands)."""
+    m, n, k = np.broadcast_arrays(*(np.asarray(x, float) for x in (m, n, k)))
+    return _tile_grid(p, _tiled_branch(p, m, n, k), m, n)
+
+
+def _tile_grid(p: TiledGemmParams, br: np.ndarray, m: np.ndarray, n: np.ndarray):
+    tm, tn, cm, cn, swap = (
+        np.array([getattr(b, f) for b in p.branches], float)[br]
+        for f in ("tile_m", "tile_n", "cluster_m", "cluster_n", "swap_ab")
+    )
+    rows, cols = np.where(swap > 0, n, m), np.where(swap > 0, m, n)  # the kernel's m, n
+    tiles = np.ceil(np.ceil(rows / tm) / cm) * cm * np.ceil(np.ceil(cols / tn) / cn) * cn
+    return tiles, tm, tn, cm, cn
+
+
 def tiled_gemm_time_s(
     peaks: GpuPeaks, p: TiledGemmParams, m: ArrayLike, n: ArrayLike, k: ArrayLike
 ) -> np.ndarray:
     """Seconds for one (m × k) @ (k × n) GEMM on a kernel with a CTA-tile dispatch table
     (:class:`~disaggsim.hardware.profile.TiledGemmParams`, module docstring), in its dtype."""
     m, n, k = np.broadcast_arrays(*(np.asarray(x, float) for x in (m, n, k)))
-    last = len(p.branches) - 1
-    br = np.full(m.shape, last)
-    for i in range(last - 1, -1, -1):  # the first branch whose conditions hold
-        b = p.branches[i]
-        takes = (m <= b.max_m) & (n <= b.max_n) & (m >= b.min_m) & (k >= b.min_k)
-        br = np.where(takes, i, br)
-    tm, tn, cm, cn, eff, swap = (
-        np.array([getattr(b, f) for b in p.branches], float)[br]
-        for f in ("tile_m", "tile_n", "cluster_m", "cluster_n", "max_eff", "swap_ab")
-    )
-    rows, cols = np.where(swap > 0, n, m), np.where(swap > 0, m, n)  # the kernel's m, n
-    tiles = np.ceil(np.ceil(rows / tm) / cm) * cm * np.ceil(np.ceil(cols / tn) / cn) * cn
+    br = _tiled_branch(p, m, n, k)
+    tiles, tm, tn, _, _ = _tile_grid(p, br, m, n)
+    eff = np.array([b.max_eff for b in p.branches], float)[br]
     waves = np.ceil(tiles / p.num_sms)
     area = tm * tn
     per_sm = peaks.flop_per_s(p.dtype) / p.num_sms
