@@ -10,6 +10,7 @@ run's full-length attainment is below target.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -344,3 +345,24 @@ def test_the_stop_check_with_a_progress_callback():
     )
     assert raw.stopped_early_at_s == 30.0 and raw.end_at_s == 30.0
     assert ticks[-1] == 30.0 and len(ticks) == 26  # every 1.2 s (duration / 100), then 30
+
+
+def test_a_stopped_run_writes_and_reads_back(tmp_path):
+    from disaggsim.metrics.summary_table import Summary, cli_rows
+    from disaggsim.run import write_results
+
+    res = simulate(
+        REPO / "scenarios/ci/disaggregated.yaml",
+        ["workload.rate_per_s=8"],
+        stop_on_certain_miss=True,
+    )
+    assert res.summary.stopped_early_at_s is not None
+    folder = write_results(res, tmp_path / "out")  # plots included
+    flat = json.loads((folder / "summary.json").read_text())
+    assert flat["slo_attainment"] is None  # NaN: not measured
+    assert flat["stopped_early_at_s"] == res.summary.stopped_early_at_s
+    back = Summary.from_dict(flat)
+    assert back.stopped_early_at_s == res.summary.stopped_early_at_s
+    assert back.slo_attainment_upper_bound == res.summary.slo_attainment_upper_bound
+    rows = dict(cli_rows(res.summary))
+    assert rows["SLO attainment"] == "-" and rows["stopped early at"].endswith(" s")
