@@ -312,6 +312,23 @@ def test_cli_json_structure(tmp_path, capsys):
         load_scenario(tmp_path / "out" / "recommended.yaml")
 
 
+def test_cli_text_report_counts_simulations_and_stopped_runs(tmp_path, capsys):
+    """The text report names how many simulations ran and how many stopped once they
+    certainly missed, the same counts plan.json records."""
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    out = tmp_path / "out"
+    argv = ["plan", str(path), "--quick", "--workers", "1", "--quiet", "--out", str(out)]
+    assert main([*argv, "--no-plots"]) == 0
+    text = capsys.readouterr().out
+    search = json.loads((out / "plan.json").read_text())["search"]
+    assert search["num_simulations"] > 0
+    assert (
+        f"{search['num_simulations']} simulations, "
+        f"{search['num_stopped_early']} stopped once they certainly missed"
+    ) in text
+
+
 def test_budget_smaller_than_one_worker_is_one_line_error(capsys):
     rc = main(["plan", str(ADVISOR / "two-gpus.yaml"), "--gpus", "1", "--quick", "--quiet"])
     assert rc == 2

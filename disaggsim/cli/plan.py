@@ -240,7 +240,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pruned = sum(1 for v in res.families.values() if v == "pruned")
     print(
         f"\nsteady-state goodput of {len(res.ranked)} candidates ({len(res.families)} families, "
-        f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations; run "
+        f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations, "
+        f"{res.num_stopped_early} stopped once they certainly missed; run "
         "lengths from the workload, each goodput confirmed at twice the horizon):"
     )
     for line in ranked_table(res, args.price_per_gpu_hour is not None):
