@@ -476,6 +476,18 @@ def tiled_params(entry: dict[str, Any]) -> TiledGemmParams:
     )  # fmt: skip
 
 
+def spec_params(spec: TileKernelSpec, num_sms: int, q) -> TiledGemmParams:
+    """The tile-form parameters of ``spec``'s kernel from a fit vector ``q``: the floor
+    ``q[0]``, one efficiency per branch group ``q[1 : 1 + ne]``, then the memory efficiency
+    and the per-output epilogue time (``ne`` branch groups)."""
+    ne = max(spec.eff_groups) + 1
+    branches = tuple(
+        replace(b, max_eff=float(q[1 + g]))
+        for b, g in zip(spec.branches, spec.eff_groups, strict=True)
+    )
+    return TiledGemmParams("fp8", num_sms, q[0], q[1 + ne], q[2 + ne], branches)
+
+
 def fit_tiled_fp8_kernel(
     gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams, num_sms: int, spec: TileKernelSpec
 ) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
@@ -493,11 +505,7 @@ def fit_tiled_fp8_kernel(
     ne = max(spec.eff_groups) + 1
 
     def params_of(q) -> TiledGemmParams:
-        branches = tuple(
-            replace(b, max_eff=float(q[1 + g]))
-            for b, g in zip(spec.branches, spec.eff_groups, strict=True)
-        )
-        return TiledGemmParams("fp8", num_sms, q[0], q[1 + ne], q[2 + ne], branches)
+        return spec_params(spec, num_sms, q)
 
     def model(q, idx):
         return ops.tiled_gemm_time_s(peaks, params_of(q), m[idx], n[idx], k[idx]) + extra[idx]
@@ -1094,11 +1102,7 @@ def tile_form_variant_apes(
     ne = max(spec.eff_groups) + 1
 
     def params_of(q) -> TiledGemmParams:
-        branches = tuple(
-            replace(b, max_eff=float(q[1 + g]))
-            for b, g in zip(spec.branches, spec.eff_groups, strict=True)
-        )
-        return TiledGemmParams("fp8", num_sms, q[0], q[1 + ne], q[2 + ne], branches)
+        return spec_params(spec, num_sms, q)
 
     tiles, tm, tn, cm, cn = ops.tiled_gemm_grid(params_of([1.0] * (ne + 3)), m, n, k)
     l2_bytes = k * tiles * (tm / cn + tn / cm)
