@@ -25,6 +25,7 @@ from disaggsim.metrics.steady import (
 from disaggsim.run import simulate
 from disaggsim.sweep import SerialExecutor, goodput, search_rate
 from tests.conftest import REPO
+from tests.one_server import SERVICE_S, one_server, patch_constant_cost
 
 SEED = REPO / "scenarios" / "seed-70b-4k"
 
@@ -239,40 +240,16 @@ def test_search_counts_instability_and_nan_as_misses():
 
 # ------------------------------------------------------------------ by simulation
 
-SERVICE_S = 0.1  # seconds per request of the one-server scenarios below
-
-
-def _one_server(arrival: dict, ttft_s: float) -> dict:
-    """One colocated worker serving one 100-token prompt per batch at 1 ms per token,
-    each reply one token: a single server with deterministic service 0.1 s, FCFS, whose
-    capacity is exactly 10 req/s."""
-    return {
-        "name": "one-server",
-        "seed": 3,
-        "model": "llama-3-8b",
-        "architecture": "colocated",
-        "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "vllm",
-                 "max_batch_tokens": 100},
-        "slo": {"ttft_ms": ttft_s * 1e3, "itl_ms": 1000, "attainment_target": 0.9},
-        "workload": {
-            "kind": "synthetic", "rate_per_s": 1.0, **arrival,
-            "prompt_tokens": {"dist": "fixed", "value": 100},
-            "output_tokens": {"dist": "fixed", "value": 1},
-        },
-        "sim": {"duration_s": 60, "warmup_s": 0},
-    }  # fmt: skip
-
 
 @pytest.fixture
 def constant_costs(monkeypatch):
-    cost = ConstantCost(prefill_base_s=0.0, prefill_per_token_s=SERVICE_S / 100)
-    monkeypatch.setattr("disaggsim.run.build_costs", lambda scenario, label="": {"colocated": cost})
+    patch_constant_cost(monkeypatch)
 
 
 def test_evenly_spaced_arrivals_goodput_is_the_capacity(constant_costs):
     # D/D/1: below 10 req/s every request finds the server idle (TTFT 0.1 s <= 0.15 s);
     # above it the backlog grows by (0.1 - 1/rate) s per arrival and TTFTs pass 0.15 s
-    s = _one_server({"arrival": "gamma", "burstiness_cv": 1e-4}, ttft_s=0.15)
+    s = one_server(0.15, {"arrival": "gamma", "burstiness_cv": 1e-4})
     g = goodput(s, 2.0, 20.0, tol_per_s=0.05, executor=SerialExecutor())
     assert g.status == "found" and g.confirmed
     assert 10.0 - 0.05 - 0.02 <= g.rate_per_s <= 10.0
@@ -308,7 +285,7 @@ def test_poisson_goodput_is_just_below_capacity_and_near_erlang(constant_costs):
         lo, hi = (mid, hi) if _md1_ttft_attainment(mid, 2.0) >= 0.9 else (lo, mid)
     analytic = lo
     assert analytic == pytest.approx(9.416, abs=0.002)
-    s = _one_server({"arrival": "poisson"}, ttft_s=2.0)
+    s = one_server(2.0)
     short = simulate(s, ["workload.rate_per_s=10.2", "sim.duration_s=60", "seed=4"]).summary
     assert short["slo_attainment"] >= 0.9  # the trap: above capacity, a short run passes
     for seed in (1, 3, 4):

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.metrics.steady import RunLengthRule
 from disaggsim.sweep import ProcessExecutor, SerialExecutor
 from disaggsim.sweep.core import as_source
 from disaggsim.sweep.executors import drive
 from disaggsim.sweep.goodput import goodput_many
+from tests.one_server import one_server, patch_constant_cost
 
 
 def _square(x: int) -> int:
@@ -102,32 +102,11 @@ def test_a_failed_task_is_raised():
 # ------------------------------------------------------------------ goodput searches
 
 
-def _one_server(ttft_s: float) -> dict:
-    """One worker serving one 100-token prompt at a time at 1 ms per token (patched
-    cost, tests/test_goodput.py): capacity 10 req/s."""
-    return {
-        "name": "one-server",
-        "seed": 3,
-        "model": "llama-3-8b",
-        "architecture": "colocated",
-        "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "vllm",
-                 "max_batch_tokens": 100},
-        "slo": {"ttft_ms": ttft_s * 1e3, "itl_ms": 1000, "attainment_target": 0.9},
-        "workload": {
-            "kind": "synthetic", "rate_per_s": 1.0, "arrival": "poisson",
-            "prompt_tokens": {"dist": "fixed", "value": 100},
-            "output_tokens": {"dist": "fixed", "value": 1},
-        },
-        "sim": {"duration_s": 60, "warmup_s": 0},
-    }  # fmt: skip
-
-
 def test_goodput_many_with_a_rule_per_scenario_is_each_search_alone(monkeypatch):
     """Two scenarios with different run-length rules searched together give, each, what
     it gives searched alone with its rule, with a submitting executor or in rounds."""
-    cost = ConstantCost(prefill_base_s=0.0, prefill_per_token_s=0.1 / 100)
-    monkeypatch.setattr("disaggsim.run.build_costs", lambda scenario, label="": {"colocated": cost})
-    a, b = as_source(_one_server(2.0)), as_source(_one_server(0.6))
+    patch_constant_cost(monkeypatch)
+    a, b = as_source(one_server(2.0)), as_source(one_server(0.6))
     ra = RunLengthRule(min_measured_requests=150)
     rb = RunLengthRule(min_measured_requests=300, service_multiple=20.0)
 

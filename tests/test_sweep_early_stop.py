@@ -9,39 +9,19 @@ import math
 
 import pytest
 
-from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.metrics.steady import RunLengthRule
 from disaggsim.sweep import SerialExecutor
 from disaggsim.sweep.compare import GOODPUT_COLUMNS, goodput_frame
 from disaggsim.sweep.core import as_source
 from disaggsim.sweep.goodput import goodput_many
-
-
-def _one_server(ttft_s: float, seed: int = 3) -> dict:
-    """One worker serving one 100-token prompt at a time at 1 ms per token (patched
-    cost): an M/D/1 queue of capacity 10 req/s."""
-    return {
-        "name": f"one-server-{ttft_s:g}",
-        "seed": seed,
-        "model": "llama-3-8b",
-        "architecture": "colocated",
-        "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "vllm",
-                 "max_batch_tokens": 100},
-        "slo": {"ttft_ms": ttft_s * 1e3, "itl_ms": 1000, "attainment_target": 0.9},
-        "workload": {
-            "kind": "synthetic", "rate_per_s": 1.0, "arrival": "poisson",
-            "prompt_tokens": {"dist": "fixed", "value": 100},
-            "output_tokens": {"dist": "fixed", "value": 1},
-        },
-        "sim": {"duration_s": 60, "warmup_s": 0},
-    }  # fmt: skip
+from tests.one_server import one_server as one_server_dict
+from tests.one_server import patch_constant_cost
 
 
 @pytest.fixture
 def one_server(monkeypatch):
-    cost = ConstantCost(prefill_base_s=0.0, prefill_per_token_s=0.1 / 100)
-    monkeypatch.setattr("disaggsim.run.build_costs", lambda scenario, label="": {"colocated": cost})
-    return [as_source(_one_server(t)) for t in (2.0, 0.6)]
+    patch_constant_cost(monkeypatch)
+    return [as_source(one_server_dict(t, name=f"one-server-{t:g}")) for t in (2.0, 0.6)]
 
 
 def _steps(r):
