@@ -6,6 +6,7 @@ is. The goodput search runs its scenarios that way, each with its own run-length
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import pytest
@@ -20,6 +21,16 @@ from tests.one_server import one_server, patch_constant_cost
 
 def _square(x: int) -> int:
     return x * x
+
+
+def _raise_or_die(x: int) -> int:
+    """Task 1 raises; task 2 kills its worker process; the rest take a moment."""
+    if x == 1:
+        raise ValueError(f"task {x}")
+    if x == 2:
+        os._exit(3)
+    time.sleep(0.5)
+    return x
 
 
 def _nap(task: tuple[float, int]) -> int:
@@ -127,3 +138,16 @@ def test_goodput_many_with_a_rule_per_scenario_is_each_search_alone(monkeypatch)
         assert [dataclasses.replace(r, evaluations=()) for r in both] == [
             dataclasses.replace(r, evaluations=()) for r in alone
         ]
+
+
+def test_a_process_executors_failure_is_raised_and_a_dead_worker_named():
+    """With worker processes, map and drive raise a task's own failure, and a worker
+    that dies becomes the one-line error saying so (not a BrokenProcessPool)."""
+    for run in (
+        lambda ex, xs: ex.map(_raise_or_die, xs),
+        lambda ex, xs: drive(ex, _raise_or_die, [Steps("a", [xs], [])]),
+    ):
+        with ProcessExecutor(2) as ex, pytest.raises(ValueError, match="task 1"):
+            run(ex, [0, 1, 0])
+        with ProcessExecutor(2) as ex, pytest.raises(RuntimeError, match="worker process died"):
+            run(ex, [0, 2, 0])

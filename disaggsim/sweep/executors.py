@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 from disaggsim.errors import UserError
@@ -130,7 +131,7 @@ class ProcessExecutor(_Closing):
     ) -> list[Any]:
         pool = self._get_pool()
         futures: list[Future] = [pool.submit(fn, t) for t in tasks]
-        try:
+        with _cancelled_on_failure(futures):
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -138,14 +139,6 @@ class ProcessExecutor(_Closing):
                     f.result()  # raise the first failure now
                     if on_done is not None:
                         on_done()
-        except BrokenProcessPool as e:
-            for f in futures:
-                f.cancel()
-            raise RuntimeError(_DIED) from e
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
         return [f.result() for f in futures]
 
     def submit(self, fn: Callable[[Any], Any], task: Any) -> Future:
@@ -247,7 +240,7 @@ def drive(
         for k, t in enumerate(tasks):
             where[submit(fn, t)] = (i, k)
 
-    try:
+    with _cancelled_on_failure(where):  # the futures still out when a failure comes
         for i, j in enumerate(jobs):
             slots.append([])
             left.append(0)
@@ -263,12 +256,20 @@ def drive(
                 left[i] -= 1
                 if left[i] == 0:
                     send(i, jobs[i].advance(slots[i]))
+
+
+@contextmanager
+def _cancelled_on_failure(futures: Collection[Future]) -> Iterator[None]:
+    """On any failure inside, cancel the futures ``futures`` holds then (a live collection)
+    and re-raise; a dead worker process becomes the one-line :data:`_DIED` error."""
+    try:
+        yield
     except BrokenProcessPool as e:
-        for f in where:
+        for f in futures:
             f.cancel()
         raise RuntimeError(_DIED) from e
     except BaseException:
-        for f in where:
+        for f in futures:
             f.cancel()
         raise
 
