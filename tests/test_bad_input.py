@@ -183,6 +183,11 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("inf-repair", _nothing, sets("failures.workers=[{at_s: 1, worker: 'decode:0', repair_s: .inf}]"),
      "failures.workers.0.repair_s: Input should be a finite"),
     ("inf-latency", _nothing, sets("fabric.latency_us=.inf"), "fabric.latency_us: Input should be a finite"),
+    # a wrong value of a field whose type is a literal of several values (fabric.link) is
+    # that field's error, not an unknown key of the union's other member (topology)
+    ("fabric-link-wrong-value", _nothing, sets("fabric.link=abc"),
+     "fabric.link: Input should be 'nvlink', 'infiniband', 'roce' or 'pcie', got 'abc'"),
+    ("fabric-link-list", _nothing, sets("fabric.link=[]"), "fabric.link: Input should be 'nvlink'"),
     ("inf-bandwidth", _nothing, sets("fabric.bandwidth_gb_per_s=.inf"), "fabric.bandwidth_gb_per_s"),
     ("nan-slo", _nothing, sets("slo.ttft_ms=.nan"), "slo.ttft_ms: Input should be a finite"),
     ("inf-rate", _nothing, sets("workload.rate_per_s=.inf"), "workload.rate_per_s"),

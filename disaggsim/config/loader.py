@@ -275,16 +275,18 @@ def _numbers_only(annotation: Any) -> bool:
 
 
 def _pick_model(classes: list[type[BaseModel]], node: dict) -> type[BaseModel] | None:
-    """The member of a union of models that ``node`` describes: the first whose literal
-    tag fields (``kind``, ``dist``) agree with it; None when no member fits (pydantic
-    then reports the tag)."""
+    """The member of a union of models that ``node`` describes: the first whose tag
+    fields (``kind``, ``dist``: a literal of one value) agree with it; None when no
+    member fits (pydantic then reports the tag). A literal of several values (``link:
+    nvlink | pcie | ...``) is an ordinary field, not a tag: a wrong value there is that
+    field's error, not a sign of another member."""
     if len(classes) == 1:
         return classes[0]
     for cls in classes:
         fits = True
         for name, f in cls.model_fields.items():
             ann = _unwrap(f.annotation)
-            if typing.get_origin(ann) is not typing.Literal:
+            if typing.get_origin(ann) is not typing.Literal or len(typing.get_args(ann)) != 1:
                 continue
             if name in node:
                 fits = node[name] in typing.get_args(ann)
