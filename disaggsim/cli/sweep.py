@@ -48,7 +48,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     written = write_folder(out, render, command="sweep")
     Console().print(
-        f"{len(df)} runs ({len(tasks) // args.seeds} points × {args.seeds} seeds) {written.note()}",
+        f"{len(df)} runs ({len(tasks) // args.seeds} points × {args.seeds} "
+        f"seed{'s' if args.seeds > 1 else ''}) {written.note()}",
         markup=False,
         soft_wrap=True,
     )
