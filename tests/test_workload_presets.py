@@ -59,7 +59,7 @@ def test_preset_rate_cv_and_median_follow_the_measurements() -> None:
     cfg = ADAPTER.validate_python({"kind": "preset", "preset": "azure-conv-2023"})
     r = generate_requests(cfg, duration_s=4000, seed=2)
     expected = preset.mean_rate_per_s * 4000
-    # gamma renewal count: sd ~ cv * sqrt(n)
+    # renewal count (empirical gaps, the default): sd ~ cv * sqrt(n)
     assert abs(len(r) - expected) < 5 * preset.interarrival_cv * math.sqrt(expected)
     gaps = np.diff(r.arrival_s)
     assert gaps.std() / gaps.mean() == pytest.approx(preset.interarrival_cv, rel=0.1)

@@ -70,6 +70,7 @@ def fleet_scenario(num_gpus: int, num_requests: int) -> dict[str, Any]:
         "workload": {
             "kind": "preset",
             "preset": "azure-conv-2023",
+            "arrival": "gamma",  # the workload measured since issue 15 (docs/performance.md)
             "rate_per_s": rate,
             "max_tokens": 1000,  # the preset's longest reply
             "num_requests": num_requests,

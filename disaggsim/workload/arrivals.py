@@ -4,7 +4,10 @@ Every synthetic arrival process is built in two steps, so a time-varying rate pl
 without a second code path:
 
 1. a unit-rate renewal process (mean inter-arrival 1): exponential gaps for Poisson,
-   gamma gaps with shape ``1/cv**2`` and scale ``cv**2`` for bursty traffic;
+   gamma gaps with shape ``1/cv**2`` and scale ``cv**2`` for bursty traffic, or gaps
+   drawn from a measured gap distribution (``empirical``: a preset's table of gap
+   quantiles in units of the mean gap, sampled by linear interpolation of its inverse
+   distribution function and divided by that function's own mean, so the mean is 1);
 2. the time change ``t = Lambda^-1(u)``, where ``Lambda(t)`` is the cumulative expected
    number of arrivals of a piecewise-constant rate (a constant rate is a one-piece
    schedule, so ``t = u / rate``).
@@ -126,6 +129,23 @@ Schedule = RateSchedule | DiurnalSchedule
 """Anything with ``cumulative(t_s)`` and ``invert(u)`` as above."""
 
 
+GapQuantiles = tuple[tuple[float, float], ...]
+"""``((q, gap), ...)`` from q = 0 to q = 1: a gap distribution's quantiles."""
+
+
+def unit_gap_table(gap_quantiles: GapQuantiles) -> tuple[np.ndarray, np.ndarray]:
+    """Probabilities and gaps of ``gap_quantiles`` scaled so that the mean of the gap
+    drawn by linear interpolation of the table (its trapezoid integral) is exactly 1."""
+    qs = np.array([q for q, _ in gap_quantiles], dtype=np.float64)
+    gaps = np.array([g for _, g in gap_quantiles], dtype=np.float64)
+    if qs[0] != 0.0 or qs[-1] != 1.0 or np.any(np.diff(qs) <= 0) or np.any(np.diff(gaps) < 0):
+        raise ValueError("gap quantiles need q rising from 0 to 1 and gaps that do not fall")
+    mean = float(np.sum(np.diff(qs) * (gaps[1:] + gaps[:-1])) / 2.0)
+    if not mean > 0.0:
+        raise ValueError("gap quantiles need a positive mean gap")
+    return qs, gaps / mean
+
+
 def unit_renewal_times(
     rng: np.random.Generator,
     *,
@@ -133,25 +153,32 @@ def unit_renewal_times(
     cv: float,
     limit: float,
     max_count: float,
+    gap_quantiles: GapQuantiles | None = None,
 ) -> np.ndarray:
     """Event times of a unit-rate renewal process, those ``< limit``, at most
-    ``max_count`` of them. ``limit`` or ``max_count`` must be finite.
+    ``max_count`` of them. ``limit`` or ``max_count`` must be finite. ``empirical``
+    draws its gaps from ``gap_quantiles`` (:func:`unit_gap_table`).
 
     Gaps are drawn in vectorised chunks; the chunk sizes depend only on the arguments,
     so the result is a deterministic function of the generator state and arguments.
     """
     if math.isinf(limit) and math.isinf(max_count):
         raise ValueError("unit_renewal_times needs a finite limit or max_count")
-    if process == "poisson":
-        shape = 1.0
-    elif process == "gamma":
+    shape = 1.0
+    if process == "gamma":
         shape = 1.0 / (cv * cv)
-    else:
+    elif process == "empirical":
+        if gap_quantiles is None:
+            raise ValueError("arrival process empirical needs gap quantiles")
+        table_qs, table_gaps = unit_gap_table(gap_quantiles)
+    elif process != "poisson":
         raise ValueError(f"unknown arrival process {process!r}")
 
     def gaps(n: int) -> np.ndarray:
         if process == "poisson":
             return rng.exponential(1.0, size=n)
+        if process == "empirical":
+            return np.interp(rng.random(n), table_qs, table_gaps)
         return rng.gamma(shape, 1.0 / shape, size=n)
 
     if math.isinf(limit):
@@ -188,19 +215,29 @@ def arrival_times(
     cv: float,
     duration_s: float,
     max_count: float = math.inf,
+    gap_quantiles: GapQuantiles | None = None,
 ) -> np.ndarray:
     """Sorted arrival times in ``[0, duration_s)``, at most ``max_count`` of them.
 
     Parameters
     ----------
     schedule : the arrival rate over time (requests per second).
-    process : ``"poisson"`` or ``"gamma"``.
-    cv : coefficient of variation of the unit-rate gaps (gamma only; Poisson is 1).
+    process : ``"poisson"``, ``"gamma"`` or ``"empirical"``.
+    cv : coefficient of variation of the unit-rate gaps (gamma; for empirical only
+        the size of the chunks drawn at once).
+    gap_quantiles : the gap distribution of ``"empirical"``.
     duration_s : end of the arrival window (may be ``inf`` when ``max_count`` is finite).
     """
     limit = schedule.cumulative(duration_s)
     if math.isinf(limit) and math.isinf(max_count):
         raise ValueError("an endless arrival process needs num_requests or a finite duration")
-    u = unit_renewal_times(rng, process=process, cv=cv, limit=limit, max_count=max_count)
+    u = unit_renewal_times(
+        rng,
+        process=process,
+        cv=cv,
+        limit=limit,
+        max_count=max_count,
+        gap_quantiles=gap_quantiles,
+    )
     t = schedule.invert(u)
     return t[t < duration_s]  # rounding in the inversion may land on the boundary

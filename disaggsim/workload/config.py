@@ -30,6 +30,9 @@ PresetName = Literal[
 """Shipped presets; ``presets.PRESET_NAMES`` is the same tuple (checked by a test)."""
 
 ArrivalProcess = Literal["poisson", "gamma"]
+PresetArrival = Literal["poisson", "gamma", "empirical"]
+"""A preset's arrivals: ``empirical`` draws gaps from the source trace's measured gap
+distribution (the default), ``gamma`` gaps with the measured (or given) CV, ``poisson``."""
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
@@ -280,10 +283,10 @@ class MixShift(_Frozen):
 
 
 def _check_cv_needs_gamma(arrival: str | None, burstiness_cv: float | None) -> None:
-    if arrival == "poisson" and burstiness_cv is not None:
+    if arrival in ("poisson", "empirical") and burstiness_cv is not None:
         raise ValueError(
-            "burstiness_cv applies only to arrival: gamma (Poisson has CV 1); "
-            "drop burstiness_cv or set arrival: gamma"
+            "burstiness_cv applies only to arrival: gamma (Poisson has CV 1; empirical "
+            "draws the trace's own gaps); drop burstiness_cv or set arrival: gamma"
         )
 
 
@@ -353,15 +356,16 @@ def _check_schedule(schedule: tuple[tuple[float, float], ...]) -> None:
 
 class PresetWorkload(_Frozen):
     """A shipped preset: lengths drawn from quantiles measured on a real trace, arrivals
-    gamma with the measured inter-arrival CV at the measured mean rate, unless
-    overridden."""
+    a renewal process whose gaps are drawn from the trace's measured gap distribution,
+    at the measured mean rate, unless overridden."""
 
     kind: Literal["preset"]
     preset: PresetName
     rate_per_s: PositiveFloat | None = None
     """Mean arrival rate; default: the rate measured on the source trace."""
-    arrival: ArrivalProcess | None = None
-    """Default gamma with the measured CV; ``poisson`` ignores the measured CV."""
+    arrival: PresetArrival | None = None
+    """Default ``empirical`` (the trace's gap distribution), or ``gamma`` when
+    ``burstiness_cv`` is given; ``gamma`` alone takes the measured CV."""
     burstiness_cv: Burstiness | None = None
     max_prompt_tokens: TokenCount | None = None
     max_output_tokens: TokenCount | None = None

@@ -16,7 +16,13 @@ import numpy as np
 
 from disaggsim.config.bounds import MAX_REQUESTS
 from disaggsim.errors import UserError
-from disaggsim.workload.arrivals import DiurnalSchedule, RateSchedule, Schedule, arrival_times
+from disaggsim.workload.arrivals import (
+    DiurnalSchedule,
+    GapQuantiles,
+    RateSchedule,
+    Schedule,
+    arrival_times,
+)
 from disaggsim.workload.chains import canonical_chains
 from disaggsim.workload.config import (
     DiurnalRate,
@@ -125,7 +131,8 @@ def _generate(
             )
         case PresetWorkload():
             preset = load_preset(cfg.preset)
-            process = cfg.arrival if cfg.arrival is not None else "gamma"
+            # Default: the trace's own gap distribution; a burstiness_cv alone asks gamma.
+            process = cfg.arrival or ("gamma" if cfg.burstiness_cv is not None else "empirical")
             cv = cfg.burstiness_cv if cfg.burstiness_cv is not None else preset.interarrival_cv
             requests = _synthetic(
                 streams(seed, replication),
@@ -136,6 +143,7 @@ def _generate(
                 output=EmpiricalLengths(dist="empirical", quantiles=preset.output_tokens_quantiles),
                 duration_s=duration_s,
                 num_requests=cfg.num_requests,
+                gap_quantiles=preset.interarrival_gap_quantiles,
             )
             return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)
         case TraceWorkload():
@@ -182,6 +190,7 @@ def _synthetic(
     duration_s: float,
     num_requests: int | None,
     mix_shift: MixShift | None = None,
+    gap_quantiles: GapQuantiles | None = None,
 ) -> Requests:
     max_count = math.inf if num_requests is None else num_requests
     if math.isinf(schedule.cumulative(duration_s)) and math.isinf(max_count):
@@ -193,6 +202,7 @@ def _synthetic(
         cv=cv,
         duration_s=duration_s,
         max_count=max_count,
+        gap_quantiles=gap_quantiles,
     )
     n = len(arrival_s)
     prompt_tokens = sample_lengths(prompt, n, rngs["prompt_tokens"])

@@ -7,9 +7,14 @@ Run from the repository root::
 
 Per trace: mean arrival rate ``(n - 1) / (last - first arrival)`` (the reciprocal of the
 mean inter-arrival gap), inter-arrival coefficient of variation (population standard
-deviation over mean of the gaps) and prompt/output length quantiles (``np.quantile``,
-linear interpolation) at :data:`QUANTILES`, after the trace reader's clamp of zero
-lengths to 1.
+deviation over mean of the gaps), the gap distribution (:func:`gap_quantiles`) and
+prompt/output length quantiles (``np.quantile``, linear interpolation) at
+:data:`QUANTILES`, after the trace reader's clamp of zero lengths to 1.
+
+``--arrival-check`` prints, per trace, how the counts of arrivals in windows of 0.1 to
+60 s spread (index of dispersion: variance over mean of the counts) in the trace and in
+the preset's arrival processes drawn over the trace's span at its rate
+(docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -41,6 +46,50 @@ QUANTILES: tuple[float, ...] = (
 )  # fmt: skip
 
 
+# The gap table: every percentile, then finer into the tail, where a bursty trace's long
+# gaps hold much of the mean gap.
+GAP_QUANTILES: tuple[float, ...] = (
+    tuple(round(i / 100, 4) for i in range(100))
+    + tuple(round(0.99 + i / 1000, 4) for i in range(1, 10))
+    + tuple(round(0.999 + i / 10000, 4) for i in range(1, 10))
+    + (1.0,)
+)
+
+
+def timestamp_bucket_s(arrival_s: np.ndarray) -> float | None:
+    """The bucket of a trace whose timestamps were rounded to one (most arrivals share a
+    timestamp with another, and nine in ten steps between distinct timestamps are one
+    bucket, within 1%), else None. The Mooncake conversation trace: 3 s."""
+    distinct = np.unique(arrival_s)
+    if len(distinct) < 3 or len(distinct) > 0.5 * len(arrival_s):
+        return None
+    steps = np.diff(distinct)
+    bucket = float(np.median(steps))
+    if bucket <= 0.0 or np.mean(np.abs(steps - bucket) <= 0.01 * bucket) < 0.9:
+        return None
+    return bucket
+
+
+def spread_in_buckets(arrival_s: np.ndarray, bucket_s: float, seed: int = 0) -> np.ndarray:
+    """Arrivals of bucketed timestamps placed uniformly at random in their bucket (from
+    ``numpy.random.default_rng(seed)``), sorted: where within its bucket an arrival came
+    is not recorded, and even spacing would invent a regularity the trace does not show."""
+    rng = np.random.default_rng(seed)
+    return np.sort(arrival_s + rng.uniform(0.0, bucket_s, size=len(arrival_s)))
+
+
+def gap_quantiles(arrival_s: np.ndarray, bucket_s: float | None) -> list[list[float]]:
+    """The inter-arrival gaps' quantiles at :data:`GAP_QUANTILES` in units of the mean gap
+    (each bucket's arrivals spread over it first when the timestamps are bucketed:
+    :func:`spread_in_buckets`), rounded to 1e-6."""
+    t = np.sort(arrival_s.astype(np.float64))
+    if bucket_s is not None:
+        t = spread_in_buckets(t, bucket_s)
+    gaps = np.diff(t)
+    qs = np.quantile(gaps / gaps.mean(), GAP_QUANTILES)
+    return [[q, round(float(v), 6)] for q, v in zip(GAP_QUANTILES, qs, strict=True)]
+
+
 def _quantiles(values: np.ndarray) -> list[list[float]]:
     qs = np.quantile(values.astype(np.float64), QUANTILES)
     return [[q, round(float(v), 2)] for q, v in zip(QUANTILES, qs, strict=True)]
@@ -50,10 +99,13 @@ def measure(requests: Requests) -> dict[str, Any]:
     """Arrival and length statistics of one trace (JSON-ready, rounded)."""
     gaps_s = np.diff(requests.arrival_s)
     duration_s = float(requests.arrival_s[-1] - requests.arrival_s[0])
+    bucket_s = timestamp_bucket_s(requests.arrival_s)
     return {
         "duration_s": round(duration_s, 6),
         "mean_rate_per_s": round(1.0 / float(gaps_s.mean()), 6),
         "interarrival_cv": round(float(gaps_s.std() / gaps_s.mean()), 6),
+        "interarrival_bucket_s": None if bucket_s is None else round(bucket_s, 6),
+        "interarrival_gap_quantiles": gap_quantiles(requests.arrival_s, bucket_s),
         "prompt_tokens_quantiles": _quantiles(requests.prompt_tokens),
         "output_tokens_quantiles": _quantiles(requests.output_tokens),
     }
@@ -100,13 +152,81 @@ def measure_presets(traces_dir: Path, out_dir: Path, command: str) -> list[Path]
     return written
 
 
+CHECK_WINDOWS_S: tuple[float, ...] = (0.1, 1.0, 10.0, 60.0)
+
+
+def _dispersion(arrival_s: np.ndarray, span_s: float, window_s: float) -> float:
+    """Variance over mean of the counts of arrivals in the whole windows of ``[0, span_s)``."""
+    n_windows = int(span_s // window_s)
+    idx = (arrival_s // window_s).astype(np.int64)
+    counts = np.bincount(idx[idx < n_windows], minlength=n_windows)
+    return float(counts.var() / counts.mean())
+
+
+def arrival_check(traces_dir: Path, seed: int = 0) -> list[str]:
+    """Markdown rows: per preset and arrival process (the trace itself, the preset's
+    ``empirical`` and ``gamma`` processes, Poisson), the index of dispersion of arrival
+    counts in windows of :data:`CHECK_WINDOWS_S` (``-`` for windows under two timestamp
+    buckets of a bucketed trace). The processes run over the trace's span at its mean
+    rate, from ``numpy.random.default_rng(seed)``."""
+    from disaggsim.workload.arrivals import RateSchedule, arrival_times
+    from disaggsim.workload.presets import load_preset
+
+    head = " | ".join(f"{w:g} s" for w in CHECK_WINDOWS_S)
+    rows = [
+        f"| preset | arrivals | {head} |",
+        "|---|---|" + "---|" * len(CHECK_WINDOWS_S),
+    ]
+    for name, source in PRESET_SOURCES.items():
+        t = np.sort(read_trace(traces_dir / source).arrival_s.astype(np.float64))
+        t = t - t[0]
+        span_s = float(t[-1])
+        preset = load_preset(name)
+        bucket_s = timestamp_bucket_s(t)
+        schedule = RateSchedule.constant(preset.mean_rate_per_s)
+        drawn = {"trace": t}
+        for process in ("empirical", "gamma", "poisson"):
+            drawn[process] = arrival_times(
+                np.random.default_rng(seed),
+                schedule=schedule,
+                process=process,
+                cv=preset.interarrival_cv,
+                duration_s=span_s,
+                gap_quantiles=preset.interarrival_gap_quantiles,
+            )
+        for label, times in drawn.items():
+            cells = [
+                "-"
+                if bucket_s is not None and w < 2 * bucket_s
+                else f"{_dispersion(times, span_s, w):.2f}"
+                for w in CHECK_WINDOWS_S
+            ]
+            what = label if label != "gamma" else f"gamma (CV {preset.interarrival_cv:.2f})"
+            rows.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m disaggsim.workload.measure_presets", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--traces", type=Path, required=True, help="folder with the traces")
-    parser.add_argument("--out", type=Path, required=True, help="folder for <preset>.json")
+    parser.add_argument("--out", type=Path, help="folder for <preset>.json")
+    parser.add_argument(
+        "--arrival-check",
+        action="store_true",
+        help="print how arrival counts spread in the traces and in the presets' processes",
+    )
     args = parser.parse_args(argv)
+    if args.arrival_check:
+        try:
+            print("\n".join(arrival_check(args.traces)))
+        except UserError as exc:
+            print(f"measure_presets: error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if args.out is None:
+        parser.error("--out is required (or --arrival-check)")
     command = (
         f"python -m disaggsim.workload.measure_presets --traces {args.traces} --out {args.out}"
     )

@@ -28,6 +28,11 @@ class Preset:
     duration_s: float
     mean_rate_per_s: float
     interarrival_cv: float
+    interarrival_bucket_s: float | None
+    """The trace's timestamp bucket when its arrivals share bucketed timestamps (the
+    gaps below were measured with each bucket's arrivals spread evenly over it)."""
+    interarrival_gap_quantiles: tuple[tuple[float, float], ...]
+    """``((q, gap / mean gap), ...)``: the gap distribution ``arrival: empirical`` draws."""
     prompt_tokens_quantiles: tuple[tuple[float, float], ...]
     output_tokens_quantiles: tuple[tuple[float, float], ...]
 
@@ -46,6 +51,12 @@ def load_preset(name: str) -> Preset:
         duration_s=float(data["duration_s"]),
         mean_rate_per_s=float(data["mean_rate_per_s"]),
         interarrival_cv=float(data["interarrival_cv"]),
+        interarrival_bucket_s=None
+        if data["interarrival_bucket_s"] is None
+        else float(data["interarrival_bucket_s"]),
+        interarrival_gap_quantiles=tuple(
+            (float(q), float(v)) for q, v in data["interarrival_gap_quantiles"]
+        ),
         prompt_tokens_quantiles=tuple(
             (float(q), float(v)) for q, v in data["prompt_tokens_quantiles"]
         ),

@@ -1,0 +1,102 @@
+"""Preset arrivals drawn from the trace's own gap distribution (``arrival: empirical``,
+the default): a unit mean, counts that spread like the trace's at short windows, and a
+low-rate run whose arrivals still cover the run (a gamma renewal with the Azure code
+trace's CV of 13 puts them in a few bursts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from disaggsim.workload import WorkloadConfig, generate_requests
+from disaggsim.workload.arrivals import unit_gap_table, unit_renewal_times
+from disaggsim.workload.measure_presets import spread_in_buckets, timestamp_bucket_s
+from disaggsim.workload.presets import load_preset
+
+ADAPTER = TypeAdapter(WorkloadConfig)
+
+
+def _preset(**fields: object) -> WorkloadConfig:
+    return ADAPTER.validate_python({"kind": "preset", "preset": "azure-code-2023", **fields})
+
+
+def _dispersion(arrival_s: np.ndarray, span_s: float, window_s: float) -> float:
+    counts, _ = np.histogram(arrival_s, bins=np.arange(0.0, span_s + 1e-9, window_s))
+    return float(counts.var() / counts.mean())
+
+
+def test_empirical_gaps_have_unit_mean_and_the_table_median() -> None:
+    table = load_preset("azure-code-2023").interarrival_gap_quantiles
+    u = unit_renewal_times(
+        np.random.default_rng(5), process="empirical", cv=13.0, limit=400_000.0,
+        max_count=np.inf, gap_quantiles=table,
+    )  # fmt: skip
+    gaps = np.diff(u)
+    # 400k draws of a CV ~13 distribution: the mean is known to about 2%
+    assert len(u) == pytest.approx(400_000, rel=0.05)
+    qs, scaled = unit_gap_table(table)
+    assert np.median(gaps) == pytest.approx(float(np.interp(0.5, qs, scaled)), rel=0.03)
+    # the table's median gap is about a sixth of the mean (the trace: 0.164)
+    assert 0.1 < np.median(gaps) < 0.25
+
+
+@pytest.mark.parametrize(
+    "table",
+    [((0.1, 0.0), (1.0, 1.0)), ((0.0, 0.0), (0.5, 2.0), (1.0, 1.0)), ((0.0, 0.0), (1.0, 0.0))],
+)
+def test_gap_table_rejects_what_is_no_distribution(table: tuple) -> None:
+    with pytest.raises(ValueError, match="gap quantiles"):
+        unit_gap_table(table)
+
+
+@pytest.mark.parametrize("name", ["azure-code-2023", "azure-conv-2023"])
+def test_short_window_counts_spread_like_the_trace(name: str, shared_data) -> None:
+    source = {"azure-code-2023": "code", "azure-conv-2023": "conv"}[name]
+    df = pd.read_csv(shared_data / "traces" / f"AzureLLMInferenceTrace_{source}.csv")
+    t = np.sort(pd.to_datetime(df["TIMESTAMP"]).astype("int64").to_numpy() / 1e9)
+    t = t - t[0]
+    span_s = float(t[-1])
+    cfg = ADAPTER.validate_python({"kind": "preset", "preset": name})
+    drawn = generate_requests(cfg, duration_s=span_s, seed=3).arrival_s
+    for window_s in (0.1, 1.0):
+        trace = _dispersion(t, span_s, window_s)
+        model = _dispersion(drawn, span_s, window_s)
+        assert trace / 1.5 < model < trace * 1.5, (window_s, trace, model)
+
+
+def test_low_rate_arrivals_cover_the_run() -> None:
+    def covered(cfg: WorkloadConfig) -> float:
+        t = generate_requests(cfg, duration_s=300.0, seed=7).arrival_s
+        return len(np.unique((t // 10.0).astype(int))) / 30
+
+    assert covered(_preset(rate_per_s=0.5)) > 0.8
+    # the gamma renewal at the trace's CV (the default before): a handful of bursts
+    assert covered(_preset(rate_per_s=0.5, arrival="gamma")) < 0.3
+
+
+def test_burstiness_cv_alone_asks_gamma_and_empirical_takes_none() -> None:
+    alone = generate_requests(_preset(burstiness_cv=2.0), duration_s=200.0, seed=1)
+    gamma = generate_requests(_preset(burstiness_cv=2.0, arrival="gamma"), duration_s=200.0, seed=1)
+    assert np.array_equal(alone.arrival_s, gamma.arrival_s)
+    with pytest.raises(ValidationError, match="burstiness_cv applies only to arrival: gamma"):
+        _preset(arrival="empirical", burstiness_cv=2.0)
+    with pytest.raises(ValidationError):
+        ADAPTER.validate_python(
+            {"kind": "synthetic", "rate_per_s": 1, "arrival": "empirical",
+             "prompt_tokens": {"dist": "fixed", "value": 10},
+             "output_tokens": {"dist": "fixed", "value": 10}}
+        )  # fmt: skip
+
+
+def test_bucketed_timestamps_are_found_and_spread() -> None:
+    stamps = np.repeat(np.arange(0.0, 300.0, 3.0), 7)  # 7 arrivals stamped per 3 s bucket
+    assert timestamp_bucket_s(stamps) == pytest.approx(3.0)
+    fine = np.cumsum(np.random.default_rng(0).exponential(0.3, size=1000))
+    assert timestamp_bucket_s(fine) is None
+    spread = spread_in_buckets(stamps, 3.0)
+    assert np.all(np.diff(spread) >= 0)
+    assert np.all((spread >= stamps.min()) & (spread < stamps.max() + 3.0))
+    # every bucket keeps its arrivals
+    assert np.array_equal(np.bincount((spread // 3.0).astype(int)), np.full(100, 7))
