@@ -56,6 +56,26 @@ def test_the_issue_question_builds_a_valid_scenario():
     )
 
 
+def test_a_moe_model_too_large_for_one_node_states_a_data_parallel_worker():
+    # DeepSeek-V3 in bf16 (1.34 TB of weights) fits no TP group of one 8-GPU H200 node:
+    # the question states 16 GPUs as one worker of tp 8 x dp 2, experts over all 16
+    raw = build_question(Question(**{**ASK, "model": "deepseek-v3", "gpu": "h200-sxm", "gpus": 16}))
+    s = load_scenario(raw).scenario
+    assert (s.pool.tp, s.pool.dp, s.pool.num_workers, s.num_gpus) == (8, 2, 1, 16)
+    # its released fp8-block weights (671 GB) fit one node: plain tp 8, two workers
+    raw = build_question(
+        Question(
+            **{**ASK, "model": "deepseek-v3", "gpu": "h200-sxm", "gpus": 16},
+            weight_dtype="released",
+        )
+    )
+    s = load_scenario(raw).scenario
+    assert (s.pool.tp, s.pool.dp, s.pool.num_workers, s.weight_dtype) == (8, 1, 2, "released")
+    # a dense model keeps plain TP
+    s = load_scenario(build_question(Question(**ASK))).scenario
+    assert (s.pool.tp, s.pool.dp) == (2, 1)
+
+
 def test_length_specs():
     assert parse_lengths("--isl", "8000") == {"dist": "fixed", "value": 8000}
     assert parse_lengths("--isl", "uniform:6000:10000") == {
@@ -173,7 +193,8 @@ def test_the_help_and_docs_say_the_same_slo_model():
         (["--fabric", "nvlink"], ["--fabric nvlink", "16 GPUs", "infiniband, roce"]),
         (["--attainment", "1.5"], ["--attainment 1.5", "(0, 1]"]),
         (["--percentile", "0"], ["--percentile 0", "(0, 100]"]),
-        (["--weight-dtype", "int4"], ["--weight-dtype int4", "bf16, fp16, fp8"]),
+        (["--weight-dtype", "int4"], ["--weight-dtype int4", "bf16, fp16, fp8, fp8-block"]),
+        (["--kv-dtype", "released"], ["--kv-dtype released", "bf16, fp16, fp8"]),
         (["--target-rate", "-1"], ["--target-rate -1", "> 0"]),
         (["--preset", "nope", "--isl", None, "--osl", None], ["--preset nope", "azure-conv-2023"]),
         (["--preset", "azure-conv-2023"], ["--isl", "--preset", "one of"]),
@@ -249,3 +270,22 @@ def test_question_max_tokens(model, isl, osl, max_tokens, expected):
     assert raw["workload"].get("max_tokens") == expected
     text = question_yaml(load_scenario(raw).raw, q)
     assert "# max_tokens: " in text
+
+
+def test_a_moe_model_that_fits_only_with_data_parallel_ranks_is_planned(tmp_path, capsys):
+    # DeepSeek-V3 in bf16 fits 16 H200s only as tp x dp ranks with experts over all 16;
+    # the search refused it ("smaller than one worker that fits") while plain TP was the
+    # only fit it tried
+    out = tmp_path / "plan"
+    argv = [
+        "plan", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--gpus", "16",
+        "--isl", "4000", "--osl", "500", "--ttft-ms", "3000", "--itl-ms", "80",
+        "--quick", "--quiet", "--no-plots", "--workers", "1", "--json", "--out", str(out),
+    ]  # fmt: skip
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    plan = json.loads((out / "plan.json").read_text())
+    best = plan["ranked"][0]["deployment"]["pool"]
+    assert best["tp"] * best["dp"] == 16 and best["dp"] > 1
+    assert plan["ranked"][0]["goodput_per_s"] > 0

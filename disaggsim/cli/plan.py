@@ -60,7 +60,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="|".join(FABRICS),
         help="KV link between pools (auto: nvlink if the budget fits one node, else infiniband)",
     )
-    q.add_argument("--weight-dtype", default="bf16", metavar="bf16|fp16|fp8", help="weights")
+    q.add_argument(
+        "--weight-dtype",
+        default="bf16",
+        metavar="bf16|fp16|fp8|fp8-block|mxfp4|nvfp4|released",
+        help="weights (released: the checkpoint's own precision, e.g. DeepSeek-V3's fp8-block)",
+    )
     q.add_argument("--kv-dtype", default="bf16", metavar="bf16|fp16|fp8", help="KV cache")
     q.add_argument("--seed", type=int, default=0, help="workload seed (0)")
     q.add_argument(

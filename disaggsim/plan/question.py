@@ -36,7 +36,9 @@ __all__ = [
 
 FABRICS = ("auto", "nvlink", "infiniband", "roce", "pcie")
 ITL_STATISTICS = ("tpot", "max_gap")
-DTYPES = ("bf16", "fp16", "fp8")
+DTYPES = ("bf16", "fp16", "fp8")  # KV cache
+# weights: the scenario's weight_dtype values (released: the checkpoint's own precision)
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released")
 LENGTH_SPEC = "N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX] (tokens >= 1, sigma >= 0)"
 DEFAULT_RATE_PER_S = 1.0  # a starting point for `disaggsim run`; the planner searches the rate
 
@@ -222,7 +224,7 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
         raise UserError(f"--percentile {q.percentile:g}: must be in (0, 100]")
     _choice("--itl-statistic", q.itl_statistic, ITL_STATISTICS)
     _choice("--fabric", q.fabric, FABRICS)
-    _choice("--weight-dtype", q.weight_dtype, DTYPES)
+    _choice("--weight-dtype", q.weight_dtype, WEIGHT_DTYPES)
     _choice("--kv-dtype", q.kv_dtype, DTYPES)
     if q.seed < 0:
         raise UserError(f"--seed {q.seed}: must be >= 0")
@@ -254,8 +256,11 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
             f"--fabric nvlink: {gpu.id} has no NVLink: allowed: auto, infiniband, roce, pcie"
         )
 
-    tp = _smallest_tp(model.id, gpu.id, q.weight_dtype, q.kv_dtype)
-    workers = max(1, (q.gpus or tp) // tp)
+    tp, dp = _smallest_unit(model.id, gpu.id, q.weight_dtype, q.kv_dtype)
+    workers = max(1, (q.gpus or tp * dp) // (tp * dp))
+    pool: dict[str, Any] = {"gpu": gpu.id, "num_workers": workers, "tp": tp}
+    if dp > 1:
+        pool["dp"] = dp
     return {
         "name": _name(q),
         "description": f"one-command plan question: {model.id} on {gpu.id}",
@@ -264,13 +269,7 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
         "weight_dtype": q.weight_dtype,
         "kv_dtype": q.kv_dtype,
         "architecture": "colocated",
-        "pool": {
-            "gpu": gpu.id,
-            "num_workers": workers,
-            "tp": tp,
-            "scheduler": "chunked",
-            "max_batch_tokens": 512,
-        },
+        "pool": {**pool, "scheduler": "chunked", "max_batch_tokens": 512},
         "fabric": {"kind": "link", "link": link},
         "slo": {
             "ttft_ms": q.ttft_ms,
@@ -284,19 +283,45 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
     }
 
 
-def _smallest_tp(model: str, gpu: str, weight_dtype: str, kv_dtype: str) -> int:
-    """The smallest TP (within one node first, then beyond) whose worker has KV room."""
-    from disaggsim.catalog import get_model
-    from disaggsim.costmodel.step import build_worker_cost, valid_tps
+def _smallest_unit(model: str, gpu: str, weight_dtype: str, kv_dtype: str) -> tuple[int, int]:
+    """The smallest worker, ``(tp, dp)``, whose every rank has KV room: fewest GPUs
+    first, plain TP before data-parallel attention ranks at the same size. ``dp > 1``
+    only for MoE/MLA models (experts over all the worker's GPUs, TP within one node), as
+    DeepSeek-V3 in bf16 needs on 16 H200s."""
+    from disaggsim.catalog import get_gpu, get_model
+    from disaggsim.config.bounds import MAX_GPUS
+    from disaggsim.costmodel.moe import build_cost
+    from disaggsim.costmodel.step import valid_tps
+    from disaggsim.plan.analytic import kv_capacity_per_rank
 
-    for tp in valid_tps(get_model(model)):
+    m = get_model(model)
+    tps = valid_tps(m)
+    units = [(tp, 1) for tp in tps]
+    if m.moe is not None or m.mla is not None:
+        node = get_gpu(gpu).gpus_per_node
+        units += [
+            (tp, dp)
+            for tp in tps
+            if tp <= node
+            for dp in (2, 4, 8, 16, 32, 64, 128)
+            if tp * dp <= MAX_GPUS
+        ]
+    for tp, dp in sorted(units, key=lambda u: (u[0] * u[1], u[1])):
         try:
-            cost = build_worker_cost(model, gpu, tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+            cost = build_cost(model, gpu, tp, dp=dp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
         except UserError:
             continue
-        if cost.kv_capacity_tokens >= 16:
-            return tp
-    raise UserError(f"--model {model}: does not fit on any tensor-parallel group of {gpu}")
+        if kv_capacity_per_rank(cost) >= 16:
+            return tp, dp
+    raise UserError(
+        f"--model {model}: does not fit on any worker of {gpu} (tensor parallel"
+        + (
+            ", or data-parallel attention with experts over all GPUs"
+            if len(units) > len(tps)
+            else ""
+        )
+        + f", up to {max(t * d for t, d in units)} GPUs, {weight_dtype} weights)"
+    )
 
 
 def _fabric_reason(q: Question, link: str) -> str:

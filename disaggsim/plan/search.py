@@ -1177,7 +1177,13 @@ def search(
             f"{where}: a budget of {budget:,} GPUs, more than the {MAX_GPUS:,} a plan may size"
         )
     tps = tp_options(loaded, budget, lengths, opts.max_tp)
-    if not tps:
+    is_moe = get_model(s.model).moe is not None
+    # an MoE model may fit only as data-parallel attention ranks with experts over all
+    # the worker's GPUs (DeepSeek-V3 in bf16 on 16 H200s: tp 8 x dp 2), not as plain TP
+    pre_lays, dec_lays, colo_lays = (
+        worker_layouts(loaded, budget, lengths, opts) if tps or is_moe else ([], [], [])
+    )
+    if not tps and not (is_moe and pre_lays and dec_lays):
         tps_all = fitting_tps(
             loaded, gpu, max(get_gpu(gpu).gpus_per_node, budget), _p99_kv_tokens(lengths)
         )
@@ -1187,11 +1193,11 @@ def search(
             f"{s.model} with room for a p99 request's KV ({_p99_kv_tokens(lengths)} tokens): "
             f"it needs {need}"
         )
-    pre_lays, dec_lays, colo_lays = worker_layouts(loaded, budget, lengths, opts)
     # the headline guess: the smallest fitting TP; MoE: the best-ranked layouts of each
     # role that fit the budget together
-    pl = dl = Layout(tps[0])
-    if get_model(s.model).moe is not None:
+    if not is_moe:
+        pl = dl = Layout(tps[0])
+    else:
         pl, dl = next(
             ((a, b) for a in pre_lays for b in dec_lays if a.gpus + b.gpus <= budget),
             (pre_lays[0], dec_lays[0]),
