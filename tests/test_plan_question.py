@@ -95,7 +95,21 @@ def test_preset_and_trace_questions(tmp_path):
     preset = build_question(
         Question(**{**ASK, "isl": None, "osl": None, "preset": "azure-code-2023"})
     )
+    # Llama 3's 8,192-token context cannot hold the longest prompt (7,437) with the
+    # longest reply (1,899): the default cap; Llama 3.1's 128k can: clients cap at 1,899
     assert preset["workload"] == {"kind": "preset", "preset": "azure-code-2023"}
+    preset = build_question(
+        Question(
+            **{**ASK, "model": "llama-3.1-70b", "isl": None, "osl": None},
+            preset="azure-code-2023",
+        )
+    )
+    assert preset["workload"] == {"kind": "preset", "preset": "azure-code-2023", "max_tokens": 1899}
+    assert "the longest reply of the preset azure-code-2023" in question_yaml(
+        preset,
+        Question(**{**ASK, "model": "llama-3.1-70b", "isl": None, "osl": None},
+                 preset="azure-code-2023"),
+    )  # fmt: skip
     trace = tmp_path / "t.csv"
     trace.write_text(
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -105,7 +119,9 @@ def test_preset_and_trace_questions(tmp_path):
         Question(**{**ASK, "isl": None, "osl": None, "trace": "t.csv", "target_rate_per_s": 3}),
         base_dir=tmp_path,
     )
-    assert raw["workload"] == {"kind": "trace", "path": str(trace.resolve()), "rate_per_s": 3}
+    assert raw["workload"] == {
+        "kind": "trace", "path": str(trace.resolve()), "rate_per_s": 3, "max_tokens": 7
+    }  # fmt: skip
     assert load_scenario(raw).scenario.workload.kind == "trace"
 
 

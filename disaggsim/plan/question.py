@@ -15,6 +15,7 @@ each candidate. Fabric ``auto`` is NVLink when the budget fits one node (the cat
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -145,18 +146,33 @@ def _workload(q: Question, base_dir: Path, context_tokens: int | None = None) ->
         from disaggsim.workload.presets import PRESET_NAMES
 
         _choice("--preset", q.preset, PRESET_NAMES)
+        from disaggsim.workload.presets import load_preset
+
         wl: dict[str, Any] = {"kind": "preset", "preset": q.preset}
         if rate is not None:
             wl["rate_per_s"] = rate
+        preset = load_preset(q.preset)
+        _cap_at_longest(
+            wl,
+            math.ceil(preset.output_tokens_quantiles[-1][1]),
+            math.ceil(preset.prompt_tokens_quantiles[-1][1]),
+            context_tokens,
+        )
         return wl
     if q.trace is not None:
         path = Path(q.trace)
         path = path if path.is_absolute() else (base_dir / path)
         if not path.is_file():
             raise UserError(f"--trace {q.trace}: file not found")
+        from disaggsim.workload.traces import read_trace
+
         wl = {"kind": "trace", "path": str(path.resolve())}
         if rate is not None:
             wl["rate_per_s"] = rate
+        trace = read_trace(path)
+        _cap_at_longest(
+            wl, int(trace.output_tokens.max()), int(trace.prompt_tokens.max()), context_tokens
+        )
         return wl
     if q.isl is None or q.osl is None:
         missing = "--isl" if q.isl is None else "--osl"
@@ -169,13 +185,33 @@ def _workload(q: Question, base_dir: Path, context_tokens: int | None = None) ->
         "prompt_tokens": prompt,
         "output_tokens": out,
     }
-    # clients cap replies at the longest one (docs/workloads.md), where every prompt still
-    # fits the context with it; else the default cap, the context less the prompt
-    longest, longest_prompt = _upper(out), _upper(prompt)
-    if longest is not None and longest_prompt is not None and context_tokens is not None:
-        if longest_prompt + longest <= context_tokens:
-            wl["max_tokens"] = longest
+    _cap_at_longest(wl, _upper(out), _upper(prompt), context_tokens)
     return wl
+
+
+def _cap_at_longest(
+    wl: dict[str, Any],
+    longest_reply: int | None,
+    longest_prompt: int | None,
+    context_tokens: int | None,
+) -> None:
+    """Clients cap replies at the longest one (docs/workloads.md), where every prompt
+    still fits the context with it; else the default cap, the context less the prompt
+    (with a long-context model that default makes routing and KV admission plan on
+    replies of the whole context)."""
+    if longest_reply is None or longest_prompt is None or context_tokens is None:
+        return
+    if longest_prompt + longest_reply <= context_tokens:
+        wl["max_tokens"] = longest_reply
+
+
+def _source(q: Question) -> str:
+    """Where the question's lengths come from, in words."""
+    if q.preset is not None:
+        return f"preset {q.preset}"
+    if q.trace is not None:
+        return "trace"
+    return "--isl/--osl lengths"
 
 
 def _upper(dist: dict[str, Any]) -> int | None:
@@ -363,10 +399,11 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
         + (
             f"{q.max_tokens} (--max-tokens), the cap routing and KV admission plan on"
             if q.max_tokens is not None
-            else "the longest --osl reply, the cap routing and KV admission plan on"
+            else f"the longest reply of the {_source(q)}, the cap routing and KV admission plan on"
             if "max_tokens" in raw["workload"]
-            else "not set: the context length minus the prompt (longest --isl + --osl exceed "
-            "the context, or a reply length is unbounded; docs/workloads.md)"
+            else f"not set: the context length minus the prompt (the longest prompt and reply "
+            f"of the {_source(q)} exceed the context, or a reply length is unbounded; "
+            "docs/workloads.md)"
         ),
     ]
     return "\n".join(lines) + "\n" + yaml.safe_dump(raw, sort_keys=False)
