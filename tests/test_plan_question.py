@@ -125,6 +125,19 @@ def test_preset_and_trace_questions(tmp_path):
     assert load_scenario(raw).scenario.workload.kind == "trace"
 
 
+def test_a_bucketed_trace_question_spreads_its_arrivals(shared_data):
+    trace = shared_data / "traces" / "mooncake_conversation_trace.jsonl"
+    q = Question(**{**ASK, "model": "llama-3.1-70b", "isl": None, "osl": None}, trace=str(trace))
+    raw = build_question(q)
+    assert raw["workload"]["bucketed_timestamps"] == "spread"
+    assert "# Trace timestamps: bucketed" in question_yaml(raw, q)
+    azure = shared_data / "traces" / "AzureLLMInferenceTrace_code.csv"
+    q = Question(**{**ASK, "model": "llama-3.1-70b", "isl": None, "osl": None}, trace=str(azure))
+    raw = build_question(q)
+    assert "bucketed_timestamps" not in raw["workload"]
+    assert "Trace timestamps" not in question_yaml(raw, q)
+
+
 def test_one_command_plan_writes_the_question_and_says_the_slo_model(tmp_path, capsys):
     out = tmp_path / "plan"
     argv = [

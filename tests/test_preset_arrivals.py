@@ -100,3 +100,62 @@ def test_bucketed_timestamps_are_found_and_spread() -> None:
     assert np.all((spread >= stamps.min()) & (spread < stamps.max() + 3.0))
     # every bucket keeps its arrivals
     assert np.array_equal(np.bincount((spread // 3.0).astype(int)), np.full(100, 7))
+
+
+def _mooncake(shared_data, **fields: object) -> WorkloadConfig:
+    return ADAPTER.validate_python(
+        {
+            "kind": "trace",
+            "path": str(shared_data / "traces" / "mooncake_conversation_trace.jsonl"),
+            **fields,
+        }
+    )
+
+
+def test_a_bucketed_trace_replays_spread_within_its_buckets(shared_data) -> None:
+    kept = generate_requests(_mooncake(shared_data, window_s=600.0), duration_s=600.0, seed=4)
+    spread = generate_requests(
+        _mooncake(shared_data, window_s=600.0, bucketed_timestamps="spread"),
+        duration_s=600.0,
+        seed=4,
+    )
+    # kept: about ten arrivals per 3 s stamp, at one instant
+    assert len(np.unique(kept.arrival_s)) < 0.2 * len(kept)
+    # spread: the same requests, each within 3 s after its stamp, at distinct instants
+    assert len(spread) == len(kept)
+    assert len(np.unique(spread.arrival_s)) == len(spread)
+    assert np.all(np.diff(spread.arrival_s) >= 0)
+    assert sorted(spread.prompt_tokens.tolist()) == sorted(kept.prompt_tokens.tolist())
+    # each request keeps its own lengths and prefix chain (the rows move together)
+    key_kept = {
+        (p, o, tuple(kept.prefix_chains.chain(i)))
+        for i, (p, o) in enumerate(zip(kept.prompt_tokens, kept.output_tokens, strict=True))
+    }
+    key_spread = {
+        (p, o, tuple(spread.prefix_chains.chain(i)))
+        for i, (p, o) in enumerate(zip(spread.prompt_tokens, spread.output_tokens, strict=True))
+    }
+    assert key_kept == key_spread
+    counts, _ = np.histogram(spread.arrival_s, bins=np.arange(0.0, 601.0, 3.0))
+    counts_kept, _ = np.histogram(kept.arrival_s, bins=np.arange(0.0, 601.0, 3.0))
+    assert abs(int(counts.sum()) - int(counts_kept.sum())) <= 1  # the last bucket may leave
+    # same seed, same arrivals; another seed, others
+    again = generate_requests(
+        _mooncake(shared_data, window_s=600.0, bucketed_timestamps="spread"),
+        duration_s=600.0,
+        seed=4,
+    )
+    assert np.array_equal(again.arrival_s, spread.arrival_s)
+
+
+def test_a_trace_without_buckets_replays_as_it_is_when_asked_to_spread(shared_data) -> None:
+    cfg = {
+        "kind": "trace",
+        "path": str(shared_data / "traces" / "AzureLLMInferenceTrace_code.csv"),
+        "window_s": 300.0,
+    }
+    kept = generate_requests(ADAPTER.validate_python(cfg), duration_s=300.0, seed=1)
+    spread = generate_requests(
+        ADAPTER.validate_python({**cfg, "bucketed_timestamps": "spread"}), duration_s=300.0, seed=1
+    )
+    assert np.array_equal(kept.arrival_s, spread.arrival_s)

@@ -164,12 +164,15 @@ def _workload(q: Question, base_dir: Path, context_tokens: int | None = None) ->
         path = path if path.is_absolute() else (base_dir / path)
         if not path.is_file():
             raise UserError(f"--trace {q.trace}: file not found")
-        from disaggsim.workload.traces import read_trace
+        from disaggsim.workload.traces import read_trace, timestamp_bucket_s
 
         wl = {"kind": "trace", "path": str(path.resolve())}
         if rate is not None:
             wl["rate_per_s"] = rate
         trace = read_trace(path)
+        if timestamp_bucket_s(trace.arrival_s) is not None:
+            # bucketed timestamps would deliver each bucket's requests at one instant
+            wl["bucketed_timestamps"] = "spread"
         _cap_at_longest(
             wl, int(trace.output_tokens.max()), int(trace.prompt_tokens.max()), context_tokens
         )
@@ -395,6 +398,15 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
         "# The pool only states the GPU budget (num_workers x tp); the planner replaces it",
         "# with each candidate deployment.",
         "# Fabric: " + _fabric_reason(q, s.fabric.link),  # type: ignore[union-attr]
+        *(
+            [
+                "# Trace timestamps: bucketed; each arrival is placed uniformly at random "
+                "within its bucket (bucketed_timestamps: spread; keep replays them as they "
+                "are, each bucket's requests at one instant)"
+            ]
+            if raw["workload"].get("bucketed_timestamps") == "spread"
+            else []
+        ),
         "# max_tokens: "
         + (
             f"{q.max_tokens} (--max-tokens), the cap routing and KV admission plan on"

@@ -400,6 +400,12 @@ class TraceWorkload(_Frozen):
     """The client's cap on the reply; default: the trace's own max_tokens column where it
     has one (Azure ``MaxTokens``, Mooncake ``max_tokens``), else context length − prompt."""
     num_requests: RequestCount | None = None
+    bucketed_timestamps: Literal["keep", "spread"] = "keep"
+    """A trace whose timestamps are bucketed (most arrivals share one, the steps between
+    them one bucket: the Mooncake conversation trace's 3 s): ``keep`` replays them as
+    they are (each bucket's arrivals at one instant), ``spread`` places each arrival
+    uniformly at random within its bucket (stream ``trace_spread``). A trace without
+    buckets replays as it is either way."""
     hash_block_tokens: TokenCount = 512
     """Tokens per prefix-hash block (Mooncake ``hash_ids``: 512); a row must carry
     ``ceil(input_length / hash_block_tokens)`` hashes."""

@@ -3,7 +3,8 @@
 Randomness: ``np.random.SeedSequence([seed, replication]).spawn(len(STREAMS))`` gives one
 independent generator per entry of :data:`STREAMS`, in that order. New streams are
 appended at the end, so existing results stay identical (``spawn(k)``'s i-th child does
-not depend on ``k``). Trace replay draws nothing.
+not depend on ``k``). Trace replay draws nothing, unless it spreads bucketed
+timestamps (``bucketed_timestamps: spread``: stream ``trace_spread``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from disaggsim.workload.lengths import sample_lengths
 from disaggsim.workload.presets import load_preset
 from disaggsim.workload.requests import Requests
 from disaggsim.workload.sessions import generate_sessions
-from disaggsim.workload.traces import read_trace
+from disaggsim.workload.traces import read_trace, timestamp_bucket_s
 
 STREAMS: tuple[str, ...] = (
     "arrivals",
@@ -59,11 +60,13 @@ STREAMS: tuple[str, ...] = (
     "session_tool_result_tokens",
     "session_tool_latency_s",
     "max_tokens",
+    "trace_spread",
 )
 """Named random streams, in spawn order. ``spare`` is reserved (unused); the ``mix_``
 streams draw the lengths of requests after a ``mix_shift``; the ``session_`` streams
 draw session workloads (``sessions.py``); ``max_tokens`` draws the clients' ``max_tokens``
-when given as a distribution."""
+when given as a distribution; ``trace_spread`` places a trace's bucketed arrivals within
+their buckets (``bucketed_timestamps: spread``)."""
 
 
 def streams(seed: int, replication: int = 0) -> dict[str, np.random.Generator]:
@@ -147,7 +150,12 @@ def _generate(
             )
             return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)
         case TraceWorkload():
-            return _replay(cfg, duration_s=duration_s, base_dir=base_dir)
+            return _replay(
+                cfg,
+                duration_s=duration_s,
+                base_dir=base_dir,
+                rng=streams(seed, replication)["trace_spread"],
+            )
         case SessionWorkload():
             schedule = synthetic_schedule(cfg)
             if math.isinf(schedule.cumulative(duration_s)) and cfg.num_requests is None:
@@ -241,7 +249,13 @@ def _clip(requests: Requests, max_prompt: int | None, max_output: int | None) ->
     )
 
 
-def _replay(cfg: TraceWorkload, *, duration_s: float, base_dir: Path | None) -> Requests:
+def _replay(
+    cfg: TraceWorkload,
+    *,
+    duration_s: float,
+    base_dir: Path | None,
+    rng: np.random.Generator | None = None,
+) -> Requests:
     """The trace window ``[start_s, start_s + L)`` with
     ``L = min(window_s, duration_s * rate_scale)``, shifted to 0 and divided by
     ``rate_scale``. With ``rate_per_s``, ``rate_scale = rate_per_s / native rate``, the
@@ -252,6 +266,15 @@ def _replay(cfg: TraceWorkload, *, duration_s: float, base_dir: Path | None) -> 
         path = Path(base_dir) / path
     trace = read_trace(path, cfg.format, cfg.hash_block_tokens)
     t = trace.arrival_s
+    order = None  # trace rows in arrival order after spreading (None: as read)
+    if cfg.bucketed_timestamps == "spread":
+        bucket_s = timestamp_bucket_s(t)
+        if bucket_s is not None:
+            if rng is None:
+                raise ValueError("spreading bucketed timestamps needs a generator")
+            spread = t + rng.uniform(0.0, bucket_s, size=len(t))
+            order = np.argsort(spread, kind="stable")
+            t = spread[order]
     last_s = float(t[-1])
     if cfg.start_s > last_s:
         raise UserError(
@@ -281,9 +304,12 @@ def _replay(cfg: TraceWorkload, *, duration_s: float, base_dir: Path | None) -> 
     index = np.flatnonzero(keep)
     if cfg.num_requests is not None:
         index = index[: cfg.num_requests]
+    arrival_s = (t[index] - cfg.start_s) / rate_scale
+    if order is not None:
+        index = order[index]  # the rows of the spread arrivals
     chains = trace.prefix_chains
     requests = Requests(
-        arrival_s=(t[index] - cfg.start_s) / rate_scale,
+        arrival_s=arrival_s,
         prompt_tokens=trace.prompt_tokens[index],
         output_tokens=trace.output_tokens[index],
         prefix_chains=None if chains is None else chains.take(index),

@@ -32,7 +32,7 @@ import numpy as np
 from disaggsim.errors import UserError
 from disaggsim.output import check_file, json_owned, write_file
 from disaggsim.workload.requests import Requests
-from disaggsim.workload.traces import read_trace
+from disaggsim.workload.traces import read_trace, timestamp_bucket_s
 
 PRESET_SOURCES: dict[str, str] = {
     "azure-conv-2023": "AzureLLMInferenceTrace_conv.csv",
@@ -54,20 +54,6 @@ GAP_QUANTILES: tuple[float, ...] = (
     + tuple(round(0.999 + i / 10000, 4) for i in range(1, 10))
     + (1.0,)
 )
-
-
-def timestamp_bucket_s(arrival_s: np.ndarray) -> float | None:
-    """The bucket of a trace whose timestamps were rounded to one (most arrivals share a
-    timestamp with another, and nine in ten steps between distinct timestamps are one
-    bucket, within 1%), else None. The Mooncake conversation trace: 3 s."""
-    distinct = np.unique(arrival_s)
-    if len(distinct) < 3 or len(distinct) > 0.5 * len(arrival_s):
-        return None
-    steps = np.diff(distinct)
-    bucket = float(np.median(steps))
-    if bucket <= 0.0 or np.mean(np.abs(steps - bucket) <= 0.01 * bucket) < 0.9:
-        return None
-    return bucket
 
 
 def spread_in_buckets(arrival_s: np.ndarray, bucket_s: float, seed: int = 0) -> np.ndarray:

@@ -278,3 +278,17 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
         block_tokens,
         np.asarray(max_tokens, dtype=np.int64) if has_max else None,
     )
+
+
+def timestamp_bucket_s(arrival_s: np.ndarray) -> float | None:
+    """The bucket of a trace whose timestamps were rounded to one (most arrivals share a
+    timestamp with another, and nine in ten steps between distinct timestamps are one
+    bucket, within 1%), else None. The Mooncake conversation trace: 3 s."""
+    distinct = np.unique(arrival_s)
+    if len(distinct) < 3 or len(distinct) > 0.5 * len(arrival_s):
+        return None
+    steps = np.diff(distinct)
+    bucket = float(np.median(steps))
+    if bucket <= 0.0 or np.mean(np.abs(steps - bucket) <= 0.01 * bucket) < 0.9:
+        return None
+    return bucket
