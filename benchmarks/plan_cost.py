@@ -2,18 +2,25 @@
 simulation's CPU (``time.process_time``: load-independent but for cache contention).
 
     python benchmarks/plan_cost.py [--gpus 64] [--quick] [--workers 2] \
-        [--scenario scenarios/advisor/long-prompt-infiniband.yaml] [--json] [--rows FILE]
+        [--scenario scenarios/advisor/long-prompt-infiniband.yaml] [--json] [--rows FILE] \
+        [--cpu-from ROWS]
 
-Prints the number of simulations, their simulated requests and CPU seconds in all and
-per candidate kind, the retests, the convergence, the verdict and the best candidate of
-each kind. The executor also keeps a virtual clock of ``--workers`` workers: each run
-takes its measured CPU seconds on the first free one, in the order the plan sends them
-(and, where the plan waits for one of several runs, the one that finishes first on that
-clock comes back first). ``makespan_s`` is then the wall time of the simulations on an
-idle machine with that many cores (worker start-up and the parent's own CPU,
-``cpu_s_all - cpu_s_simulations``, left out): the figure that shows how well the plan
-keeps its workers busy, whatever else runs on this machine. Not a test: nothing is
-asserted. docs/planning.md ("Speed") quotes it.
+Prints the number of simulations, their requests and CPU seconds in all and per
+candidate kind, the retests, the convergence, the verdict and the best candidate of each
+kind. ``measured_requests`` sums the runs' ``num_requests`` (arrivals after the warm-up,
+arrived or not: a run stopped early counts all of them); ``simulated_requests`` counts,
+of those, the ones a run stopped early had let arrive by its stop (the run's requests
+generated again from its seed: the summary does not say). The executor also keeps a
+virtual clock of ``--workers`` workers: each run takes its measured CPU seconds on the
+first free one, in the order the plan sends them (and, where the plan waits for one of
+several runs, the one that finishes first on that clock comes back first).
+``makespan_s`` is then the wall time of the simulations on an idle machine with that
+many cores (worker start-up and the parent's own CPU, ``cpu_s_parent``, left out): the
+figure that shows how well the plan keeps its workers busy, whatever else runs on this
+machine. ``--cpu-from`` replays every run with the CPU seconds the same run took in an
+earlier ``--rows`` file, so that two versions of the planner are compared on identical
+per-run costs (the per-run CPU of two measurements on a shared machine differs by 5-10
+%). Not a test: nothing is asserted. docs/planning.md ("Speed") quotes it.
 """
 
 from __future__ import annotations
@@ -34,8 +41,11 @@ class TimedSerial:
     """A serial executor that records (scenario name, seed, duration, CPU s, requests)
     and replays the runs on ``workers`` virtual workers (module docstring)."""
 
-    def __init__(self, workers: int = 2) -> None:
+    def __init__(self, workers: int = 2, cpu_from: dict[tuple, float] | None = None) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.cpu_from = cpu_from or {}  # run key -> CPU s of an earlier measurement
+        self.cpu_substituted = 0
+        self.counting_cpu = 0.0
         self.workers = workers
         self.now = 0.0  # the virtual clock
         self._free = [0.0] * workers  # when each virtual worker is next free
@@ -47,19 +57,30 @@ class TimedSerial:
         s = fn(t)
         cpu = time.process_time() - c0
         sim = t.raw.get("sim", {})
-        self.rows.append(
-            {
-                "name": t.raw.get("name", ""),
-                "arch": t.raw.get("architecture", ""),
-                "seed": t.raw.get("seed"),
-                "rate": t.raw["workload"]["rate_per_s"],
-                "duration_s": sim.get("duration_s"),
-                "cpu_s": cpu,
-                "requests": s.num_requests,
-                "stopped_early_at_s": s.get("stopped_early_at_s"),
-            }
-        )
+        row = {
+            "name": t.raw.get("name", ""),
+            "arch": t.raw.get("architecture", ""),
+            "seed": t.raw.get("seed"),
+            "rate": t.raw["workload"]["rate_per_s"],
+            "duration_s": sim.get("duration_s"),
+            "cpu_s": cpu,
+            "requests": s.num_requests,
+            "requests_simulated": self._count(t, s),
+            "stopped_early_at_s": s.get("stopped_early_at_s"),
+        }
+        earlier = self.cpu_from.get(run_key(row))
+        if earlier is not None:
+            row["cpu_s_measured"], row["cpu_s"] = cpu, earlier
+            cpu = earlier
+            self.cpu_substituted += 1
+        self.rows.append(row)
         return s, cpu
+
+    def _count(self, t, s) -> int:
+        c0 = time.process_time()
+        n = simulated_requests(t, s)
+        self.counting_cpu += time.process_time() - c0  # not the plan's: left out of cpu_s_parent
+        return n
 
     def map(self, fn, tasks, on_done=None):
         """One round: each run on the first free worker; the round ends with its last."""
@@ -102,6 +123,36 @@ class TimedSerial:
         pass
 
 
+def run_key(row: dict[str, Any]) -> tuple:
+    """A run in a --rows file: its scenario (the candidate), seed, rate and length."""
+    return (
+        row["name"],
+        int(row["seed"]),
+        float(f"{float(row['rate']):.9g}"),
+        float(f"{float(row['duration_s']):.9g}"),
+    )
+
+
+def simulated_requests(task: Any, summary: Any) -> int:
+    """The measured requests (arrival >= ``sim.warmup_s``: the summary's
+    ``num_requests``) the run simulated: all of them, or, for a run stopped early, those
+    that had arrived by ``stopped_early_at_s`` (the summary counts every measured
+    request, arrived or not). Counted on the run's own requests, generated again here
+    (the same seed gives the same arrivals)."""
+    stop = summary.get("stopped_early_at_s")
+    if stop is None:
+        return int(summary.num_requests)
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.run import make_requests
+
+    loaded = load_scenario(task.raw, base_dir=Path(task.base_dir))
+    arrival = make_requests(loaded).arrival_s
+    measured = arrival >= loaded.scenario.sim.warmup_s
+    if int(measured.sum()) != summary.num_requests:  # not the engine's requests
+        raise RuntimeError(f"{task.raw.get('name')}: regenerated requests differ from the run's")
+    return int((measured & (arrival < stop)).sum())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -112,12 +163,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="virtual workers for makespan_s")
     p.add_argument("--json", action="store_true")
     p.add_argument("--rows", type=Path, help="write every simulation as a CSV row here")
+    p.add_argument(
+        "--cpu-from",
+        type=Path,
+        help="a --rows file of an earlier measurement: replay each run with the CPU seconds "
+        "it took there (the same run: scenario, seed, rate, length), so that two versions "
+        "of the planner are compared on the same per-run costs; runs not in it keep their own",
+    )
     args = p.parse_args(argv)
 
     from disaggsim.plan import PlanOptions, plan
 
     opts = PlanOptions.quick() if args.quick else PlanOptions()
-    ex = TimedSerial(args.workers)
+    cpu_from = None
+    if args.cpu_from is not None:
+        import csv
+
+        with args.cpu_from.open() as f:
+            cpu_from = {run_key(r): float(r["cpu_s"]) for r in csv.DictReader(f)}
+    ex = TimedSerial(args.workers, cpu_from)
     c0, t0 = time.process_time(), time.perf_counter()
     res, advice = plan(args.scenario, gpus=args.gpus, options=opts, executor=ex)
     cpu_all, wall = time.process_time() - c0, time.perf_counter() - t0
@@ -126,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         k = "colocated-" + ("chunked" if "chunked" in r["name"] else "vllm")
         k = "disaggregated" if r["arch"] == "disaggregated" else k
         by_kind[k][0] += 1
-        by_kind[k][1] += r["requests"]
+        by_kind[k][1] += r["requests_simulated"]
         by_kind[k][2] += r["cpu_s"]
     best: dict[str, Any] = {}
     for row in res.ranked:
@@ -144,9 +208,15 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "simulations": len(ex.rows),
         "num_simulations_reported": res.num_simulations,
-        "simulated_requests": int(sum(r["requests"] for r in ex.rows)),
+        "measured_requests": int(sum(r["requests"] for r in ex.rows)),
+        "simulated_requests": int(sum(r["requests_simulated"] for r in ex.rows)),
         "cpu_s_simulations": round(sum(r["cpu_s"] for r in ex.rows), 1),
         "cpu_s_all": round(cpu_all, 1),
+        "cpu_s_parent": round(
+            cpu_all - ex.counting_cpu - sum(r.get("cpu_s_measured", r["cpu_s"]) for r in ex.rows),
+            1,
+        ),
+        "cpu_s_from_earlier_runs": ex.cpu_substituted,
         "workers": args.workers,
         "makespan_s": round(ex.now, 1),
         "stopped_early": sum(r["stopped_early_at_s"] is not None for r in ex.rows),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from concurrent.futures import Future
 
 import pytest
 
@@ -33,6 +34,11 @@ def _raise_or_die(x: int) -> int:
     return x
 
 
+def _nap_free(task: tuple[float, int]) -> int:
+    """A task that takes ``task[0]`` seconds of a :class:`VirtualPool`'s clock."""
+    return task[1]
+
+
 def _nap(task: tuple[float, int]) -> int:
     time.sleep(task[0])
     return task[1]
@@ -56,6 +62,69 @@ class MapOnly:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+class VirtualPool:
+    """An executor with ``workers`` virtual workers and a clock (as
+    benchmarks/plan_cost.py's): a task runs here at once, takes ``cost(task)`` seconds of
+    the clock on the first free worker in the order sent, and comes back when the clock
+    says. ``sent`` records the tasks in the order sent; ``most_out`` the most out at once."""
+
+    def __init__(self, workers: int, cost=lambda t: t[0]) -> None:
+        self.workers, self.cost = workers, cost
+        self.now = 0.0
+        self.sent: list = []
+        self.most_out = 0
+        self._free = [0.0] * workers
+        self._queue: list = []  # sent, not started: (future, fn, task)
+        self._ends: dict = {}  # started: future -> (end, worker)
+
+    def submit(self, fn, task):
+        f: Future = Future()
+        self.sent.append(task)
+        self._queue.append((f, fn, task))
+        self.most_out = max(self.most_out, len(self._queue) + len(self._ends))
+        self._start()
+        return f
+
+    def _start(self) -> None:
+        while self._queue and len(self._ends) < self.workers:
+            busy = {w for _, w in self._ends.values()}
+            w = next(i for i in range(self.workers) if i not in busy)
+            f, fn, t = self._queue.pop(0)
+            f.set_result(fn(t))
+            self._free[w] = max(self.now, self._free[w]) + self.cost(t)
+            self._ends[f] = (self._free[w], w)
+
+    def wait_first(self, futures):
+        f = min((g for g in futures if g in self._ends), key=lambda g: self._ends[g][0])
+        self.now = self._ends.pop(f)[0]
+        self._start()
+        return {f}
+
+    def map(self, fn, tasks, on_done=None):
+        raise AssertionError("drive submits")
+
+    def close(self) -> None:
+        pass
+
+
+class Ranked:
+    """A job of fixed steps that says how much work it has left: the sum of its
+    remaining steps' task durations."""
+
+    def __init__(self, name: str, steps: list[list], log: list[str]) -> None:
+        self.name, self.steps, self.log = name, steps, log
+        self.got: list[list] = []
+
+    def advance(self, results):
+        if results is not None:
+            self.got.append(results)
+            self.log.append(self.name)
+        return self.steps[len(self.got)] if len(self.got) < len(self.steps) else []
+
+    def priority(self) -> float:
+        return sum(t[0] for step in self.steps[len(self.got) :] for t in step)
 
 
 class Steps:
@@ -100,6 +169,44 @@ def test_a_job_does_not_wait_for_another_jobs_slow_run():
     jobs = [Steps("slow", [[(0.2, 0)]], log), Steps("quick", [[(0.0, k)] for k in range(3)], log)]
     drive(MapOnly(), _nap, jobs)
     assert log == ["slow", "quick", "quick", "quick"]  # in rounds: after the first
+
+
+def test_ranked_jobs_send_the_longest_chain_first():
+    """Four jobs of one 1-s task each, then one of three 1-s tasks in a row, on two
+    workers. Sent as they come (no ``priority``), the chain starts after the four and
+    ends at 5 s; ranked by the work left, it starts at once and every run is done at 4 s,
+    the least two workers can (7 runs). No more than a task per worker and one more are
+    out at once; each job gets the same results either way."""
+    steps = {"b": [[(1.0, 1)]], "c": [[(1.0, 2)]], "d": [[(1.0, 3)]], "e": [[(1.0, 4)]],
+             "chain": [[(1.0, 5)], [(1.0, 6)], [(1.0, 7)]]}  # fmt: skip
+    got = {}
+    for kind in (Steps, Ranked):
+        log: list[str] = []
+        jobs = [kind(k, v, log) for k, v in steps.items()]
+        ex = VirtualPool(2)
+        drive(ex, _nap_free, jobs)
+        got[kind] = ({j.name: j.got for j in jobs}, ex.now, [t[1] for t in ex.sent], ex.most_out)
+    assert (
+        got[Steps][0]
+        == got[Ranked][0]
+        == {k: [[t[1] for t in step] for step in v] for k, v in steps.items()}
+    )
+    assert got[Steps][1] == 5.0 and got[Steps][2] == [1, 2, 3, 4, 5, 6, 7]
+    assert got[Ranked][1] == 4.0 and got[Ranked][2] == [5, 1, 2, 6, 3, 4, 7]
+    assert got[Steps][3] == 5 and got[Ranked][3] == 3  # all at once; 2 workers + 1
+
+
+def test_ranking_ties_keep_the_job_order_and_serial_runs_everything():
+    """Jobs of equal priority go in their order; an executor without ``workers`` (serial)
+    gets every task as soon as its job gives it, ranked or not."""
+    log: list[str] = []
+    jobs = [Ranked(k, [[(1.0, i)]], log) for i, k in enumerate("abc")]
+    ex = VirtualPool(1)
+    drive(ex, _nap_free, jobs)
+    assert [t[1] for t in ex.sent] == [0, 1, 2] and log == ["a", "b", "c"]
+    jobs = [Ranked("a", [[(1.0, 0)], [(1.0, 1)]], []), Ranked("b", [[(5.0, 2)]], [])]
+    drive(SerialExecutor(), _nap_free, jobs)
+    assert [j.got for j in jobs] == [[[0], [1]], [[2]]]
 
 
 def test_a_failed_task_is_raised():

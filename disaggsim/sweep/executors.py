@@ -13,11 +13,17 @@ rate depends on its last) goes through :func:`drive`: with an executor that can
 ``submit`` one task (:class:`SerialExecutor`, :class:`ProcessExecutor`), each job's next
 tasks are sent as soon as its own last ones finish, so a worker is never left idle
 waiting for other jobs' runs; with one that can only ``map`` (Dask, test doubles), in
-rounds, every job's next tasks in one call.
+rounds, every job's next tasks in one call. A job may say how much work it has left
+(``priority()``, e.g. its expected CPU seconds): then ``drive`` keeps one task per worker
+and one more out, and sends the waiting task of the job with the most work left first
+(longest first: a long chain of runs started last leaves the other workers idle at the
+end while it finishes).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import multiprocessing
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -208,6 +214,10 @@ class Job(Protocol[T_co, R_contra]):
 
     def advance(self, results: Sequence[R_contra] | None) -> Sequence[T_co]: ...
 
+    # optional: ``priority() -> float``, the work the job has left after ``advance``
+    # (any unit shared by the jobs; read once per step): :func:`drive` sends the waiting
+    # task of the job with the most first
+
 
 def _wait_first(futures: list[Future]) -> set[Future]:
     return wait(futures, return_when=FIRST_COMPLETED)[0]
@@ -218,7 +228,13 @@ def drive(
 ) -> None:
     """Advance every job until it gives no more tasks (module docstring). Each job sees
     exactly the results of its own tasks, in order, whatever the executor: the outcome
-    does not depend on which tasks ran when. ``on_done`` is called once per finished task."""
+    does not depend on which tasks ran when. ``on_done`` is called once per finished task.
+
+    Order: with jobs that have a ``priority()`` and an executor that says how many
+    ``workers`` it has, at most that many tasks and one more are out at once (the extra
+    one in the executor's queue) and a freed place goes to the waiting task of the job
+    with the highest priority (ties: the job first in ``jobs``, then its tasks in
+    order); otherwise every task is sent when its job gives it."""
     submit = getattr(ex, "submit", None)
     # an executor may keep its own clock (benchmarks/plan_cost.py replays the runs' CPU
     # seconds on virtual workers): then it says which of its futures finishes first
@@ -229,22 +245,37 @@ def drive(
             results = iter(ex.map(fn, [x for _, ts in todo for x in ts], on_done))
             todo = [(j, j.advance([next(results) for _ in ts])) for j, ts in todo]
         return
+    ranked = [getattr(j, "priority", None) for j in jobs]
+    workers = getattr(ex, "workers", None)
+    # tasks out at once when jobs are ranked: one per worker and one waiting in the
+    # executor's queue (a worker that finishes starts it without waiting for this
+    # process to send one), else all
+    limit = workers + 1 if workers and any(r is not None for r in ranked) else math.inf
     # futures -> (job, slot); a job's results wait in its slots until all have come
     where: dict[Future, tuple[int, int]] = {}
     slots: list[list[Any]] = []
     left: list[int] = []
+    waiting: list[tuple[float, int, int, Any]] = []  # heap: (-priority, job, slot, task)
 
-    def send(i: int, tasks: Sequence[T]) -> None:
+    def queue(i: int, tasks: Sequence[T]) -> None:
         slots[i] = [None] * len(tasks)
         left[i] = len(tasks)
+        rank = ranked[i]
+        p = float(rank()) if rank is not None and tasks else 0.0
         for k, t in enumerate(tasks):
+            heapq.heappush(waiting, (-p, i, k, t))
+
+    def send() -> None:
+        while waiting and len(where) < limit:
+            _, i, k, t = heapq.heappop(waiting)
             where[submit(fn, t)] = (i, k)
 
     with _cancelled_on_failure(where):  # the futures still out when a failure comes
         for i, j in enumerate(jobs):
             slots.append([])
             left.append(0)
-            send(i, j.advance(None))
+            queue(i, j.advance(None))
+        send()
         while where:
             done = wait_first(list(where))
             # in job order: which of several finished tasks is handled first is no accident
@@ -255,7 +286,8 @@ def drive(
                     on_done()
                 left[i] -= 1
                 if left[i] == 0:
-                    send(i, jobs[i].advance(slots[i]))
+                    queue(i, jobs[i].advance(slots[i]))
+            send()
 
 
 @contextmanager

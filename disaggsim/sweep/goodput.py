@@ -6,8 +6,8 @@ the system or in TTFT); each run's length comes from the workload
 (:func:`disaggsim.metrics.steady.horizon`), never from the scenario's ``sim`` section.
 
 The search (:class:`RateSearch`, a small state machine so many scenarios advance side
-by side, each sending its next runs as soon as its last are back, and a pure function of
-rate can drive it in tests):
+by side, each sending its next runs as soon as its last are back, those of the search
+with the most work left first, and a pure function of rate can drive it in tests):
 
 1. **bracket**: evaluate ``rate_lo`` and ``rate_hi``; while ``rate_hi`` meets, double it;
    while ``rate_lo`` misses, divide it by 4 (at most :data:`MAX_WIDEN_DOWN` times, and not
@@ -305,6 +305,18 @@ class RateSearch:
     def _tol(self) -> float:
         return self.tol if self.tol is not None else self.tol_fraction * self.hi
 
+    def steps_left(self) -> tuple[int, int]:
+        """The steps expected after the points :meth:`next_points` gives now, as
+        ``(short, long)`` (long: at the confirmation length), if the bracket holds and
+        the confirmation meets: the bisection's halvings to the tolerance, then the
+        confirmation (an estimate to rank searches by the work they have left)."""
+        if self.status is not None or self.phase not in ("bracket", "bisect"):
+            return 0, 0
+        halvings = math.ceil(math.log2(max((self.hi - self.lo) / self._tol(), 1.0)))
+        if self.phase == "bisect":  # the midpoint given now is the first of them
+            halvings = max(halvings - 1, 0)
+        return halvings, int(self.confirm)
+
     def _probe(self) -> float:
         return self._long_hi - self._step
 
@@ -412,6 +424,7 @@ class SteadyProfile:
     prompt_tokens_p99: int
     output_tokens_p99: int
     output_tokens_max: int
+    prompt_tokens_mean: float = math.nan
 
 
 def steady_profile(loaded: LoadedScenario, label: str = "<scenario>") -> SteadyProfile:
@@ -434,10 +447,29 @@ def steady_profile(loaded: LoadedScenario, label: str = "<scenario>") -> SteadyP
         prompt_tokens_p99=p99,
         output_tokens_p99=o99,
         output_tokens_max=o_max,
+        prompt_tokens_mean=float(prompts.mean()),
     )
 
 
 # ------------------------------------------------------------------ driver
+
+# CPU of a simulated request, relative: one, plus this much per scheduler iteration a
+# mean prompt takes (mean prompt / the prefill pool's token budget). Fitted on the quick
+# 64-GPU plan of the long-prompt advisor question (benchmarks/plan_cost.py --rows): its
+# chunked pools (12k-token prompts, 512-token chunks: 24 iterations, each shared with
+# the decode batch) took 1.16-1.19 ms of CPU per simulated request, its whole-prompt
+# prefills (a 16k budget: 0.75 iteration) 0.20-0.38 ms: 1 + 0.18 x 24 = 4.7 x (1 + 0.18
+# x 0.75). Only the order of the runs depends on it, never a result.
+ITERATION_COST = 0.18
+
+
+def request_cost(scenario: Scenario, profile: SteadyProfile) -> float:
+    """Relative CPU of one simulated request of ``scenario`` (:data:`ITERATION_COST`):
+    ranks searches by the work they have left, nothing else."""
+    pool = scenario.prefill_pool or scenario.pool
+    if pool is None or not math.isfinite(profile.prompt_tokens_mean):
+        return 1.0
+    return 1.0 + ITERATION_COST * profile.prompt_tokens_mean / max(pool.max_batch_tokens, 1)
 
 
 class _Job:
@@ -454,8 +486,12 @@ class _Job:
         seeds: int,
         retest: bool,
         stop_early: bool,
+        request_cost: float = 1.0,
     ) -> None:
         self.src, self.search, self.profile, self.rule = src, search, profile, rule
+        self.request_cost = request_cost
+        self.sent_requests = 0.0  # expected arrivals of the tasks ``advance`` gave last
+        self.sent_runs = 0
         self.seeds, self.retest = seeds, retest
         # stop a run once it certainly misses: below the target for one seed, lower for
         # several (one stopped seed must sink their mean); never where none can
@@ -508,7 +544,7 @@ class _Job:
                     self.todo.append((i, d))
                     tasks += t
             if tasks:
-                return tasks
+                return self._sent(tasks)
             self.search.record(self.results)
         self.points = self.search.next_points()
         self.durations = []
@@ -517,7 +553,27 @@ class _Job:
             d, t = self._tasks(rate, long, self.src.seed)
             self.durations.append(d)
             tasks += t
+        return self._sent(tasks)
+
+    def _sent(self, tasks: list[PointTask]) -> list[PointTask]:
+        self.sent_requests = sum(
+            t.raw["workload"]["rate_per_s"] * t.raw["sim"]["duration_s"] for t in tasks
+        )
+        self.sent_runs = len(tasks)
         return tasks
+
+    def priority(self) -> float:
+        """The work this search has left (:func:`~disaggsim.sweep.executors.drive` sends
+        the runs of the search with the most first): the expected arrivals of the runs
+        just given, plus one such run per seed for each step :meth:`RateSearch.steps_left`
+        expects (``confirm_factor`` of one at the confirmation length), times the
+        scenario's relative CPU per request (:func:`request_cost`)."""
+        if not self.sent_runs:
+            return 0.0
+        run = self.sent_requests / self.sent_runs
+        short, long = self.search.steps_left()
+        later = self.seeds * run * (short + self.rule.confirm_factor * long)
+        return self.request_cost * (self.sent_requests + later)
 
 
 def goodput_many(
@@ -568,7 +624,8 @@ def goodput_many(
             min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
             bisected=was,
         )
-        jobs.append(_Job(src, search, profile, r, seeds, retest, stop_early))
+        cost = request_cost(loaded.scenario, profile)
+        jobs.append(_Job(src, search, profile, r, seeds, retest, stop_early, cost))
     own = executor is None
     # the first round sends both ends of every search
     ex = executor if executor is not None else default_executor(2 * len(jobs) * seeds)
