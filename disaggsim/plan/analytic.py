@@ -429,6 +429,7 @@ def analytic_guess(
     max_batch_seqs: int | None = None,
     lengths: tuple[np.ndarray, np.ndarray] | None = None,
     hit_share: float = 0.0,
+    memo: dict | None = None,
 ) -> AnalyticGuess:
     """The P:D ratio and worker counts from the token histograms and the cost model.
 
@@ -437,6 +438,9 @@ def analytic_guess(
     (its decode pool's, or its colocated pool's) with TPs ``prefill_tp``/``decode_tp``
     (or :class:`Layout` s: their GPUs count). ``hit_share``: the expected share of prompt
     tokens found in a prefix cache (:func:`expected_prefix_hit_share`), in [0, 1).
+    ``memo``: a dict kept by a caller that guesses many pairs of layouts for the same
+    scenario and ``lengths``: the prefill side (a loop over every prompt length) is
+    computed once per prefill layout, token budget and hit share (the same values).
     """
     if (gpu_budget is None) == (target_rate_per_s is None):
         raise UserError("plan: give a GPU budget or a target rate (exactly one)")
@@ -457,10 +461,18 @@ def analytic_guess(
     )
     max_b = max_batch_seqs or dec_pool.max_batch_seqs
 
-    pcost = worker_cost(loaded, gpu, pl)
+    key = (pl, budget_tokens, hit_share)
+    if memo is not None and key in memo:
+        pre_s, k_mean, pre_s0 = memo[key]
+    else:
+        pcost = worker_cost(loaded, gpu, pl)
+        pre_s, k_mean = prefill_s_per_request(pcost, prompts, budget_tokens, hit_share)
+        pre_s0 = pre_s
+        if hit_share != 0:
+            pre_s0 = prefill_s_per_request(pcost, prompts, budget_tokens)[0]
+        if memo is not None:
+            memo[key] = (pre_s, k_mean, pre_s0)
     dcost = worker_cost(loaded, gpu, dl)
-    pre_s, k_mean = prefill_s_per_request(pcost, prompts, budget_tokens, hit_share)
-    pre_s0 = pre_s if hit_share == 0 else prefill_s_per_request(pcost, prompts, budget_tokens)[0]
     p_mean, o_mean = float(prompts.mean()), float(outputs.mean())
     ctx = p_mean + 0.5 * o_mean
     b = typical_decode_batch(dcost, ctx, p_mean + o_mean, max_b, s.slo.itl_s)

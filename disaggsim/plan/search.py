@@ -608,6 +608,7 @@ def plan_families(
         tag = f" {dtype}" if dtype else ""
         moe = get_model(ld.scenario.model).moe is not None
         moe_bound = _MoeBounds(ld, lengths, options, requests if reuse else None) if moe else None
+        memo: dict = {}  # prefill sides of the guesses (analytic_guess): ld and lengths fixed
 
         def bound(g: AnalyticGuess, pl: Layout, dl: Layout | None = None, mb=moe_bound) -> float:
             """The family's optimistic goodput per GPU. Dense: the analytic capacity
@@ -628,20 +629,25 @@ def plan_families(
             return expected_prefix_hit_share(ld, requests, num_workers=n, layout=lay)
 
         def guess(
-            pl: Layout, dl: Layout, budget: int, ld: LoadedScenario = ld, colocated: int = 0
+            pl: Layout,
+            dl: Layout,
+            budget: int,
+            ld: LoadedScenario = ld,
+            colocated: int = 0,
+            memo: dict = memo,
         ) -> AnalyticGuess:
             """``colocated``: the pool's workers (0: a disaggregated guess)."""
             tokens, seqs = _batch_limits(ld, pl, dl, colocated > 0)
             g = analytic_guess(
                 ld, prefill_tp=pl, decode_tp=dl, gpu_budget=budget, lengths=lengths,
-                prefill_budget_tokens=tokens, max_batch_seqs=seqs,
+                prefill_budget_tokens=tokens, max_batch_seqs=seqs, memo=memo,
             )  # fmt: skip
             s = share(pl, colocated or g.num_prefill_workers, colocated=colocated > 0)
             if s <= 0:
                 return g
             return analytic_guess(
                 ld, prefill_tp=pl, decode_tp=dl, gpu_budget=budget, lengths=lengths,
-                prefill_budget_tokens=tokens, max_batch_seqs=seqs, hit_share=s,
+                prefill_budget_tokens=tokens, max_batch_seqs=seqs, hit_share=s, memo=memo,
             )  # fmt: skip
 
         for pl in pre_lays:

@@ -130,17 +130,22 @@ def _task(
     overrides: list[str],
     stop_on_certain_miss: bool = False,
     stop_below_attainment: float | None = None,
+    check_runnable: bool = True,
 ) -> PointTask:
     """Resolve and validate one point here, so a bad value fails before any work starts
     (with the file's name), and the worker receives a mapping that is known to load
-    (``stop_on_certain_miss``, ``stop_below_attainment``: :class:`PointTask`)."""
+    (``stop_on_certain_miss``, ``stop_below_attainment``: :class:`PointTask`).
+    ``check_runnable=False`` skips building the cost models, link and topology
+    (:func:`_check_runnable`): for a caller that checked them on the same scenario with
+    other rates, seeds and run lengths, which none of them reads."""
     raw = apply_overrides(src.raw, overrides, src.label)
     try:
         loaded = load_scenario(raw, base_dir=src.base_dir)
     except UserError as e:
         raise UserError(str(e).replace("<scenario>", src.label, 1)) from None
     raw = dict(loaded.raw)
-    _check_runnable(loaded, src.label)
+    if check_runnable:
+        _check_runnable(loaded, src.label)
     return PointTask(
         raw=raw,
         base_dir=str(src.base_dir),

@@ -492,6 +492,7 @@ class _Job:
         self.request_cost = request_cost
         self.sent_requests = 0.0  # expected arrivals of the tasks ``advance`` gave last
         self.sent_runs = 0
+        self.checked = False  # the scenario's cost models, link and topology build
         self.seeds, self.retest = seeds, retest
         # stop a run once it certainly misses: below the target for one seed, lower for
         # several (one stopped seed must sink their mean); never where none can
@@ -514,9 +515,13 @@ class _Job:
                 ],
                 stop_on_certain_miss=self.stop_below is not None,
                 stop_below_attainment=self.stop_below,
+                # the cost models, link and topology do not depend on the rate, seed
+                # or run length: built once per search
+                check_runnable=not self.checked and k == 0,
             )
             for k in range(self.seeds)
         ]
+        self.checked = True
         return h.duration_s, tasks
 
     def advance(self, runs: Sequence[Summary] | None) -> list[PointTask]:
