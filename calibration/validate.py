@@ -165,6 +165,39 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   and 4, longer as the kernels shrink 4×, while OPT-66B's fall from 57.1 to 31.2 ms from
   TP 2 to 8). `python -m calibration.engines --eager-forms` prints both forms, the every-
   family fit and these curve checks.
+  Checked 2026-12-01 (late night), with the harness read from DistServe's repository
+  (`calibration/engine_data/distserve_harness.json`, sources with commits): the curves are
+  vLLM v0.2.3 (a fork), fp16, dummy weights, Ray workers at every TP (TP1 included), each
+  step timed wall clock around `LLMEngine.step()` between two `torch.cuda.synchronize()`,
+  so scheduling, the Ray calls, input preparation, sampling and detokenisation are in it;
+  prefill = the first step (its detokenisation converts every prompt id: host time per
+  prompt token, the same for every model and TP), decode = the median of 15 steps per
+  round. The same harness timed DistServe's own C++ engine on the same A100s, models and
+  TPs (`profiler-a100-80g.distserve.json`), which separates the hardware from vLLM's host
+  path (rows "DistServe's C++ engine ..., kernels only"; the diagnostic's same-box table).
+  The C++ engine runs at the kernel model's time where TP is small — median measured /
+  kernels 1.04-1.05 on prefill and 0.99-1.03 on decode at OPT-13B TP1 and OPT-66B TP2-3 —
+  and 1.04-1.32× with more ranks (OPT-13B TP 2-4, OPT-66B TP 4-8: a cost growing with TP
+  even without Python), so the kernel and all-reduce model is not what misses. 2023 vLLM runs 1.40-1.84× the kernels on prefill
+  and 1.18-2.95× on decode. Its excess over the C++ engine at batch 1 decode is 8.0-9.3 ms
+  for OPT-66B at every TP 2-8 but 3.6, 11.3 and 15.7 ms for OPT-13B at TP 1, 2 and 4: one
+  engine adds a TP-independent cost on one model and a TP-growing one on the other, so no
+  per-rank or per-layer-per-rank term fits both (the fit families, OPT-66B TP2-4, leave no
+  room for one). On prefill its excess per prompt token at 4 × 2048 tokens is 41.0, 35.8
+  and 15.5 µs (OPT-13B TP 1, 2, 4) and 49.7, 133.4, 140.4 and 54.8 µs (OPT-66B TP 2, 3, 4,
+  8): host time per token would be the same in all seven, so at most ~15 µs of it is the
+  prompt's detokenisation and the rest is slower prefill kernels, larger for the larger
+  model and not monotone in TP. A term on that structure — a fraction of the prefill
+  kernel time, fitted on the fit families (rows "+ prefill kernel scale": 0.273, per-token
+  host time 23.6 µs) — lowers all rows to 6.2% / 22.4% and the held-out rows to 11.4% /
+  28.1%, OPT-13B TP4 prefill to 19.5% median, but leaves its decode at 26% and every-family
+  refits at 27.8% p90; its cause (which prefill kernels of the 2023 stack ran slower) is not
+  identified, so it is not shipped. 135 of the 428 scored points lie outside the grid
+  DistServe profiled (its 65 OPT-66B TP8 points included: that family is absent from the
+  published profiling list), where a curve is its own fit's extrapolation; OPT-13B TP4's
+  profiled grid is the widest (up to 250,000 tokens a batch). The miss stays: these curves
+  disagree across families by more than the target, in ways the harness explains only in
+  part.
 - **vLLM FP8-KV decode: met since the split-KV form (9.8%, was 10.8%), and what is left.**
   Decode kernels split a long sequence's KV over several thread blocks (docs/costmodel.md,
   "Split-KV decode kernels"); costing few work items a fixed time instead of a bandwidth
@@ -790,6 +823,40 @@ def eager_family_rows(r: pd.DataFrame, a: np.ndarray, data: Path) -> list[Row]:
     rows.append(_row("all", "engine", src, "fit rows", f["ape"][fit]))
     rows.append(_row("all", "engine", src, "held-out rows", f["ape"][~fit]))
     rows.append(_row("all", "engine", src, "refit without each family", f["lofo_ape"]))
+    sc = engines.eager_prefill_scale(data)
+    fit, pre = sc["fit_rows"], sc["prefill_rows"]
+    src = "vllm-eager-2023, + prefill kernel scale (not shipped)"
+    rows.append(_row("all", "engine", src, "all rows", sc["ape"]))
+    rows.append(_row("all", "engine", src, "fit rows", sc["ape"][fit]))
+    rows.append(_row("all", "engine", src, "held-out rows", sc["ape"][~fit]))
+    rows.append(_row("all", "engine", src, "refit without each family", sc["lofo_ape"]))
+    sr = sc["rows"]
+    t4 = ((sr["model"] == "opt-13b") & (sr["tp"] == 4)).to_numpy()
+    rows.append(
+        _row(EAGER_GPU_ROW, "engine", f"{src}: opt-13b TP4", "prefill steps", sc["ape"][t4 & pre])
+    )
+    rows.append(
+        _row(EAGER_GPU_ROW, "engine", f"{src}: opt-13b TP4", "decode steps", sc["ape"][t4 & ~pre])
+    )
+    cxx = engines.cxx_engine_kernel_ape(data)
+    src = "DistServe's C++ engine (same A100s and harness), kernels only"
+    rows.append(_row(EAGER_GPU_ROW, "engine", src, "all rows", cxx["ape"].to_numpy(float)))
+    for key, g in cxx.groupby(["model", "tp"], sort=True):
+        model, tp = (str(v) for v in cast(tuple, key))
+        for bucket, metric in (
+            ("prefill steps", "prefill_step_s"),
+            ("decode steps", "decode_ctx_step_s"),
+        ):
+            sel = (g["metric"] == metric).to_numpy()
+            rows.append(
+                _row(
+                    EAGER_GPU_ROW,
+                    "engine",
+                    f"{src}: {model} TP{tp}",
+                    bucket,
+                    g["ape"][sel].to_numpy(float),
+                )
+            )
     return rows
 
 

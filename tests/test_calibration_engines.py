@@ -17,7 +17,7 @@ from calibration.cli import default_base
 from calibration.fit import fit_allreduce
 from disaggsim.costmodel import ops
 from disaggsim.errors import UserError
-from disaggsim.hardware.engines import load_engines
+from disaggsim.hardware.engines import PARAM_KEYS, load_engines
 from disaggsim.hardware.profile import AllReduceParams, load_profile, shipped_profile_path
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -273,6 +273,119 @@ def test_engines_cli_rows_and_eager_forms(capsys) -> None:
     assert engines.main(["--data", str(DATA), "--eager-forms"]) == 0
     out = capsys.readouterr().out
     assert "vllm-eager-2023 overlap:" in out and "of_hbm_peak" in out
+    assert "vllm_minus_cxx_prefill_us_per_token" in out
+    assert "prefill kernel scale (not shipped)" in out and "outside the profiled grid" in out
+
+
+def test_harness_holds_distserve_published_grid() -> None:
+    # evaluation/0-test-single-forward-performance/main.py get_profiling_params (DistServe
+    # e2d4dca), typed here from the source: batches to 192, prompts to 2020 tokens
+    h = engines.harness()
+    assert h["limits"] == {
+        ("opt-13b", 1): 49152,
+        ("opt-13b", 2): 98304,
+        ("opt-13b", 4): 250000,
+        ("opt-66b", 2): 8192,
+        ("opt-66b", 3): 36864,
+        ("opt-66b", 4): 65000,
+    }
+    assert (h["max_batch"], h["max_len"]) == (192, 2020)
+    for src in h["sources"]:
+        assert len(src["commit"]) == 40 and src["repo"] and src["path"]
+
+
+def test_in_profiled_domain_by_hand() -> None:
+    pts = pd.DataFrame(
+        [
+            ("opt-13b", 1, 192, 256),  # 192 × 256 = 49152: the limit itself
+            ("opt-13b", 1, 192, 257),  # 257 rounds up to 272: 52224 > 49152
+            ("opt-13b", 4, 96, 2020),  # 96 × 2032 = 195072 ≤ 250000
+            ("opt-13b", 4, 96, 2048),  # longer than any profiled prompt
+            ("opt-13b", 4, 256, 64),  # larger than any profiled batch
+            ("opt-66b", 8, 1, 64),  # family absent from the published grid
+        ],
+        columns=["model", "tp", "batch", "isl"],
+    )
+    assert engines.in_profiled_domain(pts).tolist() == [True, False, True, False, False, False]
+
+
+def test_a_bad_harness_file_is_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "h.json"
+    bad.write_text('{"token_limits": []}')
+    with pytest.raises(UserError, match="cannot read the DistServe harness"):
+        engines.harness(bad)
+
+
+def test_prefill_scale_fit_recovers_a_known_scale() -> None:
+    # synthetic steps: kernels + 4 ms per iteration + 20 µs per token + 150 µs per layer with
+    # TP > 1, prefill kernels 1.3× slower than the model
+    rng = np.random.default_rng(1)
+    n = 120
+    pre = np.arange(n) % 2 == 0
+    tp = rng.choice([1, 2, 4], n)
+    tokens = np.where(pre, rng.integers(64, 8192, n), rng.integers(1, 256, n)).astype(float)
+    kern = rng.uniform(5e-3, 0.8, n)
+    x = {k: np.zeros(n) for k in PARAM_KEYS}
+    x["per_iteration_s"] = np.ones(n)
+    x["per_tp_rank_s"] = tp - 1.0
+    x["per_seq_s"] = rng.integers(1, 8, n).astype(float)
+    x["per_token_s"] = tokens
+    model = np.where(np.arange(n) % 3 == 0, "opt-13b", "opt-66b")
+    x["per_layer_s"] = np.where(model == "opt-13b", 40.0, 64.0)
+    x["per_layer_tp_s"] = x["per_layer_s"] * (tp > 1)
+    meas = kern * np.where(pre, 1.3, 1.0) + 4e-3 + 20e-6 * tokens + 150e-6 * x["per_layer_tp_s"]
+    rows = pd.DataFrame(
+        {
+            "kernels_s": kern,
+            **{f"x_{k}": v for k, v in x.items()},
+            "value_s": meas,
+            "metric": np.where(pre, "prefill_step_s", "decode_ctx_step_s"),
+            "split": "fit",
+            "model": model,
+            "tp": tp,
+        }
+    )
+    f = engines.prefill_scale_fit(rows)
+    p = f["params"]
+    assert p["prefill_kernel_scale"] == pytest.approx(0.3, rel=1e-3)
+    assert p["per_iteration_s"] == pytest.approx(4e-3, rel=1e-3)
+    assert p["per_token_s"] == pytest.approx(20e-6, rel=1e-3)
+    assert p["per_layer_tp_s"] == pytest.approx(150e-6, rel=1e-3)
+    assert f["all"]["median_ape"] < 1e-6 and f["held_out_by_family"]["p90_ape"] < 1e-6
+
+
+@needs_data
+def test_same_box_comparison_follows_the_two_curves_by_hand() -> None:
+    v = json.loads((DATA / "kernels/distserve/profiler-a100-80g.vllm.json").read_text())
+    d = json.loads((DATA / "kernels/distserve/profiler-a100-80g.distserve.json").read_text())
+    box = engines.same_box_comparison(DATA).set_index(["model", "tp"])
+    for hf, model in (("facebook/opt-13b", "opt-13b"), ("facebook/opt-66b", "opt-66b")):
+        for tp_s in v[hf]:
+            cv, cd = v[hf][tp_s], d[hf][tp_s]
+            # prefill of 4 prompts × 2048 tokens: a + b·8192 + c·4·2048², in ms
+            pv = cv["prefill"][0] + cv["prefill"][1] * 8192 + cv["prefill"][2] * 4 * 2048**2
+            pd_ = cd["prefill"][0] + cd["prefill"][1] * 8192 + cd["prefill"][2] * 4 * 2048**2
+            # decode at batch 1, 64 context tokens (small-batch curve): a + b·64 + c·1
+            dv = sum(c * w for c, w in zip(cv["decoding_smallbs"], (1, 64, 1), strict=True))
+            dd = sum(c * w for c, w in zip(cd["decoding_smallbs"], (1, 64, 1), strict=True))
+            row = box.loc[(model, int(tp_s))]
+            assert row["vllm_minus_cxx_prefill_us_per_token"] == pytest.approx(
+                (pv - pd_) / 8192 * 1e3, rel=1e-9
+            )
+            assert row["vllm_minus_cxx_decode_b1_ms"] == pytest.approx(dv - dd, rel=1e-9)
+    assert box["in_published_grid"].sum() == 6 and not box.loc[("opt-66b", 8), "in_published_grid"]
+
+
+@needs_data
+def test_cxx_engine_runs_at_the_kernel_model_time_at_low_tp() -> None:
+    # DistServe's C++ engine on the same A100s: where TP is low the kernel model alone is its
+    # step time (within 6%); the 2023-vLLM curves of the same families are >= 1.18x
+    box = engines.same_box_comparison(DATA).set_index(["model", "tp"])
+    for fam in (("opt-13b", 1), ("opt-66b", 2), ("opt-66b", 3)):
+        r = box.loc[fam]
+        assert 0.95 < r["cxx_prefill_x_kernels"] < 1.06
+        assert 0.95 < r["cxx_decode_x_kernels"] < 1.06
+        assert r["vllm_prefill_x_kernels"] > 1.3 and r["vllm_decode_x_kernels"] > 1.15
 
 
 def test_engines_cli_eager_forms_without_data_is_one_line_error(tmp_path: Path, capsys) -> None:
