@@ -365,20 +365,37 @@ def _tile(max_m, tm, tn, cm, cn, **kw) -> GemmTileBranch:
 # 128, 2 x 1 (every branch 128 deep). Its m = 1 branch (64 x 64, 1 x 8 clusters, a
 # non-persistent scheduler) is folded into the m <= 64 one: one token's GEMM streams its
 # weights, and 1 x 8 vs 1 x 4 clusters round the tile count of the table's n (multiples of
-# 256 but 32..128) identically. One efficiency per branch (as first fitted, 2026-12-01).
+# 256 but 32..128) identically. One efficiency per tile configuration.
+# m 129-256 runs 128 x 128 tiles, as the timed rows show, not the source's 64 x 64: with
+# few CTAs (n <= 1024: at most 64 tiles, one wave, so the time is one CTA's) the time at
+# fixed k doubles from m = 128 to 129 and stays there to m = 256, level with m 257-512
+# (128 x 128 by the table) and with vLLM's 128 x 128 tiles at 129-256, where the source's
+# 64 x 64 tiles would give a CTA the same work at m 129-256 as at 65-128
+# (few_cta_gemm_times; `--gemm-variants sglang`). Which build or path the public tables
+# timed is not recorded; the source's table stays a variant (SGLANG_FP8_SOURCE_TABLE).
 SGLANG_FP8_KERNEL = "sglang-fp8"
 SGLANG_FP8_SOURCE = (
     "sgl-kernel csrc/gemm/fp8_gemm_kernel.cu sm90_fp8_dispatch_shape (CUTLASS, 128-deep "
-    "CTA tiles; its m = 1 branch folded into m <= 64)"
+    "CTA tiles; its m = 1 branch folded into m <= 64; m 129-256 as 128 x 128 tiles, as the "
+    "timed rows show, where the source says 64 x 64)"
 )
 SGLANG_FP8 = TileKernelSpec(
     SGLANG_FP8_KERNEL,
     "sglang",
-    (_tile(64, 64, 64, 1, 4), _tile(256, 64, 64, 1, 1), _tile(1024, 128, 128, 1, 1),
-     _tile(None, 128, 128, 2, 1)),
-    (0, 1, 2, 3),
+    (_tile(64, 64, 64, 1, 4), _tile(128, 64, 64, 1, 1), _tile(256, 128, 128, 1, 1),
+     _tile(1024, 128, 128, 1, 1), _tile(None, 128, 128, 2, 1)),
+    (0, 1, 2, 2, 3),
     ((0.5, 0.6, 0.7, 0.8), (0.3, 0.4, 0.9, 0.9)),
     SGLANG_FP8_SOURCE,
+)  # fmt: skip
+# the source's own table (64 x 64 tiles from m = 65 to 256), shipped until 2026-12-01: a
+# variant now (tile_form_variants)
+SGLANG_FP8_SOURCE_TABLE = replace(
+    SGLANG_FP8,
+    branches=(_tile(64, 64, 64, 1, 4), _tile(256, 64, 64, 1, 1), _tile(1024, 128, 128, 1, 1),
+              _tile(None, 128, 128, 2, 1)),
+    eff_groups=(0, 1, 2, 3),
+    source="sgl-kernel csrc/gemm/fp8_gemm_kernel.cu sm90_fp8_dispatch_shape as written",
 )  # fmt: skip
 # vLLM's FP8 GEMM on Hopper (per-tensor scales: cutlass_scaled_mm; FlashInfer's FP8 kernel,
 # first in vLLM's list, needs compute capability 10.0), csrc/.../cutlass/c3x/
@@ -410,6 +427,10 @@ VLLM_FP8 = TileKernelSpec(
     VLLM_FP8_SOURCE,
 )
 TILE_KERNELS = (SGLANG_FP8, VLLM_FP8)
+# branches of each kernel's table that run CUTLASS's cooperative schedule (both consumer
+# warp groups on one tile); the others run ping-pong (one tile per consumer warp group, one
+# group's epilogue under the other's mainloop): vLLM's 256 x 128 branch
+COOPERATIVE_BRANCHES = {VLLM_FP8_KERNEL: (5,)}
 # SMs per GPU, for the tile form's waves: the datasheets' counts (H100 SXM / H200 / H800:
 # 132, H100 PCIe: 114)
 NUM_SMS = {"a100-80gb": 108, "h100-sxm": 132, "h100-pcie": 114, "h200-sxm": 132, "h800-sxm": 132}
@@ -1057,18 +1078,10 @@ def gemm_tile_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# tables a framework's own FP8 kernel is compared with (tile_form_variants): SGLang's rows
-# at m 129-256 run as fast as 128-row tiles would (vLLM's 128 x 128 tiles take the same
-# time there), not as the source's 64 x 64; vLLM's table before the swapped small-m configs
-# and the 256 x 128 branch (64 x 64 tiles in 1 x 8 clusters up to m = 64)
-SGLANG_FP8_128_ROWS_FROM_129 = replace(
-    SGLANG_FP8,
-    branches=(
-        _tile(64, 64, 64, 1, 4), _tile(128, 64, 64, 1, 1), _tile(256, 128, 128, 1, 1),
-        _tile(1024, 128, 128, 1, 1), _tile(None, 128, 128, 2, 1),
-    ),
-    eff_groups=(0, 1, 2, 2, 3),
-)  # fmt: skip
+# tables a framework's own FP8 kernel is compared with (tile_form_variants): SGLang's source
+# table (64 x 64 tiles up to m = 256, SGLANG_FP8_SOURCE_TABLE); vLLM's table before the
+# swapped small-m configs and the 256 x 128 branch (64 x 64 tiles in 1 x 8 clusters up to
+# m = 64)
 VLLM_FP8_EARLIER = replace(
     VLLM_FP8,
     branches=(_tile(64, 64, 64, 1, 8), _tile(128, 64, 128, 2, 1), _tile(None, 128, 128, 2, 1)),
@@ -1076,9 +1089,32 @@ VLLM_FP8_EARLIER = replace(
     eff_starts=((0.5, 0.7, 0.8), (0.3, 0.9, 0.9)),
 )
 TILE_VARIANT_TABLES = {
-    "sglang": (SGLANG_FP8, SGLANG_FP8_128_ROWS_FROM_129, "table: m 129-256 as 128 x 128 tiles"),
+    "sglang": (SGLANG_FP8, SGLANG_FP8_SOURCE_TABLE, "table: the source's (64 x 64 to m 256)"),
     "vllm": (VLLM_FP8, VLLM_FP8_EARLIER, "table: vLLM's earlier one"),
 }
+
+
+FEW_CTA_MAX_N = 1024  # n at most this: <= 16 64-wide N tiles, <= 64 CTAs up to m = 256
+FEW_CTA_M = (64, 65, 128, 129, 192, 193, 256, 257, 512)
+
+
+def few_cta_gemm_times(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
+    """FP8 GEMM rows with few CTAs (n <= :data:`FEW_CTA_MAX_N`: at most 64 CTAs up to
+    m = 256 under either framework's tiles, one wave of the SMs), so a row's time is one
+    CTA's: per framework and k, the median time (µs) over those n at each m of
+    :data:`FEW_CTA_M`. Where a CTA's tile changes with m, the time steps; the source's table
+    gives SGLang 64-row tiles from m = 65 to 256 (no step at 129), vLLM 128-row tiles from
+    129."""
+    g = public.aic_gemm(data_root, gpu)
+    t = g[(g["dtype"] == "fp8") & (g["n"] <= FEW_CTA_MAX_N) & g["m"].isin(FEW_CTA_M)]
+    t = t[t["framework"].isin(["sglang", "vllm"]) & (t["k"] >= 16384)]
+    if t.empty:
+        raise UserError(f"{gpu}: no FP8 GEMM rows with n <= {FEW_CTA_MAX_N} and k >= 16384")
+    out = t.assign(t_us=t["t_s"] * 1e6).pivot_table(
+        index=["framework", "k"], columns="m", values="t_us", aggfunc="median"
+    )
+    out.columns = [f"m={int(c)}" for c in out.columns]
+    return out.round(1)
 
 
 def tile_form_variant_apes(
@@ -1092,10 +1128,13 @@ def tile_form_variant_apes(
     """APEs of ``spec``'s framework's FP8 rows under its tile form plus one optional term
     (``term``): ``"l2"``, an L2 operand-traffic bound (each tile loads ``(tm / cn + tn / cm)
     × k`` bytes, TMA multicast sharing an operand over its cluster; the kernel takes the
-    longer of that over a fitted L2 bandwidth and the tile form), or ``"quant"``, the
+    longer of that over a fitted L2 bandwidth and the tile form), ``"quant"``, the
     activation-quantisation kernel's time times a fitted factor (the framework's own
-    quantisation kernel against the element-wise fit). In sample and held out by (n, k)
-    family, and the fitted extra parameter (NaN without one)."""
+    quantisation kernel against the element-wise fit), or ``"pingpong"``, each SM's
+    epilogue paid once instead of once per wave on the ping-pong branches (one consumer warp
+    group's epilogue under the other's mainloop; :data:`COOPERATIVE_BRANCHES` keep it per
+    wave). In sample and held out by (n, k) family, and the fitted extra parameter (NaN
+    without one)."""
     t = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == spec.framework)]
     m, n, k, ts = (t[c].to_numpy(float) for c in ("m", "n", "k", "t_s"))
     quant = quant_s(peaks, ew, m, k)
@@ -1104,12 +1143,28 @@ def tile_form_variant_apes(
     def params_of(q) -> TiledGemmParams:
         return spec_params(spec, num_sms, q)
 
-    tiles, tm, tn, cm, cn = ops.tiled_gemm_grid(params_of([1.0] * (ne + 3)), m, n, k)
+    p1 = params_of([1.0] * (ne + 3))
+    tiles, tm, tn, cm, cn = ops.tiled_gemm_grid(p1, m, n, k)
     l2_bytes = k * tiles * (tm / cn + tn / cm)
+    br = np.array([p1.branches.index(p1.branch(*x)) for x in zip(m, n, k, strict=True)])
+    coop = np.isin(br, COOPERATIVE_BRANCHES.get(spec.name, ()))
+    waves = np.ceil(tiles / num_sms)
+    area = tm * tn
+    per_sm = peaks.flop_per_s("fp8") / num_sms
+    mem_bytes = ops.gemm_bytes(m, n, k, 1.0)
 
     def model(q, idx):
         p = params_of(q)
-        s = ops.tiled_gemm_time_s(peaks, p, m[idx], n[idx], k[idx])
+        if term == "pingpong":  # the epilogue once per SM, not per wave, on ping-pong branches
+            eff = np.array([b.max_eff for b in p.branches])[br[idx]]
+            main = 2.0 * area[idx] * k[idx] / (per_sm * eff)
+            epi = p.epilogue_s_per_elem * area[idx]
+            w = waves[idx]
+            compute = np.where(coop[idx], w * (main + epi), w * main + epi)
+            mem = mem_bytes[idx] / (peaks.hbm_bytes_per_s * p.mem_eff)
+            s = p.launch_s + np.maximum(compute, mem)
+        else:
+            s = ops.tiled_gemm_time_s(peaks, p, m[idx], n[idx], k[idx])
         if term == "l2":
             s = p.launch_s + np.maximum(s - p.launch_s, l2_bytes[idx] / q[-1])
         return s + quant[idx] * (q[-1] if term == "quant" else 1.0)
@@ -1131,8 +1186,9 @@ def tile_form_variant_apes(
 
 def tile_form_variants(data_root: Path, framework: str, gpu: str = "h100-sxm") -> pd.DataFrame:
     """A framework's FP8 GEMM rows under its shipped tile form (``sglang`` or ``vllm``) and
-    three variants, each refitted and held out by (n, k) family: an L2 operand-traffic
-    bound, a fitted quantisation-kernel factor, and another dispatch table
+    four variants, each refitted and held out by (n, k) family: an L2 operand-traffic
+    bound, a fitted quantisation-kernel factor, the ping-pong epilogue paid once per SM,
+    and another dispatch table
     (:data:`TILE_VARIANT_TABLES`). Where the thin margin of the SGLang FP8 GEMM target
     could come from; nothing is shipped from it."""
     pk = peaks_of(gpu)
@@ -1146,6 +1202,7 @@ def tile_form_variants(data_root: Path, framework: str, gpu: str = "h100-sxm") -
         ("shipped", shipped, "", ""),
         ("+ L2 operand traffic", shipped, "l2", "L2 TB/s"),
         ("+ quantisation factor", shipped, "quant", "factor"),
+        ("ping-pong: epilogue once per SM", shipped, "pingpong", ""),
         (other_name, other, "", ""),
     ):
         a, held, x = tile_form_variant_apes(g, pk, ew, NUM_SMS[gpu], spec, term)
@@ -1309,6 +1366,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.gemm_variants:
         print(tile_form_variants(Path(args.data), args.gemm_variants).to_string(index=False))
+        print(
+            f"\nmedian time (us) of the FP8 rows with n <= {FEW_CTA_MAX_N} (few CTAs, one wave: "
+            "one CTA's time), k >= 16384:"
+        )
+        print(few_cta_gemm_times(Path(args.data)).to_string())
         return 0
     if args.xqa_split:
         print(xqa_split_fit(Path(args.data), args.xqa_split).to_string(index=False))

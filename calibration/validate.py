@@ -233,7 +233,7 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   through shared memory (one read and one write per V byte, ~33 TB/s of shared memory over
   132 SMs: 0.03 ps per KV byte) is smaller still. So no term is added: the only term that
   would close the 256 rows is a head-dim-256 rate fitted to them.
-- **FP8 GEMM (SGLang rows): met by SGLang's own kernel, narrowly.** The shared FP8 GEMM
+- **FP8 GEMM (SGLang rows): met by SGLang's own kernel.** The shared FP8 GEMM
   (`ops.gemm.fp8`: TensorRT-LLM's efficiencies, SGLang's floor) errs by a median 12.9% on
   SGLang's rows, and the smooth GEMM form refitted to those rows alone by 12.9% too
   (extrapolation section, "refit to its own rows"): SGLang's kernel (`sgl-kernel`
@@ -241,55 +241,64 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   times step where the configuration changes (median measured/predicted under the shared
   form 0.96 at m ≤ 64, 1.04 at 65-128, 1.28 at 129-256, above 256 1.05 at multiples of 256
   but 1.22 one row past them: `python -m calibration.fit_public --data ../shared/data
-  --gemm-ratios h100-sxm`). The profile now holds that kernel (`gemm_kernels.sglang-fp8`),
+  --gemm-ratios h100-sxm`). The profile holds that kernel (`gemm_kernels.sglang-fp8`),
   which the `sglang` engine profile names (`fp8_gemm_kernel`) and the step model runs for an
-  SGLang worker's FP8 GEMMs: the dispatch table from the source (m ≤ 64: 64 × 64 tiles in
-  1 × 4 clusters; 65-256: 64 × 64; 257-1024: 128 × 128; above: 128 × 128 in 2 × 1
-  clusters; its m = 1 branch folded into m ≤ 64), tiles rounded up to whole clusters and run
-  in whole waves over the SMs, one efficiency per branch, a per-output epilogue time, the
-  floor and the memory bound fitted to every SGLang FP8 row (`ops.tiled_gemm_time_s`,
-  `calibration/fit_public.py` `fit_tiled_fp8_kernel`, `SGLANG_FP8`). The form was fixed before it was
-  scored (it is the 2026-12-01 `--gemm-tiles` diagnostic's "dispatch table", unchanged):
-  9.9% median, 12.4% mean, 26.6% p90 in sample (the target row), 10.0% median (9.96%),
-  12.5% mean, 26.6% p90 predicted by refits without each row's (n, k) family (extrapolation
-  section). The margin is thin (0.04 points held out), and m 129-256 is still the worst range
-  (19.3% in sample). vLLM's engine runs its own kernel the same way (`vllm-fp8`, the
-  `vllm` engine profile's `fp8_gemm_kernel`): with per-tensor scales on Hopper vLLM runs
-  CUTLASS `cutlass_scaled_mm` (FlashInfer's FP8 kernel, first in its list, needs compute
-  capability 10.0), whose SM90 dispatch (`scaled_mm_sm90_fp8_dispatch.cuh`) depends on m,
-  n and k and swaps the operands for m ≤ 64 (the weights as the kernel's m: 64 × 16 × 256
-  tiles, 1 × 2 or 1 × 4 clusters for n ≤ 1280; 64 × 64 × 256 above at 17-64), then 64 ×
-  128 (65-128), a cooperative 256 × 128 for m ≥ 8192 with k ≥ 6144, else 128 × 128 in
-  2 × 1 clusters; one efficiency per tile shape and schedule (five), fitted to every vLLM
-  FP8 row (`VLLM_FP8`; docs/calibration.md). vLLM's FP8 rows: 21.8% → 8.3% median, 25.5%
-  → 13.6% mean, 55.2% → 32.0% p90 (kernel section), 8.3% median held out by (n, k) family
-  (extrapolation section); no target row (the GEMM target is SGLang's). The table is the
-  current source's; the public tables do not record which source vLLM 0.24.0 was built
-  from. TensorRT-LLM keeps the shared FP8 GEMM (29.3%; no kernel of its own fitted).
-  Checked 2026-12-01 (night) for the thin margin, no fit shipped (`python -m
-  calibration.fit_public --data ../shared/data --gemm-variants sglang`, and `vllm`; held
-  out by (n, k) family, median / mean / p90): SGLang's shipped form 9.96% / 12.5% / 26.6%.
-  An L2 operand-traffic bound (each CTA tile loads its two operand tiles from L2, TMA
-  multicast sharing one over a cluster; one fitted L2 bandwidth, 7.5 TB/s) lowers the median
-  to 9.1% but raises mean and p90 (12.8%, 27.6%) and worsens m 129-256 (19.3% → 23.8% in
-  sample); on vLLM's rows it moves the median the wrong way (8.3% → 8.4%), mean and p90
-  down (13.6% → 13.2%, 32.0% → 30.7%), at 6.4 TB/s: the two kernels do not agree on one L2
-  rate either. A factor on the
-  quantisation kernel (each framework's own kernel, not the element-wise fit) gains 0.2
-  points on SGLang (factor 0.84) and 0.5 on vLLM (1.51): the factors go opposite ways and
-  the step model costs one quantisation kernel for every engine, so none is shipped. The
-  residual sits where the source's table and the rows disagree: SGLang's rows at m 129-256
-  take the time of 128-row tiles (vLLM's 128 × 128 tiles take about the same there), while
-  sgl-kernel's `sm90_fp8_dispatch_shape` runs 64 × 64 tiles from m 65 to 256 in every
-  public version found; with 128 × 128 tiles at 129-256 the rows err 9.2% / 11.0% / 22.1%
-  held out (m 129-256: 19.3% → 9.1% in sample). Nothing in the source explains a step at
-  m = 129 (one wave of 64 × 64 tiles gives each SM the same work at m = 128 and 129), so
-  the table is not changed on the rows alone: a kernel trace on a Hopper GPU (CUTLASS
-  kernel names carry the tile shape) would tell which kernel those rows timed. vLLM's rows
-  fit its current table better than its earlier one (no swapped small-m configs, no
-  256 × 128 branch). Tried before and not kept: a
-  wave-quantisation factor on the smooth form (13.9%), per-m-range efficiencies, a serial
-  k-loop bound (12.4%), and two tile shapes with one efficiency each (12.9%).
+  SGLang worker's FP8 GEMMs: the dispatch table (m ≤ 64: 64 × 64 tiles in 1 × 4 clusters;
+  65-128: 64 × 64; 129-1024: 128 × 128; above: 128 × 128 in 2 × 1 clusters; its m = 1
+  branch folded into m ≤ 64), tiles rounded up to whole clusters and run in whole waves over
+  the SMs, one efficiency per tile configuration, a per-output epilogue time, the floor and
+  the memory bound fitted to every SGLang FP8 row (`ops.tiled_gemm_time_s`,
+  `calibration/fit_public.py` `fit_tiled_fp8_kernel`, `SGLANG_FP8`). Until 2026-12-01 the
+  table was the source's, whose 65-256 branch runs 64 × 64 tiles (9.9% median, 12.4% mean,
+  26.6% p90 in sample; 9.96% / 12.5% / 26.6% held out by (n, k) family: a 0.04-point
+  margin, and m 129-256 the worst range at 19.3%). The rows themselves say which tile ran
+  there: with n ≤ 1024 a GEMM has at most 64 CTAs up to m = 256 under either table, one
+  wave, so its time is one CTA's, and that time doubles from m = 128 to 129 and stays level
+  to m = 256 and with m 257-512 (128 × 128 by the table) — SGLang at k = 65536: 49 µs at
+  m = 64, 71-75 µs at 65-128, 170-185 µs at 129-256, 188 µs at 257, 206 µs at 512; vLLM,
+  whose table runs 128 × 128 from m = 129, 178-196 µs at 129-256 (`python -m
+  calibration.fit_public --data ../shared/data --gemm-variants sglang`, last table; the same
+  at k = 16384 and 51200). Under the source's 64 × 64 tiles a CTA's work at m 129-256 is
+  the same as at 65-128, so no wave count gives that step: the timed kernel ran 128-row
+  tiles there. Of the candidate tiles, 128 × 128 (the 257-1024 branch's configuration, its
+  efficiency shared: no new parameter) fits and 128 × 64 or 64 × 128 do not (held out by
+  (n, k) family: 9.2%, 10.0%, 10.2% median). With it the rows err 9.1% median, 10.9% mean,
+  22.1% p90 in sample (the target row), 9.2% / 11.0% / 22.1% held out (extrapolation
+  section), m 129-256 9.1%; the 64 × 64 efficiency goes from 0.40 to 0.52, the 128 × 128
+  one from 0.81 to 0.82. Which sgl-kernel build or path the public tables timed is not
+  recorded, and every public version of `sm90_fp8_dispatch_shape` found says 64 × 64 to
+  m = 256: a kernel trace on a Hopper GPU (CUTLASS kernel names carry the tile shape) would
+  confirm it; the source's table stays a diagnostic variant (`SGLANG_FP8_SOURCE_TABLE`).
+  Other GPUs of the Hopper architecture (H200, H800, H100 PCIe) take the same table and
+  efficiencies with their SM counts. vLLM's engine runs its own kernel the same way
+  (`vllm-fp8`, the `vllm` engine profile's `fp8_gemm_kernel`): with per-tensor scales on
+  Hopper vLLM runs CUTLASS `cutlass_scaled_mm` (FlashInfer's FP8 kernel, first in its list,
+  needs compute capability 10.0), whose SM90 dispatch (`scaled_mm_sm90_fp8_dispatch.cuh`)
+  depends on m, n and k and swaps the operands for m ≤ 64 (the weights as the kernel's m:
+  64 × 16 × 256 tiles, 1 × 2 or 1 × 4 clusters for n ≤ 1280; 64 × 64 × 256 above at
+  17-64), then 64 × 128 (65-128), a cooperative 256 × 128 for m ≥ 8192 with k ≥ 6144, else
+  128 × 128 in 2 × 1 clusters; one efficiency per tile shape and schedule (five), fitted to
+  every vLLM FP8 row (`VLLM_FP8`; docs/calibration.md). vLLM's FP8 rows: 21.8% → 8.3%
+  median, 25.5% → 13.6% mean, 55.2% → 32.0% p90 (kernel section), 8.3% median held out by
+  (n, k) family (extrapolation section); no target row (the GEMM target is SGLang's). The
+  table is the current source's; the public tables do not record which source vLLM 0.24.0
+  was built from. TensorRT-LLM keeps the shared FP8 GEMM (29.3%; no kernel of its own
+  fitted). Variants, not shipped (`--gemm-variants sglang` and `vllm`, held out by (n, k)
+  family, median / mean / p90, each refitted): an L2 operand-traffic bound (each CTA tile
+  loads its two operand tiles from L2, TMA multicast sharing one over a cluster; one fitted
+  L2 bandwidth) takes SGLang's rows to 7.9% / 10.0% / 20.1% at 7.3 TB/s (under the source's
+  table it had made them worse: 9.1% / 12.8% / 27.6%) and vLLM's to 8.4% / 13.2% / 30.7%
+  (median up from 8.3%) at 6.4 TB/s: the two kernels' L2 rates differ by 14%, measured
+  here, not yet shipped. A factor on the quantisation kernel (each framework's own kernel,
+  not the element-wise fit) gains 0.1 point of median on SGLang (factor 0.83) and 0.5 on
+  vLLM (1.51): the factors go opposite ways and the step model costs one quantisation
+  kernel for every engine, so none is shipped. A ping-pong schedule's epilogue under the
+  other warp group's mainloop (each SM's epilogue paid once, not per wave; vLLM's
+  cooperative branch keeps it per wave) fits worse on both (10.4% and 9.8% median). vLLM's
+  rows fit its current table better than its earlier one (no swapped
+  small-m configs, no 256 × 128 branch). Tried before and not kept: a wave-quantisation
+  factor on the smooth form (13.9%), per-m-range efficiencies, a serial k-loop bound
+  (12.4%), and two tile shapes with one efficiency each (12.9%).
 - **Decode attention, context extrapolation (no target).** Before the split-KV form, a
   fit on ≤ 2048 tokens per sequence charged few work items a share of the bandwidth
   (`par_half_sat` 24 on TensorRT-LLM's XQA rows, H100) at every context, while the kernels
