@@ -396,17 +396,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"saved {args.save}")
     if args.compare is not None:
         base = json.loads(args.compare.read_text())
-        diff = []
+        diff = []  # one line per run that differs: its name and the groups
+        groups = 0
         for name, hs in hashes.items():
             if name not in base:
                 diff.append(f"{name}: not in {args.compare}")
+                groups += 1
                 continue
-            for k in sorted(set(hs) | set(base[name])):
-                if hs.get(k) != base[name].get(k):
-                    diff.append(f"{name}: {k} differs")
+            moved = [k for k in sorted(set(hs) | set(base[name])) if hs.get(k) != base[name].get(k)]
+            if moved:
+                diff.append(f"{name}: {' '.join(moved)} differ")
+                groups += len(moved)
         if diff:
-            print(f"DIFFERENT: {len(diff)} record groups")
-            print("\n".join(diff[:50]))
+            print(
+                f"DIFFERENT: {len(diff)} of {len(hashes)} runs, {groups} record groups; "
+                f"identical: {len(hashes) - len(diff)} runs"
+            )
+            print("\n".join(diff))
             return 1
         print(
             f"identical: {len(hashes)} runs, {sum(len(h) for h in hashes.values()):,} record hashes"

@@ -60,8 +60,35 @@ def _front_expected(router: Router):
     return None  # round robin: its turn counter is its definition
 
 
+def _promise_room(router: Router, w) -> int:
+    """kv_aware: the blocks ``w`` can still promise, by its definition over every
+    request promised on it (capacity - watermark - 1 - eventual - promised)."""
+    pos = router.decode_workers.index(w)
+    promised = sum(b for p, b in router.committed.values() if p == pos)
+    return w.kv_capacity_blocks - w.watermark_blocks - 1 - w.eventual_blocks - promised
+
+
+def _admit_expected(router: Router, rid: int):
+    """kv_aware: (admitted, the position of the decode worker promising the room): the
+    accepting decode worker with the most room to promise, ties to the lowest index."""
+    rooms = [(_promise_room(router, w), -w.index) for w in router.decode_workers if w.accepting]
+    if not rooms:
+        return False, None
+    room, neg_index = max(rooms)
+    if router.requests.full_blocks(rid) > room:
+        return False, None
+    return True, [w.index for w in router.decode_workers].index(-neg_index)
+
+
 def _decode_expected(router: Router, rid: int):
     fits = [w for w in router.decode_workers if w.can_accept(rid)]
+    if router.kv_aware:  # among the workers keeping the promise, unless it was lost
+        entry = router.committed.get(rid)
+        full = router.requests.full_blocks(rid)
+        at = None if entry is None else router.decode_workers[entry[0]]
+        keep = [w for w in fits if w is at or _promise_room(router, w) >= full]
+        lost = at is None or not at.accepting
+        fits = keep if keep or not lost else fits
     if not fits:
         return None
     match router._decode_policy:
@@ -94,7 +121,13 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
     def checked_route(self: Router, rid: int) -> bool:
         self._refresh()
         expected = _front_expected(self) if self._num_front_accepting else None
+        admit = _admit_expected(self, rid) if self.kv_aware else (True, None)
         ok = route(self, rid)
+        if self._num_front_accepting:
+            assert ok == admit[0], (rid, ok, admit)
+            if self.kv_aware and ok:
+                assert self.committed[rid] == (admit[1], self.requests.full_blocks(rid))
+                checked["promise"] = checked.get("promise", 0) + 1
         if ok and expected is not None:
             chosen = [w for w in self.front_workers if rid in w.queue]
             assert chosen == [expected], (rid, chosen, expected)

@@ -2,11 +2,15 @@
 
 A request (new, or back for a re-prefill) enters :meth:`Router.admit`. It goes to a
 prefill (or colocated) worker chosen by the prefill policy, unless no worker takes work
-or, with ``kv_aware`` back-pressure, the decode pool cannot promise room for its longest
-KV (prompt + ``max_tokens``) beyond what is promised to requests already in prefill:
-then it waits at the router, FIFO. A finished prefill is handed to a decode worker chosen
-by the decode policy among those with room (:meth:`Router.handoff`); with none, it waits
-holding its KV on the prefill worker (orphaned KV) until a decode worker frees blocks.
+or, with ``kv_aware`` back-pressure, no single decode worker can promise room for its
+longest KV (prompt + ``max_tokens``) beyond what it already holds at full length and what
+is promised to requests already in prefill: then it waits at the router, FIFO. Admission
+promises the room on one decode worker, the one with the most room (a request is decoded
+on one worker, so one worker's room is what matters, not the pool's sum). A finished
+prefill is handed to a decode worker chosen by the decode policy among those with room
+(:meth:`Router.handoff`), with ``kv_aware`` among those that keep its promise (its own
+promised worker, or one with as much room left); with none, it waits holding its KV on the
+prefill worker (orphaned KV) until a decode worker frees blocks.
 
 Policies are small classes, one method each, selected with one ``match`` on the
 validated literal of :class:`disaggsim.engine.config.EngineConfig` (an unknown policy
@@ -263,13 +267,20 @@ def prefill_choice(
 # -- decode choice ----------------------------------------------------------------------
 
 
+# kv_aware: whether a decode worker may take a request without breaking a promise
+Keeps = Callable[["DecodeWorker"], bool]
+
+
 class DecodeChoice(Protocol):
     """Picks a decode worker with room for a handoff needing ``need`` blocks
-    (:meth:`DecodeWorker.room_blocks`), or None when none has room."""
+    (:meth:`DecodeWorker.room_blocks`) for which ``keeps`` (when given) is True, or None
+    when none has room."""
 
     def update(self, pos: int) -> None: ...
 
-    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None: ...
+    def choose(
+        self, need: int, src: PrefillWorker, keeps: Keeps | None = None
+    ) -> DecodeWorker | None: ...
 
 
 class MostFreeKv:
@@ -292,14 +303,16 @@ class MostFreeKv:
         self.update = self._heap.update
         self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
 
-    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
+    def choose(
+        self, need: int, src: PrefillWorker, keeps: Keeps | None = None
+    ) -> DecodeWorker | None:
         top = self._heap.top()
-        if top is not None and top.room_blocks() >= need:
+        if top is not None and top.room_blocks() >= need and (keeps is None or keeps(top)):
             return top  # the common case: the most free KV has room
         slack = 1 + self._min_watermark
 
         def take(w: DecodeWorker) -> bool | None:
-            if w.room_blocks() >= need:
+            if w.room_blocks() >= need and (keeps is None or keeps(w)):
                 return True
             return False if w.free_blocks - slack >= need else None
 
@@ -317,7 +330,9 @@ class RoundRobinDecode:
     def update(self, pos: int) -> None:
         pass
 
-    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
+    def choose(
+        self, need: int, src: PrefillWorker, keeps: Keeps | None = None
+    ) -> DecodeWorker | None:
         workers = self._workers
         n = len(workers)
         if n == 0:
@@ -326,7 +341,7 @@ class RoundRobinDecode:
         start = (self._next - workers[0].index) % n
         for k in range(n):
             w = workers[(start + k) % n]
-            if w.room_blocks() >= need:
+            if w.room_blocks() >= need and (keeps is None or keeps(w)):
                 self._next = (w.index + 1) % n
                 return w
         return None
@@ -344,9 +359,11 @@ class FastestPath:
     def update(self, pos: int) -> None:
         pass
 
-    def choose(self, need: int, src: PrefillWorker) -> DecodeWorker | None:
+    def choose(
+        self, need: int, src: PrefillWorker, keeps: Keeps | None = None
+    ) -> DecodeWorker | None:
         rank = self._handoff.path_rank_and_load
-        fits = [w for w in self._workers if w.room_blocks() >= need]
+        fits = [w for w in self._workers if w.room_blocks() >= need and (keeps is None or keeps(w))]
         if not fits:
             return None
         return min(fits, key=lambda x: (*rank(src.index, x.index), -x.free_blocks, x.index))
@@ -398,8 +415,9 @@ class Router:
         self._prefill_policy = prefill_policy
         self._decode_policy = decode_policy
         self.queue: deque[int] = deque()  # held at the router (back-pressure / no worker)
-        self.committed: dict[int, int] = {}  # admitted to prefill, decode blocks promised
-        self.committed_blocks = 0
+        # kv_aware: admitted to prefill -> (position of the decode worker promising its
+        # room, the blocks promised: its full length)
+        self.committed: dict[int, tuple[int, int]] = {}
         self.pending: deque[int] = deque()  # prefilled, waiting for decode KV room
         self._pending_src: dict[int, PrefillWorker] = {}
         self.orphaned_bytes = 0
@@ -419,10 +437,27 @@ class Router:
         # changes only with its worker's queued tokens, which report the change)
         self._front_queued = [0] * len(self.front_workers)
         self._front_queued_total = 0
-        # kv_aware: Σ over accepting decode workers of max(0, capacity - watermark -
-        # eventual blocks), kept per worker and in total
-        self._room = [0] * len(self.decode_workers)
-        self._room_total = 0
+        # kv_aware: the blocks promised on each decode worker to requests in prefill, and
+        # the accepting decode workers in a heap by the room they can still promise,
+        # most first: capacity - watermark - 1 - eventual blocks - promised blocks
+        # (:meth:`promise_room_blocks`; the 1 is the block room_blocks keeps for a joining
+        # sequence's next step, so a promised worker has room for the handoff itself)
+        self._promised = [0] * len(self.decode_workers)
+        self._rooms: _Heap[DecodeWorker] | None = None
+        if self.kv_aware:
+            promised, pos_of = self._promised, self._decode_pos
+
+            def shortfall(w: DecodeWorker) -> tuple[int, int]:
+                return (
+                    promised[pos_of[w.index]]
+                    + w._eventual_blocks
+                    + w.watermark_blocks
+                    + 1
+                    - w.kv_capacity_blocks,
+                    w.index,
+                )
+
+            self._rooms = _Heap(self.decode_workers, shortfall)
         for w in self.front_workers:
             w.watch(self._front_changes)
         for dw in self.decode_workers:
@@ -458,18 +493,17 @@ class Router:
     def _refresh_decode(self) -> None:
         if self._decode_changes:
             pos_of = self._decode_pos
-            workers = self.decode_workers
-            room_of = self._room
             update = self.decode.update
-            for index in self._decode_changes:
-                pos = pos_of[index]
-                update(pos)
-                w = workers[pos]
-                room = w.kv_capacity_blocks - w.watermark_blocks - w._eventual_blocks
-                if room < 0 or not w.accepting:  # max(0, room) when accepting, else 0
-                    room = 0
-                self._room_total += room - room_of[pos]
-                room_of[pos] = room
+            rooms = self._rooms
+            if rooms is None:
+                for index in self._decode_changes:
+                    update(pos_of[index])
+            else:
+                update_room = rooms.update
+                for index in self._decode_changes:
+                    pos = pos_of[index]
+                    update(pos)
+                    update_room(pos)
             self._decode_changes.clear()
 
     # -- front: arrivals and re-prefills ------------------------------------------------
@@ -480,11 +514,17 @@ class Router:
             self.queue.append(rid)
             self.sample()
 
-    def _decode_room_blocks(self) -> int:
-        """Blocks the decode pool can still promise: capacity less the watermark, less
-        what its assigned sequences may hold at their longest, less what is promised to
-        requests still in prefill."""
-        return self._room_total - self.committed_blocks
+    def promise_room_blocks(self, w: DecodeWorker) -> int:
+        """Blocks decode worker ``w`` can still promise (kv_aware): its capacity less the
+        watermark and one block, less what its assigned sequences may hold at their
+        longest, less what is promised on it to requests still in prefill."""
+        return (
+            w.kv_capacity_blocks
+            - w.watermark_blocks
+            - 1
+            - w._eventual_blocks
+            - self._promised[self._decode_pos[w.index]]
+        )
 
     def _try_route(self, rid: int) -> bool:
         if self._front_changes:
@@ -496,10 +536,19 @@ class Router:
                 self._refresh_decode()
             rs = self.requests  # need: rs.full_blocks(rid), inline
             need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
-            if need > self._room_total - self.committed_blocks:  # _decode_room_blocks
+            rooms = self._rooms
+            assert rooms is not None
+            top = rooms.top()  # the decode worker with the most room to promise
+            if top is None:
                 return False
-            self.committed[rid] = need
-            self.committed_blocks += need
+            pos = self._decode_pos[top.index]
+            shortfall = rooms._keys[pos]
+            assert shortfall is not None
+            if need > -shortfall[0]:  # promise_room_blocks(top)
+                return False
+            self.committed[rid] = (pos, need)
+            self._promised[pos] += need
+            rooms.update(pos)
         if self._cache_aware is not None:  # books the tokens the worker's HBM lacks
             w, tokens = self._cache_aware.choose_booked(rid)
             w.submit(rid, False, tokens)
@@ -528,9 +577,14 @@ class Router:
         return True
 
     def uncommit(self, rid: int) -> None:
-        blocks = self.committed.pop(rid, None)
-        if blocks is not None:
-            self.committed_blocks -= blocks
+        """``rid`` no longer holds a promise of decode room (handed off, ended, or back
+        to the router)."""
+        entry = self.committed.pop(rid, None)
+        if entry is not None:
+            pos, blocks = entry
+            self._promised[pos] -= blocks
+            assert self._rooms is not None
+            self._rooms.update(pos)
 
     def waiting_for_prefill(self) -> int:
         """Requests waiting for a prefill: held here, or queued at a front worker (from
@@ -564,15 +618,45 @@ class Router:
             need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
         else:
             need = -(-(rs.prefilled_tokens[rid] + 1) // rs.block_tokens)
-        w = self.decode.choose(need, src)
+        if self.kv_aware:
+            w = self._choose_promised(rid, need, src)
+        else:
+            w = self.decode.choose(need, src)
         if w is None:
             return False
-        blocks = self.committed.pop(rid, None)  # uncommit
-        if blocks is not None:
-            self.committed_blocks -= blocks
+        if self.committed:
+            self.uncommit(rid)
         w.reserve(rid)
         self.handoff_fabric.start_transfer(rid, src, w, prefill_s)
         return True
+
+    def _choose_promised(self, rid: int, need: int, src: PrefillWorker) -> DecodeWorker | None:
+        """kv_aware: the decode policy's choice among the workers that keep ``rid``'s
+        promise: the worker its room is promised on, or any other with as much room left
+        to promise (the promise then moves there). Every promise stays one worker's: no
+        worker ends up promising more than its capacity less the watermark. A request
+        whose promised worker stopped taking work (failed, draining) before its handoff
+        goes where its full length can still be promised, else where it fits today (the
+        promise was lost with that worker: that worker may then be promised more than it
+        holds, and preempt)."""
+        entry = self.committed.get(rid)
+        rs = self.requests
+        full = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
+        promised = self._promised
+        pos_of = self._decode_pos
+        at = -1 if entry is None else entry[0]
+
+        def keeps(w: DecodeWorker) -> bool:
+            pos = pos_of[w.index]
+            return pos == at or (
+                w.kv_capacity_blocks - w.watermark_blocks - 1 - w._eventual_blocks - promised[pos]
+                >= full
+            )  # promise_room_blocks(w) >= full
+
+        w = self.decode.choose(need, src, keeps)
+        if w is None and (entry is None or not self.decode_workers[at].accepting):
+            w = self.decode.choose(need, src)  # the promise is lost: as without kv_aware
+        return w
 
     def remove_pending(self, rid: int) -> PrefillWorker | None:
         src = self._pending_src.pop(rid, None)
