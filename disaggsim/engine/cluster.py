@@ -79,6 +79,7 @@ __all__ = [
     "PoolSpec",
     "RawResult",
     "RequestView",
+    "RunStalled",
     "StopCheck",
     "WorkerFailureEvent",
     "WorkerInfo",
@@ -89,6 +90,11 @@ ProgressFn = Callable[[float, int, int], None]
 # (now, the request table) -> True to end the run now (Cluster.run's stop_check)
 StopCheck = Callable[[float, RequestView], bool]
 _new_call = object.__new__  # a Call event made without a call (call_in, inline)
+
+
+class RunStalled(RuntimeError):
+    """No event is left to process but some requests have not ended (a run without a
+    horizon; every request should end: an engine bug)."""
 
 
 class Cluster:
@@ -125,6 +131,9 @@ class Cluster:
         self.failure_log: list[FailureRecord] = []
         self.num_done = 0
         self.stopped_early_at_s = math.nan
+        # the run's own periodic events in the queue (stop checks, progress ticks): when
+        # nothing else is queued they are not scheduled again (Cluster.run)
+        self._periodic = 0
         self._token_from_prefill = cfg.first_token_from == "prefill"
         self._num_requests = len(requests)
         self.zombies: set[int] = set()  # abandoned inside a running prefill: KV still held
@@ -561,7 +570,11 @@ class Cluster:
         table; when it returns True the run ends at that instant, as at the horizon
         (the result's ``stopped_early_at_s``: that instant; NaN if the run ended
         otherwise). Each check is one event that only reads: the run's records up to its
-        end are those of the run without the check. Without a check no event is added."""
+        end are those of the run without the check. Without a check no event is added.
+        Without a horizon (``horizon_s`` infinite) a check or a progress tick is not
+        scheduled again when nothing else is left to happen: a run whose requests cannot
+        all end then stops as the run without them does, with :class:`RunStalled`,
+        instead of checking forever. With a horizon they go on until it."""
         env = self.env
         self._start_arrivals()
         for ev in self.cfg.worker_failures:
@@ -577,17 +590,41 @@ class Cluster:
         # the events that end the run (one flat condition each time: SimPy disarms a
         # nested condition when the condition holding it is processed)
         ends: list[simpy.Event] = [self.all_done]
+        forever = not math.isfinite(horizon)
         if stop_check is not None:
             ends.append(self._stop_checks(stop_check, check_every_s))
-        if progress is None or progress_every_s <= 0:
-            if math.isfinite(horizon):
-                ends.append(env.timeout(horizon))
-            env.run(until=ends[0] if len(ends) == 1 else env.any_of(ends))
-        else:
-            while not any(ev.triggered for ev in ends) and env.now < horizon:
-                tick = env.timeout(min(progress_every_s, horizon - env.now))
-                env.run(until=env.any_of([*ends, tick]))
-                progress(env.now, self.num_done, len(self.requests))
+        try:
+            if progress is None or progress_every_s <= 0:
+                if math.isfinite(horizon):
+                    ends.append(env.timeout(horizon))
+                env.run(until=ends[0] if len(ends) == 1 else env.any_of(ends))
+            else:
+                until: simpy.Event | None = None
+                while not any(ev.triggered for ev in ends) and env.now < horizon:
+                    # SimPy puts the event a run stopped at back in the queue, first
+                    queue = env._queue
+                    left = 1 if until is not None and queue and queue[0][3] is until else 0
+                    if forever and len(queue) + len(env._soon) <= self._periodic + left:
+                        # nothing but a stop check is left: no more ticks (the check
+                        # stops too, and the run stalls as the run without them)
+                        env.run(until=env.any_of(ends))
+                        break
+                    tick = env.timeout(min(progress_every_s, horizon - env.now))
+                    self._periodic += 1
+                    until = env.any_of([*ends, tick])
+                    env.run(until=until)
+                    if tick.processed:
+                        self._periodic -= 1
+                    progress(env.now, self.num_done, len(self.requests))
+        except RuntimeError as e:
+            if "No scheduled events left" not in str(e):
+                raise
+            raise RunStalled(
+                f"the run stalled at {env.now:g} s: no event left to process and "
+                f"{self._num_requests - self.num_done} of {self._num_requests} requests not "
+                f"ended ({len(self.zombies)} abandoned inside a prefill); every request "
+                "should end (an engine bug)"
+            ) from e
         if self.all_done.triggered:  # every request ended: a complete run after all
             self.stopped_early_at_s = math.nan
         self.router.sample()
@@ -601,16 +638,21 @@ class Cluster:
         env = self.env
         stopped = env.event()
         view = RequestView.of(self.table, self.log.log)
+        forever = not math.isfinite(self.cfg.horizon_s)
 
         def check(_ev: simpy.Event) -> None:
             now = env._now
+            self._periodic -= 1
             if stop_check(now, view):
                 self.stopped_early_at_s = now
                 stopped.succeed()
-            else:
+            elif not forever or len(env._queue) + len(env._soon) > self._periodic:
+                # a horizon, or something besides the checks and ticks still to happen
                 call_in(env, every_s, check)
+                self._periodic += 1
 
         call_in(env, every_s, check)
+        self._periodic += 1
         return stopped
 
     def _result(self) -> RawResult:
