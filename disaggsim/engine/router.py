@@ -78,6 +78,21 @@ class _Heap(Generic[W]):
             self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
             heapify(self._heap)
 
+    def put(self, pos: int, key: tuple[float, ...] | None) -> None:
+        """Worker ``pos`` is now indexed under ``key`` (None: not indexed), a key its
+        owner computed (:meth:`update` with the key given; no key call)."""
+        keys = self._keys
+        if key == keys[pos]:
+            return
+        keys[pos] = key
+        version = self._version[pos] + 1
+        self._version[pos] = version
+        if key is not None:
+            heappush(self._heap, (key, version, pos))
+        if len(self._heap) > self._max_entries:  # too many stale entries
+            self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
+            heapify(self._heap)
+
     def _valid(self, entry: tuple[tuple[float, ...], int, int]) -> bool:
         return entry[1] == self._version[entry[2]]
 
@@ -439,23 +454,20 @@ class Router:
         self._front_queued_total = 0
         # kv_aware: the blocks promised on each decode worker to requests in prefill, and
         # the accepting decode workers in a heap by the room they can still promise,
-        # most first: capacity - watermark - 1 - eventual blocks - promised blocks
-        # (:meth:`promise_room_blocks`; the 1 is the block room_blocks keeps for a joining
-        # sequence's next step, so a promised worker has room for the handoff itself)
+        # most first, keyed by (its shortfall, index): shortfall = -promise_room_blocks =
+        # promised + eventual blocks + watermark + 1 - capacity (the 1 is the block
+        # room_blocks keeps for a joining sequence's next step, so a promised worker has
+        # room for the handoff itself). _short holds each worker's shortfall as indexed
+        # (None: not accepting); the refresh re-indexes a worker only when it changed
+        # (its eventual blocks or life, not each step's blocks in use), admissions and
+        # handoffs put the key they know
         self._promised = [0] * len(self.decode_workers)
+        self._short: list[int | None] = [None] * len(self.decode_workers)
         self._rooms: _Heap[DecodeWorker] | None = None
         if self.kv_aware:
-            promised, pos_of = self._promised, self._decode_pos
 
             def shortfall(w: DecodeWorker) -> tuple[int, int]:
-                return (
-                    promised[pos_of[w.index]]
-                    + w._eventual_blocks
-                    + w.watermark_blocks
-                    + 1
-                    - w.kv_capacity_blocks,
-                    w.index,
-                )
+                return (-self.promise_room_blocks(w), w.index)
 
             self._rooms = _Heap(self.decode_workers, shortfall)
         for w in self.front_workers:
@@ -499,11 +511,27 @@ class Router:
                 for index in self._decode_changes:
                     update(pos_of[index])
             else:
-                update_room = rooms.update
+                put = rooms.put
+                workers = self.decode_workers
+                promised = self._promised
+                seen = self._short
                 for index in self._decode_changes:
                     pos = pos_of[index]
                     update(pos)
-                    update_room(pos)
+                    w = workers[pos]
+                    if w.accepting:  # -promise_room_blocks(w)
+                        short: int | None = (
+                            promised[pos]
+                            + w._eventual_blocks
+                            + w.watermark_blocks
+                            + 1
+                            - w.kv_capacity_blocks
+                        )
+                    else:
+                        short = None
+                    if short != seen[pos]:
+                        seen[pos] = short
+                        put(pos, None if short is None else (short, index))
             self._decode_changes.clear()
 
     # -- front: arrivals and re-prefills ------------------------------------------------
@@ -542,13 +570,15 @@ class Router:
             if top is None:
                 return False
             pos = self._decode_pos[top.index]
-            shortfall = rooms._keys[pos]
-            assert shortfall is not None
-            if need > -shortfall[0]:  # promise_room_blocks(top)
+            short = self._short[pos]
+            assert short is not None  # indexed: accepting
+            if need > -short:  # promise_room_blocks(top)
                 return False
             self.committed[rid] = (pos, need)
             self._promised[pos] += need
-            rooms.update(pos)
+            short += need
+            self._short[pos] = short
+            rooms.put(pos, (short, top.index))
         if self._cache_aware is not None:  # books the tokens the worker's HBM lacks
             w, tokens = self._cache_aware.choose_booked(rid)
             w.submit(rid, False, tokens)
@@ -583,8 +613,12 @@ class Router:
         if entry is not None:
             pos, blocks = entry
             self._promised[pos] -= blocks
-            assert self._rooms is not None
-            self._rooms.update(pos)
+            short = self._short[pos]
+            if short is not None:  # indexed (accepting): its room grows
+                short -= blocks
+                self._short[pos] = short
+                assert self._rooms is not None
+                self._rooms.put(pos, (short, self.decode_workers[pos].index))
 
     def waiting_for_prefill(self) -> int:
         """Requests waiting for a prefill: held here, or queued at a front worker (from
@@ -624,8 +658,19 @@ class Router:
             w = self.decode.choose(need, src)
         if w is None:
             return False
-        if self.committed:
-            self.uncommit(rid)
+        entry = self.committed.pop(rid, None)
+        if entry is not None:
+            pos, blocks = entry
+            self._promised[pos] -= blocks
+            if self.decode_workers[pos] is not w:  # the promise moves: uncommit's
+                short = self._short[pos]
+                if short is not None:
+                    short -= blocks
+                    self._short[pos] = short
+                    assert self._rooms is not None
+                    self._rooms.put(pos, (short, self.decode_workers[pos].index))
+            # else its room is unchanged: the reservation's eventual blocks replace the
+            # promise (the refresh after the reservation finds the same shortfall)
         w.reserve(rid)
         self.handoff_fabric.start_transfer(rid, src, w, prefill_s)
         return True
