@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 from operator import attrgetter
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import simpy
@@ -53,13 +53,14 @@ class _Heap(Generic[W]):
     Only accepting workers are in it. O(log W) per change and per look; a reported
     change that leaves the key as it was costs no heap operation."""
 
-    def __init__(self, workers: Sequence[W], key: Callable[[W], tuple[float, ...]]) -> None:
+    def __init__(self, workers: Sequence[W], key: Callable[[W], Any]) -> None:
         self._workers = workers
         self._key = key
         self._version = [0] * len(workers)
-        # the key of each worker's valid entry (None: no valid entry, not accepting)
-        self._keys: list[tuple[float, ...] | None] = [None] * len(workers)
-        self._heap: list[tuple[tuple[float, ...], int, int]] = []
+        # the key of each worker's valid entry (None: no valid entry, not accepting); a
+        # key is a tuple, or an int where one int orders the workers (cheaper compares)
+        self._keys: list[Any] = [None] * len(workers)
+        self._heap: list[tuple[Any, int, int]] = []
         self._max_entries = 4 * len(workers) + 64  # more: too many stale entries
 
     def update(self, pos: int, _accepting_changed: bool = False) -> None:
@@ -78,7 +79,7 @@ class _Heap(Generic[W]):
             self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
             heapify(self._heap)
 
-    def put(self, pos: int, key: tuple[float, ...] | None) -> None:
+    def put(self, pos: int, key: Any) -> None:
         """Worker ``pos`` is now indexed under ``key`` (None: not indexed), a key its
         owner computed (:meth:`update` with the key given; no key call)."""
         keys = self._keys
@@ -89,11 +90,15 @@ class _Heap(Generic[W]):
         self._version[pos] = version
         if key is not None:
             heappush(self._heap, (key, version, pos))
-        if len(self._heap) > self._max_entries:  # too many stale entries
-            self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
-            heapify(self._heap)
+        if len(self._heap) > self._max_entries:
+            self.compact()
 
-    def _valid(self, entry: tuple[tuple[float, ...], int, int]) -> bool:
+    def compact(self) -> None:
+        """Drop the stale entries (more than ``_max_entries`` in all)."""
+        self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
+        heapify(self._heap)
+
+    def _valid(self, entry: tuple[Any, int, int]) -> bool:
         return entry[1] == self._version[entry[2]]
 
     def top(self) -> W | None:
@@ -454,7 +459,8 @@ class Router:
         self._front_queued_total = 0
         # kv_aware: the blocks promised on each decode worker to requests in prefill, and
         # the accepting decode workers in a heap by the room they can still promise,
-        # most first, keyed by (its shortfall, index): shortfall = -promise_room_blocks =
+        # most first, keyed by shortfall x W + position (one int: by shortfall, then
+        # index, the decode workers being in index order): shortfall = -promise_room_blocks =
         # promised + eventual blocks + watermark + 1 - capacity (the 1 is the block
         # room_blocks keeps for a joining sequence's next step, so a promised worker has
         # room for the handoff itself). _short holds each worker's shortfall as indexed
@@ -465,9 +471,11 @@ class Router:
         self._short: list[int | None] = [None] * len(self.decode_workers)
         self._rooms: _Heap[DecodeWorker] | None = None
         if self.kv_aware:
+            n = len(self.decode_workers)
 
-            def shortfall(w: DecodeWorker) -> tuple[int, int]:
-                return (-self.promise_room_blocks(w), w.index)
+            def shortfall(w: DecodeWorker) -> int:
+                pos = self._decode_pos[w.index]
+                return -self.promise_room_blocks(w) * n + pos
 
             self._rooms = _Heap(self.decode_workers, shortfall)
         for w in self.front_workers:
@@ -511,8 +519,9 @@ class Router:
                 for index in self._decode_changes:
                     update(pos_of[index])
             else:
-                put = rooms.put
+                keys, version = rooms._keys, rooms._version
                 workers = self.decode_workers
+                n = len(workers)
                 promised = self._promised
                 seen = self._short
                 for index in self._decode_changes:
@@ -529,9 +538,15 @@ class Router:
                         )
                     else:
                         short = None
-                    if short != seen[pos]:
+                    if short != seen[pos]:  # rooms.put(pos, its key), inline
                         seen[pos] = short
-                        put(pos, None if short is None else (short, index))
+                        keys[pos] = key = None if short is None else short * n + pos
+                        v = version[pos] + 1
+                        version[pos] = v
+                        if key is not None:
+                            heappush(rooms._heap, (key, v, pos))
+                            if len(rooms._heap) > rooms._max_entries:
+                                rooms.compact()
             self._decode_changes.clear()
 
     # -- front: arrivals and re-prefills ------------------------------------------------
@@ -566,19 +581,22 @@ class Router:
             need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
             rooms = self._rooms
             assert rooms is not None
-            top = rooms.top()  # the decode worker with the most room to promise
-            if top is None:
+            # rooms.top(), inline: the decode worker with the most room to promise
+            heap, version = rooms._heap, rooms._version
+            while heap and heap[0][1] != version[heap[0][2]]:
+                heappop(heap)  # stale
+            if not heap:
                 return False
-            pos = self._decode_pos[top.index]
+            pos = heap[0][2]
             short = self._short[pos]
             assert short is not None  # indexed: accepting
-            if need > -short:  # promise_room_blocks(top)
+            if need > -short:  # promise_room_blocks(that worker)
                 return False
             self.committed[rid] = (pos, need)
             self._promised[pos] += need
             short += need
             self._short[pos] = short
-            rooms.put(pos, (short, top.index))
+            rooms.put(pos, short * len(self.decode_workers) + pos)
         if self._cache_aware is not None:  # books the tokens the worker's HBM lacks
             w, tokens = self._cache_aware.choose_booked(rid)
             w.submit(rid, False, tokens)
@@ -618,7 +636,7 @@ class Router:
                 short -= blocks
                 self._short[pos] = short
                 assert self._rooms is not None
-                self._rooms.put(pos, (short, self.decode_workers[pos].index))
+                self._rooms.put(pos, short * len(self.decode_workers) + pos)
 
     def waiting_for_prefill(self) -> int:
         """Requests waiting for a prefill: held here, or queued at a front worker (from
@@ -668,7 +686,7 @@ class Router:
                     short -= blocks
                     self._short[pos] = short
                     assert self._rooms is not None
-                    self._rooms.put(pos, (short, self.decode_workers[pos].index))
+                    self._rooms.put(pos, short * len(self.decode_workers) + pos)
             # else its room is unchanged: the reservation's eventual blocks replace the
             # promise (the refresh after the reservation finds the same shortfall)
         w.reserve(rid)
