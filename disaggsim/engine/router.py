@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import numpy as np
 import simpy
@@ -53,14 +53,13 @@ class _Heap(Generic[W]):
     Only accepting workers are in it. O(log W) per change and per look; a reported
     change that leaves the key as it was costs no heap operation."""
 
-    def __init__(self, workers: Sequence[W], key: Callable[[W], Any]) -> None:
+    def __init__(self, workers: Sequence[W], key: Callable[[W], tuple[float, ...]]) -> None:
         self._workers = workers
         self._key = key
         self._version = [0] * len(workers)
-        # the key of each worker's valid entry (None: no valid entry, not accepting); a
-        # key is a tuple, or an int where one int orders the workers (cheaper compares)
-        self._keys: list[Any] = [None] * len(workers)
-        self._heap: list[tuple[Any, int, int]] = []
+        # the key of each worker's valid entry (None: no valid entry, not accepting)
+        self._keys: list[tuple[float, ...] | None] = [None] * len(workers)
+        self._heap: list[tuple[tuple[float, ...], int, int]] = []
         self._max_entries = 4 * len(workers) + 64  # more: too many stale entries
 
     def update(self, pos: int, _accepting_changed: bool = False) -> None:
@@ -79,26 +78,7 @@ class _Heap(Generic[W]):
             self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
             heapify(self._heap)
 
-    def put(self, pos: int, key: Any) -> None:
-        """Worker ``pos`` is now indexed under ``key`` (None: not indexed), a key its
-        owner computed (:meth:`update` with the key given; no key call)."""
-        keys = self._keys
-        if key == keys[pos]:
-            return
-        keys[pos] = key
-        version = self._version[pos] + 1
-        self._version[pos] = version
-        if key is not None:
-            heappush(self._heap, (key, version, pos))
-        if len(self._heap) > self._max_entries:
-            self.compact()
-
-    def compact(self) -> None:
-        """Drop the stale entries (more than ``_max_entries`` in all)."""
-        self._heap = [e for e in self._heap if e[1] == self._version[e[2]]]
-        heapify(self._heap)
-
-    def _valid(self, entry: tuple[Any, int, int]) -> bool:
+    def _valid(self, entry: tuple[tuple[float, ...], int, int]) -> bool:
         return entry[1] == self._version[entry[2]]
 
     def top(self) -> W | None:
@@ -457,27 +437,22 @@ class Router:
         # changes only with its worker's queued tokens, which report the change)
         self._front_queued = [0] * len(self.front_workers)
         self._front_queued_total = 0
-        # kv_aware: the blocks promised on each decode worker to requests in prefill, and
-        # the accepting decode workers in a heap by the room they can still promise,
-        # most first, keyed by shortfall x W + position (one int: by shortfall, then
-        # index, the decode workers being in index order): shortfall = -promise_room_blocks =
-        # promised + eventual blocks + watermark + 1 - capacity (the 1 is the block
-        # room_blocks keeps for a joining sequence's next step, so a promised worker has
-        # room for the handoff itself). _short holds each worker's shortfall as indexed
-        # (None: not accepting); the refresh re-indexes a worker only when it changed
-        # (its eventual blocks or life, not each step's blocks in use), admissions and
-        # handoffs put the key they know
+        # kv_aware: the blocks promised on each decode worker to requests in prefill,
+        # and the accepting decode workers in a heap by the room they can still promise,
+        # most first. A worker's key is one int, shortfall x W + position (by shortfall,
+        # then index: the decode workers are in index order), its shortfall
+        # -promise_room_blocks = promised + eventual blocks + watermark + 1 - capacity
+        # (the 1 is the block room_blocks keeps for a joining sequence's next step, so a
+        # promised worker has room for the handoff itself). The heap holds plain ints
+        # with lazy invalidation: an entry is valid while it equals its worker's key
+        # (_room_key; None: not accepting), so a push and a look compare ints only. The
+        # refresh re-indexes a worker only when its key changed (its eventual blocks or
+        # life, not each step's blocks in use); admissions and handoffs push the key they
+        # know.
         self._promised = [0] * len(self.decode_workers)
-        self._short: list[int | None] = [None] * len(self.decode_workers)
-        self._rooms: _Heap[DecodeWorker] | None = None
-        if self.kv_aware:
-            n = len(self.decode_workers)
-
-            def shortfall(w: DecodeWorker) -> int:
-                pos = self._decode_pos[w.index]
-                return -self.promise_room_blocks(w) * n + pos
-
-            self._rooms = _Heap(self.decode_workers, shortfall)
+        self._room_key: list[int | None] = [None] * len(self.decode_workers)
+        self._room_heap: list[int] = []
+        self._room_max_entries = 4 * len(self.decode_workers) + 64
         for w in self.front_workers:
             w.watch(self._front_changes)
         for dw in self.decode_workers:
@@ -514,39 +489,35 @@ class Router:
         if self._decode_changes:
             pos_of = self._decode_pos
             update = self.decode.update
-            rooms = self._rooms
-            if rooms is None:
+            if not self.kv_aware:
                 for index in self._decode_changes:
                     update(pos_of[index])
             else:
-                keys, version = rooms._keys, rooms._version
                 workers = self.decode_workers
                 n = len(workers)
                 promised = self._promised
-                seen = self._short
+                keys = self._room_key
+                heap = self._room_heap
                 for index in self._decode_changes:
                     pos = pos_of[index]
                     update(pos)
                     w = workers[pos]
-                    if w.accepting:  # -promise_room_blocks(w)
-                        short: int | None = (
+                    if w.accepting:  # -promise_room_blocks(w) x W + pos
+                        key: int | None = (
                             promised[pos]
                             + w._eventual_blocks
                             + w.watermark_blocks
                             + 1
                             - w.kv_capacity_blocks
-                        )
+                        ) * n + pos
                     else:
-                        short = None
-                    if short != seen[pos]:  # rooms.put(pos, its key), inline
-                        seen[pos] = short
-                        keys[pos] = key = None if short is None else short * n + pos
-                        v = version[pos] + 1
-                        version[pos] = v
+                        key = None
+                    if key != keys[pos]:  # _put_room, inline
+                        keys[pos] = key
                         if key is not None:
-                            heappush(rooms._heap, (key, v, pos))
-                            if len(rooms._heap) > rooms._max_entries:
-                                rooms.compact()
+                            heappush(heap, key)
+                            if len(heap) > self._room_max_entries:
+                                self._compact_rooms()
             self._decode_changes.clear()
 
     # -- front: arrivals and re-prefills ------------------------------------------------
@@ -556,6 +527,17 @@ class Router:
         if self.queue or not self._try_route(rid):
             self.queue.append(rid)
             self.sample()
+
+    def _put_room(self, pos: int, key: int) -> None:
+        """kv_aware: decode worker ``pos`` (accepting) is indexed under ``key`` now."""
+        self._room_key[pos] = key
+        heappush(self._room_heap, key)
+        if len(self._room_heap) > self._room_max_entries:
+            self._compact_rooms()
+
+    def _compact_rooms(self) -> None:
+        """Only the valid keys, once each (a sorted list is a heap), in place."""
+        self._room_heap[:] = sorted(k for k in self._room_key if k is not None)
 
     def promise_room_blocks(self, w: DecodeWorker) -> int:
         """Blocks decode worker ``w`` can still promise (kv_aware): its capacity less the
@@ -579,24 +561,19 @@ class Router:
                 self._refresh_decode()
             rs = self.requests  # need: rs.full_blocks(rid), inline
             need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
-            rooms = self._rooms
-            assert rooms is not None
-            # rooms.top(), inline: the decode worker with the most room to promise
-            heap, version = rooms._heap, rooms._version
-            while heap and heap[0][1] != version[heap[0][2]]:
+            # the decode worker with the most room to promise: the heap's first valid key
+            heap, keys, n = self._room_heap, self._room_key, len(self.decode_workers)
+            while heap and keys[heap[0] % n] != heap[0]:
                 heappop(heap)  # stale
             if not heap:
                 return False
-            pos = heap[0][2]
-            short = self._short[pos]
-            assert short is not None  # indexed: accepting
-            if need > -short:  # promise_room_blocks(that worker)
+            key = heap[0]
+            pos = key % n
+            if need > -((key - pos) // n):  # promise_room_blocks(that worker)
                 return False
             self.committed[rid] = (pos, need)
             self._promised[pos] += need
-            short += need
-            self._short[pos] = short
-            rooms.put(pos, short * len(self.decode_workers) + pos)
+            self._put_room(pos, key + need * n)
         if self._cache_aware is not None:  # books the tokens the worker's HBM lacks
             w, tokens = self._cache_aware.choose_booked(rid)
             w.submit(rid, False, tokens)
@@ -631,12 +608,9 @@ class Router:
         if entry is not None:
             pos, blocks = entry
             self._promised[pos] -= blocks
-            short = self._short[pos]
-            if short is not None:  # indexed (accepting): its room grows
-                short -= blocks
-                self._short[pos] = short
-                assert self._rooms is not None
-                self._rooms.put(pos, short * len(self.decode_workers) + pos)
+            key = self._room_key[pos]
+            if key is not None:  # indexed (accepting): its room grows
+                self._put_room(pos, key - blocks * len(self.decode_workers))
 
     def waiting_for_prefill(self) -> int:
         """Requests waiting for a prefill: held here, or queued at a front worker (from
@@ -681,12 +655,9 @@ class Router:
             pos, blocks = entry
             self._promised[pos] -= blocks
             if self.decode_workers[pos] is not w:  # the promise moves: uncommit's
-                short = self._short[pos]
-                if short is not None:
-                    short -= blocks
-                    self._short[pos] = short
-                    assert self._rooms is not None
-                    self._rooms.put(pos, short * len(self.decode_workers) + pos)
+                key = self._room_key[pos]
+                if key is not None:
+                    self._put_room(pos, key - blocks * len(self.decode_workers))
             # else its room is unchanged: the reservation's eventual blocks replace the
             # promise (the refresh after the reservation finds the same shortfall)
         w.reserve(rid)
