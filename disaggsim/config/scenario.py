@@ -157,8 +157,9 @@ class RouterConfig(_Model):
     )
     backpressure: Literal["kv_aware", "none"] = Field(
         default="kv_aware",
-        description="kv_aware: hold requests at the router while the decode pool has no room "
-        "for their KV; none: prefill anyway (finished prefills then wait holding their KV)",
+        description="kv_aware: hold requests at the router while no single decode worker can "
+        "promise room for their full KV (prompt + max_tokens); none: prefill anyway "
+        "(finished prefills then wait holding their KV)",
     )
     max_queue: int | None = Field(
         default=None,
