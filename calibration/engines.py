@@ -981,12 +981,7 @@ def print_eager_forms(data_root: Path) -> int:
     for form, f in forms.items():
         prm = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in f["params"].items())
         print(f"vllm-eager-2023 {form}: {prm}")
-        for part in ("all", "fit", "holdout", "held_out_by_family"):
-            st = f[part]
-            print(
-                f"  {part:20s} n={st['n']:4d} median APE {100 * st['median_ape']:5.1f}% "
-                f"p90 {100 * st['p90_ape']:5.1f}%"
-            )
+        _print_parts(f)
     every = eager_fit_every_family(data_root)
     st = every["error"]["all"]
     print(
@@ -1015,18 +1010,24 @@ def print_eager_forms(data_root: Path) -> int:
         for k, v in scale["params"].items()
     )
     print(f"vllm-eager-2023 additive + prefill kernel scale (not shipped): {prm}")
-    for part in ("all", "fit", "holdout", "held_out_by_family"):
-        st = scale[part]
-        print(
-            f"  {part:20s} n={st['n']:4d} median APE {100 * st['median_ape']:5.1f}% "
-            f"p90 {100 * st['p90_ape']:5.1f}%"
-        )
+    _print_parts(scale)
     print(
         f"DistServe points outside the profiled grid (distserve_harness.json): "
         f"{int((~inside).sum())} of {len(pts)} (OPT-66B TP8, absent from the published grid, "
         f"counted as outside: {int(((pts['model'] == 'opt-66b') & (pts['tp'] == 8)).sum())})"
     )
     return 0
+
+
+def _print_parts(form: dict) -> None:
+    """One line per error part of an eager form (all rows, fit, hold-out, held out by
+    family): count, median and 90th-percentile absolute percentage error."""
+    for part in ("all", "fit", "holdout", "held_out_by_family"):
+        st = form[part]
+        print(
+            f"  {part:20s} n={st['n']:4d} median APE {100 * st['median_ape']:5.1f}% "
+            f"p90 {100 * st['p90_ape']:5.1f}%"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

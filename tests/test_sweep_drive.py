@@ -109,24 +109,6 @@ class VirtualPool:
         pass
 
 
-class Ranked:
-    """A job of fixed steps that says how much work it has left: the sum of its
-    remaining steps' task durations."""
-
-    def __init__(self, name: str, steps: list[list], log: list[str]) -> None:
-        self.name, self.steps, self.log = name, steps, log
-        self.got: list[list] = []
-
-    def advance(self, results):
-        if results is not None:
-            self.got.append(results)
-            self.log.append(self.name)
-        return self.steps[len(self.got)] if len(self.got) < len(self.steps) else []
-
-    def priority(self) -> float:
-        return sum(t[0] for step in self.steps[len(self.got) :] for t in step)
-
-
 class Steps:
     """A job of fixed steps: step k sends ``steps[k]``; it keeps what came back."""
 
@@ -139,6 +121,14 @@ class Steps:
             self.got.append(results)
             self.log.append(self.name)
         return self.steps[len(self.got)] if len(self.got) < len(self.steps) else []
+
+
+class Ranked(Steps):
+    """A job of fixed steps that says how much work it has left: the sum of its
+    remaining steps' task durations."""
+
+    def priority(self) -> float:
+        return sum(t[0] for step in self.steps[len(self.got) :] for t in step)
 
 
 def test_each_job_gets_its_own_results_in_order_whatever_the_executor():
