@@ -318,3 +318,25 @@ def test_a_moe_model_that_fits_only_with_data_parallel_ranks_is_planned(tmp_path
     best = plan["ranked"][0]["deployment"]["pool"]
     assert best["tp"] * best["dp"] == 16 and best["dp"] > 1
     assert plan["ranked"][0]["goodput_per_s"] > 0
+
+
+def test_a_target_rate_is_sized_for_a_moe_model_that_fits_only_with_data_parallel_ranks(
+    tmp_path, capsys
+):
+    # sizing a budget for --target-rate took the smallest plain TP of one node and
+    # refused DeepSeek-V3 in bf16 ("no TP on one node of h200-sxm fits"); it now sizes
+    # the fleet with the smallest worker that fits, tp x dp ranks here
+    out = tmp_path / "plan"
+    argv = [
+        "plan", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--target-rate", "2",
+        "--isl", "4000", "--osl", "500", "--ttft-ms", "3000", "--itl-ms", "80",
+        "--quick", "--quiet", "--no-plots", "--workers", "1", "--json", "--out", str(out),
+    ]  # fmt: skip
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["gpu_budget"] % 16 == 0 and plan["gpu_budget"] >= 32
+    best = plan["ranked"][0]["deployment"]
+    pools = [best[k] for k in ("pool", "prefill_pool", "decode_pool") if k in best]
+    assert any(p.get("dp", 1) > 1 for p in pools)

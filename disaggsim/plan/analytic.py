@@ -274,6 +274,39 @@ def fitting_tps(
     return out
 
 
+def smallest_unit(
+    loaded: LoadedScenario, gpu: str, min_kv_tokens: int, gpu_mem_util: float = 0.9
+) -> Layout | None:
+    """The worker of fewest GPUs whose every rank holds ``min_kv_tokens`` of KV (None:
+    none does): plain TP first at each size; for an MoE/MLA model also ``tp x dp``
+    (attention TP within one node, experts over all the worker's GPUs), which is how a
+    model too large for any TP group of one node fits (DeepSeek-V3 in bf16 on H200s:
+    tp 8 x dp 2)."""
+    from disaggsim.catalog import get_gpu
+    from disaggsim.config.bounds import MAX_GPUS
+
+    m = get_model(loaded.scenario.model)
+    tps = valid_tps(m)
+    units = [Layout(tp) for tp in tps]
+    if m.moe is not None or m.mla is not None:
+        node = get_gpu(gpu).gpus_per_node
+        units += [
+            Layout(tp, dp)
+            for tp in tps
+            if tp <= node
+            for dp in (2, 4, 8, 16, 32, 64, 128)
+            if tp * dp <= MAX_GPUS
+        ]
+    for lay in sorted(units, key=lambda u: (u.gpus, u.dp)):
+        try:
+            cost = worker_cost(loaded, gpu, lay, gpu_mem_util)
+        except UserError:
+            continue
+        if kv_capacity_per_rank(cost) >= min_kv_tokens:
+            return lay
+    return None
+
+
 def sample_requests(loaded: LoadedScenario) -> Requests:
     """The scenario's requests as a run generates them (all of them: the prefix hit share
     needs the whole sequence of prefix chains)."""

@@ -7,8 +7,9 @@ bad value is one :class:`UserError` line naming the flag and what is allowed, ra
 before anything is simulated or written. :func:`question_yaml` renders it with comments
 (the command, the SLO model in words, what the pool stands for), as the plan writes it.
 
-The scenario's pool only states the budget: ``budget // tp`` chunked workers of the
-smallest TP whose worker fits the model with room for KV; the planner replaces it with
+The scenario's pool only states the budget: ``budget // (tp x dp)`` chunked workers of
+the smallest worker that fits the model with room for KV
+(:func:`disaggsim.plan.analytic.smallest_unit`); the planner replaces it with
 each candidate. Fabric ``auto`` is NVLink when the budget fits one node (the catalog's
 ``gpus_per_node``), else InfiniBand (disaggsim/validity.py).
 """
@@ -295,12 +296,7 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
             f"--fabric nvlink: {gpu.id} has no NVLink: allowed: auto, infiniband, roce, pcie"
         )
 
-    tp, dp = _smallest_unit(model.id, gpu.id, q.weight_dtype, q.kv_dtype)
-    workers = max(1, (q.gpus or tp * dp) // (tp * dp))
-    pool: dict[str, Any] = {"gpu": gpu.id, "num_workers": workers, "tp": tp}
-    if dp > 1:
-        pool["dp"] = dp
-    return {
+    raw: dict[str, Any] = {
         "name": _name(q),
         "description": f"one-command plan question: {model.id} on {gpu.id}",
         "seed": q.seed,
@@ -308,7 +304,14 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
         "weight_dtype": q.weight_dtype,
         "kv_dtype": q.kv_dtype,
         "architecture": "colocated",
-        "pool": {**pool, "scheduler": "chunked", "max_batch_tokens": 512},
+        # num_workers and tp are placeholders until the smallest worker is known
+        "pool": {
+            "gpu": gpu.id,
+            "num_workers": 1,
+            "tp": 1,
+            "scheduler": "chunked",
+            "max_batch_tokens": 512,
+        },
         "fabric": {"kind": "link", "link": link},
         "slo": {
             "ttft_ms": q.ttft_ms,
@@ -320,47 +323,31 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
         "workload": workload,
         "sim": {"duration_s": 300.0, "warmup_s": 30.0},
     }
+    tp, dp = _smallest_unit(raw)
+    pool = raw["pool"]
+    pool["num_workers"] = max(1, (q.gpus or tp * dp) // (tp * dp))
+    pool["tp"] = tp
+    if dp > 1:
+        pool["dp"] = dp
+    return raw
 
 
-def _smallest_unit(model: str, gpu: str, weight_dtype: str, kv_dtype: str) -> tuple[int, int]:
-    """The smallest worker, ``(tp, dp)``, whose every rank has KV room: fewest GPUs
-    first, plain TP before data-parallel attention ranks at the same size. ``dp > 1``
-    only for MoE/MLA models (experts over all the worker's GPUs, TP within one node), as
-    DeepSeek-V3 in bf16 needs on 16 H200s."""
-    from disaggsim.catalog import get_gpu, get_model
-    from disaggsim.config.bounds import MAX_GPUS
-    from disaggsim.costmodel.moe import build_cost
-    from disaggsim.costmodel.step import valid_tps
-    from disaggsim.plan.analytic import kv_capacity_per_rank
+def _smallest_unit(raw: dict[str, Any]) -> tuple[int, int]:
+    """The smallest worker, ``(tp, dp)``, of the question's model and GPU with KV room
+    (:func:`disaggsim.plan.analytic.smallest_unit`)."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan.analytic import smallest_unit
 
-    m = get_model(model)
-    tps = valid_tps(m)
-    units = [(tp, 1) for tp in tps]
-    if m.moe is not None or m.mla is not None:
-        node = get_gpu(gpu).gpus_per_node
-        units += [
-            (tp, dp)
-            for tp in tps
-            if tp <= node
-            for dp in (2, 4, 8, 16, 32, 64, 128)
-            if tp * dp <= MAX_GPUS
-        ]
-    for tp, dp in sorted(units, key=lambda u: (u[0] * u[1], u[1])):
-        try:
-            cost = build_cost(model, gpu, tp, dp=dp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-        except UserError:
-            continue
-        if kv_capacity_per_rank(cost) >= 16:
-            return tp, dp
-    raise UserError(
-        f"--model {model}: does not fit on any worker of {gpu} (tensor parallel"
-        + (
-            ", or data-parallel attention with experts over all GPUs"
-            if len(units) > len(tps)
-            else ""
+    loaded = load_scenario(raw)  # the pool as given is only a placeholder here
+    pool = raw["pool"]
+    lay = smallest_unit(loaded, pool["gpu"], 16)
+    if lay is None:
+        raise UserError(
+            f"--model {raw['model']}: does not fit on any worker of {pool['gpu']} "
+            f"({raw['weight_dtype']} weights, tensor parallel, or for an MoE model also "
+            "data-parallel attention with experts over all GPUs)"
         )
-        + f", up to {max(t * d for t, d in units)} GPUs, {weight_dtype} weights)"
-    )
+    return lay.tp, lay.dp
 
 
 def _fabric_reason(q: Question, link: str) -> str:

@@ -50,6 +50,7 @@ from disaggsim.plan.analytic import (
     plan_gpu,
     sample_lengths,
     sample_requests,
+    smallest_unit,
     worker_cost,
 )
 from disaggsim.plan.optimise import Family, OptimiseResult, optimise
@@ -1151,7 +1152,8 @@ def search(
     GPU.
 
     With ``target_rate_per_s`` and no ``gpus``, the budget is the analytic fleet for
-    that rate (at the smallest fitting TPs)."""
+    that rate (at the smallest worker that fits: plain TP, or for an MoE
+    model tp x dp ranks, :func:`~disaggsim.plan.analytic.smallest_unit`)."""
     opts = options or PlanOptions()
     if target_rate_per_s is not None and not target_rate_per_s > 0:
         raise UserError(f"--target-rate {target_rate_per_s}: must be > 0 req/s")
@@ -1164,14 +1166,13 @@ def search(
     lengths = sample_lengths(loaded, requests)
     gpu = plan_gpu(loaded)
     if gpus is None and target_rate_per_s is not None:
-        node = get_gpu(gpu).gpus_per_node
-        tps0 = fitting_tps(loaded, gpu, node, _p99_kv_tokens(lengths))
-        if not tps0:
-            raise UserError(f"plan: no TP on one node of {gpu} fits {s.model}")
+        unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths))
+        if unit is None:
+            raise UserError(f"plan: no worker of {gpu} fits {s.model}")
         budget = analytic_guess(
             loaded,
-            prefill_tp=tps0[0],
-            decode_tp=tps0[0],
+            prefill_tp=unit,
+            decode_tp=unit,
             target_rate_per_s=target_rate_per_s,
             lengths=lengths,
         ).num_gpus
