@@ -676,16 +676,12 @@ class Router:
         entry = self.committed.get(rid)
         rs = self.requests
         full = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
-        promised = self._promised
         pos_of = self._decode_pos
         at = -1 if entry is None else entry[0]
+        room = self.promise_room_blocks
 
         def keeps(w: DecodeWorker) -> bool:
-            pos = pos_of[w.index]
-            return pos == at or (
-                w.kv_capacity_blocks - w.watermark_blocks - 1 - w._eventual_blocks - promised[pos]
-                >= full
-            )  # promise_room_blocks(w) >= full
+            return pos_of[w.index] == at or room(w) >= full
 
         w = self.decode.choose(need, src, keeps)
         if w is None and (entry is None or not self.decode_workers[at].accepting):
