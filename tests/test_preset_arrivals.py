@@ -12,8 +12,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from disaggsim.workload import WorkloadConfig, generate_requests
 from disaggsim.workload.arrivals import unit_gap_table, unit_renewal_times
-from disaggsim.workload.measure_presets import spread_in_buckets, timestamp_bucket_s
 from disaggsim.workload.presets import load_preset
+from disaggsim.workload.traces import spread_in_buckets, timestamp_bucket_s
 
 ADAPTER = TypeAdapter(WorkloadConfig)
 
@@ -95,7 +95,7 @@ def test_bucketed_timestamps_are_found_and_spread() -> None:
     assert timestamp_bucket_s(stamps) == pytest.approx(3.0)
     fine = np.cumsum(np.random.default_rng(0).exponential(0.3, size=1000))
     assert timestamp_bucket_s(fine) is None
-    spread = spread_in_buckets(stamps, 3.0)
+    spread, _ = spread_in_buckets(stamps, 3.0, np.random.default_rng(0))
     assert np.all(np.diff(spread) >= 0)
     assert np.all((spread >= stamps.min()) & (spread < stamps.max() + 3.0))
     # every bucket keeps its arrivals

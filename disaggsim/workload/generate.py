@@ -40,7 +40,7 @@ from disaggsim.workload.lengths import sample_lengths
 from disaggsim.workload.presets import load_preset
 from disaggsim.workload.requests import Requests
 from disaggsim.workload.sessions import generate_sessions
-from disaggsim.workload.traces import read_trace, timestamp_bucket_s
+from disaggsim.workload.traces import read_trace, spread_in_buckets, timestamp_bucket_s
 
 STREAMS: tuple[str, ...] = (
     "arrivals",
@@ -272,9 +272,7 @@ def _replay(
         if bucket_s is not None:
             if rng is None:
                 raise ValueError("spreading bucketed timestamps needs a generator")
-            spread = t + rng.uniform(0.0, bucket_s, size=len(t))
-            order = np.argsort(spread, kind="stable")
-            t = spread[order]
+            t, order = spread_in_buckets(t, bucket_s, rng)
     last_s = float(t[-1])
     if cfg.start_s > last_s:
         raise UserError(

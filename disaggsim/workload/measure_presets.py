@@ -32,7 +32,7 @@ import numpy as np
 from disaggsim.errors import UserError
 from disaggsim.output import check_file, json_owned, write_file
 from disaggsim.workload.requests import Requests
-from disaggsim.workload.traces import read_trace, timestamp_bucket_s
+from disaggsim.workload.traces import read_trace, spread_in_buckets, timestamp_bucket_s
 
 PRESET_SOURCES: dict[str, str] = {
     "azure-conv-2023": "AzureLLMInferenceTrace_conv.csv",
@@ -56,21 +56,13 @@ GAP_QUANTILES: tuple[float, ...] = (
 )
 
 
-def spread_in_buckets(arrival_s: np.ndarray, bucket_s: float, seed: int = 0) -> np.ndarray:
-    """Arrivals of bucketed timestamps placed uniformly at random in their bucket (from
-    ``numpy.random.default_rng(seed)``), sorted: where within its bucket an arrival came
-    is not recorded, and even spacing would invent a regularity the trace does not show."""
-    rng = np.random.default_rng(seed)
-    return np.sort(arrival_s + rng.uniform(0.0, bucket_s, size=len(arrival_s)))
-
-
 def gap_quantiles(arrival_s: np.ndarray, bucket_s: float | None) -> list[list[float]]:
     """The inter-arrival gaps' quantiles at :data:`GAP_QUANTILES` in units of the mean gap
     (each bucket's arrivals spread over it first when the timestamps are bucketed:
-    :func:`spread_in_buckets`), rounded to 1e-6."""
+    :func:`~disaggsim.workload.traces.spread_in_buckets`, seed 0), rounded to 1e-6."""
     t = np.sort(arrival_s.astype(np.float64))
     if bucket_s is not None:
-        t = spread_in_buckets(t, bucket_s)
+        t, _ = spread_in_buckets(t, bucket_s, np.random.default_rng(0))
     gaps = np.diff(t)
     qs = np.quantile(gaps / gaps.mean(), GAP_QUANTILES)
     return [[q, round(float(v), 6)] for q, v in zip(GAP_QUANTILES, qs, strict=True)]

@@ -292,3 +292,15 @@ def timestamp_bucket_s(arrival_s: np.ndarray) -> float | None:
     if bucket <= 0.0 or np.mean(np.abs(steps - bucket) <= 0.01 * bucket) < 0.9:
         return None
     return bucket
+
+
+def spread_in_buckets(
+    arrival_s: np.ndarray, bucket_s: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Arrivals of bucketed timestamps placed uniformly at random in their bucket, and
+    sorted: ``(times, order)``, ``times[i]`` the spread time of row ``order[i]`` (a
+    stable sort). Where within its bucket an arrival came is not recorded, and even
+    spacing would invent a regularity the trace does not show."""
+    spread = arrival_s + rng.uniform(0.0, bucket_s, size=len(arrival_s))
+    order = np.argsort(spread, kind="stable")
+    return spread[order], order
