@@ -12,6 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from disaggsim.workload import WorkloadConfig, generate_requests
 from disaggsim.workload.arrivals import unit_gap_table, unit_renewal_times
+from disaggsim.workload.generate import kept_buckets_note
 from disaggsim.workload.presets import load_preset
 from disaggsim.workload.traces import spread_in_buckets, timestamp_bucket_s
 
@@ -159,3 +160,17 @@ def test_a_trace_without_buckets_replays_as_it_is_when_asked_to_spread(shared_da
         ADAPTER.validate_python({**cfg, "bucketed_timestamps": "spread"}), duration_s=300.0, seed=1
     )
     assert np.array_equal(kept.arrival_s, spread.arrival_s)
+
+
+def test_a_kept_bucketed_replay_gets_one_note(shared_data, tmp_path) -> None:
+    """keep on a bucketed trace: one line naming the file, its bucket, requests per
+    stamp and the field that spreads them; nothing with spread or for a trace without
+    buckets. A relative path resolves against base_dir as the replay's does."""
+    note = kept_buckets_note(_mooncake(shared_data))
+    assert note is not None and "\n" not in note
+    assert note.startswith("note: mooncake_conversation_trace.jsonl has 3 s timestamp buckets")
+    assert "bucketed_timestamps: keep" in note
+    assert "workload.bucketed_timestamps=spread" in note
+    assert kept_buckets_note(_mooncake(shared_data, bucketed_timestamps="spread")) is None
+    azure = ADAPTER.validate_python({"kind": "trace", "path": "AzureLLMInferenceTrace_code.csv"})
+    assert kept_buckets_note(azure, base_dir=shared_data / "traces") is None

@@ -249,6 +249,34 @@ def _clip(requests: Requests, max_prompt: int | None, max_output: int | None) ->
     )
 
 
+def _trace_path(cfg: TraceWorkload, base_dir: Path | None) -> Path:
+    path = Path(cfg.path).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    return path
+
+
+def kept_buckets_note(cfg: TraceWorkload, base_dir: Path | None = None) -> str | None:
+    """One line for a user replaying a bucketed trace with ``bucketed_timestamps: keep``
+    (each bucket's requests arrive at one instant, which sets the TTFT of a small prefill
+    pool), else None: nothing to say for another trace or with ``spread``. Reads the
+    trace; for the CLI to print beside a run's summary."""
+    if cfg.bucketed_timestamps != "keep":
+        return None
+    path = _trace_path(cfg, base_dir)
+    t = read_trace(path, cfg.format, cfg.hash_block_tokens).arrival_s
+    bucket_s = timestamp_bucket_s(t)
+    if bucket_s is None:
+        return None
+    per_stamp = len(t) / len(np.unique(t))
+    return (
+        f"note: {path.name} has {bucket_s:g} s timestamp buckets ({per_stamp:.1f} requests "
+        "each) and bucketed_timestamps: keep delivers each bucket at one instant; "
+        "workload.bucketed_timestamps=spread places each arrival within its bucket "
+        "(docs/workloads.md)"
+    )
+
+
 def _replay(
     cfg: TraceWorkload,
     *,
@@ -261,9 +289,7 @@ def _replay(
     ``rate_scale``. With ``rate_per_s``, ``rate_scale = rate_per_s / native rate``, the
     native rate being the number of trace arrivals in ``[start_s, start_s + window_s)``
     (to the last arrival when ``window_s`` is unset) over that window's length."""
-    path = Path(cfg.path).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = Path(base_dir) / path
+    path = _trace_path(cfg, base_dir)
     trace = read_trace(path, cfg.format, cfg.hash_block_tokens)
     t = trace.arrival_s
     order = None  # trace rows in arrival order after spreading (None: as read)
