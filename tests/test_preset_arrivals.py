@@ -11,7 +11,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from disaggsim.workload import WorkloadConfig, generate_requests
-from disaggsim.workload.arrivals import unit_gap_table, unit_renewal_times
+from disaggsim.workload.arrivals import CyclicSchedule, unit_gap_table, unit_renewal_times
 from disaggsim.workload.generate import kept_buckets_note
 from disaggsim.workload.presets import load_preset
 from disaggsim.workload.traces import spread_in_buckets, timestamp_bucket_s
@@ -174,3 +174,57 @@ def test_a_kept_bucketed_replay_gets_one_note(shared_data, tmp_path) -> None:
     assert kept_buckets_note(_mooncake(shared_data, bucketed_timestamps="spread")) is None
     azure = ADAPTER.validate_python({"kind": "trace", "path": "AzureLLMInferenceTrace_code.csv"})
     assert kept_buckets_note(azure, base_dir=shared_data / "traces") is None
+
+
+# -- arrival: modulated -------------------------------------------------------------------
+
+
+def test_a_cyclic_schedule_inverts_its_integral_and_keeps_the_mean_rate() -> None:
+    """Profile (1, 0, 3, 0) over 60 s pieces, mean 1: 2/s on average over a cycle, none
+    in the zero pieces, the phase shifting where the profile starts."""
+    s = CyclicSchedule(2.0, (1.0, 0.0, 3.0, 0.0), 60.0, phase_s=70.0)
+    assert s.cumulative(240.0) == pytest.approx(480.0)  # one whole cycle
+    assert s.cumulative(50.0) == 0.0  # 70 s in: the rest of the zero piece
+    assert s.cumulative(110.0) == pytest.approx(360.0)  # then a whole piece at 3 x 2/s
+    u = np.array([1.0, 100.0, 359.99, 480.0, 10_000.0])
+    t = s.invert(u)
+    assert [s.cumulative(float(x)) for x in t] == pytest.approx(u.tolist())
+    # no arrival lands in a zero piece (profile position (t + 70) mod 240 in [60, 120) or
+    # [180, 240))
+    pos = (t + 70.0) % 240.0
+    assert not np.any(((pos > 60.0) & (pos < 120.0)) | (pos > 180.0))
+
+
+def test_modulated_arrivals_follow_the_trace_s_minute_scale_rate() -> None:
+    """azure-conv-2023 over an hour: counts per minute spread like the trace's (index
+    of dispersion 16.1, docs/workloads.md) with arrival: modulated, about Poisson with the
+    default empirical gaps; the mean rate and the request lengths stay those of the
+    preset (the phase has its own stream, appended after the others)."""
+
+    def draw(arrival: str | None, seed: int):
+        fields = {} if arrival is None else {"arrival": arrival}
+        cfg = ADAPTER.validate_python({"kind": "preset", "preset": "azure-conv-2023", **fields})
+        return generate_requests(cfg, duration_s=3600.0, seed=seed)
+
+    plain, modulated = draw(None, 7), draw("modulated", 7)
+    assert _dispersion(plain.arrival_s, 3600.0, 60.0) < 2.0
+    assert _dispersion(modulated.arrival_s, 3600.0, 60.0) > 8.0
+    assert len(modulated) / 3600.0 == pytest.approx(5.53, rel=0.1)
+    n = min(len(plain), len(modulated))
+    assert np.array_equal(plain.prompt_tokens[:n], modulated.prompt_tokens[:n])
+    again, other = draw("modulated", 7), draw("modulated", 8)
+    assert np.array_equal(again.arrival_s, modulated.arrival_s)
+    assert not np.array_equal(other.arrival_s[:100], modulated.arrival_s[:100])
+
+
+def test_modulated_refuses_a_burstiness_cv() -> None:
+    with pytest.raises(ValidationError, match="burstiness_cv applies only to arrival: gamma"):
+        _preset(arrival="modulated", burstiness_cv=2.0)
+
+
+def test_every_preset_has_a_rate_profile_of_mean_one() -> None:
+    for name in ("azure-conv-2023", "azure-code-2023", "mooncake-conversation"):
+        preset = load_preset(name)
+        assert preset.rate_profile_piece_s == 60.0
+        assert len(preset.rate_profile) == int(preset.duration_s // 60.0)
+        assert np.mean(preset.rate_profile) == pytest.approx(1.0, abs=1e-6)

@@ -79,8 +79,8 @@ def test_workloads_without_shift_are_unchanged(name: str) -> None:
 def test_new_streams_are_appended() -> None:
     assert STREAMS[:4] == ("arrivals", "prompt_tokens", "output_tokens", "spare")
     assert STREAMS[4:6] == ("mix_prompt_tokens", "mix_output_tokens")
-    assert all(name.startswith("session_") for name in STREAMS[6:-2])  # sessions.py
-    assert STREAMS[-2:] == ("max_tokens", "trace_spread")
+    assert all(name.startswith("session_") for name in STREAMS[6:-3])  # sessions.py
+    assert STREAMS[-3:] == ("max_tokens", "trace_spread", "rate_phase")
 
 
 # ---------------------------------------------------------------- diurnal

@@ -15,10 +15,11 @@ without a second code path:
 For Poisson this is the textbook inversion method for a non-homogeneous Poisson process.
 The process starts fresh at 0 (the first arrival is one gap after 0).
 
-Two schedules implement ``cumulative``/``invert``: :class:`RateSchedule` (piecewise
-constant; ``rate_schedule`` and the ``step`` shape) and :class:`DiurnalSchedule` (a
+Three schedules implement ``cumulative``/``invert``: :class:`RateSchedule` (piecewise
+constant; ``rate_schedule`` and the ``step`` shape), :class:`DiurnalSchedule` (a
 sinusoid, inverted exactly by bisection on its closed-form integral, not approximated by
-pieces).
+pieces) and :class:`CyclicSchedule` (a preset's measured per-minute rate profile,
+repeated, from a random phase: ``arrival: modulated``).
 """
 
 from __future__ import annotations
@@ -125,7 +126,55 @@ class DiurnalSchedule:
         return hi
 
 
-Schedule = RateSchedule | DiurnalSchedule
+@dataclass(frozen=True, slots=True)
+class CyclicSchedule:
+    """A measured rate profile repeated: ``rate_per_s * profile[k] / mean(profile)``
+    during piece ``k`` of ``piece_s`` seconds, the profile started ``phase_s`` seconds
+    into its cycle and repeated after its last piece. A preset's ``arrival: modulated``
+    (its trace's per-minute arrival counts over their mean, from a random point of the
+    hour); the mean rate over a whole cycle is exactly ``rate_per_s``. Pieces may be 0."""
+
+    rate_per_s: float
+    profile: tuple[float, ...]
+    piece_s: float
+    phase_s: float = 0.0
+
+    def _pieces(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """Multipliers of mean 1, the unit-rate integral at each piece start within a
+        cycle, and the cycle length in seconds."""
+        m = np.asarray(self.profile, dtype=np.float64)
+        m = m / m.mean()
+        return m, np.concatenate(([0.0], np.cumsum(m))) * self.piece_s, len(m) * self.piece_s
+
+    def _integral(self, x: np.ndarray) -> np.ndarray:
+        """``M(x)``: the integral of the unit-mean profile from 0 to ``x`` seconds."""
+        m, knots, cycle_s = self._pieces()
+        cycles = np.floor(x / cycle_s)
+        rest = x - cycles * cycle_s
+        k = np.minimum((rest // self.piece_s).astype(np.int64), len(m) - 1)
+        return cycles * knots[-1] + knots[k] + m[k] * (rest - k * self.piece_s)
+
+    def cumulative(self, t_s: float) -> float:
+        """Expected number of arrivals in ``[0, t_s)`` (``inf`` for ``t_s = inf``)."""
+        if math.isinf(t_s):
+            return math.inf
+        ends = self._integral(np.array([t_s + self.phase_s, self.phase_s], dtype=np.float64))
+        return float(self.rate_per_s * (ends[0] - ends[1]))
+
+    def invert(self, u: np.ndarray) -> np.ndarray:
+        """Times ``t`` with ``cumulative(t) == u`` (zero pieces skipped, as
+        :meth:`RateSchedule.invert` skips them)."""
+        m, knots, cycle_s = self._pieces()
+        start = float(self._integral(np.array([self.phase_s], dtype=np.float64))[0])
+        y = np.asarray(u, dtype=np.float64) / self.rate_per_s + start
+        cycles = np.floor(y / knots[-1])
+        # below the cycle's end, so a trailing zero piece is never chosen
+        rest = np.minimum(y - cycles * knots[-1], np.nextafter(knots[-1], 0.0))
+        k = np.minimum(np.searchsorted(knots, rest, side="right") - 1, len(m) - 1)
+        return cycles * cycle_s + k * self.piece_s + (rest - knots[k]) / m[k] - self.phase_s
+
+
+Schedule = RateSchedule | DiurnalSchedule | CyclicSchedule
 """Anything with ``cumulative(t_s)`` and ``invert(u)`` as above."""
 
 

@@ -30,9 +30,11 @@ PresetName = Literal[
 """Shipped presets; ``presets.PRESET_NAMES`` is the same tuple (checked by a test)."""
 
 ArrivalProcess = Literal["poisson", "gamma"]
-PresetArrival = Literal["poisson", "gamma", "empirical"]
+PresetArrival = Literal["poisson", "gamma", "empirical", "modulated"]
 """A preset's arrivals: ``empirical`` draws gaps from the source trace's measured gap
-distribution (the default), ``gamma`` gaps with the measured (or given) CV, ``poisson``."""
+distribution (the default), ``modulated`` the gaps left under the trace's per-minute rate
+profile with the rate following that profile from a random minute, ``gamma`` gaps with
+the measured (or given) CV, ``poisson``."""
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
@@ -283,10 +285,11 @@ class MixShift(_Frozen):
 
 
 def _check_cv_needs_gamma(arrival: str | None, burstiness_cv: float | None) -> None:
-    if arrival in ("poisson", "empirical") and burstiness_cv is not None:
+    if arrival in ("poisson", "empirical", "modulated") and burstiness_cv is not None:
         raise ValueError(
             "burstiness_cv applies only to arrival: gamma (Poisson has CV 1; empirical "
-            "draws the trace's own gaps); drop burstiness_cv or set arrival: gamma"
+            "and modulated draw the trace's own gaps); drop burstiness_cv or set "
+            "arrival: gamma"
         )
 
 
@@ -365,7 +368,8 @@ class PresetWorkload(_Frozen):
     """Mean arrival rate; default: the rate measured on the source trace."""
     arrival: PresetArrival | None = None
     """Default ``empirical`` (the trace's gap distribution), or ``gamma`` when
-    ``burstiness_cv`` is given; ``gamma`` alone takes the measured CV."""
+    ``burstiness_cv`` is given; ``gamma`` alone takes the measured CV; ``modulated``
+    adds the trace's per-minute rate profile (docs/workloads.md)."""
     burstiness_cv: Burstiness | None = None
     max_prompt_tokens: TokenCount | None = None
     max_output_tokens: TokenCount | None = None

@@ -18,6 +18,7 @@ import numpy as np
 from disaggsim.config.bounds import MAX_REQUESTS
 from disaggsim.errors import UserError
 from disaggsim.workload.arrivals import (
+    CyclicSchedule,
     DiurnalSchedule,
     GapQuantiles,
     RateSchedule,
@@ -37,7 +38,7 @@ from disaggsim.workload.config import (
     TraceWorkload,
 )
 from disaggsim.workload.lengths import sample_lengths
-from disaggsim.workload.presets import load_preset
+from disaggsim.workload.presets import Preset, load_preset
 from disaggsim.workload.requests import Requests
 from disaggsim.workload.sessions import generate_sessions
 from disaggsim.workload.traces import read_trace, spread_in_buckets, timestamp_bucket_s
@@ -61,12 +62,14 @@ STREAMS: tuple[str, ...] = (
     "session_tool_latency_s",
     "max_tokens",
     "trace_spread",
+    "rate_phase",
 )
 """Named random streams, in spawn order. ``spare`` is reserved (unused); the ``mix_``
 streams draw the lengths of requests after a ``mix_shift``; the ``session_`` streams
 draw session workloads (``sessions.py``); ``max_tokens`` draws the clients' ``max_tokens``
 when given as a distribution; ``trace_spread`` places a trace's bucketed arrivals within
-their buckets (``bucketed_timestamps: spread``)."""
+their buckets (``bucketed_timestamps: spread``); ``rate_phase`` draws where in its rate
+profile a preset's ``arrival: modulated`` starts."""
 
 
 def streams(seed: int, replication: int = 0) -> dict[str, np.random.Generator]:
@@ -135,18 +138,22 @@ def _generate(
         case PresetWorkload():
             preset = load_preset(cfg.preset)
             # Default: the trace's own gap distribution; a burstiness_cv alone asks gamma.
-            process = cfg.arrival or ("gamma" if cfg.burstiness_cv is not None else "empirical")
+            arrival = cfg.arrival or ("gamma" if cfg.burstiness_cv is not None else "empirical")
             cv = cfg.burstiness_cv if cfg.burstiness_cv is not None else preset.interarrival_cv
+            rngs = streams(seed, replication)
+            schedule, process, gap_quantiles = preset_arrivals(
+                preset, arrival, cfg.rate_per_s or preset.mean_rate_per_s, rngs["rate_phase"]
+            )
             requests = _synthetic(
-                streams(seed, replication),
-                schedule=RateSchedule.constant(cfg.rate_per_s or preset.mean_rate_per_s),
+                rngs,
+                schedule=schedule,
                 process=process,
                 cv=cv,
                 prompt=EmpiricalLengths(dist="empirical", quantiles=preset.prompt_tokens_quantiles),
                 output=EmpiricalLengths(dist="empirical", quantiles=preset.output_tokens_quantiles),
                 duration_s=duration_s,
                 num_requests=cfg.num_requests,
-                gap_quantiles=preset.interarrival_gap_quantiles,
+                gap_quantiles=gap_quantiles,
             )
             return _clip(requests, cfg.max_prompt_tokens, cfg.max_output_tokens)
         case TraceWorkload():
@@ -164,6 +171,25 @@ def _generate(
                 cfg, streams(seed, replication), schedule=schedule, duration_s=duration_s
             )
     raise TypeError(f"unknown workload config {cfg!r}")
+
+
+def preset_arrivals(
+    preset: Preset, process: str, rate_per_s: float, phase_rng: np.random.Generator
+) -> tuple[Schedule, str, GapQuantiles]:
+    """The rate schedule, the renewal process and its gap table of a preset's ``arrival``.
+    ``modulated``: the trace's per-minute rate profile from a point of it drawn from
+    ``phase_rng`` (nothing is drawn otherwise), and the gaps measured under that profile
+    (``measure_presets.py``), drawn as ``empirical`` draws the trace's own gaps."""
+    if process != "modulated":
+        return RateSchedule.constant(rate_per_s), process, preset.interarrival_gap_quantiles
+    cycle_s = len(preset.rate_profile) * preset.rate_profile_piece_s
+    schedule = CyclicSchedule(
+        rate_per_s,
+        preset.rate_profile,
+        preset.rate_profile_piece_s,
+        phase_s=float(phase_rng.uniform(0.0, cycle_s)),
+    )
+    return schedule, "empirical", preset.modulated_gap_quantiles
 
 
 def synthetic_schedule(cfg: SyntheticWorkload | SessionWorkload) -> Schedule:

@@ -11,10 +11,13 @@ deviation over mean of the gaps), the gap distribution (:func:`gap_quantiles`) a
 prompt/output length quantiles (``np.quantile``, linear interpolation) at
 :data:`QUANTILES`, after the trace reader's clamp of zero lengths to 1.
 
-``--arrival-check`` prints, per trace, how the counts of arrivals in windows of 0.1 to
-60 s spread (index of dispersion: variance over mean of the counts) in the trace and in
-the preset's arrival processes drawn over the trace's span at its rate
-(docs/workloads.md).
+``--arrival-check`` prints, per trace, how the counts of arrivals in windows of 0.1 s to
+5 minutes spread (index of dispersion: variance over mean of the counts) in the trace
+and in the preset's arrival processes drawn over the trace's span at its rate (mean and
+standard deviation over 20 draws; docs/workloads.md).
+
+Per trace also its rate profile (arrivals per whole minute over their mean) and the gaps
+left under it (:func:`modulated_gap_quantiles`), which ``arrival: modulated`` draws.
 """
 
 from __future__ import annotations
@@ -68,6 +71,38 @@ def gap_quantiles(arrival_s: np.ndarray, bucket_s: float | None) -> list[list[fl
     return [[q, round(float(v), 6)] for q, v in zip(GAP_QUANTILES, qs, strict=True)]
 
 
+PROFILE_PIECE_S = 60.0
+"""Piece of a preset's rate profile: per-minute arrival counts."""
+
+
+def rate_profile(arrival_s: np.ndarray, piece_s: float = PROFILE_PIECE_S) -> np.ndarray:
+    """Arrivals in each whole ``piece_s`` from the first arrival, over their mean (a
+    trailing partial piece is left out). ``arrival_s`` sorted, bucketed timestamps
+    already spread."""
+    t = arrival_s - arrival_s[0]
+    num_pieces = int(t[-1] // piece_s)
+    if num_pieces < 2:
+        raise UserError(f"a rate profile needs a trace of at least {2 * piece_s:g} s")
+    counts = np.bincount((t // piece_s).astype(np.int64), minlength=num_pieces + 1)
+    counts = counts[:num_pieces].astype(np.float64)
+    return counts / counts.mean()
+
+
+def modulated_gap_quantiles(
+    arrival_s: np.ndarray, profile: np.ndarray, piece_s: float = PROFILE_PIECE_S
+) -> list[list[float]]:
+    """The gaps left once the rate profile is taken out: each arrival in the whole pieces
+    mapped to ``M(t)``, the integral of the profile from the first arrival (so every
+    piece holds its arrivals at the mean rate), and the gaps of those times measured as
+    :func:`gap_quantiles` measures the trace's. ``arrival_s`` sorted, bucketed timestamps
+    already spread."""
+    t = arrival_s - arrival_s[0]
+    t = t[t < len(profile) * piece_s]
+    m = profile / profile.mean()
+    knots = np.concatenate(([0.0], np.cumsum(m))) * piece_s  # M at each piece's start
+    return gap_quantiles(np.interp(t, np.arange(len(m) + 1) * piece_s, knots), None)
+
+
 def _quantiles(values: np.ndarray) -> list[list[float]]:
     qs = np.quantile(values.astype(np.float64), QUANTILES)
     return [[q, round(float(v), 2)] for q, v in zip(QUANTILES, qs, strict=True)]
@@ -78,12 +113,19 @@ def measure(requests: Requests) -> dict[str, Any]:
     gaps_s = np.diff(requests.arrival_s)
     duration_s = float(requests.arrival_s[-1] - requests.arrival_s[0])
     bucket_s = timestamp_bucket_s(requests.arrival_s)
+    spread = np.sort(requests.arrival_s.astype(np.float64))
+    if bucket_s is not None:
+        spread, _ = spread_in_buckets(spread, bucket_s, np.random.default_rng(0))
+    profile = np.round(rate_profile(spread), 6)  # as written, as drawn from
     return {
         "duration_s": round(duration_s, 6),
         "mean_rate_per_s": round(1.0 / float(gaps_s.mean()), 6),
         "interarrival_cv": round(float(gaps_s.std() / gaps_s.mean()), 6),
         "interarrival_bucket_s": None if bucket_s is None else round(bucket_s, 6),
         "interarrival_gap_quantiles": gap_quantiles(requests.arrival_s, bucket_s),
+        "rate_profile_piece_s": PROFILE_PIECE_S,
+        "rate_profile": [float(m) for m in profile],
+        "modulated_gap_quantiles": modulated_gap_quantiles(spread, profile),
         "prompt_tokens_quantiles": _quantiles(requests.prompt_tokens),
         "output_tokens_quantiles": _quantiles(requests.output_tokens),
     }
@@ -130,7 +172,11 @@ def measure_presets(traces_dir: Path, out_dir: Path, command: str) -> list[Path]
     return written
 
 
-CHECK_WINDOWS_S: tuple[float, ...] = (0.1, 1.0, 10.0, 60.0)
+CHECK_WINDOWS_S: tuple[float, ...] = (0.1, 1.0, 10.0, 60.0, 300.0)
+CHECK_SEEDS = 20
+"""Draws of each process averaged in the check (one hour of a trace holds only ~58
+windows of 60 s: one draw's index of dispersion varies by up to a fifth)."""
+CHECK_PROCESSES: tuple[str, ...] = ("empirical", "modulated", "gamma", "poisson")
 
 
 def _dispersion(arrival_s: np.ndarray, span_s: float, window_s: float) -> float:
@@ -141,13 +187,31 @@ def _dispersion(arrival_s: np.ndarray, span_s: float, window_s: float) -> float:
     return float(counts.var() / counts.mean())
 
 
-def arrival_check(traces_dir: Path, seed: int = 0) -> list[str]:
-    """Markdown rows: per preset and arrival process (the trace itself, the preset's
-    ``empirical`` and ``gamma`` processes, Poisson), the index of dispersion of arrival
-    counts in windows of :data:`CHECK_WINDOWS_S` (``-`` for windows under two timestamp
-    buckets of a bucketed trace). The processes run over the trace's span at its mean
-    rate, from ``numpy.random.default_rng(seed)``."""
-    from disaggsim.workload.arrivals import RateSchedule, arrival_times
+def _draw(process: str, preset: Any, span_s: float, seed: int) -> np.ndarray:
+    """One draw of a preset's arrival process over ``span_s`` at its measured rate, as
+    :func:`~disaggsim.workload.generate.generate_requests` draws it, from
+    ``numpy.random.default_rng(seed)`` (``modulated`` takes its phase from it first)."""
+    from disaggsim.workload.arrivals import arrival_times
+    from disaggsim.workload.generate import preset_arrivals
+
+    rng = np.random.default_rng(seed)
+    schedule, process, gaps = preset_arrivals(preset, process, preset.mean_rate_per_s, rng)
+    return arrival_times(
+        rng,
+        schedule=schedule,
+        process=process,
+        cv=preset.interarrival_cv,
+        duration_s=span_s,
+        gap_quantiles=gaps,
+    )
+
+
+def arrival_check(traces_dir: Path, seeds: int = CHECK_SEEDS) -> list[str]:
+    """Markdown rows: per preset, the index of dispersion of arrival counts in windows of
+    :data:`CHECK_WINDOWS_S` in the trace and, as mean ± standard deviation over draws
+    with seeds ``0 .. seeds - 1``, in the preset's arrival processes run over the trace's
+    span at its mean rate. ``-``: a window under two timestamp buckets of a bucketed
+    trace, or one the span holds fewer than ten times."""
     from disaggsim.workload.presets import load_preset
 
     head = " | ".join(f"{w:g} s" for w in CHECK_WINDOWS_S)
@@ -161,26 +225,34 @@ def arrival_check(traces_dir: Path, seed: int = 0) -> list[str]:
         span_s = float(t[-1])
         preset = load_preset(name)
         bucket_s = timestamp_bucket_s(t)
-        schedule = RateSchedule.constant(preset.mean_rate_per_s)
-        drawn = {"trace": t}
-        for process in ("empirical", "gamma", "poisson"):
-            drawn[process] = arrival_times(
-                np.random.default_rng(seed),
-                schedule=schedule,
-                process=process,
-                cv=preset.interarrival_cv,
-                duration_s=span_s,
-                gap_quantiles=preset.interarrival_gap_quantiles,
-            )
-        for label, times in drawn.items():
-            cells = [
-                "-"
-                if bucket_s is not None and w < 2 * bucket_s
-                else f"{_dispersion(times, span_s, w):.2f}"
-                for w in CHECK_WINDOWS_S
+        shown = [
+            not (bucket_s is not None and w < 2 * bucket_s) and span_s // w >= 10
+            for w in CHECK_WINDOWS_S
+        ]
+
+        def cells(values: list[list[float]], shown: list[bool] = shown) -> str:
+            out = []
+            for ok, v in zip(shown, np.array(values).T, strict=True):
+                if not ok:
+                    out.append("-")
+                elif len(v) == 1:
+                    out.append(f"{v[0]:.2f}")
+                else:
+                    out.append(f"{v.mean():.2f} ± {v.std():.2f}")
+            return " | ".join(out)
+
+        rows.append(
+            f"| `{name}` | trace | "
+            + cells([[_dispersion(t, span_s, w) for w in CHECK_WINDOWS_S]])
+            + " |"
+        )
+        for process in CHECK_PROCESSES:
+            draws = [
+                [_dispersion(_draw(process, preset, span_s, s), span_s, w) for w in CHECK_WINDOWS_S]
+                for s in range(seeds)
             ]
-            what = label if label != "gamma" else f"gamma (CV {preset.interarrival_cv:.2f})"
-            rows.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
+            what = process if process != "gamma" else f"gamma (CV {preset.interarrival_cv:.2f})"
+            rows.append(f"| `{name}` | {what} | " + cells(draws) + " |")
     return rows
 
 

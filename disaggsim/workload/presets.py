@@ -33,6 +33,14 @@ class Preset:
     gaps below were measured with each bucket's arrivals spread evenly over it)."""
     interarrival_gap_quantiles: tuple[tuple[float, float], ...]
     """``((q, gap / mean gap), ...)``: the gap distribution ``arrival: empirical`` draws."""
+    rate_profile_piece_s: float
+    """Length of one piece of :attr:`rate_profile` (60 s: per-minute counts)."""
+    rate_profile: tuple[float, ...]
+    """The trace's arrivals in each whole piece over their mean: the rate
+    ``arrival: modulated`` follows (from a random piece, repeated)."""
+    modulated_gap_quantiles: tuple[tuple[float, float], ...]
+    """``((q, gap / mean gap), ...)``: the gaps ``arrival: modulated`` draws, measured
+    after dividing the trace's time by its rate profile (the gaps the profile leaves)."""
     prompt_tokens_quantiles: tuple[tuple[float, float], ...]
     output_tokens_quantiles: tuple[tuple[float, float], ...]
 
@@ -56,6 +64,11 @@ def load_preset(name: str) -> Preset:
         else float(data["interarrival_bucket_s"]),
         interarrival_gap_quantiles=tuple(
             (float(q), float(v)) for q, v in data["interarrival_gap_quantiles"]
+        ),
+        rate_profile_piece_s=float(data["rate_profile_piece_s"]),
+        rate_profile=tuple(float(m) for m in data["rate_profile"]),
+        modulated_gap_quantiles=tuple(
+            (float(q), float(v)) for q, v in data["modulated_gap_quantiles"]
         ),
         prompt_tokens_quantiles=tuple(
             (float(q), float(v)) for q, v in data["prompt_tokens_quantiles"]
