@@ -9,11 +9,11 @@ Prints the number of simulations, their requests and CPU seconds in all and per
 candidate kind, the retests, the convergence, the verdict and the best candidate of each
 kind. ``measured_requests`` sums the runs' ``num_requests`` (arrivals after the warm-up,
 arrived or not: a run stopped early counts all of them); ``simulated_requests`` counts,
-of those, the ones a run stopped early had let arrive by its stop (the run's requests
-generated again from its seed: the summary does not say). The executor also keeps a
-virtual clock of ``--workers`` workers: each run takes its measured CPU seconds on the
-first free one, in the order the plan sends them (and, where the plan waits for one of
-several runs, the one that finishes first on that clock comes back first).
+of those, the ones a run stopped early had let arrive by its stop (its summary's
+``num_arrived``). The executor also keeps a virtual clock of ``--workers`` workers: each
+run takes its measured CPU seconds on the first free one, in the order the plan sends
+them (and, where the plan waits for one of several runs, the one that finishes first on
+that clock comes back first).
 ``makespan_s`` is then the wall time of the simulations on an idle machine with that
 many cores (worker start-up and the parent's own CPU, ``cpu_s_parent``, left out): the
 figure that shows how well the plan keeps its workers busy, whatever else runs on this
@@ -45,7 +45,6 @@ class TimedSerial:
         self.rows: list[dict[str, Any]] = []
         self.cpu_from = cpu_from or {}  # run key -> CPU s of an earlier measurement
         self.cpu_substituted = 0
-        self.counting_cpu = 0.0
         self.workers = workers
         self.now = 0.0  # the virtual clock
         self._free = [0.0] * workers  # when each virtual worker is next free
@@ -65,7 +64,7 @@ class TimedSerial:
             "duration_s": sim.get("duration_s"),
             "cpu_s": cpu,
             "requests": s.num_requests,
-            "requests_simulated": self._count(t, s),
+            "requests_simulated": simulated_requests(s),
             "stopped_early_at_s": s.get("stopped_early_at_s"),
         }
         earlier = self.cpu_from.get(run_key(row))
@@ -75,12 +74,6 @@ class TimedSerial:
             self.cpu_substituted += 1
         self.rows.append(row)
         return s, cpu
-
-    def _count(self, t, s) -> int:
-        c0 = time.process_time()
-        n = simulated_requests(t, s)
-        self.counting_cpu += time.process_time() - c0  # not the plan's: left out of cpu_s_parent
-        return n
 
     def map(self, fn, tasks, on_done=None):
         """One round: each run on the first free worker; the round ends with its last."""
@@ -133,24 +126,14 @@ def run_key(row: dict[str, Any]) -> tuple:
     )
 
 
-def simulated_requests(task: Any, summary: Any) -> int:
+def simulated_requests(summary: Any) -> int:
     """The measured requests (arrival >= ``sim.warmup_s``: the summary's
     ``num_requests``) the run simulated: all of them, or, for a run stopped early, those
-    that had arrived by ``stopped_early_at_s`` (the summary counts every measured
-    request, arrived or not). Counted on the run's own requests, generated again here
-    (the same seed gives the same arrivals)."""
-    stop = summary.get("stopped_early_at_s")
-    if stop is None:
+    that had arrived by ``stopped_early_at_s`` (its ``num_arrived``; ``num_requests``
+    counts every measured request, arrived or not)."""
+    if summary.get("stopped_early_at_s") is None:
         return int(summary.num_requests)
-    from disaggsim.config.loader import load_scenario
-    from disaggsim.run import make_requests
-
-    loaded = load_scenario(task.raw, base_dir=Path(task.base_dir))
-    arrival = make_requests(loaded).arrival_s
-    measured = arrival >= loaded.scenario.sim.warmup_s
-    if int(measured.sum()) != summary.num_requests:  # not the engine's requests
-        raise RuntimeError(f"{task.raw.get('name')}: regenerated requests differ from the run's")
-    return int((measured & (arrival < stop)).sum())
+    return int(summary["num_arrived"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_s_simulations": round(sum(r["cpu_s"] for r in ex.rows), 1),
         "cpu_s_all": round(cpu_all, 1),
         "cpu_s_parent": round(
-            cpu_all - ex.counting_cpu - sum(r.get("cpu_s_measured", r["cpu_s"]) for r in ex.rows),
+            cpu_all - sum(r.get("cpu_s_measured", r["cpu_s"]) for r in ex.rows),
             1,
         ),
         "cpu_s_from_earlier_runs": ex.cpu_substituted,

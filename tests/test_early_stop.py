@@ -258,11 +258,23 @@ def test_stopped_runs_are_not_judged_as_normal_runs():
     flat = s.to_dict()
     assert flat["stopped_early_at_s"] == s.stopped_early_at_s
     assert "slo_attainment_upper_bound" in flat
-    # a run that is not stopped has neither key
+    # the measured requests it simulated: those that arrived before the stop, counted on
+    # the run's own requests generated again (the same seed gives the same arrivals);
+    # none arriving later reached a worker
+    arrival = make_requests(loaded).arrival_s
+    measured = arrival >= loaded.scenario.sim.warmup_s
+    assert int(measured.sum()) == s.num_requests
+    arrived = int((measured & (arrival < s.stopped_early_at_s)).sum())
+    assert s.num_arrived == flat["num_arrived"] == arrived
+    assert 0 < s.num_arrived < s.num_requests
+    late = res.requests[res.requests["arrival_at_s"] >= s.stopped_early_at_s]
+    assert len(late) and late["prefill_start_at_s"].isna().all()
+    # a run that is not stopped has none of these keys
     plain = simulate(
         _goodput_run("scenarios/ci/disaggregated.yaml", [], 1.0), stop_on_certain_miss=True
     )
     assert "stopped_early_at_s" not in plain.summary.to_dict()
+    assert "num_arrived" not in plain.summary.to_dict()
 
 
 def test_the_incremental_check_equals_the_whole_table():

@@ -157,6 +157,7 @@ def summarize(
         meets_slo=meets_slo(attainment, slo.attainment_target, steady.stable),
         stopped_early_at_s=stopped_at if stopped else None,
         slo_attainment_upper_bound=bound,
+        num_arrived=int((m["arrival_at_s"] < stopped_at).sum()) if stopped else None,
         output_tokens_per_s=float(done["output_tokens"].sum() / span) if rate_ok else float("nan"),
         requests_per_s=float(len(done) / span) if rate_ok else float("nan"),
         offered_requests_per_s=_offered_rate(m),

@@ -218,6 +218,12 @@ class Summary(Mapping[str, Value]):
         "below `slo_attainment_target`",
         present=_STOPPED,
     )
+    num_arrived: int | None = metric(
+        "requests",
+        "measured requests that arrived before `stopped_early_at_s`: those the stopped run "
+        "simulated (`num_requests` counts every measured request, arrived or not)",
+        present=_STOPPED,
+    )
     output_tokens_per_s: float = metric(
         "tokens/s",
         "output tokens of the completed measured requests divided by the span from the "
