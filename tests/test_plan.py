@@ -238,6 +238,32 @@ def test_recommended_yaml_loads_and_runs(verdicts, tmp_path):
     assert s["num_gpus"] == rec.num_gpus
 
 
+def test_recommended_yaml_at_a_fleet_goodput_stays_within_one_runs_requests(tmp_path):
+    """A goodput high enough that the question's window would hold more requests than
+    one run may (MAX_REQUESTS) gets a shorter window, so recommended.yaml loads and
+    the plan's outputs are written (before, the plan ended with a bound error after its
+    whole search and wrote nothing: 8B, 100/50 tokens, 16 B200 at 7,052 req/s)."""
+    from disaggsim.config.bounds import MAX_REQUESTS
+
+    res = _search([_row("disaggregate", 10_000.0), _row("colocate_chunked", 5_000.0)])
+    advice = advise(res)
+    sim = res.loaded.raw["sim"]
+    raw = recommended_scenario(res, advice)
+    rate = raw["workload"]["rate_per_s"]
+    assert rate == pytest.approx(160_000.0)
+    assert rate * raw["sim"]["duration_s"] <= MAX_REQUESTS
+    assert 0 < raw["sim"]["warmup_s"] < raw["sim"]["duration_s"]
+    assert "sim shortened" in raw["description"]
+    assert raw["sim"]["duration_s"] < sim["duration_s"]
+    written = write_outputs(res, advice, tmp_path / "out", plots=False)
+    assert written is not None
+    load_scenario(tmp_path / "out" / "recommended.yaml")
+    # a goodput whose window fits keeps the question's sim as it was
+    small = _search([_row("disaggregate", 1.3), _row("colocate_chunked", 1.0)])
+    raw_small = recommended_scenario(small, advise(small))
+    assert raw_small["sim"] == load_scenario(ADVISOR / "long-prompt-infiniband.yaml").raw["sim"]
+
+
 def _cr(g: float, itl: float) -> CandidateResult:
     c = Candidate("colocate_chunked", 1, 1, chunk_tokens=512)
     zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False

@@ -23,7 +23,8 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
    unevaluated members predicted to beat its best by more than ``min_gain``, the best
    predicted first, ``predict_width`` at a time; a family with nothing left to evaluate
    is settled. ``explore_floor`` > 0 also stops a family whose best member is below that
-   share of the best found (quick mode);
+   share of the best found once that member's nearest neighbours (its first non-empty
+   tier) have been evaluated (quick mode);
 3. stops when no family proposes anything, or after ``max_waves`` (then the search is
    reported as not converged).
 
@@ -144,11 +145,17 @@ def optimise(
             if fam.best is None:
                 todo = [c for c in fam.starts if c not in values]
             else:
-                if explore_floor > 0 and values[fam.best] < explore_floor * best:
+                tiers = fam.neighbours(fam.best)
+                # the floor judges a family at its best member's nearest moves, not at a
+                # start that one move improves (a chunked pool's start chunk can be far
+                # off its best chunk)
+                nearest = next((t for t in tiers if t), [])
+                behind = explore_floor > 0 and values[fam.best] < explore_floor * best
+                if behind and all(c in values for c in nearest):
                     fam.state = "stopped"
                     continue
                 todo = []
-                for tier in fam.neighbours(fam.best):  # the first tier not yet tried
+                for tier in tiers:  # the first tier not yet tried
                     todo = [c for c in tier if c not in values]
                     if todo:
                         break

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from disaggsim.config.bounds import MAX_REQUESTS, expected_requests, fmt
 from disaggsim.config.loader import load_scenario
 from disaggsim.metrics.slo_model import describe_slo, slo_model_lines
 from disaggsim.output import Written
@@ -145,8 +146,35 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
         f"disaggsim plan recommendation ({advice.verdict}) for {res.gpu_budget} x {res.gpu}: "
         f"{rec.candidate.label}, goodput {rec.goodput_per_gpu_per_s:.3f} req/s per GPU"
     )
+    shrink = _fit_requests(res, rec.goodput_per_s, raw["sim"])
+    if shrink < 1.0:
+        raw["sim"] = {
+            **raw["sim"],
+            "duration_s": float(f"{raw['sim']['duration_s'] * shrink:.4g}"),
+            "warmup_s": float(f"{raw['sim'].get('warmup_s', 0.0) * shrink:.4g}"),
+        }
+        raw["description"] += (
+            f"; sim shortened to {raw['sim']['duration_s']:g} s so that the requests at "
+            f"this rate stay within the {fmt(MAX_REQUESTS)} of one run (docs/safety.md)"
+        )
     load_scenario(raw, base_dir=res.loaded.base_dir)  # it must load as written
     return raw
+
+
+def _fit_requests(res: SearchResult, rate_per_s: float, sim: dict) -> float:
+    """The factor (at most 1) by which the recommended scenario's ``sim`` window must
+    shrink so that the requests expected at ``rate_per_s`` stay within MAX_REQUESTS (a
+    fleet's goodput times the question's window can exceed what one run may hold)."""
+    wl = res.loaded.scenario.workload
+    if not hasattr(wl, "rate_per_s"):
+        return 1.0
+    # as the recommendation writes it: one constant rate
+    update: dict[str, Any] = {"rate_per_s": rate_per_s}
+    update.update({k: None for k in ("rate_schedule", "rate_shape") if k in type(wl).model_fields})
+    fixed = wl.model_copy(update=update)
+    n = expected_requests(fixed, float(sim["duration_s"]))
+    # 0.9: rounding the shortened window to 4 digits must not cross the bound again
+    return min(1.0, 0.9 * MAX_REQUESTS / n) if n > MAX_REQUESTS else 1.0
 
 
 def plot_pareto(res: SearchResult, ax: Any) -> None:
