@@ -970,6 +970,78 @@ def prefill_scale_fit(rows: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+# a per-all-reduce cost growing with TP (tp_allreduce_term): its dependence on TP
+AR_TP_FORMS = {"(tp - 1)": lambda tp: tp - 1.0, "log2(tp)": np.log2}
+
+
+def tp_allreduce_term(data_root: Path) -> pd.DataFrame:
+    """A diagnostic, not shipped: a cost per all-reduce beyond the all-reduce model (nccl-tests),
+    ``c × g(tp)`` for each :data:`AR_TP_FORMS` (two all-reduces per layer and iteration),
+    fitted on DistServe's C++ engine (no Python: its excess over the kernel model grows
+    with TP, :func:`same_box_comparison`) over its fit families (:data:`EAGER_HOLDOUT`
+    held out; the term alone, non-negative least squares of the relative error), then
+    carried to 2023 vLLM on the same A100s: kernels plus that cost, the shipped overhead
+    form refitted on the fit families. Also vLLM's own fit of ``c`` beside the six
+    overheads. Median / p90 APE: the C++ engine's curves (all, held-out families), vLLM's
+    (all, held-out rows, refit without each family)."""
+    hold = set(EAGER_HOLDOUT)
+    frames = {w: features(eager_points(data_root, w)) for w in ("distserve", EAGER_FILE)}
+    cxx, v = frames["distserve"], frames[EAGER_FILE]
+
+    def ars(f: pd.DataFrame, g) -> np.ndarray:
+        return 2.0 * f["x_per_layer_s"].to_numpy(float) * g(f["tp"].to_numpy(float))
+
+    kc, mc = cxx["kernels_s"].to_numpy(float), cxx["value_s"].to_numpy(float)
+    fit_c = np.array(
+        [(m, int(t)) not in hold for m, t in zip(cxx["model"], cxx["tp"], strict=True)]
+    )
+    kv, mv = v["kernels_s"].to_numpy(float), v["value_s"].to_numpy(float)
+    x = v[[f"x_{k}" for k in PARAM_KEYS]].to_numpy(float)
+    fit = (v["split"] == "fit").to_numpy()
+    fam = (v["model"] + "|" + v["tp"].astype(str)).to_numpy()
+
+    def vllm_parts(kern: np.ndarray, xs: np.ndarray) -> dict[str, float]:
+        a = ape(kern + xs @ solve(kern[fit], xs[fit], mv[fit]), mv)
+        lofo = np.empty(len(a))
+        for f in np.unique(fam):
+            t, tr = fam == f, fit & (fam != f)
+            lofo[t] = ape(kern + xs @ solve(kern[tr], xs[tr], mv[tr]), mv)[t]
+        return {
+            "vllm_all": float(np.median(a)), "vllm_all_p90": float(np.percentile(a, 90)),
+            "vllm_held_out": float(np.median(a[~fit])),
+            "vllm_held_out_p90": float(np.percentile(a[~fit], 90)),
+            "vllm_by_family_p90": float(np.percentile(lofo, 90)),
+        }  # fmt: skip
+
+    a0 = ape(kc, mc)
+    rows = [
+        {
+            "form": "none (shipped)", "c_us": 0.0,
+            "cxx_all": float(np.median(a0)), "cxx_held_out": float(np.median(a0[~fit_c])),
+            "cxx_held_out_p90": float(np.percentile(a0[~fit_c], 90)),
+            **vllm_parts(kv, x),
+        }
+    ]  # fmt: skip
+    for name, g in AR_TP_FORMS.items():
+        xc = ars(cxx, g)[:, None]
+        c = float(solve(kc[fit_c], xc[fit_c], mc[fit_c])[0])
+        ac = ape(kc + c * xc[:, 0], mc)
+        rows.append(
+            {
+                "form": f"C++-fitted c x {name}", "c_us": c * 1e6,
+                "cxx_all": float(np.median(ac)), "cxx_held_out": float(np.median(ac[~fit_c])),
+                "cxx_held_out_p90": float(np.percentile(ac[~fit_c], 90)),
+                **vllm_parts(kv + c * ars(v, g), x),
+            }
+        )  # fmt: skip
+        xo = np.c_[x, ars(v, g)]
+        own = float(solve(kv[fit], xo[fit], mv[fit])[-1])
+        rows.append(
+            {"form": f"vLLM's own c x {name}", "c_us": own * 1e6, **vllm_parts(kv, xo)}
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def print_eager_forms(data_root: Path) -> int:
     """``--eager-forms``: :func:`eager_forms` and :func:`curve_checks`, printed."""
     try:
@@ -1011,6 +1083,16 @@ def print_eager_forms(data_root: Path) -> int:
     )
     print(f"vllm-eager-2023 additive + prefill kernel scale (not shipped): {prm}")
     _print_parts(scale)
+    try:
+        ar = tp_allreduce_term(data_root)
+    except UserError as e:
+        print(f"engines: error: {e}", file=sys.stderr)
+        return 2
+    print(
+        "A per-all-reduce cost c x g(tp) (not shipped): fitted on the C++ engine's fit "
+        "families, carried to 2023 vLLM (overheads refitted); median / p90 APE:"
+    )
+    print(ar.round(4).to_string(index=False))
     print(
         f"DistServe points outside the profiled grid (distserve_harness.json): "
         f"{int((~inside).sum())} of {len(pts)} (OPT-66B TP8, absent from the published grid, "

@@ -443,9 +443,10 @@ def tiled_kernel_dict(
     mem_eff: float,
     epi: float,
     source: str,
+    l2_bytes_per_s: float = 0.0,
 ) -> dict[str, Any]:
     """A ``gemm_kernels`` entry (the profile's JSON form) of an FP8 tile-form fit; a
-    branch's optional conditions written only where set."""
+    branch's optional conditions, and the L2 rate, written only where set."""
     out = []
     for b in branches:
         d: dict[str, Any] = {
@@ -468,6 +469,7 @@ def tiled_kernel_dict(
         "launch_s": _round(launch_s),
         "mem_eff": _round(mem_eff),
         "epilogue_s_per_elem": _round(epi),
+        **({"l2_bytes_per_s": _round(l2_bytes_per_s)} if l2_bytes_per_s > 0 else {}),
         "branches": out,
         "source": source,
     }
@@ -493,20 +495,43 @@ def tiled_params(entry: dict[str, Any]) -> TiledGemmParams:
     return TiledGemmParams(
         str(entry["dtype"]), int(entry["num_sms"]), float(entry["launch_s"]),
         float(entry["mem_eff"]), float(entry["epilogue_s_per_elem"]), branches,
-        str(entry.get("source", "")),
+        str(entry.get("source", "")), float(entry.get("l2_bytes_per_s", 0.0)),
     )  # fmt: skip
 
 
 def spec_params(spec: TileKernelSpec, num_sms: int, q) -> TiledGemmParams:
     """The tile-form parameters of ``spec``'s kernel from a fit vector ``q``: the floor
-    ``q[0]``, one efficiency per branch group ``q[1 : 1 + ne]``, then the memory efficiency
-    and the per-output epilogue time (``ne`` branch groups)."""
+    ``q[0]``, one efficiency per branch group ``q[1 : 1 + ne]``, then the memory efficiency,
+    the per-output epilogue time and, where ``q`` holds one more, the L2 rate (``ne`` branch
+    groups; without it no L2 bound)."""
     ne = max(spec.eff_groups) + 1
     branches = tuple(
         replace(b, max_eff=float(q[1 + g]))
         for b, g in zip(spec.branches, spec.eff_groups, strict=True)
     )
-    return TiledGemmParams("fp8", num_sms, q[0], q[1 + ne], q[2 + ne], branches)
+    l2 = float(q[3 + ne]) if len(q) > 3 + ne else 0.0
+    return TiledGemmParams("fp8", num_sms, q[0], q[1 + ne], q[2 + ne], branches, l2_bytes_per_s=l2)
+
+
+# the L2 rate of a tile-form fit: two starts and the bounds (bytes/s). Hopper's L2 serves
+# its SMs at several TB/s (the fitted rates: 6-8 TB/s on the H100); the bounds only keep
+# the fit in a physical range
+L2_START = (6e12, 1.2e13)
+L2_BOUNDS = (1e12, 1e14)
+
+
+def tile_fit_bounds(spec: TileKernelSpec, l2: bool) -> tuple[list[tuple], tuple, tuple]:
+    """Starts, lower and upper bounds of a tile-form fit vector (:func:`spec_params`), with
+    the L2 rate last when ``l2``."""
+    ne = max(spec.eff_groups) + 1
+    e1, e2 = spec.eff_starts
+    starts = [(4e-6, *e1, 0.8, 2.4e-10), (2e-6, *e2, 0.6, 2.4e-11)]
+    lower = (1e-8,) + (1e-3,) * (ne + 1) + (1e-16,)
+    upper = (1e-3,) + (1.0,) * (ne + 1) + (2.5e-8,)
+    if l2:
+        starts = [(*starts[0], L2_START[0]), (*starts[1], L2_START[1])]
+        lower, upper = (*lower, L2_BOUNDS[0]), (*upper, L2_BOUNDS[1])
+    return starts, lower, upper
 
 
 def fit_tiled_fp8_kernel(
@@ -515,15 +540,15 @@ def fit_tiled_fp8_kernel(
     """A framework's FP8 GEMM kernel (``gemm_kernels.<spec.name>``) fitted to that
     framework's FP8 rows of the public tables through ``ops.tiled_gemm_time_s`` with its
     dispatch table (``spec``): one efficiency per group of branches, the floor, the memory
-    efficiency and a per-output epilogue time; every row holds its activation-quantisation
-    kernel, added as the step model costs it. Returns the profile entry, its fit error and
-    each row's APE predicted by a refit without its (n, k) family (5 folds)."""
+    efficiency, a per-output epilogue time and the kernel's L2 rate (the operand-traffic
+    bound, :data:`L2_START`); every row holds its activation-quantisation kernel, added as
+    the step model costs it. Returns the profile entry, its fit error and each row's APE
+    predicted by a refit without its (n, k) family (5 folds)."""
     t = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == spec.framework)]
     if t.empty:
         raise UserError(f"no {spec.framework} FP8 GEMM rows in the public tables")
     m, n, k, ts = (t[c].to_numpy(float) for c in ("m", "n", "k", "t_s"))
     extra = quant_s(peaks, ew, m, k)
-    ne = max(spec.eff_groups) + 1
 
     def params_of(q) -> TiledGemmParams:
         return spec_params(spec, num_sms, q)
@@ -531,17 +556,15 @@ def fit_tiled_fp8_kernel(
     def model(q, idx):
         return ops.tiled_gemm_time_s(peaks, params_of(q), m[idx], n[idx], k[idx]) + extra[idx]
 
-    e1, e2 = spec.eff_starts
-    starts = [(4e-6, *e1, 0.8, 2.4e-10), (2e-6, *e2, 0.6, 2.4e-11)]
-    lower = (1e-8,) + (1e-3,) * (ne + 1) + (1e-16,)
-    upper = (1e-3,) + (1.0,) * (ne + 1) + (2.5e-8,)
+    starts, lower, upper = tile_fit_bounds(spec, l2=True)
     fam = shape_family(t["n"], t["k"])
     q, ferr = fit_generic(model, ts, starts, lower, upper, fam)
     held, how = held_out_apes(model, ts, q, lower, upper, fam)
     p = params_of(q)
     entry = tiled_kernel_dict(
-        p.branches, num_sms, p.launch_s, p.mem_eff, p.epilogue_s_per_elem, spec.source
-    )
+        p.branches, num_sms, p.launch_s, p.mem_eff, p.epilogue_s_per_elem, spec.source,
+        p.l2_bytes_per_s,
+    )  # fmt: skip
     err = {
         **ferr.as_dict(),
         "source": f"{t['table'].iloc[0]} ({spec.framework} fp8, every row)",
@@ -728,9 +751,24 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
     )
     same_arch = SM_ARCH[gpu] == SM_ARCH[source_gpu]
     # a kernel's dispatch table is its architecture's (sgl-kernel's sm90 path): carried to
-    # GPUs of the same architecture with their own SM count, dropped across architectures
+    # GPUs of the same architecture with their own SM count, dropped across architectures;
+    # its L2 rate scales with the clock, the ratio of FP8 peak per SM (the same L2 at
+    # another clock: H100 PCIe 0.885 of the SXM's)
+    clock = (
+        (tgt.fp8_flop_per_s / NUM_SMS[gpu]) / (src.fp8_flop_per_s / NUM_SMS[source_gpu])
+        if same_arch and tgt.fp8_flop_per_s > 0
+        else 1.0
+    )
     gemm_kernels = {
-        name: {**sec, "num_sms": NUM_SMS[gpu]}
+        name: {
+            **sec,
+            "num_sms": NUM_SMS[gpu],
+            **(
+                {"l2_bytes_per_s": _round(sec["l2_bytes_per_s"] * clock)}
+                if "l2_bytes_per_s" in sec
+                else {}
+            ),
+        }
         for name, sec in (source.get("gemm_kernels") or {}).items()
         if same_arch and tgt.fp8_flop_per_s > 0
     }
@@ -769,7 +807,8 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
             "same_sm_arch_as_source": same_arch,
             "gemm_kernels": (
                 f"{', '.join(gemm_kernels)} from {source_gpu} with this GPU's SM count "
-                f"({NUM_SMS[gpu]})"
+                f"({NUM_SMS[gpu]}) and the L2 rate times its clock ratio ({clock:.3f}: FP8 "
+                "peak per SM)"
                 if gemm_kernels
                 else "none (a kernel's dispatch table is its SM architecture's)"
             ),
@@ -1124,28 +1163,29 @@ def tile_form_variant_apes(
     num_sms: int,
     spec: TileKernelSpec,
     term: str = "",
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """APEs of ``spec``'s framework's FP8 rows under its tile form plus one optional term
-    (``term``): ``"l2"``, an L2 operand-traffic bound (each tile loads ``(tm / cn + tn / cm)
-    × k`` bytes, TMA multicast sharing an operand over its cluster; the kernel takes the
-    longer of that over a fitted L2 bandwidth and the tile form), ``"quant"``, the
-    activation-quantisation kernel's time times a fitted factor (the framework's own
-    quantisation kernel against the element-wise fit), or ``"pingpong"``, each SM's
-    epilogue paid once instead of once per wave on the ping-pong branches (one consumer warp
-    group's epilogue under the other's mainloop; :data:`COOPERATIVE_BRANCHES` keep it per
-    wave). In sample and held out by (n, k) family, and the fitted extra parameter (NaN
-    without one)."""
+    l2: bool = True,
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """APEs of ``spec``'s framework's FP8 rows under its tile form (with the L2
+    operand-traffic bound as shipped, or without it: ``l2`` False) plus one optional term
+    (``term``): ``"quant"``, the activation-quantisation kernel's time times a fitted
+    factor (the framework's own quantisation kernel against the element-wise fit), or
+    ``"pingpong"``, each SM's epilogue paid once instead of once per wave on the ping-pong
+    branches (one consumer warp group's epilogue under the other's mainloop;
+    :data:`COOPERATIVE_BRANCHES` keep it per wave). In sample and held out by (n, k)
+    family, and the fitted L2 rate (NaN without one) and extra parameter (NaN without
+    one)."""
     t = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == spec.framework)]
     m, n, k, ts = (t[c].to_numpy(float) for c in ("m", "n", "k", "t_s"))
     quant = quant_s(peaks, ew, m, k)
     ne = max(spec.eff_groups) + 1
+    nq = ne + 3 + (1 if l2 else 0)  # the tile form's parameters, the L2 rate last
 
     def params_of(q) -> TiledGemmParams:
-        return spec_params(spec, num_sms, q)
+        return spec_params(spec, num_sms, q[:nq])
 
     p1 = params_of([1.0] * (ne + 3))
     tiles, tm, tn, cm, cn = ops.tiled_gemm_grid(p1, m, n, k)
-    l2_bytes = k * tiles * (tm / cn + tn / cm)
+    l2_bytes = ops.tiled_gemm_l2_bytes(tiles, tm, tn, cm, cn, k, 1.0)
     br = np.array([p1.branches.index(p1.branch(*x)) for x in zip(m, n, k, strict=True)])
     coop = np.isin(br, COOPERATIVE_BRANCHES.get(spec.name, ()))
     waves = np.ceil(tiles / num_sms)
@@ -1162,18 +1202,16 @@ def tile_form_variant_apes(
             w = waves[idx]
             compute = np.where(coop[idx], w * (main + epi), w * main + epi)
             mem = mem_bytes[idx] / (peaks.hbm_bytes_per_s * p.mem_eff)
-            s = p.launch_s + np.maximum(compute, mem)
+            bound = np.maximum(compute, mem)
+            if p.l2_bytes_per_s > 0.0:
+                bound = np.maximum(bound, l2_bytes[idx] / p.l2_bytes_per_s)
+            s = p.launch_s + bound
         else:
             s = ops.tiled_gemm_time_s(peaks, p, m[idx], n[idx], k[idx])
-        if term == "l2":
-            s = p.launch_s + np.maximum(s - p.launch_s, l2_bytes[idx] / q[-1])
         return s + quant[idx] * (q[-1] if term == "quant" else 1.0)
 
-    e1, e2 = spec.eff_starts
-    starts = [(4e-6, *e1, 0.8, 2.4e-10), (2e-6, *e2, 0.6, 2.4e-11)]
-    lower = (1e-8,) + (1e-3,) * (ne + 1) + (1e-16,)
-    upper = (1e-3,) + (1.0,) * (ne + 1) + (2.5e-8,)
-    extra = {"l2": (6e12, 1.2e13, 1e12, 1e14), "quant": (1.0, 1.5, 0.2, 5.0)}.get(term)
+    starts, lower, upper = tile_fit_bounds(spec, l2)
+    extra = {"quant": (1.0, 1.5, 0.2, 5.0)}.get(term)
     if extra:
         starts = [(*starts[0], extra[0]), (*starts[1], extra[1])]
         lower, upper = (*lower, extra[2]), (*upper, extra[3])
@@ -1181,16 +1219,16 @@ def tile_form_variant_apes(
     q, _ = fit_generic(model, ts, starts, lower, upper, fam, held_out=False)
     held, _ = held_out_apes(model, ts, q, lower, upper, fam)
     a = np.abs(model(q, np.arange(len(ts))) / ts - 1.0)
-    return a, held, float(q[-1]) if extra else float("nan")
+    rate = float(q[nq - 1]) if l2 else float("nan")
+    return a, held, rate, float(q[-1]) if extra else float("nan")
 
 
 def tile_form_variants(data_root: Path, framework: str, gpu: str = "h100-sxm") -> pd.DataFrame:
-    """A framework's FP8 GEMM rows under its shipped tile form (``sglang`` or ``vllm``) and
-    four variants, each refitted and held out by (n, k) family: an L2 operand-traffic
-    bound, a fitted quantisation-kernel factor, the ping-pong epilogue paid once per SM,
-    and another dispatch table
-    (:data:`TILE_VARIANT_TABLES`). Where the thin margin of the SGLang FP8 GEMM target
-    could come from; nothing is shipped from it."""
+    """A framework's FP8 GEMM rows under its shipped tile form (``sglang`` or ``vllm``:
+    with the L2 operand-traffic bound) and four variants, each refitted and held out by
+    (n, k) family: without the L2 bound (the form shipped until 2026-12-02), a fitted
+    quantisation-kernel factor, the ping-pong epilogue paid once per SM, and another
+    dispatch table (:data:`TILE_VARIANT_TABLES`). The fitted L2 rate of each (TB/s)."""
     pk = peaks_of(gpu)
     ew = load_profile(gpu).elementwise
     g = public.aic_gemm(data_root, gpu)
@@ -1198,14 +1236,14 @@ def tile_form_variants(data_root: Path, framework: str, gpu: str = "h100-sxm") -
     m = g[(g["dtype"] == "fp8") & (g["framework"] == framework)]["m"].to_numpy(float)
     mid = (m > 128) & (m <= 256)
     rows = []
-    for name, spec, term, extra_name in (
-        ("shipped", shipped, "", ""),
-        ("+ L2 operand traffic", shipped, "l2", "L2 TB/s"),
-        ("+ quantisation factor", shipped, "quant", "factor"),
-        ("ping-pong: epilogue once per SM", shipped, "pingpong", ""),
-        (other_name, other, "", ""),
+    for name, spec, term, l2 in (
+        ("shipped (with the L2 bound)", shipped, "", True),
+        ("without the L2 bound", shipped, "", False),
+        ("+ quantisation factor", shipped, "quant", True),
+        ("ping-pong: epilogue once per SM", shipped, "pingpong", True),
+        (other_name, other, "", True),
     ):
-        a, held, x = tile_form_variant_apes(g, pk, ew, NUM_SMS[gpu], spec, term)
+        a, held, rate, x = tile_form_variant_apes(g, pk, ew, NUM_SMS[gpu], spec, term, l2)
         rows.append(
             {
                 "form": name,
@@ -1216,9 +1254,8 @@ def tile_form_variants(data_root: Path, framework: str, gpu: str = "h100-sxm") -
                 "held_out_median": round(float(np.median(held)), 4),
                 "held_out_mean": round(float(np.mean(held)), 4),
                 "held_out_p90": round(float(np.percentile(held, 90)), 4),
-                "fitted": "" if not extra_name else (
-                    f"{extra_name} {x / 1e12:.2f}" if term == "l2" else f"{extra_name} {x:.2f}"
-                ),
+                "L2 TB/s": round(rate / 1e12, 2) if l2 else "",
+                "fitted": "" if term != "quant" else f"factor {x:.2f}",
             }
         )  # fmt: skip
     return pd.DataFrame(rows)

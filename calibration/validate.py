@@ -197,7 +197,20 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   published profiling list), where a curve is its own fit's extrapolation; OPT-13B TP4's
   profiled grid is the widest (up to 250,000 tokens a batch). The miss stays: these curves
   disagree across families by more than the target, in ways the harness explains only in
-  part.
+  part. Checked 2026-12-02 (early morning): a cost per all-reduce growing with TP, beyond
+  the all-reduce model (nccl-tests), as the C++ engine's excess suggests (rows "DistServe's
+  C++ engine ..., kernels only": 22.5-24.1% median on decode at OPT-13B TP4 and OPT-66B TP8,
+  1.2-3.4% at OPT-66B TP 2-3). Fitted on the C++ engine's fit families alone, two
+  all-reduces a layer, as c × (tp − 1) (c = 10.1 µs) or c × log2(tp) (14.5 µs), it predicts
+  that engine's held-out families (OPT-13B TP4, OPT-66B TP8) at 9.0% and 6.6% median, p90
+  14.8% and 13.4% (kernels alone 22.3%, 25.4%). Carried to 2023 vLLM on the same A100s,
+  its overheads refitted on the fit families, it does not hold: all rows 9.3% / 25.0% and
+  9.0% / 23.0% median / p90 (shipped 7.6% / 25.5%), held-out rows 21.0% / 33.4% and 14.2% /
+  34.7% (shipped 12.2% / 34.5%), every family refitted without it p90 27.9% and 26.5%
+  (shipped 26.9%); fitted on vLLM's fit rows beside its six overheads, c comes out 0 under
+  either form. The C++ engine's TP cost is not 2023 vLLM's (whose excess over the C++
+  engine is flat in TP for OPT-66B, above), so no all-reduce term is shipped (`python -m
+  calibration.engines --data ../shared/data --eager-forms`, last table).
 - **vLLM FP8-KV decode: met since the split-KV form (9.8%, was 10.8%), and what is left.**
   Decode kernels split a long sequence's KV over several thread blocks (docs/costmodel.md,
   "Split-KV decode kernels"); costing few work items a fixed time instead of a bandwidth
@@ -262,10 +275,10 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   the same as at 65-128, so no wave count gives that step: the timed kernel ran 128-row
   tiles there. Of the candidate tiles, 128 × 128 (the 257-1024 branch's configuration, its
   efficiency shared: no new parameter) fits and 128 × 64 or 64 × 128 do not (held out by
-  (n, k) family: 9.2%, 10.0%, 10.2% median). With it the rows err 9.1% median, 10.9% mean,
-  22.1% p90 in sample (the target row), 9.2% / 11.0% / 22.1% held out (extrapolation
-  section), m 129-256 9.1%; the 64 × 64 efficiency goes from 0.40 to 0.52, the 128 × 128
-  one from 0.81 to 0.82. Which sgl-kernel build or path the public tables timed is not
+  (n, k) family: 9.2%, 10.0%, 10.2% median). With it, before the L2 bound (below), the
+  rows erred 9.1% median, 10.9% mean, 22.1% p90 in sample (the target row), 9.2% / 11.0% /
+  22.1% held out, m 129-256 9.1%; the 64 × 64 efficiency went from 0.40 to 0.52, the
+  128 × 128 one from 0.81 to 0.82. Which sgl-kernel build or path the public tables timed is not
   recorded, and every public version of `sm90_fp8_dispatch_shape` found says 64 × 64 to
   m = 256: a kernel trace on a Hopper GPU (CUTLASS kernel names carry the tile shape) would
   confirm it; the source's table stays a diagnostic variant (`SGLANG_FP8_SOURCE_TABLE`).
@@ -278,27 +291,48 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   64 × 16 × 256 tiles, 1 × 2 or 1 × 4 clusters for n ≤ 1280; 64 × 64 × 256 above at
   17-64), then 64 × 128 (65-128), a cooperative 256 × 128 for m ≥ 8192 with k ≥ 6144, else
   128 × 128 in 2 × 1 clusters; one efficiency per tile shape and schedule (five), fitted to
-  every vLLM FP8 row (`VLLM_FP8`; docs/calibration.md). vLLM's FP8 rows: 21.8% → 8.3%
-  median, 25.5% → 13.6% mean, 55.2% → 32.0% p90 (kernel section), 8.3% median held out by
-  (n, k) family (extrapolation section); no target row (the GEMM target is SGLang's). The
+  every vLLM FP8 row (`VLLM_FP8`; docs/calibration.md). vLLM's FP8 rows: 21.8% → 8.4%
+  median, 25.5% → 13.2% mean, 55.2% → 30.7% p90 (kernel section, with the L2 bound below),
+  8.4% median held out by (n, k) family (extrapolation section); no target row (the GEMM
+  target is SGLang's). The
   table is the current source's; the public tables do not record which source vLLM 0.24.0
   was built from. TensorRT-LLM keeps the shared FP8 GEMM (29.3%; no kernel of its own
-  fitted). Variants, not shipped (`--gemm-variants sglang` and `vllm`, held out by (n, k)
-  family, median / mean / p90, each refitted): an L2 operand-traffic bound (each CTA tile
-  loads its two operand tiles from L2, TMA multicast sharing one over a cluster; one fitted
-  L2 bandwidth) takes SGLang's rows to 7.9% / 10.0% / 20.1% at 7.3 TB/s (under the source's
-  table it had made them worse: 9.1% / 12.8% / 27.6%) and vLLM's to 8.4% / 13.2% / 30.7%
-  (median up from 8.3%) at 6.4 TB/s: the two kernels' L2 rates differ by 14%, measured
-  here, not yet shipped. A factor on the quantisation kernel (each framework's own kernel,
-  not the element-wise fit) gains 0.1 point of median on SGLang (factor 0.83) and 0.5 on
-  vLLM (1.51): the factors go opposite ways and the step model costs one quantisation
-  kernel for every engine, so none is shipped. A ping-pong schedule's epilogue under the
-  other warp group's mainloop (each SM's epilogue paid once, not per wave; vLLM's
-  cooperative branch keeps it per wave) fits worse on both (10.4% and 9.8% median). vLLM's
-  rows fit its current table better than its earlier one (no swapped
-  small-m configs, no 256 × 128 branch). Tried before and not kept: a wave-quantisation
-  factor on the smooth form (13.9%), per-m-range efficiencies, a serial k-loop bound
-  (12.4%), and two tile shapes with one efficiency each (12.9%).
+  fitted). Since 2026-12-02 both kernels' tile forms carry an L2 bound (`l2_bytes_per_s`,
+  docs/costmodel.md): every CTA tile loads its two operand tiles, (tm / cn + tn / cm) × k
+  bytes, from L2 (TMA multicast shares the A tile over the cn CTAs of its cluster and the B
+  tile over its cm), and the kernel takes the longest of its waves of tiles, its HBM bytes
+  and that traffic at one fitted L2 rate. Why it is there: a 128 × 128 FP8 tile does 128 FLOP
+  per operand byte it loads, so a full wave of them at the FP8 peak would draw 15.5 TB/s
+  from L2, which Hopper's L2 does not serve (CUTLASS's clusters and multicast exist to cut
+  that traffic). The fitted rates are 7.31 TB/s (SGLang) and 6.39 TB/s (vLLM). Held out by
+  (n, k) family, median / mean / p90: SGLang 9.2% / 11.0% / 22.1% → 7.9% / 10.0% / 20.1%
+  (the target row in sample 9.1% / 10.9% / 22.1% → 7.8% / 10.0% / 20.0%; m 129-256 9.1% →
+  7.3%, m > 256 9.4% → 7.1%, but the m 17–256 bucket's p90 20.5% → 22.7%); vLLM 8.3% /
+  13.6% / 32.0% → 8.4% / 13.2% / 30.7% (median up 0.1 point; m 129-256 15.1% → 9.5%). The bound binds on 30% of SGLang's rows and 19% of vLLM's (none at m ≤ 64,
+  39-46% above m = 1024), where the median measured/predicted is 1.00 and 1.01. What it
+  does not capture: the fastest large GEMMs (m > 1024 at more than 1,250 TFLOP/s: 2,344
+  SGLang rows, 868 vLLM) run faster than the bound allows (median measured/predicted 0.94
+  and 0.86), so the one rate is an effective rate, not the L2's peak; and with the bound
+  binding on every full wave of SGLang's 2 × 1-cluster branch (m > 1024) that branch's
+  compute efficiency goes to its bound, 1.0 (only partial waves see it). Under the source's
+  table the bound made SGLang's rows worse (9.1% / 12.8% / 27.6%): it holds only with the
+  tiles the rows ran. The H100 PCIe takes the rate times its clock ratio (0.885: FP8 peak
+  per SM), the H200 and H800 the H100's. `python -m calibration.fit_public --data
+  ../shared/data --gemm-variants sglang` (and `vllm`) prints both forms (rows "shipped" and
+  "without the L2 bound"). Variants, not shipped (same command, each refitted with the
+  bound, held out by (n, k) family): a factor on the quantisation kernel (each framework's
+  own kernel, not the element-wise fit) comes out 0.98 on SGLang (no gain; 0.83 without the
+  bound, where it stood in for the L2 traffic) and 1.56 on vLLM (8.4% → 7.4% median); the
+  step model costs one quantisation kernel for every engine, and AIConfigurator's vLLM
+  collector (`collector/vllm/collect_gemm.py`) builds its FP8 layers with static activation
+  scales, one quantisation pass, so a dynamic scale's extra reduction pass does not
+  explain vLLM's factor: none is shipped. A
+  ping-pong schedule's epilogue under the other warp group's mainloop (each SM's epilogue
+  paid once, not per wave; vLLM's cooperative branch keeps it per wave) fits worse on both
+  (9.4% and 10.8% median). vLLM's rows fit its current table better than its earlier one
+  (8.8% median; no swapped small-m configs, no 256 × 128 branch). Tried before and not
+  kept: a wave-quantisation factor on the smooth form (13.9%), per-m-range efficiencies, a
+  serial k-loop bound (12.4%), and two tile shapes with one efficiency each (12.9%).
 - **Decode attention, context extrapolation (no target).** Before the split-KV form, a
   fit on ≤ 2048 tokens per sequence charged few work items a share of the bandwidth
   (`par_half_sat` 24 on TensorRT-LLM's XQA rows, H100) at every context, while the kernels

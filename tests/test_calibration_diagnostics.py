@@ -68,17 +68,18 @@ def test_a100_masked_mha_context_ratios_by_batch() -> None:
 
 
 def test_tile_form_variants_fit_their_extra_term_on_a_sample() -> None:
-    # the --gemm-variants diagnostic (validation.md, the FP8 GEMM margin) on 1,500 SGLang
-    # rows: the L2 bound's bandwidth and the quantisation factor come out finite and in
-    # their bounds, the shipped form has none, and every row gets a held-out APE
+    # the --gemm-variants diagnostic (validation.md, the FP8 GEMM row) on 1,500 SGLang
+    # rows: the shipped form's L2 rate and the quantisation factor come out finite and in
+    # their bounds, the form without the L2 bound has none, and every row gets a held-out APE
     g = public.aic_gemm(DATA, "h100-sxm")
     t = g[(g["dtype"] == "fp8") & (g["framework"] == "sglang")].sample(1500, random_state=0)
     pk, ew = peaks_of("h100-sxm"), load_profile("h100-sxm").elementwise
-    a, held, x = tile_form_variant_apes(t, pk, ew, 132, SGLANG_FP8)
+    a, held, l2, x = tile_form_variant_apes(t, pk, ew, 132, SGLANG_FP8)
     assert len(a) == len(held) == 1500 and x != x  # NaN: no extra parameter
-    _, held_l2, l2 = tile_form_variant_apes(t, pk, ew, 132, SGLANG_FP8, "l2")
-    assert 1e12 <= l2 <= 1e14 and not any(h != h for h in held_l2)
-    _, _, factor = tile_form_variant_apes(t, pk, ew, 132, SGLANG_FP8, "quant")
+    assert 1e12 <= l2 <= 1e14 and not any(h != h for h in held)
+    _, held_no, no_l2, _ = tile_form_variant_apes(t, pk, ew, 132, SGLANG_FP8, l2=False)
+    assert no_l2 != no_l2 and len(held_no) == 1500
+    _, _, _, factor = tile_form_variant_apes(t, pk, ew, 132, SGLANG_FP8, "quant")
     assert 0.2 <= factor <= 5.0
 
 

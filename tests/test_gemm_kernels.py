@@ -90,6 +90,37 @@ def test_tile_form_by_hand() -> None:
     assert got1 == pytest.approx(3e-6 + max(tile1, mem1), rel=1e-12)
 
 
+def test_l2_operand_traffic_bound_by_hand() -> None:
+    # an L2 rate low enough to bind: each CTA tile loads (tm / cn + tn / cm) x k operand
+    # bytes from L2 (FP8: one byte each), TMA multicast sharing them over the cluster
+    prof = _profile({**KERNEL, "l2_bytes_per_s": 2e12})
+    p, peaks = prof.gemm_kernels["sglang-fp8"], prof.peaks
+    assert p.l2_bytes_per_s == 2e12 and _profile().gemm_kernels["sglang-fp8"].l2_bytes_per_s == 0
+    # m = 100, n = k = 4096: 64 x 64 tiles, no cluster: 2 x 64 = 128 tiles, 128 x 128 x 4096 bytes
+    want = 3e-6 + 128 * (64 + 64) * 4096 / 2e12
+    assert float(ops.tiled_gemm_time_s(peaks, p, 100, 4096, 4096)) == pytest.approx(want, rel=1e-12)
+    # m = 1: 64 tiles in 1 x 4 clusters; the A tile (the tokens) shared by the 4 CTAs of a
+    # cluster: 64 x (64 / 4 + 64 / 1) x 4096 bytes
+    want1 = 3e-6 + 64 * (64 / 4 + 64) * 4096 / 2e12
+    assert float(ops.tiled_gemm_time_s(peaks, p, 1, 4096, 4096)) == pytest.approx(want1, rel=1e-12)
+    # m = 1025: 320 tiles in 2 x 1 clusters, the B tile shared by 2: 320 x (128 + 64) x 4096
+    want2 = 3e-6 + 320 * (128 + 128 / 2) * 4096 / 2e12
+    got2 = float(ops.tiled_gemm_time_s(peaks, p, 1025, 4096, 4096))
+    assert got2 == pytest.approx(want2, rel=1e-12)
+    # at a fast L2 the bound does not bind: the tile form as without it
+    fast = _profile({**KERNEL, "l2_bytes_per_s": 1e15}).gemm_kernels["sglang-fp8"]
+    plain = _profile().gemm_kernels["sglang-fp8"]
+    for m in (1, 100, 1025):
+        want = float(ops.tiled_gemm_time_s(peaks, plain, m, 4096, 4096))
+        assert float(ops.tiled_gemm_time_s(peaks, fast, m, 4096, 4096)) == want
+    # the step model's scalar copy agrees
+    from disaggsim.costmodel.step import _tiled_gemm_s
+
+    for m, n, k in ((1, 4096, 4096), (100, 4096, 4096), (1025, 4096, 4096), (300, 96, 64)):
+        want = _tiled_gemm_s(1979e12, 3.35e12, p, m, n, k)
+        assert float(ops.tiled_gemm_time_s(peaks, p, m, n, k)) == pytest.approx(want, rel=1e-12)
+
+
 def test_branches_by_n_and_k_and_swapped_operands_by_hand() -> None:
     raw = copy.deepcopy(FIXED_H100)
     raw["gemm_kernels"] = {"vllm-fp8": copy.deepcopy(VLLM_KERNEL)}
@@ -216,10 +247,16 @@ def test_kernels_follow_the_sm_architecture_with_each_gpu_sm_count() -> None:
     for name, num_branches in (("sglang-fp8", 5), ("vllm-fp8", 7)):
         h100 = load_profile("h100-sxm").gemm_kernels[name]
         assert h100.num_sms == 132 and len(h100.branches) == num_branches
-        for gpu, sms in (("h200-sxm", 132), ("h800-sxm", 132), ("h100-pcie", 114)):
+        assert h100.l2_bytes_per_s > 0
+        for gpu, sms, fp8 in (
+            ("h200-sxm", 132, 1979e12), ("h800-sxm", 132, 1979e12), ("h100-pcie", 114, 1513e12)
+        ):  # fmt: skip
             k = load_profile(gpu).gemm_kernels[name]
             assert k.num_sms == sms
-            assert dataclasses.replace(k, num_sms=132) == h100
+            # the L2 rate scales with the clock: FP8 peak per SM (H100 PCIe 0.885 of the SXM)
+            clock = (fp8 / sms) / (1979e12 / 132)
+            assert k.l2_bytes_per_s == pytest.approx(h100.l2_bytes_per_s * clock, rel=1e-4)
+            assert dataclasses.replace(k, num_sms=132, l2_bytes_per_s=h100.l2_bytes_per_s) == h100
     for gpu in ("a100-80gb", "l40s", "b200"):  # no FP8 / another architecture's kernels
         assert load_profile(gpu).gemm_kernels == {}
 
@@ -261,6 +298,8 @@ def _bad(path_change):
         (_bad(lambda k: k["branches"][2].update(cluster_n=1.5)), "sglang-fp8",
          r"branches\[2\]\.cluster_n: expected an integer >= 1"),
         (_bad(lambda k: k.update(tile=64)), "sglang-fp8", r"sglang-fp8\.tile: unknown key"),
+        (_bad(lambda k: k.update(l2_bytes_per_s=-1.0)), "sglang-fp8",
+         r"sglang-fp8\.l2_bytes_per_s: must be >= 0"),
     ],
 )  # fmt: skip
 def test_bad_gemm_kernels_are_one_line_naming_the_field(kernel, name, pattern) -> None:

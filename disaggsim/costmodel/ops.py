@@ -16,8 +16,11 @@ Forms (``docs/costmodel.md`` has the derivations):
   in clusters ``cm × cn``; ``tiles = ⌈⌈M/tm⌉/cm⌉·cm × ⌈⌈N/tn⌉/cn⌉·cn`` with ``(M, N) =
   (m, n)``, or ``(n, m)`` where the branch swaps the operands (``swap_ab``) run in ``⌈tiles / SMs⌉`` waves, each tile ``epilogue ×
   tm·tn + 2·tm·tn·k / (peak / SMs × eff_branch)``; ``launch_s + max(waves × tile, bytes /
-  (hbm × mem_eff))``. Piecewise in m (whole tiles and waves; not monotone across branches,
-  as the kernel is not).
+  (hbm × mem_eff), l2_bytes / l2_bytes_per_s)``, ``l2_bytes = tiles × (tm / cn + tn / cm) ×
+  k × elem``: every tile loads its two operand tiles from L2, TMA multicast sharing the A
+  tile over the cluster's ``cn`` CTAs and the B tile over its ``cm`` (the L2 bound only
+  where the profile fits ``l2_bytes_per_s``). Piecewise in m (whole tiles and waves; not
+  monotone across branches, as the kernel is not).
 - Decode attention (B sequences, C cached tokens in all, KH KV heads of dimension D):
   ``floor_s + per_seq_s × B + max(items, stream) + (1 − overlap) × min(items, stream)``, with
   ``items = per_seq_kv_elem_s × B × KH × D`` (each of the ``P = B × KH`` (sequence, KV
@@ -135,7 +138,7 @@ def tiled_gemm_time_s(
     (:class:`~disaggsim.hardware.profile.TiledGemmParams`, module docstring), in its dtype."""
     m, n, k = np.broadcast_arrays(*(np.asarray(x, float) for x in (m, n, k)))
     br = _tiled_branch(p, m, n, k)
-    tiles, tm, tn, _, _ = _tile_grid(p, br, m, n)
+    tiles, tm, tn, cm, cn = _tile_grid(p, br, m, n)
     eff = np.array([b.max_eff for b in p.branches], float)[br]
     waves = np.ceil(tiles / p.num_sms)
     area = tm * tn
@@ -143,7 +146,18 @@ def tiled_gemm_time_s(
     per_tile = p.epilogue_s_per_elem * area + 2.0 * area * k / (per_sm * eff)
     elem = 1.0 if p.dtype == "fp8" else 2.0
     memory_s = gemm_bytes(m, n, k, elem) / (peaks.hbm_bytes_per_s * p.mem_eff)
-    return p.launch_s + np.maximum(waves * per_tile, memory_s)
+    t = np.maximum(waves * per_tile, memory_s)
+    if p.l2_bytes_per_s > 0.0:
+        t = np.maximum(t, tiled_gemm_l2_bytes(tiles, tm, tn, cm, cn, k, elem) / p.l2_bytes_per_s)
+    return p.launch_s + t
+
+
+def tiled_gemm_l2_bytes(tiles, tm, tn, cm, cn, k, elem_bytes: float) -> np.ndarray:
+    """Bytes a tiled GEMM's CTAs load from L2: each of ``tiles`` loads a ``tm × k`` A tile
+    and a ``tn × k`` B tile, TMA multicast sharing the A tile over the ``cn`` CTAs of its
+    cluster row and the B tile over the ``cm`` of its column (:func:`tiled_gemm_grid`)."""
+    tiles, tm, tn, cm, cn, k = (np.asarray(x, float) for x in (tiles, tm, tn, cm, cn, k))
+    return tiles * (tm / cn + tn / cm) * k * elem_bytes
 
 
 def decode_attention_bw_scale(p: DecodeAttentionParams, batch: ArrayLike, kv_heads: ArrayLike):

@@ -148,7 +148,11 @@ def _tiled_gemm_s(
     per_tile = p.epilogue_s_per_elem * area + 2.0 * area * k / (peak / p.num_sms * b.max_eff)
     elem = 1.0 if p.dtype == "fp8" else 2.0
     memory_s = (m * k + k * n + m * n) * elem / (hbm * p.mem_eff)
-    return p.launch_s + max(waves * per_tile, memory_s)
+    t = max(waves * per_tile, memory_s)
+    if p.l2_bytes_per_s > 0.0:  # operand tiles from L2, shared over each cluster
+        l2_bytes = tiles * (b.tile_m / b.cluster_n + b.tile_n / b.cluster_m) * k * elem
+        t = max(t, l2_bytes / p.l2_bytes_per_s)
+    return p.launch_s + t
 
 
 def _elementwise_s(hbm: float, p: ElementwiseParams, nbytes: float) -> float:

@@ -26,7 +26,7 @@ by the calibration fitter. Schema (version 1)::
       "attention_auto": {"decode": [...], "prefill": [...]},   (optional: auto's candidates)
       "gemm_kernels": {                                         (optional)
         "<kernel>": {"dtype": "fp8", "num_sms", "launch_s", "mem_eff",
-                     "epilogue_s_per_elem", "source",
+                     "epilogue_s_per_elem", "source", "l2_bytes_per_s" (optional),
                      "branches": [{"max_m" (null: no limit), "tile_m", "tile_n",
                                    "cluster_m", "cluster_n", "max_eff",
                                    "max_n", "min_m", "min_k", "swap_ab" (optional)},
@@ -145,9 +145,12 @@ class TiledGemmParams:
     for ``m`` gives the tiles; the output grid, rounded up to whole clusters, runs in whole
     waves over ``num_sms`` SMs, each tile ``k`` deep at ``max_eff`` of ``peak / num_sms``
     plus ``epilogue_s_per_elem`` per output element (scaling and the store); the kernel
-    takes the longer of that and the memory bound, plus ``launch_s``. The first branch
-    whose conditions hold (:meth:`GemmTileBranch.takes`) is the one taken, the last one
-    otherwise."""
+    takes the longer of that, the memory bound and, where ``l2_bytes_per_s`` > 0, the L2
+    bound (every CTA tile loads its two operand tiles, ``(tile_m / cluster_n + tile_n /
+    cluster_m) × k`` elements, from L2, TMA multicast sharing each over its cluster, at
+    ``l2_bytes_per_s``), plus ``launch_s``. The first branch whose conditions hold
+    (:meth:`GemmTileBranch.takes`) is the one taken, the last one otherwise.
+    ``l2_bytes_per_s`` is optional in the JSON (0: no L2 bound), so older profiles load."""
 
     dtype: str
     num_sms: int
@@ -156,6 +159,7 @@ class TiledGemmParams:
     epilogue_s_per_elem: float
     branches: tuple[GemmTileBranch, ...]
     source: str = ""
+    l2_bytes_per_s: float = 0.0
 
     def branch(self, m: float, n: float, k: float) -> GemmTileBranch:
         for b in self.branches:
@@ -559,7 +563,8 @@ _BRANCH_KEYS = {
     "max_m", *_BRANCH_INTS, "max_eff", "max_n", "min_m", "min_k", "swap_ab"
 }  # fmt: skip
 _KERNEL_KEYS = {
-    "dtype", "num_sms", "launch_s", "mem_eff", "epilogue_s_per_elem", "branches", "source"
+    "dtype", "num_sms", "launch_s", "mem_eff", "epilogue_s_per_elem", "branches", "source",
+    "l2_bytes_per_s",
 }  # fmt: skip
 
 
@@ -663,5 +668,10 @@ def _gemm_kernels(sec: Any, peaks: GpuPeaks, path: str) -> dict[str, TiledGemmPa
             epilogue_s_per_elem=_num(prm, "epilogue_s_per_elem", w, path, positive=False),
             branches=tuple(branches),
             source=str(prm.get("source", "")),
+            l2_bytes_per_s=(
+                _num(prm, "l2_bytes_per_s", w, path, positive=False)
+                if "l2_bytes_per_s" in prm
+                else 0.0
+            ),
         )
     return out
