@@ -164,3 +164,45 @@ def test_console_script_no_traceback(tmp_path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.startswith("disaggsim: error: ")
+
+
+def test_run_notes_failures_after_the_end_and_a_kept_bucketed_replay(tmp_path, capsys, shared_data):
+    """A scheduled worker or link failure timed at or after the run's end never happens:
+    the run says so in one line naming the entries (before, the summary only showed 0
+    failures). A bucketed trace replayed with its buckets kept gets the workload's note."""
+    raw = yaml.safe_load((REPO / "scenarios" / "failures" / "decode-loss.yaml").read_text())
+    raw["sim"] = {"duration_s": 40, "warmup_s": 5}
+    raw["failures"]["workers"] = [
+        {"at_s": 10, "worker": "decode:0"},
+        {"at_s": 4000, "worker": "decode:1"},
+    ]
+    raw["failures"]["links"] = [{"start_s": 5000, "duration_s": 10}]
+    path = tmp_path / "late.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--quiet", "--no-plots"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+    assert len(lines) == 1
+    assert "failures.workers.1 (decode:1 at 4000 s)" in lines[0]
+    assert "failures.links.0 (from 5000 s)" in lines[0]
+    assert "failures.workers.0" not in lines[0]  # it happened
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["num_worker_failures"] == 1
+
+    trace = {
+        "name": "kept",
+        "model": "llama-3.1-8b",
+        "architecture": "colocated",
+        "pool": {"gpu": "h100-sxm", "num_workers": 2, "scheduler": "chunked"},
+        "slo": {"ttft_ms": 2000, "itl_ms": 100},
+        "workload": {
+            "kind": "trace",
+            "path": str(shared_data / "traces" / "mooncake_conversation_trace.jsonl"),
+            "window_s": 30.0,
+        },
+        "sim": {"duration_s": 30},
+    }
+    path = tmp_path / "kept.yaml"
+    path.write_text(yaml.safe_dump(trace))
+    assert main(["run", str(path), "--out", str(tmp_path / "k"), "--quiet", "--no-plots"]) == 0
+    notes = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+    assert len(notes) == 1 and "bucketed_timestamps" in notes[0]

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from disaggsim.cli.common import add_set_option
-from disaggsim.config.loader import load_scenario
+from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.metrics.summary_table import Summary, cli_rows
 from disaggsim.output import check_folder
 
@@ -103,4 +103,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_summary(result.summary, f"{s.name} ({result.summary.architecture})", written.note())
     if trace is not None:
         print(f"trace {trace.note()}")
+    for line in run_notes(loaded, result.summary):
+        print(line)
     return 0
+
+
+def run_notes(loaded: LoadedScenario, summary: Summary) -> list[str]:
+    """Lines about parts of the scenario that did not act as written: a bucketed trace
+    replayed with its buckets kept, and scheduled worker or link failures at or after
+    the run's end (arrivals end at ``sim.duration_s`` and the run when the last request
+    is done, so a failure timed after that never happens)."""
+    from disaggsim.workload.config import TraceWorkload
+    from disaggsim.workload.generate import kept_buckets_note
+
+    s = loaded.scenario
+    notes = []
+    if isinstance(s.workload, TraceWorkload):
+        kept = kept_buckets_note(s.workload, loaded.base_dir)
+        if kept is not None:
+            notes.append(kept)
+    end_s = summary.sim_end_s
+    late = [
+        f"failures.workers.{i} ({f.worker} at {f.at_s:g} s)"
+        for i, f in enumerate(s.failures.workers)
+        if f.at_s >= end_s
+    ] + [
+        f"failures.links.{i} (from {w.start_s:g} s)"
+        for i, w in enumerate(s.failures.links)
+        if w.start_s >= end_s
+    ]
+    if late:
+        notes.append(
+            f"note: {', '.join(late)} did not happen: the run ended at {end_s:.1f} s "
+            f"(arrivals end at sim.duration_s = {s.sim.duration_s:g} s, the run once the "
+            "last request is done)"
+        )
+    return notes
