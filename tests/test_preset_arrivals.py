@@ -228,3 +228,18 @@ def test_every_preset_has_a_rate_profile_of_mean_one() -> None:
         assert preset.rate_profile_piece_s == 60.0
         assert len(preset.rate_profile) == int(preset.duration_s // 60.0)
         assert np.mean(preset.rate_profile) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_arrival_check_rows(shared_data) -> None:
+    """--arrival-check: per preset the trace, its gaps shuffled and four processes; the
+    Azure conversation preset's minute-scale spread comes back with modulated only."""
+    from disaggsim.workload.measure_presets import arrival_check
+
+    rows = arrival_check(shared_data / "traces", seeds=2)
+    assert len(rows) == 2 + 4 * 6
+    by_label = {tuple(c.strip() for c in r.split("|")[1:3]): r.split("|")[3:-1] for r in rows}
+    minute = {k: float(v[3].split("±")[0]) for k, v in by_label.items() if "azure-conv" in k[0]}
+    assert minute[("`azure-conv-2023`", "trace")] == pytest.approx(16.13, abs=0.01)
+    assert minute[("`azure-conv-2023`", "modulated")] > 8.0
+    assert minute[("`azure-conv-2023`", "empirical")] < 2.0
+    assert minute[("`azure-conv-2023`", "trace, gaps shuffled")] < 2.0

@@ -209,8 +209,9 @@ def _draw(process: str, preset: Any, span_s: float, seed: int) -> np.ndarray:
 def arrival_check(traces_dir: Path, seeds: int = CHECK_SEEDS) -> list[str]:
     """Markdown rows: per preset, the index of dispersion of arrival counts in windows of
     :data:`CHECK_WINDOWS_S` in the trace and, as mean ± standard deviation over draws
-    with seeds ``0 .. seeds - 1``, in the preset's arrival processes run over the trace's
-    span at its mean rate. ``-``: a window under two timestamp buckets of a bucketed
+    with seeds ``0 .. seeds - 1``, in the trace's gaps shuffled (``permutation``; a
+    bucketed trace's after spreading its arrivals within their buckets, seed 0) and in
+    the preset's arrival processes run over the trace's span at its mean rate. ``-``: a window under two timestamp buckets of a bucketed
     trace, or one the span holds fewer than ten times."""
     from disaggsim.workload.presets import load_preset
 
@@ -244,6 +245,22 @@ def arrival_check(traces_dir: Path, seeds: int = CHECK_SEEDS) -> list[str]:
         rows.append(
             f"| `{name}` | trace | "
             + cells([[_dispersion(t, span_s, w) for w in CHECK_WINDOWS_S]])
+            + " |"
+        )
+        # The trace's own gaps in random order: an i.i.d. renewal with exactly its gaps,
+        # so what it lacks against the trace comes from the order of the gaps (of a
+        # bucketed trace, the gaps after the spread the preset was measured on).
+        spread = (
+            t if bucket_s is None else spread_in_buckets(t, bucket_s, np.random.default_rng(0))[0]
+        )
+        gaps = np.diff(spread)
+        shuffled = [
+            np.concatenate(([0.0], np.cumsum(np.random.default_rng(s).permutation(gaps))))
+            for s in range(seeds)
+        ]
+        rows.append(
+            f"| `{name}` | trace, gaps shuffled | "
+            + cells([[_dispersion(x, span_s, w) for w in CHECK_WINDOWS_S] for x in shuffled])
             + " |"
         )
         for process in CHECK_PROCESSES:
