@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from functools import partial
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.engine.cluster import Cluster, run_cluster
 from disaggsim.engine.config import EngineConfig, PoolSpec
-from disaggsim.engine.router import Router
+from disaggsim.engine.router import Router, _Rising
 from disaggsim.workload.requests import Requests
 from tests.test_engine_failures import _check, stressed
 
@@ -80,6 +81,24 @@ def _admit_expected(router: Router, rid: int):
     return True, [w.index for w in router.decode_workers].index(-neg_index)
 
 
+def _check_decode_indexes(router: Router) -> None:
+    """After a refresh, every decode worker is indexed under the key its state gives now
+    (a refresh that skipped a worker whose key moved fails here), and the heap holds an
+    entry no larger than each key (a key that rose is found where it surfaces)."""
+    n = len(router.decode_workers)
+    indexes = []
+    if router._most_free is not None:
+        indexes.append((router._most_free, lambda w: (w.kv_used_blocks - w.kv_capacity_blocks) * n))
+    if router.kv_aware:
+        indexes.append((router._rooms, lambda w: -_promise_room(router, w) * n))
+    for index, value in indexes:
+        for pos, w in enumerate(router.decode_workers):
+            expected = value(w) + pos if w.accepting else None
+            assert index.keys[pos] == expected, (pos, index.keys[pos], expected)
+            if expected is not None:
+                assert min(e for e in index.heap if e % n == pos) <= expected
+
+
 def _decode_expected(router: Router, rid: int):
     fits = [w for w in router.decode_workers if w.can_accept(rid)]
     if router.kv_aware:  # among the workers keeping the promise, unless it was lost
@@ -120,6 +139,8 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
 
     def checked_route(self: Router, rid: int) -> bool:
         self._refresh()
+        _check_decode_indexes(self)
+        checked["indexes"] = checked.get("indexes", 0) + 1
         expected = _front_expected(self) if self._num_front_accepting else None
         admit = _admit_expected(self, rid) if self.kv_aware else (True, None)
         ok = route(self, rid)
@@ -135,6 +156,8 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
         return ok
 
     def checked_handoff(self: Router, rid: int, src, prefill_s=None) -> bool:
+        self._refresh_decode()
+        _check_decode_indexes(self)
         expected = _decode_expected(self, rid)
         ok = handoff(self, rid, src, prefill_s)
         if self._decode_policy in ("most_free_kv", "round_robin"):
@@ -163,6 +186,44 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
         Router._try_handoff = handoff  # type: ignore[method-assign]
         Router.waiting_for_prefill = waiting  # type: ignore[method-assign]
     _check(reqs, cfg, raw)
+
+
+def _visit(order: list[int], pos: int) -> bool:
+    order.append(pos)
+    return False  # go on: every key is walked
+
+
+def test_a_rising_heap_gives_the_smallest_key():
+    """_Rising, told only of keys that fell, gives the smallest key and walks the keys in
+    order, whatever the keys did: rose, fell, left the index, came back."""
+    rng = random.Random(11)
+    for n in (1, 2, 3, 7, 40):
+        heap = _Rising(n)
+        keys: list[int | None] = [None] * n
+        for _ in range(3_000):
+            pos = rng.randrange(n)
+            old = keys[pos]
+            match rng.random():
+                case r if r < 0.1:
+                    key = None
+                case r if r < 0.5 and old is not None:  # rises, as a booking or growth
+                    key = old + rng.randint(0, 5) * n
+                case r if r < 0.8 and old is not None:  # falls back
+                    key = old - rng.randint(0, 5) * n
+                case _:
+                    key = rng.randint(-50, 50) * n + pos
+            keys[pos] = key
+            if key is not None and old is not None and key > old and rng.random() < 0.5:
+                heap.keys[pos] = key  # as the router books: a key that rises, inline
+            else:
+                heap.set(pos, key)
+            indexed = sorted(k for k in keys if k is not None)
+            assert heap.top() == (indexed[0] if indexed else None)
+            if rng.random() < 0.2:  # the walk: each key in order, the heap kept
+                order: list[int] = []
+                heap.first(list(range(n)), partial(_visit, order))
+                assert order == [k % n for k in indexed]
+                assert heap.top() == (indexed[0] if indexed else None)
 
 
 def test_gap_percentiles_by_weight_are_the_sorted_weighted_percentiles():

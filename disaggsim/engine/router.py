@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -123,6 +123,92 @@ class _Heap(Generic[W]):
         for entry in seen:
             heappush(heap, entry)
         return found
+
+
+class _Rising:
+    """Workers ordered by one int key each (smallest first), ``key = value x n + pos``
+    (``n`` workers, ``pos`` a worker's position: ties of value to the lower position), in
+    a binary heap of plain ints that is told only of keys that fell.
+
+    ``keys[pos]`` is worker ``pos``'s key (None: not indexed). The heap holds, for every
+    indexed worker, an entry no larger than its key (its *floor*, ``floor[pos]``, is one
+    such entry): a key that rises (a worker with more blocks in use, or less room to
+    promise) costs no heap operation; the worker's old entry is replaced by its key
+    where it surfaces at the top (one ``heapreplace``), so the top, once it equals its
+    worker's key, is the smallest key: the same worker a heap of exact keys gives. A key
+    that falls below its floor is pushed. Entries of workers no longer indexed, or above
+    their key, are dropped where they surface."""
+
+    __slots__ = ("floor", "heap", "keys", "max_entries", "n")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.keys: list[int | None] = [None] * n
+        self.floor: list[int | None] = [None] * n
+        self.heap: list[int] = []
+        self.max_entries = 4 * n + 64  # more: too many stale entries
+
+    def set(self, pos: int, key: int | None) -> None:
+        """Worker ``pos`` is indexed under ``key`` now (None: not indexed)."""
+        self.keys[pos] = key
+        if key is None:
+            self.floor[pos] = None  # its entries are dropped where they surface
+            return
+        low = self.floor[pos]
+        if low is None or key < low:
+            self.floor[pos] = key
+            heappush(self.heap, key)
+            if len(self.heap) > self.max_entries:
+                self.compact()
+
+    def top(self) -> int | None:
+        """The smallest key (its worker: ``key % n``), or None when none is indexed."""
+        heap, keys, n = self.heap, self.keys, self.n
+        while heap:
+            entry = heap[0]
+            key = keys[entry % n]
+            if key == entry:
+                return entry
+            if key is None or key < entry:
+                heappop(heap)  # not indexed, or a stale entry above its key
+            else:  # the worker's key rose since: its entry, moved to where it is now
+                heapreplace(heap, key)
+                self.floor[entry % n] = key
+        return None
+
+    def first(self, workers: Sequence[W], take: Callable[[W], bool | None]) -> W | None:
+        """The first of ``workers`` (by position), in key order, for which ``take`` is
+        True; ``take`` returning None stops the search (no later worker can qualify)."""
+        heap, keys, n = self.heap, self.keys, self.n
+        seen: list[int] = []
+        found: W | None = None
+        while heap:
+            entry = heappop(heap)
+            pos = entry % n
+            key = keys[pos]
+            if key != entry:
+                if key is not None and key > entry:  # risen: back where it is now
+                    heappush(heap, key)
+                    self.floor[pos] = key
+                continue
+            if seen and seen[-1] == entry:
+                continue  # a copy (equal entries surface together): one is kept
+            seen.append(entry)
+            w = workers[pos]
+            verdict = take(w)
+            if verdict:
+                found = w
+                break
+            if verdict is None:
+                break
+        for entry in seen:
+            heappush(heap, entry)
+        return found
+
+    def compact(self) -> None:
+        """Each indexed key once (a sorted list is a heap), in place."""
+        self.heap[:] = sorted(k for k in self.keys if k is not None)
+        self.floor[:] = self.keys
 
 
 # -- prefill choice -------------------------------------------------------------------------
@@ -284,30 +370,34 @@ class DecodeChoice(Protocol):
 
 
 class MostFreeKv:
-    """Most free KV blocks, then lowest index. Workers are kept in a heap by free
-    blocks; the search walks it from the top and stops at the first with room, or where
-    even a worker's free blocks (less the smallest watermark and one block) fall short."""
-
-    update: Callable[[int], None]  # the heap's own (no call in between)
+    """Most free KV blocks, then lowest index. Workers are kept in a :class:`_Rising`
+    heap by free blocks (key ``(used - capacity) x W + position``: blocks in use rise
+    with every step's growth and cost no heap operation; the decode workers are in
+    index order); the search walks it from the top and stops at the first with room, or
+    where even a worker's free blocks (less the smallest watermark and one block) fall
+    short."""
 
     def __init__(self, workers: Sequence[DecodeWorker]) -> None:
-        # most free blocks first: -(capacity - used); where every worker has the same
-        # capacity (one decode pool), used blocks order them the same, and an
-        # attrgetter makes that key in one C call
-        key: Callable[[DecodeWorker], tuple[int, int]]
-        if len({w.kv_capacity_blocks for w in workers}) <= 1:
-            key = attrgetter("_kv_used_blocks", "index")
-        else:
-            key = lambda w: (w._kv_used_blocks - w.kv_capacity_blocks, w.index)  # noqa: E731
-        self._heap = _Heap(workers, key)
-        self.update = self._heap.update
+        self._workers = workers
+        self.index = _Rising(len(workers))
         self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
+
+    def update(self, pos: int) -> None:
+        w = self._workers[pos]
+        idx = self.index
+        idx.set(
+            pos, (w._kv_used_blocks - w.kv_capacity_blocks) * idx.n + pos if w.accepting else None
+        )
 
     def choose(
         self, need: int, src: PrefillWorker, keeps: Keeps | None = None
     ) -> DecodeWorker | None:
-        top = self._heap.top()
-        if top is not None and top.room_blocks() >= need and (keeps is None or keeps(top)):
+        idx = self.index
+        key = idx.top()
+        if key is None:
+            return None
+        top = self._workers[key % idx.n]
+        if top.room_blocks() >= need and (keeps is None or keeps(top)):
             return top  # the common case: the most free KV has room
         slack = 1 + self._min_watermark
 
@@ -316,7 +406,7 @@ class MostFreeKv:
                 return True
             return False if w.free_blocks - slack >= need else None
 
-        return self._heap.first(take)
+        return idx.first(self._workers, take)
 
 
 class RoundRobinDecode:
@@ -438,21 +528,19 @@ class Router:
         self._front_queued = [0] * len(self.front_workers)
         self._front_queued_total = 0
         # kv_aware: the blocks promised on each decode worker to requests in prefill,
-        # and the accepting decode workers in a heap by the room they can still promise,
-        # most first. A worker's key is one int, shortfall x W + position (by shortfall,
+        # and the accepting decode workers in a _Rising heap by the room they can still
+        # promise, most first. A worker's key is shortfall x W + position (by shortfall,
         # then index: the decode workers are in index order), its shortfall
         # -promise_room_blocks = promised + eventual blocks + watermark + 1 - capacity
         # (the 1 is the block room_blocks keeps for a joining sequence's next step, so a
-        # promised worker has room for the handoff itself). The heap holds plain ints
-        # with lazy invalidation: an entry is valid while it equals its worker's key
-        # (_room_key; None: not accepting), so a push and a look compare ints only. The
-        # refresh re-indexes a worker only when its key changed (its eventual blocks or
-        # life, not each step's blocks in use); admissions and handoffs push the key they
-        # know.
+        # promised worker has room for the handoff itself). A booking raises the key
+        # (no heap operation); a promise released or moved away lowers it, pushed only
+        # below the worker's floor (a handoff that moves a promise off the worker it was
+        # booked on, before any other look at the heap, puts that key back at its floor).
         self._promised = [0] * len(self.decode_workers)
-        self._room_key: list[int | None] = [None] * len(self.decode_workers)
-        self._room_heap: list[int] = []
-        self._room_max_entries = 4 * len(self.decode_workers) + 64
+        self._rooms = _Rising(len(self.decode_workers))
+        # most_free_kv's heap, refreshed inline here (its update, without the call)
+        self._most_free = self.decode.index if isinstance(self.decode, MostFreeKv) else None
         for w in self.front_workers:
             w.watch(self._front_changes)
         for dw in self.decode_workers:
@@ -488,36 +576,56 @@ class Router:
     def _refresh_decode(self) -> None:
         if self._decode_changes:
             pos_of = self._decode_pos
-            update = self.decode.update
-            if not self.kv_aware:
-                for index in self._decode_changes:
-                    update(pos_of[index])
+            workers = self.decode_workers
+            n = len(workers)
+            free = self._most_free  # MostFreeKv.update and _Rising.set, inline
+            if free is not None:
+                free_keys, free_floor, free_heap = free.keys, free.floor, free.heap
             else:
-                workers = self.decode_workers
-                n = len(workers)
+                update = self.decode.update
+            rooms = self._rooms if self.kv_aware else None
+            if rooms is not None:
                 promised = self._promised
-                keys = self._room_key
-                heap = self._room_heap
-                for index in self._decode_changes:
-                    pos = pos_of[index]
+                room_keys, room_floor, room_heap = rooms.keys, rooms.floor, rooms.heap
+            for index in self._decode_changes:
+                pos = pos_of[index]
+                w = workers[pos]
+                if not w.accepting:
+                    if free is None:
+                        update(pos)
+                    elif free_keys[pos] is not None:
+                        free.set(pos, None)
+                    if rooms is not None and room_keys[pos] is not None:
+                        rooms.set(pos, None)
+                    continue
+                if free is None:
                     update(pos)
-                    w = workers[pos]
-                    if w.accepting:  # -promise_room_blocks(w) x W + pos
-                        key: int | None = (
-                            promised[pos]
-                            + w._eventual_blocks
-                            + w.watermark_blocks
-                            + 1
-                            - w.kv_capacity_blocks
-                        ) * n + pos
-                    else:
-                        key = None
-                    if key != keys[pos]:  # _put_room, inline
-                        keys[pos] = key
-                        if key is not None:
-                            heappush(heap, key)
-                            if len(heap) > self._room_max_entries:
-                                self._compact_rooms()
+                else:
+                    key = (w._kv_used_blocks - w.kv_capacity_blocks) * n + pos
+                    if key != free_keys[pos]:
+                        free_keys[pos] = key
+                        low = free_floor[pos]
+                        if low is None or key < low:
+                            free_floor[pos] = key
+                            heappush(free_heap, key)
+                            if len(free_heap) > free.max_entries:
+                                free.compact()
+                if rooms is not None:  # -promise_room_blocks(w) x W + pos
+                    key = (
+                        promised[pos]
+                        + w._eventual_blocks
+                        + w.watermark_blocks
+                        + 1
+                        - w.kv_capacity_blocks
+                    ) * n + pos
+                    if key != room_keys[pos]:
+                        room_keys[pos] = key
+                        low = room_floor[pos]
+                        if low is None or key < low:
+                            room_floor[pos] = key
+                            heappush(room_heap, key)
+                            if len(room_heap) > rooms.max_entries:
+                                rooms.compact()
             self._decode_changes.clear()
 
     # -- front: arrivals and re-prefills ------------------------------------------------
@@ -527,17 +635,6 @@ class Router:
         if self.queue or not self._try_route(rid):
             self.queue.append(rid)
             self.sample()
-
-    def _put_room(self, pos: int, key: int) -> None:
-        """kv_aware: decode worker ``pos`` (accepting) is indexed under ``key`` now."""
-        self._room_key[pos] = key
-        heappush(self._room_heap, key)
-        if len(self._room_heap) > self._room_max_entries:
-            self._compact_rooms()
-
-    def _compact_rooms(self) -> None:
-        """Only the valid keys, once each (a sorted list is a heap), in place."""
-        self._room_heap[:] = sorted(k for k in self._room_key if k is not None)
 
     def promise_room_blocks(self, w: DecodeWorker) -> int:
         """Blocks decode worker ``w`` can still promise (kv_aware): its capacity less the
@@ -561,19 +658,18 @@ class Router:
                 self._refresh_decode()
             rs = self.requests  # need: rs.full_blocks(rid), inline
             need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
-            # the decode worker with the most room to promise: the heap's first valid key
-            heap, keys, n = self._room_heap, self._room_key, len(self.decode_workers)
-            while heap and keys[heap[0] % n] != heap[0]:
-                heappop(heap)  # stale
-            if not heap:
+            # the decode worker with the most room to promise: the smallest key
+            rooms = self._rooms
+            key = rooms.top()
+            if key is None:
                 return False
-            key = heap[0]
+            n = rooms.n
             pos = key % n
             if need > -((key - pos) // n):  # promise_room_blocks(that worker)
                 return False
             self.committed[rid] = (pos, need)
             self._promised[pos] += need
-            self._put_room(pos, key + need * n)
+            rooms.keys[pos] = key + need * n  # rooms.set: a key that rises, inline
         if self._cache_aware is not None:  # books the tokens the worker's HBM lacks
             w, tokens = self._cache_aware.choose_booked(rid)
             w.submit(rid, False, tokens)
@@ -608,9 +704,10 @@ class Router:
         if entry is not None:
             pos, blocks = entry
             self._promised[pos] -= blocks
-            key = self._room_key[pos]
+            rooms = self._rooms
+            key = rooms.keys[pos]
             if key is not None:  # indexed (accepting): its room grows
-                self._put_room(pos, key - blocks * len(self.decode_workers))
+                rooms.set(pos, key - blocks * rooms.n)
 
     def waiting_for_prefill(self) -> int:
         """Requests waiting for a prefill: held here, or queued at a front worker (from
@@ -655,9 +752,10 @@ class Router:
             pos, blocks = entry
             self._promised[pos] -= blocks
             if self.decode_workers[pos] is not w:  # the promise moves: uncommit's
-                key = self._room_key[pos]
+                rooms = self._rooms
+                key = rooms.keys[pos]
                 if key is not None:
-                    self._put_room(pos, key - blocks * len(self.decode_workers))
+                    rooms.set(pos, key - blocks * rooms.n)
             # else its room is unchanged: the reservation's eventual blocks replace the
             # promise (the refresh after the reservation finds the same shortfall)
         w.reserve(rid)
