@@ -92,11 +92,25 @@ def _check_decode_indexes(router: Router) -> None:
     if router.kv_aware:
         indexes.append((router._rooms, lambda w: -_promise_room(router, w) * n))
     for index, value in indexes:
-        for pos, w in enumerate(router.decode_workers):
-            expected = value(w) + pos if w.accepting else None
-            assert index.keys[pos] == expected, (pos, index.keys[pos], expected)
-            if expected is not None:
-                assert min(e for e in index.heap if e % n == pos) <= expected
+        _check_index(index, router.decode_workers, value)
+
+
+def _check_front_index(router: Router) -> None:
+    """The same for least_tokens' and shortest_queue's heap of the front workers."""
+    by_key = router._by_key
+    if by_key is not None:
+        n, weight = len(router.front_workers), by_key.tokens_weight
+        value = lambda w: (w.queued_tokens * weight + w.num_outstanding) * n  # noqa: E731
+        _check_index(by_key.index, router.front_workers, value)
+
+
+def _check_index(index: _Rising, workers, value) -> None:
+    n = len(workers)
+    for pos, w in enumerate(workers):
+        expected = value(w) + pos if w.accepting else None
+        assert index.keys[pos] == expected, (pos, index.keys[pos], expected)
+        if expected is not None:
+            assert min(e for e in index.heap if e % n == pos) <= expected
 
 
 def _decode_expected(router: Router, rid: int):
@@ -140,6 +154,7 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
     def checked_route(self: Router, rid: int) -> bool:
         self._refresh()
         _check_decode_indexes(self)
+        _check_front_index(self)
         checked["indexes"] = checked.get("indexes", 0) + 1
         expected = _front_expected(self) if self._num_front_accepting else None
         admit = _admit_expected(self, rid) if self.kv_aware else (True, None)

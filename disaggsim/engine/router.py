@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush, heapreplace
-from operator import attrgetter
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -248,31 +247,42 @@ class RoundRobin:
 
 
 class _ByKey:
-    update: Callable[[int, bool], None]  # the heap's own (no call in between)
-    # a worker's key, smallest first: an attrgetter of its fields, so making a key is
-    # one C call (an attrgetter is not a function: no method binding on lookup)
-    key: Callable[[FrontWorker], tuple[int, ...]]
+    """Accepting workers in a :class:`_Rising` heap by one int key, smallest first:
+    ``(queued tokens x tokens_weight + outstanding requests) x W + position`` (the
+    workers are in index order; the router refreshes it inline, as :meth:`update`)."""
+
+    # the weight of a worker's queued prompt tokens in its key: above any number of
+    # requests outstanding on one worker (they stay below 2**32), or 0
+    tokens_weight: int
 
     def __init__(self, workers: Sequence[FrontWorker]) -> None:
-        self._heap = _Heap(workers, self.key)
-        self.update = self._heap.update
+        indices = [w.index for w in workers]
+        assert indices == sorted(indices), "positions order the workers as their index"
+        self._workers = workers
+        self.index = _Rising(len(workers))
+
+    def update(self, pos: int, accepting_changed: bool = False) -> None:
+        w = self._workers[pos]
+        idx = self.index
+        key = (w._queued_tokens * self.tokens_weight + w._num_outstanding) * idx.n + pos
+        idx.set(pos, key if w.accepting else None)
 
     def choose(self, rid: int) -> FrontWorker:
-        w = self._heap.top()
-        assert w is not None
-        return w
+        key = self.index.top()
+        assert key is not None
+        return self._workers[key % self.index.n]
 
 
 class LeastTokens(_ByKey):
     """Fewest prompt tokens queued, then fewest requests outstanding, then index."""
 
-    key = attrgetter("_queued_tokens", "_num_outstanding", "index")
+    tokens_weight = 1 << 32
 
 
 class ShortestQueue(_ByKey):
     """Fewest requests outstanding, then index."""
 
-    key = attrgetter("_num_outstanding", "index")
+    tokens_weight = 0
 
 
 class CacheAware:
@@ -516,6 +526,8 @@ class Router:
         """Index the workers (once every pool is built): each reports its changes here."""
         self.prefill = prefill_choice(self._prefill_policy, self.front_workers, self.caches)
         self._cache_aware = self.prefill if isinstance(self.prefill, CacheAware) else None
+        # least_tokens' or shortest_queue's heap, refreshed and read inline here
+        self._by_key = self.prefill if isinstance(self.prefill, _ByKey) else None
         self.decode = decode_choice(self._decode_policy, self.decode_workers, self.handoff_fabric)
         self._front_changes: set[int] = set()
         self._decode_changes: set[int] = set()
@@ -558,9 +570,15 @@ class Router:
             workers = self.front_workers
             queued_of = self._front_queued
             accepting_of = self._front_accepting
-            update = self.prefill.update
-            for index in self._front_changes:
-                pos = pos_of[index]
+            by_key = self._by_key  # _ByKey.update and _Rising.set, inline
+            if by_key is not None:
+                index = by_key.index
+                keys, floor, heap, n = index.keys, index.floor, index.heap, index.n
+                weight = by_key.tokens_weight
+            else:
+                update = self.prefill.update
+            for w_index in self._front_changes:
+                pos = pos_of[w_index]
                 w = workers[pos]
                 queued = len(w.queue)
                 self._front_queued_total += queued - queued_of[pos]
@@ -570,7 +588,20 @@ class Router:
                 if changed:
                     accepting_of[pos] = now
                     self._num_front_accepting += 1 if now else -1
-                update(pos, changed)
+                if by_key is None:
+                    update(pos, changed)
+                elif now:
+                    key = (w._queued_tokens * weight + w._num_outstanding) * n + pos
+                    if key != keys[pos]:
+                        keys[pos] = key
+                        low = floor[pos]
+                        if low is None or key < low:
+                            floor[pos] = key
+                            heappush(heap, key)
+                            if len(heap) > index.max_entries:
+                                index.compact()
+                elif keys[pos] is not None:
+                    index.set(pos, None)
             self._front_changes.clear()
 
     def _refresh_decode(self) -> None:
@@ -674,7 +705,14 @@ class Router:
             w, tokens = self._cache_aware.choose_booked(rid)
             w.submit(rid, False, tokens)
         else:
-            self.prefill.choose(rid).submit(rid)
+            by_key = self._by_key
+            if by_key is not None:  # by_key.choose, inline
+                index = by_key.index
+                key = index.top()
+                assert key is not None
+                self.front_workers[key % index.n].submit(rid)
+            else:
+                self.prefill.choose(rid).submit(rid)
         return True
 
     def drain_queue(self) -> None:
@@ -776,6 +814,22 @@ class Router:
         full = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
         pos_of = self._decode_pos
         at = -1 if entry is None else entry[0]
+        free = self._most_free
+        if free is not None:  # most_free_kv's common case, as its choose, inline
+            key = free.top()
+            if key is not None:
+                pos = key % free.n
+                top = self.decode_workers[pos]
+                if top.room_blocks() >= need and (
+                    pos == at  # keeps: its own promise, or room for it (promise_room_blocks)
+                    or top.kv_capacity_blocks
+                    - top.watermark_blocks
+                    - 1
+                    - top._eventual_blocks
+                    - self._promised[pos]
+                    >= full
+                ):
+                    return top
         room = self.promise_room_blocks
 
         def keeps(w: DecodeWorker) -> bool:
