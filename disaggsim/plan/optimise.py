@@ -23,8 +23,9 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
    unevaluated members predicted to beat its best by more than ``min_gain``, the best
    predicted first, ``predict_width`` at a time; a family with nothing left to evaluate
    is settled. ``explore_floor`` > 0 also stops a family whose best member is below that
-   share of the best found once that member's nearest neighbours (its first non-empty
-   tier) have been evaluated (quick mode);
+   share of the best found (quick mode); the best family of its kind with
+   ``floor_at_nearest`` (its start is no analytic guess: a chunk size) only once that
+   member's nearest neighbours (its first non-empty tier) have been evaluated;
 3. stops when no family proposes anything, or after ``max_waves`` (then the search is
    reported as not converged).
 
@@ -68,6 +69,10 @@ class Family(Generic[C]):
     # queues grow): pruning counts it at the bound (else at the bound x the slack)
     true_bound: bool = False
     predict: Callable[[C, Mapping[C, float]], Mapping[C, float]] | None = None
+    # the explore floor stops the family, while it is the best of its kind, only once
+    # its best member's nearest neighbours are evaluated: for families whose start is no
+    # analytic guess (a chunk size)
+    floor_at_nearest: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +139,10 @@ def optimise(
     while True:
         best = best_value()
         prune_below = pruning_value()
+        kind_best: dict[str, float] = {}
+        for c, v in values.items():
+            k = owner_of[c].kind
+            kind_best[k] = max(kind_best.get(k, v), v)
         proposals: list[C] = []
         owner: dict[C, Family[C]] = {}
         for fam in pending if waves == 0 else families:
@@ -146,10 +155,11 @@ def optimise(
                 todo = [c for c in fam.starts if c not in values]
             else:
                 tiers = fam.neighbours(fam.best)
-                # the floor judges a family at its best member's nearest moves, not at a
-                # start that one move improves (a chunked pool's start chunk can be far
-                # off its best chunk)
-                nearest = next((t for t in tiers if t), [])
+                # the best family of its kind, when its start is no guess (a chunked
+                # pool's start chunk can be far off its best chunk), is judged at its best
+                # member's nearest moves: the verdict compares the best of each kind
+                at_nearest = fam.floor_at_nearest and values[fam.best] >= kind_best[fam.kind]
+                nearest = next((t for t in tiers if t), []) if at_nearest else []
                 behind = explore_floor > 0 and values[fam.best] < explore_floor * best
                 if behind and all(c in values for c in nearest):
                     fam.state = "stopped"

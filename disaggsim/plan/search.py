@@ -691,6 +691,7 @@ def plan_families(
                     starts=chunked,
                     neighbours=functools.partial(chunk_neighbours, ladder=ladder),
                     true_bound=moe,
+                    floor_at_nearest=True,  # the start chunk is the scenario's, not a guess
                 )
             )
             fams.append(
