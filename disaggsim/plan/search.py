@@ -492,6 +492,7 @@ def disagg_family(
         neighbours=lambda c: disagg_neighbours(c, budget),
         true_bound=true_bound,
         predict=lambda c, seen: balanced_splits(c, seen, budget, tolerance),
+        floor_at_nearest=True,  # the analytic split can be off: +-1 prefill worker first
     )
 
 
