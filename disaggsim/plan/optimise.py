@@ -24,8 +24,9 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
    predicted first, ``predict_width`` at a time; a family with nothing left to evaluate
    is settled. ``explore_floor`` > 0 also stops a family whose best member is below that
    share of the best found (quick mode); the best family of its kind with
-   ``floor_at_nearest`` (its start is no analytic guess: a chunk size) only once that
-   member's nearest neighbours (its first non-empty tier) have been evaluated;
+   ``floor_at_nearest`` (a start that can be off its family's best: a chunk size, an
+   analytic split) only once that member's nearest neighbours (its first non-empty
+   tier) have been evaluated;
 3. stops when no family proposes anything, or after ``max_waves`` (then the search is
    reported as not converged).
 
@@ -70,8 +71,8 @@ class Family(Generic[C]):
     true_bound: bool = False
     predict: Callable[[C, Mapping[C, float]], Mapping[C, float]] | None = None
     # the explore floor stops the family, while it is the best of its kind, only once
-    # its best member's nearest neighbours are evaluated: for families whose start is no
-    # analytic guess (a chunk size)
+    # its best member's nearest neighbours are evaluated: for families whose start can
+    # be off their best (a chunk size, an analytic split)
     floor_at_nearest: bool = False
 
 
@@ -155,8 +156,8 @@ def optimise(
                 todo = [c for c in fam.starts if c not in values]
             else:
                 tiers = fam.neighbours(fam.best)
-                # the best family of its kind, when its start is no guess (a chunked
-                # pool's start chunk can be far off its best chunk), is judged at its best
+                # the best family of its kind, when its start can be off its best (a
+                # chunked pool's start chunk, an analytic split), is judged at its best
                 # member's nearest moves: the verdict compares the best of each kind
                 at_nearest = fam.floor_at_nearest and values[fam.best] >= kind_best[fam.kind]
                 nearest = next((t for t in tiers if t), []) if at_nearest else []
