@@ -301,20 +301,25 @@ def test_question_max_tokens(model, isl, osl, max_tokens, expected):
     assert "# max_tokens: " in text
 
 
-def test_a_moe_model_that_fits_only_with_data_parallel_ranks_is_planned(tmp_path, capsys):
-    # DeepSeek-V3 in bf16 fits 16 H200s only as tp x dp ranks with experts over all 16;
-    # the search refused it ("smaller than one worker that fits") while plain TP was the
-    # only fit it tried
+def _deepseek_plan(tmp_path, capsys, *budget: str) -> dict:
+    """A quick plan of DeepSeek-V3 (bf16) on H200 with ``budget`` flags; its plan.json."""
     out = tmp_path / "plan"
     argv = [
-        "plan", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--gpus", "16",
+        "plan", "--model", "deepseek-v3", "--gpu", "h200-sxm", *budget,
         "--isl", "4000", "--osl", "500", "--ttft-ms", "3000", "--itl-ms", "80",
         "--quick", "--quiet", "--no-plots", "--workers", "1", "--json", "--out", str(out),
     ]  # fmt: skip
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 0, err
-    plan = json.loads((out / "plan.json").read_text())
+    return json.loads((out / "plan.json").read_text())
+
+
+def test_a_moe_model_that_fits_only_with_data_parallel_ranks_is_planned(tmp_path, capsys):
+    # DeepSeek-V3 in bf16 fits 16 H200s only as tp x dp ranks with experts over all 16;
+    # the search refused it ("smaller than one worker that fits") while plain TP was the
+    # only fit it tried
+    plan = _deepseek_plan(tmp_path, capsys, "--gpus", "16")
     best = plan["ranked"][0]["deployment"]["pool"]
     assert best["tp"] * best["dp"] == 16 and best["dp"] > 1
     assert plan["ranked"][0]["goodput_per_s"] > 0
@@ -326,16 +331,7 @@ def test_a_target_rate_is_sized_for_a_moe_model_that_fits_only_with_data_paralle
     # sizing a budget for --target-rate took the smallest plain TP of one node and
     # refused DeepSeek-V3 in bf16 ("no TP on one node of h200-sxm fits"); it now sizes
     # the fleet with the smallest worker that fits, tp x dp ranks here
-    out = tmp_path / "plan"
-    argv = [
-        "plan", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--target-rate", "2",
-        "--isl", "4000", "--osl", "500", "--ttft-ms", "3000", "--itl-ms", "80",
-        "--quick", "--quiet", "--no-plots", "--workers", "1", "--json", "--out", str(out),
-    ]  # fmt: skip
-    rc = main(argv)
-    err = capsys.readouterr().err
-    assert rc == 0, err
-    plan = json.loads((out / "plan.json").read_text())
+    plan = _deepseek_plan(tmp_path, capsys, "--target-rate", "2")
     assert plan["gpu_budget"] % 16 == 0 and plan["gpu_budget"] >= 32
     best = plan["ranked"][0]["deployment"]
     pools = [best[k] for k in ("pool", "prefill_pool", "decode_pool") if k in best]
