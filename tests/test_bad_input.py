@@ -333,6 +333,18 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("compare-service-multiple-0", _nothing, ["compare", DISAGG, COLOC, "--param",
      "workload.rate_per_s=1,2", "--service-multiple", "0", "--quiet"],
      "--service-multiple 0.0: must be > 0"),
+    # ---- goodput searches: an event at a fixed time falls inside some runs, after others
+    ("compare-fixed-failure", _scenario(DISAGG, {"sim: {": "failures: {workers: [{at_s: 40, "
+     "worker: 'decode:0'}]}\nsim: {"}), ["compare", DISAGG, "--rate-lo", "1", "--rate-hi",
+     "4", "--quiet", "--no-plots"], "disagg.yaml: failures.workers.0.at_s = 40 s: a goodput "
+     "search sets each run's length from its rate"),
+    ("compare-fixed-link-failure", _scenario(DISAGG, {"sim: {": "failures: {links: [{start_s: "
+     "30, duration_s: 5}]}\nsim: {"}), ["compare", DISAGG, "--param",
+     "workload.rate_per_s=1,2", "--quiet", "--no-plots"], "failures.links.0.start_s = 30 s"),
+    ("compare-mix-shift", _scenario(DISAGG, {"  max_tokens: 256": "  max_tokens: 256\n  "
+     "mix_shift: {at_s: 60, prompt_tokens: {dist: fixed, value: 100}}"}), ["compare", DISAGG,
+     "--rate-lo", "1", "--rate-hi", "4", "--quiet", "--no-plots"],
+     "workload.mix_shift.at_s = 60 s: a goodput search"),
     ("run-unknown-flag", _nothing, run_args("--gpus", "4"),
      "unrecognized arguments: --gpus 4"),
     # ---- plan budgets

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from disaggsim.config.loader import load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.steady import RunLengthRule
 from disaggsim.sweep.core import (
@@ -18,6 +19,7 @@ from disaggsim.sweep.core import (
     ProgressFn,
     Source,
     as_source,
+    refuse_fixed_time_events,
     run_tasks,
     sweep_tasks,
     table,
@@ -140,6 +142,9 @@ def compare(
             check_same_gpus(at_point)
         g_sources += at_point
         g_keys += [point] * len(at_point)
+    for src in g_sources:  # before the sweep's runs, not after them
+        loaded = load_scenario(src.raw, base_dir=src.base_dir)
+        refuse_fixed_time_events(loaded.scenario, src.label)
     own = executor is None
     width = max(len(tasks), 2 * len(g_sources) * seeds)  # the most tasks sent at once
     ex = executor if executor is not None else default_executor(width)

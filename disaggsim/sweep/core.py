@@ -100,6 +100,45 @@ def source_of(loaded: LoadedScenario, label: str) -> Source:
     )
 
 
+def fixed_time_events(scenario: Scenario) -> list[tuple[str, float]]:
+    """The parts of ``scenario`` timed at a fixed simulated second, as ``(field path,
+    time_s)``: worker failures (``at_s``), link failures (``start_s``) and a workload mix
+    shift (``at_s``)."""
+    events = [
+        (f"failures.workers.{i}.at_s", f.at_s) for i, f in enumerate(scenario.failures.workers)
+    ]
+    events += [
+        (f"failures.links.{i}.start_s", w.start_s) for i, w in enumerate(scenario.failures.links)
+    ]
+    shift = getattr(scenario.workload, "mix_shift", None)
+    if shift is not None:
+        events.append(("workload.mix_shift.at_s", shift.at_s))
+    return events
+
+
+def refuse_fixed_time_events(scenario: Scenario, label: str) -> None:
+    """A goodput search sets each run's length from its rate (docs/metrics.md, "Run
+    length"), so an event at a fixed time would fall inside some of its runs, in the
+    warm-up of others and after the end of the rest, and the goodput would depend on
+    where: a :class:`UserError` naming the first such field, before any run."""
+    events = fixed_time_events(scenario)
+    if not events:
+        return
+    path, at_s = events[0]
+    more = f" (and {len(events) - 1} more)" if len(events) > 1 else ""
+    fix = (
+        "drop workload.mix_shift"
+        if path.startswith("workload.")
+        else "give failures as a rate (failures.random: pool, mtbf_s, mttr_s)"
+    )
+    raise UserError(
+        f"{label}: {path} = {at_s:g} s{more}: a goodput search sets each run's length from "
+        "its rate, so an event at a fixed time falls inside some runs and after others; "
+        f"{fix}, or run fixed rates at the scenario's own length with disaggsim sweep "
+        f"--param {RATE_PATH}=a:b:n"
+    )
+
+
 def with_overrides(src: Source, overrides: Sequence[str]) -> Source:
     """The same scenario (same label and base folder) with more ``--set`` overrides."""
     raw = apply_overrides(src.raw, list(overrides), src.label)

@@ -67,6 +67,7 @@ from disaggsim.sweep.core import (
     _check_seeds,
     _task,
     as_source,
+    refuse_fixed_time_events,
     run_point,
 )
 from disaggsim.sweep.executors import Executor, default_executor, drive
@@ -619,6 +620,7 @@ def goodput_many(
     for src, (lo, hi), was, r in zip(scenarios, starts, done_before, own_rules, strict=True):
         check_params([Param(RATE_PATH, (lo,))], src.raw, src.label)
         loaded = load_scenario(src.raw, base_dir=src.base_dir)
+        refuse_fixed_time_events(loaded.scenario, src.label)
         profile = steady_profile(loaded, src.label)
         search = RateSearch(
             lo,
