@@ -206,3 +206,42 @@ def test_run_notes_failures_after_the_end_and_a_kept_bucketed_replay(tmp_path, c
     assert main(["run", str(path), "--out", str(tmp_path / "k"), "--quiet", "--no-plots"]) == 0
     notes = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
     assert len(notes) == 1 and "bucketed_timestamps" in notes[0]
+
+
+def test_run_notes_workload_changes_after_the_arrivals_end(tmp_path, capsys):
+    """A mix shift, rate schedule point or step burst timed at or after sim.duration_s
+    never applies (no request arrives then): the run names them in one line; the ones
+    before the end are not named."""
+    raw = yaml.safe_load((REPO / "scenarios" / "ci" / "disaggregated.yaml").read_text())
+    raw["sim"] = {"duration_s": 30, "warmup_s": 5}
+    raw["workload"].pop("rate_per_s")
+    raw["workload"]["rate_schedule"] = [[0, 2.0], [10, 3.0], [30, 9.0], [45, 1.0]]
+    raw["workload"]["mix_shift"] = {"at_s": 60, "output_tokens": {"dist": "fixed", "value": 8}}
+    path = tmp_path / "late.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--quiet", "--no-plots"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+    assert line == (
+        "note: workload.mix_shift (at 60 s), workload.rate_schedule.2 (from 30 s), "
+        "workload.rate_schedule.3 (from 45 s) did not apply: arrivals end at "
+        "sim.duration_s = 30 s"
+    )
+
+    raw["workload"].pop("rate_schedule")
+    raw["workload"].pop("mix_shift")
+    raw["workload"]["rate_shape"] = {
+        "kind": "step",
+        "base_per_s": 2.0,
+        "burst_per_s": 6.0,
+        "start_s": 31,
+        "duration_s": 5,
+    }
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--out", str(tmp_path / "p"), "--quiet", "--no-plots"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+    assert "workload.rate_shape (its burst from 31 s) did not apply" in line
+
+    raw["workload"]["rate_shape"]["start_s"] = 20
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--out", str(tmp_path / "q"), "--quiet", "--no-plots"]) == 0
+    assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]

@@ -110,9 +110,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def run_notes(loaded: LoadedScenario, summary: Summary) -> list[str]:
     """Lines about parts of the scenario that did not act as written: a bucketed trace
-    replayed with its buckets kept, and scheduled worker or link failures at or after
-    the run's end (arrivals end at ``sim.duration_s`` and the run when the last request
-    is done, so a failure timed after that never happens)."""
+    replayed with its buckets kept, scheduled worker or link failures at or after the
+    run's end (arrivals end at ``sim.duration_s`` and the run when the last request is
+    done, so a failure timed after that never happens), and workload changes timed at or
+    after ``sim.duration_s``."""
     from disaggsim.workload.config import TraceWorkload
     from disaggsim.workload.generate import kept_buckets_note
 
@@ -138,4 +139,29 @@ def run_notes(loaded: LoadedScenario, summary: Summary) -> list[str]:
             f"(arrivals end at sim.duration_s = {s.sim.duration_s:g} s, the run once the "
             "last request is done)"
         )
+    unused = _workload_changes_after(s.workload, s.sim.duration_s)
+    if unused:
+        notes.append(
+            f"note: {', '.join(unused)} did not apply: arrivals end at sim.duration_s = "
+            f"{s.sim.duration_s:g} s"
+        )
     return notes
+
+
+def _workload_changes_after(workload: object, duration_s: float) -> list[str]:
+    """The workload's timed changes (a mix shift, rate schedule points, a step rate's
+    burst) at or after ``duration_s``, when no request arrives any more."""
+    out = []
+    shift = getattr(workload, "mix_shift", None)
+    if shift is not None and shift.at_s >= duration_s:
+        out.append(f"workload.mix_shift (at {shift.at_s:g} s)")
+    schedule = getattr(workload, "rate_schedule", None) or ()
+    out += [
+        f"workload.rate_schedule.{i} (from {t:g} s)"
+        for i, (t, _) in enumerate(schedule)
+        if t >= duration_s
+    ]
+    shape = getattr(workload, "rate_shape", None)
+    if shape is not None and shape.kind == "step" and shape.start_s >= duration_s:
+        out.append(f"workload.rate_shape (its burst from {shape.start_s:g} s)")
+    return out
