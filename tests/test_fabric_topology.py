@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
+from disaggsim.catalog import GPU_IDS, get_gpu
 from disaggsim.costmodel.kv import kv_transfer
 from disaggsim.errors import UserError
 from disaggsim.fabric import (
@@ -57,6 +58,18 @@ def test_seed_facts_nvlink_infiniband_staging():
     # Gen5 PCIe (48 GB/s) is not the bottleneck: staged = the NIC's rate, latency higher
     st5 = _solo_s(_topo({**APART, "nic": {"gbit_per_s": 200, "rdma": False}}), 0, 1, nbytes)
     assert st5 == pytest.approx(1.5e9 / 25e9 + 55e-6) and st5 > ib
+
+
+@pytest.mark.parametrize("gpu", GPU_IDS)
+def test_every_catalog_gpu_builds_and_stages_at_its_catalog_pcie_rate(gpu):
+    """Without ``pcie.gen`` a GPU's host link is 0.75 × the catalog's ``pcie_gb_per_s``,
+    the rate disaggsim.costmodel.kv uses (a B200, PCIe Gen6, failed with KeyError: 6)."""
+    spec = get_gpu(gpu)
+    rate = 0.75 * spec.pcie_bytes_per_s
+    fast_nic = {**APART, "nic": {"gb_per_s": 1000, "rdma": False}}  # PCIe is the bottleneck
+    st = _solo_s(_topo(fast_nic, prefill=(gpu, 1, 1), decode=(gpu, 1, 1)), 0, 1, 1.5e9)
+    assert st == pytest.approx(1.5e9 / rate + 20e-6 + 15e-6 + 20e-6)
+    assert rate == pytest.approx(0.75 * {4: 32e9, 5: 64e9, 6: 128e9}[spec.pcie_gen])
 
 
 def test_tp_shards_move_over_each_gpus_rails():
@@ -166,7 +179,7 @@ def test_bad_layouts_are_one_line_errors_naming_the_field(fabric, pools, message
         ({"nic": {"gbit_per_s": 0}}, r"^fabric\.nic\.gbit_per_s: Input should be greater than 0"),
         ({"pcie": {"gb_per_s": 0}}, r"^fabric\.pcie\.gb_per_s: Input should be greater than 0"),
         ({"nic": {"gbit_per_s": 200, "gb_per_s": 25}}, r"^fabric\.nic: give gb_per_s or gbit_per_s, not both$"),
-        ({"pcie": {"gen": 3}}, r"^fabric\.pcie\.gen: Input should be 4 or 5$"),
+        ({"pcie": {"gen": 3}}, r"^fabric\.pcie\.gen: Input should be 4, 5 or 6$"),
         ({"nvlink_gbps": 450}, r"^fabric\.nvlink_gbps: unknown key$"),
         ({"placement": {"policy": "scatter"}}, r"^fabric\.placement\.policy: Input should be 'pack', 'spread' or 'pair'$"),
     ],

@@ -71,10 +71,11 @@ class NicConfig(_Model):
 
 class PcieConfig(_Model):
     """Each GPU's host link. ``gb_per_s`` is the effective per-direction rate (protocol
-    overhead included); without it, 0.75 × the generation's x16 rate (Gen4 32 GB/s,
-    Gen5 64 GB/s), the same efficiency as :mod:`disaggsim.costmodel.kv`."""
+    overhead included); without it, 0.75 × the x16 rate of ``gen`` (Gen4 32 GB/s, Gen5
+    64 GB/s, Gen6 128 GB/s) or, without ``gen``, of the GPU catalog's ``pcie_gb_per_s``:
+    the same efficiency and rate as :mod:`disaggsim.costmodel.kv`."""
 
-    gen: Literal[4, 5] | None = Field(default=None, description="default: the GPU catalog's")
+    gen: Literal[4, 5, 6] | None = Field(default=None, description="default: the GPU catalog's")
     gb_per_s: float | None = Field(default=None, gt=0.0, description="effective GB/s override")
     latency_us: float = Field(default=20.0, ge=0.0)
 

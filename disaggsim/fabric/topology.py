@@ -70,7 +70,7 @@ __all__ = [
 
 BLOCK_TOKENS = 16
 PAGEABLE_FACTOR = 0.5
-PCIE_X16_BYTES_PER_S: Mapping[int, float] = MappingProxyType({4: 32 * GB, 5: 64 * GB})
+PCIE_X16_BYTES_PER_S: Mapping[int, float] = MappingProxyType({4: 32 * GB, 5: 64 * GB, 6: 128 * GB})
 PATH_KINDS: tuple[str, ...] = ("nvlink", "pcie-p2p", "rdma", "staged", "link-class")
 # a worker's GPUs ↔ host memory (swap, cache tiers), ↔ its NIC (remote cache store)
 # and an EP unit's all-to-all between its nodes
@@ -225,9 +225,12 @@ def _hardware(cfg: FabricTopologyConfig, gpu: str | None) -> _NodeHw:
         nvl = spec.nvlink_bytes_per_s if spec else _GENERIC["nvlink"]
     if cfg.pcie.gb_per_s is not None:
         pcie = cfg.pcie.gb_per_s * GB
+    elif cfg.pcie.gen is not None:
+        pcie = PCIE_EFFICIENCY * PCIE_X16_BYTES_PER_S[cfg.pcie.gen]
+    elif spec is not None:  # the catalog's x16 rate, as disaggsim.costmodel.kv reads it
+        pcie = PCIE_EFFICIENCY * spec.pcie_bytes_per_s
     else:
-        gen = cfg.pcie.gen or (spec.pcie_gen if spec else int(_GENERIC["pcie_gen"]))
-        pcie = PCIE_EFFICIENCY * PCIE_X16_BYTES_PER_S[gen]
+        pcie = PCIE_EFFICIENCY * PCIE_X16_BYTES_PER_S[int(_GENERIC["pcie_gen"])]
     nic = 0.0
     if cfg.nic is not None:
         nic = cfg.nic.bytes_per_s or (spec.nic_bytes_per_s if spec else _GENERIC["nic"])
