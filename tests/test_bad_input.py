@@ -345,6 +345,11 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "mix_shift: {at_s: 60, prompt_tokens: {dist: fixed, value: 100}}"}), ["compare", DISAGG,
      "--rate-lo", "1", "--rate-hi", "4", "--quiet", "--no-plots"],
      "workload.mix_shift.at_s = 60 s: a goodput search"),
+    # ---- a pool section of the other architecture, named before its own fields
+    ("pool-on-disaggregated", _nothing, sets("pool.num_workers=3"),
+     "disagg.yaml: architecture disaggregated takes prefill_pool/decode_pool, not pool"),
+    ("prefill-pool-on-colocated", _nothing, sets("prefill_pool.num_workers=2", scenario=COLOC),
+     "coloc.yaml: architecture colocated takes pool, not prefill_pool/decode_pool"),
     ("run-unknown-flag", _nothing, run_args("--gpus", "4"),
      "unrecognized arguments: --gpus 4"),
     # ---- plan budgets

@@ -319,23 +319,34 @@ class Scenario(_Model):
             )
         return name
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pool_keys_match_architecture(cls, data: Any) -> Any:
+        """The pool sections of the other architecture are named before their own fields
+        are checked (``--set pool.num_workers=3`` on a disaggregated scenario was
+        reported as ``pool.gpu: required key is missing``)."""
+        if isinstance(data, dict):
+            arch = data.get("architecture")
+            if arch == "disaggregated" and data.get("pool") is not None:
+                raise ValueError(
+                    "architecture disaggregated takes prefill_pool/decode_pool, not pool"
+                )
+            split = [k for k in ("prefill_pool", "decode_pool") if data.get(k) is not None]
+            if arch == "colocated" and split:
+                raise ValueError("architecture colocated takes pool, not prefill_pool/decode_pool")
+        return data
+
     @model_validator(mode="after")
     def _pools_match_architecture(self) -> Scenario:
         if self.architecture == "disaggregated":
             if self.prefill_pool is None or self.decode_pool is None:
                 raise ValueError("architecture disaggregated needs prefill_pool and decode_pool")
-            if self.pool is not None:
-                raise ValueError(
-                    "architecture disaggregated takes prefill_pool/decode_pool, not pool"
-                )
             for key, p in (("prefill_pool", self.prefill_pool), ("decode_pool", self.decode_pool)):
                 if p.scheduler is not None:
                     raise ValueError(f"{key}.scheduler is only for colocated pools")
         else:
             if self.pool is None:
                 raise ValueError("architecture colocated needs pool")
-            if self.prefill_pool is not None or self.decode_pool is not None:
-                raise ValueError("architecture colocated takes pool, not prefill_pool/decode_pool")
             if self.pool.scheduler is None:
                 raise ValueError(
                     "pool.scheduler is required for colocated pools (allowed: vllm, chunked)"
