@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from disaggsim.config.bounds import MAX_WORKERS_PER_POOL, check_magnitudes
+from disaggsim.config.bounds import MAX_WORKERS_PER_POOL, ConfigModel
 
 Role = Literal["prefill", "decode", "colocated"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "colocated")
@@ -28,16 +28,7 @@ NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _numbers_in_range(self):
-        check_magnitudes(self)
-        return self
-
-
-class TargetSettings(_Frozen):
+class TargetSettings(ConfigModel):
     """Kubernetes HPA: ``desired = ceil(in_service × signal / target_value)``, unchanged
     while ``|signal / target_value − 1| <= tolerance``."""
 
@@ -48,7 +39,7 @@ class TargetSettings(_Frozen):
     tolerance: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.1
 
 
-class SloSettings(_Frozen):
+class SloSettings(ConfigModel):
     """Predict TTFT/ITL p99 from the queue, the batch and the cost model, and keep the
     predictions under ``margin × SLO`` (the scenario's ``slo.ttft_ms`` / ``slo.itl_ms``)."""
 
@@ -60,7 +51,7 @@ class SloSettings(_Frozen):
     """Decode: KV tokens held (running + waiting) at most this share of the pool's KV."""
 
 
-class PoolAutoscaleConfig(_Frozen):
+class PoolAutoscaleConfig(ConfigModel):
     """Autoscaling of one pool."""
 
     min_workers: int = Field(ge=1, le=MAX_WORKERS_PER_POOL)
@@ -100,7 +91,7 @@ class PoolAutoscaleConfig(_Frozen):
         return self.weights_load_gb_per_s * 1e9
 
 
-class AutoscaleConfig(_Frozen):
+class AutoscaleConfig(ConfigModel):
     """The ``autoscale:`` section: a pool without an entry keeps its ``num_workers``."""
 
     prefill: PoolAutoscaleConfig | None = None

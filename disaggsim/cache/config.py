@@ -24,44 +24,41 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
+from disaggsim.config.bounds import ConfigModel
 from disaggsim.errors import UserError
 from disaggsim.units import GiB
 
 NonNegativeGiB = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DramTier(_Frozen):
+class DramTier(ConfigModel):
     """Host DRAM of each node, shared by the workers on it (LRU; blocks evicted from HBM
     are demoted here)."""
 
     capacity_gib_per_node: NonNegativeGiB
 
 
-class RemoteTier(_Frozen):
+class RemoteTier(ConfigModel):
     """A store shared by every worker (Mooncake-Store-like; LRU when bounded; every
     newly computed block is written through to it)."""
 
     capacity_gib: NonNegativeGiB | Literal["unbounded"]
 
 
-class CacheTiers(_Frozen):
+class CacheTiers(ConfigModel):
     dram: DramTier | None = None
     remote: RemoteTier | None = None
 
 
-class CacheRouting(_Frozen):
+class CacheRouting(ConfigModel):
     overlap_weight: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
     """Weight of the prefill term in the cache_aware router's cost (Dynamo's
     ``--kv-overlap-score-weight``, default 1.0)."""
 
 
-class CacheConfig(_Frozen):
+class CacheConfig(ConfigModel):
     policy: Literal["lru", "radix"] = "radix"
     tiers: CacheTiers = CacheTiers()
     routing: CacheRouting = CacheRouting()
@@ -125,4 +122,7 @@ def validate_cache_section(raw: Any, source: str) -> CacheConfig:
             "greater_than_equal",
         ):
             msg = f"{e.get('input')!r} is not a capacity: give GiB (a finite number >= 0) or unbounded"
+        elif msg.startswith("Value error, "):  # a model's own check ("field: problem")
+            field, _, rest = msg[len("Value error, ") :].partition(": ")
+            key, msg = (f"{key}.{field}", rest) if rest else (key, field)
         raise UserError(f"{source}: {key}: {msg}") from None

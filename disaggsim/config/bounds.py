@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel, ConfigDict, model_validator
+
 if TYPE_CHECKING:
     from disaggsim.workload.config import WorkloadConfig
 
@@ -93,6 +95,20 @@ def expected_requests(workload: WorkloadConfig, duration_s: float) -> float:
     if workload.num_requests is not None:
         n = min(n, workload.num_requests)
     return n if math.isfinite(n) else math.inf
+
+
+class ConfigModel(BaseModel):
+    """Base of every scenario config model (the scenario, its pools, fabric, workload,
+    autoscale, cache and MoE sections): frozen, unknown keys refused, every number
+    finite (``.inf``/``.nan`` are one-line errors naming the field) and within
+    :data:`MAX_NUMBER` (:func:`check_magnitudes`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self) -> ConfigModel:
+        check_magnitudes(self)
+        return self
 
 
 def check_magnitudes(model: object) -> None:

@@ -12,19 +12,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
-from disaggsim.config.bounds import MAX_GPUS, check_magnitudes
+from disaggsim.config.bounds import MAX_GPUS, ConfigModel
 
 
-class MoeOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _numbers_in_range(self) -> MoeOptions:
-        check_magnitudes(self)
-        return self
-
+class MoeOptions(ConfigModel):
     redundant_experts: int | None = Field(
         default=None,
         ge=0,

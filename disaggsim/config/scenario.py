@@ -12,8 +12,6 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -35,7 +33,7 @@ from disaggsim.config.bounds import (
     MAX_SEED,
     MAX_TP,
     MAX_WORKERS_PER_POOL,
-    check_magnitudes,
+    ConfigModel,
     expected_requests,
     fmt,
 )
@@ -64,17 +62,7 @@ AttentionBackend = Literal[
 ]
 
 
-class _Model(BaseModel):
-    # Every number finite (``.inf``/``.nan`` are one-line errors naming the field).
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _numbers_in_range(self):
-        check_magnitudes(self)
-        return self
-
-
-class PoolConfig(_Model):
+class PoolConfig(ConfigModel):
     """A pool of identical workers; a worker is a TP group holding one copy of the weights."""
 
     gpu: str = Field(description="GPU id from the catalog, e.g. h100-sxm")
@@ -117,7 +105,7 @@ class PoolConfig(_Model):
         return self.tp * self.dp
 
 
-class FabricConfig(_Model):
+class FabricConfig(ConfigModel):
     """The link between prefill and decode pools (one class for all pairs, no contention:
     each handoff takes size / bandwidth + latency). ``kind: topology`` instead describes
     nodes, NVLink, NICs and placement with shared links (disaggsim.fabric)."""
@@ -144,7 +132,7 @@ FabricSection = Annotated[
 ]
 
 
-class RouterConfig(_Model):
+class RouterConfig(ConfigModel):
     prefill_policy: Literal["round_robin", "least_tokens", "shortest_queue", "cache_aware"] = Field(
         default="least_tokens",
         description="cache_aware (with a cache: section): Dynamo's KV-router cost, cached "
@@ -172,7 +160,7 @@ class RouterConfig(_Model):
     )
 
 
-class KvConfig(_Model):
+class KvConfig(ConfigModel):
     """Paged KV memory on every worker."""
 
     block_tokens: int = Field(default=16, description="tokens per KV block: a power of two, 1-256")
@@ -194,19 +182,19 @@ class KvConfig(_Model):
         return b
 
 
-class WorkerFailureConfig(_Model):
+class WorkerFailureConfig(ConfigModel):
     at_s: float = Field(ge=0.0)
     worker: str = Field(pattern=r"^(prefill|decode|colocated):[0-9]+$", description="e.g. decode:0")
     repair_s: float = Field(default=0.0, ge=0.0, description="added to the restart delay")
 
 
-class RandomFailureConfig(_Model):
+class RandomFailureConfig(ConfigModel):
     pool: Literal["prefill", "decode", "colocated"]
     mtbf_s: float = Field(gt=0.0, description="mean time between failures of each worker")
     mttr_s: float = Field(gt=0.0, description="mean repair time before the restart")
 
 
-class LinkFailureConfig(_Model):
+class LinkFailureConfig(ConfigModel):
     start_s: float = Field(ge=0.0)
     duration_s: float = Field(gt=0.0)
     factor: float = Field(default=0.0, ge=0.0, lt=1.0, description="bandwidth share; 0 = outage")
@@ -218,7 +206,7 @@ class LinkFailureConfig(_Model):
     )
 
 
-class FailuresConfig(_Model):
+class FailuresConfig(ConfigModel):
     workers: list[WorkerFailureConfig] = []
     random: list[RandomFailureConfig] = []
     links: list[LinkFailureConfig] = []
@@ -226,7 +214,7 @@ class FailuresConfig(_Model):
     weights_load_gb_per_s: float = Field(default=5.0, gt=0.0, description="per GPU, GB = 1e9 B")
 
 
-class SloConfig(_Model):
+class SloConfig(ConfigModel):
     """Per-request targets; a request attains the SLO when it meets both."""
 
     ttft_ms: float = Field(gt=0.0)
@@ -249,7 +237,7 @@ class SloConfig(_Model):
         return self.itl_ms * 1e-3
 
 
-class SimConfig(_Model):
+class SimConfig(ConfigModel):
     duration_s: float = Field(
         gt=0.0, le=MAX_DURATION_S, description="requests arrive in [0, duration_s)"
     )
@@ -272,7 +260,7 @@ class SimConfig(_Model):
         return self
 
 
-class Scenario(_Model):
+class Scenario(ConfigModel):
     name: str = Field(
         default="scenario",
         max_length=100,

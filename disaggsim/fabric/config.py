@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from disaggsim.config.bounds import MAX_GPUS_PER_NODE, MAX_NODES, check_magnitudes
+from disaggsim.config.bounds import MAX_GPUS_PER_NODE, MAX_NODES, ConfigModel
 from disaggsim.errors import UserError
 from disaggsim.units import GB, GBIT, US
 
@@ -28,16 +28,7 @@ __all__ = [
 ]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _numbers_in_range(self):
-        check_magnitudes(self)
-        return self
-
-
-class NicConfig(_Model):
+class NicConfig(ConfigModel):
     """Network interfaces of a node. Give at most one of ``gb_per_s``/``gbit_per_s``
     (per direction, per NIC); without either, the GPU catalog's NIC rate is used."""
 
@@ -69,7 +60,7 @@ class NicConfig(_Model):
         return self.latency_us * US
 
 
-class PcieConfig(_Model):
+class PcieConfig(ConfigModel):
     """Each GPU's host link. ``gb_per_s`` is the effective per-direction rate (protocol
     overhead included); without it, 0.75 × the x16 rate of ``gen`` (Gen4 32 GB/s, Gen5
     64 GB/s, Gen6 128 GB/s) or, without ``gen``, of the GPU catalog's ``pcie_gb_per_s``:
@@ -84,7 +75,7 @@ class PcieConfig(_Model):
         return self.latency_us * US
 
 
-class PlacementConfig(_Model):
+class PlacementConfig(ConfigModel):
     """Which GPUs of which node each worker occupies.
 
     ``pack``: workers fill nodes in pool order (prefill, then decode); ``spread``: each
@@ -101,7 +92,7 @@ class PlacementConfig(_Model):
     )
 
 
-class FabricTopologyConfig(_Model):
+class FabricTopologyConfig(ConfigModel):
     """A cluster of nodes with ``gpus_per_node`` GPUs, an NVLink domain per node, NICs
     and PCIe links; see docs/fabric.md for the path each transfer takes."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from disaggsim.config.bounds import (
     LOGNORMAL_TAIL_SIGMAS,
@@ -21,7 +21,7 @@ from disaggsim.config.bounds import (
     MAX_REQUESTS,
     MAX_TOKENS,
     MAX_TOOL_CALLS,
-    check_magnitudes,
+    ConfigModel,
 )
 
 PresetName = Literal[
@@ -42,26 +42,17 @@ RequestCount = Annotated[int, Field(ge=1, le=MAX_REQUESTS)]
 Burstiness = Annotated[float, Field(gt=0, le=MAX_BURSTINESS_CV, allow_inf_nan=False)]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _numbers_in_range(self):
-        check_magnitudes(self)
-        return self
-
-
 # ---------------------------------------------------------------- length distributions
 
 
-class FixedLengths(_Frozen):
+class FixedLengths(ConfigModel):
     """Every request has exactly ``value`` tokens."""
 
     dist: Literal["fixed"]
     value: TokenCount
 
 
-class UniformLengths(_Frozen):
+class UniformLengths(ConfigModel):
     """Integers uniform on ``[low, high]``, both ends included."""
 
     dist: Literal["uniform"]
@@ -75,7 +66,7 @@ class UniformLengths(_Frozen):
         return self
 
 
-class LognormalLengths(_Frozen):
+class LognormalLengths(ConfigModel):
     """``median * exp(sigma * Z)``, Z standard normal, rounded to the nearest integer and
     clipped to ``[min, max]`` (``max`` omitted: no upper clip)."""
 
@@ -101,7 +92,7 @@ class LognormalLengths(_Frozen):
         return self
 
 
-class EmpiricalLengths(_Frozen):
+class EmpiricalLengths(ConfigModel):
     """Piecewise-linear inverse CDF through ``[q, value]`` points: q strictly increasing
     from 0 to 1, values non-decreasing and >= 1. A draw is ``interp(U, q, value)``
     rounded to the nearest integer."""
@@ -174,7 +165,7 @@ length distribution. The router and the KV admission plan on it; the realised re
 # ---------------------------------------------------------------- rate shapes
 
 
-class DiurnalRate(_Frozen):
+class DiurnalRate(ConfigModel):
     """``rate(t) = mean_per_s * (1 + amplitude * cos(2 pi (t - phase_s) / period_s))``:
     a sinusoidal day whose peak, ``mean_per_s * (1 + amplitude)``, falls at ``phase_s``
     (and every ``period_s`` after it). Arrivals invert its integral exactly."""
@@ -186,7 +177,7 @@ class DiurnalRate(_Frozen):
     phase_s: Annotated[float, Field(allow_inf_nan=False)] = 0.0
 
 
-class StepRate(_Frozen):
+class StepRate(ConfigModel):
     """``base_per_s``, then ``burst_per_s`` during ``[start_s, start_s + duration_s)``,
     then ``base_per_s`` again: the rate_schedule ``[[0, base], [start_s, burst],
     [start_s + duration_s, base]]``."""
@@ -213,17 +204,17 @@ RateShape = Annotated[DiurnalRate | StepRate, Field(discriminator="kind")]
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class FixedDuration(_Frozen):
+class FixedDuration(ConfigModel):
     dist: Literal["fixed"]
     value_s: NonNegativeSeconds
 
 
-class ExponentialDuration(_Frozen):
+class ExponentialDuration(ConfigModel):
     dist: Literal["exponential"]
     mean_s: PositiveFloat
 
 
-class UniformDuration(_Frozen):
+class UniformDuration(ConfigModel):
     dist: Literal["uniform"]
     low_s: NonNegativeSeconds
     high_s: NonNegativeSeconds
@@ -237,7 +228,7 @@ class UniformDuration(_Frozen):
         return self
 
 
-class LognormalDuration(_Frozen):
+class LognormalDuration(ConfigModel):
     """``median_s * exp(sigma * Z)``, Z standard normal."""
 
     dist: Literal["lognormal"]
@@ -265,7 +256,7 @@ def min_length(dist: FixedLengths | UniformLengths | LognormalLengths | Empirica
     raise TypeError(f"unknown length distribution {dist!r}")
 
 
-class MixShift(_Frozen):
+class MixShift(ConfigModel):
     """From ``at_s`` on, lengths come from new distributions: a request arriving at or
     after ``at_s`` draws its prompt (output) length from ``prompt_tokens``
     (``output_tokens``); an omitted one keeps the workload's distribution."""
@@ -293,7 +284,7 @@ def _check_cv_needs_gamma(arrival: str | None, burstiness_cv: float | None) -> N
         )
 
 
-class SyntheticWorkload(_Frozen):
+class SyntheticWorkload(ConfigModel):
     """Arrivals from a Poisson or gamma renewal process at ``rate_per_s`` (or following
     the piecewise-constant ``rate_schedule``, or a ``rate_shape``), lengths from two
     distributions (which may change once, at ``mix_shift.at_s``)."""
@@ -357,7 +348,7 @@ def _check_schedule(schedule: tuple[tuple[float, float], ...]) -> None:
         raise ValueError("rate_schedule needs at least one rate_per_s > 0")
 
 
-class PresetWorkload(_Frozen):
+class PresetWorkload(ConfigModel):
     """A shipped preset: lengths drawn from quantiles measured on a real trace, arrivals
     a renewal process whose gaps are drawn from the trace's measured gap distribution,
     at the measured mean rate, unless overridden."""
@@ -383,7 +374,7 @@ class PresetWorkload(_Frozen):
         return self
 
 
-class TraceWorkload(_Frozen):
+class TraceWorkload(ConfigModel):
     """Replay of a trace file (Azure LLM inference CSV or Mooncake JSONL): the window
     ``[start_s, start_s + window_s)`` of trace time (offsets from the first arrival),
     shifted to start at 0 and compressed by ``rate_scale``."""
@@ -421,7 +412,7 @@ class TraceWorkload(_Frozen):
         return self
 
 
-class AgentLoop(_Frozen):
+class AgentLoop(ConfigModel):
     """Tool calls inside each user turn: after the user's message the model calls a tool
     (a short output), the tool's result is appended, and the model is asked again, until
     it answers. The number of tool calls per turn is geometric on {0, 1, ...} with mean
@@ -447,7 +438,7 @@ class AgentLoop(_Frozen):
         return self
 
 
-class SessionWorkload(_Frozen):
+class SessionWorkload(ConfigModel):
     """Multi-turn sessions with growing context (``sessions.py``): sessions start at
     ``rate_per_s`` (or ``rate_schedule`` / ``rate_shape``); each has ``turns`` user
     turns; a turn appends a user message and, after any agent tool loop, an answer; the
