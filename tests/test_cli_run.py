@@ -245,3 +245,23 @@ def test_run_notes_workload_changes_after_the_arrivals_end(tmp_path, capsys):
     path.write_text(yaml.safe_dump(raw))
     assert main(["run", str(path), "--out", str(tmp_path / "q"), "--quiet", "--no-plots"]) == 0
     assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+
+
+def test_run_notes_a_request_cap_not_reached(tmp_path, capsys):
+    """``workload.num_requests`` caps the arrivals; when the run's duration ends them
+    first, the run says how many arrived (the summary counts only measured ones)."""
+    scenario = str(REPO / "scenarios" / "ci" / "disaggregated.yaml")
+    cut = ["--set", "sim.duration_s=30", "--set", "sim.warmup_s=1", "--quiet", "--no-plots"]
+    argv = ["run", scenario, *cut, "--set", "workload.num_requests=5000"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+    arrived = len(pd.read_parquet(tmp_path / "a" / "requests.parquet"))
+    assert 20 < arrived < 5000
+    assert line == (
+        f"note: workload.num_requests = 5,000 was not reached: {arrived:,} requests arrived "
+        "before sim.duration_s = 30 s"
+    )
+    argv[-1] = "workload.num_requests=20"  # reached: no note
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 0
+    assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+    assert len(pd.read_parquet(tmp_path / "b" / "requests.parquet")) == 20

@@ -103,17 +103,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_summary(result.summary, f"{s.name} ({result.summary.architecture})", written.note())
     if trace is not None:
         print(f"trace {trace.note()}")
-    for line in run_notes(loaded, result.summary):
+    for line in run_notes(loaded, result.summary, len(result.requests)):
         print(line)
     return 0
 
 
-def run_notes(loaded: LoadedScenario, summary: Summary) -> list[str]:
+def run_notes(loaded: LoadedScenario, summary: Summary, num_generated: int) -> list[str]:
     """Lines about parts of the scenario that did not act as written: a bucketed trace
     replayed with its buckets kept, scheduled worker or link failures at or after the
     run's end (arrivals end at ``sim.duration_s`` and the run when the last request is
-    done, so a failure timed after that never happens), and workload changes timed at or
-    after ``sim.duration_s``."""
+    done, so a failure timed after that never happens), workload changes timed at or
+    after ``sim.duration_s``, and a ``workload.num_requests`` cap above the
+    ``num_generated`` requests that arrived before it."""
     from disaggsim.workload.config import TraceWorkload
     from disaggsim.workload.generate import kept_buckets_note
 
@@ -144,6 +145,12 @@ def run_notes(loaded: LoadedScenario, summary: Summary) -> list[str]:
         notes.append(
             f"note: {', '.join(unused)} did not apply: arrivals end at sim.duration_s = "
             f"{s.sim.duration_s:g} s"
+        )
+    cap = getattr(s.workload, "num_requests", None)
+    if cap is not None and num_generated < cap:
+        notes.append(
+            f"note: workload.num_requests = {cap:,} was not reached: {num_generated:,} "
+            f"requests arrived before sim.duration_s = {s.sim.duration_s:g} s"
         )
     return notes
 
