@@ -243,3 +243,19 @@ def test_arrival_check_rows(shared_data) -> None:
     assert minute[("`azure-conv-2023`", "modulated")] > 8.0
     assert minute[("`azure-conv-2023`", "empirical")] < 2.0
     assert minute[("`azure-conv-2023`", "trace, gaps shuffled")] < 2.0
+
+
+@pytest.mark.parametrize(
+    "arrival, stationary",
+    [(None, True), ("empirical", True), ("gamma", True), ("poisson", True), ("modulated", False)],
+)
+def test_modulated_presets_are_not_stationary_for_the_trend_test(arrival, stationary):
+    """``modulated`` follows the trace's per-minute rate, so the number waiting follows
+    the offered load and only the TTFT trend may judge a run (docs/metrics.md); the
+    renewal arrivals keep one rate and both signals."""
+    from disaggsim.metrics.steady import stationary_arrivals
+
+    raw = {"kind": "preset", "preset": "azure-conv-2023", "rate_per_s": 2.0}
+    if arrival is not None:
+        raw["arrival"] = arrival
+    assert stationary_arrivals(TypeAdapter(WorkloadConfig).validate_python(raw)) is stationary

@@ -211,11 +211,12 @@ def meets_slo(attainment: float, target: float, stable: bool) -> bool:
 
 def stationary_arrivals(workload) -> bool:
     """True when the offered load is constant by design: a synthetic or preset workload
-    at one ``rate_per_s`` with no rate schedule, rate shape or mix shift (a trace's rate
-    varies with the trace)."""
+    at one ``rate_per_s`` with no rate schedule, rate shape or mix shift, a preset's
+    arrivals other than ``modulated`` (which follow the trace's per-minute rate; a
+    trace's rate varies with the trace)."""
     kind = getattr(workload, "kind", None)
     if kind == "preset":
-        return True
+        return workload.arrival != "modulated"
     if kind != "synthetic":
         return False
     return (
