@@ -663,16 +663,31 @@ def write_engines(data_root: Path | None, out_dir: str | None = None) -> Path:
 # measured here, not shipped.
 EAGER_FORMS = ("additive", "overlap")
 EAGER_FORM_STARTS = 8  # deterministic multi-start of the non-smooth overlap fit
+# the overlap form with the prefill kernels scaled by (1 + s): the one form found that fits
+# every DistServe family within the p90 target in sample (not one of EAGER_FORMS' defaults)
+EAGER_OVERLAP_PREFILL = "overlap-prefill"
+_EAGER_FORM_PARAMS = {
+    "additive": ("per_iteration_s", "per_token_s", "per_layer_tp_s"),
+    "overlap": ("per_iteration_s", "per_token_s", "launch_per_layer_s", "sync_per_layer_tp_s"),
+    EAGER_OVERLAP_PREFILL: (
+        "per_iteration_s", "per_token_s", "launch_per_layer_s", "sync_per_layer_tp_s",
+        "prefill_kernel_scale",
+    ),
+}  # fmt: skip
+# starting scale of each parameter (seconds; the prefill scale a fraction)
+_EAGER_FORM_X0 = np.array([1e-2, 1e-4, 6e-4, 6e-4, 0.6])
 
 
 def eager_parts(data_root: Path, profile: HardwareProfile | None = None) -> pd.DataFrame:
     """DistServe's 2023-vLLM points with the kernel time split into the per-layer part
-    (GEMMs, attention, element-wise, all-reduce: ``layer_kernels_s``, all layers) and the
-    rest (``lm_head_s``), from the step model with no engine overhead."""
+    (GEMMs, attention, element-wise, all-reduce: ``layer_kernels_s``, all layers; each part
+    apart in ``gemm_s``, ``attention_s``, ``elementwise_s``, ``allreduce_s``) and the rest
+    (``lm_head_s``), from the step model with no engine overhead; ``hidden`` is the
+    model's hidden size."""
     pts = eager_points(data_root)
     prof = profile or load_profile(EAGER_GPU)
     workers: dict[tuple[str, int], Any] = {}
-    out = np.zeros((len(pts), 4))
+    out = np.zeros((len(pts), 9))
     for i, r in enumerate(pts.to_dict("records")):
         key = (str(r["model"]), int(r["tp"]))
         if key not in workers:
@@ -691,10 +706,15 @@ def eager_parts(data_root: Path, profile: HardwareProfile | None = None) -> pd.D
             bd = w.breakdown(decode_batch=b, decode_context_tokens=b * n)
             tokens = b
         layer = bd.gemm_s + bd.attention_s + bd.elementwise_s + bd.allreduce_s
-        out[i] = (layer, bd.lm_head_s, tokens, w.model.num_layers)
+        out[i] = (
+            layer, bd.lm_head_s, tokens, w.model.num_layers, bd.gemm_s, bd.attention_s,
+            bd.elementwise_s, bd.allreduce_s, w.model.hidden,
+        )  # fmt: skip
     return pts.assign(
-        layer_kernels_s=out[:, 0], lm_head_s=out[:, 1], tokens=out[:, 2], num_layers=out[:, 3]
-    )
+        layer_kernels_s=out[:, 0], lm_head_s=out[:, 1], tokens=out[:, 2], num_layers=out[:, 3],
+        gemm_s=out[:, 4], attention_s=out[:, 5], elementwise_s=out[:, 6], allreduce_s=out[:, 7],
+        hidden=out[:, 8],
+    )  # fmt: skip
 
 
 def _eager_form_pred(form: str, theta: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
@@ -705,29 +725,32 @@ def _eager_form_pred(form: str, theta: np.ndarray, d: dict[str, np.ndarray]) -> 
             d["layer_k"] + d["lm"] + per_iter + per_token * d["tokens"]
             + layers * per_layer_tp * multi
         )  # fmt: skip
-    per_iter, per_token, launch, sync = theta
+    per_iter, per_token, launch, sync = theta[:4]
+    layer_k = d["layer_k"] * (1.0 + theta[4] * d["pre"]) if len(theta) > 4 else d["layer_k"]
     return (
         per_iter + per_token * d["tokens"] + d["lm"]
-        + layers * (np.maximum(d["layer_k"] / layers, launch) + sync * multi)
+        + layers * (np.maximum(layer_k / layers, launch) + sync * multi)
     )  # fmt: skip
 
 
 def _fit_eager_form(form: str, d: dict[str, np.ndarray], sel: np.ndarray) -> np.ndarray:
     meas = d["meas"]
-    n = 3 if form == "additive" else 4
+    n = len(_EAGER_FORM_PARAMS[form])
+    # parameters in units of 1e-4 s (the prefill scale in units of 0.1)
+    unit = np.array([1e-4, 1e-4, 1e-4, 1e-4, 0.1])[:n]
     starts = np.random.default_rng(0).uniform(0.0, 1.0, (EAGER_FORM_STARTS, n))
     best = None
     for s in starts:
-        x0 = s * np.array([1e-2, 1e-4, 6e-4, 6e-4][:n])
+        x0 = s * _EAGER_FORM_X0[:n]
         res = least_squares(
-            lambda t: _eager_form_pred(form, t * 1e-4, d)[sel] / meas[sel] - 1.0,
-            x0 / 1e-4,
+            lambda t: _eager_form_pred(form, t * unit, d)[sel] / meas[sel] - 1.0,
+            x0 / unit,
             bounds=(0.0, np.inf),
         )
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None
-    return np.asarray(best.x, float) * 1e-4
+    return np.asarray(best.x, float) * unit
 
 
 def eager_forms(
@@ -735,10 +758,12 @@ def eager_forms(
     profile: HardwareProfile | None = None,
     forms: tuple[str, ...] = EAGER_FORMS,
 ) -> dict[str, Any]:
-    """Each of ``forms`` (:data:`EAGER_FORMS`) fitted to the ``vllm-eager-2023`` fit rows:
-    its parameters (seconds), per-row APE (``ape``; ``lofo_ape`` from a refit without the
-    row's (model, TP) family) and their summaries (all rows, fit, held out, refit without
-    each family), as :func:`fit_engine` reports the shipped fit."""
+    """Each of ``forms`` (:data:`EAGER_FORMS`, or :data:`EAGER_OVERLAP_PREFILL`) fitted to
+    the ``vllm-eager-2023`` fit rows: its parameters (seconds; the prefill scale a
+    fraction), per-row APE (``ape``; ``lofo_ape`` from a refit without the row's (model, TP)
+    family) and their summaries (all rows, fit, held out, refit without each family), as
+    :func:`fit_engine` reports the shipped fit, plus the form fitted to every family
+    (``every_ape`` and its summary ``every_family_in_sample``)."""
     p = eager_parts(data_root, profile)
     d = {
         "layer_k": p["layer_kernels_s"].to_numpy(float),
@@ -747,6 +772,7 @@ def eager_forms(
         "layers": p["num_layers"].to_numpy(float),
         "multi": (p["tp"].to_numpy(int) > 1).astype(float),
         "meas": p["value_s"].to_numpy(float),
+        "pre": (p["metric"] == "prefill_step_s").to_numpy(float),
     }
     fit = (p["split"] == "fit").to_numpy()
     fam = (p["model"] + "|" + p["tp"].astype(str)).to_numpy()
@@ -759,10 +785,10 @@ def eager_forms(
             test = fam == f
             t_o = _fit_eager_form(form, d, fit & ~test)
             lofo[test] = ape(_eager_form_pred(form, t_o, d), d["meas"])[test]
-        names = (
-            ("per_iteration_s", "per_token_s", "per_layer_tp_s")
-            if form == "additive"
-            else ("per_iteration_s", "per_token_s", "launch_per_layer_s", "sync_per_layer_tp_s")
+        names = _EAGER_FORM_PARAMS[form]
+        # every family fitted, the held-out ones included: what the form reaches at all
+        every_ape = ape(
+            _eager_form_pred(form, _fit_eager_form(form, d, np.ones(len(p), bool)), d), d["meas"]
         )
         out[form] = {
             "params": dict(zip(names, (float(f"{v:.4g}") for v in theta), strict=True)),
@@ -778,6 +804,8 @@ def eager_forms(
                     ("held_out_by_family", np.ones(len(p), bool)),
                 )
             },
+            "every_ape": every_ape,
+            "every_family_in_sample": _stats(every_ape),
         }
     return out
 
@@ -1042,16 +1070,137 @@ def tp_allreduce_term(data_root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# Costs of the measured 2023 stack the shipped form lacks (eager_term_screen): each one
+# column added to the shipped overheads, with the mechanism it stands for. The Ray fan-out
+# is in the fork's LLMEngine._run_workers_in_batch (interestingLSY/vllm@2257483b,
+# vllm/engine/llm_engine.py): one ``worker.execute_method.remote`` per worker with the step's
+# arguments, then ``ray.get`` of every worker's output.
+EAGER_TERMS: dict[str, str] = {
+    "seqs x tp": "Ray fan-out: the step's sequence metadata pickled for every worker and "
+    "every worker's sampler output returned",
+    "tokens x tp": "the same for the prompt token ids in the metadata",
+    "layers x (tp - 1)": "per-layer all-reduce synchronisation growing with the ranks",
+    "layers x log2(tp)": "the same, growing as a tree",
+    "decode attention x s": "2023 PagedAttention decode kernels slower than the FlashAttention fit",
+    "all-reduce x s": "eager torch.distributed NCCL all-reduces slower than nccl-tests",
+    "element-wise x s": "eager unfused element-wise kernels (LayerNorm, ReLU, residual "
+    "adds) slower than the fit",
+    "prefill kernels x s": "slower prefill kernels (cause not identified)",
+    "tokens x layers x hidden": "per-token work every rank repeats, not sharded by TP",
+}
+EAGER_MODEL_SPLIT = ("opt-66b", "opt-13b")  # fit on the first model's fit rows, test the second
+
+
+def _eager_term_columns(p: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each :data:`EAGER_TERMS` column for the :func:`eager_parts` frame ``p`` (seconds per
+    unit of its parameter: a host time per unit, or a fraction of a kernel part)."""
+    tp = p["tp"].to_numpy(float)
+    layers, tokens = p["num_layers"].to_numpy(float), p["tokens"].to_numpy(float)
+    pre = (p["metric"] == "prefill_step_s").to_numpy()
+    return {
+        "seqs x tp": p["batch"].to_numpy(float) * tp,
+        "tokens x tp": tokens * tp,
+        "layers x (tp - 1)": layers * (tp - 1.0),
+        "layers x log2(tp)": layers * np.log2(tp),
+        "decode attention x s": np.where(pre, 0.0, p["attention_s"].to_numpy(float)),
+        "all-reduce x s": p["allreduce_s"].to_numpy(float),
+        "element-wise x s": p["elementwise_s"].to_numpy(float),
+        "prefill kernels x s": np.where(
+            pre, p["layer_kernels_s"].to_numpy(float) + p["lm_head_s"].to_numpy(float), 0.0
+        ),
+        "tokens x layers x hidden": tokens * layers * p["hidden"].to_numpy(float),
+    }
+
+
+def eager_term_screen(data_root: Path, profile: HardwareProfile | None = None) -> pd.DataFrame:
+    """A diagnostic, not shipped: each :data:`EAGER_TERMS` cost added, one at a time, to the
+    shipped ``vllm-eager-2023`` overheads (non-negative least squares of the relative
+    error, :func:`solve`), then all of them at once. Per form: the new term's fitted value
+    (``coef``: seconds per unit, or a fraction of the kernel part), median / p90 APE over
+    all rows and the held-out families (fitted on the fit families), p90 with each family
+    refitted without it, p90 on OPT-13B fitted on OPT-66B's fit families alone
+    (:data:`EAGER_MODEL_SPLIT`), and the in-sample p90 when every family is fitted (what the
+    form can reach on these curves at all)."""
+    p = eager_parts(data_root, profile)
+    f = features(eager_points(data_root), {EAGER_GPU: profile} if profile is not None else None)
+    kern = f["kernels_s"].to_numpy(float)
+    base = f[[f"x_{k}" for k in PARAM_KEYS]].to_numpy(float)
+    meas = f["value_s"].to_numpy(float)
+    fit = (f["split"] == "fit").to_numpy()
+    fam = (f["model"] + "|" + f["tp"].astype(str)).to_numpy()
+    model = f["model"].to_numpy()
+    train_m, test_m = EAGER_MODEL_SPLIT
+    cols = _eager_term_columns(p)
+    every = np.ones(len(f), bool)
+
+    def score(name: str, x: np.ndarray, n_new: int) -> dict[str, Any]:
+        theta = solve(kern[fit], x[fit], meas[fit])
+        a = ape(kern + x @ theta, meas)
+        lofo = np.empty(len(a))
+        for fa in np.unique(fam):
+            t, tr = fam == fa, fit & (fam != fa)
+            lofo[t] = ape(kern + x @ solve(kern[tr], x[tr], meas[tr]), meas)[t]
+        tr = fit & (model == train_m)
+        cross = ape(kern + x @ solve(kern[tr], x[tr], meas[tr]), meas)[model == test_m]
+        ins = ape(kern + x @ solve(kern, x, meas), meas)
+        return {
+            "form": name,
+            # below a picosecond (per unit) or 1e-12 (a fraction) the solver's zero
+            "coef": (float(theta[-1]) if theta[-1] >= 1e-12 else 0.0) if n_new else float("nan"),
+            "all": float(np.median(a)), "all_p90": float(np.percentile(a, 90)),
+            "held_out": float(np.median(a[~fit])),
+            "held_out_p90": float(np.percentile(a[~fit], 90)),
+            "by_family_p90": float(np.percentile(lofo, 90)),
+            f"{test_m}_from_{train_m}_p90": float(np.percentile(cross, 90)),
+            "every_family_in_sample_p90": float(np.percentile(ins[every], 90)),
+        }  # fmt: skip
+
+    rows = [score("shipped", base, 0)]
+    for name, col in cols.items():
+        rows.append(score(f"+ {name}", np.c_[base, col], 1))
+    rows.append(score("+ every term", np.c_[base, np.column_stack(list(cols.values()))], 0))
+    return pd.DataFrame(rows)
+
+
+def eager_p90_points(data_root: Path) -> pd.DataFrame:
+    """Where the shipped ``vllm-eager-2023`` profile's p90 comes from: the DistServe points at
+    or above the all-rows 90th-percentile APE, grouped by (model, TP, phase, batch range),
+    with their count, how many lie in DistServe's profiled grid (:func:`in_profiled_domain`)
+    and the range of measured / predicted."""
+    r = fit_all(data_root)["vllm-eager-2023"]["rows"]
+    r = r[r["source"] == f"distserve-{EAGER_FILE}"].reset_index(drop=True)
+    a = r["ape"].to_numpy(float)
+    top = r[a >= np.percentile(a, 90)].copy()
+    top["inside"] = in_profiled_domain(top)
+    top["phase"] = np.where(top["metric"] == "prefill_step_s", "prefill", "decode")
+    top["ratio"] = top["value_s"] / top["pred_s"]
+    b = top["batch"].to_numpy(int)
+    top["batches"] = np.where(b <= 8, "1-8", np.where(b <= 64, "16-64", "128-256"))
+    top["tokens"] = top["batch"] * top["isl"]
+    g = top.groupby(["model", "tp", "phase", "batches"], sort=True)
+    return g.agg(
+        n=("ratio", "size"),
+        in_grid=("inside", "sum"),
+        min_tokens=("tokens", "min"),
+        max_tokens=("tokens", "max"),
+        measured_over_predicted_min=("ratio", "min"),
+        measured_over_predicted_max=("ratio", "max"),
+    ).reset_index()
+
+
 def print_eager_forms(data_root: Path) -> int:
     """``--eager-forms``: :func:`eager_forms` and :func:`curve_checks`, printed."""
     try:
-        forms = eager_forms(data_root)
+        forms = eager_forms(data_root, forms=(*EAGER_FORMS, EAGER_OVERLAP_PREFILL))
         checks = curve_checks(data_root, get_gpu(EAGER_GPU).hbm_bytes_per_s)
     except UserError as e:
         print(f"engines: error: {e}", file=sys.stderr)
         return 2
     for form, f in forms.items():
-        prm = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in f["params"].items())
+        prm = ", ".join(
+            f"{k} {v:.3f}" if k == "prefill_kernel_scale" else f"{k} {v * 1e6:.1f} us"
+            for k, v in f["params"].items()
+        )
         print(f"vllm-eager-2023 {form}: {prm}")
         _print_parts(f)
     every = eager_fit_every_family(data_root)
@@ -1093,6 +1242,28 @@ def print_eager_forms(data_root: Path) -> int:
         "families, carried to 2023 vLLM (overheads refitted); median / p90 APE:"
     )
     print(ar.round(4).to_string(index=False))
+    try:
+        top = eager_p90_points(data_root)
+        screen = eager_term_screen(data_root)
+    except UserError as e:
+        print(f"engines: error: {e}", file=sys.stderr)
+        return 2
+    print(
+        "Where the shipped profile's p90 comes from: points at or above the all-rows p90 APE, "
+        "by (model, TP, phase, batch range); tokens = batch x prompt or context length:"
+    )
+    print(top.round(3).to_string(index=False))
+    print(
+        "Costs of the 2023 stack added to the shipped form, one at a time, then all (not "
+        "shipped); coef in seconds per unit or a fraction of the kernel part; APE median / p90:"
+    )
+    for name, what in EAGER_TERMS.items():
+        print(f"  {name}: {what}")
+    print(
+        screen.round(4)
+        .assign(coef=[f"{c:.3g}" if c == c else "" for c in screen["coef"]])
+        .to_string(index=False)
+    )
     print(
         f"DistServe points outside the profiled grid (distserve_harness.json): "
         f"{int((~inside).sum())} of {len(pts)} (OPT-66B TP8, absent from the published grid, "
@@ -1103,8 +1274,11 @@ def print_eager_forms(data_root: Path) -> int:
 
 def _print_parts(form: dict) -> None:
     """One line per error part of an eager form (all rows, fit, hold-out, held out by
-    family): count, median and 90th-percentile absolute percentage error."""
-    for part in ("all", "fit", "holdout", "held_out_by_family"):
+    family, and every family fitted in sample where the form has it): count, median and
+    90th-percentile absolute percentage error."""
+    for part in ("all", "fit", "holdout", "held_out_by_family", "every_family_in_sample"):
+        if part not in form:
+            continue
         st = form[part]
         print(
             f"  {part:20s} n={st['n']:4d} median APE {100 * st['median_ape']:5.1f}% "

@@ -276,6 +276,8 @@ def test_engines_cli_rows_and_eager_forms(capsys) -> None:
     assert "vllm_minus_cxx_prefill_us_per_token" in out
     assert "prefill kernel scale (not shipped)" in out and "outside the profiled grid" in out
     assert "per-all-reduce cost c x g(tp) (not shipped)" in out
+    assert "vllm-eager-2023 overlap-prefill:" in out and "every_family_in_sample" in out
+    assert "Where the shipped profile's p90 comes from" in out and "+ every term" in out
 
 
 def test_harness_holds_distserve_published_grid() -> None:
@@ -403,6 +405,83 @@ def test_a_tp_growing_allreduce_cost_fits_the_cxx_engine_but_not_2023_vllm() -> 
         assert cxx["cxx_held_out"] < 0.5 * base["cxx_held_out"]
         assert cxx["vllm_held_out_p90"] > 0.3 and cxx["vllm_held_out"] > base["vllm_held_out"]
         assert t.loc[f"vLLM's own c x {g}", "c_us"] < 1e-3  # the solver's zero
+
+
+@needs_data
+def test_the_eager_p90_is_opt13b_tp4_and_no_screened_cost_of_the_2023_stack_closes_it() -> None:
+    # validation.md, vllm-eager-2023: the points at or above the all-rows p90 are mostly the
+    # held-out OPT-13B TP4 family (small-batch decode 1.35-1.40x too fast, long prefills
+    # 0.60-0.74x too slow), and most lie inside DistServe's profiled grid
+    top = engines.eager_p90_points(DATA)
+    n = int(top["n"].sum())
+    assert 40 <= n <= 46
+    tp4 = top[(top["model"] == "opt-13b") & (top["tp"] == 4)]
+    assert int(tp4["n"].sum()) > 0.7 * n
+    assert int(top["in_grid"].sum()) > 0.5 * n
+    small = tp4[(tp4["phase"] == "decode") & (tp4["batches"] == "1-8")].iloc[0]
+    assert 1.3 < small["measured_over_predicted_min"] <= small["measured_over_predicted_max"] < 1.45
+    # each cost of the 2023 stack added to the shipped form: none brings the all-rows p90
+    # within the 15% target, the held-out p90 stays above 25%, and even every term at once
+    # fitted to every family in sample stays above 15%
+    t = engines.eager_term_screen(DATA).set_index("form")
+    assert set(t.index) == {"shipped", "+ every term"} | {f"+ {k}" for k in engines.EAGER_TERMS}
+    assert t.loc["shipped", "all_p90"] == pytest.approx(0.2553, abs=5e-4)
+    assert (t["all_p90"] > 0.2).all() and (t["held_out_p90"] > 0.25).all()
+    assert (t["every_family_in_sample_p90"] > 0.15).all()
+    # the fit gives the Ray fan-out, the TP-growing sync and a slower decode kernel no weight
+    for k in ("seqs x tp", "layers x (tp - 1)", "layers x log2(tp)", "decode attention x s"):
+        assert t.loc[f"+ {k}", "coef"] == 0.0
+        assert t.loc[f"+ {k}", "all_p90"] == pytest.approx(t.loc["shipped", "all_p90"], abs=1e-3)
+
+
+def test_term_columns_by_hand() -> None:
+    p = pd.DataFrame(
+        {
+            "tp": [1, 4], "num_layers": [40.0, 64.0], "tokens": [2048.0, 8.0],
+            "metric": ["prefill_step_s", "decode_ctx_step_s"], "batch": [1, 8],
+            "attention_s": [1e-3, 2e-3], "allreduce_s": [0.0, 3e-3], "elementwise_s": [4e-3, 5e-4],
+            "layer_kernels_s": [0.1, 0.02], "lm_head_s": [1e-3, 2e-4], "hidden": [5120.0, 9216.0],
+        }
+    )  # fmt: skip
+    c = engines._eager_term_columns(p)
+    assert set(c) == set(engines.EAGER_TERMS)
+    np.testing.assert_allclose(c["seqs x tp"], [1.0, 32.0])
+    np.testing.assert_allclose(c["tokens x tp"], [2048.0, 32.0])
+    np.testing.assert_allclose(c["layers x (tp - 1)"], [0.0, 192.0])
+    np.testing.assert_allclose(c["layers x log2(tp)"], [0.0, 128.0])
+    np.testing.assert_allclose(c["decode attention x s"], [0.0, 2e-3])
+    np.testing.assert_allclose(c["prefill kernels x s"], [0.101, 0.0])
+    np.testing.assert_allclose(c["tokens x layers x hidden"], [2048 * 40 * 5120, 8 * 64 * 9216])
+
+
+def test_overlap_prefill_form_fit_recovers_a_known_scale() -> None:
+    # the overlap form with prefill kernels 1.3x: the fitter recovers all five parameters
+    rng = np.random.default_rng(2)
+    n = 300
+    layers = rng.choice([40.0, 64.0], n)
+    d = {
+        "layer_k": layers * rng.uniform(50e-6, 2e-3, n),
+        "lm": rng.uniform(1e-4, 1e-3, n),
+        "tokens": rng.integers(1, 4096, n).astype(float),
+        "layers": layers,
+        "multi": (rng.integers(1, 9, n) > 1).astype(float),
+        "pre": (rng.uniform(size=n) < 0.5).astype(float),
+    }
+    truth = np.array([2e-3, 40e-6, 300e-6, 150e-6, 0.3])
+    d["meas"] = engines._eager_form_pred(engines.EAGER_OVERLAP_PREFILL, truth, d)
+    theta = engines._fit_eager_form(engines.EAGER_OVERLAP_PREFILL, d, np.ones(n, bool))
+    np.testing.assert_allclose(theta, truth, rtol=1e-3)
+
+
+@needs_data
+def test_overlap_prefill_fits_every_family_in_sample_but_not_held_out() -> None:
+    # validation.md: the one form found that fits every DistServe family within the p90 target
+    # in sample; fitted on the fit families it keeps a held-out p90 above 25%
+    f = engines.eager_forms(DATA, forms=(engines.EAGER_OVERLAP_PREFILL,))
+    f = f[engines.EAGER_OVERLAP_PREFILL]
+    assert f["every_family_in_sample"]["p90_ape"] < 0.15
+    assert f["holdout"]["p90_ape"] > 0.25 and f["all"]["p90_ape"] > 0.15
+    assert 0.2 < f["params"]["prefill_kernel_scale"] < 0.35
 
 
 def test_engines_cli_eager_forms_without_data_is_one_line_error(tmp_path: Path, capsys) -> None:
