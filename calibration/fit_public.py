@@ -890,6 +890,23 @@ def decode_rates_by_group(data_root: Path, gpu: str) -> pd.DataFrame:
     return pd.DataFrame(g.round(2).unstack("q_per_kv"))
 
 
+def decode_fp8_over_bf16(data_root: Path, gpu: str) -> pd.DataFrame:
+    """Per framework and head dim: the median time of a decode-attention row with FP8 KV over
+    the same shape (batch, context, heads, KV heads) with bf16 KV, over shapes whose FP8
+    read is at least :data:`DECODE_RATE_MIN_BYTES` (0.5 if the FP8 kernel streamed its
+    half-size KV at the bf16 kernel's rate), with the shape counts."""
+    d = public.aic_decode_attention(data_root, gpu)
+    key = ["framework", "batch", "context_tokens", "heads", "kv_heads", "head_dim"]
+    t = d.groupby([*key, "dtype"])["t_s"].median().unstack("dtype")
+    if "fp8" not in t.columns or "bf16" not in t.columns:
+        raise UserError(f"{gpu}: no decode-attention shape timed with both bf16 and FP8 KV")
+    t = t.dropna(subset=["fp8", "bf16"]).reset_index()
+    nbytes = 2.0 * t["context_tokens"] * t["kv_heads"] * t["head_dim"]
+    big = t[nbytes >= DECODE_RATE_MIN_BYTES].assign(fp8_over_bf16=lambda x: x["fp8"] / x["bf16"])
+    g = big.groupby(["framework", "head_dim"])["fp8_over_bf16"].agg(["median", "size"])
+    return pd.DataFrame(g.round(3).unstack("head_dim"))
+
+
 PER_QUERY_HEAD_MIN_BYTES = 2e9  # query-head bytes (KV bytes x group) of a row compared
 
 
@@ -1424,12 +1441,18 @@ def main(argv: list[str] | None = None) -> int:
             rates = decode_rates(Path(args.data), args.decode_rates)
             by_group = decode_rates_by_group(Path(args.data), args.decode_rates)
             per_qh = per_query_head_rates(Path(args.data), args.decode_rates)
+            fp8_ratio = decode_fp8_over_bf16(Path(args.data), args.decode_rates)
         except UserError as e:
             print(f"fit_public: error: {e}", file=sys.stderr)
             return 2
         print(rates.to_string())
         print("\nper query heads per KV head (columns):")
         print(by_group.to_string())
+        print(
+            "\nFP8-KV time over bf16-KV time on the same shapes (FP8 reads >= "
+            f"{DECODE_RATE_MIN_BYTES / 1e6:.0f} MB; 0.5 = the bf16 rate on half the bytes):"
+        )
+        print(fp8_ratio.to_string())
         print(
             f"\ntrtllm rows beyond XQA (> {XQA_MAX_Q_PER_KV} query heads per KV head: one "
             "thread block per query head), query-head bytes and elements per second:"

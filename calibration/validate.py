@@ -259,7 +259,12 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   256 where its bf16 kernel streams 2.87-2.97 TB/s at all four; SGLang's FP8 kernel has
   the opposite trend (1.72 TB/s at 64, 2.54-2.75 at 192-256) and TensorRT-LLM's is flat
   (2.46-2.81) (`python -m calibration.fit_public --data ../shared/data --decode-rates
-  h100-sxm`). So the rate is a property of each framework's FP8 kernel instantiation per
+  h100-sxm`). Shape for shape (same batch, context and heads, FP8 reads of 500 MB or more;
+  same command, third table) vLLM's FP8-KV kernel takes 0.66, 0.57, 0.80 and 1.06× the time
+  of its bf16-KV kernel at head dim 64, 128, 192 and 256 — at 256 it is slower than bf16
+  while reading half the bytes — where TensorRT-LLM's takes 0.48-0.61× and SGLang's
+  0.57-0.83× (0.5: the bf16 rate on half the bytes). So the rate is a property of each
+  framework's FP8 kernel instantiation per
   head dim, not of FP8 KV or of the GPU; the roofline form has one bandwidth per KV dtype
   and a per-head-dim bandwidth would be a lookup table fitted to the scored rows, so none
   is added. The rate does not depend on how many query heads share a KV head (vLLM FP8 at

@@ -223,3 +223,18 @@ def test_decode_rates_fp8_kv_depends_on_head_dim_and_framework() -> None:
     assert sg[64.0] < sg[128.0] < sg[256.0]
     # bandwidths are physical: below the H100's 3.35 TB/s peak
     assert (r.stack().dropna() < 3.35).all()
+
+
+def test_vllm_fp8_kv_decode_is_no_faster_than_bf16_at_head_dim_256() -> None:
+    """docs/validation.md, FP8-KV decode: shape for shape, vLLM's FP8-KV kernel is slower than
+    its bf16-KV kernel at head dim 256 (half the bytes), TensorRT-LLM's and SGLang's FP8
+    kernels are not."""
+    from calibration.fit_public import decode_fp8_over_bf16
+
+    r = decode_fp8_over_bf16(DATA, "h100-sxm")
+    v, n = r["median"].loc["vllm"], r["size"].loc["vllm"]
+    assert v[256.0] > 1.0 > v[192.0] > v[64.0] > v[128.0] > 0.5
+    assert n[256.0] > 100 and n[192.0] > 20
+    for fw in ("trtllm", "sglang"):
+        m = r["median"].loc[fw][[64.0, 128.0, 192.0, 256.0]]
+        assert (m < 0.85).all() and (m > 0.45).all()
