@@ -39,6 +39,7 @@ from disaggsim.plan.search import (
     PlanOptions,
     _Evaluator,
     candidate_scenario,
+    headline_layouts,
     plan_families,
     tp_options,
     worker_layouts,
@@ -321,3 +322,27 @@ def test_typical_decode_batch_bisection_equals_the_scan():
                     break
                 scan = b
             assert typical_decode_batch(cost, ctx, ctx + 100, top, itl) == scan
+
+
+def test_headline_guess_is_the_best_pair_whose_decode_meets_the_itl():
+    """The plan's printed first guess took the smallest fitting TP for both pools: for
+    Llama-3.1-70B on 32 H100s at a 30 ms ITL its tp2 decode step at batch 1 already
+    missed the target, so the guess read 0.01 req/s per GPU (the simulated best: about
+    0.6). It is now the disaggregated family start with the highest analytic capacity."""
+    q = Question(
+        model="llama-3.1-70b", gpu="h100-sxm", gpus=32, isl="200", osl="2000", ttft_ms=1000,
+        itl_ms=30,
+    )  # fmt: skip
+    loaded = load_scenario(build_question(q))
+    lengths = sample_lengths(loaded)
+    fams, guesses = plan_families(loaded, 32, PlanOptions.quick(), lengths)
+    disagg = {c: g for c, g in guesses.items() if c.kind == "disaggregate"}
+    smallest = min(disagg.values(), key=lambda g: (g.prefill_tp + g.decode_tp, g.decode_tp))
+    assert (smallest.prefill_tp, smallest.decode_tp) == (2, 2)
+    assert smallest.decode_batch == 1 and smallest.decode_step_s > 0.030  # the old headline
+    pl, dl = headline_layouts(guesses, Layout(2))
+    top = next(g for g in disagg.values() if (g.prefill_layout, g.decode_layout) == (pl, dl))
+    assert top.capacity_per_gpu_per_s == max(g.capacity_per_gpu_per_s for g in disagg.values())
+    assert top.decode_step_s <= 0.030 and top.decode_batch > 8
+    assert top.capacity_per_gpu_per_s > 20 * smallest.capacity_per_gpu_per_s
+    assert headline_layouts({}, Layout(4)) == (Layout(4), Layout(4))

@@ -772,6 +772,20 @@ class _MoeBounds:
         return colocated_bound_per_gpu(cost.iteration_floor(), lay.gpus, tokens, self.work)
 
 
+def headline_layouts(
+    guesses: Mapping[Candidate, AnalyticGuess], fallback: Layout
+) -> tuple[Layout, Layout]:
+    """The prefill and decode layouts of the plan's headline guess (dense models): of
+    the disaggregated families' starts with the scenario's weights, the one with the
+    highest analytic capacity per GPU; ``fallback`` for both pools when there is none
+    (a budget too small to split)."""
+    pairs = [g for c, g in guesses.items() if c.kind == "disaggregate" and c.weight_dtype is None]
+    if not pairs:
+        return fallback, fallback
+    top = max(pairs, key=lambda g: g.capacity_per_gpu_per_s)
+    return top.prefill_layout, top.decode_layout
+
+
 def _disagg(n_p: int, pl: Layout, n_d: int, dl: Layout, dtype: str | None) -> Candidate:
     return Candidate(
         "disaggregate", n_p, pl.tp, n_d, dl.tp, weight_dtype=dtype,
@@ -1202,10 +1216,14 @@ def search(
             f"{s.model} with room for a p99 request's KV ({_p99_kv_tokens(lengths)} tokens): "
             f"it needs {need}"
         )
-    # the headline guess: the smallest fitting TP; MoE: the best-ranked layouts of each
-    # role that fit the budget together
+    fams, guesses = plan_families(loaded, budget, opts, lengths, requests)
+    # the headline guess (printed, and what the advisor's conditions read): dense, the
+    # disaggregated pair of layouts of the scenario's weights with the highest analytic
+    # capacity per GPU (the smallest TP's decode step can miss the ITL target at batch 1:
+    # 70B on H100 tp2 at a 30 ms target); MoE: the best-ranked layouts of each role that
+    # fit the budget together
     if not is_moe:
-        pl = dl = Layout(tps[0])
+        pl, dl = headline_layouts(guesses, Layout(tps[0]))
     else:
         pl, dl = next(
             ((a, b) for a in pre_lays for b in dec_lays if a.gpus + b.gpus <= budget),
@@ -1230,7 +1248,6 @@ def search(
             loaded, prefill_tp=pl, decode_tp=dl, lengths=lengths, prefill_budget_tokens=tokens,
             max_batch_seqs=seqs, hit_share=share, **sized,
         )  # fmt: skip
-    fams, guesses = plan_families(loaded, budget, opts, lengths, requests)
     counter = [0]
     explorer = _Evaluator(loaded, guesses, opts, executor, progress, "explore", counter=counter)
     found: OptimiseResult[Candidate] = optimise(
