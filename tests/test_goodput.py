@@ -5,6 +5,7 @@ Erlang's waiting-time distribution) and against the seed scenario's prefill capa
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -317,3 +318,103 @@ def test_seed_disaggregated_goodput_is_within_prefill_capacity():
     above = [e for e in g.evaluations if e.rate_per_s > capacity]
     assert above and not any(e.meets for e in above)
     assert math.isfinite(g.per_gpu_per_s) and g.num_gpus == 8
+
+
+# ------------------------------------------------------------------ scenario bounds
+
+
+def _fleet(workload: dict, num_workers: int, tp: int) -> dict:
+    """Llama-3.1-8B on ``num_workers`` B200 workers of ``tp`` GPUs (vllm)."""
+    return {
+        "name": "big-fleet",
+        "seed": 5,
+        "model": "llama-3.1-8b",
+        "architecture": "colocated",
+        "pool": {"gpu": "b200", "num_workers": num_workers, "tp": tp, "scheduler": "vllm"},
+        "fabric": {"link": "infiniband"},
+        "slo": {"ttft_ms": 200, "itl_ms": 20, "attainment_target": 0.9},
+        "workload": workload,
+        "sim": {"duration_s": 60, "warmup_s": 5},
+    }
+
+
+@pytest.mark.parametrize(
+    ("workload", "workers", "capacity_per_s"),
+    [
+        # 1024 x tp4 (4096 GPUs) at ~400 req/s each: ten service times of a run pass 2M
+        (
+            {
+                "kind": "synthetic",
+                "rate_per_s": 1000.0,
+                "prompt_tokens": {"dist": "fixed", "value": 100},
+                "output_tokens": {"dist": "fixed", "value": 50},
+            },
+            (1024, 4),
+            1.6e6,
+        ),
+        # the rate is of session starts, each 2,000 requests: 1,000 measured starts are 2M
+        (
+            {
+                "kind": "sessions",
+                "rate_per_s": 1.0,
+                "turns": {"dist": "fixed", "value": 2000},
+                "user_tokens": {"dist": "fixed", "value": 20},
+                "output_tokens": {"dist": "fixed", "value": 20},
+                "think_time_s": {"dist": "exponential", "mean_s": 1},
+            },
+            (64, 1),
+            20.0,
+        ),
+    ],
+    ids=["big-fleet", "long-sessions"],
+)
+def test_goodput_runs_stay_within_max_requests(monkeypatch, workload, workers, capacity_per_s):
+    """A goodput search whose run-length rule asks for more requests than a run may hold
+    (MAX_REQUESTS) shortens those runs and says so; it used to end with the bound's error
+    at the first such run (docs/safety.md). No simulation: each run meets the SLO below
+    ``capacity_per_s`` and its scenario must load (the bound is checked there)."""
+    from disaggsim.config.bounds import MAX_REQUESTS, expected_requests
+    from disaggsim.config.loader import load_scenario
+
+    seen: list[float] = []
+
+    def fake_run(task):
+        loaded = load_scenario(task.raw)
+        n = expected_requests(loaded.scenario.workload, loaded.scenario.sim.duration_s)
+        seen.append(n)
+        rate = task.raw["workload"]["rate_per_s"]
+        return _FakeSummary(1.0 if rate <= capacity_per_s else 0.5)
+
+    # the module (``disaggsim.sweep.goodput`` as an attribute is the function)
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    s = _fleet(workload, *workers)
+    g = goodput(s, 0.6 * capacity_per_s, 1.2 * capacity_per_s, executor=SerialExecutor())
+    assert g.status == "found" and g.confirmed
+    assert 0.98 * capacity_per_s <= g.rate_per_s <= capacity_per_s
+    assert seen and max(seen) <= 0.9 * MAX_REQUESTS * (1 + 1e-6)  # overrides: 9 digits
+    short = g.shortened
+    assert short and all(e.window_bound == "MAX_REQUESTS" and e.window_shrink < 1 for e in short)
+    assert g.confirmation is not None and g.confirmation.window_shrink < 1
+    (note,) = g.notes
+    assert "MAX_REQUESTS" in note and f"of {g.num_runs} runs shortened" in note
+
+
+class _FakeSummary(dict):
+    """What the search reads of a run's summary (attainment, stability, early stop)."""
+
+    def __init__(self, attainment: float) -> None:
+        super().__init__()
+        self.slo_attainment = attainment
+        self.stability_p_value = 1.0
+        self.stopped_early_at_s = None
+
+
+def test_horizon_fits_the_expected_requests():
+    rule = RunLengthRule(min_measured_requests=1000, service_multiple=10)
+    # 1e6 req/s for 10 service times of 1 s (+3 of warm-up): 13M requests expected
+    h = horizon(rule, 1e6, 1.0, 5.0, expected_requests=lambda d: 1e6 * d)
+    assert h.bound == "MAX_REQUESTS" and h.duration_s * 1e6 == pytest.approx(1.8e6)
+    assert h.shrink == pytest.approx(1.8 / 13) and h.warmup_s / h.measure_s == pytest.approx(0.3)
+    same = horizon(rule, 10.0, 1.0, 5.0, expected_requests=lambda d: 10.0 * d)
+    assert (same.shrink, same.bound) == (1.0, None)
+    assert same == horizon(rule, 10.0, 1.0, 5.0)

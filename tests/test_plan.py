@@ -264,6 +264,54 @@ def test_recommended_yaml_at_a_fleet_goodput_stays_within_one_runs_requests(tmp_
     assert raw_small["sim"] == load_scenario(ADVISOR / "long-prompt-infiniband.yaml").raw["sim"]
 
 
+def test_plan_of_a_huge_fleet_keeps_its_goodput_runs_within_max_requests(monkeypatch, capsys):
+    """A fleet whose goodput times the run-length rule's window passes MAX_REQUESTS (8B,
+    100/50 tokens, 256 B200 at a pretended 10,000 req/s per GPU: 2.56M req/s) plans to
+    the end with those runs shortened, and says so (before, the plan ended with the
+    bound's one-line error at the first such run). No simulation: a run meets the SLO
+    at up to 10,000 req/s per GPU of its deployment; its scenario must load."""
+    import sys
+
+    from disaggsim.config.bounds import MAX_REQUESTS, expected_requests
+
+    seen: list[float] = []
+
+    zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
+
+    def fake_run(task):
+        sc = load_scenario(task.raw).scenario
+        seen.append(expected_requests(sc.workload, sc.sim.duration_s))
+        ok = sc.workload.rate_per_s / sc.num_gpus <= 10_000.0
+        return Summary.from_dict(
+            {**zeros, "slo_attainment": 1.0 if ok else 0.5, "stability_p_value": 1.0}
+        )
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    raw = {
+        "name": "huge-fleet",
+        "seed": 5,
+        "model": "llama-3.1-8b",
+        "architecture": "colocated",
+        "pool": {"gpu": "b200", "num_workers": 256, "tp": 1, "scheduler": "vllm"},
+        "fabric": {"link": "infiniband"},
+        "slo": {"ttft_ms": 200, "itl_ms": 20},
+        "workload": {
+            "kind": "synthetic", "rate_per_s": 100.0,
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "fixed", "value": 50},
+        },
+        "sim": {"duration_s": 60, "warmup_s": 5},
+    }  # fmt: skip
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=2)
+    res, _ = plan(raw, options=opts, executor=SerialExecutor())
+    assert seen and max(seen) <= 0.9 * MAX_REQUESTS * (1 + 1e-6)  # overrides: 9 digits
+    best = res.ranked[0]
+    assert best.goodput_per_gpu_per_s == pytest.approx(10_000.0, rel=0.07)
+    (note,) = res.notes
+    assert "goodput runs shortened to fit MAX_REQUESTS" in note
+    assert best.goodput is not None and best.goodput.notes
+
+
 def _cr(g: float, itl: float) -> CandidateResult:
     c = Candidate("colocate_chunked", 1, 1, chunk_tokens=512)
     zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False

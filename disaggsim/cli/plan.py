@@ -277,6 +277,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     for line in ranked_table(res, args.price_per_gpu_hour is not None):
         print(f"  {line}")
+    for note in res.notes:
+        print(f"  note: {note}")
     print(f"\nverdict: {advice.verdict}")
     print(f"  {advice.reason}")
     for c in advice.conditions:

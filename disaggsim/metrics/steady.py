@@ -26,18 +26,19 @@ This module is pure: numpy and scipy over the per-request frame, no simulation.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from disaggsim.config.bounds import MAX_DURATION_S
+from disaggsim.config.bounds import MAX_DURATION_S, MAX_REQUESTS
 from disaggsim.costmodel.interface import WorkerCost, decode_step_time_s
 
 __all__ = [
     "ALPHA",
     "NUM_BATCHES",
+    "REQUESTS_HEADROOM",
     "Horizon",
     "RunLengthRule",
     "Stability",
@@ -58,6 +59,10 @@ NUM_BATCHES = 10  # batch means per signal over the measurement window
 # one more request waiting, or this share of the TTFT target.
 MIN_WAITING_RISE = 1.0
 MIN_TTFT_RISE_SHARE = 0.02
+# A run shortened for MAX_REQUESTS expects at most this share of it: the requests
+# generated scatter around the expectation (Poisson: 0.1 % at 2M; bursty gamma gaps and
+# sessions' turns more), and generation refuses a run whose count passes the bound.
+REQUESTS_HEADROOM = 0.9
 
 
 # ------------------------------------------------------------------ the trend test
@@ -255,11 +260,15 @@ class RunLengthRule:
 @dataclass(frozen=True, slots=True)
 class Horizon:
     """One run's simulated times (seconds): arrivals in ``[0, warmup_s + measure_s)``,
-    measured from ``warmup_s``, the run stopped at most ``drain_s`` after arrivals end."""
+    measured from ``warmup_s``, the run stopped at most ``drain_s`` after arrivals end.
+    ``shrink`` < 1: a scenario bound (``bound``: ``MAX_DURATION_S`` or ``MAX_REQUESTS``)
+    cut the rule's warm-up and window by that factor."""
 
     warmup_s: float
     measure_s: float
     drain_s: float
+    shrink: float = 1.0
+    bound: str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -285,21 +294,42 @@ def horizon(
     drain_s: float,
     *,
     confirm: bool = False,
+    expected_requests: Callable[[float], float] | None = None,
 ) -> Horizon:
     """The run length at ``rate_per_s`` for a workload whose longest service time is
     ``service_s``: window ``max(min_measured_requests / rate, service_multiple ×
     service_s)`` (× ``confirm_factor`` for a confirmation), warm-up ``max(
-    warmup_service_multiple × service_s, warmup_share × window)``."""
+    warmup_service_multiple × service_s, warmup_share × window)``.
+
+    Both shrink in proportion to fit the scenario bounds: at most MAX_DURATION_S of
+    arrivals and, given ``expected_requests`` (the requests a run of that many seconds
+    is expected to generate at this rate: :func:`disaggsim.config.bounds.
+    expected_requests` of the workload, which counts a session's turns and tool calls),
+    at most :data:`REQUESTS_HEADROOM` × MAX_REQUESTS of them. A run so shortened measures
+    less than the rule asks (``Horizon.shrink``, ``Horizon.bound``): callers say so."""
     if not rate_per_s > 0:
         raise ValueError(f"horizon: rate must be > 0, got {rate_per_s}")
     measure = max(rule.min_measured_requests / rate_per_s, rule.service_multiple * service_s)
     warm = max(rule.warmup_service_multiple * service_s, rule.warmup_share * measure)
     scale = rule.confirm_factor if confirm else 1.0
     warm, measure = scale * warm, scale * measure
+    shrink, bound = 1.0, None
     if warm + measure > MAX_DURATION_S:  # the scenario bound (30 days of arrivals)
-        shrink = MAX_DURATION_S / (warm + measure)
-        warm, measure = warm * shrink, measure * shrink
-    return Horizon(warmup_s=warm, measure_s=measure, drain_s=min(drain_s, MAX_DURATION_S))
+        shrink, bound = MAX_DURATION_S / (warm + measure), "MAX_DURATION_S"
+    if expected_requests is not None:
+        cap = REQUESTS_HEADROOM * MAX_REQUESTS
+        for _ in range(64):  # one step for a constant rate; a few where it varies
+            n = expected_requests(shrink * (warm + measure))
+            if not n > cap:
+                break
+            shrink, bound = shrink * cap / n if math.isfinite(n) else 0.5 * shrink, "MAX_REQUESTS"
+    return Horizon(
+        warmup_s=warm * shrink,
+        measure_s=measure * shrink,
+        drain_s=min(drain_s, MAX_DURATION_S),
+        shrink=shrink,
+        bound=bound,
+    )
 
 
 def service_time_s(

@@ -291,6 +291,9 @@ class SearchResult:
     # share of prompt tokens an unbounded prefix cache would find (None: the requests
     # carry no prefix chains), whether or not the scenario caches them
     reuse_share_unbounded: float | None = None
+    # what the ranking does not say: candidates whose goodput runs a scenario bound cut
+    # short (MAX_REQUESTS: a huge fleet's rates; GoodputResult.notes)
+    notes: tuple[str, ...] = ()
 
 
 def _pool_base(pool) -> dict[str, Any]:
@@ -1312,6 +1315,24 @@ def search(
         num_stopped_early=sum(
             r.num_stopped_early for ev in (explorer, final) for r in ev.results.values()
         ),
+        notes=_shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
+    )
+
+
+def _shortened_note(results: list[GoodputResult]) -> tuple[str, ...]:
+    """One line when some goodput runs were shortened to fit a scenario bound (a fleet
+    whose rates times the run-length rule's window pass MAX_REQUESTS), else none."""
+    short = [e for r in results for e in r.shortened]
+    if not short:
+        return ()
+    runs = sum(e.num_runs for e in short)
+    total = sum(r.num_runs for r in results)
+    lo = min(e.window_shrink for e in short)
+    bounds = " and ".join(sorted({str(e.window_bound) for e in short}))
+    return (
+        f"{runs} of {total} goodput runs shortened to fit {bounds} (docs/safety.md): their "
+        f"warm-up and window down to {lo:.2g} of the run-length rule's, so those goodputs "
+        "rest on fewer service times than the rule asks",
     )
 
 

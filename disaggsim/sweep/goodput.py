@@ -40,6 +40,14 @@ a miss, so the search takes the same steps and finds the same goodput with fewer
 simulated requests; its evaluation says so (``Evaluation.num_stopped_early``, attainment
 NaN: not measured) and is never retested (its attainment is not met).
 
+**Bounds**: every run stays within the scenario bounds (docs/safety.md): its warm-up and
+window shrink in proportion where the rule's length would pass MAX_DURATION_S of arrivals
+or expect more than 90 % of MAX_REQUESTS requests (the bound's own count,
+:func:`~disaggsim.config.bounds.expected_requests`: a sessions workload's rate is of
+session starts, each several requests), as at the top of a huge fleet's bracket; the
+run then measures fewer service times than the rule asks, and the result says so
+(``Evaluation.window_shrink``, :attr:`GoodputResult.notes`).
+
 Definitions and the math: docs/metrics.md ("Steady-state goodput"); CLI: docs/sweeps.md.
 """
 
@@ -53,11 +61,18 @@ from pathlib import Path
 
 import numpy as np
 
+from disaggsim.config.bounds import MAX_REQUESTS, expected_requests, fmt
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.early_stop import seeds_stop_below
-from disaggsim.metrics.steady import RunLengthRule, horizon, service_time_s, slo_drain_s
+from disaggsim.metrics.steady import (
+    Horizon,
+    RunLengthRule,
+    horizon,
+    service_time_s,
+    slo_drain_s,
+)
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.sweep.core import (
     RATE_PATH,
@@ -119,6 +134,10 @@ class Evaluation:
     # stop"): then ``meets`` is false, ``attainment`` NaN and the trend untested
     num_stopped_early: int = 0
     num_runs: int = 1  # the seeds' runs behind it
+    # < 1: a scenario bound (``window_bound``: MAX_REQUESTS, MAX_DURATION_S) cut the
+    # run-length rule's warm-up and window by this factor (module docstring, "Bounds")
+    window_shrink: float = 1.0
+    window_bound: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +185,38 @@ class GoodputResult:
         return sum(
             e.num_stopped_early + (e.retest.num_stopped_early if e.retest is not None else 0)
             for e in self.evaluations
+        )
+
+    @property
+    def shortened(self) -> tuple[Evaluation, ...]:
+        """Runs of the search (retests included) that a scenario bound cut short of the
+        run-length rule (module docstring, "Bounds")."""
+        out = []
+        for e in self.evaluations:
+            out += [x for x in (e, e.retest) if x is not None and x.window_shrink < 1.0]
+        return tuple(out)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What a reader of the goodput should know that its number does not say: runs
+        shortened to fit a scenario bound (module docstring, "Bounds")."""
+        short = self.shortened
+        if not short:
+            return ()
+        bounds = sorted({str(e.window_bound) for e in short})
+        what = {
+            "MAX_REQUESTS": f"MAX_REQUESTS, {fmt(MAX_REQUESTS)} requests per run",
+            "MAX_DURATION_S": "MAX_DURATION_S, 30 days of arrivals",
+        }
+        lo = min(e.window_shrink for e in short)
+        hi = max(e.window_shrink for e in short)
+        share = f"{lo:.2g}" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}"
+        runs = sum(e.num_runs for e in short)
+        return (
+            f"{runs} of {self.num_runs} runs shortened to fit "
+            + " and ".join(what.get(b, b) for b in bounds)
+            + f" (docs/safety.md): warm-up and window {share} of the run-length rule's, "
+            "so those runs measured fewer service times than the rule asks",
         )
 
     @property
@@ -488,8 +539,10 @@ class _Job:
         retest: bool,
         stop_early: bool,
         request_cost: float = 1.0,
+        workload: object | None = None,
     ) -> None:
         self.src, self.search, self.profile, self.rule = src, search, profile, rule
+        self.workload = workload  # the scenario's workload section: requests per second
         self.request_cost = request_cost
         self.sent_requests = 0.0  # expected arrivals of the tasks ``advance`` gave last
         self.sent_runs = 0
@@ -500,12 +553,31 @@ class _Job:
         below = seeds_stop_below(src.attainment_target, seeds)
         self.stop_below = below if stop_early and below > 0 else None
         self.points: list[tuple[float, bool]] = []
-        self.durations: list[float] = []
+        self.horizons: list[Horizon] = []
         self.results: list[Evaluation] = []
-        self.todo: list[tuple[int, float]] = []  # retests: (evaluation, duration)
+        self.todo: list[tuple[int, Horizon]] = []  # retests: (evaluation, its horizon)
 
-    def _tasks(self, rate: float, confirm: bool, first_seed: int) -> tuple[float, list[PointTask]]:
-        h = horizon(self.rule, rate, self.profile.service_s, self.profile.drain_s, confirm=confirm)
+    def _expected(self, rate: float) -> Callable[[float], float] | None:
+        """Requests a run of so many seconds at ``rate`` is expected to generate (the
+        bound's own count: a sessions workload's rate is of session starts, each of
+        several requests), for :func:`~disaggsim.metrics.steady.horizon`."""
+        wl = self.workload
+        if wl is None or "rate_per_s" not in type(wl).model_fields:  # type: ignore[attr-defined]
+            return None
+        at_rate = wl.model_copy(update={"rate_per_s": rate})  # type: ignore[attr-defined]
+        return lambda duration_s: expected_requests(at_rate, duration_s)
+
+    def _tasks(
+        self, rate: float, confirm: bool, first_seed: int
+    ) -> tuple[Horizon, list[PointTask]]:
+        h = horizon(
+            self.rule,
+            rate,
+            self.profile.service_s,
+            self.profile.drain_s,
+            confirm=confirm,
+            expected_requests=self._expected(rate),
+        )
         tasks = [
             _task(
                 self.src,
@@ -523,25 +595,25 @@ class _Job:
             for k in range(self.seeds)
         ]
         self.checked = True
-        return h.duration_s, tasks
+        return h, tasks
 
     def advance(self, runs: Sequence[Summary] | None) -> list[PointTask]:
         target = self.src.attainment_target
         if runs is not None and self.todo:  # the retests came back
             it = iter(runs)
-            for i, duration in self.todo:
+            for i, h in self.todo:
                 e = self.results[i]
                 got = [next(it) for _ in range(self.seeds)]
-                again = _evaluation(e.rate_per_s, True, duration, got, target, self.rule)
+                again = _evaluation(e.rate_per_s, True, h, got, target, self.rule)
                 self.results[i] = dataclasses.replace(e, meets=again.meets, retest=again)
             self.todo = []
             self.search.record(self.results)
         elif runs is not None:  # the rates came back
             it = iter(runs)
             self.results = []
-            for (rate, long), duration in zip(self.points, self.durations, strict=True):
+            for (rate, long), h in zip(self.points, self.horizons, strict=True):
                 got = [next(it) for _ in range(self.seeds)]
-                self.results.append(_evaluation(rate, long, duration, got, target, self.rule))
+                self.results.append(_evaluation(rate, long, h, got, target, self.rule))
             tasks: list[PointTask] = []
             for i, e in enumerate(self.results):
                 if self.retest and _retested(e, target, self.rule.alpha):
@@ -553,11 +625,11 @@ class _Job:
                 return self._sent(tasks)
             self.search.record(self.results)
         self.points = self.search.next_points()
-        self.durations = []
+        self.horizons = []
         tasks = []
         for rate, long in self.points:
-            d, t = self._tasks(rate, long, self.src.seed)
-            self.durations.append(d)
+            h, t = self._tasks(rate, long, self.src.seed)
+            self.horizons.append(h)
             tasks += t
         return self._sent(tasks)
 
@@ -632,7 +704,9 @@ def goodput_many(
             bisected=was,
         )
         cost = request_cost(loaded.scenario, profile)
-        jobs.append(_Job(src, search, profile, r, seeds, retest, stop_early, cost))
+        jobs.append(
+            _Job(src, search, profile, r, seeds, retest, stop_early, cost, loaded.scenario.workload)
+        )
     own = executor is None
     # the first round sends both ends of every search
     ex = executor if executor is not None else default_executor(2 * len(jobs) * seeds)
@@ -685,7 +759,7 @@ def _retested(e: Evaluation, target: float, alpha: float) -> bool:
 def _evaluation(
     rate: float,
     long: bool,
-    duration_s: float,
+    h: Horizon,
     runs: list[Summary],
     target: float,
     rule: RunLengthRule,
@@ -695,14 +769,15 @@ def _evaluation(
     stopped = sum(s.stopped_early_at_s is not None for s in runs)
     if stopped:  # a certain miss (its seeds' mean below the target): no trend to test
         return Evaluation(
-            rate, math.nan, False, False, duration_s, long, runs[0],
+            rate, math.nan, False, False, h.duration_s, long, runs[0],
             num_stopped_early=stopped, num_runs=len(runs),
+            window_shrink=h.shrink, window_bound=h.bound,
         )  # fmt: skip
     p = min(s.stability_p_value for s in runs) * len(runs)
     stable = bool(p >= rule.alpha)
     return Evaluation(
-        rate, mean, stable, bool(mean >= target) and stable, duration_s, long, runs[0],
-        p_value=min(1.0, p), num_runs=len(runs),
+        rate, mean, stable, bool(mean >= target) and stable, h.duration_s, long, runs[0],
+        p_value=min(1.0, p), num_runs=len(runs), window_shrink=h.shrink, window_bound=h.bound,
     )  # fmt: skip
 
 
