@@ -340,6 +340,103 @@ def test_quick_floor_stops_a_family_only_at_its_nearest_moves(
         assert res.values[fam.best] < floor * best
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    land=landscapes(),
+    budget=st.integers(2, 24),
+    slack=st.floats(1.0, 1.5),
+    start_error=st.floats(-0.6, 0.6),
+    floor=st.floats(0.5, 0.95),
+    min_gain=st.sampled_from([0.0, 0.03, 0.06]),
+)
+def test_screening_the_nearest_moves_behind_the_floor_walks_the_same(
+    land, budget, slack, start_error, floor, min_gain
+):
+    """Quick mode screens the nearest moves of a family behind the floor at its best
+    member's goodput (a screened one below it is not measured: 0). The walk is the one
+    without screening: the same families stopped, settled and pruned, the same value for
+    every candidate but the screened-out ones, each a nearest move of a family behind
+    the floor and below that family's best."""
+    kw = dict(bound_slack=1.1, explore_floor=floor, max_waves=40, min_gain=min_gain)
+    fams, _ = _families(land, budget, slack, start_error, options=QUICK)
+    plain = optimise(fams, lambda cs: [land.per_gpu(c) for c in cs], **kw)
+    asked: dict = {}
+
+    def screening(cs, screens):
+        asked.update(screens)
+        return [0.0 if land.per_gpu(c) < screens.get(c, 0.0) else land.per_gpu(c) for c in cs]
+
+    fams, _ = _families(land, budget, slack, start_error, options=QUICK)
+    screened = optimise(fams, screening, screen=True, **kw)
+    assert screened.states == plain.states and screened.waves == plain.waves
+    assert set(screened.values) == set(plain.values)
+    out = {c for c, v in screened.values.items() if v != plain.values[c]}
+    for c in out:
+        assert screened.values[c] == 0.0 and plain.values[c] < asked[c]
+    best = max(plain.values.values())
+    for c, must in asked.items():  # the value of its family's best, behind the floor
+        assert must < floor * best
+        fam = next(f for f in fams if c in f.evaluated)
+        was_best = [m for m in fam.evaluated if plain.values[m] == must]
+        assert any(c in next(t for t in fam.neighbours(m) if t) for m in was_best)
+
+
+def test_quick_plan_screens_the_chunks_next_to_a_chunked_pool_behind_the_floor(monkeypatch):
+    """The quick 64-GPU plan's dearest runs were the chunked pool's nearest chunks,
+    searched in full only to learn they are not better (256 and 1024 next to 512: 16 of
+    288 simulations, 28 of 117 CPU s). Now each is one run at the pool's best goodput:
+    a miss ends it (not measured, left out of the ranking), a chunk that meets is
+    searched on. In miniature, no simulation (each run meets at up to a goodput per GPU
+    set by its deployment): chunk 256 and 1024 take one run each, the answer and every
+    other candidate's goodput stay as they were."""
+    import sys
+
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.metrics.summary_table import SUMMARY_KEYS, Summary
+    from disaggsim.plan import plan
+    from disaggsim.sweep import SerialExecutor
+    from tests.conftest import REPO
+
+    per_gpu = {"disaggregated": 2.0, 256: 1.1, 512: 1.5, 1024: 1.2, "vllm": 0.4}
+    zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
+    runs: list[tuple] = []
+
+    def fake_run(task):
+        sc = load_scenario(task.raw).scenario
+        if sc.architecture == "disaggregated":
+            key = "disaggregated"
+        else:
+            assert sc.pool is not None
+            key = "vllm" if sc.pool.scheduler == "vllm" else sc.pool.max_batch_tokens
+        runs.append((key, sc.num_gpus))
+        ok = sc.workload.rate_per_s / sc.num_gpus <= per_gpu[key] * (
+            1.0 if sc.pool is None or sc.pool.tp == 1 else 0.7
+        )
+        return Summary.from_dict(
+            {**zeros, "slo_attainment": 1.0 if ok else 0.5, "stability_p_value": 1.0}
+        )
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    path = REPO / "scenarios" / "advisor" / "long-prompt-infiniband.yaml"
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=2)
+    res, advice = plan(path, options=opts, executor=SerialExecutor())
+    plain, _ = plan(
+        path, options=dataclasses.replace(opts, screen_nearest=False), executor=SerialExecutor()
+    )
+    chunk_runs = {k: sum(1 for key, g in runs if key == k and g == 16) for k in (256, 1024)}
+    assert res.num_screened_out == 2
+    labels = {r.candidate.label: r.goodput_per_gpu_per_s for r in res.ranked}
+    before = {r.candidate.label: r.goodput_per_gpu_per_s for r in plain.ranked}
+    assert {k: v for k, v in before.items() if k not in labels} == pytest.approx(
+        {"chunked 16 x tp1 chunk 256": 1.1, "chunked 16 x tp1 chunk 1024": 1.2}, rel=0.07
+    )
+    assert labels == {k: v for k, v in before.items() if k in labels}
+    assert advice.verdict == "disaggregate"
+    # one run each with the screen, a search each without it (the runs of both plans)
+    assert res.num_simulations == plain.num_simulations - (chunk_runs[256] + chunk_runs[1024] - 4)
+    assert chunk_runs[256] >= 4 and chunk_runs[1024] >= 4
+
+
 # ------------------------------------------------------------------ end to end
 
 

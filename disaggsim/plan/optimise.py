@@ -26,7 +26,13 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
    share of the best found (quick mode); the best family of its kind with
    ``floor_at_nearest`` (a start that can be off its family's best: a chunk size, an
    analytic split) only once that member's nearest neighbours (its first non-empty
-   tier) have been evaluated;
+   tier) have been evaluated. With ``screen``, those nearest neighbours of a family
+   behind the floor are **screened**: the floor only asks whether one reaches the
+   family's best, so ``evaluate`` is told that value (goodput per GPU) for each and may
+   return 0 for one below it (the planner runs its goodput search from there and stops
+   at a miss: one run instead of a search). A member below its family's best changes
+   nothing the walk decides (its family's, its kind's and the overall best, pruning,
+   the floor), so the walk is the one without screening;
 3. stops when no family proposes anything, or after ``max_waves`` (then the search is
    reported as not converged).
 
@@ -98,7 +104,11 @@ def optimise(
     max_waves: int = 40,
     min_gain: float = 0.0,
     predict_width: int = 2,
+    screen: bool = False,
 ) -> OptimiseResult[C]:
+    """The search (module docstring). ``evaluate(candidates)`` gives each one's goodput
+    per GPU; with ``screen``, ``evaluate(candidates, screens)``, ``screens`` mapping the
+    screened ones to the value each must reach (step 2), else it may give 0."""
     values: dict[C, float] = {}
     family_of: dict[C, str] = {}
 
@@ -118,8 +128,8 @@ def optimise(
 
     owner_of: dict[C, Family[C]] = {}
 
-    def record(cands: list[C], owner: dict[C, Family[C]]) -> None:
-        got = evaluate(cands)
+    def record(cands: list[C], owner: dict[C, Family[C]], screens: dict[C, float]) -> None:
+        got = evaluate(cands, screens) if screen else evaluate(cands)  # type: ignore[call-arg]
         for c, v in zip(cands, got, strict=True):
             values[c] = float(v)
             fam = owner[c]
@@ -146,9 +156,11 @@ def optimise(
             kind_best[k] = max(kind_best.get(k, v), v)
         proposals: list[C] = []
         owner: dict[C, Family[C]] = {}
+        screens: dict[C, float] = {}
         for fam in pending if waves == 0 else families:
             if fam.state != "open":
                 continue
+            behind = False
             if prune_below > 0 and fam.bound_per_gpu * bound_slack < prune_below:
                 fam.state = "pruned"
                 continue
@@ -179,6 +191,8 @@ def optimise(
                 continue
             for c in todo:
                 owner[c] = fam
+                if screen and behind and fam.best is not None:  # its nearest tier: "better?"
+                    screens[c] = values[fam.best]
             proposals += todo
         if not proposals:
             if waves == 0:  # nothing to start with: go on to every family
@@ -187,7 +201,7 @@ def optimise(
             break
         if waves >= max_waves:
             break
-        record(proposals, owner)
+        record(proposals, owner, screens)
         waves += 1
     converged = all(f.state != "open" for f in families)
     return OptimiseResult(

@@ -58,6 +58,7 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
             "num_candidates": len(res.ranked),
             "num_simulations": res.num_simulations,
             "num_stopped_early": res.num_stopped_early,
+            "num_screened_out": res.num_screened_out,
             "converged": res.converged,
             "families": res.families,
             "quick": res.options.quick_mode,

@@ -108,6 +108,9 @@ class PlanOptions:
     # a candidate whose family has a goodput brackets it at (1 -+ this) x that goodput
     # per GPU x its GPUs (its neighbours lie within a few % of it)
     relative_bracket: float = 0.3
+    # the nearest moves of a family behind the explore floor are screened at its best
+    # member's goodput (optimise.py): one run, not a search, for one below it
+    screen_nearest: bool = False
     quick_mode: bool = False
 
     def with_run_length(
@@ -157,6 +160,7 @@ class PlanOptions:
             walk_chunks=True,
             confirm_explored=True,
             relative_bracket=0.12,
+            screen_nearest=True,
             quick_mode=True,
         )
 
@@ -294,6 +298,9 @@ class SearchResult:
     # what the ranking does not say: candidates whose goodput runs a scenario bound cut
     # short (MAX_REQUESTS: a huge fleet's rates; GoodputResult.notes)
     notes: tuple[str, ...] = ()
+    # nearest moves of a family behind the explore floor that missed at its best member's
+    # goodput (one run each; optimise.py, "screened"): not measured, not in ``ranked``
+    num_screened_out: int = 0
 
 
 def _pool_base(pool) -> dict[str, Any]:
@@ -1023,16 +1030,21 @@ class _Evaluator:
         seen = self.explored.get(c)
         if seen is not None and seen.rate_per_s > 0:
             return 0.8 * seen.rate_per_s, 1.15 * seen.rate_per_s
+        centre = self._relative_centre(c)
+        if centre is not None:
+            return (1 - o.relative_bracket) * centre, (1 + o.relative_bracket) * centre
+        cap = self._guess(c).capacity_per_gpu_per_s * c.num_gpus
+        return o.rate_lo_factor * cap, o.rate_hi_factor * cap
+
+    def _relative_centre(self, c: Candidate) -> float | None:
+        """The best goodput per GPU of ``c``'s family so far, scaled to ``c``'s GPUs
+        (None: none yet)."""
         rel = [
             r.per_gpu_per_s
             for k, r in self.results.items()
             if self._family_key(k) == self._family_key(c) and r.per_gpu_per_s > 0
         ]
-        if rel:
-            centre = max(rel) * c.num_gpus
-            return (1 - o.relative_bracket) * centre, (1 + o.relative_bracket) * centre
-        cap = self._guess(c).capacity_per_gpu_per_s * c.num_gpus
-        return o.rate_lo_factor * cap, o.rate_hi_factor * cap
+        return max(rel) * c.num_gpus if rel else None
 
     def _bisected(self, c: Candidate) -> tuple[float, float] | None:
         """The explored search's last met and missed rates of ``c``, when the options
@@ -1073,20 +1085,34 @@ class _Evaluator:
                 self.invalid[c] = problem
         return self.invalid.get(c)
 
-    def __call__(self, cands: list[Candidate]) -> list[float]:
+    def __call__(
+        self, cands: list[Candidate], screens: Mapping[Candidate, float] | None = None
+    ) -> list[float]:
         valid = [c for c in cands if self._fabric_problem(c) is None]
-        got = dict(zip(valid, self._evaluate(valid), strict=True)) if valid else {}
+        got = dict(zip(valid, self._evaluate(valid, screens or {}), strict=True)) if valid else {}
         return [got.get(c, 0.0) for c in cands]  # a deployment that cannot exist serves 0
 
-    def _evaluate(self, cands: list[Candidate]) -> list[float]:
+    def _screen_bracket(self, c: Candidate, per_gpu: float) -> tuple[float, float]:
+        """A screened candidate's first bracket: from the goodput per GPU it must reach
+        (its ``rate_lo``, run alone first: a miss ends the search), to the top of its
+        usual bracket (or the tolerance above, if that is lower)."""
+        lo = per_gpu * c.num_gpus
+        return lo, max(self._bracket(c)[1], lo * (1 + self.options.explore_tol_fraction))
+
+    def _evaluate(self, cands: list[Candidate], screens: Mapping[Candidate, float]) -> list[float]:
         """One search over every candidate, each with its own run-length rule
-        (:meth:`rule_for`); a candidate's next runs start as soon as its last are back."""
+        (:meth:`rule_for`); a candidate's next runs start as soon as its last are back.
+        A screened one (``screens``: the goodput per GPU it must reach) first runs at that
+        value alone and stops there if it misses (status ``below``: not measured, 0)."""
         o = self.options
         explore = self.stage == "explore"
         base = o.explore_rule if explore else o.rule
         rules = [self.rule_for(c, base) for c in cands]
         bisected = [self._bisected(c) for c in cands]
-        brackets = [b or self._bracket(c) for b, c in zip(bisected, cands, strict=True)]
+        brackets = [
+            b or (self._screen_bracket(c, screens[c]) if c in screens else self._bracket(c))
+            for b, c in zip(bisected, cands, strict=True)
+        ]
         done = [0]
         start = self.counter[0]
 
@@ -1101,6 +1127,7 @@ class _Evaluator:
             brackets[0][1],
             brackets=brackets,
             bisected=[b is not None for b in bisected],
+            screens=[c in screens and b is None for b, c in zip(bisected, cands, strict=True)],
             tol_fraction=o.explore_tol_fraction if explore else o.tol_fraction,
             seeds=o.seeds,
             rules=rules,
@@ -1260,6 +1287,7 @@ def search(
         explore_floor=opts.explore_floor,
         max_waves=opts.max_waves,
         min_gain=opts.explore_tol_fraction,
+        screen=opts.screen_nearest,
     )
     final = _Evaluator(
         loaded, guesses, opts, executor, progress, "final", explorer.results, counter
@@ -1269,6 +1297,8 @@ def search(
     out_mean = float(lengths[1].mean())
     rows = []
     for c, explored in explorer.results.items():
+        if explored.status == "below":  # screened out: not measured (optimise.py)
+            continue
         r = final.results.get(c, explored)
         rate = r.rate_per_s if math.isfinite(r.rate_per_s) else 0.0
         usd = None
@@ -1316,6 +1346,7 @@ def search(
             r.num_stopped_early for ev in (explorer, final) for r in ev.results.values()
         ),
         notes=_shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
+        num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
     )
 
 

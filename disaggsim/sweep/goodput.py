@@ -147,8 +147,10 @@ class GoodputResult:
     ``status``: ``found`` (bisected and confirmed by the long run), ``refined`` (the
     first confirmation missed; ``rate_per_s`` is the highest rate that met at the
     confirmation length), ``unattainable`` (missed at every rate down to
-    ``unattainable_below_per_s``: goodput 0) or ``unbounded`` (still met at the largest
-    rate tried: NaN). ``confirmation`` is the long run that backs the result."""
+    ``unattainable_below_per_s``: goodput 0), ``unbounded`` (still met at the largest
+    rate tried: NaN) or ``below`` (a screened search whose first rate,
+    ``below_per_s``, missed: the goodput is below it, not measured; NaN).
+    ``confirmation`` is the long run that backs the result."""
 
     scenario: str
     num_gpus: int
@@ -161,6 +163,7 @@ class GoodputResult:
     confirmation: Evaluation | None = None
     unattainable_below_per_s: float | None = None
     service_s: float = float("nan")  # the longest service time the horizon used
+    below_per_s: float | None = None  # status "below": the screen's rate, missed
 
     @property
     def confirmed(self) -> bool:
@@ -239,7 +242,11 @@ class RateSearch:
     that did not. The bracket does not widen below ``min_rate_per_s`` (a rate at which the
     system is all but idle: missing there, the SLO is unattainable at any rate).
     ``bisected``: ``rate_lo`` met and ``rate_hi`` missed already (e.g. in a search with
-    shorter runs): go straight to the confirmation of ``rate_lo``."""
+    shorter runs): go straight to the confirmation of ``rate_lo``. ``screen``: the
+    question is first whether the goodput reaches ``rate_lo`` (a planner's "can this
+    neighbour beat its family's best?"): ``rate_lo`` is evaluated alone, and if it misses
+    the search ends there, status ``below`` (the goodput is below ``rate_lo``, not
+    measured further); if it meets, the search goes on as without the screen."""
 
     def __init__(
         self,
@@ -251,6 +258,7 @@ class RateSearch:
         confirm: bool = True,
         min_rate_per_s: float = 0.0,
         bisected: bool = False,
+        screen: bool = False,
     ) -> None:
         if not (0 < rate_lo < rate_hi) or not math.isfinite(rate_hi):
             raise UserError(f"goodput: need 0 < rate_lo < rate_hi, got {rate_lo} and {rate_hi}")
@@ -271,6 +279,8 @@ class RateSearch:
         self._up = self._down = 0
         self.confirmation: Evaluation | None = None
         self.unattainable_below: float | None = None
+        self.screen = screen and not bisected
+        self.below: float | None = None  # status "below": the screen's rate, missed
         # at the confirmation length: highest rate that met, lowest that missed
         self._long_lo: float | None = None
         self._long_hi = math.nan
@@ -293,6 +303,8 @@ class RateSearch:
             pts = []
             if self._lo_ok is None:
                 pts.append((self.lo, False))
+                if self.screen:  # the screen alone: it may end the search
+                    return pts
             if self._hi_ok is None:
                 pts.append((self.hi, False))
             return pts
@@ -373,6 +385,12 @@ class RateSearch:
         return self._long_hi - self._step
 
     def _after_bracket(self) -> None:
+        if self.screen and self._lo_ok is not None:
+            self.screen = False
+            if not self._lo_ok:
+                self.status = "below"
+                self.below = self.lo
+                return
         if self._lo_ok is False:
             if self._down >= MAX_WIDEN_DOWN or self.lo / 4.0 < self.min_rate:
                 self.status = "unattainable"
@@ -434,6 +452,7 @@ def search_rate(
     min_rate_per_s: float = 0.0,
     retest: bool = False,
     bisected: bool = False,
+    screen: bool = False,
 ) -> RateSearch:
     """Run :class:`RateSearch` against ``evaluate(rate, confirm_length) -> (attainment,
     stable)`` (tests, analytic models). ``retest``: a trend-only miss is decided by
@@ -447,6 +466,7 @@ def search_rate(
         confirm=confirm,
         min_rate_per_s=min_rate_per_s,
         bisected=bisected,
+        screen=screen,
     )
     while pts := s.next_points():
         out = []
@@ -671,6 +691,7 @@ def goodput_many(
     bisected: Sequence[bool] | None = None,
     rules: Sequence[RunLengthRule] | None = None,
     stop_early: bool = True,
+    screens: Sequence[bool] | None = None,
 ) -> list[GoodputResult]:
     """Steady-state goodput of several scenarios, searched side by side: each scenario's
     next rate(s) × seeds go to the executor as soon as its last ones are back (then its
@@ -679,8 +700,9 @@ def goodput_many(
     rate_hi)`` per scenario instead of the shared one; ``rules`` a run-length rule per
     scenario instead of the shared ``rule``; ``retest=False`` lets a trend-only miss stand
     (the search before retests); ``bisected`` (per scenario) marks brackets already
-    bisected, whose ``rate_lo`` is only confirmed (:class:`RateSearch`);
-    ``stop_early=False`` runs every simulation to its end (module docstring, "Early
+    bisected, whose ``rate_lo`` is only confirmed, ``screens`` (per scenario) those whose
+    ``rate_lo`` is a screen that ends the search with status ``below`` when it misses
+    (:class:`RateSearch`); ``stop_early=False`` runs every simulation to its end (module docstring, "Early
     stop": the same goodput, more simulated requests). Each scenario's result depends
     only on its own runs: the same with any executor or neighbours."""
     _check_seeds(seeds)
@@ -688,8 +710,11 @@ def goodput_many(
     starts = list(brackets) if brackets is not None else [(rate_lo, rate_hi)] * len(scenarios)
     done_before = list(bisected) if bisected is not None else [False] * len(scenarios)
     own_rules = list(rules) if rules is not None else [rule] * len(scenarios)
+    screened = list(screens) if screens is not None else [False] * len(scenarios)
     jobs = []
-    for src, (lo, hi), was, r in zip(scenarios, starts, done_before, own_rules, strict=True):
+    for src, (lo, hi), was, r, scr in zip(
+        scenarios, starts, done_before, own_rules, screened, strict=True
+    ):
         check_params([Param(RATE_PATH, (lo,))], src.raw, src.label)
         loaded = load_scenario(src.raw, base_dir=src.base_dir)
         refuse_fixed_time_events(loaded.scenario, src.label)
@@ -702,6 +727,7 @@ def goodput_many(
             confirm=confirm,
             min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
             bisected=was,
+            screen=scr,
         )
         cost = request_cost(loaded.scenario, profile)
         jobs.append(
@@ -744,6 +770,7 @@ def goodput_many(
                 confirmation=b.confirmation,
                 unattainable_below_per_s=b.unattainable_below,
                 service_s=job.profile.service_s,
+                below_per_s=b.below,
             )
         )
     return out
