@@ -397,6 +397,12 @@ def test_goodput_runs_stay_within_max_requests(monkeypatch, workload, workers, c
     assert g.confirmation is not None and g.confirmation.window_shrink < 1
     (note,) = g.notes
     assert "MAX_REQUESTS" in note and f"of {g.num_runs} runs shortened" in note
+    # compare's goodput table counts them
+    from disaggsim.sweep.compare import goodput_frame
+    from disaggsim.sweep.core import as_source
+
+    frame = goodput_frame([as_source(s)], [{}], [g])
+    assert frame["num_shortened"].tolist() == [sum(e.num_runs for e in short)]
 
 
 class _FakeSummary(dict):

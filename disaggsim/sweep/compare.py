@@ -56,6 +56,7 @@ GOODPUT_COLUMNS = (
     "num_runs",
     "num_stopped_early",
     "confirm_stopped_early",
+    "num_shortened",
 )
 
 
@@ -204,6 +205,8 @@ def goodput_frame(
                 "num_runs": r.num_runs,
                 "num_stopped_early": r.num_stopped_early,
                 "confirm_stopped_early": c is not None and c.num_stopped_early > 0,
+                # runs a scenario bound cut short of the run-length rule (MAX_REQUESTS)
+                "num_shortened": sum(e.num_runs for e in r.shortened),
             }
         )
     cols = [SCENARIO_FILE, *param_cols, *GOODPUT_COLUMNS[1:]]
