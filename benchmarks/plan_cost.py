@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(wall, 1),
         "by_kind": {k: [v[0], int(v[1]), round(v[2], 1)] for k, v in sorted(by_kind.items())},
         "retested_evaluations": retests,
+        "screened_out": res.num_screened_out,  # quick mode's screened moves that missed
         "converged": res.converged,
         "families": {
             s: sum(1 for v in res.families.values() if v == s) for s in set(res.families.values())
