@@ -167,7 +167,7 @@ def test_progress_reports_every_task():
     ("params", "fragment"),
     [
         ({"workload.rate": [1]}, "--param workload.rate: unknown key 'rate' at workload"),
-        ({"pool.gpu": ["h100-sxm"]}, "pool.num_workers: required key is missing"),
+        ({"pool.gpu": ["h100-sxm"]}, "architecture disaggregated takes prefill_pool/decode_pool"),
         ({"workload.rate_per_s": [-1]}, "workload.rate_per_s"),
         ({"seed": [1, 2]}, "--seeds"),
         ({"workload.rate_per_s": []}, "at least one value"),

@@ -315,13 +315,17 @@ class Scenario(ConfigModel):
         reported as ``pool.gpu: required key is missing``)."""
         if isinstance(data, dict):
             arch = data.get("architecture")
-            if arch == "disaggregated" and data.get("pool") is not None:
-                raise ValueError(
-                    "architecture disaggregated takes prefill_pool/decode_pool, not pool"
-                )
             split = [k for k in ("prefill_pool", "decode_pool") if data.get(k) is not None]
+            if arch == "disaggregated" and data.get("pool") is not None:
+                verb = "takes" if len(split) == 2 else "needs"
+                raise ValueError(
+                    f"architecture disaggregated {verb} prefill_pool/decode_pool, not pool"
+                )
             if arch == "colocated" and split:
-                raise ValueError("architecture colocated takes pool, not prefill_pool/decode_pool")
+                verb = "takes" if data.get("pool") is not None else "needs"
+                raise ValueError(
+                    f"architecture colocated {verb} pool, not prefill_pool/decode_pool"
+                )
         return data
 
     @model_validator(mode="after")
