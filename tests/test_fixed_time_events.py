@@ -1,15 +1,16 @@
 """Events timed at a fixed simulated second (worker and link failures, a workload mix
 shift) in goodput searches and plans: a goodput search sets each run's length from its
 rate, so such an event would fall inside some runs and after others. The search refuses
-them (before any run); ``plan`` drops the scenario's failures and says so."""
+them (before any run); ``plan`` drops the scenario's failures and says so (plan.json ``search.notes``, a
+``note:`` line under the ranked table)."""
 
 from __future__ import annotations
 
 import pytest
 
-from disaggsim.cli.plan import plan_notes
 from disaggsim.config.loader import load_scenario
 from disaggsim.errors import UserError
+from disaggsim.plan.search import dropped_failures_note
 from disaggsim.sweep import SerialExecutor
 from disaggsim.sweep.core import as_source, fixed_time_events
 from disaggsim.sweep.goodput import goodput_many
@@ -53,9 +54,9 @@ def test_goodput_search_refuses_a_fixed_failure_before_any_run():
 
 
 def test_plan_says_it_drops_the_scenarios_failures():
-    (note,) = plan_notes(load_scenario(DECODE_LOSS))
-    assert note.startswith("note: planned without the scenario's failures.workers (1 entry)")
+    (note,) = dropped_failures_note(load_scenario(DECODE_LOSS))
+    assert note.startswith("planned without the scenario's failures.workers (1 entry)")
     links = "failures.links=[{start_s: 30, duration_s: 5}, {start_s: 90, duration_s: 1}]"
-    (note,) = plan_notes(load_scenario(DECODE_LOSS, RANDOM + [links]))
+    (note,) = dropped_failures_note(load_scenario(DECODE_LOSS, RANDOM + [links]))
     assert "failures.random (1 entry), failures.links (2 entries)" in note
-    assert plan_notes(load_scenario(DECODE_LOSS, ["failures.workers=[]"])) == []
+    assert dropped_failures_note(load_scenario(DECODE_LOSS, ["failures.workers=[]"])) == ()

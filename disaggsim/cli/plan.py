@@ -7,14 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from disaggsim.cli.common import add_set_option
-
-if TYPE_CHECKING:
-    from disaggsim.config.loader import LoadedScenario
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -183,24 +178,6 @@ def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
     return ["--" + k.replace("_", "-") for k, v in defaults.items() if getattr(args, k) != v]
 
 
-def plan_notes(loaded: LoadedScenario) -> list[str]:
-    """Lines about parts of the scenario the plan leaves out: its failures (the
-    candidates' pools are not the scenario's, docs/planning.md)."""
-    f = loaded.scenario.failures
-    dropped = [
-        f"failures.{key} ({len(items)} {'entry' if len(items) == 1 else 'entries'})"
-        for key, items in (("workers", f.workers), ("random", f.random), ("links", f.links))
-        if items
-    ]
-    if not dropped:
-        return []
-    return [
-        f"note: planned without the scenario's {', '.join(dropped)}: every candidate has "
-        "pools of its own; add them to the recommended scenario and run it to see their "
-        "effect"
-    ]
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -255,11 +232,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if out is not None:
         extra = {"question.yaml": question_text} if question_text is not None else {}
         written = write_outputs(res, advice, out, plots=not args.no_plots, extra=extra)
-    notes = plan_notes(loaded)
     if args.json:
         print(json.dumps(plan_json(res, advice), indent=2))
-        for line in notes:
-            print(line, file=sys.stderr)
         return 0
     s = loaded.scenario
     print(f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}")
@@ -283,8 +257,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"  {advice.reason}")
     for c in advice.conditions:
         print(f"  [{'x' if c.holds else ' '}] {c.name}: {c.detail}")
-    for line in notes:
-        print(line)
     if written is not None:
         print(f"plan {written.note()}")
     return 0

@@ -1345,8 +1345,26 @@ def search(
         num_stopped_early=sum(
             r.num_stopped_early for ev in (explorer, final) for r in ev.results.values()
         ),
-        notes=_shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
+        notes=dropped_failures_note(loaded)
+        + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
+    )
+
+
+def dropped_failures_note(loaded: LoadedScenario) -> tuple[str, ...]:
+    """One line when the scenario has failures, which every candidate leaves out
+    (:func:`candidate_scenario`: the candidates' pools are not the scenario's), else none."""
+    f = loaded.scenario.failures
+    dropped = [
+        f"failures.{key} ({len(items)} {'entry' if len(items) == 1 else 'entries'})"
+        for key, items in (("workers", f.workers), ("random", f.random), ("links", f.links))
+        if items
+    ]
+    if not dropped:
+        return ()
+    return (
+        f"planned without the scenario's {', '.join(dropped)}: every candidate has pools "
+        "of its own; add them to the recommended scenario and run it to see their effect",
     )
 
 
