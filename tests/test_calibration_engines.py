@@ -214,11 +214,10 @@ def test_calibrate_fit_base_is_the_prior_or_an_explicit_one(monkeypatch, tmp_pat
         default_base("h200-sxm")
 
 
-def test_overlap_form_fit_recovers_known_host_time() -> None:
-    # synthetic eager steps: per layer the longer of kernels and a 300 µs launch, plus a
-    # 150 µs sync with TP > 1, 2 ms per iteration and 40 µs per token
-    rng = np.random.default_rng(1)
-    n = 300
+def _synthetic_eager_steps(seed: int, n: int, prefill_flags: bool = False) -> dict:
+    """Inputs of the eager forms for ``n`` random steps of 40- and 64-layer models (the
+    ``pre`` flag of half of them with ``prefill_flags``); the caller adds ``meas``."""
+    rng = np.random.default_rng(seed)
     layers = rng.choice([40.0, 64.0], n)
     d = {
         "layer_k": layers * rng.uniform(50e-6, 2e-3, n),
@@ -227,6 +226,16 @@ def test_overlap_form_fit_recovers_known_host_time() -> None:
         "layers": layers,
         "multi": (rng.integers(1, 9, n) > 1).astype(float),
     }
+    if prefill_flags:
+        d["pre"] = (rng.uniform(size=n) < 0.5).astype(float)
+    return d
+
+
+def test_overlap_form_fit_recovers_known_host_time() -> None:
+    # synthetic eager steps: per layer the longer of kernels and a 300 µs launch, plus a
+    # 150 µs sync with TP > 1, 2 ms per iteration and 40 µs per token
+    n = 300
+    d = _synthetic_eager_steps(1, n)
     truth = np.array([2e-3, 40e-6, 300e-6, 150e-6])
     d["meas"] = engines._eager_form_pred("overlap", truth, d)
     theta = engines._fit_eager_form("overlap", d, np.ones(n, bool))
@@ -456,17 +465,8 @@ def test_term_columns_by_hand() -> None:
 
 def test_overlap_prefill_form_fit_recovers_a_known_scale() -> None:
     # the overlap form with prefill kernels 1.3x: the fitter recovers all five parameters
-    rng = np.random.default_rng(2)
     n = 300
-    layers = rng.choice([40.0, 64.0], n)
-    d = {
-        "layer_k": layers * rng.uniform(50e-6, 2e-3, n),
-        "lm": rng.uniform(1e-4, 1e-3, n),
-        "tokens": rng.integers(1, 4096, n).astype(float),
-        "layers": layers,
-        "multi": (rng.integers(1, 9, n) > 1).astype(float),
-        "pre": (rng.uniform(size=n) < 0.5).astype(float),
-    }
+    d = _synthetic_eager_steps(2, n, prefill_flags=True)
     truth = np.array([2e-3, 40e-6, 300e-6, 150e-6, 0.3])
     d["meas"] = engines._eager_form_pred(engines.EAGER_OVERLAP_PREFILL, truth, d)
     theta = engines._fit_eager_form(engines.EAGER_OVERLAP_PREFILL, d, np.ones(n, bool))
