@@ -56,6 +56,8 @@ from disaggsim.engine.records import (
     Samples,
     Segments,
     WorkerInfo,
+    signed_columns,
+    unsigned_columns,
 )
 from disaggsim.engine.request_state import RequestState
 from disaggsim.engine.router import Router
@@ -126,6 +128,8 @@ class Cluster:
             self.prefix = PrefixCaches(cfg.prefix, self.requests.prompt_tokens, placed)
             self.samples.with_cache_columns()
         self.router_samples = RouterSamples()
+        # unsigned while the run appends to them, signed in the result (records.py)
+        unsigned_columns(self.segments, self.samples, self.router_samples)
         self.preemption = cfg.preemption
         self.counters = {"num_resent_transfers": 0, "num_worker_failures": 0}
         self.failure_log: list[FailureRecord] = []
@@ -657,6 +661,9 @@ class Cluster:
 
     def _result(self) -> RawResult:
         net = self.handoff.net
+        signed_columns(
+            self.segments, self.samples, self.router_samples, *(w.steps for w in self.workers)
+        )
         return RawResult(
             requests=self.table,
             log=self.log.log,

@@ -57,7 +57,7 @@ from simpy.events import NORMAL
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
 from disaggsim.engine.events import Call, Environment, call_in, call_soon, call_urgent
-from disaggsim.engine.records import StepLog
+from disaggsim.engine.records import StepLog, unsigned_columns
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
@@ -341,6 +341,7 @@ class Worker:
         # the workers of one pool)
         self._prefill_times = prefill_times if prefill_times is not None else {}
         self.steps = StepLog()
+        unsigned_columns(self.steps)  # signed again in the run's result (records.py)
         it = self.steps.prefill_iters  # its columns, bound once (PrefillIters.append's)
         self._iter_to = (
             it.start_at_s.append,
