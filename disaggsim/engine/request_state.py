@@ -48,9 +48,11 @@ class RequestState:
         # no max_tokens given: a client asking for exactly the reply it gets
         cap = requests.max_tokens if requests.max_tokens is not None else requests.output_tokens
         self.max_tokens = _column(cap)
-        self.generated = array("q", bytes(8 * n))  # tokens delivered so far
+        # the two columns written during the run are unsigned (non-negative counts): an
+        # unsigned array.array stores a Python int without PyArg_Parse (records.py)
+        self.generated = array("Q", bytes(8 * n))  # tokens delivered so far
         # tokens the last prefill computed (prompt + tokens delivered when it started)
-        self.prefilled_tokens = array("q", self.prompt_tokens)
+        self.prefilled_tokens = array("Q", self.prompt_tokens)
         self.ended = bytearray(n)  # 1: completed, rejected or abandoned
 
     def __len__(self) -> int:

@@ -691,10 +691,13 @@ class Router:
             need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
             # the decode worker with the most room to promise: the smallest key
             rooms = self._rooms
-            key = rooms.top()
-            if key is None:
-                return False
             n = rooms.n
+            heap = rooms.heap
+            key = heap[0] if heap else None
+            if key is None or rooms.keys[key % n] != key:  # else the top, as rooms.top() finds it
+                key = rooms.top()
+                if key is None:
+                    return False
             pos = key % n
             if need > -((key - pos) // n):  # promise_room_blocks(that worker)
                 return False
@@ -708,8 +711,11 @@ class Router:
             by_key = self._by_key
             if by_key is not None:  # by_key.choose, inline
                 index = by_key.index
-                key = index.top()
-                assert key is not None
+                heap = index.heap
+                key = heap[0] if heap else None
+                if key is None or index.keys[key % index.n] != key:  # else index.top()'s
+                    key = index.top()
+                    assert key is not None
                 self.front_workers[key % index.n].submit(rid)
             else:
                 self.prefill.choose(rid).submit(rid)
@@ -816,7 +822,10 @@ class Router:
         at = -1 if entry is None else entry[0]
         free = self._most_free
         if free is not None:  # most_free_kv's common case, as its choose, inline
-            key = free.top()
+            heap = free.heap
+            key = heap[0] if heap else None
+            if key is None or free.keys[key % free.n] != key:  # else free.top()'s
+                key = free.top()
             if key is not None:
                 pos = key % free.n
                 top = self.decode_workers[pos]

@@ -527,7 +527,10 @@ class Worker:
         (the first new work schedules it, the rest finds it scheduled)."""
         if self._idle:
             self._idle = False
-            self._target = call_soon(self.env, self._pass_cb)
+            env = self.env  # call_soon(env, self._pass_cb), inline
+            ev = self._target = _new_call(Call)
+            ev.callbacks = [self._pass_cb]
+            env._soon.append((next(env._eid), ev))
             self._then = self._pass_cb
 
     def sample(self, queue_len: int, batch: int) -> None:
@@ -995,7 +998,10 @@ class _TokenBatch(Worker):
             self._then = self._pass_cb
         elif self._run_end:
             self._run_end = False
-            self._run_wake = call_soon(self.env, self._run_woken_cb)
+            env = self.env  # call_soon(env, self._run_woken_cb), inline
+            ev = self._run_wake = _new_call(Call)
+            ev.callbacks = [self._run_woken_cb]
+            env._soon.append((next(env._eid), ev))
 
     # A hop is an event due now, queued after every event already due now: where none is
     # (the queue's next event is later), it would be the very next event processed, so
@@ -1037,8 +1043,7 @@ class _TokenBatch(Worker):
         cut): every planned step is done (:meth:`_end_run` of an uncut run)."""
         self._run_end = False
         self._run_wake = None  # a wake made after the hop does nothing
-        run = self._activity
-        assert isinstance(run, Run)
+        run: Run = self._activity  # type: ignore[assignment]  # a run waits here
         self._activity = None
         # the histogram and step index do not change during a run: the growth planned
         # at its start is the growth of its steps
@@ -1050,7 +1055,10 @@ class _TokenBatch(Worker):
     def _run_waited(self, _ev: simpy.Event) -> None:
         rest_s = self._cut_run()
         if rest_s > 0:
-            self._target = call_in(self.env, rest_s, self._run_cut_cb)
+            env = self.env  # call_in(env, rest_s, self._run_cut_cb), inline
+            ev = self._target = _new_call(Call)
+            ev.callbacks = [self._run_cut_cb]
+            heappush(env._queue, (env._now + rest_s, NORMAL, next(env._eid), ev))
             self._then = self._run_cut_cb
             return
         self._end_run()
@@ -1059,8 +1067,7 @@ class _TokenBatch(Worker):
 
     def _run_cut(self, _ev: simpy.Event) -> None:
         # _end_run, inline: a cut run's steps are done
-        run = self._activity
-        assert isinstance(run, Run)
+        run: Run = self._activity  # type: ignore[assignment]  # a run waits here
         self._activity = None
         self._advance(run, self._run_plan[1] if run.steps == self._run_plan[2] else None)
         finishing = self._finishing  # a cut run's end is seldom a finish: _pop_finished's test
@@ -1107,7 +1114,19 @@ class _TokenBatch(Worker):
             run = _new_run(Run, (start, k, b, c, base, per, 0, 0.0, 0.0))
             total = k * base + per * (k * c + b * k * (k - 1) / 2)
         self._activity = run
-        growth = self._new_blocks(k) if on_demand else 0
+        growth = 0
+        if on_demand:  # _new_blocks(k), inline (k >= 1; an empty batch's histogram is 0)
+            bs = self.block_tokens
+            growth = k // bs * b
+            m = k % bs
+            if m:
+                hist = self._phase_hist
+                a = -self.step_idx % bs
+                lo = a - m + 1
+                if lo >= 0:
+                    growth += hist[a] if m == 1 else sum(hist[lo : a + 1])
+                else:
+                    growth += sum(hist[: a + 1]) + sum(hist[bs + lo :])
         self.promised_growth = growth
         a2a = None
         if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
@@ -1133,8 +1152,7 @@ class _TokenBatch(Worker):
             return 0.0
         self._run_end = False
         self._run_wake = None  # a wake made after the hop does nothing
-        run = self._activity
-        assert isinstance(run, Run)
+        run: Run = self._activity  # type: ignore[assignment]  # a run waits here
         tau = self.env._now - run.start_s
         if tau < total - _EPS:  # the run's own timeout, due later, does nothing
             if run.lead_steps:
@@ -1357,7 +1375,10 @@ class PrefillWorker(_PrefillQueue, Worker):
             self._changes.add(self.index)
             if self._idle:  # notify, inline
                 self._idle = False
-                self._target = call_soon(self.env, self._pass_cb)
+                env = self.env  # call_soon(env, self._pass_cb), inline
+                ev = self._target = _new_call(Call)
+                ev.callbacks = [self._pass_cb]
+                env._soon.append((next(env._eid), ev))
                 self._then = self._pass_cb
 
     def _sync_kv(self) -> None:
@@ -1506,7 +1527,15 @@ class PrefillWorker(_PrefillQueue, Worker):
             return
         self._queued_tokens -= dequeued
         self._changes.add(self.index)
-        self.sample(len(self.queue), len(batch))
+        # sample(len(self.queue), len(batch)), inline
+        at_s, worker, queue_len, running, kv = self._sample_to
+        at_s(self.env._now)
+        worker(self.index)
+        queue_len(len(self.queue))
+        running(len(batch))
+        kv(self._kv_used_blocks * self.block_tokens)
+        if self._cache_to is not None:
+            self._sample_cache(self._cache_to)
         for r in batch:
             host.prefill_started(r, self.index)
         self._activity = _new_run(PrefillIter, (batch,))  # PrefillIter(batch)
@@ -1563,8 +1592,7 @@ class PrefillWorker(_PrefillQueue, Worker):
 
     def _computed(self, _ev: simpy.Event) -> None:
         """The batch's prefill is done: its KV is held here until its handoff."""
-        act = self._activity
-        assert isinstance(act, PrefillIter)
+        act: PrefillIter = self._activity  # type: ignore[assignment]  # its prefill waits here
         batch = act.batch
         self._activity = None
         self.held.update(self.in_batch)  # in batch order
@@ -1700,7 +1728,10 @@ class DecodeWorker(_TokenBatch):
             self._then = self._pass_cb
         elif self._run_end:
             self._run_end = False
-            self._run_wake = call_soon(self.env, self._run_woken_cb)
+            env = self.env  # call_soon(env, self._run_woken_cb), inline
+            ev = self._run_wake = _new_call(Call)
+            ev.callbacks = [self._run_woken_cb]
+            env._soon.append((next(env._eid), ev))
 
     def finish_without_decode(self, rid: int) -> None:
         """A one-token reply: the KV arrived, nothing to decode."""
