@@ -94,7 +94,9 @@ class Environment(simpy.Environment):
                     event.callbacks = callbacks[callbacks.index(callback) + 1 :]
                     self.schedule(event, EventPriority(-1))
                     raise
-                if not event._ok and not hasattr(event, "_defused"):
+                # a Call is always ok: its class is checked first (type() is one
+                # specialised call; _ok, a class attribute, a generic attribute lookup)
+                if type(event) is not Call and not event._ok and not hasattr(event, "_defused"):
                     exc = type(event._value)(*event._value.args)
                     exc.__cause__ = event._value
                     raise exc

@@ -1069,7 +1069,8 @@ class _TokenBatch(Worker):
         # _end_run, inline: a cut run's steps are done
         run: Run = self._activity  # type: ignore[assignment]  # a run waits here
         self._activity = None
-        self._advance(run, self._run_plan[1] if run.steps == self._run_plan[2] else None)
+        _, growth, planned, _, _ = self._run_plan
+        self._advance(run, growth if run[1] == planned else None)  # run[1]: its steps
         finishing = self._finishing  # a cut run's end is seldom a finish: _pop_finished's test
         if finishing and finishing[0][0] <= self.step_idx:
             self._pop_finished()
@@ -1103,10 +1104,9 @@ class _TokenBatch(Worker):
         lines = self._lines.get(b)
         if lines is None:
             lines = self._lines_for(b)
-        base, per = lines.base_s, lines.per_token_s
-        if lines.has_item and (
-            lines.item_per_token_s - per > 0
-            or lines.item_base_s + lines.item_per_token_s * c > base + per * c
+        base, per, has_item, item_base, item_per = lines  # no NamedTuple attribute calls
+        if has_item and (
+            item_per - per > 0 or item_base + item_per * c > base + per * c
         ):  # the item line may be the larger one in this run: DecodeLines.split
             run = lines.split(start, k, b, c)
             total = run.time_s(k)
@@ -1153,29 +1153,26 @@ class _TokenBatch(Worker):
         self._run_end = False
         self._run_wake = None  # a wake made after the hop does nothing
         run: Run = self._activity  # type: ignore[assignment]  # a run waits here
-        tau = self.env._now - run.start_s
+        # its fields by unpacking (a NamedTuple's attribute is a descriptor call)
+        start_s, steps, b, c, base, per, lead, lead_base, lead_per = run
+        tau = self.env._now - start_s
         if tau < total - _EPS:  # the run's own timeout, due later, does nothing
-            if run.lead_steps:
+            if lead:
                 k = run.steps_covering(tau)
             else:  # Run.steps_covering of a one-line run
-                k = _affine_covering(
-                    tau, run.steps, run.base_s, run.per_token_s, run.batch, run.context0
-                )
-            run = _new_run(Run, (run[0], k, *run[2:]))  # run.with_steps(k)
+                k = _affine_covering(tau, steps, base, per, b, c)
+            # run.with_steps(k)
+            run = _new_run(Run, (start_s, k, b, c, base, per, lead, lead_base, lead_per))
             if a2a is not None and a2a in self._copies:  # carry only the steps run
                 self._copies.discard(a2a)
-                rest = self._a2a_iteration_bytes(run.batch, 0) * k - self.host.cancel_copy(a2a)
+                rest = self._a2a_iteration_bytes(b, 0) * k - self.host.cancel_copy(a2a)
                 if rest > 0:
                     self._copy(rest, "a2a", None)
             self._activity = run
-            if run.lead_steps:
+            if lead:
                 rest_s = run.time_s(k) - tau
             else:  # Run.time_s of a one-line run, inline
-                rest_s = (
-                    k * run.base_s
-                    + run.per_token_s * (k * run.context0 + run.batch * k * (k - 1) / 2)
-                    - tau
-                )
+                rest_s = k * base + per * (k * c + b * k * (k - 1) / 2) - tau
             if rest_s > 0:
                 return rest_s
         return 0.0
@@ -1194,18 +1191,19 @@ class _TokenBatch(Worker):
     def _advance(self, run: Run, growth: int | None = None) -> None:
         """The batch has completed ``run``'s steps (``growth``: the blocks they allocate,
         when already known)."""
-        k = run.steps
+        # its fields by unpacking (a NamedTuple's attribute is a descriptor call)
+        start_s, k, b, c, base_s, per_s, lead, _, _ = run
         self.promised_growth = 0
-        if run.lead_steps or not k:
+        if lead or not k:
             run.log_to(self.steps)
         else:  # Run.log_to of a one-segment run: one row, straight into the columns
             start, steps, batch, context0, base, per, prefill = self._run_to
-            start(run.start_s)
+            start(start_s)
             steps(k)
-            batch(run.batch)
-            context0(run.context0)
-            base(run.base_s)
-            per(run.per_token_s)
+            batch(b)
+            context0(c)
+            base(base_s)
+            per(per_s)
             prefill(0)
         if not self.requests.reserve_full:
             grown = self._new_blocks(k) if growth is None else growth
@@ -1213,7 +1211,7 @@ class _TokenBatch(Worker):
                 self._kv_used_blocks += grown
                 self._changes.add(self.index)
         self.step_idx += k
-        self.context_tokens += k * run.batch
+        self.context_tokens += k * b
         if self._after_advance is not None:
             self._after_advance()
 
@@ -1593,7 +1591,7 @@ class PrefillWorker(_PrefillQueue, Worker):
     def _computed(self, _ev: simpy.Event) -> None:
         """The batch's prefill is done: its KV is held here until its handoff."""
         act: PrefillIter = self._activity  # type: ignore[assignment]  # its prefill waits here
-        batch = act.batch
+        batch = act[0]  # act.batch, without the NamedTuple's descriptor
         self._activity = None
         self.held.update(self.in_batch)  # in batch order
         self.in_batch = {}
