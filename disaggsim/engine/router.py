@@ -531,8 +531,16 @@ class Router:
         self.decode = decode_choice(self._decode_policy, self.decode_workers, self.handoff_fabric)
         self._front_changes: set[int] = set()
         self._decode_changes: set[int] = set()
-        self._front_pos = {w.index: i for i, w in enumerate(self.front_workers)}
-        self._decode_pos = {w.index: i for i, w in enumerate(self.decode_workers)}
+        # each worker's position in its pool's list, by global worker index (-1: another
+        # pool's; a list index costs less than a dict lookup, twice per change)
+        indices = [w.index for w in self.front_workers] + [w.index for w in self.decode_workers]
+        num_workers = 1 + max(indices, default=-1)
+        self._front_pos = [-1] * num_workers
+        for i, fw in enumerate(self.front_workers):
+            self._front_pos[fw.index] = i
+        self._decode_pos = [-1] * num_workers
+        for i, dw in enumerate(self.decode_workers):
+            self._decode_pos[dw.index] = i
         self._front_accepting = [False] * len(self.front_workers)
         self._num_front_accepting = 0
         # requests queued at the front workers, kept per worker and in total (a queue

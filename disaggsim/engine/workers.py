@@ -1489,7 +1489,6 @@ class PrefillWorker(_PrefillQueue, Worker):
 
     def _pass(self, _ev: simpy.Event | None = None) -> None:
         """Form the next FCFS batch and start its prefill (or wait for work)."""
-        host = self.host
         promote_s = 0.0
         cached = 0
         copies: simpy.Event | None = None
@@ -1534,6 +1533,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         kv(self._kv_used_blocks * self.block_tokens)
         if self._cache_to is not None:
             self._sample_cache(self._cache_to)
+        host = self.host
         for r in batch:
             host.prefill_started(r, self.index)
         self._activity = _new_run(PrefillIter, (batch,))  # PrefillIter(batch)
