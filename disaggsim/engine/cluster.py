@@ -406,13 +406,17 @@ class Cluster:
         now = self.env._now
         if not self._token_from_prefill:
             self.prefill_token(rid, now)
-        src.release_kv(rid)
+        soon = self.env._soon
+        queued = len(soon)
+        src.release_kv(rid)  # an idle src is woken: its wake, the FIFO's last event
         rs = self.requests
         if rs.generated[rid] >= rs.output_tokens[rid]:  # done_generating
             dst.finish_without_decode(rid)
             self.finish(rid, now)
         else:
-            dst.kv_arrived(rid)
+            # nothing was scheduled since src's wake: dst's wake joins it (a prefill
+            # pass neither reads the queue nor schedules an URGENT event; call_soon_after)
+            dst.kv_arrived(rid, soon[-1][1] if len(soon) > queued else None)
         if self.router.queue:  # drain_queue has nothing to do otherwise
             self.router.drain_queue()
 

@@ -49,7 +49,7 @@ class Environment(simpy.Environment):
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)
         # (id, event) due now at NORMAL priority, in id order (call_soon)
-        self._soon: deque[tuple[int, Event]] = deque()
+        self._soon: deque[tuple[int, Call]] = deque()
 
     def _flush_soon(self) -> None:
         """Move the events due now into SimPy's heap (where SimPy's step expects them)."""
@@ -73,6 +73,7 @@ class Environment(simpy.Environment):
         until.callbacks.append(StopSimulation.callback)
         queue = self._queue
         soon = self._soon
+        event: Event
         try:
             while True:  # step(), inline
                 if soon and (
@@ -152,6 +153,18 @@ def call_in(env: simpy.Environment, delay_s: float, fn: Callable[[Event], None])
     ev = _new_event(Call)
     ev.callbacks = [fn]
     heappush(env._queue, (env._now + delay_s, NORMAL, next(env._eid), ev))
+    return ev
+
+
+def call_soon_after(ev: Call, fn: Callable[[Event], None]) -> Call:
+    """:func:`call_soon` of ``fn`` where ``ev`` is the event due now queued last, and no
+    event was scheduled since: ``fn`` joins ``ev``'s callbacks (one event less) and
+    ``ev`` is returned in place of a new event. The same order as two events, if
+    ``ev``'s callbacks neither read the queue nor schedule an URGENT event: the two ids
+    would be consecutive, so no other event could come between them (a prefill worker's
+    pass, :meth:`~disaggsim.engine.cluster.Cluster._delivered`). A failure that takes
+    one callback off leaves the other."""
+    ev.callbacks.append(fn)
     return ev
 
 

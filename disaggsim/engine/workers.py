@@ -56,7 +56,14 @@ import simpy
 from simpy.events import NORMAL
 
 from disaggsim.costmodel.interface import WorkerCost, context_kv_bytes
-from disaggsim.engine.events import Call, Environment, call_in, call_soon, call_urgent
+from disaggsim.engine.events import (
+    Call,
+    Environment,
+    call_in,
+    call_soon,
+    call_soon_after,
+    call_urgent,
+)
 from disaggsim.engine.records import StepLog, unsigned_columns
 from disaggsim.engine.request_state import RequestState
 
@@ -1708,7 +1715,11 @@ class DecodeWorker(_TokenBatch):
             if self.swapped:  # an idle worker may now have room to swap them back in
                 self.notify()
 
-    def kv_arrived(self, rid: int) -> None:
+    def kv_arrived(self, rid: int, after: Call | None = None) -> None:
+        """``rid``'s KV is here: it waits for a seat at the next step boundary (an idle
+        worker is woken, an interruptible run cut). ``after``: the event due now queued
+        last, with nothing scheduled since (the source prefill worker's wake): the wake
+        joins it (:func:`~disaggsim.engine.events.call_soon_after`)."""
         blocks = self.incoming.pop(rid)
         # the reservation becomes the running sequence's blocks (see _join)
         rs = self.requests
@@ -1722,14 +1733,22 @@ class DecodeWorker(_TokenBatch):
         self.waiting.append(rid)
         if self._idle:  # notify, inline
             self._idle = False
-            self._target = call_soon(self.env, self._pass_cb)
+            self._target = (
+                call_soon(self.env, self._pass_cb)
+                if after is None
+                else call_soon_after(after, self._pass_cb)
+            )
             self._then = self._pass_cb
         elif self._run_end:
             self._run_end = False
-            env = self.env  # call_soon(env, self._run_woken_cb), inline
-            ev = self._run_wake = _new_call(Call)
-            ev.callbacks = [self._run_woken_cb]
-            env._soon.append((next(env._eid), ev))
+            if after is not None:  # call_soon_after(after, self._run_woken_cb), inline
+                after.callbacks.append(self._run_woken_cb)
+                self._run_wake = after
+            else:  # call_soon(env, self._run_woken_cb), inline
+                env = self.env
+                ev = self._run_wake = _new_call(Call)
+                ev.callbacks = [self._run_woken_cb]
+                env._soon.append((next(env._eid), ev))
 
     def finish_without_decode(self, rid: int) -> None:
         """A one-token reply: the KV arrived, nothing to decode."""
