@@ -8,7 +8,14 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from disaggsim.engine.events import Environment, call_in, call_later, call_soon, call_urgent
+from disaggsim.engine.events import (
+    Environment,
+    call_in,
+    call_later,
+    call_soon,
+    call_soon_after,
+    call_urgent,
+)
 
 
 def _fire_order(use_call_in: bool) -> list[tuple[float, str]]:
@@ -145,3 +152,47 @@ def test_events_due_now_keep_simpys_order() -> None:
     env.step()
     env.run(until=1.0)
     assert seen == ["u", "t0", "s"]
+
+
+def test_call_soon_after_fires_as_the_next_event_would() -> None:
+    """A callback joined to the event due now queued last (nothing scheduled since) fires
+    where its own ``call_soon`` event would: right after that event's callbacks, before
+    anything those schedule, after what was due before; taken off, the rest still fire."""
+
+    def program(join: bool) -> list[str]:
+        env = Environment()
+        seen: list[str] = []
+
+        def first(_ev: simpy.Event) -> None:
+            seen.append("first")
+            call_soon(env, lambda _e: seen.append("scheduled by first"))
+            call_in(env, 0.0, lambda _e: seen.append("timeout 0 by first"))
+
+        def start(_ev: simpy.Event) -> None:
+            call_in(env, 0.0, lambda _e: seen.append("due before"))
+            ev = call_soon(env, first)
+            if join:
+                call_soon_after(ev, lambda _e: seen.append("second"))
+            else:
+                call_soon(env, lambda _e: seen.append("second"))
+
+        call_in(env, 1.0, start)
+        env.run(until=env.timeout(2.0))
+        return seen
+
+    assert program(join=True) == program(join=False)
+    assert program(join=True) == [
+        "due before",
+        "first",
+        "second",
+        "scheduled by first",
+        "timeout 0 by first",
+    ]
+    env = Environment()
+    seen: list[str] = []
+    ev = call_soon(env, lambda _e: seen.append("a"))
+    b = lambda _e: seen.append("b")  # noqa: E731
+    call_soon_after(ev, b)
+    ev.callbacks.remove(b)  # as a failure takes its worker's callback off
+    env.run(until=env.timeout(1.0))
+    assert seen == ["a"]
