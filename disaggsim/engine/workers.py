@@ -106,7 +106,10 @@ def _affine_covering(tau: float, k: int, base: float, per: float, b: int, c: int
         j = math.ceil((-b1 + math.sqrt(b1 * b1 + 4 * a2 * tau)) / (2 * a2))
     else:
         j = math.ceil(tau / b1) if b1 > 0 else 1
-    j = min(max(j, 1), k)
+    if j < 1:  # min(max(j, 1), k), without the two calls
+        j = 1
+    if j > k:
+        j = k
     reach = tau - _EPS
     while j > 1:  # _affine_s(j - 1, ...) >= reach, inline
         i = j - 1
