@@ -181,23 +181,23 @@ _SIGNED = {"I": "i", "Q": "q"}
 
 
 def _retype(table: Any, codes: dict[str, str]) -> None:
-    """Each integer column of ``table`` (a record dataclass or :class:`PrefillIters`)
-    with the typecode ``codes`` maps it to, the same bytes; the old column emptied (the
-    engine's bound appends may still refer to it)."""
-    names = (
-        [f.name for f in fields(table)]
-        if hasattr(table, "__dataclass_fields__")
-        else table.__slots__
-    )
-    for name in names:
+    """Each integer column of ``table`` (a slotted record dataclass or
+    :class:`PrefillIters`) with the typecode ``codes`` maps it to, the same bytes; the
+    old column emptied (the engine's bound appends may still refer to it). A cost per
+    worker, not per request: kept to plain slot reads (no ``dataclasses.fields``) and no
+    copy of an empty column."""
+    for name in table.__slots__:
         col = getattr(table, name)
-        if isinstance(col, PrefillIters):
+        if type(col) is array:
+            code = codes.get(col.typecode)
+            if code is not None:
+                out = array(code)
+                if col:
+                    out.frombytes(memoryview(col).cast("B"))
+                    del col[:]
+                setattr(table, name, out)
+        elif type(col) is PrefillIters:
             _retype(col, codes)
-        elif isinstance(col, array) and col.typecode in codes:
-            out = array(codes[col.typecode])
-            out.frombytes(memoryview(col).cast("B"))
-            del col[:]
-            setattr(table, name, out)
 
 
 def unsigned_columns(*tables: Any) -> None:
