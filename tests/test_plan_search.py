@@ -375,7 +375,7 @@ def test_screening_the_nearest_moves_behind_the_floor_walks_the_same(
         assert screened.values[c] == 0.0 and plain.values[c] < asked[c]
     best = max(plain.values.values())
     for c, must in asked.items():  # the value of its family's best, behind the floor
-        assert must < floor * best
+        assert 0 < must < floor * best
         fam = next(f for f in fams if c in f.evaluated)
         was_best = [m for m in fam.evaluated if plain.values[m] == must]
         assert any(c in next(t for t in fam.neighbours(m) if t) for m in was_best)
@@ -605,3 +605,30 @@ if __name__ == "__main__":
     for name, strategy in [("rate_ratios", rate_ratios()), ("smaller_optima", smaller_optima())]:
         for model in (False, True):
             print(name, "with" if model else "without", "model:", _count_misses(strategy, n, model))
+
+
+def test_quick_plan_does_not_screen_moves_of_a_family_that_serves_nothing():
+    """A family whose best member meets the SLO at no rate (goodput 0) is behind any
+    floor, but a screen at its best goodput is a run at 0 req/s: the quick plan of
+    Llama-3.1-70B on 3 H100s (one tp2 worker: the chunked pool misses at every rate,
+    vllm serves 0.106 per GPU) ended with "goodput: need 0 < rate_lo < rate_hi, got 0.0".
+    Such moves are searched as before screening: the same 17 simulations and ranking."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan import plan
+    from disaggsim.plan.question import Question, build_question
+    from disaggsim.sweep import SerialExecutor
+
+    q = Question(
+        model="llama-3.1-70b", gpu="h100-sxm", gpus=3, isl="4000", osl="20", ttft_ms=500,
+        itl_ms=200,
+    )  # fmt: skip
+    res, advice = plan(
+        load_scenario(build_question(q)), gpus=3, options=PlanOptions.quick(),
+        executor=SerialExecutor(),
+    )  # fmt: skip
+    assert advice.verdict == "colocate_vllm"
+    chunks = {
+        r.candidate.chunk_tokens: r.goodput_per_s for r in res.ranked if r.candidate.chunk_tokens
+    }
+    assert chunks == {256: 0.0, 512: 0.0, 1024: 0.0}
+    assert res.num_screened_out == 0 and res.num_simulations == 17

@@ -191,7 +191,9 @@ def optimise(
                 continue
             for c in todo:
                 owner[c] = fam
-                if screen and behind and fam.best is not None:  # its nearest tier: "better?"
+                # its nearest tier: "better?" (not for a family whose best serves
+                # nothing: any goodput beats it, and a screen at 0 req/s is no rate)
+                if screen and behind and fam.best is not None and values[fam.best] > 0:
                     screens[c] = values[fam.best]
             proposals += todo
         if not proposals:
