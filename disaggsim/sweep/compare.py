@@ -84,16 +84,23 @@ def rate_range(
     """Starting goodput bracket: given, else the min and max of a swept
     ``workload.rate_per_s`` (the search widens it until it brackets the goodput)."""
     swept = [p for p in params if p.path == RATE_PATH]
+    lo_from, hi_from = "--rate-lo", "--rate-hi"
     if rate_lo is None or rate_hi is None:
         if not swept:
             raise UserError(
                 f"compare: give --rate-lo and --rate-hi, or sweep --param {RATE_PATH}=a:b:n"
             )
         values = [float(v) for v in swept[0].values]
-        rate_lo = min(values) if rate_lo is None else rate_lo
-        rate_hi = max(values) if rate_hi is None else rate_hi
+        if rate_lo is None:
+            rate_lo, lo_from = min(values), f"the lowest swept {RATE_PATH}"
+        if rate_hi is None:
+            rate_hi, hi_from = max(values), f"the highest swept {RATE_PATH}"
     if not (0 < rate_lo < rate_hi and math.isfinite(rate_hi)):
-        raise UserError(f"compare: need 0 < rate-lo < rate-hi, got {rate_lo} and {rate_hi}")
+        raise UserError(
+            f"compare: {lo_from} {rate_lo:g} and {hi_from} {rate_hi:g}: the goodput search "
+            "starts from this bracket and needs 0 < low < high, both finite "
+            "(give --rate-lo and --rate-hi)"
+        )
     return float(rate_lo), float(rate_hi)
 
 
@@ -128,6 +135,9 @@ def compare(
     check_grid_size(plist, seeds * len(scenarios))
     sources = [as_source(s, overrides) for s in scenarios]
     lo, hi = rate_range(plist, rate_lo, rate_hi)
+    if tol_per_s is not None and not (tol_per_s > 0 and math.isfinite(tol_per_s)):
+        # before the sweep's runs (goodput_many would find it only after them)
+        raise UserError(f"compare: --tol {tol_per_s:g}: must be a finite number > 0 req/s")
     keys, tasks = [], []
     for src in sources:
         k, t = sweep_tasks(src, plist, seeds)

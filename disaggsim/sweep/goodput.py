@@ -64,7 +64,7 @@ import numpy as np
 from disaggsim.config.bounds import MAX_REQUESTS, expected_requests, fmt
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.config.scenario import Scenario
-from disaggsim.errors import UserError
+from disaggsim.errors import InvariantError, UserError
 from disaggsim.metrics.early_stop import seeds_stop_below
 from disaggsim.metrics.steady import (
     Horizon,
@@ -231,6 +231,34 @@ class GoodputResult:
         return float("nan")
 
 
+def check_search_args(
+    bracket: tuple[float, float] | None,
+    tol_per_s: float | None,
+    tol_fraction: float,
+    *,
+    bisected: bool = False,
+    confirm: bool = True,
+    error: type[Exception] = UserError,
+) -> None:
+    """Raise ``error`` (one line) unless the starting ``bracket`` ``(rate_lo, rate_hi)``
+    has ``0 < rate_lo < rate_hi`` (finite; None: not checked), the tolerances are
+    positive and a bisected bracket is confirmed. :func:`goodput`,
+    :func:`goodput_many` and :func:`search_rate` check their callers' values as bad input
+    (:class:`UserError`, exit code 2); :class:`RateSearch` checks again as an internal
+    error (:class:`InvariantError`, exit code 3): what reaches it unchecked was built
+    inside disaggsim (a planner's bracket; docs/safety.md, "Exit codes")."""
+    if bracket is not None:
+        rate_lo, rate_hi = bracket
+        if not (0 < rate_lo < rate_hi) or not math.isfinite(rate_hi):
+            raise error(f"goodput: need 0 < rate_lo < rate_hi, got {rate_lo} and {rate_hi}")
+    if tol_per_s is not None and not (tol_per_s > 0 and math.isfinite(tol_per_s)):
+        raise error(f"goodput: tolerance must be a finite number > 0 req/s, got {tol_per_s}")
+    if not 0 < tol_fraction < 1:
+        raise error(f"goodput: tolerance fraction must be in (0, 1), got {tol_fraction}")
+    if bisected and not confirm:
+        raise error("goodput: a bisected bracket needs the confirmation run")
+
+
 class RateSearch:
     """Bracket, bisect and confirm the rate at which a scenario stops meeting the SLO.
 
@@ -260,12 +288,16 @@ class RateSearch:
         bisected: bool = False,
         screen: bool = False,
     ) -> None:
-        if not (0 < rate_lo < rate_hi) or not math.isfinite(rate_hi):
-            raise UserError(f"goodput: need 0 < rate_lo < rate_hi, got {rate_lo} and {rate_hi}")
-        if tol_per_s is not None and not tol_per_s > 0:
-            raise UserError(f"goodput: tolerance must be > 0 req/s, got {tol_per_s}")
-        if not 0 < tol_fraction < 1:
-            raise UserError(f"goodput: tolerance fraction must be in (0, 1), got {tol_fraction}")
+        # the public entry points check their callers' values as bad input; a value
+        # that breaks these here was built inside disaggsim (a planner's bracket)
+        check_search_args(
+            (rate_lo, rate_hi),
+            tol_per_s,
+            tol_fraction,
+            bisected=bisected,
+            confirm=confirm,
+            error=InvariantError,
+        )
         self.lo, self.hi = float(rate_lo), float(rate_hi)
         self.tol = float(tol_per_s) if tol_per_s is not None else None
         self.tol_fraction = tol_fraction
@@ -287,8 +319,6 @@ class RateSearch:
         self._step = math.nan
         self._steps = 0
         if bisected:  # [lo, hi] met and missed already (a shorter search): confirm lo
-            if not confirm:
-                raise UserError("goodput: a bisected bracket needs the confirmation run")
             self._lo_ok, self._hi_ok = True, False
             if self.tol is None:
                 self.tol = self.tol_fraction * self.hi
@@ -458,6 +488,9 @@ def search_rate(
     stable)`` (tests, analytic models). ``retest``: a trend-only miss is decided by
     ``evaluate(rate, True)``, called once more (as :func:`goodput_many` does; off by
     default: a function without noise answers the same)."""
+    check_search_args(
+        (rate_lo, rate_hi), tol_per_s, tol_fraction, bisected=bisected, confirm=confirm
+    )
     s = RateSearch(
         rate_lo,
         rate_hi,
@@ -707,6 +740,11 @@ def goodput_many(
     only on its own runs: the same with any executor or neighbours."""
     _check_seeds(seeds)
     rule = rule or RunLengthRule()
+    # the caller's values, checked as bad input; per-scenario ``brackets`` and
+    # ``bisected`` come from a caller that computed them (the planner): one that breaks
+    # the rules is that caller's bug, an internal error (RateSearch)
+    shared = (rate_lo, rate_hi) if brackets is None else None
+    check_search_args(shared, tol_per_s, tol_fraction)
     starts = list(brackets) if brackets is not None else [(rate_lo, rate_hi)] * len(scenarios)
     done_before = list(bisected) if bisected is not None else [False] * len(scenarios)
     own_rules = list(rules) if rules is not None else [rule] * len(scenarios)
@@ -719,16 +757,21 @@ def goodput_many(
         loaded = load_scenario(src.raw, base_dir=src.base_dir)
         refuse_fixed_time_events(loaded.scenario, src.label)
         profile = steady_profile(loaded, src.label)
-        search = RateSearch(
-            lo,
-            hi,
-            tol_per_s=tol_per_s,
-            tol_fraction=tol_fraction,
-            confirm=confirm,
-            min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
-            bisected=was,
-            screen=scr,
-        )
+        try:
+            search = RateSearch(
+                lo,
+                hi,
+                tol_per_s=tol_per_s,
+                tol_fraction=tol_fraction,
+                confirm=confirm,
+                min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
+                bisected=was,
+                screen=scr,
+            )
+        except InvariantError as e:  # a bracket the caller computed (check_search_args)
+            raise InvariantError(
+                f"{src.name}: {e} (a starting bracket computed by the caller)"
+            ) from None
         cost = request_cost(loaded.scenario, profile)
         jobs.append(
             _Job(src, search, profile, r, seeds, retest, stop_early, cost, loaded.scenario.workload)
