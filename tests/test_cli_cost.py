@@ -285,3 +285,33 @@ def test_flag_errors(capsys, tmp_path):
         capsys,
         "cost op decode-attention --gpu h100-sxm --batch 1 --context-tokens 1 --heads 32 --kv-heads 5 --head-dim 128".split(),
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "cost prefill --model llama-3-8b --gpu h100-sxm --batch 1 --prompt-tokens 5",
+        "cost decode --model llama-3-8b --gpu h100-sxm --batch 1 --context-tokens 5 --dp 2",
+        "cost op decode-attention --gpu h100-sxm --batch 1 --context-tokens 1 --heads 32 --kv-heads 5 --head-dim 128",
+        "cost op prefill-attention --gpu h100-sxm --batch 1 --prompt-tokens 1 --heads 8 --kv-heads 3 --head-dim 64",
+        "cost kv --model llama-3-8b --tokens 10 --gpu h100-pcie",
+        "cost op gemm --gpu a100-80gb --m 1 --n 1 --k 1 --dtype fp8",
+        "cost prefill --model llama-3-70b --gpu h100-sxm --tp 1 --batch 1 --prompt-tokens 5",
+        "cost prefill --model llama-3-8b --gpu h100-sxm --tp 1 --batch 1 --prompt-tokens 5 --attention-backend sdpa-cudnn",
+        "cost prefill --model llama-3-8b --gpu h100-sxm --tp 1 --batch 1 --prompt-tokens 5 --profile {tmp}/nope.json",
+        "cost decode --input {tmp}/nope.csv",
+        "cost prefill --input {tmp}/q.csv",
+    ],
+)
+def test_every_error_starts_with_cost_and_its_subcommand(capsys, tmp_path, argv):
+    """Before: the cost model's own errors ('missing --tp (or --gpus)', 'kv_heads (5) must
+    divide heads (32)', 'h100-pcie has no NVLink ...'), a profile's and the CSV's lacked
+    the ``cost <subcommand>:`` that flag errors (and argparse's) start with."""
+    (tmp_path / "q.csv").write_text(
+        "model,gpu,tp,batch,prompt_tokens\nllama-3-70b,h100-sxm,1,1,5\n"
+    )
+    words = argv.replace("{tmp}", str(tmp_path)).split()
+    sub = " ".join(words[1:3] if words[1] == "op" else words[1:2])
+    line = _fail(capsys, words)
+    assert line.startswith(f"disaggsim: error: cost {sub}: "), line
+    assert line.count(f"cost {sub}: ") == 1, line

@@ -69,7 +69,12 @@ from disaggsim.errors import UserError
 from disaggsim.fabric import exposed_time_s
 from disaggsim.fabric.estimate import PAIR_PATHS, estimate_handoff, pair_topology
 from disaggsim.hardware.engines import ENGINE_CHOICES
-from disaggsim.hardware.profile import ATTENTION_CHOICES, HardwareProfile, load_profile
+from disaggsim.hardware.profile import (
+    ATTENTION_CHOICES,
+    HardwareProfile,
+    ProfileError,
+    load_profile,
+)
 
 __all__ = ["add_parser", "run_queries"]
 
@@ -650,6 +655,13 @@ def _resolve(
     return values
 
 
+def prefixed(command: str, message: str) -> str:
+    """``message`` starting with ``cost <command>: `` as every ``cost`` error does (the
+    cost model's own errors, a profile's, the CSV's ``FILE: line N: ...``), once."""
+    head = f"cost {command}: "
+    return message if message.startswith(head) else head + message
+
+
 def run_queries(command: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Answer ``command`` for the flags in ``args`` or for every row of ``args.input``."""
     _, fields, query = COMMANDS[command]
@@ -693,7 +705,11 @@ def run_queries(command: str, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _run(command: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        for obj in run_queries(command, args):
+        try:
+            answers = run_queries(command, args)
+        except (UserError, ProfileError) as e:
+            raise UserError(prefixed(command, str(e))) from None
+        for obj in answers:
             sys.stdout.write(json.dumps(obj) + "\n")
         return 0
 
