@@ -1,0 +1,485 @@
+"""Seeded CLI fuzz (docs/safety.md): random ``--set`` mutations of shipped scenarios,
+random ``disaggsim cost`` queries and random ``sweep`` grids, each through the real CLI
+entry point in-process (``disaggsim.cli.main``), each a short run.
+
+Every invocation must end with exit code 0 or 2, never a traceback:
+
+- exit 2: exactly one line on stderr, ``disaggsim: error: ...``, naming what was wrong
+  (a mutated field, or for ``cost`` the subcommand), and nothing written;
+- exit 0: for ``run``, request conservation in summary.json (every measured request
+  completed, rejected, abandoned or still in flight); for ``cost``, finite non-negative
+  numbers; for ``sweep``, a table;
+- either way nothing written outside the ``--out`` folder (the working folder, which
+  holds a user's file, is compared byte for byte before and after).
+
+The cases are drawn once from a fixed seed (the same on every run of the suite); the
+larger out-of-suite fuzzers are described in docs/safety.md. Draw a different sample with
+``python tests/test_fuzz_cli.py SEED N`` (prints one line per case, "BUG" where one of
+the rules above fails).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from disaggsim.catalog import GPU_IDS, MODEL_IDS
+from disaggsim.cli import main
+from tests.conftest import REPO
+
+SEED = 20261202
+SCENARIOS = REPO / "scenarios"
+# every shipped scenario (scenarios/**.yaml: each runs 5 s in about a second)
+RUN_BASES = sorted(str(p.relative_to(SCENARIOS)) for p in SCENARIOS.rglob("*.yaml"))
+POOLS = ["prefill_pool", "decode_pool", "pool"]
+# (field path, values); {p} is a pool section
+MUTATIONS: list[tuple[str, list]] = [
+    ("{p}.num_workers", [1, 2, 3, 0, 2000]),
+    ("{p}.tp", [1, 2, 4, 8, 3]),
+    ("{p}.max_batch_seqs", [1, 2, 16, 1000]),
+    ("{p}.max_batch_tokens", [16, 100, 512, 65536]),
+    ("{p}.gpu_mem_util", [0.3, 0.95, 0.99, 1.5]),
+    ("{p}.gpu", ["a100-80gb", "l40s", "h200", "b200", "h100-pcie", "tpu"]),
+    ("{p}.scheduler", ["vllm", "chunked", "fifo"]),
+    ("weight_dtype", ["fp8", "bf16", "nvfp4", "fp8-block"]),
+    ("kv_dtype", ["fp8", "bf16", "int2"]),
+    ("engine", ["sglang", "trtllm", "vllm-eager-2023"]),
+    ("attention_backend", ["flex", "sdpa-cudnn", "trtllm"]),
+    ("first_token_from", ["prefill", "decode"]),
+    ("fabric.link", ["pcie", "infiniband", "nvlink", "roce"]),
+    (
+        "fabric",
+        ["{kind: topology}", "{kind: topology, gpus_per_node: 4, placement: {policy: pair}}"],
+    ),
+    ("router.prefill_policy", ["round_robin", "shortest_queue", "cache_aware", "least_tokens"]),
+    ("router.decode_policy", ["round_robin", "fastest_path", "most_free_kv"]),
+    ("router.backpressure", ["none", "kv_aware"]),
+    ("router.max_queue", [1, 5, 100, -1]),
+    ("router.client_timeout_s", [0.5, 2, ".nan"]),
+    ("kv.block_tokens", [1, 16, 256]),
+    ("kv.admission", ["reserve_full", "on_demand"]),
+    ("kv.preemption", ["swap", "recompute"]),
+    (
+        "failures.random",
+        ["[{pool: decode, mtbf_s: 20, mttr_s: 5}]", "[{pool: colocated, mtbf_s: 15, mttr_s: 2}]"],
+    ),
+    ("failures.workers", ["[{at_s: 2, worker: 'decode:0'}]", "[{at_s: 2, worker: 'colocated:0'}]"]),
+    ("failures.links", ["[{start_s: 1, duration_s: 2}]"]),
+    ("cache", ["{policy: lru}", "null"]),
+    ("slo.ttft_ms", [1, 500, 1e300]),
+    ("slo.itl_ms", [0.5, 50]),
+    ("slo.itl_statistic", ["max_gap", "tpot", "mean"]),
+    ("slo.attainment_target", [0.0, 0.9, 1.0, 2]),
+    ("slo.percentile", [50, 99.9, 100]),
+    ("workload.rate_per_s", [0.5, 5, 40, ".inf"]),
+    (
+        "workload.prompt_tokens",
+        [
+            "{dist: fixed, value: 1}",
+            "{dist: fixed, value: 8000}",
+            "{dist: uniform, low: 1, high: 2}",
+        ],
+    ),
+    (
+        "workload.output_tokens",
+        [
+            "{dist: fixed, value: 1}",
+            "{dist: uniform, low: 1, high: 300}",
+            "{dist: fixed, value: 0}",
+        ],
+    ),
+    ("workload.arrival", ["gamma", "poisson", "modulated"]),
+    ("workload.num_requests", [1, 2, 50]),
+    ("workload.mix_shift", ["{at_s: 2, prompt_tokens: {dist: fixed, value: 3000}}"]),
+    ("sim.warmup_s", [0, 4.9, 6]),
+    ("sim.max_drain_s", [0, 1]),
+    (
+        "autoscale",
+        [
+            "{decode: {min_workers: 1, max_workers: 3, policy: target, interval_s: 1, target: {signal: kv_util, target_value: 0.5}}}"
+        ],
+    ),
+    ("decode_pool.num_worker", [2]),
+]
+PREFIX = "disaggsim: error: "
+LAST_RC: object = None  # the last (exit code, stderr tail), for the printout of __main__
+
+
+def _invoke(argv: list[str]) -> tuple[object, str, str]:
+    """``main(argv)`` in-process: (exit code, stdout, stderr); a traceback is returned as
+    the exit code "EXC" with the traceback in place of stderr."""
+    import traceback
+
+    global LAST_RC
+    out, err = io.StringIO(), io.StringIO()
+    LAST_RC = "EXC"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc: object = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    except BaseException:  # the point of the test: nothing may escape main
+        return "EXC", out.getvalue(), err.getvalue() + traceback.format_exc()
+    LAST_RC = rc, err.getvalue().strip()[-300:]
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _tree(root: Path, skip: Path | None = None) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for p in sorted(root.rglob("*")):
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
+        out[str(p.relative_to(root))] = p.read_bytes() if p.is_file() else None
+    return out
+
+
+def _one_error_line(rc: object, err: str) -> list[str]:
+    """What is wrong with an invocation's exit code and stderr (empty: nothing)."""
+    bad = []
+    if rc not in (0, 2):
+        bad.append(f"exit code {rc!r}")
+    if "Traceback" in err:
+        bad.append("traceback")
+    if rc == 2 and not (err.count("\n") == 1 and err.endswith("\n") and err.startswith(PREFIX)):
+        bad.append("not one 'disaggsim: error:' line")
+    return bad
+
+
+# ------------------------------------------------------------------ run --set mutations
+
+
+_OWN_POOLS = {"disaggregated": ["prefill_pool", "decode_pool"], "colocated": ["pool"]}
+
+
+def _architecture(base: str) -> str:
+    import yaml
+
+    return yaml.safe_load((SCENARIOS / base).read_text())["architecture"]
+
+
+def run_cases(seed: int, n: int) -> list[tuple[str, list[str]]]:
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        base = rng.choice(RUN_BASES)
+        # mostly the scenario's own pool sections (another one is a one-line error)
+        own = _OWN_POOLS[_architecture(base)]
+        sets = []
+        for _ in range(rng.randint(1, 3)):
+            path, values = rng.choice(MUTATIONS)
+            pool = rng.choice(own if rng.random() < 0.85 else POOLS)
+            sets.append(f"{path.format(p=pool)}={rng.choice(values)}")
+        cases.append((base, sets))
+    return cases
+
+
+def _named(err: str, sets: list[str]) -> bool:
+    """Whether the error line names one of the mutated fields (its path or a key on it)."""
+    for s in sets:
+        path = s.split("=", 1)[0]
+        if path in err:
+            return True
+        # a key of the path: 'pool.tp=3' on a disaggregated scenario is about 'pool'
+        # ('attention_backend' as "attention backend 'x' is not fitted ...")
+        keys = [w for k in path.split(".") for w in (k, k.replace("_", " "))]
+        if any(re.search(rf"(?<![\w.]){re.escape(k)}\b", err) for k in keys):
+            return True
+    return False
+
+
+def check_run(work: Path, base: str, sets: list[str]) -> list[str]:
+    out = work / "out"
+    argv = ["run", str(SCENARIOS / base), "--out", str(out), "--no-plots", "--quiet"]
+    argv += ["--set", "sim.duration_s=5", "--set", "sim.warmup_s=1"]
+    for s in sets:
+        argv += ["--set", s]
+    before = _tree(work)
+    rc, _, err = _invoke(argv)
+    bad = _one_error_line(rc, err)
+    if rc == 2:
+        if not _named(err, sets):
+            bad.append("the error names none of the mutated fields")
+        if _tree(work) != before:
+            bad.append("wrote on error")
+    elif rc == 0:
+        if _tree(work, skip=out) != before:
+            bad.append("wrote outside --out")
+        s = json.loads((out / "summary.json").read_text())
+        parts = sum(
+            s[k] for k in ("num_completed", "num_rejected", "num_abandoned", "num_unfinished")
+        )
+        if parts != s["num_requests"]:
+            bad.append(f"conservation: {s['num_requests']} requests, {parts} accounted for")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+RUN_CASES = run_cases(SEED, 40)
+
+
+def _run_id(case: tuple[str, list[str]]) -> str:
+    return case[0].removesuffix(".yaml") + ":" + ",".join(case[1])
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch) -> Path:
+    w = tmp_path / "work"
+    w.mkdir()
+    (w / "keep.txt").write_text("a user's file\n")
+    monkeypatch.chdir(w)
+    return w
+
+
+@pytest.mark.parametrize("case", RUN_CASES, ids=[_run_id(c) for c in RUN_CASES])
+def test_fuzz_run(work, case):
+    assert check_run(work, *case) == []
+
+
+# ------------------------------------------------------------------ cost queries
+
+_COST_OPTS = {
+    "prefill": [
+        "--tp",
+        "--batch",
+        "--dp",
+        "--ep",
+        "--gpus",
+        "--weight-dtype",
+        "--kv-dtype",
+        "--engine",
+        "--attention-backend",
+        "--routing",
+        "--imbalance-factor",
+    ],
+    "decode": [
+        "--tp",
+        "--dp",
+        "--ep",
+        "--gpus",
+        "--weight-dtype",
+        "--kv-dtype",
+        "--engine",
+        "--attention-backend",
+    ],
+    "kv": [
+        "--kv-dtype",
+        "--link",
+        "--gpu",
+        "--prefill-s",
+        "--tp",
+        "--host-staging",
+        "--nic-gbit-per-s",
+    ],
+    "gemm": ["--dtype"],
+    "decode-attention": ["--kv-dtype"],
+    "prefill-attention": [],
+}
+_COST_REQUIRED = {
+    "prefill": ["--model", "--gpu", "--prompt-tokens"],
+    "decode": ["--model", "--gpu", "--batch", "--context-tokens"],
+    "kv": ["--model", "--tokens"],
+    "gemm": ["--gpu", "--m", "--n", "--k"],
+    "decode-attention": [
+        "--gpu",
+        "--batch",
+        "--context-tokens",
+        "--heads",
+        "--kv-heads",
+        "--head-dim",
+    ],
+    "prefill-attention": [
+        "--gpu",
+        "--batch",
+        "--prompt-tokens",
+        "--heads",
+        "--kv-heads",
+        "--head-dim",
+    ],
+}
+_INTS = ["1", "2", "3", "7", "8", "64", "1000", "4096", "0", "1048577"]
+_TPS = ["1", "2", "4", "8", "3", "16", "0"]
+
+
+def cost_cases(seed: int, n: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        sub = rng.choice(sorted(_COST_OPTS))
+        argv = [
+            "cost",
+            *(["op", sub] if sub in ("gemm", "decode-attention", "prefill-attention") else [sub]),
+        ]
+        opts = _COST_OPTS[sub]
+        chosen = list(
+            dict.fromkeys(_COST_REQUIRED[sub] + rng.sample(opts, rng.randint(0, min(3, len(opts)))))
+        )
+        if sub in ("prefill", "decode") and "--gpus" not in chosen and rng.random() < 0.85:
+            chosen.append("--tp")  # else "missing --tp (or --gpus)"
+        if rng.random() < 0.1:  # a required flag left out
+            chosen.remove(rng.choice(_COST_REQUIRED[sub]))
+        for o in chosen:
+            if o == "--model":
+                v = rng.choice(MODEL_IDS)
+            elif o == "--gpu":
+                v = rng.choice([*GPU_IDS, "tpu"])
+            elif o in ("--weight-dtype", "--kv-dtype", "--dtype"):
+                v = rng.choice(["bf16", "fp8", "fp16", "nvfp4", "mxfp4", "int4"])
+            elif o == "--engine":
+                v = rng.choice(["vllm", "sglang", "trtllm", "vllm-eager-2023", "tgi"])
+            elif o == "--attention-backend":
+                v = rng.choice(["auto", "flex", "trtllm", "sdpa-cudnn", "x"])
+            elif o == "--link":
+                v = rng.choice(["nvlink", "pcie", "infiniband", "roce", "smoke"])
+            elif o == "--host-staging":
+                v = rng.choice(["pinned", "pageable", "none"])
+            elif o == "--routing":
+                v = rng.choice(["balanced", "power_law", "zipf"])
+            elif o in ("--prefill-s", "--imbalance-factor", "--nic-gbit-per-s"):
+                v = rng.choice(["0", "0.5", "3", "nan", "-1", "inf"])
+            elif o in ("--tp", "--gpus", "--dp", "--ep"):
+                v = rng.choice(_TPS)
+            else:
+                v = rng.choice(_INTS)
+            argv += [o, v]
+        cases.append(argv)
+    return cases
+
+
+def check_cost(work: Path, argv: list[str]) -> list[str]:
+    before = _tree(work)
+    rc, out, err = _invoke(argv)
+    bad = _one_error_line(rc, err)
+    if _tree(work) != before:
+        bad.append("wrote a file")
+    sub = " ".join(argv[1:3] if argv[1] == "op" else argv[1:2])
+    if rc == 2 and not err.startswith(f"{PREFIX}cost {sub}: "):
+        bad.append(f"the error does not start with 'cost {sub}: '")
+    if rc == 0:
+
+        def walk(x: object) -> None:
+            if isinstance(x, float) and not (math.isfinite(x) and x >= 0):
+                bad.append(f"number {x} in the output")
+            elif isinstance(x, dict):
+                for v in x.values():
+                    walk(v)
+            elif isinstance(x, list):
+                for v in x:
+                    walk(v)
+
+        lines = out.strip().splitlines()
+        if len(lines) != 1:
+            bad.append(f"{len(lines)} output lines")
+        for line in lines:
+            walk(json.loads(line))
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+COST_CASES = cost_cases(SEED, 60)
+
+
+@pytest.mark.parametrize("argv", COST_CASES, ids=[" ".join(a[1:]) for a in COST_CASES])
+def test_fuzz_cost(work, argv):
+    assert check_cost(work, argv) == []
+
+
+# ------------------------------------------------------------------ sweep grids
+
+SWEEP_BASES = ["ci/disaggregated.yaml", "ci/chunked.yaml", "ci/colocated-vllm.yaml"]
+SWEEP_PARAMS = [
+    "workload.rate_per_s=0.5:4:2",
+    "workload.rate_per_s=1,2",
+    "decode_pool.num_workers=1,2",
+    "pool.num_workers=1,2",
+    "pool.max_batch_tokens=256,2048",
+    "kv.block_tokens=16,32",
+    "slo.itl_ms=10:100:2",
+    "sim.warmup_s=0:2:2",
+    "seed=1:3:2",
+    "kv_dtype=bf16,fp8",
+    "nonsense.path=1,2",
+    "workload.rate_per_s=3:1:2",
+    "workload.rate_per_s=1:2:0",
+    "workload.rate_per_s=0:2:2",
+    "decode_pool.gpu=h100-sxm,tpu",
+]
+
+
+def sweep_cases(seed: int, n: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        argv = [str(SCENARIOS / rng.choice(SWEEP_BASES))]
+        for p in rng.sample(SWEEP_PARAMS, rng.randint(1, 2)):
+            argv += ["--param", p]
+        if rng.random() < 0.2:
+            argv += ["--seeds", rng.choice(["0", "2"])]
+        cases.append(argv)
+    return cases
+
+
+def check_sweep(work: Path, args: list[str]) -> list[str]:
+    out = work / "out"
+    argv = ["sweep", *args, "--out", str(out), "--quiet", "--no-plots", "--workers", "1"]
+    argv += ["--set", "sim.duration_s=5", "--set", "sim.warmup_s=1"]
+    before = _tree(work)
+    rc, _, err = _invoke(argv)
+    bad = _one_error_line(rc, err)
+    if rc == 2 and _tree(work) != before:
+        bad.append("wrote on error")
+    if rc == 0:
+        if _tree(work, skip=out) != before:
+            bad.append("wrote outside --out")
+        if not ((out / "sweep.csv").exists() or (out / "sweep.parquet").exists()):
+            bad.append("no table")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+SWEEP_CASES = sweep_cases(SEED, 10)
+
+
+@pytest.fixture
+def serial_sweeps(monkeypatch):
+    """Sweeps in this process (the CLI's process pool would start workers per case)."""
+    from disaggsim.sweep import executors
+
+    monkeypatch.setattr(executors, "make_executor", lambda *a, **k: executors.SerialExecutor())
+
+
+@pytest.mark.parametrize("args", SWEEP_CASES, ids=[" ".join(a[1:]) for a in SWEEP_CASES])
+def test_fuzz_sweep(work, serial_sweeps, args):
+    assert check_sweep(work, args) == []
+
+
+# ------------------------------------------------------------------ a bigger sample
+
+if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep]
+    import os
+    import tempfile
+
+    seed, n = int(sys.argv[1]), int(sys.argv[2])
+    kinds = sys.argv[3:] or ["run", "cost", "sweep"]
+    draws = {
+        "run": (run_cases, lambda w, c: check_run(w, *c)),
+        "cost": (cost_cases, check_cost),
+        "sweep": (sweep_cases, check_sweep),
+    }
+    bugs = 0
+    for kind in kinds:
+        draw, check = draws[kind]
+        for i, case in enumerate(draw(seed, n)):
+            with tempfile.TemporaryDirectory() as tmp:
+                w = Path(tmp)
+                (w / "keep.txt").write_text("a user's file\n")
+                os.chdir(w)
+                problems = check(w, case)
+                os.chdir(REPO)
+            bugs += bool(problems)
+            print(kind, i, "BUG" if problems else "ok", LAST_RC, case, *problems, flush=True)
+    print("bugs", bugs)
