@@ -235,6 +235,20 @@ def test_the_help_and_docs_say_the_same_slo_model():
         (["--ttft-ms", None], ["--ttft-ms is needed"]),
         (["--gpus", None], ["--gpus N", "--target-rate"]),
         (["--model", None], ["--model is needed"]),
+        # a scenario bound broken by a flag's value names the flag (it named the field of
+        # a '<scenario>' the user never wrote)
+        (["--isl", "2000000"], ["--isl 2000000: workload.prompt_tokens.value", "1,048,576"]),
+        (["--osl", "uniform:1:2000000"], ["--osl uniform:1:2000000: workload.output_tokens"]),
+        (["--isl", "lognormal:1000:9"], ["--isl lognormal:1000:9: ", "give max"]),
+        (["--max-tokens", "5000000"], ["--max-tokens 5000000: workload.max_tokens"]),
+        (["--ttft-ms", "1e300"], ["--ttft-ms 1e+300: slo.ttft_ms: ", "1e+15"]),
+        (["--itl-ms", "1e20"], ["--itl-ms 1e+20: slo.itl_ms: "]),
+        (["--seed", "99999999999999999999"], ["--seed 99999999999999999999: seed: must be <="]),
+        (
+            ["--gpus", None, "--target-rate", "1e300"],
+            ["--target-rate 1e+300: workload.rate_per_s: ", "1e+15"],
+        ),
+        (["--set", "slo.ttft_ms=-1"], ["plan question: slo.ttft_ms: ", "greater than 0"]),
     ],
 )
 def test_bad_question_flags(tmp_path, capsys, args, needles):
@@ -258,6 +272,7 @@ def test_bad_question_flags(tmp_path, capsys, args, needles):
     err = capsys.readouterr().err.strip()
     assert rc == 2, err
     assert "\n" not in err and "Traceback" not in err
+    assert "<scenario>" not in err
     for n in needles:
         assert n in err, err
     assert not out.exists()

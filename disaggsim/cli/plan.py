@@ -188,7 +188,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.output import check_folder
     from disaggsim.plan import PlanOptions, plan
     from disaggsim.plan.advisor import fabric_name
-    from disaggsim.plan.question import build_question, question_yaml
+    from disaggsim.plan.question import build_question, flag_error, question_yaml
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
     from disaggsim.sweep.executors import make_executor
 
@@ -205,7 +205,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         loaded = load_scenario(args.scenario, args.overrides)
     else:
         raw = build_question(question)
-        loaded = load_scenario(raw, args.overrides, base_dir=Path.cwd())
+        try:
+            loaded = load_scenario(raw, args.overrides, base_dir=Path.cwd())
+        except UserError as e:  # a --set's (the flags' values loaded in build_question)
+            raise flag_error(e, None) from None
         question_text = question_yaml(loaded.raw, question)
         if out is None:
             out = Path("results") / loaded.scenario.name

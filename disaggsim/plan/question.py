@@ -43,6 +43,19 @@ DTYPES = ("bf16", "fp16", "fp8")  # KV cache
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released")
 LENGTH_SPEC = "N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX] (tokens >= 1, sigma >= 0)"
 DEFAULT_RATE_PER_S = 1.0  # a starting point for `disaggsim run`; the planner searches the rate
+# the scenario fields the question's flags fill: a scenario bound broken there (a length
+# over 1,048,576 tokens, an SLO over 1e15 ms: docs/safety.md) names the flag
+FLAG_FIELDS = (
+    ("workload.prompt_tokens", "--isl", "isl"),
+    ("workload.output_tokens", "--osl", "osl"),
+    ("workload.max_tokens", "--max-tokens", "max_tokens"),
+    ("workload.rate_per_s", "--target-rate", "target_rate_per_s"),
+    ("slo.ttft_ms", "--ttft-ms", "ttft_ms"),
+    ("slo.itl_ms", "--itl-ms", "itl_ms"),
+    ("slo.percentile", "--percentile", "percentile"),
+    ("slo.attainment_target", "--attainment", "attainment"),
+    ("seed", "--seed", "seed"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +336,7 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
         "workload": workload,
         "sim": {"duration_s": 300.0, "warmup_s": 30.0},
     }
-    tp, dp = _smallest_unit(raw)
+    tp, dp = _smallest_unit(raw, q)
     pool = raw["pool"]
     pool["num_workers"] = max(1, (q.gpus or tp * dp) // (tp * dp))
     pool["tp"] = tp
@@ -332,13 +345,35 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
     return raw
 
 
-def _smallest_unit(raw: dict[str, Any]) -> tuple[int, int]:
+def flag_error(e: UserError, q: Question | None) -> UserError:
+    """The error of loading the question's scenario, in the words of the question: a
+    field a flag of ``q`` filled is named after the flag (``--isl 2000000:
+    workload.prompt_tokens.value: must be <= 1,048,576 ...``); otherwise (or with no
+    ``q``: the flags' values loaded already, the error is a ``--set``'s) the scenario's
+    placeholder label ``<scenario>`` reads "plan question"."""
+    text = str(e)
+    if not text.startswith("<scenario>: "):
+        return e
+    text = text.removeprefix("<scenario>: ")
+    for field, flag, attr in FLAG_FIELDS if q is not None else ():
+        if text.startswith((field + ".", field + ":")):
+            v = getattr(q, attr)
+            return UserError(
+                f"{flag} {v:g}: {text}" if isinstance(v, float) else f"{flag} {v}: {text}"
+            )
+    return UserError(f"plan question: {text}")
+
+
+def _smallest_unit(raw: dict[str, Any], q: Question) -> tuple[int, int]:
     """The smallest worker, ``(tp, dp)``, of the question's model and GPU with KV room
     (:func:`disaggsim.plan.analytic.smallest_unit`)."""
     from disaggsim.config.loader import load_scenario
     from disaggsim.plan.analytic import smallest_unit
 
-    loaded = load_scenario(raw)  # the pool as given is only a placeholder here
+    try:
+        loaded = load_scenario(raw)  # the pool as given is only a placeholder here
+    except UserError as e:  # the first load of the flags' values: name the flag
+        raise flag_error(e, q) from None
     pool = raw["pool"]
     lay = smallest_unit(loaded, pool["gpu"], 16)
     if lay is None:
