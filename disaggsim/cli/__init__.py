@@ -42,10 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The parser of the (sub)command ``args`` were parsed for: ``cost op gemm``'s, not the
+    top-level one."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs and subs[0].dest else None
+        if name is None or name not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # argparse names the top-level parser: name the command the flag missed
+            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # --help, --version, or a flag it cannot parse (one line, 2)
         return e.code if isinstance(e.code, int) else 2
     try:

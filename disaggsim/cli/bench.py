@@ -125,9 +125,16 @@ def simpy_timeouts_per_s(num_events: int = 200_000) -> float:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from disaggsim.config.bounds import MAX_REQUESTS
     from disaggsim.config.loader import load_scenario
+    from disaggsim.errors import UserError
     from disaggsim.run import simulate
 
+    n = args.num_requests
+    if n is not None and not 1 <= n <= MAX_REQUESTS:  # before the scenario (its own words)
+        raise UserError(
+            f"bench: --num-requests {n}: must be from 1 to {MAX_REQUESTS:,} (docs/safety.md)"
+        )
     if args.scale:
         n = args.num_requests if args.num_requests is not None else 1_000_000
         raw = fleet_scenario(args.gpus, n)
@@ -136,9 +143,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raw = json.loads(json.dumps(BENCH_SCENARIO))
         raw["workload"]["num_requests"] = n
         raw["sim"]["duration_s"] = n / 8.0 * 1.2
-    if n < 1:
-        print("disaggsim bench: --num-requests: must be >= 1", file=sys.stderr)
-        return 2
     simpy_before = simpy_timeouts_per_s()
     loaded = load_scenario(raw)
     t0, c0 = time.perf_counter(), time.process_time()
