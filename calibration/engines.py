@@ -12,8 +12,10 @@ Data, each row with its source, configuration and figure:
   TensorRT-LLM 0.9.0's performance tables (static batches: batch latency = batch × output
   tokens / throughput; batch-1 first-token latency), vLLM's performance-benchmark CI
   latency test (a batch of 8 prompts, 32 in / 128 out) on A100, H100 and H200, NVIDIA NIM
-  1.8.0's concurrency-1 figures (Llama-3.3-70B FP8, TP2 H100), an SGLang decode step.
-  Column ``split`` marks the rows held out of the fit (every H200 row, and NIM);
+  1.8.0's concurrency-1 figures (Llama-3.3-70B FP8, TP2 H100), an SGLang decode step, and
+  Splitwise's measurements of 2023 vLLM (Llama-2-70B on DGX-A100, TP 2/4/8: a second source
+  for ``vllm-eager-2023``, rebuilt from its transcription by :func:`splitwise_rows`).
+  Column ``split`` marks the rows held out of the fit (every H200 row, NIM, Splitwise);
 - DistServe's curves of the 2023 vLLM engine (``kernels/distserve/profiler-a100-80g.vllm
   .json``, OPT-13B/66B on A100, eager PyTorch), evaluated on a grid
   (:func:`whole_step_points`) for ``vllm-eager-2023``; the (model, TP) families
@@ -91,6 +93,32 @@ PREFILL_MAX_TOKENS = 8192
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DECODE_CONTEXTS = (64, 256, 512, 1024, 2048)
 GRAPH_GAP_MAX_M = 16  # GEMM rows (tokens) used for the graph-gap estimate
+# Splitwise (Patel et al., ISCA 2024, arXiv 2311.18677): its characterization runs of 2023
+# vLLM (the paper's engine; the simulator's repository does not say, its issue #4 asks) on
+# DGX-A100 and DGX-H100, published as splitwise-sim's performance database. Its Llama-2-70B
+# A100 rows (TP 2/4/8, output 128 tokens, five runs each) are transcribed in SPLITWISE_RAW;
+# the H100 rows, the "h100-80gb-pcap" rows (derived from the H100 ones: the same token
+# times, prompt times x 1.3) and BLOOM-176B (not in the catalog) are not.
+SPLITWISE_RAW = REPO / "calibration" / "engine_data" / "splitwise_llama2_70b_a100.csv"
+SPLITWISE_SOURCE = "splitwise-sim"
+SPLITWISE_URL = (
+    "https://github.com/Mutinifni/splitwise-sim/blob/"
+    "378088013a54df6f2052c27ff5ae6ea7619c3ecc/data/perf_model.csv"
+)
+SPLITWISE_VERSION = "vLLM of 2023, eager (Splitwise's characterization runs, DGX-A100)"
+# vLLM 0.2's token budget is max(max_model_len, 2560): a batch of at most 2560 prompt tokens
+# is one prefill iteration under any configuration; the source ran 8192-token prompts but
+# states neither its budget nor how a batch's prompt_time aggregates its requests' TTFTs
+# (batches of 8 and 16 x 512 tokens measured 1.07-1.34x a single prompt of the same tokens)
+SPLITWISE_PREFILL_MAX_TOKENS = 2560
+# decode configurations the source did not serve as one batch: e2e_time exceeds
+# prompt_time + 127 x token_time (checked by hand on run 1 of TP2 batches 1-16, TP4 and TP8
+# batches 16-64 and the longest prompts: within 0.5%)
+SPLITWISE_DECODE_EXCLUDED = {
+    (2, 32): "e2e 18,487 ms against 6,639 + 127 x 72.09 = 15,794 ms (+17%)",
+    (2, 64): "e2e 159,758 ms against 802 + 127 x 67.30 = 9,349 ms (17x; its prompt_time, "
+    "0.80 s, is below batch 32's 6.6 s)",
+}
 # the parameters each engine's data can identify (others stay 0): vLLM's six points are
 # all batch 8 (no per-sequence signal); SGLang has one point
 FIT_PARAMS = {
@@ -314,6 +342,72 @@ def read_measurements(path: Path = MEASUREMENTS) -> pd.DataFrame:
         if r["metric"] == "itl_s" and int(r["batch"]) != 1:
             raise UserError(f"{path}: line {line}: itl_s rows must be concurrency (batch) 1")
     return df
+
+
+def splitwise_rows(path: Path = SPLITWISE_RAW) -> pd.DataFrame:
+    """Splitwise's measurements of 2023 vLLM (Llama-2-70B, DGX-A100, TP 2/4/8) as rows of
+    ``measurements.csv`` (:data:`COLUMNS`), every one held out of the fit: a second source
+    for ``vllm-eager-2023``, independent of DistServe's curves (another harness, another
+    A100 host, another model). ``path`` is the Llama-2-70B A100 rows of splitwise-sim's
+    ``data/perf_model.csv`` (:data:`SPLITWISE_URL`; transcribed run by run, times in ms).
+    Per (TP, batch, prompt) configuration, output 128 tokens, five runs each: the median
+    ``prompt_time`` is a first-token latency (``ttft_s``: one prefill of the batch's
+    prompts) where that is one iteration whatever the engine's token budget (a single
+    prompt, or at most :data:`SPLITWISE_PREFILL_MAX_TOKENS` tokens); the median
+    ``token_time`` (the mean time between the 128 output tokens; the source's ``e2e_time``
+    is ``prompt_time`` + 127 × ``token_time``) is one decode step at the batch and the
+    mean context ``isl + 64`` (``decode_step_s``), except the configurations of
+    :data:`SPLITWISE_DECODE_EXCLUDED`."""
+    try:
+        raw = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    rows = []
+    keys = ["tensor_parallel", "batch_size", "prompt_size", "token_size"]
+    for key, g in raw.groupby(keys, sort=False):
+        tp, b, isl, osl = (int(v) for v in cast(tuple, key))
+        base = {
+            "source": SPLITWISE_SOURCE,
+            "url": SPLITWISE_URL,
+            "version": SPLITWISE_VERSION,
+            "engine": "vllm-eager-2023",
+            "model": "llama-2-70b",
+            "gpu": "a100-80gb",
+            "tp": tp,
+            "weight_dtype": "fp16",
+            "kv_dtype": "fp16",
+            "batch": b,
+            "isl": isl,
+            "osl": osl,
+            "split": "holdout",
+        }
+        runs = f"{len(g)} runs"
+        if b == 1 or b * isl <= SPLITWISE_PREFILL_MAX_TOKENS:
+            v = g["prompt_time"].to_numpy(float)
+            rows.append(
+                {
+                    **base,
+                    "metric": "ttft_s",
+                    "value_s": float(f"{np.median(v) * MS:.6g}"),
+                    "raw": f"prompt_time ms, {runs}: " + " ".join(f"{x:g}" for x in v),
+                    "derivation": "median of the runs; one prefill of batch x isl tokens "
+                    f"(a single prompt or at most {SPLITWISE_PREFILL_MAX_TOKENS} tokens: one "
+                    "iteration under any 2023-vLLM token budget)",
+                }
+            )
+        if (tp, b) not in SPLITWISE_DECODE_EXCLUDED:
+            v = g["token_time"].to_numpy(float)
+            rows.append(
+                {
+                    **base,
+                    "metric": "decode_step_s",
+                    "value_s": float(f"{np.median(v) * MS:.6g}"),
+                    "raw": f"token_time ms, {runs}: " + " ".join(f"{x:g}" for x in v),
+                    "derivation": "median of the runs of the mean time between output tokens "
+                    f"= one decode step at batch {b}, mean context isl + osl/2",
+                }
+            )
+    return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 def eager_points(data_root: Path, which: str = EAGER_FILE) -> pd.DataFrame:
@@ -666,6 +760,10 @@ EAGER_FORM_STARTS = 8  # deterministic multi-start of the non-smooth overlap fit
 # the overlap form with the prefill kernels scaled by (1 + s): the one form found that fits
 # every DistServe family within the p90 target in sample (not one of EAGER_FORMS' defaults)
 EAGER_OVERLAP_PREFILL = "overlap-prefill"
+# the overlap form with the per-layer sync hidden behind the kernels too (per layer the
+# longer of the kernels and launch + sync): the form Splitwise's measurements point to
+# (second_source_check), not one of EAGER_FORMS' defaults
+EAGER_OVERLAP_HIDDEN = "overlap-hidden"
 _EAGER_FORM_PARAMS = {
     "additive": ("per_iteration_s", "per_token_s", "per_layer_tp_s"),
     "overlap": ("per_iteration_s", "per_token_s", "launch_per_layer_s", "sync_per_layer_tp_s"),
@@ -673,37 +771,49 @@ _EAGER_FORM_PARAMS = {
         "per_iteration_s", "per_token_s", "launch_per_layer_s", "sync_per_layer_tp_s",
         "prefill_kernel_scale",
     ),
+    EAGER_OVERLAP_HIDDEN: (
+        "per_iteration_s", "per_token_s", "launch_per_layer_s", "sync_per_layer_tp_s",
+    ),
 }  # fmt: skip
 # starting scale of each parameter (seconds; the prefill scale a fraction)
 _EAGER_FORM_X0 = np.array([1e-2, 1e-4, 6e-4, 6e-4, 0.6])
 
 
-def eager_parts(data_root: Path, profile: HardwareProfile | None = None) -> pd.DataFrame:
-    """DistServe's 2023-vLLM points with the kernel time split into the per-layer part
-    (GEMMs, attention, element-wise, all-reduce: ``layer_kernels_s``, all layers; each part
-    apart in ``gemm_s``, ``attention_s``, ``elementwise_s``, ``allreduce_s``) and the rest
+PREFILL_METRICS = ("prefill_step_s", "ttft_s")  # one prefill step (plus its iteration)
+
+
+def eager_parts(
+    data_root: Path, profile: HardwareProfile | None = None, points: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """DistServe's 2023-vLLM points (or ``points``: rows of the ``vllm-eager-2023`` frame,
+    e.g. Splitwise's) with the kernel time split into the per-layer part (GEMMs, attention,
+    element-wise, all-reduce: ``layer_kernels_s``, all layers; each part apart in
+    ``gemm_s``, ``attention_s``, ``elementwise_s``, ``allreduce_s``) and the rest
     (``lm_head_s``), from the step model with no engine overhead; ``hidden`` is the
-    model's hidden size."""
-    pts = eager_points(data_root)
+    model's hidden size. A decode row's context per sequence is ``isl`` for DistServe's
+    steps and the mean ``isl + osl / 2`` for a mean time between tokens, as
+    :func:`features` costs them."""
+    pts = (eager_points(data_root) if points is None else points).reset_index(drop=True)
     prof = profile or load_profile(EAGER_GPU)
-    workers: dict[tuple[str, int], Any] = {}
+    workers: dict[tuple[str, int, str, str], Any] = {}
     out = np.zeros((len(pts), 9))
     for i, r in enumerate(pts.to_dict("records")):
-        key = (str(r["model"]), int(r["tp"]))
+        key = (str(r["model"]), int(r["tp"]), str(r["weight_dtype"]), str(r["kv_dtype"]))
         if key not in workers:
             workers[key] = build_worker_cost(
-                key[0], EAGER_GPU, key[1], engine=ZERO_ENGINE, profile=prof,
-                gpu_mem_util=1.0, activation_reserve_bytes=0.0,
+                key[0], EAGER_GPU, key[1], weight_dtype=key[2], kv_dtype=key[3],
+                engine=ZERO_ENGINE, profile=prof, gpu_mem_util=1.0, activation_reserve_bytes=0.0,
             )  # fmt: skip
         w = workers[key]
         b, n = int(r["batch"]), int(r["isl"])
-        if r["metric"] == "prefill_step_s":
+        if r["metric"] in PREFILL_METRICS:
             bd = w.breakdown(
                 prefill_seqs=b, prefill_tokens=b * n, prefill_attn_pairs=b * n * (n + 1) / 2
             )
             tokens = b * n
         else:
-            bd = w.breakdown(decode_batch=b, decode_context_tokens=b * n)
+            ctx = b * n if r["metric"] == "decode_ctx_step_s" else int(b * (n + r["osl"] / 2.0))
+            bd = w.breakdown(decode_batch=b, decode_context_tokens=ctx)
             tokens = b
         layer = bd.gemm_s + bd.attention_s + bd.elementwise_s + bd.allreduce_s
         out[i] = (
@@ -726,11 +836,29 @@ def _eager_form_pred(form: str, theta: np.ndarray, d: dict[str, np.ndarray]) -> 
             + layers * per_layer_tp * multi
         )  # fmt: skip
     per_iter, per_token, launch, sync = theta[:4]
+    if form == EAGER_OVERLAP_HIDDEN:
+        return (
+            per_iter + per_token * d["tokens"] + d["lm"]
+            + layers * np.maximum(d["layer_k"] / layers, launch + sync * multi)
+        )  # fmt: skip
     layer_k = d["layer_k"] * (1.0 + theta[4] * d["pre"]) if len(theta) > 4 else d["layer_k"]
     return (
         per_iter + per_token * d["tokens"] + d["lm"]
         + layers * (np.maximum(layer_k / layers, launch) + sync * multi)
     )  # fmt: skip
+
+
+def _form_inputs(p: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The arrays :func:`_eager_form_pred` reads, from :func:`eager_parts`' frame."""
+    return {
+        "layer_k": p["layer_kernels_s"].to_numpy(float),
+        "lm": p["lm_head_s"].to_numpy(float),
+        "tokens": p["tokens"].to_numpy(float),
+        "layers": p["num_layers"].to_numpy(float),
+        "multi": (p["tp"].to_numpy(int) > 1).astype(float),
+        "meas": p["value_s"].to_numpy(float),
+        "pre": p["metric"].isin(PREFILL_METRICS).to_numpy(float),
+    }
 
 
 def _fit_eager_form(form: str, d: dict[str, np.ndarray], sel: np.ndarray) -> np.ndarray:
@@ -765,15 +893,7 @@ def eager_forms(
     :func:`fit_engine` reports the shipped fit, plus the form fitted to every family
     (``every_ape`` and its summary ``every_family_in_sample``)."""
     p = eager_parts(data_root, profile)
-    d = {
-        "layer_k": p["layer_kernels_s"].to_numpy(float),
-        "lm": p["lm_head_s"].to_numpy(float),
-        "tokens": p["tokens"].to_numpy(float),
-        "layers": p["num_layers"].to_numpy(float),
-        "multi": (p["tp"].to_numpy(int) > 1).astype(float),
-        "meas": p["value_s"].to_numpy(float),
-        "pre": (p["metric"] == "prefill_step_s").to_numpy(float),
-    }
+    d = _form_inputs(p)
     fit = (p["split"] == "fit").to_numpy()
     fam = (p["model"] + "|" + p["tp"].astype(str)).to_numpy()
     out: dict[str, Any] = {}
@@ -807,6 +927,87 @@ def eager_forms(
             "every_ape": every_ape,
             "every_family_in_sample": _stats(every_ape),
         }
+    return out
+
+
+def splitwise_points(path: Path = MEASUREMENTS) -> pd.DataFrame:
+    """The Splitwise rows of the measurements (:func:`splitwise_rows`), as read."""
+    df = read_measurements(path)
+    return df[df["source"] == SPLITWISE_SOURCE].reset_index(drop=True)
+
+
+SECOND_SOURCE_TPS = (2, 4, 8)
+
+
+def splitwise_batch1(data_root: Path | None) -> pd.DataFrame:
+    """Splitwise's batch-1 rows (decode steps after each prompt length, the first token of
+    each prompt) with the kernel time and the shipped profile's prediction, in ms: where
+    2023 vLLM's host time shows (the step minus its kernels)."""
+    r = fit_all(data_root)["vllm-eager-2023"]["rows"]
+    r = r[(r["source"] == SPLITWISE_SOURCE) & (r["batch"] == 1)]
+    out = r[["tp", "metric", "isl"]].assign(
+        measured_ms=r["value_s"] * 1e3,
+        kernels_ms=r["kernels_s"] * 1e3,
+        shipped_ms=r["pred_s"] * 1e3,
+        measured_minus_kernels_ms=(r["value_s"] - r["kernels_s"]) * 1e3,
+    )
+    return out.sort_values(["metric", "tp", "isl"]).reset_index(drop=True)
+
+
+def second_source_check(
+    data_root: Path,
+    profile: HardwareProfile | None = None,
+    forms: tuple[str, ...] = (*EAGER_FORMS, EAGER_OVERLAP_HIDDEN),
+) -> list[dict[str, Any]]:
+    """Splitwise's 2023-vLLM measurements (:func:`splitwise_rows`) as a held-out check of
+    each eager form (:data:`EAGER_FORMS` and :data:`EAGER_OVERLAP_HIDDEN`): first fitted on DistServe's fit families alone
+    (the additive form's fit is the shipped one) and scored on every Splitwise row, per TP
+    and phase; then fitted on DistServe's fit families plus Splitwise's rows of all but one
+    TP and scored on that TP's rows (and on DistServe's held-out families). One record per
+    (form, what it was fitted on, rows scored): ``n``, ``median_ape``, ``p90_ape``, the
+    per-row ``ape`` and the fitted ``params`` (seconds)."""
+    ds = eager_points(data_root)
+    sw = splitwise_points()
+    if sw.empty:
+        raise UserError(f"{MEASUREMENTS}: no {SPLITWISE_SOURCE} rows")
+    pts = pd.concat([ds, sw], ignore_index=True)
+    p = eager_parts(data_root, profile, pts)
+    d = _form_inputs(p)
+    is_sw = (p["source"] == SPLITWISE_SOURCE).to_numpy()
+    fit_ds = ~is_sw & (p["split"] == "fit").to_numpy()
+    held_ds = ~is_sw & ~fit_ds
+    tp = p["tp"].to_numpy(int)
+    pre = d["pre"].astype(bool)
+    out: list[dict[str, Any]] = []
+
+    def record(form: str, fitted: str, rows: str, sel: np.ndarray, a: np.ndarray, th) -> None:
+        out.append(
+            {
+                "form": form,
+                "fitted_on": fitted,
+                "rows": rows,
+                **_stats(a[sel]),
+                "ape": a[sel],
+                "params": dict(zip(_EAGER_FORM_PARAMS[form], (float(v) for v in th), strict=True)),
+            }
+        )
+
+    for form in forms:
+        th = _fit_eager_form(form, d, fit_ds)
+        a = ape(_eager_form_pred(form, th, d), d["meas"])
+        fitted = "DistServe fit families"
+        record(form, fitted, "DistServe, all rows", ~is_sw, a, th)
+        record(form, fitted, "DistServe held-out families", held_ds, a, th)
+        record(form, fitted, "Splitwise, all rows (held out)", is_sw, a, th)
+        for t in SECOND_SOURCE_TPS:
+            for phase, ph in (("prefill", pre), ("decode", ~pre)):
+                record(form, fitted, f"Splitwise TP{t} {phase} (held out)", is_sw & (tp == t) & ph, a, th)  # fmt: skip
+        for t in SECOND_SOURCE_TPS:
+            th2 = _fit_eager_form(form, d, fit_ds | (is_sw & (tp != t)))
+            a2 = ape(_eager_form_pred(form, th2, d), d["meas"])
+            fitted = f"DistServe fit families + Splitwise without TP{t}"
+            record(form, fitted, f"Splitwise TP{t} (held out)", is_sw & (tp == t), a2, th2)
+            record(form, fitted, "DistServe held-out families", held_ds, a2, th2)
     return out
 
 
@@ -1203,6 +1404,24 @@ def print_eager_forms(data_root: Path) -> int:
         )
         print(f"vllm-eager-2023 {form}: {prm}")
         _print_parts(f)
+    try:
+        second = second_source_check(data_root)
+    except UserError as e:
+        print(f"engines: error: {e}", file=sys.stderr)
+        return 2
+    print(
+        "Second source, Splitwise's 2023-vLLM measurements (Llama-2-70B, DGX-A100, TP 2/4/8; "
+        "calibration/engine_data/splitwise_llama2_70b_a100.csv), each form fitted as named "
+        "(not shipped; the additive form on DistServe's fit families is the shipped fit):"
+    )
+    for r in second:
+        prm = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in r["params"].items())
+        print(
+            f"  {r['form']:14s} {r['fitted_on']:48s} {r['rows']:34s} n={r['n']:4d} "
+            f"median APE {100 * r['median_ape']:5.1f}% p90 {100 * r['p90_ape']:5.1f}%  [{prm}]"
+        )
+    print("Splitwise's batch-1 rows (ms): measured, kernels alone, the shipped profile")
+    print(splitwise_batch1(data_root).round(1).to_string(index=False))
     every = eager_fit_every_family(data_root)
     st = every["error"]["all"]
     print(
