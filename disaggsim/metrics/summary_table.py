@@ -181,18 +181,24 @@ class Summary(Mapping[str, Value]):
     stable: bool = metric(
         "",
         "the steady-state test (below): no significant, material upward trend over the "
-        "measurement window in the number of requests waiting for a first token or in TTFT",
+        "measurement window in the number of requests waiting (for a first token or for a "
+        "decode batch), in TTFT or in the SLO's ITL statistic",
     )
     stability_p_value: float = metric(
         "", "the test's Bonferroni-adjusted p-value (unstable when below 0.01)"
     )
     waiting_trend_per_s: float = metric(
         "requests/s",
-        "fitted slope of the number waiting for a first token over the window (NaN when "
-        "the arrival rate varies by design)",
+        "fitted slope of the number waiting (for a first token or for a decode batch) over "
+        "the window (NaN when the arrival rate varies by design)",
     )
     ttft_trend_s_per_s: float = metric(
         "s/s", "fitted slope of the mean TTFT over the window, per second of arrival time"
+    )
+    itl_trend_s_per_s: float = metric(
+        "s/s",
+        "fitted slope of the mean of the SLO's ITL statistic (TPOT or largest gap) over the "
+        "window, per second of arrival time",
     )
     meets_slo: bool = metric(
         "",
