@@ -67,9 +67,7 @@ def test_a_rising_itl_statistic_is_a_trend_when_asked():
     assert not s.stable and s.slope("itl") > 0
     assert [t.signal for t in s.tests] == ["waiting", "ttft", "itl"]
     # a rise under 2 % of a loose target is no trend
-    assert stability(
-        f, 10.0, 60.0, ttft_target_s=1.0, itl_column="tpot_s", itl_target_s=2.0
-    ).stable
+    assert stability(f, 10.0, 60.0, ttft_target_s=1.0, itl_column="tpot_s", itl_target_s=2.0).stable
 
 
 def _decode_bound(rate_per_s: float) -> dict:

@@ -111,6 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     written = write_folder(args.out, render, command="compare")
     print_goodput(res.goodput, written.note(), [p.path for p in params if p.path != RATE_PATH])
     _print_slo_models(args.scenarios, args.overrides)
+    _print_cap_notes(args.scenarios, args.overrides)
     return 0
 
 
@@ -128,6 +129,19 @@ def _print_slo_models(paths: list[Path], overrides: list[str] | None) -> None:
         lines = slo_model_lines(slo)
         print(head + lines[0])
         print("\n".join(lines[1:]))
+
+
+def _print_cap_notes(paths: list[Path], overrides: list[str] | None) -> None:
+    """A note per scenario whose requests have no ``max_tokens`` (:mod:`disaggsim.cap_notes`):
+    the default cap, the model's context less the prompt, moves the comparison."""
+    from disaggsim.cap_notes import default_caps, scenario_cap_note
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.run import make_requests
+
+    for path in paths:
+        loaded = load_scenario(path, overrides)
+        if default_caps(loaded.scenario, make_requests(loaded)):
+            print(f"note: {path.name}: {scenario_cap_note(loaded.scenario)}")
 
 
 _PLOT_CAPTIONS = {

@@ -54,9 +54,9 @@ def print_summary(summary: Summary, title: str, written: str | None) -> None:
 def _verdict(summary: Summary) -> str:
     """Met only with the attainment and no upward trend (docs/metrics.md)."""
     steady = (
-        "no upward trend in queues or TTFT"
+        "no upward trend in queues, TTFT or ITL"
         if summary.stable
-        else f"queues or TTFT trending up, p = {summary.stability_p_value:.2g}"
+        else f"queues, TTFT or ITL trending up, p = {summary.stability_p_value:.2g}"
     )
     if summary.meets_slo:
         return f"[green]met[/green] ({steady})"
@@ -66,6 +66,7 @@ def _verdict(summary: Summary) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from disaggsim.cap_notes import default_caps
     from disaggsim.run import simulate, write_results_folder
 
     loaded = load_scenario(args.scenario, args.overrides)
@@ -103,18 +104,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_summary(result.summary, f"{s.name} ({result.summary.architecture})", written.note())
     if trace is not None:
         print(f"trace {trace.note()}")
-    for line in run_notes(loaded, result.summary, len(result.requests)):
+    for line in run_notes(
+        loaded, result.summary, len(result.requests), capped=not default_caps(s, result.requests)
+    ):
         print(line)
     return 0
 
 
-def run_notes(loaded: LoadedScenario, summary: Summary, num_generated: int) -> list[str]:
+def run_notes(
+    loaded: LoadedScenario, summary: Summary, num_generated: int, *, capped: bool = True
+) -> list[str]:
     """Lines about parts of the scenario that did not act as written: a bucketed trace
     replayed with its buckets kept, scheduled worker or link failures at or after the
     run's end (arrivals end at ``sim.duration_s`` and the run when the last request is
     done, so a failure timed after that never happens), workload changes timed at or
-    after ``sim.duration_s``, and a ``workload.num_requests`` cap above the
-    ``num_generated`` requests that arrived before it."""
+    after ``sim.duration_s``, a ``workload.num_requests`` cap above the
+    ``num_generated`` requests that arrived before it, why requests were refused, and,
+    when the requests had no ``max_tokens`` (``capped`` false), what the default cap
+    did (:mod:`disaggsim.cap_notes`)."""
+    from disaggsim.cap_notes import rejections_note, run_cap_note
     from disaggsim.workload.config import TraceWorkload
     from disaggsim.workload.generate import kept_buckets_note
 
@@ -152,6 +160,13 @@ def run_notes(loaded: LoadedScenario, summary: Summary, num_generated: int) -> l
             f"note: workload.num_requests = {cap:,} was not reached: {num_generated:,} "
             f"requests arrived before sim.duration_s = {s.sim.duration_s:g} s"
         )
+    refused = rejections_note(summary)
+    if refused is not None:
+        notes.append(refused)
+    if not capped:
+        cap = run_cap_note(s, summary)
+        if cap is not None:
+            notes.append(cap)
     return notes
 
 

@@ -224,9 +224,7 @@ def stability(
     if itl_column is not None:
         itl = frame[itl_column].to_numpy(float)
         has = keep & np.isfinite(itl)
-        batch = np.clip(
-            np.searchsorted(edges, arrival[has], side="right") - 1, 0, num_batches - 1
-        )
+        batch = np.clip(np.searchsorted(edges, arrival[has], side="right") - 1, 0, num_batches - 1)
         sums = np.bincount(batch, weights=itl[has], minlength=num_batches)
         counts = np.bincount(batch, minlength=num_batches)
         with np.errstate(invalid="ignore", divide="ignore"):

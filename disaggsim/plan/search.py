@@ -1346,6 +1346,7 @@ def search(
             r.num_stopped_early for ev in (explorer, final) for r in ev.results.values()
         ),
         notes=dropped_failures_note(loaded)
+        + _cap_note(loaded, requests)
         + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
     )
@@ -1366,6 +1367,16 @@ def dropped_failures_note(loaded: LoadedScenario) -> tuple[str, ...]:
         f"planned without the scenario's {', '.join(dropped)}: every candidate has pools "
         "of its own; add them to the recommended scenario and run it to see their effect",
     )
+
+
+def _cap_note(loaded: LoadedScenario, requests: Requests) -> tuple[str, ...]:
+    """One line when the workload's requests have no ``max_tokens``: every candidate then
+    plans on the default cap, the model's context less the prompt (disaggsim.cap_notes)."""
+    from disaggsim.cap_notes import default_caps, plan_cap_note
+
+    if not default_caps(loaded.scenario, requests):
+        return ()
+    return (plan_cap_note(loaded.scenario),)
 
 
 def _shortened_note(results: list[GoodputResult]) -> tuple[str, ...]:
