@@ -307,7 +307,8 @@ def test_plan_of_a_huge_fleet_keeps_its_goodput_runs_within_max_requests(monkeyp
     assert seen and max(seen) <= 0.9 * MAX_REQUESTS * (1 + 1e-6)  # overrides: 9 digits
     best = res.ranked[0]
     assert best.goodput_per_gpu_per_s == pytest.approx(10_000.0, rel=0.07)
-    (note,) = res.notes
+    cap, note = res.notes  # no workload.max_tokens: the default cap is said first
+    assert cap.startswith("workload.max_tokens is not set")
     assert "goodput runs shortened to fit MAX_REQUESTS" in note
     assert best.goodput is not None and best.goodput.notes
 
