@@ -3,7 +3,7 @@
 Runs one planner candidate at fixed rates well below its analytic capacity over many
 seeds, each run as long as the planner's goodput run at that rate (its run-length rule
 raised to the family's loaded residence, docs/planning.md "Run lengths"), and prints
-every run's attainment and trend p-value (Bonferroni over the three signals) and the share
+every run's attainment and trend p-value (Bonferroni over the two signals) and the share
 of runs the test rejects at each alpha. Below capacity every rejection is a false alarm.
 
     python benchmarks/plan_trend_alarms.py [--scenario scenarios/advisor/pcie-only.yaml]
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"f={f:.2f} rate={rate:.3f} seed+{k:<3d} dur={dur:7.1f}s att={s.slo_attainment:.3f} "
             f"p={s.stability_p_value:.4f} waiting_trend={s.waiting_trend_per_s:+.4f} "
-            f"ttft_trend={s.ttft_trend_s_per_s:+.5f} itl_trend={s.itl_trend_s_per_s:+.6f}{flag}"
+            f"ttft_trend={s.ttft_trend_s_per_s:+.5f}{flag}"
         )
     for f, ps in by_f.items():
         n = len(ps)

@@ -54,9 +54,9 @@ def print_summary(summary: Summary, title: str, written: str | None) -> None:
 def _verdict(summary: Summary) -> str:
     """Met only with the attainment and no upward trend (docs/metrics.md)."""
     steady = (
-        "no upward trend in queues, TTFT or ITL"
+        "no upward trend in queues or TTFT"
         if summary.stable
-        else f"queues, TTFT or ITL trending up, p = {summary.stability_p_value:.2g}"
+        else f"queues or TTFT trending up, p = {summary.stability_p_value:.2g}"
     )
     if summary.meets_slo:
         return f"[green]met[/green] ({steady})"

@@ -22,7 +22,7 @@ SLO_MODEL = (
     "Attainment is the share of measured requests that meet it (rejected and unfinished "
     "requests count as misses); a rate is served within the SLO when attainment >= "
     "{target} in steady state (after a warm-up, over a run whose length comes from the "
-    "workload, with no upward trend in queues, TTFT or ITL, and again over a run twice as "
+    "workload, with no upward trend in queues or TTFT, and again over a run twice as "
     "long), and the goodput is the highest such rate. Not judged: the fleet TTFT "
     "percentile and the percentile of all inter-token gaps, which are reported at "
     "{percentile} for reference."

@@ -100,8 +100,6 @@ def summarize(
             stationary=stationary_arrivals(scenario.workload),
             client_timeout_s=scenario.router.client_timeout_s,
             ttft_target_s=slo.ttft_s,
-            itl_column="tpot_s" if slo.itl_statistic == "tpot" else "max_itl_s",
-            itl_target_s=slo.itl_s,
         )
     return Summary(
         scenario=scenario.name,
@@ -156,7 +154,6 @@ def summarize(
         stability_p_value=steady.p_value,
         waiting_trend_per_s=steady.slope("waiting"),
         ttft_trend_s_per_s=steady.slope("ttft"),
-        itl_trend_s_per_s=steady.slope("itl"),
         meets_slo=meets_slo(attainment, slo.attainment_target, steady.stable),
         stopped_early_at_s=stopped_at if stopped else None,
         slo_attainment_upper_bound=bound,

@@ -182,7 +182,7 @@ class Summary(Mapping[str, Value]):
         "",
         "the steady-state test (below): no significant, material upward trend over the "
         "measurement window in the number of requests waiting (for a first token or for a "
-        "decode batch), in TTFT or in the SLO's ITL statistic",
+        "decode batch) or in TTFT",
     )
     stability_p_value: float = metric(
         "", "the test's Bonferroni-adjusted p-value (unstable when below 0.01)"
@@ -194,11 +194,6 @@ class Summary(Mapping[str, Value]):
     )
     ttft_trend_s_per_s: float = metric(
         "s/s", "fitted slope of the mean TTFT over the window, per second of arrival time"
-    )
-    itl_trend_s_per_s: float = metric(
-        "s/s",
-        "fitted slope of the mean of the SLO's ITL statistic (TPOT or largest gap) over the "
-        "window, per second of arrival time",
     )
     meets_slo: bool = metric(
         "",
