@@ -351,3 +351,19 @@ def test_a_target_rate_is_sized_for_a_moe_model_that_fits_only_with_data_paralle
     best = plan["ranked"][0]["deployment"]
     pools = [best[k] for k in ("pool", "prefill_pool", "decode_pool") if k in best]
     assert any(p.get("dp", 1) > 1 for p in pools)
+
+
+def test_a_budget_beyond_a_pool_of_small_workers_is_still_a_question():
+    """Before: ``--gpus 1500`` of Llama-3.1-8B (tp 1 workers) ended with ``pool.num_workers:
+    must be <= 1,024, got 1500``: the question's placeholder pool stated the budget as
+    1,500 workers, more than a pool may hold (the plan sizes up to 16,384 GPUs). The pool
+    holds at most 1,024 workers; question.yaml says to plan with --gpus."""
+    q = Question(**{**ASK, "model": "llama-3.1-8b", "gpus": 1500})
+    raw = build_question(q)
+    assert raw["pool"]["num_workers"] == 1024 and raw["pool"]["tp"] == 1
+    text = _flat(question_yaml(raw, q))
+    assert "It holds at most 1,024 workers, 1,024 GPUs: plan with --gpus 1500." in text
+    assert "Plan it again: disaggsim plan question.yaml --gpus 1500" in text
+    small = Question(**{**ASK, "model": "llama-3.1-8b", "gpus": 15})
+    assert build_question(small)["pool"]["num_workers"] == 15
+    assert "at most 1,024" not in question_yaml(build_question(small), small)

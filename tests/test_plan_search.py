@@ -632,3 +632,31 @@ def test_quick_plan_does_not_screen_moves_of_a_family_that_serves_nothing():
     }
     assert chunks == {256: 0.0, 512: 0.0, 1024: 0.0}
     assert res.num_screened_out == 0 and res.num_simulations == 17
+
+
+def test_a_candidate_with_more_workers_than_a_pool_may_hold_serves_nothing():
+    """A budget over 1,024 GPUs in small workers: the analytic start of the tp1/tp1
+    family for 1,500 H100s of Llama-3.1-8B is 1219P x tp1 + 281D x tp1. Before, its
+    evaluation ended the whole plan with ``candidate disagg 1219P x tp1 + ...:
+    prefill_pool.num_workers: must be <= 1,024``; now such a deployment cannot be built
+    and serves 0, like one its fabric cannot join, without a simulation."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan.question import Question, build_question
+    from disaggsim.plan.search import Candidate, _Evaluator
+    from disaggsim.sweep import SerialExecutor
+
+    q = Question(
+        model="llama-3.1-8b", gpu="h100-sxm", gpus=8, isl="200", osl="20", ttft_ms=1000,
+        itl_ms=100,
+    )  # fmt: skip
+    ev = _Evaluator(
+        load_scenario(build_question(q)), {}, PlanOptions.quick(), SerialExecutor(), None
+    )
+    big = [
+        Candidate("disaggregate", 1219, 1, 281, 1),
+        Candidate("disaggregate", 100, 1, 1025, 1),
+        Candidate("colocate_vllm", 1500, 1),
+    ]
+    assert ev(big) == [0.0, 0.0, 0.0]
+    assert all("more than the 1,024 a scenario may hold" in ev.invalid[c] for c in big)
+    assert ev.simulations == 0

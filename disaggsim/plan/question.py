@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from disaggsim.config.bounds import MAX_WORKERS_PER_POOL
 from disaggsim.errors import UserError
 
 __all__ = [
@@ -338,7 +339,9 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
     }
     tp, dp = _smallest_unit(raw, q)
     pool = raw["pool"]
-    pool["num_workers"] = max(1, (q.gpus or tp * dp) // (tp * dp))
+    # at most the workers a pool may hold: a larger budget is the plan's --gpus (the
+    # planner's candidates are built for it; question.yaml says so)
+    pool["num_workers"] = min(max(1, (q.gpus or tp * dp) // (tp * dp)), MAX_WORKERS_PER_POOL)
     pool["tp"] = tp
     if dp > 1:
         pool["dp"] = dp
@@ -406,6 +409,8 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
     from disaggsim.metrics.slo_model import slo_model_lines
 
     s = load_scenario(raw).scenario
+    pool = raw["pool"]
+    stated = pool["num_workers"] * pool["tp"] * pool.get("dp", 1)  # GPUs the pool states
     lines = [
         "# disaggsim plan question, built from the command line:",
         "#   disaggsim " + shlex.join(q.command_line()),
@@ -418,7 +423,13 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
         *slo_model_lines(s.slo, prefix="# "),
         "#",
         "# The pool only states the GPU budget (num_workers x tp); the planner replaces it",
-        "# with each candidate deployment.",
+        "# with each candidate deployment."
+        + (
+            f" It holds at most {MAX_WORKERS_PER_POOL:,} workers, {stated:,} GPUs: plan"
+            f" with --gpus {q.gpus}."
+            if q.gpus is not None and stated < q.gpus
+            else ""
+        ),
         "# Fabric: " + _fabric_reason(q, s.fabric.link),  # type: ignore[union-attr]
         *(
             [

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from disaggsim.catalog import get_gpu, get_model
-from disaggsim.config.bounds import MAX_GPUS
+from disaggsim.config.bounds import MAX_GPUS, MAX_WORKERS_PER_POOL
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.steady import RunLengthRule
@@ -977,7 +977,7 @@ class _Evaluator:
         self.stage = stage
         self.explored = explored or {}
         self.results: dict[Candidate, GoodputResult] = {}
-        self.invalid: dict[Candidate, str] = {}  # deployments the fabric cannot join
+        self.invalid: dict[Candidate, str] = {}  # deployments that cannot be built
         self.label = str(loaded.path) if loaded.path else "<scenario>"
         self.counter = counter if counter is not None else [0]  # simulations, all stages
         self._residence: dict[tuple, float] = {}  # family -> residence in service times
@@ -1068,8 +1068,16 @@ class _Evaluator:
         return source_of(cl, self.label)
 
     def _fabric_problem(self, c: Candidate) -> str | None:
-        """Why ``c`` cannot be built on the scenario's fabric: NVLink beyond one node
-        (``kind: link``), or workers a ``kind: topology`` fabric cannot place."""
+        """Why ``c`` cannot be built: a pool of more workers than a scenario may hold (a
+        budget over 1,024 GPUs in small workers: docs/safety.md), or, on the scenario's
+        fabric, NVLink beyond one node (``kind: link``) or workers a ``kind: topology``
+        fabric cannot place."""
+        most = max(c.num_prefill_workers, c.num_decode_workers)
+        if c not in self.invalid and most > MAX_WORKERS_PER_POOL:
+            self.invalid[c] = (
+                f"a pool of {most:,} workers, more than the {MAX_WORKERS_PER_POOL:,} a "
+                "scenario may hold (docs/safety.md)"
+            )
         if c not in self.invalid and c.kind == "disaggregate":
             from disaggsim.run import build_topology
 
