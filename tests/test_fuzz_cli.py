@@ -457,18 +457,99 @@ def test_fuzz_sweep(work, serial_sweeps, args):
     assert check_sweep(work, args) == []
 
 
+# ------------------------------------------------------------------ plan question flags
+
+# a valid question (1 GPU); each case breaks one to three of its flags, so every case is
+# a one-line error before any simulation (a plan itself runs minutes: not fuzzed here)
+PLAN_ASK = {
+    "--model": "llama-3.1-8b",
+    "--gpu": "h100-sxm",
+    "--gpus": "1",
+    "--isl": "200",
+    "--osl": "20",
+    "--ttft-ms": "1000",
+    "--itl-ms": "100",
+}
+PLAN_BAD: list[tuple[str, list[str]]] = [
+    ("--model", ["llama-9b", "", "LLAMA-3.1-8B"]),
+    ("--gpu", ["tpu", "h100"]),
+    ("--gpus", ["0", "-1", "100000"]),
+    (
+        "--isl",
+        ["0", "abc", "uniform:5:1", "2000000", "lognormal:1000:9", "lognormal:100:nan", "1.5"],
+    ),
+    ("--osl", ["0", "uniform:1:2000000", "lognormal:100:0.5:2000000", ":"]),
+    ("--ttft-ms", ["0", "-5", "nan", "inf", "1e300"]),
+    ("--itl-ms", ["0", "nan", "1e20"]),
+    ("--itl-statistic", ["mean", "p99"]),
+    ("--attainment", ["0", "1.5", "nan"]),
+    ("--percentile", ["0", "101", "nan"]),
+    ("--fabric", ["smoke", "ethernet"]),
+    ("--weight-dtype", ["int3", "fp4"]),
+    ("--kv-dtype", ["int4", "released"]),
+    ("--seed", ["-1", "99999999999999999999"]),
+    ("--max-tokens", ["0", "-2", "5000000"]),
+    ("--target-rate", ["0", "-1", "inf", "1e300"]),
+    ("--preset", ["nope"]),
+    ("--trace", ["missing.csv"]),
+]
+
+
+def plan_cases(seed: int, n: int) -> list[tuple[list[str], list[str]]]:
+    """(argv, the flags broken)."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        flags = dict(PLAN_ASK)
+        broken = []
+        for _ in range(rng.randint(1, 3)):
+            flag, values = rng.choice(PLAN_BAD)
+            flags[flag] = rng.choice(values)
+            broken.append(flag)
+            if flag == "--target-rate":
+                flags.pop("--gpus", None)
+        argv = ["plan"]
+        for k, v in flags.items():
+            argv += [k, v]
+        cases.append((argv + ["--quick", "--quiet", "--no-plots"], broken))
+    return cases
+
+
+def check_plan(work: Path, case: tuple[list[str], list[str]]) -> list[str]:
+    argv, broken = case
+    before = _tree(work)
+    rc, _, err = _invoke([*argv, "--out", str(work / "out")])
+    bad = _one_error_line(rc, err)
+    if rc != 2:
+        bad.append(f"exit code {rc!r}, not 2 (every case breaks a flag)")
+    elif not any(f in err for f in ["plan:", *broken]):
+        bad.append("the error names none of the broken flags")
+    if _tree(work) != before:
+        bad.append("wrote a file")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+PLAN_CASES = plan_cases(SEED, 20)
+
+
+@pytest.mark.parametrize("case", PLAN_CASES, ids=[" ".join(c[1]) for c in PLAN_CASES])
+def test_fuzz_plan_flags(work, case):
+    assert check_plan(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
-if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep]
+if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan]
     import os
     import tempfile
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
-    kinds = sys.argv[3:] or ["run", "cost", "sweep"]
+    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan"]
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
         "sweep": (sweep_cases, check_sweep),
+        "plan": (plan_cases, check_plan),
     }
     bugs = 0
     for kind in kinds:
