@@ -1,0 +1,105 @@
+"""Does a plan's recommendation hold when its recommended.yaml is run as written?
+
+For seeded random one-command plan questions (dense and MoE models, five GPU types,
+4-16 GPUs, prompt, reply and SLO mixes), runs ``disaggsim plan`` (``--quick`` unless
+``--full``), then ``disaggsim run`` of the recommended.yaml it wrote (its own ``sim``
+section: 300 s of arrivals after the plan's horizon rule, seed 0) and, with ``--margins``,
+the same scenario at lower rates; prints one line per run: met or missed, attainment,
+the steady-state test and TTFT p99. A recommendation that misses as written says the
+goodput was put above what the deployment serves in a long run.
+
+    python benchmarks/plan_holds.py [--seed 7] [--questions 12] [--full]
+        [--margins 0.96,0.92] [--out results/plan_holds]
+
+Not a test: nothing is asserted; each question takes from seconds to minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+MODELS = (
+    "llama-3.1-8b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "mistral-7b",
+    "qwen3-30b-a3b",
+    "llama-3-8b",
+)
+GPUS = ("h100-sxm", "a100-80gb", "h200-sxm", "l40s", "b200")
+
+
+def question(rng: random.Random) -> list[str]:
+    """One random question's flags."""
+    return [
+        "--model", rng.choice(MODELS),
+        "--gpu", rng.choice(GPUS),
+        "--gpus", str(rng.choice((4, 8, 8, 16))),
+        "--isl", str(rng.choice((128, 512, 2000, 6000))),
+        "--osl", str(rng.choice((64, 256, 1000))),
+        "--ttft-ms", str(rng.choice((300, 1000, 3000))),
+        "--itl-ms", str(rng.choice((25, 50, 100))),
+    ]  # fmt: skip
+
+
+def run(cli: list[str], scenario: Path, out: Path, rate: float | None) -> dict:
+    """``disaggsim run`` of ``scenario`` (at ``rate`` if given); its summary."""
+    args = [*cli, "run", str(scenario), "--out", str(out), "--quiet", "--no-plots"]
+    if rate is not None:
+        args += ["--set", f"workload.rate_per_s={rate:.6g}"]
+    subprocess.run(args, capture_output=True, text=True, check=True)
+    return json.loads((out / "summary.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--questions", type=int, default=12)
+    ap.add_argument("--full", action="store_true", help="plan without --quick")
+    ap.add_argument("--margins", default="", help="also run at these shares of the rate")
+    ap.add_argument("--out", type=Path, default=Path("results/plan_holds"))
+    a = ap.parse_args(argv)
+    cli = [sys.executable, "-m", "disaggsim"]
+    rng = random.Random(a.seed)
+    margins = [float(x) for x in a.margins.split(",") if x]
+    a.out.mkdir(parents=True, exist_ok=True)
+    for i in range(a.questions):
+        flags = question(rng)
+        name = f"q{a.seed}-{i}"
+        plan_out = a.out / name
+        mode = [] if a.full else ["--quick"]
+        t0 = time.perf_counter()
+        p = subprocess.run(
+            [*cli, "plan", *flags, *mode, "--workers", "1", "--quiet", "--out", str(plan_out)],
+            capture_output=True,
+            text=True,
+        )
+        wall = time.perf_counter() - t0
+        verdict = next((ln for ln in p.stdout.splitlines() if ln.startswith("verdict")), "")
+        print(f"{name} {' '.join(flags)} rc {p.returncode} {wall:.0f} s {verdict}", flush=True)
+        rec = plan_out / "recommended.yaml"
+        if p.returncode != 0 or not rec.exists():
+            continue
+        rate = float(yaml.safe_load(rec.read_text())["workload"]["rate_per_s"])
+        for share in (1.0, *margins):
+            s = run(cli, rec, a.out / f"{name}-x{share:g}", None if share == 1.0 else share * rate)
+            print(
+                f"  x{share:g} ({share * rate:.4g} req/s): "
+                f"{'met' if s['meets_slo'] else 'MISSED'}, attainment {s['slo_attainment']:.3f}, "
+                f"stable {s['stable']} (p {s['stability_p_value']:.2g}), "
+                f"TTFT p99 {s['ttft_p99_s']:.3g} s, TPOT p50 {s['tpot_p50_s'] * 1e3:.1f} ms",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
