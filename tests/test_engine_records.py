@@ -1,4 +1,5 @@
-"""The engine's record columns: unsigned while it appends, signed in the result.
+"""The engine's record columns: unsigned while it appends, signed in the result; sample
+and segment rows packed and moved into their columns in bulk.
 
 The engine appends to unsigned integer columns (cheaper per append on CPython) and
 returns them with the signed typecodes every reader expects, the same values; a -1 (a
@@ -8,15 +9,21 @@ checks the same on every column of many runs (the typecodes are hashed too).
 
 from __future__ import annotations
 
+import math
+from array import array
+
 import numpy as np
 
 from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.engine.cluster import EngineConfig, PoolSpec, run_cluster
 from disaggsim.engine.records import (
+    PrefillIters,
     RequestLogColumns,
+    Rows,
     Samples,
     Segments,
     StepLog,
+    minus_one,
     signed_columns,
     unsigned_columns,
 )
@@ -73,3 +80,76 @@ def test_run_returns_signed_columns() -> None:
         assert w.steps.prefill_iters.num_seqs.typecode == "q"
     assert sorted(raw.segments.rid) == [0, 1, 2]
     assert list(raw.log.status) == [1, 1, 1]
+
+
+def test_step_log_for_engine_is_the_unsigned_form() -> None:
+    made, converted = StepLog.for_engine(), StepLog()
+    unsigned_columns(converted)
+
+    def codes(log: StepLog) -> list[str]:
+        cols = [getattr(log, n) for n in log.__slots__ if n != "prefill_iters"]
+        cols += [getattr(log.prefill_iters, n) for n in PrefillIters.__slots__]
+        return [c.typecode for c in cols]
+
+    assert codes(made) == codes(converted)
+    assert all(not c for c in (made.run_steps, made.run_base_s, made.prefill_iters.num_seqs))
+
+
+def test_rows_flush_as_the_appends_would() -> None:
+    """Rows packed and flushed (once midway, once at the end) give the columns, byte for
+    byte, that appending each value gives: floats (NaN included), 4- and 8-byte
+    unsigned ints, the two's complement that stands for -1."""
+    smp, seg = Samples(), Segments()
+    unsigned_columns(smp, seg)
+    ref_smp, ref_seg = Samples(), Segments()
+    unsigned_columns(ref_smp, ref_seg)
+    sample_rows = Rows(smp.at_s, smp.worker, smp.queue_len, smp.batch, smp.kv_used_tokens)
+    segment_rows = Rows(seg.rid, seg.worker, seg.start_step, seg.tokens, seg.at_s)
+    point = minus_one(seg.worker)
+    assert point == (1 << 64) - 1
+    for i in range(1000):
+        t = i * 0.1 + 1e-9 * i
+        sample = (t, i % 250, i % 7, 2**31 - 1 if i == 5 else i, 2**40 + i)
+        pack, put = sample_rows.write
+        put(pack(*sample))
+        for col, v in zip(
+            (ref_smp.at_s, ref_smp.worker, ref_smp.queue_len, ref_smp.batch),
+            sample,
+            strict=False,
+        ):
+            col.append(v)
+        ref_smp.kv_used_tokens.append(sample[4])
+        if i % 3:
+            pack, put = segment_rows.write
+            put(pack(i, i % 9, 3 * i, 17, math.nan))
+            ref_seg.add(i, i % 9, 3 * i, 17)
+        else:
+            pack, put = segment_rows.write
+            put(pack(i, point, point, 1, t))
+            ref_seg.add_point(i, t)
+        if i == 400:
+            sample_rows.flush()
+            segment_rows.flush()
+    sample_rows.flush()
+    segment_rows.flush()
+    sample_rows.flush()  # nothing held: nothing added
+    assert not sample_rows.rows and not segment_rows.rows
+    signed_columns(smp, seg, ref_smp, ref_seg)
+    for name in ("at_s", "worker", "queue_len", "batch", "kv_used_tokens"):
+        a, b = getattr(smp, name), getattr(ref_smp, name)
+        assert a.typecode == b.typecode and a.tobytes() == b.tobytes(), name
+    for name in ("rid", "worker", "start_step", "tokens", "at_s"):
+        a, b = getattr(seg, name), getattr(ref_seg, name)
+        assert a.typecode == b.typecode and a.tobytes() == b.tobytes(), name
+    assert list(seg.worker[:1]) == [-1] and math.isnan(seg.at_s[1])
+
+
+def test_rows_refuse_a_column_they_cannot_pack() -> None:
+    col = array("L")  # C long: struct's standard size differs where long is 8 bytes
+    if col.itemsize == 4:
+        return
+    try:
+        Rows(col)
+    except ValueError:
+        return
+    raise AssertionError("a packed row of a column whose size struct does not give")

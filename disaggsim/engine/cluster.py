@@ -53,9 +53,11 @@ from disaggsim.engine.records import (
     RequestLogColumns,
     RequestView,
     RouterSamples,
+    Rows,
     Samples,
     Segments,
     WorkerInfo,
+    minus_one,
     signed_columns,
     unsigned_columns,
 )
@@ -130,6 +132,13 @@ class Cluster:
         self.router_samples = RouterSamples()
         # unsigned while the run appends to them, signed in the result (records.py)
         unsigned_columns(self.segments, self.samples, self.router_samples)
+        # the workers write sample and segment rows packed (records.Rows), moved into
+        # the columns at arrivals (every Rows.limit rows) and when the run returns
+        smp, seg = self.samples, self.segments
+        self.sample_rows = Rows(smp.at_s, smp.worker, smp.queue_len, smp.batch, smp.kv_used_tokens)
+        self.segment_rows = Rows(seg.rid, seg.worker, seg.start_step, seg.tokens, seg.at_s)
+        self._held_rows = self.sample_rows.rows  # the more numerous: checked at arrivals
+        self._point = minus_one(seg.worker)  # a point segment's worker and step (-1)
         self.preemption = cfg.preemption
         self.counters = {"num_resent_transfers": 0, "num_worker_failures": 0}
         self.failure_log: list[FailureRecord] = []
@@ -268,6 +277,9 @@ class Cluster:
     def _arrive(self, _ev: simpy.Event) -> None:
         """Admit every request due now, then wait for the next arrival."""
         env = self.env
+        if len(self._held_rows) >= Rows.limit:
+            self.sample_rows.flush()
+            self.segment_rows.flush()
         arrival, max_pre, max_seq, timeout, max_queue, context, prompt, max_tokens, bt = (
             self._arrival
         )
@@ -364,8 +376,10 @@ class Cluster:
             self.log.first_token_at_s[rid] = now
             if self._keep_ttft:
                 self.ttft_log.append((now, now - self.table.arrival_s[rid]))
-        else:
-            self.segments.add_point(rid, now)
+        else:  # Segments.add_point, one row
+            point = self._point
+            pack, put = self.segment_rows.write
+            put(pack(rid, point, point, 1, now))
 
     def prefill_batch_started(self, batch: list[int], src: PrefillWorker, prefill_s: float) -> None:
         """Overlap on a topology fabric: hand off at prefill start where a slot exists."""
@@ -665,6 +679,8 @@ class Cluster:
 
     def _result(self) -> RawResult:
         net = self.handoff.net
+        self.sample_rows.flush()
+        self.segment_rows.flush()
         signed_columns(
             self.segments, self.samples, self.router_samples, *(w.steps for w in self.workers)
         )

@@ -15,7 +15,7 @@ import simpy
 
 from disaggsim.engine.config import Preemption
 from disaggsim.engine.events import Environment
-from disaggsim.engine.records import RequestLogColumns, Samples, Segments
+from disaggsim.engine.records import RequestLogColumns, Rows, Samples, Segments
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ class WorkerHost(Protocol):
     log: RequestLogColumns
     segments: Segments
     samples: Samples
+    sample_rows: Rows  # the rows of samples' first five columns, as the workers write them
+    segment_rows: Rows  # the segments' rows, as the workers write them
     preemption: Preemption
 
     # -- a request's path -------------------------------------------------------------

@@ -64,7 +64,7 @@ from disaggsim.engine.events import (
     call_soon_after,
     call_urgent,
 )
-from disaggsim.engine.records import StepLog, unsigned_columns
+from disaggsim.engine.records import StepLog
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from disaggsim.fabric.flows import FlowHandle
 
 _EPS = 1e-12
+_NAN = math.nan
 _MAX_CACHED_PREFILLS = 1 << 16
 
 
@@ -289,7 +290,7 @@ class Worker:
         "_pass_cb",
         "_prefill_times",
         "_queued_tokens",
-        "_sample_to",
+        "_sample_row",
         "_state",
         "_gen",
         "_gen_then",
@@ -350,8 +351,8 @@ class Worker:
         # prefill batch times already asked of the cost model (a pure function; shared by
         # the workers of one pool)
         self._prefill_times = prefill_times if prefill_times is not None else {}
-        self.steps = StepLog()
-        unsigned_columns(self.steps)  # signed again in the run's result (records.py)
+        # made unsigned (unsigned_columns' typecodes), signed again in the run's result
+        self.steps = StepLog.for_engine()
         it = self.steps.prefill_iters  # its columns, bound once (PrefillIters.append's)
         self._iter_to = (
             it.start_at_s.append,
@@ -369,13 +370,8 @@ class Worker:
         self._a2a_share = 0.0
         self._a2a_bytes: dict[tuple[int, int], float] = {}
         smp = host.samples
-        self._sample_to = (
-            smp.at_s.append,
-            smp.worker.append,
-            smp.queue_len.append,
-            smp.batch.append,
-            smp.kv_used_tokens.append,
-        )
+        # a sample row (at_s, worker, queue_len, batch, kv_used_tokens): put(pack(...))
+        self._sample_row = host.sample_rows.write
         # prefix caching on: five more columns per sample (docs/prefix-caching.md)
         self._cache_to = None
         if smp.cache_hbm_tokens is not None:
@@ -546,12 +542,16 @@ class Worker:
     def sample(self, queue_len: int, batch: int) -> None:
         # written out where a worker samples once per run or request: the prefill idle
         # pass, the decode and vllm passes' runs (grep "sample(", inline)
-        at_s, worker, queue, running, kv = self._sample_to  # the host's sample columns
-        at_s(self.env._now)
-        worker(self.index)
-        queue(queue_len)
-        running(batch)
-        kv(self._kv_used_blocks * self.block_tokens)
+        pack, put = self._sample_row  # a row of the host's samples
+        put(
+            pack(
+                self.env._now,
+                self.index,
+                queue_len,
+                batch,
+                self._kv_used_blocks * self.block_tokens,
+            )
+        )
         if self._cache_to is not None:
             self._sample_cache(self._cache_to)
 
@@ -682,7 +682,7 @@ class _TokenBatch(Worker):
         "_run_woken_cb",
         "_run_to",
         "_running",
-        "_segment_to",
+        "_segment_row",
         "batch",
         "context_tokens",
         "promised_growth",
@@ -722,14 +722,9 @@ class _TokenBatch(Worker):
         self._leave_hooks = True
         # on_demand: running sequences by block phase, bin (context - step_idx) mod block
         self._phase_hist: list[int] = [0] * self.block_tokens
-        seg = self.host.segments  # the host's segment columns (Segments.add's, in order)
-        self._segment_to = (
-            seg.rid.append,
-            seg.worker.append,
-            seg.start_step.append,
-            seg.tokens.append,
-            seg.at_s.append,
-        )
+        # a segment row (rid, worker, start_step, tokens, at_s), Segments.add's:
+        # put(pack(...))
+        self._segment_row = self.host.segment_rows.write
         st = self.steps  # its run columns, bound once (StepLog.add_run's, in its order)
         self._run_to = (
             st.run_start_at_s.append,
@@ -845,13 +840,9 @@ class _TokenBatch(Worker):
             bt = self.block_tokens
             blocks = -(-(ctx - in_cache + emitted) // bt)
             self._phase_hist[(ctx - in_cache - join) % bt] -= 1
-        if emitted:  # Segments.add, into the bound columns
-            seg_rid, seg_worker, seg_start, seg_tokens, seg_at = self._segment_to
-            seg_rid(rid)
-            seg_worker(self.index)
-            seg_start(join)
-            seg_tokens(emitted)
-            seg_at(math.nan)
+        if emitted:  # Segments.add, one row
+            pack, put = self._segment_row
+            put(pack(rid, self.index, join, emitted, _NAN))
             rs.generated[rid] += emitted
         return blocks
 
@@ -1505,12 +1496,8 @@ class PrefillWorker(_PrefillQueue, Worker):
         if self.prefix is None:
             if not self.queue:  # nothing to form (the idle pass after a release)
                 # sample(0, 0), inline (no cache columns: no cache here)
-                at_s, worker, queue, running, kv = self._sample_to
-                at_s(self.env._now)
-                worker(self.index)
-                queue(0)
-                running(0)
-                kv(self._kv_used_blocks * self.block_tokens)
+                pack, put = self._sample_row
+                put(pack(self.env._now, self.index, 0, 0, self._kv_used_blocks * self.block_tokens))
                 # _wait_for_work, inline
                 if self._state is _DRAINING and self._num_outstanding == 0:
                     self.host.worker_drained(self)
@@ -1535,12 +1522,16 @@ class PrefillWorker(_PrefillQueue, Worker):
         self._queued_tokens -= dequeued
         self._changes.add(self.index)
         # sample(len(self.queue), len(batch)), inline
-        at_s, worker, queue_len, running, kv = self._sample_to
-        at_s(self.env._now)
-        worker(self.index)
-        queue_len(len(self.queue))
-        running(len(batch))
-        kv(self._kv_used_blocks * self.block_tokens)
+        pack, put = self._sample_row
+        put(
+            pack(
+                self.env._now,
+                self.index,
+                len(self.queue),
+                len(batch),
+                self._kv_used_blocks * self.block_tokens,
+            )
+        )
         if self._cache_to is not None:
             self._sample_cache(self._cache_to)
         host = self.host
@@ -1789,12 +1780,16 @@ class DecodeWorker(_TokenBatch):
             self._idle = True
             return True
         # sample(len(waiting) + len(self.swapped), self.batch), inline
-        at_s, worker, queue, running, kv = self._sample_to
-        at_s(self.env._now)
-        worker(self.index)
-        queue(len(waiting) + len(self.swapped))
-        running(self.batch)
-        kv(self._kv_used_blocks * self.block_tokens)
+        pack, put = self._sample_row
+        put(
+            pack(
+                self.env._now,
+                self.index,
+                len(waiting) + len(self.swapped),
+                self.batch,
+                self._kv_used_blocks * self.block_tokens,
+            )
+        )
         if self._cache_to is not None:
             self._sample_cache(self._cache_to)
         # _start_run, inline
@@ -2096,12 +2091,12 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self._wait_for_work()
             return True
         # sample(waiting, self.batch), inline
-        at_s, worker, queue_len, running, kv = self._sample_to
-        at_s(env._now)
-        worker(self.index)
-        queue_len(waiting)
-        running(self.batch)
-        kv(self._kv_used_blocks * self.block_tokens)
+        pack, put = self._sample_row
+        put(
+            pack(
+                env._now, self.index, waiting, self.batch, self._kv_used_blocks * self.block_tokens
+            )
+        )
         if self._cache_to is not None:
             self._sample_cache(self._cache_to)
         # _start_run, inline
