@@ -660,3 +660,28 @@ def test_a_candidate_with_more_workers_than_a_pool_may_hold_serves_nothing():
     assert ev(big) == [0.0, 0.0, 0.0]
     assert all("more than the 1,024 a scenario may hold" in ev.invalid[c] for c in big)
     assert ev.simulations == 0
+
+
+def test_an_autoscaled_scenario_is_planned_as_fixed_deployments():
+    """Before: ``disaggsim plan scenarios/autoscaling/mix-shift.yaml --gpus 1`` ended with
+    ``candidate chunked 1 x tp1 chunk 512: <scenario>: autoscale.prefill: architecture
+    colocated has no prefill pool``: the candidates kept the scenario's ``autoscale:``
+    section, which names its pools (disaggregated candidates would have run with the
+    autoscaler). Candidates are fixed deployments, and the plan says so, as it does for
+    the failures it leaves out."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan.search import Candidate, candidate_scenario, dropped_failures_note
+    from tests.conftest import REPO
+
+    loaded = load_scenario(REPO / "scenarios" / "autoscaling" / "mix-shift.yaml")
+    for cand in (
+        Candidate("colocate_chunked", 1, 1, chunk_tokens=512),
+        Candidate("colocate_vllm", 2, 1),
+        Candidate("disaggregate", 1, 1, 2, 1),
+    ):
+        raw = candidate_scenario(loaded, cand)
+        assert "autoscale" not in raw
+        load_scenario(raw, base_dir=loaded.base_dir)  # loads
+    (note,) = dropped_failures_note(loaded)
+    assert note.startswith("planned without the scenario's autoscale (prefill, decode): ")
+    assert dropped_failures_note(load_scenario(REPO / "scenarios" / "ci" / "chunked.yaml")) == ()

@@ -329,8 +329,9 @@ def _per_worker(base: dict[str, Any], lay: Layout) -> dict[str, Any]:
 
 def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None = None) -> dict:
     """The scenario mapping of ``cand``: the original with its pools replaced (the other
-    pool settings carried over: the ``cache:`` section and the router too) and worker
-    failures dropped (they name workers of the original pools). A colocated candidate
+    pool settings carried over: the ``cache:`` section and the router too), and worker
+    failures and the ``autoscale:`` section dropped (they name the original pools; a
+    candidate is a fixed deployment). A colocated candidate
     runs without the prefix cache (and the ``cache_aware`` router it needs) only where
     the engine cannot cache a colocated pool: ``kv.admission`` other than ``on_demand``
     or ``kv.preemption`` other than ``recompute`` (docs/prefix-caching.md)."""
@@ -347,6 +348,7 @@ def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None
         raw["failures"] = {
             k: v for k, v in raw["failures"].items() if k not in ("workers", "random", "links")
         }
+    raw.pop("autoscale", None)
     pre = _pool_base(s.prefill_pool or s.pool)
     dec = _pool_base(s.decode_pool or s.pool)
     if s.architecture == "colocated":
@@ -1361,14 +1363,19 @@ def search(
 
 
 def dropped_failures_note(loaded: LoadedScenario) -> tuple[str, ...]:
-    """One line when the scenario has failures, which every candidate leaves out
-    (:func:`candidate_scenario`: the candidates' pools are not the scenario's), else none."""
+    """One line when the scenario has failures or autoscaled pools, which every candidate
+    leaves out (:func:`candidate_scenario`: the candidates' pools are not the scenario's),
+    else none."""
     f = loaded.scenario.failures
     dropped = [
         f"failures.{key} ({len(items)} {'entry' if len(items) == 1 else 'entries'})"
         for key, items in (("workers", f.workers), ("random", f.random), ("links", f.links))
         if items
     ]
+    a = loaded.scenario.autoscale
+    scaled = [r for r in ("prefill", "decode", "colocated") if getattr(a, r) is not None]
+    if scaled:
+        dropped.append(f"autoscale ({', '.join(scaled)})")
     if not dropped:
         return ()
     return (
