@@ -1,6 +1,6 @@
 """User-facing errors. The CLI prints ``disaggsim: error: <message>`` and exits 2 for
 bad input (:class:`UserError`), ``disaggsim: internal error: ...`` and 3 for a broken
-run invariant (:class:`InvariantError`)."""
+invariant (:class:`InvariantError`): of a run, or of a value disaggsim computed itself."""
 
 
 class UserError(Exception):
@@ -8,5 +8,7 @@ class UserError(Exception):
 
 
 class InvariantError(Exception):
-    """A run broke one of its invariants (a bug in disaggsim, not bad input): the CLI
-    prints ``disaggsim: internal error: <message>``, writes nothing and exits 3."""
+    """A run broke one of its invariants, or a value disaggsim computed itself broke one
+    (a planner's goodput bracket, say; docs/safety.md): a bug in disaggsim, not bad
+    input. The CLI prints ``disaggsim: internal error: <message>``, writes nothing and
+    exits 3."""
