@@ -138,7 +138,7 @@ def test_compare_prints_the_note_per_uncapped_scenario(tmp_path, capsys):
 
     a = _write(tmp_path, "a", _disaggregated_8b())
     b = _write(tmp_path, "b", _disaggregated_8b(max_tokens=64))
-    _print_cap_notes([a, b], None)
+    _print_cap_notes([(p.name, load_scenario(p)) for p in (a, b)])
     (line,) = _notes(capsys)
     assert line.startswith("note: a.yaml: workload.max_tokens is not set")
 

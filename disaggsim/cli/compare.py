@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from disaggsim.cli.common import executor, executor_args, grid_args, progress
+
+if TYPE_CHECKING:
+    from disaggsim.config.loader import LoadedScenario
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -110,20 +114,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     written = write_folder(args.out, render, command="compare")
     print_goodput(res.goodput, written.note(), [p.path for p in params if p.path != RATE_PATH])
-    _print_slo_models(args.scenarios, args.overrides)
-    _print_cap_notes(args.scenarios, args.overrides)
+    _print_scenario_notes(args.scenarios, args.overrides)
     return 0
 
 
-def _print_slo_models(paths: list[Path], overrides: list[str] | None) -> None:
-    """The SLO model in words (docs/metrics.md), once per distinct SLO of the scenarios."""
+def _print_scenario_notes(paths: list[Path], overrides: list[str] | None) -> None:
+    """The SLO models in words, then the cap notes, of the scenarios (each loaded once)."""
     from disaggsim.config.loader import load_scenario
+
+    loaded = [(path.name, load_scenario(path, overrides)) for path in paths]
+    _print_slo_models(loaded)
+    _print_cap_notes(loaded)
+
+
+def _print_slo_models(loaded: list[tuple[str, LoadedScenario]]) -> None:
+    """The SLO model in words (docs/metrics.md), once per distinct SLO of the scenarios."""
     from disaggsim.metrics.slo_model import slo_model_lines
 
     seen: dict = {}
-    for path in paths:
-        slo = load_scenario(path, overrides).scenario.slo
-        seen.setdefault(slo, []).append(path.name)
+    for name, scenario in loaded:
+        seen.setdefault(scenario.scenario.slo, []).append(name)
     for slo, names in seen.items():
         head = "" if len(seen) == 1 else f"{', '.join(names)}: "
         lines = slo_model_lines(slo)
@@ -131,17 +141,15 @@ def _print_slo_models(paths: list[Path], overrides: list[str] | None) -> None:
         print("\n".join(lines[1:]))
 
 
-def _print_cap_notes(paths: list[Path], overrides: list[str] | None) -> None:
+def _print_cap_notes(loaded: list[tuple[str, LoadedScenario]]) -> None:
     """A note per scenario whose requests have no ``max_tokens`` (:mod:`disaggsim.cap_notes`):
     the default cap, the model's context less the prompt, moves the comparison."""
     from disaggsim.cap_notes import default_caps, scenario_cap_note
-    from disaggsim.config.loader import load_scenario
     from disaggsim.run import make_requests
 
-    for path in paths:
-        loaded = load_scenario(path, overrides)
-        if default_caps(loaded.scenario, make_requests(loaded)):
-            print(f"note: {path.name}: {scenario_cap_note(loaded.scenario)}")
+    for name, scenario in loaded:
+        if default_caps(scenario.scenario, make_requests(scenario)):
+            print(f"note: {name}: {scenario_cap_note(scenario.scenario)}")
 
 
 _PLOT_CAPTIONS = {
