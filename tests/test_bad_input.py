@@ -175,6 +175,20 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      run_args(), "workload.arival: unknown key (did you mean arrival?)"),
     ("set-misspelt", _nothing, sets("decode_pool.num_workerz=2"),
      "unknown key 'num_workerz' at decode_pool (did you mean num_workers?)"),
+    # ---- a scalar where a mapping belongs: the forms the field takes are named
+    ("length-scalar", _scenario(DISAGG, {"{dist: lognormal, median: 2048, sigma: 0.6, min: 64, "
+     "max: 8192}": "2048"}), run_args(), "workload.prompt_tokens: expected a mapping, one of "
+     "{dist: fixed, value}, {dist: uniform, low, high}, {dist: lognormal, median, sigma}, "
+     "{dist: empirical, quantiles}, got 2048"),
+    ("length-no-tag", _nothing, sets("workload.output_tokens={value: 12}"),
+     "workload.output_tokens: expected a mapping, one of {dist: fixed, value}"),
+    ("length-null", _nothing, sets("workload.output_tokens=null"), "got null"),
+    ("slo-scalar", _nothing, sets("slo=5"), "slo: expected a mapping with keys ttft_ms, itl_ms, "
+     "itl_statistic, percentile, attainment_target (required: ttft_ms, itl_ms), got 5"),
+    ("workload-scalar", _nothing, sets("workload=azure"), "workload: expected a mapping, one of "
+     "{kind: synthetic, prompt_tokens, output_tokens}, {kind: preset, preset}"),
+    ("fabric-scalar", _nothing, sets("fabric=nvlink", scenario=FABRIC),
+     "fabric: expected a mapping, one of {kind: link, link, bandwidth_gb_per_s, latency_us}"),
     # ---- non-finite numbers: the field is named
     ("inf-duration", _nothing, sets("sim.duration_s=.inf"), "sim.duration_s: Input should be a finite"),
     ("nan-duration", _nothing, sets("sim.duration_s=.nan"), "sim.duration_s: Input should be a finite"),

@@ -400,8 +400,12 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         clean.append(p)
     key = ".".join(clean)
     msg = e["msg"]
+    form = _mapping_form(clean) if e["type"] in _MAPPING_EXPECTED else None
     if e["type"] == "extra_forbidden":
         msg = unknown_key_message(clean[-1], _allowed_keys(clean[:-1]))
+    elif form is not None:
+        got = f", got {_shown_input(e['input'])}" if not isinstance(e["input"], dict) else ""
+        msg = f"expected {form}{got}"
     elif e["type"] == "missing":
         msg = "required key is missing"
     elif e["type"] == "less_than_equal":
@@ -423,6 +427,56 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return f"{source}: {key}: {msg}{more}"
 
 
+# Error types that say a mapping was expected (a scalar or list given, or a mapping
+# without its tag): the message names the forms the field takes.
+_MAPPING_EXPECTED = ("model_attributes_type", "model_type", "dict_type", "union_tag_not_found")
+
+
+def _annotation_at(parts: list[str]) -> Any:
+    """The annotation of the field at ``parts`` (a union of models is entered through
+    the first member that has the next field); None when the path leaves the schema."""
+    annotation: Any = Scenario
+    for part in parts:
+        for cls in _model_classes(annotation):
+            if part in cls.model_fields:
+                annotation = cls.model_fields[part].annotation
+                break
+        else:
+            return None
+    return annotation
+
+
+def _mapping_form(parts: list[str]) -> str | None:
+    """What the field at ``parts`` takes when it takes only mappings: ``a mapping, one of
+    {dist: fixed, value}, {dist: uniform, low, high}, ...`` (each member's tag and
+    required keys) or ``a mapping with keys a, b (required: a)``; None otherwise."""
+    annotation = _annotation_at(parts)
+    if annotation is None:
+        return None
+    members = [a for a in _union_args(annotation) if a is not type(None)]
+    classes = [c for a in members for c in _model_classes(a)]
+    if not classes or len(classes) != len(members):
+        return None  # a field that also takes scalars: pydantic's message stands
+    if len(classes) == 1:
+        fields = classes[0].model_fields
+        required = [n for n, f in fields.items() if f.is_required()]
+        req = f" (required: {', '.join(required)})" if required else ""
+        return f"a mapping with keys {', '.join(fields)}{req}"
+    forms = []
+    for cls in classes:
+        tags, keys = [], []
+        for name, f in cls.model_fields.items():
+            ann = _unwrap(f.annotation)
+            if typing.get_origin(ann) is typing.Literal and len(typing.get_args(ann)) == 1:
+                tags.append(f"{name}: {typing.get_args(ann)[0]}")
+            elif f.is_required():
+                keys.append(name)
+        if not keys:  # nothing required: the keys it takes
+            keys = [n for n in cls.model_fields if not any(t.startswith(f"{n}:") for t in tags)]
+        forms.append("{" + ", ".join(tags + keys) + "}")
+    return f"a mapping, one of {', '.join(forms)}"
+
+
 # Error types whose message already says what was given.
 _NO_INPUT_SHOWN = ("union_tag_invalid", "union_tag_not_found", "value_error", "assertion_error")
 
@@ -432,6 +486,8 @@ def _short(value: Any) -> bool:
 
 
 def _shown_input(value: Any) -> str:
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int) and abs(value) >= 10**6:
