@@ -81,11 +81,20 @@ def link_fabric_problem(scenario: Scenario) -> str | None:
     if total > node:
         return (
             f"fabric.link: nvlink needs both pools in one node's NVLink domain ({node} x "
-            f"{p.gpu}), but prefill_pool ({n_p} x tp{p.tp}{_dp(p)}) + decode_pool "
-            f"({n_d} x tp{d.tp}{_dp(d)}) "
+            f"{p.gpu}), but prefill_pool ({n_p} x tp{p.tp}{_dp(p)}{_scaled(scenario, 'prefill', p)}) "
+            f"+ decode_pool ({n_d} x tp{d.tp}{_dp(d)}{_scaled(scenario, 'decode', d)}) "
             f"= {total} GPUs: {NVLINK_ALTERNATIVES}"
         )
     return None
+
+
+def _scaled(scenario: Scenario, role: Role, pool: PoolConfig) -> str:
+    """`` at autoscale.decode.max_workers`` where the autoscaler's bound, not the pool's
+    ``num_workers``, sets the count."""
+    auto = scenario.autoscale.for_role(role)
+    if auto is None or auto.max_workers <= pool.num_workers:
+        return ""
+    return f" at autoscale.{role}.max_workers"
 
 
 def _dp(pool: PoolConfig) -> str:

@@ -307,6 +307,9 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     # ---- physical validity (docs/validity.md) and the one-command plan (docs/planning.md)
     ("nvlink-across-nodes", _nothing, sets("decode_pool.num_workers=2"),
      "fabric.link: nvlink needs both pools in one node's NVLink domain (8 x h100-sxm)"),
+    ("nvlink-autoscaled", _nothing, sets("autoscale={decode: {min_workers: 1, max_workers: 2, "
+     "policy: target, interval_s: 1, target: {signal: kv_util, target_value: 0.5}}}"),
+     "decode_pool (2 x tp4 at autoscale.decode.max_workers) = 12 GPUs"),
     ("nvlink-two-gpu-types", _nothing, sets("decode_pool.gpu=h200-sxm"),
      "fabric.link: nvlink cannot join prefill_pool.gpu h100-sxm and decode_pool.gpu h200-sxm"),
     ("nvlink-sweep-point", _nothing, ["sweep", DISAGG, "--param", "decode_pool.num_workers=1,2",
