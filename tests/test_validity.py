@@ -169,7 +169,9 @@ def test_nvlink_counts_an_autoscaled_pool_at_its_largest():
         }
     )
     problem = link_fabric_problem(load_scenario(raw).scenario)
-    assert problem is not None and "decode_pool (7 x tp1 at autoscale.decode.max_workers)" in problem
+    assert (
+        problem is not None and "decode_pool (7 x tp1 at autoscale.decode.max_workers)" in problem
+    )
     assert "= 9 GPUs" in problem
 
 
