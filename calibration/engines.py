@@ -177,7 +177,8 @@ DESCRIPTIONS = {
     "trtllm": "TensorRT-LLM (C++ runtime): per-iteration host time, per extra TP rank and "
     "per sequence",
     "vllm-eager-2023": "vLLM of 2023 (eager PyTorch, Ray workers): Python per iteration and per "
-    "token, and with TP > 1 a host cost per layer (its two all-reduces launched from Python)",
+    "token; per layer the longer of the kernels and their launches from Python (overlapped: "
+    "a launch floor), and with TP > 1 a host cost per layer the ranks wait for (the all-reduces)",
 }
 
 
@@ -608,7 +609,17 @@ def reread_variants(
 def fit_engine(
     feat: pd.DataFrame, engine: str, variants: dict[float, pd.DataFrame] | None = None
 ) -> dict[str, Any]:
-    """One engine's fitted :class:`EngineProfile` and its errors: all rows, fit rows,
+    """One engine's fitted :class:`EngineProfile` and its errors (:func:`fit_engine_linear`;
+    ``vllm-eager-2023``: :func:`fit_eager`, its launches overlapped with the kernels)."""
+    if engine == EAGER_ENGINE:
+        return fit_eager(feat[feat["engine"] == engine].reset_index(drop=True))
+    return fit_engine_linear(feat, engine, variants)
+
+
+def fit_engine_linear(
+    feat: pd.DataFrame, engine: str, variants: dict[float, pd.DataFrame] | None = None
+) -> dict[str, Any]:
+    """One engine's overheads linear in their parameters and its errors: all rows, fit rows,
     held-out rows, held out by family (source, model, GPU, TP: refit without it), and the
     kernels alone. With ``variants`` (:func:`reread_variants`) the per-query-head re-read
     rate is fitted too: the grid rate whose overhead fit has the least relative error over
@@ -646,31 +657,11 @@ def fit_engine(
         else:  # nothing left to fit on (a single family): no held-out prediction
             lofo[test] = np.nan
     a = ape(pred, meas)
-
-    def stats(sel: np.ndarray, values: np.ndarray) -> dict[str, Any]:
-        sel = sel & ~np.isnan(values)
-        if not sel.any():
-            return {"n": 0}
-        v = values[sel]
-        return {
-            "n": int(sel.sum()),
-            "median_ape": round(float(np.median(v)), 5),
-            "p90_ape": round(float(np.percentile(v, 90)), 5),
-        }
-
-    every = np.ones(len(rows), bool)
     # below a nanosecond a parameter is the solver's zero, not a measured cost
     params = {
         k: (float(f"{v:.5g}") if v >= 1e-9 else 0.0) for k, v in zip(names, theta, strict=True)
     }
-    error: dict[str, Any] = {
-        "all": stats(every, a),
-        "fit": stats(fit, a),
-        "holdout": stats(~fit, a),
-        "held_out_by_family": stats(every, ape(lofo, meas)),
-        "kernels_only": stats(every, ape(kern, meas)),
-        "sources": sorted(set(rows["source"])),
-    }
+    error = _fit_errors(rows, a, fit, ape(lofo, meas), ape(kern, meas))
     if rate is not None:
         params["per_query_head_kv_bytes_per_s"] = float(f"{rate:.4g}")
         error["per_query_head_decode"] = (
@@ -689,6 +680,134 @@ def fit_engine(
     }
 
 
+def _fit_errors(
+    rows: pd.DataFrame, a: np.ndarray, fit: np.ndarray, lofo_ape: np.ndarray, kern_ape: np.ndarray
+) -> dict[str, Any]:
+    """An engine fit's ``fit_error`` record: median and p90 APE over all rows, the fit rows,
+    the held-out rows, each family refitted without it, and the kernels alone."""
+
+    def stats(sel: np.ndarray, values: np.ndarray) -> dict[str, Any]:
+        sel = sel & ~np.isnan(values)
+        if not sel.any():
+            return {"n": 0}
+        v = values[sel]
+        return {
+            "n": int(sel.sum()),
+            "median_ape": round(float(np.median(v)), 5),
+            "p90_ape": round(float(np.percentile(v, 90)), 5),
+        }
+
+    every = np.ones(len(rows), bool)
+    return {
+        "all": stats(every, a),
+        "fit": stats(fit, a),
+        "holdout": stats(~fit, a),
+        "held_out_by_family": stats(every, lofo_ape),
+        "kernels_only": stats(every, kern_ape),
+        "sources": sorted(set(rows["source"])),
+    }
+
+
+EAGER_ENGINE = "vllm-eager-2023"
+# the form vllm-eager-2023 ships (eager_forms' names), and the engine-profile field each of
+# its parameters is
+EAGER_SHIPPED_FORM = "overlap"
+EAGER_PROFILE_FIELDS = {
+    "per_iteration_s": "per_iteration_s",
+    "per_token_s": "per_token_s",
+    "launch_per_layer_s": "launch_per_layer_s",
+    "sync_per_layer_tp_s": "per_layer_tp_s",
+}
+
+
+def fit_eager(rows: pd.DataFrame, profile: HardwareProfile | None = None) -> dict[str, Any]:
+    """``vllm-eager-2023``'s fit (the rows of :func:`features` for it): the overlap form of
+    :func:`eager_forms` — per layer the longer of the kernels and the host's launches, plus
+    per iteration, per token and, with TP > 1, per layer — fitted by least squares of the
+    relative error on the fit rows, as :func:`fit_engine_linear` reports a linear fit (each
+    (source, model, GPU, TP) family refitted without it). ``params`` are engine-profile
+    fields (:data:`EAGER_PROFILE_FIELDS`); the step model runs them as fitted
+    (:func:`step_model_pred`)."""
+    form = EAGER_SHIPPED_FORM
+    p = eager_parts(REPO, profile, rows[list(COLUMNS)])
+    d = _form_inputs(p)
+    meas = d["meas"]
+    fit = (rows["split"] == "fit").to_numpy()
+    theta = _fit_eager_form(form, d, fit)
+    pred = _eager_form_pred(form, theta, d)
+    fam = (
+        rows["source"] + "|" + rows["model"] + "|" + rows["gpu"] + "|" + rows["tp"].astype(str)
+    ).to_numpy()
+    lofo = np.empty(len(rows))
+    for f in np.unique(fam):
+        test = fam == f
+        train = fit & ~test
+        t_o = theta if not (fit & test).any() else _fit_eager_form(form, d, train)
+        lofo[test] = _eager_form_pred(form, t_o, d)[test]
+    kern = rows["kernels_s"].to_numpy(float)
+    a = ape(pred, meas)
+    params = dict.fromkeys(PARAM_KEYS, 0.0)
+    for name, v in zip(_EAGER_FORM_PARAMS[form], theta, strict=True):
+        params[EAGER_PROFILE_FIELDS[name]] = float(f"{v:.5g}") if v >= 1e-9 else 0.0
+    return {
+        "engine": EAGER_ENGINE,
+        "params": params,
+        "rows": rows.assign(
+            kernels_s=kern, pred_s=pred, lofo_pred_s=lofo, ape=a, kernels_ape=ape(kern, meas)
+        ),
+        "error": _fit_errors(rows, a, fit, ape(lofo, meas), ape(kern, meas)),
+    }
+
+
+def step_model_pred(
+    points: pd.DataFrame,
+    engine: EngineProfile,
+    profiles: dict[str, HardwareProfile] | None = None,
+    reread_bytes_per_s: float | None = None,
+) -> np.ndarray:
+    """Each point predicted by the step model itself with ``engine``'s overheads (the
+    kernels as :func:`features` runs them: the release's decode kernels, ``engine``'s
+    re-read rate unless ``reread_bytes_per_s`` is given): what a simulation of the
+    measured work takes. A static batch sums its decode steps one by one."""
+    profiles = dict(profiles or {})
+    rate = (
+        engine.per_query_head_kv_bytes_per_s if reread_bytes_per_s is None else reread_bytes_per_s
+    )
+    workers: dict[tuple, Any] = {}
+    out = np.zeros(len(points))
+    overheads = {k: getattr(engine, k) for k in (*PARAM_KEYS, "launch_per_layer_s")}
+    for i, r in enumerate(points.to_dict("records")):
+        gpu = str(r["gpu"])
+        if gpu not in profiles:
+            profiles[gpu] = load_profile(gpu)
+        key = (str(r["model"]), gpu, int(r["tp"]), str(r["weight_dtype"]), str(r["kv_dtype"]),
+               str(r["source"]))  # fmt: skip
+        if key not in workers:
+            eng = replace(
+                kernel_engine(str(r["engine"]), key[5], rate),
+                name=engine.name,
+                cuda_graphs=engine.cuda_graphs,
+                **overheads,
+            )
+            workers[key] = build_worker_cost(
+                key[0], gpu, key[2], weight_dtype=key[3], kv_dtype=key[4], engine=eng,
+                profile=profiles[gpu], gpu_mem_util=1.0, activation_reserve_bytes=0.0,
+            )  # fmt: skip
+        w = workers[key]
+        b, isl, osl = int(r["batch"]), int(r["isl"]), int(r["osl"])
+        metric = r["metric"]
+        if metric in ("batch_latency_s", "ttft_s", "prefill_step_s"):
+            t = w.prefill_time_s(b, b * isl, b * isl * (isl + 1) / 2.0)
+            if metric == "batch_latency_s":
+                t += sum(w.decode_time_s(b, b * (isl + j)) for j in range(1, osl))
+        elif metric in ("itl_s", "decode_step_s"):
+            t = w.decode_time_s(b, int(b * (isl + osl / 2.0)))
+        else:  # decode_ctx_step_s: DistServe's context per sequence in isl
+            t = w.decode_time_s(b, b * isl)
+        out[i] = t
+    return out
+
+
 def fit_all(data_root: Path | None, profiles: dict[str, HardwareProfile] | None = None):
     """Every engine's fit (:func:`fit_engine`) on :func:`all_points`, the per-query-head
     re-read rate included where a release decoded some layout per query head."""
@@ -705,7 +824,7 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
     for name in ENGINE_NAMES:
         f = fits[name]
         engines[name] = {
-            **{k: f["params"].get(k, 0.0) for k in PARAM_KEYS},
+            **{k: f["params"].get(k, 0.0) for k in (*PARAM_KEYS, "launch_per_layer_s")},
             "cuda_graphs": name != "vllm-eager-2023",
             "attention_backend": ENGINE_ATTENTION.get(name, "auto"),
             # the shipped profiles model current releases (ENGINE_GROUPED_DECODE)
@@ -723,8 +842,9 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
         "engines": engines,
         "provenance": {
             "source": "calibration/engines.py: non-negative least squares (relative error) of "
-            "the overhead parameters over public end-to-end measurements, kernels from the "
-            "shipped hardware profiles",
+            "the overhead parameters over public end-to-end measurements (vllm-eager-2023: "
+            "its launch floor, a max over kernels and launches, by bounded least squares, "
+            "fit_eager), kernels from the shipped hardware profiles",
             "data": "calibration/engine_data/measurements.csv; kernels/distserve/"
             f"{FILES[EAGER_FILE]} (vllm-eager-2023)",
             "command": "python -m calibration.fit_public --data ../shared/data --engines",
@@ -752,9 +872,10 @@ def write_engines(data_root: Path | None, out_dir: str | None = None) -> Path:
 #              per-layer cost with TP > 1 (the ranks meet at every all-reduce):
 #              per_iteration + per_token × tokens + layers × (max(kernels per layer,
 #              launch per layer) + sync per layer × [tp > 1]) + LM head.
-# The overlap form is a max over kernels and host time, so a decode step would no longer
-# be affine in the context at fixed batch (the WorkerCost decode-line contract): it is
-# measured here, not shipped.
+# The overlap form is a max over kernels and host time: at fixed batch a decode step is the
+# longer of the kernels' line in the context and the launches' constant line, which the
+# engine's two decode lines take (WorkerCost.decode_item_coeffs). It ships since
+# 2026-12-02 (fit_eager, EAGER_SHIPPED_FORM); the additive form is the earlier shipped one.
 EAGER_FORMS = ("additive", "overlap")
 EAGER_FORM_STARTS = 8  # deterministic multi-start of the non-smooth overlap fit
 # the overlap form with the prefill kernels scaled by (1 + s): the one form found that fits
@@ -1056,7 +1177,7 @@ def eager_fit_every_family(data_root: Path) -> dict[str, Any]:
     the held-out ones included (:func:`fit_engine` with every row a fit row): what the form
     can reach on these curves at all, extrapolation aside. Not shipped."""
     pts = eager_points(data_root).assign(split="fit")
-    return fit_engine(features(pts), "vllm-eager-2023")
+    return fit_engine_linear(features(pts), "vllm-eager-2023")
 
 
 def harness(path: Path = HARNESS) -> dict[str, Any]:
@@ -1315,7 +1436,8 @@ def _eager_term_columns(p: pd.DataFrame) -> dict[str, np.ndarray]:
 
 def eager_term_screen(data_root: Path, profile: HardwareProfile | None = None) -> pd.DataFrame:
     """A diagnostic, not shipped: each :data:`EAGER_TERMS` cost added, one at a time, to the
-    shipped ``vllm-eager-2023`` overheads (non-negative least squares of the relative
+    additive ``vllm-eager-2023`` overheads (the shipped form until 2026-12-02; row
+    ``additive``; non-negative least squares of the relative
     error, :func:`solve`), then all of them at once. Per form: the new term's fitted value
     (``coef``: seconds per unit, or a fraction of the kernel part), median / p90 APE over
     all rows and the held-out families (fitted on the fit families), p90 with each family
@@ -1356,7 +1478,7 @@ def eager_term_screen(data_root: Path, profile: HardwareProfile | None = None) -
             "every_family_in_sample_p90": float(np.percentile(ins[every], 90)),
         }  # fmt: skip
 
-    rows = [score("shipped", base, 0)]
+    rows = [score("additive", base, 0)]
     for name, col in cols.items():
         rows.append(score(f"+ {name}", np.c_[base, col], 1))
     rows.append(score("+ every term", np.c_[base, np.column_stack(list(cols.values()))], 0))

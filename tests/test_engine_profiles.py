@@ -25,7 +25,13 @@ from disaggsim.hardware.engines import (
     load_engines,
     shipped_engines_path,
 )
-from disaggsim.hardware.profile import ATTENTION_CHOICES, DECODE_ONLY_BACKENDS, load_profile
+from disaggsim.hardware.profile import (
+    ATTENTION_CHOICES,
+    DECODE_ONLY_BACKENDS,
+    load_profile,
+    profile_from_dict,
+)
+from tests.costmodel_fixtures import fixed_h100_dict, fixed_h100_profile
 
 
 def test_scenario_literals_are_the_model_choices() -> None:
@@ -99,6 +105,10 @@ def test_engine_overhead_by_hand() -> None:
             r"engines\.trtllm\.per_query_head_kv_bytes_per_s: expected a number >= 0",
         ),
         (
+            lambda d: d["engines"]["vllm-eager-2023"].update(launch_per_layer_s=-1e-4),
+            r"engines\.vllm-eager-2023\.launch_per_layer_s: expected a number >= 0",
+        ),
+        (
             lambda d: d["engines"]["vllm"].update(
                 grouped_decode_q_per_kv=[8], per_query_head_kv_bytes_per_s=0
             ),
@@ -111,6 +121,71 @@ def test_bad_engine_file_is_one_line_naming_the_field(change, pattern) -> None:
     change(raw)
     with pytest.raises(EngineProfileError, match=pattern):
         engines_from_dict(raw, "x.json")
+
+
+LAUNCH_ENGINE = EngineProfile(
+    name="vllm-eager-2023",
+    per_iteration_s=1e-3,
+    per_token_s=2e-6,
+    per_layer_tp_s=5e-6,
+    launch_per_layer_s=4e-4,
+    cuda_graphs=False,
+)
+
+
+def _layer_kernels_s(bd) -> float:
+    return bd.gemm_s + bd.attention_s + bd.elementwise_s + bd.allreduce_s
+
+
+@pytest.mark.parametrize("which", ["fixture (decode overlap 0)", "shipped h100-sxm (overlap 1)"])
+def test_launch_floor_is_the_longer_of_the_layers_kernels_and_their_launches(which) -> None:
+    # an eager engine launches each layer's kernels while the GPU runs the previous ones:
+    # the layers take the longer of their kernels and 80 × 400 µs of launches, the rest of
+    # the step (LM head, per-iteration, per-token and per-layer TP host time) outside it
+    profile = fixed_h100_profile() if which.startswith("fixture") else load_profile("h100-sxm")
+    kw = {"profile": profile}
+    w = build_worker_cost("llama-3-70b", "h100-sxm", 8, engine=LAUNCH_ENGINE, **kw)
+    bare = build_worker_cost(
+        "llama-3-70b",
+        "h100-sxm",
+        8,
+        engine=dataclasses.replace(LAUNCH_ENGINE, launch_per_layer_s=0.0),
+        **kw,
+    )
+    launches = 80 * 4e-4
+    bound = {"launches": 0, "kernels": 0}
+    for b, per_seq in ((1, 100), (1, 2000), (8, 4000), (64, 1000), (256, 30000), (512, 60000)):
+        ctx = b * per_seq
+        k = _layer_kernels_s(bare.breakdown(decode_batch=b, decode_context_tokens=ctx))
+        want = bare.decode_time_s(b, ctx) + max(launches - k, 0.0)
+        # the engine's closed form (the two decode lines) ...
+        assert w.decode_time_s(b, ctx) == pytest.approx(want, rel=1e-12)
+        # ... and the step evaluated directly agree
+        assert w.mixed_time_s(b, ctx, 0, 0, 0.0) == pytest.approx(want, rel=1e-12)
+        bound["launches" if k < launches else "kernels"] += 1
+    assert bound["launches"] >= 2 and bound["kernels"] >= 1  # both regimes checked
+    # launch-bound: the step does not grow with the context; its overhead part holds the
+    # launches the kernels do not hide
+    assert w.decode_time_s(1, 100) == pytest.approx(w.decode_time_s(1, 2000), rel=1e-12)
+    bd = w.breakdown(decode_batch=1, decode_context_tokens=100)
+    assert bd.overhead_s == pytest.approx(
+        LAUNCH_ENGINE.overhead_s(8, 80, 1, 1) + launches - _layer_kernels_s(bd), rel=1e-12
+    )
+    # a prefill: the same max
+    k = _layer_kernels_s(bare.breakdown(prefill_seqs=1, prefill_tokens=64, prefill_attn_pairs=2080))
+    assert w.prefill_time_s(1, 64, 2080) == pytest.approx(
+        bare.prefill_time_s(1, 64, 2080) + max(launches - k, 0.0), rel=1e-12
+    )
+
+
+def test_launch_floor_needs_a_decode_fit_with_overlap_0_or_1() -> None:
+    # with the item work partly overlapped the step would be the longest of three lines
+    d = fixed_h100_dict()
+    d["ops"]["decode_attention"]["bf16"]["overlap"] = 0.5
+    prof = profile_from_dict(d, "x.json")
+    build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=ZERO_ENGINE, profile=prof)
+    with pytest.raises(UserError, match="launch_per_layer_s needs a decode attention fit"):
+        build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=LAUNCH_ENGINE, profile=prof)
 
 
 def test_named_attention_backend_and_auto() -> None:

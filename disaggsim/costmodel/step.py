@@ -347,6 +347,7 @@ class RooflineWorkerCost:
         "_ov_fixed_s",
         "_ov_seq_s",
         "_ov_tok_s",
+        "_launch_s",
         "_quant_k",
         "_reread_group",
         "_reread_bytes_per_s",
@@ -448,6 +449,16 @@ class RooflineWorkerCost:
         self._ov_fixed_s = engine.fixed_s(tp, model.num_layers) + graph_s
         self._ov_seq_s = engine.per_seq_s
         self._ov_tok_s = engine.per_token_s
+        # an eager engine's kernel launches, overlapped with the kernels: the layers take
+        # the longer of their kernels and this (hardware/engines.py)
+        self._launch_s = engine.launch_per_layer_s * model.num_layers
+        if self._launch_s > 0.0 and 0.0 < self._dec.overlap < 1.0:
+            # the step would be the longest of three lines in the context (the stream, the
+            # item work partly overlapped, the launches); the engine takes at most two
+            raise UserError(
+                f"engine {engine.name!r}: launch_per_layer_s needs a decode attention fit "
+                f"with overlap 0 or 1 ({self.decode_backend}: {self._dec.overlap})"
+            )
 
         # Memory (bytes). KV per token: the model's logical KV; per GPU it includes the
         # replicated KV heads when tp > kv_heads.
@@ -478,7 +489,11 @@ class RooflineWorkerCost:
 
     def decode_item_coeffs(self, batch: int) -> tuple[float, float]:
         """``(base_s, per_context_token_s)`` of the item-bound line (see
-        :meth:`decode_coeffs`); it lies above the stream-bound line only below the knee."""
+        :meth:`decode_coeffs`); it lies above the stream-bound line only below the knee.
+        With an eager engine's launch floor (``launch_per_layer_s``) it is the longer of the
+        item work and the launches, constant in C (the decode kernel's item work is then
+        constant in C too: a fit with ``overlap`` 1, or 0 where the item work rides on the
+        stream line)."""
         return self._decode_lines(batch)[1]
 
     def decode_knee_tokens(self, batch: int) -> float:
@@ -497,7 +512,10 @@ class RooflineWorkerCost:
             d = self._dec
             hkv = float(self.kv_heads_per_gpu)
             layers = self.model.num_layers
-            base_items = sum(self._parts(batch, 0, 0, 0, 0.0))  # C = 0: the whole item work
+            parts = self._parts(batch, 0, 0, 0, 0.0)
+            base_items = sum(parts)  # C = 0: the whole item work (or the launches)
+            # the launches' excess over the kernels at C = 0: in the constant line only
+            unhidden = max(self._launch_s - sum(parts[:4]), 0.0)
             work = _dec_work_heads(d, hkv, self._reread_group)
             items = layers * d.per_seq_kv_elem_s * batch * work * self.model.head_dim
             per_token = layers * (
@@ -510,8 +528,8 @@ class RooflineWorkerCost:
                 )
             )
             lines = (
-                (base_items - d.overlap * items, per_token),
-                (base_items, (1.0 - d.overlap) * per_token),
+                (base_items - unhidden - d.overlap * items, per_token),
+                (base_items, (1.0 - d.overlap) * per_token if self._launch_s == 0.0 else 0.0),
             )
         self._decode_cache[batch] = lines
         return lines
@@ -645,6 +663,9 @@ class RooflineWorkerCost:
                 else _tiled_gemm_s(self._gemm_peak, hbm, tiles, out_seqs, self._lm_head_n, hidden)
             )  # fmt: skip
         overhead = self._ov_fixed_s + self._ov_seq_s * out_seqs + self._ov_tok_s * m
+        if self._launch_s > 0.0:  # launches the layers' kernels do not hide
+            kernels = layers * (gemm_layer + attn_layer + ew_layer + ar_layer)
+            overhead += max(self._launch_s - kernels, 0.0)
         return (
             layers * gemm_layer,
             layers * attn_layer,

@@ -13,6 +13,16 @@ as replayed CUDA graphs); this module owns the rest. One iteration's overhead is
 ``sequences`` are the sequences that emit a token this iteration and ``tokens`` the tokens
 it processes (prefill plus one per decoding sequence).
 
+An eager engine launches its kernels one by one from Python, asynchronously: the GPU runs
+a layer's kernels while the host launches the next ones, so per layer the iteration takes
+the longer of the layer's kernels and their launches. ``launch_per_layer_s`` is that
+launch time; the iteration's layers then take ``max(kernels of the layers, num_layers ×
+launch_per_layer_s)`` (the LM head and the overhead above outside the max), and the host
+time not hidden behind the kernels shows in the overhead part of a step's breakdown. It is
+constant in the context, so a decode step is the longer of the kernels' lines and one
+constant line: still at most two lines affine in the context (``docs/costmodel.md``,
+"Launch-bound eager engines"). 0 (the default, and every CUDA-graph engine): no floor.
+
 Decode attention over grouped-query layouts: a grouped kernel (FlashAttention's packed
 GQA, TensorRT-LLM's XQA) reads each KV head once for all the query heads that share it.
 An engine release whose grouped kernel covers only some group sizes
@@ -29,7 +39,8 @@ attention kernels names them (``attention_backend``: TensorRT-LLM's ``trtllm``);
 with ``attention_backend: auto`` then runs that kernel wherever the hardware profile fits
 it (``auto`` otherwise: vLLM and SGLang both run FlashAttention-family kernels, among which
 ``auto`` takes the fastest trusted fit). The overhead does not depend on the
-context tokens, so a decode step stays affine in the context (``docs/costmodel.md``).
+context tokens (the launch floor is one line constant in it), so a decode step stays the
+longer of at most two lines affine in the context (``docs/costmodel.md``).
 
 GEMM kernels: an engine whose FP8 GEMM kernel the hardware profile fits on its own names it
 (``fp8_gemm_kernel``: SGLang's ``sglang-fp8``, sgl-kernel's CUTLASS FP8 GEMM with its tile
@@ -84,6 +95,8 @@ class EngineProfile:
     per_token_s: float = 0.0
     per_layer_s: float = 0.0
     per_layer_tp_s: float = 0.0
+    # host time launching one layer's kernels, overlapped with them (eager engines; 0: none)
+    launch_per_layer_s: float = 0.0
     cuda_graphs: bool = True  # decode replays CUDA graphs (adds the GPU's graph_layer_s)
     attention_backend: str = "auto"  # the engine's own attention kernel, where a profile fits it
     # query heads per KV head the grouped decode kernel covers (None: every layout); the
@@ -172,7 +185,13 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
                     f"{path}: engines.{name}.{key}: expected a number >= 0, got {v!r}"
                 )
             kw[key] = float(v)
+        launch = prm.get("launch_per_layer_s", 0.0)
+        if isinstance(launch, bool) or not isinstance(launch, (int, float)) or launch < 0:
+            raise EngineProfileError(
+                f"{path}: engines.{name}.launch_per_layer_s: expected a number >= 0, got {launch!r}"
+            )
         extra = (
+            "launch_per_layer_s",
             "cuda_graphs",
             "attention_backend",
             "grouped_decode_q_per_kv",
@@ -235,6 +254,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             )
         out[name] = EngineProfile(
             name=name,
+            launch_per_layer_s=float(launch),
             cuda_graphs=graphs,
             attention_backend=attn,
             grouped_decode_q_per_kv=None if grouped is None else tuple(grouped),
