@@ -866,7 +866,8 @@ def write_engines(data_root: Path | None, out_dir: str | None = None) -> Path:
 # --- vllm-eager-2023: which overhead structure the 2023 curves support -----------------
 # Two structures of an eager engine's host time, each fitted to the same fit rows and
 # scored like the shipped fit (all rows, fit, held out, refit without each family):
-#   additive — the shipped form: kernels + per iteration + per token + per layer with TP > 1;
+#   additive — the shipped form until 2026-12-02: kernels + per iteration + per token + per
+#              layer with TP > 1;
 #   overlap  — an eager engine launches kernels asynchronously, so per layer the GPU waits
 #              for the longer of its kernels and the host's launches, plus a non-overlapped
 #              per-layer cost with TP > 1 (the ranks meet at every all-reduce):
@@ -1172,6 +1173,66 @@ def curve_checks(data_root: Path, peak_hbm_bytes_per_s: float) -> pd.DataFrame:
     )
 
 
+def floor_curve_slopes(data_root: Path, profile: HardwareProfile | None = None) -> pd.DataFrame:
+    """:func:`curve_checks`' decode slope, but of the shipped step model: its
+    ``vllm-eager-2023`` decode steps on DistServe's profiled grid (batches below the
+    small-batch threshold, 95, times every profiled input length; the harness file) fitted
+    with DistServe's own small-batch form ``a + b × Σ context + c × batch`` by least squares
+    of the relative error, as DistServe fitted its measurements; per (model, TP) the KV
+    bandwidth that slope implies, beside the curve's. A launch floor flattens the steps in
+    the context where the kernels are short, so the fitted slope can imply more than the HBM
+    peak with every kernel within it."""
+    h = harness()["profiled_grid"]
+    checks = curve_checks(data_root, get_gpu(EAGER_GPU).hbm_bytes_per_s)
+    eng = load_engines()[EAGER_ENGINE]
+    prof = profile or load_profile(EAGER_GPU)
+    peak = get_gpu(EAGER_GPU).hbm_bytes_per_s
+    out = []
+    for r in checks.to_dict("records"):
+        model, tp = str(r["model"]), int(r["tp"])
+        w = build_worker_cost(
+            model, EAGER_GPU, tp, engine=eng, profile=prof, gpu_mem_util=1.0,
+            activation_reserve_bytes=0.0,
+        )  # fmt: skip
+        x, y = [], []
+        for b in (int(v) for v in h["batch"] if int(v) < 95):
+            for n in (int(v) for v in h["input_len"]):
+                x.append((1.0, float(b * n), float(b)))
+                y.append(w.decode_time_s(b, b * n))
+        xa, ya = np.array(x), np.array(y)
+        slope = float(lsq_linear(xa / ya[:, None], np.ones(len(ya))).x[1])
+        spec = get_model(model)
+        kv = 2 * spec.num_layers * max(spec.num_kv_heads // tp, 1) * spec.head_dim * 2
+        out.append(
+            (model, tp, float(r["decode_kv_tb_per_s"]), float(r["of_hbm_peak"]),
+             kv / slope / 1e12, kv / slope / peak)
+        )  # fmt: skip
+    return pd.DataFrame(
+        out,
+        columns=[
+            "model", "tp", "curve_kv_tb_per_s", "curve_of_peak", "model_kv_tb_per_s",
+            "model_of_peak",
+        ],
+    )  # fmt: skip
+
+
+EAGER_SECOND_FORMS = ("additive", "overlap", EAGER_OVERLAP_HIDDEN, EAGER_OVERLAP_PREFILL)
+
+
+def eager_every_row_in_sample(data_root: Path) -> dict[str, np.ndarray]:
+    """Each eager form (:data:`EAGER_SECOND_FORMS`) fitted to every ``vllm-eager-2023`` row
+    of both sources, nothing held out: per form the rows' APE in sample — what the form can
+    reach on these data at all, extrapolation aside. Not shipped."""
+    pts = all_points(data_root)
+    rows = pts[pts["engine"] == EAGER_ENGINE].reset_index(drop=True)
+    d = _form_inputs(eager_parts(data_root, None, rows))
+    every = np.ones(len(rows), bool)
+    return {
+        form: ape(_eager_form_pred(form, _fit_eager_form(form, d, every), d), d["meas"])
+        for form in EAGER_SECOND_FORMS
+    }
+
+
 def eager_fit_every_family(data_root: Path) -> dict[str, Any]:
     """The shipped (additive) ``vllm-eager-2023`` form fitted to every DistServe family,
     the held-out ones included (:func:`fit_engine` with every row a fit row): what the form
@@ -1330,7 +1391,7 @@ def tp_allreduce_term(data_root: Path) -> pd.DataFrame:
     fitted on DistServe's C++ engine (no Python: its excess over the kernel model grows
     with TP, :func:`same_box_comparison`) over its fit families (:data:`EAGER_HOLDOUT`
     held out; the term alone, non-negative least squares of the relative error), then
-    carried to 2023 vLLM on the same A100s: kernels plus that cost, the shipped overhead
+    carried to 2023 vLLM on the same A100s: kernels plus that cost, the additive overhead
     form refitted on the fit families. Also vLLM's own fit of ``c`` beside the six
     overheads. Median / p90 APE: the C++ engine's curves (all, held-out families), vLLM's
     (all, held-out rows, refit without each family)."""
@@ -1366,7 +1427,7 @@ def tp_allreduce_term(data_root: Path) -> pd.DataFrame:
     a0 = ape(kc, mc)
     rows = [
         {
-            "form": "none (shipped)", "c_us": 0.0,
+            "form": "none (additive form)", "c_us": 0.0,
             "cxx_all": float(np.median(a0)), "cxx_held_out": float(np.median(a0[~fit_c])),
             "cxx_held_out_p90": float(np.percentile(a0[~fit_c], 90)),
             **vllm_parts(kv, x),
@@ -1392,7 +1453,7 @@ def tp_allreduce_term(data_root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# Costs of the measured 2023 stack the shipped form lacks (eager_term_screen): each one
+# Costs of the measured 2023 stack the additive form lacks (eager_term_screen): each one
 # column added to the shipped overheads, with the mechanism it stands for. The Ray fan-out
 # is in the fork's LLMEngine._run_workers_in_batch (interestingLSY/vllm@2257483b,
 # vllm/engine/llm_engine.py): one ``worker.execute_method.remote`` per worker with the step's
@@ -1552,6 +1613,18 @@ def print_eager_forms(data_root: Path) -> int:
     )
     print("DistServe 2023-vLLM curves, per (model, TP):")
     print(checks.round(3).to_string(index=False))
+    print(
+        "The shipped step model (launch floor) on DistServe's profiled grid, fitted with "
+        "DistServe's small-batch decode form: the KV bandwidth its slope implies, beside the "
+        "curve's:"
+    )
+    print(floor_curve_slopes(data_root).round(3).to_string(index=False))
+    print("Each form fitted to every vllm-eager-2023 row of both sources (in sample):")
+    for form, a in eager_every_row_in_sample(data_root).items():
+        print(
+            f"  {form:16s} n={len(a):4d} median APE {100 * np.median(a):5.1f}% "
+            f"p90 {100 * np.percentile(a, 90):5.1f}%"
+        )
     try:
         box = same_box_comparison(data_root)
         scale = eager_prefill_scale(data_root)
@@ -1595,7 +1668,7 @@ def print_eager_forms(data_root: Path) -> int:
     )
     print(top.round(3).to_string(index=False))
     print(
-        "Costs of the 2023 stack added to the shipped form, one at a time, then all (not "
+        "Costs of the 2023 stack added to the additive form, one at a time, then all (not "
         "shipped); coef in seconds per unit or a fraction of the kernel part; APE median / p90:"
     )
     for name, what in EAGER_TERMS.items():

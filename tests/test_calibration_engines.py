@@ -417,7 +417,7 @@ def test_a_tp_growing_allreduce_cost_fits_the_cxx_engine_but_not_2023_vllm() -> 
     # better than the kernels alone, but carried to 2023 vLLM it leaves the held-out p90
     # where it was, and vLLM's own fit gives it no weight: not shipped
     t = engines.tp_allreduce_term(DATA).set_index("form")
-    base = t.loc["none (shipped)"]
+    base = t.loc["none (additive form)"]
     assert base["vllm_all_p90"] == pytest.approx(0.2553, abs=5e-4)
     for g in engines.AR_TP_FORMS:
         cxx = t.loc[f"C++-fitted c x {g}"]
@@ -449,7 +449,7 @@ def test_the_eager_p90_is_the_held_out_families_and_no_screened_cost_closes_it()
     dec = group("opt-66b TP8", "decode", "1-8").iloc[0]
     assert dec["n"] >= 10
     assert 0.78 < dec["measured_over_predicted_min"] <= dec["measured_over_predicted_max"] < 0.85
-    # each cost of the 2023 stack added to the shipped form: none brings the all-rows p90
+    # each cost of the 2023 stack added to the additive form: none brings the all-rows p90
     # within the 15% target, the held-out p90 stays above 25%, and even every term at once
     # fitted to every family in sample stays above 15%
     t = engines.eager_term_screen(DATA).set_index("form")
@@ -678,3 +678,29 @@ def test_the_step_model_runs_the_shipped_eager_fit_as_fitted() -> None:
     assert np.ptp(t4) == pytest.approx(0.0, abs=1e-12) and len(t4) >= 5
     t2 = dec[(dec["model"] == "opt-66b") & (dec["tp"] == 2)]["pred"].to_numpy(float)
     assert np.ptp(t2) > 1e-4
+
+
+@needs_data
+def test_a_launch_floor_explains_the_opt13b_tp4_curve_slope_above_hbm_peak() -> None:
+    # validation.md, vllm-eager-2023: DistServe's OPT-13B TP4 small-batch decode curve has a
+    # slope in the context that implies reading KV at 1.30x the A100's HBM peak. The
+    # shipped step model (every kernel within the peak, plus the launch floor), sampled on
+    # DistServe's profiled grid and fitted with DistServe's own form, gives the same
+    # signature there (the steps are flat in the context under the floor) and nowhere else
+    t = engines.floor_curve_slopes(DATA).set_index(["model", "tp"])
+    assert t.loc[("opt-13b", 4), "curve_of_peak"] > 1.2
+    assert t.loc[("opt-13b", 4), "model_of_peak"] > 1.2
+    others = t.drop(index=("opt-13b", 4))
+    assert (others["model_of_peak"] < 1.0).all()
+
+
+@needs_data
+def test_no_eager_form_meets_the_target_even_fitted_to_every_row() -> None:
+    # validation.md, vllm-eager-2023: fitted to all 492 rows of both sources, nothing held
+    # out, no form reaches the p90 target of 15% (the best about 20%): the miss is in the
+    # data's mutual consistency, not only in extrapolation to the held-out rows
+    every = engines.eager_every_row_in_sample(DATA)
+    assert set(every) == set(engines.EAGER_SECOND_FORMS)
+    for form, a in every.items():
+        assert len(a) == 492
+        assert np.percentile(a, 90) > 0.19, form
