@@ -110,6 +110,16 @@ def test_cost_inputs_by_hand() -> None:
     )
     step = decode_step_fn(_Const())
     assert step(10, 1e6) == pytest.approx(5e-3 + 2e-3 + 1e-3)
+    # A second line (decode_item_coeffs, e.g. an eager engine's launch floor) counts
+    # where it is longer, as the engine times the step: 9 ms flat against 7 ms + 1 ns/token.
+    step2 = decode_step_fn(_TwoLines())
+    assert step2(10, 1e6) == pytest.approx(9e-3)
+    assert step2(10, 3e6) == pytest.approx(5e-3 + 2e-3 + 3e-3)
+
+
+class _TwoLines(_Const):
+    def decode_item_coeffs(self, batch: int) -> tuple[float, float]:
+        return (9e-3, 0.0)
 
 
 def test_summary_helpers_by_hand() -> None:

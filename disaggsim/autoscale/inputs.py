@@ -8,14 +8,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from disaggsim.autoscale.config import PoolAutoscaleConfig
+from disaggsim.costmodel.interface import DecodeLines, decode_step_time_s
 
 
 class _PrefillCost(Protocol):
     def prefill_time_s(self, num_seqs: int, new_tokens: int, attn_pairs: float) -> float: ...
-
-
-class _DecodeCost(Protocol):
-    def decode_coeffs(self, batch: int) -> tuple[float, float]: ...
 
 
 def prefill_tokens_per_s(cost: _PrefillCost, *, max_batch_tokens: int, prompt_tokens: int) -> float:
@@ -30,13 +27,15 @@ def prefill_tokens_per_s(cost: _PrefillCost, *, max_batch_tokens: int, prompt_to
     return tokens / cost.prefill_time_s(k, tokens, pairs)
 
 
-def decode_step_fn(cost: _DecodeCost) -> Callable[[int, float], float]:
-    """``f(batch_seqs, context_tokens)``: one decode step, ``base + per_token × context``
-    from ``cost.decode_coeffs(batch_seqs)``."""
+def decode_step_fn(cost: DecodeLines) -> Callable[[int, float], float]:
+    """``f(batch_seqs, context_tokens)``: one decode step as the engine times it
+    (:func:`~disaggsim.costmodel.interface.decode_step_time_s`): ``base + per_token ×
+    context`` from ``cost.decode_coeffs(batch_seqs)``, or the cost model's second line
+    (``decode_item_coeffs``: per-sequence attention work at short contexts, an eager
+    engine's launch floor) where that is longer."""
 
     def step_s(batch_seqs: int, context_tokens: float) -> float:
-        base_s, per_token_s = cost.decode_coeffs(int(batch_seqs))
-        return base_s + per_token_s * context_tokens
+        return decode_step_time_s(cost, int(batch_seqs), context_tokens)
 
     return step_s
 

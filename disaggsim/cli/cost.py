@@ -309,7 +309,9 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
 
 
 def _item_line(cost: Any, b: int) -> dict[str, Any]:
-    """The dense model's item-bound decode line and knee (docs/costmodel.md); MoE workers
+    """The dense model's second decode line and knee (docs/costmodel.md): the item-bound
+    line, which for an engine with a launch floor (``launch_per_layer_s``, e.g.
+    ``vllm-eager-2023``) is the longer of the item work and the launches; MoE workers
     have one line."""
     if not hasattr(cost, "decode_item_coeffs"):
         return {}

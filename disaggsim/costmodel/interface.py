@@ -72,7 +72,14 @@ def kv_copy_gpus(cost: WorkerCost, num_seqs: int) -> float:
     return float(cost.num_gpus)
 
 
-def decode_step_time_s(cost: WorkerCost, batch: int, context_tokens: int) -> float:
+class DecodeLines(Protocol):
+    """What :func:`decode_step_time_s` needs of a cost model (``decode_item_coeffs``,
+    the optional second line, is looked up on the object)."""
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float]: ...
+
+
+def decode_step_time_s(cost: DecodeLines, batch: int, context_tokens: float) -> float:
     """Seconds of one decode step: the stream-bound line, or the item-bound line where the
     cost model has one and it is larger (short contexts)."""
     base, per_token = cost.decode_coeffs(batch)
