@@ -186,9 +186,6 @@ class Run(NamedTuple):
             log.add_run(start, self.steps - m, b, c + m * b, self.base_s, self.per_token_s)
 
 
-# a Run (or PrefillIter) from all its fields, without NamedTuple's generated __new__ (one
-# Python call less per run on the hot path; Run(...) reads better everywhere else)
-_new_run = tuple.__new__
 # a Call event without a call (call_in written out where a worker schedules its own events
 # once per run or prefill: the same event, queued the same way)
 _new_call = object.__new__
@@ -246,23 +243,29 @@ class DecodeLines(NamedTuple):
         return Run(start_s, k, b, c, ib, ip, m, base, per)
 
 
-class PrefillIter(NamedTuple):
-    """A prefill-only iteration over ``batch`` in progress (logged with its full length
-    when it starts; a failure cuts it)."""
+# A run's fields in Run's order, as a plain tuple: the hot path makes each run's record
+# as one (a tuple display, where Run(...) or tuple.__new__(Run, ...) is a type call: about
+# 1,400 machine instructions a run more, callgrind); a Run (DecodeLines.split's) is one too
+RunFields = tuple[float, int, int, int, float, float, int, float, float]
 
-    batch: list[int]
 
-
-class Mixed(NamedTuple):
+class Mixed:
     """A chunked iteration (decode tokens + prompt chunks) in progress (logged when it
     ends)."""
 
+    __slots__ = ()
 
-class Stall(NamedTuple):
+
+class Stall:
     """A KV swap copy in progress (no token step runs)."""
 
+    __slots__ = ()
 
-Activity = Run | PrefillIter | Mixed | Stall
+
+# What a worker is doing now: a run of steps (its fields: a tuple), a prefill-only
+# iteration (its batch: a list of request ids, logged with its full length when it
+# starts; a failure cuts it), a chunked iteration, or a swap copy.
+Activity = RunFields | list[int] | Mixed | Stall
 Proc = Generator[simpy.Event, Any, None]  # a rare path written as a generator (Worker._sub)
 Then = Callable[[Any], None]  # what a worker does when the event it waits for is processed
 _MIXED = Mixed()
@@ -1044,7 +1047,7 @@ class _TokenBatch(Worker):
         cut): every planned step is done (:meth:`_end_run` of an uncut run)."""
         self._run_end = False
         self._run_wake = None  # a wake made after the hop does nothing
-        run: Run = self._activity  # type: ignore[assignment]  # a run waits here
+        run: RunFields = self._activity  # type: ignore[assignment]  # a run waits here
         self._activity = None
         # the histogram and step index do not change during a run: the growth planned
         # at its start is the growth of its steps
@@ -1068,7 +1071,7 @@ class _TokenBatch(Worker):
 
     def _run_cut(self, _ev: simpy.Event) -> None:
         # _end_run, inline: a cut run's steps are done
-        run: Run = self._activity  # type: ignore[assignment]  # a run waits here
+        run: RunFields = self._activity  # type: ignore[assignment]  # a run waits here
         self._activity = None
         _, growth, planned, _, _ = self._run_plan
         self._advance(run, growth if run[1] == planned else None)  # run[1]: its steps
@@ -1106,13 +1109,15 @@ class _TokenBatch(Worker):
         if lines is None:
             lines = self._lines_for(b)
         base, per, has_item, item_base, item_per = lines  # no NamedTuple attribute calls
+        run: RunFields
         if has_item and (
             item_per - per > 0 or item_base + item_per * c > base + per * c
         ):  # the item line may be the larger one in this run: DecodeLines.split
-            run = lines.split(start, k, b, c)
-            total = run.time_s(k)
+            two = lines.split(start, k, b, c)
+            total = two.time_s(k)
+            run = two
         else:  # the stream line throughout (split's common case), its time inline
-            run = _new_run(Run, (start, k, b, c, base, per, 0, 0.0, 0.0))
+            run = (start, k, b, c, base, per, 0, 0.0, 0.0)  # Run(start, k, b, c, base, per)
             total = k * base + per * (k * c + b * k * (k - 1) / 2)
         self._activity = run
         growth = 0
@@ -1153,27 +1158,25 @@ class _TokenBatch(Worker):
             return 0.0
         self._run_end = False
         self._run_wake = None  # a wake made after the hop does nothing
-        run: Run = self._activity  # type: ignore[assignment]  # a run waits here
-        # its fields by unpacking (a NamedTuple's attribute is a descriptor call)
+        run: RunFields = self._activity  # type: ignore[assignment]  # a run waits here
         start_s, steps, b, c, base, per, lead, lead_base, lead_per = run
         tau = self.env._now - start_s
         if tau < total - _EPS:  # the run's own timeout, due later, does nothing
-            if lead:
-                k = run.steps_covering(tau)
-            else:  # Run.steps_covering of a one-line run
+            if lead:  # two lines (DecodeLines.split's run)
+                two = Run._make(run)
+                k = two.steps_covering(tau)
+                run = two.with_steps(k)
+                rest_s = two.time_s(k) - tau
+            else:  # Run.steps_covering and time_s of a one-line run, inline
                 k = _affine_covering(tau, steps, base, per, b, c)
-            # run.with_steps(k)
-            run = _new_run(Run, (start_s, k, b, c, base, per, lead, lead_base, lead_per))
+                run = (start_s, k, b, c, base, per, 0, 0.0, 0.0)  # run.with_steps(k)
+                rest_s = k * base + per * (k * c + b * k * (k - 1) / 2) - tau
             if a2a is not None and a2a in self._copies:  # carry only the steps run
                 self._copies.discard(a2a)
                 rest = self._a2a_iteration_bytes(b, 0) * k - self.host.cancel_copy(a2a)
                 if rest > 0:
                     self._copy(rest, "a2a", None)
             self._activity = run
-            if lead:
-                rest_s = run.time_s(k) - tau
-            else:  # Run.time_s of a one-line run, inline
-                rest_s = k * base + per * (k * c + b * k * (k - 1) / 2) - tau
             if rest_s > 0:
                 return rest_s
         return 0.0
@@ -1181,22 +1184,23 @@ class _TokenBatch(Worker):
     def _end_run(self) -> None:
         """The run's steps are done: advance the batch, let finished sequences go."""
         run = self._activity
-        assert isinstance(run, Run)
+        assert isinstance(run, tuple)
         _, growth, planned, _, _ = self._run_plan
         self._activity = None
         # the histogram and step index do not change during a run: the growth planned
         # at its start is the growth of its steps, unless it was cut short
-        self._advance(run, growth if run.steps == planned else None)
+        self._advance(run, growth if run[1] == planned else None)  # run[1]: its steps
         self._pop_finished()
 
-    def _advance(self, run: Run, growth: int | None = None) -> None:
+    def _advance(self, run: RunFields, growth: int | None = None) -> None:
         """The batch has completed ``run``'s steps (``growth``: the blocks they allocate,
         when already known)."""
-        # its fields by unpacking (a NamedTuple's attribute is a descriptor call)
         start_s, k, b, c, base_s, per_s, lead, _, _ = run
         self.promised_growth = 0
-        if lead or not k:
-            run.log_to(self.steps)
+        if lead:
+            Run._make(run).log_to(self.steps)
+        elif not k:
+            pass  # Run.log_to of no steps: no row
         else:  # Run.log_to of a one-segment run: one row, straight into the columns
             start, steps, batch, context0, base, per, prefill = self._run_to
             start(start_s)
@@ -1222,11 +1226,12 @@ class _TokenBatch(Worker):
         self._run_end = False
         self._run_timeout = self._run_wake = None
         act = self._activity
-        if not isinstance(act, Run):
+        if not isinstance(act, tuple):  # not a run
             return
-        j = act.steps_done_by(self.env._now - act.start_s)
+        run = Run._make(act)
+        j = run.steps_done_by(self.env._now - run.start_s)
         if j:
-            self._advance(act.with_steps(j))
+            self._advance(run.with_steps(j))
 
     def _drop_running(self) -> list[int]:
         """Failure: every running and swapped sequence loses its KV."""
@@ -1537,7 +1542,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         host = self.host
         for r in batch:
             host.prefill_started(r, self.index)
-        self._activity = _new_run(PrefillIter, (batch,))  # PrefillIter(batch)
+        self._activity = batch  # a prefill-only iteration over batch
         if copies is not None:
             # promotion flows finish before the prefill computes (a failure meanwhile
             # cuts this record at the failure)
@@ -1548,10 +1553,10 @@ class PrefillWorker(_PrefillQueue, Worker):
         self._compute(batch, tokens, pairs, cached, promote_s, False)
 
     def _promoted(self, _ev: simpy.Event) -> None:
-        act = self._activity
-        assert isinstance(act, PrefillIter)
+        batch = self._activity
+        assert type(batch) is list
         tokens, pairs, cached, promote_s = self._promoting
-        self._compute(act.batch, tokens, pairs, cached, promote_s, True)
+        self._compute(batch, tokens, pairs, cached, promote_s, True)
 
     def _compute(
         self,
@@ -1591,8 +1596,7 @@ class PrefillWorker(_PrefillQueue, Worker):
 
     def _computed(self, _ev: simpy.Event) -> None:
         """The batch's prefill is done: its KV is held here until its handoff."""
-        act: PrefillIter = self._activity  # type: ignore[assignment]  # its prefill waits here
-        batch = act[0]  # act.batch, without the NamedTuple's descriptor
+        batch: list[int] = self._activity  # type: ignore[assignment]  # its prefill waits here
         self._activity = None
         self.held.update(self.in_batch)  # in batch order
         self.in_batch = {}
@@ -1611,7 +1615,7 @@ class PrefillWorker(_PrefillQueue, Worker):
     def _on_failure(self) -> None:
         host = self.host
         act = self._activity
-        in_batch = list(act.batch) if isinstance(act, PrefillIter) else []
+        in_batch = list(act) if type(act) is list else []
         if in_batch:  # the iteration was logged with its full length: cut it at the failure
             start, _, n, tok = self.steps.prefill_iters[-1]
             self.steps.prefill_iters[-1] = (start, self.env._now - start, n, tok)
@@ -2078,7 +2082,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             duration(dur)
             seqs(len(batch))
             toks(tokens)
-            self._activity = _new_run(PrefillIter, (batch,))  # PrefillIter(batch)
+            self._activity = batch  # a prefill-only iteration over batch
             ev = self._target = _new_call(Call)  # call_in(env, dur, self._prefilled_cb), inline
             then = self._then = self._prefilled_cb
             ev.callbacks = [then]
@@ -2106,10 +2110,10 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
 
     def _prefilled(self, _ev: simpy.Event) -> None:
         """A prefill-only iteration ended: its sequences join the batch (or finish)."""
-        act = self._activity
-        assert isinstance(act, PrefillIter)
+        batch = self._activity
+        assert type(batch) is list
         self._activity = None
-        for r in act.batch:
+        for r in batch:
             self._prefill_finished(r)
         self._pass()
 
@@ -2167,7 +2171,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         start, dur, b, ctx, chunk_seqs, chunk_tokens, done_now = self._mixing
         self._activity = None
         if b:
-            self._advance(Run(start, 1, b, ctx, dur, 0.0))
+            # Run(start, 1, b, ctx, dur, 0.0): its fields
+            self._advance((start, 1, b, ctx, dur, 0.0, 0, 0.0, 0.0))
             self.steps.run_prefill_tokens[-1] = chunk_tokens
         else:
             self.steps.prefill_iters.append((start, dur, chunk_seqs, chunk_tokens))
@@ -2190,8 +2195,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         act = self._activity
         self._settle_interrupted_run()
         in_prefill: list[int] = []
-        if isinstance(act, PrefillIter):
-            in_prefill = list(act.batch)
+        if type(act) is list:  # a prefill-only iteration
+            in_prefill = list(act)
             start, _, n, tok = self.steps.prefill_iters[-1]
             self.steps.prefill_iters[-1] = (start, self.env._now - start, n, tok)
         # a mixed iteration is logged only when it ends: nothing to cut
