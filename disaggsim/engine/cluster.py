@@ -93,7 +93,6 @@ __all__ = [
 ProgressFn = Callable[[float, int, int], None]
 # (now, the request table) -> True to end the run now (Cluster.run's stop_check)
 StopCheck = Callable[[float, RequestView], bool]
-_new_call = object.__new__  # a Call event made without a call (call_in, inline)
 
 
 class RunStalled(RuntimeError):
@@ -288,7 +287,7 @@ class Cluster:
             now = env._now
             if at > now:
                 self._next_arrival = rid
-                ev = _new_call(Call)  # call_in(env, at - now, self._arrive), inline
+                ev = Call()  # call_in(env, at - now, self._arrive), inline
                 ev.callbacks = [self._arrive]
                 heappush(env._queue, (now + (at - now), NORMAL, next(env._eid), ev))
                 return

@@ -186,11 +186,6 @@ class Run(NamedTuple):
             log.add_run(start, self.steps - m, b, c + m * b, self.base_s, self.per_token_s)
 
 
-# a Call event without a call (call_in written out where a worker schedules its own events
-# once per run or prefill: the same event, queued the same way)
-_new_call = object.__new__
-
-
 class DecodeLines(NamedTuple):
     """A batch size's decode lines: ``(base_s, per_token_s)`` of the KV-stream bound and,
     where the cost model has one, of the per-item bound (``has_item`` False: one line)."""
@@ -537,7 +532,7 @@ class Worker:
         if self._idle:
             self._idle = False
             env = self.env  # call_soon(env, self._pass_cb), inline
-            ev = self._target = _new_call(Call)
+            ev = self._target = Call()
             ev.callbacks = [self._pass_cb]
             env._soon.append((next(env._eid), ev))
             self._then = self._pass_cb
@@ -1003,7 +998,7 @@ class _TokenBatch(Worker):
         elif self._run_end:
             self._run_end = False
             env = self.env  # call_soon(env, self._run_woken_cb), inline
-            ev = self._run_wake = _new_call(Call)
+            ev = self._run_wake = Call()
             ev.callbacks = [self._run_woken_cb]
             env._soon.append((next(env._eid), ev))
 
@@ -1060,7 +1055,7 @@ class _TokenBatch(Worker):
         rest_s = self._cut_run()
         if rest_s > 0:
             env = self.env  # call_in(env, rest_s, self._run_cut_cb), inline
-            ev = self._target = _new_call(Call)
+            ev = self._target = Call()
             ev.callbacks = [self._run_cut_cb]
             heappush(env._queue, (env._now + rest_s, NORMAL, next(env._eid), ev))
             self._then = self._run_cut_cb
@@ -1139,7 +1134,7 @@ class _TokenBatch(Worker):
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         self._run_plan = (total, growth, k, a2a, interruptible)
         # call_in(env, total, then), inline
-        ev = self._target = _new_call(Call)
+        ev = self._target = Call()
         if interruptible:  # its end or new work, whichever first (_run_timed_out, notify)
             then = self._then = self._run_timed_out_cb
             self._run_timeout = ev
@@ -1380,7 +1375,7 @@ class PrefillWorker(_PrefillQueue, Worker):
             if self._idle:  # notify, inline
                 self._idle = False
                 env = self.env  # call_soon(env, self._pass_cb), inline
-                ev = self._target = _new_call(Call)
+                ev = self._target = Call()
                 ev.callbacks = [self._pass_cb]
                 env._soon.append((next(env._eid), ev))
                 self._then = self._pass_cb
@@ -1589,7 +1584,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         self.batch_end_at_s = now + dur
         if self.host.early_handoffs:  # prefill_batch_started does nothing otherwise
             self.host.prefill_batch_started(batch, self, dur)
-        ev = self._target = _new_call(Call)  # call_in(env, dur, self._computed_cb), inline
+        ev = self._target = Call()  # call_in(env, dur, self._computed_cb), inline
         then = self._then = self._computed_cb
         ev.callbacks = [then]
         heappush(env._queue, (now + dur, NORMAL, next(env._eid), ev))
@@ -1744,7 +1739,7 @@ class DecodeWorker(_TokenBatch):
                 self._run_wake = after
             else:  # call_soon(env, self._run_woken_cb), inline
                 env = self.env
-                ev = self._run_wake = _new_call(Call)
+                ev = self._run_wake = Call()
                 ev.callbacks = [self._run_woken_cb]
                 env._soon.append((next(env._eid), ev))
 
@@ -2083,7 +2078,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             seqs(len(batch))
             toks(tokens)
             self._activity = batch  # a prefill-only iteration over batch
-            ev = self._target = _new_call(Call)  # call_in(env, dur, self._prefilled_cb), inline
+            ev = self._target = Call()  # call_in(env, dur, self._prefilled_cb), inline
             then = self._then = self._prefilled_cb
             ev.callbacks = [then]
             heappush(env._queue, (env._now + dur, NORMAL, next(env._eid), ev))
