@@ -503,6 +503,7 @@ class Router:
         decode_policy: DecodePolicy,
         kv_aware: bool,
         caches: PrefixCaches | None = None,
+        count_queued: bool = True,
     ) -> None:
         self.env = env
         self.requests = requests
@@ -512,6 +513,9 @@ class Router:
         self.samples = samples
         self.kv_aware = kv_aware
         self.caches = caches
+        # whether the refresh keeps the total queued at the front workers
+        # (waiting_for_prefill: a bounded router queue; two lines per change otherwise)
+        self.count_queued = count_queued
         self._prefill_policy = prefill_policy
         self._decode_policy = decode_policy
         self.queue: deque[int] = deque()  # held at the router (back-pressure / no worker)
@@ -585,12 +589,14 @@ class Router:
                 weight = by_key.tokens_weight
             else:
                 update = self.prefill.update
+            count_queued = self.count_queued
             for w_index in self._front_changes:
                 pos = pos_of[w_index]
                 w = workers[pos]
-                queued = len(w.queue)
-                self._front_queued_total += queued - queued_of[pos]
-                queued_of[pos] = queued
+                if count_queued:
+                    queued = len(w.queue)
+                    self._front_queued_total += queued - queued_of[pos]
+                    queued_of[pos] = queued
                 now = w.accepting
                 changed = now != accepting_of[pos]
                 if changed:
@@ -763,7 +769,8 @@ class Router:
 
     def waiting_for_prefill(self) -> int:
         """Requests waiting for a prefill: held here, or queued at a front worker (from
-        the running total: work per change, not per worker)."""
+        the running total: work per change, not per worker; only with ``count_queued``)."""
+        assert self.count_queued, "the router was built without count_queued"
         self._refresh_front()
         return len(self.queue) + self._front_queued_total
 
