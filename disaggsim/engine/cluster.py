@@ -298,7 +298,8 @@ class Cluster:
                 ev.callbacks = self._arrival_cbs
                 heappush(env._queue, (now + (at - now), NORMAL, next(env._eid), ev))
                 return
-            longest = prompt[rid] + max_tokens[rid]  # rs.longest_tokens
+            p = prompt[rid]  # one read of each column (an array read makes an int)
+            longest = p + max_tokens[rid]  # rs.longest_tokens
             if context is not None and longest > context:
                 self.reject(rid, "exceeds_context")  # a server answers 400
                 continue
@@ -309,7 +310,7 @@ class Cluster:
             if max_queue is not None and self.router.waiting_for_prefill() >= max_queue:
                 self.reject(rid, "queue_full")
                 continue
-            self.arrived_prompt_tokens += prompt[rid]
+            self.arrived_prompt_tokens += p
             if timeout is not None:
                 call_in(env, timeout, partial(self.abandon, rid))
             self.router.admit(rid)
@@ -362,19 +363,26 @@ class Cluster:
 
     # -- prefill, handoff, tokens (WorkerHost) ------------------------------------------
 
-    def prefill_started(self, rid: int, worker: int) -> None:
+    def prefill_started(self, rid: int, worker: int, tokens: int = -1) -> None:
+        """``rid``'s prefill of ``tokens`` (its prefill_len; -1: read here) starts on
+        ``worker``."""
         log = self.log
-        if log.prefill_start_at_s[rid] != log.prefill_start_at_s[rid]:  # NaN: first prefill
-            log.prefill_start_at_s[rid] = self.env._now
+        start = log.prefill_start_at_s
+        t = start[rid]  # one read (an array read makes a float)
+        if t != t:  # NaN: first prefill
+            start[rid] = self.env._now
         log.prefill_worker[rid] = worker
         log.num_prefills[rid] += 1
         rs = self.requests
-        rs.prefilled_tokens[rid] = rs.prompt_tokens[rid] + rs.generated[rid]
+        if tokens < 0:  # not given: prefill_len
+            tokens = rs.prompt_tokens[rid] + rs.generated[rid]
+        rs.prefilled_tokens[rid] = tokens
 
-    def prefill_token(self, rid: int, now: float) -> None:
+    def prefill_token(self, rid: int, now: float) -> int:
         """The token a finished prefill produces reaches the client at ``now``: the first
         one, or after a re-prefill (recompute preemption, failure) the next one, as vLLM
-        emits it at the end of the recomputation."""
+        emits it at the end of the recomputation. Returns the tokens delivered so far (this
+        one included)."""
         generated = self.requests.generated
         g = generated[rid]
         generated[rid] = g + 1
@@ -386,6 +394,7 @@ class Cluster:
             point = self._point
             pack, put = self.segment_rows.write
             put(pack(rid, point, point, 1, now))
+        return g + 1
 
     def prefill_batch_started(self, batch: list[int], src: PrefillWorker, prefill_s: float) -> None:
         """Overlap on a topology fabric: hand off at prefill start where a slot exists."""
@@ -404,8 +413,8 @@ class Cluster:
             self.router.drain_queue()
             return
         if self._token_from_prefill:
-            self.prefill_token(rid, now)
-            if rs.generated[rid] >= rs.output_tokens[rid]:  # done_generating: one-token reply
+            # done_generating: a one-token reply
+            if self.prefill_token(rid, now) >= rs.output_tokens[rid]:
                 tr = self.handoff.cancel_transfer(rid)
                 if tr is not None:
                     tr[1].unreserve(rid)

@@ -100,7 +100,8 @@ class Handoff:
         env = self.env
         token = env._now
         started = self.log.transfer_start_at_s
-        if started[rid] != started[rid]:  # NaN: the first transfer
+        t = started[rid]  # one read (an array read makes a float)
+        if t != t:  # NaN: the first transfer
             started[rid] = token
         rs = self.requests
         nbytes = context_kv_bytes(src.cost, rs.prompt_tokens[rid] + rs.generated[rid])  # kv_bytes

@@ -806,10 +806,11 @@ class _TokenBatch(Worker):
 
     # -- joining and leaving ---------------------------------------------------------
 
-    def _join(self, rid: int, in_cache: int = 0) -> None:
+    def _join(self, rid: int, in_cache: int = 0) -> int:
         """Add a request (its KV blocks already held here) to the running batch at a step
         boundary. It emits its remaining tokens at the next steps. ``in_cache``: tokens of
-        its context held by the worker's prefix cache (its blocks count from there)."""
+        its context held by the worker's prefix cache (its blocks count from there).
+        Returns its context (prompt + tokens delivered)."""
         rs = self.requests
         log = self.host.log
         step = self.step_idx
@@ -824,6 +825,7 @@ class _TokenBatch(Worker):
         heappush(self._finishing, (fin, rid))
         if not rs.reserve_full:
             self._phase_hist[(ctx - in_cache - step) % self.block_tokens] += 1
+        return ctx
 
     def _leave(self, rid: int) -> int:
         """Remove a running request; record its segment; return the blocks it held."""
@@ -1989,27 +1991,29 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 held = rs.full_blocks(rid)
             else:
                 held = -(-(rs.prompt_tokens[rid] + rs.generated[rid] + 1) // self.block_tokens)
-        if self.requests.ended[rid]:  # abandoned while its prefill ran
+        rs = self.requests
+        if rs.ended[rid]:  # abandoned while its prefill ran
             self.kv_used_blocks -= held
             self._release_cached(rid)
             self.num_outstanding -= 1
             host.bury(rid)
             return
-        host.prefill_token(rid, now)
-        if self.requests.generated[rid] >= self.requests.output_tokens[rid]:
+        if host.prefill_token(rid, now) >= rs.output_tokens[rid]:  # done generating
             self.kv_used_blocks -= held
             self._release_cached(rid)
             self.num_outstanding -= 1
             host.finish(rid, now)
             return
-        if host.log.decode_admit_at_s[rid] != host.log.decode_admit_at_s[rid]:  # NaN: first join
-            host.log.decode_admit_at_s[rid] = now
-        self._join(rid, in_cache)
+        admit = host.log.decode_admit_at_s
+        t = admit[rid]  # one read (an array read makes a float)
+        if t != t:  # NaN: first join
+            admit[rid] = now
+        ctx = self._join(rid, in_cache)
         # <= 0: prefill reserved one more
-        if self.requests.reserve_full:
-            grown = self.requests.full_blocks(rid) - held
+        if rs.reserve_full:
+            grown = rs.full_blocks(rid) - held
         else:  # _blocks_now of the sequence just joined: its context past the cache
-            grown = -(-(self._running[rid][1] - in_cache) // self.block_tokens) - held
+            grown = -(-(ctx - in_cache) // self.block_tokens) - held
         if grown:
             self._kv_used_blocks += grown
             self._changes.add(self.index)
@@ -2035,13 +2039,13 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                     keep += grown if grown > nxt else nxt
                 while queue and self.batch + len(batch) < self.max_batch_seqs:
                     rid = queue[0]
+                    p = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
                     if full:  # rs.colocated_blocks
                         need = rs.full_blocks(rid)
                     else:
-                        need = -(-(rs.prompt_tokens[rid] + rs.generated[rid] + 1) // bt)
+                        need = -(-(p + 1) // bt)
                     if need + keep > self.kv_capacity_blocks - self._kv_used_blocks:
                         break
-                    p = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
                     if batch and tokens + p > self.max_batch_tokens:
                         break
                     batch.append(rid)
@@ -2050,7 +2054,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                     self._kv_used_blocks += need
                     self._queued_tokens -= p
                     self._changes.add(self.index)
-                    self.host.prefill_started(rid, self.index)
+                    self.host.prefill_started(rid, self.index, p)
                     tokens += p
         else:
             while self.queue:
