@@ -806,11 +806,10 @@ class _TokenBatch(Worker):
 
     # -- joining and leaving ---------------------------------------------------------
 
-    def _join(self, rid: int, in_cache: int = 0) -> int:
+    def _join(self, rid: int, in_cache: int = 0) -> None:
         """Add a request (its KV blocks already held here) to the running batch at a step
         boundary. It emits its remaining tokens at the next steps. ``in_cache``: tokens of
-        its context held by the worker's prefix cache (its blocks count from there).
-        Returns its context (prompt + tokens delivered)."""
+        its context held by the worker's prefix cache (its blocks count from there)."""
         rs = self.requests
         log = self.host.log
         step = self.step_idx
@@ -825,7 +824,6 @@ class _TokenBatch(Worker):
         heappush(self._finishing, (fin, rid))
         if not rs.reserve_full:
             self._phase_hist[(ctx - in_cache - step) % self.block_tokens] += 1
-        return ctx
 
     def _leave(self, rid: int) -> int:
         """Remove a running request; record its segment; return the blocks it held."""
@@ -1270,7 +1268,17 @@ class _PrefillQueue:
         def notify(self) -> None: ...
         def _assigned(self, tokens: int, requests: int) -> None: ...
 
+        @property
+        def _queued_tokens(self) -> int: ...
+        @_queued_tokens.setter
+        def _queued_tokens(self, tokens: int) -> None: ...
+        @property
+        def _num_outstanding(self) -> int: ...
+        @_num_outstanding.setter
+        def _num_outstanding(self, n: int) -> None: ...
+
         index: int
+        _changes: set[int]
 
     def _sample_cache(self, columns: tuple[Any, ...]) -> None:
         """Prefix cache occupancy beside a sample: HBM tokens (pinned and pending among
@@ -1302,7 +1310,10 @@ class _PrefillQueue:
             tokens = rs.prompt_tokens[rid] + rs.generated[rid]  # prefill_len
         if self._booked is not None:
             self._booked[rid] = tokens
-        self._assigned(tokens, 1)
+        # _assigned(tokens, 1), inline
+        self._queued_tokens += tokens
+        self._num_outstanding += 1
+        self._changes.add(self.index)
         self.notify()
 
     def _unbook(self, rid: int) -> int:
@@ -1998,22 +2009,37 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self.num_outstanding -= 1
             host.bury(rid)
             return
-        if host.prefill_token(rid, now) >= rs.output_tokens[rid]:  # done generating
+        generated = host.prefill_token(rid, now)
+        out = rs.output_tokens[rid]
+        if generated >= out:  # done generating
             self.kv_used_blocks -= held
             self._release_cached(rid)
             self.num_outstanding -= 1
             host.finish(rid, now)
             return
-        admit = host.log.decode_admit_at_s
+        log = host.log
+        admit = log.decode_admit_at_s
         t = admit[rid]  # one read (an array read makes a float)
         if t != t:  # NaN: first join
             admit[rid] = now
-        ctx = self._join(rid, in_cache)
+        # _join(rid, in_cache), inline, with the tokens delivered and the reply's length
+        # known here (each array read makes an int)
+        step = self.step_idx
+        ctx = rs.prompt_tokens[rid] + generated
+        log.first_token_step[rid] = step
+        log.decode_worker[rid] = self.index
+        fin = step + out - generated
+        self._running[rid] = (step, ctx, fin, in_cache)
+        self.batch += 1
+        self.context_tokens += ctx
+        heappush(self._finishing, (fin, rid))
         # <= 0: prefill reserved one more
         if rs.reserve_full:
             grown = rs.full_blocks(rid) - held
         else:  # _blocks_now of the sequence just joined: its context past the cache
-            grown = -(-(ctx - in_cache) // self.block_tokens) - held
+            bt = self.block_tokens
+            self._phase_hist[(ctx - in_cache - step) % bt] += 1
+            grown = -(-(ctx - in_cache) // bt) - held
         if grown:
             self._kv_used_blocks += grown
             self._changes.add(self.index)
@@ -2065,7 +2091,19 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 batch.append(rid)
                 tokens += self.requests.prefill_len(rid) - self._hit[rid]
         if batch:
-            self.sample(len(self.queue), self.batch + len(batch))
+            # sample(len(queue), self.batch + len(batch)), inline
+            pack, put = self._sample_row
+            put(
+                pack(
+                    env._now,
+                    self.index,
+                    len(queue),
+                    self.batch + len(batch),
+                    self._kv_used_blocks * self.block_tokens,
+                )
+            )
+            if self._cache_to is not None:
+                self._sample_cache(self._cache_to)
             if self.prefix is None:
                 dur = self._prefill_times.get((len(batch), tokens, pairs, 0))
                 if dur is None:
