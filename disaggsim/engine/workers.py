@@ -681,6 +681,7 @@ class _TokenBatch(Worker):
         "_run_to",
         "_running",
         "_segment_row",
+        "_spare",
         "batch",
         "context_tokens",
         "promised_growth",
@@ -706,6 +707,13 @@ class _TokenBatch(Worker):
         self._run_end = False
         self._run_timeout: simpy.Event | None = None
         self._run_wake: simpy.Event | None = None
+        # A Call of this worker's own that was processed and that nothing refers to but
+        # the worker: the next run, its cut's remainder or a vllm prefill iteration is
+        # queued on it instead of a new one (about 500 machine instructions less each).
+        # Only events with this worker's one callback become spare (a run's timeout or
+        # hop, a cut's remainder, a prefill iteration's end), never a wake, which
+        # call_soon_after may share with another worker.
+        self._spare: Call | None = None
         super().__init__(*args, **kwargs)
         self._run_timed_out_cb: Then = self._run_timed_out  # bound once (Worker._pass_cb)
         self._run_woken_cb: Then = self._run_woken
@@ -1006,7 +1014,7 @@ class _TokenBatch(Worker):
     # (the queue's next event is later), it would be the very next event processed, so
     # it is not queued and its callback runs at once (the same order, one event less).
 
-    def _run_timed_out(self, ev: simpy.Event) -> None:
+    def _run_timed_out(self, ev: Call) -> None:
         if ev is self._run_timeout:
             self._run_timeout = None
             env = self.env
@@ -1037,9 +1045,10 @@ class _TokenBatch(Worker):
                     self._then = self._run_waited_cb
                     self._run_waited(ev)
 
-    def _run_done(self, _ev: simpy.Event) -> None:
+    def _run_done(self, ev: Call) -> None:
         """The run's wait is over at its end (its timeout, or a run new work cannot
         cut): every planned step is done (:meth:`_end_run` of an uncut run)."""
+        self._spare = ev  # the run's timeout or its hop: processed, this worker's alone
         self._run_end = False
         self._run_wake = None  # a wake made after the hop does nothing
         run: RunFields = self._activity  # type: ignore[assignment]  # a run waits here
@@ -1055,7 +1064,12 @@ class _TokenBatch(Worker):
         rest_s = self._cut_run()
         if rest_s > 0:
             env = self.env  # call_in(env, rest_s, self._run_cut_cb), inline
-            ev = self._target = Call()
+            ev = self._spare
+            if ev is None:
+                ev = Call()
+            else:
+                self._spare = None
+            self._target = ev
             ev.callbacks = [self._run_cut_cb]
             heappush(env._queue, (env._now + rest_s, NORMAL, next(env._eid), ev))
             self._then = self._run_cut_cb
@@ -1064,7 +1078,8 @@ class _TokenBatch(Worker):
         if self.swapped or not self._rest_fn():  # _pass, its first turn inline
             self._pass()
 
-    def _run_cut(self, _ev: simpy.Event) -> None:
+    def _run_cut(self, ev: Call) -> None:
+        self._spare = ev  # the remainder: processed, this worker's alone
         # _end_run, inline: a cut run's steps are done
         run: RunFields = self._activity  # type: ignore[assignment]  # a run waits here
         self._activity = None
@@ -1133,8 +1148,13 @@ class _TokenBatch(Worker):
         if self._a2a:  # the run's all-to-all on the unit's NICs, while it runs
             a2a = self._copy(self._a2a_iteration_bytes(b, 0) * k, "a2a", None)
         self._run_plan = (total, growth, k, a2a, interruptible)
-        # call_in(env, total, then), inline
-        ev = self._target = Call()
+        # call_in(env, total, then), inline, on the spare Call if any
+        ev = self._spare
+        if ev is None:
+            ev = Call()
+        else:
+            self._spare = None
+        self._target = ev
         if interruptible:  # its end or new work, whichever first (_run_timed_out, notify)
             then = self._then = self._run_timed_out_cb
             self._run_timeout = ev
@@ -2120,7 +2140,13 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             seqs(len(batch))
             toks(tokens)
             self._activity = batch  # a prefill-only iteration over batch
-            ev = self._target = Call()  # call_in(env, dur, self._prefilled_cb), inline
+            # call_in(env, dur, self._prefilled_cb), inline, on the spare Call if any
+            ev = self._spare
+            if ev is None:
+                ev = Call()
+            else:
+                self._spare = None
+            self._target = ev
             then = self._then = self._prefilled_cb
             ev.callbacks = [then]
             heappush(env._queue, (env._now + dur, NORMAL, next(env._eid), ev))
@@ -2145,8 +2171,9 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             return self._sub(self._preempt_for_growth(), self._pass_cb)
         return True
 
-    def _prefilled(self, _ev: simpy.Event) -> None:
+    def _prefilled(self, ev: Call) -> None:
         """A prefill-only iteration ended: its sequences join the batch (or finish)."""
+        self._spare = ev  # processed, this worker's alone
         batch = self._activity
         assert type(batch) is list
         self._activity = None
