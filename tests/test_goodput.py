@@ -228,6 +228,32 @@ def test_a_bisected_bracket_is_only_confirmed():
         search_rate(_step(7.3), 7.0, 7.5, 0.9, confirm=False, bisected=True)
 
 
+def test_a_check_as_written_runs_only_rates_as_written():
+    """A planner's check of a file as written (plan/holds.py) rounds every rate it runs
+    to the digits the file writes, so the rate written is the rate run: the start, each
+    step down and each midpoint, and the result."""
+    s = search_rate(
+        _step(7.3, long_threshold=6.123456789),
+        7.0123456789,
+        7.5,
+        0.9,
+        tol_per_s=0.01,
+        bisected=True,
+        rate_digits=4,
+    )
+    rates = [e.rate_per_s for e in s.evaluations]
+    assert rates[0] == 7.012 and all(e.confirm for e in s.evaluations)
+    assert all(r == float(f"{r:.4g}") for r in rates)
+    assert s.status == "refined" and s.rate_per_s == float(f"{s.rate_per_s:.4g}")
+    assert 6.123456789 - 0.01 - 1e-3 <= s.rate_per_s <= 6.123456789
+    # without the digits the same search runs unrounded rates
+    free = search_rate(
+        _step(7.3, long_threshold=6.123456789), 7.0123456789, 7.5, 0.9, tol_per_s=0.01,
+        bisected=True,
+    )  # fmt: skip
+    assert free.evaluations[0].rate_per_s == 7.0123456789
+
+
 def test_search_counts_instability_and_nan_as_misses():
     s = search_rate(lambda r, long: (1.0, r <= 4.0), 1.0, 20.0, 0.9, tol_per_s=0.1)
     assert 3.9 <= s.rate_per_s <= 4.0

@@ -275,12 +275,14 @@ def test_plan_of_a_huge_fleet_keeps_its_goodput_runs_within_max_requests(monkeyp
     from disaggsim.config.bounds import MAX_REQUESTS, expected_requests
 
     seen: list[float] = []
+    written: list[float] = []  # the check as written (holds.py): recommended.yaml's window
 
     zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
 
     def fake_run(task):
         sc = load_scenario(task.raw).scenario
-        seen.append(expected_requests(sc.workload, sc.sim.duration_s))
+        n = expected_requests(sc.workload, sc.sim.duration_s)
+        (written if sc.name.endswith("-plan") else seen).append(n)
         ok = sc.workload.rate_per_s / sc.num_gpus <= 10_000.0
         return Summary.from_dict(
             {**zeros, "slo_attainment": 1.0 if ok else 0.5, "stability_p_value": 1.0}
@@ -305,6 +307,8 @@ def test_plan_of_a_huge_fleet_keeps_its_goodput_runs_within_max_requests(monkeyp
     opts = dataclasses.replace(PlanOptions.quick(), max_tp=2)
     res, _ = plan(raw, options=opts, executor=SerialExecutor())
     assert seen and max(seen) <= 0.9 * MAX_REQUESTS * (1 + 1e-6)  # overrides: 9 digits
+    # the file's window: 0.9 x the bound, rounded to 4 digits (report.recommended_scenario)
+    assert written and max(written) <= MAX_REQUESTS
     best = res.ranked[0]
     assert best.goodput_per_gpu_per_s == pytest.approx(10_000.0, rel=0.07)
     cap, note = res.notes  # no workload.max_tokens: the default cap is said first

@@ -19,6 +19,7 @@ from pathlib import Path
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.plan.advisor import Advice, advise
 from disaggsim.plan.analytic import AnalyticGuess, analytic_guess
+from disaggsim.plan.holds import check_as_written
 from disaggsim.plan.search import Candidate, CandidateResult, PlanOptions, SearchResult, search
 from disaggsim.sweep.executors import Executor
 
@@ -47,7 +48,10 @@ def plan(
     executor: Executor | None = None,
     progress=None,
 ) -> tuple[SearchResult, Advice]:
-    """Search the candidates for the scenario's budget (or ``gpus``) and advise."""
+    """Search the candidates for the scenario's budget (or ``gpus``), check the ones the
+    advisor compares as their recommended.yaml would run them
+    (:func:`~disaggsim.plan.holds.check_as_written`, unless ``options`` turn it off), and
+    advise."""
     if isinstance(scenario, LoadedScenario):
         loaded = (
             load_scenario(scenario.raw, overrides, base_dir=scenario.base_dir)
@@ -65,4 +69,6 @@ def plan(
         executor=executor,
         progress=progress,
     )
+    if res.options.check_as_written:  # the goodputs compared hold as recommended.yaml runs
+        res = check_as_written(res, executor=executor, progress=progress)
     return res, advise(res)

@@ -10,12 +10,13 @@ from typing import Any
 
 import yaml
 
-from disaggsim.config.bounds import MAX_REQUESTS, expected_requests, fmt
+from disaggsim.config.bounds import MAX_REQUESTS, fmt
 from disaggsim.config.loader import load_scenario
 from disaggsim.metrics.slo_model import describe_slo, slo_model_lines
 from disaggsim.output import Written
 from disaggsim.plan.advisor import Advice, fabric_name
-from disaggsim.plan.search import CandidateResult, SearchResult, candidate_scenario
+from disaggsim.plan.holds import written_scenario, written_sim
+from disaggsim.plan.search import CandidateResult, SearchResult
 
 __all__ = [
     "pareto_front",
@@ -59,6 +60,7 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
             "num_simulations": res.num_simulations,
             "num_stopped_early": res.num_stopped_early,
             "num_screened_out": res.num_screened_out,
+            "num_as_written_runs": res.num_as_written_runs,
             "converged": res.converged,
             "families": res.families,
             "quick": res.options.quick_mode,
@@ -77,7 +79,7 @@ def _ms(v: Any) -> str:
 
 def ranked_table(res: SearchResult, price: bool) -> list[str]:
     head = (
-        f"{'#':>2}  {'candidate':<34} {'GPUs':>4} {'goodput/GPU':>14} {'search':>9} "
+        f"{'#':>2}  {'candidate':<34} {'GPUs':>4} {'goodput/GPU':>14} {'search':>10} "
         f"{'TTFT p99 ms':>11} {'ITL p99 ms':>10}"
     )
     if price:
@@ -91,8 +93,10 @@ def ranked_table(res: SearchResult, price: bool) -> list[str]:
         elif r.goodput_per_s <= 0:
             g = "0 (SLO missed)"
         how = {"found": "confirmed", "refined": "confirmed"}.get(r.status, r.status)
+        if r.as_written is not None:  # run as its recommended.yaml is written (holds.py)
+            how = "as written"
         line = (
-            f"{i:>2}  {r.candidate.label:<34} {r.candidate.num_gpus:>4} {g:>14} {how:>9} "
+            f"{i:>2}  {r.candidate.label:<34} {r.candidate.num_gpus:>4} {g:>14} {how:>10} "
             f"{_ms(None if a is None else a.ttft_p99_s):>11} "
             f"{_ms(None if a is None else a.itl_p99_s):>10}"
         )
@@ -131,52 +135,31 @@ def _itl_p99(r: CandidateResult) -> float:
 
 def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
     """The recommended deployment as a runnable scenario: the original's workload,
-    model, fabric and SLOs, its own ``sim`` section, the rate set to the goodput found.
-    Only for a decided verdict (``undecided`` and ``none`` recommend nothing)."""
+    model, fabric and SLOs, its own ``sim`` section, the rate set to the goodput found
+    (:func:`~disaggsim.plan.holds.written_scenario`: the scenario the plan checked as
+    written). Only for a decided verdict (``undecided`` and ``none`` recommend nothing)."""
     rec = advice.recommended
     if not advice.decided or rec is None or rec.goodput_per_s <= 0:
         raise ValueError(f"plan: verdict {advice.verdict!r} recommends no deployment")
-    raw = candidate_scenario(res.loaded, rec.candidate, name=f"{res.loaded.scenario.name}-plan")
-    if rec.goodput_per_s > 0:
-        wl = dict(raw["workload"])
-        wl["rate_per_s"] = float(f"{rec.goodput_per_s:.6g}")
-        wl.pop("rate_schedule", None)
-        wl.pop("rate_shape", None)
-        wl.pop("rate_scale", None)
-        raw["workload"] = wl
+    raw = written_scenario(
+        res.loaded, rec.candidate, rec.goodput_per_s, name=f"{res.loaded.scenario.name}-plan"
+    )
     raw["description"] = (
         f"disaggsim plan recommendation ({advice.verdict}) for {res.gpu_budget} x {res.gpu}: "
         f"{rec.candidate.label}, goodput {rec.goodput_per_gpu_per_s:.3f} req/s per GPU"
     )
-    shrink = _fit_requests(res, rec.goodput_per_s, raw["sim"])
-    if shrink < 1.0:
-        raw["sim"] = {
-            **raw["sim"],
-            "duration_s": float(f"{raw['sim']['duration_s'] * shrink:.4g}"),
-            "warmup_s": float(f"{raw['sim'].get('warmup_s', 0.0) * shrink:.4g}"),
-        }
+    if rec.as_written is not None:
+        raw["description"] += (
+            f" (checked as written: this file at this rate meets the SLOs, seed "
+            f"{res.loaded.scenario.seed})"
+        )
+    if written_sim(res.loaded, rec.goodput_per_s)[1] < 1.0:
         raw["description"] += (
             f"; sim shortened to {raw['sim']['duration_s']:g} s so that the requests at "
             f"this rate stay within the {fmt(MAX_REQUESTS)} of one run (docs/safety.md)"
         )
     load_scenario(raw, base_dir=res.loaded.base_dir)  # it must load as written
     return raw
-
-
-def _fit_requests(res: SearchResult, rate_per_s: float, sim: dict) -> float:
-    """The factor (at most 1) by which the recommended scenario's ``sim`` window must
-    shrink so that the requests expected at ``rate_per_s`` stay within MAX_REQUESTS (a
-    fleet's goodput times the question's window can exceed what one run may hold)."""
-    wl = res.loaded.scenario.workload
-    if not hasattr(wl, "rate_per_s"):
-        return 1.0
-    # as the recommendation writes it: one constant rate
-    update: dict[str, Any] = {"rate_per_s": rate_per_s}
-    update.update({k: None for k in ("rate_schedule", "rate_shape") if k in type(wl).model_fields})
-    fixed = wl.model_copy(update=update)
-    n = expected_requests(fixed, float(sim["duration_s"]))
-    # 0.9: rounding the shortened window to 4 digits must not cross the bound again
-    return min(1.0, 0.9 * MAX_REQUESTS / n) if n > MAX_REQUESTS else 1.0
 
 
 def plot_pareto(res: SearchResult, ax: Any) -> None:

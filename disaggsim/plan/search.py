@@ -70,6 +70,7 @@ __all__ = [
     "all_candidates",
     "candidate_scenario",
     "plan_families",
+    "rank_rows",
     "search",
 ]
 
@@ -111,6 +112,9 @@ class PlanOptions:
     # the nearest moves of a family behind the explore floor are screened at its best
     # member's goodput (optimise.py): one run, not a search, for one below it
     screen_nearest: bool = False
+    # the candidates the advisor compares are run as their recommended.yaml is written
+    # (its sim section and seed) and stepped down until they meet (plan/holds.py)
+    check_as_written: bool = True
     quick_mode: bool = False
 
     def with_run_length(
@@ -244,6 +248,9 @@ class CandidateResult:
     at_rate: Summary | None = None  # the confirmation run (else the search's) at the goodput
     usd_per_m_output_tokens: float | None = None
     goodput: GoodputResult | None = None  # the search behind it (evaluations, confirmation)
+    # the check at the length and seed its recommended.yaml runs (plan/holds.py): then
+    # ``goodput_per_s`` is the rate it met there and ``at_rate`` that run
+    as_written: GoodputResult | None = None
 
     def as_dict(self) -> dict[str, Any]:
         a = self.at_rate
@@ -264,7 +271,26 @@ class CandidateResult:
             "itl_p99_s": None if a is None else _f(a.itl_p99_s),
             "slo_attainment": None if a is None else _f(a.slo_attainment),
             "usd_per_m_output_tokens": self.usd_per_m_output_tokens,
+            "as_written": _as_written_dict(self),
         }
+
+
+def _as_written_dict(r: CandidateResult) -> dict[str, Any] | None:
+    """The check as written (plan/holds.py): ``met`` at the search's goodput, ``lowered``
+    to a rate it met, or ``missed`` at every rate tried; the rate it started from, the
+    run length and the runs."""
+    g = r.as_written
+    if g is None:
+        return None
+    first = g.evaluations[0] if g.evaluations else None
+    status = {"found": "met", "refined": "lowered"}.get(g.status, "missed")
+    return {
+        "status": status,
+        "from_rate_per_s": _f(None if first is None else first.rate_per_s),
+        "rate_per_s": r.goodput_per_s,
+        "duration_s": _f(None if first is None else first.duration_s),
+        "num_runs": g.num_runs,
+    }
 
 
 def _f(v: Any) -> float | None:
@@ -301,6 +327,8 @@ class SearchResult:
     # nearest moves of a family behind the explore floor that missed at its best member's
     # goodput (one run each; optimise.py, "screened"): not measured, not in ``ranked``
     num_screened_out: int = 0
+    # runs of the candidates checked as written (plan/holds.py), in ``num_simulations`` too
+    num_as_written_runs: int = 0
 
 
 def _pool_base(pool) -> dict[str, Any]:
@@ -1325,23 +1353,13 @@ def search(
                 goodput=r,
             )
         )
-    order = {k: n for n, k in enumerate(("colocate_chunked", "colocate_vllm", "disaggregate"))}
-    # confirmed candidates first (the ranking the advisor reads), then the explored rest
-    rows.sort(
-        key=lambda x: (
-            x.status == "explored",
-            -x.goodput_per_gpu_per_s,
-            order[x.candidate.kind],
-            x.candidate.num_gpus,
-        )
-    )
     cap = guess.capacity_per_gpu_per_s * budget
     return SearchResult(
         loaded=loaded,
         gpu=gpu,
         gpu_budget=budget,
         analytic=guess,
-        ranked=tuple(rows),
+        ranked=rank_rows(rows),
         rate_lo_per_s=opts.rate_lo_factor * cap,
         rate_hi_per_s=opts.rate_hi_factor * cap,
         min_worker_gpus=min(lay.gpus for lay in (*pre_lays, *dec_lays, *colo_lays)),
@@ -1359,6 +1377,23 @@ def search(
         + _cap_note(loaded, requests)
         + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
+    )
+
+
+def rank_rows(rows: list[CandidateResult]) -> tuple[CandidateResult, ...]:
+    """Confirmed candidates first (the ranking the advisor reads), then the explored
+    rest; by goodput per GPU, ties to chunked, then vllm, then fewer GPUs."""
+    order = {k: n for n, k in enumerate(("colocate_chunked", "colocate_vllm", "disaggregate"))}
+    return tuple(
+        sorted(
+            rows,
+            key=lambda x: (
+                x.status == "explored",
+                -x.goodput_per_gpu_per_s,
+                order[x.candidate.kind],
+                x.candidate.num_gpus,
+            ),
+        )
     )
 
 

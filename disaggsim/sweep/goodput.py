@@ -274,7 +274,10 @@ class RateSearch:
     question is first whether the goodput reaches ``rate_lo`` (a planner's "can this
     neighbour beat its family's best?"): ``rate_lo`` is evaluated alone, and if it misses
     the search ends there, status ``below`` (the goodput is below ``rate_lo``, not
-    measured further); if it meets, the search goes on as without the screen."""
+    measured further); if it meets, the search goes on as without the screen.
+    ``rate_digits``: with ``bisected``, every rate the confirmation and the step-down
+    give is rounded to that many significant digits (a planner's check of a scenario
+    as written: the rate it writes, so rounded, is the rate that was run)."""
 
     def __init__(
         self,
@@ -287,6 +290,7 @@ class RateSearch:
         min_rate_per_s: float = 0.0,
         bisected: bool = False,
         screen: bool = False,
+        rate_digits: int | None = None,
     ) -> None:
         # the public entry points check their callers' values as bad input; a value
         # that breaks these here was built inside disaggsim (a planner's bracket)
@@ -318,7 +322,9 @@ class RateSearch:
         self._long_hi = math.nan
         self._step = math.nan
         self._steps = 0
+        self.rate_digits = rate_digits if bisected else None
         if bisected:  # [lo, hi] met and missed already (a shorter search): confirm lo
+            self.lo = self._rounded(self.lo)
             self._lo_ok, self._hi_ok = True, False
             if self.tol is None:
                 self.tol = self.tol_fraction * self.hi
@@ -345,7 +351,7 @@ class RateSearch:
         if self.phase == "step_down":
             return [(self._probe(), True)]
         assert self.phase == "long_bisect" and self._long_lo is not None
-        return [(0.5 * (self._long_lo + self._long_hi), True)]
+        return [(self._rounded(0.5 * (self._long_lo + self._long_hi)), True)]
 
     def record(self, results: Sequence[Evaluation]) -> None:
         """Results for exactly the points :meth:`next_points` returned, in that order."""
@@ -412,7 +418,12 @@ class RateSearch:
         return halvings, int(self.confirm)
 
     def _probe(self) -> float:
-        return self._long_hi - self._step
+        return self._rounded(self._long_hi - self._step)
+
+    def _rounded(self, rate: float) -> float:
+        if self.rate_digits is None or not rate > 0:
+            return rate
+        return float(f"{rate:.{self.rate_digits}g}")
 
     def _after_bracket(self) -> None:
         if self.screen and self._lo_ok is not None:
@@ -453,7 +464,8 @@ class RateSearch:
 
     def _after_long_bisect(self) -> None:
         assert self._long_lo is not None
-        if self._long_hi - self._long_lo <= self._tol():
+        mid = self._rounded(0.5 * (self._long_lo + self._long_hi))
+        if self._long_hi - self._long_lo <= self._tol() or mid in (self._long_lo, self._long_hi):
             self.status = "refined"
 
     # -------------------------------------------------------------- result
@@ -483,6 +495,7 @@ def search_rate(
     retest: bool = False,
     bisected: bool = False,
     screen: bool = False,
+    rate_digits: int | None = None,
 ) -> RateSearch:
     """Run :class:`RateSearch` against ``evaluate(rate, confirm_length) -> (attainment,
     stable)`` (tests, analytic models). ``retest``: a trend-only miss is decided by
@@ -500,6 +513,7 @@ def search_rate(
         min_rate_per_s=min_rate_per_s,
         bisected=bisected,
         screen=screen,
+        rate_digits=rate_digits,
     )
     while pts := s.next_points():
         out = []
@@ -593,8 +607,12 @@ class _Job:
         stop_early: bool,
         request_cost: float = 1.0,
         workload: object | None = None,
+        long_horizon: Callable[[float], Horizon] | None = None,
     ) -> None:
         self.src, self.search, self.profile, self.rule = src, search, profile, rule
+        # the confirmation-length runs' horizon by rate, instead of the rule's (a
+        # scenario checked as written: its own sim section)
+        self.long_horizon = long_horizon
         self.workload = workload  # the scenario's workload section: requests per second
         self.request_cost = request_cost
         self.sent_requests = 0.0  # expected arrivals of the tasks ``advance`` gave last
@@ -623,14 +641,17 @@ class _Job:
     def _tasks(
         self, rate: float, confirm: bool, first_seed: int
     ) -> tuple[Horizon, list[PointTask]]:
-        h = horizon(
-            self.rule,
-            rate,
-            self.profile.service_s,
-            self.profile.drain_s,
-            confirm=confirm,
-            expected_requests=self._expected(rate),
-        )
+        if confirm and self.long_horizon is not None:
+            h = self.long_horizon(rate)
+        else:
+            h = horizon(
+                self.rule,
+                rate,
+                self.profile.service_s,
+                self.profile.drain_s,
+                confirm=confirm,
+                expected_requests=self._expected(rate),
+            )
         tasks = [
             _task(
                 self.src,
@@ -725,6 +746,8 @@ def goodput_many(
     rules: Sequence[RunLengthRule] | None = None,
     stop_early: bool = True,
     screens: Sequence[bool] | None = None,
+    long_horizons: Sequence[Callable[[float], Horizon] | None] | None = None,
+    rate_digits: int | None = None,
 ) -> list[GoodputResult]:
     """Steady-state goodput of several scenarios, searched side by side: each scenario's
     next rate(s) × seeds go to the executor as soon as its last ones are back (then its
@@ -736,7 +759,11 @@ def goodput_many(
     bisected, whose ``rate_lo`` is only confirmed, ``screens`` (per scenario) those whose
     ``rate_lo`` is a screen that ends the search with status ``below`` when it misses
     (:class:`RateSearch`); ``stop_early=False`` runs every simulation to its end (module docstring, "Early
-    stop": the same goodput, more simulated requests). Each scenario's result depends
+    stop": the same goodput, more simulated requests). ``long_horizons`` (per scenario, a
+    function of the rate, or None) replaces the rule's confirmation-length horizon, and
+    ``rate_digits`` rounds a bisected search's confirmation and step-down rates
+    (:class:`RateSearch`): a planner checks a scenario as it will write it (its own
+    ``sim`` section, its rate as written). Each scenario's result depends
     only on its own runs: the same with any executor or neighbours."""
     _check_seeds(seeds)
     rule = rule or RunLengthRule()
@@ -749,9 +776,10 @@ def goodput_many(
     done_before = list(bisected) if bisected is not None else [False] * len(scenarios)
     own_rules = list(rules) if rules is not None else [rule] * len(scenarios)
     screened = list(screens) if screens is not None else [False] * len(scenarios)
+    longs = list(long_horizons) if long_horizons is not None else [None] * len(scenarios)
     jobs = []
-    for src, (lo, hi), was, r, scr in zip(
-        scenarios, starts, done_before, own_rules, screened, strict=True
+    for src, (lo, hi), was, r, scr, long_h in zip(
+        scenarios, starts, done_before, own_rules, screened, longs, strict=True
     ):
         check_params([Param(RATE_PATH, (lo,))], src.raw, src.label)
         loaded = load_scenario(src.raw, base_dir=src.base_dir)
@@ -767,15 +795,15 @@ def goodput_many(
                 min_rate_per_s=IDLE_CONCURRENCY / profile.service_s,
                 bisected=was,
                 screen=scr,
+                rate_digits=rate_digits,
             )
         except InvariantError as e:  # a bracket the caller computed (check_search_args)
             raise InvariantError(
                 f"{src.name}: {e} (a starting bracket computed by the caller)"
             ) from None
         cost = request_cost(loaded.scenario, profile)
-        jobs.append(
-            _Job(src, search, profile, r, seeds, retest, stop_early, cost, loaded.scenario.workload)
-        )
+        wl = loaded.scenario.workload
+        jobs.append(_Job(src, search, profile, r, seeds, retest, stop_early, cost, wl, long_h))
     own = executor is None
     # the first round sends both ends of every search
     ex = executor if executor is not None else default_executor(2 * len(jobs) * seeds)

@@ -1,0 +1,237 @@
+"""Recommendations that hold as written: the candidates the advisor compares, each run at
+the length and seed its recommended.yaml runs (docs/planning.md, "Does a recommendation
+hold as written?").
+
+The search's goodputs come from runs whose length follows the workload (a few service
+times and loaded residences: docs/metrics.md), and near capacity a queue grows too
+slowly for such runs to see. recommended.yaml runs the scenario's own ``sim`` window
+(300 s of arrivals for a one-command question) at the goodput, and there the queue
+shows: qwen3-30b-a3b on 8 H100, 512/64 tokens, TTFT 3 s, confirmed vllm 4 x tp1xdp2 at
+571.5 req/s in a 28.6 s run (attainment 0.936) and met 2.4 % of requests as written.
+
+So before the verdict, :func:`check_as_written` runs the recommended candidate and the
+best of the other side (the best colocated one against a disaggregated recommendation,
+and the reverse) as each would be written: the same scenario, ``sim`` section and seed,
+the rate rounded as written (:data:`RATE_DIGITS`). A run that misses steps the rate down
+at that length (by twice the plan's tolerance, doubling) until one meets, then bisects
+between the two to the tolerance (:class:`~disaggsim.sweep.goodput.RateSearch`'s
+step-down); that rate is the candidate's goodput. No retest with other seeds: the run
+as written decides, as ``disaggsim run`` of the file would. A lowered goodput can change
+the verdict and which candidates it compares, so the advice is taken again until every
+candidate it compares has been checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from disaggsim.config.bounds import MAX_REQUESTS, expected_requests
+from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.config.scenario import SimConfig
+from disaggsim.metrics.steady import Horizon
+from disaggsim.plan.search import (
+    CandidateResult,
+    SearchResult,
+    candidate_scenario,
+    rank_rows,
+)
+from disaggsim.sweep.core import source_of
+from disaggsim.sweep.executors import Executor
+from disaggsim.sweep.goodput import GoodputResult, goodput_many
+
+__all__ = [
+    "RATE_DIGITS",
+    "check_as_written",
+    "lowered_note",
+    "written_horizon",
+    "written_rate",
+    "written_scenario",
+]
+
+RATE_DIGITS = 6  # significant digits of the rate recommended.yaml writes
+
+
+def written_rate(rate_per_s: float) -> float:
+    """The rate as recommended.yaml writes it (:data:`RATE_DIGITS` significant digits)."""
+    return float(f"{rate_per_s:.{RATE_DIGITS}g}")
+
+
+def written_sim(loaded: LoadedScenario, rate_per_s: float) -> tuple[dict[str, Any], float]:
+    """The ``sim`` section recommended.yaml writes at ``rate_per_s`` and the factor (at
+    most 1) it was shortened by: the scenario's own, its window and warm-up shrunk in
+    proportion where the requests expected at that rate would pass MAX_REQUESTS (a
+    fleet's goodput times the question's window can exceed what one run may hold)."""
+    sim = dict(loaded.raw["sim"])
+    wl = loaded.scenario.workload
+    if not hasattr(wl, "rate_per_s"):
+        return sim, 1.0
+    # as the recommendation writes it: one constant rate
+    update: dict[str, Any] = {"rate_per_s": rate_per_s}
+    update.update({k: None for k in ("rate_schedule", "rate_shape") if k in type(wl).model_fields})
+    fixed = wl.model_copy(update=update)
+    n = expected_requests(fixed, float(sim["duration_s"]))
+    if not n > MAX_REQUESTS:
+        return sim, 1.0
+    # 0.9: rounding the shortened window to 4 digits must not cross the bound again
+    shrink = 0.9 * MAX_REQUESTS / n
+    sim["duration_s"] = float(f"{float(sim['duration_s']) * shrink:.4g}")
+    sim["warmup_s"] = float(f"{float(sim.get('warmup_s', 0.0)) * shrink:.4g}")
+    return sim, shrink
+
+
+def written_scenario(
+    loaded: LoadedScenario, cand, rate_per_s: float, name: str | None = None
+) -> dict[str, Any]:
+    """The scenario recommended.yaml writes for ``cand`` at ``rate_per_s`` (rounded as
+    written): the candidate's scenario at one constant rate with its ``sim`` section of
+    :func:`written_sim`."""
+    raw = candidate_scenario(loaded, cand, name=name)
+    wl = dict(raw["workload"])
+    wl["rate_per_s"] = written_rate(rate_per_s)
+    for key in ("rate_schedule", "rate_shape", "rate_scale"):
+        wl.pop(key, None)
+    raw["workload"] = wl
+    raw["sim"] = written_sim(loaded, rate_per_s)[0]
+    return raw
+
+
+def written_horizon(loaded: LoadedScenario, rate_per_s: float) -> Horizon:
+    """The run recommended.yaml makes at ``rate_per_s``, as a goodput run's horizon."""
+    sim = SimConfig.model_validate(written_sim(loaded, rate_per_s)[0])
+    return Horizon(
+        warmup_s=sim.warmup_s,
+        measure_s=sim.duration_s - sim.warmup_s,
+        drain_s=sim.max_drain_s,
+    )
+
+
+def _rival(rec: CandidateResult, advice) -> CandidateResult | None:
+    """The best candidate of the other side: colocated against a disaggregated
+    recommendation (the better of chunked and vllm), disaggregated against a colocated
+    one."""
+    if rec.candidate.kind == "disaggregate":
+        colo = [r for r in (advice.best_chunked, advice.best_vllm) if r is not None]
+        return max(colo, key=lambda r: r.goodput_per_gpu_per_s, default=None)
+    return advice.best_disaggregated
+
+
+def check_as_written(
+    res: SearchResult,
+    *,
+    executor: Executor | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchResult:
+    """``res`` with the candidates the advisor compares checked as written (module
+    docstring): their goodputs lowered to rates their recommended.yaml meets, their
+    latencies those of that run, ``CandidateResult.as_written`` the check's search; the
+    ranking sorted again. Repeats with the advice on the new ranking until every
+    candidate it compares is checked."""
+    from disaggsim.plan.advisor import advise
+
+    o, loaded = res.options, res.loaded
+    while True:
+        advice = advise(res)
+        rec = advice.recommended
+        if rec is None or not rec.goodput_per_s > 0:
+            return res
+        todo = [
+            r
+            for r in (rec, _rival(rec, advice))
+            if r is not None and r.goodput_per_s > 0 and r.as_written is None
+        ]
+        if not todo:
+            return res
+        start = res.num_simulations
+
+        def on_progress(d: int, t: int, start: int = start) -> None:
+            if progress is not None:
+                progress(start + d, start + t)
+
+        name = f"{res.loaded.scenario.name}-plan"
+        sources = []
+        for r in todo:
+            raw = written_scenario(res.loaded, r.candidate, r.goodput_per_s, name=name)
+            sources.append(source_of(load_scenario(raw, base_dir=res.loaded.base_dir), name))
+        brackets = []
+        for r in todo:
+            lo = written_rate(r.goodput_per_s)
+            brackets.append((lo, lo * (1.0 + o.tol_fraction)))
+        checks = goodput_many(
+            sources,
+            brackets[0][0],
+            brackets[0][1],
+            brackets=brackets,
+            bisected=[True] * len(todo),
+            long_horizons=[lambda rate: written_horizon(loaded, rate)] * len(todo),
+            rate_digits=RATE_DIGITS,
+            tol_fraction=o.tol_fraction,
+            seeds=1,  # the file runs its own seed once
+            rule=o.rule,
+            retest=False,  # the run as written decides
+            executor=executor,
+            progress=on_progress,
+        )
+        res = _with_checks(res, dict(zip([r.candidate for r in todo], checks, strict=True)))
+
+
+def _with_checks(res: SearchResult, checks: dict[Any, GoodputResult]) -> SearchResult:
+    """``res`` with each checked candidate's goodput, latencies and cost from its check,
+    and a note for each one its check lowered."""
+    rows, notes = [], []
+    for r in res.ranked:
+        g = checks.get(r.candidate)
+        if g is None:
+            rows.append(r)
+            continue
+        rate = g.rate_per_s if math.isfinite(g.rate_per_s) else 0.0
+        usd = r.usd_per_m_output_tokens
+        if usd is not None:
+            usd = usd * r.goodput_per_s / rate if rate > 0 else None
+        at = g.confirmation.summary if g.confirmed and g.confirmation is not None else None
+        rows.append(
+            dataclasses.replace(
+                r,
+                goodput_per_s=rate,
+                goodput_per_gpu_per_s=rate / r.candidate.num_gpus,
+                at_rate=at,
+                usd_per_m_output_tokens=usd,
+                as_written=g,
+            )
+        )
+        if g.status != "found":
+            notes.append(lowered_note(res.loaded, r, g))
+    checked = sum(g.num_runs for g in checks.values())
+    return dataclasses.replace(
+        res,
+        ranked=rank_rows(rows),
+        num_simulations=res.num_simulations + checked,
+        num_as_written_runs=res.num_as_written_runs + checked,
+        notes=res.notes + tuple(notes),
+    )
+
+
+def lowered_note(loaded: LoadedScenario, r: CandidateResult, g: GoodputResult) -> str:
+    """One line: ``r`` missed as written at its search's goodput, and what it met."""
+    first = g.evaluations[0]
+    s = first.summary
+    how = (
+        "stopped once it certainly missed"
+        if first.num_stopped_early
+        else (
+            f"attainment {first.attainment:.3f}"
+            + ("" if first.stable else ", queue growing")
+            + (f", TTFT p99 {s.ttft_p99_s:.3g} s" if s is not None else "")
+        )
+    )
+    sim = written_horizon(loaded, first.rate_per_s)
+    head = (
+        f"{r.candidate.label} missed as written ({sim.duration_s:g} s of arrivals, "
+        f"seed {loaded.scenario.seed}) at its search's goodput {first.rate_per_s:.6g} req/s "
+        f"({how})"
+    )
+    if g.rate_per_s > 0:
+        return f"{head}: its goodput is {g.rate_per_s:.6g} req/s, the highest rate met there"
+    return f"{head} and at every rate tried down to {g.unattainable_below_per_s:.3g} req/s"

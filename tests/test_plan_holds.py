@@ -1,0 +1,174 @@
+"""A plan's recommendation holds when its recommended.yaml is run as written
+(disaggsim/plan/holds.py, docs/planning.md "Does a recommendation hold as written?")."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+
+from disaggsim.config.loader import load_scenario
+from disaggsim.metrics.summary_table import SUMMARY_KEYS, Summary
+from disaggsim.plan import PlanOptions, plan
+from disaggsim.plan.holds import written_rate
+from disaggsim.plan.report import plan_json, ranked_table, recommended_scenario
+from disaggsim.run import simulate
+from disaggsim.sweep import RunLengthRule, SerialExecutor
+
+# quick mode with shorter runs still (tests/test_plan.py's FAST): the search's runs are
+# a few seconds of arrivals, the question's own window two minutes
+FAST = dataclasses.replace(
+    PlanOptions.quick(),
+    rule=RunLengthRule(
+        min_measured_requests=150, service_multiple=1.0, warmup_service_multiple=1.0
+    ),
+    explore_rule=RunLengthRule(
+        min_measured_requests=100, service_multiple=1.0, warmup_service_multiple=1.0
+    ),
+    max_tp=1,
+)
+
+# 2 H100, Llama-3.1-8B, 2000-token prompts and 64-token replies, TTFT 3 s: a queue that
+# takes 3 s of waiting to break the SLO grows for tens of seconds before it does, longer
+# than the search's runs; the file runs 120 s
+SHORT_REPLIES = {
+    "name": "holds",
+    "seed": 1,
+    "model": "llama-3.1-8b",
+    "architecture": "colocated",
+    "pool": {"gpu": "h100-sxm", "num_workers": 2, "scheduler": "chunked"},
+    "slo": {"ttft_ms": 3000, "itl_ms": 100},
+    "workload": {
+        "kind": "synthetic",
+        "rate_per_s": 1.0,
+        "prompt_tokens": {"dist": "fixed", "value": 2000},
+        "output_tokens": {"dist": "fixed", "value": 64},
+        "max_tokens": 64,
+    },
+    "sim": {"duration_s": 120, "warmup_s": 12},
+}
+
+
+def _as_written(res, advice) -> dict:
+    return simulate(load_scenario(recommended_scenario(res, advice))).summary
+
+
+def test_a_short_confirmation_that_passes_is_checked_as_written():
+    """Without the check the plan's confirmation (a few seconds of arrivals) meets at a
+    rate its recommended.yaml (120 s) misses; with it the file meets as written, and its
+    run is the check's own (same scenario, window, seed and rate: the same attainment)."""
+    with SerialExecutor() as ex:
+        before, adv_before = plan(
+            SHORT_REPLIES, options=dataclasses.replace(FAST, check_as_written=False), executor=ex
+        )
+        res, advice = plan(SHORT_REPLIES, options=FAST, executor=ex)
+    assert adv_before.decided and advice.decided
+    missed = _as_written(before, adv_before)
+    assert not missed["meets_slo"]  # the case: a short run passed, the file misses
+
+    rec = advice.recommended
+    assert rec is not None and rec.as_written is not None
+    ran = _as_written(res, advice)
+    assert ran["meets_slo"]
+    assert rec.at_rate is not None and ran["slo_attainment"] == rec.at_rate.slo_attainment
+    assert ran["ttft_p99_s"] == rec.at_rate.ttft_p99_s
+    # it started from the search's goodput (the unchecked plan's), missed there, and
+    # stepped down
+    assert rec.candidate == adv_before.recommended.candidate
+    first = rec.as_written.evaluations[0]
+    assert first.rate_per_s == written_rate(adv_before.recommended.goodput_per_s)
+    assert not first.meets and first.duration_s == 120.0
+    assert rec.goodput_per_s < rec.goodput.rate_per_s
+    # said in the outputs: the table's search column, plan.json, a note
+    d = plan_json(res, advice)
+    row = d["ranked"][0]
+    assert row["label"] == rec.candidate.label
+    assert row["as_written"]["status"] == "lowered"
+    assert (
+        row["as_written"]["rate_per_s"] == rec.goodput_per_s < row["as_written"]["from_rate_per_s"]
+    )
+    assert d["search"]["num_as_written_runs"] == rec.as_written.num_runs + sum(
+        r.as_written.num_runs for r in res.ranked if r.as_written is not None and r is not rec
+    )
+    assert "as written" in ranked_table(res, False)[1]
+    assert any(n.startswith(f"{rec.candidate.label} missed as written") for n in res.notes)
+
+
+def _fake_runs(monkeypatch, per_gpu: dict[str, tuple[float, float]], long_s: float):
+    """Replace the simulation: a run meets the SLO when its rate per GPU is at most its
+    architecture's capacity, the first value for runs shorter than ``long_s`` seconds of
+    arrivals, the second for longer ones (the file's window). Returns the runs seen as
+    (architecture, rate, GPUs, duration)."""
+    zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
+    seen: list[tuple[str, float, int, float]] = []
+
+    def fake_run(task):
+        sc = load_scenario(task.raw).scenario
+        arch = sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
+        short, long = per_gpu[arch]
+        rate = sc.workload.rate_per_s / sc.num_gpus
+        seen.append((arch, sc.workload.rate_per_s, sc.num_gpus, sc.sim.duration_s))
+        ok = rate <= (long if sc.sim.duration_s >= long_s else short)
+        return Summary.from_dict(
+            {**zeros, "slo_attainment": 1.0 if ok else 0.5, "stability_p_value": 1.0}
+        )
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    return seen
+
+
+FLEET = {
+    "name": "fake-fleet",
+    "seed": 5,
+    "model": "llama-3.1-8b",
+    "architecture": "colocated",
+    "pool": {"gpu": "h100-sxm", "num_workers": 4, "tp": 1, "scheduler": "chunked"},
+    "fabric": {"link": "nvlink"},
+    "slo": {"ttft_ms": 1000, "itl_ms": 50},
+    "workload": {
+        "kind": "synthetic", "rate_per_s": 10.0,
+        "prompt_tokens": {"dist": "fixed", "value": 1000},
+        "output_tokens": {"dist": "fixed", "value": 100},
+        "max_tokens": 100,
+    },
+    "sim": {"duration_s": 500, "warmup_s": 50},
+}  # fmt: skip
+
+
+def test_a_verdict_that_does_not_hold_as_written_is_taken_again(monkeypatch):
+    """Disaggregation serves 10 req/s per GPU in the search's runs but 7 in the file's
+    500 s, chunked 8 in both: the search alone says disaggregate (+25 %), the check
+    lowers it to 7 (it steps down until the file meets), and the verdict, taken again on
+    the checked goodputs, is colocate_chunked (-12.5 %), whose own check holds at 8."""
+    caps = {
+        "disaggregated": (10.0, 7.0),
+        "colocated-chunked": (8.0, 8.0),
+        "colocated-vllm": (6.0, 6.0),
+    }
+    seen = _fake_runs(monkeypatch, caps, long_s=500.0)
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=1)
+    unchecked, adv0 = plan(
+        FLEET, options=dataclasses.replace(opts, check_as_written=False), executor=SerialExecutor()
+    )
+    assert adv0.verdict == "disaggregate"
+    assert adv0.recommended.goodput_per_gpu_per_s == pytest.approx(10.0, rel=0.1)
+    assert not any(d >= 500.0 for *_, d in seen)  # the search never runs the file's window
+    seen.clear()
+    res, advice = plan(FLEET, options=opts, executor=SerialExecutor())
+    assert advice.verdict == "colocate_chunked"
+    rec, dis = advice.recommended, advice.best_disaggregated
+    assert rec.as_written is not None and dis.as_written is not None
+    assert 7.0 * (1 - 2 * opts.tol_fraction) <= dis.goodput_per_gpu_per_s <= 7.0
+    assert rec.goodput_per_gpu_per_s <= 8.0
+    # the file as written: its rate, its window, one run per rate, and it meets
+    raw = recommended_scenario(res, advice)
+    written = raw["workload"]["rate_per_s"] / rec.candidate.num_gpus
+    assert raw["sim"] == FLEET["sim"] and written <= caps["colocated-chunked"][1]
+    long_runs = [(a, r, g) for a, r, g, d in seen if d == 500.0]
+    assert ("colocated-chunked", raw["workload"]["rate_per_s"], rec.candidate.num_gpus) in long_runs
+    assert res.num_as_written_runs == len(long_runs)
+    # every check ran rates as written (6 digits), the disaggregated one down to its result
+    assert all(r == float(f"{r:.6g}") for _, r, _ in long_runs)
+    dis_runs = [r for a, r, g in long_runs if a == "disaggregated" and g == dis.candidate.num_gpus]
+    assert dis.goodput_per_s in dis_runs and min(dis_runs) <= dis.goodput_per_s
