@@ -172,3 +172,28 @@ def test_a_verdict_that_does_not_hold_as_written_is_taken_again(monkeypatch):
     assert all(r == float(f"{r:.6g}") for _, r, _ in long_runs)
     dis_runs = [r for a, r, g in long_runs if a == "disaggregated" and g == dis.candidate.num_gpus]
     assert dis.goodput_per_s in dis_runs and min(dis_runs) <= dis.goodput_per_s
+
+
+def test_one_check_per_kind_and_none_for_an_undecided_plan(monkeypatch):
+    """A kind's best stays the search's choice: its checked goodput (lowered) is not
+    ranked against the unchecked ones of its kind, so one candidate per kind is checked
+    (before, each lowered best let the next of its kind in: seven checks on one quick
+    plan). An undecided verdict recommends nothing and runs no file."""
+    caps = {
+        "disaggregated": (10.0, 7.0),
+        "colocated-chunked": (8.0, 7.5),
+        "colocated-vllm": (6.0, 6.0),
+    }
+    _fake_runs(monkeypatch, caps, long_s=500.0)
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=1)
+    res, advice = plan(FLEET, options=opts, executor=SerialExecutor())
+    checked = [r for r in res.ranked if r.as_written is not None]
+    assert len(checked) == len({r.candidate.kind for r in checked}) == 2
+    assert advice.best_chunked in checked and advice.best_disaggregated in checked
+    assert any(n.startswith("only the candidates the verdict compares") for n in res.notes)
+    # disaggregation 8.4 against chunked 8.0 (+5 %): quick mode cannot tell
+    close = {**caps, "disaggregated": (8.4, 7.0)}
+    _fake_runs(monkeypatch, close, long_s=500.0)
+    res, advice = plan(FLEET, options=opts, executor=SerialExecutor())
+    assert advice.verdict == "undecided"
+    assert res.num_as_written_runs == 0 and all(r.as_written is None for r in res.ranked)

@@ -148,7 +148,11 @@ def _mean_handoff(res: SearchResult, tp: int, nbytes: float) -> tuple[str, float
 
 
 def _best(res: SearchResult, kind: str) -> CandidateResult | None:
-    return next((r for r in res.ranked if r.candidate.kind == kind), None)
+    """The best candidate of ``kind``: the one checked as written, if any (the plan
+    checks the best of a kind by the search's goodputs, which rank every candidate by
+    the same runs: plan/holds.py), else the first ranked."""
+    rows = [r for r in res.ranked if r.candidate.kind == kind]
+    return next((r for r in rows if r.as_written is not None), rows[0] if rows else None)
 
 
 def conditions(res: SearchResult) -> tuple[Condition, ...]:
