@@ -307,8 +307,9 @@ def test_plan_of_a_huge_fleet_keeps_its_goodput_runs_within_max_requests(monkeyp
     opts = dataclasses.replace(PlanOptions.quick(), max_tp=2)
     res, _ = plan(raw, options=opts, executor=SerialExecutor())
     assert seen and max(seen) <= 0.9 * MAX_REQUESTS * (1 + 1e-6)  # overrides: 9 digits
-    # the file's window: 0.9 x the bound, rounded to 4 digits (report.recommended_scenario)
-    assert written and max(written) <= MAX_REQUESTS
+    # every kind serves the same here: undecided, so no file is checked as written (a
+    # file's window: test_recommended_yaml_at_a_fleet_goodput_stays_within_one_runs_requests)
+    assert not written
     best = res.ranked[0]
     assert best.goodput_per_gpu_per_s == pytest.approx(10_000.0, rel=0.07)
     cap, note = res.notes  # no workload.max_tokens: the default cap is said first
