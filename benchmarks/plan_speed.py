@@ -167,13 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     runs_cpu = sum(cpu for _, cpu in runs.values())
     overhead = workers_cpu - runs_cpu
     total = parent_cpu + workers_cpu
-    best = res.ranked[0] if res.ranked else None
+    # the answer: the recommendation (checked as written, plan/holds.py), else the top row
+    best = advice.recommended or (res.ranked[0] if res.ranked else None)
     out = {
         "scenario": str(args.scenario),
         "gpus": args.gpus,
         "mode": "quick" if args.quick else "full",
         "workers": args.workers,
         "num_simulations": res.num_simulations,
+        "num_as_written_runs": res.num_as_written_runs,
         "wall_s": round(wall, 1),
         "cpu_s": round(total, 1),
         "cpu_s_parent": round(parent_cpu, 1),

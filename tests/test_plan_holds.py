@@ -191,6 +191,13 @@ def test_one_check_per_kind_and_none_for_an_undecided_plan(monkeypatch):
     assert len(checked) == len({r.candidate.kind for r in checked}) == 2
     assert advice.best_chunked in checked and advice.best_disaggregated in checked
     assert any(n.startswith("only the candidates the verdict compares") for n in res.notes)
+    # the table lists each kind's checked candidate first of its kind, though siblings'
+    # search goodputs (10 per GPU, unchecked) are above its checked 7
+    for r in checked:
+        kind = [x for x in res.ranked if x.candidate.kind == r.candidate.kind]
+        assert kind[0] is r
+        assert any(x.goodput_per_gpu_per_s > r.goodput_per_gpu_per_s for x in kind[1:])
+    assert res.ranked[0] is advice.recommended
     # disaggregation 8.4 against chunked 8.0 (+5 %): quick mode cannot tell
     close = {**caps, "disaggregated": (8.4, 7.0)}
     _fake_runs(monkeypatch, close, long_s=500.0)

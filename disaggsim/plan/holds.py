@@ -55,6 +55,7 @@ __all__ = [
     "RATE_DIGITS",
     "check_as_written",
     "lowered_note",
+    "rank_checked",
     "written_horizon",
     "written_rate",
     "written_scenario",
@@ -215,11 +216,33 @@ def _with_checks(res: SearchResult, checks: dict[Any, GoodputResult]) -> SearchR
     checked = sum(g.num_runs for g in checks.values())
     return dataclasses.replace(
         res,
-        ranked=rank_rows(rows),
+        ranked=rank_checked(rows),
         num_simulations=res.num_simulations + checked,
         num_as_written_runs=res.num_as_written_runs + checked,
         notes=res.notes + tuple(notes),
     )
+
+
+def rank_checked(rows: list[CandidateResult]) -> tuple[CandidateResult, ...]:
+    """:func:`~disaggsim.plan.search.rank_rows` with a kind's checked candidate first
+    of its kind: an unchecked one ranks at most at the checked goodput of its kind (its
+    own is the search's, from shorter runs; the checked one was the kind's best by
+    those), ties to the checked one. So the table lists the recommendation first of its
+    kind, above a sibling whose search goodput its check lowered past."""
+    cap: dict[str, float] = {}
+    for r in rows:
+        if r.as_written is not None:
+            k = r.candidate.kind
+            cap[k] = max(cap.get(k, 0.0), r.goodput_per_gpu_per_s)
+    first = {r.candidate: n for n, r in enumerate(rank_rows(rows))}
+
+    def key(r: CandidateResult) -> tuple:
+        v = r.goodput_per_gpu_per_s
+        if r.as_written is None and r.candidate.kind in cap:
+            v = min(v, cap[r.candidate.kind])
+        return (r.status == "explored", -v, r.as_written is None, first[r.candidate])
+
+    return tuple(sorted(rows, key=key))
 
 
 def _others_note(res: SearchResult) -> SearchResult:
