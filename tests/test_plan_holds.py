@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+import pandas as pd
 import pytest
 
 from disaggsim.config.loader import load_scenario
 from disaggsim.metrics.summary_table import SUMMARY_KEYS, Summary
 from disaggsim.plan import PlanOptions, plan
 from disaggsim.plan.holds import written_rate
-from disaggsim.plan.report import plan_json, ranked_table, recommended_scenario
+from disaggsim.plan.report import plan_json, ranked_table, recommended_scenario, write_outputs
 from disaggsim.run import simulate
 from disaggsim.sweep import RunLengthRule, SerialExecutor
 
@@ -54,7 +55,7 @@ def _as_written(res, advice) -> dict:
     return simulate(load_scenario(recommended_scenario(res, advice))).summary
 
 
-def test_a_short_confirmation_that_passes_is_checked_as_written():
+def test_a_short_confirmation_that_passes_is_checked_as_written(tmp_path):
     """Without the check the plan's confirmation (a few seconds of arrivals) meets at a
     rate its recommended.yaml (120 s) misses; with it the file meets as written, and its
     run is the check's own (same scenario, window, seed and rate: the same attainment)."""
@@ -92,6 +93,14 @@ def test_a_short_confirmation_that_passes_is_checked_as_written():
         r.as_written.num_runs for r in res.ranked if r.as_written is not None and r is not rec
     )
     assert "as written" in ranked_table(res, False)[1]
+    write_outputs(res, advice, tmp_path / "out", plots=False)
+    csv = pd.read_csv(tmp_path / "out" / "ranked.csv")
+    top = csv.iloc[0]
+    assert top["label"] == rec.candidate.label and top["as_written_status"] == "lowered"
+    assert top["as_written_from_rate_per_s"] == first.rate_per_s
+    assert top["goodput_per_s"] == rec.goodput_per_s and top["as_written_duration_s"] == 120.0
+    unchecked = csv[csv["label"].isin([r.candidate.label for r in res.ranked if not r.as_written])]
+    assert len(unchecked) and unchecked["as_written_status"].isna().all()
     assert any(n.startswith(f"{rec.candidate.label} missed as written") for n in res.notes)
 
 

@@ -249,6 +249,10 @@ def write_outputs(
         for r in res.ranked:
             d = r.as_dict()
             d.pop("deployment")
+            # one column per field of the check as written (empty: not checked)
+            written = d.pop("as_written") or {}
+            for key in ("status", "from_rate_per_s", "duration_s", "num_runs"):
+                d[f"as_written_{key}"] = written.get(key)
             rows.append(d)
         pd.DataFrame.from_records(rows).to_csv(tmp / "ranked.csv", index=False)
         if advice.decided:  # undecided and none recommend nothing
