@@ -78,8 +78,8 @@ def written_sim(loaded: LoadedScenario, rate_per_s: float) -> tuple[dict[str, An
     wl = loaded.scenario.workload
     if not hasattr(wl, "rate_per_s"):
         return sim, 1.0
-    # as the recommendation writes it: one constant rate
-    update: dict[str, Any] = {"rate_per_s": rate_per_s}
+    # as the recommendation writes it: one constant rate, rounded as written
+    update: dict[str, Any] = {"rate_per_s": written_rate(rate_per_s)}
     update.update({k: None for k in ("rate_schedule", "rate_shape") if k in type(wl).model_fields})
     fixed = wl.model_copy(update=update)
     n = expected_requests(fixed, float(sim["duration_s"]))
