@@ -32,6 +32,7 @@ class RequestState:
         "block_tokens",
         "ended",
         "generated",
+        "longest_blocks",
         "max_tokens",
         "output_tokens",
         "prefilled_tokens",
@@ -48,6 +49,12 @@ class RequestState:
         # no max_tokens given: a client asking for exactly the reply it gets
         cap = requests.max_tokens if requests.max_tokens is not None else requests.output_tokens
         self.max_tokens = _column(cap)
+        # blocks of each request's longest sequence (full_blocks), computed once: the
+        # router and the decode workers read it three times a request (kv_aware)
+        longest = np.asarray(requests.prompt_tokens, dtype=np.int64) + np.asarray(
+            cap, dtype=np.int64
+        )
+        self.longest_blocks = _column(-(-longest // block_tokens))
         # the two columns written during the run are unsigned (non-negative counts): an
         # unsigned array.array stores a Python int without PyArg_Parse (records.py)
         self.generated = array("Q", bytes(8 * n))  # tokens delivered so far
@@ -79,7 +86,7 @@ class RequestState:
 
     def full_blocks(self, rid: int) -> int:
         """Blocks of ``rid``'s longest possible sequence (prompt + max_tokens)."""
-        return -(-(self.prompt_tokens[rid] + self.max_tokens[rid]) // self.block_tokens)
+        return self.longest_blocks[rid]
 
     def prefill_blocks(self, rid: int) -> int:
         """Blocks a prefill worker holds for ``rid``'s KV until the handoff."""

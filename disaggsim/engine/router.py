@@ -701,8 +701,7 @@ class Router:
         if self.kv_aware:
             if self._decode_changes:
                 self._refresh_decode()
-            rs = self.requests  # need: rs.full_blocks(rid), inline
-            need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
+            need = self.requests.longest_blocks[rid]  # rs.full_blocks(rid)
             # the decode worker with the most room to promise: the smallest key
             rooms = self._rooms
             n = rooms.n
@@ -797,7 +796,7 @@ class Router:
             self._refresh_decode()
         rs = self.requests
         if rs.reserve_full:  # rs.join_blocks
-            need = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
+            need = rs.longest_blocks[rid]  # rs.full_blocks(rid)
         else:
             need = -(-(rs.prefilled_tokens[rid] + 1) // rs.block_tokens)
         if self.kv_aware:
@@ -832,7 +831,7 @@ class Router:
         holds, and preempt)."""
         entry = self.committed.get(rid)
         rs = self.requests
-        full = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // rs.block_tokens)
+        full = rs.longest_blocks[rid]  # rs.full_blocks(rid)
         pos_of = self._decode_pos
         at = -1 if entry is None else entry[0]
         free = self._most_free

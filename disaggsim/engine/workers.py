@@ -1720,7 +1720,7 @@ class DecodeWorker(_TokenBatch):
         """Claim KV blocks for an incoming handoff (called by the router)."""
         rs = self.requests
         bt = rs.block_tokens
-        full = -(-(rs.prompt_tokens[rid] + rs.max_tokens[rid]) // bt)  # rs.full_blocks
+        full = rs.longest_blocks[rid]  # rs.full_blocks(rid)
         # rs.join_blocks
         blocks = full if rs.reserve_full else -(-(rs.prefilled_tokens[rid] + 1) // bt)
         self._kv_used_blocks += blocks
