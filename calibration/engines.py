@@ -45,7 +45,6 @@ Run: ``python -m calibration.engines`` prints every engine's fit and errors;
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import sys
 from dataclasses import replace
@@ -848,7 +847,6 @@ def engines_dict(fits: dict[str, Any]) -> dict[str, Any]:
             "data": "calibration/engine_data/measurements.csv; kernels/distserve/"
             f"{FILES[EAGER_FILE]} (vllm-eager-2023)",
             "command": "python -m calibration.fit_public --data ../shared/data --engines",
-            "date": _dt.date.today().isoformat(),
         },
     }
     engines_from_dict(doc, "<engines being written>")

@@ -15,8 +15,9 @@ profile dict, carrying the ops it did not measure from a named base profile.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
@@ -178,6 +179,24 @@ def held_out_apes(
         p = _least_squares_log(model, train, meas, [list(params)], lower, upper)
         errs[test] = ape(model(p, test), meas[test])
     return errs, how
+
+
+# Fits run their linear algebra (least_squares' SVDs and matrix products) on one BLAS
+# thread: OpenBLAS splits a product over its threads, the split changes the rounding, and
+# a fit's flat directions (a floor at its bound, a half-saturation point) then end
+# elsewhere in the fifth digit, so the files a refit writes would depend on the core count
+# (measured: H100 vllm-flash FP8 decode par_half_sat 14.876 on one thread, 14.877 on two).
+BLAS_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def restart_on_one_blas_thread(module: str) -> None:
+    """Re-run ``python -m module`` with this process's arguments on one BLAS thread, unless
+    it runs on one already. OpenBLAS reads its thread count when numpy loads, so a command
+    that writes shipped files calls this first, from its ``__main__`` block."""
+    if all(os.environ.get(k) == v for k, v in BLAS_ONE_THREAD.items()):
+        return
+    argv = [sys.executable, "-m", module, *sys.argv[1:]]
+    os.execve(sys.executable, argv, {**os.environ, **BLAS_ONE_THREAD})
 
 
 # ---- per-op fitters: each calls exactly the ops.py function the step model uses ----
@@ -679,7 +698,6 @@ def build_profile(
             "torch_version": str(first["torch_version"]),
             "cuda_version": "" if pd.isna(first["cuda_version"]) else str(first["cuda_version"]),
             "measured_date": str(first["date"]),
-            "date": _dt.date.today().isoformat(),
             "raw_dir": str(raw_dir),
             "timing": sorted(set(df["timing"].astype(str)))
             if "timing" in df.columns

@@ -29,7 +29,6 @@ shipped parameters against every table row, by source and bucket).
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import sys
 from functools import cache
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration.fit import FitError, fit_generic, shape_family
+from calibration.fit import FitError, fit_generic, restart_on_one_blas_thread, shape_family
 from disaggsim.costmodel.mla import mla_decode_attention_s, mla_prefill_attention_s
 from disaggsim.costmodel.moe import (
     all_to_all_time_s,
@@ -370,7 +369,6 @@ def profile_dict(params: dict, errors: dict, data: Path) -> dict:
             f"{commit[:12]}): TensorRT-LLM moe_perf (balanced), TensorRT-LLM/SGLang MLA "
             "context and generation, SGLang DeepEP normal and low-latency (1-8 nodes)",
             "command": COMMAND,
-            "date": _dt.date.today().isoformat(),
         },
     }
 
@@ -501,4 +499,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    restart_on_one_blas_thread("calibration.fit_moe")
     sys.exit(main())

@@ -42,7 +42,6 @@ measured profile is rebuilt from its raw run on top of it.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import sys
 from dataclasses import dataclass, replace
@@ -55,6 +54,7 @@ import pandas as pd
 from calibration import public
 from calibration.fit import (
     FitError,
+    Fitted,
     _params_dict,
     _round,
     allreduce_dict,
@@ -65,6 +65,7 @@ from calibration.fit import (
     fit_generic,
     fit_prefill_attention,
     held_out_apes,
+    restart_on_one_blas_thread,
     shape_family,
 )
 from disaggsim.catalog import get_gpu
@@ -184,6 +185,28 @@ def decode_backend_of_rows(frame: pd.DataFrame) -> np.ndarray:
     return out.astype(str)
 
 
+def fit_decode_backend(
+    peaks: GpuPeaks, backend: str, dtype: str, rows: pd.DataFrame, held_out: bool = True
+) -> Fitted:
+    """One backend's decode attention for one KV dtype (``rows``: its kernel rows, from
+    :func:`_decode_backend_rows`), held out by head-layout family unless ``held_out`` is
+    False (the parameters are the same either way)."""
+    per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
+    return fit_decode_attention(
+        peaks,
+        rows["batch"],
+        rows["context_tokens"],
+        rows["kv_heads"],
+        rows["head_dim"],
+        rows["t_s"],
+        kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
+        groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
+        q_per_kv=(rows["heads"] / rows["kv_heads"]).round() if per_qh else None,
+        split_kv=True,
+        held_out=held_out,
+    )
+
+
 def fit_attention_backends(
     gpu: str, data_root: Path, peaks: GpuPeaks
 ) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
@@ -203,18 +226,7 @@ def fit_attention_backends(
         sec: dict[str, Any] = {"decode_attention": {}}
         for dtype_key, rows in dec.groupby("dtype"):
             dtype = str(dtype_key)
-            f = fit_decode_attention(
-                peaks,
-                rows["batch"],
-                rows["context_tokens"],
-                rows["kv_heads"],
-                rows["head_dim"],
-                rows["t_s"],
-                kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
-                groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
-                q_per_kv=(rows["heads"] / rows["kv_heads"]).round() if per_qh else None,
-                split_kv=True,
-            )
+            f = fit_decode_backend(peaks, backend, dtype, rows)
             sec["decode_attention"][dtype] = _params_dict(f.params)
             errors[f"attention.{backend}.decode.{dtype}"] = _err(
                 f.error,
@@ -708,7 +720,6 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
             "derived": "copy.d2d and copy.gather bandwidth = fitted element-wise bandwidth / 2 "
             "(read + write)",
             "command": COMMAND,
-            "date": _dt.date.today().isoformat(),
         },
     }
 
@@ -813,7 +824,6 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
                 else "none (a kernel's dispatch table is its SM architecture's)"
             ),
             "command": COMMAND,
-            "date": _dt.date.today().isoformat(),
         },
     }
 
@@ -1530,4 +1540,5 @@ def _rel(path: Path) -> str:
 
 
 if __name__ == "__main__":
+    restart_on_one_blas_thread("calibration.fit_public")
     sys.exit(main())

@@ -154,7 +154,8 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   LM head outside the max. Fitted on the same fit rows as before (DistServe's OPT-13B TP 1-2
   and OPT-66B TP 2-4), it is better than the additive form it replaces on every count: all
   rows 8.0% / 26.8% → 7.0% / 22.4% (median / p90), held-out rows 15.0% / 30.5% → 10.4% /
-  29.1%, each family refitted without it 12.2% / 27.5% → 8.5% / 23.3%, fit rows 7.1% / 14.9%
+  29.1%, each family refitted without it 12.2% / 27.5% → 9.5% / 23.3% (one family's refit is not
+  identified: `docs/calibration.md`, "Reproducing the shipped files"), fit rows 7.1% / 14.9%
   → 5.8% / 15.1%. It was measured before (rows "overlapped host time") and not shipped
   because a max over host and kernel time makes a decode step non-affine in the context;
   but the launches do not depend on the context, so at a fixed batch the step is the
