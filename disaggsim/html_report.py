@@ -362,12 +362,15 @@ def _launch_files_text(res: SearchResult, advice: Advice) -> str:
 
 def _find_confirmation(d: Mapping[str, Any]) -> Any:
     """Confirmation data in a plan or compare object: a top-level ``confirmation`` value,
-    else the ranked rows' ``confirmation*`` fields (label kept)."""
+    else the ranked rows' ``confirmation*`` fields and a plan's ``as_written`` check (the
+    candidate run as its recommended.yaml runs; label kept)."""
     if d.get("confirmation"):
         return d["confirmation"]
     rows = []
     for r in d.get("ranked", []) or []:
-        found = {k: v for k, v in r.items() if k.startswith("confirm")}
+        found = {
+            k: v for k, v in r.items() if k.startswith("confirm") or k.startswith("as_written")
+        }
         if found:
             row: dict[str, Any] = {"candidate": r.get("label")}
             for k, v in found.items():

@@ -148,6 +148,10 @@ def test_plan_report_is_self_contained_and_complete(plan_out):
     # every plan goodput now carries its confirmation run (twice the horizon)
     assert " ".join(CONFIRMATION_MISSING.split()) not in words
     assert "confirm_duration_s" in words and "confirm_attainment" in words
+    # the candidates checked as their recommended.yaml runs show that check too
+    checked = [row for row in plan["ranked"] if row.get("as_written")]
+    assert checked, "the fixture's plan is decided: its compared candidates are checked"
+    assert "as_written" in words
 
 
 def test_compare_report_is_self_contained_and_complete(compare_out):

@@ -250,7 +250,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         f"\nsteady-state goodput of {len(res.ranked)} candidates ({len(res.families)} families, "
         f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations, "
         f"{res.num_stopped_early} stopped once they certainly missed; run "
-        "lengths from the workload, each goodput confirmed at twice the horizon):"
+        "lengths from the workload, each goodput confirmed at twice the horizon; rows "
+        "marked 'as written' checked again as their recommended.yaml runs):"
     )
     for line in ranked_table(res, args.price_per_gpu_hour is not None):
         print(f"  {line}")
