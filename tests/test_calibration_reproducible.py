@@ -4,7 +4,12 @@
 "Reproducing the shipped files") rewrites every hardware profile, the H200's prior and
 ``engines.json``; ``python -m calibration.fit_moe --data ../shared/data`` the MoE
 parameters. Here both run whole, into a temporary folder, and every file they write must
-equal the shipped one byte for byte (about 30 s and 15 s on this 2-core box).
+equal the shipped one (about 30 s and 15 s on this 2-core box): the same keys, strings and
+lists, and every number within ``REL`` relative (``ABS`` absolute, for parameters at a
+solver's zero, ~1e-12 s). On one machine the refit writes the same bytes every time
+(docs/calibration.md); the tolerance is for another CPU model, whose OpenBLAS kernels
+round differently (one BLAS thread against two moved decode-attention fits by at most
+5e-4 relative here), while a stale or hand-edited profile still fails.
 """
 
 from __future__ import annotations
@@ -20,6 +25,32 @@ import pytest
 from tests.conftest import REPO
 
 HARDWARE = REPO / "disaggsim" / "hardware"
+REL = 2e-3  # relative, per number
+ABS = 1e-9  # absolute, for a parameter at the solver's zero
+
+
+def _differences(written: object, shipped: object, where: str = "") -> list[str]:
+    """Where two parsed JSON documents differ beyond the tolerance."""
+    if isinstance(written, bool) or isinstance(shipped, bool):
+        return [] if written == shipped else [where]
+    if isinstance(written, (int, float)) and isinstance(shipped, (int, float)):
+        ok = abs(written - shipped) <= max(ABS, REL * max(abs(written), abs(shipped)))
+        return [] if ok else [f"{where}: {written!r} vs {shipped!r}"]
+    if isinstance(written, dict) and isinstance(shipped, dict):
+        if written.keys() != shipped.keys():
+            return [f"{where}: keys {sorted(written.keys() ^ shipped.keys())}"]
+        return [d for k in written for d in _differences(written[k], shipped[k], f"{where}.{k}")]
+    if isinstance(written, list) and isinstance(shipped, list):
+        if len(written) != len(shipped):
+            return [f"{where}: {len(written)} vs {len(shipped)} items"]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(written, shipped, strict=True))
+            for d in _differences(a, b, f"{where}[{i}]")
+        ]
+    return [] if written == shipped else [f"{where}: {written!r} vs {shipped!r}"]
+
+
 PRIORS = REPO / "calibration" / "priors"
 
 
@@ -55,8 +86,9 @@ def test_refit_writes_the_shipped_files(shared_data: Path, tmp_path: Path) -> No
         # the measured H200 profile names the prior it was built over: the out-dir's copy
         text = text.replace(str(out / "priors"), "calibration/priors")
         twin = _shipped_twin(path, out)
-        if text != twin.read_text():
-            differ.append(str(twin.relative_to(REPO)))
+        found = _differences(json.loads(text), json.loads(twin.read_text()))
+        if found:
+            differ.append(f"{twin.relative_to(REPO)} ({'; '.join(found[:3])})")
     assert not differ, (
         "shipped files differ from what the documented refit writes (rerun python -m "
         "calibration.fit_public --data ../shared/data --engines and ship what it writes): "
@@ -73,9 +105,12 @@ def test_moe_refit_writes_the_shipped_file(shared_data: Path, tmp_path: Path) ->
         cwd=REPO, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert out.read_text() == (HARDWARE / "moe" / "h100_sxm.json").read_text(), (
+    found = _differences(
+        json.loads(out.read_text()), json.loads((HARDWARE / "moe" / "h100_sxm.json").read_text())
+    )
+    assert not found, (
         "disaggsim/hardware/moe/h100_sxm.json differs from what python -m calibration.fit_moe "
-        "--data ../shared/data writes"
+        f"--data ../shared/data writes: {'; '.join(found[:3])}"
     )
 
 
@@ -86,3 +121,14 @@ def test_shipped_files_hold_no_run_date() -> None:
     for path in [*files, HARDWARE / "engines.json"]:
         prov = json.loads(path.read_text()).get("provenance") or {}
         assert "date" not in prov, path.name
+
+
+def test_the_comparison_catches_a_stale_number() -> None:
+    shipped = {"a": {"x": 14.876, "zero": 1.0e-12, "name": "fit"}, "b": [1.0, 2.0]}
+    assert _differences(shipped, {"a": {"x": 14.877, "zero": 1.07e-12, "name": "fit"},
+                                  "b": [1.0, 2.0]}) == []  # fmt: skip
+    assert _differences(shipped, {"a": {"x": 12.3, "zero": 1.0e-12, "name": "fit"},
+                                  "b": [1.0, 2.0]})  # fmt: skip
+    assert _differences(shipped, {"a": {"x": 14.876, "zero": 1.0e-12, "name": "fit2"},
+                                  "b": [1.0, 2.0]})  # fmt: skip
+    assert _differences(shipped, {"a": {"x": 14.876, "zero": 1.0e-12}, "b": [1.0, 2.0]})
