@@ -299,7 +299,10 @@ def test_invalid_tp_and_options():
         ({"weight_dtype": "int4"}, "unknown weight dtype 'int4'"),
         ({"kv_dtype": "fp4"}, "unknown KV dtype"),
         ({"engine": "trt"}, "unknown engine 'trt'.*vllm, sglang, trtllm, vllm-eager-2023"),
-        ({"attention_backend": "fa9"}, "unknown attention backend 'fa9'.*auto, vllm-flash"),
+        (
+            {"attention_backend": "fa9"},
+            "attention_backend: unknown backend 'fa9'.*auto, vllm-flash",
+        ),
         ({"gpu_mem_util": 1.5}, r"gpu_mem_util must be in \(0, 1\]"),
     ]:
         with pytest.raises(UserError, match=pat):

@@ -200,7 +200,7 @@ def test_named_attention_backend_and_auto() -> None:
         # auto is the fastest of its candidates for this head layout at the reference shapes
         if name in prof.attention_auto["decode"]:
             assert auto.decode_time_s(64, 64 * 1024) <= w.decode_time_s(64, 64 * 1024) * 1.05
-    with pytest.raises(UserError, match=r"attention backend 'flex' is not fitted .*allowed here"):
+    with pytest.raises(UserError, match=r"attention_backend: 'flex' is not fitted .*allowed here"):
         build_worker_cost("llama-3-70b", "h100-sxm", 4, attention_backend="flex")
 
 

@@ -232,14 +232,14 @@ def pick_attention_backends(
     ``ops`` entries) when there is none. Raises :class:`UserError` for an unknown or unfitted name."""
     if backend not in ATTENTION_CHOICES:
         raise UserError(
-            f"unknown attention backend {backend!r} (allowed: {', '.join(ATTENTION_CHOICES)})"
+            f"attention_backend: unknown backend {backend!r} (allowed: {', '.join(ATTENTION_CHOICES)})"
         )
     fitted = profile.attention_backends
     if backend != "auto":
         if backend not in fitted:
             have = ", ".join(["auto", *sorted(fitted)])
             raise UserError(
-                f"attention backend {backend!r} is not fitted in the {profile.gpu} profile "
+                f"attention_backend: {backend!r} is not fitted in the {profile.gpu} profile "
                 f"{profile.path} (allowed here: {have})"
             )
         return backend, backend
