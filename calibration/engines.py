@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -615,6 +616,32 @@ def fit_engine(
     return fit_engine_linear(feat, engine, variants)
 
 
+def held_out_by_family(
+    rows: pd.DataFrame,
+    fit: np.ndarray,
+    pred: np.ndarray,
+    refit: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """Each row's prediction by a fit without its family (source, model, GPU, TP):
+    ``refit(train)`` fits on the rows of ``train`` and predicts every row. A family with no
+    fit rows keeps ``pred`` (the fit is already without it); a family holding every fit row
+    gets NaN (nothing left to fit on)."""
+    fam = (
+        rows["source"] + "|" + rows["model"] + "|" + rows["gpu"] + "|" + rows["tp"].astype(str)
+    ).to_numpy()
+    lofo = np.empty(len(rows))
+    for f in np.unique(fam):
+        test = fam == f
+        train = fit & ~test
+        if not (fit & test).any():
+            lofo[test] = pred[test]
+        elif not train.any():
+            lofo[test] = np.nan
+        else:
+            lofo[test] = refit(train)[test]
+    return lofo
+
+
 def fit_engine_linear(
     feat: pd.DataFrame, engine: str, variants: dict[float, pd.DataFrame] | None = None
 ) -> dict[str, Any]:
@@ -640,21 +667,14 @@ def fit_engine_linear(
         (theta, _), rate = min(scored, key=lambda t: t[0][1])
         return rate, theta
 
+    def refit(train: np.ndarray) -> np.ndarray:
+        rate_o, theta_o = best(train)
+        return kerns[rate_o] + x @ theta_o
+
     rate, theta = best(fit)
     kern = kerns[rate]
     pred = kern + x @ theta
-    fam = (
-        rows["source"] + "|" + rows["model"] + "|" + rows["gpu"] + "|" + rows["tp"].astype(str)
-    ).to_numpy()
-    lofo = np.empty(len(rows))
-    for f in np.unique(fam):
-        test = fam == f
-        train = fit & ~test
-        if train.any():
-            rate_o, theta_o = best(train)
-            lofo[test] = kerns[rate_o][test] + x[test] @ theta_o
-        else:  # nothing left to fit on (a single family): no held-out prediction
-            lofo[test] = np.nan
+    lofo = held_out_by_family(rows, fit, pred, refit)
     a = ape(pred, meas)
     # below a nanosecond a parameter is the solver's zero, not a measured cost
     params = {
@@ -734,15 +754,9 @@ def fit_eager(rows: pd.DataFrame, profile: HardwareProfile | None = None) -> dic
     fit = (rows["split"] == "fit").to_numpy()
     theta = _fit_eager_form(form, d, fit)
     pred = _eager_form_pred(form, theta, d)
-    fam = (
-        rows["source"] + "|" + rows["model"] + "|" + rows["gpu"] + "|" + rows["tp"].astype(str)
-    ).to_numpy()
-    lofo = np.empty(len(rows))
-    for f in np.unique(fam):
-        test = fam == f
-        train = fit & ~test
-        t_o = theta if not (fit & test).any() else _fit_eager_form(form, d, train)
-        lofo[test] = _eager_form_pred(form, t_o, d)[test]
+    lofo = held_out_by_family(
+        rows, fit, pred, lambda train: _eager_form_pred(form, _fit_eager_form(form, d, train), d)
+    )
     kern = rows["kernels_s"].to_numpy(float)
     a = ape(pred, meas)
     params = dict.fromkeys(PARAM_KEYS, 0.0)
