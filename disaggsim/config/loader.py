@@ -531,13 +531,8 @@ _UNION_FIELDS = {
 
 
 def _allowed_keys(parent: list[str]) -> list[str]:
-    model: Any = Scenario
-    for part in parent:
-        fields = _fields_of(model, None)
-        if fields is None or part not in fields:
-            return []
-        model = fields[part]
-    fields = _fields_of(model, None)
+    annotation = _annotation_at(parent)
+    fields = None if annotation is None else _fields_of(annotation, None)
     return list(fields) if fields else []
 
 
