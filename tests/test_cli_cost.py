@@ -315,3 +315,20 @@ def test_every_error_starts_with_cost_and_its_subcommand(capsys, tmp_path, argv)
     line = _fail(capsys, words)
     assert line.startswith(f"disaggsim: error: cost {sub}: "), line
     assert line.count(f"cost {sub}: ") == 1, line
+
+
+def test_an_unfitted_backend_is_named_as_given(capsys, tmp_path):
+    """The cost model names the field (``attention_backend: 'flex' is not fitted ...``);
+    given as a flag, the error names the flag; given in a CSV column, the line and column."""
+    line = _fail(
+        capsys,
+        "cost decode --model llama-3-8b --gpu a100-80gb --tp 1 --batch 8 --context-tokens 1024 --attention-backend flex".split(),
+    )
+    assert line.startswith(
+        "disaggsim: error: cost decode: --attention-backend: 'flex' is not fitted"
+    ), line
+    (tmp_path / "q.csv").write_text(
+        "model,gpu,tp,batch,context_tokens,attention_backend\nllama-3-8b,a100-80gb,1,8,1024,flex\n"
+    )
+    line = _fail(capsys, ["cost", "decode", "--input", str(tmp_path / "q.csv")])
+    assert ": line 2: attention_backend: 'flex' is not fitted" in line, line

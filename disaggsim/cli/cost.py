@@ -664,6 +664,17 @@ def prefixed(command: str, message: str) -> str:
     return message if message.startswith(head) else head + message
 
 
+def _as_flag(fields: tuple[Field, ...], message: str) -> str:
+    """``message`` naming its input by flag where it starts with the field's name (the
+    cost model names a field ``attention_backend: ...``; on the command line it was
+    given as ``--attention-backend``)."""
+    head, sep, rest = message.partition(": ")
+    for f in fields:
+        if sep and head == f.name:
+            return f"{f.flag}: {rest}"
+    return message
+
+
 def run_queries(command: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Answer ``command`` for the flags in ``args`` or for every row of ``args.input``."""
     _, fields, query = COMMANDS[command]
@@ -671,7 +682,11 @@ def run_queries(command: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     cache: dict = {}
     path = getattr(args, "input", None)
     if path is None:
-        return [query(_resolve(fields, flags, None, f"cost {command}: "), cache)]
+        values = _resolve(fields, flags, None, f"cost {command}: ")
+        try:
+            return [query(values, cache)]
+        except UserError as e:
+            raise UserError(_as_flag(fields, str(e))) from None
     try:
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)
