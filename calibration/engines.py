@@ -731,6 +731,9 @@ EAGER_ENGINE = "vllm-eager-2023"
 # the form vllm-eager-2023 ships (eager_forms' names), and the engine-profile field each of
 # its parameters is
 EAGER_SHIPPED_FORM = "overlap"
+# the rule among equal-cost fits of a launch floor no fit row binds (_floor_rule)
+EAGER_UNBOUND_FLOOR = "sup"
+EAGER_UNBOUND_FLOOR_RULES = ("sup", "zero")
 EAGER_PROFILE_FIELDS = {
     "per_iteration_s": "per_iteration_s",
     "per_token_s": "per_token_s",
@@ -739,23 +742,29 @@ EAGER_PROFILE_FIELDS = {
 }
 
 
-def fit_eager(rows: pd.DataFrame, profile: HardwareProfile | None = None) -> dict[str, Any]:
+def fit_eager(
+    rows: pd.DataFrame, profile: HardwareProfile | None = None, unbound: str = EAGER_UNBOUND_FLOOR
+) -> dict[str, Any]:
     """``vllm-eager-2023``'s fit (the rows of :func:`features` for it): the overlap form of
     :func:`eager_forms` — per layer the longer of the kernels and the host's launches, plus
     per iteration, per token and, with TP > 1, per layer — fitted by least squares of the
     relative error on the fit rows, as :func:`fit_engine_linear` reports a linear fit (each
     (source, model, GPU, TP) family refitted without it). ``params`` are engine-profile
     fields (:data:`EAGER_PROFILE_FIELDS`); the step model runs them as fitted
-    (:func:`step_model_pred`)."""
+    (:func:`step_model_pred`). ``unbound``: the rule for a launch floor no fit row binds
+    (:func:`_floor_rule`; it decides only refits without a family)."""
     form = EAGER_SHIPPED_FORM
     p = eager_parts(REPO, profile, rows[list(COLUMNS)])
     d = _form_inputs(p)
     meas = d["meas"]
     fit = (rows["split"] == "fit").to_numpy()
-    theta = _fit_eager_form(form, d, fit)
+    theta = _fit_eager_form(form, d, fit, unbound)
     pred = _eager_form_pred(form, theta, d)
     lofo = held_out_by_family(
-        rows, fit, pred, lambda train: _eager_form_pred(form, _fit_eager_form(form, d, train), d)
+        rows,
+        fit,
+        pred,
+        lambda train: _eager_form_pred(form, _fit_eager_form(form, d, train, unbound), d),
     )
     kern = rows["kernels_s"].to_numpy(float)
     a = ape(pred, meas)
@@ -995,7 +1004,12 @@ def _form_inputs(p: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
-def _fit_eager_form(form: str, d: dict[str, np.ndarray], sel: np.ndarray) -> np.ndarray:
+def _fit_eager_form(
+    form: str, d: dict[str, np.ndarray], sel: np.ndarray, unbound: str = EAGER_UNBOUND_FLOOR
+) -> np.ndarray:
+    """``form``'s parameters fitted to the rows of ``sel`` (least squares of the relative
+    error, :data:`EAGER_FORM_STARTS` deterministic starts, the cheapest kept); a launch
+    floor that no row of ``sel`` binds is set by the rule ``unbound`` (:func:`_floor_rule`)."""
     meas = d["meas"]
     n = len(_EAGER_FORM_PARAMS[form])
     # parameters in units of 1e-4 s (the prefill scale in units of 0.1)
@@ -1012,7 +1026,42 @@ def _fit_eager_form(form: str, d: dict[str, np.ndarray], sel: np.ndarray) -> np.
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None
-    return np.asarray(best.x, float) * unit
+    return _floor_rule(form, np.asarray(best.x, float) * unit, d, sel, unbound)
+
+
+def _floor_headroom(form: str, theta: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
+    """Per row, the largest launch per layer that leaves the row's prediction as it is
+    (the floor at most the layer's kernels, less the per-layer sync where the form hides
+    the sync behind them too)."""
+    per_layer = d["layer_k"] / d["layers"]
+    if form == EAGER_OVERLAP_PREFILL:
+        per_layer = per_layer * (1.0 + theta[4] * d["pre"])
+    if form == EAGER_OVERLAP_HIDDEN:
+        per_layer = per_layer - theta[3] * d["multi"]
+    return per_layer
+
+
+def _floor_rule(
+    form: str, theta: np.ndarray, d: dict[str, np.ndarray], sel: np.ndarray, rule: str
+) -> np.ndarray:
+    """The launch floor of a fit whose floor binds none of the fit rows (``sel``): every
+    launch from 0 to the smallest row headroom (:func:`_floor_headroom`) then predicts the
+    fit rows alike, so the fit's cost is the same for all of them and the solver's pick is
+    arbitrary (it turns on cost differences beyond the sixth decimal). ``rule`` picks one:
+    ``sup``, the largest floor the fit rows allow (the shipped rule: an eager engine has a
+    floor, and rows that do not bind it bound it only from above); ``zero``, no floor.
+    Other fits are returned as they are."""
+    if form == "additive":
+        return theta
+    if rule not in EAGER_UNBOUND_FLOOR_RULES:
+        raise ValueError(f"unbound floor rule {rule!r} (allowed: {EAGER_UNBOUND_FLOOR_RULES})")
+    head = _floor_headroom(form, theta, d)[sel]
+    # the floor binds a fit row (beyond the solver's rounding, 1e-6): identified
+    if (theta[2] > head * (1.0 + 1e-6)).any():
+        return theta
+    out = theta.copy()
+    out[2] = max(float(head.min()), 0.0) if rule == "sup" else 0.0
+    return out
 
 
 def eager_forms(
@@ -1143,6 +1192,218 @@ def second_source_check(
             record(form, fitted, f"Splitwise TP{t} (held out)", is_sw & (tp == t), a2, th2)
             record(form, fitted, "DistServe held-out families", held_ds, a2, th2)
     return out
+
+
+# --- vllm-eager-2023: the structure of the prefill residual (2026-12-02, fourth session) -----
+# Terms with a physical meaning added to the shipped overlap form, each scored on both
+# sources (eager_prefill_screen). Host terms are seconds per unit; kernel terms a fraction
+# of a kernel part added inside the per-layer max (a slower kernel).
+PREFILL_SCREEN_TERMS = {
+    "per token": "host time per token (prompt tokens and decode sequences: the shipped term)",
+    "per sequence": "host time per sequence the step samples (decode batch, prefill prompts)",
+    "per prompt token": "host time per prompt token (input preparation, detokenisation)",
+    "all-reduce x s": "every all-reduce slower than nccl-tests by a fraction",
+    "prefill biased GEMMs x s": "prefill GEMMs with a bias (QKV and up, column-parallel) slower "
+    "by a fraction: only OPT has them here",
+}
+PREFILL_SCREEN_FORMS = (
+    ("per token",),
+    ("per sequence", "per prompt token"),
+    ("per token", "all-reduce x s"),
+    ("per sequence", "per prompt token", "all-reduce x s"),
+    ("per sequence", "all-reduce x s", "prefill biased GEMMs x s"),
+)
+# DistServe's C++ engine's prefill all-reduces against nccl-tests' (cxx_prefill_allreduce):
+# fixed, not fitted, in the screen's "all-reduce x 1.49 (C++ engine)" rows
+_SCREEN_X0 = {"per token": 1e-4, "per sequence": 1e-4, "per prompt token": 1e-4}
+
+
+def _biased_gemm_s(points: pd.DataFrame, profile: HardwareProfile | None = None) -> np.ndarray:
+    """Per point, the kernel time of the GEMMs that carry a bias in a TP engine's GEMM call
+    (the column-parallel QKV and up projections of a model with linear biases; the
+    row-parallel ones add their bias after the all-reduce), all layers; 0 without biases."""
+    prof = profile or load_profile(EAGER_GPU)
+    out = np.zeros(len(points))
+    workers: dict[tuple[str, int], Any] = {}
+    for i, r in enumerate(points.to_dict("records")):
+        key = (str(r["model"]), int(r["tp"]))
+        if key not in workers:
+            workers[key] = build_worker_cost(
+                key[0], EAGER_GPU, key[1], weight_dtype="bf16", kv_dtype="bf16",
+                engine=ZERO_ENGINE, profile=prof, gpu_mem_util=1.0, activation_reserve_bytes=0.0,
+            )  # fmt: skip
+        w = workers[key]
+        if not w.model.linear_bias:
+            continue
+        m = float(r["batch"] * r["isl"] if r["metric"] in PREFILL_METRICS else r["batch"])
+        t = w.gemm_layer_times_s(m)
+        out[i] = w.model.num_layers * (t[0] + t[2])
+    return out
+
+
+def cxx_prefill_allreduce(
+    data_root: Path, profile: HardwareProfile | None = None
+) -> dict[str, Any]:
+    """DistServe's C++ engine's prefill steps (same A100s and harness as the 2023-vLLM
+    curves; no Python on its path) fitted as the kernel model plus a fraction ``s`` of its
+    all-reduce time plus a constant per step ``c`` (non-negative least squares of the
+    relative error): how much slower than nccl-tests the all-reduces of prefill activations
+    ran on that box. Also the same fit of Splitwise's first-token latencies of up to 2,048
+    prompt tokens (2023 vLLM on another DGX-A100) with the shipped per-iteration time
+    instead of ``c``. Returns the fitted values and the APE before and after, per family."""
+    out: dict[str, Any] = {}
+    pts = eager_points(data_root, "distserve")
+    p = eager_parts(data_root, profile, pts)
+    pre = p["metric"].isin(PREFILL_METRICS).to_numpy()
+    q = p[pre].reset_index(drop=True)
+    kern = (q["layer_kernels_s"] + q["lm_head_s"]).to_numpy(float)
+    meas = q["value_s"].to_numpy(float)
+    x = np.c_[q["allreduce_s"].to_numpy(float), np.ones(len(q))]
+    theta = solve(kern, x, meas)
+    a0, a1 = ape(kern, meas), ape(kern + x @ theta, meas)
+    fam = (q["model"] + " TP" + q["tp"].astype(str)).to_numpy()
+    out["cxx"] = {
+        "allreduce_scale": 1.0 + float(theta[0]),
+        "per_step_s": float(theta[1]),
+        "kernels_only": _stats(a0),
+        "fitted": _stats(a1),
+        "kernels_ape": a0,
+        "fitted_ape": a1,
+        "by_family": {
+            f: (float(np.median(a0[fam == f])), float(np.median(a1[fam == f])))
+            for f in sorted(set(fam))
+        },
+    }
+    sw = splitwise_points()
+    sw = sw[sw["metric"].isin(PREFILL_METRICS) & (sw["batch"] * sw["isl"] <= 2048)]
+    p = eager_parts(data_root, profile, sw.reset_index(drop=True))
+    kern = (p["layer_kernels_s"] + p["lm_head_s"]).to_numpy(float)
+    meas = p["value_s"].to_numpy(float)
+    it = load_engines()[EAGER_ENGINE].per_iteration_s
+    x = p[["allreduce_s"]].to_numpy(float)
+    theta = solve(kern + it, x, meas)
+    a0, a1 = ape(kern + it, meas), ape(kern + it + x @ theta, meas)
+    fam = ("TP" + p["tp"].astype(str)).to_numpy()
+    out["splitwise"] = {
+        "allreduce_scale": 1.0 + float(theta[0]),
+        "kernels_only": _stats(a0),
+        "fitted": _stats(a1),
+        "kernels_ape": a0,
+        "fitted_ape": a1,
+        "by_family": {
+            f: (float(np.median(a0[fam == f])), float(np.median(a1[fam == f])))
+            for f in sorted(set(fam))
+        },
+    }
+    return out
+
+
+def _screen_pred(
+    terms: tuple[str, ...], th: np.ndarray, d: dict[str, np.ndarray], ar_fixed: float
+) -> np.ndarray:
+    """The shipped overlap form (per iteration, launch floor, per-layer sync: ``th[:3]``)
+    with ``terms`` (:data:`PREFILL_SCREEN_TERMS`, parameters ``th[3:]``) and the
+    all-reduces scaled by ``1 + ar_fixed`` (a fixed fraction)."""
+    per_iter, launch, sync = th[:3]
+    layers = d["layers"]
+    lk = d["layer_k"] + ar_fixed * d["ar"]
+    host = per_iter + d["lm"]
+    for t, v in zip(terms, th[3:], strict=True):
+        if t == "per token":
+            host = host + v * d["tokens"]
+        elif t == "per sequence":
+            host = host + v * d["seqs"]
+        elif t == "per prompt token":
+            host = host + v * d["tokens"] * d["pre"]
+        elif t == "all-reduce x s":
+            lk = lk + v * d["ar"]
+        elif t == "prefill biased GEMMs x s":
+            lk = lk + v * d["bgemm"] * d["pre"]
+        else:
+            raise KeyError(t)
+    return host + layers * (np.maximum(lk / layers, launch) + sync * d["multi"])
+
+
+def _screen_fit(
+    terms: tuple[str, ...], d: dict[str, np.ndarray], sel: np.ndarray, ar_fixed: float
+) -> np.ndarray:
+    unit = np.array([1e-3, 1e-4, 1e-4, *(_SCREEN_X0.get(t, 1.0) for t in terms)])
+    starts = np.random.default_rng(0).uniform(0.0, 1.0, (EAGER_FORM_STARTS, len(unit)))
+    scale0 = np.array([10.0, 6.0, 6.0, *([1.0] * len(terms))])
+    best = None
+    for s0 in starts:
+        res = least_squares(
+            lambda t: _screen_pred(terms, t * unit, d, ar_fixed)[sel] / d["meas"][sel] - 1.0,
+            s0 * scale0,
+            bounds=(0.0, np.inf),
+        )
+        if best is None or res.cost < best.cost:
+            best = res
+    assert best is not None
+    return np.asarray(best.x, float) * unit
+
+
+def eager_prefill_screen(
+    data_root: Path, profile: HardwareProfile | None = None, cxx_allreduce: float | None = None
+) -> pd.DataFrame:
+    """A diagnostic, not shipped: the shipped overlap form with the terms of
+    :data:`PREFILL_SCREEN_FORMS` (each a cost with a physical meaning,
+    :data:`PREFILL_SCREEN_TERMS`) in place of its per-token host time, and the shipped
+    form with every all-reduce at the C++ engine's measured factor (``cxx_allreduce``,
+    :func:`cxx_prefill_allreduce`, fixed), each fitted on DistServe's fit families and
+    scored on both sources: every row, DistServe's fit rows, its held-out families,
+    Splitwise (held out), DistServe with each family refitted without it, and DistServe's
+    every family fitted in sample. One row per form with median / p90 APE and the fitted
+    values (``params``: seconds, or a fraction)."""
+    ds = eager_points(data_root)
+    pts = pd.concat([ds, splitwise_points()], ignore_index=True)
+    p = eager_parts(data_root, profile, pts)
+    d = _form_inputs(p)
+    pre = d["pre"].astype(bool)
+    d["ar"] = p["allreduce_s"].to_numpy(float)
+    d["seqs"] = np.where(pre, p["batch"].to_numpy(float), d["tokens"])
+    d["bgemm"] = _biased_gemm_s(p, profile)
+    is_sw = (p["source"] == SPLITWISE_SOURCE).to_numpy()
+    fit = ~is_sw & (p["split"] == "fit").to_numpy()
+    fam = (p["model"] + "|" + p["tp"].astype(str)).to_numpy()
+    if cxx_allreduce is None:
+        cxx_allreduce = cxx_prefill_allreduce(data_root, profile)["cxx"]["allreduce_scale"]
+    forms = [(f, 0.0) for f in PREFILL_SCREEN_FORMS] + [(("per token",), cxx_allreduce - 1.0)]
+    rows = []
+    for terms, fixed in forms:
+        th = _screen_fit(terms, d, fit, fixed)
+        a = ape(_screen_pred(terms, th, d, fixed), d["meas"])
+        lofo = np.empty(len(a))
+        for f in np.unique(fam[~is_sw]):
+            t = fam == f
+            if (fit & t).any():
+                lofo[t] = ape(_screen_pred(terms, _screen_fit(terms, d, fit & ~t, fixed), d, fixed), d["meas"])[t]  # fmt: skip
+            else:
+                lofo[t] = a[t]
+        every = ape(_screen_pred(terms, _screen_fit(terms, d, ~is_sw, fixed), d, fixed), d["meas"])
+        name = " + ".join(terms) + (
+            f", all-reduce x {cxx_allreduce:.2f} (C++ engine)" if fixed else ""
+        )
+        names = ("per_iteration_s", "launch_per_layer_s", "sync_per_layer_tp_s", *terms)
+        rows.append(
+            {
+                "form": name,
+                "shipped": terms == ("per token",) and not fixed,
+                "all": _stats(a),
+                "distserve_fit": _stats(a[fit]),
+                "distserve_held_out": _stats(a[~is_sw & ~fit]),
+                "splitwise_held_out": _stats(a[is_sw]),
+                "distserve_by_family": _stats(lofo[~is_sw]),
+                "distserve_every_family_in_sample": _stats(every[~is_sw]),
+                "params": {k: float(f"{v:.4g}") for k, v in zip(names, th, strict=True)},
+                "ape": a,
+                "lofo_ape": np.where(is_sw, np.nan, lofo),
+                "every_ape": np.where(is_sw, np.nan, every),
+                "splitwise_rows": is_sw,
+                "fit_rows": fit,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def _stats(v: np.ndarray) -> dict[str, Any]:
@@ -1695,7 +1956,44 @@ def print_eager_forms(data_root: Path) -> int:
         f"{int((~inside).sum())} of {len(pts)} (OPT-66B TP8, absent from the published grid, "
         f"counted as outside: {int(((pts['model'] == 'opt-66b') & (pts['tp'] == 8)).sum())})"
     )
+    print_prefill_structure(data_root)
     return 0
+
+
+def print_prefill_structure(data_root: Path) -> None:
+    """The prefill residual's structure (``--eager-forms``, last tables): the all-reduce
+    factor of DistServe's C++ engine and of Splitwise's 2023 vLLM, and the screen of
+    :func:`eager_prefill_screen`."""
+    ar = cxx_prefill_allreduce(data_root)
+    for key, who in (("cxx", "DistServe's C++ engine, prefill steps"),
+                     ("splitwise", "Splitwise's 2023 vLLM, prefills of <= 2,048 tokens")):  # fmt: skip
+        r = ar[key]
+        extra = f", plus {r['per_step_s'] * 1e3:.2f} ms a step" if "per_step_s" in r else ""
+        print(
+            f"{who}: all-reduces x {r['allreduce_scale']:.3f} of nccl-tests' time{extra}; "
+            f"median / p90 APE {r['kernels_only']['median_ape']:.1%} / "
+            f"{r['kernels_only']['p90_ape']:.1%} -> {r['fitted']['median_ape']:.1%} / "
+            f"{r['fitted']['p90_ape']:.1%}; per family (median, before -> after): "
+            + ", ".join(f"{f} {b:.1%} -> {a:.1%}" for f, (b, a) in r["by_family"].items())
+        )
+    print(
+        "The shipped overlap form with costs of a physical meaning in place of its per-token "
+        "host time, fitted on DistServe's fit families (median / p90 APE):"
+    )
+    for name, what in PREFILL_SCREEN_TERMS.items():
+        print(f"  {name}: {what}")
+    df = eager_prefill_screen(data_root, cxx_allreduce=ar["cxx"]["allreduce_scale"])
+    cols = ("all", "distserve_fit", "distserve_held_out", "splitwise_held_out",
+            "distserve_by_family", "distserve_every_family_in_sample")  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "form": df["form"],
+            **{c: [f"{v['median_ape']:.1%} / {v['p90_ape']:.1%}" for v in df[c]] for c in cols},
+        }
+    )
+    print(table.to_string(index=False))
+    for form, params in zip(df["form"], df["params"], strict=True):
+        print(f"  {form}: " + ", ".join(f"{k} {v:.4g}" for k, v in params.items()))
 
 
 def _print_parts(form: dict) -> None:

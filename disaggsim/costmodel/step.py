@@ -560,6 +560,20 @@ class RooflineWorkerCost:
 
     # --- breakdown for the CLI and notebooks ----------------------------------------
 
+    def gemm_layer_times_s(self, tokens: float) -> tuple[float, ...]:
+        """Seconds of each of one layer's GEMMs (QKV, O, up (+gate), down) over ``tokens``
+        tokens: the parts :meth:`breakdown`'s ``gemm_s`` sums over the layers."""
+        m = float(tokens)
+        if self._tiles is None:
+            return tuple(
+                _gemm_s(self._gemm_peak, self._hbm, self._gemm, m, n, k, self._gemm_elem)
+                for n, k in self._gemm_shapes
+            )
+        return tuple(
+            _tiled_gemm_s(self._gemm_peak, self._hbm, self._tiles, m, n, k)
+            for n, k in self._gemm_shapes
+        )
+
     def breakdown(
         self,
         *,
