@@ -917,6 +917,47 @@ def decode_fp8_over_bf16(data_root: Path, gpu: str) -> pd.DataFrame:
     return pd.DataFrame(g.round(3).unstack("head_dim"))
 
 
+DECODE_SIZE_BUCKETS_MB = (0.0, 1.0, 10.0, 100.0, 500.0, np.inf)
+
+
+def decode_fp8_ratio_by_size(data_root: Path, gpu: str, framework: str = "vllm") -> pd.DataFrame:
+    """``framework``'s decode-attention rows against the shipped profile's fit of its
+    kernel: the median measured / predicted time per KV dtype, head dim (rows) and KV bytes
+    read (columns, MB), with the kernel the table names for the rows (``kernel``): whether a
+    head dim's error is a per-byte rate (growing with the read) or a per-call cost (largest
+    on small reads)."""
+    from disaggsim.costmodel import ops
+    from disaggsim.hardware.profile import load_profile
+
+    prof = load_profile(gpu)
+    d = public.aic_decode_attention(data_root, gpu)
+    d = d[(d["framework"] == framework) & ~d["kernel"].isin(MINOR_KERNELS)]
+    backend = {"vllm": "vllm-flash", "sglang": "sglang-flash"}.get(framework, framework)
+    frames = []
+    for dt, t in d.groupby("dtype", sort=True):
+        elem = 1.0 if dt == "fp8" else 2.0
+        prm = prof.decode_attention_for(backend, str(dt))
+        g = (t["heads"] / t["kv_heads"]).round().to_numpy(float)
+        pred = np.asarray(
+            ops.decode_attention_time_s(
+                prof.peaks, prm, t["batch"], t["context_tokens"], t["kv_heads"], t["head_dim"],
+                elem, g,
+            )
+        )  # fmt: skip
+        kv_mb = 2.0 * t["context_tokens"] * t["kv_heads"] * t["head_dim"] * elem / 1e6
+        frames.append(
+            t.assign(
+                ratio=t["t_s"].to_numpy(float) / pred,
+                mb_read=pd.cut(kv_mb, list(DECODE_SIZE_BUCKETS_MB)),
+            )
+        )
+    x = pd.concat(frames)
+    keys = ["dtype", "head_dim"]
+    out = x.groupby([*keys, "mb_read"], observed=True)["ratio"].median().round(3).unstack("mb_read")
+    kernels = x.groupby(keys)["kernel"].agg(lambda k: ",".join(sorted(set(map(str, k)))))
+    return out.assign(kernel=kernels)
+
+
 PER_QUERY_HEAD_MIN_BYTES = 2e9  # query-head bytes (KV bytes x group) of a row compared
 
 
@@ -1452,6 +1493,7 @@ def main(argv: list[str] | None = None) -> int:
             by_group = decode_rates_by_group(Path(args.data), args.decode_rates)
             per_qh = per_query_head_rates(Path(args.data), args.decode_rates)
             fp8_ratio = decode_fp8_over_bf16(Path(args.data), args.decode_rates)
+            by_size = decode_fp8_ratio_by_size(Path(args.data), args.decode_rates)
         except UserError as e:
             print(f"fit_public: error: {e}", file=sys.stderr)
             return 2
@@ -1468,6 +1510,11 @@ def main(argv: list[str] | None = None) -> int:
             "thread block per query head), query-head bytes and elements per second:"
         )
         print(per_qh.to_string() if not per_qh.empty else "(none)")
+        print(
+            "\nvllm rows, measured / predicted by the shipped profile (median), by KV bytes "
+            "read (MB, columns):"
+        )
+        print(by_size.to_string())
         return 0
     if args.decode_context_rates:
         try:

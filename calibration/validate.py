@@ -431,7 +431,19 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   (overlapped tiles there). FP8 V's in-kernel transpose
   through shared memory (one read and one write per V byte, ~33 TB/s of shared memory over
   132 SMs: 0.03 ps per KV byte) is smaller still. So no term is added: the only term that
-  would close the 256 rows is a head-dim-256 rate fitted to them.
+  would close the 256 rows is a head-dim-256 rate fitted to them. Checked 2026-12-02
+  (fourth session), the two remaining candidates. Kernel choice: the table names one
+  kernel, `vllm_flash_attn_fa3`, for every head dim and both KV dtypes, so the error is
+  not a dispatch to another kernel. Dequantisation and quantisation as element-wise work:
+  the FP8 path's extra kernels (the query quantised to FP8, the step's one new token per
+  sequence written to the FP8 cache) are per call, a few microseconds whatever the
+  context, so they would show on small reads; by bytes read the head-dim-256 rows measure
+  1.12-1.13× the prediction below 10 MB and 1.42-1.45× from 10 MB up (192: 1.00-1.09×, then
+  1.08-1.22×; the bf16 rows 0.92-1.06× at every size and head dim): a per-byte rate of the
+  kernel's FP8 instantiation, where a per-call term cannot reach, and dequantising inside
+  the kernel (FP8 to bf16 in registers, no extra bytes) is part of that rate (`python -m
+  calibration.fit_public --data ../shared/data --decode-rates h100-sxm`, last table). No
+  term is added.
 - **FP8 GEMM (SGLang rows): met by SGLang's own kernel.** The shared FP8 GEMM
   (`ops.gemm.fp8`: TensorRT-LLM's efficiencies, SGLang's floor) errs by a median 12.9% on
   SGLang's rows, and the smooth GEMM form refitted to those rows alone by 12.9% too

@@ -95,3 +95,16 @@ def test_few_cta_sglang_fp8_rows_step_at_m_129_like_128_row_tiles() -> None:
         assert 0.85 < sg["m=256"] / sg["m=257"] < 1.15
         assert 0.85 < sg["m=192"] / vl["m=192"] < 1.15
         assert abs(sg["m=128"] / sg["m=65"] - 1.0) < 0.15  # 65-128: one 64-row tile
+
+
+def test_vllm_fp8_kv_head_dim_256_error_is_a_per_byte_rate() -> None:
+    # validation.md, FP8-KV decode: one kernel for every head dim; the head-dim-256 FP8 rows
+    # are near the prediction on small reads and ~1.4x it from 10 MB up, bf16 flat
+    from calibration.fit_public import decode_fp8_ratio_by_size
+
+    t = decode_fp8_ratio_by_size(DATA, "h100-sxm")
+    assert set(t["kernel"]) == {"vllm_flash_attn_fa3"}
+    r = t.drop(columns="kernel")
+    small, large = r.columns[0], r.columns[-1]
+    assert r.loc[("fp8", 256.0), small] < 1.2 < 1.35 < r.loc[("fp8", 256.0), large]
+    assert ((r.loc["bf16"] > 0.9) & (r.loc["bf16"] < 1.1)).all().all()
