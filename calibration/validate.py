@@ -205,16 +205,17 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   are already left out); their host paths differ (DistServe's harness runs Ray workers
   and detokenises in the timed step), which is engine and harness, not labels.
   Checked 2026-12-02 (fourth session): what the prefill residual is made of. The shipped
-  fit puts OPT-13B TP4's prefills 1.35× above DistServe's curve (median; 35.1% APE),
-  OPT-66B's 0.88-0.92× below it at every TP, Splitwise's Llama-2-70B 1.10-1.21× above
+  fit predicts OPT-13B TP4's prefills at 1.35× DistServe's curve (median; 35.1% APE; 1.35-1.69×
+  at 1,024-8,192 tokens), OPT-66B's at 0.88-0.92× it at every TP, Splitwise's Llama-2-70B at 1.10-1.21×
   (per-family rows above; `python -m calibration.engines --data ../shared/data
   --eager-forms`, last tables). Its per-token host time (55.9 µs on every prompt token,
   the same for every model and TP) makes that pattern; it stands in for GPU time that
   grows with the model, and host time per prompt token is small: vLLM's detokeniser took
   2 ms for 4,096 tokens from October 2023 (vllm-project/vllm PR 1338, in the v0.2.3 fork
   DistServe ran), and OPT-13B TP4's prefills of 2,048-8,192 tokens are only 18.7-26.8 µs
-  a token above the kernels, every cost included. Three causes checked, with numbers. (1) The prefill attention kernel (2023
-  vLLM ran xFormers' memory-efficient attention, not FlashAttention-2): attention is 1.8%
+  a token above the kernels, every cost included. Three causes checked, with numbers.
+  (1) The prefill attention kernel (2023 vLLM ran xFormers' `memory_efficient_attention`;
+  the kernel fitted here is FlashAttention-2): attention is 1.8%
   of the modelled prefill kernel time (median, 6.6% at most) on DistServe's grid and at
   most 8.7% on Splitwise's (8,192 tokens, TP2), so even a kernel twice as slow moves a
   step by a few percent, not the 34-40% seen. (2) All-reduces of prefill activations:
@@ -232,14 +233,13 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   whose cause in vLLM's code path is not identified (only OPT has linear biases here, so
   a slower biased GEMM cannot be told from an OPT factor on these data). The screen
   (rows "vllm-eager-2023 screen: overlap form, …"; fitted on DistServe's fit families as
-  the shipped fit): host time per sequence instead of per token changes nothing (7.1% /
-  22.8% all rows); the all-reduce factor fitted (3.40×) lowers all rows to 5.7% / 21.8%
+  the shipped fit): host time split into per sequence and per prompt token changes nothing
+  (the fit puts 56 µs back on every prompt token: 7.1% / 22.8% all rows); the all-reduce factor fitted (3.40×) lowers all rows to 5.7% / 21.8%
   and each family refitted without it to 6.5% / 20.9% but puts the held-out families at
   12.9% / 34.2% and Splitwise at 10.8% / 45.8% (its 8,192-token prompts, per-token host
   time 38 µs); the C++ engine's factor fixed at 1.49 gives 5.9% / 22.8% (held-out families
   7.7% / 35.8%, Splitwise 11.1% / 29.4%); with a prefill factor on the biased GEMMs (1.64×,
-  all-reduces 2.93×)
-  all rows reach 4.8% / 19.4%, held-out families 6.2% / 22.1%, Splitwise 10.8% / 26.1%,
+  all-reduces 2.93×) all rows reach 4.8% / 19.4%, held-out families 6.2% / 22.1%, Splitwise 10.8% / 26.1%,
   every family in sample 5.4% / 14.8% — the best found, but an OPT factor by another name,
   so not shipped. No form reaches a p90 of 15% on all rows. The decode half of the miss:
   OPT-66B TP8 decode at batch 1-8 measures 0.81-0.83× the prediction because its batch-1 steps
