@@ -13,6 +13,7 @@ import math
 from array import array
 
 import numpy as np
+import pytest
 
 from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.engine.cluster import EngineConfig, PoolSpec, run_cluster
@@ -23,6 +24,8 @@ from disaggsim.engine.records import (
     Samples,
     Segments,
     StepLog,
+    flush_held,
+    held_rows,
     minus_one,
     signed_columns,
     unsigned_columns,
@@ -82,17 +85,55 @@ def test_run_returns_signed_columns() -> None:
     assert list(raw.log.status) == [1, 1, 1]
 
 
-def test_step_log_for_engine_is_the_unsigned_form() -> None:
-    made, converted = StepLog.for_engine(), StepLog()
-    unsigned_columns(converted)
-
-    def codes(log: StepLog) -> list[str]:
-        cols = [getattr(log, n) for n in log.__slots__ if n != "prefill_iters"]
-        cols += [getattr(log.prefill_iters, n) for n in PrefillIters.__slots__]
-        return [c.typecode for c in cols]
-
-    assert codes(made) == codes(converted)
-    assert all(not c for c in (made.run_steps, made.run_base_s, made.prefill_iters.num_seqs))
+def test_held_rows_flush_as_the_appends_would() -> None:
+    """A worker's step-log rows held packed (:func:`held_rows`) and flushed (midway, at
+    the end, with nothing held; short and long tables) give the signed columns, byte for byte, that appending
+    each value gives (NaN and 8-byte ints included); only 8-byte columns are taken."""
+    log, ref = StepLog(), StepLog()
+    run_cols = (
+        log.run_start_at_s,
+        log.run_steps,
+        log.run_batch,
+        log.run_context0,
+        log.run_base_s,
+        log.run_per_token_s,
+        log.run_prefill_tokens,
+    )
+    it = log.prefill_iters
+    iter_cols = (it.start_at_s, it.duration_s, it.num_seqs, it.num_tokens)
+    runs, (pack_run, put_run) = held_rows(*run_cols)
+    iters, (pack_iter, put_iter) = held_rows(*iter_cols)
+    for i in range(3000):  # the last flush moves 2,799 runs (numpy) and 700 iterations
+        row = (
+            i * 0.1 + 1e-9 * i,
+            i % 17 + 1,
+            i % 250,
+            2**40 + i,
+            0.013,
+            math.nan if i == 3 else 1e-7,
+        )
+        put_run(pack_run(*row, i % 5))
+        ref.add_run(*row, i % 5)
+        if i % 4 == 0:
+            put_iter(pack_iter(row[0], 0.2, i % 3, 2**33 + i))
+            ref.prefill_iters.append((row[0], 0.2, i % 3, 2**33 + i))
+        if i == 200:
+            flush_held(runs, run_cols)
+            flush_held(iters, iter_cols)
+    for _ in range(2):  # the second flush finds nothing held
+        flush_held(runs, run_cols)
+        flush_held(iters, iter_cols)
+    assert not runs and not iters
+    for name in StepLog.__slots__:
+        a, b = getattr(log, name), getattr(ref, name)
+        if name == "prefill_iters":
+            for n in PrefillIters.__slots__:
+                x, y = getattr(a, n), getattr(b, n)
+                assert x.typecode == y.typecode and x.tobytes() == y.tobytes(), n
+        else:
+            assert a.typecode == b.typecode and a.tobytes() == b.tobytes(), name
+    with pytest.raises(ValueError, match="8-byte"):
+        held_rows(array("i"))
 
 
 def test_rows_flush_as_the_appends_would() -> None:

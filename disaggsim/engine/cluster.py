@@ -696,9 +696,9 @@ class Cluster:
         net = self.handoff.net
         self.sample_rows.flush()
         self.segment_rows.flush()
-        signed_columns(
-            self.segments, self.samples, self.router_samples, *(w.steps for w in self.workers)
-        )
+        for w in self.workers:
+            w.flush_steps()
+        signed_columns(self.segments, self.samples, self.router_samples)
         return RawResult(
             requests=self.table,
             log=self.log.log,

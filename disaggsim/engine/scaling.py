@@ -183,6 +183,7 @@ class Scaling:
         ttft = [t for at, t in reversed(cl.ttft_log) if at >= now - window_s] if cl.ttft_log else []
         gaps = _WindowGaps()
         for w in serving:
+            w.flush_steps()  # its step-log rows held since the last flush
             gaps.add_worker(w.steps, now - window_s)
         return PoolSignals(
             queue_depth=len(queued),

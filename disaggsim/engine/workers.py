@@ -46,6 +46,7 @@ replaced, without a generator resumed per state change.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Generator
 from enum import Enum
@@ -64,7 +65,7 @@ from disaggsim.engine.events import (
     call_soon_after,
     call_urgent,
 )
-from disaggsim.engine.records import StepLog
+from disaggsim.engine.records import StepLog, flush_held, held_rows
 from disaggsim.engine.request_state import RequestState
 
 if TYPE_CHECKING:
@@ -177,13 +178,21 @@ class Run(NamedTuple):
 
     def log_to(self, log: StepLog) -> None:
         """Record the run's steps: one affine run per segment."""
+        for row in self.rows():
+            log.add_run(*row)
+
+    def rows(self) -> list[tuple[float, int, int, int, float, float]]:
+        """The run's step-log rows (:meth:`StepLog.add_run`'s values): one affine run per
+        segment."""
         m = min(self.lead_steps, self.steps)
         b, c = self.batch, self.context0
+        out = []
         if m:
-            log.add_run(self.start_s, m, b, c, self.lead_base_s, self.lead_per_token_s)
+            out.append((self.start_s, m, b, c, self.lead_base_s, self.lead_per_token_s))
         if self.steps > m:
             start = self.start_s + self.time_s(m) if m else self.start_s
-            log.add_run(start, self.steps - m, b, c + m * b, self.base_s, self.per_token_s)
+            out.append((start, self.steps - m, b, c + m * b, self.base_s, self.per_token_s))
+        return out
 
 
 class DecodeLines(NamedTuple):
@@ -292,7 +301,8 @@ class Worker:
         "_state",
         "_gen",
         "_gen_then",
-        "_iter_to",
+        "_held_steps",
+        "_iter_row",
         "_target",
         "_then",
         "_idle",
@@ -349,15 +359,15 @@ class Worker:
         # prefill batch times already asked of the cost model (a pure function; shared by
         # the workers of one pool)
         self._prefill_times = prefill_times if prefill_times is not None else {}
-        # made unsigned (unsigned_columns' typecodes), signed again in the run's result
-        self.steps = StepLog.for_engine()
-        it = self.steps.prefill_iters  # its columns, bound once (PrefillIters.append's)
-        self._iter_to = (
-            it.start_at_s.append,
-            it.duration_s.append,
-            it.num_seqs.append,
-            it.num_tokens.append,
-        )
+        # signed columns throughout: the engine writes them through held rows (no
+        # appends, so none of unsigned_columns' cost), flushed by flush_steps
+        self.steps = StepLog()
+        it = self.steps.prefill_iters
+        # a prefill iteration's row (start_at_s, duration_s, num_seqs, num_tokens),
+        # PrefillIters.append's: put(pack(...)), held until flush_steps
+        columns = (it.start_at_s, it.duration_s, it.num_seqs, it.num_tokens)
+        held, self._iter_row = held_rows(*columns)
+        self._held_steps: tuple[tuple[bytearray, tuple[array[Any], ...]], ...] = ((held, columns),)
         self.num_failures = 0
         self._idle = False  # waiting for work: new work schedules the wake (notify)
         self._activity: Activity | None = None  # what the worker is doing now (for failures)
@@ -558,6 +568,13 @@ class Worker:
         for append in columns:
             append(0)
 
+    def flush_steps(self) -> None:
+        """The step-log rows written since the last flush, into :attr:`steps`' columns:
+        before anyone reads them (the autoscaler, a failure, a swap stall, the run's
+        result)."""
+        for held, columns in self._held_steps:
+            flush_held(held, columns)
+
     # -- failures ---------------------------------------------------------------------
 
     def fail(self, down_s: float) -> bool:
@@ -678,7 +695,7 @@ class _TokenBatch(Worker):
         "_run_wake",
         "_run_waited_cb",
         "_run_woken_cb",
-        "_run_to",
+        "_run_row",
         "_running",
         "_segment_row",
         "_spare",
@@ -731,16 +748,20 @@ class _TokenBatch(Worker):
         # a segment row (rid, worker, start_step, tokens, at_s), Segments.add's:
         # put(pack(...))
         self._segment_row = self.host.segment_rows.write
-        st = self.steps  # its run columns, bound once (StepLog.add_run's, in its order)
-        self._run_to = (
-            st.run_start_at_s.append,
-            st.run_steps.append,
-            st.run_batch.append,
-            st.run_context0.append,
-            st.run_base_s.append,
-            st.run_per_token_s.append,
-            st.run_prefill_tokens.append,
+        st = self.steps
+        # a run's row (StepLog.add_run's values, in its order): put(pack(...)), held
+        # until flush_steps
+        columns = (
+            st.run_start_at_s,
+            st.run_steps,
+            st.run_batch,
+            st.run_context0,
+            st.run_base_s,
+            st.run_per_token_s,
+            st.run_prefill_tokens,
         )
+        held, self._run_row = held_rows(*columns)
+        self._held_steps += ((held, columns),)
 
     def _lines_for(self, batch: int) -> DecodeLines:
         lines = self._lines.get(batch)
@@ -948,6 +969,7 @@ class _TokenBatch(Worker):
         host = self.host
         start = self.env._now
         self._activity = _STALL
+        self.flush_steps()  # the stall's row is written in place below
         log = self.steps.prefill_iters
         log.append((start, 0.0, 0, 0))
         i = len(log) - 1
@@ -1207,24 +1229,17 @@ class _TokenBatch(Worker):
         self._advance(run, growth if run[1] == planned else None)  # run[1]: its steps
         self._pop_finished()
 
-    def _advance(self, run: RunFields, growth: int | None = None) -> None:
+    def _advance(self, run: RunFields, growth: int | None = None, prefill_tokens: int = 0) -> None:
         """The batch has completed ``run``'s steps (``growth``: the blocks they allocate,
-        when already known)."""
+        when already known; ``prefill_tokens``: a mixed iteration's prompt chunks)."""
         start_s, k, b, c, base_s, per_s, lead, _, _ = run
         self.promised_growth = 0
+        pack, put = self._run_row  # Run.log_to, its rows held (flush_steps)
         if lead:
-            Run._make(run).log_to(self.steps)
-        elif not k:
-            pass  # Run.log_to of no steps: no row
-        else:  # Run.log_to of a one-segment run: one row, straight into the columns
-            start, steps, batch, context0, base, per, prefill = self._run_to
-            start(start_s)
-            steps(k)
-            batch(b)
-            context0(c)
-            base(base_s)
-            per(per_s)
-            prefill(0)
+            for row in Run._make(run).rows():
+                put(pack(*row, prefill_tokens))
+        elif k:  # a one-segment run: one row (none for no steps)
+            put(pack(start_s, k, b, c, base_s, per_s, prefill_tokens))
         if not self.requests.reserve_full:
             grown = self._new_blocks(k) if growth is None else growth
             if grown:
@@ -1574,7 +1589,8 @@ class PrefillWorker(_PrefillQueue, Worker):
         if copies is not None:
             # promotion flows finish before the prefill computes (a failure meanwhile
             # cuts this record at the failure)
-            self.steps.prefill_iters.append((self.env._now, 0.0, len(batch), tokens))
+            pack, put = self._iter_row  # PrefillIters.append, its row held (flush_steps)
+            put(pack(self.env._now, 0.0, len(batch), tokens))
             self._promoting = (tokens, pairs, cached, promote_s)
             self._wait(copies, self._promoted)
             return
@@ -1605,13 +1621,11 @@ class PrefillWorker(_PrefillQueue, Worker):
             dur = self._prefill_time_s(len(batch), tokens, pairs, cached)
         dur += promote_s
         if logged:
+            self.flush_steps()
             self.steps.prefill_iters[-1] = (now, dur, len(batch), tokens)
-        else:  # PrefillIters.append, into the bound columns
-            start, duration, seqs, toks = self._iter_to
-            start(now)
-            duration(dur)
-            seqs(len(batch))
-            toks(tokens)
+        else:  # PrefillIters.append, its row held (flush_steps)
+            pack, put = self._iter_row
+            put(pack(now, dur, len(batch), tokens))
         if self._a2a:  # the iteration's all-to-all on the unit's NICs
             self._copy(self._a2a_iteration_bytes(0, tokens), "a2a", None)
         self.batch_end_at_s = now + dur
@@ -1645,6 +1659,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         act = self._activity
         in_batch = list(act) if type(act) is list else []
         if in_batch:  # the iteration was logged with its full length: cut it at the failure
+            self.flush_steps()
             start, _, n, tok = self.steps.prefill_iters[-1]
             self.steps.prefill_iters[-1] = (start, self.env._now - start, n, tok)
         queued = list(self.queue)
@@ -2134,11 +2149,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 pairs = sum(n * h + n * (n + 1) / 2 for n, h in zip(news, hits, strict=True))
                 dur = self._prefill_time_s(len(batch), tokens, pairs, sum(hits))
                 dur += self._promotion_s()
-            start, duration, seqs, toks = self._iter_to  # PrefillIters.append, bound
-            start(env._now)
-            duration(dur)
-            seqs(len(batch))
-            toks(tokens)
+            pack, put = self._iter_row  # PrefillIters.append, its row held (flush_steps)
+            put(pack(env._now, dur, len(batch), tokens))
             self._activity = batch  # a prefill-only iteration over batch
             # call_in(env, dur, self._prefilled_cb), inline, on the spare Call if any
             ev = self._spare
@@ -2235,11 +2247,11 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         start, dur, b, ctx, chunk_seqs, chunk_tokens, done_now = self._mixing
         self._activity = None
         if b:
-            # Run(start, 1, b, ctx, dur, 0.0): its fields
-            self._advance((start, 1, b, ctx, dur, 0.0, 0, 0.0, 0.0))
-            self.steps.run_prefill_tokens[-1] = chunk_tokens
-        else:
-            self.steps.prefill_iters.append((start, dur, chunk_seqs, chunk_tokens))
+            # Run(start, 1, b, ctx, dur, 0.0): its fields, and its prompt chunks' tokens
+            self._advance((start, 1, b, ctx, dur, 0.0, 0, 0.0, 0.0), None, chunk_tokens)
+        else:  # PrefillIters.append, its row held (flush_steps)
+            pack, put = self._iter_row
+            put(pack(start, dur, chunk_seqs, chunk_tokens))
         self._pop_finished()
         if self.prefix is not None:  # blocks computed so far are hit-able
             bt = self.prefix.block_tokens
@@ -2261,6 +2273,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         in_prefill: list[int] = []
         if type(act) is list:  # a prefill-only iteration
             in_prefill = list(act)
+            self.flush_steps()
             start, _, n, tok = self.steps.prefill_iters[-1]
             self.steps.prefill_iters[-1] = (start, self.env._now - start, n, tok)
         # a mixed iteration is logged only when it ends: nothing to cut
