@@ -1262,6 +1262,12 @@ def cxx_prefill_allreduce(
     theta = solve(kern, x, meas)
     a0, a1 = ape(kern, meas), ape(kern + x @ theta, meas)
     fam = (q["model"] + " TP" + q["tp"].astype(str)).to_numpy()
+    lofo, factors = np.empty(len(q)), []
+    for f in np.unique(fam):  # each family predicted by a fit without it
+        t = fam == f
+        th = solve(kern[~t], x[~t], meas[~t])
+        lofo[t] = ape(kern + x @ th, meas)[t]
+        factors.append(1.0 + float(th[0]))
     out["cxx"] = {
         "allreduce_scale": 1.0 + float(theta[0]),
         "per_step_s": float(theta[1]),
@@ -1273,6 +1279,9 @@ def cxx_prefill_allreduce(
             f: (float(np.median(a0[fam == f])), float(np.median(a1[fam == f])))
             for f in sorted(set(fam))
         },
+        "held_out_by_family": _stats(lofo),
+        "held_out_by_family_ape": lofo,
+        "allreduce_scale_without_each_family": (min(factors), max(factors)),
     }
     sw = splitwise_points()
     sw = sw[sw["metric"].isin(PREFILL_METRICS) & (sw["batch"] * sw["isl"] <= 2048)]
@@ -1976,6 +1985,13 @@ def print_prefill_structure(data_root: Path) -> None:
             f"{r['fitted']['p90_ape']:.1%}; per family (median, before -> after): "
             + ", ".join(f"{f} {b:.1%} -> {a:.1%}" for f, (b, a) in r["by_family"].items())
         )
+        if "held_out_by_family" in r:
+            lo, hi = r["allreduce_scale_without_each_family"]
+            print(
+                f"  each family predicted by a fit without it: all-reduces x {lo:.2f}-{hi:.2f}, "
+                f"median / p90 APE {r['held_out_by_family']['median_ape']:.1%} / "
+                f"{r['held_out_by_family']['p90_ape']:.1%}"
+            )
     print(
         "The shipped overlap form with costs of a physical meaning in place of its per-token "
         "host time, fitted on DistServe's fit families (median / p90 APE):"
