@@ -223,7 +223,8 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   kernel model with every all-reduce 1.49× nccl-tests' time plus 3.5 ms a step (median /
   p90 APE 8.3% / 18.9% → 3.3% / 8.9%; OPT-66B TP8 15.5% → 3.2% median, OPT-13B TP4 11.3% →
   2.8%; each family predicted by a fit without it: factors 1.35-1.57, 4.3% / 10.4%), and
-  Splitwise's prefills of up to 2,048 tokens need 2.11× (16.1% / 26.3% → 7.5% / 20.2%; TP8 20.5% → 7.2%, but TP2 6.7% → 12.6%): a physical cost the hardware profile's
+  Splitwise's prefills of up to 2,048 tokens need 2.11× (16.1% / 26.3% → 7.5% / 20.2%;
+  TP8 20.5% → 7.2%, but TP2 6.7% → 12.6%): a physical cost the hardware profile's
   nccl-tests fit does not carry for these engines, the part of the residual that grows
   with TP (rows "DistServe's C++ engine, all-reduces × 1.49" and "Splitwise's
   2023 vLLM, all-reduces × 2.11"). (3) What is left is not TP-dependent: at TP1-2, where
