@@ -3,13 +3,16 @@
 For seeded random one-command plan questions (dense and MoE models, five GPU types,
 4-16 GPUs, prompt, reply and SLO mixes), runs ``disaggsim plan`` (``--quick`` unless
 ``--full``), then ``disaggsim run`` of the recommended.yaml it wrote (its own ``sim``
-section: 300 s of arrivals after the plan's horizon rule, seed 0) and, with ``--margins``,
-the same scenario at lower rates; prints one line per run: met or missed, attainment,
-the steady-state test and TTFT p99. A recommendation that misses as written says the
-goodput was put above what the deployment serves in a long run.
+section, seed 0: the question's 300 s of arrivals, or a shorter window where that would
+hold more than 100,000 requests, docs/planning.md §4 "How long the file runs") and, with
+``--margins``, the same scenario at lower rates; with ``--question-window``, a file that
+was shortened is also run over the question's own window (question.yaml's ``sim``). It
+prints one line per run: met or missed, attainment, the steady-state test and TTFT p99.
+A recommendation that misses as written says the goodput was put above what the
+deployment serves in a long run.
 
     python benchmarks/plan_holds.py [--seed 7] [--questions 12] [--full]
-        [--margins 0.96,0.92] [--out results/plan_holds]
+        [--margins 0.96,0.92] [--question-window] [--out results/plan_holds]
 
 Not a test: nothing is asserted; each question takes from seconds to minutes.
 """
@@ -50,11 +53,17 @@ def question(rng: random.Random) -> list[str]:
     ]  # fmt: skip
 
 
-def run(cli: list[str], scenario: Path, out: Path, rate: float | None) -> dict:
-    """``disaggsim run`` of ``scenario`` (at ``rate`` if given); its summary."""
+def run(
+    cli: list[str], scenario: Path, out: Path, rate: float | None, sim: dict | None = None
+) -> dict:
+    """``disaggsim run`` of ``scenario`` (at ``rate`` if given, over ``sim``'s window if
+    given); its summary."""
     args = [*cli, "run", str(scenario), "--out", str(out), "--quiet", "--no-plots"]
     if rate is not None:
         args += ["--set", f"workload.rate_per_s={rate:.6g}"]
+    for key in ("duration_s", "warmup_s"):
+        if sim is not None and key in sim:
+            args += ["--set", f"sim.{key}={sim[key]}"]
     subprocess.run(args, capture_output=True, text=True, check=True)
     return json.loads((out / "summary.json").read_text())
 
@@ -65,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", type=int, default=12)
     ap.add_argument("--full", action="store_true", help="plan without --quick")
     ap.add_argument("--margins", default="", help="also run at these shares of the rate")
+    ap.add_argument(
+        "--question-window",
+        action="store_true",
+        help="also run a shortened file over the question's own window",
+    )
     ap.add_argument("--out", type=Path, default=Path("results/plan_holds"))
     a = ap.parse_args(argv)
     cli = [sys.executable, "-m", "disaggsim"]
@@ -88,11 +102,18 @@ def main(argv: list[str] | None = None) -> int:
         rec = plan_out / "recommended.yaml"
         if p.returncode != 0 or not rec.exists():
             continue
-        rate = float(yaml.safe_load(rec.read_text())["workload"]["rate_per_s"])
-        for share in (1.0, *margins):
-            s = run(cli, rec, a.out / f"{name}-x{share:g}", None if share == 1.0 else share * rate)
+        written = yaml.safe_load(rec.read_text())
+        rate = float(written["workload"]["rate_per_s"])
+        asked = yaml.safe_load((plan_out / "question.yaml").read_text())["sim"]
+        runs = [(f"x{share:g}", share, None) for share in (1.0, *margins)]
+        if a.question_window and written["sim"]["duration_s"] != asked["duration_s"]:
+            print(f"  file {written['sim']['duration_s']:g} s, question {asked['duration_s']:g} s")
+            runs.append((f"x1 over {asked['duration_s']:g} s", 1.0, asked))
+        for tag, share, sim in runs:
+            out = a.out / f"{name}-{tag.replace(' ', '-')}"
+            s = run(cli, rec, out, None if share == 1.0 else share * rate, sim)
             print(
-                f"  x{share:g} ({share * rate:.4g} req/s): "
+                f"  {tag} ({share * rate:.4g} req/s): "
                 f"{'met' if s['meets_slo'] else 'MISSED'}, attainment {s['slo_attainment']:.3f}, "
                 f"stable {s['stable']} (p {s['stability_p_value']:.2g}), "
                 f"TTFT p99 {s['ttft_p99_s']:.3g} s, TPOT p50 {s['tpot_p50_s'] * 1e3:.1f} ms",

@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
+from disaggsim.config.bounds import MAX_REQUESTS
 from disaggsim.config.loader import load_scenario
-from disaggsim.metrics.summary_table import SUMMARY_KEYS, Summary
 from disaggsim.plan import PlanOptions, plan
-from disaggsim.plan.holds import written_rate
+from disaggsim.plan.holds import backlog_slack_s, needed_window_s, written_rate, written_sim
 from disaggsim.plan.report import plan_json, ranked_table, recommended_scenario, write_outputs
 from disaggsim.run import simulate
 from disaggsim.sweep import RunLengthRule, SerialExecutor
+from tests.plan_fakes import fake_run_points
 
 # quick mode with shorter runs still (tests/test_plan.py's FAST): the search's runs are
 # a few seconds of arrivals, the question's own window two minutes
@@ -104,27 +105,27 @@ def test_a_short_confirmation_that_passes_is_checked_as_written(tmp_path):
     assert any(n.startswith(f"{rec.candidate.label} missed as written") for n in res.notes)
 
 
+def _arch(sc) -> str:
+    return sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
+
+
 def _fake_runs(monkeypatch, per_gpu: dict[str, tuple[float, float]], long_s: float):
     """Replace the simulation: a run meets the SLO when its rate per GPU is at most its
     architecture's capacity, the first value for runs shorter than ``long_s`` seconds of
-    arrivals, the second for longer ones (the file's window). Returns the runs seen as
-    (architecture, rate, GPUs, duration)."""
-    zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
-    seen: list[tuple[str, float, int, float]] = []
+    arrivals, the second for longer ones (the file's window). Returns the scenarios run
+    (a list that grows as the plan runs; :func:`_seen`)."""
 
-    def fake_run(task):
-        sc = load_scenario(task.raw).scenario
-        arch = sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
-        short, long = per_gpu[arch]
-        rate = sc.workload.rate_per_s / sc.num_gpus
-        seen.append((arch, sc.workload.rate_per_s, sc.num_gpus, sc.sim.duration_s))
-        ok = rate <= (long if sc.sim.duration_s >= long_s else short)
-        return Summary.from_dict(
-            {**zeros, "slo_attainment": 1.0 if ok else 0.5, "stability_p_value": 1.0}
-        )
+    def meets(sc) -> bool:
+        short, long = per_gpu[_arch(sc)]
+        cap = long if sc.sim.duration_s >= long_s else short
+        return sc.workload.rate_per_s / sc.num_gpus <= cap
 
-    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
-    return seen
+    return fake_run_points(monkeypatch, meets)
+
+
+def _seen(runs) -> list[tuple[str, float, int, float]]:
+    """The runs as (architecture, rate, GPUs, duration)."""
+    return [(_arch(sc), sc.workload.rate_per_s, sc.num_gpus, sc.sim.duration_s) for sc in runs]
 
 
 FLEET = {
@@ -155,15 +156,15 @@ def test_a_verdict_that_does_not_hold_as_written_is_taken_again(monkeypatch):
         "colocated-chunked": (8.0, 8.0),
         "colocated-vllm": (6.0, 6.0),
     }
-    seen = _fake_runs(monkeypatch, caps, long_s=500.0)
+    runs = _fake_runs(monkeypatch, caps, long_s=500.0)
     opts = dataclasses.replace(PlanOptions.quick(), max_tp=1)
     unchecked, adv0 = plan(
         FLEET, options=dataclasses.replace(opts, check_as_written=False), executor=SerialExecutor()
     )
     assert adv0.verdict == "disaggregate"
     assert adv0.recommended.goodput_per_gpu_per_s == pytest.approx(10.0, rel=0.1)
-    assert not any(d >= 500.0 for *_, d in seen)  # the search never runs the file's window
-    seen.clear()
+    assert not any(d >= 500.0 for *_, d in _seen(runs))  # the search never runs the file's
+    runs.clear()
     res, advice = plan(FLEET, options=opts, executor=SerialExecutor())
     assert advice.verdict == "colocate_chunked"
     rec, dis = advice.recommended, advice.best_disaggregated
@@ -174,7 +175,7 @@ def test_a_verdict_that_does_not_hold_as_written_is_taken_again(monkeypatch):
     raw = recommended_scenario(res, advice)
     written = raw["workload"]["rate_per_s"] / rec.candidate.num_gpus
     assert raw["sim"] == FLEET["sim"] and written <= caps["colocated-chunked"][1]
-    long_runs = [(a, r, g) for a, r, g, d in seen if d == 500.0]
+    long_runs = [(a, r, g) for a, r, g, d in _seen(runs) if d == 500.0]
     assert ("colocated-chunked", raw["workload"]["rate_per_s"], rec.candidate.num_gpus) in long_runs
     assert res.num_as_written_runs == len(long_runs)
     # every check ran rates as written (6 digits), the disaggregated one down to its result
@@ -213,3 +214,86 @@ def test_one_check_per_kind_and_none_for_an_undecided_plan(monkeypatch):
     res, advice = plan(FLEET, options=opts, executor=SerialExecutor())
     assert advice.verdict == "undecided"
     assert res.num_as_written_runs == 0 and all(r.as_written is None for r in res.ranked)
+
+
+# ------------------------------------------------------------------ how long the file runs
+
+
+def _res(raw: dict, output_tokens_mean: float, **options):
+    """What written_sim reads of a search: the scenario, the options, the mean output."""
+    return SimpleNamespace(
+        loaded=load_scenario(raw),
+        options=dataclasses.replace(PlanOptions.quick(), **options),
+        analytic=SimpleNamespace(output_tokens_mean=output_tokens_mean),
+    )
+
+
+def test_the_file_keeps_the_question_window_unless_it_holds_many_requests():
+    """FLEET (TTFT 1 s, TPOT 50 ms, 100-token replies, 500 s of which 50 warm-up),
+    quick mode (tolerance 4 %), attainment 0.9. A backlog delays a colocated request
+    past the SLO after 1 s of waiting, a disaggregated one after max(1, 99 x 0.05) =
+    4.95 s (it can wait for decode after its first token); the window is twice that over
+    0.9 x 0.04, the warm-up at least a mean request's life in the SLO (1 + 99 x 0.05)."""
+    res = _res(FLEET, 100.0)
+    slo = res.loaded.scenario.slo
+    assert backlog_slack_s(slo, "colocate_chunked", 100.0) == 1.0
+    assert backlog_slack_s(slo, "disaggregate", 100.0) == pytest.approx(4.95)
+    gap = slo.model_copy(update={"itl_statistic": "max_gap"})
+    assert backlog_slack_s(gap, "disaggregate", 100.0) == 1.0  # max(TTFT, one gap)
+    warm, measure = needed_window_s(res, "colocate_vllm")
+    assert warm == pytest.approx(5.95) and measure == pytest.approx(2 * 1.0 / (0.9 * 0.04))
+    assert needed_window_s(res, "disaggregate")[1] == pytest.approx(2 * 4.95 / (0.9 * 0.04))
+
+    # 10 req/s: 5,000 requests in the question's window, which the file keeps
+    ws = written_sim(res, "colocate_chunked", 10.0)
+    assert ws.sim == FLEET["sim"] and ws.bound is None and ws.requests == pytest.approx(5000)
+    # 1,000 req/s: 500,000 requests; 100 s hold the 100,000 the file keeps at least
+    ws = written_sim(res, "colocate_chunked", 1000.0)
+    assert ws.bound == "file_requests" and ws.question_s == 500.0
+    assert ws.sim == {"duration_s": 100.0, "warmup_s": 10.0}
+    assert ws.requests == pytest.approx(100_000)
+    # 5,000 req/s: the window steady state needs, 61.73 s (55.6 measured, rounded up)
+    ws = written_sim(res, "colocate_chunked", 5000.0)
+    assert ws.sim == {"duration_s": 61.73, "warmup_s": 6.173}
+    assert ws.sim["duration_s"] - ws.sim["warmup_s"] >= measure and ws.requests > 100_000
+    # a disaggregated candidate's file at the same rate is longer (a decode backlog)
+    dis = written_sim(res, "disaggregate", 5000.0)
+    assert dis.sim == {"duration_s": 305.6, "warmup_s": 30.56}
+    assert dis.sim["duration_s"] - dis.sim["warmup_s"] >= needed_window_s(res, "disaggregate")[1]
+    # never longer than the question's: full mode's 1 % tolerance needs 222 s colocated,
+    # 1,100 s disaggregated, which the question's 500 s caps
+    full = _res(FLEET, 100.0, tol_fraction=0.01)
+    assert written_sim(full, "colocate_chunked", 2000.0).sim["duration_s"] == 247.0
+    assert written_sim(full, "disaggregate", 2000.0).sim == FLEET["sim"]
+    # a rate whose needed window passes one run's requests: shrunk to MAX_REQUESTS
+    huge = written_sim(res, "colocate_chunked", 50_000.0)
+    assert huge.bound == "MAX_REQUESTS" and huge.requests <= 0.9 * MAX_REQUESTS * (1 + 1e-3)
+    # a larger file_requests keeps the question's window further up
+    assert (
+        written_sim(_res(FLEET, 100.0, file_requests=600_000), "colocate_chunked", 1000.0).bound
+        is None
+    )
+
+
+def test_a_shortened_file_is_checked_as_written(tmp_path):
+    """SHORT_REPLIES asked over 600 s with files of at least 500 requests: its file
+    holds more at its goodput, so recommended.yaml runs the window steady state needs
+    (TTFT 3 s: 2 x 3 / (0.9 x 0.04) = 166.7 s measured, 185.2 s in all), the check ran
+    that window, and `disaggsim run` of the file reproduces the check's run exactly."""
+    question = {**SHORT_REPLIES, "sim": {"duration_s": 600, "warmup_s": 60}}
+    opts = dataclasses.replace(FAST, file_requests=500)
+    with SerialExecutor() as ex:
+        res, advice = plan(question, options=opts, executor=ex)
+    rec = advice.recommended
+    assert advice.decided and rec is not None and rec.as_written is not None
+    raw = recommended_scenario(res, advice)
+    assert raw["sim"] == {"duration_s": 185.2, "warmup_s": 18.52}
+    assert "shortened from the question's 600 s to 185.2 s" in raw["description"]
+    assert rec.as_written.evaluations[-1].duration_s == 185.2
+    assert all(e.duration_s == 185.2 for e in rec.as_written.evaluations)
+    ran = _as_written(res, advice)
+    assert ran["meets_slo"]
+    assert rec.at_rate is not None and ran["slo_attainment"] == rec.at_rate.slo_attainment
+    assert ran["ttft_p99_s"] == rec.at_rate.ttft_p99_s
+    # what the ranked table and plan.json say: the window the file runs
+    assert plan_json(res, advice)["ranked"][0]["as_written"]["duration_s"] == 185.2

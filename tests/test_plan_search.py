@@ -389,41 +389,34 @@ def test_quick_plan_screens_the_chunks_next_to_a_chunked_pool_behind_the_floor(m
     searched on. In miniature, no simulation (each run meets at up to a goodput per GPU
     set by its deployment): chunk 256 and 1024 take one run each, the answer and every
     other candidate's goodput stay as they were."""
-    import sys
-
-    from disaggsim.config.loader import load_scenario
-    from disaggsim.metrics.summary_table import SUMMARY_KEYS, Summary
     from disaggsim.plan import plan
     from disaggsim.sweep import SerialExecutor
     from tests.conftest import REPO
+    from tests.plan_fakes import fake_run_points
 
     per_gpu = {"disaggregated": 2.0, 256: 1.1, 512: 1.5, 1024: 1.2, "vllm": 0.4}
-    zeros = {k.key: k.kind() for k in SUMMARY_KEYS if k.required}  # 0, 0.0, "", False
-    runs: list[tuple] = []
 
-    def fake_run(task):
-        sc = load_scenario(task.raw).scenario
+    def key(sc):
         if sc.architecture == "disaggregated":
-            key = "disaggregated"
-        else:
-            assert sc.pool is not None
-            key = "vllm" if sc.pool.scheduler == "vllm" else sc.pool.max_batch_tokens
-        runs.append((key, sc.num_gpus))
-        ok = sc.workload.rate_per_s / sc.num_gpus <= per_gpu[key] * (
-            1.0 if sc.pool is None or sc.pool.tp == 1 else 0.7
-        )
-        return Summary.from_dict(
-            {**zeros, "slo_attainment": 1.0 if ok else 0.5, "stability_p_value": 1.0}
-        )
+            return "disaggregated"
+        assert sc.pool is not None
+        return "vllm" if sc.pool.scheduler == "vllm" else sc.pool.max_batch_tokens
 
-    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    scenarios = fake_run_points(
+        monkeypatch,
+        lambda sc: (
+            sc.workload.rate_per_s / sc.num_gpus
+            <= per_gpu[key(sc)] * (1.0 if sc.pool is None or sc.pool.tp == 1 else 0.7)
+        ),
+    )
     path = REPO / "scenarios" / "advisor" / "long-prompt-infiniband.yaml"
     opts = dataclasses.replace(PlanOptions.quick(), max_tp=2)
     res, advice = plan(path, options=opts, executor=SerialExecutor())
     plain, _ = plan(
         path, options=dataclasses.replace(opts, screen_nearest=False), executor=SerialExecutor()
     )
-    chunk_runs = {k: sum(1 for key, g in runs if key == k and g == 16) for k in (256, 1024)}
+    runs = [(key(sc), sc.num_gpus) for sc in scenarios]
+    chunk_runs = {k: sum(1 for c, g in runs if c == k and g == 16) for k in (256, 1024)}
     assert res.num_screened_out == 2
     labels = {r.candidate.label: r.goodput_per_gpu_per_s for r in res.ranked}
     before = {r.candidate.label: r.goodput_per_gpu_per_s for r in plain.ranked}

@@ -20,6 +20,14 @@ goodput. No retest with other seeds: the run as written decides, as ``disaggsim 
 the file would. The verdict is then taken again on the checked goodputs; where that
 brings in a kind not yet checked (chunked against vllm), its best is checked too.
 
+How long the file runs (:func:`written_sim`): the question's window, unless that holds
+more than ``PlanOptions.file_requests`` (100,000) requests at the rate; then the window
+steady state needs (:func:`needed_window_s`: an overload of the plan's tolerance grows a
+backlog that makes most measured requests miss) and at least that many requests. The
+check's cost grew with the question's window times the rate (a 300 s file of 700 k
+requests at 2,300 req/s on 16 B200); it now grows with the rate times the needed window
+(62 s there), and the file still meets exactly as it is checked.
+
 Which candidate is a kind's best stays the search's choice (the advisor takes the
 checked one of a kind): every candidate's search goodput comes from the same rule, and
 a checked goodput sits below the search's (it was lowered where its file missed), so
@@ -38,7 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from disaggsim.config.bounds import MAX_REQUESTS, expected_requests
-from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.config.loader import load_scenario
 from disaggsim.config.scenario import SimConfig
 from disaggsim.metrics.steady import Horizon
 from disaggsim.plan.search import (
@@ -52,16 +60,24 @@ from disaggsim.sweep.executors import Executor
 from disaggsim.sweep.goodput import GoodputResult, goodput_many
 
 __all__ = [
+    "FILE_MARGIN",
     "RATE_DIGITS",
+    "WrittenSim",
+    "backlog_slack_s",
     "check_as_written",
     "lowered_note",
+    "needed_window_s",
     "rank_checked",
     "written_horizon",
     "written_rate",
     "written_scenario",
+    "written_sim",
 ]
 
 RATE_DIGITS = 6  # significant digits of the rate recommended.yaml writes
+# a shortened file's measurement window: this many times the seconds a backlog growing at
+# the plan's tolerance takes to delay a request past the SLO (backlog_slack_s)
+FILE_MARGIN = 2.0
 
 
 def written_rate(rate_per_s: float) -> float:
@@ -69,48 +85,126 @@ def written_rate(rate_per_s: float) -> float:
     return float(f"{rate_per_s:.{RATE_DIGITS}g}")
 
 
-def written_sim(loaded: LoadedScenario, rate_per_s: float) -> tuple[dict[str, Any], float]:
-    """The ``sim`` section recommended.yaml writes at ``rate_per_s`` and the factor (at
-    most 1) it was shortened by: the scenario's own, its window and warm-up shrunk in
-    proportion where the requests expected at that rate would pass MAX_REQUESTS (a
-    fleet's goodput times the question's window can exceed what one run may hold)."""
+def _ceil4(x: float) -> float:
+    """``x`` rounded up to 4 significant digits (a window written short of what it
+    needs would not hold the rule)."""
+    if not x > 0:
+        return 0.0
+    e = math.floor(math.log10(x)) - 3
+    v = math.ceil(round(x / 10.0**e, 9)) * 10.0**e
+    return float(f"{v:.4g}")
+
+
+def backlog_slack_s(slo, kind: str, output_tokens_mean: float) -> float:
+    """How long a request may wait in a growing backlog before it misses the SLO: in
+    front of a colocated pool or a prefill pool it waits for its first token (the TTFT
+    target); a disaggregated request can also wait after its first token for a decode
+    batch, which adds the wait to its largest gap, or its mean gap times (output − 1)
+    (the ITL target, or it times the mean output less one)."""
+    if kind != "disaggregate":
+        return float(slo.ttft_s)
+    gaps = 1.0 if slo.itl_statistic == "max_gap" else max(output_tokens_mean - 1.0, 1.0)
+    return max(float(slo.ttft_s), slo.itl_s * gaps)
+
+
+def needed_window_s(res: SearchResult, kind: str) -> tuple[float, float]:
+    """The warm-up and measurement window (seconds) a file of a ``kind`` candidate needs
+    (docs/planning.md §4, "How long the file runs"). A rate a share ``e`` above what the
+    deployment serves grows a backlog whose wait rises by about ``e`` seconds each second
+    (fluid limit), so requests arriving ``slack / e`` after it starts miss; over a window
+    of :data:`FILE_MARGIN` × ``slack / (attainment × tol)`` an overload of the plan's
+    tolerance makes at least half of the measured requests miss (attainment target
+    ``attainment`` up to 1). The warm-up is a mean request's longest life within the
+    SLO (TTFT target + (mean output − 1) × ITL target): the deployment fills first."""
+    slo = res.loaded.scenario.slo
+    out = res.analytic.output_tokens_mean
+    slack = backlog_slack_s(slo, kind, out)
+    measure = FILE_MARGIN * slack / (slo.attainment_target * res.options.tol_fraction)
+    warm = slo.ttft_s + max(out - 1.0, 0.0) * slo.itl_s
+    return float(warm), float(measure)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WrittenSim:
+    """The ``sim`` section recommended.yaml writes at a rate, and why it is what it is.
+
+    ``bound``: None, the question's own; ``"file_requests"``, shortened where the
+    question's window held more than ``PlanOptions.file_requests`` requests at this rate,
+    to what :func:`needed_window_s` asks (and no fewer requests than that);
+    ``"MAX_REQUESTS"``, shortened further to fit one run's requests (docs/safety.md).
+    ``question_s``: the question's ``duration_s``; ``requests``: those expected in the
+    file (0 for a trace, counted when read)."""
+
+    sim: dict[str, Any]
+    question_s: float
+    bound: str | None
+    requests: float
+
+
+def written_sim(res: SearchResult, kind: str, rate_per_s: float) -> WrittenSim:
+    """The ``sim`` section recommended.yaml writes for a ``kind`` candidate at
+    ``rate_per_s`` (:class:`WrittenSim`): the question's, unless that holds more than
+    ``res.options.file_requests`` requests at the rate as written; then the question's
+    warm-up share of the longest of: that many requests' arrivals, and the window
+    :func:`needed_window_s` asks (its warm-up at least that one's), each rounded up to 4
+    digits; never longer than the question's. Past MAX_REQUESTS (a fleet's goodput times
+    the window can exceed what one run may hold) both shrink in proportion."""
+    loaded = res.loaded
     sim = dict(loaded.raw["sim"])
+    d0 = float(sim["duration_s"])
+    w0 = float(sim.get("warmup_s", 0.0))
     wl = loaded.scenario.workload
     if not hasattr(wl, "rate_per_s"):
-        return sim, 1.0
+        return WrittenSim(sim, d0, None, 0.0)
     # as the recommendation writes it: one constant rate, rounded as written
     update: dict[str, Any] = {"rate_per_s": written_rate(rate_per_s)}
     update.update({k: None for k in ("rate_schedule", "rate_shape") if k in type(wl).model_fields})
     fixed = wl.model_copy(update=update)
+    n0 = expected_requests(fixed, d0)
+    bound = None
+    if n0 > res.options.file_requests:
+        share = w0 / d0
+        warm, measure = needed_window_s(res, kind)
+        d = max(
+            d0 * res.options.file_requests / n0,  # the file's requests (a constant rate)
+            measure / (1.0 - share) if share < 1.0 else math.inf,
+            warm + measure,
+        )
+        w = _ceil4(max(share * _ceil4(d), warm))
+        d = _ceil4(max(d, w + measure))
+        if d < d0:
+            sim["duration_s"], sim["warmup_s"], bound = d, w, "file_requests"
     n = expected_requests(fixed, float(sim["duration_s"]))
-    if not n > MAX_REQUESTS:
-        return sim, 1.0
-    # 0.9: rounding the shortened window to 4 digits must not cross the bound again
-    shrink = 0.9 * MAX_REQUESTS / n
-    sim["duration_s"] = float(f"{float(sim['duration_s']) * shrink:.4g}")
-    sim["warmup_s"] = float(f"{float(sim.get('warmup_s', 0.0)) * shrink:.4g}")
-    return sim, shrink
+    if n > MAX_REQUESTS:
+        # 0.9: rounding the shortened window to 4 digits must not cross the bound again
+        shrink = 0.9 * MAX_REQUESTS / n
+        sim["duration_s"] = float(f"{float(sim['duration_s']) * shrink:.4g}")
+        sim["warmup_s"] = float(f"{float(sim.get('warmup_s', 0.0)) * shrink:.4g}")
+        bound = "MAX_REQUESTS"
+        n = expected_requests(fixed, float(sim["duration_s"]))
+    return WrittenSim(sim, d0, bound, n)
 
 
 def written_scenario(
-    loaded: LoadedScenario, cand, rate_per_s: float, name: str | None = None
+    res: SearchResult, cand, rate_per_s: float, name: str | None = None
 ) -> dict[str, Any]:
     """The scenario recommended.yaml writes for ``cand`` at ``rate_per_s`` (rounded as
     written): the candidate's scenario at one constant rate with its ``sim`` section of
     :func:`written_sim`."""
-    raw = candidate_scenario(loaded, cand, name=name)
+    raw = candidate_scenario(res.loaded, cand, name=name)
     wl = dict(raw["workload"])
     wl["rate_per_s"] = written_rate(rate_per_s)
     for key in ("rate_schedule", "rate_shape", "rate_scale"):
         wl.pop(key, None)
     raw["workload"] = wl
-    raw["sim"] = written_sim(loaded, rate_per_s)[0]
+    raw["sim"] = written_sim(res, cand.kind, rate_per_s).sim
     return raw
 
 
-def written_horizon(loaded: LoadedScenario, rate_per_s: float) -> Horizon:
-    """The run recommended.yaml makes at ``rate_per_s``, as a goodput run's horizon."""
-    sim = SimConfig.model_validate(written_sim(loaded, rate_per_s)[0])
+def written_horizon(res: SearchResult, kind: str, rate_per_s: float) -> Horizon:
+    """The run recommended.yaml makes for a ``kind`` candidate at ``rate_per_s``, as a
+    goodput run's horizon."""
+    sim = SimConfig.model_validate(written_sim(res, kind, rate_per_s).sim)
     return Horizon(
         warmup_s=sim.warmup_s,
         measure_s=sim.duration_s - sim.warmup_s,
@@ -141,7 +235,7 @@ def check_as_written(
     candidate it compares is checked."""
     from disaggsim.plan.advisor import advise
 
-    o, loaded = res.options, res.loaded
+    o = res.options
     while True:
         advice = advise(res)
         rec = advice.recommended
@@ -163,7 +257,7 @@ def check_as_written(
         name = f"{res.loaded.scenario.name}-plan"
         sources = []
         for r in todo:
-            raw = written_scenario(res.loaded, r.candidate, r.goodput_per_s, name=name)
+            raw = written_scenario(res, r.candidate, r.goodput_per_s, name=name)
             sources.append(source_of(load_scenario(raw, base_dir=res.loaded.base_dir), name))
         brackets = []
         for r in todo:
@@ -175,7 +269,9 @@ def check_as_written(
             brackets[0][1],
             brackets=brackets,
             bisected=[True] * len(todo),
-            long_horizons=[lambda rate: written_horizon(loaded, rate)] * len(todo),
+            long_horizons=[
+                lambda rate, k=r.candidate.kind, s=res: written_horizon(s, k, rate) for r in todo
+            ],
             rate_digits=RATE_DIGITS,
             tol_fraction=o.tol_fraction,
             seeds=1,  # the file runs its own seed once
@@ -212,7 +308,7 @@ def _with_checks(res: SearchResult, checks: dict[Any, GoodputResult]) -> SearchR
             )
         )
         if g.status != "found":
-            notes.append(lowered_note(res.loaded, r, g))
+            notes.append(lowered_note(res, r, g))
     checked = sum(g.num_runs for g in checks.values())
     return dataclasses.replace(
         res,
@@ -263,7 +359,7 @@ def _others_note(res: SearchResult) -> SearchResult:
     return dataclasses.replace(res, notes=(*res.notes, note))
 
 
-def lowered_note(loaded: LoadedScenario, r: CandidateResult, g: GoodputResult) -> str:
+def lowered_note(res: SearchResult, r: CandidateResult, g: GoodputResult) -> str:
     """One line: ``r`` missed as written at its search's goodput, and what it met."""
     first = g.evaluations[0]
     s = first.summary
@@ -276,10 +372,10 @@ def lowered_note(loaded: LoadedScenario, r: CandidateResult, g: GoodputResult) -
             + (f", TTFT p99 {s.ttft_p99_s:.3g} s" if s is not None else "")
         )
     )
-    sim = written_horizon(loaded, first.rate_per_s)
+    sim = written_horizon(res, r.candidate.kind, first.rate_per_s)
     head = (
         f"{r.candidate.label} missed as written ({sim.duration_s:g} s of arrivals, "
-        f"seed {loaded.scenario.seed}) at its search's goodput {first.rate_per_s:.6g} req/s "
+        f"seed {res.loaded.scenario.seed}) at its search's goodput {first.rate_per_s:.6g} req/s "
         f"({how})"
     )
     if g.rate_per_s > 0:

@@ -142,7 +142,7 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
     if not advice.decided or rec is None or rec.goodput_per_s <= 0:
         raise ValueError(f"plan: verdict {advice.verdict!r} recommends no deployment")
     raw = written_scenario(
-        res.loaded, rec.candidate, rec.goodput_per_s, name=f"{res.loaded.scenario.name}-plan"
+        res, rec.candidate, rec.goodput_per_s, name=f"{res.loaded.scenario.name}-plan"
     )
     raw["description"] = (
         f"disaggsim plan recommendation ({advice.verdict}) for {res.gpu_budget} x {res.gpu}: "
@@ -153,7 +153,16 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
             f" (checked as written: this file at this rate meets the SLOs, seed "
             f"{res.loaded.scenario.seed})"
         )
-    if written_sim(res.loaded, rec.goodput_per_s)[1] < 1.0:
+    ws = written_sim(res, rec.candidate.kind, rec.goodput_per_s)
+    if ws.bound == "file_requests":
+        raw["description"] += (
+            f"; sim shortened from the question's {ws.question_s:g} s to "
+            f"{raw['sim']['duration_s']:g} s (about {fmt(round(ws.requests))} requests at "
+            f"this rate): at least {fmt(res.options.file_requests)} requests and a window "
+            f"in which a rate {res.options.tol_fraction:.0%} above what the deployment "
+            f"serves misses (docs/planning.md §4, \"How long the file runs\")"
+        )
+    elif ws.bound == "MAX_REQUESTS":
         raw["description"] += (
             f"; sim shortened to {raw['sim']['duration_s']:g} s so that the requests at "
             f"this rate stay within the {fmt(MAX_REQUESTS)} of one run (docs/safety.md)"

@@ -115,6 +115,10 @@ class PlanOptions:
     # the candidates the advisor compares are run as their recommended.yaml is written
     # (its sim section and seed) and stepped down until they meet (plan/holds.py)
     check_as_written: bool = True
+    # recommended.yaml keeps the question's sim window where that holds at most this many
+    # requests at the rate written, else it runs the window steady state needs
+    # (plan/holds.py written_sim)
+    file_requests: int = 100_000
     quick_mode: bool = False
 
     def with_run_length(
