@@ -160,7 +160,7 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
             f"{raw['sim']['duration_s']:g} s (about {fmt(round(ws.requests))} requests at "
             f"this rate): at least {fmt(res.options.file_requests)} requests and a window "
             f"in which a rate {res.options.tol_fraction:.0%} above what the deployment "
-            f"serves misses (docs/planning.md §4, \"How long the file runs\")"
+            f'serves misses (docs/planning.md §4, "How long the file runs")'
         )
     elif ws.bound == "MAX_REQUESTS":
         raw["description"] += (
