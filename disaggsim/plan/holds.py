@@ -41,6 +41,7 @@ kind's list one candidate after another (a quick plan of mistral-7b on 16 B200,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -269,9 +270,7 @@ def check_as_written(
             brackets[0][1],
             brackets=brackets,
             bisected=[True] * len(todo),
-            long_horizons=[
-                lambda rate, k=r.candidate.kind, s=res: written_horizon(s, k, rate) for r in todo
-            ],
+            long_horizons=[functools.partial(written_horizon, res, r.candidate.kind) for r in todo],
             rate_digits=RATE_DIGITS,
             tol_fraction=o.tol_fraction,
             seeds=1,  # the file runs its own seed once
