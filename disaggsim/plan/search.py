@@ -65,18 +65,26 @@ __all__ = [
     "KINDS",
     "Candidate",
     "CandidateResult",
+    "SEQS_RAISE",
     "PlanOptions",
     "SearchResult",
     "all_candidates",
     "candidate_scenario",
+    "candidate_seqs_ladder",
     "plan_families",
+    "raise_caps",
     "rank_rows",
     "search",
+    "seqs_fixed",
+    "seqs_ladder",
 ]
 
 KINDS = ("disaggregate", "colocate_chunked", "colocate_vllm")
 DEFAULT_CHUNK_TOKENS = 512  # Sarathi-style chunk budget when the scenario has none
 CHUNK_LADDER = (256, 512, 1024, 2048, 4096, 8192)  # chunk sizes the search tries
+# the largest decode batch cap tried, times the scenario's (1,024 for its default 256:
+# vLLM V1's API server's default on H100)
+SEQS_RAISE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,22 +199,30 @@ class Candidate(PoolLayouts):
     prefill_ep: int | None = None
     decode_dp: int = 1
     decode_ep: int | None = None
+    # the decode (colocated: the pool's) batch cap per data-parallel rank; None: the
+    # scenario's (raised where it can matter: raise_caps)
+    max_batch_seqs: int | None = None
 
     @property
     def label(self) -> str:
         if self.kind == "disaggregate":
             return (
                 f"disagg {self.num_prefill_workers}P x {self.prefill_layout.tag} + "
-                f"{self.num_decode_workers}D x {self.decode_layout.tag}{self._dtype()}"
+                f"{self.num_decode_workers}D x {self.decode_layout.tag}{self._seqs()}"
+                f"{self._dtype()}"
             )
         sched = "chunked" if self.kind == "colocate_chunked" else "vllm"
         extra = f" chunk {self.chunk_tokens}" if self.chunk_tokens else ""
         return (
-            f"{sched} {self.num_prefill_workers} x {self.prefill_layout.tag}{extra}{self._dtype()}"
+            f"{sched} {self.num_prefill_workers} x {self.prefill_layout.tag}{extra}"
+            f"{self._seqs()}{self._dtype()}"
         )
 
     def _dtype(self) -> str:
         return f" {self.weight_dtype}" if self.weight_dtype else ""
+
+    def _seqs(self) -> str:
+        return f" seqs {self.max_batch_seqs}" if self.max_batch_seqs else ""
 
     def deployment(self) -> dict[str, Any]:
         extra = {"weight_dtype": self.weight_dtype} if self.weight_dtype else {}
@@ -220,6 +236,7 @@ class Candidate(PoolLayouts):
                 "decode_pool": {
                     "num_workers": self.num_decode_workers,
                     **_layout_fields(self.decode_layout),
+                    **self._seqs_field(self.decode_dp),
                 },
                 **extra,
             }
@@ -230,7 +247,12 @@ class Candidate(PoolLayouts):
         }
         if self.chunk_tokens:  # the chunk is per data-parallel rank
             pool["max_batch_tokens"] = self.chunk_tokens * self.prefill_dp
+        pool.update(self._seqs_field(self.prefill_dp))
         return {"architecture": "colocated", "pool": pool, **extra}
+
+    def _seqs_field(self, dp: int) -> dict[str, int]:
+        """The pool's ``max_batch_seqs`` (over the worker's ``dp`` ranks) where set."""
+        return {"max_batch_seqs": self.max_batch_seqs * dp} if self.max_batch_seqs else {}
 
 
 def _layout_fields(lay: Layout) -> dict[str, int]:
@@ -1223,6 +1245,97 @@ def finalists(
     return out
 
 
+# ------------------------------------------------------------------ batch caps
+
+
+def seqs_fixed(loaded: LoadedScenario) -> bool:
+    """Whether the scenario sets the decode batch cap itself (its decode pool's, else
+    its pool's ``max_batch_seqs``): then every candidate keeps it, as an engine setting
+    the user chose."""
+    raw = loaded.raw
+    pool = raw.get("decode_pool") or raw.get("pool") or {}
+    return isinstance(pool, dict) and "max_batch_seqs" in pool
+
+
+def seqs_ladder(own: int, batch: int) -> tuple[int | None, ...]:
+    """Decode batch caps per data-parallel rank to try: the scenario's ``own`` (None),
+    then doublings up to the first at or above ``batch`` (the analytic typical batch
+    with a cap of :data:`SEQS_RAISE` × ``own``: the largest within the ITL target and the
+    KV), at most :data:`SEQS_RAISE` × ``own``. Just ``(None,)`` where ``batch`` fits
+    ``own``: there the cap cannot bind."""
+    rungs: list[int | None] = [None]
+    cap = own
+    while cap < batch and cap < SEQS_RAISE * own:
+        cap *= 2
+        rungs.append(cap)
+    return tuple(rungs)
+
+
+def own_seqs(loaded: LoadedScenario) -> int:
+    """The scenario's decode batch cap per data-parallel rank."""
+    s = loaded.scenario
+    return int(_pool_base(s.decode_pool or s.pool)["max_batch_seqs"])
+
+
+def candidate_seqs_ladder(
+    loaded: LoadedScenario, c: Candidate, lengths: tuple[np.ndarray, np.ndarray]
+) -> tuple[int | None, ...]:
+    """:func:`seqs_ladder` for ``c``'s decode (colocated: its pool's) layout: the analytic
+    typical batch of §1 (docs/planning.md) at :data:`SEQS_RAISE` times the scenario's cap."""
+    ld = _with_dtype(loaded, c.weight_dtype)
+    own = own_seqs(ld)
+    dl = c.decode_layout if c.kind == "disaggregate" else c.prefill_layout
+    pl = c.prefill_layout
+    g = analytic_guess(
+        ld, prefill_tp=pl, decode_tp=dl, gpu_budget=pl.gpus + dl.gpus, lengths=lengths,
+        max_batch_seqs=SEQS_RAISE * own * dl.dp,
+    )  # fmt: skip
+    return seqs_ladder(own, -(-g.decode_batch // dl.dp))
+
+
+def raise_caps(
+    explorer: _Evaluator,
+    loaded: LoadedScenario,
+    lengths: tuple[np.ndarray, np.ndarray],
+    min_gain: float,
+) -> None:
+    """After the walk (at the scenario's cap), each kind's best explored candidate tries
+    the next larger decode batch cap on its ladder (:func:`candidate_seqs_ladder`), the
+    kinds side by side, while the larger cap gains more than ``min_gain``: at most
+    ``log2(SEQS_RAISE)`` explorations a kind, none where the analytic batch fits the
+    scenario's cap, the scenario sets it (:func:`seqs_fixed`) or the model is MoE (whose
+    true bound is computed at the scenario's cap)."""
+    if seqs_fixed(loaded) or get_model(loaded.scenario.model).moe is not None:
+        return
+    climbing: dict[str, tuple[Candidate, tuple[int | None, ...]]] = {}
+    for kind in KINDS:
+        rows = [
+            (c, _per_gpu(r))
+            for c, r in explorer.results.items()
+            if c.kind == kind and r.status != "below"
+        ]
+        best = max(rows, key=lambda x: x[1], default=None)
+        if best is None or not best[1] > 0:
+            continue
+        ladder = candidate_seqs_ladder(loaded, best[0], lengths)
+        if len(ladder) > 1:
+            climbing[kind] = (best[0], ladder)
+    while True:
+        step = {}
+        for kind, (c, ladder) in climbing.items():
+            i = ladder.index(c.max_batch_seqs) + 1
+            if i < len(ladder):
+                step[kind] = dataclasses.replace(c, max_batch_seqs=ladder[i])
+        if not step:
+            return
+        got = explorer(list(step.values()))
+        climbing = {
+            kind: (c, climbing[kind][1])
+            for (kind, c), v in zip(step.items(), got, strict=True)
+            if v > _per_gpu(explorer.results[climbing[kind][0]]) * (1 + min_gain)
+        }
+
+
 # ------------------------------------------------------------------ search
 
 
@@ -1331,6 +1444,7 @@ def search(
         min_gain=opts.explore_tol_fraction,
         screen=opts.screen_nearest,
     )
+    raise_caps(explorer, loaded, lengths, opts.explore_tol_fraction)
     final = _Evaluator(
         loaded, guesses, opts, executor, progress, "final", explorer.results, counter
     )

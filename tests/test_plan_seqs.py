@@ -1,0 +1,92 @@
+"""The decode batch cap in the plan's search (docs/planning.md §2, "The decode batch
+cap"): searched where the analytic batch within the ITL target and the KV passes the
+scenario's cap, kept where the scenario sets it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from disaggsim.config.loader import load_scenario
+from disaggsim.plan import PlanOptions, plan
+from disaggsim.plan.report import recommended_scenario, write_outputs
+from disaggsim.plan.search import seqs_fixed, seqs_ladder
+from disaggsim.sweep import SerialExecutor
+from tests.plan_fakes import fake_run_points
+
+# 2 H100, Mistral-7B, 128-token prompts and 1000-token replies, TPOT 50 ms: a decode
+# batch of several hundred fits the KV and the ITL target, past the default cap of 256
+LONG_REPLIES = {
+    "name": "seqs",
+    "seed": 3,
+    "model": "mistral-7b",
+    "architecture": "colocated",
+    "pool": {"gpu": "h100-sxm", "num_workers": 2, "tp": 1, "scheduler": "chunked"},
+    "fabric": {"link": "nvlink"},
+    "slo": {"ttft_ms": 1000, "itl_ms": 50},
+    "workload": {
+        "kind": "synthetic", "rate_per_s": 1.0,
+        "prompt_tokens": {"dist": "fixed", "value": 128},
+        "output_tokens": {"dist": "fixed", "value": 1000},
+        "max_tokens": 1000,
+    },
+    "sim": {"duration_s": 300, "warmup_s": 30},
+}  # fmt: skip
+
+
+def test_the_ladder_stops_at_the_batch_the_itl_target_and_kv_allow():
+    assert seqs_ladder(256, 200) == (None,)  # the cap cannot bind
+    assert seqs_ladder(256, 256) == (None,)
+    assert seqs_ladder(256, 300) == (None, 512)
+    assert seqs_ladder(256, 600) == (None, 512, 1024)
+    assert seqs_ladder(256, 50_000) == (None, 512, 1024)  # at most 4 x the scenario's
+    assert seqs_ladder(64, 100) == (None, 128)
+    assert not seqs_fixed(load_scenario(LONG_REPLIES))
+    fixed = {**LONG_REPLIES, "pool": {**LONG_REPLIES["pool"], "max_batch_seqs": 256}}
+    assert seqs_fixed(load_scenario(fixed))
+
+
+def _caps(monkeypatch):
+    """Fake runs: a chunked pool serves 10 req/s per GPU at a cap of 256 sequences per
+    worker and 12 at 512; vllm 6, disaggregation 7 at any cap. Returns the runs."""
+
+    def meets(sc) -> bool:
+        per_gpu = sc.workload.rate_per_s / sc.num_gpus
+        if sc.architecture == "disaggregated":
+            return per_gpu <= 7.0
+        assert sc.pool is not None
+        if sc.pool.scheduler == "vllm":
+            return per_gpu <= 6.0
+        return per_gpu <= (12.0 if sc.pool.max_batch_seqs >= 512 else 10.0)
+
+    return fake_run_points(monkeypatch, meets)
+
+
+def test_a_question_whose_best_answer_is_at_a_larger_batch_cap(monkeypatch, tmp_path):
+    """The chunked pool serves 20 % more at a cap of 512: the plan finds it, recommends
+    it (its recommended.yaml and vLLM launch carry the cap), and a scenario that sets the
+    cap itself is planned at that cap only."""
+    runs = _caps(monkeypatch)
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=1)
+    res, advice = plan(LONG_REPLIES, options=opts, executor=SerialExecutor())
+    rec = advice.recommended
+    assert advice.verdict == "colocate_chunked" and rec is not None
+    assert rec.candidate.max_batch_seqs == 512 and rec.candidate.label.endswith("seqs 512")
+    assert rec.goodput_per_gpu_per_s == pytest.approx(12.0, rel=0.08)
+    assert rec.goodput_per_gpu_per_s > 10.0 * (1 + opts.tol_fraction)
+    raw = recommended_scenario(res, advice)
+    assert raw["pool"]["max_batch_seqs"] == 512
+    write_outputs(res, advice, tmp_path / "out", plots=False)
+    assert "--max-num-seqs 512" in (tmp_path / "out" / "deploy-vllm.sh").read_text()
+    # every family tried at most the caps its ladder holds (256: the scenario's, and 512)
+    assert {sc.pool.max_batch_seqs for sc in runs if sc.pool is not None} <= {256, 512}
+
+    runs.clear()
+    fixed = {**LONG_REPLIES, "pool": {**LONG_REPLIES["pool"], "max_batch_seqs": 256}}
+    res2, advice2 = plan(fixed, options=opts, executor=SerialExecutor())
+    assert advice2.verdict == "colocate_chunked"
+    assert advice2.recommended.candidate.max_batch_seqs is None
+    assert advice2.recommended.goodput_per_gpu_per_s == pytest.approx(10.0, rel=0.08)
+    assert all((sc.pool or sc.decode_pool).max_batch_seqs == 256 for sc in runs)
+    assert all(r.candidate.max_batch_seqs is None for r in res2.ranked)
