@@ -1301,7 +1301,8 @@ def raise_caps(
 ) -> None:
     """After the walk (at the scenario's cap), each kind's best explored candidate tries
     the next larger decode batch cap on its ladder (:func:`candidate_seqs_ladder`), the
-    kinds side by side, while the larger cap gains more than ``min_gain``: at most
+    kinds side by side, while the larger cap gains more than ``min_gain`` (one that does
+    not is left out of the ranking, measured but not better): at most
     ``log2(SEQS_RAISE)`` explorations a kind, none where the analytic batch fits the
     scenario's cap, the scenario sets it (:func:`seqs_fixed`) or the model is MoE (whose
     true bound is computed at the scenario's cap)."""
@@ -1329,11 +1330,15 @@ def raise_caps(
         if not step:
             return
         got = explorer(list(step.values()))
-        climbing = {
-            kind: (c, climbing[kind][1])
-            for (kind, c), v in zip(step.items(), got, strict=True)
-            if v > _per_gpu(explorer.results[climbing[kind][0]]) * (1 + min_gain)
-        }
+        gained = {}
+        for (kind, c), v in zip(step.items(), got, strict=True):
+            if v > _per_gpu(explorer.results[climbing[kind][0]]) * (1 + min_gain):
+                gained[kind] = (c, climbing[kind][1])
+            else:
+                # no gain past the tolerance: the cap does not matter here, and a
+                # bisection's noise must not put a larger cap in the recommendation
+                del explorer.results[c]
+        climbing = gained
 
 
 # ------------------------------------------------------------------ search
