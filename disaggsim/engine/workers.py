@@ -1376,6 +1376,7 @@ class PrefillWorker(_PrefillQueue, Worker):
         "_extra",
         "_outside_tokens",
         "_promoting",
+        "_spare",
         "batch_end_at_s",
         "held",
         "in_batch",
@@ -1399,6 +1400,9 @@ class PrefillWorker(_PrefillQueue, Worker):
         # a batch waiting for its cache promotions: its tokens, pairs, cached tokens and
         # promotion seconds without a flow
         self._promoting: tuple[int, float, int, float] = (0, 0.0, 0, 0.0)
+        # the Call of the last prefill's end, processed (only this worker's callback was
+        # on it): the next prefill's end is queued on it (_TokenBatch._spare's reuse)
+        self._spare: Call | None = None
         super().__init__(*args, **kwargs)
         self._computed_cb: Then = self._computed  # bound once (Worker._pass_cb)
 
@@ -1631,13 +1635,20 @@ class PrefillWorker(_PrefillQueue, Worker):
         self.batch_end_at_s = now + dur
         if self.host.early_handoffs:  # prefill_batch_started does nothing otherwise
             self.host.prefill_batch_started(batch, self, dur)
-        ev = self._target = Call()  # call_in(env, dur, self._computed_cb), inline
+        # call_in(env, dur, self._computed_cb), inline, on the spare Call if any
+        ev = self._spare
+        if ev is None:
+            ev = Call()
+        else:
+            self._spare = None
+        self._target = ev
         then = self._then = self._computed_cb
         ev.callbacks = [then]
         heappush(env._queue, (now + dur, NORMAL, next(env._eid), ev))
 
-    def _computed(self, _ev: simpy.Event) -> None:
+    def _computed(self, ev: Call) -> None:
         """The batch's prefill is done: its KV is held here until its handoff."""
+        self._spare = ev  # processed, this worker's alone
         batch: list[int] = self._activity  # type: ignore[assignment]  # its prefill waits here
         self._activity = None
         self.held.update(self.in_batch)  # in batch order
