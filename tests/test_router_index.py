@@ -151,14 +151,14 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
     checked = {"route": 0, "handoff": 0}
     route, handoff = Router._try_route, Router._try_handoff
 
-    def checked_route(self: Router, rid: int) -> bool:
+    def checked_route(self: Router, rid: int, tokens: int | None = None) -> bool:
         self._refresh()
         _check_decode_indexes(self)
         _check_front_index(self)
         checked["indexes"] = checked.get("indexes", 0) + 1
         expected = _front_expected(self) if self._num_front_accepting else None
         admit = _admit_expected(self, rid) if self.kv_aware else (True, None)
-        ok = route(self, rid)
+        ok = route(self, rid, tokens)
         if self._num_front_accepting:
             assert ok == admit[0], (rid, ok, admit)
             if self.kv_aware and ok:

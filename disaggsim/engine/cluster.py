@@ -313,7 +313,7 @@ class Cluster:
             self.arrived_prompt_tokens += p
             if timeout is not None:
                 call_in(env, timeout, partial(self.abandon, rid))
-            self.router.admit(rid)
+            self.router.admit(rid, p)  # a new request's prefill length: its prompt
         self._next_arrival = len(arrival)
 
     def reject(self, rid: int, reason: str) -> None:

@@ -675,9 +675,10 @@ class Router:
 
     # -- front: arrivals and re-prefills ------------------------------------------------
 
-    def admit(self, rid: int) -> None:
-        """A request (new, or back for a re-prefill) enters the router."""
-        if self.queue or not self._try_route(rid):
+    def admit(self, rid: int, tokens: int | None = None) -> None:
+        """A request (new, or back for a re-prefill) enters the router (``tokens``: its
+        prefill length when the caller has it, as an arrival does)."""
+        if self.queue or not self._try_route(rid, tokens):
             self.queue.append(rid)
             self.sample()
 
@@ -693,7 +694,7 @@ class Router:
             - self._promised[self._decode_pos[w.index]]
         )
 
-    def _try_route(self, rid: int) -> bool:
+    def _try_route(self, rid: int, tokens: int | None = None) -> bool:
         if self._front_changes:
             self._refresh_front()
         if not self._num_front_accepting:
@@ -729,9 +730,9 @@ class Router:
                 if key is None or index.keys[key % index.n] != key:  # else index.top()'s
                     key = index.top()
                     assert key is not None
-                self.front_workers[key % index.n].submit(rid)
+                self.front_workers[key % index.n].submit(rid, False, tokens)
             else:
-                self.prefill.choose(rid).submit(rid)
+                self.prefill.choose(rid).submit(rid, False, tokens)
         return True
 
     def drain_queue(self) -> None:
