@@ -2036,19 +2036,18 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         host = self.host
         now = self.env._now
         host.log.prefill_end_at_s[rid] = now
+        rs = self.requests
+        prompt = rs.prompt_tokens[rid]  # one read (an array read makes an int)
         in_cache = 0
         if self.prefix is not None:
             self.prefix.commit(rid)  # its computed blocks become hit-able
             self._hit.pop(rid, None)
             held = self._reserved.pop(rid)
-            in_cache = self.requests.prompt_tokens[rid]
+            in_cache = prompt
+        elif rs.reserve_full:  # rs.colocated_blocks
+            held = rs.full_blocks(rid)
         else:
-            rs = self.requests
-            if rs.reserve_full:  # rs.colocated_blocks
-                held = rs.full_blocks(rid)
-            else:
-                held = -(-(rs.prompt_tokens[rid] + rs.generated[rid] + 1) // self.block_tokens)
-        rs = self.requests
+            held = -(-(prompt + rs.generated[rid] + 1) // self.block_tokens)
         if rs.ended[rid]:  # abandoned while its prefill ran
             self.kv_used_blocks -= held
             self._release_cached(rid)
@@ -2071,7 +2070,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         # _join(rid, in_cache), inline, with the tokens delivered and the reply's length
         # known here (each array read makes an int)
         step = self.step_idx
-        ctx = rs.prompt_tokens[rid] + generated
+        ctx = prompt + generated
         log.first_token_step[rid] = step
         log.decode_worker[rid] = self.index
         fin = step + out - generated
