@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (derandomize): the suite passes or
+# fails on the code, never on the draw. `DISAGGSIM_HYPOTHESIS=explore` draws new examples
+# (and keeps failing ones in .hypothesis/) for a search beyond the suite.
+settings.register_profile("suite", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("DISAGGSIM_HYPOTHESIS", "suite"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

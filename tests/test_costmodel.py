@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from disaggsim.catalog import DENSE_MODEL_IDS, get_gpu, get_model
@@ -400,15 +400,21 @@ def test_decode_exactly_affine_in_context(model_id, gpu_id, batch, c1, c2):
     p2=st.integers(1, 32768),
     fp8=st.booleans(),
 )
+@example(batch=33, p1=241, p2=241, fp8=True)  # the dispatch boundary the docstring names
 def test_prefill_monotone_in_tokens_and_batch(batch, p1, p2, fp8):
+    """More prompt tokens never take less time, except where an FP8 GEMM crosses a
+    boundary of vLLM's CUTLASS dispatch table: from m = 8,192 (k >= 6,144) it runs 256 x 128
+    tiles, and 34 prompts of 241 tokens (m = 8,194) prefill 0.5 % faster than 33 (m =
+    7,953), as the kernel does. Such a drop stays within 2 %; bf16 (one kernel) is strict."""
     cost = build_worker_cost("llama-3-70b", "h100-sxm", 8, weight_dtype="fp8" if fp8 else "bf16")
     lo, hi = sorted((p1, p2))
+    slack = 1.02 if fp8 else 1.0
 
     def t(b, p):
         return cost.prefill_time_s(b, b * p, b * p * (p + 1) / 2)
 
-    assert t(batch, lo) <= t(batch, hi)
-    assert t(batch, lo) <= t(batch + 1, lo)
+    assert t(batch, lo) <= t(batch, hi) * slack
+    assert t(batch, lo) <= t(batch + 1, lo) * slack
 
 
 @settings(max_examples=60, deadline=None)
