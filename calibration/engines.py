@@ -1271,14 +1271,7 @@ def cxx_prefill_allreduce(
     out["cxx"] = {
         "allreduce_scale": 1.0 + float(theta[0]),
         "per_step_s": float(theta[1]),
-        "kernels_only": _stats(a0),
-        "fitted": _stats(a1),
-        "kernels_ape": a0,
-        "fitted_ape": a1,
-        "by_family": {
-            f: (float(np.median(a0[fam == f])), float(np.median(a1[fam == f])))
-            for f in sorted(set(fam))
-        },
+        **_before_after(a0, a1, fam),
         "held_out_by_family": _stats(lofo),
         "held_out_by_family_ape": lofo,
         "allreduce_scale_without_each_family": (min(factors), max(factors)),
@@ -1293,17 +1286,7 @@ def cxx_prefill_allreduce(
     theta = solve(kern + it, x, meas)
     a0, a1 = ape(kern + it, meas), ape(kern + it + x @ theta, meas)
     fam = ("TP" + p["tp"].astype(str)).to_numpy()
-    out["splitwise"] = {
-        "allreduce_scale": 1.0 + float(theta[0]),
-        "kernels_only": _stats(a0),
-        "fitted": _stats(a1),
-        "kernels_ape": a0,
-        "fitted_ape": a1,
-        "by_family": {
-            f: (float(np.median(a0[fam == f])), float(np.median(a1[fam == f])))
-            for f in sorted(set(fam))
-        },
-    }
+    out["splitwise"] = {"allreduce_scale": 1.0 + float(theta[0]), **_before_after(a0, a1, fam)}
     return out
 
 
@@ -1413,6 +1396,21 @@ def eager_prefill_screen(
             }
         )
     return pd.DataFrame(rows)
+
+
+def _before_after(a0: np.ndarray, a1: np.ndarray, fam: np.ndarray) -> dict[str, Any]:
+    """Errors of the kernels alone (``a0``) and with a fitted term (``a1``): both rows'
+    statistics, the errors themselves and each family's pair of medians."""
+    return {
+        "kernels_only": _stats(a0),
+        "fitted": _stats(a1),
+        "kernels_ape": a0,
+        "fitted_ape": a1,
+        "by_family": {
+            f: (float(np.median(a0[fam == f])), float(np.median(a1[fam == f])))
+            for f in sorted(set(fam))
+        },
+    }
 
 
 def _stats(v: np.ndarray) -> dict[str, Any]:
