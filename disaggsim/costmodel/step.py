@@ -562,7 +562,7 @@ class RooflineWorkerCost:
 
     def gemm_layer_times_s(self, tokens: float) -> tuple[float, ...]:
         """Seconds of each of one layer's GEMMs (QKV, O, up (+gate), down) over ``tokens``
-        tokens: the parts :meth:`breakdown`'s ``gemm_s`` sums over the layers."""
+        tokens: the parts a step's ``gemm_s`` sums (per layer, then over the layers)."""
         m = float(tokens)
         if self._tiles is None:
             return tuple(
@@ -611,14 +611,8 @@ class RooflineWorkerCost:
         hidden = float(model.hidden)
         hd = float(model.head_dim)
 
-        gemm_layer = 0.0
+        gemm_layer = sum(self.gemm_layer_times_s(m))
         tiles = self._tiles
-        if tiles is None:
-            for n, k in self._gemm_shapes:
-                gemm_layer += _gemm_s(self._gemm_peak, hbm, self._gemm, m, n, k, self._gemm_elem)
-        else:
-            for n, k in self._gemm_shapes:
-                gemm_layer += _tiled_gemm_s(self._gemm_peak, hbm, tiles, m, n, k)
 
         attn_layer = 0.0
         if prefill_tokens > 0:
