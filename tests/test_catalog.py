@@ -121,6 +121,37 @@ def test_unknown_gpu_lists_allowed():
         get_gpu("v100")
 
 
+# An unknown id that resembles catalog ids gets a hint; the id is never substituted.
+@pytest.mark.parametrize(
+    ("kind", "name", "hint"),
+    [
+        ("model", "meta-llama/Llama-3.1-8B-Instruct", "; did you mean llama-3.1-8b?"),
+        ("model", "LLAMA-3.1-8B", "; did you mean llama-3.1-8b?"),
+        ("model", "meta-llama/Meta-Llama-3-70B-Instruct", "; did you mean llama-3-70b?"),
+        ("model", "Qwen2-72B-Instruct", "; did you mean qwen2-72b?"),
+        ("model", "llama3.1-8b", "; did you mean llama-3.1-8b?"),
+        ("model", "llama-3", "; did you mean llama-3-8b or llama-3-70b?"),
+        ("model", "mixtral-8x22b", ""),  # another size: no hint
+        ("model", "llama-9", ""),
+        ("gpu", "H100", "; did you mean h100-sxm or h100-pcie?"),
+        ("gpu", "NVIDIA H100 80GB HBM3", "; did you mean h100-sxm?"),
+        ("gpu", "h200", "; did you mean h200-sxm?"),
+        ("gpu", "a100-40gb", ""),  # other memory: no hint
+        ("gpu", "v100", ""),
+    ],
+)
+def test_unknown_id_hint(kind, name, hint):
+    get = get_model if kind == "model" else get_gpu
+    with pytest.raises(UserError) as e:
+        get(name)
+    message = str(e.value)
+    assert "allowed: " in message and "\n" not in message
+    if hint:
+        assert message.endswith(hint)
+    else:
+        assert "did you mean" not in message
+
+
 AIC_FILE = {
     "a100-80gb": "a100_sxm.yaml",
     "h100-sxm": "h100_sxm.yaml",

@@ -106,7 +106,15 @@ BAD = {
     "wrong type": (_set(["decode_pool", "num_workers"], "three"), "decode_pool.num_workers"),
     "negative rate": (_set(["workload", "rate_per_s"], -2), "workload.rate_per_s"),
     "unknown model": (_set(["model"], "llama-9"), "model: unknown model 'llama-9' (allowed: "),
-    "unknown gpu": (_set(["prefill_pool", "gpu"], "h100"), "prefill_pool.gpu: unknown GPU"),
+    "unknown gpu": (
+        _set(["prefill_pool", "gpu"], "h100"),
+        "prefill_pool.gpu: unknown GPU 'h100' (allowed: a100-80gb, h100-sxm, h100-pcie, h200-sxm, "
+        "b200, l40s, h800-sxm); did you mean h100-sxm or h100-pcie?",
+    ),
+    "Hugging Face model id": (
+        _set(["model"], "meta-llama/Llama-3.1-8B-Instruct"),
+        "; did you mean llama-3.1-8b?",
+    ),
     "does not fit": (_set(["model"], "llama-3-70b"), "does not fit"),
     "architecture without its pool": (_set(["architecture"], "colocated"), "needs pool"),
 }

@@ -38,6 +38,7 @@ __all__ = [
     "dtype_bytes",
     "get_gpu",
     "get_model",
+    "id_hint",
     "load_gpus",
     "load_models",
 ]
@@ -609,7 +610,9 @@ def get_model(model: str | ModelSpec) -> ModelSpec:
         return model
     models = load_models()
     if model not in models:
-        raise UserError(f"unknown model {model!r} (allowed: {', '.join(MODEL_IDS)})")
+        raise UserError(
+            f"unknown model {model!r} (allowed: {', '.join(MODEL_IDS)}){id_hint('model', model)}"
+        )
     return models[model]
 
 
@@ -619,5 +622,54 @@ def get_gpu(gpu: str | GpuSpec) -> GpuSpec:
         return gpu
     gpus = load_gpus()
     if gpu not in gpus:
-        raise UserError(f"unknown GPU {gpu!r} (allowed: {', '.join(GPU_IDS)})")
+        raise UserError(f"unknown GPU {gpu!r} (allowed: {', '.join(GPU_IDS)}){id_hint('gpu', gpu)}")
     return gpus[gpu]
+
+
+# Suffixes a user's name may carry that do not change a model's shapes (fine-tunes and
+# repository naming); stripped before matching a name against the catalog.
+_NAME_SUFFIXES = ("-instruct", "-chat", "-hf", "-base", "-it")
+
+
+def _name_key(name: str) -> str:
+    key = name.strip().lower().rsplit("/", 1)[-1].replace("_", "-").replace(" ", "-")
+    for suffix in _NAME_SUFFIXES:
+        key = key.removesuffix(suffix)
+    return key.removeprefix("meta-")
+
+
+def id_hint(kind: str, name: str) -> str:
+    """``"; did you mean ...?"`` for an unknown ``kind`` (``model`` or ``gpu``) id that
+    resembles catalog ids (case, a Hugging Face repository id such as
+    ``meta-llama/Llama-3.1-8B-Instruct``, a close spelling), else ``""``. The id is never
+    substituted: a scenario names the catalog id it runs, and a close spelling is offered
+    only with the same numbers (never a model of another size or a GPU of other memory)."""
+    import difflib
+    import re
+
+    if kind == "model":
+        keys: dict[str, str] = {}
+        for ident, spec in load_models().items():
+            keys.setdefault(_name_key(ident), ident)
+            keys.setdefault(_name_key(spec.hf_id), ident)
+    else:
+        keys = {_name_key(ident): ident for ident in GPU_IDS}
+        for ident, gpu in load_gpus().items():
+            keys.setdefault(_name_key(gpu.name), ident)
+    key = _name_key(str(name))
+    if not key:
+        return ""
+    found = [keys[key]] if key in keys else []
+    if not found:
+        found = [keys[k] for k in keys if k.startswith(key + "-")]
+    if not found:  # a close spelling with the same numbers (sizes, versions, memory)
+        numbers = re.findall(r"\d+", key)
+        found = [
+            keys[k]
+            for k in difflib.get_close_matches(key, list(keys), n=3, cutoff=0.8)
+            if re.findall(r"\d+", k) == numbers
+        ]
+    found = list(dict.fromkeys(found))
+    if not found:
+        return ""
+    return f"; did you mean {' or '.join(found)}?"

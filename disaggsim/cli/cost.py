@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from disaggsim.catalog import GPU_IDS, MODEL_IDS, dtype_bytes, get_gpu, get_model
+from disaggsim.catalog import GPU_IDS, MODEL_IDS, dtype_bytes, get_gpu, get_model, id_hint
 from disaggsim.config.bounds import (
     MAX_BATCH_SEQS,
     MAX_DP,
@@ -622,7 +622,8 @@ def _convert(f: Field, raw: str) -> Any:
             raise ValueError(f"expected true or false, got {raw!r}")
         return low in ("true", "on", "1", "yes")
     if f.choices and raw not in f.choices:
-        raise ValueError(f"unknown value {raw!r} (allowed: {', '.join(f.choices)})")
+        hint = id_hint(f.name, raw) if f.name in ("model", "gpu") else ""
+        raise ValueError(f"unknown value {raw!r} (allowed: {', '.join(f.choices)}){hint}")
     return raw
 
 

@@ -572,15 +572,17 @@ def load_scenario(
 
 
 def _check_catalog_ids(scenario: Scenario, label: str) -> None:
-    from disaggsim.catalog import GPU_IDS, MODEL_IDS
+    from disaggsim.catalog import GPU_IDS, MODEL_IDS, id_hint
 
     if scenario.model not in MODEL_IDS:
         raise UserError(
             f"{label}: model: unknown model {scenario.model!r} (allowed: {', '.join(MODEL_IDS)})"
+            + id_hint("model", scenario.model)
         )
     for role, pool in scenario.pools.items():
         key = "pool" if role == "colocated" else f"{role}_pool"
         if pool.gpu not in GPU_IDS:
             raise UserError(
                 f"{label}: {key}.gpu: unknown GPU {pool.gpu!r} (allowed: {', '.join(GPU_IDS)})"
+                + id_hint("gpu", pool.gpu)
             )
