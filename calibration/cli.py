@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from disaggsim.errors import UserError
@@ -26,6 +28,23 @@ from disaggsim.output import PROFILE_OWNED, prefix_owned, write_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def on_one_blas_thread(cmd: Callable[[argparse.Namespace], int]) -> Callable:
+    """``cmd`` run on one BLAS thread (:func:`calibration.fit.one_blas_thread`): every
+    subcommand that fits (``fit``, ``validate``'s held-out refits, ``fit-steps``), so its
+    output does not depend on the core count. In-process, since ``disaggsim calibrate``
+    cannot restart itself as the ``python -m calibration.fit_public`` entry does; the
+    import waits for the call (numpy and scipy stay out of every CLI start)."""
+
+    @functools.wraps(cmd)
+    def pinned(args: argparse.Namespace) -> int:
+        from calibration.fit import one_blas_thread
+
+        with one_blas_thread():
+            return cmd(args)
+
+    return pinned
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -142,6 +161,7 @@ def _cmd_run(args) -> int:
     return 0
 
 
+@on_one_blas_thread
 def _cmd_fit(args) -> int:
     from calibration.fit import build_profile
     from calibration.rawio import read_raw
@@ -275,6 +295,7 @@ def _cmd_show(args) -> int:
     return 0
 
 
+@on_one_blas_thread
 def _cmd_validate(args) -> int:
     from calibration import validate
 
@@ -300,6 +321,7 @@ def _cmd_validate_steps(args) -> int:
     return 0
 
 
+@on_one_blas_thread
 def _cmd_fit_steps(args) -> int:
     from calibration import steps
     from disaggsim.hardware.profile import (

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -197,6 +198,22 @@ def restart_on_one_blas_thread(module: str) -> None:
         return
     argv = [sys.executable, "-m", module, *sys.argv[1:]]
     os.execve(sys.executable, argv, {**os.environ, **BLAS_ONE_THREAD})
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Run the block with every BLAS and OpenMP thread pool loaded in this process on one
+    thread (threadpoolctl), restoring them after: the in-process form of
+    :func:`restart_on_one_blas_thread`, for commands that cannot restart themselves
+    (``disaggsim calibrate ...`` has numpy loaded, and tests call it in-process). The
+    limit reaches only libraries loaded when the block starts, so scipy's own OpenBLAS
+    (``scipy.linalg``, which ``least_squares`` uses) is loaded first. A fit then writes
+    the same bytes as the restarted module entries do."""
+    import scipy.linalg  # noqa: F401  (loads scipy's OpenBLAS before the limit)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        yield
 
 
 # ---- per-op fitters: each calls exactly the ops.py function the step model uses ----
