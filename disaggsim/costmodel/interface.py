@@ -89,3 +89,11 @@ def decode_step_time_s(cost: DecodeLines, batch: int, context_tokens: float) -> 
         b1, k1 = item(batch)
         t = max(t, b1 + k1 * context_tokens)
     return t
+
+
+def decode_knee_tokens(stream: tuple[float, float], item: tuple[float, float]) -> float:
+    """Context tokens where the stream-bound line ``stream`` and the item-bound line
+    ``item`` (each ``(base_s, per_context_token_s)``) cross; 0 when the item line never
+    lies above the stream line at a positive context."""
+    (b0, k0), (b1, k1) = stream, item
+    return (b1 - b0) / (k0 - k1) if k0 > k1 and b1 > b0 else 0.0

@@ -37,13 +37,14 @@ the engine's cost per state change does not grow with the GPUs in a worker.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
-from disaggsim.costmodel.interface import decode_step_time_s
+from disaggsim.costmodel.interface import decode_knee_tokens, decode_step_time_s
 from disaggsim.costmodel.mla import (
     MLA_PREFILL_FORMS,
     Num,
@@ -59,6 +60,12 @@ from disaggsim.costmodel.moe_params import (
     GroupedGemmParams,
     MoeParams,
     load_moe_params,
+)
+from disaggsim.costmodel.overhead import (
+    StepOverhead,
+    dense_layer_launches,
+    step_overhead,
+    unhidden_launches_s,
 )
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import EngineProfile, resolve_engine
@@ -93,6 +100,9 @@ DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB
 # per GPU, when the layout runs an all-to-all: DeepEP's NVLink and RDMA buffers (normal
 # mode ~1 GB NVL + RDMA; low-latency mode sized for 128 tokens per rank) - a prior
 A2A_BUFFER_BYTES = 2 * GiB
+# element-wise launches of every layer (MoeWorkerCost._ew_layer): two norms, rope, KV
+# write, two residual adds (an MLP's activation counts with the MLP)
+_EW_LAUNCHES = 6
 # bytes per weight element of each weight format (block scales included)
 _ELEM = {
     "bf16": 2.0,
@@ -298,10 +308,11 @@ class IterationFloor:
     and their weight and activation reads, so together at least the longer of the two
     sums; element-wise kernels and kernel launches are taken as the cost model has them;
     the full-attention layers' KV reads and prefill attention FLOPs at their best rate;
-    the engine's fixed host time; all-reduces and the all-to-all at their latency (with
-    two-batch overlap one half's all-to-all stays exposed). Left out: attention kernel
-    floors, the all-to-all's and all-reduces' bytes, MLA's absorbed BMMs, the LM head,
-    windowed layers' attention, load imbalance. The busiest GPU takes at least the
+    the engine's fixed host time and its time per token; all-reduces and the all-to-all
+    at their latency (with two-batch overlap one half's all-to-all stays exposed). Left
+    out: attention kernel floors, the all-to-all's and all-reduces' bytes, MLA's absorbed
+    BMMs, the LM head, windowed layers' attention, load imbalance, the engine's time per
+    sequence and an eager engine's launches. The busiest GPU takes at least the
     average GPU's share, so ``m / dp`` tokens a rank.
 
     ``time_s(m) / m`` does not rise with ``m`` (fixed costs and weight reads are shared
@@ -421,7 +432,16 @@ class MoeWorkerCost:
     unit). Build with :func:`build_moe_worker_cost`. Protocol attributes:
     ``num_gpus`` (= tp × dp), ``kv_bytes_per_token`` (bytes per context token the engine
     allocates and a handoff moves: the layers whose KV grows with the context),
-    ``kv_capacity_tokens`` (all DP ranks together), ``weights_bytes`` (all GPUs)."""
+    ``kv_capacity_tokens`` (all DP ranks together), ``weights_bytes`` (all GPUs).
+
+    Under an engine that launches its kernels from Python (``launch_per_layer_s`` > 0)
+    the instance also has ``decode_item_coeffs`` and ``decode_knee_tokens``: a decode
+    step is then the longer of the kernels' line in the context and the launches'
+    constant line, as for a dense worker (``docs/costmodel.md``)."""
+
+    # set in __init__ only under a launch floor (the engine looks them up with getattr)
+    decode_item_coeffs: Callable[[int], tuple[float, float]]
+    decode_knee_tokens: Callable[[int], float]
 
     def __init__(
         self,
@@ -486,8 +506,9 @@ class MoeWorkerCost:
         self._pre = profile.prefill_attention_params("bf16")
         self._ew = profile.elementwise
         eng = resolve_engine(engine)  # disaggsim.hardware.engines: host time per iteration
-        graph_s = profile.graph_layer_s * model.num_layers if eng.cuda_graphs else 0.0
-        self._overhead_s = eng.fixed_s(lo.tp, model.num_layers) + graph_s
+        # the engine's host time and launches, as the dense model takes them
+        # (costmodel/overhead.py)
+        self._ov: StepOverhead = step_overhead(eng, profile, lo.tp, model.num_layers)
         self._ar_tp = profile.allreduce.protocols_for_gpus(lo.tp) if lo.tp > 1 else ()
         self._ar_all = profile.allreduce.protocols_for_gpus(lo.gpus) if lo.gpus > 1 else ()
 
@@ -570,6 +591,11 @@ class MoeWorkerCost:
         self.kv_capacity_tokens_per_rank = per_rank
         self.kv_capacity_tokens = per_rank * lo.dp
         self._decode_cache: dict[int, tuple[float, float]] = {}
+        self._launch_cache: dict[tuple[bool, bool, bool], float] = {}
+        if self._ov.launch_per_layer_s > 0.0:
+            self._launch_lines: dict[int, tuple[float, float]] = {}
+            self.decode_item_coeffs = self._launch_line
+            self.decode_knee_tokens = self._launch_knee
 
     def context_kv_bytes(self, tokens: int) -> int:
         """KV bytes of one sequence of ``tokens`` tokens (all GPUs of its DP rank
@@ -636,12 +662,27 @@ class MoeWorkerCost:
             return hit
         if batch <= 0:
             coeffs = (0.0, 0.0)
-        else:
-            base = sum(self._parts(batch, 0.0, 0, 0, 0.0))
-            per = sum(self._parts(batch, 1.0e6, 0, 0, 0.0)) - base
+        else:  # the kernels' line: without the launches an eager engine's step may wait for
+            base = sum(self._parts(batch, 0.0, 0, 0, 0.0, launches=False))
+            per = sum(self._parts(batch, 1.0e6, 0, 0, 0.0, launches=False)) - base
             coeffs = (base, per / 1.0e6)
         self._decode_cache[batch] = coeffs
         return coeffs
+
+    def _launch_line(self, batch: int) -> tuple[float, float]:
+        """``decode_item_coeffs`` under a launch floor: the step with the launches at no
+        context, constant in it (the launches do not depend on the context and the
+        kernels grow with it, so the step is the longer of this and the kernels' line)."""
+        hit = self._launch_lines.get(batch)
+        if hit is None:
+            base = sum(self._parts(batch, 0.0, 0, 0, 0.0)) if batch > 0 else 0.0
+            hit = self._launch_lines[batch] = (base, 0.0)
+        return hit
+
+    def _launch_knee(self, batch: int) -> float:
+        """``decode_knee_tokens`` under a launch floor: where the kernels' line passes
+        the launches'."""
+        return decode_knee_tokens(self.decode_coeffs(batch), self._launch_line(batch))
 
     def decode_time_s(self, batch: int, context_tokens: int) -> float:
         return decode_step_time_s(self, batch, context_tokens)
@@ -699,6 +740,7 @@ class MoeWorkerCost:
         s: int,
         n: int,
         pairs: float,
+        launches: bool = True,
     ) -> tuple[float, ...]:
         m_total = b + n
         if m_total <= 0:
@@ -754,12 +796,14 @@ class MoeWorkerCost:
         # MoE layers
         router = shared = experts = dispatch = combine = overlap = 0.0
         moe_ar = 0.0
+        split = False  # two-batch overlap: the MoE layers run as two micro-batches
         if self.num_moe_layers:
             decode_only = n == 0
             r1, s1, e1, d1, c1 = self._moe_layer(m_total, m_r, decode_only)
             nl = self.num_moe_layers
             router, shared, experts, dispatch, combine = nl * r1, nl * s1, nl * e1, nl * d1, nl * c1
-            if lo.two_batch_overlap and self.uses_all_to_all and m_total >= 2:
+            split = lo.two_batch_overlap and self.uses_all_to_all and m_total >= 2
+            if split:
                 serial = r1 + s1 + e1 + d1 + c1 + self._attn_gemm_ew_layer(m_r)
                 r2, s2, e2, d2, c2 = self._moe_layer(m_total / 2.0, m_r / 2.0, decode_only)
                 x_h = r2 + s2 + e2 + self._attn_gemm_ew_layer(m_r / 2.0)
@@ -790,8 +834,18 @@ class MoeWorkerCost:
             lm_head = _ew(hbm, self._ew, 2.0 * out_seqs * h * a) + _gemm_s(
                 self._bf16, hbm, self._bf16_gemm, out_seqs, self._lm_head_n, h, 2.0
             )
+        attn_gemm *= model.num_layers
+        # the engine's host time over the busiest rank's sequences and tokens, and an eager
+        # engine's launches the layers' kernels do not hide (costmodel/overhead.py)
+        overhead = self._ov.host_s(out_seqs, m_r)
+        if launches and self._ov.launch_per_layer_s > 0.0:
+            kernels = (
+                attn_gemm + attention + dense + router + shared + experts + dispatch + combine
+                + ar + ew + overlap
+            )  # fmt: skip
+            overhead += unhidden_launches_s(self._launches_s(b > 0, n > 0, split), kernels)
         return (
-            model.num_layers * attn_gemm,
+            attn_gemm,
             attention,
             dense,
             router,
@@ -802,9 +856,60 @@ class MoeWorkerCost:
             ar,
             ew,
             lm_head,
-            self._overhead_s,
+            overhead,
             overlap,
         )
+
+    def launches_per_iteration(self, decode: bool, prefill: bool, split: bool = False) -> int:
+        """Kernels an iteration's layers launch, counted as :meth:`_parts` costs them: every
+        layer its attention projections (GQA: QKV and O; MLA: its projections, the two
+        absorbed BMMs where absorbed rows run, the naive form's ``kv_b`` in prefill), its
+        attention kernels (``decode``, ``prefill``: one each), six element-wise kernels
+        (two norms, rope, KV write, two residual adds) and with tp > 1 the attention
+        all-reduce; a dense-MLP layer two GEMMs, the activation and with tp > 1 its
+        all-reduce; an MoE layer the router GEMM, the shared experts' two GEMMs and
+        activation, the routed experts' gate/up and down grouped GEMMs and activation,
+        and the dispatch and combine of an all-to-all (with tp > 1 also the all-reduce
+        that gathers the rank's tokens) or the all-reduce of the MoE output (dp = 1 over
+        several GPUs). ``split`` (two-batch overlap) runs an MoE layer's projections,
+        element-wise kernels and MoE kernels once per micro-batch. A layer shaped like a
+        dense one (GQA attention, dense MLP) counts :func:`dense_layer_launches`."""
+        model = self.model
+        lo = self.layout
+        tp_ar = 1 if lo.tp > 1 else 0
+        proj = len(self._attn_shapes)
+        per_layer = proj
+        if model.mla is not None:
+            if decode or (prefill and self._mla_pre_form == "absorbed"):
+                per_layer += 2
+            if prefill and self._mla_pre_form == "naive":
+                per_layer += 1
+        per_layer += int(decode) + int(prefill) + _EW_LAUNCHES + tp_ar
+        total = model.num_layers * per_layer
+        total += self.num_dense_layers * (2 + 1 + tp_ar)
+        if self.num_moe_layers:
+            moe = 1 + (3 if self._shared_f else 0) + 3
+            if self.uses_all_to_all:
+                moe += 2
+                other = tp_ar
+            else:
+                other = 1 if lo.dp == 1 and lo.gpus > 1 else 0
+            if split:
+                moe = 2 * moe + proj + _EW_LAUNCHES
+            total += self.num_moe_layers * (moe + other)
+        return total
+
+    def _launches_s(self, decode: bool, prefill: bool, split: bool) -> float:
+        """Seconds an eager engine takes to launch an iteration's layers: its kernels
+        (:meth:`launches_per_iteration`) at the engine's rate for a dense layer's
+        (``launch_per_layer_s`` per :func:`dense_layer_launches` kernels)."""
+        key = (decode, prefill, split)
+        hit = self._launch_cache.get(key)
+        if hit is None:
+            dense = dense_layer_launches(self.layout.tp, int(decode) + int(prefill))
+            count = self.launches_per_iteration(decode, prefill, split)
+            hit = self._launch_cache[key] = self._ov.launch_per_layer_s * count / dense
+        return hit
 
     def _attention_s(self, b_r: float, ctx_r: float, s_r: float, n_r: float, pairs_r: float):
         """One layer's attention kernels on one GPU of the busiest DP rank."""
@@ -959,7 +1064,7 @@ class MoeWorkerCost:
         h = float(model.hidden)
         a = ACT_BYTES
         hbm = self._hbm
-        fixed = self._overhead_s
+        fixed = self._ov.fixed_s
         flop_s = weight_s = act_s = 0.0  # flop_s, act_s: per token of one DP rank
 
         def gemm(count: float, peak: float, p, n: float, k: float, elem: float) -> None:
@@ -1020,6 +1125,7 @@ class MoeWorkerCost:
         else:
             expert_act_s = 0.0
         fixed += num_ar * ar_lat
+        serial_s += self._ov.per_token_s  # the engine's host time per token of a rank
         if model.mla is not None:
             kv_s = self._mla.cache_elems * self._kv_elem / (hbm * self._mla_dec.bw_eff)
             pair_s = self._mla_pre_flop / (self._bf16 * self._mla_pre.max_eff)

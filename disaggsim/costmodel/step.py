@@ -46,7 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
-from disaggsim.costmodel.interface import decode_step_time_s
+from disaggsim.costmodel.interface import decode_knee_tokens, decode_step_time_s
+from disaggsim.costmodel.overhead import (
+    ELEMENTWISE_KERNELS_PER_LAYER,
+    StepOverhead,
+    step_overhead,
+    unhidden_launches_s,
+)
 from disaggsim.costmodel.tp_layout import TpLayout, allreduce_s, tp_layout
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import ENGINE_CHOICES, EngineProfile, resolve_engine
@@ -67,6 +73,7 @@ __all__ = [
     "ATTENTION_CHOICES",
     "ENGINE_CHOICES",
     "DEFAULT_ACTIVATION_RESERVE_BYTES",
+    "ELEMENTWISE_KERNELS_PER_LAYER",
     "KV_DTYPES",
     "WEIGHT_DTYPES",
     "RooflineWorkerCost",
@@ -81,8 +88,6 @@ KV_DTYPES = ("bf16", "fp16", "fp8")
 ACT_BYTES = 2  # activations stay in 16-bit even with FP8 weights or KV
 DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB  # per GPU: activations, workspace, NCCL buffers
 MAX_TP = 64
-# launches per layer in ew_layer below: two norms, rope, KV write, activation, two adds
-ELEMENTWISE_KERNELS_PER_LAYER = 7
 FP8_QUANT_BYTES_PER_ELEM = 3.0  # activation quantisation: read bf16, write fp8
 # reference points at which ``auto`` compares attention backends for one head layout:
 # decode (batch, context tokens per sequence) and prefill (prompt tokens)
@@ -344,9 +349,7 @@ class RooflineWorkerCost:
         "_kv_elem",
         "_ar_protocols",
         "tp_layout",
-        "_ov_fixed_s",
-        "_ov_seq_s",
-        "_ov_tok_s",
+        "_ov",
         "_launch_s",
         "_quant_k",
         "_reread_group",
@@ -445,13 +448,12 @@ class RooflineWorkerCost:
         self.tp_layout: TpLayout = tp_layout(gpu, tp, gpus_per_node)
         g = self.tp_layout.gpus_in_node
         self._ar_protocols = profile.allreduce.protocols_for_gpus(g) if g > 1 else ()
-        graph_s = profile.graph_layer_s * model.num_layers if engine.cuda_graphs else 0.0
-        self._ov_fixed_s = engine.fixed_s(tp, model.num_layers) + graph_s
-        self._ov_seq_s = engine.per_seq_s
-        self._ov_tok_s = engine.per_token_s
+        # the engine's host time (costmodel/overhead.py, shared with the MoE model)
+        self._ov: StepOverhead = step_overhead(engine, profile, tp, model.num_layers)
         # an eager engine's kernel launches, overlapped with the kernels: the layers take
-        # the longer of their kernels and this (hardware/engines.py)
-        self._launch_s = engine.launch_per_layer_s * model.num_layers
+        # the longer of their kernels and this (a dense layer's launches: the rate the
+        # engine profile gives, costmodel/overhead.py)
+        self._launch_s = self._ov.launch_per_layer_s * model.num_layers
         if self._launch_s > 0.0 and 0.0 < self._dec.overlap < 1.0:
             # the step would be the longest of three lines in the context (the stream, the
             # item work partly overlapped, the launches); the engine takes at most two
@@ -499,8 +501,7 @@ class RooflineWorkerCost:
     def decode_knee_tokens(self, batch: int) -> float:
         """Context tokens (all sequences together) where the two lines cross; 0 when the
         attention kernel's per-item work never outlasts its KV stream."""
-        (b0, k0), (b1, k1) = self._decode_lines(batch)
-        return (b1 - b0) / (k0 - k1) if k0 > k1 and b1 > b0 else 0.0
+        return decode_knee_tokens(*self._decode_lines(batch))
 
     def _decode_lines(self, batch: int) -> tuple[tuple[float, float], tuple[float, float]]:
         hit = self._decode_cache.get(batch)
@@ -515,7 +516,7 @@ class RooflineWorkerCost:
             parts = self._parts(batch, 0, 0, 0, 0.0)
             base_items = sum(parts)  # C = 0: the whole item work (or the launches)
             # the launches' excess over the kernels at C = 0: in the constant line only
-            unhidden = max(self._launch_s - sum(parts[:4]), 0.0)
+            unhidden = unhidden_launches_s(self._launch_s, sum(parts[:4]))
             work = _dec_work_heads(d, hkv, self._reread_group)
             items = layers * d.per_seq_kv_elem_s * batch * work * self.model.head_dim
             per_token = layers * (
@@ -670,10 +671,10 @@ class RooflineWorkerCost:
                 if tiles is None
                 else _tiled_gemm_s(self._gemm_peak, hbm, tiles, out_seqs, self._lm_head_n, hidden)
             )  # fmt: skip
-        overhead = self._ov_fixed_s + self._ov_seq_s * out_seqs + self._ov_tok_s * m
+        overhead = self._ov.host_s(out_seqs, m)
         if self._launch_s > 0.0:  # launches the layers' kernels do not hide
             kernels = layers * (gemm_layer + attn_layer + ew_layer + ar_layer)
-            overhead += max(self._launch_s - kernels, 0.0)
+            overhead += unhidden_launches_s(self._launch_s, kernels)
         return (
             layers * gemm_layer,
             layers * attn_layer,
