@@ -309,10 +309,11 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
 
 
 def _item_line(cost: Any, b: int) -> dict[str, Any]:
-    """The dense model's second decode line and knee (docs/costmodel.md): the item-bound
-    line, which for an engine with a launch floor (``launch_per_layer_s``, e.g.
-    ``vllm-eager-2023``) is the longer of the item work and the launches; MoE workers
-    have one line."""
+    """A worker's second decode line and knee (docs/costmodel.md): the item-bound line,
+    which for an engine with a launch floor (``launch_per_layer_s``, e.g.
+    ``vllm-eager-2023``) is the longer of the item work and the launches. Dense workers
+    always have it; MoE workers only under a launch floor (with CUDA graphs their decode
+    is one line, and the output has no ``item_bound_*`` fields)."""
     if not hasattr(cost, "decode_item_coeffs"):
         return {}
     item_base_s, item_per_token_s = cost.decode_item_coeffs(b)
