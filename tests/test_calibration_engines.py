@@ -71,13 +71,73 @@ def test_measurement_rows_follow_their_sources_by_hand() -> None:
     row = t[(t["gpu"] == "h200-sxm") & (t["model"] == "llama-2-70b") & (t["batch"] == 1024)]
     assert row["value_s"].item() == pytest.approx(1024 * 128 / 3989, rel=1e-5)
     # vLLM's CI latency test: 8 prompts of 32 tokens, 128 out, on three GPUs
-    v = df[df["engine"] == "vllm"]
+    v = df[df["source"] == "vllm-perf-benchmark"]
     assert set(v["gpu"]) == {"a100-80gb", "h100-sxm", "h200-sxm"}
     assert (v["batch"] == 8).all() and (v["isl"] == 32).all() and (v["osl"] == 128).all()
-    # every engine but sglang holds rows out of its fit; every row names its URL
-    for e in ("vllm", "trtllm"):
+    # every engine holds rows out of its fit; every row names its URL and carries its
+    # provenance (the engine version, the figure as published, how the value follows)
+    for e in ("vllm", "sglang", "trtllm"):
         assert (df[df["engine"] == e]["split"] == "holdout").any()
     assert df["url"].str.startswith("https://").all()
+    for col in ("version", "raw", "derivation"):
+        assert (df[col].fillna("").str.strip().str.len() > 0).all(), col
+
+
+# the figure each SGLang / vLLM row quotes, as the source prints it: the number after
+# these words in the row's raw column is the value in seconds
+_QUOTED = {
+    "sglang-issue-1008": "median latency:",
+    "sglang-pr-1401": "median latency:",
+    "vllm-pr-10933": "Avg latency:",
+    "vllm-pr-11000": "Avg latency:",
+    "vllm-issue-9471": "t_elap:",
+}
+
+
+def test_collected_sglang_and_vllm_rows_are_their_quoted_figures() -> None:
+    df = engines.read_measurements()
+    rows = df[df["source"].isin(list(_QUOTED))]
+    # 5 SGLang decode steps (issue 1008: TP1 batch 1 and 128, TP8 batch 1; PR 1401: triton
+    # and flashinfer at batch 1) and 3 vLLM batches (PRs 10933 and 11000, issue 9471)
+    assert len(rows[rows["engine"] == "sglang"]) == 5
+    assert len(rows[rows["engine"] == "vllm"]) == 3
+    for r in rows.to_dict("records"):
+        quoted = str(r["raw"]).split(_QUOTED[str(r["source"])])[1].split()[0]
+        assert float(r["value_s"]) == pytest.approx(float(quoted), rel=1e-5), r["source"]
+    # no configuration twice (PR 1401's two rows differ in attention backend, in version)
+    key = ["source", "version", "model", "gpu", "tp", "batch", "isl", "osl", "metric"]
+    assert not rows.duplicated(subset=key).any()
+    # one row by hand: SGLang issue 1008, Llama-3-8B TP1 at batch 128, 128 in / 8 out: the
+    # median decode step 11.84 ms (10,815 tokens/s over 128 sequences)
+    r = rows[(rows["source"] == "sglang-issue-1008") & (rows["batch"] == 128)]
+    assert r["value_s"].item() == pytest.approx(128 / 10815.07, rel=1e-3)
+    assert (r["isl"].item(), r["osl"].item(), r["metric"].item()) == (128, 8, "decode_step_s")
+    # vLLM's benchmark_latency defaults (32 in / 128 out) where the command sets only the batch
+    b1 = rows[rows["source"].isin(["vllm-pr-10933", "vllm-pr-11000"])]
+    assert (b1["batch"] == 1).all() and (b1["isl"] == 32).all() and (b1["osl"] == 128).all()
+
+
+def test_held_out_rows_never_enter_the_sglang_and_vllm_fits() -> None:
+    pts = engines.all_points(None)
+    # whole sources held out: SGLang's PR 1401, vLLM's PR and issue rows (V0, V1, FP8)
+    held = {"sglang-pr-1401", "vllm-pr-10933", "vllm-pr-11000", "vllm-issue-9471"}
+    for src in held:
+        assert (pts[pts["source"] == src]["split"] == "holdout").all(), src
+    mine = pts[pts["engine"].isin(["sglang", "vllm"])].reset_index(drop=True)
+    feat = engines.features(mine)
+    # the held-out rows' measurements scaled by 3: the fitted parameters do not move
+    skewed = feat.copy()
+    out = (skewed["split"] == "holdout").to_numpy()
+    skewed.loc[out, "value_s"] = skewed.loc[out, "value_s"] * 3.0
+    for e in ("sglang", "vllm"):
+        a = engines.fit_engine_linear(feat, e)["params"]
+        b = engines.fit_engine_linear(skewed, e)["params"]
+        assert a == b, e
+        # and the fit rows do move them (the test can fail)
+        moved = feat.copy()
+        fit = ((moved["engine"] == e) & (moved["split"] == "fit")).to_numpy()
+        moved.loc[fit, "value_s"] = moved.loc[fit, "value_s"] * 1.5
+        assert engines.fit_engine_linear(moved, e)["params"] != a, e
 
 
 def test_a_bad_measurement_row_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
