@@ -105,8 +105,9 @@ ENGINES_MD = """Published step and batch latencies of serving engines
 `vllm-eager-2023` rows are DistServe's curves of 2023 vLLM on A100 and, held out, Splitwise's
 measurements of 2023 vLLM on DGX-A100) against the step model
 with each engine's shipped profile: all rows, the rows its fit used, the held-out rows
-(every H200 row and NIM for vllm and trtllm; the OPT-66B TP8 and OPT-13B TP4 families and
-every Splitwise row for vllm-eager-2023), each (source, model, GPU, TP) family predicted by
+(every H200 row and NIM for vllm and trtllm; for vllm also the rows from vLLM's pull
+requests and issues (PRs 10933 and 11000, issue 9471); for sglang PR 1401's rows; the
+OPT-66B TP8 and OPT-13B TP4 families and every Splitwise row for vllm-eager-2023), each (source, model, GPU, TP) family predicted by
 a refit without it, and the kernels alone. Target (issue 13): median ≤ 5% and p90 ≤ 15% per engine.
 
 TensorRT-LLM rows run TensorRT-LLM's own attention kernels (`attention_backend: trtllm`).
