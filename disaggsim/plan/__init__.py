@@ -8,7 +8,8 @@ Python API::
 
 Parts: :mod:`~disaggsim.plan.analytic` (first guess from token histograms),
 :mod:`~disaggsim.plan.search` (candidates and goodput by simulation),
-:mod:`~disaggsim.plan.advisor` (verdict and reasons), :mod:`~disaggsim.plan.report`
+:mod:`~disaggsim.plan.advisor` (verdict and reasons), :mod:`~disaggsim.plan.confirm`
+(a quick plan's close call measured again at full accuracy), :mod:`~disaggsim.plan.report`
 (JSON, table, plot, recommended YAML). Definitions: docs/planning.md.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.plan.advisor import Advice, advise
 from disaggsim.plan.analytic import AnalyticGuess, analytic_guess
+from disaggsim.plan.confirm import confirm_close_call
 from disaggsim.plan.holds import check_as_written
 from disaggsim.plan.search import Candidate, CandidateResult, PlanOptions, SearchResult, search
 from disaggsim.sweep.executors import Executor
@@ -48,8 +50,9 @@ def plan(
     executor: Executor | None = None,
     progress=None,
 ) -> tuple[SearchResult, Advice]:
-    """Search the candidates for the scenario's budget (or ``gpus``), check the ones the
-    advisor compares as their recommended.yaml would run them
+    """Search the candidates for the scenario's budget (or ``gpus``), in quick mode settle
+    a close call at full accuracy (:func:`~disaggsim.plan.confirm.confirm_close_call`),
+    check the ones the advisor compares as their recommended.yaml would run them
     (:func:`~disaggsim.plan.holds.check_as_written`, unless ``options`` turn it off), and
     advise."""
     if isinstance(scenario, LoadedScenario):
@@ -69,6 +72,8 @@ def plan(
         executor=executor,
         progress=progress,
     )
+    # a quick plan's close call measured again at full accuracy (none to settle: res)
+    res = confirm_close_call(res, executor=executor, progress=progress)
     if res.options.check_as_written:  # the goodputs compared hold as recommended.yaml runs
         res = check_as_written(res, executor=executor, progress=progress)
     return res, advise(res)

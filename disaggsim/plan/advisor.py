@@ -150,9 +150,14 @@ def _mean_handoff(res: SearchResult, tp: int, nbytes: float) -> tuple[str, float
 def _best(res: SearchResult, kind: str) -> CandidateResult | None:
     """The best candidate of ``kind``: the one checked as written, if any (the plan
     checks the best of a kind by the search's goodputs, which rank every candidate by
-    the same runs: plan/holds.py), else the first ranked."""
+    the same runs: plan/holds.py), else the first ranked of those measured again at full
+    accuracy (plan/confirm.py: it measures every candidate whose quick goodput was above
+    its side's best at full accuracy), else the first ranked."""
     rows = [r for r in res.ranked if r.candidate.kind == kind]
-    return next((r for r in rows if r.as_written is not None), rows[0] if rows else None)
+    return next(
+        (r for r in rows if r.as_written is not None),
+        next((r for r in rows if r.full_accuracy), rows[0] if rows else None),
+    )
 
 
 def conditions(res: SearchResult) -> tuple[Condition, ...]:
@@ -295,6 +300,21 @@ def advise(res: SearchResult) -> Advice:
             ),
         )
     if res.options.quick_mode:
+        conf = res.confirmation
+        if conf is not None:
+            # the figures compared were measured again at full accuracy (plan/confirm.py):
+            # full mode's rule decides; only a doubt those runs cannot remove stays
+            why = open_family_doubt(res, adv)
+            if why is None:
+                return dataclasses.replace(adv, reason=f"{adv.reason}; {conf.sentence()}")
+            return dataclasses.replace(
+                adv,
+                verdict="undecided",
+                reason=(
+                    f"undecided: quick mode cannot tell ({why}); {conf.sentence()}, which "
+                    f"cannot settle that; run without --quick. Best found so far: {adv.reason}"
+                ),
+            )
         why = _quick_doubt(res, adv)
         if why is None:
             return adv
@@ -310,15 +330,28 @@ def advise(res: SearchResult) -> Advice:
 
 
 def _quick_doubt(res: SearchResult, adv: Advice) -> str | None:
-    """Why quick mode's verdict cannot be trusted, or None. Doubt: the gain is within
-    :data:`QUICK_UNCERTAINTY` of :data:`MIN_GAIN`; or a family of the losing side was
-    left open by the wave limit while its bound could still beat the winner."""
+    """Why quick mode's verdict cannot be trusted, or None: :func:`close_gain_doubt`,
+    else :func:`open_family_doubt`."""
+    return close_gain_doubt(adv) or open_family_doubt(res, adv)
+
+
+def close_gain_doubt(adv: Advice) -> str | None:
+    """Doubt (or None): disaggregation's gain is within :data:`QUICK_UNCERTAINTY` of
+    :data:`MIN_GAIN`. Measuring the candidates compared again at full accuracy
+    (plan/confirm.py) removes it."""
     gain = adv.disaggregation_gain
     if gain is not None and abs(gain - MIN_GAIN) < QUICK_UNCERTAINTY:
         return (
             f"disaggregation's gain of {gain:+.0%} goodput per GPU lies within its "
             f"+-{QUICK_UNCERTAINTY:.0%} error of the {MIN_GAIN:.0%} needed for a second pool"
         )
+    return None
+
+
+def open_family_doubt(res: SearchResult, adv: Advice) -> str | None:
+    """Doubt (or None): a family of the losing side was left open by the wave limit
+    while its bound could still beat the winner. No re-measurement of the candidates
+    found removes it (the family's members were never searched)."""
     winner = "disaggregate" if adv.verdict == "disaggregate" else "colocate"
     best = adv.recommended.goodput_per_gpu_per_s if adv.recommended else 0.0
     for name, state in res.families.items():
@@ -338,7 +371,8 @@ def _advise(res: SearchResult) -> Advice:
     chk = _best(res, "colocate_chunked")
     vll = _best(res, "colocate_vllm")
     colo = [r for r in (chk, vll) if r is not None]
-    best_colo = max(colo, key=lambda r: r.goodput_per_gpu_per_s)
+    # ties to a candidate measured at full accuracy (plan/confirm.py), then to chunked
+    best_colo = max(colo, key=lambda r: (r.goodput_per_gpu_per_s, r.full_accuracy))
     conds = conditions(res)
     pd_conds = [c for c in conds if c.name != "prefix_reuse"]  # the disaggregation ones
     held = [c.name.replace("_", " ") for c in pd_conds if c.holds]

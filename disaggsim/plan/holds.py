@@ -13,7 +13,8 @@ So before a decided verdict is given, :func:`check_as_written` runs the recommen
 candidate and the best of the other side (the best colocated one against a
 disaggregated recommendation, and the reverse) as each would be written: the same
 scenario, ``sim`` section and seed, the rate rounded as written (:data:`RATE_DIGITS`). A
-run that misses steps the rate down at that length (by twice the plan's tolerance,
+run that misses steps the rate down at that length (by twice the plan's tolerance, full
+mode's where a quick plan's close call was confirmed at full accuracy: plan/confirm.py;
 doubling) until one meets, then bisects between the two to the tolerance
 (:class:`~disaggsim.sweep.goodput.RateSearch`'s step-down); that rate is the candidate's
 goodput. No retest with other seeds: the run as written decides, as ``disaggsim run`` of
@@ -52,6 +53,7 @@ from disaggsim.config.scenario import SimConfig
 from disaggsim.metrics.steady import Horizon
 from disaggsim.plan.search import (
     CandidateResult,
+    PlanOptions,
     SearchResult,
     candidate_scenario,
     rank_rows,
@@ -62,6 +64,7 @@ from disaggsim.sweep.goodput import GoodputResult, goodput_many
 
 __all__ = [
     "FILE_MARGIN",
+    "accuracy_options",
     "RATE_DIGITS",
     "WrittenSim",
     "backlog_slack_s",
@@ -79,6 +82,15 @@ RATE_DIGITS = 6  # significant digits of the rate recommended.yaml writes
 # a shortened file's measurement window: this many times the seconds a backlog growing at
 # the plan's tolerance takes to delay a request past the SLO (backlog_slack_s)
 FILE_MARGIN = 2.0
+
+
+def accuracy_options(res) -> PlanOptions:
+    """The options whose tolerance and run-length rule the compared goodputs were measured
+    with: full mode's final stage where a quick plan's close call was measured again
+    (plan/confirm.py), else the plan's own. The check as written and the file's window
+    use them."""
+    conf = getattr(res, "confirmation", None)
+    return conf.options if conf is not None else res.options
 
 
 def written_rate(rate_per_s: float) -> float:
@@ -120,7 +132,8 @@ def needed_window_s(res: SearchResult, kind: str) -> tuple[float, float]:
     slo = res.loaded.scenario.slo
     out = res.analytic.output_tokens_mean
     slack = backlog_slack_s(slo, kind, out)
-    measure = FILE_MARGIN * slack / (slo.attainment_target * res.options.tol_fraction)
+    tol = accuracy_options(res).tol_fraction
+    measure = FILE_MARGIN * slack / (slo.attainment_target * tol)
     warm = slo.ttft_s + max(out - 1.0, 0.0) * slo.itl_s
     return float(warm), float(measure)
 
@@ -236,7 +249,7 @@ def check_as_written(
     candidate it compares is checked."""
     from disaggsim.plan.advisor import advise
 
-    o = res.options
+    o = accuracy_options(res)
     while True:
         advice = advise(res)
         rec = advice.recommended

@@ -15,7 +15,7 @@ from disaggsim.config.loader import load_scenario
 from disaggsim.metrics.slo_model import describe_slo, slo_model_lines
 from disaggsim.output import Written
 from disaggsim.plan.advisor import Advice, fabric_name
-from disaggsim.plan.holds import written_scenario, written_sim
+from disaggsim.plan.holds import accuracy_options, written_scenario, written_sim
 from disaggsim.plan.search import CandidateResult, SearchResult
 
 __all__ = [
@@ -50,6 +50,8 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
         "slo": s.slo.model_dump(mode="json"),
         "slo_model": describe_slo(s.slo),
         **advice.as_dict(),
+        # a quick plan's close call measured again at full accuracy (plan/confirm.py)
+        "confirmation": None if res.confirmation is None else res.confirmation.as_dict(),
         "ranked": [r.as_dict() for r in res.ranked],
         "analytic": res.analytic.as_dict(),
         "search": {
@@ -148,6 +150,12 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
         f"disaggsim plan recommendation ({advice.verdict}) for {res.gpu_budget} x {res.gpu}: "
         f"{rec.candidate.label}, goodput {rec.goodput_per_gpu_per_s:.3f} req/s per GPU"
     )
+    if rec.full_accuracy:
+        raw["description"] += (
+            " (quick plan, its close call measured again at full accuracy: "
+            + ", ".join(c.label for c in res.confirmation.candidates)
+            + ")"
+        )
     if rec.as_written is not None:
         raw["description"] += (
             f" (checked as written: this file at this rate meets the SLOs, seed "
@@ -159,7 +167,7 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
             f"; sim shortened from the question's {ws.question_s:g} s to "
             f"{raw['sim']['duration_s']:g} s (about {fmt(round(ws.requests))} requests at "
             f"this rate): at least {fmt(res.options.file_requests)} requests and a window "
-            f"in which a rate {res.options.tol_fraction:.0%} above what the deployment "
+            f"in which a rate {accuracy_options(res).tol_fraction:.0%} above what the deployment "
             f'serves misses (docs/planning.md §4, "How long the file runs")'
         )
     elif ws.bound == "MAX_REQUESTS":

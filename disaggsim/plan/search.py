@@ -65,6 +65,7 @@ __all__ = [
     "KINDS",
     "Candidate",
     "CandidateResult",
+    "Confirmation",
     "SEQS_RAISE",
     "PlanOptions",
     "SearchResult",
@@ -128,6 +129,14 @@ class PlanOptions:
     # (plan/holds.py written_sim)
     file_requests: int = 100_000
     quick_mode: bool = False
+    # quick mode: where its only doubt is a gain within its error of the threshold, the
+    # best ``confirm_per_side`` candidates of each side (disaggregated, colocated) are
+    # searched again at full accuracy (``full_rule``, ``full_tol_fraction``: full mode's
+    # final stage) and full mode's rule decides (plan/confirm.py)
+    confirm_close: bool = False
+    confirm_per_side: int = 2
+    full_rule: RunLengthRule = field(default_factory=RunLengthRule)
+    full_tol_fraction: float = 0.01
 
     def with_run_length(
         self, min_requests: int | None, service_multiple: float | None
@@ -135,11 +144,12 @@ class PlanOptions:
         """These options with the run-length rule's floors lowered or raised (``--min-
         requests``, ``--service-multiple``): the confirmed goodputs use them, the
         exploration at most them."""
-        rule, explore = self.rule, self.explore_rule
+        rule, explore, full = self.rule, self.explore_rule, self.full_rule
         if min_requests is not None:
             if not min_requests >= 1:
                 raise UserError(f"--min-requests {min_requests}: must be an integer >= 1")
             rule = dataclasses.replace(rule, min_measured_requests=min_requests)
+            full = dataclasses.replace(full, min_measured_requests=min_requests)
             n = min(explore.min_measured_requests, min_requests)
             explore = dataclasses.replace(explore, min_measured_requests=n)
         if service_multiple is not None:
@@ -150,13 +160,27 @@ class PlanOptions:
                 service_multiple=service_multiple,
                 warmup_service_multiple=min(rule.warmup_service_multiple, service_multiple),
             )
+            full = dataclasses.replace(
+                full,
+                service_multiple=service_multiple,
+                warmup_service_multiple=min(full.warmup_service_multiple, service_multiple),
+            )
             m = min(explore.service_multiple, service_multiple)
             explore = dataclasses.replace(
                 explore,
                 service_multiple=m,
                 warmup_service_multiple=min(explore.warmup_service_multiple, m),
             )
-        return dataclasses.replace(self, rule=rule, explore_rule=explore)
+        return dataclasses.replace(self, rule=rule, explore_rule=explore, full_rule=full)
+
+    def full_accuracy(self) -> PlanOptions:
+        """These options with full mode's final stage: its run-length rule (with the
+        ``--min-requests``/``--service-multiple`` given) and bisection tolerance, each
+        finalist searched again from its explored goodput and confirmed at twice the
+        horizon (not confirmed directly). Full mode's own options are unchanged."""
+        return dataclasses.replace(
+            self, rule=self.full_rule, tol_fraction=self.full_tol_fraction, confirm_explored=False
+        )
 
     @classmethod
     def quick(cls) -> PlanOptions:
@@ -178,6 +202,7 @@ class PlanOptions:
             relative_bracket=0.12,
             screen_nearest=True,
             quick_mode=True,
+            confirm_close=True,
         )
 
 
@@ -277,6 +302,9 @@ class CandidateResult:
     # the check at the length and seed its recommended.yaml runs (plan/holds.py): then
     # ``goodput_per_s`` is the rate it met there and ``at_rate`` that run
     as_written: GoodputResult | None = None
+    # measured again at full accuracy after a close quick result (plan/confirm.py): the
+    # goodput and ``goodput`` are that search's
+    full_accuracy: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         a = self.at_rate
@@ -297,6 +325,7 @@ class CandidateResult:
             "itl_p99_s": None if a is None else _f(a.itl_p99_s),
             "slo_attainment": None if a is None else _f(a.slo_attainment),
             "usd_per_m_output_tokens": self.usd_per_m_output_tokens,
+            "full_accuracy": self.full_accuracy,
             "as_written": _as_written_dict(self),
         }
 
@@ -324,6 +353,63 @@ def _f(v: Any) -> float | None:
         return None
     v = float(v)
     return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """A quick plan's close call measured again at full accuracy (plan/confirm.py):
+    ``doubt`` is quick mode's reason, ``quick_gain`` its disaggregation gain;
+    ``remeasured`` the candidates with their quick and full-accuracy goodputs per GPU,
+    in the order they were searched; ``options`` full mode's final stage as run."""
+
+    doubt: str
+    quick_gain: float | None
+    remeasured: tuple[tuple[Candidate, float, float], ...]  # (candidate, quick, full)
+    num_simulations: int
+    options: PlanOptions
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return tuple(c for c, _, _ in self.remeasured)
+
+    def settings(self) -> str:
+        r = self.options.rule
+        return (
+            f"full mode's {self.options.tol_fraction:.0%} bisection, runs of >= "
+            f"{r.min_measured_requests} requests and {r.service_multiple:g} service times, "
+            f"confirmed at {r.confirm_factor:g}x the horizon"
+        )
+
+    def sentence(self) -> str:
+        """One clause for the advisor's reason."""
+        what = ", ".join(f"{c.label} {q:.3f} -> {f:.3f}" for c, q, f in self.remeasured)
+        return (
+            f"confirmed at full accuracy: quick mode's gain lay within its error of the "
+            f"threshold, so {len(self.remeasured)} candidates were searched again with "
+            f"{self.settings()} ({what} req/s per GPU; {self.num_simulations} simulations)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.options.rule
+        return {
+            "at_full_accuracy": True,
+            "doubt": self.doubt,
+            "quick_gain": self.quick_gain,
+            "remeasured": [
+                {
+                    "label": c.label,
+                    "kind": c.kind,
+                    "quick_goodput_per_gpu": q,
+                    "goodput_per_gpu": f,
+                }
+                for c, q, f in self.remeasured
+            ],
+            "num_simulations": self.num_simulations,
+            "tol_fraction": self.options.tol_fraction,
+            "min_measured_requests": r.min_measured_requests,
+            "service_multiple": r.service_multiple,
+            "confirm_factor": r.confirm_factor,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +441,10 @@ class SearchResult:
     num_screened_out: int = 0
     # runs of the candidates checked as written (plan/holds.py), in ``num_simulations`` too
     num_as_written_runs: int = 0
+    # a quick plan's close call measured again at full accuracy (plan/confirm.py)
+    confirmation: Confirmation | None = None
+    # the analytic guess behind each family's start (run lengths of later searches)
+    guesses: Mapping[Candidate, AnalyticGuess] = field(default_factory=dict, repr=False)
 
 
 def _pool_base(pool) -> dict[str, Any]:
@@ -1500,6 +1590,7 @@ def search(
         + _cap_note(loaded, requests)
         + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
+        guesses=guesses,
     )
 
 

@@ -1,0 +1,146 @@
+"""A quick plan's close call, settled at full accuracy (docs/planning.md §2, "Close calls").
+
+Quick mode measures goodputs with a 4 % bisection and short runs; on a ratio of two
+goodputs its error is about ±15 % (:data:`~disaggsim.plan.advisor.QUICK_UNCERTAINTY`),
+so a disaggregation gain within that of the 5 % threshold cannot decide the verdict.
+Rather than answer ``undecided`` and send the user to rerun the whole search without
+``--quick``, :func:`confirm_close_call` measures again only what that verdict compares:
+
+1. **which**: on each side (disaggregated; colocated, chunked and vllm together) the
+   ``PlanOptions.confirm_per_side`` (2) best candidates by quick goodput per GPU;
+2. **how**: full mode's final stage (:meth:`PlanOptions.full_accuracy`): each searched
+   again from [0.8, 1.15] × its quick goodput with full mode's run-length rule (≥ 1,000
+   requests and 10 service times, each raised to a loaded residence) and 1 % bisection,
+   then confirmed at twice that horizon;
+3. **until**: any other candidate of a side whose quick goodput beats that side's best
+   full-accuracy goodput is measured too (the loop of full mode's
+   :func:`~disaggsim.plan.search.finalists`), so each side's best is a candidate
+   measured at full accuracy.
+
+Then full mode's rule decides (5 %, no band), on those figures. What the confirmation
+cannot remove is a family the wave limit left open whose bound could still beat the
+winner (:func:`~disaggsim.plan.advisor.open_family_doubt`): its members were never
+searched. With that doubt the plan stays ``undecided`` and no confirmation is run
+first; after a confirmation it is asked again against the confirmed verdict.
+
+The result keeps quick mode's options (``quick: true``) and carries a
+:class:`~disaggsim.plan.search.Confirmation`; the check as written
+(:mod:`disaggsim.plan.holds`) then runs at full mode's tolerance, so recommended.yaml's
+rate comes from the confirmed figures, checked as full mode checks them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from disaggsim.plan.search import (
+    CandidateResult,
+    Confirmation,
+    SearchResult,
+    _Evaluator,
+    _per_gpu,
+    rank_rows,
+)
+from disaggsim.sweep.executors import Executor
+
+__all__ = ["confirm_close_call", "side"]
+
+
+def side(kind: str) -> str:
+    """``disaggregate`` or ``colocate``: the two sides a verdict weighs."""
+    return "disaggregate" if kind == "disaggregate" else "colocate"
+
+
+def confirm_close_call(
+    res: SearchResult,
+    *,
+    executor: Executor | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchResult:
+    """``res`` with its close call measured again at full accuracy (module docstring),
+    or ``res`` itself where there is none to settle: not quick mode, confirmation off,
+    a decided quick verdict, or a doubt other than the close gain alone."""
+    from disaggsim.plan.advisor import _advise, advise, close_gain_doubt, open_family_doubt
+
+    o = res.options
+    if not (o.quick_mode and o.confirm_close) or res.confirmation is not None:
+        return res
+    if advise(res).verdict != "undecided":
+        return res
+    adv = _advise(res)
+    doubt = close_gain_doubt(adv)
+    if doubt is None or open_family_doubt(res, adv) is not None:
+        return res
+    sides: dict[str, list[CandidateResult]] = {}
+    for r in res.ranked:  # best first by quick goodput; ties in the ranking's order
+        if r.goodput_per_gpu_per_s > 0:
+            sides.setdefault(side(r.candidate.kind), []).append(r)
+    for rows in sides.values():
+        rows.sort(key=lambda r: -r.goodput_per_gpu_per_s)
+    todo = [r.candidate for rows in sides.values() for r in rows[: o.confirm_per_side]]
+    full = o.full_accuracy()
+    counter = [res.num_simulations]
+    explored = {r.candidate: r.goodput for r in res.ranked if r.goodput is not None}
+    ev = _Evaluator(
+        res.loaded, dict(res.guesses), full, executor, progress, "final", explored, counter
+    )
+    order = []
+    while todo:
+        ev(todo)
+        order += todo
+        todo = []
+        for rows in sides.values():
+            top = max(
+                (_per_gpu(ev.results[r.candidate]) for r in rows if r.candidate in ev.results),
+                default=0.0,
+            )
+            todo += [
+                r.candidate
+                for r in rows
+                if r.candidate not in order and r.goodput_per_gpu_per_s > top
+            ]
+    quick = {r.candidate: r for r in res.ranked}
+    rows = []
+    for r in res.ranked:
+        g = ev.results.get(r.candidate)
+        if g is None:
+            rows.append(r)
+            continue
+        rate = g.rate_per_s if math.isfinite(g.rate_per_s) else 0.0
+        usd = r.usd_per_m_output_tokens
+        if usd is not None:
+            usd = usd * r.goodput_per_s / rate if rate > 0 else None
+        at = g.confirmation.summary if g.confirmed and g.confirmation is not None else None
+        rows.append(
+            dataclasses.replace(
+                r,
+                goodput_per_s=rate,
+                goodput_per_gpu_per_s=rate / r.candidate.num_gpus,
+                status=g.status,
+                at_rate=at,
+                usd_per_m_output_tokens=usd,
+                goodput=g,
+                full_accuracy=True,
+            )
+        )
+    ran = counter[0] - res.num_simulations
+    conf = Confirmation(
+        doubt=doubt,
+        quick_gain=adv.disaggregation_gain,
+        remeasured=tuple(
+            (c, quick[c].goodput_per_gpu_per_s, _per_gpu(ev.results[c]) if c in ev.results else 0.0)
+            for c in order
+        ),
+        num_simulations=ran,
+        options=full,
+    )
+    return dataclasses.replace(
+        res,
+        ranked=rank_rows(rows),
+        confirmation=conf,
+        num_simulations=counter[0],
+        num_stopped_early=res.num_stopped_early
+        + sum(g.num_stopped_early for g in ev.results.values()),
+    )
