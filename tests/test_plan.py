@@ -295,7 +295,9 @@ def test_plan_of_a_huge_fleet_keeps_its_goodput_runs_within_max_requests(monkeyp
         },
         "sim": {"duration_s": 60, "warmup_s": 5},
     }  # fmt: skip
-    opts = dataclasses.replace(PlanOptions.quick(), max_tp=2)
+    # quick mode's undecided answer as it stands (a close call is not measured again at
+    # full accuracy here: tests/test_plan_confirm.py)
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=2, confirm_close=False)
     res, _ = plan(raw, options=opts, executor=SerialExecutor())
     # the check as written (holds.py) runs recommended.yaml's window, named "...-plan"
     seen = [
