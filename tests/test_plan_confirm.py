@@ -199,18 +199,13 @@ def test_same_seed_same_confirmed_plan(monkeypatch):
 
 
 def test_an_open_family_doubt_is_not_confirmed_and_stays_undecided(monkeypatch):
-    """A close gain (+10 %) with a disaggregated family left open whose bound could
-    still beat the colocated winner: no re-measurement of the candidates found removes
-    that doubt, so none is run and the verdict stays undecided, naming the family."""
+    """Colocation wins by far (-50 %) but a disaggregated family was left open by the
+    wave limit with a bound that could still beat it: not a close call, nothing is
+    measured again, the verdict stays undecided and names the family. A close gain with
+    such a family and no search to walk it on (a result built by hand) stays undecided
+    too, naming both doubts."""
     runs = fake_run_points(monkeypatch, lambda sc: True)
-    rows = [_row("disaggregate", 1.02), _row("colocate_chunked", 1.0)]
     open_rival = {"disagg tp1/tp2": ("open", "disaggregate", 2.0)}
-    res = _search(rows, quick=True, families=open_rival)
-    assert advise(res).verdict == "undecided"
-    assert confirm_close_call(res, executor=SerialExecutor()) is res
-    assert not runs
-    # the doubt said is the close gain first (as before); with the gain far from the
-    # threshold the family is named
     far = _search(
         [_row("disaggregate", 0.5), _row("colocate_chunked", 1.0)],
         quick=True,
@@ -218,7 +213,73 @@ def test_an_open_family_doubt_is_not_confirmed_and_stays_undecided(monkeypatch):
     )
     adv = advise(far)
     assert adv.verdict == "undecided" and "family disagg tp1/tp2 unsettled" in adv.reason
-    assert confirm_close_call(far, executor=SerialExecutor()) is far and not runs
+    assert confirm_close_call(far, executor=SerialExecutor()) is far
+    close = _search(
+        [_row("disaggregate", 1.02), _row("colocate_chunked", 1.0)],
+        quick=True,
+        families=open_rival,
+    )
+    adv = advise(close)
+    assert adv.verdict == "undecided" and "gain of +2%" in adv.reason
+    assert "family disagg tp1/tp2 unsettled" in adv.reason
+    assert confirm_close_call(close, executor=SerialExecutor()) is close
+    assert not runs
+
+
+def test_a_family_left_open_is_walked_on_before_the_confirmation(monkeypatch):
+    """Quick mode stopped at 2 waves with the disaggregated family still climbing: the
+    close call walks it on with quick mode's runs to the confirmation's wave limit (the
+    searches already run reused, not run again), then measures again at full accuracy."""
+    runs = _fake(monkeypatch, _caps(quick=(8.4, 8.0), full=(9.0, 8.0)))
+    short = dataclasses.replace(OPTS, max_waves=2)
+    res0, adv0 = plan(
+        FLEET, options=dataclasses.replace(short, confirm_close=False), executor=SerialExecutor()
+    )
+    assert res0.families["disagg tp1/tp1"] == "open" and adv0.verdict == "undecided"
+    assert "family disagg tp1/tp1 unsettled" in adv0.reason
+    runs.clear()
+    res, advice = plan(FLEET, options=short, executor=SerialExecutor())
+    assert res.families["disagg tp1/tp1"] == "settled" and res.converged
+    conf = res.confirmation
+    assert conf is not None and conf.walked_on == ("disagg tp1/tp1",)
+    assert conf.walk_simulations > 0 and advice.verdict == "disaggregate"
+    assert "walked on first" in advice.reason
+    assert any(n.startswith("quick mode's gain was within its error") for n in res.notes)
+    # the walk ran quick mode's runs only
+    walk = runs[res0.num_simulations : res0.num_simulations + conf.walk_simulations]
+    assert {_stage(sc) for sc in walk} == {"quick"}
+
+
+def test_a_search_with_more_waves_reuses_the_earlier_searches(monkeypatch):
+    """``rerun`` with a higher wave limit replays the earlier waves from the memo and
+    gives the search a fresh one with that limit gives, with fewer new runs."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan.search import search
+
+    _fake(monkeypatch, _caps(quick=(8.4, 8.0), full=(9.0, 8.0)))
+    loaded = load_scenario(FLEET)
+    short = dataclasses.replace(OPTS, max_waves=2)
+    a = search(loaded, options=short, executor=SerialExecutor())
+    long = dataclasses.replace(OPTS, max_waves=40)
+    b = a.rerun(options=long, executor=SerialExecutor())
+    c = search(loaded, options=long, executor=SerialExecutor())
+    assert not a.converged and b.converged
+    assert b.families == c.families
+    assert [r.as_dict() for r in b.ranked] == [r.as_dict() for r in c.ranked]
+    assert 0 < b.num_simulations - a.num_simulations < c.num_simulations
+
+
+def test_a_family_still_open_after_the_walk_leaves_it_undecided(monkeypatch):
+    """The walk ends at the confirmation's wave limit (2 here) with the family still
+    open: no confirmation is run, the plan stays undecided and says why."""
+    runs = _fake(monkeypatch, _caps(quick=(8.4, 8.0), full=(9.0, 8.0)))
+    opts = dataclasses.replace(OPTS, max_waves=1, confirm_waves=2)
+    res, advice = plan(FLEET, options=opts, executor=SerialExecutor())
+    assert res.families["disagg tp1/tp1"] == "open"
+    assert advice.verdict == "undecided" and res.confirmation is None
+    assert "family disagg tp1/tp1 unsettled" in advice.reason
+    assert any("walked on with quick mode's runs" in n for n in res.notes)
+    assert "full" not in {_stage(sc) for sc in runs}
 
 
 def _confirmed(res, gain: float | None = 0.0):

@@ -330,9 +330,10 @@ def advise(res: SearchResult) -> Advice:
 
 
 def _quick_doubt(res: SearchResult, adv: Advice) -> str | None:
-    """Why quick mode's verdict cannot be trusted, or None: :func:`close_gain_doubt`,
-    else :func:`open_family_doubt`."""
-    return close_gain_doubt(adv) or open_family_doubt(res, adv)
+    """Why quick mode's verdict cannot be trusted, or None: :func:`close_gain_doubt` and
+    :func:`open_family_doubt`, each that applies."""
+    why = [d for d in (close_gain_doubt(adv), open_family_doubt(res, adv)) if d is not None]
+    return "; and ".join(why) or None
 
 
 def close_gain_doubt(adv: Advice) -> str | None:

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from disaggsim.plan.search import (
     CandidateResult,
     Confirmation,
+    PlanOptions,
     SearchResult,
     _Evaluator,
     _per_gpu,
@@ -71,8 +72,29 @@ def confirm_close_call(
         return res
     adv = _advise(res)
     doubt = close_gain_doubt(adv)
-    if doubt is None or open_family_doubt(res, adv) is not None:
-        return res
+    if doubt is None:
+        return res  # an open family alone: no re-measurement settles it
+    walked: tuple[str, ...] = ()
+    walk_sims = 0
+    if open_family_doubt(res, adv) is not None:
+        # a family the wave limit left open could still beat the winner: walk every open
+        # family on (quick mode's runs, full mode's wave limit) before measuring again
+        waves = o.confirm_waves
+        if res.rerun is None or o.max_waves >= waves:
+            return res
+        walked = tuple(name for name, state in res.families.items() if state == "open")
+        before = res.num_simulations
+        res = res.rerun(
+            options=dataclasses.replace(o, max_waves=waves), executor=executor, progress=progress
+        )
+        walk_sims = res.num_simulations - before
+        res = dataclasses.replace(res, notes=(*res.notes, _walk_note(walked, o, waves, walk_sims)))
+        if advise(res).verdict != "undecided":
+            return res  # decided at quick accuracy once the families were walked on
+        adv = _advise(res)
+        doubt = close_gain_doubt(adv)
+        if doubt is None or open_family_doubt(res, adv) is not None:
+            return res
     sides: dict[str, list[CandidateResult]] = {}
     for r in res.ranked:  # best first by quick goodput; ties in the ranking's order
         if r.goodput_per_gpu_per_s > 0:
@@ -128,6 +150,8 @@ def confirm_close_call(
     ran = counter[0] - res.num_simulations
     conf = Confirmation(
         doubt=doubt,
+        walked_on=walked,
+        walk_simulations=walk_sims,
         quick_gain=adv.disaggregation_gain,
         remeasured=tuple(
             (c, quick[c].goodput_per_gpu_per_s, _per_gpu(ev.results[c]) if c in ev.results else 0.0)
@@ -143,4 +167,13 @@ def confirm_close_call(
         num_simulations=counter[0],
         num_stopped_early=res.num_stopped_early
         + sum(g.num_stopped_early for g in ev.results.values()),
+    )
+
+
+def _walk_note(walked: tuple[str, ...], o: PlanOptions, waves: int, sims: int) -> str:
+    return (
+        f"quick mode's gain was within its error of the threshold while its {o.max_waves}-wave "
+        f"limit had left famil{'y' if len(walked) == 1 else 'ies'} {', '.join(walked)} open: "
+        f"walked on with quick mode's runs to full mode's {waves}-wave limit "
+        f"({sims} simulations)"
     )

@@ -135,6 +135,8 @@ class PlanOptions:
     # final stage) and full mode's rule decides (plan/confirm.py)
     confirm_close: bool = False
     confirm_per_side: int = 2
+    # families left open there are first walked on to this wave limit (full mode's)
+    confirm_waves: int = 40
     full_rule: RunLengthRule = field(default_factory=RunLengthRule)
     full_tol_fraction: float = 0.01
 
@@ -367,6 +369,10 @@ class Confirmation:
     remeasured: tuple[tuple[Candidate, float, float], ...]  # (candidate, quick, full)
     num_simulations: int
     options: PlanOptions
+    # families the wave limit had left open, walked on with quick mode's runs first, and
+    # the simulations that took
+    walked_on: tuple[str, ...] = ()
+    walk_simulations: int = 0
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -383,10 +389,18 @@ class Confirmation:
     def sentence(self) -> str:
         """One clause for the advisor's reason."""
         what = ", ".join(f"{c.label} {q:.3f} -> {f:.3f}" for c, q, f in self.remeasured)
+        walk = (
+            f"famil{'y' if len(self.walked_on) == 1 else 'ies'} {', '.join(self.walked_on)} "
+            "left open by the wave limit walked on first "
+            f"({self.walk_simulations} simulations), then "
+            if self.walked_on
+            else ""
+        )
         return (
             f"confirmed at full accuracy: quick mode's gain lay within its error of the "
-            f"threshold, so {len(self.remeasured)} candidates were searched again with "
-            f"{self.settings()} ({what} req/s per GPU; {self.num_simulations} simulations)"
+            f"threshold, so {walk}{len(self.remeasured)} candidates were searched again "
+            f"with {self.settings()} ({what} req/s per GPU; {self.num_simulations} "
+            "simulations)"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -405,6 +419,8 @@ class Confirmation:
                 for c, q, f in self.remeasured
             ],
             "num_simulations": self.num_simulations,
+            "walked_on": list(self.walked_on),
+            "walk_simulations": self.walk_simulations,
             "tol_fraction": self.options.tol_fraction,
             "min_measured_requests": r.min_measured_requests,
             "service_multiple": r.service_multiple,
@@ -445,6 +461,13 @@ class SearchResult:
     confirmation: Confirmation | None = None
     # the analytic guess behind each family's start (run lengths of later searches)
     guesses: Mapping[Candidate, AnalyticGuess] = field(default_factory=dict, repr=False)
+    # every goodput search run, by (stage, options but the wave limit, candidate, screen):
+    # what a search of the same question with more waves reuses (search's ``memo``)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # the same search again with other options (``options=``, ``executor=``,
+    # ``progress=``), reusing ``memo``, its simulations counted after these; None for a
+    # result built by hand
+    rerun: Callable[..., SearchResult] | None = field(default=None, repr=False, compare=False)
 
 
 def _pool_base(pool) -> dict[str, Any]:
@@ -1114,6 +1137,7 @@ class _Evaluator:
         stage: str = "final",
         explored: dict[Candidate, GoodputResult] | None = None,
         counter: list[int] | None = None,
+        memo: dict | None = None,
     ) -> None:
         self.loaded = loaded
         self.guesses = guesses
@@ -1126,6 +1150,12 @@ class _Evaluator:
         self.invalid: dict[Candidate, str] = {}  # deployments that cannot be built
         self.label = str(loaded.path) if loaded.path else "<scenario>"
         self.counter = counter if counter is not None else [0]  # simulations, all stages
+        # (stage, candidate, screen) -> its search, of this plan and of earlier searches
+        # of the same question (search's ``memo``): asked again, it is not run again
+        self.memo = memo if memo is not None else {}
+        # what a search depends on of the options: all but the wave limit (a search with
+        # more waves reuses these searches)
+        self._memo_options = dataclasses.replace(options, max_waves=0)
         self._residence: dict[tuple, float] = {}  # family -> residence in service times
 
     @property
@@ -1257,7 +1287,30 @@ class _Evaluator:
         """One search over every candidate, each with its own run-length rule
         (:meth:`rule_for`); a candidate's next runs start as soon as its last are back.
         A screened one (``screens``: the goodput per GPU it must reach) first runs at that
-        value alone and stops there if it misses (status ``below``: not measured, 0)."""
+        value alone and stops there if it misses (status ``below``: not measured, 0).
+        A search already in :attr:`memo` (the same stage, options but for the wave limit,
+        candidate and screen) is taken
+        from there: its bracket came from the same results (a search replayed from its
+        start asks each in the same state), so it is the search this call would run."""
+
+        def key(c: Candidate) -> tuple:
+            return (self.stage, self._memo_options, c, screens.get(c))
+
+        new = [c for c in dict.fromkeys(cands) if key(c) not in self.memo]
+        if new:
+            for c, r in zip(new, self._run(new, screens), strict=True):
+                self.memo[key(c)] = r
+        out = []
+        for c in cands:
+            r = self.memo[key(c)]
+            self.results[c] = r
+            out.append(r.per_gpu_per_s if math.isfinite(r.per_gpu_per_s) else 0.0)
+        return out
+
+    def _run(
+        self, cands: list[Candidate], screens: Mapping[Candidate, float]
+    ) -> list[GoodputResult]:
+        """The goodput searches of ``cands`` (:meth:`_evaluate`), side by side."""
         o = self.options
         explore = self.stage == "explore"
         base = o.explore_rule if explore else o.rule
@@ -1290,11 +1343,7 @@ class _Evaluator:
             progress=on_progress,
         )
         self.counter[0] += done[0]
-        out = []
-        for c, r in zip(cands, results, strict=True):
-            self.results[c] = r
-            out.append(r.per_gpu_per_s if math.isfinite(r.per_gpu_per_s) else 0.0)
-        return out
+        return results
 
 
 def _per_gpu(r: GoodputResult) -> float:
@@ -1443,9 +1492,17 @@ def search(
     options: PlanOptions | None = None,
     executor: Executor | None = None,
     progress: Callable[[int, int], None] | None = None,
+    memo: dict | None = None,
+    simulations_before: int = 0,
 ) -> SearchResult:
     """Search the deployments for the budget and rank them by steady-state goodput per
     GPU.
+
+    ``memo``: the goodput searches of an earlier search of the same question (its
+    ``SearchResult.memo``), reused wherever this one asks the same search in the same
+    stage (no simulation): a search with the same options but more waves replays the
+    earlier one's waves and runs only what follows (plan/confirm.py); the result is that
+    of a search from scratch. ``simulations_before`` counts its simulations in.
 
     With ``target_rate_per_s`` and no ``gpus``, the budget is the analytic fleet for
     that rate (at the smallest worker that fits: plain TP, or for an MoE
@@ -1528,8 +1585,11 @@ def search(
             loaded, prefill_tp=pl, decode_tp=dl, lengths=lengths, prefill_budget_tokens=tokens,
             max_batch_seqs=seqs, hit_share=share, **sized,
         )  # fmt: skip
-    counter = [0]
-    explorer = _Evaluator(loaded, guesses, opts, executor, progress, "explore", counter=counter)
+    counter = [simulations_before]
+    memo = {} if memo is None else memo
+    explorer = _Evaluator(
+        loaded, guesses, opts, executor, progress, "explore", counter=counter, memo=memo
+    )
     found: OptimiseResult[Candidate] = optimise(
         fams,
         explorer,
@@ -1541,7 +1601,7 @@ def search(
     )
     raise_caps(explorer, loaded, lengths, opts.explore_tol_fraction)
     final = _Evaluator(
-        loaded, guesses, opts, executor, progress, "final", explorer.results, counter
+        loaded, guesses, opts, executor, progress, "final", explorer.results, counter, memo
     )
     while todo := finalists(explorer.results, final.results, opts.finalist_margin):
         final(todo)
@@ -1591,6 +1651,15 @@ def search(
         + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
         guesses=guesses,
+        memo=memo,
+        rerun=functools.partial(
+            search,
+            loaded,
+            gpus=budget,
+            price_per_gpu_hour=price_per_gpu_hour,
+            memo=memo,
+            simulations_before=counter[0],
+        ),
     )
 
 
