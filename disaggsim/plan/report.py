@@ -150,7 +150,7 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
         f"disaggsim plan recommendation ({advice.verdict}) for {res.gpu_budget} x {res.gpu}: "
         f"{rec.candidate.label}, goodput {rec.goodput_per_gpu_per_s:.3f} req/s per GPU"
     )
-    if rec.full_accuracy:
+    if rec.full_accuracy and res.confirmation is not None:
         raw["description"] += (
             " (quick plan, its close call measured again at full accuracy: "
             + ", ".join(c.label for c in res.confirmation.candidates)
