@@ -250,21 +250,24 @@ def test_a_family_left_open_is_walked_on_before_the_confirmation(monkeypatch):
     assert {_stage(sc) for sc in walk} == {"quick"}
 
 
-def test_a_search_with_more_waves_reuses_the_earlier_searches(monkeypatch):
+@pytest.mark.parametrize("asked", [{}, {"target_rate_per_s": 60.0}])
+def test_a_search_with_more_waves_reuses_the_earlier_searches(monkeypatch, asked):
     """``rerun`` with a higher wave limit replays the earlier waves from the memo and
-    gives the search a fresh one with that limit gives, with fewer new runs."""
+    gives the search a fresh one with that limit gives (the same question: the budget
+    or the target rate it was asked with), with fewer new runs."""
     from disaggsim.config.loader import load_scenario
     from disaggsim.plan.search import search
 
     _fake(monkeypatch, _caps(quick=(8.4, 8.0), full=(9.0, 8.0)))
     loaded = load_scenario(FLEET)
     short = dataclasses.replace(OPTS, max_waves=2)
-    a = search(loaded, options=short, executor=SerialExecutor())
+    a = search(loaded, options=short, executor=SerialExecutor(), **asked)
     long = dataclasses.replace(OPTS, max_waves=40)
     b = a.rerun(options=long, executor=SerialExecutor())
-    c = search(loaded, options=long, executor=SerialExecutor())
+    c = search(loaded, options=long, executor=SerialExecutor(), **asked)
     assert not a.converged and b.converged
-    assert b.families == c.families
+    assert b.families == c.families and b.gpu_budget == c.gpu_budget
+    assert b.analytic == c.analytic and b.rate_hi_per_s == c.rate_hi_per_s
     assert [r.as_dict() for r in b.ranked] == [r.as_dict() for r in c.ranked]
     assert 0 < b.num_simulations - a.num_simulations < c.num_simulations
 

@@ -1655,7 +1655,8 @@ def search(
         rerun=functools.partial(
             search,
             loaded,
-            gpus=budget,
+            gpus=gpus,
+            target_rate_per_s=target_rate_per_s,
             price_per_gpu_hour=price_per_gpu_hour,
             memo=memo,
             simulations_before=counter[0],
