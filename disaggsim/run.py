@@ -133,9 +133,13 @@ def build_transfer(scenario: Scenario, label: str = "<scenario>"):
     if fab.bandwidth_gb_per_s is not None:
         bw = fab.bandwidth_gb_per_s * 1e9
     else:
-        bw = min(
-            link_bandwidth_bytes_per_s(fab.link, p.gpu), link_bandwidth_bytes_per_s(fab.link, d.gpu)
-        )
+        try:
+            bw = min(
+                link_bandwidth_bytes_per_s(fab.link, p.gpu),
+                link_bandwidth_bytes_per_s(fab.link, d.gpu),
+            )
+        except UserError as e:  # e.g. a GPU without NVLink: say where
+            raise UserError(f"{label}: fabric.link: {e}") from None
         if bw <= 0:
             raise UserError(
                 f"{label}: fabric.link: {fab.link} is not available between {p.gpu} and {d.gpu} "

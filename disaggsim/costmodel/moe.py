@@ -481,9 +481,7 @@ class MoeWorkerCost:
         # --- dtypes and peaks ---------------------------------------------------------
         fmt = _resolve_format(weight_dtype, model)
         self.weight_format = fmt
-        lin = "fp8" if fmt in ("fp8", "fp8-block") else "bf16"
-        if fmt in ("mxfp4", "nvfp4") and model.released_weights == "fp8-block":
-            lin = "fp8"
+        lin = _linear_dtype(fmt, model)
         self._lin_elem = 1.0 if lin == "fp8" else 2.0
         peaks = profile.peaks
         self._hbm = peaks.hbm_bytes_per_s
@@ -1232,6 +1230,17 @@ def _resolve_format(weight_dtype: str, model: ModelSpec) -> str:
     return "bf16" if weight_dtype == "fp16" else weight_dtype
 
 
+def _linear_dtype(fmt: str, model: ModelSpec) -> str:
+    """The dtype of the GEMMs outside the routed experts (attention, dense layers, shared
+    experts): fp8 for fp8 weights, and for FP4 experts of a model released in fp8 blocks
+    (its other layers stay as released); bf16 otherwise."""
+    if fmt in ("fp8", "fp8-block"):
+        return "fp8"
+    if fmt in ("mxfp4", "nvfp4") and model.released_weights == "fp8-block":
+        return "fp8"
+    return "bf16"
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -1420,10 +1429,17 @@ def build_moe_worker_cost(
     else:
         prof = load_profile(path=profile)
     fmt = _resolve_format(weight_dtype, m)
-    if fmt in ("fp8", "fp8-block") and prof.peaks.fp8_flop_per_s <= 0:
+    if _linear_dtype(fmt, m) == "fp8" and prof.peaks.fp8_flop_per_s <= 0:
+        # FP4 experts of an fp8-released model keep its other layers in fp8 (MoeWorkerCost)
+        allowed = [d for d in WEIGHT_FORMATS if _linear_dtype(_resolve_format(d, m), m) != "fp8"]
+        what = (
+            f"{weight_dtype} weights"
+            if fmt in ("fp8", "fp8-block")
+            else f"{weight_dtype} experts of {m.id} (its other layers stay fp8 as released)"
+        )
         raise UserError(
-            f"weight_dtype: {g.id} has no FP8 tensor cores for {weight_dtype} weights "
-            f"(allowed there: bf16, fp16, mxfp4, nvfp4)"
+            f"weight_dtype: {g.id} has no FP8 tensor cores for {what} "
+            f"(allowed there: {', '.join(allowed)})"
         )
     resolve_engine(engine)  # an unknown engine name is a one-line error here
     params = moe_params if isinstance(moe_params, MoeParams) else load_moe_params(g.id, moe_params)

@@ -1,0 +1,426 @@
+"""Whole random scenarios over the catalog, through the path of ``disaggsim run``.
+
+tests/test_scenario_properties.py draws rich scenarios of one model on one GPU; this file
+draws across what the catalog and the schema offer: every catalog model (dense MHA and
+GQA, OPT's learned positions, sliding-window and chunked-window attention, MoE with TP,
+attention DP and expert parallel layouts, MLA), every catalog GPU, weight and KV dtypes
+(fp8 only on GPUs with FP8 tensor cores), every engine profile and attention backend,
+both colocated schedulers, disaggregated pools on link and topology fabrics, prefix
+caching (radix and LRU, DRAM and remote tiers, cache-aware routing) with multi-turn
+session workloads (and the Mooncake trace when ../shared/data is there), failures and
+autoscaling. Runs are short: a few simulated seconds, a few dozen requests.
+
+Every drawn scenario either is refused with a one-line :class:`UserError` naming where
+(``<scenario>: <field>: ...``), or runs; a run must pass the invariant check (simulate
+raises otherwise), end every request within the horizon (nothing lost), keep KV within
+capacity and return every block. A sample is run twice: the same scenario and seed give
+the same request frame.
+
+The suite draws a fixed sample (hypothesis profile ``suite`` is derandomized);
+``DISAGGSIM_HYPOTHESIS=explore`` draws new ones. For big draws, a seeded loop::
+
+    python tests/test_scenario_properties_catalog.py SEED N [--det K] [--show I]
+
+prints one line per case (``ok``, ``refused: ...`` or ``BUG ...`` with the reason) and a
+count; case ``I`` of seed ``SEED`` is the same scenario on every machine (``--show I``
+prints it as YAML, to save as a reproducer); ``--det K`` reruns every K-th case that
+ran for determinism (default 10).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+if __name__ == "__main__":  # script mode: import the project from this checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from disaggsim.errors import UserError
+from disaggsim.run import simulate
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+GPUS = ["a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "h800-sxm"]
+FP8_GPUS = {"h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "h800-sxm"}  # a100: none
+ENGINES = ["vllm", "sglang", "trtllm", "vllm-eager-2023", "cuda-graphs", "eager"]
+# dense models only (MoE/MLA models run their own kernels: auto); not every GPU profile fits
+# every backend (a refusal)
+BACKENDS = ["vllm-flash", "sglang-flash", "trtllm", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient",
+            "flex"]  # fmt: skip
+# Per model: layouts (tp, dp, ep or None) that hold the weights on 80 GB GPUs in some
+# dtype (a draw may still be refused: a small GPU, bf16 weights, little memory), and the
+# weight dtypes to draw. Written by hand from the model sizes, not by the code under test.
+DENSE_DT = ["bf16", "fp16", "fp8"]
+MOE_DT = ["bf16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released"]
+MODELS: dict[str, tuple[list[tuple[int, int, int | None]], list[str]]] = {
+    "llama-2-7b": ([(1, 1, None), (2, 1, None)], DENSE_DT),
+    "llama-3-8b": ([(1, 1, None), (2, 1, None)], DENSE_DT),
+    "llama-3.1-8b": ([(1, 1, None), (4, 1, None)], DENSE_DT),
+    "mistral-7b": ([(1, 1, None), (2, 1, None)], DENSE_DT),
+    "opt-13b": ([(1, 1, None), (2, 1, None)], DENSE_DT),
+    "opt-66b": ([(2, 1, None), (4, 1, None)], DENSE_DT),
+    "llama-2-70b": ([(2, 1, None), (4, 1, None)], DENSE_DT),
+    "llama-3-70b": ([(2, 1, None), (4, 1, None), (8, 1, None)], DENSE_DT),
+    "llama-3.1-70b": ([(4, 1, None), (8, 1, None)], DENSE_DT),
+    "qwen2-72b": ([(2, 1, None), (4, 1, None)], DENSE_DT),
+    "llama-3.1-405b": ([(8, 1, None)], ["fp8", "fp8", "bf16"]),
+    "mixtral-8x7b": ([(1, 1, None), (2, 1, None), (2, 1, 2), (1, 4, None), (4, 1, 4)], MOE_DT),
+    "qwen3-30b-a3b": ([(1, 1, None), (1, 2, None), (2, 1, 2), (1, 4, 4)], MOE_DT),
+    "qwen3-235b-a22b": ([(4, 1, None), (8, 1, None), (4, 2, None), (1, 8, None), (2, 4, 8)],
+                        MOE_DT),  # fmt: skip
+    "gpt-oss-20b": ([(1, 1, None), (2, 1, None), (1, 2, None)], MOE_DT),
+    "gpt-oss-120b": ([(1, 1, None), (2, 1, None), (1, 4, None), (4, 1, 4)], MOE_DT),
+    "llama-4-maverick": ([(8, 1, None), (1, 8, None), (4, 2, 8)], MOE_DT),
+    "deepseek-v3": ([(8, 1, None), (1, 8, None), (1, 16, None), (2, 8, 16), (1, 32, None)],
+                    MOE_DT),  # fmt: skip
+    "deepseek-r1": ([(1, 8, None), (8, 2, None)], MOE_DT),
+}
+MOE_MODELS = {m for m, (_, dts) in MODELS.items() if dts is MOE_DT}
+
+
+class Picker:
+    """One source of choices for both drivers: hypothesis's ``draw`` or a seeded Random."""
+
+    def __init__(self, draw=None, rng: random.Random | None = None):
+        self._draw, self._rng = draw, rng
+
+    def choice(self, xs):
+        xs = list(xs)
+        return self._draw(st.sampled_from(xs)) if self._draw else self._rng.choice(xs)
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self._draw(st.integers(lo, hi)) if self._draw else self._rng.randint(lo, hi)
+
+    def real(self, lo: float, hi: float) -> float:
+        if self._draw:
+            return self._draw(st.floats(lo, hi, allow_nan=False, allow_infinity=False))
+        return self._rng.uniform(lo, hi)
+
+    def chance(self, p: float) -> bool:
+        """True with probability about ``p`` (one in round(1/p) for hypothesis)."""
+        return self.integer(1, max(1, round(1 / p))) == 1
+
+
+def lengths(p: Picker, high: int) -> dict:
+    kind = p.choice(["fixed", "uniform", "lognormal", "empirical"])
+    if kind == "fixed":
+        return {"dist": "fixed", "value": p.integer(1, high)}
+    if kind == "uniform":
+        lo = p.integer(1, high)
+        return {"dist": "uniform", "low": lo, "high": p.integer(lo, high)}
+    if kind == "lognormal":
+        return {"dist": "lognormal", "median": p.real(1, high), "sigma": p.real(0, 2), "max": high}
+    top = p.integer(1, high)
+    return {"dist": "empirical", "quantiles": [[0, 1], [0.5, max(1, top // 2)], [1, top]]}
+
+
+def draw_scenario(p: Picker) -> dict:
+    model = p.choice(sorted(MODELS))
+    layouts, dtypes = MODELS[model]
+    moe = model in MOE_MODELS
+    arch = p.choice(["disaggregated", "disaggregated", "vllm", "chunked"])
+    engine = p.choice(ENGINES)
+    # a topology fabric's node must hold a worker; the link fabric does not care
+    gpus = {p.choice(GPUS)}
+    if arch == "disaggregated" and p.chance(0.25):  # a second GPU type for the decode pool
+        gpus.add(p.choice(GPUS))
+    gpu_list = sorted(gpus)
+    fp8_ok = all(g in FP8_GPUS for g in gpu_list)
+    wdt = p.choice([d for d in dtypes if fp8_ok or "fp8" not in d])
+    kdt = p.choice(["bf16", "fp16"] + (["fp8"] if fp8_ok else []))
+    max_prompt = p.choice([256, 2000, 6000])
+
+    def pool(gpu: str, decode: bool = False) -> dict:
+        tp, dp, ep = p.choice(layouts)
+        d: dict = {
+            "gpu": gpu,
+            "num_workers": p.integer(1, 2),
+            "tp": tp,
+            "max_batch_seqs": p.choice([1, 4, 64, 256]),
+            "max_batch_tokens": p.choice([max_prompt, 8192, 32768]),
+            "gpu_mem_util": p.choice([0.5, 0.9, 0.9, 0.95]),
+        }
+        if dp > 1:
+            d["dp"] = dp
+            # several DP ranks: batch caps are per worker, spread over the ranks
+            d["max_batch_seqs"] *= dp
+            d["max_batch_tokens"] = min(d["max_batch_tokens"] * dp, 262144)
+        if ep is not None:
+            d["ep"] = ep
+        if moe and p.chance(0.4):
+            opts: dict = {}
+            if p.chance(0.5):
+                opts["two_batch_overlap"] = True
+            if p.chance(0.3):
+                opts["routing"] = "power_law"
+                opts["power_law_alpha"] = p.choice([0.5, 1.01, 2.0])
+            if p.chance(0.3):
+                opts["imbalance_factor"] = p.choice([1.0, 1.3, 3.0])
+            if p.chance(0.3):
+                opts["all_to_all"] = p.choice(["auto", "normal", "low_latency"])
+            if p.chance(0.3):
+                opts["redundant_experts"] = p.choice([0, 8, 32])
+            if model.startswith("deepseek") and p.chance(0.3):
+                opts["mla_prefill"] = p.choice(["absorbed", "naive"])
+            d["moe"] = opts
+        return d
+
+    s: dict = {
+        "name": "prop-catalog",
+        "seed": p.integer(0, 2**32),
+        "model": model,
+        "weight_dtype": wdt,
+        "kv_dtype": kdt,
+        "engine": engine,
+        "attention_backend": p.choice(BACKENDS) if not moe and p.chance(0.2) else "auto",
+        "slo": {"ttft_ms": 2000, "itl_ms": 100,
+                "itl_statistic": p.choice(["tpot", "max_gap"])},  # fmt: skip
+        "kv": {
+            "block_tokens": p.choice([1, 16, 16, 64, 256]),
+            "admission": p.choice(["on_demand", "on_demand", "reserve_full"]),
+            "preemption": p.choice(["recompute", "swap"]),
+            "watermark": p.choice([0.0, 0.01, 0.1]),
+        },
+        "router": {
+            "backpressure": p.choice(["kv_aware", "none"]),
+            "max_queue": p.choice([None, None, 3, 50]),
+            "client_timeout_s": p.choice([None, None, 0.5, 10.0]),
+        },
+        "sim": {"duration_s": p.real(1, 8), "max_drain_s": 600.0},
+    }
+    if arch == "disaggregated":
+        s["architecture"] = "disaggregated"
+        s["prefill_pool"] = pool(gpu_list[0])
+        s["decode_pool"] = pool(gpu_list[-1], decode=True)
+        s["first_token_from"] = p.choice(["decode", "prefill"])
+        s["router"]["prefill_policy"] = p.choice(["round_robin", "least_tokens", "shortest_queue"])
+        s["router"]["decode_policy"] = p.choice(["most_free_kv", "round_robin", "fastest_path"])
+        if p.chance(0.4):
+            fab: dict = {"kind": "topology", "overlap": p.choice([True, False]),
+                         "placement": {"policy": p.choice(["pack", "spread", "pair"])}}  # fmt: skip
+            if p.chance(0.3):
+                fab["nic"] = {"gbit_per_s": p.choice([1.0, 100.0, 400.0])}
+            s["fabric"] = fab
+        else:
+            link = p.choice(["nvlink", "infiniband", "roce", "pcie"])
+            s["fabric"] = {"link": link}
+        roles = ["prefill", "decode"]
+    else:
+        s["architecture"] = "colocated"
+        s["pool"] = {**pool(gpu_list[0]), "scheduler": arch}
+        roles = ["colocated"]
+    pools = {r: s[f"{r}_pool" if r != "colocated" else "pool"] for r in roles}
+
+    # workload: synthetic, multi-turn sessions (prefix chains) or the Mooncake trace
+    wkind = p.choice(["synthetic", "synthetic", "sessions", "trace"])
+    if wkind == "trace" and not (TRACE / "mooncake_conversation_trace.jsonl").is_file():
+        wkind = "sessions"
+    n_req = p.integer(1, 30)
+    if wkind == "synthetic":
+        w: dict = {"kind": "synthetic", "rate_per_s": p.choice([0.5, 5.0, 50.0]),
+                   "prompt_tokens": lengths(p, max_prompt), "output_tokens": lengths(p, 400),
+                   "num_requests": n_req}  # fmt: skip
+        if p.chance(0.3):
+            w["arrival"] = "gamma"
+            w["burstiness_cv"] = p.choice([0.5, 4.0])
+        if p.chance(0.3):
+            w["max_tokens"] = p.choice([1, 16, 200])
+    elif wkind == "sessions":
+        w = {
+            "kind": "sessions",
+            "rate_per_s": p.choice([0.5, 2.0, 10.0]),
+            "turns": {"dist": "uniform", "low": 1, "high": p.integer(1, 5)},
+            "system_prompt_tokens": p.choice([0, 100, 1500]),
+            "num_system_prompts": p.integer(1, 3),
+            "user_tokens": lengths(p, 300),
+            "output_tokens": lengths(p, 200),
+            "think_time_s": p.choice([{"dist": "fixed", "value_s": 0.0},
+                                      {"dist": "exponential", "mean_s": p.real(0.1, 2)}]),  # fmt: skip
+            "max_context_tokens": max_prompt + p.choice([0, 2000]),
+            "block_tokens": p.choice([16, 64, 512]),
+            "num_requests": n_req,
+        }
+        if p.chance(0.3):
+            w["agent"] = {
+                "tool_calls_mean": p.choice([0.5, 2.0]),
+                "max_tool_calls": p.integer(0, 3),
+                "tool_call_tokens": lengths(p, 50),
+                "tool_result_tokens": lengths(p, 300),
+                "tool_latency_s": {"dist": "fixed", "value_s": p.choice([0.0, 0.3])},
+            }
+    else:
+        w = {
+            "kind": "trace",
+            "path": str(TRACE / "mooncake_conversation_trace.jsonl"),
+            "format": "mooncake",
+            "start_s": p.choice([0.0, 600.0]),
+            "window_s": p.real(5, 60),
+            "rate_per_s": p.choice([1.0, 8.0]),
+            "max_prompt_tokens": max_prompt,
+            "max_output_tokens": 300,
+            "num_requests": n_req,
+            "bucketed_timestamps": p.choice(["keep", "spread"]),
+        }
+    s["workload"] = w
+    if wkind != "synthetic" or p.chance(0.05):  # synthetic: no chains, a refusal
+        cache: dict = {"policy": p.choice(["radix", "lru"])}
+        tiers: dict = {}
+        if p.chance(0.5):
+            tiers["dram"] = {"capacity_gib_per_node": p.choice([0, 1, 64])}
+        if p.chance(0.3):
+            tiers["remote"] = {"capacity_gib": p.choice([0.5, "unbounded"])}
+        if tiers:
+            cache["tiers"] = tiers
+        if p.chance(0.3):
+            cache["routing"] = {"overlap_weight": p.choice([0.0, 1.0, 4.0])}
+        s["cache"] = cache
+        if arch == "disaggregated" and p.chance(0.6):
+            s["router"]["prefill_policy"] = "cache_aware"
+        if arch != "disaggregated":  # the schema's rule for a colocated prefix cache
+            s["kv"]["admission"], s["kv"]["preemption"] = "on_demand", "recompute"
+
+    # failures and autoscaling, now and then
+    if p.chance(0.3):
+        fails: dict = {"provision_s": p.real(0, 1), "weights_load_gb_per_s": 200.0}
+        r = p.choice(roles)
+        fails["workers"] = [{"at_s": p.real(0, 5), "worker": f"{r}:0", "repair_s": p.real(0, 1)}]
+        if p.chance(0.5):
+            fails["random"] = [{"pool": p.choice(roles), "mtbf_s": p.real(2, 20),
+                                "mttr_s": p.real(0.1, 2)}]  # fmt: skip
+        if arch == "disaggregated" and p.chance(0.5):
+            fails["links"] = [{"start_s": p.real(0, 4), "duration_s": p.real(0.1, 2),
+                               "factor": p.choice([0.0, 0.5])}]  # fmt: skip
+        s["failures"] = fails
+    if p.chance(0.25):
+        r = p.choice(roles)
+        n = pools[r]["num_workers"]
+        s["autoscale"] = {
+            r: {
+                "min_workers": 1,
+                "max_workers": n + p.integer(0, 1),
+                "interval_s": p.real(0.5, 3),
+                "policy": p.choice(["slo", "target"]),
+                "target": {"signal": p.choice(["queue_depth", "kv_util"]),
+                           "target_value": p.real(0.2, 3)},  # fmt: skip
+                "provision_s": p.real(0, 1),
+                "weights_load_gb_per_s": 200.0,
+            }
+        }
+    return s
+
+
+# ------------------------------------------------------------------------- the checks
+
+# <label>: <field path or name>: <problem>, e.g. "<scenario>: decode_pool: weight_dtype: ..."
+REFUSAL = re.compile(r"^<scenario>: [A-Za-z_][\w.\-\[\]]*( [\w.\-]+)?: \S")
+
+
+def check_refusal(e: UserError) -> str | None:
+    """A problem with a refusal's message, or None when it is one line naming a field."""
+    msg = str(e)
+    if "\n" in msg.strip():
+        return f"refusal is not one line: {msg!r}"
+    if not REFUSAL.match(msg):
+        return f"refusal names no file and field: {msg!r}"
+    return None
+
+
+def check_run(res) -> None:
+    frame = res.requests
+    assert len(frame) == len(res.raw.requests)
+    statuses = set(frame["status"])
+    assert statuses <= {"completed", "rejected", "abandoned"}, frame["status"].value_counts()
+    ts = res.timeseries[res.timeseries["worker"] >= 0]
+    assert (ts["kv_util"] <= 1.0 + 1e-12).all(), ts["kv_util"].max()
+    assert (ts["kv_used_tokens"] >= 0).all()
+    assert [w.kv_used_end_tokens for w in res.raw.workers] == [0] * len(res.raw.workers)
+    done = frame["status"] == "completed"
+    assert np.isfinite(frame.loc[done, ["first_token_at_s", "finish_at_s"]].to_numpy()).all()
+    assert (frame.loc[done, "finish_at_s"] >= frame.loc[done, "first_token_at_s"]).all()
+
+
+def check_same(a, b) -> None:
+    """Same scenario and seed: the same request frame, bit for bit."""
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+
+
+@st.composite
+def scenarios(draw):
+    return draw_scenario(Picker(draw=draw))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.integers(0, 7))
+def test_catalog_scenarios_run_or_refuse(s, det):
+    try:
+        res = simulate(s)  # runs the invariant check; a violation raises InvariantError
+    except UserError as e:
+        problem = check_refusal(e)
+        assert problem is None, problem
+        event(f"refused: {str(e).split(': ', 2)[1][:30]}")
+        assume(False)
+        return
+    event(f"ran: {s['model']}")
+    check_run(res)
+    if det == 0:  # about one run in eight: again, for determinism
+        check_same(res, simulate(s))
+
+
+# ------------------------------------------------------------------------- script mode
+
+
+def case(seed: int, i: int) -> dict:
+    return draw_scenario(Picker(rng=random.Random(f"{seed}:{i}")))
+
+
+def run_case(s: dict, det: bool) -> str:
+    try:
+        res = simulate(s)
+    except UserError as e:
+        problem = check_refusal(e)
+        return f"BUG {problem}" if problem else f"refused: {str(e)[:150]}"
+    except Exception:  # the point of the script: report, go on
+        return "BUG traceback: " + traceback.format_exc().strip().replace("\n", " | ")[-600:]
+    try:
+        check_run(res)
+        if det:
+            check_same(res, simulate(s))
+    except Exception:
+        return "BUG check: " + traceback.format_exc().strip().replace("\n", " | ")[-600:]
+    return f"ok {len(res.requests)} requests"
+
+
+def main(argv: list[str]) -> int:
+    import yaml
+
+    seed, n = int(argv[0]), int(argv[1])
+    det_every = int(argv[argv.index("--det") + 1]) if "--det" in argv else 10
+    if "--show" in argv:
+        print(yaml.safe_dump(case(seed, int(argv[argv.index("--show") + 1])), sort_keys=False))
+        return 0
+    counts: dict[str, int] = {}
+    ran = 0
+    for i in range(n):
+        s = case(seed, i)
+        out = run_case(s, det=out_det(ran, det_every))
+        ran += out.startswith("ok")
+        kind = out.split(" ", 1)[0].rstrip(":")
+        counts[kind] = counts.get(kind, 0) + 1
+        print(f"{seed}:{i} {s['model']} {s['architecture']} {out}", flush=True)
+    print("counts:", counts)
+    return 1 if counts.get("BUG") else 0
+
+
+def out_det(ran: int, every: int) -> bool:
+    return every > 0 and ran % every == 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
