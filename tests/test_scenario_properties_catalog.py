@@ -21,10 +21,11 @@ The suite draws a fixed sample (hypothesis profile ``suite`` is derandomized);
 
     python tests/test_scenario_properties_catalog.py SEED N [--det K] [--show I]
 
-prints one line per case (``ok``, ``refused: ...`` or ``BUG ...`` with the reason) and a
-count; case ``I`` of seed ``SEED`` is the same scenario on every machine (``--show I``
+prints one line per case (``ok`` with a digest of the request frame, ``refused: ...`` or
+``BUG ...`` with the reason) and a count; case ``I`` of seed ``SEED`` is the same scenario on every machine (``--show I``
 prints it as YAML, to save as a reproducer); ``--det K`` reruns every K-th case that
-ran for determinism (default 10).
+ran for determinism (default 10) in the same process; across processes, run a seed twice
+under different ``PYTHONHASHSEED`` and compare the digests (``diff`` the two outputs).
 """
 
 from __future__ import annotations
@@ -52,13 +53,20 @@ FP8_GPUS = {"h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "h800-sxm"}  # 
 ENGINES = ["vllm", "sglang", "trtllm", "vllm-eager-2023", "cuda-graphs", "eager"]
 # dense models only (MoE/MLA models run their own kernels: auto); not every GPU profile fits
 # every backend (a refusal)
-BACKENDS = ["vllm-flash", "sglang-flash", "trtllm", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient",
-            "flex"]  # fmt: skip
+BACKENDS = [
+    "vllm-flash",
+    "sglang-flash",
+    "trtllm",
+    "sdpa-flash",
+    "sdpa-cudnn",
+    "sdpa-efficient",
+    "flex",
+]
 # Per model: layouts (tp, dp, ep or None) that hold the weights on 80 GB GPUs in some
 # dtype (a draw may still be refused: a small GPU, bf16 weights, little memory), and the
 # weight dtypes to draw. Written by hand from the model sizes, not by the code under test.
 DENSE_DT = ["bf16", "fp16", "fp8"]
-MOE_DT = ["bf16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released"]
+MOE_DT = ["bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released"]
 MODELS: dict[str, tuple[list[tuple[int, int, int | None]], list[str]]] = {
     "llama-2-7b": ([(1, 1, None), (2, 1, None)], DENSE_DT),
     "llama-3-8b": ([(1, 1, None), (2, 1, None)], DENSE_DT),
@@ -73,13 +81,14 @@ MODELS: dict[str, tuple[list[tuple[int, int, int | None]], list[str]]] = {
     "llama-3.1-405b": ([(8, 1, None)], ["fp8", "fp8", "bf16"]),
     "mixtral-8x7b": ([(1, 1, None), (2, 1, None), (2, 1, 2), (1, 4, None), (4, 1, 4)], MOE_DT),
     "qwen3-30b-a3b": ([(1, 1, None), (1, 2, None), (2, 1, 2), (1, 4, 4)], MOE_DT),
-    "qwen3-235b-a22b": ([(4, 1, None), (8, 1, None), (4, 2, None), (1, 8, None), (2, 4, 8)],
-                        MOE_DT),  # fmt: skip
+    "qwen3-235b-a22b": (
+        [(4, 1, None), (8, 1, None), (4, 2, None), (1, 8, None), (2, 4, 8)],
+        MOE_DT,
+    ),
     "gpt-oss-20b": ([(1, 1, None), (2, 1, None), (1, 2, None)], MOE_DT),
     "gpt-oss-120b": ([(1, 1, None), (2, 1, None), (1, 4, None), (4, 1, 4)], MOE_DT),
     "llama-4-maverick": ([(8, 1, None), (1, 8, None), (4, 2, 8)], MOE_DT),
-    "deepseek-v3": ([(8, 1, None), (1, 8, None), (1, 16, None), (2, 8, 16), (1, 32, None)],
-                    MOE_DT),  # fmt: skip
+    "deepseek-v3": ([(8, 1, None), (1, 8, None), (1, 16, None), (2, 8, 16), (1, 32, None)], MOE_DT),
     "deepseek-r1": ([(1, 8, None), (8, 2, None)], MOE_DT),
 }
 MOE_MODELS = {m for m, (_, dts) in MODELS.items() if dts is MOE_DT}
@@ -133,6 +142,8 @@ def draw_scenario(p: Picker) -> dict:
         gpus.add(p.choice(GPUS))
     gpu_list = sorted(gpus)
     fp8_ok = all(g in FP8_GPUS for g in gpu_list)
+    # now and then any dtype on any GPU: fp8 on an A100 must be a one-line refusal
+    fp8_ok = fp8_ok or p.chance(0.05)
     wdt = p.choice([d for d in dtypes if fp8_ok or "fp8" not in d])
     kdt = p.choice(["bf16", "fp16"] + (["fp8"] if fp8_ok else []))
     max_prompt = p.choice([256, 2000, 6000])
@@ -144,8 +155,9 @@ def draw_scenario(p: Picker) -> dict:
             "num_workers": p.integer(1, 2),
             "tp": tp,
             "max_batch_seqs": p.choice([1, 4, 64, 256]),
-            "max_batch_tokens": p.choice([max_prompt, 8192, 32768]),
-            "gpu_mem_util": p.choice([0.5, 0.9, 0.9, 0.95]),
+            "max_batch_tokens": p.choice([max_prompt, 8192, 32768]),  # chunked: also tiny below
+            # low: little KV room left after the weights (preemption), or none (refused)
+            "gpu_mem_util": p.choice([0.3, 0.5, 0.9, 0.9, 0.95]),
         }
         if dp > 1:
             d["dp"] = dp
@@ -154,7 +166,9 @@ def draw_scenario(p: Picker) -> dict:
             d["max_batch_tokens"] = min(d["max_batch_tokens"] * dp, 262144)
         if ep is not None:
             d["ep"] = ep
-        if moe and p.chance(0.4):
+        if not moe and p.chance(0.03):  # an MoE layout on a dense model: a refusal
+            d[p.choice(["dp", "ep"])] = 2
+        if (moe or p.chance(0.03)) and p.chance(0.4):  # (moe: on a dense model, refused)
             opts: dict = {}
             if p.chance(0.5):
                 opts["two_batch_overlap"] = True
@@ -180,8 +194,7 @@ def draw_scenario(p: Picker) -> dict:
         "kv_dtype": kdt,
         "engine": engine,
         "attention_backend": p.choice(BACKENDS) if not moe and p.chance(0.2) else "auto",
-        "slo": {"ttft_ms": 2000, "itl_ms": 100,
-                "itl_statistic": p.choice(["tpot", "max_gap"])},  # fmt: skip
+        "slo": {"ttft_ms": 2000, "itl_ms": 100, "itl_statistic": p.choice(["tpot", "max_gap"])},
         "kv": {
             "block_tokens": p.choice([1, 16, 16, 64, 256]),
             "admission": p.choice(["on_demand", "on_demand", "reserve_full"]),
@@ -203,10 +216,20 @@ def draw_scenario(p: Picker) -> dict:
         s["router"]["prefill_policy"] = p.choice(["round_robin", "least_tokens", "shortest_queue"])
         s["router"]["decode_policy"] = p.choice(["most_free_kv", "round_robin", "fastest_path"])
         if p.chance(0.4):
-            fab: dict = {"kind": "topology", "overlap": p.choice([True, False]),
-                         "placement": {"policy": p.choice(["pack", "spread", "pair"])}}  # fmt: skip
+            fab: dict = {
+                "kind": "topology",
+                "overlap": p.choice([True, False]),
+                "placement": {"policy": p.choice(["pack", "spread", "pair"])},
+            }
             if p.chance(0.3):
-                fab["nic"] = {"gbit_per_s": p.choice([1.0, 100.0, 400.0])}
+                fab["nic"] = {
+                    "gbit_per_s": p.choice([1.0, 100.0, 400.0]),
+                    "rdma": p.choice([True, False]),
+                }
+            if p.chance(0.3):  # small nodes: a worker may span nodes, or not fit one
+                fab["gpus_per_node"] = p.choice([2, 4, 16])
+            if p.chance(0.2):
+                fab["host_staging"] = "pageable"
             s["fabric"] = fab
         else:
             link = p.choice(["nvlink", "infiniband", "roce", "pcie"])
@@ -215,18 +238,24 @@ def draw_scenario(p: Picker) -> dict:
     else:
         s["architecture"] = "colocated"
         s["pool"] = {**pool(gpu_list[0]), "scheduler": arch}
+        if arch == "chunked" and p.chance(0.2):  # chunks of a few tokens
+            s["pool"]["max_batch_tokens"] = p.choice([16, 128])
         roles = ["colocated"]
     pools = {r: s[f"{r}_pool" if r != "colocated" else "pool"] for r in roles}
 
     # workload: synthetic, multi-turn sessions (prefix chains) or the Mooncake trace
-    wkind = p.choice(["synthetic", "synthetic", "sessions", "trace"])
-    if wkind == "trace" and not (TRACE / "mooncake_conversation_trace.jsonl").is_file():
+    wkind = p.choice(["synthetic", "synthetic", "sessions", "sessions", "trace", "preset", "azure"])
+    if wkind in ("trace", "azure") and not (TRACE / "mooncake_conversation_trace.jsonl").is_file():
         wkind = "sessions"
     n_req = p.integer(1, 30)
     if wkind == "synthetic":
-        w: dict = {"kind": "synthetic", "rate_per_s": p.choice([0.5, 5.0, 50.0]),
-                   "prompt_tokens": lengths(p, max_prompt), "output_tokens": lengths(p, 400),
-                   "num_requests": n_req}  # fmt: skip
+        w: dict = {
+            "kind": "synthetic",
+            "rate_per_s": p.choice([0.5, 5.0, 50.0]),
+            "prompt_tokens": lengths(p, max_prompt),
+            "output_tokens": lengths(p, 400),
+            "num_requests": n_req,
+        }
         if p.chance(0.3):
             w["arrival"] = "gamma"
             w["burstiness_cv"] = p.choice([0.5, 4.0])
@@ -241,8 +270,12 @@ def draw_scenario(p: Picker) -> dict:
             "num_system_prompts": p.integer(1, 3),
             "user_tokens": lengths(p, 300),
             "output_tokens": lengths(p, 200),
-            "think_time_s": p.choice([{"dist": "fixed", "value_s": 0.0},
-                                      {"dist": "exponential", "mean_s": p.real(0.1, 2)}]),  # fmt: skip
+            "think_time_s": p.choice(
+                [
+                    {"dist": "fixed", "value_s": 0.0},
+                    {"dist": "exponential", "mean_s": p.real(0.1, 2)},
+                ]
+            ),
             "max_context_tokens": max_prompt + p.choice([0, 2000]),
             "block_tokens": p.choice([16, 64, 512]),
             "num_requests": n_req,
@@ -255,6 +288,37 @@ def draw_scenario(p: Picker) -> dict:
                 "tool_result_tokens": lengths(p, 300),
                 "tool_latency_s": {"dist": "fixed", "value_s": p.choice([0.0, 0.3])},
             }
+    elif wkind == "preset":
+        w = {
+            "kind": "preset",
+            "preset": p.choice(
+                [
+                    "azure-conv-2023",
+                    "azure-code-2023",
+                    "mooncake-conversation",
+                    "mooncake-synthetic",
+                ]
+            ),
+            "rate_per_s": p.choice([1.0, 10.0]),
+            "arrival": p.choice(["poisson", "gamma", "empirical", "modulated"]),
+            "max_prompt_tokens": max_prompt,
+            "max_output_tokens": 300,
+            "num_requests": n_req,
+        }
+    elif wkind == "azure":
+        w = {
+            "kind": "trace",
+            "path": str(
+                TRACE
+                / p.choice(["AzureLLMInferenceTrace_conv.csv", "AzureLLMInferenceTrace_code.csv"])
+            ),
+            "format": "azure",
+            "window_s": p.real(2, 30),
+            "rate_scale": p.choice([0.5, 1.0, 4.0]),
+            "max_prompt_tokens": max_prompt,
+            "max_output_tokens": 300,
+            "num_requests": n_req,
+        }
     else:
         w = {
             "kind": "trace",
@@ -268,8 +332,25 @@ def draw_scenario(p: Picker) -> dict:
             "num_requests": n_req,
             "bucketed_timestamps": p.choice(["keep", "spread"]),
         }
+    if wkind in ("synthetic", "sessions") and p.chance(0.2):  # a rate over time instead
+        del w["rate_per_s"]
+        if p.chance(0.5):
+            w["rate_schedule"] = [[0, p.real(0, 5)], [1.0, p.real(0.1, 20)], [3.0, p.real(0, 5)]]
+        else:
+            w["rate_shape"] = {
+                "kind": "diurnal",
+                "mean_per_s": p.real(0.1, 10),
+                "amplitude": p.real(0, 1),
+                "period_s": p.real(1, 10),
+            }
+    if p.chance(0.2):
+        s["sim"]["warmup_s"] = s["sim"]["duration_s"] * p.real(0, 0.9)
     s["workload"] = w
-    if wkind != "synthetic" or p.chance(0.05):  # synthetic: no chains, a refusal
+    if p.chance(0.25):
+        squeeze_kv(p, s)
+    if p.chance(0.15):
+        extremes(p, s)
+    if wkind in ("sessions", "trace") or p.chance(0.05):  # others: no chains, a refusal
         cache: dict = {"policy": p.choice(["radix", "lru"])}
         tiers: dict = {}
         if p.chance(0.5):
@@ -292,11 +373,19 @@ def draw_scenario(p: Picker) -> dict:
         r = p.choice(roles)
         fails["workers"] = [{"at_s": p.real(0, 5), "worker": f"{r}:0", "repair_s": p.real(0, 1)}]
         if p.chance(0.5):
-            fails["random"] = [{"pool": p.choice(roles), "mtbf_s": p.real(2, 20),
-                                "mttr_s": p.real(0.1, 2)}]  # fmt: skip
+            fails["random"] = [
+                {"pool": p.choice(roles), "mtbf_s": p.real(2, 20), "mttr_s": p.real(0.1, 2)}
+            ]
         if arch == "disaggregated" and p.chance(0.5):
-            fails["links"] = [{"start_s": p.real(0, 4), "duration_s": p.real(0.1, 2),
-                               "factor": p.choice([0.0, 0.5])}]  # fmt: skip
+            fails["links"] = [
+                {
+                    "start_s": p.real(0, 4),
+                    "duration_s": p.real(0.1, 2),
+                    "factor": p.choice([0.0, 0.5]),
+                }
+            ]
+            if s["fabric"].get("kind") == "topology" and p.chance(0.5):
+                fails["links"][0]["links"] = [p.choice(["n0.*", "n1.nic0.*", "*nvlink*"])]
         s["failures"] = fails
     if p.chance(0.25):
         r = p.choice(roles)
@@ -307,13 +396,101 @@ def draw_scenario(p: Picker) -> dict:
                 "max_workers": n + p.integer(0, 1),
                 "interval_s": p.real(0.5, 3),
                 "policy": p.choice(["slo", "target"]),
-                "target": {"signal": p.choice(["queue_depth", "kv_util"]),
-                           "target_value": p.real(0.2, 3)},  # fmt: skip
+                "target": {
+                    "signal": p.choice(["queue_depth", "kv_util"]),
+                    "target_value": p.real(0.2, 3),
+                },
                 "provision_s": p.real(0, 1),
                 "weights_load_gb_per_s": 200.0,
             }
         }
     return s
+
+
+def squeeze_kv(p: Picker, s: dict) -> None:
+    """Memory pressure: set each pool's gpu_mem_util so a worker holds a few thousand KV
+    tokens, and send many long replies at once, so decodes are preempted (recompute or
+    swap), also under failures and with a prefix cache. The capacity is read off the
+    cost model at two utilisations (it is linear in gpu_mem_util); a scenario the cost
+    model refuses is left as drawn."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.run import build_costs
+
+    target = p.choice([1000, 2000, 4000])
+    keys = [k for k in ("prefill_pool", "decode_pool", "pool") if k in s]
+    try:
+        caps = []
+        for u in (0.9, 0.95):
+            t = {**s, **{k: {**s[k], "gpu_mem_util": u} for k in keys}}
+            costs = build_costs(load_scenario(t).scenario)
+            caps.append(
+                {k: costs[r].kv_capacity_tokens for k, r in zip(keys, roles_of(s), strict=True)}
+            )
+    except UserError:
+        return
+    for k in keys:
+        c90, c95 = caps[0][k], caps[1][k]
+        if c95 <= c90:
+            return
+        u = 0.9 + (target - c90) * 0.05 / (c95 - c90)
+        if 0.0 < u <= 0.95:
+            s[k]["gpu_mem_util"] = round(u, 6)
+            s[k]["max_batch_seqs"] = 64 * s[k].get("dp", 1)
+    s["kv"]["admission"] = "on_demand"
+    w = s["workload"]
+    if w["kind"] == "synthetic":
+        for key in ("rate_schedule", "rate_shape"):
+            w.pop(key, None)
+        w.update(
+            rate_per_s=50.0,
+            num_requests=30,
+            prompt_tokens={"dist": "uniform", "low": 50, "high": 250},
+            output_tokens={"dist": "uniform", "low": 200, "high": 400},
+        )
+        w["max_tokens"] = 400  # (default: the context; a request that cannot fit is rejected)
+    elif w["kind"] == "sessions":
+        w.update(
+            num_requests=30,
+            output_tokens={"dist": "uniform", "low": 200, "high": 400},
+            max_tokens=400,
+        )
+
+
+def extremes(p: Picker, s: dict) -> None:
+    """Valid values at their edges, across the layouts above: batch caps below the DP
+    ranks, one-token blocks and chunks, a watermark holding most blocks back, a queue of
+    one, clients that give up at once, failures every second, many requests."""
+    keys = [k for k in ("prefill_pool", "decode_pool", "pool") if k in s]
+    for k in keys:
+        if p.chance(0.5):
+            s[k]["max_batch_seqs"] = p.choice([1, 2, 3])
+        if p.chance(0.3):
+            s[k]["num_workers"] = p.integer(1, 4)
+        if s[k].get("scheduler") == "chunked" and p.chance(0.5):
+            s[k]["max_batch_tokens"] = p.choice([1, 2, 7])
+    if p.chance(0.3):
+        s["kv"]["block_tokens"] = 1
+    if p.chance(0.3):
+        s["kv"]["watermark"] = p.choice([0.5, 0.9])
+    if p.chance(0.3):
+        s["router"]["max_queue"] = 1
+    if p.chance(0.3):
+        s["router"]["client_timeout_s"] = p.choice([0.001, 0.05])
+    if p.chance(0.3):
+        s["failures"] = {
+            "provision_s": 0.0,
+            "weights_load_gb_per_s": 1000.0,
+            "random": [
+                {"pool": r, "mtbf_s": p.real(0.2, 2), "mttr_s": p.real(0.05, 1)}
+                for r in roles_of(s)
+            ],
+        }
+    if p.chance(0.3) and "num_requests" in s["workload"]:
+        s["workload"]["num_requests"] = p.choice([100, 300])
+
+
+def roles_of(s: dict) -> list[str]:
+    return ["prefill", "decode"] if s["architecture"] == "disaggregated" else ["colocated"]
 
 
 # ------------------------------------------------------------------------- the checks
@@ -351,14 +528,10 @@ def check_same(a, b) -> None:
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
 
 
-@st.composite
-def scenarios(draw):
-    return draw_scenario(Picker(draw=draw))
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios(), st.integers(0, 7))
-def test_catalog_scenarios_run_or_refuse(s, det):
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.integers(0, 7))
+def test_catalog_scenarios_run_or_refuse(data, det):
+    s = draw_scenario(Picker(draw=data.draw))
     try:
         res = simulate(s)  # runs the invariant check; a violation raises InvariantError
     except UserError as e:
@@ -368,6 +541,8 @@ def test_catalog_scenarios_run_or_refuse(s, det):
         assume(False)
         return
     event(f"ran: {s['model']}")
+    if (res.requests["num_preemptions"] > 0).any():
+        event("preempted")
     check_run(res)
     if det == 0:  # about one run in eight: again, for determinism
         check_same(res, simulate(s))
@@ -394,7 +569,16 @@ def run_case(s: dict, det: bool) -> str:
             check_same(res, simulate(s))
     except Exception:
         return "BUG check: " + traceback.format_exc().strip().replace("\n", " | ")[-600:]
-    return f"ok {len(res.requests)} requests"
+    pre = int(res.requests["num_preemptions"].sum())
+    return f"ok {len(res.requests)} requests {pre} preemptions {digest(res.requests)}"
+
+
+def digest(frame: pd.DataFrame) -> str:
+    """A digest of a request frame: two processes (e.g. under different PYTHONHASHSEED)
+    that print the same digests ran the same requests."""
+    import hashlib
+
+    return hashlib.sha256(pd.util.hash_pandas_object(frame).to_numpy().tobytes()).hexdigest()[:12]
 
 
 def main(argv: list[str]) -> int:
@@ -413,7 +597,12 @@ def main(argv: list[str]) -> int:
         ran += out.startswith("ok")
         kind = out.split(" ", 1)[0].rstrip(":")
         counts[kind] = counts.get(kind, 0) + 1
-        print(f"{seed}:{i} {s['model']} {s['architecture']} {out}", flush=True)
+        what = [s["model"], s["architecture"], s["workload"]["kind"], s.get("engine")]
+        if "cache" in s:
+            what.append("cache-" + s["cache"]["policy"])
+        if s.get("fabric", {}).get("kind") == "topology":
+            what.append("topology")
+        print(f"{seed}:{i} {' '.join(what)} {out}", flush=True)
     print("counts:", counts)
     return 1 if counts.get("BUG") else 0
 

@@ -19,9 +19,13 @@ def _scenario(**over) -> dict:
         "architecture": "colocated",
         "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "chunked"},
         "slo": {"ttft_ms": 2000, "itl_ms": 100},
-        "workload": {"kind": "synthetic", "rate_per_s": 5.0, "num_requests": 4,
-                     "prompt_tokens": {"dist": "fixed", "value": 100},
-                     "output_tokens": {"dist": "fixed", "value": 10}},  # fmt: skip
+        "workload": {
+            "kind": "synthetic",
+            "rate_per_s": 5.0,
+            "num_requests": 4,
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "fixed", "value": 10},
+        },
         "sim": {"duration_s": 2.0},
     }
     s.update(over)
@@ -41,9 +45,18 @@ def test_fp4_experts_of_an_fp8_released_model_need_fp8_on_the_gpu(dtype):
     """DeepSeek-R1 is released in fp8 blocks: with FP4 experts its attention and dense
     layers stay fp8, which an A100 cannot run (was: ValueError 'this GPU has no FP8
     tensor cores' from inside the cost model)."""
-    s = _scenario(model="deepseek-r1", weight_dtype=dtype,
-                  pool={"gpu": "a100-80gb", "num_workers": 1, "tp": 1, "dp": 16,
-                        "scheduler": "chunked", "max_batch_tokens": 8192})  # fmt: skip
+    s = _scenario(
+        model="deepseek-r1",
+        weight_dtype=dtype,
+        pool={
+            "gpu": "a100-80gb",
+            "num_workers": 1,
+            "tp": 1,
+            "dp": 16,
+            "scheduler": "chunked",
+            "max_batch_tokens": 8192,
+        },
+    )
     msg = _refusal(s)
     assert msg.startswith("<scenario>: pool: weight_dtype: a100-80gb has no FP8 tensor cores")
     assert "deepseek-r1" in msg and msg.endswith("(allowed there: bf16, fp16)"), msg
@@ -52,8 +65,11 @@ def test_fp4_experts_of_an_fp8_released_model_need_fp8_on_the_gpu(dtype):
 def test_fp4_experts_of_a_bf16_attention_model_run_on_a100():
     """gpt-oss is released with MXFP4 experts and bf16 attention: no FP8 needed, so the
     refusal above must not reach it."""
-    s = _scenario(model="gpt-oss-20b", weight_dtype="released",
-                  pool={"gpu": "a100-80gb", "num_workers": 1, "tp": 1, "scheduler": "chunked"})  # fmt: skip
+    s = _scenario(
+        model="gpt-oss-20b",
+        weight_dtype="released",
+        pool={"gpu": "a100-80gb", "num_workers": 1, "tp": 1, "scheduler": "chunked"},
+    )
     res = simulate(s)
     assert set(res.requests["status"]) == {"completed"}
 
@@ -63,8 +79,13 @@ def test_nvlink_fabric_on_a_gpu_without_nvlink_names_the_field(gpu):
     """fabric.link nvlink between pools of a GPU without NVLink (was: 'h100-pcie has no
     NVLink (...)' with neither the file nor the field)."""
     pool = {"gpu": gpu, "num_workers": 1, "tp": 1}
-    s = _scenario(architecture="disaggregated", pool=None, prefill_pool=pool, decode_pool=pool,
-                  fabric={"link": "nvlink"})  # fmt: skip
+    s = _scenario(
+        architecture="disaggregated",
+        pool=None,
+        prefill_pool=pool,
+        decode_pool=pool,
+        fabric={"link": "nvlink"},
+    )
     del s["pool"]
     msg = _refusal(s)
     assert msg.startswith(f"<scenario>: fabric.link: {gpu} has no NVLink"), msg
