@@ -13,8 +13,9 @@ autoscaling. Runs are short: a few simulated seconds, a few dozen requests.
 Every drawn scenario either is refused with a one-line :class:`UserError` naming where
 (``<scenario>: <field>: ...``), or runs; a run must pass the invariant check (simulate
 raises otherwise), end every request within the horizon (nothing lost), keep KV within
-capacity and return every block. A sample is run twice: the same scenario and seed give
-the same request frame.
+capacity and return every block. A sample is written as ``disaggsim run`` writes it and
+run again from the written scenario.yaml: the summary accounts for every request, and the
+same scenario and seed give the same request frame.
 
 The suite draws a fixed sample (hypothesis profile ``suite`` is derandomized);
 ``DISAGGSIM_HYPOTHESIS=explore`` draws new ones. For big draws, a seeded loop::
@@ -22,10 +23,11 @@ The suite draws a fixed sample (hypothesis profile ``suite`` is derandomized);
     python tests/test_scenario_properties_catalog.py SEED N [--det K] [--show I]
 
 prints one line per case (``ok`` with a digest of the request frame, ``refused: ...`` or
-``BUG ...`` with the reason) and a count; case ``I`` of seed ``SEED`` is the same scenario on every machine (``--show I``
-prints it as YAML, to save as a reproducer); ``--det K`` reruns every K-th case that
-ran for determinism (default 10) in the same process; across processes, run a seed twice
-under different ``PYTHONHASHSEED`` and compare the digests (``diff`` the two outputs).
+``BUG ...`` with the reason) and a count; case ``I`` of seed ``SEED`` is the same scenario
+on every machine (``--show I`` prints it as YAML, to save as a reproducer); ``--det K``
+writes the result folder of every K-th case that ran and reruns its scenario.yaml for
+the same frame (default 10); across processes, run a seed twice under different
+``PYTHONHASHSEED`` and compare the digests (``diff`` the two outputs).
 """
 
 from __future__ import annotations
@@ -230,10 +232,22 @@ def draw_scenario(p: Picker) -> dict:
                 fab["gpus_per_node"] = p.choice([2, 4, 16])
             if p.chance(0.2):
                 fab["host_staging"] = "pageable"
+            if p.chance(0.1):  # no NIC: refused where KV must cross nodes
+                fab["nic"] = None
+            elif p.chance(0.2):
+                fab["nic"] = {"per_gpu": False, "gb_per_s": p.choice([0.01, 50.0])}
+            if p.chance(0.2):
+                fab["pcie"] = {"gen": p.choice([4, 5, 6])}
+            if p.chance(0.2):
+                fab["placement"]["num_nodes"] = p.integer(1, 6)
             s["fabric"] = fab
         else:
             link = p.choice(["nvlink", "infiniband", "roce", "pcie"])
             s["fabric"] = {"link": link}
+            if p.chance(0.2):
+                s["fabric"]["bandwidth_gb_per_s"] = p.choice([0.001, 1.0, 1000.0])
+            if p.chance(0.2):
+                s["fabric"]["latency_us"] = p.choice([0.0, 1e5])
         roles = ["prefill", "decode"]
     else:
         s["architecture"] = "colocated"
@@ -277,7 +291,7 @@ def draw_scenario(p: Picker) -> dict:
                 ]
             ),
             "max_context_tokens": max_prompt + p.choice([0, 2000]),
-            "block_tokens": p.choice([16, 64, 512]),
+            "block_tokens": p.choice([1, 7, 16, 64, 512]),
             "num_requests": n_req,
         }
         if p.chance(0.3):
@@ -331,6 +345,7 @@ def draw_scenario(p: Picker) -> dict:
             "max_output_tokens": 300,
             "num_requests": n_req,
             "bucketed_timestamps": p.choice(["keep", "spread"]),
+            "hash_block_tokens": p.choice([512, 512, 64]),
         }
     if wkind in ("synthetic", "sessions") and p.chance(0.2):  # a rate over time instead
         del w["rate_per_s"]
@@ -388,8 +403,7 @@ def draw_scenario(p: Picker) -> dict:
                 fails["links"][0]["links"] = [p.choice(["n0.*", "n1.nic0.*", "*nvlink*"])]
         s["failures"] = fails
     if p.chance(0.25):
-        r = p.choice(roles)
-        n = pools[r]["num_workers"]
+        scaled = roles if p.chance(0.3) else [p.choice(roles)]
         s["autoscale"] = {
             r: {
                 "min_workers": 1,
@@ -403,6 +417,8 @@ def draw_scenario(p: Picker) -> dict:
                 "provision_s": p.real(0, 1),
                 "weights_load_gb_per_s": 200.0,
             }
+            for r in scaled
+            for n in [pools[r]["num_workers"]]
         }
     return s
 
@@ -497,6 +513,8 @@ def roles_of(s: dict) -> list[str]:
 
 # <label>: <field path or name>: <problem>, e.g. "<scenario>: decode_pool: weight_dtype: ..."
 REFUSAL = re.compile(r"^<scenario>: [A-Za-z_][\w.\-\[\]]*( [\w.\-]+)?: \S")
+# or a trace file's line, with the workload field that does not match it
+TRACE_REFUSAL = re.compile(r"^<scenario>: /\S+:\d+: .*workload\.[a-z_]+")
 
 
 def check_refusal(e: UserError) -> str | None:
@@ -504,7 +522,7 @@ def check_refusal(e: UserError) -> str | None:
     msg = str(e)
     if "\n" in msg.strip():
         return f"refusal is not one line: {msg!r}"
-    if not REFUSAL.match(msg):
+    if not (REFUSAL.match(msg) or TRACE_REFUSAL.match(msg)):
         return f"refusal names no file and field: {msg!r}"
     return None
 
@@ -528,9 +546,24 @@ def check_same(a, b) -> None:
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
 
 
+def check_written(res, out: Path) -> None:
+    """The result folder of ``disaggsim run``: summary.json accounts for every measured
+    request, and its scenario.yaml (the resolved scenario) runs the same requests again."""
+    import json
+
+    from disaggsim.run import write_results
+
+    folder = write_results(res, out, plots=False)
+    summ = json.loads((folder / "summary.json").read_text())
+    parts = sum(summ[k] for k in ("num_completed", "num_rejected", "num_abandoned",
+                                  "num_unfinished"))  # fmt: skip
+    assert parts == summ["num_requests"], summ
+    check_same(res, simulate(folder / "scenario.yaml"))
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.integers(0, 7))
-def test_catalog_scenarios_run_or_refuse(data, det):
+def test_catalog_scenarios_run_or_refuse(tmp_path_factory, data, det):
     s = draw_scenario(Picker(draw=data.draw))
     try:
         res = simulate(s)  # runs the invariant check; a violation raises InvariantError
@@ -544,8 +577,8 @@ def test_catalog_scenarios_run_or_refuse(data, det):
     if (res.requests["num_preemptions"] > 0).any():
         event("preempted")
     check_run(res)
-    if det == 0:  # about one run in eight: again, for determinism
-        check_same(res, simulate(s))
+    if det == 0:  # about one run in eight: again, from the written result folder
+        check_written(res, tmp_path_factory.mktemp("run") / "out")
 
 
 # ------------------------------------------------------------------------- script mode
@@ -566,7 +599,10 @@ def run_case(s: dict, det: bool) -> str:
     try:
         check_run(res)
         if det:
-            check_same(res, simulate(s))
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                check_written(res, Path(tmp) / "out")
     except Exception:
         return "BUG check: " + traceback.format_exc().strip().replace("\n", " | ")[-600:]
     pre = int(res.requests["num_preemptions"].sum())

@@ -89,3 +89,38 @@ def test_nvlink_fabric_on_a_gpu_without_nvlink_names_the_field(gpu):
     del s["pool"]
     msg = _refusal(s)
     assert msg.startswith(f"<scenario>: fabric.link: {gpu} has no NVLink"), msg
+
+
+def test_fp8_weights_of_a_dense_model_on_a100_name_weight_dtype():
+    """Dense fp8 weights on an A100 (no FP8 tensor cores): the refusal names the field,
+    as the MoE one does (was '<scenario>: pool: a100-80gb has no FP8 tensor cores: weight
+    dtype fp8 is not supported there (use bf16 or fp16)')."""
+    s = _scenario(
+        weight_dtype="fp8",
+        pool={"gpu": "a100-80gb", "num_workers": 1, "tp": 1, "scheduler": "chunked"},
+    )
+    msg = _refusal(s)
+    assert msg == (
+        "<scenario>: pool: weight_dtype: a100-80gb has no FP8 tensor cores for fp8 weights "
+        "(allowed there: bf16, fp16)"
+    ), msg
+
+
+def test_trace_hash_blocks_that_do_not_match_name_hash_block_tokens(tmp_path):
+    """A Mooncake trace of 512-token hash blocks read with hash_block_tokens 64: the
+    refusal names the trace line and the field to change (was the trace line alone)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1, 2]}\n'
+    )
+    s = _scenario(
+        workload={
+            "kind": "trace",
+            "path": str(trace),
+            "format": "mooncake",
+            "hash_block_tokens": 64,
+        },
+    )
+    msg = _refusal(s)
+    assert msg.startswith(f"<scenario>: {trace}:1: hash_ids has 2 ids"), msg
+    assert "workload.hash_block_tokens" in msg, msg

@@ -817,8 +817,8 @@ def build_worker_cost(
         prof = load_profile(path=profile)
     if weight_dtype == "fp8" and prof.peaks.fp8_flop_per_s <= 0:
         raise UserError(
-            f"{g.id} has no FP8 tensor cores: weight dtype fp8 is not supported there "
-            f"(use bf16 or fp16)"
+            f"weight_dtype: {g.id} has no FP8 tensor cores for fp8 weights "
+            "(allowed there: bf16, fp16)"
         )
     eng = resolve_engine(engine)
     cost = RooflineWorkerCost(

@@ -264,7 +264,8 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
                     raise UserError(
                         f"{path}:{line_no}: hash_ids has {len(ids)} ids but input_length "
                         f"{length} needs ceil({length}/{block_tokens}) = {need} "
-                        f"(one per {block_tokens}-token block)"
+                        f"(one per {block_tokens}-token block): set workload.hash_block_tokens "
+                        "to the trace's block size"
                     )
                 # An empty prompt is clamped to one token below: give it a block of its
                 # own, shared with nothing.
