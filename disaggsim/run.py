@@ -85,7 +85,9 @@ def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, Work
                 pool.tp,
                 dp=pool.dp,
                 ep=pool.ep,
-                moe=pool.moe.model_dump(exclude_unset=True) if pool.moe else None,
+                # options at their defaults model nothing (and a written scenario.yaml, which
+                # spells every default out, runs as the scenario it resolves)
+                moe=pool.moe.model_dump(exclude_defaults=True) if pool.moe else None,
                 weight_dtype=scenario.weight_dtype,
                 kv_dtype=scenario.kv_dtype,
                 engine=scenario.engine,

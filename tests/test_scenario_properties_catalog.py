@@ -252,6 +252,7 @@ def draw_scenario(p: Picker) -> dict:
     else:
         s["architecture"] = "colocated"
         s["pool"] = {**pool(gpu_list[0]), "scheduler": arch}
+        s["router"]["prefill_policy"] = p.choice(["round_robin", "least_tokens", "shortest_queue"])
         if arch == "chunked" and p.chance(0.2):  # chunks of a few tokens
             s["pool"]["max_batch_tokens"] = p.choice([16, 128])
         roles = ["colocated"]
@@ -377,7 +378,7 @@ def draw_scenario(p: Picker) -> dict:
         if p.chance(0.3):
             cache["routing"] = {"overlap_weight": p.choice([0.0, 1.0, 4.0])}
         s["cache"] = cache
-        if arch == "disaggregated" and p.chance(0.6):
+        if p.chance(0.6):
             s["router"]["prefill_policy"] = "cache_aware"
         if arch != "disaggregated":  # the schema's rule for a colocated prefix cache
             s["kv"]["admission"], s["kv"]["preemption"] = "on_demand", "recompute"

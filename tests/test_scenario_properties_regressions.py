@@ -124,3 +124,38 @@ def test_trace_hash_blocks_that_do_not_match_name_hash_block_tokens(tmp_path):
     msg = _refusal(s)
     assert msg.startswith(f"<scenario>: {trace}:1: hash_ids has 2 ids"), msg
     assert "workload.hash_block_tokens" in msg, msg
+
+
+def test_written_scenario_of_a_dense_pool_with_an_empty_moe_section_runs_again(tmp_path):
+    """`moe: {}` on a dense model runs (no option set); the scenario.yaml its result folder
+    holds spells every MoE option out at its default, and must run the same requests
+    again (was: refused, 'moe: model llama-3-8b is dense: MoE options need an MoE model
+    (... set: all_to_all, ...)')."""
+    import pandas as pd
+
+    from disaggsim.run import write_results
+
+    s = _scenario(
+        pool={"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "chunked", "moe": {}}
+    )
+    res = simulate(s)
+    folder = write_results(res, tmp_path / "out", plots=False)
+    again = simulate(folder / "scenario.yaml")
+    pd.testing.assert_frame_equal(res.requests, again.requests, check_exact=True)
+
+
+def test_moe_options_away_from_their_defaults_on_a_dense_model_are_refused():
+    """The other side of the above: an option that would change an MoE run is still an
+    error on a dense model, naming the section."""
+    s = _scenario(
+        pool={
+            "gpu": "h100-sxm",
+            "num_workers": 1,
+            "tp": 1,
+            "scheduler": "chunked",
+            "moe": {"two_batch_overlap": True},
+        }
+    )
+    msg = _refusal(s)
+    assert msg.startswith("<scenario>: pool: moe: model llama-3-8b is dense"), msg
+    assert "two_batch_overlap" in msg, msg
