@@ -235,7 +235,7 @@ def draw_scenario(p: Picker) -> dict:
             if p.chance(0.1):  # no NIC: refused where KV must cross nodes
                 fab["nic"] = None
             elif p.chance(0.2):
-                fab["nic"] = {"per_gpu": False, "gb_per_s": p.choice([0.01, 50.0])}
+                fab["nic"] = {"per_gpu": False, "gb_per_s": p.choice([0.1, 50.0])}
             if p.chance(0.2):
                 fab["pcie"] = {"gen": p.choice([4, 5, 6])}
             if p.chance(0.2):
@@ -244,8 +244,8 @@ def draw_scenario(p: Picker) -> dict:
         else:
             link = p.choice(["nvlink", "infiniband", "roce", "pcie"])
             s["fabric"] = {"link": link}
-            if p.chance(0.2):
-                s["fabric"]["bandwidth_gb_per_s"] = p.choice([0.001, 1.0, 1000.0])
+            if p.chance(0.2):  # slow, but each request's KV (up to ~4 GB) moves within the drain
+                s["fabric"]["bandwidth_gb_per_s"] = p.choice([0.1, 1.0, 1000.0])
             if p.chance(0.2):
                 s["fabric"]["latency_us"] = p.choice([0.0, 1e5])
         roles = ["prefill", "decode"]
