@@ -1431,7 +1431,7 @@ def build_moe_worker_cost(
     fmt = _resolve_format(weight_dtype, m)
     if _linear_dtype(fmt, m) == "fp8" and prof.peaks.fp8_flop_per_s <= 0:
         # FP4 experts of an fp8-released model keep its other layers in fp8 (MoeWorkerCost)
-        allowed = [d for d in WEIGHT_FORMATS if _linear_dtype(_resolve_format(d, m), m) != "fp8"]
+        no_fp8 = [d for d in WEIGHT_FORMATS if _linear_dtype(_resolve_format(d, m), m) != "fp8"]
         what = (
             f"{weight_dtype} weights"
             if fmt in ("fp8", "fp8-block")
@@ -1439,7 +1439,7 @@ def build_moe_worker_cost(
         )
         raise UserError(
             f"weight_dtype: {g.id} has no FP8 tensor cores for {what} "
-            f"(allowed there: {', '.join(allowed)})"
+            f"(allowed there: {', '.join(no_fp8)})"
         )
     resolve_engine(engine)  # an unknown engine name is a one-line error here
     params = moe_params if isinstance(moe_params, MoeParams) else load_moe_params(g.id, moe_params)
