@@ -20,14 +20,15 @@ same scenario and seed give the same request frame.
 The suite draws a fixed sample (hypothesis profile ``suite`` is derandomized);
 ``DISAGGSIM_HYPOTHESIS=explore`` draws new ones. For big draws, a seeded loop::
 
-    python tests/test_scenario_properties_catalog.py SEED N [--det K] [--show I]
+    python tests/test_scenario_properties_catalog.py SEED N [--det K] [--show I] [--long]
 
 prints one line per case (``ok`` with a digest of the request frame, ``refused: ...`` or
 ``BUG ...`` with the reason) and a count; case ``I`` of seed ``SEED`` is the same scenario
 on every machine (``--show I`` prints it as YAML, to save as a reproducer); ``--det K``
 writes the result folder of every K-th case that ran and reruns its scenario.yaml for
 the same frame (default 10); across processes, run a seed twice under different
-``PYTHONHASHSEED`` and compare the digests (``diff`` the two outputs).
+``PYTHONHASHSEED`` and compare the digests (``diff`` the two outputs). ``--long`` runs
+20-120 simulated seconds and 200-3,000 requests per case (seconds each).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ MODELS: dict[str, tuple[list[tuple[int, int, int | None]], list[str]]] = {
     "deepseek-v3": ([(8, 1, None), (1, 8, None), (1, 16, None), (2, 8, 16), (1, 32, None)], MOE_DT),
     "deepseek-r1": ([(1, 8, None), (8, 2, None)], MOE_DT),
 }
+LONG = False  # script mode --long
 MOE_MODELS = {m for m, (_, dts) in MODELS.items() if dts is MOE_DT}
 
 
@@ -362,6 +364,13 @@ def draw_scenario(p: Picker) -> dict:
     if p.chance(0.2):
         s["sim"]["warmup_s"] = s["sim"]["duration_s"] * p.real(0, 0.9)
     s["workload"] = w
+    if LONG:  # script mode --long: minutes of traffic, hundreds to thousands of requests
+        s["sim"]["duration_s"] = p.real(20, 120)
+        # an overloaded fleet (one-sequence batches, say) drains its backlog: a day of
+        # drain, so a request still unfinished at the horizon is stuck, not slow
+        s["sim"]["max_drain_s"] = 86400.0
+        if "num_requests" in s["workload"]:
+            s["workload"]["num_requests"] = p.choice([200, 1000, 3000])
     if p.chance(0.25):
         squeeze_kv(p, s)
     if p.chance(0.15):
@@ -623,6 +632,8 @@ def main(argv: list[str]) -> int:
 
     seed, n = int(argv[0]), int(argv[1])
     det_every = int(argv[argv.index("--det") + 1]) if "--det" in argv else 10
+    global LONG
+    LONG = "--long" in argv
     if "--show" in argv:
         print(yaml.safe_dump(case(seed, int(argv[argv.index("--show") + 1])), sort_keys=False))
         return 0
