@@ -96,7 +96,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="bounded search: shorter runs, coarser steps; says 'undecided' when it cannot tell",
+        help=(
+            "bounded search: shorter runs, coarser steps; a close call is settled by "
+            "re-measuring each side's two best at full accuracy; says 'undecided' only when "
+            "a doubt remains"
+        ),
     )
     p.add_argument(
         "--min-requests",
