@@ -549,6 +549,16 @@ def check_run(res) -> None:
     done = frame["status"] == "completed"
     assert np.isfinite(frame.loc[done, ["first_token_at_s", "finish_at_s"]].to_numpy()).all()
     assert (frame.loc[done, "finish_at_s"] >= frame.loc[done, "first_token_at_s"]).all()
+    # a completed request's stages in order, its latencies non-negative
+    d = frame[done]
+    for early, late in (("arrival_at_s", "prefill_start_at_s"),
+                        ("prefill_start_at_s", "prefill_end_at_s"),
+                        ("arrival_at_s", "first_token_at_s"),
+                        ("prefill_end_at_s", "finish_at_s")):  # fmt: skip
+        bad = d[d[early] > d[late]]
+        assert bad.empty, (early, late, bad[[early, late]].head())
+    for col in ("ttft_s", "e2e_s", "tpot_s", "max_itl_s", "queue_s"):
+        assert (d[col].dropna() >= 0).all(), (col, d[col].min())
 
 
 def check_same(a, b) -> None:

@@ -159,3 +159,38 @@ def test_moe_options_away_from_their_defaults_on_a_dense_model_are_refused():
     msg = _refusal(s)
     assert msg.startswith("<scenario>: pool: moe: model llama-3-8b is dense"), msg
     assert "two_batch_overlap" in msg, msg
+
+
+def test_a_request_abandoned_between_chunks_frees_its_kv_at_once():
+    """Chunked prefill of long prompts in one-token chunks; every client gives up after
+    0.5 s. A request abandoned between two chunks of its prompt stops there (vLLM aborts
+    it at its next step) and its KV is freed: the worker is empty long before the
+    horizon. It used to be prefilled to its end for nobody, one token per iteration,
+    holding its blocks, past the 600 s drain (found by the catalog fuzzer on
+    DeepSeek-R1: seed 1700, case 516)."""
+    s = _scenario(
+        pool={
+            "gpu": "h100-sxm",
+            "num_workers": 1,
+            "tp": 1,
+            "scheduler": "chunked",
+            "max_batch_tokens": 1,
+            "max_batch_seqs": 64,
+        },
+        router={"client_timeout_s": 0.5},
+        workload={
+            "kind": "synthetic",
+            "rate_per_s": 20.0,
+            "num_requests": 10,
+            "prompt_tokens": {"dist": "fixed", "value": 8000},
+            "output_tokens": {"dist": "fixed", "value": 10},
+            "max_tokens": 10,
+        },
+        sim={"duration_s": 1.0, "max_drain_s": 600.0},
+    )
+    res = simulate(s)
+    assert set(res.requests["status"]) == {"abandoned"}
+    assert [w.kv_used_end_tokens for w in res.raw.workers] == [0]
+    # nothing left to do once the clients are gone: the run ends soon after the last
+    # timeout (arrivals within 1 s, timeouts 0.5 s later), far inside the drain
+    assert res.raw.end_at_s < 10.0, res.raw.end_at_s

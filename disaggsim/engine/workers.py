@@ -2218,6 +2218,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 if not self._admit_cached(self.batch + len(self.prefilling), None):
                     break
                 self.prefilling.append([rid, self._hit[rid]])  # from its cached prefix
+        if self.prefix is None and self.prefilling:
+            self._drop_abandoned_chunks()
         budget = self.max_batch_tokens - self.batch
         if not (self.prefilling and budget > 0):
             return self._decode_or_idle()
@@ -2251,6 +2253,27 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self._target = call_in(env, dur, self._mixed_cb)
         self._then = self._mixed_cb
         return True
+
+    def _drop_abandoned_chunks(self) -> None:
+        """Requests whose clients left between two chunks of their prompt stop here, as
+        vLLM aborts them at its next step: their KV is freed before the next iteration
+        (they used to be prefilled to the end, holding the worker for nobody). Without a
+        prefix cache only: with one, a prompt's computed blocks stay hit-able and the
+        prefill runs on as before."""
+        rs = self.requests
+        ended = rs.ended
+        if not any(ended[e[0]] for e in self.prefilling):
+            return
+        keep = []
+        for entry in self.prefilling:
+            rid = entry[0]
+            if not ended[rid]:
+                keep.append(entry)
+                continue
+            self.kv_used_blocks -= rs.colocated_blocks(rid)  # what _start_prefill took
+            self.num_outstanding -= 1
+            self.host.bury(rid)
+        self.prefilling = keep
 
     def _mixed(self, _ev: simpy.Event) -> None:
         """A chunked iteration ended: its token step and its chunks are done."""
