@@ -502,7 +502,13 @@ def extremes(p: Picker, s: dict) -> None:
         s["router"]["max_queue"] = 1
     if p.chance(0.3):
         s["router"]["client_timeout_s"] = p.choice([0.001, 0.05])
-    if p.chance(0.3):
+    tiny = any(s[k].get("scheduler") == "chunked" and s[k]["max_batch_tokens"] < 16 for k in keys)
+    if tiny:
+        # prompts of thousands of one-token chunks take minutes: a day of drain, no
+        # failure storm (a prefill longer than the time between failures never ends) and
+        # no flood of requests (legitimately unfinished, not stuck)
+        s["sim"]["max_drain_s"] = 86400.0
+    elif p.chance(0.3):
         s["failures"] = {
             "provision_s": 0.0,
             "weights_load_gb_per_s": 1000.0,
@@ -511,7 +517,7 @@ def extremes(p: Picker, s: dict) -> None:
                 for r in roles_of(s)
             ],
         }
-    if p.chance(0.3) and "num_requests" in s["workload"]:
+    if not tiny and p.chance(0.3) and "num_requests" in s["workload"]:
         s["workload"]["num_requests"] = p.choice([100, 300])
 
 
