@@ -194,3 +194,38 @@ def test_a_request_abandoned_between_chunks_frees_its_kv_at_once():
     # nothing left to do once the clients are gone: the run ends soon after the last
     # timeout (arrivals within 1 s, timeouts 0.5 s later), far inside the drain
     assert res.raw.end_at_s < 10.0, res.raw.end_at_s
+
+
+@pytest.mark.parametrize("policy", ["radix", "lru"])
+def test_a_request_abandoned_between_chunks_frees_its_kv_with_a_prefix_cache(policy):
+    """As above on a worker with a prefix cache (multi-turn sessions carry the chains):
+    the blocks of its finished chunks stay cached, unpinned; the rest are dropped, and
+    the worker holds nothing at the end (it held 24,048 tokens at the horizon)."""
+    s = _scenario(
+        pool={
+            "gpu": "h100-sxm",
+            "num_workers": 1,
+            "tp": 1,
+            "scheduler": "chunked",
+            "max_batch_tokens": 1,
+            "max_batch_seqs": 64,
+        },
+        router={"client_timeout_s": 0.5},
+        cache={"policy": policy},
+        workload={
+            "kind": "sessions",
+            "rate_per_s": 20.0,
+            "num_requests": 10,
+            "turns": {"dist": "fixed", "value": 1},
+            "system_prompt_tokens": 6000,
+            "user_tokens": {"dist": "fixed", "value": 2000},
+            "output_tokens": {"dist": "fixed", "value": 10},
+            "think_time_s": {"dist": "fixed", "value_s": 0.0},
+            "max_tokens": 10,
+        },
+        sim={"duration_s": 1.0, "max_drain_s": 600.0},
+    )
+    res = simulate(s)
+    assert set(res.requests["status"]) == {"abandoned"}
+    assert [w.kv_used_end_tokens for w in res.raw.workers] == [0]
+    assert res.raw.end_at_s < 10.0, res.raw.end_at_s

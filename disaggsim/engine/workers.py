@@ -2218,7 +2218,7 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 if not self._admit_cached(self.batch + len(self.prefilling), None):
                     break
                 self.prefilling.append([rid, self._hit[rid]])  # from its cached prefix
-        if self.prefix is None and self.prefilling:
+        if self.prefilling:
             self._drop_abandoned_chunks()
         budget = self.max_batch_tokens - self.batch
         if not (self.prefilling and budget > 0):
@@ -2257,9 +2257,9 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
     def _drop_abandoned_chunks(self) -> None:
         """Requests whose clients left between two chunks of their prompt stop here, as
         vLLM aborts them at its next step: their KV is freed before the next iteration
-        (they used to be prefilled to the end, holding the worker for nobody). Without a
-        prefix cache only: with one, a prompt's computed blocks stay hit-able and the
-        prefill runs on as before."""
+        (they used to be prefilled to the end, holding the worker for nobody). With a
+        prefix cache, the blocks its finished chunks computed stay cached (committed as
+        each chunk ended), its other blocks are dropped (never computed)."""
         rs = self.requests
         ended = rs.ended
         if not any(ended[e[0]] for e in self.prefilling):
@@ -2270,7 +2270,12 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             if not ended[rid]:
                 keep.append(entry)
                 continue
-            self.kv_used_blocks -= rs.colocated_blocks(rid)  # what _start_prefill took
+            if self.prefix is None:
+                self.kv_used_blocks -= rs.colocated_blocks(rid)  # what _start_prefill took
+            else:  # as _prefill_finished, less the commit of blocks never computed
+                self._hit.pop(rid, None)
+                self.kv_used_blocks -= self._reserved.pop(rid)
+                self._release_cached(rid)
             self.num_outstanding -= 1
             self.host.bury(rid)
         self.prefilling = keep
