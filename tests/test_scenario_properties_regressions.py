@@ -144,6 +144,24 @@ def test_written_scenario_of_a_dense_pool_with_an_empty_moe_section_runs_again(t
     pd.testing.assert_frame_equal(res.requests, again.requests, check_exact=True)
 
 
+def test_planner_reads_a_written_dense_scenario_with_moe_defaults(tmp_path):
+    """The planner's worker costs of the same written scenario.yaml (every MoE option spelt
+    out at its default on a dense pool): TP 1 of llama-3-8b fits on one H100 (was: the
+    options refused inside the TP search, and `disaggsim plan` said no worker fits)."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan.analytic import fitting_tps, moe_options
+    from disaggsim.run import write_results
+
+    s = _scenario(
+        pool={"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "chunked", "moe": {}}
+    )
+    folder = write_results(simulate(s), tmp_path / "out", plots=False)
+    loaded = load_scenario(folder / "scenario.yaml")
+    assert loaded.raw["pool"]["moe"]["routing"] == "balanced"  # the defaults are spelt out
+    assert moe_options(loaded) == {}
+    assert fitting_tps(loaded, "h100-sxm", 8, 4096) == [1, 2, 4, 8]
+
+
 def test_moe_options_away_from_their_defaults_on_a_dense_model_are_refused():
     """The other side of the above: an option that would change an MoE run is still an
     error on a dense model, naming the section."""

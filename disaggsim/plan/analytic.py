@@ -245,11 +245,14 @@ def worker_cost(
 
 def moe_options(loaded: LoadedScenario) -> dict | None:
     """The MoE options (``moe:``) of the scenario's decode (or colocated) pool, else its
-    prefill pool's; None for none."""
+    prefill pool's; None for none. Options at their defaults are left out, as the simulator
+    does (disaggsim/run.py): a written scenario.yaml spells every default out, and a dense
+    pool's spelt-out defaults must not read as MoE options (they were refused inside the
+    TP search and reported as 'no worker fits')."""
     s = loaded.scenario
     for pool in (s.decode_pool or s.pool, s.prefill_pool):
         if pool is not None and pool.moe is not None:
-            return pool.moe.model_dump(exclude_unset=True)
+            return pool.moe.model_dump(exclude_defaults=True)
     return None
 
 
