@@ -32,9 +32,9 @@ rate comes from the confirmed figures, checked as full mode checks them.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 
+from disaggsim.plan.holds import remeasured_row
 from disaggsim.plan.search import (
     CandidateResult,
     Confirmation,
@@ -130,23 +130,7 @@ def confirm_close_call(
         if g is None:
             rows.append(r)
             continue
-        rate = g.rate_per_s if math.isfinite(g.rate_per_s) else 0.0
-        usd = r.usd_per_m_output_tokens
-        if usd is not None:
-            usd = usd * r.goodput_per_s / rate if rate > 0 else None
-        at = g.confirmation.summary if g.confirmed and g.confirmation is not None else None
-        rows.append(
-            dataclasses.replace(
-                r,
-                goodput_per_s=rate,
-                goodput_per_gpu_per_s=rate / r.candidate.num_gpus,
-                status=g.status,
-                at_rate=at,
-                usd_per_m_output_tokens=usd,
-                goodput=g,
-                full_accuracy=True,
-            )
-        )
+        rows.append(remeasured_row(r, g, status=g.status, goodput=g, full_accuracy=True))
     ran = counter[0] - res.num_simulations
     conf = Confirmation(
         doubt=doubt,

@@ -304,21 +304,7 @@ def _with_checks(res: SearchResult, checks: dict[Any, GoodputResult]) -> SearchR
         if g is None:
             rows.append(r)
             continue
-        rate = g.rate_per_s if math.isfinite(g.rate_per_s) else 0.0
-        usd = r.usd_per_m_output_tokens
-        if usd is not None:
-            usd = usd * r.goodput_per_s / rate if rate > 0 else None
-        at = g.confirmation.summary if g.confirmed and g.confirmation is not None else None
-        rows.append(
-            dataclasses.replace(
-                r,
-                goodput_per_s=rate,
-                goodput_per_gpu_per_s=rate / r.candidate.num_gpus,
-                at_rate=at,
-                usd_per_m_output_tokens=usd,
-                as_written=g,
-            )
-        )
+        rows.append(remeasured_row(r, g, as_written=g))
         if g.status != "found":
             notes.append(lowered_note(res, r, g))
     checked = sum(g.num_runs for g in checks.values())
@@ -328,6 +314,25 @@ def _with_checks(res: SearchResult, checks: dict[Any, GoodputResult]) -> SearchR
         num_simulations=res.num_simulations + checked,
         num_as_written_runs=res.num_as_written_runs + checked,
         notes=res.notes + tuple(notes),
+    )
+
+
+def remeasured_row(r: CandidateResult, g: GoodputResult, **fields: Any) -> CandidateResult:
+    """Row ``r`` with the goodput ``g`` measured again (its rate, per GPU, the rate its
+    confirmation ran at, $ per million output tokens scaled to the new rate) and ``fields``
+    (which measurement it was: ``as_written`` or the close-call confirmation's)."""
+    rate = g.rate_per_s if math.isfinite(g.rate_per_s) else 0.0
+    usd = r.usd_per_m_output_tokens
+    if usd is not None:
+        usd = usd * r.goodput_per_s / rate if rate > 0 else None
+    at = g.confirmation.summary if g.confirmed and g.confirmation is not None else None
+    return dataclasses.replace(
+        r,
+        goodput_per_s=rate,
+        goodput_per_gpu_per_s=rate / r.candidate.num_gpus,
+        at_rate=at,
+        usd_per_m_output_tokens=usd,
+        **fields,
     )
 
 
