@@ -367,3 +367,44 @@ def test_a_budget_beyond_a_pool_of_small_workers_is_still_a_question():
     small = Question(**{**ASK, "model": "llama-3.1-8b", "gpus": 15})
     assert build_question(small)["pool"]["num_workers"] == 15
     assert "at most 1,024" not in question_yaml(build_question(small), small)
+
+
+def test_a_plan_whose_every_worker_is_refused_says_why(monkeypatch, capsys, tmp_path):
+    """When no worker can be built at any TP for a reason other than memory, the plan's
+    refusal carries that reason (was: only 'it needs more GPU memory than any TP on one
+    node gives', the moe-defaults case of 1d7de20)."""
+    import disaggsim.plan.analytic as analytic
+
+    def refuse(loaded, gpu, tp, gpu_mem_util=0.9):
+        raise UserError("decode_pool: moe: the reason the cost model gave")
+
+    monkeypatch.setattr(analytic, "worker_cost", refuse)
+    argv = "plan --model llama-3.1-8b --gpu h100-sxm --gpus 8 --isl 512 --osl 64"
+    argv += f" --ttft-ms 1000 --itl-ms 50 --quick --quiet --no-plots --out {tmp_path / 'p'}"
+    assert main(argv.split()) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    # the question's smallest worker: every layout refused, the last (largest) one's reason
+    assert err.endswith(
+        "data-parallel attention with experts over all GPUs) (no worker could be built; at "
+        "tp 32: decode_pool: moe: the reason the cost model gave)"
+    ), err
+
+
+def test_a_scenario_plan_whose_every_worker_is_refused_says_why(monkeypatch, capsys, tmp_path):
+    """The same through a scenario file: the budget's TP search finds nothing and says why."""
+    import disaggsim.plan.analytic as analytic
+
+    def refuse(loaded, gpu, tp, gpu_mem_util=0.9):
+        raise UserError("pool: moe: the reason the cost model gave")
+
+    monkeypatch.setattr(analytic, "worker_cost", refuse)
+    argv = ["plan", "scenarios/quickstart.yaml", "--gpus", "4", "--quick", "--quiet"]
+    argv += ["--no-plots", "--out", str(tmp_path / "p")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.endswith(
+        "it needs more GPU memory than any TP on one node gives (no worker could be built; "
+        "at tp 8: pool: moe: the reason the cost model gave)"
+    ), err

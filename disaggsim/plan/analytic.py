@@ -263,22 +263,45 @@ def kv_capacity_per_rank(cost) -> int:
 
 
 def fitting_tps(
-    loaded: LoadedScenario, gpu: str, max_tp: int, min_kv_tokens: int, gpu_mem_util: float = 0.9
+    loaded: LoadedScenario,
+    gpu: str,
+    max_tp: int,
+    min_kv_tokens: int,
+    gpu_mem_util: float = 0.9,
+    refusals: dict[str, str] | None = None,
 ) -> list[int]:
-    """Valid TP degrees up to ``max_tp`` whose worker holds at least ``min_kv_tokens`` of KV."""
+    """Valid TP degrees up to ``max_tp`` whose worker holds at least ``min_kv_tokens`` of KV;
+    ``refusals`` (when given) collects why a worker could not be built at all, by layout
+    (:func:`refusal_note`)."""
     out = []
     for tp in valid_tps(get_model(loaded.scenario.model), max_tp):
         try:
             cost = worker_cost(loaded, gpu, tp, gpu_mem_util)
-        except UserError:
+        except UserError as err:
+            if refusals is not None:
+                refusals[f"tp {tp}"] = str(err)
             continue
         if cost.kv_capacity_tokens >= min_kv_tokens:
             out.append(tp)
     return out
 
 
+def refusal_note(refusals: dict[str, str]) -> str:
+    """`` (no worker could be built; at LAYOUT: WHY)`` for the last (largest) layout tried,
+    so a plan that finds no worker says why the cost model refused it (memory, or another
+    reason a message of 'does not fit' alone would hide); ``""`` when none was refused."""
+    if not refusals:
+        return ""
+    layout = list(refusals)[-1]
+    return f" (no worker could be built; at {layout}: {refusals[layout]})"
+
+
 def smallest_unit(
-    loaded: LoadedScenario, gpu: str, min_kv_tokens: int, gpu_mem_util: float = 0.9
+    loaded: LoadedScenario,
+    gpu: str,
+    min_kv_tokens: int,
+    gpu_mem_util: float = 0.9,
+    refusals: dict[str, str] | None = None,
 ) -> Layout | None:
     """The worker of fewest GPUs whose every rank holds ``min_kv_tokens`` of KV (None:
     none does): plain TP first at each size; for an MoE/MLA model also ``tp x dp``
@@ -303,7 +326,9 @@ def smallest_unit(
     for lay in sorted(units, key=lambda u: (u.gpus, u.dp)):
         try:
             cost = worker_cost(loaded, gpu, lay, gpu_mem_util)
-        except UserError:
+        except UserError as err:
+            if refusals is not None:
+                refusals[f"tp {lay.tp}" + (f" x dp {lay.dp}" if lay.dp > 1 else "")] = str(err)
             continue
         if kv_capacity_per_rank(cost) >= min_kv_tokens:
             return lay

@@ -371,19 +371,20 @@ def _smallest_unit(raw: dict[str, Any], q: Question) -> tuple[int, int]:
     """The smallest worker, ``(tp, dp)``, of the question's model and GPU with KV room
     (:func:`disaggsim.plan.analytic.smallest_unit`)."""
     from disaggsim.config.loader import load_scenario
-    from disaggsim.plan.analytic import smallest_unit
+    from disaggsim.plan.analytic import refusal_note, smallest_unit
 
     try:
         loaded = load_scenario(raw)  # the pool as given is only a placeholder here
     except UserError as e:  # the first load of the flags' values: name the flag
         raise flag_error(e, q) from None
     pool = raw["pool"]
-    lay = smallest_unit(loaded, pool["gpu"], 16)
+    refusals: dict[str, str] = {}
+    lay = smallest_unit(loaded, pool["gpu"], 16, refusals=refusals)
     if lay is None:
         raise UserError(
             f"--model {raw['model']}: does not fit on any worker of {pool['gpu']} "
             f"({raw['weight_dtype']} weights, tensor parallel, or for an MoE model also "
-            "data-parallel attention with experts over all GPUs)"
+            f"data-parallel attention with experts over all GPUs){refusal_note(refusals)}"
         )
     return lay.tp, lay.dp
 

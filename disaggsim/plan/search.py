@@ -48,6 +48,7 @@ from disaggsim.plan.analytic import (
     fitting_tps,
     loaded_residence_s,
     plan_gpu,
+    refusal_note,
     sample_lengths,
     sample_requests,
     smallest_unit,
@@ -1519,9 +1520,10 @@ def search(
     lengths = sample_lengths(loaded, requests)
     gpu = plan_gpu(loaded)
     if gpus is None and target_rate_per_s is not None:
-        unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths))
+        unit_refusals: dict[str, str] = {}
+        unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths), refusals=unit_refusals)
         if unit is None:
-            raise UserError(f"plan: no worker of {gpu} fits {s.model}")
+            raise UserError(f"plan: no worker of {gpu} fits {s.model}{refusal_note(unit_refusals)}")
         budget = analytic_guess(
             loaded,
             prefill_tp=unit,
@@ -1544,10 +1546,17 @@ def search(
         worker_layouts(loaded, budget, lengths, opts) if tps or is_moe else ([], [], [])
     )
     if not tps and not (is_moe and pre_lays and dec_lays):
+        refusals: dict[str, str] = {}
         tps_all = fitting_tps(
-            loaded, gpu, max(get_gpu(gpu).gpus_per_node, budget), _p99_kv_tokens(lengths)
+            loaded,
+            gpu,
+            max(get_gpu(gpu).gpus_per_node, budget),
+            _p99_kv_tokens(lengths),
+            refusals=refusals,
         )
         need = f"tp {tps_all[0]}" if tps_all else "more GPU memory than any TP on one node gives"
+        if not tps_all:  # why the cost model refused the workers, when it did
+            need += refusal_note(refusals)
         raise UserError(
             f"plan: a budget of {budget} x {gpu} is smaller than one worker that fits "
             f"{s.model} with room for a p99 request's KV ({_p99_kv_tokens(lengths)} tokens): "
