@@ -13,12 +13,14 @@ Data, each row with its source, configuration and figure:
   tokens / throughput; batch-1 first-token latency), vLLM's performance-benchmark CI
   latency test (a batch of 8 prompts, 32 in / 128 out) on A100, H100 and H200, vLLM
   ``benchmark_latency`` runs and an FP8 batch posted in vLLM's pull requests and issues (V0
-  and V1, H100), NVIDIA NIM 1.8.0's concurrency-1 figures (Llama-3.3-70B FP8, TP2 H100),
+  and V1, H100), Mixtral-8x7B batches (vLLM's CI at TP2 on H100 and H200; vLLM PR 3240,
+  TP2 on the A100, batch 1-64: the MoE kernels, :func:`moe_floor_check`), NVIDIA NIM
+  1.8.0's concurrency-1 figures (Llama-3.3-70B FP8, TP2 H100),
   SGLang ``bench_latency`` decode steps (Llama-3-8B, H100, batch 1 and 128, TP 1 and 8),
   and Splitwise's measurements of 2023 vLLM (Llama-2-70B on DGX-A100, TP 2/4/8: a second
   source for ``vllm-eager-2023``, rebuilt from its transcription by :func:`splitwise_rows`).
   Column ``split`` marks the rows held out of the fit (every H200 row, NIM, Splitwise, vLLM
-  rows from PRs and issues, SGLang PR 1401);
+  rows from PRs and issues, every MoE row, SGLang PR 1401);
 - DistServe's curves of the 2023 vLLM engine (``kernels/distserve/profiler-a100-80g.vllm
   .json``, OPT-13B/66B on A100, eager PyTorch), evaluated on a grid
   (:func:`whole_step_points`) for ``vllm-eager-2023``; the (model, TP) families
@@ -62,6 +64,8 @@ from scipy.optimize import least_squares, lsq_linear
 from calibration import public
 from calibration.fit import ape, prediction_error
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model
+from disaggsim.costmodel.moe import build_moe_worker_cost
+from disaggsim.costmodel.moe_params import MoeParams, load_moe_params
 from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER, build_worker_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import (
@@ -178,8 +182,9 @@ RELEASE_GROUPED_DECODE_SOURCE = (
 REREAD_GRID_BYTES_PER_S = tuple(float(x) for x in np.logspace(np.log10(2e12), np.log10(2e13), 61))
 DESCRIPTIONS = {
     "vllm": "vLLM with CUDA-graph decode (fitted on the V0 engine's CI of 2024; V0 and V1 "
-    "runs and an FP8 multi-step batch from vLLM's PRs and issues held out): per-iteration "
-    "scheduling, sampling and input preparation, plus the broadcast to the other TP ranks",
+    "runs, an FP8 multi-step batch and Mixtral-8x7B batches from vLLM's CI, PRs and issues "
+    "held out): per-iteration scheduling, sampling and input preparation, plus the broadcast "
+    "to the other TP ranks",
     "sglang": "SGLang with CUDA-graph decode (fitted on 2024 releases, before the overlap "
     "scheduler): per-iteration host time and per-sequence batch preparation",
     "trtllm": "TensorRT-LLM (C++ runtime): per-iteration host time, per extra TP rank and "
@@ -504,12 +509,15 @@ def features(
     points: pd.DataFrame,
     profiles: dict[str, HardwareProfile] | None = None,
     reread_bytes_per_s: dict[str, float] | None = None,
+    moe_params: Callable[[str], MoeParams] | None = None,
 ) -> pd.DataFrame:
     """Per point: kernel-only seconds of the measured work (``kernels_s``) and the columns of
     the overhead's design matrix (one per :data:`PARAM_KEYS`), from the step model with the
     GPU's hardware profile (``profiles`` or the shipped one) and, for a release whose
     grouped decode kernel did not cover the layout, the engine's per-query-head re-read rate
-    (``reread_bytes_per_s`` per engine, default the shipped ones)."""
+    (``reread_bytes_per_s`` per engine, default the shipped ones). ``moe_params`` (GPU id →
+    parameters) replaces the shipped MoE kernel parameters of MoE models (a diagnostic:
+    :func:`moe_floor_check`)."""
     profiles = dict(profiles or {})
     reread = shipped_reread_bytes_per_s() if reread_bytes_per_s is None else reread_bytes_per_s
     workers: dict[tuple, Any] = {}
@@ -525,6 +533,23 @@ def features(
             eng.attention_backend, eng.grouped_decode_q_per_kv, eng.per_query_head_kv_bytes_per_s,
             eng.fp8_gemm_kernel,
         )  # fmt: skip
+        if (
+            key not in workers
+            and moe_params is not None
+            and not get_model(str(r["model"])).is_dense
+        ):
+            workers[key] = build_moe_worker_cost(
+                str(r["model"]),
+                gpu,
+                int(r["tp"]),
+                weight_dtype=str(r["weight_dtype"]),
+                kv_dtype=str(r["kv_dtype"]),
+                engine=eng,
+                profile=prof,
+                gpu_mem_util=1.0,
+                activation_reserve_bytes=0.0,
+                moe_params=moe_params(gpu),
+            )
         if key not in workers:
             workers[key] = build_worker_cost(
                 str(r["model"]),
@@ -733,6 +758,45 @@ def _fit_errors(
         "kernels_only": stats(every, kern_ape),
         "sources": sorted(set(rows["source"])),
     }
+
+
+def no_small_m_floor(gpu: str) -> MoeParams:
+    """The shipped MoE kernel parameters of ``gpu`` with the grouped GEMM's small-m compute
+    floor removed (``half_sat`` → 0: every routed expert runs at ``max_eff`` of peak FLOPs
+    or streams its weights at ``mem_eff`` of HBM, whichever is longer). Not shipped: a
+    diagnostic of :func:`moe_floor_check`."""
+    p = load_moe_params(gpu)
+    gg = {k: replace(v, half_sat=0.0) for k, v in p.grouped_gemm.items()}
+    return replace(p, grouped_gemm=gg)
+
+
+def moe_floor_check(path: Path = MEASUREMENTS) -> pd.DataFrame:
+    """The ``vllm`` rows of MoE models (all held out): measured over predicted with the
+    shipped profiles, and with the grouped GEMM's small-m compute floor removed
+    (:func:`no_small_m_floor`), the shipped ``vllm`` overheads on both. The floor,
+    ``FLOP / (peak × max_eff × t / (t + half_sat))`` at ``t`` tokens per touched expert,
+    is a fixed budget of about ``half_sat`` tokens of FLOPs per expert; fitted on the H100
+    (``disaggsim/hardware/moe/h100_sxm.json``, transferred to every other GPU) it matches
+    the weight read there, but on the A100 (a third of the FLOPs, 0.61× the bandwidth) and
+    the H200 (the same FLOPs, 1.43× the bandwidth) it is longer than the read
+    (docs/validation.md, "Where targets are missed")."""
+    pts = read_measurements(path)
+    pts = pts[pts["engine"] == "vllm"].reset_index(drop=True)
+    moe = np.array([not get_model(str(m)).is_dense for m in pts["model"]])
+    pts = pts[moe].reset_index(drop=True)
+    eng = load_engines()["vllm"]
+    theta = np.array([getattr(eng, k) for k in PARAM_KEYS])
+    cols = [f"x_{k}" for k in PARAM_KEYS]
+    out = pts[["source", "model", "gpu", "tp", "batch", "isl", "osl", "split", "value_s"]].copy()
+    for name, mp in (("shipped", None), ("no_floor", no_small_m_floor)):
+        f = features(pts, moe_params=mp)
+        out[f"kernels_{name}_s"] = f["kernels_s"].to_numpy(float)
+        out[f"pred_{name}_s"] = f["kernels_s"].to_numpy(float) + f[cols].to_numpy(float) @ theta
+        out[f"measured_over_{name}"] = out["value_s"] / out[f"pred_{name}_s"]
+    return out
+
+
+EAGER_ENGINE = "vllm-eager-2023"
 
 
 EAGER_ENGINE = "vllm-eager-2023"
@@ -2051,9 +2115,29 @@ def main(argv: list[str] | None = None) -> int:
         choices=ENGINE_NAMES,
         help="every measurement of ENGINE with the shipped-form fit's prediction",
     )
+    p.add_argument(
+        "--moe-check",
+        action="store_true",
+        help="the vllm MoE rows with the shipped profiles and with the grouped GEMM's "
+        "small-m compute floor removed (a diagnostic, not shipped)",
+    )
     args = p.parse_args(argv)
     if args.eager_forms:
         return print_eager_forms(Path(args.data))
+    if args.moe_check:
+        try:
+            t = moe_floor_check()
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        print(t.round(4).to_string(index=False))
+        for name in ("shipped", "no_floor"):
+            a = np.abs(t[f"measured_over_{name}"].to_numpy(float) ** -1 - 1.0)
+            print(
+                f"{name}: n={len(a)} median APE {100 * np.median(a):.1f}% "
+                f"p90 {100 * np.percentile(a, 90):.1f}%"
+            )
+        return 0
     if args.rows:
         try:
             r = fit_all(Path(args.data))[args.rows]["rows"]

@@ -91,6 +91,7 @@ _QUOTED = {
     "vllm-pr-10933": "Avg latency:",
     "vllm-pr-11000": "Avg latency:",
     "vllm-issue-9471": "t_elap:",
+    "vllm-pr-3240": "Avg latency:",
 }
 
 
@@ -98,9 +99,10 @@ def test_collected_sglang_and_vllm_rows_are_their_quoted_figures() -> None:
     df = engines.read_measurements()
     rows = df[df["source"].isin(list(_QUOTED))]
     # 5 SGLang decode steps (issue 1008: TP1 batch 1 and 128, TP8 batch 1; PR 1401: triton
-    # and flashinfer at batch 1) and 3 vLLM batches (PRs 10933 and 11000, issue 9471)
+    # and flashinfer at batch 1) and 10 vLLM batches (PRs 10933 and 11000, issue 9471, and
+    # PR 3240's seven Mixtral batches)
     assert len(rows[rows["engine"] == "sglang"]) == 5
-    assert len(rows[rows["engine"] == "vllm"]) == 3
+    assert len(rows[rows["engine"] == "vllm"]) == 10
     for r in rows.to_dict("records"):
         quoted = str(r["raw"]).split(_QUOTED[str(r["source"])])[1].split()[0]
         assert float(r["value_s"]) == pytest.approx(float(quoted), rel=1e-5), r["source"]
@@ -117,12 +119,86 @@ def test_collected_sglang_and_vllm_rows_are_their_quoted_figures() -> None:
     assert (b1["batch"] == 1).all() and (b1["isl"] == 32).all() and (b1["osl"] == 128).all()
 
 
+def test_mixtral_rows_follow_their_sources_by_hand() -> None:
+    df = engines.read_measurements()
+    mx = df[df["model"] == "mixtral-8x7b"]
+    # vLLM's CI latency test on Mixtral-8x7B at TP2 (8 prompts, 32 in / 128 out): the mean
+    # latency in ms as the table prints it, on H100 and H200
+    ci = mx[mx["source"] == "vllm-perf-benchmark"].set_index("gpu")
+    assert set(ci.index) == {"h100-sxm", "h200-sxm"}
+    assert ci.loc["h100-sxm", "value_s"] == pytest.approx(2326.97e-3, rel=1e-9)
+    assert ci.loc["h200-sxm", "value_s"] == pytest.approx(1917.44e-3, rel=1e-9)
+    for gpu, r in ci.iterrows():
+        ms = float(str(r["raw"]).split("mean latency")[1].split()[0])
+        assert r["value_s"] == pytest.approx(ms / 1e3, rel=1e-9), gpu
+        assert (r["tp"], r["batch"], r["isl"], r["osl"]) == (2, 8, 32, 128)
+    # vLLM PR 3240: benchmark_latency at batch 1-64, 1000 in / 50 out, TP2 on the A100, the
+    # PR's tuned-config rows (not master's untuned ones), one row per batch
+    pr = mx[mx["source"] == "vllm-pr-3240"]
+    assert sorted(pr["batch"]) == [1, 2, 4, 8, 16, 32, 64]
+    assert (pr["gpu"] == "a100-80gb").all() and (pr["tp"] == 2).all()
+    assert (pr["isl"] == 1000).all() and (pr["osl"] == 50).all()
+    assert pr[pr["batch"] == 8]["value_s"].item() == pytest.approx(2.0341408042260447)
+    assert pr["raw"].str.contains("--input-len 1000 --output-len 50 -tp 2").all()
+    for r in pr.to_dict("records"):
+        assert f"--batch-size {r['batch']} " in str(r["raw"])
+    assert (mx["engine"] == "vllm").all() and (mx["weight_dtype"] == "bf16").all()
+
+
+@needs_data
+def test_the_mixtral_miss_is_the_moe_kernels_not_the_engine_overhead() -> None:
+    # docs/validation.md, "Where targets are missed": on the A100 the MoE step model alone
+    # (no engine overhead) already takes 1.5-2.0x the measured batch at batch 2-8, so no
+    # non-negative overhead can meet those rows; the dense rows keep the overhead's gain
+    fits = engines.fit_all(DATA)
+    rows = fits["vllm"]["rows"]
+    meas = rows["value_s"].to_numpy(float)
+    kern_ratio = rows["kernels_s"].to_numpy(float) / meas
+    moe = (rows["model"] == "mixtral-8x7b").to_numpy()
+    a100 = moe & (rows["source"] == "vllm-pr-3240").to_numpy()
+    mid = a100 & rows["batch"].isin([2, 4, 8]).to_numpy()
+    assert mid.sum() == 3 and (kern_ratio[mid] > 1.4).all()
+    assert (kern_ratio[a100] > 1.1).all()
+    # dense rows: the fitted overhead shortens the tail and the median against kernels alone
+    a, k = rows["ape"].to_numpy(float), rows["kernels_ape"].to_numpy(float)
+    assert np.percentile(a[~moe], 90) < np.percentile(k[~moe], 90)
+    assert np.median(a[~moe]) < np.median(k[~moe])
+    assert np.median(a[~moe]) < 0.05 and np.percentile(a[~moe], 90) < 0.15
+
+
+def test_the_moe_floor_check_runs_the_shipped_fit_and_names_the_floor() -> None:
+    t = engines.moe_floor_check()
+    # its shipped column is the vllm fit's own prediction of those rows
+    pts = engines.read_measurements()
+    feat = engines.features(pts[pts["engine"] == "vllm"].reset_index(drop=True))
+    fit = engines.fit_engine_linear(feat, "vllm")["rows"]
+    fit = fit[fit["model"] == "mixtral-8x7b"].reset_index(drop=True)
+    # (engines.json rounds the parameters to 5 digits)
+    np.testing.assert_allclose(t["pred_shipped_s"], fit["pred_s"], rtol=1e-4)
+    assert (t["split"] == "holdout").all() and len(t) == 9
+    # without the grouped GEMM's small-m compute floor the A100 rows, 1.2-2.0x slow with
+    # it, come within a few percent (median); on the H100, where the floor was fitted, the
+    # prediction barely moves
+    ape_with = (t["pred_shipped_s"] / t["value_s"] - 1).abs()
+    ape_without = (t["pred_no_floor_s"] / t["value_s"] - 1).abs()
+    a100 = (t["gpu"] == "a100-80gb").to_numpy()
+    assert np.median(ape_with[a100]) > 0.25 and np.median(ape_without[a100]) < 0.05
+    h100 = (t["gpu"] == "h100-sxm").to_numpy()
+    np.testing.assert_allclose(t["pred_no_floor_s"][h100], t["pred_shipped_s"][h100], rtol=0.01)
+    # on the H200 (the H100's FLOPs, 1.43x its bandwidth) the floor makes the step slow too
+    h200 = (t["gpu"] == "h200-sxm").to_numpy()
+    assert (t["measured_over_shipped"][h200] < 0.85).all()
+    assert (abs(t["measured_over_no_floor"][h200] - 1) < 0.05).all()
+
+
 def test_held_out_rows_never_enter_the_sglang_and_vllm_fits() -> None:
     pts = engines.all_points(None)
-    # whole sources held out: SGLang's PR 1401, vLLM's PR and issue rows (V0, V1, FP8)
-    held = {"sglang-pr-1401", "vllm-pr-10933", "vllm-pr-11000", "vllm-issue-9471"}
+    # whole sources held out: SGLang's PR 1401, vLLM's PR and issue rows (V0, V1, FP8,
+    # Mixtral on the A100), and every MoE row (Mixtral-8x7B: vLLM's CI on H100 and H200 too)
+    held = {"sglang-pr-1401", "vllm-pr-10933", "vllm-pr-11000", "vllm-issue-9471", "vllm-pr-3240"}
     for src in held:
         assert (pts[pts["source"] == src]["split"] == "holdout").all(), src
+    assert (pts[pts["model"] == "mixtral-8x7b"]["split"] == "holdout").all()
     mine = pts[pts["engine"].isin(["sglang", "vllm"])].reset_index(drop=True)
     feat = engines.features(mine)
     # the held-out rows' measurements scaled by 3: the fitted parameters do not move
@@ -155,7 +231,9 @@ def test_engine_fits_beat_kernels_alone_and_ship() -> None:
     eager = fits["vllm-eager-2023"]["error"]
     # the 2023 eager engine's time is mostly host time: held-out families gain most
     assert eager["held_out_by_family"]["median_ape"] < eager["kernels_only"]["median_ape"] / 2
-    for name in ("vllm", "trtllm", "vllm-eager-2023"):
+    # vllm: its held-out Mixtral rows, whose kernels alone exceed the measurements, are the
+    # test above; here every engine without such rows
+    for name in ("trtllm", "vllm-eager-2023"):
         e = fits[name]["error"]
         kern = e["kernels_only"]
         # the overhead (least squares on relative error) shortens the tail, also for each
