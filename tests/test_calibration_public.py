@@ -154,7 +154,28 @@ def test_engine_rows_and_hopper_rows() -> None:
     engines_scored = {r.source.split(" ")[0] for r in rows if r.bucket == "all rows"}
     assert {"vllm", "sglang", "trtllm", "vllm-eager-2023"} <= engines_scored
     vllm = next(r for r in rows if r.source == "vllm (shipped profile)" and r.bucket == "all rows")
-    assert vllm.n == 9 and vllm.target
+    assert vllm.n == 18 and vllm.target
+    # vllm's dense and MoE rows apart (9 Mixtral-8x7B batches, all held out), recomputed here
+    # from the kernel time and the shipped overheads
+    from calibration import engines
+    from disaggsim.hardware.engines import PARAM_KEYS, load_engines
+
+    pts = engines.read_measurements()
+    feat = engines.features(pts[pts["engine"] == "vllm"].reset_index(drop=True))
+    eng = load_engines()["vllm"]
+    pred = feat["kernels_s"] + sum(getattr(eng, k) * feat[f"x_{k}"] for k in PARAM_KEYS)
+    ape = (pred / feat["value_s"] - 1).abs().to_numpy()
+    moe = (feat["model"] == "mixtral-8x7b").to_numpy()
+    for bucket, sel in (("dense-model rows", ~moe), ("MoE-model rows", moe)):
+        r = next(r for r in rows if r.source == "vllm (shipped profile)" and r.bucket == bucket)
+        assert r.n == sel.sum() == 9
+        assert r.median_ape == pytest.approx(np.median(ape[sel]), rel=1e-9)
+        assert r.p90_ape == pytest.approx(np.percentile(ape[sel], 90), rel=1e-9)
+    # the dense rows meet the target's figures, the MoE rows do not (docs/validation.md)
+    assert np.median(ape[~moe]) < 0.05 and np.percentile(ape[~moe], 90) < 0.15
+    assert np.median(ape[moe]) > 0.15
+    # engines without MoE rows get no such buckets
+    assert not any(r.bucket == "MoE-model rows" and r.source.startswith("sglang") for r in rows)
     sglang = next(r for r in rows if r.source == "sglang (shipped profile)")
     # three fit rows for two parameters (calibration/engines.py FIT_PARAMS): a target to meet
     assert sglang.n == 5 and sglang.target
