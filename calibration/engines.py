@@ -1277,6 +1277,8 @@ PREFILL_SCREEN_TERMS = {
     "all-reduce x s": "every all-reduce slower than nccl-tests by a fraction",
     "prefill biased GEMMs x s": "prefill GEMMs with a bias (QKV and up, column-parallel) slower "
     "by a fraction: only OPT has them here",
+    "per context block x tp": "the step's block tables (one int per 16 context tokens of every "
+    "sequence) pickled into every Ray worker's call: host time per block and rank",
 }
 PREFILL_SCREEN_FORMS = (
     ("per token",),
@@ -1284,10 +1286,17 @@ PREFILL_SCREEN_FORMS = (
     ("per token", "all-reduce x s"),
     ("per sequence", "per prompt token", "all-reduce x s"),
     ("per sequence", "all-reduce x s", "prefill biased GEMMs x s"),
+    ("per token", "per context block x tp"),
 )
+BLOCK_TOKENS = 16  # vLLM 0.2's default KV block size (DistServe's fork keeps it)
 # DistServe's C++ engine's prefill all-reduces against nccl-tests' (cxx_prefill_allreduce):
 # fixed, not fitted, in the screen's "all-reduce x 1.49 (C++ engine)" rows
-_SCREEN_X0 = {"per token": 1e-4, "per sequence": 1e-4, "per prompt token": 1e-4}
+_SCREEN_X0 = {
+    "per token": 1e-4,
+    "per sequence": 1e-4,
+    "per prompt token": 1e-4,
+    "per context block x tp": 1e-6,
+}
 
 
 def _biased_gemm_s(points: pd.DataFrame, profile: HardwareProfile | None = None) -> np.ndarray:
@@ -1383,6 +1392,8 @@ def _screen_pred(
             lk = lk + v * d["ar"]
         elif t == "prefill biased GEMMs x s":
             lk = lk + v * d["bgemm"] * d["pre"]
+        elif t == "per context block x tp":
+            host = host + v * d["blocks_tp"]
         else:
             raise KeyError(t)
     return host + layers * (np.maximum(lk / layers, launch) + sync * d["multi"])
@@ -1427,6 +1438,12 @@ def eager_prefill_screen(
     d["ar"] = p["allreduce_s"].to_numpy(float)
     d["seqs"] = np.where(pre, p["batch"].to_numpy(float), d["tokens"])
     d["bgemm"] = _biased_gemm_s(p, profile)
+    # context per sequence: the prompt (prefill), DistServe's decode context (isl), or
+    # Splitwise's mean decode context (isl + osl / 2)
+    isl, osl = p["isl"].to_numpy(float), p["osl"].to_numpy(float)
+    ctx = np.where(pre | (p["metric"] == "decode_ctx_step_s").to_numpy(), isl, isl + osl / 2.0)
+    blocks = p["batch"].to_numpy(float) * np.ceil(ctx / BLOCK_TOKENS)
+    d["blocks_tp"] = blocks * p["tp"].to_numpy(float)
     is_sw = (p["source"] == SPLITWISE_SOURCE).to_numpy()
     fit = ~is_sw & (p["split"] == "fit").to_numpy()
     fam = (p["model"] + "|" + p["tp"].astype(str)).to_numpy()

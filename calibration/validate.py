@@ -273,7 +273,15 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   7.7% / 35.8%, Splitwise 11.1% / 29.4%); with a prefill factor on the biased GEMMs (1.64×,
   all-reduces 2.93×) all rows reach 4.8% / 19.4%, held-out families 6.2% / 22.1%, Splitwise 10.8% / 26.1%,
   every family in sample 5.4% / 14.8% — the best found, but an OPT factor by another name,
-  so not shipped. No form reaches a p90 of 15% on all rows. The decode half of the miss:
+  so not shipped. Checked 2026-12-02 (sixth session), a cost the screens had not had: the
+  block tables (one int per 16 context tokens of every sequence) that the 2023 driver
+  pickles into every Ray worker's call each step, host time ∝ batch × context blocks × TP,
+  largest where the p90 points sit (decode at batch 128-256 with TP 4-8). Beside the
+  shipped per-token time (row "per token + per context block x tp") it takes 280 ns per
+  block and rank and moves all rows from 7.0% / 22.4% to 6.9% / 22.0%, the held-out
+  families from 9.6% / 35.1% to 11.8% / 29.6%, Splitwise from 11.2% / 28.1% to 11.0% /
+  27.0%, every family in sample not at all (18.2% p90): a plausible cost, not the miss; not
+  shipped. No form reaches a p90 of 15% on all rows. The decode half of the miss:
   OPT-66B TP8 decode at batch 1-8 measures 0.81-0.83× the prediction because its batch-1 steps
   imply 439 µs of host time a layer ((31.3 − 3.2) ms / 64) where OPT-13B TP4's imply 567
   µs ((25.9 − 3.2) ms / 40) — the same model code, more ranks, less time a layer — and

@@ -911,3 +911,11 @@ def test_prefill_structure_all_reduce_factor_and_screen() -> None:
     )
     # no form of the screen reaches the target's p90 on every row (the miss is documented)
     assert all(r["p90_ape"] > 0.15 for r in screen["all"])
+    # the Ray workers' block tables (per context block and rank): a positive cost that moves
+    # the all-rows p90 by under a point and the in-sample p90 not at all
+    blocks = screen.set_index("form").loc["per token + per context block x tp"]
+    assert blocks["params"]["per context block x tp"] > 1e-8
+    assert first["all"]["p90_ape"] - 0.01 < blocks["all"]["p90_ape"] < first["all"]["p90_ape"]
+    assert blocks["distserve_every_family_in_sample"]["p90_ape"] == pytest.approx(
+        first["distserve_every_family_in_sample"]["p90_ape"], abs=0.005
+    )
