@@ -338,3 +338,37 @@ def test_run_length_flags_reach_the_full_accuracy_rule():
     o = PlanOptions.quick().with_run_length(300, 3.0).full_accuracy()
     assert o.rule.min_measured_requests == 300 and o.rule.service_multiple == 3.0
     assert o.tol_fraction == 0.01 and not o.confirm_explored
+
+
+def test_the_confirmation_measures_at_most_its_cap(monkeypatch):
+    """Every quick disaggregated split here beats the side's full-accuracy best (quick
+    runs say 9.4 per GPU, full ones 7.6), so the confirmation's loop measures each in
+    turn: all 8 candidates explored, bounded before only by how many were explored.
+    With a cap of 4 the splits left over are named and keep the plan undecided (a quick
+    9.26 per GPU would beat chunked's 7.88 by more than 5 %); a left-over of the winning
+    side (the second case: chunked's runner-up, behind disaggregation's 9.0) changes
+    nothing."""
+    _fake(monkeypatch, _caps(quick=(9.4, 8.0), full=(7.6, 8.0)))
+    res, advice = plan(FLEET, options=OPTS, executor=SerialExecutor())
+    assert advice.verdict == "colocate_chunked" and len(res.confirmation.remeasured) == 8
+    assert res.confirmation.left_over == ()
+    capped = dataclasses.replace(OPTS, confirm_max_candidates=4)
+    res, advice = plan(FLEET, options=capped, executor=SerialExecutor())
+    conf = res.confirmation
+    assert conf is not None and len(conf.remeasured) == 4
+    assert len(conf.left_over) == 4 and {c.kind for c, _ in conf.left_over} == {"disaggregate"}
+    first, quick = conf.left_over[0]
+    assert quick == max(q for _, q in conf.left_over) > 7.88 * 1.05
+    assert advice.verdict == "undecided"
+    assert f"left {first.label} unmeasured, whose quick goodput" in advice.reason
+    assert [x["label"] for x in plan_json(res, advice)["confirmation"]["left_over"]] == [
+        c.label for c, _ in conf.left_over
+    ]
+
+    _fake(monkeypatch, _caps(quick=(8.4, 8.0), full=(9.0, 8.0)))
+    capped = dataclasses.replace(OPTS, confirm_max_candidates=3)
+    res, advice = plan(FLEET, options=capped, executor=SerialExecutor())
+    conf = res.confirmation
+    assert conf is not None and len(conf.remeasured) == 3
+    assert [c.kind for c, _ in conf.left_over] == ["colocate_chunked"]
+    assert advice.verdict == "disaggregate" and "the cap of 3 left chunked" in advice.reason

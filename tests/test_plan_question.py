@@ -404,7 +404,8 @@ def test_a_scenario_plan_whose_every_worker_is_refused_says_why(monkeypatch, cap
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
+    # not memory: the reason alone, no advice to add memory (every size up to tp 32 tried)
     assert err.endswith(
-        "it needs more GPU memory than any TP on one node gives (no worker could be built; "
-        "at tp 8: pool: moe: the reason the cost model gave)"
+        "fits llama-3.1-8b with room for a p99 request's KV (4814 tokens) (no worker could be "
+        "built; at tp 32: pool: moe: the reason the cost model gave)"
     ), err

@@ -82,12 +82,15 @@ def _families(
     options: PlanOptions = FULL,
     tolerance: float = 0.0,
     model: bool = True,
+    always: bool = True,
 ):
     """The planner's families on this landscape: the same neighbourhoods, starts from
     the capacity ratio perturbed by ``start_error`` (the analytic guess is not exact),
     and bounds that hold (the family's best per GPU, raised by ``slack_draw``).
     ``model=False``: disaggregated families without their bottleneck model (the search
-    before it, for comparison)."""
+    before it, for comparison); ``always=False``: chunked families judged at their
+    nearest chunks only while the best of their kind (the rule before
+    ``floor_at_nearest_always``)."""
     fams = []
     space = all_candidates(budget, list(TPS), CHUNKS)
     for tp_p in TPS:
@@ -123,6 +126,7 @@ def _families(
                 starts=tuple(c for c in ch if c.chunk_tokens in starts),
                 neighbours=lambda c: chunk_neighbours(c, CHUNKS),
                 floor_at_nearest=True,
+                floor_at_nearest_always=always,
             )
         )
         v = Candidate("colocate_vllm", n, tp_p)
@@ -301,6 +305,54 @@ def test_quick_floor_tries_the_next_chunk_before_stopping_a_family():
     assert res.states["v1"] == "stopped"  # no neighbours: stopped at its start
 
 
+def test_quick_floor_climbs_a_chunked_family_that_is_not_the_best_of_its_kind():
+    """A chunked family that is not the best of its kind at the start chunk is judged
+    at its best chunk's nearest moves too, and climbs while a move gains: qwen3-30b-a3b
+    on 4 H100, 2000/200 tokens, ITL 50 ms (docs/planning.md, "The quick floor"): chunked
+    tp2 served 4.8 req/s per GPU at chunk 512 against 12.0 at 8192 (the best colocated
+    deployment, 1.5 % behind disaggregation in full mode and by exhaustive search);
+    quick mode stopped it at 512, 59 % behind the best disaggregated split, and answered
+    disaggregate, +51 %. Here tp1 has the highest bound and leads at 512 (0.70), a
+    local optimum; tp2 serves 0.40 at 512 and 0.97 at 2048, within the floor of the
+    best split (1.0)."""
+    land = Landscape(
+        prefill={tp: 2.0 for tp in TPS},  # a balanced split serves 1.0 per GPU
+        decode={tp: 2.0 for tp in TPS},
+        chunked={
+            (tp, ch): {
+                1: {256: 0.5, 512: 0.70, 1024: 0.6, 2048: 0.99},  # not reached from 512
+                2: {256: 0.2, 512: 0.40, 1024: 0.7, 2048: 0.97},
+                4: {256: 0.1, 512: 0.2, 1024: 0.3, 2048: 0.35},
+            }[tp][ch]
+            * tp  # per GPU (a worker of tp GPUs, one worker per tp GPUs)
+            for tp in TPS
+            for ch in CHUNKS
+        },
+        vllm={tp: 0.3 * tp for tp in TPS},
+        pooling=1.0,
+    )
+
+    def walk(always: bool):
+        fams, _ = _families(land, 8, 1.1, 0.0, options=QUICK, always=always)
+        return optimise(
+            fams,
+            lambda cs: [land.per_gpu(c) for c in cs],
+            bound_slack=1.1,
+            explore_floor=0.85,
+            max_waves=8,
+        )
+
+    def best_chunked(res) -> tuple[int, int, float]:
+        c = max((c for c in res.values if c.kind == "colocate_chunked"), key=res.values.get)
+        return c.prefill_tp, c.chunk_tokens, res.values[c]
+
+    before = walk(always=False)
+    assert best_chunked(before) == (1, 512, pytest.approx(0.70))  # tp2 stopped at 512
+    after = walk(always=True)
+    assert best_chunked(after) == (2, 2048, pytest.approx(0.97))
+    assert after.states["c2"] == "settled"
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     land=landscapes(),
@@ -315,7 +367,8 @@ def test_quick_floor_stops_a_family_only_at_its_nearest_moves(
     """Every family the floor stopped is below the floor share of the best found, and
     the best chunked and the best disaggregated family (their starts, a chunk and an
     analytic split, can be off) have their best member's nearest moves evaluated (the
-    first non-empty tier of neighbours): the verdict compares the best of each kind."""
+    first non-empty tier of neighbours): the verdict compares the best of each kind.
+    So has every chunked family (its start is the scenario's chunk, not a guess)."""
     fams, _ = _families(land, budget, slack, start_error, options=QUICK)
     res = optimise(
         fams,
@@ -334,7 +387,7 @@ def test_quick_floor_stops_a_family_only_at_its_nearest_moves(
         if fam.state != "stopped":
             continue
         assert fam.best is not None
-        if fam is top.get(fam.kind):
+        if fam is top.get(fam.kind) or fam.floor_at_nearest_always:
             nearest = next((t for t in fam.neighbours(fam.best) if t), [])
             assert all(c in res.values for c in nearest), fam.name
         assert res.values[fam.best] < floor * best
@@ -417,16 +470,24 @@ def test_quick_plan_screens_the_chunks_next_to_a_chunked_pool_behind_the_floor(m
     )
     runs = [(key(sc), sc.num_gpus) for sc in scenarios]
     chunk_runs = {k: sum(1 for c, g in runs if c == k and g == 16) for k in (256, 1024)}
-    assert res.num_screened_out == 2
+    # every chunked family is judged at its best chunk's nearest moves (the tp2 pool, 8
+    # workers of 16 GPUs too, as well as the kind's best, 16 x tp1)
+    assert res.num_screened_out == 4
     labels = {r.candidate.label: r.goodput_per_gpu_per_s for r in res.ranked}
     before = {r.candidate.label: r.goodput_per_gpu_per_s for r in plain.ranked}
     assert {k: v for k, v in before.items() if k not in labels} == pytest.approx(
-        {"chunked 16 x tp1 chunk 256": 1.1, "chunked 16 x tp1 chunk 1024": 1.2}, rel=0.07
+        {
+            "chunked 16 x tp1 chunk 256": 1.1,
+            "chunked 16 x tp1 chunk 1024": 1.2,
+            "chunked 8 x tp2 chunk 256": 1.1 * 0.7,
+            "chunked 8 x tp2 chunk 1024": 1.2 * 0.7,
+        },
+        rel=0.07,
     )
     assert labels == {k: v for k, v in before.items() if k in labels}
     assert advice.verdict == "disaggregate"
     # one run each with the screen, a search each without it (the runs of both plans)
-    assert res.num_simulations == plain.num_simulations - (chunk_runs[256] + chunk_runs[1024] - 4)
+    assert res.num_simulations == plain.num_simulations - (chunk_runs[256] + chunk_runs[1024] - 8)
     assert chunk_runs[256] >= 4 and chunk_runs[1024] >= 4
 
 
@@ -450,9 +511,8 @@ def test_planner_matches_exhaustive_simulation_on_a_small_budget():
     good per GPU as the best of them (to twice the bisection tolerance: a deployment the
     planner did not evaluate is searched from a different bracket)."""
     from disaggsim.config.loader import load_scenario
-    from disaggsim.plan import search
     from disaggsim.plan.analytic import sample_lengths
-    from disaggsim.plan.search import _Evaluator, plan_families, tp_options
+    from disaggsim.plan.search import _Evaluator, plan_families, search, tp_options
     from disaggsim.sweep import SerialExecutor
 
     scenario = {

@@ -7,7 +7,9 @@ Python API::
     advice.verdict, advice.reason, res.ranked[0].goodput_per_gpu_per_s
 
 Parts: :mod:`~disaggsim.plan.analytic` (first guess from token histograms),
-:mod:`~disaggsim.plan.search` (candidates and goodput by simulation),
+:mod:`~disaggsim.plan.search` (candidates and goodput by simulation; the search alone
+is :func:`disaggsim.plan.search.search`: the package does not re-export it, whose name
+would hide the submodule, so that ``import disaggsim.plan.search as S`` gives the module),
 :mod:`~disaggsim.plan.advisor` (verdict and reasons), :mod:`~disaggsim.plan.confirm`
 (a quick plan's close call measured again at full accuracy), :mod:`~disaggsim.plan.report`
 (JSON, table, plot, recommended YAML). Definitions: docs/planning.md.
@@ -22,7 +24,8 @@ from disaggsim.plan.advisor import Advice, advise
 from disaggsim.plan.analytic import AnalyticGuess, analytic_guess
 from disaggsim.plan.confirm import confirm_close_call
 from disaggsim.plan.holds import check_as_written
-from disaggsim.plan.search import Candidate, CandidateResult, PlanOptions, SearchResult, search
+from disaggsim.plan.search import Candidate, CandidateResult, PlanOptions, SearchResult
+from disaggsim.plan.search import search as _search
 from disaggsim.sweep.executors import Executor
 
 __all__ = [
@@ -35,7 +38,6 @@ __all__ = [
     "advise",
     "analytic_guess",
     "plan",
-    "search",
 ]
 
 
@@ -63,7 +65,7 @@ def plan(
         )
     else:
         loaded = load_scenario(scenario, overrides)
-    res = search(
+    res = _search(
         loaded,
         gpus=gpus,
         target_rate_per_s=target_rate_per_s,

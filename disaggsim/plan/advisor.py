@@ -272,6 +272,71 @@ def _reuse(res: SearchResult) -> Condition | None:
     )
 
 
+def why_none(res: SearchResult) -> str:
+    """Why nothing met the SLOs, where one request alone already misses a target on
+    every worker layout searched: a decode step of batch 1 at the mean context over the
+    ITL target, or a mean prompt's prefill over the TTFT target (the fastest layout's
+    figure, quoted); else the generic advice, with those figures."""
+    from disaggsim.plan.search import _with_dtype
+
+    s = res.loaded.scenario
+    g = res.analytic
+    ctx = max(1, int(round(g.decode_context_tokens_mean)))
+    p = max(1, int(round(g.prompt_tokens_mean)))
+    pre: set = set()
+    dec: set = set()
+    for r in res.ranked:
+        c = r.candidate
+        pre.add((c.weight_dtype, c.prefill_layout))
+        dec.add((c.weight_dtype, c.decode_layout if c.kind == "disaggregate" else c.prefill_layout))
+    costs = {
+        key: worker_cost(_with_dtype(res.loaded, key[0]), res.gpu, key[1]) for key in pre | dec
+    }
+    step_s, step_lay = min(
+        ((costs[k].decode_time_s(1, ctx), k[1]) for k in dec),
+        key=lambda t: t[0],
+        default=(0.0, None),
+    )
+    fill_s, fill_lay = min(
+        ((costs[k].prefill_time_s(1, p, p * (p + 1) / 2.0), k[1]) for k in pre),
+        key=lambda t: t[0],
+        default=(0.0, None),
+    )
+    itl_s, ttft_s = s.slo.itl_s, s.slo.ttft_s
+    out = []
+    if step_lay is not None and step_s > itl_s:
+        out.append(
+            f"a decode step of one request alone ({ctx} tokens of context) takes "
+            f"{_ms(step_s)} ms on the fastest worker searched ({step_lay.tag}), over the "
+            f"ITL target of {_ms(itl_s)} ms"
+        )
+    if fill_lay is not None and fill_s > ttft_s and g.prefix_hit_share <= 0:
+        out.append(
+            f"a mean prompt's prefill alone ({p} tokens) takes {_ms(fill_s)} ms on the "
+            f"fastest worker searched ({fill_lay.tag}), over the TTFT target of "
+            f"{_ms(ttft_s)} ms"
+        )
+    if out:
+        return (
+            f"{'; '.join(out)}: relax {'that target' if len(out) == 1 else 'those targets'}, "
+            "or use a faster GPU, smaller weights (weight_dtype) or shorter requests"
+        )
+    alone = (
+        f" (one request alone fits them: the fastest decode step {_ms(step_s)} ms "
+        f"against the ITL target of {_ms(itl_s)} ms, a mean prompt's prefill "
+        f"{_ms(fill_s)} ms against the TTFT target of {_ms(ttft_s)} ms)"
+        if step_lay is not None and fill_lay is not None
+        else ""
+    )
+    return f"relax the SLO targets or change the model or GPU{alone}"
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds as a reason quotes them: ``57.1``, ``921``, ``2,000``."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
 def _pct(x: float) -> str:
     return f"{abs(x) * 100:.0f}%"
 
@@ -295,8 +360,7 @@ def advise(res: SearchResult) -> Advice:
             recommended=None,
             reason=(
                 f"no deployment of {res.gpu_budget} x {res.gpu} searched meets the SLOs at any "
-                f"rate{at}: relax the SLO targets (a prompt's prefill alone may exceed the "
-                "TTFT target) or change the model or GPU"
+                f"rate{at}: {why_none(res)}"
             ),
         )
     if res.options.quick_mode:
@@ -304,7 +368,7 @@ def advise(res: SearchResult) -> Advice:
         if conf is not None:
             # the figures compared were measured again at full accuracy (plan/confirm.py):
             # full mode's rule decides; only a doubt those runs cannot remove stays
-            why = open_family_doubt(res, adv)
+            why = open_family_doubt(res, adv) or left_over_doubt(res, adv)
             if why is None:
                 return dataclasses.replace(adv, reason=f"{adv.reason}; {conf.sentence()}")
             return dataclasses.replace(
@@ -363,6 +427,32 @@ def open_family_doubt(res: SearchResult, adv: Advice) -> str | None:
             return (
                 f"its bounded search stopped with family {name} unsettled, whose bound "
                 f"({bound:.3g} req/s per GPU) could still beat the best ({best:.3g})"
+            )
+    return None
+
+
+def left_over_doubt(res: SearchResult, adv: Advice) -> str | None:
+    """Doubt (or None): the confirmation's cap (``PlanOptions.confirm_max_candidates``)
+    left a candidate of the losing side unmeasured whose quick goodput per GPU would
+    flip the verdict under full mode's rule."""
+    conf = res.confirmation
+    if conf is None or not conf.left_over:
+        return None
+    dis = adv.best_disaggregated.goodput_per_gpu_per_s if adv.best_disaggregated else 0.0
+    colo = max(
+        (r.goodput_per_gpu_per_s for r in (adv.best_chunked, adv.best_vllm) if r is not None),
+        default=0.0,
+    )
+    for c, quick in conf.left_over:
+        if adv.verdict == "disaggregate":
+            flips = c.kind != "disaggregate" and dis < quick * (1 + MIN_GAIN)
+        else:
+            flips = c.kind == "disaggregate" and quick >= colo * (1 + MIN_GAIN)
+        if flips:
+            return (
+                f"the confirmation measured at most {conf.options.confirm_max_candidates} "
+                f"candidates and left {c.label} unmeasured, whose quick goodput "
+                f"({quick:.3g} req/s per GPU) would change the verdict"
             )
     return None
 

@@ -302,17 +302,19 @@ def smallest_unit(
     min_kv_tokens: int,
     gpu_mem_util: float = 0.9,
     refusals: dict[str, str] | None = None,
+    max_tp: int | None = None,
 ) -> Layout | None:
     """The worker of fewest GPUs whose every rank holds ``min_kv_tokens`` of KV (None:
     none does): plain TP first at each size; for an MoE/MLA model also ``tp x dp``
     (attention TP within one node, experts over all the worker's GPUs), which is how a
     model too large for any TP group of one node fits (DeepSeek-V3 in bf16 on H200s:
-    tp 8 x dp 2)."""
+    tp 8 x dp 2). ``max_tp``: no TP group larger (a ``kind: topology`` fabric keeps each
+    one inside a node)."""
     from disaggsim.catalog import get_gpu
     from disaggsim.config.bounds import MAX_GPUS
 
     m = get_model(loaded.scenario.model)
-    tps = valid_tps(m)
+    tps = valid_tps(m) if max_tp is None else valid_tps(m, max_tp)
     units = [Layout(tp) for tp in tps]
     if m.moe is not None or m.mla is not None:
         node = get_gpu(gpu).gpus_per_node

@@ -15,7 +15,11 @@ Rather than answer ``undecided`` and send the user to rerun the whole search wit
 3. **until**: any other candidate of a side whose quick goodput beats that side's best
    full-accuracy goodput is measured too (the loop of full mode's
    :func:`~disaggsim.plan.search.finalists`), so each side's best is a candidate
-   measured at full accuracy.
+   measured at full accuracy — at most ``PlanOptions.confirm_max_candidates`` (8) in
+   all, the highest quick goodputs first: those left over are kept in the
+   confirmation (``left_over``), and where one of the losing side could still flip the
+   verdict by its quick goodput the plan stays ``undecided``
+   (:func:`~disaggsim.plan.advisor.left_over_doubt`).
 
 Then full mode's rule decides (5 %, no band), on those figures. What the confirmation
 cannot remove is a family the wave limit left open whose bound could still beat the
@@ -102,14 +106,20 @@ def confirm_close_call(
     for rows in sides.values():
         rows.sort(key=lambda r: -r.goodput_per_gpu_per_s)
     todo = [r.candidate for rows in sides.values() for r in rows[: o.confirm_per_side]]
+    quick_per_gpu = {r.candidate: r.goodput_per_gpu_per_s for r in res.ranked}
     full = o.full_accuracy()
     counter = [res.num_simulations]
     explored = {r.candidate: r.goodput for r in res.ranked if r.goodput is not None}
     ev = _Evaluator(
         res.loaded, dict(res.guesses), full, executor, progress, "final", explored, counter
     )
-    order = []
+    order: list = []
+    left: list = []
     while todo:
+        room = o.confirm_max_candidates - len(order)
+        todo, left = todo[: max(room, 0)], todo[max(room, 0) :]
+        if not todo:
+            break
         ev(todo)
         order += todo
         todo = []
@@ -123,6 +133,8 @@ def confirm_close_call(
                 for r in rows
                 if r.candidate not in order and r.goodput_per_gpu_per_s > top
             ]
+        # the most likely to change a side's best first, where the cap cuts the list
+        todo.sort(key=lambda c: -quick_per_gpu[c])
     quick = {r.candidate: r for r in res.ranked}
     rows = []
     for r in res.ranked:
@@ -143,6 +155,7 @@ def confirm_close_call(
         ),
         num_simulations=ran,
         options=full,
+        left_over=tuple((c, quick_per_gpu[c]) for c in left),
     )
     return dataclasses.replace(
         res,

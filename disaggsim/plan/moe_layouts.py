@@ -124,11 +124,23 @@ def search_moe_layouts(
                 else _decode(cost, gpus, tp, dp, ep, gpn, context_tokens, itl_s)
             )
             if est is None:
-                skipped.append((key, f"no batch meets itl_s {itl_s} within the KV capacity"))
+                skipped.append((key, _why_none(cost, role, prompt_tokens, context_tokens, itl_s)))
             else:
                 out.append(est)
     out.sort(key=lambda e: (-e.tokens_per_s_per_gpu, e.gpus, e.tp))
     return LayoutSearch(tuple(out), tuple(skipped))
+
+
+def _why_none(cost, role: str, prompt: int, ctx: int, itl_s: float) -> str:
+    """Why :func:`_prefill` or :func:`_decode` found no batch for a layout."""
+    tokens = prompt if role == "prefill" else ctx
+    if cost.kv_capacity_tokens < tokens:
+        return f"its KV holds {cost.kv_capacity_tokens} tokens, under one {tokens}-token sequence"
+    step_s = cost.decode_time_s(1, ctx)
+    return (
+        f"a decode step of one {ctx}-token sequence takes {step_s * 1e3:.4g} ms, over the "
+        f"ITL target of {itl_s * 1e3:.4g} ms"
+    )
 
 
 def _nodes(gpus: int, gpn: int) -> int:

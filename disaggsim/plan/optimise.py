@@ -26,7 +26,10 @@ GPU; the planner passes steady-state goodput by simulation, tests pass an oracle
    share of the best found (quick mode); the best family of its kind with
    ``floor_at_nearest`` (a start that can be off its family's best: a chunk size, an
    analytic split) only once that member's nearest neighbours (its first non-empty
-   tier) have been evaluated. With ``screen``, those nearest neighbours of a family
+   tier) have been evaluated, and a family with ``floor_at_nearest_always`` (a start
+   that is a setting, not a guess: the scenario's chunk) likewise whether or not it is
+   the best of its kind (a nearest move that beats its best becomes the best, whose
+   nearest moves are then tried: the family climbs while it gains). With ``screen``, those nearest neighbours of a family
    behind the floor are **screened**: the floor only asks whether one reaches the
    family's best, so ``evaluate`` is told that value (goodput per GPU) for each and may
    return 0 for one below it (the planner runs its goodput search from there and stops
@@ -80,6 +83,10 @@ class Family(Generic[C]):
     # its best member's nearest neighbours are evaluated: for families whose start can
     # be off their best (a chunk size, an analytic split)
     floor_at_nearest: bool = False
+    # the same whether or not it is the best of its kind: a start that is a setting,
+    # not a guess (the scenario's chunk), can be far off the family's best, and a
+    # family judged there is stopped on a value it does not have
+    floor_at_nearest_always: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +178,9 @@ def optimise(
                 # the best family of its kind, when its start can be off its best (a
                 # chunked pool's start chunk, an analytic split), is judged at its best
                 # member's nearest moves: the verdict compares the best of each kind
-                at_nearest = fam.floor_at_nearest and values[fam.best] >= kind_best[fam.kind]
+                at_nearest = fam.floor_at_nearest_always or (
+                    fam.floor_at_nearest and values[fam.best] >= kind_best[fam.kind]
+                )
                 nearest = next((t for t in tiers if t), []) if at_nearest else []
                 behind = explore_floor > 0 and values[fam.best] < explore_floor * best
                 if behind and all(c in values for c in nearest):

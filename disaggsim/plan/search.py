@@ -136,6 +136,11 @@ class PlanOptions:
     # final stage) and full mode's rule decides (plan/confirm.py)
     confirm_close: bool = False
     confirm_per_side: int = 2
+    # at most this many candidates are measured again (the loop that re-measures any
+    # whose quick goodput beats its side's best full-accuracy one is otherwise bounded
+    # only by the candidates explored); those left over are named, and where one could
+    # still flip the verdict it stays undecided (plan/confirm.py)
+    confirm_max_candidates: int = 8
     # families left open there are first walked on to this wave limit (full mode's)
     confirm_waves: int = 40
     full_rule: RunLengthRule = field(default_factory=RunLengthRule)
@@ -374,6 +379,9 @@ class Confirmation:
     # the simulations that took
     walked_on: tuple[str, ...] = ()
     walk_simulations: int = 0
+    # candidates whose quick goodput per GPU still beat their side's best full-accuracy
+    # one when ``options.confirm_max_candidates`` were measured: (candidate, quick)
+    left_over: tuple[tuple[Candidate, float], ...] = ()
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -397,11 +405,18 @@ class Confirmation:
             if self.walked_on
             else ""
         )
+        left = (
+            f"; the cap of {self.options.confirm_max_candidates} left "
+            + ", ".join(f"{c.label} (quick {q:.3f})" for c, q in self.left_over)
+            + " unmeasured, above its side's best at full accuracy"
+            if self.left_over
+            else ""
+        )
         return (
             f"confirmed at full accuracy: quick mode's gain lay within its error of the "
             f"threshold, so {walk}{len(self.remeasured)} candidates were searched again "
             f"with {self.settings()} ({what} req/s per GPU; {self.num_simulations} "
-            "simulations)"
+            f"simulations){left}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -422,6 +437,10 @@ class Confirmation:
             "num_simulations": self.num_simulations,
             "walked_on": list(self.walked_on),
             "walk_simulations": self.walk_simulations,
+            "max_candidates": self.options.confirm_max_candidates,
+            "left_over": [
+                {"label": c.label, "quick_goodput_per_gpu": q} for c, q in self.left_over
+            ],
             "tol_fraction": self.options.tol_fraction,
             "min_measured_requests": r.min_measured_requests,
             "service_multiple": r.service_multiple,
@@ -569,6 +588,89 @@ def _with_dtype(loaded: LoadedScenario, dtype: str | None) -> LoadedScenario:
         return loaded
     raw = {**loaded.raw, "weight_dtype": dtype}
     return load_scenario(raw, base_dir=loaded.base_dir)
+
+
+def no_worker_fits(
+    loaded: LoadedScenario,
+    gpu: str,
+    budget: int | None,
+    need_tokens: int,
+    max_tp: int | None = None,
+    moe_why: Mapping[str, str] | None = None,
+) -> str:
+    """Why no worker within ``budget`` (None: of any size) holds a p99 request's KV
+    (``need_tokens``), and fixes the plan can act on: the smallest worker that does, as
+    a budget (``--gpus``), where the scenario's fabric can place it (a ``kind:
+    topology`` fabric keeps a TP group inside one node: TP beyond it is no fix there);
+    FP8 weights where they fit; else the cost model's reason for the largest worker
+    tried (:func:`~disaggsim.plan.analytic.refusal_note`), alone where it is not memory.
+    ``moe_why``: the MoE layout search's reason per role (:func:`worker_layouts`), for
+    a worker that fits but that search kept for no pool."""
+    s = loaded.scenario
+    fab_tp = fabric_max_tp(loaded)
+    top = min(fab_tp, max_tp or fab_tp)
+    room = f"with room for a p99 request's KV ({need_tokens} tokens)"
+    refusals: dict[str, str] = {}
+    unit = smallest_unit(loaded, gpu, need_tokens, refusals=refusals, max_tp=top)
+    fp8 = None
+    if s.weight_dtype != "fp8":
+        try:
+            fp8 = smallest_unit(_with_dtype(loaded, "fp8"), gpu, need_tokens, max_tp=top)
+        except UserError:  # no FP8 weights for this model or GPU
+            fp8 = None
+    fp8_fix = ""
+    if fp8 is not None and (unit is None or fp8.gpus < unit.gpus):
+        more = (
+            f" with --gpus {fp8.gpus} or more" if budget is not None and fp8.gpus > budget else ""
+        )
+        fp8_fix = (
+            "use fp8 weights (weight_dtype: fp8, or --weight-dtype fp8: they fit "
+            f"{_unit_name(fp8)}{more})"
+        )
+    if unit is not None:
+        node = get_gpu(gpu).gpus_per_node
+        nodes = -(-unit.gpus // node)
+        what = _unit_name(unit)
+        across = f", {nodes} nodes of {node}" if nodes > 1 else ""
+        if budget is not None and unit.gpus > budget:
+            return (
+                f"plan: a budget of {budget} x {gpu} is smaller than one worker that fits "
+                f"{s.model} {room}: it needs {what} ({unit.gpus} GPUs{across}): plan with "
+                f"--gpus {unit.gpus} or more" + (f"; or {fp8_fix}" if fp8_fix else "")
+            )
+        why = "; ".join(f"the {role} pool: {r}" for role, r in (moe_why or {}).items())
+        return (
+            f"plan: {s.model} fits {what} on {gpu} {room}, but the MoE layout search kept "
+            f"no worker for {why or 'a pool'}"
+        )
+    where = (
+        f"within a budget of {budget} x {gpu}" if budget is not None else f"of any size on {gpu}"
+    )
+    head = f"plan: no worker {where} fits {s.model} {room}"
+    if top < MAX_GPUS:  # TP limited by the fabric (or the options): would a larger TP fit?
+        limit = (
+            "the fabric (kind: topology) keeps each worker's TP group inside one node of "
+            f"{top} GPUs"
+            if top == fab_tp
+            else f"TP at most {top}"
+        )
+        head += f" where {limit}"
+        wider = smallest_unit(loaded, gpu, need_tokens)
+        if wider is not None and top == fab_tp:
+            head += (
+                f"; tp {wider.tp} ({wider.gpus} GPUs) would fit across nodes (a fabric of "
+                "kind: link prices TP beyond a node, docs/validity.md)"
+            )
+    if refusals and "does not fit" not in refusals[list(refusals)[-1]]:
+        return head + refusal_note(refusals)  # not memory: the reason is what to fix
+    if not fp8_fix:  # the cost model's reason for the largest worker tried
+        head += refusal_note(refusals)
+    fixes = [f for f in (fp8_fix, "use a GPU with more memory or shorter requests") if f]
+    return f"{head}: {'; or '.join(fixes)}"
+
+
+def _unit_name(lay: Layout) -> str:
+    return f"tp {lay.tp}" + (f" x dp {lay.dp}" if lay.dp > 1 else "")
 
 
 def tp_options(
@@ -872,7 +974,12 @@ def plan_families(
                     starts=chunked,
                     neighbours=functools.partial(chunk_neighbours, ladder=ladder),
                     true_bound=moe,
-                    floor_at_nearest=True,  # the start chunk is the scenario's, not a guess
+                    # the start chunk is the scenario's, not a guess: a chunked family
+                    # is judged at its best chunk's nearest moves (qwen3-30b-a3b on 4
+                    # H100, 2000/200 tokens: chunked tp2 served 4.8 req/s per GPU at
+                    # chunk 512 and 12.0 at 8192, the best colocated deployment)
+                    floor_at_nearest=True,
+                    floor_at_nearest_always=True,
                 )
             )
             fams.append(
@@ -1004,6 +1111,7 @@ def worker_layouts(
     gpu_budget: int,
     lengths: tuple[np.ndarray, np.ndarray],
     options: PlanOptions,
+    moe_why: dict[str, str] | None = None,
 ) -> tuple[list[Layout], list[Layout], list[Layout]]:
     """Worker layouts the search tries for (prefill, decode, colocated) pools.
 
@@ -1015,13 +1123,18 @@ def worker_layouts(
     ``options.moe_unit_sizes`` best unit sizes, colocated pools the union of both
     roles' layouts. Layouts hold a p99 request's KV on one DP rank; on a ``kind:
     topology`` fabric each rank's TP group fits one of its nodes (a unit of several
-    ranks may span nodes, the fewest it can: docs/fabric.md)."""
+    ranks may span nodes, the fewest it can: docs/fabric.md). A role for which the MoE
+    search keeps no layout falls back to the plain TP layouts; ``moe_why`` (when given)
+    gets that role's reason (:func:`_moe_layouts`)."""
     tps = tp_options(loaded, gpu_budget, lengths, options.max_tp)
     dense = [Layout(tp) for tp in tps]
     if get_model(loaded.scenario.model).moe is None:
         return dense, dense, dense
-    pre = _moe_layouts(loaded, gpu_budget, lengths, options, "prefill") or dense
-    dec = _moe_layouts(loaded, gpu_budget, lengths, options, "decode") or dense
+    why: dict[str, str] = {}
+    pre = _moe_layouts(loaded, gpu_budget, lengths, options, "prefill", why) or dense
+    dec = _moe_layouts(loaded, gpu_budget, lengths, options, "decode", why) or dense
+    if moe_why is not None:
+        moe_why.update(why)
     colo = list(dict.fromkeys([*dec, *pre]))
     return pre, dec, colo
 
@@ -1032,7 +1145,12 @@ def _moe_layouts(
     lengths: tuple[np.ndarray, np.ndarray],
     options: PlanOptions,
     role: str,
+    why: dict[str, str] | None = None,
 ) -> list[Layout]:
+    """The best MoE layout of each of the ``options.moe_unit_sizes`` best unit sizes for
+    ``role`` (:func:`worker_layouts`); when it keeps none, ``why[role]`` says why: the
+    reason for the largest layout left out (the cost model refused it, no batch met the
+    ITL target, its KV holds no p99 request, or its TP group exceeds the fabric's)."""
     from disaggsim.costmodel.moe import build_cost
     from disaggsim.plan.analytic import kv_capacity_per_rank, moe_options
     from disaggsim.plan.moe_layouts import search_moe_layouts, unit_sizes
@@ -1062,11 +1180,17 @@ def _moe_layouts(
         gpus_per_node=gpn,
     )  # fmt: skip
     need = _p99_kv_tokens(lengths)
+    left_out: dict[str, str] = dict(found.skipped)  # layout -> why it was left out
     best: dict[int, Layout] = {}  # unit size -> its best layout (estimates are best first)
     for e in found.estimates:
-        if e.gpus in best or e.tp > rank_tp:
+        key = f"{e.gpus} GPUs tp{e.tp} dp{e.dp} ep{e.ep}"
+        if e.gpus in best:
+            continue
+        if e.tp > rank_tp:
+            left_out[key] = f"tp {e.tp} exceeds the fabric's node of {rank_tp} GPUs"
             continue
         if options.max_tp is not None and e.tp > options.max_tp:
+            left_out[key] = f"tp {e.tp} exceeds the search's limit of {options.max_tp}"
             continue
         default_ep = e.gpus if e.dp > 1 else 1
         lay = Layout(e.tp, e.dp, None if e.ep == default_ep else e.ep)
@@ -1076,10 +1200,22 @@ def _moe_layouts(
                 weight_dtype=s.weight_dtype, kv_dtype=s.kv_dtype, engine=s.engine,
                 gpus_per_node=gpn,
             )  # fmt: skip
-        except UserError:
+        except UserError as err:
+            left_out[key] = str(err)
             continue
         if kv_capacity_per_rank(cost) >= need:
             best[e.gpus] = lay
+        else:
+            left_out[key] = (
+                f"a rank's KV holds {kv_capacity_per_rank(cost)} tokens, under a p99 "
+                f"request's {need}"
+            )
+    if not best and why is not None:
+        if left_out:  # the largest layout's reason (estimates and skips: smallest first)
+            key = max(left_out, key=lambda k: int(k.split()[0]))
+            why[role] = f"no MoE layout kept (at {key}: {left_out[key]})"
+        else:
+            why[role] = f"no MoE layout of at most {gpu_budget} GPUs"
     ranked = sorted(best.values(), key=lambda lay: -_rate_of(found, lay))
     return ranked[: options.moe_unit_sizes]
 
@@ -1523,7 +1659,7 @@ def search(
         unit_refusals: dict[str, str] = {}
         unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths), refusals=unit_refusals)
         if unit is None:
-            raise UserError(f"plan: no worker of {gpu} fits {s.model}{refusal_note(unit_refusals)}")
+            raise UserError(no_worker_fits(loaded, gpu, None, _p99_kv_tokens(lengths)))
         budget = analytic_guess(
             loaded,
             prefill_tp=unit,
@@ -1542,25 +1678,13 @@ def search(
     is_moe = get_model(s.model).moe is not None
     # an MoE model may fit only as data-parallel attention ranks with experts over all
     # the worker's GPUs (DeepSeek-V3 in bf16 on 16 H200s: tp 8 x dp 2), not as plain TP
+    moe_why: dict[str, str] = {}  # role -> why no MoE layout was found for it
     pre_lays, dec_lays, colo_lays = (
-        worker_layouts(loaded, budget, lengths, opts) if tps or is_moe else ([], [], [])
+        worker_layouts(loaded, budget, lengths, opts, moe_why) if tps or is_moe else ([], [], [])
     )
     if not tps and not (is_moe and pre_lays and dec_lays):
-        refusals: dict[str, str] = {}
-        tps_all = fitting_tps(
-            loaded,
-            gpu,
-            max(get_gpu(gpu).gpus_per_node, budget),
-            _p99_kv_tokens(lengths),
-            refusals=refusals,
-        )
-        need = f"tp {tps_all[0]}" if tps_all else "more GPU memory than any TP on one node gives"
-        if not tps_all:  # why the cost model refused the workers, when it did
-            need += refusal_note(refusals)
         raise UserError(
-            f"plan: a budget of {budget} x {gpu} is smaller than one worker that fits "
-            f"{s.model} with room for a p99 request's KV ({_p99_kv_tokens(lengths)} tokens): "
-            f"it needs {need}"
+            no_worker_fits(loaded, gpu, budget, _p99_kv_tokens(lengths), opts.max_tp, moe_why)
         )
     fams, guesses = plan_families(loaded, budget, opts, lengths, requests)
     # the headline guess (printed, and what the advisor's conditions read): dense, the
@@ -1656,6 +1780,10 @@ def search(
             r.num_stopped_early for ev in (explorer, final) for r in ev.results.values()
         ),
         notes=dropped_failures_note(loaded)
+        + tuple(
+            f"the {role} pool: {why}; it was searched with plain TP workers only"
+            for role, why in moe_why.items()
+        )
         + _cap_note(loaded, requests)
         + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
