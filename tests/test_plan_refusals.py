@@ -131,3 +131,16 @@ def test_the_search_submodule_is_the_module():
     import disaggsim.plan
 
     assert "search" not in disaggsim.plan.__all__
+
+
+def test_an_moe_model_that_fits_but_steps_over_the_itl_target_says_so(capsys, tmp_path):
+    """Qwen3-235B-A22B fits 16 L40S (tp 8 x dp 2), but no MoE layout's decode step is
+    within 3 ms: the error names that, from a layout that could be built (not the memory
+    refusal of a 16-rank layout of tp 1, the largest tried)."""
+    argv = ["plan", "--model", "qwen3-235b-a22b", "--gpu", "l40s", "--gpus", "16"]
+    argv += ASK.replace("--itl-ms 50", "--itl-ms 3").split()
+    err = _error(capsys, [*argv, "--out", str(tmp_path / "p")])
+    assert "qwen3-235b-a22b fits tp 8 x dp 2 on l40s with room for a p99 request's KV" in err
+    assert "but the MoE layout search kept no worker for the decode pool: no MoE layout kept" in err
+    assert err.endswith("over the ITL target of 3 ms)"), err
+    assert "does not fit" not in err

@@ -1211,8 +1211,14 @@ def _moe_layouts(
                 f"request's {need}"
             )
     if not best and why is not None:
-        if left_out:  # the largest layout's reason (estimates and skips: smallest first)
-            key = max(left_out, key=lambda k: int(k.split()[0]))
+        if left_out:
+            # a layout that could be built says more than one refused for memory (the
+            # ITL target or KV rule it out, not the memory of a layout too small): the
+            # largest such layout's reason, else the largest refused one's
+            def weight(k: str) -> tuple[bool, int]:
+                return ("does not fit" not in left_out[k], int(k.split()[0]))
+
+            key = max(left_out, key=weight)
             why[role] = f"no MoE layout kept (at {key}: {left_out[key]})"
         else:
             why[role] = f"no MoE layout of at most {gpu_budget} GPUs"
