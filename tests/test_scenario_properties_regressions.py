@@ -247,3 +247,34 @@ def test_a_request_abandoned_between_chunks_frees_its_kv_with_a_prefix_cache(pol
     assert set(res.requests["status"]) == {"abandoned"}
     assert [w.kv_used_end_tokens for w in res.raw.workers] == [0]
     assert res.raw.end_at_s < 10.0, res.raw.end_at_s
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("2001-02-30", "timestamp"),  # a date YAML recognises, a day the month lacks
+        ("2001-12-14t21:59:43.10-25:00", "timestamp"),  # an offset beyond a day
+        ("!!timestamp x", "timestamp"),
+        ("!!int abc", "int"),
+        ("!!float x", "float"),
+        ("9" * 5000, "int"),  # beyond Python's 4,300-digit limit on int()
+    ],
+)
+def test_a_yaml_value_pyyaml_cannot_build_is_one_line_naming_its_line(tmp_path, text, kind):
+    """PyYAML's constructors raise ValueError/AttributeError, not YAMLError, on these:
+    `disaggsim run` printed a traceback (found by the mutated-file fuzzer of
+    tests/test_fuzz_cli.py). Now the file's malformed-YAML line, naming the line."""
+    from disaggsim.config.loader import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: reg\nseed: {text}\nmodel: llama-3-8b\n")
+    with pytest.raises(UserError) as e:
+        load_scenario(path)
+    msg = str(e.value)
+    assert "\n" not in msg and len(msg) < 300, msg
+    assert msg.startswith(f"{path}: line 2: malformed YAML (cannot read "), msg
+    assert f"as a YAML {kind} (" in msg, msg
+    # the same value given with --set is read as the text it is (then refused by the field)
+    with pytest.raises(UserError) as e:
+        load_scenario(_scenario(), [f"seed={text}"])
+    assert str(e.value).startswith("<scenario>: seed: "), str(e.value)

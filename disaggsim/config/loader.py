@@ -64,6 +64,18 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # PyYAML's scalar constructors raise Python errors, not YAMLError, on values they
+        # cannot build (2001-02-30, !!int abc, !!timestamp x, an integer of more than
+        # 4,300 digits): turned into YAML errors at the node, so they read as one line
+        # naming the line like any other malformed YAML.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, AttributeError, ArithmeticError) as e:
+            raise yaml.constructor.ConstructorError(
+                None, None, _unreadable(node, e), node.start_mark
+            ) from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
@@ -76,6 +88,17 @@ class _StrictLoader(yaml.SafeLoader):
                     raise _DuplicateKey(str(key), line, seen[key])
                 seen[key] = line
         return super().construct_mapping(node, deep)
+
+
+def _unreadable(node: yaml.Node, e: Exception) -> str:
+    """``cannot read '2001-02-30' as a YAML timestamp (day is out of range for month)``."""
+    kind = node.tag.rsplit(":", 1)[-1]
+    value = node.value if isinstance(node, yaml.ScalarNode) else ""
+    shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}... ({len(value):,} characters)"
+    # a ValueError says what is wrong (Python's digit limit adds advice about its own
+    # settings: cut); other errors come from inside PyYAML and say nothing to a reader
+    why = str(e).split(";")[0][:100] if isinstance(e, ValueError) else f"not a valid {kind}"
+    return f"cannot read {shown} as a YAML {kind} ({why})"
 
 
 def _expanded_size(obj: Any, label: str) -> int:
