@@ -777,6 +777,23 @@ def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = T
     return write_results_folder(result, out_dir, plots).path
 
 
+# Every name a run's result folder may hold (besides the marker): the command refuses a
+# --trace that would take one of them (tests/test_fuzz_cli.py checks the list against a
+# folder with every optional file).
+RESULT_FILE_NAMES = (
+    "requests.parquet",
+    "timeseries.parquet",
+    "pools.parquet",
+    "links.parquet",
+    "transfers.parquet",
+    "summary.json",
+    "scenario.yaml",
+    "latency_cdf.png",
+    "timeline.png",
+    "cache.png",
+)
+
+
 def write_results_folder(
     result: SimulationResult, out_dir: str | Path, plots: bool = True
 ) -> Written:

@@ -26,10 +26,14 @@ import json
 import math
 import random
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
+
+if __name__ == "__main__":  # script mode: import the project and tests/ from this checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from disaggsim.catalog import GPU_IDS, MODEL_IDS
 from disaggsim.cli import main
@@ -537,21 +541,357 @@ def test_fuzz_plan_flags(work, case):
     assert check_plan(work, case) == []
 
 
+# ------------------------------------------------------------------ mutated scenario files
+
+# A scenario file with one value replaced by another of a wrong or edge kind (chosen by
+# the type of the value it replaces), a key deleted or added, or the text itself broken;
+# the bases are the shipped scenarios and the catalog fuzzer's drawn scenarios (which
+# hold cache tiers, topology fabrics, failures, autoscaling, MoE options, traces).
+_GARBAGE = "zzz-not-a-value"
+
+
+def _value_mutants(v: object) -> list[tuple[str, object]]:
+    """(kind, replacement) for a value; kind "garbage" marks one no field should take."""
+    wrong_shape = [("garbage", [v]), ("garbage", {"x": v}), ("null", None)]
+    if isinstance(v, bool):
+        return [("garbage", _GARBAGE), ("number", 2), ("string", "true"), *wrong_shape]
+    if isinstance(v, int):
+        return [
+            ("edge", 0), ("edge", -1), ("edge", v + 1), ("edge", v * 1000 + 1),
+            ("edge", 2**31), ("edge", 2**64), ("edge", 10**400), ("edge", 1.5),
+            ("edge", float(v)), ("string", str(v)), ("garbage", _GARBAGE),
+            ("garbage", True), ("edge", math.inf), ("edge", math.nan), ("string", "1e3"),
+            *wrong_shape,
+        ]  # fmt: skip
+    if isinstance(v, float):
+        return [
+            ("edge", 0.0), ("edge", -v), ("edge", -1e-9), ("edge", 1e-300), ("edge", 1e300),
+            ("edge", math.nan), ("edge", math.inf), ("edge", -math.inf), ("edge", v * 1e6),
+            ("edge", v / 1e6), ("string", str(v)), ("garbage", _GARBAGE), ("garbage", False),
+            *wrong_shape,
+        ]  # fmt: skip
+    if isinstance(v, str):
+        return [
+            ("garbage", ""), ("garbage", " "), ("case", v.upper()), ("garbage", v + "x"),
+            ("garbage", v[:-1]), ("garbage", _GARBAGE), ("number", 0), ("number", 1),
+            ("garbage", True), ("garbage", "x" * 300), ("garbage", "é" + v),
+            ("garbage", "../" + v), ("garbage", v + "\n"), *wrong_shape,
+        ]  # fmt: skip
+    if isinstance(v, list):
+        out: list[tuple[str, object]] = [
+            ("edge", []), ("garbage", {"x": 1}), ("garbage", _GARBAGE), ("edge", v[:1]),
+            ("edge", v + v), ("garbage", [None]), ("edge", list(reversed(v))),
+            ("garbage", [v]), ("null", None),
+        ]  # fmt: skip
+        return out
+    if isinstance(v, dict):
+        return [("garbage", []), ("garbage", _GARBAGE), ("null", None), ("edge", {}),
+                ("garbage", 5)]  # fmt: skip
+    return [("garbage", _GARBAGE)]
+
+
+def _leaves(node: object, path: tuple = ()) -> list[tuple]:
+    """Every path into a scenario mapping (sections and values, list items by index)."""
+    out = [path] if path else []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _leaves(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _leaves(v, (*path, i))
+    return out
+
+
+def _get(node, path):
+    for k in path:
+        node = node[k]
+    return node
+
+
+def _yaml_base(rng: random.Random) -> tuple[str, dict]:
+    if rng.random() < 0.5:
+        return _yaml_base_of(rng.choice(RUN_BASES))
+    return _yaml_base_of(f"catalog:{rng.randrange(10**9)}")
+
+
+def _yaml_base_of(base: str) -> tuple[str, dict]:
+    import yaml
+
+    if not base.startswith("catalog:"):
+        raw = yaml.safe_load((SCENARIOS / base).read_text())
+        # a short run; a trace path relative to the shipped scenario made absolute
+        raw.setdefault("sim", {})["duration_s"] = 3
+        raw["sim"].pop("warmup_s", None)
+        w = raw.get("workload", {})
+        if isinstance(w.get("path"), str):
+            w["path"] = str((SCENARIOS / base).parent / w["path"])
+        return base, raw
+    from tests.test_scenario_properties_catalog import case
+
+    return base, case(1, int(base.removeprefix("catalog:")))
+
+
+def yaml_cases(seed: int, n: int) -> list[tuple[str, str, str, str]]:
+    """(base, mutation kind, the mutated path or text edit, the file's text)."""
+    import yaml
+
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        base, raw = _yaml_base(rng)
+        r = rng.random()
+        if r < 0.75:  # one value replaced
+            path = rng.choice(_leaves(raw))
+            kind, value = rng.choice(_value_mutants(_get(raw, path)))
+            _get(raw, path[:-1])[path[-1]] = value
+            text = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+            where = ".".join(map(str, path))
+        elif r < 0.85:  # a key deleted, or an unknown one added
+            maps = [p for p in [(), *_leaves(raw)] if isinstance(_get(raw, p), dict)]
+            path = rng.choice(maps)
+            node = _get(raw, path)
+            if node and rng.random() < 0.6:
+                key = rng.choice(list(node))
+                del node[key]
+                kind, where = "deleted", ".".join(map(str, (*path, key)))
+            else:
+                key = rng.choice(["bogus", "Seed", "num_worker", "rate", "tp "])
+                node[key] = 1
+                kind, where = "garbage", ".".join(map(str, (*path, key)))
+            text = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+        else:  # the text broken: cut, a line doubled or dropped, a tab, a stray byte
+            text = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+            lines = text.splitlines(keepends=True)
+            i = rng.randrange(len(lines))
+            edit = rng.choice(["cut", "double", "drop", "tab", "byte", "colon", "bom"])
+            if edit == "cut":
+                text = text[: rng.randrange(len(text))]
+            elif edit == "double":
+                lines.insert(i, lines[i])
+                text = "".join(lines)
+            elif edit == "drop":
+                del lines[i]
+                text = "".join(lines)
+            elif edit == "tab":
+                lines[i] = "\t" + lines[i]
+                text = "".join(lines)
+            elif edit == "byte":
+                text = text[:i] + "\udcff" + text[i:]
+            elif edit == "colon":
+                lines[i] = lines[i].replace(":", "=", 1)
+                text = "".join(lines)
+            else:
+                text = "\ufeff" + text
+            kind, where = "text", f"{edit}@{i}"
+        cases.append((base, kind, where, text))
+    return cases
+
+
+def _base_error(base: str, work: Path) -> str:
+    """The error of the unmutated base scenario (a drawn base may be refused itself)."""
+    import yaml
+
+    _, raw = _yaml_base_of(base)
+    src = work / "in" / "base.yaml"
+    src.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    rc, _, err = _invoke(["run", str(src), "--out", str(work / "base-out"), "--no-plots",
+                          "--quiet"])  # fmt: skip
+    shutil.rmtree(work / "base-out", ignore_errors=True)
+    src.unlink()
+    return err.replace(str(src), "<file>") if rc == 2 else ""
+
+
+def check_yaml(work: Path, case: tuple[str, str, str, str]) -> list[str]:
+    base, kind, where, text = case
+    src = work / "in" / "mutated.yaml"
+    src.parent.mkdir(exist_ok=True)
+    src.write_bytes(text.encode("utf-8", "surrogateescape"))
+    out = work / "out"
+    argv = ["run", str(src), "--out", str(out), "--no-plots", "--quiet"]
+    before = _tree(work)
+    rc, _, err = _invoke(argv)
+    bad = _one_error_line(rc, err)
+    if rc == 2:
+        if str(src) not in err:
+            bad.append("the error does not name the file")
+        keys = [k for k in where.split(".") if not k.isdigit()]
+        if kind not in ("text", "deleted") and not any(k in err for k in keys):
+            if _base_error(base, work) != err.replace(str(src), "<file>"):
+                bad.append("the error names no key of the mutated path")
+        if _tree(work) != before:
+            bad.append("wrote on error")
+    elif rc == 0:
+        if _tree(work, skip=out) != before:
+            bad.append("wrote outside --out")
+        if kind == "garbage" and where not in ("name", "description"):
+            bad.append(f"accepted a garbage value at {where}")
+        s = json.loads((out / "summary.json").read_text())
+        parts = sum(
+            s[k] for k in ("num_completed", "num_rejected", "num_abandoned", "num_unfinished")
+        )
+        if parts != s["num_requests"]:
+            bad.append(f"conservation: {s['num_requests']} requests, {parts} accounted for")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+YAML_CASES = yaml_cases(SEED, 20)
+
+
+@pytest.mark.parametrize("case", YAML_CASES, ids=[f"{c[0]}:{c[1]}:{c[2]}" for c in YAML_CASES])
+def test_fuzz_yaml(work, case):
+    assert check_yaml(work, case) == []
+
+
+# ------------------------------------------------------------------ --out and --trace paths
+
+# Where a short run is asked to write: paths drawn from names that collide with each other,
+# with the user's file, with folders above, with an earlier result (first state of the
+# working folder), through links and files; --out and --trace together.
+_OUT_NAMES = [
+    "r", "r/", "./r", "r/t.json", "r/summary.json", "r/sub/t.json", "r/.disaggsim-result.json",
+    "t.json", "keep.txt", "keep.txt/x", ".", "..", "", " ", "r/..", "link", "link/t.json",
+    "a b", "deep/er/r", ".hidden", "-dash", "r/../r", "user", "user/t.json", "t.json/x",
+    "r2", "r/r2", "é", "x" * 230,
+]  # fmt: skip
+_OUT_STATES = ["none", "earlier-result", "empty", "user-folder", "link", "trace-file"]
+
+
+def out_cases(seed: int, n: int) -> list[tuple[str, str | None, str | None]]:
+    """(state of the working folder, --out, --trace)."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        out = rng.choice([None, *_OUT_NAMES])
+        trace = rng.choice(_OUT_NAMES) if rng.random() < 0.6 else None
+        cases.append((rng.choice(_OUT_STATES), out, trace))
+    return cases
+
+
+_OUT_BASE = ["run", str(SCENARIOS / "quickstart.yaml"), "--no-plots", "--quiet"]
+_OUT_BASE += ["--set", "sim.duration_s=2", "--set", "sim.warmup_s=0"]
+
+
+def _out_state(work: Path, state: str) -> None:
+    if state == "earlier-result":
+        _invoke([*_OUT_BASE, "--out", str(work / "r")])
+        assert (work / "r" / ".disaggsim-result.json").is_file()
+    elif state == "empty":
+        (work / "r").mkdir()
+    elif state == "user-folder":
+        (work / "user").mkdir()
+        (work / "user" / "notes.txt").write_text("a user's notes\n")
+    elif state == "link":
+        (work / "elsewhere").mkdir()
+        (work / "link").symlink_to(work / "elsewhere")
+    elif state == "trace-file":
+        (work / "t.json").write_text('{"a user\'s": "json"}\n')
+
+
+def check_out(work: Path, case: tuple[str, str | None, str | None]) -> list[str]:
+    state, out, trace = case
+    _out_state(work, state)
+    argv = list(_OUT_BASE)
+    if out is not None:
+        argv += ["--out", out]
+    if trace is not None:
+        argv += ["--trace", trace]
+    before = _tree(work)
+    rc, _, err = _invoke(argv)
+    bad = _one_error_line(rc, err)
+    after = _tree(work)
+    if rc == 2 and after != before:
+        bad.append(f"wrote on error: {sorted(set(after.items()) ^ set(before.items()))[:4]}")
+    if rc == 0:
+        outs = [work / (out if out is not None else "results/quickstart")]
+        outs += [work / trace] if trace is not None else []
+        changed = {k for k in set(after) | set(before) if after.get(k) != before.get(k)}
+        for k in changed:
+            p = (work / k).resolve()
+            if not any(p == o.resolve() or o.resolve() in p.parents for o in outs):
+                if not any(p in o.resolve().parents for o in outs):  # a folder made above
+                    bad.append(f"touched {k}")
+        if (work / "keep.txt").read_text() != "a user's file\n":
+            bad.append("changed keep.txt")
+        folder = outs[0].resolve()
+        if not (folder / "summary.json").is_file():
+            bad.append("no summary.json in --out")
+        if trace is not None and not (work / trace).is_file():
+            bad.append("no trace file")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+OUT_CASES = out_cases(SEED, 12)
+
+
+@pytest.mark.parametrize("case", OUT_CASES, ids=[" ".join(map(str, c)) for c in OUT_CASES])
+def test_fuzz_out_paths(work, case):
+    assert check_out(work, case) == []
+
+
+@pytest.mark.parametrize(
+    ("out", "trace"),
+    [
+        ("r", "r"),  # the result folder itself
+        ("r", "r/summary.json"),  # a file the result folder writes
+        ("r", "r/.disaggsim-result.json"),
+        ("r", "r/sub/t.json"),  # a folder inside the result folder
+        ("r/sub", "r"),  # a path holding the result folder
+    ],
+)
+def test_a_trace_the_result_folder_collides_with_is_refused_before_running(work, out, trace):
+    """`run --out r --trace r` wrote the result folder, then refused the trace (a folder
+    now): exit 2 with files written (found by out_cases, this file). Refused first now,
+    nothing written."""
+    before = _tree(work)
+    rc, _, err = _invoke([*_OUT_BASE, "--out", out, "--trace", trace])
+    assert rc == 2 and _one_error_line(rc, err) == [], err
+    assert err.startswith(f"{PREFIX}--trace "), err
+    assert _tree(work) == before
+
+
+def test_every_file_a_result_folder_writes_is_listed(tmp_path):
+    """RESULT_FILE_NAMES (the names a --trace may not take) lists every file a result
+    folder with every optional part writes: plots, a topology fabric, a prefix cache."""
+    import yaml
+
+    from disaggsim.output import MARKER
+    from disaggsim.run import RESULT_FILE_NAMES, simulate, write_results
+
+    s = yaml.safe_load((SCENARIOS / "prefix" / "chat-sessions.yaml").read_text())
+    s["fabric"] = {"kind": "topology"}
+    s["sim"] = {"duration_s": 3.0}
+    folder = write_results(simulate(s), tmp_path / "r")
+    names = {p.name for p in folder.iterdir()} - {MARKER}
+    assert {"links.parquet", "cache.png", "timeline.png"} <= names, names
+    assert names <= set(RESULT_FILE_NAMES), names - set(RESULT_FILE_NAMES)
+
+
 # ------------------------------------------------------------------ a bigger sample
 
-if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan]
+if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan|yaml|out]
     import os
     import tempfile
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
-    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan"]
+    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out"]
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
         "sweep": (sweep_cases, check_sweep),
         "plan": (plan_cases, check_plan),
+        "yaml": (yaml_cases, check_yaml),
+        "out": (out_cases, check_out),
     }
-    bugs = 0
+    import signal
+
+    class _Slow(Exception):
+        pass
+
+    def _alarm(*_):
+        raise _Slow
+
+    signal.signal(signal.SIGALRM, _alarm)
+    bugs = slow = 0
     for kind in kinds:
         draw, check = draws[kind]
         for i, case in enumerate(draw(seed, n)):
@@ -559,8 +899,19 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|swe
                 w = Path(tmp)
                 (w / "keep.txt").write_text("a user's file\n")
                 os.chdir(w)
-                problems = check(w, case)
+                signal.alarm(120)  # a case still running after 2 minutes: reported, not judged
+                try:
+                    problems = check(w, case)
+                except _Slow:
+                    problems, LAST_RC = None, "SLOW"
+                finally:
+                    signal.alarm(0)
                 os.chdir(REPO)
+            shown = case[:3] if kind == "yaml" else case
+            if problems is None:
+                slow += 1
+                print(kind, i, "SLOW", shown, flush=True)
+                continue
             bugs += bool(problems)
-            print(kind, i, "BUG" if problems else "ok", LAST_RC, case, *problems, flush=True)
-    print("bugs", bugs)
+            print(kind, i, "BUG" if problems else "ok", LAST_RC, shown, *problems, flush=True)
+    print("bugs", bugs, "slow", slow)

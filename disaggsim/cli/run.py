@@ -7,6 +7,7 @@ from pathlib import Path
 
 from disaggsim.cli.common import add_set_option
 from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary, cli_rows
 from disaggsim.output import check_folder
 
@@ -77,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from disaggsim.trace_export import check_trace_path
 
         check_trace_path(args.trace)
+        check_trace_beside(out, args.trace)
     if args.quiet:
         result = simulate(loaded)
     else:
@@ -109,6 +111,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     ):
         print(line)
     return 0
+
+
+def check_trace_beside(out: Path, trace: Path) -> None:
+    """Refuse a ``--trace`` the result folder would collide with, before simulating: the
+    folder itself, a path holding it, a folder inside it, or a file name it writes (the
+    results were written, then the trace refused: exit 2 with files written). A trace
+    directly in the folder under another name is fine (it joins the folder's marker)."""
+    from disaggsim.output import MARKER
+    from disaggsim.run import RESULT_FILE_NAMES
+
+    o = out.parent.resolve() / out.name
+    t = trace.parent.resolve() / trace.name
+    where = f"--trace {trace}"
+    if t == o:
+        raise UserError(
+            f"{where}: is the --out folder; give the trace a file name (e.g. {out / 'trace.json'})"
+        )
+    if t in o.parents:
+        raise UserError(f"{where}: --out {out} lies inside it; give the trace another path")
+    if o in t.parents:
+        if t.parent != o:
+            raise UserError(
+                f"{where}: in a folder inside --out {out} (a result folder holds files only); "
+                f"put it in {out} itself or elsewhere"
+            )
+        if t.name in (*RESULT_FILE_NAMES, MARKER):
+            raise UserError(
+                f"{where}: --out {out} writes a file of that name (it writes "
+                f"{', '.join(RESULT_FILE_NAMES)}); give the trace another name"
+            )
 
 
 def run_notes(
