@@ -94,8 +94,8 @@ def _check_common(path: Path, flag: str, kind: str) -> Path:
             path,
             f"name longer than {_NAME_MAX_BYTES - _TMP_NAME_CHARS} bytes (filesystem limit)",
         )
-    parent = path.parent.resolve()
-    absolute = parent / path.name
+    absolute = _normal(path)
+    parent = absolute.parent
     cwd = Path.cwd().resolve()
     if absolute == cwd or absolute in cwd.parents:
         raise _fail(flag, path, "is the working folder or a folder above it; give a new folder")
@@ -108,6 +108,12 @@ def _check_common(path: Path, flag: str, kind: str) -> Path:
                 raise _fail(flag, path, f"{above} is a file, not a folder")
             break
     return absolute
+
+
+def _normal(path: Path) -> Path:
+    """The location :func:`_check_common` checked: the folders above resolved (symbolic
+    links and ``..`` as the system reads them), the last name as given."""
+    return path.parent.resolve() / path.name
 
 
 def _probe_writable(absolute: Path, flag: str, shown: Path) -> None:
@@ -238,9 +244,12 @@ def write_folder(
     earlier disaggsim result there, whose listed files alone are deleted)."""
     path = Path(path)
     check_folder(path, flag)
-    parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(path, "tmp", folder=True)
+    # Built and moved at the checked location (folders above resolved): "r/../r" through
+    # a folder that does not exist yet, or one that is renamed aside, names another place
+    # once "r" is made or moved.
+    target = _normal(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(target, "tmp", folder=True)
     try:
         render(tmp)
         names = sorted(os.listdir(tmp))
@@ -248,7 +257,7 @@ def write_folder(
             if not (tmp / n).is_file():  # result folders are flat: a folder is a bug
                 raise RuntimeError(f"result folder entry {n} is not a file")
         _write_marker(tmp, command, names)
-        replaced = _move_into_place(tmp, path, flag)
+        replaced = _move_into_place(tmp, target, flag, shown=path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -276,6 +285,7 @@ def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previou
     on failure), so the marker lists what was written. Returns what was replaced."""
     path = Path(path)
     previous = check_folder(path, flag)
+    path = _normal(path)
     if previous is not None:
         _delete_listed(path, previous)
     path.mkdir(parents=True, exist_ok=True)
@@ -285,14 +295,14 @@ def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previou
 
 def seal_folder(path: str | Path, command: str) -> None:
     """List every file now in a claimed folder in its marker."""
-    path = Path(path)
+    path = _normal(Path(path))
     if path.is_dir():
         _write_marker(path, command, [n for n in os.listdir(path) if n != MARKER])
 
 
-def _move_into_place(tmp: Path, path: Path, flag: str) -> Previous | None:
+def _move_into_place(tmp: Path, path: Path, flag: str, shown: Path) -> Previous | None:
     # Checked again: the disk may have changed while the simulation ran.
-    previous = check_folder(path, flag)
+    previous = check_folder(shown, flag)
     if not path.exists():
         os.rename(tmp, path)
         return None
@@ -327,20 +337,21 @@ def write_file(
     ``path`` atomically. ``path`` must be new or a file ``owned`` recognises."""
     path = Path(path)
     existed = check_file(path, flag, owned, what)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(path, "tmp", folder=False)
+    target = _normal(path)  # as in write_folder: "t/../t" would make "t" first
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(target, "tmp", folder=False)
     try:
         write(tmp)
         existed = check_file(path, flag, owned, what)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     # A file written into a result folder (a profile fitted into its raw folder) joins
     # that result's manifest, so replacing the result later replaces it too.
-    folder = read_marker(path.parent)
-    if folder is not None and path.name not in folder.files:
-        _write_marker(path.parent, folder.command, [*folder.files, path.name])
+    folder = read_marker(target.parent)
+    if folder is not None and target.name not in folder.files:
+        _write_marker(target.parent, folder.command, [*folder.files, target.name])
     previous = Previous(command=what, files=(path.name,)) if existed else None
     return Written(path=path, files=(path,), replaced=previous)
 
