@@ -21,6 +21,7 @@ The suite draws a fixed sample (hypothesis profile ``suite`` is derandomized);
 ``DISAGGSIM_HYPOTHESIS=explore`` draws new ones. For big draws, a seeded loop::
 
     python tests/test_scenario_properties_catalog.py SEED N [--det K] [--show I] [--long]
+        [--combo pd|moe]
 
 prints one line per case (``ok`` with a digest of the request frame, ``refused: ...`` or
 ``BUG ...`` with the reason) and a count; case ``I`` of seed ``SEED`` is the same scenario
@@ -28,7 +29,9 @@ on every machine (``--show I`` prints it as YAML, to save as a reproducer); ``--
 writes the result folder of every K-th case that ran and reruns its scenario.yaml for
 the same frame (default 10); across processes, run a seed twice under different
 ``PYTHONHASHSEED`` and compare the digests (``diff`` the two outputs). ``--long`` runs
-20-120 simulated seconds and 200-3,000 requests per case (seconds each).
+20-120 simulated seconds and 200-3,000 requests per case (seconds each). ``--combo pd``
+draws only disaggregated pools with a prefix cache, failures of every kind and both pools
+autoscaled; ``--combo moe`` only expert-parallel MoE layouts under memory pressure.
 """
 
 from __future__ import annotations
@@ -95,6 +98,10 @@ MODELS: dict[str, tuple[list[tuple[int, int, int | None]], list[str]]] = {
     "deepseek-r1": ([(1, 8, None), (8, 2, None)], MOE_DT),
 }
 LONG = False  # script mode --long
+# script mode --combo pd|moe: every draw an unusual combination, "pd": disaggregated pools
+# with a prefix cache (sessions or the Mooncake trace), worker, random and link failures
+# and both pools autoscaled; "moe": an expert-parallel MoE layout under memory pressure
+COMBO: str | None = None
 MOE_MODELS = {m for m, (_, dts) in MODELS.items() if dts is MOE_DT}
 
 
@@ -135,10 +142,17 @@ def lengths(p: Picker, high: int) -> dict:
 
 
 def draw_scenario(p: Picker) -> dict:
-    model = p.choice(sorted(MODELS))
+    if COMBO == "moe":
+        model = p.choice(sorted(m for m in MOE_MODELS if any(ep for _, _, ep in MODELS[m][0])))
+    else:
+        model = p.choice(sorted(MODELS))
     layouts, dtypes = MODELS[model]
+    if COMBO == "moe":
+        layouts = [lay for lay in layouts if lay[2]]
     moe = model in MOE_MODELS
     arch = p.choice(["disaggregated", "disaggregated", "vllm", "chunked"])
+    if COMBO == "pd":
+        arch = "disaggregated"
     engine = p.choice(ENGINES)
     # a topology fabric's node must hold a worker; the link fabric does not care
     gpus = {p.choice(GPUS)}
@@ -262,6 +276,8 @@ def draw_scenario(p: Picker) -> dict:
 
     # workload: synthetic, multi-turn sessions (prefix chains) or the Mooncake trace
     wkind = p.choice(["synthetic", "synthetic", "sessions", "sessions", "trace", "preset", "azure"])
+    if COMBO == "pd":
+        wkind = p.choice(["sessions", "sessions", "trace"])
     if wkind in ("trace", "azure") and not (TRACE / "mooncake_conversation_trace.jsonl").is_file():
         wkind = "sessions"
     n_req = p.integer(1, 30)
@@ -371,7 +387,7 @@ def draw_scenario(p: Picker) -> dict:
         s["sim"]["max_drain_s"] = 86400.0
         if "num_requests" in s["workload"]:
             s["workload"]["num_requests"] = p.choice([200, 1000, 3000])
-    if p.chance(0.25):
+    if p.chance(0.25) or COMBO == "moe":
         squeeze_kv(p, s)
     if p.chance(0.15):
         extremes(p, s)
@@ -430,7 +446,45 @@ def draw_scenario(p: Picker) -> dict:
             for r in scaled
             for n in [pools[r]["num_workers"]]
         }
+    if COMBO == "pd":
+        combine_pd(p, s, pools)
     return s
+
+
+def combine_pd(p: Picker, s: dict, pools: dict) -> None:
+    """Everything at once on disaggregated pools with a prefix cache: a worker failure of
+    each pool, random failures of both, a link outage, both pools autoscaled."""
+    fails = s.setdefault("failures", {"provision_s": p.real(0, 1), "weights_load_gb_per_s": 200.0})
+    fails["workers"] = [
+        {"at_s": p.real(0, 5), "worker": f"{r}:{p.integer(0, pools[r]['num_workers'] - 1)}",
+         "repair_s": p.real(0, 2)}
+        for r in ("prefill", "decode")
+    ]  # fmt: skip
+    fails["random"] = [
+        {"pool": r, "mtbf_s": p.real(1, 20), "mttr_s": p.real(0.1, 2)}
+        for r in ("prefill", "decode")
+    ]
+    fails["links"] = [
+        {"start_s": p.real(0, 4), "duration_s": p.real(0.1, 3), "factor": p.choice([0.0, 0.1])}
+    ]
+    s["autoscale"] = {
+        r: {
+            "min_workers": 1,
+            "max_workers": pools[r]["num_workers"] + p.integer(0, 2),
+            "interval_s": p.real(0.5, 3),
+            "policy": p.choice(["slo", "target"]),
+            "target": {
+                "signal": p.choice(["queue_depth", "kv_util", "queued_prompt_tokens",
+                                    "batch_occupancy", "ttft_p99", "itl_p99"]),
+                "target_value": p.real(0.2, 3),
+            },
+            "provision_s": p.real(0, 1),
+            "weights_load_gb_per_s": 200.0,
+        }
+        for r in ("prefill", "decode")
+    }  # fmt: skip
+    if p.chance(0.5):
+        s["router"]["prefill_policy"] = "cache_aware"
 
 
 def squeeze_kv(p: Picker, s: dict) -> None:
@@ -648,8 +702,9 @@ def main(argv: list[str]) -> int:
 
     seed, n = int(argv[0]), int(argv[1])
     det_every = int(argv[argv.index("--det") + 1]) if "--det" in argv else 10
-    global LONG
+    global LONG, COMBO
     LONG = "--long" in argv
+    COMBO = argv[argv.index("--combo") + 1] if "--combo" in argv else None
     if "--show" in argv:
         print(yaml.safe_dump(case(seed, int(argv[argv.index("--show") + 1])), sort_keys=False))
         return 0

@@ -25,7 +25,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.partition(" ")[2]
         where = f"{command}: " if command else ""
-        self.exit(2, f"disaggsim: error: {where}{message} (see {self.prog} --help)\n")
+        self.exit(2, f"disaggsim: error: {where}{one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message: str) -> str:
+    """An error message as one line: control characters a user's value brought in (a
+    path or a string field ending in a newline, echoed by the message) written as
+    escapes, ``\\n`` for a newline."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,10 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = args.func(args)
     except (UserError, ProfileError) as e:
-        print(f"disaggsim: error: {e}", file=sys.stderr)
+        print(f"disaggsim: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except InvariantError as e:
-        print(f"disaggsim: internal error: {e}; nothing written (please report)", file=sys.stderr)
+        print(
+            f"disaggsim: internal error: {one_line(str(e))}; nothing written (please report)",
+            file=sys.stderr,
+        )
         return 3
     except KeyboardInterrupt:
         print("disaggsim: interrupted", file=sys.stderr)

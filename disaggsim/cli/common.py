@@ -81,3 +81,28 @@ def executor(args: argparse.Namespace):
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers {args.workers}: must be >= 1")
     return make_executor(args.workers, args.scheduler)
+
+
+def check_run_length_flags(min_requests: int | None, service_multiple: float | None) -> None:
+    """``--min-requests`` / ``--service-multiple`` of compare and plan, before any run: a
+    request count no run may hold (the scenario bound) and a multiple that is not a
+    finite positive number are bad input. (An infinite multiple made every run's length
+    NaN, reported as the scenario's sim.duration_s; a request floor beyond the bound was
+    shrunk to it, runs of millions of requests.)"""
+    import math
+
+    from disaggsim.config.bounds import MAX_REQUESTS, fmt
+
+    if min_requests is not None:
+        if min_requests < 1:
+            raise UserError(f"--min-requests {min_requests}: must be an integer >= 1")
+        if min_requests > MAX_REQUESTS:
+            raise UserError(
+                f"--min-requests {min_requests}: must be at most {fmt(MAX_REQUESTS)} (the "
+                "requests one run may hold, docs/safety.md)"
+            )
+    if service_multiple is not None:
+        if not service_multiple > 0:
+            raise UserError(f"--service-multiple {service_multiple}: must be > 0")
+        if not math.isfinite(service_multiple):
+            raise UserError(f"--service-multiple {service_multiple}: must be a finite number")

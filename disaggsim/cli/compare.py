@@ -163,9 +163,11 @@ def run_length_rule(min_requests: int | None, service_multiple: float | None):
     """The goodput run-length rule with the CLI's overrides (one-line errors)."""
     import dataclasses
 
+    from disaggsim.cli.common import check_run_length_flags
     from disaggsim.errors import UserError
     from disaggsim.metrics.steady import RunLengthRule
 
+    check_run_length_flags(min_requests, service_multiple)
     rule = RunLengthRule()
     if min_requests is not None:
         if min_requests < 1:

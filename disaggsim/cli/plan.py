@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from disaggsim.cli.common import add_set_option
+from disaggsim.config.bounds import MAX_NUMBER
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -185,7 +187,7 @@ def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from disaggsim.cli.common import progress
+    from disaggsim.cli.common import check_run_length_flags, progress
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError
     from disaggsim.metrics.slo_model import slo_model_lines
@@ -221,6 +223,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     opts = PlanOptions.quick() if args.quick else PlanOptions()
     if args.fp8:
         opts = dataclasses.replace(opts, weight_dtypes=("fp8",))
+    check_run_length_flags(args.min_requests, args.service_multiple)
+    price = args.price_per_gpu_hour
+    if price is not None and not (math.isfinite(price) and 0 < price <= MAX_NUMBER):
+        # inf passed the planner's "> 0" and priced every candidate at inf $ (ranked.csv)
+        raise UserError(
+            f"--price-per-gpu-hour {price}: must be a finite number > 0 and at most "
+            f"{MAX_NUMBER:g} ($ per GPU-hour)"
+        )
     opts = opts.with_run_length(args.min_requests, args.service_multiple)
     with (
         make_executor(args.workers, args.scheduler) as ex,

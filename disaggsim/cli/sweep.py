@@ -48,9 +48,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     written = write_folder(out, render, command="sweep")
     Console().print(
-        f"{len(df)} runs ({len(tasks) // args.seeds} points × {args.seeds} "
-        f"seed{'s' if args.seeds > 1 else ''}) {written.note()}",
+        f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
+        f"{_count(args.seeds, 'seed')}) {written.note()}",
         markup=False,
         soft_wrap=True,
     )
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -276,9 +276,15 @@ def _clip(requests: Requests, max_prompt: int | None, max_output: int | None) ->
 
 
 def _trace_path(cfg: TraceWorkload, base_dir: Path | None) -> Path:
+    """The trace file ``workload.path`` names (relative to the scenario's folder); a path
+    that is no file is refused naming the field."""
     path = Path(cfg.path).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
+    if not path.is_file():
+        where = "" if Path(cfg.path).is_absolute() else " (relative to the scenario's folder)"
+        what = "a folder, not a trace file" if path.is_dir() else "no such file"
+        raise UserError(f"workload.path: {str(path)!r}: {what}{where}")
     return path
 
 
