@@ -471,8 +471,8 @@ def _round(x: float) -> float:
 
 def _params_dict(prm: Any) -> dict[str, float]:
     # a decode kernel's re-read rate is written only for a per-query-head kernel, its
-    # few-item time only for a split-KV kernel
-    optional = ("reread_bytes_per_s", "split_fill_s")
+    # few-item time only for a split-KV kernel, an FP8 GEMM's dynamic-scale terms only where fitted
+    optional = ("reread_bytes_per_s", "split_fill_s", "dynamic_scale_s", "dynamic_scale_bw_eff")
     return {k: _round(v) for k, v in asdict(prm).items() if not (k in optional and v == 0.0)}
 
 

@@ -9,10 +9,12 @@ What is fitted to what (all through the :mod:`disaggsim.costmodel.ops` forms; ev
 AIConfigurator row is a kernel replayed in a CUDA graph, so no launch time is inside):
 
 - ``gemm.bf16``: AIConfigurator vLLM bf16 rows (``torch.nn.functional.linear``, cuBLAS);
-- ``gemm.fp8`` (H100): every framework's FP8 row holds an activation-quantisation kernel
-  beside the GEMM; it is costed as the step model costs it (one element-wise kernel, 3
-  bytes per input element) and added to every prediction, so the fit is the GEMM alone:
-  efficiencies from TensorRT-LLM's rows, the floor from SGLang's (:func:`fit_gemm_fp8`);
+- ``gemm.fp8`` (H100): TensorRT-LLM's FP8 GEMM (cuBLASLt) on its rows. Every framework's
+  FP8 row holds an activation-quantisation kernel beside the GEMM; it is costed as the
+  step model costs it (one element-wise kernel, 3 bytes per input element) and added to
+  every prediction, and TensorRT-LLM's rows also hold a dynamic per-tensor scale (memset
+  + amax kernel, fitted beside the GEMM as ``dynamic_scale_s`` / ``dynamic_scale_bw_eff``),
+  so the fit is the GEMM alone, its floor cuBLAS's bf16 one (:func:`fit_gemm_fp8`);
 - ``attention_backends``: per backend (``vllm-flash``: vLLM's FlashAttention, FA3 on
   Hopper / FA2 on Ampere; ``sglang-flash``: SGLang's; ``trtllm``: TensorRT-LLM's
   attention op) decode attention per KV dtype and prefill attention (bf16 KV, full
@@ -106,12 +108,15 @@ SM_ARCH = {
 }
 MEASURED_RUNS = {"h200-sxm": "calibration/runs/h200-2026-11-29"}
 # the rows each GEMM dtype's accuracy target applies to: vLLM's cuBLAS bf16, and for fp8
-# SGLang's (the precomputed-scale path whose floor the profile takes; the slopes are
-# TensorRT-LLM's, whose per-call scale handling adds a floor an engine does not run)
+# SGLang's (its precomputed-scale path)
 GEMM_FRAMEWORK = {"bf16": "vllm", "fp8": "sglang"}
-FP8_SLOPE_FRAMEWORK = "trtllm"
-FP8_FLOOR_FRAMEWORK = "sglang"
-FP8_FLOOR_MAX_S = 16e-6
+# ops.gemm.fp8 is TensorRT-LLM's FP8 GEMM (cuBLASLt through cublas_scaled_mm), fitted on its rows
+FP8_FRAMEWORK = "trtllm"
+# frameworks whose FP8 GEMM rows quantise their activations dynamically, per tensor: the
+# AIConfigurator collector (collector/trtllm/collect_gemm.py) loads TensorRT-LLM's FP8
+# Linear without an input_scale, so FP8QDQLinearMethod.apply runs quantize_e4m3_per_tensor
+# (a memset, an amax kernel on a 1024 x 1024 grid, then the quantisation) before each GEMM
+DYNAMIC_SCALE_FRAMEWORKS = ("trtllm",)
 BACKEND_FRAMEWORKS = {
     "vllm-flash": "vllm",
     "sglang-flash": "sglang",
@@ -291,62 +296,73 @@ def quant_s(peaks: GpuPeaks, ew: ElementwiseParams, m, k) -> np.ndarray:
     )
 
 
-def fit_gemm_fp8(
-    gemm: pd.DataFrame, peaks: GpuPeaks, ew: ElementwiseParams
-) -> tuple[dict[str, float], dict[str, Any], str]:
-    """FP8 GEMM parameters from the public tables (module docstring): every framework's FP8
-    row times a quantisation kernel plus the GEMM, so the quantisation kernel is costed as
-    the step model costs it and the fit is the GEMM alone. The efficiencies (max_eff,
-    half_sat, mem_eff) come from TensorRT-LLM's rows; the floor from the fastest FP8 path,
-    SGLang's (its rows up to 16 µs, efficiencies held at TensorRT-LLM's): TensorRT-LLM's
-    per-call path adds ~6 µs of scale handling that an engine with precomputed scales does
-    not run."""
-    slope = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == FP8_SLOPE_FRAMEWORK)]
-    extra = quant_s(peaks, ew, slope["m"], slope["k"])
-    f = fit_gemm(
-        peaks,
-        slope["m"],
-        slope["n"],
-        slope["k"],
-        slope["t_s"],
-        "fp8",
-        groups=shape_family(slope["n"], slope["k"]),
-        extra_s=extra,
-    )
-    floor = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == FP8_FLOOR_FRAMEWORK)]
-    floor = floor[floor["t_s"] <= FP8_FLOOR_MAX_S]
-    fe = quant_s(peaks, ew, floor["m"], floor["k"])
-    p = f.params
+def fp8_row_s(
+    peaks: GpuPeaks, ew: ElementwiseParams, prm: GemmParams, framework: str, m, n, k
+) -> np.ndarray:
+    """Predicted time of a framework's FP8 GEMM row of the public tables on the smooth
+    form ``prm``: the GEMM, its activation-quantisation kernel as the step model costs it,
+    and where the framework's rows quantise dynamically (:data:`DYNAMIC_SCALE_FRAMEWORKS`)
+    the per-tensor scale (``ops.fp8_dynamic_scale_time_s``)."""
+    t = ops.gemm_time_s(peaks, prm, m, n, k, "fp8") + quant_s(peaks, ew, m, k)
+    if framework in DYNAMIC_SCALE_FRAMEWORKS:
+        t = t + ops.fp8_dynamic_scale_time_s(peaks, prm, m, k)
+    return t
 
-    def model(x, idx):
-        prm = GemmParams(launch_s=x[0], max_eff=p.max_eff, half_sat=p.half_sat, mem_eff=p.mem_eff)
-        return (
-            ops.gemm_time_s(
-                peaks,
-                prm,
-                floor["m"].to_numpy()[idx],
-                floor["n"].to_numpy()[idx],
-                floor["k"].to_numpy()[idx],
-                "fp8",
-            )
-            + fe[idx]
+
+def fit_gemm_fp8(
+    gemm: pd.DataFrame,
+    peaks: GpuPeaks,
+    ew: ElementwiseParams,
+    launch_s: float,
+    held_out: bool = True,
+) -> tuple[dict[str, float], dict[str, Any], str, np.ndarray]:
+    """``ops.gemm.fp8``: TensorRT-LLM's FP8 GEMM (``cublas_scaled_mm``, cuBLASLt) fitted to
+    its rows in ``gemm`` (the public tables, or a subset), with what those rows hold beside
+    it costed apart (:func:`fp8_row_s`): the activation-quantisation kernel as the step
+    model costs it, and the dynamic per-tensor scale (a fixed time and one read of the bf16
+    activations, both fitted). The floor cannot be told from the scale's fixed time on these
+    rows (both constant), so it is cuBLAS's bf16 floor (``launch_s``, fitted on vLLM's bf16
+    rows): the H200 run times ``torch._scaled_mm`` (cuBLASLt FP8, precomputed scales) and
+    ``linear`` (cuBLAS bf16) call by call at the same floor (within 0.5 µs). Until
+    2026-12-02 the floor was SGLang's rows' and the scale was not modelled: the amax read
+    went into the efficiency (0.71) and the scale's ~7.5 µs out of the prediction
+    (TensorRT-LLM's rows 29.3% median APE). Returns the profile entry, its fit error, the
+    table and (``held_out``) each row's APE predicted by a refit without its (n, k) family
+    (5 folds; else empty)."""
+    rows = gemm[(gemm["dtype"] == "fp8") & (gemm["framework"] == FP8_FRAMEWORK)]
+    m, n, k, ts = (rows[c].to_numpy(float) for c in ("m", "n", "k", "t_s"))
+
+    def params_of(x) -> GemmParams:
+        return GemmParams(
+            launch_s, x[0], x[1], x[2], dynamic_scale_s=x[3], dynamic_scale_bw_eff=x[4]
         )
 
-    (launch,), ferr = fit_generic(
-        model, floor["t_s"].to_numpy(float), [(3e-6,), (1e-6,)], (1e-8,), (1e-3,), held_out=False
-    )
-    params = GemmParams(
-        launch_s=float(launch), max_eff=p.max_eff, half_sat=p.half_sat, mem_eff=p.mem_eff
-    )
+    def model(x, idx):
+        return fp8_row_s(peaks, ew, params_of(x), FP8_FRAMEWORK, m[idx], n[idx], k[idx])
+
+    starts = [(0.75, 130.0, 0.8, 7e-6, 0.6), (0.9, 300.0, 0.6, 4e-6, 0.9)]
+    lower, upper = (1e-3, 1e-2, 1e-3, 1e-8, 1e-2), (1.0, 1e5, 1.0, 1e-3, 1.0)
+    fam = shape_family(rows["n"], rows["k"])
+    x, ferr = fit_generic(model, ts, starts, lower, upper, fam, held_out=False)
+    held = held_out_apes(model, ts, x, lower, upper, fam)[0] if held_out else np.array([])
     err = {
-        **f.error.as_dict(),
-        "floor_from": f"{FP8_FLOOR_FRAMEWORK} fp8 rows <= {FP8_FLOOR_MAX_S * 1e6:.0f} us "
-        f"(n={len(floor)}, median APE {100 * ferr.median_ape:.1f}%)",
-        "floor_of_slope_fit_us": round(p.launch_s * 1e6, 3),
+        **ferr.as_dict(),
+        **(
+            {
+                "held_out_median_ape": round(float(np.median(held)), 5),
+                "held_out_mean_ape": round(float(np.mean(held)), 5),
+                "held_out_p90_ape": round(float(np.percentile(held, 90)), 5),
+                "held_out": "shape families",
+            }
+            if held_out
+            else {}
+        ),
+        "floor_from": f"cuBLAS bf16 (gemm.bf16 launch_s, {launch_s * 1e6:.3f} us)",
         "quantisation": "one element-wise kernel per GEMM (3 bytes per input element) "
-        "added to every prediction",
+        "added to every prediction, and the rows' dynamic per-tensor scale "
+        "(dynamic_scale_s + 2 bytes per input element at dynamic_scale_bw_eff)",
     }
-    return _params_dict(params), err, str(slope["table"].iloc[0])
+    return _params_dict(params_of(x)), err, str(rows["table"].iloc[0]), held
 
 
 @dataclass(frozen=True)
@@ -624,9 +640,9 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
     errors["gemm.bf16"] = _err(f.error, f"{rows['table'].iloc[0]} (vllm bf16)")
     tables.add(rows["table"].iloc[0])
     if peaks.fp8_flop_per_s > 0 and (gemm["dtype"] == "fp8").any():
-        prm8, err8, table8 = fit_gemm_fp8(gemm, peaks, ew)
+        prm8, err8, table8, _ = fit_gemm_fp8(gemm, peaks, ew, f.params.launch_s)
         ops_out["gemm"]["fp8"] = prm8
-        errors["gemm.fp8"] = {**err8, "source": f"{table8} (trtllm fp8; floor from sglang)"}
+        errors["gemm.fp8"] = {**err8, "source": f"{table8} (trtllm fp8; floor cuBLAS bf16)"}
         tables.add(table8)
     gemm_kernels: dict[str, Any] = {}
     for spec in TILE_KERNELS:
@@ -697,7 +713,7 @@ def fit_gpu(gpu: str, data_root: Path, base: dict) -> dict[str, Any]:
             },
             "frameworks": {
                 "gemm.bf16": "vllm",
-                "gemm.fp8": f"{FP8_SLOPE_FRAMEWORK} (floor {FP8_FLOOR_FRAMEWORK})",
+                "gemm.fp8": f"{FP8_FRAMEWORK} (cuBLASLt; floor cuBLAS bf16's, vllm)",
                 **{
                     f"gemm_kernels.{spec.name}": f"{spec.framework} (every fp8 row, its "
                     "dispatch table)"
@@ -1101,9 +1117,13 @@ def gemm_ratios(data_root: Path, gpu: str, dtype: str = "fp8") -> pd.DataFrame:
     prof = load_profile(gpu)
     g = public.aic_gemm(data_root, gpu)
     g = g[g["dtype"] == dtype]
-    pred = ops.gemm_time_s(prof.peaks, prof.gemm_params(dtype), g["m"], g["n"], g["k"], dtype)
-    if dtype == "fp8":
+    prm = prof.gemm_params(dtype)
+    pred = ops.gemm_time_s(prof.peaks, prm, g["m"], g["n"], g["k"], dtype)
+    if dtype == "fp8":  # with its quantisation kernel, and TensorRT-LLM's dynamic scale
         pred = pred + quant_s(prof.peaks, prof.elementwise, g["m"], g["k"])
+        dyn = g["framework"].isin(DYNAMIC_SCALE_FRAMEWORKS).to_numpy()
+        scale = ops.fp8_dynamic_scale_time_s(prof.peaks, prm, g["m"], g["k"])
+        pred = pred + np.where(dyn, scale, 0.0)
     g = g.assign(ratio=g["t_s"].to_numpy(float) / pred)
     m = g["m"].to_numpy(float)
     out = {}

@@ -27,6 +27,8 @@ from calibration.fit_public import (
     BACKEND_FRAMEWORKS,
     CONTEXT_FIT_MAX_TOKENS,
     CONTEXT_TEST_MIN_TOKENS,
+    DYNAMIC_SCALE_FRAMEWORKS,
+    FP8_FRAMEWORK,
     GEMM_FRAMEWORK,
     MEASURED_RUNS,
     MINOR_KERNELS,
@@ -37,7 +39,9 @@ from calibration.fit_public import (
     TRTLLM_PER_QUERY_HEAD_BACKEND,
     _decode_backend_rows,
     decode_backend_of_rows,
+    fit_gemm_fp8,
     fit_tiled_fp8_kernel,
+    fp8_row_s,
     peaks_of,
     quant_s,
     refit_decode_predict,
@@ -47,7 +51,7 @@ from disaggsim.costmodel import ops
 from disaggsim.costmodel.step import ACT_BYTES, build_worker_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import ENGINE_NAMES, PARAM_KEYS, load_engines
-from disaggsim.hardware.profile import HardwareProfile, load_profile
+from disaggsim.hardware.profile import GemmParams, HardwareProfile, load_profile
 
 TARGETS = {  # target key: (median_ape max, mean_ape max or None, p90 max or None)
     "gemm": (0.10, 0.15, None),
@@ -70,7 +74,10 @@ for their layout: XQA, the `trtllm` fit, for 2-32 query heads per KV head, maske
 `trtllm-mmha` fit, for vanilla MHA and larger groups); FP8 GEMM rows with the GEMM plus its
 activation-quantisation kernel (every framework's FP8 row holds one), the GEMM being the
 framework's own kernel where its engine profile names one the hardware profile fits
-(SGLang: `sglang-fp8`, vLLM: `vllm-fp8`), else the shared `ops.gemm.fp8`. Targets apply to the
+(SGLang: `sglang-fp8`, vLLM: `vllm-fp8`), else the shared `ops.gemm.fp8` (TensorRT-LLM's
+cuBLASLt GEMM), and TensorRT-LLM's rows with the dynamic per-tensor activation scale they
+hold (AIConfigurator loads its FP8 `Linear` without an input scale: a memset and an amax
+kernel before the quantisation; `ops.fp8_dynamic_scale_time_s`). Targets apply to the
 rows the targets were set on: vLLM bf16 GEMMs, SGLang FP8 GEMMs (precomputed-scale path),
 vLLM attention, nccl-tests (GEMM and decode attention median ≤ 10%, mean ≤ 15%; prefill
 attention median ≤ 20%; all-reduce median ≤ 15%). Skipped by design: sliding-window rows,
@@ -83,6 +90,8 @@ XQA and masked MHA apart): fit on
 and test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on > 4096. GEMM: fit
 on m ≤ 1024 tokens, test on m ≥ 4096. FP8 GEMM: each framework's rows refitted on their
 own, in sample (with its quantisation kernel): the best the smooth GEMM form does on them;
+TensorRT-LLM's (the `ops.gemm.fp8` fit, with its dynamic scale) held out by (n, k) family
+and fitted on m ≤ 1024 → tested on m ≥ 4096;
 SGLang's and vLLM's own kernels (the dispatch-table forms the `sglang` and `vllm` engines
 run) with each row predicted by a refit without its (n, k) family. No targets: these rows say where the forms
 hold and where they do not (last section)."""
@@ -127,7 +136,10 @@ kernel (trtllm all rows then 6.5% / 18.9%, measured before the split-KV decode r
 TensorRT-LLM 0.5's H200 launch table (`trtllm-0.5.0-h200-blog`, before XQA existed, so
 Llama-2-70B's 8 query heads per KV head also decoded per query head, FP8 KV assumed):
 its four Llama-2-70B batches are 0.99-1.14× the prediction with the re-reads, 1.17-2.30×
-with a grouped kernel. The kernel tables show the same path apart from the engine data:
+with a grouped kernel (with the re-reads 1.03-1.16× since TensorRT-LLM's FP8 GEMM is fitted
+with its rows' dynamic scale apart, 2026-12-02: these FP8-weight batches are mostly GEMMs,
+and the grouped variant refitted on every trtllm row now comes within 0.4 points on them,
+`tests/test_calibration_engines.py`). The kernel tables show the same path apart from the engine data:
 TensorRT-LLM 1.3 runs layouts beyond its XQA (more than 32 query heads per KV head) on
 masked MHA, and those rows read query-head bytes at a rate that does not depend on the
 group size (48-128) or head dim: on the H100 5.9-6.5 TB/s in bf16 and 3.1-3.4 in FP8 — the
@@ -484,12 +496,12 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   the kernel (FP8 to bf16 in registers, no extra bytes) is part of that rate (`python -m
   calibration.fit_public --data ../shared/data --decode-rates h100-sxm`, last table). No
   term is added.
-- **FP8 GEMM (SGLang rows): met by SGLang's own kernel.** The shared FP8 GEMM
-  (`ops.gemm.fp8`: TensorRT-LLM's efficiencies, SGLang's floor) errs by a median 12.9% on
-  SGLang's rows, and the smooth GEMM form refitted to those rows alone by 12.9% too
+- **FP8 GEMM (SGLang rows): met by SGLang's own kernel.** The shared FP8 GEMM as it was
+  until 2026-12-02 (`ops.gemm.fp8`: TensorRT-LLM's efficiencies, SGLang's floor) erred by a
+  median 12.9% on SGLang's rows, and the smooth GEMM form refitted to those rows alone by 12.9% too
   (extrapolation section, "refit to its own rows"): SGLang's kernel (`sgl-kernel`
   `fp8_scaled_mm`, CUTLASS) picks its CTA tiles by m (`sm90_fp8_dispatch_shape`), and its
-  times step where the configuration changes (median measured/predicted under the shared
+  times step where the configuration changes (median measured/predicted under that shared
   form 0.96 at m ≤ 64, 1.04 at 65-128, 1.28 at 129-256, above 256 1.05 at multiples of 256
   but 1.22 one row past them: `python -m calibration.fit_public --data ../shared/data
   --gemm-ratios h100-sxm`). The profile holds that kernel (`gemm_kernels.sglang-fp8`),
@@ -534,8 +546,10 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   8.4% median held out by (n, k) family (extrapolation section); no target row (the GEMM
   target is SGLang's). The
   table is the current source's; the public tables do not record which source vLLM 0.24.0
-  was built from. TensorRT-LLM keeps the shared FP8 GEMM (29.3%; no kernel of its own
-  fitted). Since 2026-12-02 both kernels' tile forms carry an L2 bound (`l2_bytes_per_s`,
+  was built from. TensorRT-LLM's FP8 GEMM (`cublas_scaled_mm`, cuBLASLt, whose dispatch
+  is cuBLAS's heuristics, not a public table) is `ops.gemm.fp8` itself since 2026-12-02,
+  fitted on its own rows with the dynamic per-tensor scale they hold costed apart (29.3% →
+  4.3% median, 50.5% → 15.9% p90; docs/costmodel.md). Since 2026-12-02 both kernels' tile forms carry an L2 bound (`l2_bytes_per_s`,
   docs/costmodel.md): every CTA tile loads its two operand tiles, (tm / cn + tn / cm) × k
   bytes, from L2 (TMA multicast shares the A tile over the cn CTAs of its cluster and the B
   tile over its cm), and the kernel takes the longest of its waves of tiles, its HBM bytes
@@ -694,9 +708,13 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
             pred = ops.tiled_gemm_time_s(pk, tiles, t["m"], t["n"], t["k"])
         if dt == "fp8":  # every framework's FP8 row holds its activation-quantisation kernel
             pred = pred + quant_s(pk, prof.elementwise, t["m"], t["k"])
+        dynamic = dt == "fp8" and fw in DYNAMIC_SCALE_FRAMEWORKS and tiles is None
+        if dynamic:  # TensorRT-LLM's rows: and a dynamic per-tensor scale
+            pred = pred + ops.fp8_dynamic_scale_time_s(pk, prof.gemm_params(dt), t["m"], t["k"])
         a = ape(pred, t["t_s"])
         tgt = "gemm" if GEMM_FRAMEWORK.get(dt) == fw else None
         src = f"AIC {fw} {dt}" + (f" ({eng.fp8_gemm_kernel})" if tiles is not None and eng else "")
+        src += " (+ dynamic scale)" if dynamic else ""
         rows.append(_row(gpu, "gemm", src, "all", a, tgt))
         b = gemm_bucket(t["m"].to_numpy(float))
         for bucket in ("m ≤ 16", "m 17–256", "m > 256"):
@@ -869,15 +887,30 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
         _row(gpu, "gemm", "AIC vllm bf16", "fit m ≤ 1024 → test ≥ 4096", ape(pred, te["t_s"]))
     )
     if pk.fp8_flop_per_s > 0:  # each framework's FP8 path refitted on its own rows
-        ew = load_profile(gpu).elementwise
+        prof = load_profile(gpu)
+        ew = prof.elementwise
         for fw_key, t in g[g["dtype"] == "fp8"].groupby("framework", sort=True):
             fw8 = str(fw_key)
+            if fw8 == FP8_FRAMEWORK:  # the form ops.gemm.fp8 is fitted with (dynamic scale)
+                continue
             extra = quant_s(pk, ew, t["m"], t["k"])
             f = fit_gemm(pk, t["m"], t["n"], t["k"], t["t_s"], "fp8", held_out=False, extra_s=extra)
             pred = ops.gemm_time_s(pk, f.params, t["m"], t["n"], t["k"], "fp8") + extra
             rows.append(
                 _row(gpu, "gemm", f"AIC {fw8} fp8", "refit to its own rows", ape(pred, t["t_s"]))
             )
+        if ((g["dtype"] == "fp8") & (g["framework"] == FP8_FRAMEWORK)).any():
+            # ops.gemm.fp8's own fit (TensorRT-LLM's cuBLASLt GEMM + its rows' dynamic scale):
+            # (n, k) families held out, and fitted on m <= 1024 -> tested on m >= 4096
+            launch = prof.gemm_params("bf16").launch_s
+            src8 = f"AIC {FP8_FRAMEWORK} fp8 (+ dynamic scale)"
+            _, _, _, held = fit_gemm_fp8(g, pk, ew, launch)
+            rows.append(_row(gpu, "gemm", src8, "(n, k) families held out", held))
+            t8 = g[(g["dtype"] == "fp8") & (g["framework"] == FP8_FRAMEWORK)]
+            prm8, _, _, _ = fit_gemm_fp8(g[g["m"] <= 1024], pk, ew, launch, held_out=False)
+            te = t8[t8["m"] >= 4096]
+            pred = fp8_row_s(pk, ew, GemmParams(**prm8), FP8_FRAMEWORK, te["m"], te["n"], te["k"])
+            rows.append(_row(gpu, "gemm", src8, "fit m ≤ 1024 → test ≥ 4096", ape(pred, te["t_s"])))
         for spec in TILE_KERNELS if gpu in NUM_SMS else ():
             # a framework's own FP8 kernel, its (n, k) families held out of refits
             if not ((g["dtype"] == "fp8") & (g["framework"] == spec.framework)).any():

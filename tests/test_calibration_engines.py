@@ -684,8 +684,13 @@ def test_trtllm_per_query_head_decode_holds_out_on_h200_and_on_v05() -> None:
     only Mistral-7B (4) ran the per-query-head kernel; 0.5 had no XQA, so Llama-2-70B (8)
     ran it too. The re-read rate is fitted on the 0.9 H100 and A100 Mistral rows only. Two
     held-out checks: the 0.9 H200 Mistral batches (the H100's SMs and L2, 1.43x its HBM
-    bandwidth) and the 0.5 H200 Llama-2-70B batches (another model, group size and
-    release) are both predicted at least twice as well as by the grouped kernel."""
+    bandwidth), predicted at least twice as well as by the grouped kernel, and the 0.5 H200
+    Llama-2-70B batches (another model, group size and release), within 10% median and no
+    worse than by the grouped kernel. (Those four are FP8-weight 70B batches whose steps are
+    mostly FP8 GEMMs: since TensorRT-LLM's FP8 GEMM is fitted with its rows' dynamic scale
+    apart (2026-12-02) the grouped variant's refit, all host time on the extra TP rank and
+    none per iteration, fits them within 0.4 points of the re-reads: 6.0% vs 5.7%; the
+    re-reads had 2.1%.)"""
     points = engines.all_points(DATA)
     hit = engines.per_query_head_rows(points)
     got = set(zip(points[hit]["source"], points[hit]["model"], strict=True))
@@ -700,15 +705,15 @@ def test_trtllm_per_query_head_decode_holds_out_on_h200_and_on_v05() -> None:
     grouped = engines.fit_engine(engines.features(points, reread_bytes_per_s={}), "trtllm")
     r = with_reread["rows"]
     batches = (r["metric"] == "batch_latency_s") & (r["gpu"] == "h200-sxm")
-    for source, model, n in (
-        ("trtllm-0.9.0-perf", "mistral-7b", 4),
-        ("trtllm-0.5.0-h200-blog", "llama-2-70b", 4),
+    for source, model, n, better_by in (
+        ("trtllm-0.9.0-perf", "mistral-7b", 4, 2.0),
+        ("trtllm-0.5.0-h200-blog", "llama-2-70b", 4, 1.0),
     ):
         sel = (batches & (r["source"] == source) & (r["model"] == model)).to_numpy()
         assert (r["split"][sel] == "holdout").all() and sel.sum() == n
         a_reread = np.median(with_reread["rows"]["ape"].to_numpy()[sel])
         a_grouped = np.median(grouped["rows"]["ape"].to_numpy()[sel])
-        assert a_reread < a_grouped / 2, (source, a_reread, a_grouped)
+        assert a_reread < a_grouped / better_by and a_reread < 0.10, (source, a_reread, a_grouped)
     # an L2 rate: above the H100's HBM peak, within the grid
     rate = with_reread["params"]["per_query_head_kv_bytes_per_s"]
     assert 3.35e12 < rate < 2e13

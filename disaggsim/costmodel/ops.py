@@ -318,6 +318,27 @@ def elementwise_time_s(peaks: GpuPeaks, p: ElementwiseParams, nbytes: ArrayLike)
     return p.launch_s + np.asarray(nbytes, float) / (peaks.hbm_bytes_per_s * p.bw_eff)
 
 
+FP8_SCALE_BYTES_PER_ELEM = 2.0  # a dynamic per-tensor scale reads the bf16 activations once
+
+
+def fp8_dynamic_scale_time_s(
+    peaks: GpuPeaks, p: GemmParams, m: ArrayLike, k: ArrayLike
+) -> np.ndarray:
+    """Seconds a dynamically quantised FP8 GEMM of ``m`` tokens × ``k`` inputs spends on its
+    per-tensor activation scale before quantising: a fixed time (TensorRT-LLM's
+    ``quantize_e4m3_per_tensor``: a memset of the scale and an amax kernel on a fixed
+    1024 × 1024 grid, ``invokeComputeScalesAndQuantizeMatrix``) plus one read of the bf16
+    activations. 0 where the profile does not fit it (``dynamic_scale_bw_eff`` 0). Not part
+    of a step (engines load static scales); the kernel tables whose rows quantise
+    dynamically hold it."""
+    mk = np.asarray(m, float) * np.asarray(k, float)
+    if p.dynamic_scale_bw_eff <= 0:
+        return np.zeros_like(mk)
+    return p.dynamic_scale_s + FP8_SCALE_BYTES_PER_ELEM * mk / (
+        peaks.hbm_bytes_per_s * p.dynamic_scale_bw_eff
+    )
+
+
 def allreduce_time_s(p: AllReduceParams, nbytes: ArrayLike, num_gpus: int) -> np.ndarray:
     """Seconds for a ring all-reduce of ``nbytes`` over ``num_gpus`` (0 for one GPU): the
     faster of the fitted protocols (Simple, and LL when the profile has it)."""

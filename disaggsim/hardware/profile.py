@@ -10,7 +10,8 @@ by the calibration fitter. Schema (version 1)::
       "peaks": {"bf16_flop_per_s": ..., "fp8_flop_per_s": ..., "hbm_bytes_per_s": ...,
                 "hbm_bytes": ...},
       "ops": {
-        "gemm": {"bf16": {"launch_s", "max_eff", "half_sat", "mem_eff"}, "fp8": {...}},
+        "gemm": {"bf16": {"launch_s", "max_eff", "half_sat", "mem_eff"},
+                 "fp8": {..., ["dynamic_scale_s", "dynamic_scale_bw_eff"]}},
         "decode_attention": {"bf16": {"floor_s", "per_seq_s", "bw_eff",
                              ["per_seq_kv_elem_s", "par_half_sat"]}, "fp8": {...}},
         "prefill_attention": {"bf16": {"floor_s", "max_eff", "half_sat"}},
@@ -107,10 +108,19 @@ class GpuPeaks:
 
 @dataclass(frozen=True, slots=True)
 class GemmParams:
+    """A GEMM kernel's smooth-form parameters (``ops.gemm_time_s``). ``dynamic_scale_s`` and
+    ``dynamic_scale_bw_eff`` (FP8 only, optional, 0: not fitted) cost the per-tensor scale a
+    dynamically quantised FP8 GEMM computes before quantising its activations (a memset and
+    an amax kernel reading the bf16 activations: ``ops.fp8_dynamic_scale_time_s``); the
+    step model does not charge it (engines load static activation scales), the kernel
+    tables whose rows hold it do."""
+
     launch_s: float
     max_eff: float
     half_sat: float
     mem_eff: float
+    dynamic_scale_s: float = 0.0
+    dynamic_scale_bw_eff: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +432,7 @@ def _per_dtype(
         for k in optional:
             if isinstance(params, dict) and k in params:
                 kw[k] = _num(params, k, w, path, positive=False)
-        for k in ("max_eff", "bw_eff", "mem_eff", "overlap"):
+        for k in ("max_eff", "bw_eff", "mem_eff", "overlap", "dynamic_scale_bw_eff"):
             if k in kw and kw[k] > 1.0:
                 raise ProfileError(f"{path}: {w}.{k}: must be in (0, 1], got {kw[k]}")
         out[dt] = cls(**kw)
@@ -456,7 +466,11 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         return _per_dtype(parent, where, op, cls, keys, nonneg, optional, path)
 
     gemm = per_dtype(
-        "gemm", GemmParams, ("launch_s", "max_eff", "half_sat", "mem_eff"), ("half_sat",)
+        "gemm",
+        GemmParams,
+        ("launch_s", "max_eff", "half_sat", "mem_eff"),
+        ("half_sat",),
+        ("dynamic_scale_s", "dynamic_scale_bw_eff"),
     )
     dec = per_dtype("decode_attention", *_DEC_KEYS)
     pre = per_dtype("prefill_attention", *_PRE_KEYS)
