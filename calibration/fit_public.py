@@ -123,6 +123,11 @@ BACKEND_FRAMEWORKS = {
     "trtllm": "trtllm",
     "trtllm-mmha": "trtllm",
 }
+# backends whose prefill kernel changes with an FP8 KV cache, fitted per KV dtype: with an
+# FP8 KV cache TensorRT-LLM's context FMHA on Hopper runs its FP8 kernel (the public rows
+# with bf16 attention and FP8 KV time as the FP8-math rows, within 3% median at every
+# prompt length; bf16 KV is 1.04-1.41x slower); vLLM's and SGLang's keep one fit
+FP8_KV_PREFILL_BACKENDS = ("trtllm",)
 # TensorRT-LLM's decode kernels: ``trtllm`` is its XQA (grouped) kernel, ``trtllm-mmha`` the
 # masked multi-head attention it runs where XQA refuses the layout (trtllm_decode_kernel)
 TRTLLM_PER_QUERY_HEAD_BACKEND = "trtllm-mmha"
@@ -215,8 +220,9 @@ def fit_decode_backend(
 def fit_attention_backends(
     gpu: str, data_root: Path, peaks: GpuPeaks
 ) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
-    """Per backend: decode attention per KV dtype and prefill attention (bf16 KV, full
-    causal), fitted to that framework's kernel rows, held out by head-layout family."""
+    """Per backend: decode attention per KV dtype and prefill attention (bf16 KV, and FP8
+    KV for :data:`FP8_KV_PREFILL_BACKENDS`; full causal), fitted to that framework's kernel
+    rows, held out by head-layout family."""
     backends: dict[str, Any] = {}
     errors: dict[str, Any] = {}
     tables: set[str] = set()
@@ -242,9 +248,12 @@ def fit_attention_backends(
         if per_qh:  # a decode-only kernel: TensorRT-LLM's prefill is the trtllm backend's
             backends[backend] = sec
             continue
-        pre = _backend_rows(pre_all, backend)
-        pre = pre[pre["kv_dtype"] == "bf16"]
-        if not pre.empty:
+        pre_fw = _backend_rows(pre_all, backend)
+        kv_dtypes = ("bf16", "fp8") if backend in FP8_KV_PREFILL_BACKENDS else ("bf16",)
+        for kv in kv_dtypes:
+            pre = pre_fw[pre_fw["kv_dtype"] == kv]
+            if pre.empty:
+                continue
             f = fit_prefill_attention(
                 peaks,
                 pre["num_seqs"],
@@ -256,10 +265,10 @@ def fit_attention_backends(
                 "bf16",
                 groups=shape_family(pre["heads"], pre["kv_heads"], pre["head_dim"]),
             )
-            sec["prefill_attention"] = {"bf16": _params_dict(f.params)}
-            errors[f"attention.{backend}.prefill.bf16"] = _err(
+            sec.setdefault("prefill_attention", {})[kv] = _params_dict(f.params)
+            errors[f"attention.{backend}.prefill.{kv}"] = _err(
                 f.error,
-                f"{pre['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, bf16 KV, full causal)",
+                f"{pre['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, {kv} KV, full causal)",
             )
             tables.add(pre["table"].iloc[0])
         backends[backend] = sec

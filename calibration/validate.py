@@ -29,6 +29,7 @@ from calibration.fit_public import (
     CONTEXT_TEST_MIN_TOKENS,
     DYNAMIC_SCALE_FRAMEWORKS,
     FP8_FRAMEWORK,
+    FP8_KV_PREFILL_BACKENDS,
     GEMM_FRAMEWORK,
     MEASURED_RUNS,
     MINOR_KERNELS,
@@ -69,9 +70,11 @@ TARGETS = {  # target key: (median_ape max, mean_ape max or None, p90 max or Non
 KERNELS_MD = """Every row of the public kernel tables (AIConfigurator: vLLM, SGLang and TensorRT-LLM
 kernels replayed in CUDA graphs; Vidur `mlp.csv`; nccl-tests; Vidur all-reduce) against
 `ops.py` with the shipped profile. Attention rows are predicted with their framework's
-backend (`vllm-flash`, `sglang-flash`, `trtllm`; TensorRT-LLM's rows with the kernel it runs
-for their layout: XQA, the `trtllm` fit, for 2-32 query heads per KV head, masked MHA, the
-`trtllm-mmha` fit, for vanilla MHA and larger groups); FP8 GEMM rows with the GEMM plus its
+backend (`vllm-flash`, `sglang-flash`, `trtllm`; prefill rows with the backend's fit for
+their KV dtype where it has one, TensorRT-LLM's FP8 context FMHA for its FP8-KV rows;
+TensorRT-LLM's decode rows with the kernel it runs for their layout: XQA, the `trtllm`
+fit, for 2-32 query heads per KV head, masked MHA, the `trtllm-mmha` fit, for vanilla MHA
+and larger groups); FP8 GEMM rows with the GEMM plus its
 activation-quantisation kernel (every framework's FP8 row holds one), the GEMM being the
 framework's own kernel where its engine profile names one the hardware profile fits
 (SGLang: `sglang-fp8`, vLLM: `vllm-fp8`), else the shared `ops.gemm.fp8` (TensorRT-LLM's
@@ -87,7 +90,8 @@ EXTRAPOLATION_MD = """Whole shape families held out of a refit, to check that ea
 extrapolates (the shipped fits use every family). Decode attention, per kernel (TensorRT-LLM's
 XQA and masked MHA apart): fit on
 ≤ 8 KV heads and test on the 32-KV-head rows; fit on ≤ 2048 cached tokens per sequence
-and test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on > 4096. GEMM: fit
+and test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on > 4096 (bf16 KV;
+TensorRT-LLM's FP8-KV kernel too). GEMM: fit
 on m ≤ 1024 tokens, test on m ≥ 4096. FP8 GEMM: each framework's rows refitted on their
 own, in sample (with its quantisation kernel): the best the smooth GEMM form does on them;
 TensorRT-LLM's (the `ops.gemm.fp8` fit, with its dynamic scale) held out by (n, k) family
@@ -136,10 +140,11 @@ kernel (trtllm all rows then 6.5% / 18.9%, measured before the split-KV decode r
 TensorRT-LLM 0.5's H200 launch table (`trtllm-0.5.0-h200-blog`, before XQA existed, so
 Llama-2-70B's 8 query heads per KV head also decoded per query head, FP8 KV assumed):
 its four Llama-2-70B batches are 0.99-1.14× the prediction with the re-reads, 1.17-2.30×
-with a grouped kernel (with the re-reads 1.03-1.16× since TensorRT-LLM's FP8 GEMM is fitted
-with its rows' dynamic scale apart, 2026-12-02: these FP8-weight batches are mostly GEMMs,
-and the grouped variant refitted on every trtllm row now comes within 0.4 points on them,
-`tests/test_calibration_engines.py`). The kernel tables show the same path apart from the engine data:
+with a grouped kernel (with the re-reads 1.04-1.16× since TensorRT-LLM's FP8 GEMM is fitted
+with its rows' dynamic scale apart and its FP8-KV prefill runs its FP8 context FMHA,
+2026-12-02: these FP8 batches are mostly GEMMs and prefills, and the grouped variant
+refitted on every trtllm row now fits them as well, 5.0% against 6.2% median: they no
+longer tell the two decode paths apart; `tests/test_calibration_engines.py`). The kernel tables show the same path apart from the engine data:
 TensorRT-LLM 1.3 runs layouts beyond its XQA (more than 32 query heads per KV head) on
 masked MHA, and those rows read query-head bytes at a rate that does not depend on the
 group size (48-128) or head dim: on the H100 5.9-6.5 TB/s in bf16 and 3.1-3.4 in FP8 — the
@@ -767,7 +772,7 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
         backend = _backend_for(fw)
         if backend not in prof.attention_backends:
             continue
-        pprm = prof.prefill_attention_for(backend, "bf16")
+        pprm = prof.prefill_attention_for(backend, kv)  # bf16's where kv has no fit of its own
         a = ape(
             ops.prefill_attention_time_s(
                 pk, pprm, t["num_seqs"], t["new_tokens"], t["pairs"], t["heads"], t["head_dim"]
@@ -855,10 +860,11 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
             pred = refit_decode_predict(pk, backend, tr, te)
             src = f"AIC {fw} kv bf16{label}"
             rows.append(_row(gpu, "decode_attention", src, name, ape(pred, te["t_s"])))
-    p = public.aic_prefill_attention(data, gpu)
-    p = p[(~p["kernel"].isin(MINOR_KERNELS)) & (p["kv_dtype"] == "bf16")]
-    for fw in dict.fromkeys(BACKEND_FRAMEWORKS.values()):
-        t = p[p["framework"] == fw]
+    p_all = public.aic_prefill_attention(data, gpu)
+    p_all = p_all[~p_all["kernel"].isin(MINOR_KERNELS)]
+    fp8_kv = [(BACKEND_FRAMEWORKS[b], "fp8") for b in FP8_KV_PREFILL_BACKENDS]
+    for fw, kv in [(f, "bf16") for f in dict.fromkeys(BACKEND_FRAMEWORKS.values())] + fp8_kv:
+        t = p_all[(p_all["framework"] == fw) & (p_all["kv_dtype"] == kv)]
         tr, te = t[t["prompt_tokens"] <= 2048], t[t["prompt_tokens"] > 4096]
         if te.empty or tr.empty:
             continue
@@ -873,7 +879,7 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
             _row(
                 gpu,
                 "prefill_attention",
-                f"AIC {fw} kv bf16",
+                f"AIC {fw} kv {kv}",
                 "fit prompt ≤ 2048 → test > 4096",
                 ape(pred, te["t_s"]),
             )

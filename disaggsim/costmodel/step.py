@@ -435,7 +435,9 @@ class RooflineWorkerCost:
         else:
             self._reread_group = float(engine.decode_reread_group(hq // hkv))
         self._reread_bytes_per_s = engine.per_query_head_kv_bytes_per_s
-        self._pre = profile.prefill_attention_for(self.prefill_backend, "bf16")
+        # the prefill kernel for the KV dtype where the backend's fit has one (TensorRT-LLM's
+        # FP8 context FMHA with an FP8 KV cache), else its bf16 one
+        self._pre = profile.prefill_attention_for(self.prefill_backend, kv_dtype)
         # FP8 weights: one quantisation kernel per GEMM input (k elements per token)
         self._quant_k: tuple[float, ...] = (
             tuple(k for _, k in self._gemm_shapes) if self._gemm_dtype == "fp8" else ()
