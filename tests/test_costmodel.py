@@ -291,6 +291,25 @@ def test_weights_do_not_fit_names_minimum_tp():
         build_worker_cost("llama-3-70b", "l40s", 2)
 
 
+def test_refusal_offers_a_larger_gpu_mem_util_where_one_fits():
+    """A worker refused only for a small ``gpu_mem_util`` says which share would fit, by hand:
+    Llama-3.1-8B's 16,060,522,496 bytes of bf16 weights + 1 GiB reserved + one token of KV
+    (131,072 bytes) over the H100's 85,520,809,984 bytes is 0.2004 -> 0.21; at 0.9 the
+    share is no help and the hint is the TP alone (above)."""
+    with pytest.raises(UserError) as e:
+        build_worker_cost("llama-3.1-8b", "h100-sxm", 1, gpu_mem_util=0.05)
+    assert str(e.value).endswith("use tp >= 8 or gpu_mem_util >= 0.21")
+    # an MoE layout: no field prefix (the layout as a whole does not fit), the share offered
+    from disaggsim.costmodel.moe import build_moe_worker_cost
+
+    with pytest.raises(UserError) as e:
+        build_moe_worker_cost("gpt-oss-20b", "a100-80gb", tp=2, gpu_mem_util=0.2)
+    msg = str(e.value)
+    assert (
+        msg.startswith("gpt-oss-20b does not fit on 2 x a100-80gb") and "gpu_mem_util >= 0." in msg
+    )
+
+
 def test_invalid_tp_and_options():
     with pytest.raises(UserError, match="allowed tp: 1, 2, 4, 8"):
         build_worker_cost("llama-3-70b", "h100-sxm", 3)

@@ -74,7 +74,7 @@ def test_kv_shows_mla_bytes_per_token(capsys):
         ("--model deepseek-v3 --tp 1 --dp 16 --ep 5", "ep: 5 does not divide the worker's 16 GPUs"),
         ("--model qwen3-235b-a22b --gpus 16 --tp 4 --dp 2", "--gpus: 16 GPUs per worker must"),
         ("--model qwen3-235b-a22b --tp 5", "tp: 5 does not shard the 64 attention heads"),
-        ("--model deepseek-v3 --tp 1 --dp 4", "ep: deepseek-v3 does not fit on 4 x h100-sxm"),
+        ("--model deepseek-v3 --tp 1 --dp 4", "deepseek-v3 does not fit on 4 x h100-sxm"),
         ("--model mixtral-8x7b --tp 2 --routing zipf", "--routing: unknown value 'zipf'"),
         ("--model mixtral-8x7b --batch 1", "missing --tp"),
     ],

@@ -268,7 +268,7 @@ def test_dense_models_keep_the_dense_model():
         ),
         ("qwen3-235b-a22b", dict(tp=3), r"^tp: 3 does not shard the 64 attention heads / 4 KV"),
         ("deepseek-v3", dict(tp=16), r"^tp: attention TP 16 spans nodes"),
-        ("deepseek-v3", dict(tp=1, dp=2), r"^ep: deepseek-v3 does not fit on 2 x h100-sxm"),
+        ("deepseek-v3", dict(tp=1, dp=2), r"^deepseek-v3 does not fit on 2 x h100-sxm"),
         ("deepseek-v3", dict(tp=8, moe={"routing": "zipf"}), r"^routing: 'zipf' \(allowed"),
     ],
 )

@@ -1475,11 +1475,22 @@ def build_moe_worker_cost(
     cost = make(layout)
     if cost.kv_capacity_tokens < 1:
         per_gpu = cost.weights_bytes_per_gpu / 1e9
+        needed = (
+            cost.weights_bytes_per_gpu
+            + reserve
+            + cost.window_reserve_bytes_per_gpu
+            + cost.a2a_buffer_bytes_per_gpu
+            + cost.kv_bytes_per_token_per_gpu
+        )
+        from disaggsim.costmodel.step import util_to_fit
+
+        util = util_to_fit(g.hbm_bytes, needed, gpu_mem_util)
+        # no field prefix: the layout as a whole does not fit, whichever field set it
         raise UserError(
-            f"ep: {m.id} does not fit on {gpus} x {g.id} with tp {tp}, dp {dp}, ep {ep} "
+            f"{m.id} does not fit on {gpus} x {g.id} with tp {tp}, dp {dp}, ep {ep} "
             f"({per_gpu:.1f} GB of {fmt} weights per GPU of {g.hbm_bytes / GiB:.1f} GiB x "
             f"{gpu_mem_util:.2f}; no room left for KV): use more GPUs per worker, a larger ep, "
-            f"or smaller weights (weight_dtype)"
+            f"{util + ', ' if util else ''}or smaller weights (weight_dtype)"
         )
     return cost
 

@@ -718,6 +718,14 @@ def _params_per_gpu(model: ModelSpec, tp: int) -> int:
     return model.num_layers * layer + emb + lm_head + norm
 
 
+def util_to_fit(hbm_bytes: float, needed_bytes: float, gpu_mem_util: float) -> str:
+    """``"gpu_mem_util >= X"``: the smallest share of device memory (rounded up to 0.01)
+    that holds ``needed_bytes`` per GPU (weights, reserves and one token of KV), when it is
+    above ``gpu_mem_util`` and at most 1; else ``""`` (raising it would not help)."""
+    share = math.ceil(100.0 * needed_bytes / hbm_bytes) / 100.0
+    return f"gpu_mem_util >= {share:.2f}" if gpu_mem_util < share <= 1.0 else ""
+
+
 def build_worker_cost(
     model: str | ModelSpec,
     gpu: str | GpuSpec,
@@ -846,7 +854,13 @@ def build_worker_cost(
             ).kv_capacity_tokens
             >= 1
         ]
-        hint = f"use tp >= {fits[0]}" if fits else "use fp8 weights or a GPU with more memory"
+        util = util_to_fit(
+            g.hbm_bytes,
+            cost.weights_bytes_per_gpu + reserve + cost.kv_bytes_per_token_per_gpu,
+            gpu_mem_util,
+        )
+        hints = ([f"tp >= {fits[0]}"] if fits else []) + ([util] if util else [])
+        hint = "use " + " or ".join(hints) if hints else "use fp8 weights or a GPU with more memory"
         raise UserError(
             f"model {m.id} ({m.weights_bytes(weight_dtype) / 1e9:.0f} GB of {weight_dtype} "
             f"weights) does not fit on {tp} × {g.id} ({g.hbm_bytes / GiB:.1f} GiB × "
