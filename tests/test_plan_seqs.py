@@ -107,3 +107,31 @@ def test_a_larger_cap_that_gains_nothing_is_not_recommended(monkeypatch):
     chunked = [r for r in res.ranked if r.candidate.kind == "colocate_chunked"]
     assert chunked and all(r.candidate.max_batch_seqs is None for r in chunked)
     assert any(sc.pool is not None and sc.pool.max_batch_seqs == 512 for sc in runs)
+
+
+def test_a_runner_up_within_the_tolerance_climbs_its_own_ladder(monkeypatch):
+    """At the scenario's cap the chunked pool serves 10.0 per GPU at chunk 512 and 9.9 at
+    chunk 1024, a tie within the exploration tolerance; at 512 sequences chunk 512 gains
+    nothing and chunk 1024 serves 12.0. Raising the best alone kept chunk 512 at 10.0
+    (full mode on llama-3-8b, 4 B200, 100/50 tokens: its best disaggregated split at 399
+    per GPU, where a tied runner-up serves 497 at the larger cap; docs/planning.md §7, q8).
+    The runner-up climbs too, and is recommended."""
+
+    def meets(sc) -> bool:
+        per_gpu = sc.workload.rate_per_s / sc.num_gpus
+        if sc.architecture == "disaggregated":
+            return per_gpu <= 7.0
+        assert sc.pool is not None
+        if sc.pool.scheduler == "vllm":
+            return per_gpu <= 6.0
+        if sc.pool.max_batch_tokens == 1024:
+            return per_gpu <= (12.0 if sc.pool.max_batch_seqs >= 512 else 9.9)
+        return per_gpu <= (10.0 if sc.pool.max_batch_tokens == 512 else 5.0)
+
+    fake_run_points(monkeypatch, meets)
+    opts = dataclasses.replace(PlanOptions(), max_tp=1, chunk_ladder=(256, 512, 1024, 2048))
+    res, advice = plan(LONG_REPLIES, options=opts, executor=SerialExecutor())
+    rec = advice.recommended
+    assert rec is not None and rec.candidate.kind == "colocate_chunked"
+    assert (rec.candidate.chunk_tokens, rec.candidate.max_batch_seqs) == (1024, 512)
+    assert rec.goodput_per_gpu_per_s == pytest.approx(12.0, rel=0.03)

@@ -87,6 +87,9 @@ CHUNK_LADDER = (256, 512, 1024, 2048, 4096, 8192)  # chunk sizes the search trie
 # the largest decode batch cap tried, times the scenario's (1,024 for its default 256:
 # vLLM V1's API server's default on H100)
 SEQS_RAISE = 4
+# candidates of each kind whose batch cap is raised (raise_caps): its best, and runners-up
+# explored within the exploration tolerance of it
+RAISE_PER_KIND = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -1580,42 +1583,54 @@ def raise_caps(
     loaded: LoadedScenario,
     lengths: tuple[np.ndarray, np.ndarray],
     min_gain: float,
+    per_kind: int = RAISE_PER_KIND,
 ) -> None:
-    """After the walk (at the scenario's cap), each kind's best explored candidate tries
-    the next larger decode batch cap on its ladder (:func:`candidate_seqs_ladder`), the
-    kinds side by side, while the larger cap gains more than ``min_gain`` (one that does
-    not is left out of the ranking, measured but not better): at most
-    ``log2(SEQS_RAISE)`` explorations a kind, none where the analytic batch fits the
-    scenario's cap, the scenario sets it (:func:`seqs_fixed`) or the model is MoE (whose
-    true bound is computed at the scenario's cap)."""
+    """After the walk (at the scenario's cap), each kind's best explored candidate, and
+    its runners-up explored within ``min_gain`` of it (``per_kind`` in all, best
+    first), try the next larger decode batch cap on their ladders
+    (:func:`candidate_seqs_ladder`), side by side, each climbing while its larger cap
+    gains more than ``min_gain`` over its own smaller one (a cap that does not is left
+    out of the ranking, measured but not better): at most ``log2(SEQS_RAISE)``
+    explorations a climber, none where the analytic batch fits the scenario's cap, the
+    scenario sets it (:func:`seqs_fixed`) or the model is MoE (whose true bound is
+    computed at the scenario's cap). A runner-up within the tolerance is a tie at the
+    scenario's cap, and a larger cap can part them: llama-3-8b on 4 B200, 100/50 tokens
+    (docs/planning.md §7, q8), full mode raised 1P x tp2 + 2D x tp1 to 399 req/s per
+    GPU and never 1P + 1D x tp1, 497 at the larger cap."""
     if seqs_fixed(loaded) or get_model(loaded.scenario.model).moe is not None:
         return
-    climbing: dict[str, tuple[Candidate, tuple[int | None, ...]]] = {}
+    climbing: dict[Candidate, tuple[Candidate, tuple[int | None, ...]]] = {}  # start -> now
     for kind in KINDS:
-        rows = [
-            (c, _per_gpu(r))
-            for c, r in explorer.results.items()
-            if c.kind == kind and r.status != "below"
-        ]
-        best = max(rows, key=lambda x: x[1], default=None)
-        if best is None or not best[1] > 0:
+        rows = sorted(
+            (
+                (c, _per_gpu(r))
+                for c, r in explorer.results.items()
+                if c.kind == kind and r.status != "below"
+            ),
+            key=lambda x: -x[1],
+        )
+        if not rows or not rows[0][1] > 0:
             continue
-        ladder = candidate_seqs_ladder(loaded, best[0], lengths)
-        if len(ladder) > 1:
-            climbing[kind] = (best[0], ladder)
+        top = rows[0][1]
+        for c, v in rows[:per_kind]:
+            if v * (1 + min_gain) < top:
+                break
+            ladder = candidate_seqs_ladder(loaded, c, lengths)
+            if len(ladder) > 1:
+                climbing[c] = (c, ladder)
     while True:
         step = {}
-        for kind, (c, ladder) in climbing.items():
+        for start, (c, ladder) in climbing.items():
             i = ladder.index(c.max_batch_seqs) + 1
             if i < len(ladder):
-                step[kind] = dataclasses.replace(c, max_batch_seqs=ladder[i])
+                step[start] = dataclasses.replace(c, max_batch_seqs=ladder[i])
         if not step:
             return
         got = explorer(list(step.values()))
         gained = {}
-        for (kind, c), v in zip(step.items(), got, strict=True):
-            if v > _per_gpu(explorer.results[climbing[kind][0]]) * (1 + min_gain):
-                gained[kind] = (c, climbing[kind][1])
+        for (start, c), v in zip(step.items(), got, strict=True):
+            if v > _per_gpu(explorer.results[climbing[start][0]]) * (1 + min_gain):
+                gained[start] = (c, climbing[start][1])
             else:
                 # no gain past the tolerance: the cap does not matter here, and a
                 # bisection's noise must not put a larger cap in the recommendation
