@@ -278,3 +278,25 @@ def test_a_yaml_value_pyyaml_cannot_build_is_one_line_naming_its_line(tmp_path, 
     with pytest.raises(UserError) as e:
         load_scenario(_scenario(), [f"seed={text}"])
     assert str(e.value).startswith("<scenario>: seed: "), str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("trace", "given"),
+    [
+        ("mooncake_conversation_trace.jsonl", "azure"),
+        ("AzureLLMInferenceTrace_conv.csv", "mooncake"),
+    ],
+)
+def test_a_trace_format_given_for_the_other_kind_of_file_names_workload_format(
+    shared_data, trace, given
+):
+    """`format: azure` on a Mooncake JSONL trace said "...jsonl:7: malformed CSV: Expected
+    18 fields in line 7, saw 49", `format: mooncake` on an Azure CSV "...csv:1: invalid
+    JSON" (tests/test_fuzz_cli.py-style trace option fuzz, seed 8001): the file blamed,
+    not the field. Now the refusal names workload.format and its allowed values."""
+    s = _scenario(
+        workload={"kind": "trace", "path": str(shared_data / "traces" / trace), "format": given}
+    )
+    msg = _refusal(s)
+    assert msg.startswith(f"<scenario>: workload.format: {given}, but "), msg
+    assert "(allowed: azure, mooncake, auto)" in msg, msg

@@ -57,6 +57,33 @@ def detect_format(path: Path) -> str:
     )
 
 
+def _check_format_fits(path: Path, format: str) -> None:
+    """A format given for a file of the other kind (``format: azure`` on a Mooncake JSONL
+    file, or the reverse) is refused naming ``workload.format``, not reported as a
+    malformed line of the file. A JSON-lines trace's first non-blank character is
+    ``{`` (or ``[``: JSON, though not a request); a CSV's is a header name."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    if head.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+        head = head[3:].lstrip()
+    if not head:
+        return  # empty: the reader says so
+    is_json = head[:1] in (b"{", b"[")
+    if format == "azure" and is_json:
+        raise UserError(
+            f"workload.format: azure, but {path} holds JSON lines (a mooncake trace?) "
+            "(allowed: azure, mooncake, auto)"
+        )
+    if format == "mooncake" and not is_json:
+        raise UserError(
+            f"workload.format: mooncake, but {path} is not JSON lines (a CSV: azure?) "
+            "(allowed: azure, mooncake, auto)"
+        )
+
+
 def read_trace(
     path: str | Path, format: str = "auto", block_tokens: int = MOONCAKE_BLOCK_TOKENS
 ) -> Requests:
@@ -75,6 +102,8 @@ def read_trace(
         raise UserError(f"{path}: trace file not found")
     if format == "auto":
         format = detect_format(path)
+    else:
+        _check_format_fits(path, format)
     if format == "azure":
         return _read_azure(path)
     return _read_mooncake(path, block_tokens)
