@@ -811,6 +811,93 @@ def test_run_length_flags_no_run_can_honour_are_refused(work, command, flag, val
     assert _tree(work) == {"keep.txt": b"a user's file\n"}
 
 
+# ------------------------------------------------------------------ trace replay options
+
+TRACES = REPO.parent / "shared" / "data" / "traces"
+_TRACE_FILES = [
+    "AzureLLMInferenceTrace_code.csv",
+    "AzureLLMInferenceTrace_conv.csv",
+    "mooncake_conversation_trace.jsonl",
+    "mooncake_synthetic_trace.jsonl",
+]
+_TRACE_OPTS: dict[str, list] = {
+    "format": ["azure", "mooncake", "auto"],
+    "start_s": [0.0, 0.5, 3599.9, 1e6],
+    "window_s": [1e-9, 0.5, 5.0, 1e9],
+    "rate_scale": [1e-9, 1e-3, 1.0, 50.0],
+    "rate_per_s": [1e-6, 0.5, 100.0],
+    "max_prompt_tokens": [1, 100, 1048576],
+    "max_output_tokens": [1, 50],
+    "max_tokens": [1, 64],
+    "num_requests": [1, 5, 40],
+    "bucketed_timestamps": ["keep", "spread"],
+    "hash_block_tokens": [1, 7, 512, 1048576],
+}
+
+
+def trace_cases(seed: int, n: int) -> list[dict]:
+    """Scenarios replaying a trace of ../shared/data with one to six odd options (a
+    format for the other kind of file, a start past the end, windows of a nanosecond
+    to 30 years, rates scaled by 1e-9, a prefix cache on a trace with or without
+    hash_ids), colocated or disaggregated."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        w: dict = {"kind": "trace", "path": str(TRACES / rng.choice(_TRACE_FILES))}
+        for k in rng.sample(sorted(_TRACE_OPTS), rng.randint(1, 6)):
+            w[k] = rng.choice(_TRACE_OPTS[k])
+        s: dict = {"name": "trace-fuzz", "seed": rng.randint(0, 100), "model": "llama-3.1-8b",
+                   "slo": {"ttft_ms": 1000, "itl_ms": 100}, "workload": w,
+                   "sim": {"duration_s": rng.choice([2.0, 10.0])}}  # fmt: skip
+        if rng.random() < 0.5:
+            s["architecture"] = "colocated"
+            s["pool"] = {"gpu": "h100-sxm", "num_workers": 2, "max_batch_tokens": 131072,
+                         "scheduler": rng.choice(["vllm", "chunked"])}  # fmt: skip
+        else:
+            s["architecture"] = "disaggregated"
+            s["prefill_pool"] = {"gpu": "h100-sxm", "num_workers": 2, "max_batch_tokens": 131072}
+            s["decode_pool"] = {"gpu": "h100-sxm", "num_workers": 2}
+            s["fabric"] = {"link": "nvlink"}
+        if rng.random() < 0.3:
+            s["cache"] = {"policy": rng.choice(["radix", "lru"])}
+        cases.append(s)
+    return cases
+
+
+def check_trace(work: Path, s: dict) -> list[str]:
+    import yaml
+
+    if not TRACES.is_dir():
+        return []
+    src = work / "in" / "trace.yaml"
+    src.parent.mkdir(exist_ok=True)
+    src.write_text(yaml.safe_dump(s, sort_keys=False))
+    out = work / "out"
+    before = _tree(work)
+    rc, _, err = _invoke(["run", str(src), "--out", str(out), "--no-plots", "--quiet"])
+    bad = _one_error_line(rc, err)
+    if rc == 2:
+        if str(src) not in err:
+            bad.append("the error does not name the file")
+        if _tree(work) != before:
+            bad.append("wrote on error")
+    elif rc == 0:
+        summ = json.loads((out / "summary.json").read_text())
+        parts = sum(summ[k] for k in ("num_completed", "num_rejected", "num_abandoned",
+                                      "num_unfinished"))  # fmt: skip
+        if parts != summ["num_requests"]:
+            bad.append(f"conservation: {summ['num_requests']} requests, {parts} accounted for")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+TRACE_CASES = trace_cases(SEED, 8)
+
+
+@pytest.mark.parametrize("case", TRACE_CASES, ids=[str(sorted(c["workload"])) for c in TRACE_CASES])
+def test_fuzz_trace_options(work, case):
+    assert check_trace(work, case) == []
+
+
 # ------------------------------------------------------------------ --out and --trace paths
 
 # Where a short run is asked to write: paths drawn from names that collide with each other,
@@ -961,12 +1048,14 @@ def test_every_file_a_result_folder_writes_is_listed(tmp_path):
 
 # ------------------------------------------------------------------ a bigger sample
 
-if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan|yaml|out]
+if (
+    __name__ == "__main__"
+):  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan|yaml|out|trace]
     import os
     import tempfile
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
-    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out"]
+    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace"]
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -974,6 +1063,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|swe
         "plan": (plan_cases, check_plan),
         "yaml": (yaml_cases, check_yaml),
         "out": (out_cases, check_out),
+        "trace": (trace_cases, check_trace),
     }
     import signal
 
@@ -1000,7 +1090,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|swe
                 finally:
                     signal.alarm(0)
                 os.chdir(REPO)
-            shown = case[:3] if kind == "yaml" else case
+            shown = case[:3] if kind == "yaml" else case["workload"] if kind == "trace" else case
             if problems is None:
                 slow += 1
                 print(kind, i, "SLOW", shown, flush=True)
