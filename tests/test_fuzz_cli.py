@@ -811,6 +811,16 @@ def test_run_length_flags_no_run_can_honour_are_refused(work, command, flag, val
     assert _tree(work) == {"keep.txt": b"a user's file\n"}
 
 
+def test_regress_against_a_reference_folder_that_does_not_exist_is_bad_input(work):
+    """`regress --reference-dir /nonexist` ran every CI scenario and then reported each as
+    drift (exit 1, "no reference ..."): a path naming no folder is bad input (exit 2)
+    before any run."""
+    rc, _, err = _invoke(["regress", "--ci-dir", str(SCENARIOS / "ci"), "--reference-dir",
+                          str(work / "nope"), "--only", "chunked", "--quiet"])  # fmt: skip
+    assert rc == 2 and _one_error_line(rc, err) == [], err
+    assert err.startswith(f"{PREFIX}--reference-dir {work / 'nope'}: no such folder"), err
+
+
 # ------------------------------------------------------------------ trace replay options
 
 TRACES = REPO.parent / "shared" / "data" / "traces"

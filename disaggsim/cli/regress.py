@@ -48,6 +48,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
     params = parse_params(args.params)
     if params and not args.update:
         raise UserError("regress: --param only applies with --update")
+    if not args.update and not args.reference_dir.is_dir():
+        # every scenario would run, then each be reported as drift (exit 1) for want of a
+        # reference: a path that names no folder is bad input
+        raise UserError(
+            f"--reference-dir {args.reference_dir}: no such folder (the committed references "
+            "are in results/reference; --update writes new ones)"
+        )
     console = Console()
     with executor(args) as ex, progress(args.quiet) as new_bar:
         if args.update:
