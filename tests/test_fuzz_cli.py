@@ -287,7 +287,7 @@ _COST_OPTS = {
     "prefill-attention": [],
 }
 _COST_REQUIRED = {
-    "prefill": ["--model", "--gpu", "--prompt-tokens"],
+    "prefill": ["--model", "--gpu", "--batch", "--prompt-tokens"],
     "decode": ["--model", "--gpu", "--batch", "--context-tokens"],
     "kv": ["--model", "--tokens"],
     "gemm": ["--gpu", "--m", "--n", "--k"],
@@ -543,6 +543,71 @@ PLAN_CASES = plan_cases(SEED, 20)
 @pytest.mark.parametrize("case", PLAN_CASES, ids=[" ".join(c[1]) for c in PLAN_CASES])
 def test_fuzz_plan_flags(work, case):
     assert check_plan(work, case) == []
+
+
+# ------------------------------------------------------------------ compare flags
+
+COMPARE_BAD: list[tuple[str, list[str]]] = [
+    ("--rate-lo", ["0", "-1", "nan", "inf", "5", "abc"]),
+    ("--rate-hi", ["0", "nan", "inf", "0.5"]),
+    ("--tol", ["0", "-1", "nan", "inf"]),
+    ("--min-requests", ["0", "-3", "2000001", "1.5"]),
+    ("--service-multiple", ["0", "-1", "nan", "inf"]),
+    ("--seeds", ["0", "-1", "1001", "x"]),
+    ("--workers", ["0", "-2", "two"]),
+    ("--param", ["seed=seeds", "workload.rate_per_s=3:1:0", "nonsense=1,2", "=1", "pool.tp"]),
+    ("--set", ["sim.duration_s=-1", "workload.rate_per_s=.nan", "nope=1"]),
+]
+
+
+def compare_cases(seed: int, n: int) -> list[tuple[list[str], list[str]]]:
+    """(argv, the flags broken): a goodput comparison of two CI scenarios with one to three
+    flags broken, each a one-line error before any run."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        flags = {"--rate-lo": "1", "--rate-hi": "4"}
+        extra: list[str] = []
+        broken = []
+        for _ in range(rng.randint(1, 3)):
+            flag, values = rng.choice(COMPARE_BAD)
+            if flag in ("--param", "--set"):
+                value = rng.choice(values)
+                extra += [flag, value]
+                key = value.partition("=")[0]
+                if key:  # the error may name the field rather than the flag
+                    broken.append(key)
+            else:
+                flags[flag] = rng.choice(values)
+            broken.append(flag)
+        argv = ["compare", str(SCENARIOS / "ci" / "chunked.yaml"),
+                str(SCENARIOS / "ci" / "colocated-vllm.yaml")]  # fmt: skip
+        for k, v in flags.items():
+            argv += [k, v]
+        cases.append((argv + extra + ["--quiet", "--no-plots"], broken))
+    return cases
+
+
+def check_compare(work: Path, case: tuple[list[str], list[str]]) -> list[str]:
+    argv, broken = case
+    before = _tree(work)
+    rc, _, err = _invoke([*argv, "--out", str(work / "out")])
+    bad = _one_error_line(rc, err)
+    if rc != 2:
+        bad.append(f"exit code {rc!r}, not 2 (every case breaks a flag)")
+    elif not any(f in err for f in ["compare:", "--param", "--set", "seed", *broken]):
+        bad.append("the error names none of the broken flags")
+    if _tree(work) != before:
+        bad.append("wrote a file")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+COMPARE_CASES = compare_cases(SEED, 10)
+
+
+@pytest.mark.parametrize("case", COMPARE_CASES, ids=[" ".join(c[1]) for c in COMPARE_CASES])
+def test_fuzz_compare_flags(work, case):
+    assert check_compare(work, case) == []
 
 
 # ------------------------------------------------------------------ mutated scenario files
@@ -1060,12 +1125,12 @@ def test_every_file_a_result_folder_writes_is_listed(tmp_path):
 
 if (
     __name__ == "__main__"
-):  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan|yaml|out|trace]
+):  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan|yaml|out|trace|compare]
     import os
     import tempfile
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
-    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace"]
+    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare"]
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -1074,6 +1139,7 @@ if (
         "yaml": (yaml_cases, check_yaml),
         "out": (out_cases, check_out),
         "trace": (trace_cases, check_trace),
+        "compare": (compare_cases, check_compare),
     }
     import signal
 
