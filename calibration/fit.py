@@ -274,6 +274,7 @@ def fit_decode_attention(
     overlap: float | None = 1.0,
     q_per_kv=None,
     split_kv: bool = False,
+    group_q_per_kv=None,
 ) -> Fitted:
     """Decode-attention parameters; ``floor_s`` fixes the kernel floor (e.g. for rows timed
     without graphs, whose short calls carry launch time, not kernel time). ``overlap`` of
@@ -286,12 +287,16 @@ def fit_decode_attention(
     several (``ops.decode_stream_seconds_per_byte``). ``split_kv`` fits a split-KV kernel
     (``split_fill_s``: few work items pay a fixed time and the KV stream runs at full
     bandwidth, as FlashAttention's split-KV and TensorRT-LLM's multi-block mode split a
-    long sequence over several thread blocks) instead of the bandwidth share of few items."""
+    long sequence over several thread blocks) instead of the bandwidth share of few items.
+    ``group_q_per_kv`` (query heads per KV head, per row) fits a grouped kernel's group rate
+    ``group_bytes_per_s`` (its work per query head on each KV byte: TensorRT-LLM's XQA)."""
     b, c, kh, d, t_s = (
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
     )
     per_qh = q_per_kv is not None
     g = np.asarray(q_per_kv, float) if per_qh else np.ones_like(b)
+    grouped = group_q_per_kv is not None
+    gq = np.asarray(group_q_per_kv, float) if grouped else np.ones_like(b)
 
     def params(p) -> DecodeAttentionParams:
         return DecodeAttentionParams(
@@ -303,13 +308,15 @@ def fit_decode_attention(
             multi_floor_s=p[5],
             overlap=p[6] if overlap is None else overlap,
             reread_bytes_per_s=p[7] if per_qh else 0.0,
-            split_fill_s=p[-1] if split_kv else 0.0,
+            split_fill_s=p[7 + per_qh] if split_kv else 0.0,
+            group_bytes_per_s=p[-1] if grouped else 0.0,
         )
 
     def model(p, idx):
         return ops.decode_attention_time_s(
-            peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, g[idx]
-        )
+            peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, g[idx],
+            q_per_kv=gq[idx],
+        )  # fmt: skip
 
     # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat, multi_floor_s, overlap);
     # the log-space bounds keep every parameter > 0, the lower ones small enough to mean
@@ -326,10 +333,15 @@ def fit_decode_attention(
         starts = [(*s0, 2.0 * hbm * kv_elem_bytes / 2.0) for s0 in starts]
         lo.append(0.1 * hbm)
         hi.append(100.0 * hbm)
-    if split_kv:  # the few-item time (s), last
+    if split_kv:  # the few-item time (s)
         starts = [(*s0, f) for s0, f in zip(starts, (5e-6, 2e-5, 1e-6), strict=True)]
         lo.append(1e-12)
         hi.append(1e-2)
+    if grouped:  # the group rate (bytes/s), last: from HBM bandwidth to well over it
+        hbm = peaks.hbm_bytes_per_s
+        starts = [(*s0, f * hbm) for s0, f in zip(starts, (10.0, 5.0, 30.0), strict=True)]
+        lo.append(hbm)
+        hi.append(1000.0 * hbm)
     p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
     return Fitted(params(p), err)
 

@@ -128,6 +128,12 @@ BACKEND_FRAMEWORKS = {
 # with bf16 attention and FP8 KV time as the FP8-math rows, within 3% median at every
 # prompt length; bf16 KV is 1.04-1.41x slower); vLLM's and SGLang's keep one fit
 FP8_KV_PREFILL_BACKENDS = ("trtllm",)
+# grouped decode kernels fitted with a group rate (group_bytes_per_s): TensorRT-LLM's XQA
+# runs its tensor-core products and softmax for every query head of the group against each
+# KV byte; on its large reads (>= 64 MB) the H100 rows reach 2.4-2.7 TB/s at 2 query heads
+# per KV head and 1.1-1.4 TB/s (bf16) at 24-32 (python -m calibration.fit_public --data
+# ../shared/data --decode-rates h100-sxm, per query heads per KV head)
+GROUP_RATE_BACKENDS = ("trtllm",)
 # TensorRT-LLM's decode kernels: ``trtllm`` is its XQA (grouped) kernel, ``trtllm-mmha`` the
 # masked multi-head attention it runs where XQA refuses the layout (trtllm_decode_kernel)
 TRTLLM_PER_QUERY_HEAD_BACKEND = "trtllm-mmha"
@@ -214,6 +220,9 @@ def fit_decode_backend(
         q_per_kv=(rows["heads"] / rows["kv_heads"]).round() if per_qh else None,
         split_kv=True,
         held_out=held_out,
+        group_q_per_kv=(
+            (rows["heads"] / rows["kv_heads"]).round() if backend in GROUP_RATE_BACKENDS else None
+        ),
     )
 
 
@@ -966,7 +975,7 @@ def decode_fp8_ratio_by_size(data_root: Path, gpu: str, framework: str = "vllm")
         pred = np.asarray(
             ops.decode_attention_time_s(
                 prof.peaks, prm, t["batch"], t["context_tokens"], t["kv_heads"], t["head_dim"],
-                elem, g,
+                elem, g, q_per_kv=g,
             )
         )  # fmt: skip
         kv_mb = 2.0 * t["context_tokens"] * t["kv_heads"] * t["head_dim"] * elem / 1e6
@@ -1028,15 +1037,18 @@ def refit_decode_predict(
     its group sizes). ``split_kv`` False refits the bandwidth-share form the split-KV form
     replaced (few work items get a share of the bandwidth)."""
     per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
+    group = backend in GROUP_RATE_BACKENDS
     tr, te = fit_rows, test_rows
+    g_tr = (tr["heads"] / tr["kv_heads"]).round()
     f = fit_decode_attention(
         peaks, tr["batch"], tr["context_tokens"], tr["kv_heads"], tr["head_dim"], tr["t_s"],
-        held_out=False, q_per_kv=(tr["heads"] / tr["kv_heads"]).round() if per_qh else None,
-        split_kv=split_kv,
+        held_out=False, q_per_kv=g_tr if per_qh else None, split_kv=split_kv,
+        group_q_per_kv=g_tr if group else None,
     )  # fmt: skip
+    g_te = (te["heads"] / te["kv_heads"]).round().to_numpy(float)
     return ops.decode_attention_time_s(
         peaks, f.params, te["batch"], te["context_tokens"], te["kv_heads"], te["head_dim"],
-        2.0, (te["heads"] / te["kv_heads"]).round().to_numpy(float),
+        2.0, g_te, q_per_kv=g_te,
     )  # fmt: skip
 
 

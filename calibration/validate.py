@@ -744,7 +744,7 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
             a[sel] = ape(
                 ops.decode_attention_time_s(
                     pk, prm, k["batch"], k["context_tokens"], k["kv_heads"], k["head_dim"],
-                    elem, g,
+                    elem, g, q_per_kv=g,
                 ),
                 k["t_s"],
             )  # fmt: skip

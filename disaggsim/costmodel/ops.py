@@ -205,12 +205,15 @@ def decode_stream_seconds_per_byte(
     kv_heads: ArrayLike,
     reread_group: ArrayLike = 1.0,
     reread_bytes_per_s: float = 0.0,
+    q_per_kv: ArrayLike = 1.0,
 ) -> np.ndarray:
     """Seconds per KV byte of a decode kernel's KV stream: ``1 / (hbm × bw_eff × P / (P +
     par_half_sat))``, or for a per-query-head kernel over ``reread_group`` > 1 query heads
     per KV head the longer of that and ``reread_group / rate``: ``rate`` is
     ``reread_bytes_per_s`` when given (> 0), else the kernel's own ``p.reread_bytes_per_s``;
-    ``P`` counts :func:`decode_work_heads`."""
+    ``P`` counts :func:`decode_work_heads`. A grouped kernel with a group rate
+    (``p.group_bytes_per_s`` > 0) takes the longer of that and ``q_per_kv / group rate``
+    (its work on the ``q_per_kv`` query heads sharing each KV byte)."""
     work = decode_work_heads(p, kv_heads, reread_group)
     bw = peaks.hbm_bytes_per_s * p.bw_eff * decode_attention_bw_scale(p, batch, work)
     per_byte = 1.0 / bw
@@ -218,6 +221,8 @@ def decode_stream_seconds_per_byte(
     g = np.asarray(reread_group, float)
     if rate > 0.0 and np.any(g > 1.0):
         per_byte = np.where(g > 1.0, np.maximum(per_byte, g / rate), per_byte)
+    if p.group_bytes_per_s > 0.0:
+        per_byte = np.maximum(per_byte, np.asarray(q_per_kv, float) / p.group_bytes_per_s)
     return per_byte
 
 
@@ -231,11 +236,13 @@ def decode_attention_time_s(
     kv_elem_bytes: float = 2.0,
     reread_group: ArrayLike = 1.0,
     reread_bytes_per_s: float = 0.0,
+    q_per_kv: ArrayLike = 1.0,
 ) -> np.ndarray:
     """Seconds for one decode-attention kernel over ``batch`` sequences holding
     ``context_tokens`` cached tokens in total (per layer, per GPU shard); ``reread_group``
     > 1: query heads per KV head of a per-query-head kernel, whose query heads each read
-    their KV head (:func:`decode_stream_seconds_per_byte`)."""
+    their KV head; ``q_per_kv``: the layout's query heads per KV head, for a grouped
+    kernel's group rate (:func:`decode_stream_seconds_per_byte`)."""
     b = np.asarray(batch, float)
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
@@ -243,7 +250,7 @@ def decode_attention_time_s(
     work = decode_work_heads(p, kh, reread_group)
     items = p.per_seq_kv_elem_s * b * work * d
     stream = kv_bytes * decode_stream_seconds_per_byte(
-        peaks, p, b, kh, reread_group, reread_bytes_per_s
+        peaks, p, b, kh, reread_group, reread_bytes_per_s, q_per_kv
     )
     return (
         decode_attention_floor_s(p, b, kh, work)
@@ -262,6 +269,7 @@ def decode_attention_lines(
     kv_elem_bytes: float = 2.0,
     reread_group: float = 1.0,
     reread_bytes_per_s: float = 0.0,
+    q_per_kv: float = 1.0,
 ) -> tuple[tuple[float, float], tuple[float, float]]:
     """The two affine functions of the context tokens C whose maximum is
     :func:`decode_attention_time_s` at fixed batch and shape: ``((base, per_token)`` of the
@@ -273,7 +281,9 @@ def decode_attention_lines(
     items = p.per_seq_kv_elem_s * batch * work
     items *= head_dim
     per_byte = float(
-        decode_stream_seconds_per_byte(peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s)
+        decode_stream_seconds_per_byte(
+            peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s, q_per_kv
+        )
     )
     per_token = 2.0 * kv_heads * head_dim * kv_elem_bytes * per_byte
     return (

@@ -205,14 +205,22 @@ def _dec_work_heads(p: DecodeAttentionParams, kv_heads: float, group: float) -> 
 
 
 def _dec_per_byte_s(
-    hbm: float, p: DecodeAttentionParams, batch: float, kv_heads: float, group: float, reread: float
+    hbm: float,
+    p: DecodeAttentionParams,
+    batch: float,
+    kv_heads: float,
+    group: float,
+    reread: float,
+    q_per_kv: float = 1.0,
 ) -> float:
     """ops.decode_stream_seconds_per_byte for scalars."""
     work = _dec_work_heads(p, kv_heads, group)
     per_byte = 1.0 / (hbm * p.bw_eff * _dec_bw_scale(p, batch, work))
     rate = reread if reread > 0.0 else p.reread_bytes_per_s
     if group > 1.0 and rate > 0.0:
-        return max(per_byte, group / rate)
+        per_byte = max(per_byte, group / rate)
+    if p.group_bytes_per_s > 0.0:
+        per_byte = max(per_byte, q_per_kv / p.group_bytes_per_s)
     return per_byte
 
 
@@ -353,6 +361,7 @@ class RooflineWorkerCost:
         "_launch_s",
         "_quant_k",
         "_reread_group",
+        "_q_per_kv",
         "_reread_bytes_per_s",
         "_decode_cache",
     )  # _decode_cache: batch -> (stream-bound line, item-bound line)
@@ -435,6 +444,7 @@ class RooflineWorkerCost:
         else:
             self._reread_group = float(engine.decode_reread_group(hq // hkv))
         self._reread_bytes_per_s = engine.per_query_head_kv_bytes_per_s
+        self._q_per_kv = float(hq // hkv)  # a grouped kernel's group rate (group_bytes_per_s)
         # the prefill kernel for the KV dtype where the backend's fit has one (TensorRT-LLM's
         # FP8 context FMHA with an FP8 KV cache), else its bf16 one
         self._pre = profile.prefill_attention_for(self.prefill_backend, kv_dtype)
@@ -527,7 +537,13 @@ class RooflineWorkerCost:
                 * self.model.head_dim
                 * self._kv_elem
                 * _dec_per_byte_s(
-                    self._hbm, d, batch, hkv, self._reread_group, self._reread_bytes_per_s
+                    self._hbm,
+                    d,
+                    batch,
+                    hkv,
+                    self._reread_group,
+                    self._reread_bytes_per_s,
+                    self._q_per_kv,
                 )
             )
             lines = (
@@ -635,7 +651,13 @@ class RooflineWorkerCost:
             work = _dec_work_heads(d, hkv_dec, self._reread_group)
             items = d.per_seq_kv_elem_s * decode_batch * work * hd
             stream = kv_bytes * _dec_per_byte_s(
-                hbm, d, decode_batch, hkv_dec, self._reread_group, self._reread_bytes_per_s
+                hbm,
+                d,
+                decode_batch,
+                hkv_dec,
+                self._reread_group,
+                self._reread_bytes_per_s,
+                self._q_per_kv,
             )
             attn_layer += (
                 _dec_floor_s(d, decode_batch, hkv_dec, work)

@@ -194,7 +194,11 @@ class DecodeAttentionParams:
     TensorRT-LLM's multi-block mode: a long sequence's KV is split over several thread
     blocks, so few work items still stream at full bandwidth): its KV stream runs at ``hbm ×
     bw_eff`` whatever the number of items, and few items cost a fixed time instead,
-    ``split_fill_s × par_half_sat / (P + par_half_sat)`` (``ops.decode_attention_floor_s``).
+    ``split_fill_s × par_half_sat / (P + par_half_sat)`` (``ops.decode_attention_floor_s``);
+    ``group_bytes_per_s`` > 0: a grouped kernel's work per query head of the group (the
+    tensor-core products and softmax of each query head against every KV byte: TensorRT-LLM's
+    XQA), so a KV byte costs ``q_per_kv / group_bytes_per_s`` of it and the stream runs at the
+    longer of that and the HBM time (``ops.decode_stream_seconds_per_byte``).
     All optional in the JSON (0: term off), so older profiles still load."""
 
     floor_s: float
@@ -206,6 +210,7 @@ class DecodeAttentionParams:
     overlap: float = 0.0
     reread_bytes_per_s: float = 0.0
     split_fill_s: float = 0.0
+    group_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +406,7 @@ _DEC_KEYS: tuple[Any, ...] = (
         "overlap",
         "reread_bytes_per_s",
         "split_fill_s",
+        "group_bytes_per_s",
     ),
 )
 _PRE_KEYS: tuple[Any, ...] = (
