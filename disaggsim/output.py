@@ -82,7 +82,18 @@ def _fail(flag: str, path: Path | str, why: str) -> UserError:
 
 def _check_common(path: Path, flag: str, kind: str) -> Path:
     """Checks shared by folders and files; returns the absolute path (symlinks in the
-    folders above resolved, the last component kept as given)."""
+    folders above resolved, the last component kept as given). A path the system refuses
+    to look at (longer than PATH_MAX, a NUL byte, a folder above it may not be read) is a
+    one-line error naming the flag."""
+    try:
+        return _check_common_unguarded(path, flag, kind)
+    except (OSError, ValueError) as e:
+        raise _fail(
+            flag, path, f"cannot use this path ({getattr(e, 'strerror', None) or e})"
+        ) from None
+
+
+def _check_common_unguarded(path: Path, flag: str, kind: str) -> Path:
     text = str(path)
     if not text.strip():
         raise _fail(flag, repr(text), f"empty path (give a {kind})")

@@ -982,7 +982,7 @@ _OUT_NAMES = [
     "r", "r/", "./r", "r/t.json", "r/summary.json", "r/sub/t.json", "r/.disaggsim-result.json",
     "t.json", "keep.txt", "keep.txt/x", ".", "..", "", " ", "r/..", "link", "link/t.json",
     "a b", "deep/er/r", ".hidden", "-dash", "r/../r", "user", "user/t.json", "t.json/x",
-    "r2", "r/r2", "é", "x" * 230,
+    "r2", "r/r2", "é", "x" * 230, "y" * 300, "/".join(["d" * 200] * 25),
 ]  # fmt: skip
 _OUT_STATES = ["none", "earlier-result", "empty", "user-folder", "link", "trace-file"]
 
@@ -1119,6 +1119,47 @@ def test_every_file_a_result_folder_writes_is_listed(tmp_path):
     names = {p.name for p in folder.iterdir()} - {MARKER}
     assert {"links.parquet", "cache.png", "timeline.png"} <= names, names
     assert names <= set(RESULT_FILE_NAMES), names - set(RESULT_FILE_NAMES)
+
+
+_LONG_NAME = "x" * 300  # longer than a file name may be (NAME_MAX 255)
+_LONG_PATH = "/".join(["d" * 200] * 25)  # longer than a path may be (PATH_MAX 4096)
+
+
+@pytest.mark.parametrize(
+    ("argv", "start"),
+    [
+        (["run", f"{_LONG_NAME}.yaml"], f"{_LONG_NAME}.yaml: cannot read (File name too long)"),
+        (["run", f"{_LONG_PATH}.yaml"], f"{_LONG_PATH}.yaml: cannot read"),
+        ([*_OUT_BASE, "--out", _LONG_PATH], f"--out {_LONG_PATH}: cannot use this path"),
+        ([*_OUT_BASE, "--out", "r", "--trace", f"{_LONG_PATH}/t.json"], "--trace "),
+        (["sweep", str(SCENARIOS / "quickstart.yaml"), "--out", _LONG_PATH], f"--out {_LONG_PATH}"),
+        ([*_OUT_BASE, "--out", "r", "--set", f"workload={{kind: trace, path: {_LONG_NAME}}}"],
+         f"{SCENARIOS / 'quickstart.yaml'}: workload.path: "),
+    ],
+    ids=["scenario-name", "scenario-path", "out", "trace", "sweep-out", "workload-path"],
+)  # fmt: skip
+def test_a_path_the_system_refuses_is_one_line_naming_it(work, argv, start):
+    """Paths longer than the filesystem takes raised OSError (File name too long) out of
+    `Path.is_file()` / `is_symlink()` (Python 3.11 swallows only a missing file): a
+    traceback from `run`, `sweep`, `--out`, `--trace` and a workload.path (found by
+    yaml_cases, seed 7006). Each is one line naming the path, nothing written."""
+    rc, _, err = _invoke(argv)
+    assert rc == 2 and _one_error_line(rc, err) == [], err[-3000:]
+    assert err.startswith(PREFIX + start), err[:400]
+    assert _tree(work) == {"keep.txt": b"a user's file\n"}
+
+
+def test_an_os_error_no_check_caught_is_still_one_line(work, monkeypatch):
+    """The backstop at the CLI boundary: an OSError no check turned into a message (a
+    disk that fills while a result is written) is one line naming the file, exit 2."""
+    from disaggsim.cli import run as run_cmd
+
+    def full_disk(args):
+        raise OSError(28, "No space left on device", "out/requests.parquet")
+
+    monkeypatch.setattr(run_cmd, "cmd_run", full_disk)
+    rc, _, err = _invoke(["run", "s.yaml"])
+    assert rc == 2 and err == f"{PREFIX}out/requests.parquet: No space left on device\n", err
 
 
 # ------------------------------------------------------------------ a bigger sample

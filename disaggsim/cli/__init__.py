@@ -75,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, ProfileError) as e:
         print(f"disaggsim: error: {one_line(str(e))}", file=sys.stderr)
         return 2
+    except OSError as e:
+        # a path the system refuses (a name longer than the filesystem takes, a folder it
+        # may not read, no space left): one line naming it, never a traceback. The checks
+        # that know the flag or field name it themselves; this is the backstop.
+        where = f"{e.filename}: " if e.filename is not None else ""
+        print(f"disaggsim: error: {one_line(where + (e.strerror or str(e)))}", file=sys.stderr)
+        return 2
     except InvariantError as e:
         print(
             f"disaggsim: internal error: {one_line(str(e))}; nothing written (please report)",

@@ -127,7 +127,11 @@ def _expanded_size(obj: Any, label: str) -> int:
 
 def read_yaml(path: Path) -> dict:
     """A scenario file as a mapping; every way it can be unreadable is one line."""
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+        raise UserError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    if not found:
         raise UserError(f"{path}: scenario file not found")
     try:
         size = path.stat().st_size

@@ -281,9 +281,16 @@ def _trace_path(cfg: TraceWorkload, base_dir: Path | None) -> Path:
     path = Path(cfg.path).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
-    if not path.is_file():
+    try:
+        found = path.is_file()
+        folder = not found and path.is_dir()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+        raise UserError(
+            f"workload.path: {str(path)!r}: cannot read ({getattr(e, 'strerror', None) or e})"
+        ) from None
+    if not found:
+        what = "a folder, not a trace file" if folder else "no such file"
         where = "" if Path(cfg.path).is_absolute() else " (relative to the scenario's folder)"
-        what = "a folder, not a trace file" if path.is_dir() else "no such file"
         raise UserError(f"workload.path: {str(path)!r}: {what}{where}")
     return path
 

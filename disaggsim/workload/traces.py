@@ -98,7 +98,11 @@ def read_trace(
     path = Path(path)
     if format not in TRACE_FORMATS:
         raise UserError(f"{path}: unknown trace format {format!r}; allowed: azure, mooncake, auto")
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+        raise UserError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    if not found:
         raise UserError(f"{path}: trace file not found")
     if format == "auto":
         format = detect_format(path)
