@@ -144,3 +144,16 @@ def test_an_moe_model_that_fits_but_steps_over_the_itl_target_says_so(capsys, tm
     assert "but the MoE layout search kept no worker for the decode pool: no MoE layout kept" in err
     assert err.endswith("over the ITL target of 3 ms)"), err
     assert "does not fit" not in err
+
+
+def test_a_target_rate_is_sized_with_a_worker_the_fabric_can_place(capsys, tmp_path):
+    """--target-rate sized the budget with the smallest worker of any TP (tp 16 for
+    Llama-3.1-405B), which a kind: topology fabric of 8-GPU nodes cannot place, then
+    refused 'a budget of 80 x h100-sxm', a budget never asked for. Now no worker of any
+    size fits there, and the error says so with its fixes."""
+    path = REPO / "scenarios" / "fabric" / "pcie.yaml"
+    argv = ["plan", str(path), "--set", "model=llama-3.1-405b", "--target-rate", "2"]
+    err = _error(capsys, [*argv, "--quick", "--quiet", "--no-plots", "--out", str(tmp_path)])
+    assert "budget" not in err
+    assert "no worker of any size on h100-sxm fits llama-3.1-405b" in err
+    assert "inside one node of 8 GPUs; tp 16 (16 GPUs) would fit across nodes" in err

@@ -1677,8 +1677,10 @@ def search(
     lengths = sample_lengths(loaded, requests)
     gpu = plan_gpu(loaded)
     if gpus is None and target_rate_per_s is not None:
-        unit_refusals: dict[str, str] = {}
-        unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths), refusals=unit_refusals)
+        # a worker the fabric can place (a kind: topology fabric keeps TP inside a node):
+        # a budget sized with one it cannot would be refused as a budget never asked for
+        top = min(fabric_max_tp(loaded), opts.max_tp or MAX_GPUS)
+        unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths), max_tp=top)
         if unit is None:
             raise UserError(no_worker_fits(loaded, gpu, None, _p99_kv_tokens(lengths)))
         budget = analytic_guess(
