@@ -49,7 +49,9 @@ def _scalar(text: str) -> Any:
         return num
     try:
         value = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError, ArithmeticError):
+        # PyYAML's constructors raise Python errors on scalars they cannot build
+        # (2001-02-30, !!int x): such an item is kept as the text it is.
         return text
     return value if isinstance(value, (str, bool)) or value is None else text
 
@@ -143,7 +145,11 @@ def override_text(path: str, value: Any) -> str:
     """``path=value`` with the value written so the ``--set`` parser reads it back as is."""
     text = yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
     text = text.removesuffix("...").strip()
-    if yaml.safe_load(text) != value:  # pragma: no cover - guard against odd scalars
+    try:
+        same = yaml.safe_load(text) == value
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError, ArithmeticError):
+        same = False
+    if not same:  # pragma: no cover - guard against odd scalars
         raise UserError(f"param {path}: value {value!r} cannot be written as a scenario value")
     return f"{path}={text}"
 
