@@ -126,6 +126,24 @@ a refit without it, and the kernels alone; where an engine has rows of dense and
 models, each kind apart (the MoE rows run `disaggsim/costmodel/moe.py`'s kernels). Target
 (issue 13): median ≤ 5% and p90 ≤ 15% per engine.
 
+vLLM's nine Mixtral-8x7B rows (all held out) test the MoE kernel model through an engine.
+Its grouped expert GEMM is fitted on the H100 only (AIConfigurator's tables) and carried to
+other GPUs with its `half_sat` scaled by the machine balance (`carry_half_sat`,
+`docs/costmodel.md`): below `half_sat` tokens per expert the kernel is held by its weight
+stream, and where that ends follows FLOP/s per HBM byte/s. Carried unscaled (before
+2026-12-03) the H100's floor outlasted the weight read on the A100 (a third of the FLOPs,
+0.61× the bandwidth) and the H200 (the same FLOPs, 1.43× the bandwidth): the nine rows
+erred 24.9% / 70.2% (A100 batches predicted 1.16-2.01× slow, H200 1.24×), all 18 vllm rows
+8.8% / 58.0%. Carried by balance: 5.2% / 14.9%, the A100 rows 0.77-1.12× the prediction
+(batch 4 the worst: the prediction grows 1.74× from batch 2 to 4, the measurement 1.40×), the H200
+row 1.02×, the H100 row unchanged at 0.94× (`python -m calibration.engines --moe-check`:
+shipped, uncarried and no-floor columns). The dense rows keep a smaller per-GPU bias: the
+host time a CI batch leaves over the kernels alone is about 0 on the A100, 1.1-1.6 ms an
+iteration on the H100 and 1.5-2.5 ms on the H200 (`python -m calibration.engines --rows
+vllm`, `implied_host_ms`), so the one shared per-iteration cost (0.84 ms) predicts the A100
+batches 4-5% slow and the H200 ones 8-10% fast; with one CI box per GPU the data cannot tell
+the boxes' hosts from the kernel profiles.
+
 TensorRT-LLM rows run TensorRT-LLM's own attention kernels (`attention_backend: trtllm`).
 The 0.9 release measured here decoded a grouped-query layout with its grouped kernel (XQA)
 only at 1 or 8 query heads per KV head (`decoderXQARunner.h` `shouldUse` of April 2024);
@@ -165,33 +183,6 @@ head (`grouped_decode_q_per_kv: [2, …, 32]`; every dense GQA model in the cata
 most 16), masked MHA (`per_query_head_decode_backend: trtllm-mmha`) for vanilla MHA and
 larger groups, as its `decoderXQAImplJIT` `kernelUtils.cpp` decides."""
 KNOWN_LIMITS_MD = """## Where targets are missed, and why
-
-- **vllm (median 8.8%, p90 58.0% over 18 rows; its 9 dense-model rows 3.9% / 8.5%, its 9
-  MoE rows 24.9% / 70.2%).** Since 2026-12-02 (sixth session) the vllm rows hold nine
-  held-out Mixtral-8x7B batches: the CI's latency test at TP2 on H100 and H200 and vLLM PR
-  3240's `benchmark_latency` at TP2 on the A100, batch 1-64, 1000 in / 50 out
-  (`docs/calibration.md`). The profile did not move (its fit rows are the same four). Every
-  MoE row is over-predicted, 1.07× (H100), 1.24× (H200) and 1.16-2.01× (A100, batch 4
-  worst), and on every one the kernels alone already exceed the measurement (`python -m
-  calibration.engines --rows vllm`, column `implied_host_ms` negative), so no engine
-  overhead can meet them: the miss is the MoE kernel model, not the engine. The grouped
-  expert GEMM's compute term, `FLOP / (peak × max_eff × t / (t + half_sat))` at `t` routed
-  tokens per touched expert, is at small `t` a fixed budget of about `half_sat` (147) tokens
-  of FLOPs per expert. Fitted on the H100 (the only GPU with MoE fits; the others take its
-  parameters) it matches the weight read there, but on the A100 (a third of the FLOPs,
-  0.61× the bandwidth) and the H200 (the same FLOPs, 1.43× the bandwidth) it outlasts the
-  read: Mixtral TP2 at batch 4 on the A100 costs 978 µs a layer of that floor against 535 µs
-  to stream the touched experts' weights. With `half_sat` set to 0 (not shipped; `python -m
-  calibration.engines --moe-check`) the nine MoE rows err 3.0% / 17.0% (A100 0.78-1.16×
-  measured over predicted, H200 1.02×, H100 unchanged at 0.94×) and all 18 vllm rows 3.7% /
-  11.2%, within the target. The form belongs to the MoE cost model
-  (`disaggsim/costmodel/moe.py`, fitted by `calibration/fit_moe.py` on AIConfigurator's H100
-  MoE tables), whose refit this change does not make. The dense rows keep a smaller,
-  per-GPU bias: the host time a CI batch leaves over the kernels alone is about 0 on the
-  A100, 1.1-1.6 ms an iteration on the H100 and 1.5-2.5 ms on the H200, so the one shared
-  per-iteration cost (0.84 ms) predicts the A100 batches 4-5% slow and the H200 ones 8-10%
-  fast; with one CI box per GPU the data cannot tell the boxes' hosts from the kernel
-  profiles.
 
 - **vllm-eager-2023 (median 7.0%, p90 22.4% over both sources; DistServe's 428 rows 6.8% /
   20.3%, Splitwise's 64 held-out rows 11.2% / 28.1%).** Since 2026-12-02 (third session) the

@@ -146,27 +146,24 @@ def test_mixtral_rows_follow_their_sources_by_hand() -> None:
 
 
 @needs_data
-def test_the_mixtral_miss_is_the_moe_kernels_not_the_engine_overhead() -> None:
-    # docs/validation.md, "Where targets are missed": on the A100 the MoE step model alone
-    # (no engine overhead) already takes 1.5-2.0x the measured batch at batch 2-8, so no
-    # non-negative overhead can meet those rows; the dense rows keep the overhead's gain
+def test_the_mixtral_rows_meet_the_target_and_the_dense_rows_keep_the_overhead_gain() -> None:
+    # docs/validation.md: the held-out Mixtral-8x7B rows (A100 TP2 batch 1-64, H100/H200
+    # TP2 batch 8) within the engine target with the grouped GEMM carried by machine
+    # balance; the dense rows keep the fitted overhead's gain over kernels alone
     fits = engines.fit_all(DATA)
     rows = fits["vllm"]["rows"]
-    meas = rows["value_s"].to_numpy(float)
-    kern_ratio = rows["kernels_s"].to_numpy(float) / meas
     moe = (rows["model"] == "mixtral-8x7b").to_numpy()
-    a100 = moe & (rows["source"] == "vllm-pr-3240").to_numpy()
-    mid = a100 & rows["batch"].isin([2, 4, 8]).to_numpy()
-    assert mid.sum() == 3 and (kern_ratio[mid] > 1.4).all()
-    assert (kern_ratio[a100] > 1.1).all()
-    # dense rows: the fitted overhead shortens the tail and the median against kernels alone
+    assert moe.sum() == 9
     a, k = rows["ape"].to_numpy(float), rows["kernels_ape"].to_numpy(float)
+    assert np.median(a[moe]) < 0.06 and np.percentile(a[moe], 90) < 0.16
+    assert np.median(a) < 0.05 and np.percentile(a, 90) < 0.15
+    # dense rows: the fitted overhead shortens the tail and the median against kernels alone
     assert np.percentile(a[~moe], 90) < np.percentile(k[~moe], 90)
     assert np.median(a[~moe]) < np.median(k[~moe])
     assert np.median(a[~moe]) < 0.05 and np.percentile(a[~moe], 90) < 0.15
 
 
-def test_the_moe_floor_check_runs_the_shipped_fit_and_names_the_floor() -> None:
+def test_the_moe_floor_check_runs_the_shipped_fit_and_names_the_carry() -> None:
     t = engines.moe_floor_check()
     # its shipped column is the vllm fit's own prediction of those rows
     pts = engines.read_measurements()
@@ -176,19 +173,23 @@ def test_the_moe_floor_check_runs_the_shipped_fit_and_names_the_floor() -> None:
     # (engines.json rounds the parameters to 5 digits)
     np.testing.assert_allclose(t["pred_shipped_s"], fit["pred_s"], rtol=1e-4)
     assert (t["split"] == "holdout").all() and len(t) == 9
-    # without the grouped GEMM's small-m compute floor the A100 rows, 1.2-2.0x slow with
-    # it, come within a few percent (median); on the H100, where the floor was fitted, the
-    # prediction barely moves
-    ape_with = (t["pred_shipped_s"] / t["value_s"] - 1).abs()
-    ape_without = (t["pred_no_floor_s"] / t["value_s"] - 1).abs()
+
+    def ape(name: str) -> pd.Series:
+        return (t[f"pred_{name}_s"] / t["value_s"] - 1).abs()
+
+    # the H100's small-m compute floor used unscaled makes the A100 rows 1.2-2.0x slow;
+    # carried by machine balance (the shipped rule) they come within the target
     a100 = (t["gpu"] == "a100-80gb").to_numpy()
-    assert np.median(ape_with[a100]) > 0.25 and np.median(ape_without[a100]) < 0.05
+    assert np.median(ape("uncarried")[a100]) > 0.25
+    assert np.median(ape("shipped")[a100]) < 0.06
+    # on the H100, where the floor was fitted, nothing is carried
     h100 = (t["gpu"] == "h100-sxm").to_numpy()
+    np.testing.assert_array_equal(t["pred_uncarried_s"][h100], t["pred_shipped_s"][h100])
     np.testing.assert_allclose(t["pred_no_floor_s"][h100], t["pred_shipped_s"][h100], rtol=0.01)
-    # on the H200 (the H100's FLOPs, 1.43x its bandwidth) the floor makes the step slow too
+    # on the H200 (the H100's FLOPs, 1.43x its bandwidth) the unscaled floor is slow too
     h200 = (t["gpu"] == "h200-sxm").to_numpy()
-    assert (t["measured_over_shipped"][h200] < 0.85).all()
-    assert (abs(t["measured_over_no_floor"][h200] - 1) < 0.05).all()
+    assert (t["measured_over_uncarried"][h200] < 0.85).all()
+    assert (abs(t["measured_over_shipped"][h200] - 1) < 0.05).all()
 
 
 def test_held_out_rows_never_enter_the_sglang_and_vllm_fits() -> None:

@@ -341,3 +341,28 @@ def test_all_to_all_traffic_is_what_the_step_prices(ds_decode):
     assert ds_decode.all_to_all_traffic(144 * 64, 4096).mode == "normal"
     tp_only = build_moe_worker_cost("mixtral-8x7b", "h100-sxm", 4)
     assert tp_only.all_to_all_traffic(64, 0).num_layers == 0
+
+
+@pytest.mark.parametrize("gpu", ["h200-sxm", "a100-80gb"])
+def test_carried_grouped_gemm_follows_bandwidth_in_decode_and_flops_in_prefill(gpu):
+    """The grouped-GEMM parameters are fitted on the H100 only. Carried to another GPU, a
+    decode step's routed experts (Mixtral-8x7B TP2, batch 8: two tokens per expert, held by
+    the weight stream) scale with the HBM bandwidth ratio, a long prefill's (16,384 tokens)
+    with the FLOP ratio, each within 5%: the small-m compute floor scales with the machine
+    balance (carry_half_sat). Unscaled, the H100's floor made the H200 decode 0.95x the
+    H100's (bandwidth says 0.70x) and the A100's 2.9x (1.64x)."""
+
+    def experts_s(g: str) -> tuple[float, float]:
+        c = build_moe_worker_cost("mixtral-8x7b", g, 2)
+        dec = c.breakdown(decode_batch=8, decode_context_tokens=8 * 1000).expert_gemm_s
+        pre = c.breakdown(
+            prefill_seqs=4, prefill_tokens=16384, prefill_attn_pairs=4 * 4096 * 4097 / 2
+        ).expert_gemm_s
+        return dec, pre
+
+    (dec_h, pre_h), (dec_g, pre_g) = experts_s("h100-sxm"), experts_s(gpu)
+    h100, other = get_gpu("h100-sxm"), get_gpu(gpu)
+    bw_ratio = h100.hbm_bytes_per_s / other.hbm_bytes_per_s
+    flop_ratio = h100.bf16_flop_per_s / other.bf16_flop_per_s
+    assert dec_g / dec_h == pytest.approx(bw_ratio, rel=0.05)
+    assert pre_g / pre_h == pytest.approx(flop_ratio, rel=0.05)

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ from disaggsim.costmodel.overhead import (
 )
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import EngineProfile, resolve_engine
-from disaggsim.hardware.profile import GemmParams, HardwareProfile, load_profile
+from disaggsim.hardware.profile import GemmParams, GpuPeaks, HardwareProfile, load_profile
 from disaggsim.units import GiB
 
 __all__ = [
@@ -137,6 +138,56 @@ def grouped_gemm_time_s(
         flop / (peak_flop_per_s * vmax(eff, 1e-12)),
         (weight_bytes + act_bytes) / (hbm_bytes_per_s * p.mem_eff),
     )
+
+
+def _expert_param_key(fmt: str) -> str:
+    """The grouped-GEMM parameter set (``MoeParams.gemm``) an expert weight format runs."""
+    if fmt in ("mxfp4", "nvfp4"):
+        return "mxfp4"
+    if fmt in ("fp8", "fp8-block"):
+        return fmt
+    return "bf16"
+
+
+def _expert_peak(fmt: str, gpu: GpuSpec, peaks: GpuPeaks) -> float:
+    """Tensor-core FLOP/s the expert GEMMs of weight format ``fmt`` run at on ``gpu``:
+    FP4 where the GPU has FP4 tensor cores (else bf16), FP8 for FP8 formats, else bf16."""
+    if fmt in ("mxfp4", "nvfp4"):
+        return gpu.fp4_flop_per_s or peaks.bf16_flop_per_s
+    if fmt in ("fp8", "fp8-block"):
+        return peaks.fp8_flop_per_s
+    return peaks.bf16_flop_per_s
+
+
+@cache
+def _fitted_balance_flop_per_byte(fitted_gpu: str, fmt: str) -> float:
+    """Expert FLOP/s over HBM bytes/s of the GPU the MoE parameters were fitted on, by
+    its shipped profile (the peaks ``calibration.fit_moe`` fitted against)."""
+    prof = load_profile(fitted_gpu)
+    return _expert_peak(fmt, get_gpu(fitted_gpu), prof.peaks) / prof.peaks.hbm_bytes_per_s
+
+
+def carry_half_sat(
+    p: GroupedGemmParams,
+    expert_peak_flop_per_s: float,
+    hbm_bytes_per_s: float,
+    fmt: str,
+    fitted_gpu: str,
+) -> GroupedGemmParams:
+    """Grouped-GEMM parameters fitted on ``fitted_gpu`` carried to another GPU's peaks.
+
+    ``half_sat`` is the tokens per expert at which the grouped GEMM reaches half its
+    compute efficiency: below it a tile's weights are read for few rows and the kernel is
+    held by the weight stream, not the tensor cores. Where that happens is set by the
+    machine balance (FLOP per HBM byte), so ``half_sat`` scales with it: an A100
+    (156 bf16 FLOP/B) saturates at about half the tokens per expert of an H100 (295),
+    an H200 (206) at 0.70x. Carried unscaled, the small-m compute floor of the H100 fit
+    did not follow bandwidth (Mixtral-8x7B decode on A100/H200 vs the vLLM measurements
+    in ``calibration/engines``: docs/calibration.md). ``launch_s``, ``max_eff`` and
+    ``mem_eff`` carry as they are."""
+    fitted = _fitted_balance_flop_per_byte(fitted_gpu, fmt)
+    ratio = (expert_peak_flop_per_s / hbm_bytes_per_s) / fitted
+    return replace(p, half_sat=p.half_sat * ratio)
 
 
 def unit_nodes(tp: int, num_ranks: int, gpus_per_node: int) -> int:
@@ -490,15 +541,16 @@ class MoeWorkerCost:
         self._lin = profile.gemm_params(lin)
         self._bf16_gemm = profile.gemm_params("bf16")
         self._expert_elem = _ELEM[fmt if fmt != "fp16" else "bf16"]
-        if fmt in ("mxfp4", "nvfp4"):
-            self._expert_peak = gpu.fp4_flop_per_s or peaks.bf16_flop_per_s
-            self._expert_params = params.gemm("mxfp4")
-        elif fmt in ("fp8", "fp8-block"):
-            self._expert_peak = peaks.fp8_flop_per_s
-            self._expert_params = params.gemm(fmt)
-        else:
-            self._expert_peak = peaks.bf16_flop_per_s
-            self._expert_params = params.gemm("bf16")
+        self._expert_peak = _expert_peak(fmt, gpu, peaks)
+        self._expert_params = params.gemm(_expert_param_key(fmt))
+        if params.transferred_from:
+            self._expert_params = carry_half_sat(
+                self._expert_params,
+                self._expert_peak,
+                peaks.hbm_bytes_per_s,
+                fmt,
+                params.transferred_from,
+            )
         self._kv_elem = float(dtype_bytes(kv_dtype))
         self._dec = profile.decode_attention_params(kv_dtype)
         self._pre = profile.prefill_attention_params("bf16")
