@@ -28,12 +28,14 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from disaggsim.errors import UserError
+from disaggsim.inputs import kind_of, read_json, read_regular
 
 MARKER = ".disaggsim-result.json"
 # Longest file name most filesystems take (NAME_MAX); a temporary sibling adds a suffix.
@@ -141,10 +143,15 @@ def _probe_writable(absolute: Path, flag: str, shown: Path) -> None:
 
 
 def read_marker(folder: Path) -> Previous | None:
-    """The earlier result a folder's marker describes; None if it has no valid marker."""
+    """The earlier result a folder's marker describes; None if it has no valid marker.
+    A marker disaggsim wrote is a regular file of a few kilobytes: a symbolic link, a
+    named pipe (reading it would block) or a device is no marker."""
+    marker = folder / MARKER
     try:
-        doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        if not stat.S_ISREG(os.lstat(marker).st_mode):
+            return None
+        doc = read_json(marker, _NotOurs)
+    except (OSError, ValueError, _NotOurs):
         return None
     if not isinstance(doc, dict) or doc.get("written_by") != "disaggsim":
         return None
@@ -154,6 +161,10 @@ def read_marker(folder: Path) -> Previous | None:
     if any("/" in f or f in ("", ".", "..", MARKER) for f in files):
         return None
     return Previous(command=str(doc.get("command", "?")), files=tuple(files))
+
+
+class _NotOurs(Exception):
+    """A file a recogniser read is not one disaggsim wrote (internal to this module)."""
 
 
 def _shown(names: Iterable[str], limit: int = 4) -> str:
@@ -185,6 +196,8 @@ def check_folder(path: str | Path, flag: str = "--out") -> Previous | None:
                     "give a new or empty folder",
                 )
             foreign = set(names) - set(previous.files) - {MARKER}
+            # a listed name that is now a folder is not the file that result wrote
+            foreign |= {n for n in set(names) & set(previous.files) if _is_folder(absolute / n)}
             if foreign:
                 raise _fail(
                     flag,
@@ -198,6 +211,13 @@ def check_folder(path: str | Path, flag: str = "--out") -> Previous | None:
     return previous
 
 
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def check_file(
     path: str | Path, flag: str, owned: Callable[[Path], bool], what: str = "file"
 ) -> bool:
@@ -209,9 +229,12 @@ def check_file(
     if exists:
         if absolute.is_dir():
             raise _fail(flag, path, f"is a folder (give a {what} name)")
+        mode = absolute.stat().st_mode
+        if not stat.S_ISREG(mode):  # a named pipe would block the recogniser's read
+            raise _fail(flag, path, f"exists and is {kind_of(mode)}; give a new {what} name")
         try:
             mine = owned(absolute)
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, UnicodeDecodeError, _NotOurs):
             mine = False
         if not mine:
             raise _fail(
@@ -283,6 +306,8 @@ def _write_marker(folder: Path, command: str, names: Iterable[str]) -> None:
 def _delete_listed(folder: Path, previous: Previous) -> None:
     """Delete the files an earlier result's manifest lists (and its marker), nothing else."""
     for name in (*previous.files, MARKER):
+        if _is_folder(folder / name):
+            continue  # not a file that result wrote (check_folder refuses it first)
         try:
             (folder / name).unlink()
         except FileNotFoundError:
@@ -371,9 +396,7 @@ def json_owned(*keys: str) -> Callable[[Path], bool]:
     """Recogniser for JSON files disaggsim writes: a mapping holding all of ``keys``."""
 
     def owned(p: Path) -> bool:
-        if p.stat().st_size > 64 * 2**20:
-            return False
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = read_json(p, _NotOurs)
         return isinstance(doc, dict) and all(k in doc for k in keys)
 
     return owned
@@ -384,8 +407,10 @@ def prefix_owned(prefix: str) -> Callable[[Path], bool]:
     head = prefix.encode()
 
     def owned(p: Path) -> bool:
-        with open(p, "rb") as f:
-            return f.read(len(head)) == head
+        try:
+            return read_regular(p, _NotOurs, len(head), head=True) == head
+        except _NotOurs:
+            return False
 
     return owned
 

@@ -24,6 +24,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -1035,6 +1036,11 @@ def check_out(work: Path, case: tuple[str, str | None, str | None]) -> list[str]
     if rc == 0:
         outs = [work / (out if out is not None else "results/quickstart")]
         outs += [work / trace] if trace is not None else []
+        if trace is not None:
+            # a trace written into an earlier result folder joins its marker (safety.md)
+            marker = (work / trace).parent.resolve() / ".disaggsim-result.json"
+            if before.get(os.path.relpath(marker, work.resolve())):
+                outs.append(marker)
         changed = {k for k in set(after) | set(before) if after.get(k) != before.get(k)}
         for k in changed:
             p = (work / k).resolve()
@@ -1167,7 +1173,6 @@ def test_an_os_error_no_check_caught_is_still_one_line(work, monkeypatch):
 if (
     __name__ == "__main__"
 ):  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan|yaml|out|trace|compare]
-    import os
     import tempfile
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])

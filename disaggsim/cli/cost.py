@@ -41,6 +41,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -689,6 +690,10 @@ def run_queries(command: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             return [query(values, cache)]
         except UserError as e:
             raise UserError(_as_flag(fields, str(e))) from None
+    from disaggsim.inputs import regular_file
+
+    if os.path.exists(path):  # a named pipe or a device would block; open() names the rest
+        regular_file(path, UserError, "query table")
     try:
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from disaggsim.config.bounds import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, fmt
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
+from disaggsim.inputs import read_regular
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,23 +127,9 @@ def _expanded_size(obj: Any, label: str) -> int:
 
 
 def read_yaml(path: Path) -> dict:
-    """A scenario file as a mapping; every way it can be unreadable is one line."""
-    try:
-        found = path.is_file()
-    except (OSError, ValueError) as e:  # a name too long, a NUL byte
-        raise UserError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    if not found:
-        raise UserError(f"{path}: scenario file not found")
-    try:
-        size = path.stat().st_size
-        if size > MAX_SCENARIO_BYTES:
-            raise UserError(
-                f"{path}: {size:,} bytes, larger than the {fmt(MAX_SCENARIO_BYTES)} bytes a "
-                "scenario file may have"
-            )
-        data = path.read_bytes()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    """A scenario file as a mapping; every way it can be unreadable is one line (a
+    folder, a named pipe or a device is refused before it is read)."""
+    data = read_regular(path, UserError, MAX_SCENARIO_BYTES, "scenario file")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

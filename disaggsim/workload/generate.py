@@ -17,6 +17,7 @@ import numpy as np
 
 from disaggsim.config.bounds import MAX_REQUESTS
 from disaggsim.errors import UserError
+from disaggsim.inputs import regular_file
 from disaggsim.workload.arrivals import (
     CyclicSchedule,
     DiurnalSchedule,
@@ -282,17 +283,18 @@ def _trace_path(cfg: TraceWorkload, base_dir: Path | None) -> Path:
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
     try:
-        found = path.is_file()
-        folder = not found and path.is_dir()
-    except (OSError, ValueError) as e:  # a name too long, a NUL byte
-        raise UserError(
-            f"workload.path: {str(path)!r}: cannot read ({getattr(e, 'strerror', None) or e})"
-        ) from None
-    if not found:
-        what = "a folder, not a trace file" if folder else "no such file"
+        regular_file(path, _NotATrace, "trace file")
+    except _NotATrace as e:
+        what = str(e).removeprefix(f"{path}: ")
+        if what.endswith(" not found"):
+            what = "no such file"
         where = "" if Path(cfg.path).is_absolute() else " (relative to the scenario's folder)"
-        raise UserError(f"workload.path: {str(path)!r}: {what}{where}")
+        raise UserError(f"workload.path: {str(path)!r}: {what}{where}") from None
     return path
+
+
+class _NotATrace(Exception):
+    """``workload.path`` names no regular file (reworded to name the field)."""
 
 
 def kept_buckets_note(cfg: TraceWorkload, base_dir: Path | None = None) -> str | None:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from disaggsim.errors import UserError
+from disaggsim.inputs import regular_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +77,7 @@ def trace_prefix_reuse(
     if same_time_hits and min_age_s != 0:
         raise ValueError("same_time_hits needs min_age_s = 0")
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: trace file not found")
+    regular_file(path, UserError, "trace file")
     rows: list[tuple[float, int, int, list[int]]] = []
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):

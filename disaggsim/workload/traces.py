@@ -33,6 +33,7 @@ import pandas as pd
 
 from disaggsim.config.bounds import MAX_TOKENS
 from disaggsim.errors import UserError
+from disaggsim.inputs import regular_file
 from disaggsim.workload.chains import canonical_chains
 from disaggsim.workload.requests import Requests
 
@@ -98,12 +99,7 @@ def read_trace(
     path = Path(path)
     if format not in TRACE_FORMATS:
         raise UserError(f"{path}: unknown trace format {format!r}; allowed: azure, mooncake, auto")
-    try:
-        found = path.is_file()
-    except (OSError, ValueError) as e:  # a name too long, a NUL byte
-        raise UserError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    if not found:
-        raise UserError(f"{path}: trace file not found")
+    regular_file(path, UserError, "trace file")  # a named pipe or a device would block
     if format == "auto":
         format = detect_format(path)
     else:
