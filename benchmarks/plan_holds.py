@@ -11,8 +11,15 @@ prints one line per run: met or missed, attainment, the steady-state test and TT
 A recommendation that misses as written says the goodput was put above what the
 deployment serves in a long run.
 
-    python benchmarks/plan_holds.py [--seed 7] [--questions 12] [--full]
+    python benchmarks/plan_holds.py [--seed 7] [--questions 12] [--full] [--regimes]
         [--margins 0.96,0.92] [--question-window] [--out results/plan_holds]
+
+``--regimes`` draws each question from one of the regimes where the verdict should
+flip (:data:`REGIMES`: a PCIe-only fabric, 2-3 GPUs, very short prompts, a low target
+rate that sizes a small budget, long prompts under a tight ITL on a large NVLink or
+InfiniBand fleet, MoE models, a prefix-sharing trace with a prefix cache) instead of the
+plain mix; the plain mix (the default) draws as before, so earlier seeds ask the same
+questions.
 
 Not a test: nothing is asserted; each question takes from seconds to minutes.
 """
@@ -53,6 +60,66 @@ def question(rng: random.Random) -> list[str]:
     ]  # fmt: skip
 
 
+REGIMES = ("pcie", "few_gpus", "short", "low_rate", "long_tight", "moe", "prefix")
+DENSE_128K = ("llama-3.1-8b", "llama-3.1-70b")  # context for 8-16k-token prompts
+MOE = ("qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "deepseek-v3")
+TRACE = "../shared/data/traces/mooncake_conversation_trace.jsonl"
+
+
+def regime_question(rng: random.Random) -> tuple[str, list[str]]:
+    """One random question from a regime of :data:`REGIMES`: (regime, flags)."""
+    regime = rng.choice(REGIMES)
+    slo = ["--ttft-ms", str(rng.choice((1000, 2000, 5000))),
+           "--itl-ms", str(rng.choice((30, 50, 100)))]  # fmt: skip
+    small = ("llama-3.1-8b", "mistral-7b", "llama-3-8b")
+    if regime == "pcie":
+        flags = ["--model", rng.choice(("llama-3.1-8b", "llama-3.1-70b")),
+                 "--gpu", rng.choice(("l40s", "a100-80gb", "h100-pcie")),
+                 "--gpus", str(rng.choice((4, 8))), "--fabric", "pcie",
+                 "--isl", str(rng.choice((2000, 6000))), "--osl", "200", *slo]  # fmt: skip
+    elif regime == "few_gpus":
+        flags = ["--model", rng.choice(small), "--gpu", rng.choice(GPUS),
+                 "--gpus", str(rng.choice((2, 3))),
+                 "--isl", str(rng.choice((512, 2000, 6000))),
+                 "--osl", str(rng.choice((64, 256))), *slo]  # fmt: skip
+    elif regime == "short":
+        flags = ["--model", rng.choice(small), "--gpu", rng.choice(GPUS),
+                 "--gpus", str(rng.choice((4, 8, 16))),
+                 "--isl", str(rng.choice((16, 64, 128))),
+                 "--osl", str(rng.choice((128, 512))), *slo]  # fmt: skip
+    elif regime == "low_rate":
+        flags = ["--model", rng.choice((*small, "llama-3.1-70b")),
+                 "--gpu", rng.choice(("h100-sxm", "a100-80gb")),
+                 "--target-rate", str(rng.choice((0.2, 0.5, 1.0))),
+                 "--isl", str(rng.choice((2000, 8000))), "--osl", "256", *slo]  # fmt: skip
+    elif regime == "long_tight":
+        fabric = rng.choice(("auto", "infiniband", "nvlink"))  # nvlink: one node of 8
+        flags = ["--model", rng.choice(DENSE_128K), "--gpu", rng.choice(("h100-sxm", "h200-sxm")),
+                 "--gpus", "8" if fabric == "nvlink" else str(rng.choice((16, 32))),
+                 "--fabric", fabric,
+                 "--isl", rng.choice(("12000", "lognormal:8000:0.6:32000")),
+                 "--osl", "300", "--ttft-ms", "5000",
+                 "--itl-ms", str(rng.choice((20, 30, 40)))]  # fmt: skip
+    elif regime == "moe":
+        model = rng.choice(MOE)
+        gpus = ["--gpu", "h200-sxm", "--gpus", "16", "--weight-dtype", "released"] if (
+            model == "deepseek-v3"
+        ) else ["--gpu", rng.choice(("h100-sxm", "a100-80gb", "h200-sxm")),
+                "--gpus", str(rng.choice((4, 8)))]  # fmt: skip
+        flags = ["--model", model, *gpus, "--isl", str(rng.choice((512, 2000, 8000))),
+                 "--osl", str(rng.choice((128, 500))), *slo]  # fmt: skip
+    else:  # prefix: a trace that repeats prefixes, each prefill worker caching them
+        flags = ["--model", "llama-3.1-8b", "--gpu", rng.choice(("h100-sxm", "a100-80gb")),
+                 "--gpus", str(rng.choice((4, 8))), "--trace", TRACE,
+                 "--set", "cache.policy=radix",
+                 # colocated pools cache prefixes only with these KV settings (else the
+                 # plan says its colocated candidates ran without a cache)
+                 *(["--set", "kv.admission=on_demand", "--set", "kv.preemption=recompute"]
+                   if rng.random() < 0.5 else []),
+                 "--ttft-ms", str(rng.choice((2000, 5000))), "--itl-ms", "50"]  # fmt: skip
+    return regime, flags
+
+
 def run(
     cli: list[str], scenario: Path, out: Path, rate: float | None, sim: dict | None = None
 ) -> dict:
@@ -73,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--questions", type=int, default=12)
     ap.add_argument("--full", action="store_true", help="plan without --quick")
+    ap.add_argument("--regimes", action="store_true", help="draw from REGIMES (see above)")
     ap.add_argument("--margins", default="", help="also run at these shares of the rate")
     ap.add_argument(
         "--question-window",
@@ -86,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     margins = [float(x) for x in a.margins.split(",") if x]
     a.out.mkdir(parents=True, exist_ok=True)
     for i in range(a.questions):
-        flags = question(rng)
-        name = f"q{a.seed}-{i}"
+        regime, flags = regime_question(rng) if a.regimes else ("mix", question(rng))
+        name = f"q{a.seed}-{i}" + (f"-{regime}" if a.regimes else "")
         plan_out = a.out / name
         mode = [] if a.full else ["--quick"]
         t0 = time.perf_counter()
@@ -99,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
         verdict = next((ln for ln in p.stdout.splitlines() if ln.startswith("verdict")), "")
         print(f"{name} {' '.join(flags)} rc {p.returncode} {wall:.0f} s {verdict}", flush=True)
+        if p.returncode != 0:
+            print(f"  {(p.stderr.strip().splitlines() or [''])[-1]}", flush=True)
+        elif (plan_out / "plan.json").exists():
+            why = json.loads((plan_out / "plan.json").read_text()).get("reason", "")
+            print(f"  reason: {why}", flush=True)
         rec = plan_out / "recommended.yaml"
         if p.returncode != 0 or not rec.exists():
             continue
