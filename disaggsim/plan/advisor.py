@@ -193,7 +193,8 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
     )
     if workers < 2:
         fleet = (
-            f"{res.gpu_budget} GPUs hold {workers} worker of {unit}: "
+            f"{res.gpu_budget} GPU{'s hold' if res.gpu_budget > 1 else ' holds'} "
+            f"{workers} worker of {unit}: "
             "disaggregation needs at least 2 workers (one per pool) and cannot exist here"
         )
     else:
@@ -218,13 +219,24 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
     e2e = None if best.at_rate is None else best.at_rate.e2e_mean_s
     if e2e is not None and best.goodput_per_s > 0:
         n_workers = best.candidate.num_prefill_workers + best.candidate.num_decode_workers
-        per_worker = best.goodput_per_s * float(e2e) / n_workers
+        # a target-rate question serves that rate, not the goodput: in flight at the rate
+        # (with the end-to-end time at the goodput, an upper bound at a lower rate)
+        target = res.target_rate_per_s
+        at_target = target is not None and target < best.goodput_per_s
+        rate = target if at_target and target is not None else best.goodput_per_s
+        per_worker = rate * float(e2e) / n_workers
+        where = (
+            f"at most, at the target rate ({float(e2e):.1f} s is the end-to-end time at the "
+            f"best goodput, {best.goodput_per_s:.3g} req/s)"
+            if at_target
+            else "at the best goodput"
+        )
         out.append(
             Condition(
                 "concurrency",
                 per_worker >= HIGH_CONCURRENCY_PER_WORKER,
-                f"{best.goodput_per_s:.2f} req/s x {float(e2e):.1f} s end-to-end = "
-                f"{per_worker:.1f} requests in flight per worker at the best goodput "
+                f"{rate:.3g} req/s x {float(e2e):.1f} s end-to-end = "
+                f"{per_worker:.1f} requests in flight per worker {where} "
                 f"(high when >= {HIGH_CONCURRENCY_PER_WORKER:g})",
             )
         )
@@ -457,6 +469,57 @@ def left_over_doubt(res: SearchResult, adv: Advice) -> str | None:
     return None
 
 
+def binding_target(r: CandidateResult, res: SearchResult) -> str | None:
+    """The SLO target candidate ``r``'s run at its goodput (``at_rate``) is nearest: at
+    the goodput about the attainment target's share of requests meets the SLO, so the
+    target whose p90 sits nearer (or past) its bound is the likelier to hold it (the
+    stability test may hold it first). None without a run or for ``max_gap`` (its
+    per-request p90 is not summarised)."""
+    a = r.at_rate
+    slo = res.loaded.scenario.slo
+    if a is None or slo.itl_statistic != "tpot":
+        return None
+    ttft, itl = float(a.ttft_p90_s), float(a.tpot_p90_s)
+    if not (ttft > 0 or itl > 0):
+        return None
+    if ttft / slo.ttft_s >= itl / slo.itl_s:
+        return f"TTFT target (p90 {_ms(ttft)} ms against {_ms(slo.ttft_s)} ms)"
+    return f"ITL target (TPOT p90 {_ms(itl)} ms against {_ms(slo.itl_s)} ms)"
+
+
+def _unexplained_clause(
+    res: SearchResult, winner: CandidateResult, loser: CandidateResult | None, how: str
+) -> str:
+    """What the measured runs say where the conditions do not explain the verdict
+    (``how``: why they do not): the target each side's best is nearest at its goodput."""
+    parts = []
+    for r in (loser, winner):
+        b = None if r is None else binding_target(r, res)
+        if r is not None and b is not None:
+            parts.append(f"{r.candidate.label} at its goodput is nearest its {b}")
+    return f"; {how}: the runs decide ({'; '.join(parts)})" if parts else f"; {how}"
+
+
+def _target_rate_clause(res: SearchResult, rec: CandidateResult | None) -> str:
+    """What the reason adds for a target-rate question: the fleet was sized again at
+    fewer GPUs (plan.fit_target_rate), or the recommendation serves less than the rate."""
+    target = res.target_rate_per_s
+    if target is None or rec is None:
+        return ""
+    if rec.goodput_per_s < target:
+        return (
+            f"; it serves {rec.goodput_per_s:.3g} req/s, under the target rate of {target:g}: "
+            "ask for more GPUs with --gpus"
+        )
+    if res.first_budget is not None:
+        return (
+            f"; sized for the target rate of {target:g} req/s: {res.gpu_budget} "
+            f"GPU{'s serve' if res.gpu_budget > 1 else ' serves'} it, fewer than the "
+            f"{res.first_budget} first sized with one worker per pool"
+        )
+    return ""
+
+
 def _advise(res: SearchResult) -> Advice:
     dis = _best(res, "disaggregate")
     chk = _best(res, "colocate_chunked")
@@ -507,6 +570,10 @@ def _advise(res: SearchResult) -> Advice:
                 else ""
             )
         )
+        if not any(c.holds for c in pd_conds if c.name in ("long_prompts", "tight_itl_tail")):
+            reason += _unexplained_clause(
+                res, dis, best_colo, "neither long prompts nor a tight ITL tail explain it"
+            )
         verdict, rec = "disaggregate", dis
     else:
         if gain is None or dis.goodput_per_gpu_per_s == 0:
@@ -526,9 +593,14 @@ def _advise(res: SearchResult) -> Advice:
             + (f" because {why}" if why else "")
             + (f"; holds: {', '.join(held)}" if held else "")
         )
+        if not missing and dis.goodput_per_gpu_per_s > 0:
+            reason += _unexplained_clause(
+                res, best_colo, dis, "every condition for disaggregation holds, yet it does not win"
+            )
         verdict, rec = colo_verdict, best_colo
     if reuse is not None:
         reason += f"; prefix reuse: {reuse.detail}"
+    reason += _target_rate_clause(res, rec)
     return Advice(
         verdict=verdict,
         reason=reason,

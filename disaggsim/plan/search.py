@@ -491,6 +491,12 @@ class SearchResult:
     # ``progress=``), reusing ``memo``, its simulations counted after these; None for a
     # result built by hand
     rerun: Callable[..., SearchResult] | None = field(default=None, repr=False, compare=False)
+    # the rate the question asked to serve (--target-rate), None for a budget question
+    target_rate_per_s: float | None = None
+    price_per_gpu_hour: float | None = None  # --price-per-gpu-hour (None: not asked)
+    # a target-rate plan searched again at fewer GPUs (plan.fit_target_rate): the budget
+    # first sized (one worker per pool at least), else None
+    first_budget: int | None = None
 
 
 def _pool_base(pool) -> dict[str, Any]:
@@ -1812,6 +1818,8 @@ def search(
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
         guesses=guesses,
         memo=memo,
+        target_rate_per_s=target_rate_per_s,
+        price_per_gpu_hour=price_per_gpu_hour,
         rerun=functools.partial(
             search,
             loaded,

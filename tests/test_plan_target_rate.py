@@ -1,0 +1,81 @@
+"""A target-rate plan is for the fleet the rate needs (disaggsim/plan/__init__.py
+``fit_target_rate``, docs/planning.md §3 "A target rate"). The runs are stubbed
+(tests/plan_fakes.py): a run meets the SLO when its rate per GPU is at most its
+architecture's capacity."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from disaggsim.plan import PlanOptions, plan
+from disaggsim.sweep import SerialExecutor
+from tests.plan_fakes import fake_run_points
+
+# Llama-3.1-8B on H100 (tp1 only), 1000/100 tokens: one worker serves many req/s, so a
+# target rate of 0.3 req/s is sized as the analytic fleet's floor, one worker per pool
+QUESTION = {
+    "name": "fake-rate",
+    "seed": 5,
+    "model": "llama-3.1-8b",
+    "architecture": "colocated",
+    "pool": {"gpu": "h100-sxm", "num_workers": 4, "tp": 1, "scheduler": "chunked"},
+    "fabric": {"link": "nvlink"},
+    "slo": {"ttft_ms": 1000, "itl_ms": 50},
+    "workload": {
+        "kind": "synthetic", "rate_per_s": 0.3,
+        "prompt_tokens": {"dist": "fixed", "value": 1000},
+        "output_tokens": {"dist": "fixed", "value": 100},
+        "max_tokens": 100,
+    },
+    "sim": {"duration_s": 500, "warmup_s": 50},
+}  # fmt: skip
+OPTS = dataclasses.replace(PlanOptions.quick(), max_tp=1)
+# req/s per GPU each architecture serves: disaggregation +30 % per GPU over chunked
+CAPS = {"disaggregated": 1.3, "colocated-chunked": 1.0, "colocated-vllm": 0.5}
+
+
+def _fake(monkeypatch):
+    def meets(sc) -> bool:
+        arch = sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
+        return sc.workload.rate_per_s / sc.num_gpus <= CAPS[arch]
+
+    return fake_run_points(monkeypatch, meets)
+
+
+def test_a_rate_one_colocated_worker_serves_is_planned_on_one_gpu(monkeypatch):
+    """0.3 req/s: the analytic fleet is 2 GPUs (1P + 1D), where the disaggregated pair
+    wins per GPU (1.3 against 1.0); but one chunked worker serves 1.0 req/s, so one GPU
+    serves the rate and disaggregation cannot exist on it: colocate, on 1 GPU, and the
+    reason says why (was: disaggregate on 2 GPUs, twice the GPUs the rate needs)."""
+    _fake(monkeypatch)
+    res, advice = plan(QUESTION, target_rate_per_s=0.3, options=OPTS, executor=SerialExecutor())
+    assert advice.verdict == "colocate_chunked" and res.gpu_budget == 1
+    assert res.first_budget == 2
+    rec = advice.recommended
+    assert rec is not None and rec.candidate.num_gpus == 1 and rec.goodput_per_s >= 0.3
+    assert "sized for the target rate of 0.3 req/s: 1 GPU serves it" in advice.reason
+    assert any(n.startswith("sized for 0.3 req/s: the 2 GPUs first sized") for n in res.notes)
+    # in flight at the target rate, not at the goodput
+    conc = next(c for c in advice.conditions if c.name == "concurrency")
+    assert not conc.holds and conc.detail.startswith("0.3 req/s x ")
+
+
+def test_a_budget_question_is_not_resized(monkeypatch):
+    """--gpus 2 asks about 2 GPUs: the same runs, no second search, disaggregate."""
+    _fake(monkeypatch)
+    res, advice = plan(QUESTION, gpus=2, options=OPTS, executor=SerialExecutor())
+    assert advice.verdict == "disaggregate" and res.gpu_budget == 2
+    assert res.first_budget is None
+
+
+def test_a_fleet_that_serves_less_than_the_rate_says_so(monkeypatch):
+    """30 req/s, where the analytic fleet (sized on the cost model's capacity) holds far
+    less than the stub serves: no colocated candidate serves the rate with fewer GPUs, so
+    no second search; the recommendation serves under the rate and the reason says so
+    (was: silent)."""
+    _fake(monkeypatch)
+    res, advice = plan(QUESTION, target_rate_per_s=30.0, options=OPTS, executor=SerialExecutor())
+    rec = advice.recommended
+    assert rec is not None and rec.goodput_per_s < 30.0
+    assert f"it serves {rec.goodput_per_s:.3g} req/s, under the target rate of 30" in advice.reason
+    assert res.first_budget is None
