@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 
 from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.errors import UserError
 from disaggsim.plan.advisor import Advice, advise
 from disaggsim.plan.analytic import AnalyticGuess, analytic_guess
 from disaggsim.plan.confirm import confirm_close_call
@@ -119,15 +120,18 @@ def fit_target_rate(
     if fewer is None or rate is None:
         return res
     gpus, row = fewer
-    smaller = _search(
-        res.loaded,
-        gpus=gpus,
-        price_per_gpu_hour=res.price_per_gpu_hour,
-        options=res.options,
-        executor=executor,
-        progress=progress,
-        simulations_before=res.num_simulations,
-    )
+    try:
+        smaller = _search(
+            res.loaded,
+            gpus=gpus,
+            price_per_gpu_hour=res.price_per_gpu_hour,
+            options=res.options,
+            executor=executor,
+            progress=progress,
+            simulations_before=res.num_simulations,
+        )
+    except UserError:  # the smaller budget refused (a bound): the fleet first sized stands
+        return res
     smaller = confirm_close_call(smaller, executor=executor, progress=progress)
     if not smaller.ranked or smaller.ranked[0].goodput_per_s < rate:
         return res
