@@ -180,8 +180,24 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "max: 8192}": "2048"}), run_args(), "workload.prompt_tokens: expected a mapping, one of "
      "{dist: fixed, value}, {dist: uniform, low, high}, {dist: lognormal, median, sigma}, "
      "{dist: empirical, quantiles}, got 2048"),
+    # a mapping without its tag (dist, kind) names the tag and the forms (it read
+    # "expected a mapping" of a mapping); a wrong tag names the tag and its values (it read
+    # pydantic's "Input tag 'fixd' found using 'dist' does not match any of the expected
+    # tags"; the fabric's "found using _fabric_kind()")
     ("length-no-tag", _nothing, sets("workload.output_tokens={value: 12}"),
-     "workload.output_tokens: expected a mapping, one of {dist: fixed, value}"),
+     "workload.output_tokens.dist: required key is missing (give a mapping, one of "
+     "{dist: fixed, value}, {dist: uniform, low, high}"),
+    ("length-wrong-tag", _nothing, sets("workload.output_tokens={dist: fixd, value: 12}"),
+     "workload.output_tokens.dist: unknown value 'fixd' (did you mean fixed?) (allowed: "
+     "fixed, uniform, lognormal, empirical)"),
+    ("length-null-tag", _nothing, sets("workload.output_tokens={dist: null, value: 12}"),
+     "workload.output_tokens.dist: unknown value null (allowed: fixed"),
+    ("workload-no-kind", _nothing, sets("workload={rate_per_s: 3}"),
+     "workload.kind: required key is missing (give a mapping, one of {kind: synthetic, "),
+    ("fabric-wrong-kind", _nothing, sets("fabric={kind: topolgy}"),
+     "fabric.kind: unknown value 'topolgy' (did you mean topology?) (allowed: link, topology)"),
+    ("rate-shape-no-kind", _nothing, sets("workload.rate_shape={period_s: 3}"),
+     "workload.rate_shape.kind: required key is missing (allowed: diurnal, step)"),
     ("length-null", _nothing, sets("workload.output_tokens=null"), "got null"),
     ("slo-scalar", _nothing, sets("slo=5"), "slo: expected a mapping with keys ttft_ms, itl_ms, "
      "itl_statistic, percentile, attainment_target (required: ttft_ms, itl_ms), got 5"),

@@ -235,7 +235,7 @@ GOOD = {
 BAD = {
     "shape": ({"max_context_tokens": 700}, "workload: max_context_tokens 700 leaves no room for a first request: system_prompt_tokens 600 + the shortest user_tokens 300 = 900"),
     "think time": ({"think_time_s": {"dist": "exponential", "mean_s": -1}}, "workload.think_time_s.mean_s: Input should be greater than 0"),
-    "unknown dist": ({"think_time_s": {"dist": "pareto"}}, "workload.think_time_s: Input tag 'pareto'"),
+    "unknown dist": ({"think_time_s": {"dist": "pareto"}}, "workload.think_time_s.dist: unknown value 'pareto' (allowed: fixed, exponential"),
     "nan": ({"think_time_s": {"dist": "fixed", "value_s": float("nan")}}, "workload.think_time_s.value_s: Input should be a finite number"),
     "unknown key": ({"turnz": 3}, "workload.turnz: unknown key"),
     "system prompts": ({"num_system_prompts": 0}, "workload.num_system_prompts: Input should be greater than or equal to 1"),

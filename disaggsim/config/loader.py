@@ -415,8 +415,11 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     key = ".".join(clean)
     msg = e["msg"]
     form = _mapping_form(clean) if e["type"] in _MAPPING_EXPECTED else None
+    tag = _tag_message(e, clean) if isinstance(e["input"], dict) else None
     if e["type"] == "extra_forbidden":
         msg = unknown_key_message(clean[-1], _allowed_keys(clean[:-1]))
+    elif tag is not None:
+        key, msg = tag
     elif form is not None:
         got = f", got {_shown_input(e['input'])}" if not isinstance(e["input"], dict) else ""
         msg = f"expected {form}{got}"
@@ -439,6 +442,45 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     if not key:
         return f"{source}: {msg}{more}"
     return f"{source}: {key}: {msg}{more}"
+
+
+def _tag_message(e: Any, clean: list[str]) -> tuple[str, str] | None:
+    """A mapping whose tag (``dist``, ``kind``) is missing or names no member of the
+    union: (the tag's dot path, "required key is missing; give one of {dist: fixed,
+    value}, ..." or "unknown value 'fixd' (did you mean fixed?) (allowed: ...)"); None
+    for other errors. (Pydantic said "Input tag 'fixd' found using 'dist' does not match
+    any of the expected tags", and a mapping without its tag was reported as "expected a
+    mapping".)"""
+    if e["type"] not in ("union_tag_not_found", "union_tag_invalid"):
+        return None
+    tag = str(e.get("ctx", {}).get("discriminator", "")).strip("'")
+    if not tag.isidentifier():  # a function picks the member (fabric: kind, default link)
+        tag = "kind"
+    values = _tag_values(clean, tag)
+    if not values:
+        return None
+    key = ".".join((*clean, tag))
+    if tag not in e["input"]:
+        form = _mapping_form(clean)
+        allowed = f"give {form}" if form else f"allowed: {', '.join(values)}"
+        return key, f"required key is missing ({allowed})"
+    given = e["input"][tag]
+    close = difflib.get_close_matches(str(given), values, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close and isinstance(given, str) else ""
+    return key, f"unknown value {_shown_input(given)}{hint} (allowed: {', '.join(values)})"
+
+
+def _tag_values(parts: list[str], tag: str) -> list[str]:
+    """The values the tag field ``tag`` takes in the union of models at ``parts``."""
+    annotation = _annotation_at(parts)
+    if annotation is None:
+        return []
+    out = []
+    for cls in (c for a in _union_args(annotation) for c in _model_classes(a)):
+        f = cls.model_fields.get(tag)
+        if f is not None and typing.get_origin(_unwrap(f.annotation)) is typing.Literal:
+            out += [str(v) for v in typing.get_args(_unwrap(f.annotation))]
+    return out
 
 
 # Error types that say a mapping was expected (a scalar or list given, or a mapping
