@@ -1168,15 +1168,207 @@ def test_an_os_error_no_check_caught_is_still_one_line(work, monkeypatch):
     assert rc == 2 and err == f"{PREFIX}out/requests.parquet: No space left on device\n", err
 
 
+# ------------------------------------------------------------------ mutated trace files
+
+# The head of a trace of ../shared/data (5-40 rows) with one to three edits of its text:
+# a cell replaced by a wrong or edge value, a row cut, a column dropped or doubled, the
+# header lost, a key given twice, the bytes re-encoded (UTF-16, latin-1, a BOM, CR line
+# ends, a NUL). Run colocated or disaggregated with or without a prefix cache: refused
+# in one line naming the trace file (or workload.*), or run conserving requests. A cell
+# no trace may hold ("garbage": a negative, NaN, a word, 10**400) must not run.
+_CELL_GARBAGE = ["-1", "nan", "NaN", "inf", "abc", "", "1e400", "1" + "0" * 400,
+                 "1" + "0" * 5000, "0x10", "1_000", "true", "null", "[1]", "{}",
+                 "2000000", "-0.5", "1.5", "5\x00"]  # fmt: skip
+# values a trace may hold (a quoted number, an Arabic-Indic digit five): run or refused
+_CELL_EDGE = ["0", "1", "1048576", " 7 ", "7.0", "3", '"5"', "\u0665"]
+_STAMP_GARBAGE = ["", "abc", "2023-13-45 99:99:99", "0001-01-01 00:00:00",
+                  "9999-12-31 23:59:59", "2023-11-16 18:17:03+01:00", "1700000000",
+                  "2023-11-16T18:17:03Z", "-1", "1e400"]  # fmt: skip
+_TEXT_EDITS = ["cut", "cut-row", "drop-column", "extra-cell", "no-header", "double-header",
+               "utf16", "latin1", "bom", "crlf", "cr", "nul", "blank-lines", "empty",
+               "dup-key", "array-line", "long-line", "swap-rows"]  # fmt: skip
+
+
+def _trace_head(name: str, rows: int) -> str:
+    with open(TRACES / name, encoding="utf-8") as f:
+        return "".join(f.readline() for _ in range(rows + (name.endswith(".csv"))))
+
+
+def _edit_cell(text: str, csv: bool, rng: random.Random) -> tuple[str, str]:
+    lines = text.splitlines(keepends=True)
+    body = range(1, len(lines)) if csv else range(len(lines))
+    i = rng.choice(list(body))
+    if csv:
+        cells = lines[i].rstrip("\n").split(",")
+        j = rng.randrange(len(cells))
+        pool = _STAMP_GARBAGE if j == 0 else _CELL_GARBAGE + _CELL_EDGE
+        v = rng.choice(pool)
+        kind = "edge" if v in _CELL_EDGE else "garbage"
+        cells[j] = v.replace(",", ";")
+        lines[i] = ",".join(cells) + "\n"
+        return "".join(lines), f"{kind}:row{i}:col{j}={v[:12]!r}"
+    record = json.loads(lines[i])
+    key = rng.choice([*record, "max_tokens", "hash_ids"])
+    v = rng.choice(_CELL_GARBAGE + _CELL_EDGE + ["[]", "[-1]", "[1.5]", '["a"]', "[[1]]"])
+    if key not in record:
+        kind = "garbage"  # on one line only: refused (a key on every line or on none)
+    elif key == "hash_ids":
+        kind = "edge" if v in ("[]", "[-1]", "[1]") else "garbage"
+    elif key == "timestamp":  # milliseconds: any non-negative finite number
+        kind = "edge" if v in [*_CELL_EDGE, "1.5", "2000000"] else "garbage"
+    else:
+        kind = "edge" if v in _CELL_EDGE else "garbage"
+    raw = json.dumps(record)
+    literal = v if v.strip() and v not in ("abc", "5\x00", "\u0665") else json.dumps(v)
+    if key in record:
+        raw = re.sub(
+            rf'"{key}": (\[[^\]]*\]|[^,}}]+)', lambda m: f'"{key}": {literal}', raw, count=1
+        )
+    else:
+        raw = raw[:-1] + f', "{key}": {literal}}}'
+    lines[i] = raw + "\n"
+    return "".join(lines), f"{kind}:line{i}:{key}={v[:12]!r}"
+
+
+def _edit_text(text: str, csv: bool, rng: random.Random) -> tuple[str | bytes, str]:
+    lines = text.splitlines(keepends=True)
+    edit = rng.choice(_TEXT_EDITS)
+    if len(lines) < 2 or not all(lines):  # an earlier edit left (almost) nothing
+        return text, "text:none"
+    i = rng.randrange(1 if csv else 0, len(lines))
+    out: str | bytes = text
+    if edit == "cut":
+        out = text[: rng.randrange(len(text))]
+    elif edit == "cut-row":
+        lines[i] = lines[i][: rng.randrange(len(lines[i]))] + "\n"
+        out = "".join(lines)
+    elif edit == "drop-column" and csv:
+        j = rng.randrange(3)
+        out = "".join(",".join(c for k, c in enumerate(ln.rstrip("\n").split(",")) if k != j)
+                      + "\n" for ln in lines)  # fmt: skip
+    elif edit == "extra-cell":
+        lines[i] = lines[i].rstrip("\n") + (",9\n" if csv else "x\n")
+        out = "".join(lines)
+    elif edit == "no-header" and csv:
+        out = "".join(lines[1:])
+    elif edit == "double-header" and csv:
+        out = "".join([lines[0], *lines[1:i], lines[0], *lines[i:]])
+    elif edit == "utf16":
+        out = text.encode("utf-16")
+    elif edit == "latin1":
+        out = text[:i].encode() + "é".encode("latin-1") + text[i:].encode()
+    elif edit == "bom":
+        out = "\ufeff" + text
+    elif edit == "crlf":
+        out = text.replace("\n", "\r\n")
+    elif edit == "cr":
+        out = text.replace("\n", "\r")
+    elif edit == "nul":
+        out = text[:i] + "\x00" + text[i:]
+    elif edit == "blank-lines":
+        out = "\n\n" + "\n\n".join(lines) + "\n  \n"
+    elif edit == "empty":
+        out = rng.choice(["", "\n", "   \n\n"])
+    elif edit == "dup-key" and not csv:
+        lines[i] = lines[i].replace("{", '{"input_length": 3, ', 1)
+        out = "".join(lines)
+    elif edit == "array-line" and not csv:
+        lines[i] = "[" + lines[i].rstrip("\n") + "]\n"
+        out = "".join(lines)
+    elif edit == "long-line":
+        lines[i] = lines[i].rstrip("\n") + " " * 200_000 + "\n"
+        out = "".join(lines)
+    elif edit == "swap-rows":
+        lines[i], lines[-1] = lines[-1], lines[i]
+        out = "".join(lines)
+    kind = (
+        "edge" if edit in ("crlf", "cr", "bom", "blank-lines", "swap-rows", "long-line") else "text"
+    )
+    return out, f"{kind}:{edit}@{i}"
+
+
+def tracefile_cases(seed: int, n: int) -> list[dict]:
+    """(name, edits, file bytes, scenario) for a mutated head of a shared trace."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        name = rng.choice(_TRACE_FILES)
+        csv = name.endswith(".csv")
+        text: str | bytes = _trace_head(name, rng.randint(5, 40))
+        edits = []
+        steps = sorted(rng.random() < 0.6 for _ in range(rng.randint(1, 3)))
+        for cell in reversed(steps):  # cell edits first, on rows still whole
+            if isinstance(text, bytes):
+                break
+            text, e = _edit_cell(text, csv, rng) if cell else _edit_text(text, csv, rng)
+            edits.append(e)
+        w = {"kind": "trace", "path": "t" + Path(name).suffix}
+        if rng.random() < 0.3:
+            w["format"] = rng.choice(["azure", "mooncake", "auto"])
+        if rng.random() < 0.3:
+            w["bucketed_timestamps"] = rng.choice(["keep", "spread"])
+        s: dict = {"name": "tracefile-fuzz", "seed": rng.randint(0, 100),
+                   "model": "llama-3.1-8b", "slo": {"ttft_ms": 1000, "itl_ms": 100},
+                   "workload": w, "sim": {"duration_s": 1e6, "max_drain_s": 600}}  # fmt: skip
+        s["architecture"] = "colocated"
+        s["pool"] = {"gpu": "h100-sxm", "num_workers": 2, "max_batch_tokens": 131072,
+                     "scheduler": "chunked"}  # fmt: skip
+        if not csv and rng.random() < 0.4:
+            s["cache"] = {"policy": "radix"}
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+        cases.append({"name": name, "edits": edits, "data": data, "scenario": s})
+    return cases
+
+
+def check_tracefile(work: Path, case: dict) -> list[str]:
+    import yaml
+
+    if not TRACES.is_dir():
+        return []
+    src = work / "in" / "s.yaml"
+    src.parent.mkdir(exist_ok=True)
+    (src.parent / case["scenario"]["workload"]["path"]).write_bytes(case["data"])
+    src.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
+    out = work / "out"
+    before = _tree(work)
+    rc, _, err = _invoke(["run", str(src), "--out", str(out), "--no-plots", "--quiet"])
+    bad = _one_error_line(rc, err)
+    if rc == 2:
+        if str(src.parent) not in err and "workload." not in err:
+            bad.append("the error names neither the trace file nor a workload field")
+        if _tree(work) != before:
+            bad.append("wrote on error")
+    elif rc == 0:
+        edits = case["edits"]  # a text edit (a cut, a dropped row) may remove the garbage
+        if any(e.startswith("garbage:") for e in edits) and not any(
+            e.startswith("text:") for e in edits
+        ):
+            bad.append("ran a trace holding a value no trace may hold")
+        summ = json.loads((out / "summary.json").read_text())
+        parts = sum(summ[k] for k in ("num_completed", "num_rejected", "num_abandoned",
+                                      "num_unfinished"))  # fmt: skip
+        if parts != summ["num_requests"]:
+            bad.append(f"conservation: {summ['num_requests']} requests, {parts} accounted for")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+TRACEFILE_CASES = tracefile_cases(SEED, 10)
+
+
+@pytest.mark.parametrize("case", TRACEFILE_CASES, ids=[f"{c['name']}:{'+'.join(c['edits'])}"
+                                                       for c in TRACEFILE_CASES])  # fmt: skip
+def test_fuzz_trace_file(work, case):
+    assert check_tracefile(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
-if (
-    __name__ == "__main__"
-):  # python tests/test_fuzz_cli.py SEED N [run|cost|sweep|plan|yaml|out|trace|compare]
+if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
     import tempfile
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
-    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare"]
+    kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
+                             "tracefile"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -1186,6 +1378,7 @@ if (
         "out": (out_cases, check_out),
         "trace": (trace_cases, check_trace),
         "compare": (compare_cases, check_compare),
+        "tracefile": (tracefile_cases, check_tracefile),
     }
     import signal
 
@@ -1212,7 +1405,8 @@ if (
                 finally:
                     signal.alarm(0)
                 os.chdir(REPO)
-            shown = case[:3] if kind == "yaml" else case["workload"] if kind == "trace" else case
+            shown = (case[:3] if kind == "yaml" else case["workload"] if kind == "trace"
+                     else (case["name"], case["edits"]) if kind == "tracefile" else case)  # fmt: skip
             if problems is None:
                 slow += 1
                 print(kind, i, "SLOW", shown, flush=True)

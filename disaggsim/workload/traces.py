@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,45 @@ def _csv_line_of_row(path: Path, row: int) -> int:
     return row + 2
 
 
+_NS_FIRST = np.datetime64("1678-01-01T00:00:00")
+_NS_LAST = np.datetime64("2261-12-31T23:59:59")
+_OFFSET = re.compile(r":\d\d(?:\.\d+)?\s*(?:Z|[+-]\d\d(?::?\d\d)?)$")  # after the time
+
+
+def _azure_stamps(path: Path, text: pd.Series) -> pd.Series:
+    """The TIMESTAMP column as date-times (NaT where unreadable). Date-times with UTC
+    offsets (``+01:00``, ``Z``) are compared in UTC; offsets on some rows but not others
+    are refused (pandas raised "Mixed timezones detected" out of the reader)."""
+    try:
+        stamps = pd.to_datetime(text, format="ISO8601", errors="coerce")
+    except (ValueError, OverflowError):
+        with_offset = text.str.contains(_OFFSET)
+        if not with_offset.all():
+            row = int(np.argmax(~with_offset.to_numpy()))
+            raise UserError(
+                f"{path}:{_csv_line_of_row(path, row)}: TIMESTAMP {text.iloc[row]!r} has no "
+                "UTC offset, but other rows have one; give every row an offset or none"
+            ) from None
+        stamps = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
+    if isinstance(stamps.dtype, pd.DatetimeTZDtype):
+        stamps = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
+    return stamps
+
+
+def _check_unique_columns(path: Path) -> None:
+    """A column named twice in the header (pandas reads the first and renames the other
+    ``NAME.1``: which one is the trace's is a guess) is refused."""
+    import csv
+
+    with path.open(encoding="utf-8", errors="replace", newline="") as f:
+        header = next(csv.reader(f), [])
+    seen: set[str] = set()
+    for name in (h.strip() for h in header):
+        if name in seen:
+            raise UserError(f"{path}:1: column {name!r} given twice; give each column once")
+        seen.add(name)
+
+
 def _read_azure(path: Path) -> Requests:
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
@@ -166,6 +206,7 @@ def _read_azure(path: Path) -> Requests:
         raise UserError(f"{path}{line}: malformed CSV: {detail}") from None
     except (pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not an Azure trace CSV ({exc})") from None
+    _check_unique_columns(path)
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in AZURE_COLUMNS if c not in frame.columns]
     if missing:
@@ -174,7 +215,7 @@ def _read_azure(path: Path) -> Requests:
             f"an Azure trace needs {', '.join(AZURE_COLUMNS)}"
         )
 
-    stamps = pd.to_datetime(frame["TIMESTAMP"].str.strip(), format="ISO8601", errors="coerce")
+    stamps = _azure_stamps(path, frame["TIMESTAMP"].str.strip())
     bad = stamps.isna().to_numpy()
     if bad.any():
         row = int(np.argmax(bad))
@@ -183,7 +224,17 @@ def _read_azure(path: Path) -> Requests:
             f"{path}:{_csv_line_of_row(path, row)}: TIMESTAMP {value!r} is not a date-time "
             "like 2023-11-16 18:17:03.9799600"
         )
-    stamp_ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    # Nanoseconds since 1970 hold the years 1678-2261 only: a date outside them (pandas
+    # parses it at a coarser unit) wrapped around silently, giving wrong arrival times.
+    native = stamps.to_numpy()
+    outside = (native < _NS_FIRST) | (native > _NS_LAST)
+    if outside.any():
+        row = int(np.argmax(outside))
+        raise UserError(
+            f"{path}:{_csv_line_of_row(path, row)}: TIMESTAMP "
+            f"{frame['TIMESTAMP'].iloc[row]!r} is outside the years 1678-2261"
+        )
+    stamp_ns = native.astype("datetime64[ns]").astype(np.int64)
     # Subtract in integer nanoseconds: epoch nanoseconds do not fit a float64 exactly.
     origin_ns = stamp_ns.min() if len(stamp_ns) else 0
     arrival_s = (stamp_ns - origin_ns).astype(np.float64) * 1e-9
@@ -223,14 +274,34 @@ def _count(path: Path, line_no: int, record: dict[str, Any], key: str) -> float:
     if key not in record:
         raise UserError(f"{path}:{line_no}: missing key {key!r}; needs {', '.join(MOONCAKE_KEYS)}")
     value = record[key]
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(f"{path}:{line_no}: {key} {value!r} must be a non-negative number")
+    if isinstance(value, int) and abs(value) > _FLOAT_MAX:  # math.isfinite raised OverflowError
+        raise UserError(
+            f"{path}:{line_no}: {key}: an integer of {len(str(abs(value)))} digits is "
+            "beyond any number the trace may hold"
+        )
+    if not math.isfinite(value) or value < 0:
         raise UserError(f"{path}:{line_no}: {key} {value!r} must be a non-negative number")
     return value
+
+
+_FLOAT_MAX = int(sys.float_info.max)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (``json`` keeps the last silently)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateJsonKey(k)
+        out[k] = v
+    return out
+
+
+class _DuplicateJsonKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
 
 
 def _read_mooncake(path: Path, block_tokens: int) -> Requests:
@@ -241,16 +312,24 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
     has_hashes: bool | None = None
     max_tokens: list[float] = []
     has_max: bool | None = None
-    with path.open(encoding="utf-8", errors="replace") as f:
+    with path.open(encoding="utf-8-sig", errors="replace") as f:  # a BOM, as the CSV reader
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line, object_pairs_hook=_json_object)
             except json.JSONDecodeError as exc:
                 raise UserError(f"{path}:{line_no}: invalid JSON ({exc.msg})") from None
             except RecursionError:
                 raise UserError(f"{path}:{line_no}: JSON nested too deeply") from None
+            except _DuplicateJsonKey as exc:
+                raise UserError(
+                    f"{path}:{line_no}: key {exc.key!r} given twice in one object"
+                ) from None
+            except ValueError as exc:  # an integer of more than 4,300 digits
+                raise UserError(
+                    f"{path}:{line_no}: invalid JSON ({str(exc).split(';')[0]})"
+                ) from None
             if not isinstance(record, dict):
                 raise UserError(f"{path}:{line_no}: expected a JSON object per line")
             times_ms.append(_count(path, line_no, record, "timestamp"))
@@ -263,6 +342,11 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
                 column.append(value)
             if has_max is None:
                 has_max = "max_tokens" in record
+            elif not has_max and "max_tokens" in record:
+                raise UserError(
+                    f"{path}:{line_no}: max_tokens given, but not on the first line; give "
+                    "it on every line or on none"
+                )
             if has_max:
                 if "max_tokens" not in record:
                     raise UserError(
@@ -278,6 +362,11 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
                 max_tokens.append(value)
             if has_hashes is None:
                 has_hashes = "hash_ids" in record
+            elif not has_hashes and "hash_ids" in record:
+                raise UserError(
+                    f"{path}:{line_no}: hash_ids given, but not on the first line; give "
+                    "them on every line or on none"
+                )
             if has_hashes:
                 ids = record.get("hash_ids")
                 if not isinstance(ids, list) or not all(
