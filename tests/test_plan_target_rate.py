@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from disaggsim.plan import PlanOptions, plan
+from disaggsim.plan.report import plan_json
 from disaggsim.sweep import SerialExecutor
 from tests.plan_fakes import fake_run_points
 
@@ -55,6 +56,8 @@ def test_a_rate_one_colocated_worker_serves_is_planned_on_one_gpu(monkeypatch):
     assert rec is not None and rec.candidate.num_gpus == 1 and rec.goodput_per_s >= 0.3
     assert "sized for the target rate of 0.3 req/s: 1 GPU serves it" in advice.reason
     assert any(n.startswith("sized for 0.3 req/s: the 2 GPUs first sized") for n in res.notes)
+    obj = plan_json(res, advice)
+    assert (obj["gpu_budget"], obj["target_rate_per_s"], obj["first_budget"]) == (1, 0.3, 2)
     # in flight at the target rate, not at the goodput
     conc = next(c for c in advice.conditions if c.name == "concurrency")
     assert not conc.holds and conc.detail.startswith("0.3 req/s x ")

@@ -46,6 +46,10 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
         "model": s.model,
         "gpu": res.gpu,
         "gpu_budget": res.gpu_budget,
+        # --target-rate: the rate asked, and the budget first sized where the plan was
+        # searched again at fewer GPUs (plan.fit_target_rate)
+        "target_rate_per_s": res.target_rate_per_s,
+        "first_budget": res.first_budget,
         "fabric_link": fabric_name(s),
         "slo": s.slo.model_dump(mode="json"),
         "slo_model": describe_slo(s.slo),
