@@ -94,6 +94,35 @@ def test_moe_layouts_span_data_parallel_ranks_and_whole_nodes():
     assert all(0 < f.bound_per_gpu < float("inf") and not f.true_bound for f in d_fams)
 
 
+def test_moe_prefill_layouts_that_prefill_a_prompt_within_the_ttft_target_come_first():
+    """DeepSeek-V3 (fp8-block) on 16 H200, 8000-token prompts, TTFT 1 s: by prompt
+    tokens per GPU the data-parallel layouts win (tp1 x dp8, tp1 x dp16), but a prompt
+    prefills on one rank, 1.25 s alone at tp1 x dp16, over the target at any load; the
+    plan kept only those and said 'none' ('a mean prompt's prefill alone (8000 tokens)
+    takes 1,250 ms on the fastest worker searched (tp1xdp16)') where tp8 prefills it in
+    0.39 s. The prefill layouts kept now prefill a mean prompt alone within half the
+    target (tp2 x dp4 takes 0.81 s: a prompt queued behind another would miss)."""
+    q = Question(
+        model="deepseek-v3", gpu="h200-sxm", gpus=16, isl="8000", osl="500", ttft_ms=1000,
+        itl_ms=50, weight_dtype="released",
+    )  # fmt: skip
+    loaded = load_scenario(build_question(q))
+    pre, _, colo = worker_layouts(loaded, 16, sample_lengths(loaded), PlanOptions.quick())
+    assert pre and set(pre) <= set(colo)
+    for lay in pre:
+        cost = build_cost("deepseek-v3", "h200-sxm", lay.tp, dp=lay.dp, ep=lay.ep,
+                          weight_dtype="fp8-block")  # fmt: skip
+        assert cost.prefill_time_s(1, 8000, 8000 * 8001 / 2.0) <= 0.5, lay.tag
+    # the ranking by throughput alone would have kept the data-parallel ones
+    from disaggsim.plan.moe_layouts import search_moe_layouts
+
+    by_rate = search_moe_layouts(
+        "deepseek-v3", "h200-sxm", "prefill", prompt_tokens=8000, context_tokens=8250,
+        sizes=(8, 16), weight_dtype="fp8-block",
+    )  # fmt: skip
+    assert by_rate.best.tp == 1 and by_rate.best.dp > 1
+
+
 def test_moe_units_may_span_nodes_on_a_topology_fabric():
     raw = _question("qwen3-30b-a3b", 16)
     raw["fabric"] = {"kind": "topology", "gpus_per_node": 8}

@@ -1187,6 +1187,7 @@ def _moe_layouts(
         kv_dtype=s.kv_dtype,
         moe=moe,
         gpus_per_node=gpn,
+        ttft_s=s.slo.ttft_s,
     )  # fmt: skip
     need = _p99_kv_tokens(lengths)
     left_out: dict[str, str] = dict(found.skipped)  # layout -> why it was left out
@@ -1231,15 +1232,27 @@ def _moe_layouts(
             why[role] = f"no MoE layout kept (at {key}: {left_out[key]})"
         else:
             why[role] = f"no MoE layout of at most {gpu_budget} GPUs"
-    ranked = sorted(best.values(), key=lambda lay: -_rate_of(found, lay))
+    # the unit sizes whose layout prefills a prompt alone within half the TTFT target first
+    ranked = sorted(
+        best.values(), key=lambda lay: (_slow_for_ttft(found, lay), -_rate_of(found, lay))
+    )
     return ranked[: options.moe_unit_sizes]
 
 
+def _estimate_of(found, lay: Layout):
+    return next(
+        (e for e in found.estimates if (e.gpus, e.tp, e.dp) == (lay.gpus, lay.tp, lay.dp)), None
+    )
+
+
 def _rate_of(found, lay: Layout) -> float:
-    for e in found.estimates:
-        if (e.gpus, e.tp, e.dp) == (lay.gpus, lay.tp, lay.dp):
-            return float(e.tokens_per_s_per_gpu)
-    return 0.0
+    e = _estimate_of(found, lay)
+    return 0.0 if e is None else float(e.tokens_per_s_per_gpu)
+
+
+def _slow_for_ttft(found, lay: Layout) -> bool:
+    e = _estimate_of(found, lay)
+    return e is not None and e.slow_for_ttft
 
 
 def all_candidates(
