@@ -292,6 +292,11 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("profile-not-utf8", _file("p.json", bytes(range(128, 256))),
      cost(*PREFILL, "--batch", "1", "--prompt-tokens", "512", "--profile", "p.json"),
      "p.json: not UTF-8 text"),
+    # a profile fitted on another GPU ran with --gpu's catalog figures, silently (found by
+    # hand probes of every cost flag: --gpu h100-sxm --profile .../a100_80gb.json)
+    ("profile-of-another-gpu", _nothing, cost(*PREFILL, "--batch", "1", "--prompt-tokens",
+     "512", "--profile", str(REPO / "disaggsim" / "hardware" / "profiles" / "a100_80gb.json")),
+     "a100_80gb.json: gpu is 'a100-80gb', expected 'h100-sxm'"),
     ("base-profile-nested", _file("p.json", "[" * 100_000 + "]" * 100_000),
      ["calibrate", "fit", str(REPO / "calibration" / "runs" / "h200-2026-11-29"), "--gpu",
       "h200-sxm", "--base", "p.json", "--out", "new.json"], "p.json: JSON nested too deeply"),

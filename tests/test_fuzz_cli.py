@@ -20,6 +20,7 @@ the rules above fails).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -1361,6 +1362,160 @@ def test_fuzz_trace_file(work, case):
     assert check_tracefile(work, case) == []
 
 
+# ------------------------------------------------------------------ every command's flags
+
+# Each case is one command line of a subcommand (every leaf of the argument parser: run,
+# sweep, compare, regress, plan, bench, calibrate and its subcommands, cost and its
+# subcommands) built from a short valid base by one to three edits drawn from the
+# parser itself: a flag given an odd value (empty, a dash, NaN, a huge or negative
+# number, a path to a file, a folder, nothing), a choice flag a wrong choice, a switch
+# given a value, a flag repeated, an unknown flag, a positional left out or doubled. The
+# commands that run for minutes (compare, plan, regress, bench, calibrate's measurements
+# and validate) always get a flag no value of which is valid, so each is refused in one
+# line before any work; the others may run (short). Exit 0 or 2, one line, no
+# traceback, nothing written outside --out.
+_Q = str(SCENARIOS / "ci" / "chunked.yaml")
+_SHORT = ["--set", "sim.duration_s=3", "--set", "sim.warmup_s=0"]
+_FLAG_BASES: dict[str, list[str]] = {
+    "run": [_Q, *_SHORT, "--quiet", "--no-plots", "--out", "out"],
+    "sweep": [_Q, "--param", "workload.rate_per_s=1,2", *_SHORT, "--workers", "1", "--quiet",
+              "--no-plots", "--out", "out"],
+    "compare": [_Q, _Q, "--rate-lo", "1", "--rate-hi", "2", "--quiet", "--no-plots",
+                "--out", "out"],
+    "regress": ["--ci-dir", str(SCENARIOS / "ci"), "--reference-dir", "ref", "--only",
+                "chunked", "--quiet"],
+    "plan": ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--isl", "200",
+             "--osl", "20", "--ttft-ms", "1000", "--itl-ms", "100", "--quick", "--quiet",
+             "--no-plots", "--out", "out"],
+    "bench": ["--num-requests", "200"],
+    "calibrate": ["--device", "cpu", "--quick", "--ops", "gemm", "--out", "raw"],
+    "calibrate fit": ["raw", "--gpu", "h100-sxm"],
+    "calibrate show": ["h100-sxm"],
+    "calibrate validate": ["--gpu", "h100-sxm"],
+    "calibrate validate-steps": ["raw", "--gpu", "h100-sxm"],
+    "calibrate fit-steps": ["raw", "--gpu", "h100-sxm"],
+    "cost prefill": ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--batch",
+                     "2", "--prompt-tokens", "100"],
+    "cost decode": ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--batch",
+                    "2", "--context-tokens", "100"],
+    "cost kv": ["--model", "llama-3.1-8b", "--tokens", "100"],
+    "cost op gemm": ["--gpu", "h100-sxm", "--m", "8", "--n", "8", "--k", "8"],
+    "cost op decode-attention": ["--gpu", "h100-sxm", "--batch", "2", "--context-tokens", "64",
+                                 "--heads", "8", "--kv-heads", "8", "--head-dim", "64"],
+    "cost op prefill-attention": ["--gpu", "h100-sxm", "--batch", "2", "--prompt-tokens",
+                                  "64", "--heads", "8", "--kv-heads", "8", "--head-dim", "64"],
+}  # fmt: skip
+# commands that run for minutes when every flag is valid: a case always breaks one
+_SLOW = {"compare", "plan", "regress", "bench", "calibrate", "calibrate validate"}
+# a value of each of these is refused whatever it is, before any work
+_ALWAYS_BAD = {
+    "compare": ("--rate-lo", ["-1", "nan", "0", "abc"]),
+    "plan": ("--gpus", ["0", "-1", "x", "1.5"]),
+    "regress": ("--workers", ["0", "-2", "x"]),
+    "bench": ("--num-requests", ["0", "-5", "1e3", "x", "3000000"]),
+    "calibrate": ("--ops", ["nonsense", ",", "gemm,,x"]),
+    "calibrate validate": ("--gpu", ["tpu", "", "H100"]),
+}
+_ODD_VALUES = ["", " ", "-", "--", "0", "-1", "1.5", "nan", "inf", "-inf", "1e400",
+               "9" * 30, "é", "x" * 300, "a,b", ":", "=", "=x", "../", "/", ".", "keep.txt",
+               "keep.txt/x", "nope/nope", "/dev/null", "\t", "h100-sxm", "1", "2"]  # fmt: skip
+
+
+def _leaf_parsers() -> dict[str, argparse.ArgumentParser]:
+    from disaggsim.cli import build_parser
+
+    out: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> None:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if prefix:
+            out[" ".join(prefix)] = parser
+        for s in subs:
+            for name, sp in s.choices.items():
+                walk(sp, [*prefix, name])
+
+    walk(build_parser(), [])
+    return {k: v for k, v in out.items() if k in _FLAG_BASES}
+
+
+def flag_cases(seed: int, n: int) -> list[tuple[str, list[str], list[str]]]:
+    """(command, argv after the command, the edits)."""
+    rng = random.Random(seed)
+    leaves = _leaf_parsers()
+    cases = []
+    for _ in range(n):
+        command = rng.choice(sorted(_FLAG_BASES))
+        parser = leaves[command]
+        argv = list(_FLAG_BASES[command])
+        options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+        edits = []
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            r = rng.random()
+            action = rng.choice(options)
+            flag = action.option_strings[-1]
+            if r < 0.6:  # a flag given an odd value (a switch: given one)
+                if action.nargs == 0:
+                    argv.append(f"{flag}={rng.choice(_ODD_VALUES[:8])}")
+                    edits.append(f"{flag}=value")
+                    continue
+                valid = [str(c) for c in (action.choices or [])] or ["1", "2", "out2"]
+                value = rng.choice(valid if rng.random() < 0.4 else _ODD_VALUES)
+                argv += [flag, value]
+                edits.append(f"{flag} {value[:12]!r}")
+            elif r < 0.7:  # a flag repeated, or with its value missing at the end
+                argv += [flag] if action.nargs == 0 or rng.random() < 0.5 else [flag, "1"]
+                edits.append(f"{flag} again")
+            elif r < 0.8:
+                argv.append(rng.choice(["--bogus", "-x", "--out-", "---", "--=1"]))
+                edits.append("unknown flag")
+            elif r < 0.9:  # a positional left out or doubled
+                if argv and not argv[0].startswith("-"):
+                    if rng.random() < 0.5:
+                        argv = argv[1:]
+                        edits.append("positional left out")
+                    else:
+                        argv = [argv[0], *argv]
+                        edits.append("positional doubled")
+            else:
+                argv.insert(rng.randrange(len(argv) + 1), rng.choice(_ODD_VALUES))
+                edits.append("stray word")
+        if command in _SLOW:
+            flag, values = _ALWAYS_BAD[command]
+            argv += [flag, rng.choice(values)]
+            edits.append(f"{flag} bad")
+        cases.append((command, argv, edits))
+    return cases
+
+
+def check_flags(work: Path, case: tuple[str, list[str], list[str]]) -> list[str]:
+    command, args, _ = case
+    (work / "raw").mkdir(exist_ok=True)
+    (work / "ref").mkdir(exist_ok=True)  # a copy: regress --update may rewrite it
+    shutil.copy(REPO / "results" / "reference" / "chunked.json", work / "ref")
+    before = _tree(work)
+    rc, _, err = _invoke([*command.split(), *args])
+    bad = _one_error_line(rc, err)
+    after = _tree(work)
+    if rc == 2 and after != before:
+        bad.append(f"wrote on error: {sorted(set(after) ^ set(before))[:4]}")
+    if rc == 0:
+        outs = [work / a for i, a in enumerate(args) if i and args[i - 1] in ("--out", "--trace")]
+        outs += [work / "raw", work / "ref"]
+        for k in {k for k in set(after) | set(before) if after.get(k) != before.get(k)}:
+            p = work / k
+            if not any(p == o or o in p.parents or p in o.parents for o in outs):
+                bad.append(f"touched {k}")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+FLAG_CASES = flag_cases(SEED, 16)
+
+
+@pytest.mark.parametrize("case", FLAG_CASES, ids=[f"{c[0]}:{'+'.join(c[2])}" for c in FLAG_CASES])
+def test_fuzz_flags(work, serial_sweeps, case):
+    assert check_flags(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -1368,7 +1523,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
-                             "tracefile"]  # fmt: skip
+                             "tracefile", "flags"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -1379,6 +1534,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "trace": (trace_cases, check_trace),
         "compare": (compare_cases, check_compare),
         "tracefile": (tracefile_cases, check_tracefile),
+        "flags": (flag_cases, check_flags),
     }
     import signal
 

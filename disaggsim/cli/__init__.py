@@ -9,7 +9,10 @@ one line with exit code 3.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from types import FrameType
 from typing import NoReturn
 
 from disaggsim import __version__
@@ -62,7 +65,37 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace):
         parser = subs[0].choices[name]
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP (``kill``, ``timeout``, a CI job cancelled, a terminal closed),
+    raised where the command is, as Ctrl-C raises KeyboardInterrupt: the writers' cleanup
+    runs (a result folder half-written into its temporary sibling is removed), where the
+    signal's default action left the hidden ``.NAME.tmp-XXXXXXXX`` folder behind."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
+    raise _Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # signals: main thread only
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        return _main(argv)
+    except _Terminated as e:
+        name = signal.Signals(e.signum).name
+        print(f"disaggsim: stopped by {name}; nothing half-written", file=sys.stderr)
+        return 128 + e.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

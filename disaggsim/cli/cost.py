@@ -170,7 +170,9 @@ def _profile(values: dict[str, Any], gpu_id: str, cache: dict) -> HardwareProfil
     key = ("profile", values.get("profile"), gpu_id)
     if key not in cache:
         path = values.get("profile")
-        cache[key] = load_profile(gpu_id) if path is None else load_profile(path=path)
+        # a profile file is checked against --gpu: one fitted on another GPU was used
+        # with this GPU's catalog figures, silently
+        cache[key] = load_profile(gpu_id, path=path)
     return cache[key]
 
 
