@@ -481,6 +481,7 @@ def kernel_engine(engine: str, source: str, reread_bytes_per_s: float) -> Engine
     grouped = RELEASE_GROUPED_DECODE.get(source)
     return replace(
         ZERO_ENGINE,
+        name=engine,
         attention_backend=ENGINE_ATTENTION.get(engine, "auto"),
         fp8_gemm_kernel=ENGINE_FP8_GEMM.get(engine),
         grouped_decode_q_per_kv=grouped,
@@ -767,7 +768,11 @@ def no_small_m_floor(gpu: str) -> MoeParams:
     diagnostic of :func:`moe_floor_check`."""
     p = load_moe_params(gpu)
     gg = {k: replace(v, half_sat=0.0) for k, v in p.grouped_gemm.items()}
-    return replace(p, grouped_gemm=gg)
+    fws = {
+        fw: {k: replace(v, half_sat=0.0) for k, v in sets.items()}
+        for fw, sets in p.grouped_gemm_frameworks.items()
+    }
+    return replace(p, grouped_gemm=gg, grouped_gemm_frameworks=fws)
 
 
 def uncarried(gpu: str) -> MoeParams:

@@ -13,7 +13,11 @@ What each fit uses (the reference rows; the rest are reported beside them):
 - grouped expert GEMM: TensorRT-LLM 1.3.0rc20 ``moe_perf`` (CUTLASS; the one framework
   whose balanced rows scale as 1 / EP), balanced rows, one parameter set per weight
   dtype (bf16, fp8, fp8-block, mxfp4 = w4a16), held out by model shape (hidden / expert
-  width / experts / top-k);
+  width / experts / top-k): the reference set (``grouped_gemm``); and, the same way, vLLM
+  0.24.0's and SGLang 0.5.14's own kernels from their ``moe_perf`` tables
+  (``grouped_gemm_frameworks``; SGLang's FlashInfer CUTLASS rows, which it runs only for
+  the 512-expert top-22 shapes, are reported, not fitted), the kernel a worker of that
+  engine runs (``moe_params.ENGINE_EXPERT_KERNELS``);
 - MLA decode: TensorRT-LLM ``generation_mla_perf`` (absorbed FlashMLA), per KV dtype,
   held out by local head count;
 - MLA prefill: SGLang ``context_mla_perf`` for the absorbed form (FA3 over the latent),
@@ -66,6 +70,12 @@ PEAK = {"bf16": BF16_PEAK, "fp8": FP8_PEAK, "fp8-block": FP8_PEAK, "mxfp4": BF16
 ELEM = {"bf16": 2.0, "fp8": 1.0, "fp8-block": 1.0 + 4.0 / 16384, "mxfp4": 4.25 / 8}
 REF_MOE = "trtllm"
 COMMAND = "python -m calibration.fit_moe --data ../shared/data"
+# the other frameworks whose own MoE kernels are fitted (``grouped_gemm_frameworks``)
+GEMM_FRAMEWORKS = ("vllm", "sglang")
+# kernels a framework runs only for a few shapes, not its MoE kernel: reported, not fitted
+# (SGLang's FlashInfer CUTLASS, taken for the 512-expert top-22 shapes)
+NOT_FITTED_KERNELS = ("sglang_flashinfer_cutlass_moe",)
+GG_KEYS = ("launch_s", "max_eff", "half_sat", "mem_eff", "width_half_sat", "token_eff")
 
 
 def _aic(data: Path) -> Path:
@@ -131,6 +141,12 @@ def moe_rows(
     d["tokens_gpu"] = d.num_tokens * d.topk / d.moe_ep_size * f
     d["touched"] = np.minimum(d.num_experts / d.moe_ep_size, d.tokens_gpu)
     d["width"] = d.inter_size / d.moe_tp_size
+    # tokens the GPU permutes in and reduces out: moe_perf gives every GPU the layer's
+    # tokens; WideEP dispatches to a rank only the tokens routed to it (DeepEP)
+    wide = (d.fw == "sglang-wideep").to_numpy()
+    d["layer_tokens"] = np.where(
+        wide, np.minimum(d.num_tokens, d.tokens_gpu), d.num_tokens.astype(float)
+    )
     d["peak"] = d.dtype.map(PEAK)
     d["elem"] = d.dtype.map(ELEM)
     d["meas_s"] = d.latency * 1e-3
@@ -154,6 +170,7 @@ def _gg(p: GroupedGemmParams, d: pd.DataFrame) -> np.ndarray:
                 s.width.to_numpy(float),
                 s.elem.to_numpy(float),
                 gated,
+                s.layer_tokens.to_numpy(float),
             )
     return out
 
@@ -264,26 +281,40 @@ def _a2a(p: AllToAllParams, d: pd.DataFrame) -> np.ndarray:
 
 def fit_all(data: Path) -> tuple[dict, dict]:
     """Fitted parameters (the JSON sections) and their errors."""
-    params: dict = {"grouped_gemm": {}, "mla_decode": {}, "mla_prefill": {}, "all_to_all": {}}
+    params: dict = {
+        "grouped_gemm": {},
+        "grouped_gemm_frameworks": {},
+        "mla_decode": {},
+        "mla_prefill": {},
+        "all_to_all": {},
+    }
     errors: dict[str, dict] = {}
-    moe = moe_rows(data, (REF_MOE,))
-    ref = moe[(moe.fw == REF_MOE) & (moe.distribution == "balanced")]
-    for dt in ("bf16", "fp8", "fp8-block", "mxfp4"):
-        d = ref[ref.dtype == dt].reset_index(drop=True)
+    moe = moe_rows(data, (REF_MOE, *GEMM_FRAMEWORKS))
+    for fw in (REF_MOE, *GEMM_FRAMEWORKS):
+        ref = moe[(moe.fw == fw) & (moe.distribution == "balanced")]
+        ref = ref[~ref.kernel_source.astype(str).isin(NOT_FITTED_KERNELS)]
+        sets = params["grouped_gemm"]
+        if fw != REF_MOE:
+            sets = params["grouped_gemm_frameworks"].setdefault(fw, {})
+        for dt in ("bf16", "fp8", "fp8-block", "mxfp4"):
+            d = ref[ref.dtype == dt].reset_index(drop=True)
+            if d.empty:
+                continue
 
-        def model(x, idx, d=d):
-            return _gg(GroupedGemmParams(*x), d.iloc[idx])
+            def model(x, idx, d=d):
+                return _gg(GroupedGemmParams(*x), d.iloc[idx])
 
-        x, err = fit_generic(
-            model,
-            d.meas_s.to_numpy(),
-            starts=[[3e-5, 0.7, 32.0, 0.8], [1e-5, 0.5, 128.0, 0.6]],
-            lower=[1e-6, 0.05, 0.5, 0.05],
-            upper=[5e-4, 1.0, 4096.0, 1.0],
-            groups=d.family.to_numpy(),
-        )
-        params["grouped_gemm"][dt] = _pdict(("launch_s", "max_eff", "half_sat", "mem_eff"), x)
-        errors[f"grouped_gemm.{dt}"] = _err(err, f"{REF_MOE} moe_perf balanced")
+            x, err = fit_generic(
+                model,
+                d.meas_s.to_numpy(),
+                starts=[[3e-5, 0.9, 64.0, 0.8, 500.0, 0.5], [1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2]],
+                lower=[1e-6, 0.05, 0.5, 0.05, 1.0, 0.01],
+                upper=[5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0],
+                groups=d.family.to_numpy(),
+            )
+            sets[dt] = _pdict(GG_KEYS, x)
+            key = f"grouped_gemm.{dt}" if fw == REF_MOE else f"grouped_gemm.{fw}.{dt}"
+            errors[key] = _err(err, f"{fw} moe_perf balanced")
     gen = mla_rows(data, "generation")
     for kv in ("bf16", "fp8"):
         d = gen[(gen.fw == "trtllm") & (gen.kv == kv)].reset_index(drop=True)
@@ -367,7 +398,8 @@ def profile_dict(params: dict, errors: dict, data: Path) -> dict:
             "kind": "fitted-public",
             "source": "NVIDIA AIConfigurator H100 tables (ai-dynamo/aiconfigurator "
             f"{commit[:12]}): TensorRT-LLM moe_perf (balanced), TensorRT-LLM/SGLang MLA "
-            "context and generation, SGLang DeepEP normal and low-latency (1-8 nodes)",
+            "context and generation, SGLang DeepEP normal and low-latency (1-8 nodes); "
+            "vLLM and SGLang moe_perf (balanced) for their own grouped-GEMM kernels",
             "command": COMMAND,
         },
     }
@@ -386,7 +418,8 @@ def validation_rows(data: Path, params: MoeParams) -> list[tuple]:
     out: list[tuple] = []
     moe = moe_rows(data)
     for (src, dt, dist), d in moe.groupby(["source", "dtype", "distribution"], sort=True):
-        pred = _gg(params.gemm(str(dt)), d)
+        fw = str(d.fw.iloc[0]).removesuffix("-wideep")
+        pred = _gg(params.gemm(str(dt), fw), d)
         for bucket, sel in _token_buckets(d.num_tokens.to_numpy()):
             if sel.any():
                 out.append(
@@ -464,8 +497,10 @@ def validation_markdown(data: Path, params: MoeParams | None = None) -> str:
         )
     lines += [
         "",
-        "Other GPUs take these efficiencies against their own peaks (FLOP/s, HBM, NVLink, NIC):",
-        "no public MoE table exists for them.",
+        "Each framework's rows are predicted with its own kernel's parameters (vllm, sglang;",
+        "SGLang's WideEP rows with SGLang's; TensorRT-LLM's the reference set). Other GPUs take",
+        "these efficiencies against their own peaks (FLOP/s, HBM, NVLink, NIC), the grouped",
+        "GEMM's `half_sat` scaled by the machine balance: no public MoE table exists for them.",
         "",
     ]
     return "\n".join(lines)

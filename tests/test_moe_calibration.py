@@ -4,14 +4,22 @@ tables (figures derived by hand in ../shared/data/README.md)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from calibration.fit import fit_generic
 from calibration.fit_moe import _a2a, _gg, _mla_dec, deepep_rows, mla_rows, moe_rows
-from disaggsim.costmodel.moe import grouped_gemm_time_s
-from disaggsim.costmodel.moe_params import GroupedGemmParams, load_moe_params
+from disaggsim.costmodel.moe import build_moe_worker_cost, grouped_gemm_time_s
+from disaggsim.costmodel.moe_params import (
+    GroupedGemmParams,
+    load_moe_params,
+    moe_params_from_dict,
+    moe_params_path,
+)
+from disaggsim.hardware.profile import ProfileError
 from tests.conftest import SHARED_DATA
 
 
@@ -37,29 +45,164 @@ def _ape(pred, meas):
 
 
 def test_fitter_recovers_grouped_gemm_parameters_from_synthetic_times():
-    true = GroupedGemmParams(launch_s=2.5e-5, max_eff=0.55, half_sat=80.0, mem_eff=0.85)
+    true = GroupedGemmParams(
+        launch_s=2.5e-5,
+        max_eff=0.85,
+        half_sat=250.0,
+        mem_eff=0.85,
+        width_half_sat=800.0,
+        token_eff=0.5,
+    )
     rng = np.random.default_rng(7)
-    tokens = rng.choice([1, 8, 64, 512, 4096, 32768], 400).astype(float)
-    experts = rng.choice([2, 8, 32, 128], 400).astype(float)
+    tokens = rng.choice([1, 8, 64, 512, 4096, 32768], 600).astype(float)
+    experts = rng.choice([2, 8, 32, 128], 600).astype(float)
+    width = rng.choice([96.0, 384.0, 1536.0, 7168.0], 600)
+    layer = tokens / rng.choice([1.0, 2.0, 8.0], 600)  # tokens x top-k / EP
     touched = np.minimum(experts, tokens)
-    meas = grouped_gemm_time_s(true, 989e12, 3.35e12, tokens, touched, 4096.0, 1536.0, 2.0)
+    meas = grouped_gemm_time_s(
+        true, 989e12, 3.35e12, tokens, touched, 4096.0, width, 2.0, True, layer
+    )
 
     def model(x, idx):
         p = GroupedGemmParams(*x)
         return grouped_gemm_time_s(
-            p, 989e12, 3.35e12, tokens[idx], touched[idx], 4096.0, 1536.0, 2.0
-        )
+            p, 989e12, 3.35e12, tokens[idx], touched[idx], 4096.0, width[idx], 2.0, True,
+            layer[idx],
+        )  # fmt: skip
 
     x, err = fit_generic(
         model,
         meas,
-        [[1e-5, 0.3, 30.0, 0.6]],
-        [1e-7, 0.01, 0.5, 0.05],
-        [1e-3, 1.0, 1e4, 1.0],
+        [[1e-5, 0.5, 60.0, 0.6, 300.0, 0.2]],
+        [1e-7, 0.01, 0.5, 0.05, 1.0, 0.01],
+        [1e-3, 1.0, 1e4, 1.0, 1e5, 1.0],
         held_out=False,
     )
-    assert x == pytest.approx([2.5e-5, 0.55, 80.0, 0.85], rel=0.02)
+    assert x == pytest.approx([2.5e-5, 0.85, 250.0, 0.85, 800.0, 0.5], rel=0.02)
     assert err.median_ape < 1e-3
+
+
+def _old_file() -> dict:
+    """The shipped file as schema 1 wrote it before the width and token terms."""
+    raw = json.loads(moe_params_path("h100-sxm").read_text())
+    raw.pop("grouped_gemm_frameworks", None)
+    for p in raw["grouped_gemm"].values():
+        p.pop("width_half_sat", None)
+        p.pop("token_eff", None)
+    return raw
+
+
+def test_a_file_without_the_new_terms_loads_and_keeps_the_old_form():
+    """Schema 1 files written before 2026-12-03 load unchanged: no width term, no token
+    term, every engine on the one (reference) set. Old form by hand: launch + max(FLOP /
+    (peak x max_eff x t / (t + half_sat)), bytes / (hbm x mem_eff))."""
+    raw = _old_file()
+    raw["grouped_gemm"]["bf16"] = {
+        "launch_s": 3e-5, "max_eff": 0.5, "half_sat": 100.0, "mem_eff": 0.8,
+    }  # fmt: skip
+    p = moe_params_from_dict(raw).gemm("bf16", "vllm")
+    assert (p.width_half_sat, p.token_eff) == (0.0, 0.0)
+    # 65,536 token copies on 8 experts (8,192 each), hidden 4096, width 1536: compute-bound
+    # (5.1 ms against 0.66 ms of bytes), a million layer tokens charged nothing
+    flop = 2 * 65536 * 4096 * 1536 * 3
+    want = 3e-5 + flop / (989e12 * 0.5 * 8192 / 8292)
+    got = grouped_gemm_time_s(p, 989e12, 3.35e12, 65536.0, 8.0, 4096.0, 1536.0, 2.0, True, 1e6)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_efficiencies_above_one_are_refused():
+    """Every efficiency is a share of a peak (FLOP/s or HBM bytes/s): a file with one above
+    1 would make a kernel run faster than the GPU can."""
+    for key in ("max_eff", "mem_eff", "token_eff"):
+        raw = _old_file()
+        raw["grouped_gemm"]["fp8"][key] = 1.2
+        with pytest.raises(ProfileError, match=rf"grouped_gemm\.fp8\.{key}: expected at most 1"):
+            moe_params_from_dict(raw, "x.json")
+    raw = _old_file()
+    raw["grouped_gemm_frameworks"] = {"tgi": {"bf16": raw["grouped_gemm"]["bf16"]}}
+    with pytest.raises(ProfileError, match=r"grouped_gemm_frameworks\.tgi: unknown"):
+        moe_params_from_dict(raw, "x.json")
+
+
+@pytest.mark.parametrize("fw", ["trtllm", "vllm", "sglang"])
+def test_shipped_grouped_gemm_never_beats_the_peaks(params, fw):
+    """Over every table shape and 1-65,536 tokens, no framework's fitted kernel runs its
+    FLOPs above the tensor-core peak or its weight and activation bytes above HBM
+    bandwidth."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    tokens = rng.choice([1.0, 7.0, 64.0, 300.0, 4096.0, 65536.0], n)
+    touched = np.minimum(rng.choice([1.0, 4.0, 32.0, 128.0], n), tokens)
+    hidden = rng.choice([2048.0, 4096.0, 7168.0], n)
+    width = rng.choice([16.0, 96.0, 768.0, 2048.0, 14336.0], n)
+    for dt, elem, peak in (("bf16", 2.0, 989e12), ("fp8-block", 1.0, 1979e12)):
+        p = params.gemm(dt, fw)
+        t = grouped_gemm_time_s(
+            p, peak, 3.35e12, tokens, touched, hidden, width, elem, True, tokens
+        )
+        flop = 2 * tokens * hidden * width * 3
+        weights = touched * 3 * hidden * width * elem
+        assert np.all(flop / t <= peak) and np.all(weights / t <= 3.35e12)
+
+
+def test_large_token_rows_of_the_reference_table(trtllm, params):
+    """The issue-13 rows: TensorRT-LLM moe_perf, balanced, more than 1,024 tokens. One
+    efficiency curve in tokens per expert erred 29.7% / 38.8% / 31.9% (median; bf16, fp8,
+    fp8-block) there: narrow expert shards ran 2x slower and wide ones 1.6x faster than
+    it."""
+    d = trtllm[(trtllm.distribution == "balanced") & (trtllm.num_tokens > 1024)]
+    for dt in ("bf16", "fp8", "fp8-block"):
+        s = d[d.dtype == dt]
+        assert np.median(_ape(_gg(params.gemm(dt), s), s.meas_s)) < 0.15, dt
+
+
+def test_narrow_expert_shards_run_at_a_lower_share_of_peak(trtllm, params):
+    """Qwen3-235B-A22B (4096 / 1536, 128 experts, top-8) at 16,384 tokens, EP 1: the same
+    tokens per expert at moe_tp 1 (width 1536) and 16 (96). The narrow shard's FLOPs take
+    measurably longer per FLOP; predicted within 25% of the measured ratio (one curve in
+    tokens per expert predicted the same FLOP rate for both)."""
+    d = trtllm[
+        (trtllm.distribution == "balanced")
+        & (trtllm.dtype == "bf16")
+        & (trtllm.hidden_size == 4096)
+        & (trtllm.inter_size == 1536)
+        & (trtllm.num_experts == 128)
+        & (trtllm.num_tokens == 16384)
+        & (trtllm.moe_ep_size == 1)
+        & trtllm.moe_tp_size.isin([1, 16])
+    ].sort_values("moe_tp_size")
+    assert len(d) == 2
+    pred = _gg(params.gemm("bf16"), d)
+    per_flop_meas = d.meas_s.to_numpy() / d.width.to_numpy()
+    per_flop_pred = pred / d.width.to_numpy()
+    meas_ratio = per_flop_meas[1] / per_flop_meas[0]
+    assert meas_ratio > 3.0
+    assert per_flop_pred[1] / per_flop_pred[0] == pytest.approx(meas_ratio, rel=0.25)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["2048/768/128/8", "4096/14336/8/2"])
+def test_held_out_shape_family_large_token_rows(trtllm, family):
+    """Refit the bf16 reference set without one shape family and predict its rows above
+    1,024 tokens: Qwen3-30B-A3B (the narrowest experts, 768) and Mixtral-8x7B (the widest,
+    14,336). With one curve in tokens per expert these held-out rows erred 23.9% and 62.1%
+    (median)."""
+    d = trtllm[(trtllm.distribution == "balanced") & (trtllm.dtype == "bf16")]
+    train = d[d.family != family].reset_index(drop=True)
+    test = d[(d.family == family) & (d.num_tokens > 1024)]
+
+    def model(x, idx):
+        return _gg(GroupedGemmParams(*x), train.iloc[idx])
+
+    x, _ = fit_generic(
+        model,
+        train.meas_s.to_numpy(),
+        [[3e-5, 0.9, 64.0, 0.8, 500.0, 0.5]],
+        [1e-6, 0.05, 0.5, 0.05, 1.0, 0.01],
+        [5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0],
+        held_out=False,
+    )
+    assert np.median(_ape(_gg(GroupedGemmParams(*x), test), test.meas_s)) < 0.15
 
 
 def test_shipped_parameters_are_fitted_to_the_public_tables(params):
@@ -141,3 +284,37 @@ def test_power_law_rows_are_slower_and_predicted_slower(trtllm, params):
     ratio_pred = pred_p / pred_b
     assert np.median(ratio_pred / ratio_meas) == pytest.approx(1.0, abs=0.35)
     assert isinstance(both, pd.DataFrame)
+
+
+def test_each_engine_runs_its_own_frameworks_kernel(data):
+    """Mixtral-8x7B's routed experts at TP 2 (width 7,168) on the H100, 16,384 prompt
+    tokens: each engine's worker runs its framework's kernel, TensorRT-LLM's and vLLM's
+    within 15% of their measured moe_perf rows (bf16, balanced, moe_tp 2: 7.2 and 8.6 ms).
+    SGLang's fit (13.5% median over its table) predicts 19.2 ms against 10.6 measured here:
+    its Triton configs vary by shape (the same experts at TP 1 take 57.6 ms)."""
+    base = data / "kernels" / "aiconfigurator" / "h100_sxm" / "moe"
+    for engine, ver in (("trtllm", "1.3.0rc20"), ("vllm", "0.24.0"), ("sglang", "0.5.14")):
+        t = pd.read_parquet(base / engine / ver / "moe_perf.parquet")
+        row = t[
+            (t.moe_dtype == "bfloat16")
+            & (t.hidden_size == 4096)
+            & (t.inter_size == 14336)
+            & (t.num_experts == 8)
+            & (t.moe_tp_size == 2)
+            & (t.moe_ep_size == 1)
+            & (t.num_tokens == 16384)
+            & (t.distribution == "balanced")
+        ]
+        meas_s = float(row.latency.iloc[0]) * 1e-3
+        c = build_moe_worker_cost("mixtral-8x7b", "h100-sxm", 2, engine=engine)
+        assert c.expert_kernel == engine
+        bd = c.breakdown(
+            prefill_seqs=4, prefill_tokens=16384, prefill_attn_pairs=4 * 4096 * 4097 / 2
+        )
+        if engine == "sglang":
+            assert meas_s < bd.expert_gemm_s / 32 < 2.0 * meas_s
+        else:
+            assert bd.expert_gemm_s / 32 == pytest.approx(meas_s, rel=0.15), engine
+    # the 2023 eager vLLM engine runs vLLM's kernel too
+    eager = build_moe_worker_cost("mixtral-8x7b", "h100-sxm", 2, engine="vllm-eager-2023")
+    assert eager.expert_kernel == "vllm"

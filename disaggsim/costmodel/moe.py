@@ -57,6 +57,8 @@ from disaggsim.costmodel.mla import (
     vmax,
 )
 from disaggsim.costmodel.moe_params import (
+    ENGINE_EXPERT_KERNELS,
+    REFERENCE_FRAMEWORK,
     AllToAllParams,
     GroupedGemmParams,
     MoeParams,
@@ -114,6 +116,13 @@ _ELEM = {
 }
 
 
+def _vmin(a: Num, b: Num) -> Num:
+    """``min(a, b)`` for floats, elementwise for arrays (as ``vmax``)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.minimum(a, b)
+    return a if a < b else b
+
+
 def grouped_gemm_time_s(
     p: GroupedGemmParams,
     peak_flop_per_s: Num,
@@ -124,20 +133,39 @@ def grouped_gemm_time_s(
     width: Num,
     weight_elem: Num,
     gated: bool = True,
+    layer_tokens: Num = 0.0,
 ) -> Num:
     """Seconds of one MoE layer's routed experts on one GPU: ``tokens`` routed token
     copies (tokens × top-k reaching this GPU) over ``touched_experts`` local experts of
-    intermediate size ``width`` (this GPU's shard). Floats or numpy arrays."""
+    intermediate size ``width`` (this GPU's shard), ``layer_tokens`` the tokens the GPU
+    permutes in and reduces out (every token of the layer where each GPU holds them all).
+    Floats or numpy arrays.
+
+    ``launch_s + max(FLOP / (peak × max_eff × sat), bytes / (hbm × mem_eff)) +
+    layer_tokens × hidden × 2 × 2 / (hbm × token_eff)``, ``sat = min(t / (t + half_sat),
+    width / (width + width_half_sat))``, ``t`` the tokens per touched expert. The width
+    term: an expert GEMM sharded narrow (Qwen3-30B-A3B's 768 over moe_tp 8 = 96) is short
+    in the down GEMM's K and the gate/up GEMM's N, so its tiles spend their time in
+    prologue and epilogue, as the dense GEMM's efficiency follows ``min(m, n, k)``
+    (``ops.py``). The last term is the permute and finalize kernels (the layer's tokens read
+    in and their weighted sum written out), which run whatever share of the experts the GPU
+    holds. Parameter files without ``width_half_sat`` / ``token_eff`` (0) leave both out."""
     mats = 3.0 if gated else 2.0
     flop = 2.0 * tokens * hidden * width * mats
     per_expert = tokens / vmax(touched_experts, 1.0)
-    eff = p.max_eff * per_expert / (per_expert + p.half_sat)
+    sat = per_expert / (per_expert + p.half_sat)
+    if p.width_half_sat > 0:
+        sat = _vmin(sat, width / (width + p.width_half_sat))
+    eff = p.max_eff * sat
     weight_bytes = touched_experts * mats * hidden * width * weight_elem
     act_bytes = tokens * (2.0 * hidden + 2.0 * (mats - 1.0) * width) * ACT_BYTES
-    return p.launch_s + vmax(
+    t = p.launch_s + vmax(
         flop / (peak_flop_per_s * vmax(eff, 1e-12)),
         (weight_bytes + act_bytes) / (hbm_bytes_per_s * p.mem_eff),
     )
+    if p.token_eff > 0:
+        t = t + layer_tokens * hidden * 2.0 * ACT_BYTES / (hbm_bytes_per_s * p.token_eff)
+    return t
 
 
 def _expert_param_key(fmt: str) -> str:
@@ -542,7 +570,10 @@ class MoeWorkerCost:
         self._bf16_gemm = profile.gemm_params("bf16")
         self._expert_elem = _ELEM[fmt if fmt != "fp16" else "bf16"]
         self._expert_peak = _expert_peak(fmt, gpu, peaks)
-        self._expert_params = params.gemm(_expert_param_key(fmt))
+        # the engine's own MoE kernel where the parameter file fits it (vLLM's and SGLang's
+        # Triton fused_moe run 1.6x and 4x TensorRT-LLM's CUTLASS time on Mixtral prefill)
+        self.expert_kernel = ENGINE_EXPERT_KERNELS.get(self.engine, REFERENCE_FRAMEWORK)
+        self._expert_params = params.gemm(_expert_param_key(fmt), self.expert_kernel)
         if params.transferred_from:
             self._expert_params = carry_half_sat(
                 self._expert_params,
@@ -1032,6 +1063,9 @@ class MoeWorkerCost:
         f = self.imbalance(m_total)
         routed = m_total * self._top_k / lo.ep * f
         touched = min(float(self.local_experts), routed)
+        # tokens the GPU permutes in and reduces out: every token of the layer where each
+        # GPU holds them all (dp = 1, the tables' setting), else those dispatched to it
+        layer_tokens = min(m_total, routed) if self.uses_all_to_all else m_total
         experts = float(
             grouped_gemm_time_s(
                 self._expert_params,
@@ -1043,6 +1077,7 @@ class MoeWorkerCost:
                 self._expert_width,
                 self._expert_elem,
                 model.gated_mlp,
+                layer_tokens,
             )
         )
         dispatch = combine = 0.0

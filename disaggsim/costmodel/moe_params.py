@@ -11,13 +11,19 @@ and :attr:`MoeParams.transferred_from` says so. Schema (version 1)::
       "schema_version": 1,
       "gpu": "h100-sxm",
       "grouped_gemm": {"bf16" | "fp8" | "fp8-block" | "mxfp4": {"launch_s", "max_eff",
-                       "half_sat", "mem_eff"}},
+                       "half_sat", "mem_eff", ["width_half_sat", "token_eff"]}},
+      ["grouped_gemm_frameworks": {"vllm" | "sglang": {<dtype>: {... as grouped_gemm}}},]
       "mla_decode": {"bf16" | "fp8": {"floor_s", "per_seq_s", "bw_eff", "compute_eff"}},
       "mla_prefill": {"absorbed" | "naive": {"floor_s", "max_eff", "half_sat"}},
       "all_to_all": {"normal" | "low_latency": {"dispatch" | "combine":
                      {"latency_s", "rdma_latency_s", "nvlink_eff", "rdma_eff"}}},
       "fit_error": {...}, "provenance": {"kind": ..., "source": ..., ...}
     }
+
+``grouped_gemm`` is TensorRT-LLM's CUTLASS MoE (the reference, taken by every engine not
+named in ``grouped_gemm_frameworks``); the optional ``grouped_gemm_frameworks`` holds the
+other frameworks' own kernels (vLLM's and SGLang's Triton fused_moe and the rest), fitted
+to their own tables, which an engine takes by :data:`ENGINE_EXPERT_KERNELS`.
 
 Formulas that consume them: :mod:`disaggsim.costmodel.moe` (grouped GEMM, all-to-all)
 and :mod:`disaggsim.costmodel.mla`.
@@ -36,6 +42,9 @@ from disaggsim.inputs import read_json
 
 __all__ = [
     "A2A_MODES",
+    "ENGINE_EXPERT_KERNELS",
+    "GEMM_FRAMEWORKS",
+    "REFERENCE_FRAMEWORK",
     "EXPERT_DTYPES",
     "AllToAllParams",
     "GroupedGemmParams",
@@ -48,6 +57,16 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+# the framework whose MoE kernel each shipped engine profile runs (the grouped-GEMM
+# parameter set it takes); an engine not named here takes the reference (TensorRT-LLM)
+REFERENCE_FRAMEWORK = "trtllm"
+GEMM_FRAMEWORKS = ("vllm", "sglang")
+ENGINE_EXPERT_KERNELS = {
+    "vllm": "vllm",
+    "vllm-eager-2023": "vllm",
+    "sglang": "sglang",
+    "trtllm": "trtllm",
+}
 FITTED_GPU = "h100-sxm"
 EXPERT_DTYPES = ("bf16", "fp8", "fp8-block", "mxfp4")
 A2A_MODES = ("normal", "low_latency")
@@ -55,14 +74,20 @@ A2A_MODES = ("normal", "low_latency")
 
 @dataclass(frozen=True, slots=True)
 class GroupedGemmParams:
-    """One MoE layer's routed experts on one GPU (grouped gate/up, activation, down):
-    ``launch_s + max(FLOP / (peak × max_eff × t / (t + half_sat)), bytes / (hbm ×
-    mem_eff))`` with ``t`` the tokens per touched expert."""
+    """One MoE layer's routed experts on one GPU (permute, grouped gate/up, activation,
+    down, finalize): ``launch_s + max(FLOP / (peak × max_eff × sat), bytes / (hbm ×
+    mem_eff)) + layer_tokens × hidden × 4 / (hbm × token_eff)``, ``sat = min(t / (t +
+    half_sat), width / (width + width_half_sat))`` with ``t`` the tokens per touched
+    expert and ``width`` the expert's shard (``moe.grouped_gemm_time_s``).
+    ``width_half_sat`` and ``token_eff`` are optional in the file (0: the term is left
+    out, the form before 2026-12-03)."""
 
     launch_s: float
     max_eff: float
     half_sat: float
     mem_eff: float
+    width_half_sat: float = 0.0
+    token_eff: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,19 +135,36 @@ class MoeParams:
     provenance: dict[str, Any] = field(default_factory=dict)
     transferred_from: str = ""  # the GPU these were fitted on, when not this one
     path: str = ""
+    # framework -> dtype -> params: other frameworks' own MoE kernels (optional)
+    grouped_gemm_frameworks: dict[str, dict[str, GroupedGemmParams]] = field(default_factory=dict)
 
-    def gemm(self, dtype: str) -> GroupedGemmParams:
-        if dtype in self.grouped_gemm:
-            return self.grouped_gemm[dtype]
-        if dtype == "fp8-block" and "fp8" in self.grouped_gemm:
-            return self.grouped_gemm["fp8"]
-        if dtype in ("fp8", "fp8-block", "mxfp4") and "bf16" in self.grouped_gemm:
-            return self.grouped_gemm["bf16"]
-        raise ProfileError(f"{self.path}: grouped_gemm: no parameters for {dtype!r}")
+    def gemm(self, dtype: str, framework: str = REFERENCE_FRAMEWORK) -> GroupedGemmParams:
+        """The grouped-GEMM parameters of ``framework``'s kernel for ``dtype`` weights:
+        its own set where the file fits one (fp8-block falling back on fp8, any format on
+        bf16), else the reference (TensorRT-LLM) set by the same rule."""
+        own = self.grouped_gemm_frameworks.get(framework)
+        if own:
+            got = _pick(own, dtype)
+            if got is not None:
+                return got
+        got = _pick(self.grouped_gemm, dtype)
+        if got is None:
+            raise ProfileError(f"{self.path}: grouped_gemm: no parameters for {dtype!r}")
+        return got
 
     def decode(self, kv_dtype: str) -> MlaDecodeParams:
         key = "fp8" if kv_dtype == "fp8" else "bf16"
         return self.mla_decode.get(key) or self.mla_decode["bf16"]
+
+
+def _pick(sets: dict[str, GroupedGemmParams], dtype: str) -> GroupedGemmParams | None:
+    if dtype in sets:
+        return sets[dtype]
+    if dtype == "fp8-block" and "fp8" in sets:
+        return sets["fp8"]
+    if dtype in ("fp8", "fp8-block", "mxfp4") and "bf16" in sets:
+        return sets["bf16"]
+    return None
 
 
 def moe_params_path(gpu_id: str) -> Path:
@@ -142,6 +184,36 @@ def _num(d: Any, key: str, where: str, path: str, positive: bool = True) -> floa
     return float(v)
 
 
+def _opt(d: dict, key: str, where: str, path: str) -> float:
+    """An optional non-negative field (0 when absent: its term is left out)."""
+    return _num(d, key, where, path, False) if key in d else 0.0
+
+
+def _gemm_sets(sec: dict, where: str, path: str) -> dict[str, GroupedGemmParams]:
+    gg = {}
+    for dt, p in sec.items():
+        if dt not in EXPERT_DTYPES:
+            raise ProfileError(
+                f"{path}: {where}.{dt}: unknown (allowed: {', '.join(EXPERT_DTYPES)})"
+            )
+        w = f"{where}.{dt}"
+        gg[dt] = GroupedGemmParams(
+            _num(p, "launch_s", w, path, False),
+            _num(p, "max_eff", w, path),
+            _num(p, "half_sat", w, path, False),
+            _num(p, "mem_eff", w, path),
+            _opt(p, "width_half_sat", w, path),
+            _opt(p, "token_eff", w, path),
+        )
+        for key in ("max_eff", "mem_eff", "token_eff"):  # shares of a peak
+            if getattr(gg[dt], key) > 1.0:
+                raise ProfileError(
+                    f"{path}: {w}.{key}: expected at most 1 (a share of the peak), "
+                    f"got {getattr(gg[dt], key)!r}"
+                )
+    return gg
+
+
 def _sec(d: Any, key: str, path: str) -> dict:
     if not isinstance(d, dict) or not isinstance(d.get(key), dict) or not d[key]:
         raise ProfileError(f"{path}: {key}: missing or empty")
@@ -152,19 +224,18 @@ def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
     """Validate a parsed MoE parameter file; every error names the file and the field."""
     if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
         raise ProfileError(f"{path}: schema_version: expected {SCHEMA_VERSION}")
-    gg = {}
-    for dt, p in _sec(raw, "grouped_gemm", path).items():
-        if dt not in EXPERT_DTYPES:
-            raise ProfileError(
-                f"{path}: grouped_gemm.{dt}: unknown (allowed: {', '.join(EXPERT_DTYPES)})"
-            )
-        w = f"grouped_gemm.{dt}"
-        gg[dt] = GroupedGemmParams(
-            _num(p, "launch_s", w, path, False),
-            _num(p, "max_eff", w, path),
-            _num(p, "half_sat", w, path, False),
-            _num(p, "mem_eff", w, path),
-        )
+    gg = _gemm_sets(_sec(raw, "grouped_gemm", path), "grouped_gemm", path)
+    gg_fw: dict[str, dict[str, GroupedGemmParams]] = {}
+    if "grouped_gemm_frameworks" in raw:
+        fws = _sec(raw, "grouped_gemm_frameworks", path)
+        for fw in fws:
+            if fw not in GEMM_FRAMEWORKS:
+                raise ProfileError(
+                    f"{path}: grouped_gemm_frameworks.{fw}: unknown "
+                    f"(allowed: {', '.join(GEMM_FRAMEWORKS)})"
+                )
+            where = f"grouped_gemm_frameworks.{fw}"
+            gg_fw[fw] = _gemm_sets(_sec(fws, fw, path), where, path)
     dec = {}
     for dt, p in _sec(raw, "mla_decode", path).items():
         w = f"mla_decode.{dt}"
@@ -213,6 +284,7 @@ def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
         fit_error=raw.get("fit_error") or {},
         provenance=prov,
         path=path,
+        grouped_gemm_frameworks=gg_fw,
     )
 
 
@@ -242,4 +314,5 @@ def load_moe_params(gpu_id: str, path: str | Path | None = None) -> MoeParams:
         provenance=fitted.provenance,
         transferred_from=FITTED_GPU,
         path=fitted.path,
+        grouped_gemm_frameworks=fitted.grouped_gemm_frameworks,
     )
