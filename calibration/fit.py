@@ -275,6 +275,7 @@ def fit_decode_attention(
     q_per_kv=None,
     split_kv: bool = False,
     group_q_per_kv=None,
+    item_terms: bool = False,
 ) -> Fitted:
     """Decode-attention parameters; ``floor_s`` fixes the kernel floor (e.g. for rows timed
     without graphs, whose short calls carry launch time, not kernel time). ``overlap`` of
@@ -289,7 +290,12 @@ def fit_decode_attention(
     bandwidth, as FlashAttention's split-KV and TensorRT-LLM's multi-block mode split a
     long sequence over several thread blocks) instead of the bandwidth share of few items.
     ``group_q_per_kv`` (query heads per KV head, per row) fits a grouped kernel's group rate
-    ``group_bytes_per_s`` (its work per query head on each KV byte: TensorRT-LLM's XQA)."""
+    ``group_bytes_per_s`` (its work per query head on each KV byte: TensorRT-LLM's XQA).
+    ``item_terms`` also fits the per-item work's fixed part ``per_item_s`` and, for a
+    grouped kernel, its query-head part ``per_q_elem_s`` (``ops.decode_item_seconds``; the
+    query heads per KV head from ``group_q_per_kv``, else 1); a per-query-head kernel's
+    items carry one query head each, so there ``per_seq_kv_elem_s`` is that part already
+    (fitting both would leave a flat direction)."""
     b, c, kh, d, t_s = (
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
     )
@@ -297,6 +303,9 @@ def fit_decode_attention(
     g = np.asarray(q_per_kv, float) if per_qh else np.ones_like(b)
     grouped = group_q_per_kv is not None
     gq = np.asarray(group_q_per_kv, float) if grouped else np.ones_like(b)
+    # query heads per KV head: the group rate and the per-query-head-element work
+    qk = gq if grouped else g
+    i_item = 7 + per_qh + split_kv  # index of per_item_s when fitted (per_q_elem_s next)
 
     def params(p) -> DecodeAttentionParams:
         return DecodeAttentionParams(
@@ -310,12 +319,14 @@ def fit_decode_attention(
             reread_bytes_per_s=p[7] if per_qh else 0.0,
             split_fill_s=p[7 + per_qh] if split_kv else 0.0,
             group_bytes_per_s=p[-1] if grouped else 0.0,
+            per_item_s=p[i_item] if item_terms else 0.0,
+            per_q_elem_s=p[i_item + 1] if item_terms and not per_qh else 0.0,
         )
 
     def model(p, idx):
         return ops.decode_attention_time_s(
             peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, g[idx],
-            q_per_kv=gq[idx],
+            q_per_kv=qk[idx],
         )  # fmt: skip
 
     # (floor_s, per_seq_s, bw_eff, per_seq_kv_elem_s, par_half_sat, multi_floor_s, overlap);
@@ -337,11 +348,75 @@ def fit_decode_attention(
         starts = [(*s0, f) for s0, f in zip(starts, (5e-6, 2e-5, 1e-6), strict=True)]
         lo.append(1e-12)
         hi.append(1e-2)
+    if item_terms:  # per-item fixed time (s), and per query-head element (s) when grouped
+        starts = [(*s0, i) for s0, i in zip(starts, (2e-8, 5e-9, 1e-7), strict=True)]
+        lo.append(1e-15)
+        hi.append(1e-4)
+        if not per_qh:
+            starts = [(*s0, q) for s0, q in zip(starts, (5e-12, 1e-12, 2e-11), strict=True)]
+            lo.append(1e-18)
+            hi.append(1e-8)
     if grouped:  # the group rate (bytes/s), last: from HBM bandwidth to well over it
         hbm = peaks.hbm_bytes_per_s
         starts = [(*s0, f * hbm) for s0, f in zip(starts, (10.0, 5.0, 30.0), strict=True)]
         lo.append(hbm)
         hi.append(1000.0 * hbm)
+    p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
+    return Fitted(params(p), err)
+
+
+def fit_decode_wave(
+    peaks: GpuPeaks,
+    batch,
+    context_tokens,
+    kv_heads,
+    head_dim,
+    t_s,
+    q_per_kv,
+    num_sms: int,
+    kv_elem_bytes: float = 2.0,
+    groups=None,
+    held_out: bool = True,
+) -> Fitted:
+    """A multi-block wave decode kernel (TensorRT-LLM's XQA, ``ops.decode_wave_lines``) on
+    ``num_sms`` SMs: its floor, the fixed time per thread block and per query-head element
+    of a block, the KV bandwidth share (``bw_eff`` ≤ 1), a block's own streaming rate in a
+    partial wave, the group rate and the split's reduction (fixed and per partial
+    element). ``q_per_kv``: query heads per KV head, per row."""
+    b, c, kh, d, t_s, q = (
+        np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s, q_per_kv)
+    )
+    hbm = peaks.hbm_bytes_per_s
+
+    def params(p) -> DecodeAttentionParams:
+        return DecodeAttentionParams(
+            floor_s=p[0],
+            per_seq_s=0.0,
+            bw_eff=p[1],
+            overlap=1.0,
+            wave_sms=float(num_sms),
+            cta_s=p[2],
+            cta_q_elem_s=p[3],
+            cta_bytes_per_s=p[4],
+            group_bytes_per_s=p[5],
+            split_s=p[6],
+            split_elem_s=p[7],
+        )
+
+    def model(p, idx):
+        return ops.decode_attention_time_s(
+            peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, q_per_kv=q[idx]
+        )
+
+    share = hbm / num_sms  # one SM's share of the HBM bandwidth
+    # (floor_s, bw_eff, cta_s, cta_q_elem_s, cta_bytes_per_s, group_bytes_per_s, split_s,
+    # split_elem_s)
+    starts: list[tuple[float, ...]] = [
+        (5e-6, 0.8, 3e-6, 1e-10, 2.0 * share, 30.0 * hbm, 3e-6, 1e-11),
+        (3e-6, 0.9, 5e-6, 1e-11, share, 10.0 * hbm, 1e-6, 1e-12),
+    ]
+    lo = (1e-8, 1e-3, 1e-9, 1e-16, 0.1 * share, hbm, 1e-10, 1e-16)
+    hi = (1e-3, 1.0, 1e-3, 1e-6, hbm, 1000.0 * hbm, 1e-3, 1e-6)
     p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
     return Fitted(params(p), err)
 
@@ -483,8 +558,22 @@ def _round(x: float) -> float:
 
 def _params_dict(prm: Any) -> dict[str, float]:
     # a decode kernel's re-read rate is written only for a per-query-head kernel, its
-    # few-item time only for a split-KV kernel, an FP8 GEMM's dynamic-scale terms only where fitted
-    optional = ("reread_bytes_per_s", "split_fill_s", "dynamic_scale_s", "dynamic_scale_bw_eff")
+    # few-item time only for a split-KV kernel, its item terms and an FP8 GEMM's
+    # dynamic-scale terms only where fitted
+    optional = (
+        "reread_bytes_per_s",
+        "split_fill_s",
+        "dynamic_scale_s",
+        "dynamic_scale_bw_eff",
+        "per_item_s",
+        "per_q_elem_s",
+        "wave_sms",
+        "cta_s",
+        "cta_q_elem_s",
+        "cta_bytes_per_s",
+        "split_s",
+        "split_elem_s",
+    )
     return {k: _round(v) for k, v in asdict(prm).items() if not (k in optional and v == 0.0)}
 
 

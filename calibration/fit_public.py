@@ -62,6 +62,7 @@ from calibration.fit import (
     allreduce_dict,
     fit_allreduce,
     fit_decode_attention,
+    fit_decode_wave,
     fit_elementwise,
     fit_gemm,
     fit_generic,
@@ -134,12 +135,25 @@ FP8_KV_PREFILL_BACKENDS = ("trtllm",)
 # per KV head and 1.1-1.4 TB/s (bf16) at 24-32 (python -m calibration.fit_public --data
 # ../shared/data --decode-rates h100-sxm, per query heads per KV head)
 GROUP_RATE_BACKENDS = ("trtllm",)
+# decode kernels fitted with the per-item work's fixed part (per_item_s) and, for XQA, its
+# query-head part (per_q_elem_s; ops.decode_item_seconds): TensorRT-LLM's short-context
+# decode time follows its work items (one thread block each) and the query heads an XQA
+# item carries, not the sequences (tests/test_decode_item_terms.py)
+ITEM_TERM_BACKENDS = ("trtllm", "trtllm-mmha")
+# decode kernels fitted as multi-block wave kernels (ops.decode_wave_lines: the kernel's
+# own split count, whole waves of thread blocks over the SMs): TensorRT-LLM's XQA, on
+# GPUs whose SM count is known (NUM_SMS); its item terms above are then unused
+WAVE_BACKENDS = ("trtllm",)
 # TensorRT-LLM's decode kernels: ``trtllm`` is its XQA (grouped) kernel, ``trtllm-mmha`` the
 # masked multi-head attention it runs where XQA refuses the layout (trtllm_decode_kernel)
 TRTLLM_PER_QUERY_HEAD_BACKEND = "trtllm-mmha"
 MINOR_KERNELS = ("vllm_flash_attn_fa4", "triton")
 GENERIC_BACKEND = "vllm-flash"
 AUTO_MAX_APE = 0.15
+# decode kernels only their own engine runs, never auto picks for another engine whatever
+# their error: TensorRT-LLM's XQA (vLLM and SGLang decode with FlashAttention-family
+# kernels; a TensorRT-LLM worker runs it through its engine profile's attention_backend)
+ENGINE_OWN_DECODE_BACKENDS = ("trtllm",)
 ATTENTION_FRAMEWORK = "vllm"  # the generic kernel's rows
 
 
@@ -202,11 +216,31 @@ def decode_backend_of_rows(frame: pd.DataFrame) -> np.ndarray:
 
 
 def fit_decode_backend(
-    peaks: GpuPeaks, backend: str, dtype: str, rows: pd.DataFrame, held_out: bool = True
+    peaks: GpuPeaks,
+    backend: str,
+    dtype: str,
+    rows: pd.DataFrame,
+    held_out: bool = True,
+    num_sms: int = 0,
 ) -> Fitted:
     """One backend's decode attention for one KV dtype (``rows``: its kernel rows, from
     :func:`_decode_backend_rows`), held out by head-layout family unless ``held_out`` is
-    False (the parameters are the same either way)."""
+    False (the parameters are the same either way); a :data:`WAVE_BACKENDS` kernel as a
+    multi-block wave kernel on ``num_sms`` SMs when given (> 0)."""
+    if backend in WAVE_BACKENDS and num_sms > 0:
+        return fit_decode_wave(
+            peaks,
+            rows["batch"],
+            rows["context_tokens"],
+            rows["kv_heads"],
+            rows["head_dim"],
+            rows["t_s"],
+            (rows["heads"] / rows["kv_heads"]).round(),
+            num_sms,
+            kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
+            groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
+            held_out=held_out,
+        )
     per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
     return fit_decode_attention(
         peaks,
@@ -223,6 +257,7 @@ def fit_decode_backend(
         group_q_per_kv=(
             (rows["heads"] / rows["kv_heads"]).round() if backend in GROUP_RATE_BACKENDS else None
         ),
+        item_terms=backend in ITEM_TERM_BACKENDS,
     )
 
 
@@ -246,7 +281,7 @@ def fit_attention_backends(
         sec: dict[str, Any] = {"decode_attention": {}}
         for dtype_key, rows in dec.groupby("dtype"):
             dtype = str(dtype_key)
-            f = fit_decode_backend(peaks, backend, dtype, rows)
+            f = fit_decode_backend(peaks, backend, dtype, rows, num_sms=NUM_SMS.get(gpu, 0))
             sec["decode_attention"][dtype] = _params_dict(f.params)
             errors[f"attention.{backend}.decode.{dtype}"] = _err(
                 f.error,
@@ -287,12 +322,15 @@ def fit_attention_backends(
 def auto_candidates(errors: dict[str, Any], backends: dict[str, Any]) -> dict[str, list[str]]:
     """Backends ``auto`` may pick, per phase: those whose fit generalises — held-out median
     APE within :data:`AUTO_MAX_APE` for every dtype fitted. Picking the fastest backend by
-    its fitted model would otherwise reward a fit that predicts too fast."""
+    its fitted model would otherwise reward a fit that predicts too fast. An engine's own
+    decode kernel (:data:`ENGINE_OWN_DECODE_BACKENDS`) is never a decode candidate."""
     out: dict[str, list[str]] = {}
     for phase, op in (("decode", "decode_attention"), ("prefill", "prefill_attention")):
         names = []
         for name, sec in backends.items():
             if name in DECODE_ONLY_BACKENDS:  # an engine's fallback, never a pick of its own
+                continue
+            if phase == "decode" and name in ENGINE_OWN_DECODE_BACKENDS:
                 continue
             dts = list((sec.get(op) or {}).keys())
             errs = [errors.get(f"attention.{name}.{phase}.{dt}", {}) for dt in dts]
@@ -480,6 +518,9 @@ COOPERATIVE_BRANCHES = {VLLM_FP8_KERNEL: (5,)}
 # SMs per GPU, for the tile form's waves: the datasheets' counts (H100 SXM / H200 / H800:
 # 132, H100 PCIe: 114)
 NUM_SMS = {"a100-80gb": 108, "h100-sxm": 132, "h100-pcie": 114, "h200-sxm": 132, "h800-sxm": 132}
+# SMs of every GPU a profile is written for: a wave decode kernel (WAVE_BACKENDS) carried to
+# another GPU runs its waves over that GPU's SMs
+KERNEL_SMS = {**NUM_SMS, "b200": 148, "l40s": 142}
 
 
 def tiled_kernel_dict(
@@ -817,6 +858,11 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
         for name, sec in (source.get("gemm_kernels") or {}).items()
         if same_arch and tgt.fp8_flop_per_s > 0
     }
+    backends_out = json.loads(json.dumps(source.get("attention_backends", {})))
+    for sec in backends_out.values():  # a wave decode kernel's waves run over this GPU's SMs
+        for prm in (sec.get("decode_attention") or {}).values():
+            if prm.get("wave_sms", 0) > 0:
+                prm["wave_sms"] = float(KERNEL_SMS[gpu])
     rule = (
         f"same SM architecture as {source_gpu} ({SM_ARCH[gpu]}): shares its kernel "
         "efficiencies and floors, differs by datasheet peaks"
@@ -834,7 +880,7 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
             "hbm_bytes": tgt.hbm_bytes,
         },
         "ops": ops_out,
-        "attention_backends": json.loads(json.dumps(source.get("attention_backends", {}))),
+        "attention_backends": backends_out,
         "attention_auto": json.loads(json.dumps(source.get("attention_auto", {}))),
         "gemm_kernels": json.loads(json.dumps(gemm_kernels)),
         "graph_replay": dict(source.get("graph_replay") or {"per_layer_s": 0.0}),
@@ -1030,12 +1076,20 @@ CONTEXT_TEST_MIN_TOKENS = 8192  # exclusive
 
 def refit_decode_predict(
     peaks: GpuPeaks, backend: str, fit_rows: pd.DataFrame, test_rows: pd.DataFrame,
-    split_kv: bool = True,
+    split_kv: bool = True, num_sms: int = 0,
 ) -> np.ndarray:  # fmt: skip
     """Refit one decode backend's bf16 form on ``fit_rows`` and predict ``test_rows``
     (the extrapolation check of ``calibrate validate``: a per-query-head kernel fitted with
-    its group sizes). ``split_kv`` False refits the bandwidth-share form the split-KV form
-    replaced (few work items get a share of the bandwidth)."""
+    its group sizes, a wave kernel as one on ``num_sms`` SMs, as :func:`fit_decode_backend`).
+    ``split_kv`` False refits the bandwidth-share form the split-KV form replaced (few work
+    items get a share of the bandwidth)."""
+    if backend in WAVE_BACKENDS and num_sms > 0 and split_kv:
+        w = fit_decode_backend(peaks, backend, "bf16", fit_rows, held_out=False, num_sms=num_sms)
+        g = (test_rows["heads"] / test_rows["kv_heads"]).round().to_numpy(float)
+        return ops.decode_attention_time_s(
+            peaks, w.params, test_rows["batch"], test_rows["context_tokens"],
+            test_rows["kv_heads"], test_rows["head_dim"], 2.0, q_per_kv=g,
+        )  # fmt: skip
     per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
     group = backend in GROUP_RATE_BACKENDS
     tr, te = fit_rows, test_rows
@@ -1043,7 +1097,7 @@ def refit_decode_predict(
     f = fit_decode_attention(
         peaks, tr["batch"], tr["context_tokens"], tr["kv_heads"], tr["head_dim"], tr["t_s"],
         held_out=False, q_per_kv=g_tr if per_qh else None, split_kv=split_kv,
-        group_q_per_kv=g_tr if group else None,
+        group_q_per_kv=g_tr if group else None, item_terms=backend in ITEM_TERM_BACKENDS,
     )  # fmt: skip
     g_te = (te["heads"] / te["kv_heads"]).round().to_numpy(float)
     return ops.decode_attention_time_s(
@@ -1077,7 +1131,8 @@ def context_extrapolation_ratios(
         if tr.empty or te.empty:
             continue
         for form, split_kv in CONTEXT_RATIO_FORMS:
-            ratio = te["t_s"].to_numpy(float) / refit_decode_predict(pk, backend, tr, te, split_kv)
+            pred = refit_decode_predict(pk, backend, tr, te, split_kv, NUM_SMS.get(gpu, 0))
+            ratio = te["t_s"].to_numpy(float) / pred
             x = te.assign(ratio=ratio, ape=np.abs(1.0 / ratio - 1.0))
             groups = [("all", "", x)]
             for by in ("batch", "kv_heads"):

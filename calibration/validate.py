@@ -621,7 +621,11 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   calibration.fit_public --data ../shared/data --xqa-split GPU`) but makes a step
   non-affine in the context at a fixed batch (piecewise affine: the count changes at
   discrete tokens per sequence), which the engine's closed-form decode runs rely on, so it
-  is not shipped; the engine would have to end a decode run where the count changes.
+  was not shipped. Since 2026-12-03 XQA is fitted as a multi-block wave kernel (the rule's
+  count, whole waves of thread blocks over the SMs, the smallest of one line per count;
+  docs/costmodel.md, "XQA's multi-block waves") and the engine ends a decode run where the
+  smallest line changes: the XQA context rows above are that form (before: H100 22.0%, A100
+  38.7% with the split-KV form and its item terms).
   Masked MHA on the A100 got worse (16.6% → 20.8%), and not by chance: fitted on ≤ 2048
   tokens per sequence, the split form predicts the > 8192-token rows too fast at every
   batch (median measured/predicted 1.08-1.29 at batch 1-64) and every KV-head count
@@ -637,8 +641,8 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   same refit gains (38.2% → 10.4%). On the A100 vLLM's FA2 shows a small gap (1.50 against
   1.57 TB/s) and SGLang's a larger one (0.82 against 1.11), and its held-out context error is
   14.9%: the gap is the A100 kernels', not the form's (`python -m calibration.fit_public
-  --data ../shared/data --decode-context-rates a100-80gb`, rows "> 640 MB"; 2026-12-01). XQA at A100 long contexts (40.3%) is the worst held-out row
-  left. In KV heads (fit ≤ 8 → test 32) the change is small: SGLang 6.3% → 8.5% (H100),
+  --data ../shared/data --decode-context-rates a100-80gb`, rows "> 640 MB"; 2026-12-01). XQA at A100 long contexts (40.3% then; 16.6%
+  with the wave form since 2026-12-03) was the worst held-out row left. In KV heads (fit ≤ 8 → test 32) the change is small: SGLang 6.3% → 8.5% (H100),
   5.7% → 3.8% (A100); masked MHA 10.4% → 12.4%, 13.1% → 12.8%.
 """
 COMMAND = "disaggsim calibrate validate --gpu a100-80gb h100-sxm --data ../shared/data --write-doc"
@@ -869,7 +873,7 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
             tr, te = t[np.asarray(tr_sel)], t[np.asarray(te_sel)]
             if te.empty or tr.empty:
                 continue
-            pred = refit_decode_predict(pk, backend, tr, te)
+            pred = refit_decode_predict(pk, backend, tr, te, num_sms=NUM_SMS.get(gpu, 0))
             src = f"AIC {fw} kv bf16{label}"
             rows.append(_row(gpu, "decode_attention", src, name, ape(pred, te["t_s"])))
     p_all = public.aic_prefill_attention(data, gpu)

@@ -356,16 +356,22 @@ def test_per_query_head_decode_equals_ops(batch, ctx, rate, layout):
         ZERO_ENGINE, grouped_decode_q_per_kv=(1,), per_query_head_kv_bytes_per_s=rate
     )
     model, tp = layout
-    w = build_worker_cost(model, "h100-sxm", tp, engine=eng, attention_backend="trtllm")
-    bare = build_worker_cost(model, "h100-sxm", tp, engine=ZERO_ENGINE, attention_backend="trtllm")
+    # a split-KV kernel (TensorRT-LLM's XQA is a wave kernel, which has no per-query-head
+    # form: TensorRT-LLM runs masked MHA there)
+    w = build_worker_cost(model, "h100-sxm", tp, engine=eng, attention_backend="vllm-flash")
+    bare = build_worker_cost(
+        model, "h100-sxm", tp, engine=ZERO_ENGINE, attention_backend="vllm-flash"
+    )
     # llama-3-8b: 32 query / 8 KV heads (tp 8: 4 over 1); llama-3-70b tp 4: 16 over 2
     hq, hkv = {("llama-3-8b", 1): (32, 8), ("llama-3-8b", 8): (4, 1), ("llama-3-70b", 4): (16, 2)}[
         layout
     ]
     prof = w.profile
-    dec = prof.decode_attention_for("trtllm", "bf16")
+    dec = prof.decode_attention_for("vllm-flash", "bf16")
     want = float(
-        ops.decode_attention_time_s(prof.peaks, dec, batch, ctx, hkv, 128, 2.0, hq // hkv, rate)
+        ops.decode_attention_time_s(
+            prof.peaks, dec, batch, ctx, hkv, 128, 2.0, hq // hkv, rate, q_per_kv=hq // hkv
+        )
     )
     plain = float(ops.decode_attention_time_s(prof.peaks, dec, batch, ctx, hkv, 128, 2.0))
     got = w.breakdown(decode_batch=batch, decode_context_tokens=ctx).attention_s

@@ -250,7 +250,9 @@ def test_per_query_head_decode_rereads_the_group_by_hand() -> None:
     assert [old.decode_reread_group(g) for g in (1, 2, 4, 8)] == [1, 2, 4, 1]
     assert ZERO_ENGINE.decode_reread_group(4) == 1  # no coverage limit: every layout grouped
     prof = load_profile("h100-sxm")
-    dec = prof.decode_attention_for("trtllm", "fp8")
+    # a split-KV kernel (TensorRT-LLM's XQA fit is a wave kernel, which has no per-query-head
+    # form: a TensorRT-LLM worker runs masked MHA there, and naming XQA for it is refused)
+    dec = prof.decode_attention_for("vllm-flash", "fp8")
     hbm = get_gpu("h100-sxm").hbm_bytes_per_s
     for batch in (1, 56, 512):
         # the bandwidth share of batch x 8 (sequence, KV head) work items (1 for a split-KV
@@ -259,7 +261,7 @@ def test_per_query_head_decode_rereads_the_group_by_hand() -> None:
         # Mistral-7B: 32 layers, 8 KV heads of 128, 1-byte KV; 2 (K and V) bytes per element
         hbm_per_token = 32 * 2 * 8 * 128 * 1.0 / (hbm * dec.bw_eff * share)
         reread_per_token = 32 * 2 * 8 * 128 * 1.0 * 4 / rate
-        kw = dict(kv_dtype="fp8", weight_dtype="fp8", attention_backend="trtllm")
+        kw = dict(kv_dtype="fp8", weight_dtype="fp8", attention_backend="vllm-flash")
         w_old = build_worker_cost("mistral-7b", "h100-sxm", 1, engine=old, **kw)
         w_new = build_worker_cost("mistral-7b", "h100-sxm", 1, engine=ZERO_ENGINE, **kw)
         assert w_new.decode_coeffs(batch)[1] == pytest.approx(hbm_per_token, rel=1e-12)
@@ -268,6 +270,10 @@ def test_per_query_head_decode_rereads_the_group_by_hand() -> None:
         )
         assert w_old.decode_coeffs(batch)[0] == pytest.approx(w_new.decode_coeffs(batch)[0])
         assert w_old.decode_time_s(batch, batch * 4096) > w_new.decode_time_s(batch, batch * 4096)
+    with pytest.raises(UserError, match="no per-query-head form"):
+        build_worker_cost(
+            "mistral-7b", "h100-sxm", 1, engine=old, kv_dtype="fp8", attention_backend="trtllm"
+        )
     for model in ("llama-2-70b", "llama-2-7b"):
         kw = dict(kv_dtype="fp8", weight_dtype="fp8", attention_backend="trtllm")
         tp = 4 if model == "llama-2-70b" else 1

@@ -14,7 +14,11 @@ copy of the weights) for the time of one forward pass. Three shapes of iteration
   speed rule"). A cost model whose attention kernel is bound by per-sequence work at short
   contexts may also offer ``decode_item_coeffs(batch)``, a second line: the step then takes
   the larger of the two (:func:`decode_step_time_s`), still a closed form per run (the
-  larger line changes at most once as C grows);
+  larger line changes at most once as C grows). A kernel that picks among a few
+  configurations by the context (TensorRT-LLM's XQA: how many thread blocks split each
+  sequence) may offer ``decode_min_coeffs(batch)``, more lines: the kernel-bound part is
+  the smallest of those and ``decode_coeffs``' line (the active one changes at contexts
+  the engine computes once per run, and cuts the run there);
 - a mixed (chunked-prefill) step: both at once.
 
 :class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.
@@ -80,10 +84,15 @@ class DecodeLines(Protocol):
 
 
 def decode_step_time_s(cost: DecodeLines, batch: int, context_tokens: float) -> float:
-    """Seconds of one decode step: the stream-bound line, or the item-bound line where the
-    cost model has one and it is larger (short contexts)."""
+    """Seconds of one decode step: the stream-bound line (the smallest of it and the
+    ``decode_min_coeffs`` lines where the cost model has them), or the item-bound line
+    where the cost model has one and it is larger (short contexts)."""
     base, per_token = cost.decode_coeffs(batch)
     t = base + per_token * context_tokens
+    alts = getattr(cost, "decode_min_coeffs", None)
+    if alts is not None:
+        for b2, k2 in alts(batch):
+            t = min(t, b2 + k2 * context_tokens)
     item = getattr(cost, "decode_item_coeffs", None)
     if item is not None:
         b1, k1 = item(batch)

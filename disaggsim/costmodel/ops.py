@@ -23,9 +23,10 @@ Forms (``docs/costmodel.md`` has the derivations):
   monotone across branches, as the kernel is not).
 - Decode attention (B sequences, C cached tokens in all, KH KV heads of dimension D):
   ``floor_s + per_seq_s × B + max(items, stream) + (1 − overlap) × min(items, stream)``, with
-  ``items = per_seq_kv_elem_s × B × KH × D`` (each of the ``P = B × KH`` (sequence, KV
-  head) work items loads its query group, combines its partial results and writes its
-  output) and ``stream = kv_bytes / (hbm × bw_eff × P / (P + par_half_sat))`` (few items
+  ``items = P × (per_seq_kv_elem_s × D + per_item_s) + per_q_elem_s × B × KH × q × D``
+  (each of the ``P = B × KH`` (sequence, KV head) work items sets up, loads its group's
+  ``q`` query heads, combines its partial results and writes their outputs:
+  :func:`decode_item_seconds`) and ``stream = kv_bytes / (hbm × bw_eff × P / (P + par_half_sat))`` (few items
   cannot keep every memory channel busy). A split-KV kernel (``split_fill_s`` > 0:
   FlashAttention/FlashInfer split-KV, TensorRT-LLM multi-block) splits each long sequence
   over several thread blocks, so few items do not starve the stream: it runs at ``hbm ×
@@ -43,6 +44,12 @@ Forms (``docs/costmodel.md`` has the derivations):
   shape the time is the larger of two affine functions of C
   (:func:`decode_attention_lines`); above the knee, where the KV stream dominates, it is
   ``... + stream`` exactly. Newer parameters default to 0.
+- Decode attention on a multi-block wave kernel (``wave_sms`` > 0: TensorRT-LLM's XQA):
+  the smallest of a few lines affine in C, one per split count ``m`` the kernel's rule
+  takes at this batch (:func:`decode_wave_lines`): ``B × KH × m`` thread blocks in whole
+  waves over the SMs plus a partial last wave, each streaming ``C / (B m)`` tokens (plus
+  half a 64-token tile) of its KV head, a fixed time per block, and a reduction when
+  ``m`` > 1. Never faster than the KV bytes at ``hbm × bw_eff``.
 - Prefill attention (causal, FLOP = 4 × heads × head_dim × query-key pairs):
   ``floor_s + flop / (peak × max_eff × L / (L + half_sat))``, L = mean new tokens per
   sequence.
@@ -226,6 +233,125 @@ def decode_stream_seconds_per_byte(
     return per_byte
 
 
+def decode_item_seconds(
+    p: DecodeAttentionParams,
+    batch: ArrayLike,
+    work_heads: ArrayLike,
+    kv_heads: ArrayLike,
+    head_dim: ArrayLike,
+    q_per_kv: ArrayLike = 1.0,
+) -> np.ndarray:
+    """Per-item work of a decode kernel (seconds, the ``items`` term): every one of the
+    ``batch × work_heads`` work items (:func:`decode_work_heads`) pays ``per_item_s`` and
+    ``per_seq_kv_elem_s`` per head-dim element, and every query-head element of the batch
+    (``batch × kv_heads × q_per_kv × head_dim``) ``per_q_elem_s``. Constant in the context,
+    so it stays in the item-bound line of :func:`decode_attention_lines`."""
+    b = np.asarray(batch, float)
+    d = np.asarray(head_dim, float)
+    t = p.per_seq_kv_elem_s * b * np.asarray(work_heads, float) * d  # as before the terms
+    if p.per_item_s > 0.0:
+        t = t + p.per_item_s * b * np.asarray(work_heads, float)
+    if p.per_q_elem_s > 0.0:
+        q_heads = np.asarray(kv_heads, float) * np.asarray(q_per_kv, float)
+        t = t + p.per_q_elem_s * b * q_heads * d
+    return t
+
+
+# TensorRT-LLM's XQA multi-block rule (decoderXQAImplCommon.h computeMultiBlockCount and
+# decoderXQAConstants.h of the 1.x releases the public tables time): one thread block per
+# 128 cached tokens, at most round(sqrt(8 x that)), cut to 8 waves of the SMs and to 6000
+# sub-sequences over the batch; a block streams its tokens in tiles of 64
+# (gemm0WarpGrpTileNbTokens / tokensPerTile), half a tile of rounding on average
+XQA_MIN_TOKENS_PER_BLOCK = 128
+XQA_TARGET_WAVES = 8
+XQA_MAX_SUB_SEQUENCES = 6000
+XQA_TILE_TOKENS = 64
+# tokens per sequence at which the wave lines take the rule's split count: 128 x 2^j up to
+# 131,072, the longest context the public tables time (one line per distinct count; the
+# kernel takes the smallest line; longer sequences keep the 131,072-token count, which
+# only errs slow)
+XQA_LINE_CONTEXTS = tuple(128 * 2**j for j in range(11))
+
+
+def xqa_blocks_per_sequence(history_tokens, items, batch, num_sms: float) -> np.ndarray:
+    """Thread blocks XQA's multi-block mode gives each (sequence, KV head) work item over
+    ``history_tokens`` cached tokens, with ``items`` work items in all over ``batch``
+    sequences on ``num_sms`` SMs (``computeMultiBlockCount``)."""
+    m0 = np.floor(np.asarray(history_tokens, float) / XQA_MIN_TOKENS_PER_BLOCK)
+    m = np.maximum(np.minimum(m0, np.round(np.sqrt(8.0 * m0))), 1.0)
+    adj = np.asarray(items, float) * m / (num_sms * XQA_TARGET_WAVES)
+    m = np.maximum(np.where(adj > 1.0, np.floor(m / adj), m), 1.0)
+    cap = np.floor(XQA_MAX_SUB_SEQUENCES / np.asarray(batch, float))
+    return np.maximum(np.minimum(m, cap), 1.0)
+
+
+def decode_wave_lines(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    batch: ArrayLike,
+    kv_heads: ArrayLike,
+    head_dim: ArrayLike,
+    kv_elem_bytes: float = 2.0,
+    q_per_kv: ArrayLike = 1.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A multi-block wave kernel's lines (``p.wave_sms`` > 0): ``(split counts, base_s,
+    per_context_token_s)``, each of shape ``(len(XQA_LINE_CONTEXTS), *broadcast shape)``;
+    the kernel over C cached tokens in all takes ``min(base + per × C)`` over them.
+
+    With ``m`` thread blocks per (sequence, KV head) item, ``n = B × KH × m`` blocks run in
+    ``W = floor(n / S)`` full waves and a partial one of ``r = n − W S`` blocks; each block
+    streams ``T = C / (B m) + 32`` tokens of ``2 × D × kv_elem`` bytes, in a full wave at
+    ``hbm × bw_eff / S`` (every SM's share), in the partial one at ``min(cta_bytes_per_s,
+    hbm × bw_eff / r)``, and never faster per byte than the group rate allows (``S ×
+    q_per_kv / group_bytes_per_s``); it also pays ``cta_s + cta_q_elem_s × q_per_kv × D``,
+    and a split item ``split_s + split_elem_s × m × q_per_kv × D`` (its reduction). Since
+    ``(W S + r) × T ≥ B × KH × C / B``, no line beats the KV bytes at ``hbm × bw_eff``."""
+    b = np.asarray(batch, float)
+    kh = np.asarray(kv_heads, float)
+    d = np.asarray(head_dim, float)
+    q = np.asarray(q_per_kv, float)
+    sms = p.wave_sms
+    items = b * kh
+    hist = np.array(XQA_LINE_CONTEXTS, float) - 1.0
+    shape = (len(hist), *np.broadcast(b, kh, d, q).shape)
+    hist = hist.reshape((-1,) + (1,) * (len(shape) - 1))
+    m = np.broadcast_to(xqa_blocks_per_sequence(hist, items, b, sms), shape)
+    n = items * m
+    full = np.floor(n / sms)
+    rest = n - full * sms
+    part = (rest > 0.0).astype(float)
+    bw = peaks.hbm_bytes_per_s * p.bw_eff
+    group = sms * q / p.group_bytes_per_s if p.group_bytes_per_s > 0.0 else 0.0
+    bytes_per_token = 2.0 * d * kv_elem_bytes
+    full_tok = bytes_per_token * np.maximum(sms / bw, group)
+    rest_rate = np.minimum(p.cta_bytes_per_s, bw / np.maximum(rest, 1.0))
+    rest_tok = bytes_per_token * np.maximum(1.0 / rest_rate, group)
+    per_block_token = full * full_tok + part * rest_tok  # the waves' time per token a block streams
+    block = p.cta_s + p.cta_q_elem_s * q * d
+    split = (m > 1.0) * (p.split_s + p.split_elem_s * m * q * d)
+    base = p.floor_s + (full + part) * block + split + 0.5 * XQA_TILE_TOKENS * per_block_token
+    per = per_block_token / (b * m)
+    return m, base, per
+
+
+def decode_wave_min_lines(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    batch: float,
+    kv_heads: float,
+    head_dim: float,
+    kv_elem_bytes: float = 2.0,
+    q_per_kv: float = 1.0,
+) -> tuple[tuple[float, float], ...]:
+    """:func:`decode_wave_lines` at one batch and layout as ``(base_s, per_token_s)``
+    floats, one per distinct split count, steepest first (the smallest count)."""
+    m, base, per = decode_wave_lines(peaks, p, batch, kv_heads, head_dim, kv_elem_bytes, q_per_kv)
+    out: dict[float, tuple[float, float]] = {}
+    for mi, bi, pi in zip(m.ravel(), base.ravel(), per.ravel(), strict=True):
+        out.setdefault(float(mi), (float(bi), float(pi)))
+    return tuple(out[k] for k in sorted(out))
+
+
 def decode_attention_time_s(
     peaks: GpuPeaks,
     p: DecodeAttentionParams,
@@ -242,13 +368,17 @@ def decode_attention_time_s(
     ``context_tokens`` cached tokens in total (per layer, per GPU shard); ``reread_group``
     > 1: query heads per KV head of a per-query-head kernel, whose query heads each read
     their KV head; ``q_per_kv``: the layout's query heads per KV head, for a grouped
-    kernel's group rate (:func:`decode_stream_seconds_per_byte`)."""
+    kernel's group rate (:func:`decode_stream_seconds_per_byte`) and the query-head work
+    (:func:`decode_item_seconds`)."""
     b = np.asarray(batch, float)
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
+    if p.wave_sms > 0.0:  # a multi-block wave kernel: the smallest of its lines
+        _, base, per = decode_wave_lines(peaks, p, b, kh, d, kv_elem_bytes, q_per_kv)
+        return np.min(base + per * np.asarray(context_tokens, float), axis=0)
     kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
     work = decode_work_heads(p, kh, reread_group)
-    items = p.per_seq_kv_elem_s * b * work * d
+    items = decode_item_seconds(p, b, work, kh, d, q_per_kv)
     stream = kv_bytes * decode_stream_seconds_per_byte(
         peaks, p, b, kh, reread_group, reread_bytes_per_s, q_per_kv
     )
@@ -278,8 +408,7 @@ def decode_attention_lines(
     × stream`` (equal at the knee, where items = stream)."""
     work = float(decode_work_heads(p, kv_heads, reread_group))
     fixed = float(decode_attention_floor_s(p, batch, kv_heads, work)) + p.per_seq_s * batch
-    items = p.per_seq_kv_elem_s * batch * work
-    items *= head_dim
+    items = float(decode_item_seconds(p, batch, work, kv_heads, head_dim, q_per_kv))
     per_byte = float(
         decode_stream_seconds_per_byte(
             peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s, q_per_kv

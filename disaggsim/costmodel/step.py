@@ -47,6 +47,7 @@ from pathlib import Path
 
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
 from disaggsim.costmodel.interface import decode_knee_tokens, decode_step_time_s
+from disaggsim.costmodel.ops import decode_wave_min_lines
 from disaggsim.costmodel.overhead import (
     ELEMENTWISE_KERNELS_PER_LAYER,
     StepOverhead,
@@ -204,6 +205,25 @@ def _dec_work_heads(p: DecodeAttentionParams, kv_heads: float, group: float) -> 
     return kv_heads * group if p.reread_bytes_per_s > 0.0 else kv_heads
 
 
+def _dec_item_terms_s(
+    p: DecodeAttentionParams,
+    batch: float,
+    work: float,
+    kv_heads: float,
+    head_dim: float,
+    q_per_kv: float,
+) -> float:
+    """ops.decode_item_seconds for scalars, less its ``per_seq_kv_elem_s`` part (the
+    callers keep that product as it was written, so kernels without the item terms give
+    the same floats to the last bit)."""
+    t = 0.0
+    if p.per_item_s > 0.0:
+        t += p.per_item_s * batch * work
+    if p.per_q_elem_s > 0.0:
+        t += p.per_q_elem_s * batch * kv_heads * q_per_kv * head_dim
+    return t
+
+
 def _dec_per_byte_s(
     hbm: float,
     p: DecodeAttentionParams,
@@ -261,14 +281,21 @@ def pick_attention_backends(
     peaks = profile.peaks
     kv_elem = float(dtype_bytes(kv_dtype))
     hkv, hd = float(kv_heads), float(head_dim)
+    q_per_kv = float(heads) / hkv
 
     def decode_cost(name: str) -> float:
         d = profile.decode_attention_for(name, kv_dtype)
         total = 0.0
         for b, ctx in _AUTO_DECODE_POINTS:
+            if d.wave_sms > 0.0:  # a multi-block wave kernel: the smallest of its lines
+                lines = decode_wave_min_lines(peaks, d, b, hkv, hd, kv_elem, q_per_kv)
+                total += min(b0 + k0 * b * ctx for b0, k0 in lines)
+                continue
             kv_bytes = 2.0 * b * ctx * hkv * hd * kv_elem
             bw = peaks.hbm_bytes_per_s * d.bw_eff * _dec_bw_scale(d, b, hkv)
-            items = d.per_seq_kv_elem_s * b * hkv * hd
+            items = d.per_seq_kv_elem_s * b * hkv * hd + _dec_item_terms_s(
+                d, b, hkv, hkv, hd, q_per_kv
+            )
             total += (
                 _dec_floor_s(d, b, hkv)
                 + d.per_seq_s * b
@@ -331,6 +358,7 @@ class RooflineWorkerCost:
         "attention_backend",
         "decode_backend",
         "prefill_backend",
+        "decode_min_lines",
         "gpu_mem_util",
         "activation_reserve_bytes",
         "num_gpus",
@@ -364,6 +392,8 @@ class RooflineWorkerCost:
         "_q_per_kv",
         "_reread_bytes_per_s",
         "_decode_cache",
+        "_wave_cache",
+        "_min_cache",
     )  # _decode_cache: batch -> (stream-bound line, item-bound line)
 
     def __init__(
@@ -445,6 +475,13 @@ class RooflineWorkerCost:
             self._reread_group = float(engine.decode_reread_group(hq // hkv))
         self._reread_bytes_per_s = engine.per_query_head_kv_bytes_per_s
         self._q_per_kv = float(hq // hkv)  # a grouped kernel's group rate (group_bytes_per_s)
+        if self._dec.wave_sms > 0.0 and self._reread_group > 1.0:
+            raise UserError(
+                f"attention_backend {self.decode_backend!r}: its decode kernel (a multi-block "
+                f"wave kernel, TensorRT-LLM's XQA) has no per-query-head form for "
+                f"{hq // hkv} query heads per KV head; the engine profile names none "
+                f"(per_query_head_decode_backend) the {profile.gpu} profile fits"
+            )
         # the prefill kernel for the KV dtype where the backend's fit has one (TensorRT-LLM's
         # FP8 context FMHA with an FP8 KV cache), else its bf16 one
         self._pre = profile.prefill_attention_for(self.prefill_backend, kv_dtype)
@@ -483,6 +520,11 @@ class RooflineWorkerCost:
         free = gpu.hbm_bytes * gpu_mem_util - self.weights_bytes_per_gpu - activation_reserve_bytes
         self.kv_capacity_tokens = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
         self._decode_cache: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
+        # a multi-block wave decode kernel (TensorRT-LLM's XQA): its attention is the
+        # smallest of a few lines in the context (ops.decode_wave_lines), per batch
+        self.decode_min_lines = self._dec.wave_sms > 0.0
+        self._wave_cache: dict[int, tuple[tuple[float, float], ...]] = {}
+        self._min_cache: dict[int, tuple[tuple[float, float], ...]] = {}
 
     # --- the WorkerCost protocol ---------------------------------------------------
 
@@ -510,6 +552,32 @@ class RooflineWorkerCost:
         stream line)."""
         return self._decode_lines(batch)[1]
 
+    def decode_min_coeffs(self, batch: int) -> tuple[tuple[float, float], ...]:
+        """Further ``(base_s, per_context_token_s)`` lines of the kernel-bound part: a decode
+        step takes the smallest of these and :meth:`decode_coeffs`' line (the larger of
+        that and :meth:`decode_item_coeffs`' line). Empty but for a multi-block wave decode
+        kernel (``decode_min_lines``: TensorRT-LLM's XQA, one line per split count its rule
+        takes, :meth:`decode_coeffs` the most split)."""
+        if not self.decode_min_lines or batch <= 0:
+            return ()
+        self._decode_lines(batch)
+        return self._min_cache[batch]
+
+    def _wave_lines(self, batch: int) -> tuple[tuple[float, float], ...]:
+        """Per layer: the wave decode kernel's lines at ``batch`` (ops.decode_wave_min_lines)."""
+        hit = self._wave_cache.get(batch)
+        if hit is None:
+            hit = self._wave_cache[batch] = decode_wave_min_lines(
+                self.profile.peaks,
+                self._dec,
+                float(batch),
+                float(self.kv_heads_per_gpu),
+                float(self.model.head_dim),
+                self._kv_elem,
+                self._q_per_kv,
+            )
+        return hit
+
     def decode_knee_tokens(self, batch: int) -> float:
         """Context tokens (all sequences together) where the two lines cross; 0 when the
         attention kernel's per-item work never outlasts its KV stream."""
@@ -521,6 +589,16 @@ class RooflineWorkerCost:
             return hit
         if batch <= 0:
             lines = ((0.0, 0.0), (0.0, 0.0))
+        elif self.decode_min_lines:  # the wave kernel's lines over the rest of the step
+            layers = self.model.num_layers
+            parts = self._parts(batch, 0, 0, 0, 0.0)
+            base_items = sum(parts)  # C = 0 (with the launches the kernels do not hide)
+            unhidden = unhidden_launches_s(self._launch_s, sum(parts[:4]))
+            rest = base_items - unhidden - parts[1]  # all but the attention kernel
+            kernel = [(rest + layers * b0, layers * k0) for b0, k0 in self._wave_lines(batch)]
+            self._min_cache[batch] = tuple(kernel[:-1])
+            # the item line: the step at C = 0, constant (the launches' floor where any)
+            lines = (kernel[-1], (base_items, 0.0))
         else:
             d = self._dec
             hkv = float(self.kv_heads_per_gpu)
@@ -531,6 +609,10 @@ class RooflineWorkerCost:
             unhidden = unhidden_launches_s(self._launch_s, sum(parts[:4]))
             work = _dec_work_heads(d, hkv, self._reread_group)
             items = layers * d.per_seq_kv_elem_s * batch * work * self.model.head_dim
+            if d.per_item_s > 0.0 or d.per_q_elem_s > 0.0:
+                items += layers * _dec_item_terms_s(
+                    d, batch, work, hkv, float(self.model.head_dim), self._q_per_kv
+                )
             per_token = layers * (
                 2.0
                 * hkv
@@ -644,12 +726,17 @@ class RooflineWorkerCost:
                 float(self.heads_per_gpu),
                 hd,
             )
-        if decode_batch > 0:
+        if decode_batch > 0 and self.decode_min_lines:
+            c = decode_context_tokens
+            attn_layer += min(b0 + k0 * c for b0, k0 in self._wave_lines(decode_batch))
+        elif decode_batch > 0:
             d = self._dec
             hkv_dec = float(self.kv_heads_per_gpu)
             kv_bytes = 2.0 * decode_context_tokens * hkv_dec * hd * self._kv_elem
             work = _dec_work_heads(d, hkv_dec, self._reread_group)
             items = d.per_seq_kv_elem_s * decode_batch * work * hd
+            if d.per_item_s > 0.0 or d.per_q_elem_s > 0.0:
+                items += _dec_item_terms_s(d, decode_batch, work, hkv_dec, hd, self._q_per_kv)
             stream = kv_bytes * _dec_per_byte_s(
                 hbm,
                 d,

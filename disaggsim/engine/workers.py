@@ -684,6 +684,7 @@ class _TokenBatch(Worker):
         "_finishing",
         "_leave_hooks",
         "_lines",
+        "_min_lines",
         "_phase_hist",
         "_rest_fn",
         "_run_end",
@@ -732,6 +733,11 @@ class _TokenBatch(Worker):
         # call_soon_after may share with another worker.
         self._spare: Call | None = None
         super().__init__(*args, **kwargs)
+        # a cost model whose kernel-bound decode part is the smallest of a few lines
+        # (WorkerCost.decode_min_coeffs: TensorRT-LLM's XQA): batch -> its other lines
+        self._min_lines: dict[int, tuple[tuple[float, float], ...]] | None = (
+            {} if getattr(self.cost, "decode_min_lines", False) else None
+        )
         self._run_timed_out_cb: Then = self._run_timed_out  # bound once (Worker._pass_cb)
         self._run_woken_cb: Then = self._run_woken
         self._run_waited_cb: Then = self._run_waited
@@ -771,6 +777,43 @@ class _TokenBatch(Worker):
             ib, ip = item(batch) if item is not None else (0.0, 0.0)
             lines = self._lines[batch] = DecodeLines(base, per, item is not None, ib, ip)
         return lines
+
+    def _min_line_run(self, b: int, c: int, k: int) -> tuple[int, DecodeLines]:
+        """A run of at most ``k`` steps from context ``c`` on the smallest of the cost
+        model's kernel lines (``decode_coeffs`` and ``decode_min_coeffs``): that line at
+        the first step, until the step before another becomes smaller (the run is cut
+        there, as at any state change; the next run takes the next line). Returns the
+        steps and the run's lines (the item line as before)."""
+        lines = self._lines.get(b)
+        if lines is None:
+            lines = self._lines_for(b)
+        cache = self._min_lines
+        assert cache is not None
+        alts = cache.get(b)
+        if alts is None:
+            alts = cache[b] = tuple(self.cost.decode_min_coeffs(b))  # type: ignore[attr-defined]
+        cands = ((lines.base_s, lines.per_token_s), *alts)
+        ab, ap = cands[0]
+        at = ab + ap * c
+        for ob, op in cands[1:]:
+            ot = ob + op * c
+            if ot < at:
+                ab, ap, at = ob, op, ot
+        for ob, op in cands:
+            if op >= ap:  # never drops below the active line as the context grows
+                continue
+            # first step j at which this line is below the active one
+            j = math.floor((ob - ab + (op - ap) * c) / ((ap - op) * b)) + 1
+            j = min(max(j, 1), k)
+            while j > 1 and ob + op * (c + (j - 1) * b) < ab + ap * (c + (j - 1) * b):
+                j -= 1
+            while j < k and not ob + op * (c + j * b) < ab + ap * (c + j * b):
+                j += 1
+            if ob + op * (c + j * b) < ab + ap * (c + j * b) and j < k:
+                k = j
+        if (ab, ap) == (lines.base_s, lines.per_token_s):
+            return k, lines
+        return k, DecodeLines(ab, ap, lines.has_item, lines.item_base_s, lines.item_per_token_s)
 
     # -- KV blocks ----------------------------------------------------------------------
 
@@ -1137,9 +1180,11 @@ class _TokenBatch(Worker):
         if k == 0:
             return False
         start = env._now
-        lines = self._lines.get(b)
-        if lines is None:
-            lines = self._lines_for(b)
+        if self._min_lines is not None:  # the smallest of a few kernel lines: cut at a switch
+            k, lines = self._min_line_run(b, c, k)
+        else:
+            hit = self._lines.get(b)
+            lines = hit if hit is not None else self._lines_for(b)
         base, per, has_item, item_base, item_per = lines  # no NamedTuple attribute calls
         run: RunFields
         if has_item and (

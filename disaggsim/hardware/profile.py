@@ -198,7 +198,23 @@ class DecodeAttentionParams:
     ``group_bytes_per_s`` > 0: a grouped kernel's work per query head of the group (the
     tensor-core products and softmax of each query head against every KV byte: TensorRT-LLM's
     XQA), so a KV byte costs ``q_per_kv / group_bytes_per_s`` of it and the stream runs at the
-    longer of that and the HBM time (``ops.decode_stream_seconds_per_byte``).
+    longer of that and the HBM time (``ops.decode_stream_seconds_per_byte``);
+    ``per_item_s``: fixed seconds per work item whatever its head size (a thread block's
+    set-up, its softmax state and the write of its partial result), and ``per_q_elem_s``:
+    seconds per query-head element (``batch × query heads × head_dim``: each query head's
+    vector loaded and its output written; a grouped kernel's work item carries every query
+    head of its group), both in the per-item work with ``per_seq_kv_elem_s``
+    (``ops.decode_item_seconds``).
+    ``wave_sms`` > 0 marks a multi-block wave kernel (TensorRT-LLM's XQA,
+    ``ops.decode_wave_lines``): each work item's KV is split over ``m`` thread blocks by
+    the kernel's own rule, the ``batch × kv_heads × m`` blocks run in waves over
+    ``wave_sms`` SMs, each block paying ``cta_s + cta_q_elem_s × q_per_kv × head_dim``
+    and streaming its share of the KV at ``hbm × bw_eff / wave_sms`` in a full wave, at
+    ``min(cta_bytes_per_s, hbm × bw_eff / n)`` with ``n`` blocks in a partial one (and
+    the group rate as above); a split (``m`` > 1) adds ``split_s + split_elem_s × m ×
+    q_per_kv × head_dim`` (the reduction of the partial results). The kernel's time is the
+    smallest of these lines over the split counts its rule takes (the other fields but
+    ``floor_s``, ``bw_eff`` and ``group_bytes_per_s`` are unused).
     All optional in the JSON (0: term off), so older profiles still load."""
 
     floor_s: float
@@ -211,6 +227,14 @@ class DecodeAttentionParams:
     reread_bytes_per_s: float = 0.0
     split_fill_s: float = 0.0
     group_bytes_per_s: float = 0.0
+    per_item_s: float = 0.0
+    per_q_elem_s: float = 0.0
+    wave_sms: float = 0.0
+    cta_s: float = 0.0
+    cta_q_elem_s: float = 0.0
+    cta_bytes_per_s: float = 0.0
+    split_s: float = 0.0
+    split_elem_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +431,14 @@ _DEC_KEYS: tuple[Any, ...] = (
         "reread_bytes_per_s",
         "split_fill_s",
         "group_bytes_per_s",
+        "per_item_s",
+        "per_q_elem_s",
+        "wave_sms",
+        "cta_s",
+        "cta_q_elem_s",
+        "cta_bytes_per_s",
+        "split_s",
+        "split_elem_s",
     ),
 )
 _PRE_KEYS: tuple[Any, ...] = (
