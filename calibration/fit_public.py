@@ -1038,6 +1038,25 @@ def decode_fp8_ratio_by_size(data_root: Path, gpu: str, framework: str = "vllm")
     return out.assign(kernel=kernels)
 
 
+# KV bytes read (MB) either side of the H100's 50 MB L2, for decode_rates_by_size (the
+# tables' reads are powers of two: 8, 16, 32 | 64, 128, ... MB)
+L2_SIZE_BUCKETS_MB = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, np.inf)
+
+
+def decode_rates_by_size(data_root: Path, gpu: str, framework: str = "vllm") -> pd.DataFrame:
+    """``framework``'s decode-attention rows (its main kernel): the median KV bandwidth
+    reached (TB/s) per KV dtype and head dim (rows) and KV bytes read (columns, MB, buckets
+    either side of the L2 size): whether a head dim's slow per-byte rate starts where the
+    read outgrows the L2 (a cache-size regime) or holds below it too."""
+    d = public.aic_decode_attention(data_root, gpu)
+    d = d[(d["framework"] == framework) & ~d["kernel"].isin(MINOR_KERNELS)]
+    elem = np.where(d["dtype"] == "fp8", 1.0, 2.0)
+    kv = 2.0 * d["context_tokens"] * d["kv_heads"] * d["head_dim"] * elem
+    x = d.assign(tb_per_s=kv / d["t_s"] / 1e12, mb_read=pd.cut(kv / 1e6, list(L2_SIZE_BUCKETS_MB)))
+    g = x.groupby(["dtype", "head_dim", "mb_read"], observed=True)["tb_per_s"].median()
+    return g.round(2).unstack("mb_read")
+
+
 PER_QUERY_HEAD_MIN_BYTES = 2e9  # query-head bytes (KV bytes x group) of a row compared
 
 
@@ -1590,6 +1609,7 @@ def main(argv: list[str] | None = None) -> int:
             per_qh = per_query_head_rates(Path(args.data), args.decode_rates)
             fp8_ratio = decode_fp8_over_bf16(Path(args.data), args.decode_rates)
             by_size = decode_fp8_ratio_by_size(Path(args.data), args.decode_rates)
+            l2 = decode_rates_by_size(Path(args.data), args.decode_rates)
         except UserError as e:
             print(f"fit_public: error: {e}", file=sys.stderr)
             return 2
@@ -1611,6 +1631,11 @@ def main(argv: list[str] | None = None) -> int:
             "read (MB, columns):"
         )
         print(by_size.to_string())
+        print(
+            "\nvllm rows, median KV bandwidth (TB/s) by KV bytes read (MB, columns; the H100's L2 "
+            "holds 50 MB):"
+        )
+        print(l2.to_string())
         return 0
     if args.decode_context_rates:
         try:

@@ -511,8 +511,14 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   1.08-1.22×; the bf16 rows 0.92-1.06× at every size and head dim): a per-byte rate of the
   kernel's FP8 instantiation, where a per-call term cannot reach, and dequantising inside
   the kernel (FP8 to bf16 in registers, no extra bytes) is part of that rate (`python -m
-  calibration.fit_public --data ../shared/data --decode-rates h100-sxm`, last table). No
-  term is added.
+  calibration.fit_public --data ../shared/data --decode-rates h100-sxm`, the table before
+  last). No term is added. Checked 2026-12-03, a cache-size regime (reads that fit the
+  H100's 50 MB L2 served from it): by KV bytes read either side of 50 MB the head-dim-256
+  FP8 rows reach 0.70 TB/s at 20-40 MB and 0.95 at 40-80 MB, 0.64× and 0.65× the
+  head-dim-128 FP8 rows (1.10 and 1.46), and 0.52× above 640 MB; every FP8 and bf16 head
+  dim's bandwidth rises smoothly through 50 MB (same command, last table;
+  `tests/test_vllm_fp8_decode_sizes.py`). The deficit holds inside the L2 as beyond it, so
+  it is not an L2 regime, and no term is added.
 - **FP8 GEMM (SGLang rows): met by SGLang's own kernel.** The shared FP8 GEMM as it was
   until 2026-12-02 (`ops.gemm.fp8`: TensorRT-LLM's efficiencies, SGLang's floor) erred by a
   median 12.9% on SGLang's rows, and the smooth GEMM form refitted to those rows alone by 12.9% too
