@@ -38,6 +38,7 @@ from calibration.fit_public import (
     REPO,
     TILE_KERNELS,
     TRTLLM_PER_QUERY_HEAD_BACKEND,
+    WAVE_BACKENDS,
     _decode_backend_rows,
     decode_backend_of_rows,
     fit_gemm_fp8,
@@ -90,7 +91,8 @@ EXTRAPOLATION_MD = """Whole shape families held out of a refit, to check that ea
 extrapolates (the shipped fits use every family). Decode attention, per kernel (TensorRT-LLM's
 XQA and masked MHA apart): fit on
 ≤ 8 KV heads and test on the 32-KV-head rows; fit on ≤ 2048 cached tokens per sequence
-and test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on > 4096 (bf16 KV;
+and test on > 8192; XQA also fit on ≤ 8 query heads per KV head and test on ≥ 12, on head
+dim 128 and test on the others, on batches ≤ 64 and test on ≥ 256. Prefill attention: fit on prompts ≤ 2048, test on > 4096 (bf16 KV;
 TensorRT-LLM's FP8-KV kernel too). GEMM: fit
 on m ≤ 1024 tokens, test on m ≥ 4096. FP8 GEMM: each framework's rows refitted on their
 own, in sample (with its quantisation kernel): the best the smooth GEMM form does on them;
@@ -846,7 +848,8 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
     """Fits that must extrapolate: refit on a part of the public rows, test on the rest
     (whole shape families held out). Decode attention per backend: fit on ≤ 8 KV heads,
     test on the 32-KV-head rows (SGLang and TensorRT-LLM have them); fit on contexts ≤ 2048
-    tokens per sequence, test on > 8192. Prefill attention: fit on prompts ≤ 2048, test on
+    tokens per sequence, test on > 8192; TensorRT-LLM's XQA also fit on ≤ 8 query heads per
+    KV head (test ≥ 12), on head dim 128 (test the others) and on batches ≤ 64 (test ≥ 256). Prefill attention: fit on prompts ≤ 2048, test on
     > 4096. GEMM bf16: fit on m ≤ 1024 tokens, test on m ≥ 4096."""
     from calibration.fit import (
         fit_gemm,
@@ -875,6 +878,17 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
                 per_seq > CONTEXT_TEST_MIN_TOKENS,
             ),
         ]
+        if backend in WAVE_BACKENDS:  # XQA's layouts and batches as families as well
+            group = (t["heads"] / t["kv_heads"]).round()
+            splits += [
+                ("fit q heads per KV head ≤ 8 → test ≥ 12", group <= 8, group >= 12),
+                (
+                    "fit head dim 128 → test 64, 192, 256",
+                    t["head_dim"] == 128,
+                    t["head_dim"] != 128,
+                ),
+                ("fit batch ≤ 64 → test ≥ 256", t["batch"] <= 64, t["batch"] >= 256),
+            ]
         for name, tr_sel, te_sel in splits:
             tr, te = t[np.asarray(tr_sel)], t[np.asarray(te_sel)]
             if te.empty or tr.empty:
