@@ -24,7 +24,7 @@ from pathlib import Path
 
 from disaggsim.errors import UserError
 from disaggsim.inputs import read_json
-from disaggsim.output import PROFILE_OWNED, prefix_owned, write_file
+from disaggsim.output import PROFILE_OWNED, check_file, prefix_owned, write_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -295,11 +295,19 @@ def _cmd_show(args) -> int:
     return 0
 
 
+# The first line of docs/validation.md (calibration.validate's Report.markdown()): a file
+# that starts with it is a validation doc disaggsim wrote.
+VALIDATION_DOC_TITLE = "# Validation: cost model vs measurements"
+
+
 @on_one_blas_thread
 def _cmd_validate(args) -> int:
     from calibration import validate
 
     data = Path(args.data) if args.data else DEFAULT_DATA
+    if args.write_doc:  # before the work (about 40 s), as every single-file output
+        check_file(args.write_doc, "--write-doc", prefix_owned(VALIDATION_DOC_TITLE),
+                   "validation doc")  # fmt: skip
     report = validate.run(args.gpu, data, moe_section=bool(args.write_doc))
     print(report.text())
     if args.write_doc:

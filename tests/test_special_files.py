@@ -138,3 +138,23 @@ def test_an_earlier_result_whose_listed_file_is_now_a_folder_is_refused_first(wo
     assert err.startswith(PREFIX + "--out r: holds an earlier disaggsim result plus files"), err
     assert "summary.json" in err
     assert _listing(work) == before
+
+
+def test_validate_checks_its_write_doc_before_the_work(work, capsys, monkeypatch):
+    """`calibrate validate --write-doc keep.txt` ran the whole validation (about 40 s)
+    and then refused the user's file; single-file targets are checked before the work
+    (docs/safety.md). Found by the fuzz lane's --out probes."""
+    from calibration import cli as calibration_cli
+    from calibration import validate
+
+    def ran(*a, **k):
+        raise AssertionError("the validation ran before --write-doc was checked")
+
+    monkeypatch.setattr(validate, "run", ran)
+    rc, err = _cli(
+        ["calibrate", "validate", "--gpu", "h100-sxm", "--write-doc", "keep.txt"], capsys
+    )
+    assert rc == 2 and err.startswith(PREFIX + "--write-doc keep.txt: exists and is not a "), err
+    # the title the check recognises is the one the doc is written with
+    doc = (REPO / "docs" / "validation.md").read_text().split("\n", 1)[0]
+    assert doc == calibration_cli.VALIDATION_DOC_TITLE
