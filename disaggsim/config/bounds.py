@@ -42,6 +42,15 @@ MAX_DURATION_S = 30 * 86400.0
 MAX_EVENTS = 1_000_000
 """Scheduled control events of one run: random worker failures expected over the run,
 autoscaler decisions (horizon / interval_s), link failure windows."""
+MAX_PREFILL_ITERATIONS = 1e9
+"""Chunked prefill iterations one run needs at least (expected requests × mean prompt
+tokens / ``max_batch_tokens`` of a colocated chunked pool). Each iteration is a step of
+the simulation: 15,625 of them (10 prompts of 100,000 tokens in 64-token chunks) took
+0.61 s of ``simulate`` on this project's shared 2-core machine, about 25,000 a second, so
+the bound is some 11 hours; a realistic run (2,000,000 requests of 128k-token prompts in
+8,192-token chunks: 3.1e7) stays 30 times below it. The requests bound alone does not
+bound the work: 2,000,000 prompts of 1,048,576 tokens in 16-token chunks are 1.3e11
+iterations (two months)."""
 MAX_BURSTINESS_CV = 100.0
 """Coefficient of variation of gamma inter-arrival gaps (real traces: 1-13)."""
 MAX_TOOL_CALLS = 1000

@@ -29,6 +29,7 @@ from disaggsim.config.bounds import (
     MAX_DURATION_S,
     MAX_EVENTS,
     MAX_GPUS,
+    MAX_PREFILL_ITERATIONS,
     MAX_REQUESTS,
     MAX_SEED,
     MAX_TP,
@@ -36,6 +37,7 @@ from disaggsim.config.bounds import (
     ConfigModel,
     expected_requests,
     fmt,
+    mean_length,
 )
 from disaggsim.config.layout import MoeOptions
 from disaggsim.fabric.config import FabricTopologyConfig
@@ -380,6 +382,7 @@ class Scenario(ConfigModel):
                 f"more than the {fmt(MAX_REQUESTS)} allowed in one run (lower the rate or "
                 "the duration, or set workload.num_requests; docs/safety.md)"
             )
+        self._check_prefill_iterations(expected)
         for i, r in enumerate(self.failures.random):
             pool = self.pools.get(r.pool)
             auto = self.autoscale.for_role(r.pool)
@@ -400,6 +403,27 @@ class Scenario(ConfigModel):
                     f"over sim.duration_s + sim.max_drain_s, more than the {fmt(MAX_EVENTS)} "
                     "allowed (docs/safety.md)"
                 )
+
+    def _check_prefill_iterations(self, expected: float) -> None:
+        """A colocated chunked pool prefills a prompt in chunks of ``max_batch_tokens``, one
+        iteration each: the run needs at least expected requests × mean prompt / chunk
+        iterations (a lower bound: decode tokens share the budget)."""
+        prompts = getattr(self.workload, "prompt_tokens", None)
+        pool = self.pools.get("colocated")
+        if prompts is None or pool is None or pool.scheduler != "chunked" or expected <= 0:
+            return
+        mean_prompt = mean_length(prompts)
+        iterations = expected * mean_prompt / pool.max_batch_tokens
+        if iterations > MAX_PREFILL_ITERATIONS:
+            hours = iterations / 25_000 / 3600
+            raise ValueError(
+                f"pool.max_batch_tokens: {pool.max_batch_tokens} gives about {iterations:.3g} "
+                f"prefill iterations (about {expected:.3g} requests × {mean_prompt:,.0f} mean "
+                f"prompt tokens / {pool.max_batch_tokens}), more than the "
+                f"{MAX_PREFILL_ITERATIONS:.0e} one run may take (about {hours:,.0f} hours at "
+                "25,000 a second): raise pool.max_batch_tokens, or lower workload.rate_per_s, "
+                "sim.duration_s or workload.num_requests (docs/safety.md)"
+            )
 
     def _check_failure_targets(self) -> None:
         pools = self.pools
