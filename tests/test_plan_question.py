@@ -409,3 +409,12 @@ def test_a_scenario_plan_whose_every_worker_is_refused_says_why(monkeypatch, cap
         "fits llama-3.1-8b with room for a p99 request's KV (4814 tokens) (no worker could be "
         "built; at tp 32: pool: moe: the reason the cost model gave)"
     ), err
+
+
+def test_a_rate_question_is_asked_again_with_its_rate():
+    """question.yaml of ``--target-rate 0.2`` said 'Plan it again: disaggsim plan
+    question.yaml', which plans the budget its placeholder pool states (one worker), not
+    the rate; it now gives the rate."""
+    q = Question(**{**ASK, "gpus": None, "target_rate_per_s": 0.2})
+    text = _flat(question_yaml(build_question(q), q))
+    assert "Plan it again: disaggsim plan question.yaml --target-rate 0.2 " in text

@@ -416,7 +416,14 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
         "# disaggsim plan question, built from the command line:",
         "#   disaggsim " + shlex.join(q.command_line()),
     ]
-    budget = f" --gpus {q.gpus}" if q.gpus is not None else ""
+    # the same question: its budget, or its rate (the pool states one worker for a rate)
+    budget = (
+        f" --gpus {q.gpus}"
+        if q.gpus is not None
+        else f" --target-rate {q.target_rate_per_s:g}"
+        if q.target_rate_per_s is not None
+        else ""
+    )
     lines += [
         f"# Plan it again: disaggsim plan question.yaml{budget}",
         "# Simulate the pool below as it is: disaggsim run question.yaml",
