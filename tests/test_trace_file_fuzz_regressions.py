@@ -118,3 +118,30 @@ def test_a_mooncake_trace_saved_with_a_byte_order_mark_is_read(tmp_path):
     )
     r = read_trace(p)
     assert r.arrival_s.tolist() == [0.0, 0.005] and r.prompt_tokens.tolist() == [5, 5]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json\n", "t.jsonl:1: invalid JSON (Expecting value)"),
+        ('{"timestamp": 0, "hash_ids": [1]}\n', "t.jsonl:1: missing key 'input_length'"),
+        ('{"timestamp": "x", "input_length": 5, "hash_ids": [1]}\n',
+         "t.jsonl:1: timestamp 'x' must be a non-negative number"),
+        ('{"timestamp": 0, "input_length": 5, "hash_ids": "abc"}\n',
+         "t.jsonl:1: hash_ids must be a list of integers"),
+    ],
+    ids=["invalid-json", "missing-key", "text-timestamp", "hash-ids-text"],
+)  # fmt: skip
+def test_the_reuse_tool_reads_a_trace_with_the_trace_readers_checks(
+    tmp_path, capsys, text, message
+):
+    """`python -m disaggsim.workload.reuse` (docs/prefix-caching.md) parsed lines itself:
+    JSONDecodeError, KeyError and TypeError tracebacks on lines the trace reader refuses
+    in one line. It reads through the same records now."""
+    from disaggsim.workload import reuse
+
+    p = tmp_path / "t.jsonl"
+    p.write_text(text)
+    assert reuse.main([str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"disaggsim: error: {p.parent}/{message}" in err, err

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from disaggsim.errors import UserError
 from disaggsim.inputs import regular_file
+from disaggsim.workload.traces import mooncake_number, mooncake_records
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +80,19 @@ def trace_prefix_reuse(
     path = Path(path)
     regular_file(path, UserError, "trace file")
     rows: list[tuple[float, int, int, list[int]]] = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            if "hash_ids" not in record:
-                raise UserError(f"{path}:{line_no}: hash_ids missing; reuse needs prefix hashes")
-            rows.append(
-                (record["timestamp"] / 1e3, line_no, record["input_length"], record["hash_ids"])
-            )
+    # the trace reader's checks (run reads the same file): a bad line is one line, not a
+    # JSONDecodeError / KeyError / TypeError traceback
+    for line_no, record in mooncake_records(path):
+        if "hash_ids" not in record:
+            raise UserError(f"{path}:{line_no}: hash_ids missing; reuse needs prefix hashes")
+        ids = record["hash_ids"]
+        if not isinstance(ids, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in ids
+        ):
+            raise UserError(f"{path}:{line_no}: hash_ids must be a list of integers")
+        arrival_ms = mooncake_number(path, line_no, record, "timestamp")
+        length = mooncake_number(path, line_no, record, "input_length")
+        rows.append((arrival_ms / 1e3, line_no, int(length), ids))
     rows.sort(key=lambda r: (r[0], r[1]))  # arrival order, ties by line (stable)
 
     first_seen_s: dict[tuple[int, int], float] = {}  # (position, hash) -> first arrival

@@ -26,6 +26,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +271,7 @@ def _read_azure(path: Path) -> Requests:
 # ---------------------------------------------------------------- Mooncake JSONL
 
 
-def _count(path: Path, line_no: int, record: dict[str, Any], key: str) -> float:
+def mooncake_number(path: Path, line_no: int, record: dict[str, Any], key: str) -> float:
     if key not in record:
         raise UserError(f"{path}:{line_no}: missing key {key!r}; needs {', '.join(MOONCAKE_KEYS)}")
     value = record[key]
@@ -304,15 +305,13 @@ class _DuplicateJsonKey(Exception):
         self.key = key
 
 
-def _read_mooncake(path: Path, block_tokens: int) -> Requests:
-    times_ms: list[float] = []
-    prompt: list[float] = []
-    output: list[float] = []
-    hashes: list[list[Any]] = []
-    has_hashes: bool | None = None
-    max_tokens: list[float] = []
-    has_max: bool | None = None
-    with path.open(encoding="utf-8-sig", errors="replace") as f:  # a BOM, as the CSV reader
+def mooncake_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSON-lines trace; a line that
+    is not one JSON object (invalid JSON, nested too deeply, a key given twice, an
+    integer of more than 4,300 digits) is one line naming the file and line. A UTF-8
+    byte-order mark is skipped, as the CSV reader does. Also read by
+    :mod:`disaggsim.workload.reuse`."""
+    with path.open(encoding="utf-8-sig", errors="replace") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -332,62 +331,74 @@ def _read_mooncake(path: Path, block_tokens: int) -> Requests:
                 ) from None
             if not isinstance(record, dict):
                 raise UserError(f"{path}:{line_no}: expected a JSON object per line")
-            times_ms.append(_count(path, line_no, record, "timestamp"))
-            for key, column in (("input_length", prompt), ("output_length", output)):
-                value = _count(path, line_no, record, key)
-                if value != int(value) or value > MAX_TOKENS:
-                    raise UserError(
-                        f"{path}:{line_no}: {key} {value!r} must be an integer <= {MAX_TOKENS:,}"
-                    )
-                column.append(value)
-            if has_max is None:
-                has_max = "max_tokens" in record
-            elif not has_max and "max_tokens" in record:
+            yield line_no, record
+
+
+def _read_mooncake(path: Path, block_tokens: int) -> Requests:
+    times_ms: list[float] = []
+    prompt: list[float] = []
+    output: list[float] = []
+    hashes: list[list[Any]] = []
+    has_hashes: bool | None = None
+    max_tokens: list[float] = []
+    has_max: bool | None = None
+    for line_no, record in mooncake_records(path):
+        times_ms.append(mooncake_number(path, line_no, record, "timestamp"))
+        for key, column in (("input_length", prompt), ("output_length", output)):
+            value = mooncake_number(path, line_no, record, key)
+            if value != int(value) or value > MAX_TOKENS:
                 raise UserError(
-                    f"{path}:{line_no}: max_tokens given, but not on the first line; give "
-                    "it on every line or on none"
+                    f"{path}:{line_no}: {key} {value!r} must be an integer <= {MAX_TOKENS:,}"
                 )
-            if has_max:
-                if "max_tokens" not in record:
-                    raise UserError(
-                        f"{path}:{line_no}: missing key 'max_tokens' (present on every line "
-                        "once the first line has it)"
-                    )
-                value = _count(path, line_no, record, "max_tokens")
-                if value != int(value) or value < 1:
-                    raise UserError(
-                        f"{path}:{line_no}: max_tokens {value!r} must be an integer >= 1 "
-                        "(present on every line once the first line has it)"
-                    )
-                max_tokens.append(value)
-            if has_hashes is None:
-                has_hashes = "hash_ids" in record
-            elif not has_hashes and "hash_ids" in record:
+            column.append(value)
+        if has_max is None:
+            has_max = "max_tokens" in record
+        elif not has_max and "max_tokens" in record:
+            raise UserError(
+                f"{path}:{line_no}: max_tokens given, but not on the first line; give "
+                "it on every line or on none"
+            )
+        if has_max:
+            if "max_tokens" not in record:
                 raise UserError(
-                    f"{path}:{line_no}: hash_ids given, but not on the first line; give "
-                    "them on every line or on none"
+                    f"{path}:{line_no}: missing key 'max_tokens' (present on every line "
+                    "once the first line has it)"
                 )
-            if has_hashes:
-                ids = record.get("hash_ids")
-                if not isinstance(ids, list) or not all(
-                    isinstance(h, int) and not isinstance(h, bool) for h in ids
-                ):
-                    raise UserError(
-                        f"{path}:{line_no}: hash_ids must be a list of integers "
-                        "(present on every line once the first line has it)"
-                    )
-                length = int(prompt[-1])
-                need = -(-length // block_tokens)
-                if len(ids) != need:
-                    raise UserError(
-                        f"{path}:{line_no}: hash_ids has {len(ids)} ids but input_length "
-                        f"{length} needs ceil({length}/{block_tokens}) = {need} "
-                        f"(one per {block_tokens}-token block): set workload.hash_block_tokens "
-                        "to the trace's block size"
-                    )
-                # An empty prompt is clamped to one token below: give it a block of its
-                # own, shared with nothing.
-                hashes.append(ids if ids else [("empty-prompt", line_no)])
+            value = mooncake_number(path, line_no, record, "max_tokens")
+            if value != int(value) or value < 1:
+                raise UserError(
+                    f"{path}:{line_no}: max_tokens {value!r} must be an integer >= 1 "
+                    "(present on every line once the first line has it)"
+                )
+            max_tokens.append(value)
+        if has_hashes is None:
+            has_hashes = "hash_ids" in record
+        elif not has_hashes and "hash_ids" in record:
+            raise UserError(
+                f"{path}:{line_no}: hash_ids given, but not on the first line; give "
+                "them on every line or on none"
+            )
+        if has_hashes:
+            ids = record.get("hash_ids")
+            if not isinstance(ids, list) or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in ids
+            ):
+                raise UserError(
+                    f"{path}:{line_no}: hash_ids must be a list of integers "
+                    "(present on every line once the first line has it)"
+                )
+            length = int(prompt[-1])
+            need = -(-length // block_tokens)
+            if len(ids) != need:
+                raise UserError(
+                    f"{path}:{line_no}: hash_ids has {len(ids)} ids but input_length "
+                    f"{length} needs ceil({length}/{block_tokens}) = {need} "
+                    f"(one per {block_tokens}-token block): set workload.hash_block_tokens "
+                    "to the trace's block size"
+                )
+            # An empty prompt is clamped to one token below: give it a block of its
+            # own, shared with nothing.
+            hashes.append(ids if ids else [("empty-prompt", line_no)])
     return _finish(
         path,
         np.asarray(times_ms, dtype=np.float64) * 1e-3,
