@@ -75,7 +75,15 @@ GEMM_FRAMEWORKS = ("vllm", "sglang")
 # kernels a framework runs only for a few shapes, not its MoE kernel: reported, not fitted
 # (SGLang's FlashInfer CUTLASS, taken for the 512-expert top-22 shapes)
 NOT_FITTED_KERNELS = ("sglang_flashinfer_cutlass_moe",)
-GG_KEYS = ("launch_s", "max_eff", "half_sat", "mem_eff", "width_half_sat", "token_eff")
+GG_KEYS = (
+    "launch_s",
+    "max_eff",
+    "half_sat",
+    "mem_eff",
+    "width_half_sat",
+    "token_eff",
+    "expert_s",
+)
 
 
 def _aic(data: Path) -> Path:
@@ -307,9 +315,12 @@ def fit_all(data: Path) -> tuple[dict, dict]:
             x, err = fit_generic(
                 model,
                 d.meas_s.to_numpy(),
-                starts=[[3e-5, 0.9, 64.0, 0.8, 500.0, 0.5], [1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2]],
-                lower=[1e-6, 0.05, 0.5, 0.05, 1.0, 0.01],
-                upper=[5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0],
+                starts=[
+                    [3e-5, 0.9, 64.0, 0.8, 500.0, 0.5, 2e-7],
+                    [1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2, 1e-6],
+                ],
+                lower=[1e-6, 0.05, 0.5, 0.05, 1.0, 0.01, 1e-10],
+                upper=[5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0, 1e-4],
                 groups=d.family.to_numpy(),
             )
             sets[dt] = _pdict(GG_KEYS, x)

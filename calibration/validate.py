@@ -141,7 +141,7 @@ per expert: 5.2% / 14.9%. Since 2026-12-03 (later) a worker runs its engine's ow
 kernel, vLLM's fused_moe fitted to vLLM 0.24's H100 table, in the form that follows the
 expert width per GPU (`docs/costmodel.md`): the CI rows hold (H100 0.95× the prediction,
 was 0.94×; H200 1.03×, was 1.02×), the A100 rows of PR 3240 do not (below, "Where targets
-are missed"): the nine rows 15.4% / 25.6%, all 18 vllm rows 5.5% / 20.9%
+are missed"): the nine rows 15.9% / 26.0%, all 18 vllm rows 5.2% / 20.4%
 (`python -m calibration.engines --moe-check`: shipped, uncarried and no-floor columns).
 The dense rows keep a smaller per-GPU bias: the
 host time a CI batch leaves over the kernels alone is about 0 on the A100, 1.1-1.6 ms an
@@ -190,10 +190,10 @@ most 16), masked MHA (`per_query_head_decode_backend: trtllm-mmha`) for vanilla 
 larger groups, as its `decoderXQAImplJIT` `kernelUtils.cpp` decides."""
 KNOWN_LIMITS_MD = """## Where targets are missed, and why
 
-- **vllm (median 5.5%, p90 20.9% over its 18 rows; the 9 dense rows meet the target, the 9
-  held-out Mixtral-8x7B rows 15.4% / 25.6%).** Measured over predicted, per GPU: the CI's
-  H100 batch 0.95×, its H200 batch 1.03×, vLLM PR 3240's A100 TP2 batches 1-64 1.19, 1.02,
-  0.84, 1.03, 1.18, 1.33, 1.41× (`python -m calibration.engines --data ../shared/data --rows
+- **vllm (median 5.2%, p90 20.4% over its 18 rows; the 9 dense rows meet the target, the 9
+  held-out Mixtral-8x7B rows 15.9% / 26.0%).** Measured over predicted, per GPU: the CI's
+  H100 batch 0.95×, its H200 batch 1.04×, vLLM PR 3240's A100 TP2 batches 1-64 1.19, 1.03,
+  0.84, 1.04, 1.19, 1.34, 1.42× (`python -m calibration.engines --data ../shared/data --rows
   vllm`). The miss is the prefill-heavy A100 batches (16-64 prompts of 1,000 tokens): they
   need the expert GEMMs at about 0.46 of the A100's bf16 peak at 32k tokens an iteration,
   the rate of vLLM's March-2024 Triton fused_moe on Ampere; the kernel the step model runs
@@ -204,7 +204,7 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   wide experts at 0.47 of peak: 1.6× slower than that kernel measures on the H100 (its
   Mixtral rows above 1,024 tokens 0.68× the prediction), the bias matching the 2024 A100
   kernel. The fitted form now follows the expert width (TensorRT-LLM rows above 1,024
-  tokens 29.7% → 11.8% median in bf16; "MoE, MLA and expert-parallel all-to-all" below),
+  tokens 29.7% → 11.1% median in bf16; "MoE, MLA and expert-parallel all-to-all" below),
   and a worker runs its own engine's kernel; the A100 rows are held out and stay so.
 
 - **vllm-eager-2023 (median 7.0%, p90 22.4% over both sources; DistServe's 428 rows 6.8% /

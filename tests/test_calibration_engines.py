@@ -151,7 +151,7 @@ def test_the_mixtral_ci_rows_hold_and_the_dense_rows_keep_the_overhead_gain() ->
     # vLLM 0.24's H100 table). The CI's H100 and H200 batches (TP2, batch 8) hold within 6%;
     # PR 3240's prefill-heavy A100 batches (16-64 prompts of 1,000 tokens) are the known miss
     # ("Where targets are missed": a 2024 Triton kernel on a GPU with no MoE table), the nine
-    # rows 15.4% / 25.6%, all 18 vllm rows 5.5% / 20.9% (4.6% / 11.0% before 2026-12-03,
+    # rows 15.9% / 26.0%, all 18 vllm rows 5.2% / 20.4% (4.6% / 11.0% before 2026-12-03,
     # when one curve fitted to TensorRT-LLM's table ran wide experts 1.6x slow on the H100)
     fits = engines.fit_all(DATA)
     rows = fits["vllm"]["rows"]
@@ -163,7 +163,7 @@ def test_the_mixtral_ci_rows_hold_and_the_dense_rows_keep_the_overhead_gain() ->
     a100 = moe & (rows["gpu"] == "a100-80gb").to_numpy()
     prefill_heavy = a100 & (rows["batch"] >= 16).to_numpy()
     assert np.median(a[a100 & ~prefill_heavy]) < 0.12
-    assert (a[prefill_heavy] > 0.12).all()  # measured 1.18-1.41x the prediction
+    assert (a[prefill_heavy] > 0.12).all()  # measured 1.19-1.42x the prediction
     assert np.median(a[moe]) < 0.17 and np.percentile(a[moe], 90) < 0.27
     assert np.median(a) < 0.06 and np.percentile(a, 90) < 0.22
     # dense rows: the fitted overhead shortens the tail and the median against kernels alone

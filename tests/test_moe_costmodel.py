@@ -77,7 +77,10 @@ def test_wide_ep_decode_step_by_hand(ds_decode):
     # and reduce out (bf16, hidden 7168)
     tokens = 512 * 7168 * 2 * 2 / (hbm * gg.token_eff)
     one_layer = (
-        gg.launch_s + max(flop / (1979e12 * eff), (weights + acts) / (hbm * gg.mem_eff)) + tokens
+        gg.launch_s
+        + max(flop / (1979e12 * eff), (weights + acts) / (hbm * gg.mem_eff))
+        + tokens
+        + 2 * gg.expert_s  # each of the 2 touched experts' own cost
     )
     assert bd.expert_gemm_s == pytest.approx(58 * one_layer, rel=1e-12)
     # low-latency dispatch (decode only): 64 tokens per GPU, one copy per selected expert,

@@ -142,14 +142,17 @@ def grouped_gemm_time_s(
     Floats or numpy arrays.
 
     ``launch_s + max(FLOP / (peak × max_eff × sat), bytes / (hbm × mem_eff)) +
-    layer_tokens × hidden × 2 × 2 / (hbm × token_eff)``, ``sat = min(t / (t + half_sat),
+    layer_tokens × hidden × 2 × 2 / (hbm × token_eff) + touched_experts × expert_s``,
+    ``sat = min(t / (t + half_sat),
     width / (width + width_half_sat))``, ``t`` the tokens per touched expert. The width
     term: an expert GEMM sharded narrow (Qwen3-30B-A3B's 768 over moe_tp 8 = 96) is short
     in the down GEMM's K and the gate/up GEMM's N, so its tiles spend their time in
     prologue and epilogue, as the dense GEMM's efficiency follows ``min(m, n, k)``
     (``ops.py``). The last term is the permute and finalize kernels (the layer's tokens read
     in and their weighted sum written out), which run whatever share of the experts the GPU
-    holds. Parameter files without ``width_half_sat`` / ``token_eff`` (0) leave both out."""
+    holds. ``expert_s`` is each touched expert's own cost (its group's setup and tail in
+    the grouped kernel, beyond the shared launch). Parameter files without
+    ``width_half_sat`` / ``token_eff`` / ``expert_s`` (0) leave those terms out."""
     mats = 3.0 if gated else 2.0
     flop = 2.0 * tokens * hidden * width * mats
     per_expert = tokens / vmax(touched_experts, 1.0)
@@ -165,7 +168,7 @@ def grouped_gemm_time_s(
     )
     if p.token_eff > 0:
         t = t + layer_tokens * hidden * 2.0 * ACT_BYTES / (hbm_bytes_per_s * p.token_eff)
-    return t
+    return t + touched_experts * p.expert_s
 
 
 def _expert_param_key(fmt: str) -> str:

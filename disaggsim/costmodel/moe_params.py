@@ -11,7 +11,7 @@ and :attr:`MoeParams.transferred_from` says so. Schema (version 1)::
       "schema_version": 1,
       "gpu": "h100-sxm",
       "grouped_gemm": {"bf16" | "fp8" | "fp8-block" | "mxfp4": {"launch_s", "max_eff",
-                       "half_sat", "mem_eff", ["width_half_sat", "token_eff"]}},
+                       "half_sat", "mem_eff", ["width_half_sat", "token_eff", "expert_s"]}},
       ["grouped_gemm_frameworks": {"vllm" | "sglang": {<dtype>: {... as grouped_gemm}}},]
       "mla_decode": {"bf16" | "fp8": {"floor_s", "per_seq_s", "bw_eff", "compute_eff"}},
       "mla_prefill": {"absorbed" | "naive": {"floor_s", "max_eff", "half_sat"}},
@@ -76,11 +76,11 @@ A2A_MODES = ("normal", "low_latency")
 class GroupedGemmParams:
     """One MoE layer's routed experts on one GPU (permute, grouped gate/up, activation,
     down, finalize): ``launch_s + max(FLOP / (peak × max_eff × sat), bytes / (hbm ×
-    mem_eff)) + layer_tokens × hidden × 4 / (hbm × token_eff)``, ``sat = min(t / (t +
-    half_sat), width / (width + width_half_sat))`` with ``t`` the tokens per touched
-    expert and ``width`` the expert's shard (``moe.grouped_gemm_time_s``).
-    ``width_half_sat`` and ``token_eff`` are optional in the file (0: the term is left
-    out, the form before 2026-12-03)."""
+    mem_eff)) + layer_tokens × hidden × 4 / (hbm × token_eff) + touched × expert_s``,
+    ``sat = min(t / (t + half_sat), width / (width + width_half_sat))`` with ``t`` the
+    tokens per touched expert and ``width`` the expert's shard
+    (``moe.grouped_gemm_time_s``). ``width_half_sat``, ``token_eff`` and ``expert_s`` are
+    optional in the file (0: the term is left out, the form before 2026-12-03)."""
 
     launch_s: float
     max_eff: float
@@ -88,6 +88,7 @@ class GroupedGemmParams:
     mem_eff: float
     width_half_sat: float = 0.0
     token_eff: float = 0.0
+    expert_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,7 @@ def _gemm_sets(sec: dict, where: str, path: str) -> dict[str, GroupedGemmParams]
             _num(p, "mem_eff", w, path),
             _opt(p, "width_half_sat", w, path),
             _opt(p, "token_eff", w, path),
+            _opt(p, "expert_s", w, path),
         )
         for key in ("max_eff", "mem_eff", "token_eff"):  # shares of a peak
             if getattr(gg[dt], key) > 1.0:
