@@ -79,6 +79,7 @@ from disaggsim.hardware.engines import (
     shipped_engines_path,
 )
 from disaggsim.hardware.profile import HardwareProfile, load_profile
+from disaggsim.inputs import regular_file
 
 MS = 1e-3
 REPO = Path(__file__).resolve().parents[1]
@@ -289,7 +290,7 @@ def load_curves(data_root: Path, which: str) -> dict[str, Any]:
 def kv_capacity_tokens(data_root: Path) -> dict[tuple[str, int], int]:
     """DistServe's KV-cache token capacity per (model id, tp) at pp = 1."""
     path = _distserve_dir(data_root) / "max_num_tokens.csv"
-    df = pd.read_csv(path)
+    df = pd.read_csv(regular_file(path, UserError, "DistServe table"))
     df = df[df["pp"] == 1]
     return {
         (str(m).split("/")[-1], int(tp)): int(n)
@@ -329,7 +330,10 @@ def read_measurements(path: Path = MEASUREMENTS) -> pd.DataFrame:
     """The collected end-to-end measurements, checked: known engines, models, GPUs and
     metrics, positive values. A bad row is a one-line error naming the file and line."""
     try:
-        df = pd.read_csv(path, dtype={"raw": str, "derivation": str, "version": str})
+        df = pd.read_csv(
+            regular_file(path, UserError, "measurements CSV"),
+            dtype={"raw": str, "derivation": str, "version": str},
+        )
     except (OSError, pd.errors.ParserError) as e:
         raise UserError(f"{path}: cannot read ({e})") from None
     missing = [c for c in COLUMNS if c not in df.columns]
@@ -373,7 +377,7 @@ def splitwise_rows(path: Path = SPLITWISE_RAW) -> pd.DataFrame:
     mean context ``isl + 64`` (``decode_step_s``), except the configurations of
     :data:`SPLITWISE_DECODE_EXCLUDED`."""
     try:
-        raw = pd.read_csv(path)
+        raw = pd.read_csv(regular_file(path, UserError, "Splitwise CSV"))
     except (OSError, pd.errors.ParserError) as e:
         raise UserError(f"{path}: cannot read ({e})") from None
     rows = []

@@ -60,6 +60,7 @@ from disaggsim.costmodel.moe_params import (
     moe_params_path,
 )
 from disaggsim.errors import UserError
+from disaggsim.inputs import regular_file
 from disaggsim.output import json_owned, write_file
 
 GPU = "h100-sxm"
@@ -91,9 +92,9 @@ def _aic(data: Path) -> Path:
 
 
 def _read(path: Path) -> pd.DataFrame:
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(f"{path}: public table not found (needs ../shared/data)")
-    return pd.read_parquet(path)
+    return pd.read_parquet(regular_file(path, UserError, "public table"))
 
 
 @cache

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from disaggsim.errors import UserError
+from disaggsim.inputs import regular_file
 
 AIC_GPU_DIR = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm"}
 VIDUR_GPU_DIR = {"a100-80gb": "a100", "h100-sxm": "h100"}
@@ -71,7 +72,7 @@ def _aic_tables(data_root: Path, gpu: str, op: str, table: str, columns: list[st
         path = _one(list((_aic(data_root, gpu) / op / fw).glob(f"*/{table}")))
         if path is None:
             continue
-        df = pd.read_parquet(path, columns=columns)
+        df = pd.read_parquet(regular_file(path, UserError, "kernel table"), columns=columns)
         if "window_size" in df:
             df = df[df["window_size"] == 0]
         yield fw, path, df
@@ -167,7 +168,7 @@ def aic_allreduce(data_root: Path, gpu: str) -> pd.DataFrame:
     path = _one(list((_aic(data_root, gpu) / "comm" / "nccl").glob("*/nccl_perf.parquet")))
     if path is None:
         return pd.DataFrame(columns=["framework", "num_gpus", "nbytes", "t_s", "table"])
-    df = pd.read_parquet(path)
+    df = pd.read_parquet(regular_file(path, UserError, "kernel table"))
     df = df[(df["op_name"] == "all_reduce") & (df["nccl_dtype"] == "half")]
     return pd.DataFrame(
         {
@@ -187,7 +188,7 @@ def vidur_allreduce(data_root: Path, gpu: str) -> pd.DataFrame:
         path = kernels_dir(data_root) / "vidur" / "network" / node / "all_reduce.csv"
         if not path.exists():
             continue
-        df = pd.read_csv(path)
+        df = pd.read_csv(regular_file(path, UserError, "kernel table"))
         df = df[df["num_workers"] <= df["devices_per_node"]]
         frames.append(
             pd.DataFrame(
@@ -229,7 +230,7 @@ def vidur_mlp(data_root: Path, gpu: str) -> pd.DataFrame:
     """
     out = []
     for path in vidur_mlp_files(data_root, gpu):
-        df = pd.read_csv(path)
+        df = pd.read_csv(regular_file(path, UserError, "kernel table"))
         model = f"{path.parent.parent.name}/{path.parent.name}"
         h = df["n_embd"].astype(float)
         nh = df["n_head"].astype(float)

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from disaggsim.errors import UserError
+from disaggsim.inputs import regular_file
 
 OPS = ("gemm", "decode_attention", "prefill_attention", "elementwise", "copy", "allreduce")
 SHAPE_COLUMNS = (
@@ -85,8 +86,9 @@ def read_raw(raw_dir: str | Path) -> pd.DataFrame:
     frames = []
     for op in OPS:
         path = raw_csv_path(raw_dir, op)
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             continue
+        regular_file(path, UserError, "raw CSV")  # a named pipe would block pandas for ever
         try:
             df = pd.read_csv(
                 path, dtype={"kind": str, "backend": str, "dtype": str}, on_bad_lines="skip"

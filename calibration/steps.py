@@ -193,12 +193,14 @@ def _pass(torch, layer: Layer, dev: str, kind: str, b: int, n: int, mode: str):
 
 def read_steps(raw_dir: str | Path) -> pd.DataFrame:
     from disaggsim.errors import UserError
+    from disaggsim.inputs import regular_file
 
     path = Path(raw_dir) / "steps.csv"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise UserError(
             f"{path}: no steps.csv (run `python -m calibration.steps --device cuda --out DIR`)"
         )
+    regular_file(path, UserError, "steps CSV")  # a named pipe would block pandas for ever
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:

@@ -158,3 +158,30 @@ def test_validate_checks_its_write_doc_before_the_work(work, capsys, monkeypatch
     # the title the check recognises is the one the doc is written with
     doc = (REPO / "docs" / "validation.md").read_text().split("\n", 1)[0]
     assert doc == calibration_cli.VALIDATION_DOC_TITLE
+
+
+@pytest.mark.parametrize("name", ["gemm.csv", "steps.csv"])
+@pytest.mark.parametrize("verb", ["fit", "fit-steps"])
+def test_calibration_raw_csv_that_is_a_named_pipe_is_one_line(work, capsys, name, verb):
+    """A raw measurement folder whose CSV is a named pipe: pandas blocked on it for ever
+    (`calibrate fit RAW` with RAW/gemm.csv a FIFO; the fuzz lane's note). Now one line
+    naming the file and what it is, exit 2, nothing written."""
+    raw = work / "raw"
+    raw.mkdir()
+    os.mkfifo(raw / name)
+    before = _listing(work)
+    rc, err = _cli(["calibrate", verb, "raw", "--gpu", "h200-sxm"], capsys)
+    assert rc == 2, err
+    assert err.count("\n") == 1 and err.startswith(PREFIX), err
+    if (verb == "fit") == (name == "gemm.csv"):
+        assert "a named pipe (FIFO), not a " in err and name in err, err
+    assert _listing(work) == before
+
+
+def test_a_profile_that_is_a_named_pipe_is_named_as_such(work, capsys):
+    """`calibrate show h100-sxm --profile pipe` said 'hardware profile not found' for a
+    pipe or a folder that exists (Path.is_file): it names what the path is."""
+    rc, err = _cli(["calibrate", "show", "h100-sxm", "--profile", "pipe"], capsys)
+    assert rc == 2 and "pipe: a named pipe (FIFO), not a " in err, err
+    rc, err = _cli(["calibrate", "show", "h100-sxm", "--profile", "."], capsys)
+    assert rc == 2 and ".: a folder, not a " in err, err

@@ -386,7 +386,7 @@ def load_profile(gpu_id: str | None = None, path: str | Path | None = None) -> H
             raise ValueError("load_profile needs gpu_id or path")
         path = shipped_profile_path(gpu_id)
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # a pipe or a folder: read_json names it
         allowed = f" (shipped: {', '.join(shipped_gpu_ids())})" if shipped else ""
         raise ProfileError(
             f"{path}: hardware profile not found"
