@@ -506,3 +506,20 @@ def test_kv_transfer_overrides_and_errors():
     with pytest.raises(UserError, match="unknown GPU"):
         kv_transfer(1e9, "pcie", gpu="mi300x")
     assert get_gpu("h100-pcie").nvlink_bytes_per_s == 0
+
+
+def test_a_profile_file_of_another_gpu_is_refused(tmp_path):
+    """build_worker_cost / build_moe_worker_cost with ``profile=PATH`` loaded the file
+    without the worker's GPU id, so an A100 profile ran an H100 worker with the A100's
+    fits and the H100's catalog figures silently (the CLI checks it since 17a0057; the
+    fuzz lane's note). Now the file's ``gpu`` must be the worker's."""
+    from disaggsim.costmodel.moe import build_moe_worker_cost
+    from disaggsim.hardware.profile import ProfileError, shipped_profile_path
+
+    a100 = shipped_profile_path("a100-80gb")
+    with pytest.raises(ProfileError, match="gpu is 'a100-80gb', expected 'h100-sxm'"):
+        build_worker_cost("llama-3-8b", "h100-sxm", 1, profile=a100)
+    with pytest.raises(ProfileError, match="gpu is 'a100-80gb', expected 'h100-sxm'"):
+        build_moe_worker_cost("mixtral-8x7b", "h100-sxm", 2, profile=str(a100))
+    # the file of the worker's own GPU still loads
+    assert build_worker_cost("llama-3-8b", "a100-80gb", 1, profile=a100).gpu.id == "a100-80gb"

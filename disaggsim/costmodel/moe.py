@@ -1517,7 +1517,7 @@ def build_moe_worker_cost(
     elif profile is None:
         prof = load_profile(g.id)
     else:
-        prof = load_profile(path=profile)
+        prof = load_profile(g.id, path=profile)  # a profile fitted on another GPU is refused
     fmt = _resolve_format(weight_dtype, m)
     if _linear_dtype(fmt, m) == "fp8" and prof.peaks.fp8_flop_per_s <= 0:
         # FP4 experts of an fp8-released model keep its other layers in fp8 (MoeWorkerCost)

@@ -933,7 +933,7 @@ def build_worker_cost(
     elif profile is None:
         prof = load_profile(g.id)
     else:
-        prof = load_profile(path=profile)
+        prof = load_profile(g.id, path=profile)  # a profile fitted on another GPU is refused
     if weight_dtype == "fp8" and prof.peaks.fp8_flop_per_s <= 0:
         raise UserError(
             f"weight_dtype: {g.id} has no FP8 tensor cores for fp8 weights "
