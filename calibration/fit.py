@@ -29,6 +29,8 @@ from scipy.optimize import least_squares
 
 from disaggsim.costmodel import ops
 from disaggsim.hardware.profile import (
+    DECODE_FIELDS_OMITTED_AT_ZERO,
+    GEMM_FIELDS_OMITTED_AT_ZERO,
     CopyParams,
     DecodeAttentionParams,
     ElementwiseParams,
@@ -557,23 +559,8 @@ def _round(x: float) -> float:
 
 
 def _params_dict(prm: Any) -> dict[str, float]:
-    # a decode kernel's re-read rate is written only for a per-query-head kernel, its
-    # few-item time only for a split-KV kernel, its item terms and an FP8 GEMM's
-    # dynamic-scale terms only where fitted
-    optional = (
-        "reread_bytes_per_s",
-        "split_fill_s",
-        "dynamic_scale_s",
-        "dynamic_scale_bw_eff",
-        "per_item_s",
-        "per_q_elem_s",
-        "wave_sms",
-        "cta_s",
-        "cta_q_elem_s",
-        "cta_bytes_per_s",
-        "split_s",
-        "split_elem_s",
-    )
+    # the optional fields a profile leaves out at 0 (written only where fitted)
+    optional = DECODE_FIELDS_OMITTED_AT_ZERO + GEMM_FIELDS_OMITTED_AT_ZERO
     return {k: _round(v) for k, v in asdict(prm).items() if not (k in optional and v == 0.0)}
 
 

@@ -419,6 +419,22 @@ def _section(d: Any, key: str, where: str, path: str) -> dict:
     return d[key]
 
 
+# optional fields a profile file leaves out where they are 0 (calibration.fit writes them
+# only where fitted): a decode kernel's re-read rate (per-query-head kernels), few-item time
+# (split-KV), item terms and multi-block wave terms; an FP8 GEMM's dynamic-scale terms
+DECODE_FIELDS_OMITTED_AT_ZERO = (
+    "reread_bytes_per_s",
+    "split_fill_s",
+    "per_item_s",
+    "per_q_elem_s",
+    "wave_sms",
+    "cta_s",
+    "cta_q_elem_s",
+    "cta_bytes_per_s",
+    "split_s",
+    "split_elem_s",
+)
+GEMM_FIELDS_OMITTED_AT_ZERO = ("dynamic_scale_s", "dynamic_scale_bw_eff")
 _DEC_KEYS: tuple[Any, ...] = (
     DecodeAttentionParams,
     ("floor_s", "per_seq_s", "bw_eff"),
@@ -428,17 +444,8 @@ _DEC_KEYS: tuple[Any, ...] = (
         "par_half_sat",
         "multi_floor_s",
         "overlap",
-        "reread_bytes_per_s",
-        "split_fill_s",
         "group_bytes_per_s",
-        "per_item_s",
-        "per_q_elem_s",
-        "wave_sms",
-        "cta_s",
-        "cta_q_elem_s",
-        "cta_bytes_per_s",
-        "split_s",
-        "split_elem_s",
+        *DECODE_FIELDS_OMITTED_AT_ZERO,
     ),
 )
 _PRE_KEYS: tuple[Any, ...] = (
@@ -508,7 +515,7 @@ def profile_from_dict(raw: Any, path: str = "<profile>") -> HardwareProfile:
         GemmParams,
         ("launch_s", "max_eff", "half_sat", "mem_eff"),
         ("half_sat",),
-        ("dynamic_scale_s", "dynamic_scale_bw_eff"),
+        GEMM_FIELDS_OMITTED_AT_ZERO,
     )
     dec = per_dtype("decode_attention", *_DEC_KEYS)
     pre = per_dtype("prefill_attention", *_PRE_KEYS)
