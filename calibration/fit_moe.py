@@ -74,8 +74,15 @@ COMMAND = "python -m calibration.fit_moe --data ../shared/data"
 # the other frameworks whose own MoE kernels are fitted (``grouped_gemm_frameworks``)
 GEMM_FRAMEWORKS = ("vllm", "sglang")
 # kernels a framework runs only for a few shapes, not its MoE kernel: reported, not fitted
-# (SGLang's FlashInfer CUTLASS, taken for the 512-expert top-22 shapes)
-NOT_FITTED_KERNELS = ("sglang_flashinfer_cutlass_moe",)
+# (SGLang's FlashInfer CUTLASS, taken for the 512-expert top-22 shapes; vLLM's and SGLang's
+# Marlin w4a16 MXFP4 rows, one Kimi-K3 shape (3584/3072/896/16) with an approximated
+# activation ("situ_as_silu"): the catalog's MXFP4 experts are gpt-oss's, which both run
+# on their Triton MXFP4 kernels, the rest of those tables' w4a16_mxfp4 rows)
+NOT_FITTED_KERNELS = (
+    "sglang_flashinfer_cutlass_moe",
+    "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu",
+    "sglang_marlin_moe_situ_as_silu",
+)
 GG_KEYS = (
     "launch_s",
     "max_eff",
@@ -288,6 +295,14 @@ def _a2a(p: AllToAllParams, d: pd.DataFrame) -> np.ndarray:
 # --- fits ------------------------------------------------------------------------------
 
 
+def fitted_rows(moe: pd.DataFrame, fw: str, dt: str) -> pd.DataFrame:
+    """The rows of :func:`moe_rows` that ``fw``'s ``dt`` grouped-GEMM set is fitted to: its
+    balanced rows, less the kernels of :data:`NOT_FITTED_KERNELS`."""
+    d = moe[(moe.fw == fw) & (moe.distribution == "balanced") & (moe.dtype == dt)]
+    d = d[~d.kernel_source.astype(str).isin(NOT_FITTED_KERNELS)]
+    return d.reset_index(drop=True)
+
+
 def fit_all(data: Path) -> tuple[dict, dict]:
     """Fitted parameters (the JSON sections) and their errors."""
     params: dict = {
@@ -300,13 +315,11 @@ def fit_all(data: Path) -> tuple[dict, dict]:
     errors: dict[str, dict] = {}
     moe = moe_rows(data, (REF_MOE, *GEMM_FRAMEWORKS))
     for fw in (REF_MOE, *GEMM_FRAMEWORKS):
-        ref = moe[(moe.fw == fw) & (moe.distribution == "balanced")]
-        ref = ref[~ref.kernel_source.astype(str).isin(NOT_FITTED_KERNELS)]
         sets = params["grouped_gemm"]
         if fw != REF_MOE:
             sets = params["grouped_gemm_frameworks"].setdefault(fw, {})
         for dt in ("bf16", "fp8", "fp8-block", "mxfp4"):
-            d = ref[ref.dtype == dt].reset_index(drop=True)
+            d = fitted_rows(moe, fw, dt)
             if d.empty:
                 continue
 
@@ -326,7 +339,8 @@ def fit_all(data: Path) -> tuple[dict, dict]:
             )
             sets[dt] = _pdict(GG_KEYS, x)
             key = f"grouped_gemm.{dt}" if fw == REF_MOE else f"grouped_gemm.{fw}.{dt}"
-            errors[key] = _err(err, f"{fw} moe_perf balanced")
+            kernels = ", ".join(sorted(set(d.kernel_source.astype(str))))
+            errors[key] = _err(err, f"{fw} moe_perf balanced ({kernels})")
     gen = mla_rows(data, "generation")
     for kv in ("bf16", "fp8"):
         d = gen[(gen.fw == "trtllm") & (gen.kv == kv)].reset_index(drop=True)
@@ -429,13 +443,22 @@ def validation_rows(data: Path, params: MoeParams) -> list[tuple]:
     """(op, rows, bucket, n, median, mean, p90) of the parameters against every row."""
     out: list[tuple] = []
     moe = moe_rows(data)
-    for (src, dt, dist), d in moe.groupby(["source", "dtype", "distribution"], sort=True):
+    moe["kernel_source"] = moe.kernel_source.astype(str)
+    kernels: dict[tuple[str, str], int] = {}
+    for (src, dt), d in moe.groupby(["source", "dtype"]):
+        kernels[(str(src), str(dt))] = d.kernel_source.nunique()
+    for (src, dt, kern, dist), d in moe.groupby(
+        ["source", "dtype", "kernel_source", "distribution"], sort=True
+    ):
         fw = str(d.fw.iloc[0]).removesuffix("-wideep")
         pred = _gg(params.gemm(str(dt), fw), d)
+        label = f"{src} {dt}"
+        if kernels[(str(src), str(dt))] > 1:  # name the kernel where the table mixes several
+            label += f" {kern}" + (" (not fitted)" if kern in NOT_FITTED_KERNELS else "")
         for bucket, sel in _token_buckets(d.num_tokens.to_numpy()):
             if sel.any():
                 out.append(
-                    ("grouped GEMM", f"{src} {dt}", f"{dist}, {bucket}")
+                    ("grouped GEMM", label, f"{dist}, {bucket}")
                     + _stats(pred[sel], d.meas_s.to_numpy()[sel])
                 )
     for phase in ("generation", "context"):
@@ -460,6 +483,42 @@ def validation_rows(data: Path, params: MoeParams) -> list[tuple]:
             + _stats(pred, d.meas_s.to_numpy())
         )
     return out
+
+
+# the columns that name one timed point of a moe_perf table (the same work in every table)
+POINT_KEYS = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size",
+              "distribution", "num_tokens", "dtype"]  # fmt: skip
+
+
+def kernel_comparison(data: Path) -> pd.DataFrame:
+    """Each vLLM / SGLang kernel of the moe_perf tables (framework, weight dtype, kernel
+    source) against TensorRT-LLM's CUTLASS kernel on the very same points (shape, TP, EP,
+    routing, tokens, dtype; the same H100): the median of their time over TensorRT-LLM's
+    per token band, and the share of HBM bandwidth the kernel's weight read reaches at <= 16
+    tokens (touched experts' weights over the measured time). A diagnostic, printed by
+    ``python -m calibration.fit_moe --kernels``; nothing is fitted to it."""
+    moe = moe_rows(data)
+    moe["kernel_source"] = moe.kernel_source.astype(str)
+    ref = moe[moe.fw == REF_MOE][[*POINT_KEYS, "meas_s"]]
+    rows = []
+    for (fw, dt, kern), d in moe[moe.fw.isin(GEMM_FRAMEWORKS)].groupby(
+        ["fw", "dtype", "kernel_source"], sort=True
+    ):
+        m = d.merge(ref, on=POINT_KEYS, suffixes=("", "_ref"))
+        small = d[d.num_tokens <= 16]
+        mats = np.where(small.gated.to_numpy(bool), 3.0, 2.0)
+        weights = small.touched * mats * small.hidden_size * small.width
+        read = weights * small.elem / small.meas_s / HBM
+        row = {"framework": fw, "dtype": dt, "kernel": kern, "rows": len(d),
+               "fitted": kern not in NOT_FITTED_KERNELS, "matched": len(m),
+               "hbm_share_le16_median": float(np.median(read)) if len(read) else np.nan}  # fmt: skip
+        r = (m.meas_s / m.meas_s_ref).to_numpy()
+        tok = m.num_tokens.to_numpy()
+        for name, sel in (("le64", tok <= 64), ("65_1024", (tok > 64) & (tok <= 1024)),
+                          ("gt1024", tok > 1024)):  # fmt: skip
+            row[f"over_trtllm_{name}"] = float(np.median(r[sel])) if sel.any() else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _token_buckets(tokens: np.ndarray):
@@ -522,7 +581,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calibration.fit_moe", description=__doc__)
     ap.add_argument("--data", default="../shared/data", help="the public data folder")
     ap.add_argument("--out", default=str(moe_params_path(GPU)), help="parameter file to write")
+    ap.add_argument(
+        "--kernels",
+        action="store_true",
+        help="only print each vLLM/SGLang kernel against TensorRT-LLM's on the same points",
+    )
     args = ap.parse_args(argv)
+    if args.kernels:
+        try:
+            table = kernel_comparison(Path(args.data))
+        except FileNotFoundError as e:
+            print(f"fit_moe: error: {e}", file=sys.stderr)
+            return 2
+        with pd.option_context("display.width", 250, "display.max_columns", 20):
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        return 0
     try:
         params, errors = fit_all(Path(args.data))
     except FileNotFoundError as e:
