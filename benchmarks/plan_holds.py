@@ -11,7 +11,8 @@ prints one line per run: met or missed, attainment, the steady-state test and TT
 A recommendation that misses as written says the goodput was put above what the
 deployment serves in a long run.
 
-    python benchmarks/plan_holds.py [--seed 7] [--questions 12] [--full] [--regimes]
+    python benchmarks/plan_holds.py [--seed 7] [--questions 12] [--full]
+        [--regimes | --more-regimes]
         [--margins 0.96,0.92] [--question-window] [--out results/plan_holds]
 
 ``--regimes`` draws each question from one of the regimes where the verdict should
@@ -19,7 +20,9 @@ flip (:data:`REGIMES`: a PCIe-only fabric, 2-3 GPUs, very short prompts, a low t
 rate that sizes a small budget, long prompts under a tight ITL on a large NVLink or
 InfiniBand fleet, MoE models, a prefix-sharing trace with a prefix cache) instead of the
 plain mix; the plain mix (the default) draws as before, so earlier seeds ask the same
-questions.
+questions. ``--more-regimes`` draws from :data:`MORE_REGIMES` (a target rate of 2-20
+req/s with ``--fabric auto``, a largest-gap ITL target, lognormal lengths with another
+attainment and percentile, a preset workload, FP8 weights and KV, RoCE).
 
 Not a test: nothing is asserted; each question takes from seconds to minutes.
 """
@@ -120,6 +123,59 @@ def regime_question(rng: random.Random) -> tuple[str, list[str]]:
     return regime, flags
 
 
+MORE_REGIMES = ("rate_auto", "max_gap", "lognormal", "preset", "fp8", "roce")
+
+
+def more_regime_question(rng: random.Random) -> tuple[str, list[str]]:
+    """One random question from a regime of :data:`MORE_REGIMES` (``--more-regimes``):
+    a target rate of 2-20 req/s with ``--fabric auto`` (the fleet, and so the fabric,
+    sized by the plan), a largest-gap ITL target, lognormal lengths with another
+    attainment and percentile, a preset workload, FP8 weights and KV, a RoCE fabric."""
+    regime = rng.choice(MORE_REGIMES)
+    slo = ["--ttft-ms", str(rng.choice((1000, 2000, 5000))),
+           "--itl-ms", str(rng.choice((30, 50, 100)))]  # fmt: skip
+    small = ("llama-3.1-8b", "mistral-7b", "llama-3-8b")
+    if regime == "rate_auto":
+        flags = ["--model", rng.choice((*small, "llama-3.1-70b")),
+                 "--gpu", rng.choice(("h100-sxm", "h200-sxm", "a100-80gb")),
+                 "--target-rate", str(rng.choice((2, 5, 10, 20))),
+                 "--isl", str(rng.choice((512, 2000, 8000))),
+                 "--osl", str(rng.choice((128, 256, 1000))), *slo]  # fmt: skip
+    elif regime == "max_gap":
+        flags = ["--model", rng.choice(small), "--gpu", rng.choice(("h100-sxm", "a100-80gb")),
+                 "--gpus", str(rng.choice((4, 8, 16))),
+                 "--isl", str(rng.choice((2000, 6000))), "--osl", "256",
+                 "--ttft-ms", str(rng.choice((2000, 5000))),
+                 "--itl-ms", str(rng.choice((100, 200, 400))),
+                 "--itl-statistic", "max_gap"]  # fmt: skip
+    elif regime == "lognormal":
+        flags = ["--model", rng.choice(("llama-3.1-8b", "llama-3.1-70b")),
+                 "--gpu", rng.choice(("h100-sxm", "h200-sxm", "b200")),
+                 "--gpus", str(rng.choice((4, 8, 16))),
+                 "--isl", rng.choice(("lognormal:1500:1.0:16000", "lognormal:4000:0.8:32000")),
+                 "--osl", rng.choice(("lognormal:200:0.8:2000", "uniform:50:500")),
+                 "--attainment", str(rng.choice((0.95, 0.99))),
+                 "--percentile", str(rng.choice((90, 95))), *slo]  # fmt: skip
+    elif regime == "preset":
+        flags = ["--model", rng.choice(("llama-3.1-8b", "llama-3.1-70b")),
+                 "--gpu", rng.choice(("h100-sxm", "a100-80gb", "h200-sxm")),
+                 "--gpus", str(rng.choice((4, 8, 16))),
+                 "--preset", rng.choice(("azure-conv-2023", "azure-code-2023")), *slo]  # fmt: skip
+    elif regime == "fp8":
+        flags = ["--model", rng.choice(("llama-3.1-8b", "llama-3.1-70b")),
+                 "--gpu", rng.choice(("h100-sxm", "h200-sxm", "b200")),
+                 "--gpus", str(rng.choice((4, 8))),
+                 "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+                 "--isl", str(rng.choice((2000, 8000))),
+                 "--osl", str(rng.choice((128, 500))), *slo]  # fmt: skip
+    else:  # roce: a large fleet joined by RoCE
+        flags = ["--model", rng.choice(("llama-3.1-8b", "llama-3.1-70b")),
+                 "--gpu", rng.choice(("h100-sxm", "a100-80gb")),
+                 "--gpus", str(rng.choice((16, 24))), "--fabric", "roce",
+                 "--isl", str(rng.choice((2000, 8000))), "--osl", "256", *slo]  # fmt: skip
+    return regime, flags
+
+
 def run(
     cli: list[str], scenario: Path, out: Path, rate: float | None, sim: dict | None = None
 ) -> dict:
@@ -141,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", type=int, default=12)
     ap.add_argument("--full", action="store_true", help="plan without --quick")
     ap.add_argument("--regimes", action="store_true", help="draw from REGIMES (see above)")
+    ap.add_argument(
+        "--more-regimes", action="store_true", help="draw from MORE_REGIMES (see above)"
+    )
     ap.add_argument("--margins", default="", help="also run at these shares of the rate")
     ap.add_argument(
         "--question-window",
@@ -154,8 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     margins = [float(x) for x in a.margins.split(",") if x]
     a.out.mkdir(parents=True, exist_ok=True)
     for i in range(a.questions):
-        regime, flags = regime_question(rng) if a.regimes else ("mix", question(rng))
-        name = f"q{a.seed}-{i}" + (f"-{regime}" if a.regimes else "")
+        regime, flags = (
+            more_regime_question(rng)
+            if a.more_regimes
+            else regime_question(rng)
+            if a.regimes
+            else ("mix", question(rng))
+        )
+        name = f"q{a.seed}-{i}" + (f"-{regime}" if a.regimes or a.more_regimes else "")
         plan_out = a.out / name
         mode = [] if a.full else ["--quick"]
         t0 = time.perf_counter()

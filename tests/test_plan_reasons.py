@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from disaggsim.config.loader import load_scenario
 from disaggsim.plan import advise
 from disaggsim.plan.search import Candidate, CandidateResult
@@ -38,7 +40,16 @@ def test_one_pool_winning_where_every_condition_holds_names_the_target_that_held
         _row("disaggregate", 0.5, ttft_p90_s=2.9, tpot_p90_s=0.020),  # TTFT-bound
         _row("colocate_chunked", 1.0, ttft_p90_s=0.9, tpot_p90_s=0.048),  # ITL-bound
     ]
-    res = dataclasses.replace(_search(rows), loaded=LOADED)
+    # 5-token replies: a p90 prompt's prefill (~0.4 s) over 4 gaps is over the 50 ms TPOT
+    # target (over 200-token replies it is not: test_tight_itl_tail_compares_like_with_like)
+    short = load_scenario(
+        ADVISOR / "long-prompt-infiniband.yaml",
+        ["slo.itl_statistic=tpot", "workload.output_tokens={dist: fixed, value: 5}"],
+    )
+    res = dataclasses.replace(_search(rows), loaded=short)
+    res = dataclasses.replace(
+        res, analytic=dataclasses.replace(res.analytic, output_tokens_mean=5.0)
+    )
     advice = advise(res)
     assert advice.verdict == "colocate_chunked"
     assert all(c.holds for c in advice.conditions)
@@ -90,3 +101,41 @@ def test_disaggregation_winning_on_short_prompts_names_the_target_that_held_one_
     assert "chunked 16 x tp1 chunk 512 at its goodput is nearest its ITL target (TPOT p90 49" in (
         advice.reason
     )
+
+
+def _tight(loaded, output_tokens_mean: float | None = None):
+    rows = [_row("colocate_chunked", 1.0, ttft_p90_s=0.9, tpot_p90_s=0.048)]
+    res = dataclasses.replace(_search(rows), loaded=loaded)
+    if output_tokens_mean is not None:
+        res = dataclasses.replace(
+            res, analytic=dataclasses.replace(res.analytic, output_tokens_mean=output_tokens_mean)
+        )
+    return next(c for c in advise(res).conditions if c.name == "tight_itl_tail")
+
+
+def _ms_before(detail: str, words: str) -> float:
+    """The figure in ms just before ``words`` in a condition's detail."""
+    head = detail.split(words)[0].rstrip()
+    return float(head.rsplit(" ", 1)[-1].replace(",", ""))
+
+
+def test_tight_itl_tail_compares_like_with_like():
+    """A TPOT target is a mean gap: a p90 prompt's prefill (8-16k tokens of Llama-3.1-8B
+    on an H100: ~0.4 s) stalls a 200-token reply's mean gap by ~2 ms, far under 50 ms,
+    where it used to be compared whole with the 50 ms (and said to hold). A largest-gap
+    target is broken by that one stall: compared whole, it holds."""
+    gap = load_scenario(ADVISOR / "long-prompt-infiniband.yaml")  # itl_statistic max_gap
+    by_gap = _tight(gap)
+    prefill_ms = _ms_before(by_gap.detail, "ms (one gap")
+    assert prefill_ms > 200.0 and by_gap.holds  # one gap of ~0.4 s against 50 ms
+    by_mean = _tight(LOADED)  # the same question judged on TPOT
+    assert not by_mean.holds
+    assert _ms_before(by_mean.detail, "ms spread over") == prefill_ms
+    gaps = float(by_mean.detail.split("mean reply's ")[1].split(" gaps")[0])
+    assert 190 <= gaps <= 210  # uniform 100-300 output tokens, one fewer gap than tokens
+    added_ms = _ms_before(by_mean.detail, "ms added to its TPOT")
+    assert added_ms == pytest.approx(prefill_ms / gaps, abs=0.06)
+    assert added_ms < 50.0 / 10
+    # the same prefill over a 5-token reply's 4 gaps is over the target
+    short = _tight(LOADED, output_tokens_mean=5.0)
+    assert short.holds and "over a mean reply's 4 gaps" in short.detail
