@@ -82,3 +82,27 @@ def test_a_fleet_that_serves_less_than_the_rate_says_so(monkeypatch):
     assert rec is not None and rec.goodput_per_s < 30.0
     assert f"it serves {rec.goodput_per_s:.3g} req/s, under the target rate of 30" in advice.reason
     assert res.first_budget is None
+
+
+def test_a_disaggregated_fleet_that_serves_the_rate_with_fewer_gpus_is_found(monkeypatch):
+    """100 req/s: the analytic fleet is 6 GPUs (4P + 2D). Chunked serves 16 req/s per
+    GPU (7 GPUs for the rate: no colocated fleet under 6), disaggregation 40 (3 GPUs).
+    Was: planned on the 6 GPUs first sized, a disaggregated fleet serving ~2.4 x the
+    rate (only colocated candidates trimmed the fleet); now searched again at the 3 GPUs
+    the disaggregated deployment needs, and kept there as it serves the rate."""
+    caps = {"disaggregated": 40.0, "colocated-chunked": 16.0, "colocated-vllm": 8.0}
+
+    def meets(sc) -> bool:
+        arch = sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
+        return sc.workload.rate_per_s / sc.num_gpus <= caps[arch]
+
+    fake_run_points(monkeypatch, meets)
+    res, advice = plan(QUESTION, target_rate_per_s=100.0, options=OPTS, executor=SerialExecutor())
+    assert res.first_budget == 6
+    assert res.gpu_budget == 3  # ceil(100 / 40) GPUs; 2 serve only 80
+    rec = advice.recommended
+    assert advice.verdict == "disaggregate" and rec is not None
+    assert rec.candidate.num_gpus == 3 and rec.goodput_per_s >= 100.0
+    assert "sized for the target rate of 100 req/s: 3 GPUs serve it, fewer than the 6" in (
+        advice.reason
+    )

@@ -86,63 +86,104 @@ def plan(
     return res, advise(res)
 
 
-def fewer_gpus_for_rate(res: SearchResult) -> tuple[int, CandidateResult] | None:
-    """The fewest GPUs that serve ``res.target_rate_per_s`` with a colocated candidate's
-    workers at the goodput per worker it was measured at (explored rows too: the plan
-    measures the smaller fleet again), and that candidate, when fewer than the budget;
-    else None. A target-rate budget is sized with at least one worker per pool (the
-    analytic fleet of two pools), so a rate one colocated worker serves was planned on
-    two: there a disaggregated pair could win per GPU while one GPU serves the rate."""
+def rate_fleet_gpus(c: Candidate, goodput_per_s: float, rate_per_s: float) -> int:
+    """The GPUs of candidate ``c``'s deployment with each pool's workers scaled to serve
+    ``rate_per_s`` at the goodput per worker ``c`` was measured at (``goodput_per_s``
+    over its own workers; a disaggregated pair keeps its P:D share, each pool rounded
+    up, at least one worker each)."""
+    n_p = math.ceil(rate_per_s * c.num_prefill_workers / goodput_per_s)
+    gpus = max(1, n_p) * c.prefill_layout.gpus
+    if c.kind == "disaggregate":
+        n_d = math.ceil(rate_per_s * c.num_decode_workers / goodput_per_s)
+        gpus += max(1, n_d) * c.decode_layout.gpus
+    return gpus
+
+
+def fewer_gpus_for_rate(res: SearchResult) -> list[tuple[int, CandidateResult]]:
+    """The fleets smaller than the budget that serve ``res.target_rate_per_s``: for each
+    candidate of the search (explored rows too: the plan measures the smaller fleet
+    again), colocated or disaggregated, the GPUs of its deployment scaled to the rate
+    (:func:`rate_fleet_gpus`), fewest first, one per GPU count (its best per GPU); empty
+    when none is under the budget. A target-rate budget is sized with at least one worker
+    per pool (the analytic fleet of two pools), so a rate one colocated worker serves was
+    planned on two (there a disaggregated pair could win per GPU while one GPU serves the
+    rate); and a fleet sized on the cost model's capacity can be larger than a
+    disaggregated (or colocated) deployment the runs found needs."""
     rate = res.target_rate_per_s
     if rate is None:
-        return None
-    fits = [
-        (math.ceil(rate * r.candidate.num_prefill_workers / r.goodput_per_s)
-         * r.candidate.prefill_layout.gpus, n, r)
-        for n, r in enumerate(res.ranked)
-        if r.candidate.kind != "disaggregate" and r.goodput_per_s > 0
-    ]  # fmt: skip
-    if not fits:
-        return None
-    gpus, _, row = min(fits, key=lambda t: t[:2])
-    return (gpus, row) if gpus < res.gpu_budget else None
+        return []
+    fits: dict[int, CandidateResult] = {}
+    for r in res.ranked:  # best per GPU first: the first row at a GPU count stays
+        if r.goodput_per_s > 0:
+            gpus = rate_fleet_gpus(r.candidate, r.goodput_per_s, rate)
+            if gpus < res.gpu_budget:
+                fits.setdefault(gpus, r)
+    return sorted(fits.items(), key=lambda t: t[0])
+
+
+def rank_for_rate(res: SearchResult, rate_per_s: float) -> SearchResult:
+    """``res`` with the candidates that serve ``rate_per_s`` ranked before those that do
+    not, each group (and the explored rows after the measured ones) in its order: the
+    best per GPU of a budget can be a deployment of fewer GPUs serving less than the
+    rate (1P + 1D where 2P + 1D serves it), which answers no target-rate question."""
+    ranked = sorted(
+        res.ranked, key=lambda r: (r.status == "explored", r.goodput_per_s < rate_per_s)
+    )
+    return dataclasses.replace(res, ranked=tuple(ranked))
+
+
+# a target-rate plan searches at most this many smaller fleets (fewest GPUs first)
+MAX_RATE_FLEETS = 2
 
 
 def fit_target_rate(
     res: SearchResult, *, executor: Executor | None = None, progress=None
 ) -> SearchResult:
-    """A target-rate plan searched again at the fewer GPUs that serve the rate
-    (:func:`fewer_gpus_for_rate`), when its best deployment there serves the rate; else
-    ``res``. The verdict is then for the fleet the rate needs: at one worker
+    """A target-rate plan searched again at fewer GPUs that serve the rate
+    (:func:`fewer_gpus_for_rate`, fewest first, at most :data:`MAX_RATE_FLEETS`), kept
+    at the first whose recommendation (the advisor's, :func:`advise`) serves the rate;
+    else ``res``. The verdict is then for the fleet the rate needs: at one worker
     disaggregation cannot exist."""
-    fewer = fewer_gpus_for_rate(res)
     rate = res.target_rate_per_s
-    if fewer is None or rate is None:
+    if rate is None:
         return res
-    gpus, row = fewer
-    try:
-        smaller = _search(
-            res.loaded,
-            gpus=gpus,
-            price_per_gpu_hour=res.price_per_gpu_hour,
-            options=res.options,
-            executor=executor,
-            progress=progress,
-            simulations_before=res.num_simulations,
+    res = rank_for_rate(res, rate)
+    simulations = res.num_simulations
+    for gpus, row in fewer_gpus_for_rate(res)[:MAX_RATE_FLEETS]:
+        before = simulations
+        try:
+            smaller = _search(
+                res.loaded,
+                gpus=gpus,
+                price_per_gpu_hour=res.price_per_gpu_hour,
+                options=res.options,
+                executor=executor,
+                progress=progress,
+                simulations_before=simulations,
+            )
+        except UserError:  # the smaller budget refused (a bound): try the next
+            continue
+        smaller = rank_for_rate(
+            confirm_close_call(smaller, executor=executor, progress=progress), rate
         )
-    except UserError:  # the smaller budget refused (a bound): the fleet first sized stands
-        return res
-    smaller = confirm_close_call(smaller, executor=executor, progress=progress)
-    if not smaller.ranked or smaller.ranked[0].goodput_per_s < rate:
-        return res
-    c = row.candidate
-    note = (
-        f"sized for {rate:g} req/s: the {res.gpu_budget} GPUs first sized (one worker per "
-        f"pool at least) were searched, where {c.label} served "
-        f"{row.goodput_per_s / c.num_prefill_workers:.3g} req/s per worker; the plan is "
-        f"for the {gpus} GPU{'s that serve' if gpus > 1 else ' that serves'} the rate (the first "
-        f"search's {res.num_simulations} simulations counted in)"
-    )
-    return dataclasses.replace(
-        smaller, target_rate_per_s=rate, first_budget=res.gpu_budget, notes=(*smaller.notes, note)
-    )
+        simulations = smaller.num_simulations
+        rec = advise(smaller).recommended if smaller.ranked else None
+        if rec is None or rec.goodput_per_s < rate:
+            continue
+        c = row.candidate
+        note = (
+            f"sized for {rate:g} req/s: the {res.gpu_budget} GPUs first sized (one worker "
+            f"per pool at least) were searched, where {c.label} served "
+            f"{row.goodput_per_s:.3g} req/s on {c.num_gpus} GPU{'s' if c.num_gpus > 1 else ''}"
+            f"; the plan is for the {gpus} GPU"
+            f"{'s that serve' if gpus > 1 else ' that serves'} the rate (the earlier "
+            f"searches' {before} simulations counted in)"
+        )
+        return dataclasses.replace(
+            smaller,
+            target_rate_per_s=rate,
+            first_budget=res.gpu_budget,
+            notes=(*smaller.notes, note),
+        )
+    # the smaller fleets searched and not kept are counted in
+    return dataclasses.replace(res, num_simulations=simulations)
