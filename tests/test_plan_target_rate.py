@@ -106,3 +106,63 @@ def test_a_disaggregated_fleet_that_serves_the_rate_with_fewer_gpus_is_found(mon
     assert "sized for the target rate of 100 req/s: 3 GPUs serve it, fewer than the 6" in (
         advice.reason
     )
+
+
+def test_fabric_auto_with_a_target_rate_follows_the_budget_it_sizes():
+    """--fabric auto is NVLink where the budget fits one node; a target rate's budget is
+    the one the plan first sizes. Was: InfiniBand for every target rate."""
+    import pytest
+
+    from disaggsim.errors import UserError
+    from disaggsim.plan.question import Question, build_question, question_yaml
+
+    def ask(model: str, rate: float, fabric: str = "auto", gpu: str = "h100-sxm"):
+        return Question(model=model, gpu=gpu, target_rate_per_s=rate, isl="2000",
+                        osl="256", ttft_ms=3000, itl_ms=30, fabric=fabric)  # fmt: skip
+
+    # 0.3 req/s of Llama-3.1-8B: 2 GPUs first sized (one worker per pool), one node of 8
+    small = ask("llama-3.1-8b", 0.3)
+    raw = build_question(small)
+    assert raw["fabric"]["link"] == "nvlink"
+    assert "# Fabric: nvlink (auto: the 2 GPUs first sized for --target-rate 0.3 fit one node" in (
+        question_yaml(raw, small)
+    )
+    # 1 req/s of Llama-3.1-70B at a 30 ms ITL: tp2 decode workers hold small batches,
+    # the fleet first sized spans nodes
+    big = ask("llama-3.1-70b", 1.0)
+    raw = build_question(big)
+    assert raw["fabric"]["link"] == "infiniband"
+    assert "span nodes of 8; NVLink joins only one node" in question_yaml(raw, big)
+    assert build_question(ask("llama-3.1-8b", 0.3, gpu="l40s"))["fabric"]["link"] == "infiniband"
+    # --fabric nvlink: accepted where the fleet sized fits one node, else refused naming it
+    assert build_question(ask("llama-3.1-8b", 0.3, "nvlink"))["fabric"]["link"] == "nvlink"
+    with pytest.raises(UserError, match=r"--fabric nvlink: --target-rate 1 sizes \d+ GPUs, more"):
+        build_question(ask("llama-3.1-70b", 1.0, "nvlink"))
+
+
+def test_a_smaller_fleet_for_the_rate_is_planned_on_the_link_auto_picks_for_it(monkeypatch):
+    """200 req/s: 10 GPUs first sized (two nodes: InfiniBand by --fabric auto), where
+    chunked prefill serves 40 req/s per GPU: 5 GPUs serve the rate, one node, so --fabric
+    auto's rule gives NVLink there (6 where quick mode's 4 % bisection measured the 10 a
+    little under 400 req/s) and the smaller fleet is searched on it. A scenario
+    file's link (auto_fabric off) is the user's and stays."""
+    caps = {"disaggregated": 30.0, "colocated-chunked": 40.0, "colocated-vllm": 10.0}
+
+    def meets(sc) -> bool:
+        arch = sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
+        return sc.workload.rate_per_s / sc.num_gpus <= caps[arch]
+
+    runs = fake_run_points(monkeypatch, meets)
+    res, advice = plan(QUESTION, target_rate_per_s=200.0, options=OPTS,
+                       executor=SerialExecutor(), auto_fabric=True)  # fmt: skip
+    # 5 GPUs at 40 req/s per GPU; 6 where quick mode's bisection put 10 GPUs under 400
+    assert res.first_budget == 10 and res.gpu_budget in (5, 6)
+    assert res.loaded.scenario.fabric.link == "nvlink"
+    first = [r for r in runs if r.num_gpus > res.gpu_budget]
+    assert first and all(r.fabric.link == "infiniband" for r in first)
+    assert runs[-1].fabric.link == "nvlink"
+    assert advice.recommended is not None and advice.recommended.goodput_per_s >= 200.0
+    runs.clear()
+    res, _ = plan(QUESTION, target_rate_per_s=200.0, options=OPTS, executor=SerialExecutor())
+    assert res.gpu_budget in (5, 6) and res.loaded.scenario.fabric.link == "nvlink"  # as given
+    assert all(r.fabric.link == "nvlink" for r in runs)

@@ -60,7 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--fabric",
         default="auto",
         metavar="|".join(FABRICS),
-        help="KV link between pools (auto: nvlink if the budget fits one node, else infiniband)",
+        help="KV link between pools (auto: nvlink if the budget fits one node, else "
+        "infiniband; with --target-rate, the budget the plan sizes)",
     )
     q.add_argument(
         "--weight-dtype",
@@ -244,6 +245,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             options=opts,
             executor=ex,
             progress=bar("steady-state goodput"),
+            # a question's --fabric auto follows the fleet a target rate sizes
+            auto_fabric=args.scenario is None and args.fabric == "auto",
         )
     written = None
     if out is not None:
@@ -252,7 +255,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan_json(res, advice), indent=2))
         return 0
-    s = loaded.scenario
+    s = res.loaded.scenario  # a target rate's fleet may be planned on another link
     print(f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}")
     for line in slo_model_lines(s.slo, prefix="  "):
         print(line)

@@ -24,10 +24,17 @@ from pathlib import Path
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
 from disaggsim.plan.advisor import Advice, advise
-from disaggsim.plan.analytic import AnalyticGuess, analytic_guess
+from disaggsim.plan.analytic import AnalyticGuess, analytic_guess, plan_gpu
 from disaggsim.plan.confirm import confirm_close_call
 from disaggsim.plan.holds import check_as_written
-from disaggsim.plan.search import Candidate, CandidateResult, PlanOptions, SearchResult
+from disaggsim.plan.question import auto_link
+from disaggsim.plan.search import (
+    Candidate,
+    CandidateResult,
+    PlanOptions,
+    SearchResult,
+    rate_budget,
+)
 from disaggsim.plan.search import search as _search
 from disaggsim.sweep.executors import Executor
 
@@ -54,12 +61,18 @@ def plan(
     options: PlanOptions | None = None,
     executor: Executor | None = None,
     progress=None,
+    auto_fabric: bool = False,
 ) -> tuple[SearchResult, Advice]:
     """Search the candidates for the scenario's budget (or ``gpus``), in quick mode settle
     a close call at full accuracy (:func:`~disaggsim.plan.confirm.confirm_close_call`),
     check the ones the advisor compares as their recommended.yaml would run them
     (:func:`~disaggsim.plan.holds.check_as_written`, unless ``options`` turn it off), and
-    advise."""
+    advise.
+
+    ``auto_fabric``: the scenario's ``kind: link`` fabric was chosen by a question's
+    ``--fabric auto`` rule (:func:`~disaggsim.plan.question.auto_link`: NVLink where
+    the budget fits one node), so a target-rate plan applies that rule to the budget it
+    sizes, and again to a smaller fleet (:func:`fit_target_rate`)."""
     if isinstance(scenario, LoadedScenario):
         loaded = (
             load_scenario(scenario.raw, overrides, base_dir=scenario.base_dir)
@@ -68,6 +81,9 @@ def plan(
         )
     else:
         loaded = load_scenario(scenario, overrides)
+    if auto_fabric and target_rate_per_s is not None and gpus is None:
+        opts = options or PlanOptions()
+        loaded = with_auto_link(loaded, rate_budget(loaded, target_rate_per_s, opts.max_tp))
     res = _search(
         loaded,
         gpus=gpus,
@@ -80,7 +96,9 @@ def plan(
     # a quick plan's close call measured again at full accuracy (none to settle: res)
     res = confirm_close_call(res, executor=executor, progress=progress)
     if target_rate_per_s is not None and gpus is None:
-        res = fit_target_rate(res, executor=executor, progress=progress)
+        res = fit_target_rate(
+            res, executor=executor, progress=progress, auto_fabric=auto_fabric
+        )
     if res.options.check_as_written:  # the goodputs compared hold as recommended.yaml runs
         res = check_as_written(res, executor=executor, progress=progress)
     return res, advise(res)
@@ -136,14 +154,33 @@ def rank_for_rate(res: SearchResult, rate_per_s: float) -> SearchResult:
 MAX_RATE_FLEETS = 2
 
 
+def with_auto_link(loaded: LoadedScenario, gpus: int) -> LoadedScenario:
+    """``loaded`` on the link ``--fabric auto`` picks for a budget of ``gpus``
+    (:func:`~disaggsim.plan.question.auto_link`); itself where that is its link already
+    or its fabric is not a single ``kind: link``."""
+    fabric = loaded.scenario.fabric
+    if getattr(fabric, "kind", "link") != "link":
+        return loaded
+    link = auto_link(plan_gpu(loaded), gpus)
+    if link == fabric.link:  # type: ignore[union-attr]
+        return loaded
+    raw = {**loaded.raw, "fabric": {**loaded.raw.get("fabric", {}), "link": link}}
+    return load_scenario(raw, base_dir=loaded.base_dir)
+
+
 def fit_target_rate(
-    res: SearchResult, *, executor: Executor | None = None, progress=None
+    res: SearchResult,
+    *,
+    executor: Executor | None = None,
+    progress=None,
+    auto_fabric: bool = False,
 ) -> SearchResult:
     """A target-rate plan searched again at fewer GPUs that serve the rate
     (:func:`fewer_gpus_for_rate`, fewest first, at most :data:`MAX_RATE_FLEETS`), kept
     at the first whose recommendation (the advisor's, :func:`advise`) serves the rate;
     else ``res``. The verdict is then for the fleet the rate needs: at one worker
-    disaggregation cannot exist."""
+    disaggregation cannot exist. ``auto_fabric`` (see :func:`plan`): a smaller fleet is
+    searched on the link ``--fabric auto`` picks for it (NVLink once it fits one node)."""
     rate = res.target_rate_per_s
     if rate is None:
         return res
@@ -153,7 +190,7 @@ def fit_target_rate(
         before = simulations
         try:
             smaller = _search(
-                res.loaded,
+                with_auto_link(res.loaded, gpus) if auto_fabric else res.loaded,
                 gpus=gpus,
                 price_per_gpu_hour=res.price_per_gpu_hour,
                 options=res.options,

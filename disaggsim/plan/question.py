@@ -291,24 +291,18 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
         workload["max_tokens"] = q.max_tokens
 
     node = gpu.gpus_per_node
-    fits_node = q.gpus is not None and q.gpus <= node
-    link = q.fabric
-    if link == "auto":
-        link = "nvlink" if fits_node and gpu.nvlink_bytes_per_s > 0 else "infiniband"
-    elif link == "nvlink" and not fits_node:
-        where = (
-            f"{q.gpus} GPUs do not fit"
-            if q.gpus is not None
-            else "a budget sized by --target-rate may not fit"
-        )
-        raise UserError(
-            f"--fabric nvlink: {where} one node of {node} x {gpu.id}, and NVLink joins the "
-            "pools only inside one node: allowed here: auto, infiniband, roce, pcie"
-        )
-    if link == "nvlink" and gpu.nvlink_bytes_per_s <= 0:
+    if q.fabric == "nvlink" and gpu.nvlink_bytes_per_s <= 0:
         raise UserError(
             f"--fabric nvlink: {gpu.id} has no NVLink: allowed: auto, infiniband, roce, pcie"
         )
+    if q.fabric == "nvlink" and q.gpus is not None and q.gpus > node:
+        raise UserError(
+            f"--fabric nvlink: {q.gpus} GPUs do not fit one node of {node} x {gpu.id}, and "
+            "NVLink joins the pools only inside one node: allowed here: auto, infiniband, "
+            "roce, pcie"
+        )
+    # a target rate's budget is sized below, once the smallest worker is known
+    link = auto_link(gpu.id, q.gpus) if q.fabric == "auto" else q.fabric
 
     raw: dict[str, Any] = {
         "name": _name(q),
@@ -345,7 +339,38 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
     pool["tp"] = tp
     if dp > 1:
         pool["dp"] = dp
+    if q.gpus is None and q.fabric in ("auto", "nvlink"):
+        # the fabric of a target rate's budget: the rule of --gpus at the GPUs the plan
+        # first sizes (plan.fit_target_rate applies it again to a smaller fleet)
+        budget = sized_budget(raw, q)
+        if q.fabric == "auto":
+            raw["fabric"]["link"] = auto_link(gpu.id, budget)
+        elif budget > node:
+            raise UserError(
+                f"--fabric nvlink: --target-rate {q.target_rate_per_s:g} sizes {budget} GPUs, "
+                f"more than one node of {node} x {gpu.id}, and NVLink joins the pools only "
+                "inside one node: allowed here: auto, infiniband, roce, pcie"
+            )
     return raw
+
+
+def auto_link(gpu_id: str, gpus: int | None) -> str:
+    """``--fabric auto``: NVLink where a budget of ``gpus`` fits one node of ``gpu_id``
+    and the GPU has NVLink, else InfiniBand (an unknown budget, None: InfiniBand)."""
+    from disaggsim.catalog import get_gpu
+
+    gpu = get_gpu(gpu_id)
+    fits_node = gpus is not None and gpus <= gpu.gpus_per_node
+    return "nvlink" if fits_node and gpu.nvlink_bytes_per_s > 0 else "infiniband"
+
+
+def sized_budget(raw: dict[str, Any], q: Question) -> int:
+    """The GPUs a target-rate question's plan first searches
+    (:func:`~disaggsim.plan.search.rate_budget`)."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.plan.search import rate_budget
+
+    return rate_budget(load_scenario(raw), q.target_rate_per_s)  # type: ignore[arg-type]
 
 
 def flag_error(e: UserError, q: Question | None) -> UserError:
@@ -389,16 +414,32 @@ def _smallest_unit(raw: dict[str, Any], q: Question) -> tuple[int, int]:
     return lay.tp, lay.dp
 
 
-def _fabric_reason(q: Question, link: str) -> str:
+def _fabric_reason(q: Question, link: str, raw: dict[str, Any]) -> str:
     from disaggsim.catalog import get_gpu
 
     if q.fabric != "auto" or q.gpu is None:
         return f"{link} between the pools (--fabric {q.fabric})."
-    node = get_gpu(q.gpu).gpus_per_node
+    gpu = get_gpu(q.gpu)
+    node = gpu.gpus_per_node
+    if q.gpus is None:
+        budget = sized_budget(raw, q)
+        after = (
+            "; the plan applies the same rule to a smaller fleet it sizes for the rate, "
+            "whose recommended.yaml says which link it was planned on"
+        )
+        if link == "nvlink":
+            return (
+                f"nvlink (auto: the {budget} GPUs first sized for --target-rate "
+                f"{q.target_rate_per_s:g} fit one node of {node} GPUs)."
+            )
+        if gpu.nvlink_bytes_per_s <= 0:
+            return f"{link} (auto: {q.gpu} has no NVLink)."
+        return (
+            f"{link} (auto: the {budget} GPUs first sized for --target-rate "
+            f"{q.target_rate_per_s:g} span nodes of {node}; NVLink joins only one node{after})."
+        )
     if link == "nvlink":
         return f"nvlink (auto: the budget fits one node of {node} GPUs)."
-    if q.gpus is None:
-        return f"{link} (auto: a budget sized by --target-rate may span nodes of {node} GPUs)."
     if q.gpus <= node:
         return f"{link} (auto: {q.gpu} has no NVLink)."
     return f"{link} (auto: {q.gpus} GPUs span nodes of {node}; NVLink joins only one node)."
@@ -438,7 +479,7 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
             if q.gpus is not None and stated < q.gpus
             else ""
         ),
-        "# Fabric: " + _fabric_reason(q, s.fabric.link),  # type: ignore[union-attr]
+        "# Fabric: " + _fabric_reason(q, s.fabric.link, raw),  # type: ignore[union-attr]
         *(
             [
                 "# Trace timestamps: bucketed; each arrival is placed uniformly at random "

@@ -76,6 +76,7 @@ __all__ = [
     "plan_families",
     "raise_caps",
     "rank_rows",
+    "rate_budget",
     "search",
     "seqs_fixed",
     "seqs_ladder",
@@ -1660,6 +1661,34 @@ def raise_caps(
 # ------------------------------------------------------------------ search
 
 
+def rate_budget(
+    loaded: LoadedScenario,
+    target_rate_per_s: float,
+    max_tp: int | None = None,
+    lengths: tuple[np.ndarray, np.ndarray] | None = None,
+) -> int:
+    """The GPU budget a target-rate plan first searches: the analytic fleet for the rate
+    (:func:`~disaggsim.plan.analytic.analytic_guess`, two pools of at least one worker
+    each) at the smallest worker that fits (plain TP, or for an MoE model tp x dp ranks,
+    :func:`~disaggsim.plan.analytic.smallest_unit`) and that the fabric can place (a
+    ``kind: topology`` fabric keeps TP inside a node: a budget sized with a worker it
+    cannot place would be refused as a budget never asked for)."""
+    if lengths is None:
+        lengths = sample_lengths(loaded, sample_requests(loaded))
+    gpu = plan_gpu(loaded)
+    top = min(fabric_max_tp(loaded), max_tp or MAX_GPUS)
+    unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths), max_tp=top)
+    if unit is None:
+        raise UserError(no_worker_fits(loaded, gpu, None, _p99_kv_tokens(lengths)))
+    return analytic_guess(
+        loaded,
+        prefill_tp=unit,
+        decode_tp=unit,
+        target_rate_per_s=target_rate_per_s,
+        lengths=lengths,
+    ).num_gpus
+
+
 def search(
     loaded: LoadedScenario,
     *,
@@ -1696,19 +1725,7 @@ def search(
     lengths = sample_lengths(loaded, requests)
     gpu = plan_gpu(loaded)
     if gpus is None and target_rate_per_s is not None:
-        # a worker the fabric can place (a kind: topology fabric keeps TP inside a node):
-        # a budget sized with one it cannot would be refused as a budget never asked for
-        top = min(fabric_max_tp(loaded), opts.max_tp or MAX_GPUS)
-        unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths), max_tp=top)
-        if unit is None:
-            raise UserError(no_worker_fits(loaded, gpu, None, _p99_kv_tokens(lengths)))
-        budget = analytic_guess(
-            loaded,
-            prefill_tp=unit,
-            decode_tp=unit,
-            target_rate_per_s=target_rate_per_s,
-            lengths=lengths,
-        ).num_gpus
+        budget = rate_budget(loaded, target_rate_per_s, opts.max_tp, lengths)
     else:
         budget = budget_of(loaded, gpus)
     if budget > MAX_GPUS:  # before any candidate is enumerated (docs/safety.md)
