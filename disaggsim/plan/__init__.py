@@ -96,9 +96,7 @@ def plan(
     # a quick plan's close call measured again at full accuracy (none to settle: res)
     res = confirm_close_call(res, executor=executor, progress=progress)
     if target_rate_per_s is not None and gpus is None:
-        res = fit_target_rate(
-            res, executor=executor, progress=progress, auto_fabric=auto_fabric
-        )
+        res = fit_target_rate(res, executor=executor, progress=progress, auto_fabric=auto_fabric)
     if res.options.check_as_written:  # the goodputs compared hold as recommended.yaml runs
         res = check_as_written(res, executor=executor, progress=progress)
     return res, advise(res)
