@@ -78,7 +78,25 @@ class Written:
 # checks
 
 
+_DEFAULT = "default:"
+
+
+def default_flag(flag: str = "--out") -> str:
+    """The ``flag`` argument of the checks and writers for a path the user did not give
+    (a command's default output, ``results/<name>``): its errors name the path as the
+    default and the flag that chooses another, not a flag the user never typed."""
+    return _DEFAULT + flag
+
+
+def out_flag(given: bool, flag: str = "--out") -> str:
+    """``flag`` when the user gave it, else :func:`default_flag`."""
+    return flag if given else default_flag(flag)
+
+
 def _fail(flag: str, path: Path | str, why: str) -> UserError:
+    if flag.startswith(_DEFAULT):
+        chooser = flag[len(_DEFAULT) :]
+        return UserError(f"{path} (the default output; choose another with {chooser}): {why}")
     return UserError(f"{flag} {path}: {why}")
 
 

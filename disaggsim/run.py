@@ -795,7 +795,7 @@ RESULT_FILE_NAMES = (
 
 
 def write_results_folder(
-    result: SimulationResult, out_dir: str | Path, plots: bool = True
+    result: SimulationResult, out_dir: str | Path, plots: bool = True, flag: str = "--out"
 ) -> Written:
     """Write a result folder through :mod:`disaggsim.output` (built in a temporary
     sibling, then moved into place; only a new or empty folder or an earlier disaggsim
@@ -822,7 +822,7 @@ def write_results_folder(
 
             write_plots(result, tmp)
 
-    return write_folder(out_dir, render, command="run")
+    return write_folder(out_dir, render, command="run", flag=flag)
 
 
 def _jsonable(d: dict) -> dict:

@@ -413,6 +413,62 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      sets("workload={kind: trace, path: t.jsonl, format: mooncake}"), "t.jsonl:1: JSON nested too deeply"),
     ("trace-azure-random-bytes", _file("t.csv", bytes(range(128, 256)) * 8),
      sets("workload={kind: trace, path: t.csv, format: azure}"), "t.csv: not an Azure trace CSV"),
+    # ---- keys and values YAML reads as something else than text (2026-12-03, second session)
+    ("yaml-binary-value", _scenario(DISAGG, {"name: ci-disaggregated": "name: !!binary "
+     "aGVsbG8="}), run_args(), "disagg.yaml: name: binary data (a YAML !!binary value"),
+    ("yaml-binary-cache-policy", _scenario(DISAGG, {"sim: {": "cache: {policy: !!binary "
+     "cmFkaXg=}\nsim: {"}), run_args(), "disagg.yaml: cache.policy: binary data"),
+    ("yaml-null-key", _scenario(DISAGG, {"seed: 11": "seed: 11\nnull: 3"}), run_args(),
+     "disagg.yaml: null: unknown key (YAML reads this key as null, not a name) (allowed: "),
+    ("yaml-tilde-key-nested", _scenario(DISAGG, {"tp: 4, max_batch_seqs": "tp: 4, ~: 1, "
+     "max_batch_seqs"}), run_args(), "disagg.yaml: decode_pool.null: unknown key (YAML reads"),
+    ("yaml-yes-key", _scenario(DISAGG, {"seed: 11": "seed: 11\nyes: 3"}), run_args(),
+     "disagg.yaml: true: unknown key (YAML reads this key as a boolean, not a name)"),
+    ("yaml-date-key", _scenario(DISAGG, {"seed: 11": "seed: 11\n2001-01-01: 3"}), run_args(),
+     "disagg.yaml: 2001-01-01: unknown key (YAML reads this key as a date"),
+    ("yaml-null-key-cache", _scenario(DISAGG, {"sim: {": "cache: {policy: radix, null: 1}\n"
+     "sim: {"}), run_args(), "disagg.yaml: cache.null: unknown key (YAML reads this key as "
+     "null, not a name) (allowed: policy, routing, tiers)"),
+    ("yaml-number-key-cache-tiers", _scenario(DISAGG, {"sim: {": "cache: {policy: radix, "
+     "tiers: {3: {}}}\nsim: {"}), run_args(), "disagg.yaml: cache.tiers.3: unknown key (YAML "
+     "reads this key as a number"),
+    ("yaml-duplicate-null-key", _scenario(DISAGG, {"seed: 11": "seed: 11\nnull: 3\n~: 4"}),
+     run_args(), "disagg.yaml: line 8: duplicate key 'null' (first given on line 7)"),
+    # ---- --set through a list: an item the list holds, else one line saying so
+    ("set-index-missing-list", _nothing, sets("failures.workers.0.at_s=3"),
+     "--set failures.workers.0.at_s=3: failures.workers is not in the scenario, so it has no "
+     "item 0 to set; give the whole list instead: --set 'failures.workers=[...]'"),
+    ("set-index-beyond-list", _scenario(DISAGG, {"sim: {": "failures: {workers: [{at_s: 40, "
+     "worker: 'decode:0'}]}\nsim: {"}), sets("failures.workers.1.at_s=3"),
+     "failures.workers has items 0..0, no item 1"),
+    ("set-index-not-a-number", _scenario(DISAGG, {"sim: {": "failures: {workers: [{at_s: 40, "
+     "worker: 'decode:0'}]}\nsim: {"}), sets("failures.workers.first.at_s=3"),
+     "failures.workers is a list: index its items by number (0..0)"),
+    ("set-index-unknown-item-key", _scenario(DISAGG, {"sim: {": "failures: {workers: [{at_s: "
+     "40, worker: 'decode:0'}]}\nsim: {"}), sets("failures.workers.0.at=3"),
+     "unknown key 'at' at failures.workers.0 (did you mean at_s?) (allowed: at_s, repair_s, "
+     "worker)"),
+    ("set-index-item-value", _scenario(DISAGG, {"sim: {": "failures: {workers: [{at_s: 40, "
+     "worker: 'decode:0'}]}\nsim: {"}), sets("failures.workers.0.at_s=-1"),
+     "disagg.yaml: failures.workers.0.at_s: "),
+    ("sweep-param-index-beyond-list", _nothing, ["sweep", DISAGG, "--param",
+     "failures.workers.0.at_s=5,10", "--quiet"], "disagg.yaml: --param failures.workers.0.at_s: "
+     "failures.workers is not in the scenario"),
+    # ---- a default output names itself as the default, not a --out the user never gave
+    ("run-default-out-user-folder", _file("results/ci-disaggregated/mine.txt", "x"), run_args(),
+     "results/ci-disaggregated (the default output; choose another with --out): folder holds "
+     "files disaggsim did not write (mine.txt)"),
+    ("sweep-default-out-user-folder", _file("results/ci-disaggregated-sweep/mine.txt", "x"),
+     ["sweep", DISAGG, "--param", "workload.rate_per_s=1,2", "--quiet"],
+     "results/ci-disaggregated-sweep (the default output; choose another with --out)"),
+    ("compare-default-out-user-folder", _file("results/compare/mine.txt", "x"), ["compare",
+     DISAGG, COLOC, "--quiet"], "results/compare (the default output; choose another with "
+     "--out)"),
+    ("run-default-out-trace-inside", _nothing, run_args("--trace", "results/ci-disaggregated/x/"
+     "t.json"), "in a folder inside the result folder results/ci-disaggregated (the default "
+     "--out)"),
+    ("regress-default-reference-dir", _nothing, ["regress", "--ci-dir", str(CI), "--quiet"],
+     "results/reference (the default --reference-dir): no such folder"),
 ]  # fmt: skip
 
 
@@ -453,3 +509,90 @@ def test_bad_input(tmp_path, monkeypatch, capsys, setup, argv, fragment):
     assert "Traceback" not in err
     assert fragment in err, err
     assert tree(tmp_path) == before  # nothing written, nothing deleted
+
+
+# ---- the counterparts that must work (2026-12-03, second session)
+
+
+def _with_failures(tmp_path: Path) -> Path:
+    text = (
+        (CI / "disaggregated.yaml")
+        .read_text()
+        .replace(
+            "sim: {",
+            "failures: {workers: [{at_s: 40, worker: 'decode:0'}, {at_s: 50, worker: "
+            "'prefill:0'}]}\nsim: {",
+        )
+    )
+    path = tmp_path / "f.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_set_indexes_an_item_the_list_holds(tmp_path):
+    """`--set failures.workers.0.at_s=3` said "failures.workers is a value, not a section"
+    where the list existed and "Input should be a valid list" where it did not: --set
+    now indexes the items a list holds (and refuses the rest in one line, CASES)."""
+    from disaggsim.config.loader import load_scenario
+
+    path = _with_failures(tmp_path)
+    s = load_scenario(path, ["failures.workers.1.at_s=7", "failures.workers.0.worker=decode:0"])
+    assert [(w.at_s, w.worker) for w in s.scenario.failures.workers] == [
+        (40.0, "decode:0"),
+        (7.0, "prefill:0"),
+    ]
+    whole = load_scenario(path, ["failures.workers.0={at_s: 9, worker: 'prefill:0'}"])
+    assert [w.at_s for w in whole.scenario.failures.workers] == [9.0, 50.0]
+    assert path.read_text().count("at_s: 40") == 1  # the file is read, never written
+
+
+def test_sweep_param_through_a_list_item(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    path = _with_failures(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rc = main(
+        ["sweep", str(path), "--param", "failures.workers.0.at_s=5,10", "--out", "sw",
+         *CUT]
+    )  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    table = pd.read_parquet(tmp_path / "sw" / "sweep.parquet")
+    assert list(table["failures.workers.0.at_s"]) == [5, 10]
+
+
+def test_python_bytes_value_is_refused_naming_the_field():
+    """The Python API took bytes as text (pydantic reads b"x" as "x"), as a YAML
+    !!binary value was."""
+    import yaml
+
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.errors import UserError
+
+    raw = yaml.safe_load((CI / "disaggregated.yaml").read_text())
+    raw["decode_pool"]["gpu"] = b"h100-sxm"
+    with pytest.raises(UserError) as e:
+        load_scenario(raw)
+    assert (
+        str(e.value)
+        == "<scenario>: decode_pool.gpu: binary data (a YAML !!binary value or bytes), not text"
+    )
+
+
+def test_set_reaches_the_fields_of_the_distribution_the_scenario_gives():
+    """`--set workload.prompt_tokens.median=1000` on a lognormal was refused as "unknown
+    key 'median' at workload.prompt_tokens (allowed: dist, value)": the path check read
+    only a `kind` tag and took the first member of the union (`{dist: fixed, value}`),
+    so no field of any other distribution could be set or swept."""
+    from disaggsim.config.loader import load_scenario
+    from disaggsim.errors import UserError
+
+    s = load_scenario(
+        CI / "disaggregated.yaml",
+        ["workload.prompt_tokens.median=1000", "workload.output_tokens.high=100"],
+    ).scenario
+    assert (s.workload.prompt_tokens.median, s.workload.output_tokens.high) == (1000, 100)
+    with pytest.raises(UserError) as e:  # a key of another distribution: that one's keys
+        load_scenario(CI / "disaggregated.yaml", ["workload.output_tokens.median=3"])
+    assert "unknown key 'median' at workload.output_tokens (allowed: dist, high, low)" in str(
+        e.value
+    )

@@ -1438,12 +1438,85 @@ def _leaf_parsers() -> dict[str, argparse.ArgumentParser]:
     return {k: v for k, v in out.items() if k in _FLAG_BASES}
 
 
+# Valid values of the flags of the commands that run in seconds (run, sweep, cost, show):
+# half the cases give one to three of them (a combination that should run; a refusal
+# there is still one line). Before, nearly every case was refused (seed 9401: 6 of 60
+# ran), so the flags' valid combinations were barely run.
+_VALID_FLAG_VALUES: dict[str, list[str]] = {
+    "--set": ["workload.rate_per_s=0.5", "seed=5", "pool.max_batch_tokens=512",
+              "pool.max_batch_seqs=16", "engine=sglang", "slo.ttft_ms=300",
+              "workload.output_tokens={dist: fixed, value: 8}", "kv_dtype=fp8",
+              "pool.scheduler=chunked", "attention_backend=auto", "sim.warmup_s=1",
+              "workload.prompt_tokens.max=2000"],
+    "--param": ["pool.max_batch_seqs=16,32", "engine=vllm,sglang",
+                "slo.ttft_ms=200:400:2", "kv_dtype=bf16,fp8"],
+    "--seeds": ["1", "2"],
+    "--workers": ["1"],
+    "--out": ["out2", "sub/out3"],
+    "--trace": ["t.json", "out/trace.json"],
+    "--profile": [str(REPO / "disaggsim" / "hardware" / "profiles" / "h100_sxm.json")],
+}  # fmt: skip
+_FAST = {"run", "sweep", "calibrate show", *(k for k in _FLAG_BASES if k.startswith("cost "))}
+
+
+def _valid_values(command: str, action: argparse.Action) -> list[str]:
+    """Values ``action``'s flag takes in ``command`` (empty: none known): the table
+    above, argparse choices, else a ``cost`` field's kind, choices and bounds."""
+    flag = action.option_strings[-1]
+    if flag in _VALID_FLAG_VALUES:
+        return _VALID_FLAG_VALUES[flag]
+    if action.choices:
+        return [str(c) for c in action.choices]
+    if command.startswith("cost "):
+        from disaggsim.cli.cost import COMMANDS
+
+        field = {f.flag: f for f in COMMANDS[command[len("cost ") :]][1]}.get(flag)
+        if field is None:
+            return []
+        if field.choices:
+            return list(field.choices)
+        if field.kind == "int":
+            lo = max(int(field.minimum), 0)
+            return [str(v) for v in (lo, 1, 2, 8, 64, 4096) if lo <= v <= field.maximum]
+        if field.kind == "float":
+            return ["1.0", "1.5"]
+    return []
+
+
+def _valid_edits(command: str, argv: list[str], options: list, rng: random.Random) -> list[str]:
+    """One to three flags of ``command`` given valid values (switches given as such)."""
+    edits = []
+    known = [a for a in options if a.nargs == 0 or _valid_values(command, a)]
+    known = [a for a in known if a.option_strings[-1] not in ("--input", "--scheduler")]
+    for _ in range(rng.choice([1, 2, 3])):
+        action = rng.choice(known)
+        flag = action.option_strings[-1]
+        if action.nargs == 0:
+            argv.append(flag)
+            edits.append(f"valid {flag}")
+            continue
+        if isinstance(action, argparse.BooleanOptionalAction):
+            argv.append(rng.choice(action.option_strings))
+            edits.append(f"valid {argv[-1]}")
+            continue
+        value = rng.choice(_valid_values(command, action))
+        argv += [flag, value]
+        edits.append(f"valid {flag} {value[:24]!r}")
+    return edits
+
+
 def flag_cases(seed: int, n: int) -> list[tuple[str, list[str], list[str]]]:
     """(command, argv after the command, the edits)."""
     rng = random.Random(seed)
     leaves = _leaf_parsers()
     cases = []
     for _ in range(n):
+        if rng.random() < 0.5:  # a valid combination of a command that runs in seconds
+            command = rng.choice(sorted(_FAST))
+            argv = list(_FLAG_BASES[command])
+            options = [a for a in leaves[command]._actions if a.option_strings and a.dest != "help"]
+            cases.append((command, argv, _valid_edits(command, argv, options, rng)))
+            continue
         command = rng.choice(sorted(_FLAG_BASES))
         parser = leaves[command]
         argv = list(_FLAG_BASES[command])

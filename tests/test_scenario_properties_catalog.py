@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 if __name__ == "__main__":  # script mode: import the project from this checkout
@@ -647,14 +647,26 @@ def check_written(res, out: Path) -> None:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.integers(0, 7))
 def test_catalog_scenarios_run_or_refuse(tmp_path_factory, data, det):
+    # as the script's cases: a draw refused before any simulation is drawn again (up to
+    # five times) unless a 1-in-4 draw keeps it, and a kept refusal is a case like any
+    # other (its one line checked), not a skipped example (it was: about 40 % of the
+    # draws were discarded)
     s = draw_scenario(Picker(draw=data.draw))
+    # redrawn from a seeded generator, as the script's cases are: hypothesis draws the
+    # simplest choices far more often than others, so its redraws repeated the refused
+    # scenario, and its 1-in-4 draw kept most refusals
+    seed = data.draw(st.integers(0, 2**32 - 1), label="redraw seed")
+    keep = random.Random(f"{seed}:keep")
+    for again in range(1, 6):
+        if early_refusal(s) is None or keep.random() < KEEP_REFUSED:
+            break
+        s = draw_scenario(Picker(rng=random.Random(f"{seed}:{again}")))
     try:
         res = simulate(s)  # runs the invariant check; a violation raises InvariantError
     except UserError as e:
         problem = check_refusal(e)
         assert problem is None, problem
         event(f"refused: {str(e).split(': ', 2)[1][:30]}")
-        assume(False)
         return
     event(f"ran: {s['model']}")
     if (res.requests["num_preemptions"] > 0).any():

@@ -57,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="M",
         help="goodput runs measure at least M longest service times (default 10)",
     )
-    p.add_argument("--out", type=Path, default=Path("results/compare"), help="output folder")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default results/compare)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     executor_args(p)
     p.set_defaults(func=cmd_compare)
@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from disaggsim.html_report import REPORT_FILE, compare_report
-    from disaggsim.output import check_folder, write_folder
+    from disaggsim.output import check_folder, out_flag, write_folder
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
     from disaggsim.sweep.core import RATE_PATH
     from disaggsim.sweep.grid import parse_params
@@ -73,7 +73,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from disaggsim.sweep.plots import write_sweep_plots
 
     params = parse_params(args.params)
-    check_folder(args.out, "--out")
+    out = args.out if args.out is not None else Path("results/compare")
+    flag = out_flag(args.out is not None)
+    check_folder(out, flag)
     rule = run_length_rule(args.min_requests, args.service_multiple)
     with executor(args) as ex, progress(args.quiet) as new_bar:
         res = compare(
@@ -112,7 +114,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         files.append(report)
         return files
 
-    written = write_folder(args.out, render, command="compare")
+    written = write_folder(out, render, command="compare", flag=flag)
     print_goodput(res.goodput, written.note(), [p.path for p in params if p.path != RATE_PATH])
     _print_scenario_notes(args.scenarios, args.overrides)
     return 0

@@ -17,7 +17,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--ci-dir", type=Path, default=Path("scenarios/ci"), help="folder of CI scenarios"
     )
     p.add_argument(
-        "--reference-dir", type=Path, default=Path("results/reference"), help="reference folder"
+        "--reference-dir",
+        type=Path,
+        default=None,
+        help="reference folder (default results/reference)",
     )
     p.add_argument(
         "--only",
@@ -48,19 +51,24 @@ def cmd_regress(args: argparse.Namespace) -> int:
     params = parse_params(args.params)
     if params and not args.update:
         raise UserError("regress: --param only applies with --update")
-    if not args.update and not args.reference_dir.is_dir():
+    given = args.reference_dir is not None
+    ref_dir = args.reference_dir if given else Path("results/reference")
+    if not args.update and not ref_dir.is_dir():
         # every scenario would run, then each be reported as drift (exit 1) for want of a
         # reference: a path that names no folder is bad input
+        where = (
+            f"--reference-dir {ref_dir}" if given else f"{ref_dir} (the default --reference-dir)"
+        )
         raise UserError(
-            f"--reference-dir {args.reference_dir}: no such folder (the committed references "
-            "are in results/reference; --update writes new ones)"
+            f"{where}: no such folder (the committed references are in results/reference of "
+            "the project; --update writes new ones)"
         )
     console = Console()
     with executor(args) as ex, progress(args.quiet) as new_bar:
         if args.update:
             written = regress.update(
                 args.ci_dir,
-                args.reference_dir,
+                ref_dir,
                 executor=ex,
                 only=args.only,
                 params=params,
@@ -69,7 +77,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         else:
             report = regress.check(
                 args.ci_dir,
-                args.reference_dir,
+                ref_dir,
                 executor=ex,
                 only=args.only,
                 progress=new_bar("running CI scenarios"),

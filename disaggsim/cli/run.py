@@ -9,7 +9,7 @@ from disaggsim.cli.common import add_set_option
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary, cli_rows
-from disaggsim.output import check_folder
+from disaggsim.output import check_folder, out_flag
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,12 +73,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = load_scenario(args.scenario, args.overrides)
     s = loaded.scenario
     out = args.out if args.out is not None else Path("results") / s.name
-    check_folder(out, "--out")
+    flag = out_flag(args.out is not None)
+    check_folder(out, flag)
     if args.trace is not None:
         from disaggsim.trace_export import check_trace_path
 
         check_trace_path(args.trace)
-        check_trace_beside(out, args.trace)
+        check_trace_beside(out, args.trace, given=args.out is not None)
     if args.quiet:
         result = simulate(loaded)
     else:
@@ -97,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 bar.update(task, completed=min(now, s.sim.duration_s), done=f"{done}/{total}")
 
             result = simulate(loaded, progress=progress)
-    written = write_results_folder(result, out, plots=not args.no_plots)
+    written = write_results_folder(result, out, plots=not args.no_plots, flag=flag)
     trace = None
     if args.trace is not None:
         from disaggsim.trace_export import write_trace_file
@@ -113,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_trace_beside(out: Path, trace: Path) -> None:
+def check_trace_beside(out: Path, trace: Path, given: bool = True) -> None:
     """Refuse a ``--trace`` the result folder would collide with, before simulating: the
     folder itself, a path holding it, a folder inside it, or a file name it writes (the
     results were written, then the trace refused: exit 2 with files written). A trace
@@ -124,21 +125,22 @@ def check_trace_beside(out: Path, trace: Path) -> None:
     o = out.parent.resolve() / out.name
     t = trace.parent.resolve() / trace.name
     where = f"--trace {trace}"
+    folder = f"--out {out}" if given else f"the result folder {out} (the default --out)"
     if t == o:
         raise UserError(
-            f"{where}: is the --out folder; give the trace a file name (e.g. {out / 'trace.json'})"
+            f"{where}: is {folder}; give the trace a file name (e.g. {out / 'trace.json'})"
         )
     if t in o.parents:
-        raise UserError(f"{where}: --out {out} lies inside it; give the trace another path")
+        raise UserError(f"{where}: {folder} lies inside it; give the trace another path")
     if o in t.parents:
         if t.parent != o:
             raise UserError(
-                f"{where}: in a folder inside --out {out} (a result folder holds files only); "
+                f"{where}: in a folder inside {folder} (a result folder holds files only); "
                 f"put it in {out} itself or elsewhere"
             )
         if t.name in (*RESULT_FILE_NAMES, MARKER):
             raise UserError(
-                f"{where}: --out {out} writes a file of that name (it writes "
+                f"{where}: {folder} writes a file of that name (it writes "
                 f"{', '.join(RESULT_FILE_NAMES)}); give the trace another name"
             )
 

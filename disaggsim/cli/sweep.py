@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from disaggsim.output import check_folder, write_folder
+    from disaggsim.output import check_folder, out_flag, write_folder
     from disaggsim.sweep.core import as_source, run_tasks, sweep_tasks, table
     from disaggsim.sweep.grid import parse_params
     from disaggsim.sweep.output import write_table
@@ -34,7 +34,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     params = parse_params(args.params)
     src = as_source(args.scenario, args.overrides)
     out = args.out if args.out is not None else Path("results") / f"{src.name}-sweep"
-    check_folder(out, "--out")
+    flag = out_flag(args.out is not None)
+    check_folder(out, flag)
     keys, tasks = sweep_tasks(src, params, args.seeds)
     with executor(args) as ex, progress(args.quiet) as new_bar:
         df = table(keys, run_tasks(tasks, ex, new_bar(f"sweeping {src.name}")))
@@ -46,7 +47,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             files += write_sweep_plots(df, paths, tmp)
         return files
 
-    written = write_folder(out, render, command="sweep")
+    written = write_folder(out, render, command="sweep", flag=flag)
     Console().print(
         f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
         f"{_count(args.seeds, 'seed')}) {written.note()}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections.abc
 import copy
+import datetime
 import difflib
 import math
 import re
@@ -86,7 +87,7 @@ class _StrictLoader(yaml.SafeLoader):
                 key = self.construct_object(key_node)
                 line = key_node.start_mark.line + 1
                 if key in seen:
-                    raise _DuplicateKey(str(key), line, seen[key])
+                    raise _DuplicateKey(key_text(key), line, seen[key])
                 seen[key] = line
         return super().construct_mapping(node, deep)
 
@@ -189,35 +190,51 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
-    """Set dot-path keys; the path must name a field of the scenario schema."""
+    """Set dot-path keys; the path must name a field of the scenario schema. A number
+    in the path indexes an item of a list the scenario already holds
+    (``failures.workers.0.at_s=60``); a list is added or replaced whole
+    (``failures.workers=[{at_s: 60, worker: "decode:0"}]``)."""
     out = copy.deepcopy(raw)
     for text in overrides:
         parts, value = parse_override(text)
         _check_path(parts, out, text)
-        node = out
+        node: Any = out
         for i, part in enumerate(parts[:-1]):
+            if isinstance(node, list):  # an index _check_path found in range
+                node = node[int(part)]
+                continue
             nxt = node.get(part)
             if nxt is None:
                 nxt = node[part] = {}
-            elif not isinstance(nxt, dict):
+            elif not isinstance(nxt, (dict, list)):
                 raise UserError(
                     f"--set {text}: {'.'.join(parts[: i + 1])} is a value, not a section"
                 )
             node = nxt
-        node[parts[-1]] = value
+        if isinstance(node, list):
+            node[int(parts[-1])] = value
+        else:
+            node[parts[-1]] = value
     return out
 
 
 def _check_path(parts: list[str], raw: dict, text: str) -> None:
-    """Fail early (naming allowed keys) when a --set path is not in the schema."""
+    """Fail early (naming allowed keys) when a --set path is not in the schema, or
+    indexes a list item the scenario does not hold."""
     model: Any = Scenario
     node: Any = raw
     for i, part in enumerate(parts):
+        where = ".".join(parts[:i]) or "top level"
+        item_type = _item_type(model, part)
+        if item_type is not None:
+            _check_index(part, node, where, text)
+            model = item_type
+            node = node[int(part)]
+            continue
         fields = _fields_of(model, node)
         if fields is None:
-            return  # free-form below here (lists, dicts): leave it to validation
+            return  # free-form below here: leave it to validation
         if part not in fields:
-            where = ".".join(parts[:i]) or "top level"
             close = difflib.get_close_matches(part, list(fields), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(
@@ -228,17 +245,68 @@ def _check_path(parts: list[str], raw: dict, text: str) -> None:
         node = node.get(part) if isinstance(node, dict) else None
 
 
+_NOT_A_LIST = object()
+
+
+def _item_type(annotation: Any, part: str) -> Any:
+    """The annotation of item ``part`` of a list/tuple field; None when ``annotation``
+    takes no list (``part`` is then a key). A part that is not an index of a list field
+    yields the sentinel :data:`_NOT_A_LIST` (checked by :func:`_check_index`)."""
+    if _model_classes(annotation):
+        return None  # a section: part is one of its keys
+    index = _is_index(part)
+    types_ = _element_types(annotation, int(part) + 1 if index else 1)
+    if types_ is None:
+        return None
+    return types_[-1] if index else _NOT_A_LIST
+
+
+def _is_index(part: str) -> bool:
+    return part.isascii() and part.isdigit()
+
+
+def _check_index(part: str, node: Any, where: str, text: str) -> None:
+    """``part`` indexes an item ``node`` (a list the scenario holds) has, else one line
+    saying what --set can index there."""
+    whole = f"give the whole list instead: --set '{where}=[...]'"
+    if not _is_index(part):
+        n = len(node) if isinstance(node, list) else 0
+        items = f"0..{n - 1}" if n else "none held"
+        raise UserError(
+            f"--set {text}: {where} is a list: index its items by number ({items}), or {whole}"
+        )
+    if node is None:
+        raise UserError(
+            f"--set {text}: {where} is not in the scenario, so it has no item {part} to "
+            f"set; {whole}"
+        )
+    if not isinstance(node, list):
+        raise UserError(f"--set {text}: {where} holds {_shown_input(node)}, not a list; {whole}")
+    if int(part) >= len(node):
+        n = len(node)
+        have = f"items 0..{n - 1}" if n else "no items"
+        raise UserError(
+            f"--set {text}: {where} has {have}, no item {int(part)} (only items the list "
+            f"holds can be set); {whole}"
+        )
+
+
 def _fields_of(annotation: Any, node: Any) -> dict[str, Any] | None:
-    """Field name → annotation for a model annotation (resolving Optional and unions)."""
-    for cls in _model_classes(annotation):
-        if isinstance(node, dict) and "kind" in node:
-            kind_field = cls.model_fields.get("kind")
-            if kind_field is not None and node["kind"] not in typing.get_args(
-                kind_field.annotation
-            ):
-                continue
-        return {name: f.annotation for name, f in cls.model_fields.items()}
-    return None
+    """Field name → annotation for a model annotation (resolving Optional and unions):
+    of a union, the member ``node`` describes by its tags (``kind``, ``dist``; the first
+    member where ``node`` is no mapping); None where the annotation is no model or
+    ``node``'s tag names no member (validation then names the tag). (Only ``kind`` was
+    read: ``--set workload.prompt_tokens.median=1000`` on a lognormal was refused as an
+    unknown key of ``{dist: fixed, value}``.)"""
+    classes = _model_classes(annotation)
+    if not classes:
+        return None
+    if isinstance(node, dict) and len(classes) > 1:
+        cls = _pick_model(classes, node)
+        if cls is None:
+            return None
+        classes = [cls]
+    return {name: f.annotation for name, f in classes[0].model_fields.items()}
 
 
 def _model_classes(annotation: Any) -> list[type[BaseModel]]:
@@ -344,6 +412,10 @@ def schema_problems(
     annotation = Scenario if annotation is None else annotation
     out: list[tuple[int, str]] = []
     where = ".".join(path)
+    if isinstance(node, (bytes, bytearray, memoryview)):
+        # pydantic reads bytes as text: a YAML !!binary value became a name silently
+        out.append((1, f"{where}: binary data (a YAML !!binary value or bytes), not text"))
+        return out
     if isinstance(node, bool):
         if _numbers_only(annotation):
             out.append(
@@ -368,7 +440,8 @@ def schema_problems(
                         out.append(
                             (
                                 0,
-                                f"{'.'.join((*path, str(key)))}: {unknown_key_message(str(key), list(fields))}",
+                                f"{'.'.join((*path, key_text(key)))}: "
+                                + unknown_key_message(key, list(fields)),
                             )
                         )
                     continue
@@ -377,7 +450,7 @@ def schema_problems(
         value_type = _value_type(annotation)
         if value_type is not None:
             for key, value in node.items():
-                out += schema_problems(value, value_type, (*path, str(key)))
+                out += schema_problems(value, value_type, (*path, key_text(key)))
         return out
     if isinstance(node, (list, tuple)):
         types_ = _element_types(annotation, len(node))
@@ -387,11 +460,39 @@ def schema_problems(
     return out
 
 
-def unknown_key_message(key: str, allowed: list[str]) -> str:
-    """``unknown key (did you mean num_workers?) (allowed: ...)``."""
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+def key_text(key: Any) -> str:
+    """A mapping key as YAML wrote it: ``null`` (``~``, an empty key), ``true``, a date;
+    a string as is. (Python's spelling, ``None: unknown key``, named no key the user
+    wrote.)"""
+    if isinstance(key, str):
+        return key
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return str(key).lower()
+    if isinstance(key, (datetime.date, datetime.datetime)):
+        return key.isoformat()
+    return str(key)
+
+
+def unknown_key_message(key: Any, allowed: list[str]) -> str:
+    """``unknown key (did you mean num_workers?) (allowed: ...)``; a key YAML read as
+    null, a boolean, a number or a date says so (a name is text)."""
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6) if isinstance(key, str) else []
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"unknown key{hint} (allowed: {', '.join(sorted(allowed))})"
+    kind = _YAML_KIND.get(type(key))
+    read_as = f" (YAML reads this key as {kind}, not a name)" if kind else ""
+    return f"unknown key{read_as}{hint} (allowed: {', '.join(sorted(allowed))})"
+
+
+_YAML_KIND: dict[type, str] = {
+    type(None): "null",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    datetime.date: "a date",
+    datetime.datetime: "a date",
+}
 
 
 # Which of several validation errors to report: an unknown key first (a misspelt key is
@@ -610,15 +711,18 @@ def load_scenario(
         label = str(path)
         base = base_dir or path.resolve().parent
     raw = apply_overrides(raw, overrides, label)
-    if isinstance(raw, dict) and isinstance(raw.get("cache"), dict):
-        from disaggsim.cache.config import validate_cache_section
-
-        validate_cache_section(raw["cache"], label)  # its one-line messages name the field
+    # the schema walk first, cache section included: keys YAML read as null, a boolean
+    # or a number, and binary values, are named as the user wrote them (the cache
+    # section's own check said "cache.None: Keys should be strings")
     problems = schema_problems(raw)
     if problems:
         n_more = len(problems) - 1
         more = f" (+{n_more} more problem{'s' if n_more > 1 else ''})" if n_more else ""
         raise UserError(f"{label}: {min(problems, key=lambda p: p[0])[1]}{more}")
+    if isinstance(raw, dict) and isinstance(raw.get("cache"), dict):
+        from disaggsim.cache.config import validate_cache_section
+
+        validate_cache_section(raw["cache"], label)  # its one-line messages name the field
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as err:
