@@ -58,6 +58,7 @@ class Written:
     path: Path
     files: tuple[Path, ...]
     replaced: Previous | None
+    left_in: Path | None = None  # where earlier files that could not be deleted are
 
     def note(self) -> str:
         """``written to X/`` plus, when it applies, what was replaced."""
@@ -68,9 +69,14 @@ class Written:
         if self.replaced is None:
             return f"written to {self.path}/"
         n = len(self.replaced.files)
+        left = (
+            f"; some of its files could not be deleted and are in {self.left_in}/"
+            if self.left_in is not None
+            else ""
+        )
         return (
             f"written to {self.path}/ (replaced the earlier disaggsim {self.replaced.command} "
-            f"result there: {n} file{'s' if n != 1 else ''})"
+            f"result there: {n} file{'s' if n != 1 else ''}{left})"
         )
 
 
@@ -119,6 +125,14 @@ def _check_common_unguarded(path: Path, flag: str, kind: str) -> Path:
         raise _fail(flag, repr(text), f"empty path (give a {kind})")
     if path.name in ("", ".", ".."):
         raise _fail(flag, path, f"names an existing folder ('.', '..' or '/'), not a new {kind}")
+    first = path.parts[0]
+    if first == "~" or (first.startswith("~") and len(path.parts) > 1):
+        # `--out=~/r` reaches disaggsim unexpanded (a shell expands a leading ~ only as a
+        # word of its own): a folder named "~" in the working folder, which a later
+        # `rm -r ~...` would aim at the home folder
+        raise _fail(
+            flag, path, "starts with '~', which the shell did not expand; give the full path"
+        )
     if len(os.fsencode(path.name)) > _NAME_MAX_BYTES - _TMP_NAME_CHARS:
         raise _fail(
             flag,
@@ -196,9 +210,18 @@ def check_folder(path: str | Path, flag: str = "--out") -> Previous | None:
     disaggsim result there, if any. Call before simulating."""
     path = Path(path)
     absolute = _check_common(path, flag, "folder")
+    _check_not_inside_result(absolute, flag, path)
     if absolute.exists():
         if not absolute.is_dir():
             raise _fail(flag, path, "exists and is not a folder")
+        if os.path.ismount(absolute):
+            # a result is moved into place by renaming, which a mount point refuses (the
+            # results were computed, then not written)
+            raise _fail(
+                flag,
+                path,
+                "is a mount point (the top folder of a disk or volume); give a folder inside it",
+            )
         try:
             names = os.listdir(absolute)
         except OSError as e:
@@ -229,6 +252,22 @@ def check_folder(path: str | Path, flag: str = "--out") -> Previous | None:
     return previous
 
 
+def _check_not_inside_result(absolute: Path, flag: str, shown: Path) -> None:
+    """A result folder is flat and holds only the files its marker lists: a new result
+    folder inside an earlier one (``sweep --out r/sub`` where ``r`` is a result) made
+    ``r`` a folder holding something disaggsim did not list, so replacing ``r`` later
+    was refused and the user had to untangle the two by hand."""
+    for above in absolute.parents:
+        previous = read_marker(above)
+        if previous is not None:
+            raise _fail(
+                flag,
+                shown,
+                f"lies inside {above}, an earlier disaggsim {previous.command} result (a "
+                "result folder holds its own files only); give a folder outside it",
+            )
+
+
 def _is_folder(path: Path) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -241,6 +280,9 @@ def check_file(
 ) -> bool:
     """Fail (one line) unless ``path`` may receive a file: it does not exist, or it is a
     file ``owned`` recognises as written by disaggsim. Returns whether one exists."""
+    if isinstance(path, str) and path.endswith(("/", os.sep)) and path.strip("/"):
+        # Path("d/") is "d": `--out d/` wrote a file named d where the user meant a folder
+        raise _fail(flag, path, f"ends with '/', so names a folder; give a {what} file name")
     path = Path(path)
     absolute = _check_common(path, flag, what)
     exists = absolute.exists()
@@ -309,11 +351,57 @@ def write_folder(
             if not (tmp / n).is_file():  # result folders are flat: a folder is a bug
                 raise RuntimeError(f"result folder entry {n} is not a file")
         _write_marker(tmp, command, names)
-        replaced = _move_into_place(tmp, target, flag, shown=path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Written(path=path, files=tuple(path / n for n in names), replaced=replaced)
+    try:
+        replaced, left_in = _move_into_place(tmp, target, flag, shown=path)
+    except (UserError, OSError) as e:
+        # the folder changed while the work ran, or the system refused the move (an
+        # immutable or busy folder, one owned by another user in a sticky folder): the
+        # finished result is kept beside it and named, not deleted
+        raise _unplaced(tmp, target, flag, path, e) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Written(
+        path=path, files=tuple(path / n for n in names), replaced=replaced, left_in=left_in
+    )
+
+
+def _unplaced(tmp: Path, target: Path, flag: str, shown: Path, e: Exception) -> UserError:
+    """One line for a finished result (a folder or a file) that could not be put at
+    ``shown``: why, and the visible sibling that holds it (the hidden temporary one,
+    renamed)."""
+    kept = tmp
+    folder = tmp.is_dir()
+    for _ in range(100):
+        name = f"{target.name[: _NAME_MAX_BYTES - _TMP_NAME_CHARS]}.unplaced-{secrets.token_hex(4)}"
+        cand = target.parent / name
+        try:
+            # claimed empty (a folder or a file), then replaced by the rename
+            if folder:
+                os.mkdir(cand)
+            else:
+                os.close(os.open(cand, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.rename(tmp, cand)
+        except FileExistsError:
+            continue
+        except OSError:
+            try:
+                cand.rmdir() if folder else cand.unlink()
+            except OSError:
+                pass
+            break
+        kept = cand
+        break
+    why = str(e) if isinstance(e, UserError) else f"{getattr(e, 'strerror', None) or e}"
+    if isinstance(e, UserError) and why.startswith(f"{flag} {shown}: "):
+        why = why[len(f"{flag} {shown}: ") :]
+    elif isinstance(e, UserError) and flag.startswith(_DEFAULT) and why.startswith(f"{shown} ("):
+        why = why.split("): ", 1)[-1]
+    where = f"{kept}/" if folder else str(kept)
+    return _fail(flag, shown, f"could not put the result there ({why}); it is in {where}")
 
 
 def _write_marker(folder: Path, command: str, names: Iterable[str]) -> None:
@@ -321,8 +409,10 @@ def _write_marker(folder: Path, command: str, names: Iterable[str]) -> None:
     (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-def _delete_listed(folder: Path, previous: Previous) -> None:
-    """Delete the files an earlier result's manifest lists (and its marker), nothing else."""
+def _delete_listed(folder: Path, previous: Previous) -> list[str]:
+    """Delete the files an earlier result's manifest lists (and its marker), nothing else;
+    returns the names the system refused to delete."""
+    refused = []
     for name in (*previous.files, MARKER):
         if _is_folder(folder / name):
             continue  # not a file that result wrote (check_folder refuses it first)
@@ -330,6 +420,9 @@ def _delete_listed(folder: Path, previous: Previous) -> None:
             (folder / name).unlink()
         except FileNotFoundError:
             pass
+        except OSError:
+            refused.append(name)
+    return refused
 
 
 def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previous | None:
@@ -340,8 +433,8 @@ def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previou
     path = Path(path)
     previous = check_folder(path, flag)
     path = _normal(path)
-    if previous is not None:
-        _delete_listed(path, previous)
+    if previous is not None and _delete_listed(path, previous):
+        raise _fail(flag, path, "could not delete the earlier result's files; delete them")
     path.mkdir(parents=True, exist_ok=True)
     _write_marker(path, command, [])
     return previous
@@ -354,30 +447,37 @@ def seal_folder(path: str | Path, command: str) -> None:
         _write_marker(path, command, [n for n in os.listdir(path) if n != MARKER])
 
 
-def _move_into_place(tmp: Path, path: Path, flag: str, shown: Path) -> Previous | None:
+def _move_into_place(
+    tmp: Path, path: Path, flag: str, shown: Path
+) -> tuple[Previous | None, Path | None]:
+    """Move the finished ``tmp`` to ``path``: (the earlier result it replaced, the hidden
+    folder left holding earlier files the system refused to delete). An OSError leaves
+    ``path`` as it was."""
     # Checked again: the disk may have changed while the simulation ran.
     previous = check_folder(shown, flag)
-    if not path.exists():
+    if not path.exists() or previous is None:  # none, or an empty folder: replaced atomically
         os.rename(tmp, path)
-        return None
-    if previous is None:  # an empty folder: rename replaces it atomically
-        os.rename(tmp, path)
-        return None
+        return None, None
     # An earlier result: move it aside, move the new one in, then delete only the files
     # its manifest lists (and the folder, if nothing else appeared in it meanwhile).
     old = _tmp_sibling(path, "old", folder=True)
-    os.rename(path, old)  # onto the new empty folder
+    try:
+        os.rename(path, old)  # onto the new empty folder
+    except BaseException:
+        os.rmdir(old)  # not left behind empty
+        raise
     try:
         os.rename(tmp, path)
     except BaseException:
         os.rename(old, path)
         raise
-    _delete_listed(old, previous)
+    refused = _delete_listed(old, previous)
     try:
         old.rmdir()
     except OSError:
-        pass  # something else is in it: leave it rather than delete what is not ours
-    return previous
+        # something else is in it (left rather than deleted), or files it could not delete
+        return previous, (old if refused else None)
+    return previous, None
 
 
 def write_file(
@@ -396,8 +496,14 @@ def write_file(
     tmp = _tmp_sibling(target, "tmp", folder=False)
     try:
         write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:
         existed = check_file(path, flag, owned, what)
         os.replace(tmp, target)
+    except (UserError, OSError) as e:  # kept and named, as a result folder is
+        raise _unplaced(tmp, target, flag, path, e) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -469,6 +469,16 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "--out)"),
     ("regress-default-reference-dir", _nothing, ["regress", "--ci-dir", str(CI), "--quiet"],
      "results/reference (the default --reference-dir): no such folder"),
+    # ---- output places (2026-12-03, second session; more in tests/test_output_places.py)
+    ("trace-trailing-slash", _nothing, run_args("--out", "r", "--trace", "t/"),
+     "--trace t/: ends with '/', so names a folder; give a trace file name"),
+    ("sweep-out-inside-earlier-result", _earlier_result_plus_user_file, ["sweep", DISAGG,
+     "--param", "workload.rate_per_s=1,2", "--quiet", "--out", "old/sub"],
+     "--out old/sub: lies inside "),
+    ("sweep-workers-100000", _nothing, ["sweep", DISAGG, "--param", "workload.rate_per_s=1,2",
+     "--quiet", "--out", "s", "--workers", "100000"], "--workers 100000: at most "),
+    ("run-out-tilde", _nothing, run_args("--out", "~/r"), "--out ~/r: starts with '~', which "
+     "the shell did not expand"),
 ]  # fmt: skip
 
 

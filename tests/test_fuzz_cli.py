@@ -985,6 +985,7 @@ _OUT_NAMES = [
     "t.json", "keep.txt", "keep.txt/x", ".", "..", "", " ", "r/..", "link", "link/t.json",
     "a b", "deep/er/r", ".hidden", "-dash", "r/../r", "user", "user/t.json", "t.json/x",
     "r2", "r/r2", "é", "x" * 230, "y" * 300, "/".join(["d" * 200] * 25),
+    "~", "~/r", "~user/r", "r/sub/deeper", "results", "t/", "r/",
 ]  # fmt: skip
 _OUT_STATES = ["none", "earlier-result", "empty", "user-folder", "link", "trace-file"]
 
@@ -1035,6 +1036,14 @@ def check_out(work: Path, case: tuple[str, str | None, str | None]) -> list[str]
     if rc == 2 and after != before:
         bad.append(f"wrote on error: {sorted(set(after.items()) ^ set(before.items()))[:4]}")
     if rc == 0:
+        for flag, p in (("--out", out), ("--trace", trace)):
+            if p is not None and (p == "~" or p.startswith("~") and "/" in p):
+                bad.append(f"{flag} {p} ran: a leading ~ no shell expanded")
+        if trace is not None and trace.endswith("/"):
+            bad.append(f"--trace {trace} ran: a file written where a folder was named")
+        if out is not None and state == "earlier-result" and out.startswith("r/"):
+            if (work / out).resolve().parent != (work / "r").resolve().parent:
+                bad.append(f"--out {out} ran: a result folder inside an earlier result")
         outs = [work / (out if out is not None else "results/quickstart")]
         outs += [work / trace] if trace is not None else []
         if trace is not None:

@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--trace",
-        type=Path,
+        type=str,  # as given: a trailing '/' (a folder) is refused, not dropped
         default=None,
         metavar="PATH",
         help="also write a Chrome/Perfetto trace-event JSON of the run (ui.perfetto.dev)",
@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from disaggsim.trace_export import check_trace_path
 
         check_trace_path(args.trace)
-        check_trace_beside(out, args.trace, given=args.out is not None)
+        check_trace_beside(out, Path(args.trace), given=args.out is not None)
     if args.quiet:
         result = simulate(loaded)
     else:

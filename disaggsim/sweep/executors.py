@@ -122,6 +122,14 @@ class ProcessExecutor(_Closing):
         n = default_workers() if workers is None else workers
         if n < 1:
             raise UserError(f"--workers {n}: must be >= 1")
+        from disaggsim.config.bounds import MAX_WORKERS_PER_CPU, max_local_workers
+
+        if n > max_local_workers():
+            raise UserError(
+                f"--workers {n}: at most {max_local_workers()} worker processes on this "
+                f"machine ({MAX_WORKERS_PER_CPU} per CPU, {os.cpu_count() or 1} CPUs; each "
+                "holds the simulator: docs/safety.md)"
+            )
         self.workers = n
         self._pool: ProcessPoolExecutor | None = None
 
