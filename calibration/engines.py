@@ -13,7 +13,7 @@ Data, each row with its source, configuration and figure:
   tokens / throughput; batch-1 first-token latency), vLLM's performance-benchmark CI
   latency test (a batch of 8 prompts, 32 in / 128 out) on A100, H100 and H200, vLLM
   ``benchmark_latency`` runs and an FP8 batch posted in vLLM's pull requests and issues (V0
-  and V1, H100), Mixtral-8x7B batches (vLLM's CI at TP2 on H100 and H200; vLLM PR 3240,
+  and V1, H100), Mixtral-8x7B batches (vLLM's CI at TP2 on A100, H100 and H200; vLLM PR 3240,
   TP2 on the A100, batch 1-64: the MoE kernels, :func:`moe_floor_check`), NVIDIA NIM
   1.8.0's concurrency-1 figures (Llama-3.3-70B FP8, TP2 H100),
   SGLang ``bench_latency`` decode steps (Llama-3-8B, H100, batch 1 and 128, TP 1 and 8),

@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -598,6 +598,68 @@ def _is_graph(rows: pd.DataFrame) -> np.ndarray:
     return rows["timing"].astype(str).isin(["graph", "cpu"]).to_numpy()
 
 
+# GEMM rows timed call by call: a row whose kernel time under the base profile is within
+# this factor of the kernel floor (tiny GEMMs, all far below EAGER_MIN_S) measures the
+# run's per-call time (launch path + floor); at least this many such rows are needed
+EAGER_FLOOR_FACTOR = 1.2
+EAGER_MIN_FLOOR_ROWS = 5
+EAGER_MIN_GEMM_ROWS = 8
+
+
+def fit_gemm_mem_eff_call_by_call(
+    peaks: GpuPeaks, base_prm: GemmParams, rows: pd.DataFrame, dtype: str
+) -> Fitted | str:
+    """The memory efficiency of GEMMs timed call by call (CUDA events around each call),
+    the other parameters held at ``base_prm`` (a profile of the same SM architecture: the
+    compute efficiencies and the kernel floor are the architecture's, the memory efficiency
+    the GPU's own). The run's per-call time (launch path + floor) is the median of measured
+    minus ``base_prm``'s kernel time over its floor rows (predicted within
+    :data:`EAGER_FLOOR_FACTOR` of the floor, all shorter than :data:`EAGER_MIN_S`) and is
+    added to every prediction; ``mem_eff`` is fitted on the rows of at least
+    :data:`EAGER_MIN_S` (the memory bound decides the weight-streaming ones; the
+    compute-bound ones do not move it), held out by (n, k) shape family. A reason (str)
+    instead when the rows cannot tell it."""
+    m, n, k, t_s = (rows[c].to_numpy(float) for c in ("m", "n", "k", "median_s"))
+    pred0 = ops.gemm_time_s(peaks, base_prm, m, n, k, dtype)
+    long = t_s >= EAGER_MIN_S
+    floor = (pred0 <= EAGER_FLOOR_FACTOR * base_prm.launch_s) & ~long
+    if int(floor.sum()) < EAGER_MIN_FLOOR_ROWS:
+        return f"fewer than {EAGER_MIN_FLOOR_ROWS} floor rows to measure the per-call time"
+    call_s = float(np.median(t_s[floor] - pred0[floor]))
+    compute_s = ops.gemm_flop(m, n, k) / (
+        peaks.flop_per_s(dtype) * ops.gemm_compute_eff(base_prm, m, n, k)
+    )
+    memory_s = ops.gemm_bytes(m, n, k, 1.0 if dtype == "fp8" else 2.0) / (
+        peaks.hbm_bytes_per_s * base_prm.mem_eff
+    )
+    if int((long & (memory_s > compute_s)).sum()) < EAGER_MIN_GEMM_ROWS:
+        return f"fewer than {EAGER_MIN_GEMM_ROWS} memory-bound rows of at least 40 us"
+    sel = np.flatnonzero(long)
+    ms, ns, ks, ts = m[sel], n[sel], k[sel], t_s[sel]
+
+    def model(p, idx):
+        prm = replace(base_prm, mem_eff=float(p[0]))
+        return ops.gemm_time_s(peaks, prm, ms[idx], ns[idx], ks[idx], dtype) + call_s
+
+    fam = shape_family(pd.Series(ns), pd.Series(ks))
+    p, err = fit_generic(model, ts, [(base_prm.mem_eff,), (0.5,)], (1e-3,), (1.0,), fam)
+    return Fitted(
+        replace(base_prm, mem_eff=float(p[0])),
+        err,
+        {
+            "rule": (
+                f"timed call by call: mem_eff alone fitted on the {len(sel)} rows >= "
+                f"{EAGER_MIN_S * 1e6:.0f} us with the run's per-call time "
+                f"({call_s * 1e6:.2f} us, median over {int(floor.sum())} floor rows) added; "
+                f"launch_s, max_eff, half_sat held at the base profile's (same SM "
+                f"architecture); base mem_eff {base_prm.mem_eff:.5g}"
+            ),
+            "per_call_s": _round(call_s),
+            "base_mem_eff": base_prm.mem_eff,
+        },
+    )
+
+
 @dataclass
 class RawFit:
     """What :func:`fit_raw` made of a raw folder."""
@@ -613,8 +675,10 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
     """Fit every op present in raw rows ``df`` that its timing allows (module notes):
 
     - graph-timed rows (``timing == graph``): every op;
-    - rows timed call by call: GEMM and element-wise rows are not fitted (their floors are
-      launch time, and their fitted efficiencies would absorb it); attention rows of at
+    - rows timed call by call: element-wise rows are not fitted (their floors are launch
+      time, and their fitted efficiencies would absorb it); of a GEMM dtype only the memory
+      efficiency is fitted, the rest held at ``base``'s
+      (:func:`fit_gemm_mem_eff_call_by_call`); attention rows of at
       least :data:`EAGER_MIN_S` are fitted per backend with the floor held at ``base``'s
       (a :class:`HardwareProfile`; required for this rule); copies and all-reduces are
       fitted (a copy or collective is launched by the host in an engine too).
@@ -627,11 +691,22 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
         key = _dtype_key(str(dt))
         graph = _is_graph(rows)
         if not graph.any():
-            out.not_fitted[f"gemm.{key}"] = (
+            why = (
                 f"{len(rows)} rows timed call by call: their ~7-9 us floor is launch time "
                 "(graph-replayed Hopper GEMMs of the same shapes take 2.5-3 us), so the "
                 "base profile's graph-timed parameters are kept"
             )
+            got = (
+                fit_gemm_mem_eff_call_by_call(peaks, base.gemm_params(key), rows, key)
+                if base is not None and key in base.gemm
+                else "no base profile"
+            )
+            if isinstance(got, str):
+                out.not_fitted[f"gemm.{key}"] = f"{why} ({got})"
+                continue
+            out.ops.setdefault("gemm", {})[key] = _params_dict(got.params)
+            out.errors[f"gemm.{key}"] = {**got.error.as_dict(), **got.extra}
+            out.measured.append(f"gemm.{key}")
             continue
         rows = rows[graph]
         f = fit_gemm(
@@ -741,6 +816,25 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
     return out
 
 
+def scaled_gemm_kernels(kernels: dict[str, Any], fit: RawFit) -> tuple[dict[str, Any], list[str]]:
+    """The base profile's named GEMM kernels (tile-form fits the run did not time), each
+    with its memory efficiency scaled by what the run measured for its dtype's GEMMs timed
+    call by call (fitted over base ``mem_eff``, :func:`fit_gemm_mem_eff_call_by_call`): the
+    memory efficiency a GPU reaches is the GPU's, its kernels' compute efficiencies the
+    architecture's. The names scaled beside."""
+    out = json.loads(json.dumps(kernels))
+    scaled = []
+    for name, sec in out.items():
+        err = fit.errors.get(f"gemm.{sec.get('dtype')}") or {}
+        base_eff = err.get("base_mem_eff")
+        if not base_eff:
+            continue
+        ratio = fit.ops["gemm"][sec["dtype"]]["mem_eff"] / base_eff
+        sec["mem_eff"] = _round(min(sec["mem_eff"] * ratio, 1.0))
+        scaled.append(name)
+    return out, scaled
+
+
 def build_profile(
     gpu: str, df: pd.DataFrame, base: dict, raw_dir: str, base_path: str
 ) -> dict[str, Any]:
@@ -781,7 +875,11 @@ def build_profile(
                 label = f"attention.{name}.{op.split('_')[0]}.{key}"
                 if label not in fit.measured:
                     carried.append(label)
-    carried += [f"gemm_kernels.{name}" for name in base.get("gemm_kernels") or {}]
+    kernels, scaled = scaled_gemm_kernels(base.get("gemm_kernels") or {}, fit)
+    carried += [
+        f"gemm_kernels.{name}" + (" (mem_eff scaled)" if name in scaled else "")
+        for name in base.get("gemm_kernels") or {}
+    ]
     carried.append("graph_replay")
     first = df.iloc[0]
     base_errors = {k: v for k, v in (base.get("fit_error") or {}).items() if k not in fit.errors}
@@ -792,7 +890,7 @@ def build_profile(
         "ops": ops_out,
         "attention_backends": backends,
         "attention_auto": json.loads(json.dumps(base.get("attention_auto", {}))),
-        "gemm_kernels": json.loads(json.dumps(base.get("gemm_kernels", {}))),
+        "gemm_kernels": kernels,
         "graph_replay": dict(base.get("graph_replay") or {"per_layer_s": 0.0}),
         "fit_error": {**fit.errors, **{f"carried:{k}": v for k, v in base_errors.items()}},
         "provenance": {

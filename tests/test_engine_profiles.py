@@ -305,21 +305,98 @@ def test_fp8_weights_add_one_quantisation_kernel_per_gemm() -> None:
 
 
 @pytest.mark.parametrize(
-    "model, tp, batch, ctx", [("llama-3-8b", 1, 64, 4096), ("llama-2-7b", 1, 16, 8192)]
+    "model, tp, batch, ctx",
+    [("llama-3-8b", 1, 64, 4096), ("llama-2-7b", 1, 16, 8192), ("llama-3-8b", 1, 8, 2048)],
 )
-def test_hopper_decode_step_follows_the_bandwidth_ratio(model, tp, batch, ctx) -> None:
-    """Same SM architecture, different peaks: H200 and H100 profiles share every
-    efficiency, so a memory-bound decode step (weights + KV streamed, > 15 GB) is faster on
-    the H200 by the HBM bandwidth ratio 4.8 / 3.35 = 1.433, within 10% (the part of the
-    step that does not scale: kernel floors and the engine's host time, here left out)."""
+def test_hopper_decode_step_follows_the_achieved_bandwidth_ratio(model, tp, batch, ctx) -> None:
+    """Same SM architecture, different memory: the H200 profile shares the H100's compute
+    efficiencies, kernel floors and attention fits, and has its own GEMM memory
+    efficiency (measured on the H200 run, below the H100's). A memory-bound decode step
+    (weights + KV streamed, > 15 GB) is faster on the H200 by the ratio of the bandwidths
+    the GEMMs reach (peak × mem_eff), within 10%, and never by more than the datasheet
+    ratio 4.8 / 3.35 (floors do not scale)."""
     h1 = load_profile("h100-sxm")
     h2 = load_profile("h200-sxm")
-    assert h2.gemm_params("bf16") == h1.gemm_params("bf16")
+    g1, g2 = h1.gemm_params("bf16"), h2.gemm_params("bf16")
+    assert (g2.launch_s, g2.max_eff, g2.half_sat) == (g1.launch_s, g1.max_eff, g1.half_sat)
     assert h2.attention_backends["vllm-flash"] == h1.attention_backends["vllm-flash"]
+    # the H200 run's weight-streaming GEMMs reach a smaller fraction of their peak
+    assert g2.mem_eff < 0.95 * g1.mem_eff
+    achieved = (4.8e12 * g2.mem_eff) / (3.35e12 * g1.mem_eff)
     t = [
         build_worker_cost(model, g, tp, engine=ZERO_ENGINE).decode_time_s(batch, batch * ctx)
         for g in ("h100-sxm", "h200-sxm")
     ]
     ratio_bw = get_gpu("h200-sxm").hbm_bytes_per_s / get_gpu("h100-sxm").hbm_bytes_per_s
-    assert t[0] / t[1] == pytest.approx(ratio_bw, rel=0.10)
+    assert t[0] / t[1] == pytest.approx(achieved, rel=0.10)
     assert t[0] / t[1] <= ratio_bw  # floors do not scale: never faster than bandwidth allows
+
+
+def test_h200_weight_bound_batch_follows_the_measured_ratio_not_the_datasheet() -> None:
+    """vLLM's CI batch (8 prompts, 32 in / 128 out, Llama-3.1-8B TP1; held-out rows of
+    calibration/engine_data/measurements.csv) took 997.5 ms on its H100 and 834.1 ms on
+    its H200: 1.196x, where the datasheet bandwidths say up to 1.433x. With the H200's
+    own GEMM memory efficiency the step model (shipped vllm overheads) predicts the
+    ratio within 3%; with the H100's (the datasheet rule) it predicted 1.276 (6.7% off)."""
+    import pandas as pd
+
+    from calibration import engines
+
+    pts = engines.read_measurements()
+    sel = (
+        (pts["source"] == "vllm-perf-benchmark")
+        & (pts["model"] == "llama-3-8b")
+        & pts["gpu"].isin(["h100-sxm", "h200-sxm"])
+    )
+    rows = pts[sel].sort_values("gpu").reset_index(drop=True)
+    assert list(rows["gpu"]) == ["h100-sxm", "h200-sxm"]
+    measured = rows["value_s"].iloc[0] / rows["value_s"].iloc[1]
+    assert measured == pytest.approx(0.997542 / 0.834059, rel=1e-6)
+    feat = engines.features(pd.DataFrame(rows))
+    eng = load_engines()["vllm"]
+    from disaggsim.hardware.engines import PARAM_KEYS
+
+    pred = (
+        feat["kernels_s"] + sum(getattr(eng, k) * feat[f"x_{k}"] for k in PARAM_KEYS)
+    ).to_numpy()
+    assert pred[0] / pred[1] == pytest.approx(measured, rel=0.03)
+    ratio_bw = get_gpu("h200-sxm").hbm_bytes_per_s / get_gpu("h100-sxm").hbm_bytes_per_s
+    assert abs(measured / ratio_bw - 1.0) > 0.15  # the datasheet ratio is not what it follows
+
+
+def test_call_by_call_gemm_rows_fit_the_memory_efficiency_alone() -> None:
+    """GEMM rows timed call by call = a known kernel (the H100's compute parameters, memory
+    efficiency 0.6) + 5 µs per call: the fit measures the 5 µs on the floor rows, recovers
+    0.6 from the rows of at least 40 µs and keeps the base's other parameters; the base's
+    tile-form kernels of that dtype get their memory efficiency scaled by 0.6 / base."""
+    import numpy as np
+    import pandas as pd
+
+    from calibration.fit import RawFit, fit_gemm_mem_eff_call_by_call, scaled_gemm_kernels
+
+    h2 = load_profile("h200-sxm")
+    base = dataclasses.replace(h2.gemm_params("bf16"), mem_eff=0.8)
+    truth = dataclasses.replace(base, mem_eff=0.6)
+    shapes = [(m, n, k) for m in (1, 2, 4) for n in (64, 128) for k in (64, 128)]  # floor
+    shapes += [(m, n, k) for m in (1, 8, 16, 64, 4096) for n, k in ((8192, 8192), (14336, 4096))]
+    m, n, k = (np.array(c, float) for c in zip(*shapes, strict=True))
+    t = ops.gemm_time_s(h2.peaks, truth, m, n, k) + 5e-6
+    rows = pd.DataFrame({"m": m, "n": n, "k": k, "median_s": t})
+    got = fit_gemm_mem_eff_call_by_call(h2.peaks, base, rows, "bf16")
+    assert not isinstance(got, str)
+    assert got.params.mem_eff == pytest.approx(0.6, rel=1e-3)
+    assert (got.params.launch_s, got.params.max_eff, got.params.half_sat) == (
+        base.launch_s, base.max_eff, base.half_sat,
+    )  # fmt: skip
+    assert got.extra["per_call_s"] == pytest.approx(5e-6, rel=1e-3)
+    assert got.error.median_ape < 1e-3
+    # too few floor rows: a reason, not a fit
+    assert isinstance(fit_gemm_mem_eff_call_by_call(h2.peaks, base, rows.iloc[10:], "bf16"), str)
+    fit = RawFit(
+        ops={"gemm": {"fp8": {"mem_eff": 0.6}}}, errors={"gemm.fp8": {"base_mem_eff": 0.8}}
+    )
+    kernels, scaled = scaled_gemm_kernels(
+        {"a": {"dtype": "fp8", "mem_eff": 0.7}, "b": {"dtype": "bf16", "mem_eff": 0.7}}, fit
+    )
+    assert scaled == ["a"] and kernels["a"]["mem_eff"] == pytest.approx(0.525)
+    assert kernels["b"]["mem_eff"] == 0.7
