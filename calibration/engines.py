@@ -362,6 +362,44 @@ def read_measurements(path: Path = MEASUREMENTS) -> pd.DataFrame:
     return df
 
 
+LMDEPLOY_RAW = REPO / "calibration" / "engine_data" / "lmdeploy_turbomind_a100.csv"
+
+
+def lmdeploy_rows(path: Path = LMDEPLOY_RAW) -> pd.DataFrame:
+    """LMDeploy's TurboMind static-inference table (A100-80G, FP16; ``profile_generation``:
+    ``batch`` request threads, each prompt ``isl`` tokens, ``osl`` generated, throughput =
+    generated tokens / total time) as batch latencies: ``batch × osl / out_tok_per_s`` (one
+    batch, every request the same length). Kept apart from :data:`MEASUREMENTS`: no
+    ``lmdeploy`` engine profile exists (:func:`lmdeploy_check` says why). The rows are the
+    table's clean ones: batch 1 (one request at a time), and at batch 16-64 the 1-token
+    prompts (decode alone) and the 128-token prompts with 2,048 generated tokens (the
+    staggered first tokens, ``ftl_max_s``, under 2% of the batch)."""
+    try:
+        df = pd.read_csv(regular_file(path, UserError, "LMDeploy table CSV"))
+    except (OSError, pd.errors.ParserError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    return df.assign(
+        engine="lmdeploy",
+        metric="batch_latency_s",
+        split="holdout",
+        value_s=df["batch"] * df["osl"] / df["out_tok_per_s"],
+        derivation="batch x osl / out_tok_per_s",
+    )
+
+
+def lmdeploy_check(path: Path = LMDEPLOY_RAW) -> pd.DataFrame:
+    """Each LMDeploy row against the step model's kernels alone (the generic ``auto``
+    kernels: no TurboMind kernel is fitted), with the host time per iteration it leaves
+    over them (``implied_host_ms``; negative: the kernels alone are already slower than the
+    measurement, which no engine overhead ≥ 0 can fit)."""
+    pts = lmdeploy_rows(path)
+    f = features(pts)
+    return f.assign(
+        kernels_over_measured=f["kernels_s"] / f["value_s"],
+        implied_host_ms=1e3 * (f["value_s"] - f["kernels_s"]) / f["x_per_iteration_s"],
+    )
+
+
 def splitwise_rows(path: Path = SPLITWISE_RAW) -> pd.DataFrame:
     """Splitwise's measurements of 2023 vLLM (Llama-2-70B, DGX-A100, TP 2/4/8) as rows of
     ``measurements.csv`` (:data:`COLUMNS`), every one held out of the fit: a second source
@@ -2157,7 +2195,29 @@ def main(argv: list[str] | None = None) -> int:
         help="the vllm MoE rows with the shipped profiles, with the H100's grouped-GEMM "
         "parameters uncarried and with their small-m compute floor removed (diagnostics)",
     )
+    p.add_argument(
+        "--lmdeploy-check",
+        action="store_true",
+        help="LMDeploy TurboMind's A100 table against the step model's kernels alone "
+        "(why there is no lmdeploy profile)",
+    )
     args = p.parse_args(argv)
+    if args.lmdeploy_check:
+        try:
+            t = lmdeploy_check()
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        cols = ["model", "tp", "batch", "isl", "osl", "value_s", "kernels_s"]
+        print(
+            t[cols + ["kernels_over_measured", "implied_host_ms"]].round(4).to_string(index=False)
+        )
+        for m, g in t.groupby("model"):
+            k = g["kernels_over_measured"].to_numpy(float)
+            print(
+                f"{m}: kernels alone / measured {k.min():.3f}-{k.max():.3f}, median {np.median(k):.3f}"
+            )
+        return 0
     if args.eager_forms:
         return print_eager_forms(Path(args.data))
     if args.moe_check:

@@ -939,3 +939,21 @@ def test_prefill_structure_all_reduce_factor_and_screen() -> None:
     assert blocks["distserve_every_family_in_sample"]["p90_ape"] == pytest.approx(
         first["distserve_every_family_in_sample"]["p90_ape"], abs=0.005
     )
+
+
+def test_lmdeploy_rows_follow_the_table_and_no_overhead_fits_the_mha_model() -> None:
+    """LMDeploy TurboMind's A100 FP16 table (docs/en/benchmark/a100_fp16.md): batch latency
+    = batch x generated tokens / output throughput. Llama-2-7B (32 KV heads) decodes faster
+    than the step model's kernels alone: no engine overhead >= 0 fits it, so no lmdeploy
+    profile ships (docs/calibration.md)."""
+    t = engines.lmdeploy_check()
+    r = t[(t["model"] == "llama-2-7b") & (t["batch"] == 1) & (t["isl"] == 1)].iloc[0]
+    assert r["value_s"] == pytest.approx(128 / 100.02, rel=1e-9)
+    r = t[(t["model"] == "llama-2-70b") & (t["batch"] == 64) & (t["osl"] == 2048)].iloc[0]
+    assert r["value_s"] == pytest.approx(64 * 2048 / 1391.8, rel=1e-9) and r["tp"] == 4
+    assert len(t) == 22 and set(t["gpu"]) == {"a100-80gb"}
+    assert t["raw"].str.contains("throughput\\(out tok/s\\)").all()
+    # every batch-1 and long-decode row of the 7B: the kernels alone exceed the measurement
+    mha = (t["model"] == "llama-2-7b") & ((t["batch"] == 1) | (t["osl"] == 2048))
+    assert (t.loc[mha, "kernels_over_measured"] > 1.04).all()
+    assert (t.loc[mha, "implied_host_ms"] < 0).all()
