@@ -60,7 +60,7 @@ from disaggsim.costmodel.moe_params import (
     moe_params_path,
 )
 from disaggsim.errors import UserError
-from disaggsim.inputs import regular_file
+from disaggsim.inputs import read_regular, regular_file
 from disaggsim.output import json_owned, write_file
 
 GPU = "h100-sxm"
@@ -414,7 +414,8 @@ MOE_OWNED = json_owned("schema_version", "gpu", "fit_error", "provenance")
 
 
 def profile_dict(params: dict, errors: dict, data: Path) -> dict:
-    commit = (Path(data) / "kernels" / "aiconfigurator" / "SOURCE_COMMIT").read_text().strip()
+    path = Path(data) / "kernels" / "aiconfigurator" / "SOURCE_COMMIT"
+    commit = read_regular(path, UserError, 4096, "source commit file").decode().strip()
     return {
         "schema_version": 1,
         "gpu": GPU,
@@ -587,21 +588,17 @@ def main(argv: list[str] | None = None) -> int:
         help="only print each vLLM/SGLang kernel against TensorRT-LLM's on the same points",
     )
     args = ap.parse_args(argv)
-    if args.kernels:
-        try:
+    try:  # a table missing, or a path that is not a regular file: one line, exit 2
+        if args.kernels:
             table = kernel_comparison(Path(args.data))
-        except FileNotFoundError as e:
-            print(f"fit_moe: error: {e}", file=sys.stderr)
-            return 2
-        with pd.option_context("display.width", 250, "display.max_columns", 20):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-        return 0
-    try:
+            with pd.option_context("display.width", 250, "display.max_columns", 20):
+                print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+            return 0
         params, errors = fit_all(Path(args.data))
-    except FileNotFoundError as e:
+        prof = profile_dict(params, errors, Path(args.data))
+    except (FileNotFoundError, UserError) as e:
         print(f"fit_moe: error: {e}", file=sys.stderr)
         return 2
-    prof = profile_dict(params, errors, Path(args.data))
     moe_params_from_dict(prof, args.out)  # validate before writing
     text = json.dumps(prof, indent=2) + "\n"
     try:  # only over a parameter file disaggsim wrote (disaggsim/output.py)

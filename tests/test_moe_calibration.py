@@ -406,3 +406,22 @@ def test_kernel_comparison_names_each_kernel_against_trtllm(data):
     for row in (block, bf16):
         assert all(0.9 < row[f"over_trtllm_{b}"] < 1.2 for b in ("le64", "65_1024", "gt1024"))
     assert not t.loc[("vllm", "mxfp4"), "fitted"].all()  # the Marlin rows are reported only
+
+
+def test_fit_moe_names_a_table_that_is_not_a_regular_file(tmp_path, capsys):
+    """`python -m calibration.fit_moe --data D [--kernels]` with one of D's tables a named
+    pipe: one line naming it, exit 2 (was a UserError traceback from both, exit 1), nothing
+    written."""
+    import os
+
+    from calibration import fit_moe
+
+    table = tmp_path / "kernels/aiconfigurator/h100_sxm/moe/vllm/0.24.0/moe_perf.parquet"
+    table.parent.mkdir(parents=True)
+    os.mkfifo(table)
+    out = tmp_path / "out.json"
+    for extra in (["--kernels"], ["--out", str(out)]):
+        assert fit_moe.main(["--data", str(tmp_path), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "named pipe" in err and str(table) in err, err
+    assert not out.exists()
