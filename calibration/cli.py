@@ -24,7 +24,14 @@ from pathlib import Path
 
 from disaggsim.errors import UserError
 from disaggsim.inputs import read_json
-from disaggsim.output import PROFILE_OWNED, check_file, prefix_owned, write_file
+from disaggsim.output import (
+    PROFILE_OWNED,
+    Written,
+    check_file,
+    out_flag,
+    prefix_owned,
+    write_file,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -175,10 +182,11 @@ def _cmd_fit(args) -> int:
         )
     base = read_json(base_path, UserError)
     profile_from_dict(base, str(base_path))  # validates the base before we build on it
+    _check_profile_target(args)
     df = read_raw(args.raw_dir)
+    check_raw_device(df, args.gpu, args.raw_dir)
     prof = build_profile(args.gpu, df, base, str(args.raw_dir), _repo_rel(base_path))
-    out = _write_profile(prof, args)
-    print(f"wrote {out}")
+    print(f"profile {_write_profile(prof, args).note()}")
     for op, err in prof["fit_error"].items():
         if op.startswith("carried:"):
             continue
@@ -193,19 +201,67 @@ def _cmd_fit(args) -> int:
     return 0
 
 
-def _write_profile(prof: dict, args) -> Path:
-    """Validate ``prof`` and write it to ``--out`` (default ``RAW_DIR/<gpu>.json``)."""
-    from disaggsim.hardware.profile import profile_filename, profile_from_dict
+def _write_profile(prof: dict, args) -> Written:
+    """Validate ``prof`` and write it to ``--out`` (default ``RAW_DIR/<gpu>.json``); the
+    returned note says when it replaced an earlier profile (the default replaces the one
+    a raw run's folder holds: never silently). ``--out`` is passed as given, so a
+    trailing '/' (a folder) is refused, not dropped."""
+    from disaggsim.hardware.profile import profile_from_dict
 
-    out = (
-        Path(args.profile_out)
-        if args.profile_out
-        else Path(args.raw_dir) / profile_filename(args.gpu)
-    )
+    out, flag = _profile_target(args)
     profile_from_dict(prof, str(out))
-    write_file(out, lambda tmp: tmp.write_text(json.dumps(prof, indent=2) + "\n"), "--out",
-               PROFILE_OWNED, "profile")  # fmt: skip
-    return out
+    return write_file(
+        out,
+        lambda tmp: tmp.write_text(json.dumps(prof, indent=2) + "\n"),
+        flag,
+        PROFILE_OWNED,
+        "profile",
+    )
+
+
+def _profile_target(args) -> tuple[str, str]:
+    """(the profile path as given or defaulted, the flag its errors name)."""
+    from disaggsim.hardware.profile import profile_filename
+
+    given = bool(args.profile_out)
+    out = args.profile_out if given else str(Path(args.raw_dir) / profile_filename(args.gpu))
+    return out, out_flag(given)
+
+
+def _check_profile_target(args) -> None:
+    """The profile path, checked before the fit (as every single-file output)."""
+    out, flag = _profile_target(args)
+    check_file(out, flag, PROFILE_OWNED, "profile")
+
+
+def check_raw_device(df, gpu: str, raw_dir: str | Path) -> None:
+    """Refuse to fit a raw run measured on another GPU than ``gpu`` (an H200 run fitted as
+    ``--gpu h100-sxm`` gave an h100-sxm profile of H200 timings, silently). The raw rows'
+    ``device_name`` (CUDA's name, ``NVIDIA H200``) must hold the model of ``gpu``'s catalog
+    name (H200, H100, A100, L40S, ...) and say PCIe exactly when the catalog's does. A CPU
+    run (``device_name`` ``cpu...``: CI and tests time the code path, not a GPU) fits as
+    any GPU."""
+    import re
+
+    from disaggsim.catalog import load_gpus
+
+    names = sorted({str(n) for n in df["device_name"].dropna().unique()})
+    measured = [n for n in names if not n.lower().startswith("cpu")]
+    if not measured:
+        return
+    catalog = load_gpus()[gpu].name
+    model = re.search(r"\b[A-Z]+\d+[A-Z]*\b", catalog)
+    pcie = "pcie" in catalog.lower()
+
+    def same(device: str) -> bool:
+        words = re.split(r"[^a-z0-9]+", device.lower())
+        return (model is None or model.group(0).lower() in words) and (("pcie" in words) == pcie)
+
+    if len(measured) > 1 or not same(measured[0]):
+        raise UserError(
+            f"{raw_dir}: measured on {', '.join(measured)}, not --gpu {gpu} ({catalog}); "
+            "give the --gpu the run measured"
+        )
 
 
 def default_base(gpu: str) -> Path:
@@ -336,6 +392,7 @@ def _cmd_fit_steps(args) -> int:
         load_profile,
     )
 
+    _check_profile_target(args)
     prof = load_profile(args.gpu, path=args.profile)
     f = steps.graph_layer_fit(args.raw_dir, args.gpu, prof)
     out_dict = json.loads(Path(prof.path).read_text())
@@ -348,7 +405,7 @@ def _cmd_fit_steps(args) -> int:
         f"(torch {f['torch_version']}, {f['date']}; {_repo_rel(Path(args.raw_dir))}/steps.csv, "
         "calibration/steps.py graph_layer_fit)"
     )
-    out = _write_profile(out_dict, args)
+    written = _write_profile(out_dict, args)
     e = f["error"]
     print(
         f"graph_replay.per_layer_s = {1e6 * f['per_layer_s']:.2f} us: median APE "
@@ -360,7 +417,7 @@ def _cmd_fit_steps(args) -> int:
             f"eager passes beside (not written): {1e6 * f['eager_per_layer_s']:.2f} us per layer "
             "of bare-torch launch cost"
         )
-    print(f"wrote {out}")
+    print(f"profile {written.note()}")
     return 0
 
 

@@ -275,14 +275,19 @@ def _is_folder(path: Path) -> bool:
         return False
 
 
+def _check_file_name(path: str | Path, flag: str, what: str) -> None:
+    """A file path given as text that ends in '/' names a folder: Path("d/") is "d", so
+    `--out d/` wrote a file named d where the user meant a folder."""
+    if isinstance(path, str) and path.endswith(("/", os.sep)) and path.strip("/"):
+        raise _fail(flag, path, f"ends with '/', so names a folder; give a {what} file name")
+
+
 def check_file(
     path: str | Path, flag: str, owned: Callable[[Path], bool], what: str = "file"
 ) -> bool:
     """Fail (one line) unless ``path`` may receive a file: it does not exist, or it is a
     file ``owned`` recognises as written by disaggsim. Returns whether one exists."""
-    if isinstance(path, str) and path.endswith(("/", os.sep)) and path.strip("/"):
-        # Path("d/") is "d": `--out d/` wrote a file named d where the user meant a folder
-        raise _fail(flag, path, f"ends with '/', so names a folder; give a {what} file name")
+    _check_file_name(path, flag, what)
     path = Path(path)
     absolute = _check_common(path, flag, what)
     exists = absolute.exists()
@@ -489,6 +494,7 @@ def write_file(
 ) -> Written:
     """Write one file: ``write(tmp)`` fills a temporary sibling, which then replaces
     ``path`` atomically. ``path`` must be new or a file ``owned`` recognises."""
+    _check_file_name(path, flag, what)
     path = Path(path)
     existed = check_file(path, flag, owned, what)
     target = _normal(path)  # as in write_folder: "t/../t" would make "t" first

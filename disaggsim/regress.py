@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from disaggsim.config.bounds import MAX_GRID_POINTS, MAX_SEEDS
 from disaggsim.errors import UserError
 from disaggsim.inputs import read_json
 from disaggsim.metrics.summary_table import regress_metrics
@@ -33,7 +34,7 @@ from disaggsim.sweep.core import (
     sweep_tasks,
 )
 from disaggsim.sweep.executors import Executor
-from disaggsim.sweep.grid import Param
+from disaggsim.sweep.grid import Param, check_params
 from disaggsim.sweep.output import dump_json
 
 METRICS = regress_metrics()  # the summary table's rows marked for regress
@@ -136,6 +137,8 @@ def ci_scenarios(ci_dir: Path, only: Sequence[str] = ()) -> list[Path]:
     if not ci_dir.is_dir():
         raise UserError(f"{ci_dir}: CI scenario folder not found")
     paths = sorted(ci_dir.glob("*.yaml"))
+    if not paths:  # nothing would run, and the check would pass (or every reference drift)
+        raise UserError(f"{ci_dir}: no CI scenarios (*.yaml) in this folder")
     if only:
         stems = {p.stem for p in paths}
         unknown = [o for o in only if o not in stems]
@@ -152,18 +155,60 @@ def reference_path(ref_dir: Path, name: str) -> Path:
 
 
 def load_reference(path: Path) -> Reference:
-    try:
-        raw = read_json(path, UserError)
-        grid = {str(k): list(v) for k, v in raw["grid"].items()}
-        return Reference(
-            name=path.stem,
-            grid=grid,
-            seeds=int(raw["seeds"]),
-            metrics=tuple(raw["metrics"]),
-            points=list(raw["points"]),
+    """A reference file, checked field by field: one line naming the file and the field
+    that is not what ``regress --update`` writes (a point's metric that was no number
+    was a ValueError traceback; a grid or seeds beyond the sweep bounds was reported as
+    ``--param``/``--seeds``, flags the user never gave)."""
+    raw = read_json(path, UserError)
+
+    def bad(field: str, what: str) -> UserError:
+        return UserError(f"{path}: {field}: {what} (not a reference `regress --update` wrote)")
+
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: not a reference file (expected a JSON object)")
+    for key in ("grid", "seeds", "metrics", "points"):
+        if key not in raw:
+            raise bad(key, "missing")
+    form = raw.get("format", FORMAT_VERSION)
+    if isinstance(form, bool) or form != FORMAT_VERSION:
+        raise bad("format", f"expected {FORMAT_VERSION}, got {raw['format']!r}"[:120])
+    grid, seeds, metrics, points = raw["grid"], raw["seeds"], raw["metrics"], raw["points"]
+    if not isinstance(grid, dict) or not all(
+        isinstance(v, list) and v and all(_scalar(x) for x in v) for v in grid.values()
+    ):
+        raise bad("grid", "expected a mapping of dot path to a non-empty list of values")
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= MAX_SEEDS:
+        raise bad("seeds", f"expected an integer from 1 to {MAX_SEEDS:,}, got {seeds!r}")
+    total = seeds
+    for values in grid.values():
+        total *= len(values)
+    if total > MAX_GRID_POINTS:
+        raise bad(
+            "grid", f"{total:,} simulations, more than the {MAX_GRID_POINTS:,} a sweep may run"
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UserError(f"{path}: not a reference file ({type(e).__name__}: {e})") from None
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise bad("metrics", "expected a list of metric names")
+    if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+        raise bad("points", "expected a list of objects")
+    for i, point in enumerate(points):
+        for m in metrics:
+            v = point.get(m)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+                raise bad(f"points.{i}.{m}", f"expected a number or null, got {v!r}"[:120])
+        for k in (*grid, SEED_INDEX):
+            if not _scalar(point.get(k)):
+                raise bad(f"points.{i}.{k}", f"expected a grid value, got {point.get(k)!r}"[:120])
+    return Reference(
+        name=path.stem,
+        grid={str(k): list(v) for k, v in grid.items()},
+        seeds=seeds,
+        metrics=tuple(metrics),
+        points=list(points),
+    )
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def _params(grid: dict[str, list[Any]]) -> list[Param]:
@@ -183,13 +228,20 @@ def _run(
     jobs: Sequence[tuple[Path, dict[str, list[Any]], int]],
     executor: Executor | None,
     progress: ProgressFn | None,
+    references: Sequence[Path] | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Fresh points for each (scenario, grid, seeds), all sent to the executor at once."""
+    """Fresh points for each (scenario, grid, seeds), all sent to the executor at once
+    (``references``: the file each grid was read from, named in its errors)."""
     keys_all: list[dict[str, Any]] = []
     tasks_all: list[PointTask] = []
     spans: list[tuple[int, int]] = []
-    for path, grid, seeds in jobs:
-        keys, tasks = sweep_tasks(as_source(path), _params(grid), seeds)
+    for i, (path, grid, seeds) in enumerate(jobs):
+        try:
+            keys, tasks = sweep_tasks(as_source(path), _params(grid), seeds)
+        except UserError as e:  # a grid read from a reference: named with its file
+            if references is None:
+                raise
+            raise UserError(f"{references[i]}: grid: {e}") from None
         spans.append((len(keys_all), len(keys)))
         keys_all += keys
         tasks_all += tasks
@@ -323,6 +375,10 @@ def check(
             )
             continue
         ref = load_reference(f)
+        try:  # the grid's paths against the scenario, naming the reference, not --param
+            check_params(_params(ref.grid), as_source(p).raw, str(p))
+        except UserError as e:
+            raise UserError(f"{f}: grid: {str(e).split(': --param ', 1)[-1]}") from None
         refs.append(ref)
         jobs.append((p, ref.grid, ref.seeds))
     if not only and ref_dir.is_dir():
@@ -332,7 +388,8 @@ def check(
                 drifts.append(
                     Drift(f.stem, problem=f"reference {f} has no scenario {ci_dir}/{f.stem}.yaml")
                 )
-    fresh = _run(jobs, executor, progress) if jobs else []
+    files = [reference_path(ref_dir, r.name) for r in refs]
+    fresh = _run(jobs, executor, progress, files) if jobs else []
     n = 0
     for ref, rows in zip(refs, fresh, strict=True):
         drifts += compare_points(ref, rows)

@@ -12,6 +12,7 @@ import load_scenario, simulate``; see ``disaggsim/__init__.py``)::
 from __future__ import annotations
 
 import json
+import os
 import time
 from array import array
 from collections.abc import Callable
@@ -774,6 +775,13 @@ def transfers_frame(raw: RawResult) -> pd.DataFrame:
 
 def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = True) -> Path:
     """Write a result folder (:func:`write_results_folder`); returns its path."""
+    if not isinstance(result, SimulationResult):
+        raise UserError(
+            f"write_results: give the SimulationResult simulate() returns, got "
+            f"{type(result).__name__}"
+        )
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise UserError(f"write_results: out_dir is a folder path, got {type(out_dir).__name__}")
     return write_results_folder(result, out_dir, plots).path
 
 

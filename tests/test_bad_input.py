@@ -85,6 +85,25 @@ _THINK = "think_time_s: {dist: fixed, value_s: 1}"
 _AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
+def _reference(**changes: object) -> str:
+    """The committed chunked reference with some top-level fields replaced (a point's
+    field: ``point0_<metric>``)."""
+    import json
+
+    doc = json.loads((REPO / "results" / "reference" / "chunked.json").read_text())
+    for key, value in changes.items():
+        if key.startswith("point0_"):
+            doc["points"][0][key.removeprefix("point0_")] = value
+        else:
+            doc[key] = value
+    return json.dumps(doc)
+
+
+def _regress(*extra: str) -> list[str]:
+    return ["regress", "--ci-dir", str(CI), "--reference-dir", "ref", "--only", "chunked",
+            "--quiet", *extra]  # fmt: skip
+
+
 def run_args(*extra: str, scenario: str = DISAGG) -> list[str]:
     return ["run", scenario, *CUT, *extra]
 
@@ -479,6 +498,40 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "--quiet", "--out", "s", "--workers", "100000"], "--workers 100000: at most "),
     ("run-out-tilde", _nothing, run_args("--out", "~/r"), "--out ~/r: starts with '~', which "
      "the shell did not expand"),
+    # ---- regress references (2026-12-03, second session): the file and field named
+    ("regress-reference-metric-not-a-number", _file("ref/chunked.json",
+     _reference(point0_ttft_p99_s="x")), _regress(),
+     "ref/chunked.json: points.0.ttft_p99_s: expected a number or null, got 'x'"),
+    ("regress-reference-seeds-beyond-bound", _file("ref/chunked.json", _reference(seeds=10**9)),
+     _regress(), "ref/chunked.json: seeds: expected an integer from 1 to 1,000, got 1000000000"),
+    ("regress-reference-grid-beyond-bound", _file("ref/chunked.json", _reference(grid={
+     "workload.rate_per_s": list(range(1, 20001))})), _regress(), "ref/chunked.json: grid: "
+     "20,000 simulations, more than the 10,000"),
+    ("regress-reference-grid-unknown-path", _file("ref/chunked.json", _reference(grid={
+     "bogus.key": [1]})), _regress(), "ref/chunked.json: grid: bogus.key: unknown key 'bogus'"),
+    ("regress-reference-grid-bad-value", _file("ref/chunked.json", _reference(grid={
+     "workload.rate_per_s": ["x"]})), _regress(), "ref/chunked.json: grid: "),
+    ("regress-reference-not-an-object", _file("ref/chunked.json", "[1, 2]"), _regress(),
+     "ref/chunked.json: not a reference file (expected a JSON object)"),
+    ("regress-reference-dir-a-file", _nothing, ["regress", "--ci-dir", str(CI),
+     "--reference-dir", "keep.txt", "--quiet"], "--reference-dir keep.txt: a file, not a folder"),
+    ("regress-empty-ci-dir", _file("ci/notes.txt", "x"), ["regress", "--ci-dir", "ci",
+     "--reference-dir", "ci", "--quiet"], "ci: no CI scenarios (*.yaml) in this folder"),
+    # ---- calibrate fit (2026-12-03, second session)
+    ("calibrate-fit-run-of-another-gpu", _nothing, ["calibrate", "fit", str(REPO / "calibration"
+     / "runs" / "h200-2026-11-29"), "--gpu", "h100-sxm", "--out", "p.json"],
+     "h200-2026-11-29: measured on NVIDIA H200, not --gpu h100-sxm (NVIDIA H100 80GB HBM3 "
+     "(SXM5)); give the --gpu the run measured"),
+    ("calibrate-fit-out-trailing-slash", _nothing, ["calibrate", "fit", str(REPO / "calibration"
+     / "runs" / "h200-2026-11-29"), "--gpu", "h200-sxm", "--out", "d/"],
+     "--out d/: ends with '/', so names a folder; give a profile file name"),
+    ("sweep-scheduler-without-port", _nothing, ["sweep", DISAGG, "--param",
+     "workload.rate_per_s=1", "--quiet", "--out", "s", "--scheduler", "tcp://host"],
+     "--scheduler tcp://host: not a scheduler address (missing port number in address 'host'); "
+     "expected tcp://host:port"),
+    ("sweep-scheduler-unknown-scheme", _nothing, ["sweep", DISAGG, "--param",
+     "workload.rate_per_s=1", "--quiet", "--out", "s", "--scheduler", "a://b"],
+     "--scheduler a://b: not a scheduler address (unknown address scheme 'a'"),
 ]  # fmt: skip
 
 

@@ -1430,6 +1430,12 @@ _ODD_VALUES = ["", " ", "-", "--", "0", "-1", "1.5", "nan", "inf", "-inf", "1e40
                "keep.txt/x", "nope/nope", "/dev/null", "\t", "h100-sxm", "1", "2"]  # fmt: skip
 
 
+# odd values of a flag's own kind (a scheduler address Dask cannot parse was a traceback)
+_ODD_FLAG_VALUES = {
+    "--scheduler": ["tcp://", "tcp://host", "a://b", "inproc://x", "tcp://[::1", "tcp://:"],
+}
+
+
 def _leaf_parsers() -> dict[str, argparse.ArgumentParser]:
     from disaggsim.cli import build_parser
 
@@ -1542,6 +1548,8 @@ def flag_cases(seed: int, n: int) -> list[tuple[str, list[str], list[str]]]:
                     continue
                 valid = [str(c) for c in (action.choices or [])] or ["1", "2", "out2"]
                 value = rng.choice(valid if rng.random() < 0.4 else _ODD_VALUES)
+                if flag in _ODD_FLAG_VALUES and rng.random() < 0.5:
+                    value = rng.choice(_ODD_FLAG_VALUES[flag])
                 argv += [flag, value]
                 edits.append(f"{flag} {value[:12]!r}")
             elif r < 0.7:  # a flag repeated, or with its value missing at the end
@@ -1598,6 +1606,227 @@ def test_fuzz_flags(work, serial_sweeps, case):
     assert check_flags(work, case) == []
 
 
+# ------------------------------------------------------------------ the Python API
+
+# Each case is one call of the public API (a notebook's use) with one or two arguments
+# replaced by a value of an odd kind (None, a number, a string of overrides, bytes, a
+# numpy number or array, a class, YAML text, a mapping with one value replaced by a
+# numpy or odd value, ...). It must return, or raise UserError with one line; any other
+# exception (TypeError, AttributeError, RecursionError, yaml's RepresenterError) is a
+# bug, and nothing is written outside the case's out folder.
+_API_QUICK = ["sim.duration_s=2", "sim.warmup_s=0"]
+
+
+def _api_odd(rng: random.Random, work: Path, raw: dict) -> tuple[str, object]:
+    import numpy as np
+    import yaml
+
+    from disaggsim import SerialExecutor
+
+    text = yaml.safe_dump(raw, sort_keys=False)
+    pool: list[tuple[str, object]] = [
+        ("None", None), ("int", 3), ("float", 2.5), ("bool", True), ("str", "x"),
+        ("empty str", ""), ("bytes", b"x"), ("empty list", []), ("empty dict", {}),
+        ("overrides list", ["seed=3"]), ("overrides str", "seed=3"), ("np.int64", np.int64(2)),
+        ("np.float64", np.float64(1.5)), ("np array", np.array([1.0, 2.0])),
+        ("2-d array", np.ones((2, 2))), ("nan", math.nan), ("inf", math.inf),
+        ("object", object()), ("class", SerialExecutor), ("missing path", Path("nope.yaml")),
+        ("folder", work), ("yaml text", text), ("one-line yaml", "name: x"),
+        ("list of dicts", [raw, raw]), ("tuple", (1, 2)), ("set", {1, 2}),
+    ]  # fmt: skip
+    return rng.choice(pool)
+
+
+def _api_mutated(rng: random.Random, raw: dict) -> tuple[str, dict]:
+    import copy
+
+    import numpy as np
+
+    raw = copy.deepcopy(raw)
+    path = rng.choice(_leaves(raw))
+    old = _get(raw, path)
+    choices: list[tuple[str, object]] = list(_value_mutants(old))
+    if isinstance(old, (int, float)) and not isinstance(old, bool):
+        choices += [("numpy", np.float64(old)), ("numpy", np.int64(int(old) if math.isfinite(old) else 1)),
+                    ("numpy", np.array([old]))]  # fmt: skip
+    kind, value = rng.choice(choices)
+    if rng.random() < 0.2:  # a structure holding itself
+        kind, value = "cycle", raw
+    _get(raw, path[:-1])[path[-1]] = value
+    return f"{'.'.join(map(str, path))}={kind}", raw
+
+
+def api_cases(seed: int, n: int) -> list[tuple[str, int]]:
+    """(function, case seed): the arguments are drawn when the case runs (they hold
+    numpy values and paths of the case's folder)."""
+    rng = random.Random(seed)
+    funcs = ["load_scenario", "simulate", "sweep", "goodput", "compare", "write_results"]
+    return [(rng.choice(funcs), rng.randrange(10**9)) for _ in range(n)]
+
+
+def _api_call(work: Path, case: tuple[str, int]) -> tuple[str, object]:
+    """(description, a callable making the call)."""
+    import disaggsim as ds
+
+    func, case_seed = case
+    rng = random.Random(case_seed)
+    _, raw = _yaml_base_of(rng.choice(SWEEP_BASES))
+    raw["sim"] = {"duration_s": 2, "warmup_s": 0}
+    scenario: object = raw
+    if rng.random() < 0.5:
+        what, scenario = _api_mutated(rng, raw)
+    else:
+        what, scenario = _api_odd(rng, work, raw) if rng.random() < 0.5 else ("valid", raw)
+    odd_name, odd = _api_odd(rng, work, raw)
+    out = work / "out"
+    if func == "load_scenario":
+        args = [scenario, odd if rng.random() < 0.5 else list(_API_QUICK)]
+        return f"load_scenario({what}, {odd_name})", lambda: ds.load_scenario(*args)
+    if func == "simulate":
+        over = odd if rng.random() < 0.4 else list(_API_QUICK)
+        return f"simulate({what}, {odd_name})", lambda: ds.simulate(scenario, over)
+    if func == "sweep":
+        r = rng.random()
+        params = odd if r < 0.3 else {RATE_PATH_FUZZ: odd} if r < 0.6 else {RATE_PATH_FUZZ: [1]}
+        executor = odd if rng.random() < 0.3 else None
+        seeds = odd if rng.random() < 0.3 else 1
+        return (
+            f"sweep({what}, params {odd_name}, seeds, executor)",
+            lambda: ds.sweep(scenario, params, seeds, executor),
+        )
+    if func == "goodput":  # a bad rate, tolerance or executor always: no search runs
+        which = rng.choice(["rate_lo", "rate_hi", "tol_per_s", "executor"])
+        kw: dict = {"rate_lo": 1.0, "rate_hi": 2.0}
+        kw[which] = odd if not isinstance(odd, (int, float)) or isinstance(odd, bool) else -1
+        if which == "executor" and odd is None:
+            kw["executor"] = "serial"
+        return f"goodput({what}, {which}={odd_name})", lambda: ds.goodput(scenario, **kw)
+    if func == "compare":  # the scenarios argument odd, or a bad rate: no search runs
+        scenarios = odd if rng.random() < 0.5 else [scenario, raw]
+        kw = {"rate_lo": 1.0, "rate_hi": 0.5}
+        return f"compare({odd_name})", lambda: ds.compare(scenarios, **kw)
+    target = odd if rng.random() < 0.5 else out
+    if isinstance(target, (str, Path)) and target not in ("", ".") and target != work:
+        target = out  # a name of the case's own is a result folder to write, not an odd value
+
+    def write():
+        result = ds.simulate(raw, list(_API_QUICK)) if rng.random() < 0.7 else odd
+        return ds.write_results(result, target)
+
+    return f"write_results({odd_name})", write
+
+
+RATE_PATH_FUZZ = "workload.rate_per_s"
+
+
+def check_api(work: Path, case: tuple[str, int]) -> list[str]:
+    global LAST_RC
+    what, call = _api_call(work, case)
+    before = _tree(work, skip=work / "out")
+    bad = []
+    try:
+        result = call()
+        LAST_RC = (0, what)
+    except UserError as e:
+        LAST_RC = (2, f"{what}: {str(e)[:200]}")
+        if "\n" in str(e):
+            bad.append(f"{what}: a UserError of more than one line: {str(e)[:300]!r}")
+    except BaseException as e:  # the point of the fuzz: nothing else may escape
+        import traceback
+
+        LAST_RC = ("EXC", what)
+        tb = traceback.format_exc().strip().replace("\n", " | ")[-800:]
+        bad.append(f"{what}: {type(e).__name__}: {tb}")
+        return bad
+    else:
+        summary = getattr(result, "summary", None)
+        if summary is not None:
+            s = summary.to_dict()
+            parts = sum(s[k] for k in ("num_completed", "num_rejected", "num_abandoned",
+                                       "num_unfinished"))  # fmt: skip
+            if parts != s["num_requests"]:
+                bad.append(f"{what}: conservation {s['num_requests']} != {parts}")
+    if _tree(work, skip=work / "out") != before:
+        bad.append(f"{what}: wrote outside out/")
+    return bad
+
+
+API_CASES = api_cases(SEED, 12)
+
+
+@pytest.mark.parametrize("case", API_CASES, ids=[f"{c[0]}:{c[1]}" for c in API_CASES])
+def test_fuzz_api(work, case):
+    assert check_api(work, case) == []
+
+
+# ------------------------------------------------------------------ regress references
+
+# Each case is the committed reference of scenarios/ci/chunked.yaml with one edit (a value
+# replaced by a wrong or edge value of its kind, a key deleted or added, the text cut or
+# given a stray byte), checked by `regress --only chunked`: exit 0 or 1 (a drift), or 2
+# in one line naming the reference file; never a traceback; nothing written.
+_REF = REPO / "results" / "reference" / "chunked.json"
+
+
+def reffile_cases(seed: int, n: int) -> list[tuple[str, str]]:
+    """(the edit, the file's text)."""
+    rng = random.Random(seed)
+    base = json.loads(_REF.read_text())
+    cases = []
+    for _ in range(n):
+        doc = json.loads(json.dumps(base))
+        r = rng.random()
+        if r < 0.7:
+            top = rng.choice(["grid", "seeds", "metrics", "points", "points", "format"])
+            paths = [p for p in _leaves(doc) if p[0] == top]
+            path = rng.choice(paths)
+            kind, value = rng.choice(_value_mutants(_get(doc, path)))
+            if isinstance(value, float) and not math.isfinite(value):
+                value = str(value)  # JSON holds no NaN/inf literal a writer would emit
+            _get(doc, path[:-1])[path[-1]] = value
+            edit = f"{'.'.join(map(str, path))}={kind}"
+            text = json.dumps(doc)
+        elif r < 0.85:
+            key = rng.choice(list(doc))
+            if rng.random() < 0.5:
+                del doc[key]
+                edit = f"-{key}"
+            else:
+                doc["extra"] = 1
+                edit = "+extra"
+            text = json.dumps(doc)
+        else:
+            text = json.dumps(doc)
+            i = rng.randrange(len(text))
+            text, edit = rng.choice([(text[:i], "cut"), (text[:i] + "\x00" + text[i:], "nul"),
+                                     (text[:i] + "}" + text[i:], "brace")])  # fmt: skip
+        cases.append((edit, text))
+    return cases
+
+
+def check_reffile(work: Path, case: tuple[str, str]) -> list[str]:
+    (work / "ref").mkdir(exist_ok=True)
+    (work / "ref" / "chunked.json").write_text(case[1])
+    before = _tree(work)
+    argv = ["regress", "--ci-dir", str(SCENARIOS / "ci"), "--reference-dir", "ref", "--only",
+            "chunked", "--quiet", "--workers", "1"]  # fmt: skip
+    rc, _, err = _invoke(argv)
+    bad = [b for b in _one_error_line(rc, err) if not (rc == 1 and b.startswith("exit code"))]
+    if rc == 2 and "chunked.json" not in err:
+        bad.append("the error does not name the reference file")
+    if _tree(work) != before:
+        bad.append("wrote a file")
+    return [f"{b}: {err.strip()[-2000:]}" for b in bad]
+
+
+REFFILE_CASES = reffile_cases(SEED, 4)
+
+
+@pytest.mark.parametrize("case", REFFILE_CASES, ids=[c[0] for c in REFFILE_CASES])
+def test_fuzz_reference_file(work, serial_sweeps, case):
+    assert check_reffile(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -1605,7 +1834,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
-                             "tracefile", "flags"]  # fmt: skip
+                             "tracefile", "flags", "api", "reffile"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -1617,6 +1846,8 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "compare": (compare_cases, check_compare),
         "tracefile": (tracefile_cases, check_tracefile),
         "flags": (flag_cases, check_flags),
+        "api": (api_cases, check_api),
+        "reffile": (reffile_cases, check_reffile),
     }
     import signal
 
@@ -1643,7 +1874,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
                 finally:
                     signal.alarm(0)
                 os.chdir(REPO)
-            shown = (case[:3] if kind == "yaml" else case["workload"] if kind == "trace"
+            shown = (case[0] if kind == "reffile" else case[:3] if kind == "yaml" else case["workload"] if kind == "trace"
                      else (case["name"], case["edits"]) if kind == "tracefile" else case)  # fmt: skip
             if problems is None:
                 slow += 1

@@ -223,3 +223,29 @@ def test_local_workers_beyond_four_per_cpu_are_refused(work, capsys, monkeypatch
         "CPUs; each holds the simulator: docs/safety.md)\n"
     )
     assert sorted(os.listdir(work)) == ["keep.txt"]
+
+
+def _raw_run(work: Path) -> Path:
+    import shutil
+
+    raw = work / "raw"
+    shutil.copytree(REPO / "calibration" / "runs" / "h200-2026-11-29", raw)
+    return raw
+
+
+def test_calibrate_fit_says_it_replaced_the_profile_of_a_raw_folder(work, capsys):
+    """`calibrate fit RAW --gpu ...` without --out writes RAW/<gpu>.json: in a checkout's
+    calibration/runs/<run>/ that is the profile fitted on the device, replaced by a local
+    refit while the command printed only "wrote ..."."""
+    raw = _raw_run(work)
+    rc, out, err = _cli(["calibrate", "fit", "raw", "--gpu", "h200-sxm"], capsys)
+    assert rc == 0, err
+    assert "profile written to raw/h200_sxm.json (replaced the earlier profile there)" in out
+    (raw / "h200_sxm.json").write_text("a user's notes\n")
+    rc, out, err = _cli(["calibrate", "fit", "raw", "--gpu", "h200-sxm"], capsys)
+    assert rc == 2
+    assert err == (
+        f"{PREFIX}raw/h200_sxm.json (the default output; choose another with --out): exists "
+        "and is not a profile disaggsim wrote; give a new name or remove it\n"
+    )
+    assert (raw / "h200_sxm.json").read_text() == "a user's notes\n"

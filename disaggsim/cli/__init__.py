@@ -16,7 +16,7 @@ from types import FrameType
 from typing import NoReturn
 
 from disaggsim import __version__
-from disaggsim.errors import InvariantError, UserError
+from disaggsim.errors import InvariantError, UserError, one_line
 from disaggsim.hardware.profile import ProfileError
 
 
@@ -29,15 +29,6 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.partition(" ")[2]
         where = f"{command}: " if command else ""
         self.exit(2, f"disaggsim: error: {where}{one_line(message)} (see {self.prog} --help)\n")
-
-
-def one_line(message: str) -> str:
-    """An error message as one line: control characters a user's value brought in (a
-    path or a string field ending in a newline, echoed by the message) written as
-    escapes, ``\\n`` for a newline."""
-    if message.isprintable():
-        return message
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def build_parser() -> argparse.ArgumentParser:

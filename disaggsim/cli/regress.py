@@ -59,9 +59,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
         where = (
             f"--reference-dir {ref_dir}" if given else f"{ref_dir} (the default --reference-dir)"
         )
+        what = "a file, not a folder" if ref_dir.exists() else "no such folder"
         raise UserError(
-            f"{where}: no such folder (the committed references are in results/reference of "
-            "the project; --update writes new ones)"
+            f"{where}: {what} (the committed references are in results/reference of the "
+            "project; --update writes new ones)"
         )
     console = Console()
     with executor(args) as ex, progress(args.quiet) as new_bar:

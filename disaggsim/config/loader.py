@@ -11,6 +11,7 @@ import copy
 import datetime
 import difflib
 import math
+import os
 import re
 import types
 import typing
@@ -139,6 +140,14 @@ def read_yaml(path: Path) -> dict:
             f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
             f"{e.start}); save the scenario as UTF-8"
         ) from None
+    return parse_yaml_text(text, str(path))
+
+
+def parse_yaml_text(text: str, path: str) -> dict:
+    """Scenario YAML text (read from ``path``, the label its errors start with) as a
+    mapping, by the rules of :func:`read_yaml`."""
+    if len(text) > MAX_SCENARIO_BYTES or len(text.encode("utf-8", "replace")) > MAX_SCENARIO_BYTES:
+        raise UserError(f"{path}: more than {MAX_SCENARIO_BYTES:,} bytes of YAML")
     try:
         raw = yaml.load(text, Loader=_StrictLoader)
     except _DuplicateKey as e:
@@ -159,7 +168,7 @@ def read_yaml(path: Path) -> dict:
         raise UserError(f"{path}: {where}malformed YAML ({problem})") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping of scenario keys at top level")
-    n = _expanded_size(raw, str(path))
+    n = _expanded_size(raw, path)
     if n > MAX_YAML_NODES:
         raise UserError(
             f"{path}: {n:,} values once YAML aliases are expanded, more than the "
@@ -698,18 +707,36 @@ def load_scenario(
     overrides: list[str] | None = None,
     base_dir: Path | None = None,
 ) -> LoadedScenario:
-    """Load and validate a scenario from a YAML path or a mapping, applying ``--set``s."""
-    overrides = overrides or []
+    """Load and validate a scenario from a YAML path, YAML text (a string holding a line
+    break: no path does) or a mapping, applying ``--set``s (a list of
+    ``KEY.PATH=VALUE`` strings). Numpy numbers and arrays in a mapping are read as the
+    Python numbers and lists they hold (a notebook's ``np.linspace``)."""
+    overrides = check_overrides(overrides)
     if isinstance(source, dict):
         path = None
-        raw = copy.deepcopy(source)
         label = "<scenario>"
+        raw = plain_values(source, label)
         base = base_dir or Path.cwd()
-    else:
+    elif isinstance(source, str) and "\n" in source:
+        path = None
+        label = "<scenario>"
+        raw = parse_yaml_text(source.removeprefix("\ufeff"), label)
+        base = base_dir or Path.cwd()
+    elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        if isinstance(source, str) and ": " in source and not path.exists():
+            raise UserError(
+                f"{source}: no such scenario file (a string is read as YAML text only when "
+                "it holds a line break)"
+            )
         raw = read_yaml(path)
         label = str(path)
         base = base_dir or path.resolve().parent
+    else:
+        raise UserError(
+            "load_scenario: a scenario is a YAML file path, YAML text or a mapping, got "
+            f"{_type_shown(source)}"
+        )
     raw = apply_overrides(raw, overrides, label)
     # the schema walk first, cache section included: keys YAML read as null, a boolean
     # or a number, and binary values, are named as the user wrote them (the cache
@@ -729,6 +756,67 @@ def load_scenario(
         raise UserError(format_validation_error(err, label)) from None
     _check_catalog_ids(scenario, label)
     return LoadedScenario(scenario=scenario, path=path, base_dir=base, raw=raw)
+
+
+def _type_shown(value: Any) -> str:
+    """``int 3``, ``bytes b'x.yaml'``: a value of the wrong kind, briefly."""
+    text = " ".join(repr(value).split())  # one line (a numpy array's repr is several)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def check_overrides(overrides: Any) -> list[str]:
+    """``--set``-style overrides of the Python API: a list (or tuple) of
+    ``KEY.PATH=VALUE`` strings. One string was read character by character (``"seed=3"``
+    gave "--set s: expected KEY.PATH=VALUE"), a number raised a TypeError."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, (list, tuple)):
+        raise UserError(
+            "overrides: give a list of 'KEY.PATH=VALUE' strings (e.g. ['seed=3']), got "
+            f"{_type_shown(overrides)}"
+        )
+    for item in overrides:
+        if not isinstance(item, str):
+            raise UserError(
+                f"overrides: each item is a 'KEY.PATH=VALUE' string, got {_type_shown(item)}"
+            )
+    return list(overrides)
+
+
+def _is_numpy(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "tolist")
+
+
+def plain_values(source: dict, label: str) -> dict:
+    """A deep copy of a scenario mapping given to the Python API, checked as a YAML file
+    is: nesting at most :data:`MAX_YAML_DEPTH` deep, at most :data:`MAX_YAML_NODES`
+    values, no structure holding itself (each was a RecursionError traceback); numpy
+    scalars and arrays become the Python values they hold (YAML cannot write numpy
+    values: a sweep point or a written scenario.yaml failed with a RepresenterError)."""
+    count = [0]
+    active: set[int] = set()
+
+    def walk(obj: Any, depth: int) -> Any:
+        count[0] += 1
+        if count[0] > MAX_YAML_NODES:
+            raise UserError(f"{label}: more than {fmt(MAX_YAML_NODES)} values")
+        if _is_numpy(obj):
+            obj = obj.tolist()
+        if not isinstance(obj, (dict, list, tuple)):
+            return obj
+        if depth > MAX_YAML_DEPTH:
+            raise UserError(f"{label}: nested more than {MAX_YAML_DEPTH} levels deep")
+        if id(obj) in active:
+            raise UserError(f"{label}: a value holds itself (a recursive structure)")
+        active.add(id(obj))
+        if isinstance(obj, dict):
+            out: Any = {walk(k, depth + 1): walk(v, depth + 1) for k, v in obj.items()}
+        else:
+            out = type(obj)(walk(v, depth + 1) for v in obj)
+        active.discard(id(obj))
+        return out
+
+    return walk(source, 0)
 
 
 def _check_catalog_ids(scenario: Scenario, label: str) -> None:

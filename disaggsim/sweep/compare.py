@@ -25,7 +25,7 @@ from disaggsim.sweep.core import (
     table,
     with_overrides,
 )
-from disaggsim.sweep.executors import Executor, default_executor
+from disaggsim.sweep.executors import Executor, check_executor, default_executor
 from disaggsim.sweep.goodput import GoodputResult, goodput_many
 from disaggsim.sweep.grid import (
     Param,
@@ -126,6 +126,14 @@ def compare(
     than ``workload.rate_per_s`` (the rate is what the bisection varies). With
     ``same_gpus`` every scenario must have the first one's total GPU count at every
     such combination; otherwise a :class:`UserError` names the file that differs."""
+    if not isinstance(scenarios, (list, tuple)):
+        # one scenario was iterated: a path character by character ("/: a folder"), a
+        # mapping by its keys; a number was a TypeError
+        raise UserError(
+            "compare: give a list of scenarios (paths, mappings or loaded scenarios), got "
+            f"{type(scenarios).__name__}"
+        )
+    check_executor(executor)
     if not scenarios:
         raise UserError("compare: give at least one scenario")
     if params is None or isinstance(params, Mapping):

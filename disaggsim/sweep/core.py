@@ -24,7 +24,7 @@ from disaggsim.config.loader import LoadedScenario, apply_overrides, load_scenar
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary, nondeterministic_keys
-from disaggsim.sweep.executors import Executor, default_executor
+from disaggsim.sweep.executors import Executor, check_executor, default_executor
 from disaggsim.sweep.grid import (
     Param,
     check_grid_size,
@@ -275,6 +275,7 @@ def sweep(
     four tasks in this process and more in a local pool of ``min(2, cpu count)`` worker
     processes (:func:`~disaggsim.sweep.executors.default_executor`).
     """
+    check_executor(executor)
     src = as_source(scenario, overrides)
     keys, tasks = sweep_tasks(src, params_from_mapping(params), seeds)
     return table(keys, run_tasks(tasks, executor, progress))

@@ -85,6 +85,18 @@ class SerialExecutor(_Closing):
         return out
 
 
+def check_executor(executor: Any) -> None:
+    """An ``executor=`` argument of the Python API is None or has ``map`` (a string or a
+    class raised AttributeError deep inside the sweep)."""
+    if executor is not None and (
+        isinstance(executor, type) or not callable(getattr(executor, "map", None))
+    ):
+        raise UserError(
+            "executor: give SerialExecutor(), ProcessExecutor(n), DaskExecutor(...) or "
+            f"None, got {type(executor).__name__} {' '.join(str(executor).split())[:40]}"
+        )
+
+
 def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
@@ -190,6 +202,12 @@ class DaskExecutor(_Closing):
                 self._client = Client(self.address, timeout="10s")
             except (OSError, TimeoutError) as e:
                 raise UserError(f"--scheduler {self.address}: cannot connect ({e})") from None
+            except ValueError as e:  # tcp:// without a port, an unknown scheme: a traceback
+                why = " ".join(str(e).split())[:120]
+                raise UserError(
+                    f"--scheduler {self.address}: not a scheduler address ({why}); expected "
+                    "tcp://host:port"
+                ) from None
         return self._client
 
     def map(

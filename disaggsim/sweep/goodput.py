@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,7 @@ from disaggsim.sweep.core import (
     refuse_fixed_time_events,
     run_point,
 )
-from disaggsim.sweep.executors import Executor, default_executor, drive
+from disaggsim.sweep.executors import Executor, check_executor, default_executor, drive
 from disaggsim.sweep.grid import Param, check_params, override_text
 
 __all__ = [
@@ -247,6 +248,12 @@ def check_search_args(
     (:class:`UserError`, exit code 2); :class:`RateSearch` checks again as an internal
     error (:class:`InvariantError`, exit code 3): what reaches it unchecked was built
     inside disaggsim (a planner's bracket; docs/safety.md, "Exit codes")."""
+    for name, value in (("rate_lo", None if bracket is None else bracket[0]),
+                        ("rate_hi", None if bracket is None else bracket[1]),
+                        ("tolerance", tol_per_s)):  # fmt: skip
+        # a string compared with a number was a TypeError traceback
+        if value is not None and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+            raise error(f"goodput: {name} must be a number (req/s), got {value!r}")
     if bracket is not None:
         rate_lo, rate_hi = bracket
         if not (0 < rate_lo < rate_hi) or not math.isfinite(rate_hi):
@@ -896,6 +903,7 @@ def goodput(
     """Steady-state goodput of one scenario, starting from ``[rate_lo, rate_hi]`` (the
     range widens until it brackets the goodput), to ``tol_per_s`` (default 1 % of the
     bracket's upper end), confirmed at twice the horizon; per GPU = rate / GPUs."""
+    check_executor(executor)
     src = as_source(scenario, overrides)
     return goodput_many(
         [src],

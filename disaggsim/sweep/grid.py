@@ -12,7 +12,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -115,11 +115,25 @@ def parse_param(text: str) -> Param:
 
 
 def params_from_mapping(params: Mapping[str, Sequence[Any]] | None) -> tuple[Param, ...]:
-    """The API's ``{"workload.rate_per_s": [1, 2, 4]}`` as :class:`Param` s (order kept)."""
+    """The API's ``{"workload.rate_per_s": [1, 2, 4]}`` as :class:`Param` s (order kept);
+    a numpy array of values, and numpy numbers among them, are read as Python values
+    (``np.linspace(1, 10, 4)``: refused as "expected a list", and numpy numbers in a
+    list failed with a RepresenterError traceback)."""
+    if params is not None and not isinstance(params, Mapping):
+        raise UserError(
+            "params: give a mapping of dot path to values (e.g. {'workload.rate_per_s': "
+            f"[1, 2, 4]}}), got {type(params).__name__} {' '.join(str(params).split())[:40]}"
+        )
     out = []
     for path, values in (params or {}).items():
+        if type(values).__module__ == "numpy" and getattr(values, "ndim", 0) == 1:
+            values = cast(Any, values).tolist()
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise UserError(f"param {path}: expected a list of values, got {values!r}")
+            shown = " ".join(repr(values).split())  # one line (a numpy array's repr is not)
+            raise UserError(
+                f"param {path}: expected a list of values, got {shown[:60]}"
+                + ("..." if len(shown) > 60 else "")
+            )
         if len(values) == 0:
             raise UserError(f"param {path}: needs at least one value")
         if len(values) > MAX_GRID_POINTS:
@@ -127,8 +141,15 @@ def params_from_mapping(params: Mapping[str, Sequence[Any]] | None) -> tuple[Par
                 f"param {path}: {len(values):,} values, more than the {MAX_GRID_POINTS:,} "
                 "simulations a sweep may run (docs/safety.md)"
             )
-        out.append(Param(str(path), tuple(values)))
+        out.append(Param(str(path), tuple(_plain(v) for v in values)))
     return tuple(out)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy number as the Python number it holds; anything else as is."""
+    return (
+        value.tolist() if type(value).__module__ == "numpy" and hasattr(value, "tolist") else value
+    )
 
 
 def parse_params(texts: Sequence[str]) -> tuple[Param, ...]:
@@ -143,6 +164,7 @@ def parse_params(texts: Sequence[str]) -> tuple[Param, ...]:
 
 def override_text(path: str, value: Any) -> str:
     """``path=value`` with the value written so the ``--set`` parser reads it back as is."""
+    value = _plain(value)
     text = yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
     text = text.removesuffix("...").strip()
     try:
