@@ -166,3 +166,19 @@ def test_a_smaller_fleet_for_the_rate_is_planned_on_the_link_auto_picks_for_it(m
     res, _ = plan(QUESTION, target_rate_per_s=200.0, options=OPTS, executor=SerialExecutor())
     assert res.gpu_budget in (5, 6) and res.loaded.scenario.fabric.link == "nvlink"  # as given
     assert all(r.fabric.link == "nvlink" for r in runs)
+
+
+def test_a_fleet_for_the_rate_is_sized_with_the_search_tolerance_to_spare():
+    """A disaggregated 4P + 2D measured at 200 req/s, asked 100 req/s: scaled to exactly
+    the rate it is 2P + 1D (3 GPUs), which a search that bisects to 1 % measures under the
+    rate about half the time (llama-3.1-70b on H100 at 20 req/s: the fleets scaled to the
+    rate were searched and missed it, and the plan stayed on the 498 GPUs first sized);
+    with twice the tolerance to spare (102 req/s) the prefill pool is 3 workers: 5 GPUs."""
+    from disaggsim.plan import fewer_gpus_for_rate
+    from disaggsim.plan.search import Candidate, CandidateResult
+    from tests.test_plan import _search
+
+    row = CandidateResult(Candidate("disaggregate", 4, 1, 2, 1), 200.0, 200.0 / 6, "found", None)
+    res = dataclasses.replace(_search([row]), target_rate_per_s=100.0)
+    assert res.options.tol_fraction == 0.01 and res.gpu_budget == 16
+    assert [g for g, _ in fewer_gpus_for_rate(res)] == [5]

@@ -128,6 +128,9 @@ def fewer_gpus_for_rate(res: SearchResult) -> list[tuple[int, CandidateResult]]:
     rate = res.target_rate_per_s
     if rate is None:
         return []
+    # sized with the search's own tolerance to spare: a fleet scaled to exactly the rate
+    # is measured again and bisected to that tolerance, as often under the rate as over
+    rate *= 1.0 + 2.0 * res.options.tol_fraction
     fits: dict[int, CandidateResult] = {}
     for r in res.ranked:  # best per GPU first: the first row at a GPU count stays
         if r.goodput_per_s > 0:
@@ -148,8 +151,10 @@ def rank_for_rate(res: SearchResult, rate_per_s: float) -> SearchResult:
     return dataclasses.replace(res, ranked=tuple(ranked))
 
 
-# a target-rate plan searches at most this many smaller fleets (fewest GPUs first)
-MAX_RATE_FLEETS = 2
+# a target-rate plan searches at most this many smaller fleets (fewest GPUs first, each
+# after a failed one at least RATE_FLEET_STEP times its GPUs)
+MAX_RATE_FLEETS = 3
+RATE_FLEET_STEP = 1.15
 
 
 def with_auto_link(loaded: LoadedScenario, gpus: int) -> LoadedScenario:
@@ -174,8 +179,9 @@ def fit_target_rate(
     auto_fabric: bool = False,
 ) -> SearchResult:
     """A target-rate plan searched again at fewer GPUs that serve the rate
-    (:func:`fewer_gpus_for_rate`, fewest first, at most :data:`MAX_RATE_FLEETS`), kept
-    at the first whose recommendation (the advisor's, :func:`advise`) serves the rate;
+    (:func:`fewer_gpus_for_rate`, fewest first, at most :data:`MAX_RATE_FLEETS`, each
+    after one that failed at least :data:`RATE_FLEET_STEP` times its GPUs), kept at the
+    first whose recommendation (the advisor's, :func:`advise`) serves the rate;
     else ``res``. The verdict is then for the fleet the rate needs: at one worker
     disaggregation cannot exist. ``auto_fabric`` (see :func:`plan`): a smaller fleet is
     searched on the link ``--fabric auto`` picks for it (NVLink once it fits one node)."""
@@ -184,7 +190,13 @@ def fit_target_rate(
         return res
     res = rank_for_rate(res, rate)
     simulations = res.num_simulations
-    for gpus, row in fewer_gpus_for_rate(res)[:MAX_RATE_FLEETS]:
+    tried: list[int] = []
+    for gpus, row in fewer_gpus_for_rate(res):
+        if len(tried) == MAX_RATE_FLEETS:
+            break
+        if tried and gpus < tried[-1] * RATE_FLEET_STEP:
+            continue
+        tried.append(gpus)
         before = simulations
         try:
             smaller = _search(
