@@ -24,3 +24,14 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"public data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch) -> Path:
+    """The current folder of a user who runs disaggsim: empty but for one file of theirs,
+    ``keep.txt``, which no command may touch."""
+    w = tmp_path / "work"
+    w.mkdir()
+    (w / "keep.txt").write_text("a user's file\n")
+    monkeypatch.chdir(w)
+    return w

@@ -235,15 +235,6 @@ def _run_id(case: tuple[str, list[str]]) -> str:
     return case[0].removesuffix(".yaml") + ":" + ",".join(case[1])
 
 
-@pytest.fixture
-def work(tmp_path, monkeypatch) -> Path:
-    w = tmp_path / "work"
-    w.mkdir()
-    (w / "keep.txt").write_text("a user's file\n")
-    monkeypatch.chdir(w)
-    return w
-
-
 @pytest.mark.parametrize("case", RUN_CASES, ids=[_run_id(c) for c in RUN_CASES])
 def test_fuzz_run(work, case):
     assert check_run(work, *case) == []

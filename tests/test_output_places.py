@@ -24,15 +24,6 @@ SHORT = ["--set", "sim.duration_s=2", "--set", "sim.warmup_s=0", "--quiet", "--n
 PREFIX = "disaggsim: error: "
 
 
-@pytest.fixture
-def work(tmp_path, monkeypatch) -> Path:
-    w = tmp_path / "work"
-    w.mkdir()
-    (w / "keep.txt").write_text("a user's file\n")
-    monkeypatch.chdir(w)
-    return w
-
-
 def _listing(root: Path) -> dict[str, bytes | None]:
     return {
         str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
