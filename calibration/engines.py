@@ -857,6 +857,9 @@ MOE_CHECK_VARIANTS = (("shipped", None), ("uncarried", uncarried), ("no_floor", 
 
 
 EAGER_ENGINE = "vllm-eager-2023"
+# the 2023 engine's kernels without its host time (its framework's attention kernels:
+# engines.ENGINE_FRAMEWORKS), as features() costs its rows
+EAGER_KERNELS = replace(ZERO_ENGINE, name=EAGER_ENGINE)
 # the form vllm-eager-2023 ships (eager_forms' names), and the engine-profile field each of
 # its parameters is
 EAGER_SHIPPED_FORM = "overlap"
@@ -1074,7 +1077,7 @@ def eager_parts(
         if key not in workers:
             workers[key] = build_worker_cost(
                 key[0], EAGER_GPU, key[1], weight_dtype=key[2], kv_dtype=key[3],
-                engine=ZERO_ENGINE, profile=prof, gpu_mem_util=1.0, activation_reserve_bytes=0.0,
+                engine=EAGER_KERNELS, profile=prof, gpu_mem_util=1.0, activation_reserve_bytes=0.0,
             )  # fmt: skip
         w = workers[key]
         b, n = int(r["batch"]), int(r["isl"])
@@ -1368,7 +1371,7 @@ def _biased_gemm_s(points: pd.DataFrame, profile: HardwareProfile | None = None)
         if key not in workers:
             workers[key] = build_worker_cost(
                 key[0], EAGER_GPU, key[1], weight_dtype="bf16", kv_dtype="bf16",
-                engine=ZERO_ENGINE, profile=prof, gpu_mem_util=1.0, activation_reserve_bytes=0.0,
+                engine=EAGER_KERNELS, profile=prof, gpu_mem_util=1.0, activation_reserve_bytes=0.0,
             )  # fmt: skip
         w = workers[key]
         if not w.model.linear_bias:

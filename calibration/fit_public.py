@@ -118,6 +118,8 @@ FP8_FRAMEWORK = "trtllm"
 # Linear without an input_scale, so FP8QDQLinearMethod.apply runs quantize_e4m3_per_tensor
 # (a memset, an amax kernel on a 1024 x 1024 grid, then the quantisation) before each GEMM
 DYNAMIC_SCALE_FRAMEWORKS = ("trtllm",)
+# the framework whose public kernel-table rows each backend is fitted on (the framework that
+# ships it: profile.ATTENTION_BACKEND_FRAMEWORKS, tests/test_attention_backend_selection.py)
 BACKEND_FRAMEWORKS = {
     "vllm-flash": "vllm",
     "sglang-flash": "sglang",
@@ -150,9 +152,11 @@ TRTLLM_PER_QUERY_HEAD_BACKEND = "trtllm-mmha"
 MINOR_KERNELS = ("vllm_flash_attn_fa4", "triton")
 GENERIC_BACKEND = "vllm-flash"
 AUTO_MAX_APE = 0.15
-# decode kernels only their own engine runs, never auto picks for another engine whatever
-# their error: TensorRT-LLM's XQA (vLLM and SGLang decode with FlashAttention-family
-# kernels; a TensorRT-LLM worker runs it through its engine profile's attention_backend)
+# decode kernels never in ``attention_auto`` whatever their error: TensorRT-LLM's XQA, which
+# takes only 2-32 query heads per KV head and runs beside masked MHA in TensorRT-LLM alone.
+# ``attention_auto`` is the pick of a worker whose engine names no framework (the
+# kernel-only profile); a serving engine's worker runs its own framework's kernels in both
+# phases whatever their speed (step.pick_attention_backends, engines.ENGINE_FRAMEWORKS)
 ENGINE_OWN_DECODE_BACKENDS = ("trtllm",)
 ATTENTION_FRAMEWORK = "vllm"  # the generic kernel's rows
 
@@ -320,10 +324,11 @@ def fit_attention_backends(
 
 
 def auto_candidates(errors: dict[str, Any], backends: dict[str, Any]) -> dict[str, list[str]]:
-    """Backends ``auto`` may pick, per phase: those whose fit generalises — held-out median
-    APE within :data:`AUTO_MAX_APE` for every dtype fitted. Picking the fastest backend by
-    its fitted model would otherwise reward a fit that predicts too fast. An engine's own
-    decode kernel (:data:`ENGINE_OWN_DECODE_BACKENDS`) is never a decode candidate."""
+    """Backends ``auto`` may pick for a worker whose engine names no framework (the
+    kernel-only profile; a serving engine runs its own kernels), per phase: those whose fit
+    generalises — held-out median APE within :data:`AUTO_MAX_APE` for every dtype fitted.
+    Picking the fastest backend by its fitted model would otherwise reward a fit that
+    predicts too fast. XQA (:data:`ENGINE_OWN_DECODE_BACKENDS`) is never a decode candidate."""
     out: dict[str, list[str]] = {}
     for phase, op in (("decode", "decode_attention"), ("prefill", "prefill_attention")):
         names = []

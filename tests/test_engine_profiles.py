@@ -77,7 +77,10 @@ def test_engine_overhead_by_hand() -> None:
     assert e.overhead_s(4, 80, 16, 16) == pytest.approx(want, rel=1e-12)
     # a decode step's overhead part is exactly the engine's overhead at (batch, batch)
     with_e = build_worker_cost("llama-3-70b", "h100-sxm", 4, engine=e)
-    bare = build_worker_cost("llama-3-70b", "h100-sxm", 4, engine=ZERO_ENGINE)
+    # the same engine's kernels (vLLM's) without its host time
+    bare = build_worker_cost(
+        "llama-3-70b", "h100-sxm", 4, engine=dataclasses.replace(ZERO_ENGINE, name=e.name)
+    )
     diff = with_e.decode_time_s(16, 16 * 1000) - bare.decode_time_s(16, 16 * 1000)
     assert diff == pytest.approx(e.overhead_s(4, 80, 16, 16), rel=1e-9)
 
@@ -190,7 +193,8 @@ def test_launch_floor_needs_a_decode_fit_with_overlap_0_or_1() -> None:
 
 def test_named_attention_backend_and_auto() -> None:
     prof = load_profile("h100-sxm")
-    auto = build_worker_cost("llama-3-70b", "h100-sxm", 4)
+    # an engine-less worker's auto (a serving engine runs its own kernels)
+    auto = build_worker_cost("llama-3-70b", "h100-sxm", 4, engine=ZERO_ENGINE)
     assert auto.decode_backend in prof.attention_auto["decode"]
     for name in prof.attention_backends:
         if name in DECODE_ONLY_BACKENDS:  # an engine's fallback kernel: no scenario choice
@@ -219,14 +223,15 @@ def test_an_engine_with_its_own_kernels_runs_them_under_auto() -> None:
     assert trt.decode_time_s(8, 8 * 4096) == pytest.approx(
         named.decode_time_s(8, 8 * 4096) + over, rel=1e-12
     )
+    # vLLM runs its own kernel (tests/test_attention_backend_selection.py)
     vllm = build_worker_cost("mistral-7b", "h100-sxm", 1, engine="vllm", kv_dtype="fp8")
-    assert vllm.decode_backend in load_profile("h100-sxm").attention_auto["decode"]
+    assert (vllm.decode_backend, vllm.prefill_backend) == ("vllm-flash", "vllm-flash")
     # a backend named in the scenario wins over the engine's
     w = build_worker_cost(
         "mistral-7b", "h100-sxm", 1, engine="trtllm", attention_backend="vllm-flash"
     )
     assert (w.decode_backend, w.prefill_backend) == ("vllm-flash", "vllm-flash")
-    # a profile without the engine's kernel falls back to auto's pick
+    # a profile without the engine's kernel runs the generic one, not another framework's
     prof = load_profile("h100-sxm")
     bare = dataclasses.replace(
         prof,
@@ -236,7 +241,7 @@ def test_an_engine_with_its_own_kernels_runs_them_under_auto() -> None:
         },
     )
     fb = build_worker_cost("mistral-7b", "h100-sxm", 1, engine="trtllm", profile=bare)
-    assert fb.decode_backend in prof.attention_auto["decode"] and fb.decode_backend != "trtllm"
+    assert (fb.decode_backend, fb.prefill_backend) == ("generic", "generic")
 
 
 def test_per_query_head_decode_rereads_the_group_by_hand() -> None:

@@ -31,9 +31,11 @@ FAST = dataclasses.replace(
     max_tp=1,
 )
 
-# 2 H100, Llama-3.1-8B, 2000-token prompts and 64-token replies, TTFT 3 s: a queue that
+# 2 H100, Llama-3.1-8B, 2000-token prompts and 32-token replies, TTFT 3 s: a queue that
 # takes 3 s of waiting to break the SLO grows for tens of seconds before it does, longer
-# than the search's runs; the file runs 120 s
+# than the search's runs; the file runs 120 s (the unchecked plan's file: TTFT p99 3.7 s,
+# attainment 0.81). With 64-token replies the case held until vLLM workers ran vLLM's own
+# prefill kernel (2026-12-03); since, that file meets as written
 SHORT_REPLIES = {
     "name": "holds",
     "seed": 1,
@@ -45,8 +47,8 @@ SHORT_REPLIES = {
         "kind": "synthetic",
         "rate_per_s": 1.0,
         "prompt_tokens": {"dist": "fixed", "value": 2000},
-        "output_tokens": {"dist": "fixed", "value": 64},
-        "max_tokens": 64,
+        "output_tokens": {"dist": "fixed", "value": 32},
+        "max_tokens": 32,
     },
     "sim": {"duration_s": 120, "warmup_s": 12},
 }

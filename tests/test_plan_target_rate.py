@@ -86,10 +86,15 @@ def test_a_fleet_that_serves_less_than_the_rate_says_so(monkeypatch):
 
 def test_a_disaggregated_fleet_that_serves_the_rate_with_fewer_gpus_is_found(monkeypatch):
     """100 req/s: the analytic fleet is 6 GPUs (4P + 2D). Chunked serves 16 req/s per
-    GPU (7 GPUs for the rate: no colocated fleet under 6), disaggregation 40 (3 GPUs).
-    Was: planned on the 6 GPUs first sized, a disaggregated fleet serving ~2.4 x the
-    rate (only colocated candidates trimmed the fleet); now searched again at the 3 GPUs
-    the disaggregated deployment needs, and kept there as it serves the rate."""
+    GPU (7 GPUs for the rate: no colocated fleet under 6), disaggregation 40 (at least
+    ceil(100 / 40) = 3 GPUs). Was: planned on the 6 GPUs first sized, a disaggregated
+    fleet serving ~2.4 x the rate (only colocated candidates trimmed the fleet); now
+    searched again at fewer GPUs, and kept at the first that serves the rate. Which of 3
+    or 4: the fake caps give every disaggregated layout 40 req/s per GPU, so at 3 GPUs the
+    1P + 1D pair (78 req/s) ties per GPU with 2P + 1D (117), and the analytic guesses
+    decide which one the search measures: with vLLM's own prefill kernel (2026-12-03)
+    1P + 1D, which misses the rate, so the plan is for 4 GPUs, where 2P + 1D is measured
+    (117 req/s) and recommended on its 3 GPUs; before, the plan was for those 3."""
     caps = {"disaggregated": 40.0, "colocated-chunked": 16.0, "colocated-vllm": 8.0}
 
     def meets(sc) -> bool:
@@ -99,12 +104,13 @@ def test_a_disaggregated_fleet_that_serves_the_rate_with_fewer_gpus_is_found(mon
     fake_run_points(monkeypatch, meets)
     res, advice = plan(QUESTION, target_rate_per_s=100.0, options=OPTS, executor=SerialExecutor())
     assert res.first_budget == 6
-    assert res.gpu_budget == 3  # ceil(100 / 40) GPUs; 2 serve only 80
+    assert 3 <= res.gpu_budget < 6  # no fewer than ceil(100 / 40) GPUs serve it
     rec = advice.recommended
     assert advice.verdict == "disaggregate" and rec is not None
-    assert rec.candidate.num_gpus == 3 and rec.goodput_per_s >= 100.0
-    assert "sized for the target rate of 100 req/s: 3 GPUs serve it, fewer than the 6" in (
-        advice.reason
+    assert rec.candidate.num_gpus == 3 and rec.goodput_per_s >= 100.0  # 2P + 1D
+    assert (
+        f"sized for the target rate of 100 req/s: {res.gpu_budget} GPUs serve it, fewer "
+        "than the 6" in advice.reason
     )
 
 

@@ -72,7 +72,13 @@ from disaggsim.costmodel.overhead import (
 )
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import EngineProfile, resolve_engine
-from disaggsim.hardware.profile import GemmParams, GpuPeaks, HardwareProfile, load_profile
+from disaggsim.hardware.profile import (
+    DecodeAttentionParams,
+    GemmParams,
+    GpuPeaks,
+    HardwareProfile,
+    load_profile,
+)
 from disaggsim.units import GiB
 
 __all__ = [
@@ -178,6 +184,28 @@ def _expert_param_key(fmt: str) -> str:
     if fmt in ("fp8", "fp8-block"):
         return fmt
     return "bf16"
+
+
+# decode-attention terms the layer model (MoeWorkerCost._attention_s) does not evaluate:
+# a grouped kernel's group rate and per-query-head re-reads, per-item work, XQA's waves
+_UNMODELLED_DECODE_TERMS = (
+    "reread_bytes_per_s",
+    "group_bytes_per_s",
+    "per_item_s",
+    "per_q_elem_s",
+    "wave_sms",
+    "cta_s",
+    "cta_q_elem_s",
+    "cta_bytes_per_s",
+    "split_s",
+    "split_elem_s",
+)
+
+
+def _one_line_decode_fit(d: DecodeAttentionParams) -> bool:
+    """Whether the layer model evaluates decode fit ``d`` whole: none of its
+    :data:`_UNMODELLED_DECODE_TERMS` is set (FlashAttention-family fits)."""
+    return all(getattr(d, k) == 0.0 for k in _UNMODELLED_DECODE_TERMS)
 
 
 def _expert_peak(fmt: str, gpu: GpuSpec, peaks: GpuPeaks) -> float:
@@ -612,6 +640,8 @@ class MoeWorkerCost:
             p = self._expert_params
             self._expert_params = replace(p, mem_eff=min(1.0, p.mem_eff * mem_ratio))
         self._kv_elem = float(dtype_bytes(kv_dtype))
+        # attention kernels (GQA/MHA layers: the engine's own, _pick_attention)
+        self.decode_backend = self.prefill_backend = "generic"
         self._dec = profile.decode_attention_params(kv_dtype)
         self._pre = profile.prefill_attention_params("bf16")
         self._ew = profile.elementwise
@@ -649,6 +679,7 @@ class MoeWorkerCost:
                 (float((hq + 2 * hkv) * hd), h),
                 (h, float(hq * hd)),
             )
+            self._pick_attention(profile, eng, hq, hkv, hd, kv_dtype)
         self._dense_f = -(-model.ffn // tp)
         if moe is not None:
             self._slots = moe.num_experts + (lo.redundant_experts or 0)
@@ -1020,6 +1051,32 @@ class MoeWorkerCost:
             count = self.launches_per_iteration(decode, prefill, split)
             hit = self._launch_cache[key] = self._ov.launch_per_layer_s * count / dense
         return hit
+
+    def _pick_attention(
+        self,
+        profile: HardwareProfile,
+        eng: EngineProfile,
+        hq: int,
+        hkv: int,
+        hd: int,
+        kv_dtype: str,
+    ) -> None:
+        """The attention kernels of a GQA/MHA layer: the engine's own, as a dense worker
+        runs them (:func:`disaggsim.costmodel.step.pick_attention_backends`: its framework's
+        fitted kernels, else the profile's generic one), prefill on the fit for the KV dtype
+        where the kernel has one. A decode fit of a form this layer model does not evaluate
+        (:func:`_one_line_decode_fit`: TensorRT-LLM's XQA wave kernel, masked MHA's per-item
+        terms) keeps the profile's generic decode kernel."""
+        from disaggsim.costmodel.step import pick_attention_backends
+
+        dec_b, pre_b = pick_attention_backends(
+            profile, "auto", hq, hkv, hd, kv_dtype, eng.attention_backend, eng.framework
+        )
+        dec = profile.decode_attention_for(dec_b, kv_dtype)
+        if _one_line_decode_fit(dec):
+            self.decode_backend, self._dec = dec_b, dec
+        self.prefill_backend = pre_b
+        self._pre = profile.prefill_attention_for(pre_b, kv_dtype)
 
     def _attention_s(self, b_r: float, ctx_r: float, s_r: float, n_r: float, pairs_r: float):
         """One layer's attention kernels on one GPU of the busiest DP rank."""

@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from disaggsim.hardware.engines import ENGINE_FRAMEWORKS
 from disaggsim.hardware.profile import ProfileError
 from disaggsim.inputs import read_json
 
@@ -58,15 +59,11 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 # the framework whose MoE kernel each shipped engine profile runs (the grouped-GEMM
-# parameter set it takes); an engine not named here takes the reference (TensorRT-LLM)
+# parameter set it takes): the engine's framework (engines.ENGINE_FRAMEWORKS); an engine not
+# named there takes the reference (TensorRT-LLM)
 REFERENCE_FRAMEWORK = "trtllm"
 GEMM_FRAMEWORKS = ("vllm", "sglang")
-ENGINE_EXPERT_KERNELS = {
-    "vllm": "vllm",
-    "vllm-eager-2023": "vllm",
-    "sglang": "sglang",
-    "trtllm": "trtllm",
-}
+ENGINE_EXPERT_KERNELS = dict(ENGINE_FRAMEWORKS)
 FITTED_GPU = "h100-sxm"
 EXPERT_DTYPES = ("bf16", "fp8", "fp8-block", "mxfp4")
 A2A_MODES = ("normal", "low_latency")

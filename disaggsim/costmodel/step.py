@@ -21,10 +21,11 @@ One iteration over ``m`` tokens (``docs/costmodel.md`` has the derivation):
   replay CUDA graphs, the GPU's per-layer graph cost.
 
 Attention runs the kernel the profile fitted for the named ``attention_backend``, or with
-``auto`` the serving engine's own kernel where its engine profile names one (TensorRT-LLM)
-and the profile fits it, else the backend whose kernels are fastest for this worker's
-head layout (shape family: heads, KV heads, head dim per GPU), chosen once per worker
-(:func:`pick_attention_backends`).
+``auto`` the serving engine's own kernels, prefill and decode alike: the kernel its engine
+profile names (TensorRT-LLM's) where the profile fits it, else its framework's fitted
+kernels (vLLM's, SGLang's; the fastest for this worker's head layout when a framework has
+several), else the profile's generic kernel — never another framework's kernel because it
+is faster; chosen once per worker (:func:`pick_attention_backends`).
 
 GEMMs run the profile's ``ops.gemm`` fit for the weight dtype, or with FP8 weights the
 serving engine's own FP8 GEMM kernel where its engine profile names one (SGLang's
@@ -58,7 +59,9 @@ from disaggsim.costmodel.tp_layout import TpLayout, allreduce_s, tp_layout
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import ENGINE_CHOICES, EngineProfile, resolve_engine
 from disaggsim.hardware.profile import (
+    ATTENTION_BACKEND_FRAMEWORKS,
     ATTENTION_CHOICES,
+    DECODE_ONLY_BACKENDS,
     DecodeAttentionParams,
     ElementwiseParams,
     GemmParams,
@@ -252,17 +255,23 @@ def pick_attention_backends(
     head_dim: int,
     kv_dtype: str,
     engine_backend: str = "auto",
+    framework: str | None = None,
 ) -> tuple[str, str]:
     """``(decode backend, prefill backend)`` a worker with this per-GPU head layout runs.
 
     A named ``backend`` must be fitted in the profile. ``auto`` runs the serving engine's
-    own kernel (``engine_backend``, :class:`~disaggsim.hardware.engines.EngineProfile`)
-    for each phase the profile fits it for; otherwise ``auto`` takes, separately for
-    decode and prefill, the backend with the smallest summed time over a few reference
-    shapes of this head layout (its shape family), as engines pick the fastest kernel for
-    a model, among the profile's ``attention_auto`` candidates (the backends whose fit is
-    trusted; all fitted ones when the profile names none); ``generic`` (the profile's
-    ``ops`` entries) when there is none. Raises :class:`UserError` for an unknown or unfitted name."""
+    own kernels, one rule for both phases: for each phase, the kernel the engine profile
+    names (``engine_backend``, :class:`~disaggsim.hardware.engines.EngineProfile`) where
+    the profile fits it for that phase, else the fitted kernels of the engine's framework
+    (``framework``: :data:`~disaggsim.hardware.profile.ATTENTION_BACKEND_FRAMEWORKS`; the
+    fastest of them when several), else ``generic`` (the profile's ``ops`` entries) —
+    never another framework's kernel because it is faster. Only an engine without a
+    framework (``framework`` None: the kernel-only profile) takes, separately for decode
+    and prefill, the backend with the smallest summed time over a few reference shapes of
+    this head layout (its shape family) among the profile's ``attention_auto`` candidates
+    (the backends whose fit is trusted; all fitted ones when the profile names none).
+    Decode-only kernels (an engine's fallback for layouts its main kernel does not take)
+    are never picked here. Raises :class:`UserError` for an unknown or unfitted name."""
     if backend not in ATTENTION_CHOICES:
         raise UserError(
             f"attention_backend: unknown backend {backend!r} (allowed: {', '.join(ATTENTION_CHOICES)})"
@@ -314,6 +323,21 @@ def pick_attention_backends(
         )
 
     own = fitted.get(engine_backend) if engine_backend != "auto" else None
+    if framework is not None:  # the engine's own kernels only
+        ours = [
+            n
+            for n in fitted
+            if ATTENTION_BACKEND_FRAMEWORKS.get(n) == framework and n not in DECODE_ONLY_BACKENDS
+        ]
+        first = [engine_backend] if own is not None else []
+        dec_own = first + sorted(
+            (n for n in ours if n not in first), key=lambda n: (decode_cost(n), n)
+        )
+        pre_own = (first if own is not None and own.prefill else []) + sorted(
+            (n for n in ours if fitted[n].prefill and n not in first),
+            key=lambda n: (prefill_cost(n), n),
+        )
+        return (dec_own[0] if dec_own else "generic"), (pre_own[0] if pre_own else "generic")
     if own is not None and own.prefill:
         return engine_backend, engine_backend
     auto = profile.attention_auto
@@ -453,6 +477,7 @@ class RooflineWorkerCost:
             hd,
             kv_dtype,
             engine.attention_backend,
+            engine.framework,
         )
         # the engine's own decode kernels: where its grouped kernel does not take this
         # layout it runs its per-query-head kernel, when the profile fits one
@@ -872,9 +897,8 @@ def build_worker_cost(
     profile
         A loaded profile or a path to one; default: the profile shipped for ``gpu``.
     attention_backend
-        ``auto`` (the engine's own kernel where the engine profile names one and the
-        hardware profile fits it, else the fastest trusted kernel for the head layout) or
-        a backend the profile fits (:data:`disaggsim.hardware.profile.ATTENTION_BACKENDS`).
+        ``auto`` (the engine's own kernels, :func:`pick_attention_backends`) or a backend
+        the profile fits (:data:`disaggsim.hardware.profile.ATTENTION_BACKENDS`).
     gpus_per_node
         GPUs per node (NVLink domain) of the cluster: a topology fabric's
         ``gpus_per_node``; None: the GPU catalog's. Decides whether the TP group's

@@ -34,11 +34,12 @@ the longer of the KV bytes from HBM and ``group × KV bytes`` at
 fits that per-query-head kernel on its own (``per_query_head_decode_backend``: TensorRT-LLM's
 masked MHA, ``trtllm-mmha``, a decode-only backend), the engine's own decode kernel for
 those layouts is that fit — work items per query head, its own re-read rate unless the
-engine gives one — instead of the grouped kernel's fit. An engine that ships its own
-attention kernels names them (``attention_backend``: TensorRT-LLM's ``trtllm``); a worker
-with ``attention_backend: auto`` then runs that kernel wherever the hardware profile fits
-it (``auto`` otherwise: vLLM and SGLang both run FlashAttention-family kernels, among which
-``auto`` takes the fastest trusted fit). The overhead does not depend on the
+engine gives one — instead of the grouped kernel's fit. A worker with ``attention_backend:
+auto`` runs its engine's own attention kernels, in prefill and decode alike: the kernel the
+engine profile names (``attention_backend``: TensorRT-LLM's ``trtllm``) wherever the
+hardware profile fits it, else the fitted kernels of the engine's framework
+(:data:`ENGINE_FRAMEWORKS`: vLLM's ``vllm-flash``, SGLang's ``sglang-flash``), else the
+profile's generic kernel; never another framework's kernel because its fit is faster. The overhead does not depend on the
 context tokens (the launch floor is one line constant in it), so a decode step stays the
 longer of at most two lines affine in the context (``docs/costmodel.md``).
 
@@ -67,6 +68,17 @@ from typing import Any
 from disaggsim.hardware.profile import ATTENTION_CHOICES, DECODE_ONLY_BACKENDS, GEMM_KERNELS
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm", "vllm-eager-2023")
+# the framework whose kernels each engine runs (the one engine -> framework map of the
+# package): ``attention_backend: auto`` takes only that framework's attention kernels
+# (:data:`~disaggsim.hardware.profile.ATTENTION_BACKEND_FRAMEWORKS`), the MoE model its
+# expert kernels (:data:`~disaggsim.costmodel.moe_params.ENGINE_EXPERT_KERNELS`); the
+# kernel-only profile (:data:`ZERO_ENGINE`) names none
+ENGINE_FRAMEWORKS = {
+    "vllm": "vllm",
+    "vllm-eager-2023": "vllm",
+    "sglang": "sglang",
+    "trtllm": "trtllm",
+}
 ENGINE_ALIASES = {"cuda-graphs": "vllm", "eager": "vllm-eager-2023"}
 ENGINE_CHOICES = ENGINE_NAMES + tuple(ENGINE_ALIASES)
 ENGINES_SCHEMA_VERSION = 1
@@ -123,6 +135,12 @@ class EngineProfile:
     def overhead_s(self, tp: int, num_layers: int, seqs: float, tokens: float) -> float:
         """Seconds of one iteration's overhead over ``seqs`` sequences and ``tokens`` tokens."""
         return self.fixed_s(tp, num_layers) + self.per_seq_s * seqs + self.per_token_s * tokens
+
+    @property
+    def framework(self) -> str | None:
+        """The framework whose kernels this engine runs (:data:`ENGINE_FRAMEWORKS`); None
+        for the kernel-only profile."""
+        return ENGINE_FRAMEWORKS.get(self.name)
 
     def grouped_decode_covers(self, q_per_kv: int) -> bool:
         """Whether the engine's grouped decode kernel takes ``q_per_kv`` query heads per KV

@@ -75,6 +75,20 @@ ATTENTION_BACKENDS = (
     "flex",
     "trtllm-mmha",
 )
+# The framework that ships each attention kernel: a serving engine's ``auto`` runs only its
+# own framework's kernels (engines.ENGINE_FRAMEWORKS), never another's because it is faster.
+# The harness-timed PyTorch kernels (SDPA's backends, FlexAttention) belong to no serving
+# engine: only a scenario naming one, or the kernel-only engine profile, runs them.
+ATTENTION_BACKEND_FRAMEWORKS = {
+    "vllm-flash": "vllm",
+    "sglang-flash": "sglang",
+    "trtllm": "trtllm",
+    "sdpa-flash": "pytorch",
+    "sdpa-cudnn": "pytorch",
+    "sdpa-efficient": "pytorch",
+    "flex": "pytorch",
+    "trtllm-mmha": "trtllm",
+}
 # Decode-only kernels: an engine runs them for the decode layouts its main kernel does not
 # take (TensorRT-LLM's masked multi-head attention beside its XQA: engine profile
 # ``per_query_head_decode_backend``); a scenario cannot name them, having no prefill.
