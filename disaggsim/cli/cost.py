@@ -305,6 +305,7 @@ def _decode(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "base_s": base_s,
         "per_context_token_s": per_token_s,
         **_item_line(cost, b),
+        **_min_lines(cost, b),
         "kv_capacity_tokens": cost.kv_capacity_tokens,
         "kv_tokens_used": b * c,
         "weights_bytes_per_gpu": cost.weights_bytes_per_gpu,
@@ -325,6 +326,23 @@ def _item_line(cost: Any, b: int) -> dict[str, Any]:
         "item_bound_per_context_token_s": item_per_token_s,
         "knee_context_tokens": cost.decode_knee_tokens(b),
     }
+
+
+def _min_lines(cost: Any, b: int) -> dict[str, Any]:
+    """How ``time_s`` is made of the printed lines (``step_form``; each line ``base +
+    per_context_token × C`` with C = batch × context_tokens), and a multi-block wave decode
+    kernel's other lines (``min_lines``: TensorRT-LLM's XQA, one per split count its rule
+    takes; ``base_s`` / ``per_context_token_s`` is then its most-split line only): the
+    step is the smallest of the kernel lines, or the item-bound line where that is larger
+    (``interface.decode_step_time_s``)."""
+    alts = getattr(cost, "decode_min_coeffs", None)
+    lines = tuple(alts(b)) if alts is not None else ()
+    stream = "min(stream, min_lines)" if lines else "stream"
+    item = hasattr(cost, "decode_item_coeffs")
+    out: dict[str, Any] = {"step_form": f"max(item_bound, {stream})" if item else stream}
+    if lines:
+        out["min_lines"] = [{"base_s": b0, "per_context_token_s": k0} for b0, k0 in lines]
+    return out
 
 
 KV_PATHS = PAIR_PATHS

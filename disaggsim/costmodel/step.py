@@ -604,9 +604,16 @@ class RooflineWorkerCost:
         return hit
 
     def decode_knee_tokens(self, batch: int) -> float:
-        """Context tokens (all sequences together) where the two lines cross; 0 when the
-        attention kernel's per-item work never outlasts its KV stream."""
-        return decode_knee_tokens(*self._decode_lines(batch))
+        """Context tokens (all sequences together) above which the kernel-bound part of the
+        step outlasts the item-bound line; 0 when it does at every context. With one
+        kernel line, where the two lines cross. A wave kernel's kernel-bound part is the
+        smallest of its lines (:meth:`decode_min_coeffs`), concave and rising in C: it
+        outlasts the item line once every one of its lines does, past the largest of their
+        crossings."""
+        stream, item = self._decode_lines(batch)
+        return max(
+            decode_knee_tokens(line, item) for line in (stream, *self.decode_min_coeffs(batch))
+        )
 
     def _decode_lines(self, batch: int) -> tuple[tuple[float, float], tuple[float, float]]:
         hit = self._decode_cache.get(batch)
