@@ -1520,6 +1520,151 @@ def xqa_split_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# TensorRT-LLM's masked-MHA multi-block rule (decoderMaskedMultiheadAttentionLaunch.h
+# multi_block_grid_setup and AttentionOp::getMaxNumSeqLenTile of the 1.x releases): each
+# (sequence, query head) item is split over seq_len_tile = min(ceil(SMs / (B x H)),
+# ceil((L + 1) / kv_loop)) thread blocks (one wave at most), kv_loop = threads per block /
+# threads per value x 8 tokens (threads per value: head_dim x 2 bytes / 16, head dim rounded
+# up to a power of two); with B x H <= SMs the launch tunes the block up to 1024 threads
+# (block_size_factor = min(ceil(SMs x blocks/SM / (B x H)), blocks/SM), 1024 from 4
+# resident 256-thread blocks per SM: assumed, the occupancy is not in the tables)
+MMHA_SPLIT_BLOCK_THREADS = 1024
+MMHA_KV_LOOP_UNROLL = 8
+
+
+def mmha_split_counts(batch, heads, per_seq_tokens, head_dim, sms: int) -> np.ndarray:
+    """Thread blocks masked MHA's multi-block mode gives each (sequence, query head) item
+    (:data:`MMHA_SPLIT_BLOCK_THREADS`): at most one wave of the SMs, at least one KV loop
+    per block."""
+    bh = np.asarray(batch, float) * np.asarray(heads, float)
+    d = np.asarray(head_dim, float)
+    dh_max = 2.0 ** np.ceil(np.log2(d))
+    loop = MMHA_SPLIT_BLOCK_THREADS / (dh_max * 2.0 / 16.0) * MMHA_KV_LOOP_UNROLL
+    cap = np.ceil(sms / bh)
+    return np.maximum(
+        np.minimum(cap, np.ceil((np.asarray(per_seq_tokens, float) + 1.0) / loop)), 1.0
+    )
+
+
+def mmha_wave_form_s(
+    p, batch, heads, kv_heads, head_dim, per_seq_tokens, splits, hbm, sms, kv_elem
+):
+    """A masked-MHA decode kernel as waves of thread blocks (a diagnostic form, not the
+    step model's): ``B x H x s`` blocks over ``sms`` SMs in ``W`` full waves and a partial
+    one of ``r``; each block pays ``cta_s`` and streams ``(L + 1) / s`` tokens of ``2 x D x
+    kv_elem`` bytes, in a full wave at the longer of its HBM share (the ``g`` query heads of
+    a KV head read it once from HBM) and its share of the L2 re-read rate, in the partial
+    one at least at its own rate ``cta_bytes_per_s``; a split item pays a reduction
+    (``split_s + split_elem_s x s x D``). ``p``: (floor_s, bw_eff, cta_s, cta_bytes_per_s,
+    reread_bytes_per_s, split_s, split_elem_s)."""
+    floor, bw_eff, cta_s, cta_rate, reread, split_s, split_elem = p
+    b, h, kh, d, s = (np.asarray(x, float) for x in (batch, heads, kv_heads, head_dim, splits))
+    g = h / kh
+    n = b * h * s
+    full = np.floor(n / sms)
+    rest = n - full * sms
+    part = (rest > 0.0).astype(float)
+    bw = hbm * bw_eff
+    per_tok = 2.0 * d * kv_elem
+    full_tok = per_tok * sms * np.maximum(1.0 / (g * bw), 1.0 / reread)
+    rest_tok = per_tok * np.maximum(np.maximum(1.0 / cta_rate, rest / (g * bw)), rest / reread)
+    tokens = (np.asarray(per_seq_tokens, float) + 1.0) / s
+    split = (s > 1.0) * (split_s + split_elem * s * d)
+    return floor + (full + part) * cta_s + split + tokens * (full * full_tok + part * rest_tok)
+
+
+def mmha_split_fit(data_root: Path, gpu: str = "h100-sxm") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A diagnostic, not shipped: TensorRT-LLM's masked-MHA decode rows (``trtllm-mmha``,
+    each KV dtype) under the shipped fit and under the wave form of its own multi-block
+    count (:func:`mmha_split_counts`, :func:`mmha_wave_form_s`), and as the smallest of
+    the wave form over split counts 1, 2, 4, ... up to one wave (a form the step model's
+    lines could take), each fitted and held out by head-layout family. Returns the errors
+    and the shipped fit's median measured/predicted per split count and tokens per
+    sequence (the residual the rule explains)."""
+    pk = peaks_of(gpu)
+    sms = NUM_SMS[gpu]
+    prof = load_profile(gpu)
+    dec = public.aic_decode_attention(data_root, gpu)
+    rows, resid = [], []
+    share = pk.hbm_bytes_per_s / sms
+    starts = [
+        (5e-6, 0.8, 3e-6, 2.0 * share, 5.0 * pk.hbm_bytes_per_s, 3e-6, 1e-11),
+        (3e-6, 0.9, 1e-6, share, 2.0 * pk.hbm_bytes_per_s, 1e-6, 1e-12),
+    ]
+    lo = (1e-8, 1e-3, 1e-10, 0.05 * share, 0.2 * pk.hbm_bytes_per_s, 1e-10, 1e-16)
+    hi = (1e-3, 1.0, 1e-3, pk.hbm_bytes_per_s, 100.0 * pk.hbm_bytes_per_s, 1e-3, 1e-6)
+    hbm = pk.hbm_bytes_per_s
+    powers = [2.0**j for j in range(int(np.log2(sms)) + 2)]
+    for dtype in sorted(set(dec["dtype"])):
+        d = _decode_backend_rows(dec[dec["dtype"] == dtype], TRTLLM_PER_QUERY_HEAD_BACKEND)
+        if d.empty:
+            continue
+        elem = 1.0 if dtype == "fp8" else 2.0
+        b, h, kh, hd, c, ts = (
+            d[x].to_numpy(float)
+            for x in ("batch", "heads", "kv_heads", "head_dim", "context_tokens", "t_s")
+        )
+        per_seq = c / b
+        g = np.round(h / kh)
+        fam = shape_family(d["heads"], d["kv_heads"], d["head_dim"])
+        shipped = prof.decode_attention_for(TRTLLM_PER_QUERY_HEAD_BACKEND, dtype)
+        pred = ops.decode_attention_time_s(pk, shipped, b, c, kh, hd, elem, g, q_per_kv=g)
+        err = prof.fit_error.get(f"attention.{TRTLLM_PER_QUERY_HEAD_BACKEND}.decode.{dtype}", {})
+        a = np.abs(pred / ts - 1.0)
+        rows.append(
+            {
+                "kv": dtype,
+                "form": "shipped trtllm-mmha fit",
+                "n": len(ts),
+                "median_ape": round(float(np.median(a)), 3),
+                "p90_ape": round(float(np.percentile(a, 90)), 3),
+                "held_out_median_ape": err.get("held_out_median_ape"),
+            }
+        )
+        splits = mmha_split_counts(b, h, per_seq, hd, sms)
+        cap = np.maximum(np.ceil(sms / (b * h)), 1.0)
+
+        x = (b, h, kh, hd, per_seq)
+
+        def rule(p, idx, x=x, s=splits, elem=elem):
+            return mmha_wave_form_s(p, *(v[idx] for v in x), s[idx], hbm, sms, elem)
+
+        def smallest(p, idx, x=x, cap=cap, elem=elem):
+            ts_k = [
+                mmha_wave_form_s(p, *(v[idx] for v in x), np.minimum(k, cap[idx]), hbm, sms, elem)
+                for k in powers
+            ]
+            return np.min(ts_k, axis=0)
+
+        for name, form in (
+            ("wave form, the rule's split", rule),
+            ("wave form, smallest split", smallest),
+        ):
+            _, ferr = fit_generic(form, ts, starts, lo, hi, fam, held_out=True)
+            rows.append(
+                {
+                    "kv": dtype,
+                    "form": name,
+                    "n": ferr.n,
+                    "median_ape": round(ferr.median_ape, 3),
+                    "p90_ape": round(ferr.p90_ape, 3),
+                    "held_out_median_ape": round(float(ferr.held_out_median_ape or 0.0), 3),
+                }
+            )
+        lb = pd.cut(
+            per_seq, [0, 128, 512, 2048, 8192, np.inf],
+            labels=["<=128", "129-512", "513-2048", "2049-8192", ">8192"],
+        )  # fmt: skip
+        sb = pd.cut(splits, [0, 1, 3, 9, np.inf], labels=["1", "2-3", "4-9", ">9"])
+        r = pd.DataFrame({"kv": dtype, "splits": sb, "tokens_per_seq": lb, "ratio": ts / pred})
+        resid.append(
+            r.pivot_table(
+                index=["kv", "splits"], columns="tokens_per_seq", values="ratio", aggfunc="median"
+            ).round(2)
+        )
+    return pd.DataFrame(rows), pd.concat(resid)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.fit_public", description=__doc__.split("\n\n")[0]
@@ -1588,6 +1733,14 @@ def main(argv: list[str] | None = None) -> int:
         "under XQA's own multi-block count, in sample and fitted on short contexts (a "
         "diagnostic: fits and writes nothing shipped)",
     )
+    p.add_argument(
+        "--mmha-split",
+        metavar="GPU",
+        choices=sorted(SMS),
+        help="only print TensorRT-LLM's masked-MHA decode rows under the shipped fit and under "
+        "the wave form of its own multi-block count, held out by head-layout family, and the "
+        "shipped fit's residual by split count (a diagnostic: fits and writes nothing shipped)",
+    )
     args = p.parse_args(argv)
     if args.gemm_variants:
         print(tile_form_variants(Path(args.data), args.gemm_variants).to_string(index=False))
@@ -1599,6 +1752,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.xqa_split:
         print(xqa_split_fit(Path(args.data), args.xqa_split).to_string(index=False))
+        return 0
+    if args.mmha_split:
+        errs, resid = mmha_split_fit(Path(args.data), args.mmha_split)
+        print(errs.to_string(index=False))
+        print("\nshipped fit, median measured/predicted by split count and tokens per sequence:")
+        print(resid.to_string())
         return 0
     if args.gemm_tiles:
         try:
