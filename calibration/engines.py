@@ -139,8 +139,8 @@ FIT_PARAMS = {
     "vllm-eager-2023": PARAM_KEYS,
 }
 # engines that ship their own attention kernels (the rest run FlashAttention-family
-# kernels, for which auto's fastest trusted fit stands): written into engines.json and used
-# for the kernel time of their measurements
+# kernels: their framework's fits under auto, step.pick_attention_backends): written into
+# engines.json and used for the kernel time of their measurements
 ENGINE_ATTENTION = {"trtllm": "trtllm"}
 # engines whose FP8 GEMM kernel the hardware profiles fit on its own (``gemm_kernels``):
 # SGLang's sgl-kernel FP8 GEMM and vLLM's CUTLASS scaled_mm (calibration/fit_public.py
@@ -574,7 +574,7 @@ def features(
         key = (
             r["model"], gpu, int(r["tp"]), r["weight_dtype"], r["kv_dtype"],
             eng.attention_backend, eng.grouped_decode_q_per_kv, eng.per_query_head_kv_bytes_per_s,
-            eng.fp8_gemm_kernel,
+            eng.fp8_gemm_kernel, eng.name,
         )  # fmt: skip
         if (
             key not in workers

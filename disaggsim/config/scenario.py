@@ -50,8 +50,9 @@ WeightDType = Literal["bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "rel
 # serving-engine profiles (disaggsim/hardware/engines.py); cuda-graphs = vllm and
 # eager = vllm-eager-2023 are the older names
 Engine = Literal["vllm", "sglang", "trtllm", "vllm-eager-2023", "cuda-graphs", "eager"]
-# attention kernels (disaggsim/hardware/profile.py ATTENTION_CHOICES); auto: the fastest
-# the GPU's profile fits for the model's head layout
+# attention kernels (disaggsim/hardware/profile.py ATTENTION_CHOICES); auto: the serving
+# engine's own kernels where the GPU's profile fits them, else the generic fit
+# (costmodel/step.py pick_attention_backends)
 AttentionBackend = Literal[
     "auto",
     "vllm-flash",
