@@ -73,6 +73,7 @@ from disaggsim.costmodel.overhead import (
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import EngineProfile, resolve_engine
 from disaggsim.hardware.profile import (
+    DECODE_FIELDS_OMITTED_AT_ZERO,
     DecodeAttentionParams,
     GemmParams,
     GpuPeaks,
@@ -187,18 +188,11 @@ def _expert_param_key(fmt: str) -> str:
 
 
 # decode-attention terms the layer model (MoeWorkerCost._attention_s) does not evaluate:
-# a grouped kernel's group rate and per-query-head re-reads, per-item work, XQA's waves
-_UNMODELLED_DECODE_TERMS = (
-    "reread_bytes_per_s",
-    "group_bytes_per_s",
-    "per_item_s",
-    "per_q_elem_s",
-    "wave_sms",
-    "cta_s",
-    "cta_q_elem_s",
-    "cta_bytes_per_s",
-    "split_s",
-    "split_elem_s",
+# a grouped kernel's group rate, and every optional term a profile leaves out at 0 but the
+# few-item fill time (per-query-head re-reads, per-item work, XQA's waves; a term added to
+# the profile later is unmodelled here until the layer model evaluates it)
+_UNMODELLED_DECODE_TERMS = ("group_bytes_per_s",) + tuple(
+    k for k in DECODE_FIELDS_OMITTED_AT_ZERO if k != "split_fill_s"
 )
 
 
