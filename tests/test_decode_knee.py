@@ -98,7 +98,9 @@ class TwoLineCost(ConstantCost):
 def _reference_decode(kv_at, prompt, out, cost) -> dict[int, list[float]]:
     """Token times of one decode worker, step by step: requests join at the first step
     boundary after their KV arrives (at once when the worker is idle); each step lasts
-    the larger line at the batch's context; a request leaves after its last token."""
+    the larger of the item line and the kernel line at the batch's context (the smallest
+    of the kernel lines where the cost offers ``decode_min_coeffs``); a request leaves
+    after its last token."""
     times = {r: [kv_at[r]] for r in range(len(kv_at))}
     pending = sorted(range(len(kv_at)), key=lambda r: kv_at[r])
     running: list[int] = []
@@ -111,9 +113,10 @@ def _reference_decode(kv_at, prompt, out, cost) -> dict[int, list[float]]:
             continue
         b = len(running)
         ctx = sum(prompt[r] + len(times[r]) for r in running)
-        base, per = cost.decode_coeffs(b)
+        more = getattr(cost, "decode_min_coeffs", None)
+        lines = [cost.decode_coeffs(b), *(more(b) if more is not None else ())]
         ib, ip = cost.decode_item_coeffs(b)
-        t += max(base + per * ctx, ib + ip * ctx)
+        t += max(min(b0 + k0 * ctx for b0, k0 in lines), ib + ip * ctx)
         for r in running:
             times[r].append(t)
         running = [r for r in running if len(times[r]) < out[r]]

@@ -24,6 +24,7 @@ from disaggsim.engine.cluster import EngineConfig, PoolSpec, run_cluster
 from disaggsim.hardware.profile import DecodeAttentionParams, GpuPeaks, load_profile
 from disaggsim.metrics.reconstruct import token_times
 from disaggsim.workload.requests import Requests
+from tests.test_decode_knee import _reference_decode
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(
@@ -147,31 +148,6 @@ class MinLineCost(ConstantCost):
 
     def mixed_time_s(self, decode_batch, decode_context_tokens, *args, **kwargs):
         return decode_step_time_s(self, decode_batch, decode_context_tokens)
-
-
-def _reference_decode(kv_at, prompt, out, cost) -> dict[int, list[float]]:
-    """Token times of one decode worker, step by step: requests join at the first step
-    boundary after their KV arrives (at once when idle); each step lasts the larger of the
-    item line and the smallest kernel line at the batch's context."""
-    times = {r: [kv_at[r]] for r in range(len(kv_at))}
-    pending = sorted(range(len(kv_at)), key=lambda r: kv_at[r])
-    running: list[int] = []
-    t = kv_at[pending[0]]
-    while pending or running:
-        while pending and kv_at[pending[0]] <= t:
-            running.append(pending.pop(0))
-        if not running:
-            t = kv_at[pending[0]]
-            continue
-        b = len(running)
-        ctx = sum(prompt[r] + len(times[r]) for r in running)
-        lines = [cost.decode_coeffs(b), *cost.decode_min_coeffs(b)]
-        ib, ip = cost.decode_item_coeffs(b)
-        t += max(min(b0 + k0 * ctx for b0, k0 in lines), ib + ip * ctx)
-        for r in running:
-            times[r].append(t)
-        running = [r for r in running if len(times[r]) < out[r]]
-    return times
 
 
 def test_engine_token_times_follow_the_smallest_line_step_by_step() -> None:
