@@ -231,37 +231,23 @@ def fit_decode_backend(
     :func:`_decode_backend_rows`), held out by head-layout family unless ``held_out`` is
     False (the parameters are the same either way); a :data:`WAVE_BACKENDS` kernel as a
     multi-block wave kernel on ``num_sms`` SMs when given (> 0)."""
+    shape = (rows["batch"], rows["context_tokens"], rows["kv_heads"], rows["head_dim"], rows["t_s"])
+    q_per_kv = (rows["heads"] / rows["kv_heads"]).round()
+    common: dict[str, Any] = {
+        "kv_elem_bytes": 1.0 if dtype == "fp8" else 2.0,
+        "groups": shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
+        "held_out": held_out,
+    }
     if backend in WAVE_BACKENDS and num_sms > 0:
-        return fit_decode_wave(
-            peaks,
-            rows["batch"],
-            rows["context_tokens"],
-            rows["kv_heads"],
-            rows["head_dim"],
-            rows["t_s"],
-            (rows["heads"] / rows["kv_heads"]).round(),
-            num_sms,
-            kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
-            groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
-            held_out=held_out,
-        )
-    per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
+        return fit_decode_wave(peaks, *shape, q_per_kv, num_sms, **common)
     return fit_decode_attention(
         peaks,
-        rows["batch"],
-        rows["context_tokens"],
-        rows["kv_heads"],
-        rows["head_dim"],
-        rows["t_s"],
-        kv_elem_bytes=1.0 if dtype == "fp8" else 2.0,
-        groups=shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"]),
-        q_per_kv=(rows["heads"] / rows["kv_heads"]).round() if per_qh else None,
+        *shape,
+        q_per_kv=q_per_kv if backend == TRTLLM_PER_QUERY_HEAD_BACKEND else None,
         split_kv=True,
-        held_out=held_out,
-        group_q_per_kv=(
-            (rows["heads"] / rows["kv_heads"]).round() if backend in GROUP_RATE_BACKENDS else None
-        ),
+        group_q_per_kv=q_per_kv if backend in GROUP_RATE_BACKENDS else None,
         item_terms=backend in ITEM_TERM_BACKENDS,
+        **common,
     )
 
 
