@@ -474,6 +474,20 @@ def fit_elementwise(peaks: GpuPeaks, nbytes, t_s, groups=None, held_out: bool = 
     return Fitted(ElementwiseParams(launch_s=p[0], bw_eff=p[1]), err)
 
 
+GATHER_ONE_BLOCK_SIZE_RULE = (
+    "one block size in the rows: per_block_s held at 0 (the per-block cost is folded into "
+    "bw_bytes_per_s; rows of two or more block sizes are needed to separate them)"
+)
+
+
+def blocks_separable(nbytes, num_blocks) -> bool:
+    """Whether gather rows can separate a per-block cost from the bandwidth: they hold at
+    least two sizes of block (bytes per block differing by more than rounding)."""
+    nb, blocks = np.asarray(nbytes, float), np.asarray(num_blocks, float)
+    per_block = nb[blocks > 0] / blocks[blocks > 0]
+    return per_block.size >= 2 and float(np.ptp(per_block)) > 1e-9 * float(per_block.max())
+
+
 def fit_copy(nbytes, t_s, num_blocks=None, held_out: bool = True) -> Fitted:
     nb, t_s = np.asarray(nbytes, float), np.asarray(t_s, float)
     blocks = None if num_blocks is None else np.asarray(num_blocks, float)
@@ -491,6 +505,15 @@ def fit_copy(nbytes, t_s, num_blocks=None, held_out: bool = True) -> Fitted:
             held_out=held_out,
         )
         return Fitted(CopyParams(latency_s=p[0], bw_bytes_per_s=p[1]), err)
+
+    if not blocks_separable(nb, blocks):
+        # one block size: a per-block cost and the bandwidth move time in proportion, so the
+        # rows cannot split them (any split fits equally, and which one a solver lands on
+        # depends on the BLAS's rounding); the per-block cost is folded into the bandwidth
+        f = fit_copy(nb, t_s, None, held_out)
+        return Fitted(CopyParams(latency_s=f.params.latency_s,
+                                 bw_bytes_per_s=f.params.bw_bytes_per_s, per_block_s=0.0),
+                      f.error, {"rule": GATHER_ONE_BLOCK_SIZE_RULE})  # fmt: skip
 
     def model_b(p, idx):
         prm = CopyParams(latency_s=p[0], bw_bytes_per_s=p[1], per_block_s=p[2])
@@ -804,7 +827,7 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
         blocks = rows["num_blocks"].fillna(0).to_numpy(float)
         f = fit_copy(rows["nbytes"], rows["median_s"], blocks if kind == "gather" else None)
         out.ops.setdefault("copy", {})[str(kind)] = _params_dict(f.params)
-        out.errors[f"copy.{kind}"] = f.error.as_dict()
+        out.errors[f"copy.{kind}"] = {**f.error.as_dict(), **f.extra}
         out.measured.append(f"copy.{kind}")
     a = df[df["op"] == "allreduce"]
     for ng_key, rows in a.groupby("num_gpus"):

@@ -712,30 +712,36 @@ def bench_copy(torch, dev: str, sweep: Sweep, timer: Timer, out: RawWriter) -> I
                 timing,
             )
             del src, dst, gpu_data
-    # paged-block gather: blocks of block_tokens tokens × (K and V) × 8 kv heads × 128 dims
+    # paged-block gather: blocks of block_tokens tokens × (K and V) × 8 kv heads × 128 dims,
+    # and blocks four times as large up to the same bytes, so that the fit can tell a
+    # per-block cost from the bandwidth (one block size moves both in proportion)
     row = 2 * 8 * 128 if dev == "cuda" else 2 * 2 * 32
     elem, tdt = 2, torch.bfloat16
-    for nblk in sweep.gather_blocks:
-        if budget.over():
-            yield "copy: time budget reached"
-            return
-        pool = torch.randn(2 * nblk, sweep.block_tokens * row, device=dev, dtype=tdt)
-        idx = torch.randperm(2 * nblk, device=dev)[:nblk]
-        dst = torch.empty(nblk, sweep.block_tokens * row, device=dev, dtype=tdt)
-        try:
-            timing = timer(partial(torch.index_select, pool, 0, idx, out=dst))
-        except RuntimeError as e:
-            yield f"copy gather {nblk} blocks: skipped ({str(e).splitlines()[0][:120]})"
-            continue
-        nb = nblk * sweep.block_tokens * row * elem
-        out.write(
-            "copy",
-            {"kind": "gather", "nbytes": nb, "num_blocks": nblk},
-            "bytes",
-            "index_select",
-            timing,
-        )
-        del pool, idx, dst
+    largest_bytes = max(sweep.gather_blocks) * sweep.block_tokens * row * elem
+    for block_tokens in (sweep.block_tokens, 4 * sweep.block_tokens):
+        for nblk in sweep.gather_blocks:
+            nb = nblk * block_tokens * row * elem
+            if nb > largest_bytes:
+                continue
+            if budget.over():
+                yield "copy: time budget reached"
+                return
+            pool = torch.randn(2 * nblk, block_tokens * row, device=dev, dtype=tdt)
+            idx = torch.randperm(2 * nblk, device=dev)[:nblk]
+            dst = torch.empty(nblk, block_tokens * row, device=dev, dtype=tdt)
+            try:
+                timing = timer(partial(torch.index_select, pool, 0, idx, out=dst))
+            except RuntimeError as e:
+                yield f"copy gather {nblk} x {block_tokens}-token blocks: skipped ({str(e).splitlines()[0][:120]})"
+                continue
+            out.write(
+                "copy",
+                {"kind": "gather", "nbytes": nb, "num_blocks": nblk},
+                "bytes",
+                "index_select",
+                timing,
+            )
+            del pool, idx, dst
     yield "copy: done"
 
 

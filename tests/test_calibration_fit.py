@@ -131,6 +131,25 @@ def test_fitter_recovers_copy_latency_and_bandwidth() -> None:
     assert got.latency_s == pytest.approx(20e-6, rel=0.15)
 
 
+def test_gather_fit_separates_a_per_block_cost_only_with_two_block_sizes() -> None:
+    # independent expectation: 5 µs + bytes / 2 TB/s + 40 ns per block
+    blocks = 4.0 ** np.arange(8)
+    nbytes = np.concatenate([blocks * 65536.0, blocks * 16384.0])  # two block sizes
+    nblk = np.concatenate([blocks, blocks])
+    t = _noisy(5e-6 + nbytes / 2e12 + 40e-9 * nblk, 6, 0.01)
+    two = fit_copy(nbytes, t, nblk, held_out=False)
+    assert two.params.per_block_s == pytest.approx(40e-9, rel=0.2)
+    assert two.params.bw_bytes_per_s == pytest.approx(2e12, rel=0.1)
+    # one block size (the H200 run's 64 KiB): bandwidth and per-block cost move time in
+    # proportion; the fit holds the per-block cost at 0 and says so, whatever the rounding
+    one_rows = slice(0, 8)
+    one = fit_copy(nbytes[one_rows], t[one_rows], nblk[one_rows], held_out=False)
+    assert one.params.per_block_s == 0.0
+    assert "one block size" in one.extra["rule"]
+    # the bandwidth the per-block cost folds into: 1 / (1 / 2 TB/s + 40 ns / 64 KiB)
+    assert one.params.bw_bytes_per_s == pytest.approx(1 / (1 / 2e12 + 40e-9 / 65536), rel=0.1)
+
+
 def test_held_out_error_is_reported_by_shape_family() -> None:
     true = GemmParams(launch_s=4e-6, max_eff=0.8, half_sat=120.0, mem_eff=0.75)
     m = np.repeat([1, 16, 256, 4096], 5).astype(float)

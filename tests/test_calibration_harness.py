@@ -15,6 +15,7 @@ pytest.importorskip(
 
 from calibration import harness
 from calibration.cli import main as calibrate_main
+from calibration.fit import blocks_separable
 from calibration.rawio import COLUMNS, read_raw
 from disaggsim.costmodel import ops
 from disaggsim.hardware.profile import load_profile
@@ -57,6 +58,10 @@ def test_raw_csvs_have_every_column_and_positive_times(raw_dir: Path) -> None:
     cp = df[df["op"] == "copy"]
     assert {"d2d", "gather"} <= set(cp["kind"])
     assert cp["nbytes"].min() <= 4096 and cp["nbytes"].max() >= 1 << 20
+    # of two block sizes, so that a per-block cost is told from the bandwidth
+    g = cp[cp["kind"] == "gather"]
+    assert (g["nbytes"] / g["num_blocks"]).nunique() == 2
+    assert blocks_separable(g["nbytes"], g["num_blocks"])
     # all-reduce ran over two real ranks (gloo processes on CPU), one row per message size
     ar = df[df["op"] == "allreduce"]
     assert set(ar["num_gpus"]) == {2}
