@@ -104,28 +104,50 @@ GRAPH_GAP_MAX_M = 16  # GEMM rows (tokens) used for the graph-gap estimate
 # Splitwise (Patel et al., ISCA 2024, arXiv 2311.18677): its characterization runs of 2023
 # vLLM (the paper's engine; the simulator's repository does not say, its issue #4 asks) on
 # DGX-A100 and DGX-H100, published as splitwise-sim's performance database. Its Llama-2-70B
-# A100 rows (TP 2/4/8, output 128 tokens, five runs each) are transcribed in SPLITWISE_RAW;
-# the H100 rows, the "h100-80gb-pcap" rows (derived from the H100 ones: the same token
-# times, prompt times x 1.3) and BLOOM-176B (not in the catalog) are not.
+# rows (TP 2/4/8, output 128 tokens, five runs each) are transcribed per GPU in
+# SPLITWISE_FILES: the A100 rows (source ``splitwise-sim``) and, since 2026-12-03, the H100
+# rows (``splitwise-sim-h100``: DGX-H100, so H100 SXM; a second GPU and host for the eager
+# engine, whose profile is fitted on A100 curves alone). The "h100-80gb-pcap" rows (derived
+# from the H100 ones: the same token times, prompt times x 1.3) and BLOOM-176B (not in the
+# catalog) are not transcribed.
 SPLITWISE_RAW = REPO / "calibration" / "engine_data" / "splitwise_llama2_70b_a100.csv"
+SPLITWISE_H100_RAW = REPO / "calibration" / "engine_data" / "splitwise_llama2_70b_h100.csv"
 SPLITWISE_SOURCE = "splitwise-sim"
+SPLITWISE_H100_SOURCE = "splitwise-sim-h100"
 SPLITWISE_URL = (
     "https://github.com/Mutinifni/splitwise-sim/blob/"
     "378088013a54df6f2052c27ff5ae6ea7619c3ecc/data/perf_model.csv"
 )
 SPLITWISE_VERSION = "vLLM of 2023, eager (Splitwise's characterization runs, DGX-A100)"
+# catalog GPU -> (transcription, source name, version text, the file's hardware column)
+SPLITWISE_FILES = {
+    "a100-80gb": (SPLITWISE_RAW, SPLITWISE_SOURCE, SPLITWISE_VERSION, "a100-80gb"),
+    "h100-sxm": (
+        SPLITWISE_H100_RAW,
+        SPLITWISE_H100_SOURCE,
+        "vLLM of 2023, eager (Splitwise's characterization runs, DGX-H100)",
+        "h100-80gb",
+    ),
+}
 # vLLM 0.2's token budget is max(max_model_len, 2560): a batch of at most 2560 prompt tokens
 # is one prefill iteration under any configuration; the source ran 8192-token prompts but
 # states neither its budget nor how a batch's prompt_time aggregates its requests' TTFTs
 # (batches of 8 and 16 x 512 tokens measured 1.07-1.34x a single prompt of the same tokens)
 SPLITWISE_PREFILL_MAX_TOKENS = 2560
-# decode configurations the source did not serve as one batch: e2e_time exceeds
-# prompt_time + 127 x token_time (checked by hand on run 1 of TP2 batches 1-16, TP4 and TP8
-# batches 16-64 and the longest prompts: within 0.5%)
+# decode configurations the source did not serve as one batch, per GPU: e2e_time exceeds
+# prompt_time + 127 x token_time (checked by hand on run 1 of every configuration of TP2
+# batches 1-64 and TP4 and TP8 batches 16-64 and the longest prompts: the others within
+# 0.5%; on the H100 TP2 batch 32 holds, 9,033 against 2,399 + 127 x 52.10 = 9,015 ms)
 SPLITWISE_DECODE_EXCLUDED = {
-    (2, 32): "e2e 18,487 ms against 6,639 + 127 x 72.09 = 15,794 ms (+17%)",
-    (2, 64): "e2e 159,758 ms against 802 + 127 x 67.30 = 9,349 ms (17x; its prompt_time, "
-    "0.80 s, is below batch 32's 6.6 s)",
+    "a100-80gb": {
+        (2, 32): "e2e 18,487 ms against 6,639 + 127 x 72.09 = 15,794 ms (+17%)",
+        (2, 64): "e2e 159,758 ms against 802 + 127 x 67.30 = 9,349 ms (17x; its prompt_time, "
+        "0.80 s, is below batch 32's 6.6 s)",
+    },
+    "h100-sxm": {
+        (2, 64): "e2e 83,892 ms against 363 + 127 x 42.32 = 5,738 ms (15x; its prompt_time, "
+        "0.36 s, is below batch 32's 2.4 s)",
+    },
 }
 # the parameters each engine's data can identify (others stay 0): vLLM's fit rows are
 # its CI's batches of 8 (no per-sequence signal; the batch-1 and batch-64 rows of PRs and
@@ -400,11 +422,12 @@ def lmdeploy_check(path: Path = LMDEPLOY_RAW) -> pd.DataFrame:
     )
 
 
-def splitwise_rows(path: Path = SPLITWISE_RAW) -> pd.DataFrame:
-    """Splitwise's measurements of 2023 vLLM (Llama-2-70B, DGX-A100, TP 2/4/8) as rows of
-    ``measurements.csv`` (:data:`COLUMNS`), every one held out of the fit: a second source
-    for ``vllm-eager-2023``, independent of DistServe's curves (another harness, another
-    A100 host, another model). ``path`` is the Llama-2-70B A100 rows of splitwise-sim's
+def splitwise_rows(gpu: str = "a100-80gb", path: Path | None = None) -> pd.DataFrame:
+    """Splitwise's measurements of 2023 vLLM (Llama-2-70B on ``gpu``'s DGX, TP 2/4/8) as
+    rows of ``measurements.csv`` (:data:`COLUMNS`), every one held out of the fit: a second
+    source for ``vllm-eager-2023``, independent of DistServe's curves (another harness,
+    another host, another model; on the H100 another GPU). ``path`` (default: ``gpu``'s
+    file in :data:`SPLITWISE_FILES`) is the Llama-2-70B rows of that GPU in splitwise-sim's
     ``data/perf_model.csv`` (:data:`SPLITWISE_URL`; transcribed run by run, times in ms).
     Per (TP, batch, prompt) configuration, output 128 tokens, five runs each: the median
     ``prompt_time`` is a first-token latency (``ttft_s``: one prefill of the batch's
@@ -414,21 +437,30 @@ def splitwise_rows(path: Path = SPLITWISE_RAW) -> pd.DataFrame:
     is ``prompt_time`` + 127 × ``token_time``) is one decode step at the batch and the
     mean context ``isl + 64`` (``decode_step_s``), except the configurations of
     :data:`SPLITWISE_DECODE_EXCLUDED`."""
+    if gpu not in SPLITWISE_FILES:
+        raise UserError(f"Splitwise GPU {gpu!r} (allowed: {', '.join(SPLITWISE_FILES)})")
+    default_path, source, version, hardware = SPLITWISE_FILES[gpu]
+    path = default_path if path is None else path
+    excluded = SPLITWISE_DECODE_EXCLUDED[gpu]
     try:
         raw = pd.read_csv(regular_file(path, UserError, "Splitwise CSV"))
     except (OSError, pd.errors.ParserError) as e:
         raise UserError(f"{path}: cannot read ({e})") from None
+    for col, want in (("hardware", hardware), ("model", "llama2-70b")):
+        bad = raw[raw[col] != want] if col in raw.columns else raw
+        if len(bad):
+            raise UserError(f"{path}: column {col} must be {want!r} on every line")
     rows = []
     keys = ["tensor_parallel", "batch_size", "prompt_size", "token_size"]
     for key, g in raw.groupby(keys, sort=False):
         tp, b, isl, osl = (int(v) for v in cast(tuple, key))
         base = {
-            "source": SPLITWISE_SOURCE,
+            "source": source,
             "url": SPLITWISE_URL,
-            "version": SPLITWISE_VERSION,
+            "version": version,
             "engine": "vllm-eager-2023",
             "model": "llama-2-70b",
-            "gpu": "a100-80gb",
+            "gpu": gpu,
             "tp": tp,
             "weight_dtype": "fp16",
             "kv_dtype": "fp16",
@@ -451,7 +483,7 @@ def splitwise_rows(path: Path = SPLITWISE_RAW) -> pd.DataFrame:
                     "iteration under any 2023-vLLM token budget)",
                 }
             )
-        if (tp, b) not in SPLITWISE_DECODE_EXCLUDED:
+        if (tp, b) not in excluded:
             v = g["token_time"].to_numpy(float)
             rows.append(
                 {
@@ -1069,15 +1101,20 @@ def eager_parts(
     steps and the mean ``isl + osl / 2`` for a mean time between tokens, as
     :func:`features` costs them."""
     pts = (eager_points(data_root) if points is None else points).reset_index(drop=True)
-    prof = profile or load_profile(EAGER_GPU)
-    workers: dict[tuple[str, int, str, str], Any] = {}
+    # each row on its own GPU's profile (``profile`` stands for the A100's, where DistServe's
+    # curves were measured): Splitwise measured the engine on DGX-H100 as well
+    profs: dict[str, HardwareProfile] = {EAGER_GPU: profile} if profile is not None else {}
+    workers: dict[tuple[str, str, int, str, str], Any] = {}
     out = np.zeros((len(pts), 9))
     for i, r in enumerate(pts.to_dict("records")):
-        key = (str(r["model"]), int(r["tp"]), str(r["weight_dtype"]), str(r["kv_dtype"]))
+        gpu = str(r.get("gpu", EAGER_GPU))
+        key = (gpu, str(r["model"]), int(r["tp"]), str(r["weight_dtype"]), str(r["kv_dtype"]))
         if key not in workers:
+            if gpu not in profs:
+                profs[gpu] = load_profile(gpu)
             workers[key] = build_worker_cost(
-                key[0], EAGER_GPU, key[1], weight_dtype=key[2], kv_dtype=key[3],
-                engine=EAGER_KERNELS, profile=prof, gpu_mem_util=1.0, activation_reserve_bytes=0.0,
+                key[1], gpu, key[2], weight_dtype=key[3], kv_dtype=key[4], engine=EAGER_KERNELS,
+                profile=profs[gpu], gpu_mem_util=1.0, activation_reserve_bytes=0.0,
             )  # fmt: skip
         w = workers[key]
         b, n = int(r["batch"]), int(r["isl"])

@@ -793,7 +793,61 @@ def test_splitwise_rows_are_the_transcription_by_hand() -> None:
     assert ((pre["batch"] == 1) | (pre["batch"] * pre["isl"] <= 2560)).all() and len(pre) == 27
     dec = s[s["metric"] == "decode_step_s"]
     assert not ((dec["tp"] == 2) & (dec["batch"] >= 32)).any() and len(dec) == 37
-    assert set(engines.SPLITWISE_DECODE_EXCLUDED) == {(2, 32), (2, 64)}
+    assert set(engines.SPLITWISE_DECODE_EXCLUDED["a100-80gb"]) == {(2, 32), (2, 64)}
+
+
+def test_splitwise_h100_rows_are_the_transcription_by_hand() -> None:
+    # the DGX-H100 runs of the same file: their own source, the H100 SXM, held out; the
+    # measurements hold exactly what the builder makes of the transcribed runs
+    df = engines.read_measurements()
+    s = df[df["source"] == engines.SPLITWISE_H100_SOURCE].reset_index(drop=True)
+    built = engines.splitwise_rows("h100-sxm")
+    assert len(s) == len(built) == 65
+    for col in ("tp", "batch", "isl", "osl", "metric", "raw", "split", "url", "version"):
+        assert (s[col].astype(str) == built[col].astype(str)).all(), col
+    np.testing.assert_allclose(s["value_s"], built["value_s"], rtol=1e-9)
+    assert (s["split"] == "holdout").all() and (s["gpu"] == "h100-sxm").all()
+    assert (s["engine"] == "vllm-eager-2023").all() and (s["model"] == "llama-2-70b").all()
+    # by hand from data/perf_model.csv at the pinned commit (ms, the median of five runs):
+    # TP4 batch-1 decode after a 512-token prompt, TP2 batch-1 first token of 8192 tokens
+    row = s[(s["tp"] == 4) & (s["batch"] == 1) & (s["isl"] == 512)]
+    dec = row[row["metric"] == "decode_step_s"]["value_s"].item()
+    assert dec == pytest.approx(np.median([29.7623, 29.2666, 29.7387, 29.5440, 29.7181]) / 1e3)
+    row = s[(s["tp"] == 2) & (s["batch"] == 1) & (s["isl"] == 8192)]
+    ttft = row[row["metric"] == "ttft_s"]["value_s"].item()
+    assert ttft == pytest.approx(1339.8417e-3, rel=1e-5)
+    # only TP2 batch 64 is excluded on the H100 (its batch 32 was served as one batch)
+    dec = s[s["metric"] == "decode_step_s"]
+    assert ((dec["tp"] == 2) & (dec["batch"] == 32)).any() and len(dec) == 38
+    assert set(engines.SPLITWISE_DECODE_EXCLUDED["h100-sxm"]) == {(2, 64)}
+    # the same configurations as the A100 file, five runs each
+    a100 = pd.read_csv(engines.SPLITWISE_RAW)
+    h100 = pd.read_csv(engines.SPLITWISE_H100_RAW)
+    keys = ["tensor_parallel", "batch_size", "prompt_size", "token_size", "run"]
+    assert sorted(map(tuple, a100[keys].to_numpy())) == sorted(map(tuple, h100[keys].to_numpy()))
+
+
+def test_splitwise_rejects_a_file_of_another_gpu(tmp_path: Path) -> None:
+    bad = tmp_path / "sw.csv"
+    shutil.copy(engines.SPLITWISE_RAW, bad)
+    with pytest.raises(UserError, match="hardware must be 'h100-80gb'"):
+        engines.splitwise_rows("h100-sxm", bad)
+    with pytest.raises(UserError, match="allowed: a100-80gb, h100-sxm"):
+        engines.splitwise_rows("b200")
+
+
+def test_eager_rows_run_on_their_own_gpu() -> None:
+    # a 2023-vLLM row of the H100 costs the H100's kernels, not the A100's (the A100 is
+    # where DistServe's curves, and the eager profile's fit rows, were measured)
+    df = engines.read_measurements()
+    pair = []
+    for src in (engines.SPLITWISE_SOURCE, engines.SPLITWISE_H100_SOURCE):
+        r = df[(df["source"] == src) & (df["tp"] == 2) & (df["batch"] == 1) & (df["isl"] == 8192)]
+        pair.append(r[r["metric"] == "ttft_s"])
+    parts = engines.eager_parts(engines.REPO, None, pd.concat(pair, ignore_index=True))
+    a100, h100 = parts["layer_kernels_s"].to_numpy()
+    # an 8192-token prefill is GEMM-bound: the H100's fp16 GEMMs at about 3x the A100's
+    assert 2.0 < a100 / h100 < 3.5
 
 
 def test_overlap_hidden_form_fit_recovers_known_host_time() -> None:
