@@ -64,6 +64,7 @@ from scipy.optimize import least_squares, lsq_linear
 from calibration import public
 from calibration.fit import ape, prediction_error
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model
+from disaggsim.costmodel import ops
 from disaggsim.costmodel.moe import build_moe_worker_cost
 from disaggsim.costmodel.moe_params import MoeParams, load_moe_params
 from disaggsim.costmodel.step import ELEMENTWISE_KERNELS_PER_LAYER, build_worker_cost
@@ -1363,6 +1364,126 @@ def second_source_check(
     return out
 
 
+HOST_SCALE_GRID = tuple(float(x) for x in np.round(np.arange(0.30, 1.301, 0.01), 2))
+
+
+def eager_host_check(data_root: Path | None) -> dict[str, Any]:
+    """Why the shipped ``vllm-eager-2023`` profile misses Splitwise's DGX-H100 rows (held out,
+    never fitted): the profile's host terms (per iteration, per token, the per-layer launch
+    floor and TP sync) are the DGX-A100 host's, fitted on A100 rows alone. Three numbers:
+    the same configuration measured on both DGXs (``ratio``: H100 over A100 per matched
+    row, by phase, TP and batch), the shipped profile's error on each GPU's rows, and the
+    error with every host term scaled by one factor (the grid value with the least median
+    error on the H100 rows: a diagnostic of whether one host speed explains the miss,
+    in sample on held-out rows, so nothing is shipped from it)."""
+    fit = fit_all(data_root)[EAGER_ENGINE]
+    names = _EAGER_FORM_PARAMS[EAGER_SHIPPED_FORM]
+    theta = np.array([fit["params"][EAGER_PROFILE_FIELDS[k]] for k in names])
+    df = read_measurements()
+    sw = df[df["source"].isin([SPLITWISE_SOURCE, SPLITWISE_H100_SOURCE])].reset_index(drop=True)
+    d = _form_inputs(eager_parts(REPO, None, sw))
+    h100 = (sw["source"] == SPLITWISE_H100_SOURCE).to_numpy()
+
+    def stats(scale: float, sel: np.ndarray) -> tuple[float, float]:
+        a = ape(_eager_form_pred(EAGER_SHIPPED_FORM, theta * scale, d), d["meas"])[sel]
+        return float(np.median(a)), float(np.percentile(a, 90))
+
+    best = min(HOST_SCALE_GRID, key=lambda s: stats(s, h100)[0])
+    key = ["metric", "tp", "batch", "isl"]
+    m = sw.pivot_table(index=key, columns="gpu", values="value_s").dropna().reset_index()
+    m["ratio"] = m["h100-sxm"] / m["a100-80gb"]
+    return {
+        "ratio": m,
+        "shipped": {"a100-80gb": stats(1.0, ~h100), "h100-sxm": stats(1.0, h100)},
+        "host_scale": best,
+        "scaled_h100": stats(best, h100),
+    }
+
+
+# SGLang's Triton fused_moe picks its tile config from a file per (local experts E, shard
+# width N, GPU, dtype) when one ships, else a default config (fused_moe_triton_config.py
+# get_moe_configs / get_default_config: bf16 64 x 64 x 32 tiles, 16 x 32 x 64 at M <= E).
+# Since 0.5 it searches every triton_* config directory newest first when the running
+# Triton's has none, so an older Triton's tuned file is used. For Mixtral-8x7B at TP2 on
+# the H100 (E=8, N=7168) SGLang ships configs/triton_3_2_0/ (PR #6974) and triton_3_3_1/
+# (PR #6958) "E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json"; AIConfigurator's SGLang
+# collector (collector/sglang/collect_moe.py) looks the config up the same way
+# (get_moe_configs with E = the rank's local experts), so its 0.5.14 table ran the tuned
+# file where one ships and the default config elsewhere.
+SGLANG_MOE_SHAPE = {"hidden_size": 4096, "inter_size": 14336, "num_experts": 8, "topk": 2}
+SGLANG_MOE_WIDE_TOKENS = 16384
+
+
+def sglang_moe_configs(data_root: Path) -> pd.DataFrame:
+    """SGLang 0.5.14's Mixtral-8x7B rows of AIConfigurator's H100 ``moe_perf`` table, per
+    (moe TP, EP): the rank's config key (local experts E, shard width N), the expert GEMMs'
+    FLOP rate at :data:`SGLANG_MOE_WIDE_TOKENS` tokens (balanced routing) beside vLLM
+    0.24's and TensorRT-LLM's on the same point, and the shipped ``sglang`` bf16 fit's
+    prediction over the measurement (median, tokens > 1024). Which rows ran a tuned tile
+    config shows in the rate: a diagnostic of the SGLang fit, nothing fitted."""
+    from calibration import fit_moe
+
+    moe = fit_moe.moe_rows(data_root, ("vllm", "sglang", "trtllm"))
+    sel = moe["distribution"] == "balanced"
+    for col, v in SGLANG_MOE_SHAPE.items():
+        sel &= moe[col] == v
+    d = moe[sel & (moe["dtype"] == "bf16")].copy()
+    params = load_moe_params("h100-sxm")
+    d["pred_s"] = 0.0
+    for fw in ("sglang", "vllm", "trtllm"):
+        f = (d["fw"] == fw).to_numpy()
+        d.loc[f, "pred_s"] = fit_moe._gg(params.gemm("bf16", fw), d[f])
+    flop = 2.0 * d["tokens_gpu"] * d["hidden_size"] * d["width"] * 3.0
+    d["tflop_per_s"] = flop / d["meas_s"] / 1e12
+    wide = d[d["num_tokens"] == SGLANG_MOE_WIDE_TOKENS]
+    rate = wide.pivot_table(
+        index=["moe_tp_size", "moe_ep_size"], columns="fw", values="tflop_per_s"
+    )
+    sg = d[(d["fw"] == "sglang") & (d["num_tokens"] > 1024)]
+    over = (sg["pred_s"] / sg["meas_s"]).groupby([sg["moe_tp_size"], sg["moe_ep_size"]]).median()
+    out = rate.rename(columns=lambda c: f"{c}_tflop_per_s").assign(
+        sglang_pred_over_measured_gt1024=over
+    )
+    out = out.reset_index()
+    out.insert(2, "E", SGLANG_MOE_SHAPE["num_experts"] // out["moe_ep_size"])
+    out.insert(3, "N", SGLANG_MOE_SHAPE["inter_size"] // out["moe_tp_size"])
+    return out
+
+
+# DeepGEMM's README (github.com/deepseek-ai/DeepGEMM, the release of February 2025, section
+# "Performance", "Normal GEMMs for dense models"): its FP8 GEMM (1 x 128 activation and
+# 128 x 128 weight scales, bf16 output) on an H800 with NVCC 12.8, per (m, n, k) the
+# TFLOPS, the memory bandwidth it reached ((m k + k n + 2 m n) bytes over the time) and the
+# speedup over DeepSeek's CUTLASS 3.6 kernel. The one public kernel timing of an H800 found:
+# the H800 profile carries the H100 SXM's GEMM efficiencies (same die, same HBM3 at
+# 3.35 TB/s; NVLink cut to 400 GB/s), and the memory-bound rows check that carry.
+DEEPGEMM_H800 = REPO / "calibration" / "engine_data" / "deepgemm_h800_fp8.csv"
+DEEPGEMM_H800_URL = "https://github.com/deepseek-ai/DeepGEMM (README.md, February 2025)"
+DEEPGEMM_STREAM_M = 128  # rows with m at most this stream the weights (decode-sized)
+
+
+def h800_gemm_check(path: Path = DEEPGEMM_H800) -> pd.DataFrame:
+    """DeepGEMM's H800 FP8 GEMM times (:data:`DEEPGEMM_H800`) against the shipped H800
+    profile's FP8 GEMM (``ops.gemm_time_s``, the efficiencies carried from the H100 SXM):
+    per row the measured time (2 m n k / TFLOPS), the prediction, their ratio and the share
+    of the H800's HBM peak the measured run streamed. Nothing is fitted."""
+    try:
+        t = pd.read_csv(regular_file(path, UserError, "DeepGEMM CSV"))
+    except (OSError, pd.errors.ParserError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    prof = load_profile("h800-sxm")
+    m, n, k = (t[c].to_numpy(float) for c in ("m", "n", "k"))
+    meas = 2.0 * m * n * k / (t["tflops"].to_numpy(float) * 1e12)
+    pred = ops.gemm_time_s(prof.peaks, prof.gemm_params("fp8"), m, n, k, "fp8")
+    streamed = (m * k + k * n + 2.0 * m * n) / meas / prof.peaks.hbm_bytes_per_s
+    return t.assign(
+        measured_us=meas * 1e6,
+        predicted_us=pred * 1e6,
+        measured_over_predicted=meas / pred,
+        streamed_of_peak=streamed,
+    )
+
+
 # --- vllm-eager-2023: the structure of the prefill residual (2026-12-02, fourth session) -----
 # Terms with a physical meaning added to the shipped overlap form, each scored on both
 # sources (eager_prefill_screen). Host terms are seconds per unit; kernel terms a fraction
@@ -1687,10 +1808,11 @@ EAGER_SECOND_FORMS = ("additive", "overlap", EAGER_OVERLAP_HIDDEN, EAGER_OVERLAP
 
 def eager_every_row_in_sample(data_root: Path) -> dict[str, np.ndarray]:
     """Each eager form (:data:`EAGER_SECOND_FORMS`) fitted to every ``vllm-eager-2023`` row
-    of both sources, nothing held out: per form the rows' APE in sample — what the form can
-    reach on these data at all, extrapolation aside. Not shipped."""
+    of both A100 sources (DistServe and Splitwise's DGX-A100: one host), nothing held out:
+    per form the rows' APE in sample — what the form can reach on these data at all,
+    extrapolation aside. Not shipped."""
     pts = all_points(data_root)
-    rows = pts[pts["engine"] == EAGER_ENGINE].reset_index(drop=True)
+    rows = pts[(pts["engine"] == EAGER_ENGINE) & (pts["gpu"] == EAGER_GPU)].reset_index(drop=True)
     d = _form_inputs(eager_parts(data_root, None, rows))
     every = np.ones(len(rows), bool)
     return {
@@ -2236,12 +2358,74 @@ def main(argv: list[str] | None = None) -> int:
         "parameters uncarried and with their small-m compute floor removed (diagnostics)",
     )
     p.add_argument(
+        "--sglang-moe-configs",
+        action="store_true",
+        help="SGLang 0.5.14's Mixtral-8x7B MoE rows per (TP, EP): which ran a tuned tile "
+        "config (diagnostic of the sglang grouped-GEMM fit)",
+    )
+    p.add_argument(
+        "--h800-gemm",
+        action="store_true",
+        help="DeepGEMM's H800 FP8 GEMM table against the H800 profile's FP8 GEMM (the "
+        "efficiencies it carries from the H100 SXM)",
+    )
+    p.add_argument(
+        "--host-check",
+        action="store_true",
+        help="vllm-eager-2023 on Splitwise's DGX-H100 rows: the same runs on both DGXs and "
+        "one host-speed factor (diagnostic, why the H100 rows miss)",
+    )
+    p.add_argument(
         "--lmdeploy-check",
         action="store_true",
         help="LMDeploy TurboMind's A100 table against the step model's kernels alone "
         "(why there is no lmdeploy profile)",
     )
     args = p.parse_args(argv)
+    if args.h800_gemm:
+        try:
+            t = h800_gemm_check()
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        print(t.round(3).to_string(index=False))
+        mem = t[t["m"] <= DEEPGEMM_STREAM_M]
+        r = mem["measured_over_predicted"]
+        mem_eff = load_profile("h800-sxm").gemm_params("fp8").mem_eff
+        print(
+            f"m <= {DEEPGEMM_STREAM_M}: measured / predicted median {r.median():.3f} "
+            f"({r.min():.3f}-{r.max():.3f}); best stream {mem['streamed_of_peak'].max():.3f} "
+            f"of peak against the carried fp8 mem_eff {mem_eff:.3f}"
+        )
+        return 0
+    if args.sglang_moe_configs:
+        try:
+            t = sglang_moe_configs(Path(args.data))
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        print(t.round(3).to_string(index=False))
+        return 0
+    if args.host_check:
+        try:
+            hc = eager_host_check(Path(args.data))
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        r = hc["ratio"]
+        floor = (r["metric"] == "decode_step_s") & (r["batch"] <= 8)
+        print("Splitwise, same configuration on DGX-H100 over DGX-A100 (measured):")
+        print(r.round(4).to_string(index=False))
+        q = r.loc[floor, "ratio"]
+        print(f"decode steps, batch <= 8: n={len(q)} median {q.median():.3f} ({q.min():.3f}-{q.max():.3f})")  # fmt: skip
+        for gpu, (med, p90) in hc["shipped"].items():
+            print(f"shipped profile, {gpu} rows: median APE {100 * med:.1f}% p90 {100 * p90:.1f}%")
+        med, p90 = hc["scaled_h100"]
+        print(
+            f"host terms x {hc['host_scale']:.2f} (least median error on the H100 rows; a "
+            f"diagnostic): median APE {100 * med:.1f}% p90 {100 * p90:.1f}%"
+        )
+        return 0
     if args.lmdeploy_check:
         try:
             t = lmdeploy_check()
