@@ -125,13 +125,14 @@ weight-bound step against the datasheet ratio it no longer follows (vLLM's CI me
 1.18-1.21 for whole batches, host time included)."""
 ENGINES_MD = """Published step and batch latencies of serving engines
 (`calibration/engine_data/measurements.csv`, sources in `docs/calibration.md`; the
-`vllm-eager-2023` rows are DistServe's curves of 2023 vLLM on A100 and, held out, Splitwise's
-measurements of 2023 vLLM on DGX-A100) against the step model
+`vllm-eager-2023` rows are DistServe's curves of 2023 vLLM on A100, Splitwise's
+measurements of 2023 vLLM on DGX-A100 (held out) and on DGX-H100 (fit rows of that host's
+speed only, `host_scale`)) against the step model
 with each engine's shipped profile: all rows, the rows its fit used, the held-out rows
 (every H200 row and NIM for vllm and trtllm; for vllm also the rows from vLLM's pull
 requests and issues (PRs 10933, 11000 and 3240, issue 9471) and every MoE row (Mixtral-8x7B:
 the CI's A100, H100 and H200 batches, PR 3240's A100 batches); for sglang PR 1401's rows; the
-OPT-66B TP8 and OPT-13B TP4 families and every Splitwise row for vllm-eager-2023), each (source, model, GPU, TP) family predicted by
+OPT-66B TP8 and OPT-13B TP4 families and every Splitwise DGX-A100 row for vllm-eager-2023), each (source, model, GPU, TP) family predicted by
 a refit without it, and the kernels alone; where an engine has rows of dense and of MoE
 models, each kind apart (the MoE rows run `disaggsim/costmodel/moe.py`'s kernels). Target
 (issue 13): median ≤ 5% and p90 ≤ 15% per engine.
@@ -228,8 +229,14 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   the weight-bound step is 13.2% off the datasheet ratio (table above;
   `docs/calibration.md`, "The H200's own memory efficiency").
 
-- **vllm-eager-2023 (median 7.0%, p90 22.4% over both sources; DistServe's 428 rows 6.8% /
-  20.3%, Splitwise's 64 held-out rows 11.2% / 28.1%).** Since 2026-12-02 (third session) the
+- **vllm-eager-2023 (median 7.0%, p90 23.0% over its 557 rows; the 492 A100 rows 7.1% /
+  22.4%: DistServe's 428 rows 6.8% / 20.3%, Splitwise's 64 held-out DGX-A100 rows 11.1% /
+  28.0%; Splitwise's 65 DGX-H100 rows 5.8% / 28.7%, each TP family refitted without it
+  6.6% / 28.2%).** The DGX-H100 rows (added 2026-12-03) first scored 38.5% / 60.6%: the
+  same runs measure 0.667x on the DGX-H100's host (launch-bound decode steps), and the
+  profile's host terms were fitted on DGX-A100 hosts; the profile now carries that host's
+  speed (`host_scale`, 0.630 for h100-sxm, fitted on those rows with the A100 terms held;
+  `docs/calibration.md`, "2023 vLLM on another host"). Since 2026-12-02 (third session) the
   shipped profile is the overlap form: an eager engine launches each layer's kernels from
   Python while the GPU runs the previous ones, so the layers take the longer of their
   kernels and their launches (`launch_per_layer_s`, 381 µs), plus per iteration (3.24 ms),

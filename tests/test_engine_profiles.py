@@ -85,6 +85,31 @@ def test_engine_overhead_by_hand() -> None:
     assert diff == pytest.approx(e.overhead_s(4, 80, 16, 16), rel=1e-9)
 
 
+def test_host_scale_scales_every_host_term_on_that_gpu_only() -> None:
+    # a machine whose host runs the engine's host code at 0.6x the fit host's time: every
+    # host term (per iteration, per TP rank, per sequence, per token, per layer, the launch
+    # floor) takes 0.6x there; another GPU's machine keeps them; the GPU's graph gap is the
+    # GPU's, not the host's
+    e = dataclasses.replace(LAUNCH_ENGINE, per_tp_rank_s=7e-5, per_seq_s=3e-6)
+    scaled = dataclasses.replace(e, host_scale=(("h100-sxm", 0.6),))
+    assert scaled.host_scale_for("h100-sxm") == 0.6 and scaled.host_scale_for("a100-80gb") == 1.0
+    from disaggsim.costmodel.overhead import step_overhead
+
+    for gpu, f in (("h100-sxm", 0.6), ("a100-80gb", 1.0)):
+        prof = load_profile(gpu)
+        a, b = step_overhead(e, prof, 4, 80), step_overhead(scaled, prof, 4, 80)
+        graph = prof.graph_layer_s * 80 if e.cuda_graphs else 0.0
+        assert b.fixed_s - graph == pytest.approx(f * (a.fixed_s - graph), rel=1e-12)
+        assert b.per_seq_s == pytest.approx(f * a.per_seq_s, rel=1e-12)
+        assert b.per_token_s == pytest.approx(f * a.per_token_s, rel=1e-12)
+        assert b.launch_per_layer_s == pytest.approx(f * a.launch_per_layer_s, rel=1e-12)
+    # a graph engine's replay gap is not scaled
+    g = EngineProfile(name="vllm", per_iteration_s=1e-3, host_scale=(("h100-sxm", 0.5),))
+    prof = load_profile("h100-sxm")
+    ov = step_overhead(g, prof, 1, 32)
+    assert ov.fixed_s == pytest.approx(0.5e-3 + prof.graph_layer_s * 32, rel=1e-12)
+
+
 @pytest.mark.parametrize(
     "change, pattern",
     [
@@ -116,6 +141,18 @@ def test_engine_overhead_by_hand() -> None:
                 grouped_decode_q_per_kv=[8], per_query_head_kv_bytes_per_s=0
             ),
             r"engines\.vllm\.per_query_head_kv_bytes_per_s: must be > 0 when",
+        ),
+        (
+            lambda d: d["engines"]["vllm-eager-2023"].update(host_scale={"H100": 0.6}),
+            r"engines\.vllm-eager-2023\.host_scale\.H100: unknown GPU \(allowed: a100-80gb, ",
+        ),
+        (
+            lambda d: d["engines"]["vllm-eager-2023"].update(host_scale={"h100-sxm": 0}),
+            r"engines\.vllm-eager-2023\.host_scale\.h100-sxm: expected a number > 0",
+        ),
+        (
+            lambda d: d["engines"]["vllm"].update(host_scale=[0.6]),
+            r"engines\.vllm\.host_scale: expected an object of GPU id -> factor",
         ),
     ],
 )

@@ -106,18 +106,21 @@ def test_decode_lines_match_the_direct_step_across_the_knee():
 def test_shipped_eager_engine_on_mixtral_by_hand():
     """``vllm-eager-2023`` (its fields as shipped) against ``vllm`` at batch 1: the eager
     step is the LM head, its host time and its launches; vLLM's the kernels, the LM head
-    and its host time (per iteration and per extra TP rank)."""
+    and its host time (per iteration and per extra TP rank). Every host term at the speed
+    of the H100 machine's host (``host_scale``; vLLM's: 1)."""
     e, v = resolve_engine("vllm-eager-2023"), resolve_engine("vllm")
     eager, graphs = _mixtral("vllm-eager-2023"), _mixtral("vllm")
     bd = graphs.breakdown(decode_batch=1, decode_context_tokens=1000)
     kernels = bd.total_s - bd.lm_head_s - bd.overhead_s
     host_v = v.per_iteration_s + v.per_tp_rank_s + v.per_seq_s + v.per_token_s
     assert bd.overhead_s == pytest.approx(host_v, rel=1e-12)  # shipped profiles: no graph cost
-    host_e = (
+    host = e.host_scale_for("h100-sxm")
+    assert v.host_scale_for("h100-sxm") == 1.0
+    host_e = host * (
         e.per_iteration_s + e.per_tp_rank_s + e.per_seq_s + e.per_token_s
         + 32 * (e.per_layer_s + e.per_layer_tp_s)
     )  # fmt: skip
-    launches = e.launch_per_layer_s * MIXTRAL_LAUNCHES / DENSE_TP_LAUNCHES
+    launches = host * e.launch_per_layer_s * MIXTRAL_LAUNCHES / DENSE_TP_LAUNCHES
     want = bd.lm_head_s + host_e + max(launches, kernels)
     assert eager.decode_time_s(1, 1000) == pytest.approx(want, rel=1e-12)
     assert eager.decode_time_s(1, 1000) - graphs.decode_time_s(1, 1000) == pytest.approx(

@@ -70,13 +70,16 @@ class StepOverhead:
 def step_overhead(
     engine: EngineProfile, profile: HardwareProfile, tp: int, num_layers: int
 ) -> StepOverhead:
-    """The overhead of a worker of ``num_layers`` layers at attention TP ``tp``."""
+    """The overhead of a worker of ``num_layers`` layers at attention TP ``tp``: the
+    engine's host terms at the speed of ``profile``'s GPU's host (``host_scale``), plus
+    the GPU's own graph-replay gap."""
     graph_s = profile.graph_layer_s * num_layers if engine.cuda_graphs else 0.0
+    host = engine.host_scale_for(profile.gpu)
     return StepOverhead(
-        fixed_s=engine.fixed_s(tp, num_layers) + graph_s,
-        per_seq_s=engine.per_seq_s,
-        per_token_s=engine.per_token_s,
-        launch_per_layer_s=engine.launch_per_layer_s,
+        fixed_s=host * engine.fixed_s(tp, num_layers) + graph_s,
+        per_seq_s=host * engine.per_seq_s,
+        per_token_s=host * engine.per_token_s,
+        launch_per_layer_s=host * engine.launch_per_layer_s,
     )
 
 

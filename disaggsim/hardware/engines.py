@@ -23,6 +23,14 @@ constant in the context, so a decode step is the longer of the kernels' lines an
 constant line: still at most two lines affine in the context (``docs/costmodel.md``,
 "Launch-bound eager engines"). 0 (the default, and every CUDA-graph engine): no floor.
 
+Host speed: the host terms above (every one, the launch floor included) are the host
+time of the machines the profile was fitted on. Where another machine's host is measured
+to run them at another speed, ``host_scale`` maps that GPU's catalog id (the machine it
+sits in) to the factor its host time takes (``vllm-eager-2023``: fitted on DGX-A100 hosts,
+scaled on the DGX-H100's from Splitwise's runs of the same engine there; absent: 1, the
+fit's own host). The GPU's CUDA-graph replay gap is the GPU's, not the host's, and is not
+scaled.
+
 Decode attention over grouped-query layouts: a grouped kernel (FlashAttention's packed
 GQA, TensorRT-LLM's XQA) reads each KV head once for all the query heads that share it.
 An engine release whose grouped kernel covers only some group sizes
@@ -65,6 +73,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from disaggsim.catalog import GPU_IDS
 from disaggsim.hardware.profile import ATTENTION_CHOICES, DECODE_ONLY_BACKENDS, GEMM_KERNELS
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm", "vllm-eager-2023")
@@ -121,8 +130,15 @@ class EngineProfile:
     # the engine's FP8 GEMM kernel (a ``gemm_kernels`` fit of the hardware profile), used
     # where the profile fits it; None: the profile's ops.gemm.fp8
     fp8_gemm_kernel: str | None = None
+    # (GPU id, factor) pairs: the host time of that GPU's machine over the fit's (module
+    # docstring, "Host speed"); a GPU not listed: 1
+    host_scale: tuple[tuple[str, float], ...] = ()
     description: str = ""
     fit_error: dict[str, Any] = field(default_factory=dict)
+
+    def host_scale_for(self, gpu: str) -> float:
+        """The factor of every host term on ``gpu``'s machine (1 where none is fitted)."""
+        return dict(self.host_scale).get(gpu, 1.0)
 
     def fixed_s(self, tp: int, num_layers: int) -> float:
         """The part of one iteration's overhead that depends on neither batch nor tokens."""
@@ -216,6 +232,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             "per_query_head_kv_bytes_per_s",
             "per_query_head_decode_backend",
             "fp8_gemm_kernel",
+            "host_scale",
             "description",
             "fit_error",
         )
@@ -264,6 +281,22 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
                 f"{path}: engines.{name}.fp8_gemm_kernel: {fp8_gemm!r} "
                 f"(allowed: null, {', '.join(fp8_kernels)})"
             )
+        host = prm.get("host_scale") or {}
+        if not isinstance(host, dict):
+            raise EngineProfileError(
+                f"{path}: engines.{name}.host_scale: expected an object of GPU id -> factor, "
+                f"got {host!r}"
+            )
+        for gpu, v in host.items():
+            if gpu not in GPU_IDS:
+                raise EngineProfileError(
+                    f"{path}: engines.{name}.host_scale.{gpu}: unknown GPU "
+                    f"(allowed: {', '.join(GPU_IDS)})"
+                )
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise EngineProfileError(
+                    f"{path}: engines.{name}.host_scale.{gpu}: expected a number > 0, got {v!r}"
+                )
         if grouped is not None and reread <= 0 and fallback is None:
             raise EngineProfileError(
                 f"{path}: engines.{name}.per_query_head_kv_bytes_per_s: must be > 0 when "
@@ -279,6 +312,7 @@ def engines_from_dict(raw: Any, path: str = "<engines>") -> dict[str, EngineProf
             per_query_head_kv_bytes_per_s=float(reread),
             per_query_head_decode_backend=fallback,
             fp8_gemm_kernel=fp8_gemm,
+            host_scale=tuple(sorted((str(g), float(v)) for g, v in host.items())),
             description=str(prm.get("description", "")),
             fit_error=dict(prm.get("fit_error") or {}),
             **kw,
