@@ -1228,12 +1228,13 @@ def engine_rows(data: Path) -> list[Row]:
 
 
 def eager_family_rows(r: pd.DataFrame, a: np.ndarray, data: Path) -> list[Row]:
-    """``vllm-eager-2023`` per (model, TP) family with the shipped profile (where the miss
+    """``vllm-eager-2023`` per (GPU, model, TP) family with the shipped profile (where the miss
     sits), then the forms of :func:`calibration.engines.eager_forms` (the additive one, the
     shipped form until 2026-12-02; the shipped overlap form on DistServe alone)."""
     rows: list[Row] = []
-    for key, g in r.groupby(["model", "tp"], sort=True):
-        model, tp = (str(v) for v in cast(tuple, key))
+    # per GPU too: Splitwise's DGX-H100 rows are the fit rows of that host's speed alone
+    for key, g in r.groupby(["gpu", "model", "tp"], sort=True):
+        gpu, model, tp = (str(v) for v in cast(tuple, key))
         split = "held out" if (g["split"] == "holdout").all() else "fit"
         for bucket, sel in (
             ("all rows", np.ones(len(g), bool)),
@@ -1242,7 +1243,7 @@ def eager_family_rows(r: pd.DataFrame, a: np.ndarray, data: Path) -> list[Row]:
         ):
             rows.append(
                 _row(
-                    EAGER_GPU_ROW,
+                    gpu,
                     "engine",
                     f"vllm-eager-2023: {model} TP{tp} ({split})",
                     bucket,

@@ -939,7 +939,7 @@ def test_a_launch_floor_explains_the_opt13b_tp4_curve_slope_above_hbm_peak() -> 
 
 @needs_data
 def test_no_eager_form_meets_the_target_even_fitted_to_every_row() -> None:
-    # validation.md, vllm-eager-2023: fitted to all 492 rows of both sources, nothing held
+    # validation.md, vllm-eager-2023: fitted to all 492 rows of both A100 sources, nothing held
     # out, no form reaches the p90 target of 15% (the best about 20%): the miss is in the
     # data's mutual consistency, not only in extrapolation to the held-out rows
     every = engines.eager_every_row_in_sample(DATA)
