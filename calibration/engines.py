@@ -17,10 +17,11 @@ Data, each row with its source, configuration and figure:
   TP2 on the A100, batch 1-64: the MoE kernels, :func:`moe_floor_check`), NVIDIA NIM
   1.8.0's concurrency-1 figures (Llama-3.3-70B FP8, TP2 H100),
   SGLang ``bench_latency`` decode steps (Llama-3-8B, H100, batch 1 and 128, TP 1 and 8),
-  and Splitwise's measurements of 2023 vLLM (Llama-2-70B on DGX-A100, TP 2/4/8: a second
-  source for ``vllm-eager-2023``, rebuilt from its transcription by :func:`splitwise_rows`).
-  Column ``split`` marks the rows held out of the fit (every H200 row, NIM, Splitwise, vLLM
-  rows from PRs and issues, every MoE row, SGLang PR 1401);
+  and Splitwise's measurements of 2023 vLLM (Llama-2-70B on DGX-A100 and DGX-H100, TP
+  2/4/8: a second source for ``vllm-eager-2023``, rebuilt from its transcriptions by
+  :func:`splitwise_rows`; the DGX-H100 rows fit that host's speed alone, ``host_scale``).
+  Column ``split`` marks the rows held out of the fit (every H200 row, NIM, Splitwise's
+  DGX-A100 rows, vLLM rows from PRs and issues, every MoE row, SGLang PR 1401);
 - DistServe's curves of the 2023 vLLM engine (``kernels/distserve/profiler-a100-80g.vllm
   .json``, OPT-13B/66B on A100, eager PyTorch), evaluated on a grid
   (:func:`whole_step_points`) for ``vllm-eager-2023``; the (model, TP) families
