@@ -147,9 +147,8 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
     rec = advice.recommended
     if not advice.decided or rec is None or rec.goodput_per_s <= 0:
         raise ValueError(f"plan: verdict {advice.verdict!r} recommends no deployment")
-    raw = written_scenario(
-        res, rec.candidate, rec.goodput_per_s, name=f"{res.loaded.scenario.name}-plan"
-    )
+    rate = rec.file_rate_per_s  # the goodput, or what the file's own seed meets (holds.py)
+    raw = written_scenario(res, rec.candidate, rate, name=f"{res.loaded.scenario.name}-plan")
     raw["description"] = (
         f"disaggsim plan recommendation ({advice.verdict}) for {res.gpu_budget} x {res.gpu}: "
         f"{rec.candidate.label}, goodput {rec.goodput_per_gpu_per_s:.3f} req/s per GPU"
@@ -165,7 +164,13 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
             f" (checked as written: this file at this rate meets the SLOs, seed "
             f"{res.loaded.scenario.seed})"
         )
-    ws = written_sim(res, rec.candidate.kind, rec.goodput_per_s)
+    if rec.file_check is not None:
+        raw["description"] += (
+            f"; written at {rate:.6g} req/s, under that goodput of {rec.goodput_per_s:.6g}: "
+            "at the goodput this seed's run flags a growing queue that a run with a fresh "
+            "seed did not (the goodput search's retest, docs/planning.md §4)"
+        )
+    ws = written_sim(res, rec.candidate.kind, rate)
     if ws.bound == "file_requests":
         raw["description"] += (
             f"; sim shortened from the question's {ws.question_s:g} s to "
@@ -272,7 +277,14 @@ def write_outputs(
             d.pop("deployment")
             # one column per field of the check as written (empty: not checked)
             written = d.pop("as_written") or {}
-            for key in ("status", "from_rate_per_s", "duration_s", "num_runs"):
+            for key in (
+                "status",
+                "from_rate_per_s",
+                "duration_s",
+                "num_runs",
+                "num_retests",
+                "file_rate_per_s",
+            ):
                 d[f"as_written_{key}"] = written.get(key)
             rows.append(d)
         pd.DataFrame.from_records(rows).to_csv(tmp / "ranked.csv", index=False)
