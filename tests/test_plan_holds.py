@@ -245,7 +245,7 @@ def test_a_trend_false_alarm_of_the_file_seed_does_not_decide_the_verdict(monkey
             is_file
             and sc.seed == FLEET["seed"]
             and per_gpu > 5.0
-            and _arch(sc) == ("colocated-chunked")
+            and _arch(sc) == "colocated-chunked"
         )
         p = 0.002 if alarm else 1.0
         seen.append((_arch(sc), per_gpu, sc.seed, p))
