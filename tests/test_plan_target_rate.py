@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from disaggsim.plan import PlanOptions, plan
 from disaggsim.plan.report import plan_json
 from disaggsim.sweep import SerialExecutor
@@ -56,6 +58,7 @@ def test_a_rate_one_colocated_worker_serves_is_planned_on_one_gpu(monkeypatch):
     assert rec is not None and rec.candidate.num_gpus == 1 and rec.goodput_per_s >= 0.3
     assert "sized for the target rate of 0.3 req/s: 1 GPU serves it" in advice.reason
     assert any(n.startswith("sized for 0.3 req/s: the 2 GPUs first sized") for n in res.notes)
+    _figures_are_the_recommendations(advice)
     obj = plan_json(res, advice)
     assert (obj["gpu_budget"], obj["target_rate_per_s"], obj["first_budget"]) == (1, 0.3, 2)
     # in flight at the target rate, not at the goodput
@@ -108,17 +111,34 @@ def test_a_disaggregated_fleet_that_serves_the_rate_with_fewer_gpus_is_found(mon
     rec = advice.recommended
     assert advice.verdict == "disaggregate" and rec is not None
     assert rec.candidate.num_gpus == 3 and rec.goodput_per_s >= 100.0  # 2P + 1D
-    assert (
-        f"sized for the target rate of 100 req/s: {res.gpu_budget} GPUs serve it, fewer "
-        "than the 6" in advice.reason
+    # the reason's figures are the recommendation's: its 3 GPUs serve the rate, whatever
+    # the budget searched (was: "4 GPUs serve it", recommending 3)
+    assert "sized for the target rate of 100 req/s: 3 GPUs serve it, fewer than the 6" in (
+        advice.reason
     )
+    _figures_are_the_recommendations(advice)
+
+
+def _figures_are_the_recommendations(advice) -> None:
+    """Every GPU count the reason says serves the rate, and the deployment whose requests
+    in flight the concurrency line counts, are the recommended deployment's."""
+    import re
+
+    rec = advice.recommended
+    counts = re.findall(r"(\d+) GPUs? serves?\b", advice.reason)
+    assert counts and all(int(n) == rec.candidate.num_gpus for n in counts)
+    conc = next(c for c in advice.conditions if c.name == "concurrency")
+    assert f"{rec.candidate.label}'s goodput" in conc.detail
+    n_workers = rec.candidate.num_prefill_workers + rec.candidate.num_decode_workers
+    rate, e2e, per_worker = re.match(
+        r"([\d.]+) req/s x ([\d.]+) s end-to-end = ([\d.]+) requests", conc.detail
+    ).groups()
+    assert float(per_worker) == pytest.approx(float(rate) * float(e2e) / n_workers, abs=0.06)
 
 
 def test_fabric_auto_with_a_target_rate_follows_the_budget_it_sizes():
     """--fabric auto is NVLink where the budget fits one node; a target rate's budget is
     the one the plan first sizes. Was: InfiniBand for every target rate."""
-    import pytest
-
     from disaggsim.errors import UserError
     from disaggsim.plan.question import Question, build_question, question_yaml
 
@@ -188,3 +208,54 @@ def test_a_fleet_for_the_rate_is_sized_with_the_search_tolerance_to_spare():
     res = dataclasses.replace(_search([row]), target_rate_per_s=100.0)
     assert res.options.tol_fraction == 0.01 and res.gpu_budget == 16
     assert [g for g, _ in fewer_gpus_for_rate(res)] == [5]
+
+
+def test_smaller_fleets_are_tried_fewest_first_each_a_step_larger_at_most_three(monkeypatch):
+    """Scaled to the rate, the first search's candidates need 20, 22, 23, 26, 30, 35 and
+    40 GPUs of a 64-GPU budget, and no smaller fleet's recommendation serves the rate.
+    The plan searches 20, then only a fleet at least RATE_FLEET_STEP (1.15) times the
+    last one searched (22 is too close to 20, 26 to 23), and stops after
+    MAX_RATE_FLEETS (3): 20, 23, 30; the plan stays on the 64 GPUs first sized. A step
+    of 1.1 would search 20, 22, 26, of 1.2 20, 26, 35, none 20, 22, 23; a limit of 4
+    would add 35."""
+    import disaggsim.plan as P
+    from disaggsim.plan.search import Candidate, CandidateResult
+    from tests.test_plan import _search, summary
+
+    rate = 100.0
+    scaled = rate * (1.0 + 2.0 * PlanOptions().tol_fraction)  # fewer_gpus_for_rate's
+    fleets = [20, 22, 23, 26, 30, 35, 40]
+    rows = [
+        # one chunked worker serving scaled / (n - 0.5): n workers serve the rate
+        CandidateResult(
+            Candidate("colocate_chunked", 1, 1, chunk_tokens=512 * k),
+            scaled / (n - 0.5),
+            scaled / (n - 0.5),
+            "found",
+            summary(e2e_mean_s=3.0),
+        )
+        for k, n in enumerate(fleets, 1)
+    ]
+    first = dataclasses.replace(_search(rows), gpu_budget=64, target_rate_per_s=rate)
+    assert [g for g, _ in P.fewer_gpus_for_rate(first)] == fleets
+    searched: list[int] = []
+
+    def smaller_search(loaded, *, gpus, **_):
+        searched.append(gpus)
+        # its best serves a tenth of the rate: not kept
+        row = CandidateResult(
+            Candidate("colocate_chunked", gpus, 1, chunk_tokens=512), rate / 10, rate / 10 / gpus,
+            "found", summary(e2e_mean_s=3.0),
+        )  # fmt: skip
+        return dataclasses.replace(_search([row]), gpu_budget=gpus)
+
+    monkeypatch.setattr(P, "_search", smaller_search)
+    out = P.fit_target_rate(first)
+    assert (P.RATE_FLEET_STEP, P.MAX_RATE_FLEETS) == (1.15, 3)
+    assert searched == [20, 23, 30]
+    assert out.gpu_budget == 64 and out.first_budget is None
+    # a fleet at exactly RATE_FLEET_STEP times the last failed one is searched
+    searched.clear()
+    exact = [r for r, n in zip(rows, fleets, strict=True) if n in (20, 23)]
+    P.fit_target_rate(dataclasses.replace(first, ranked=tuple(exact)))
+    assert searched == [20, 23]

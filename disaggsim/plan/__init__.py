@@ -222,8 +222,8 @@ def fit_target_rate(
             f"sized for {rate:g} req/s: the {res.gpu_budget} GPUs first sized (one worker "
             f"per pool at least) were searched, where {c.label} served "
             f"{row.goodput_per_s:.3g} req/s on {c.num_gpus} GPU{'s' if c.num_gpus > 1 else ''}"
-            f"; the plan is for the {gpus} GPU"
-            f"{'s that serve' if gpus > 1 else ' that serves'} the rate (the earlier "
+            f"; searched again on {gpus} GPU{'s' if gpus > 1 else ''}, where "
+            f"{rec.candidate.label} served {rec.goodput_per_s:.3g} req/s (the earlier "
             f"searches' {before} simulations counted in)"
         )
         return dataclasses.replace(

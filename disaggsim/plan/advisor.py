@@ -163,7 +163,10 @@ def _best(res: SearchResult, kind: str) -> CandidateResult | None:
     )
 
 
-def conditions(res: SearchResult) -> tuple[Condition, ...]:
+def conditions(res: SearchResult, rec: CandidateResult | None = None) -> tuple[Condition, ...]:
+    """The conditions for disaggregation (module docstring); the concurrency line is that
+    of ``rec``, the recommended deployment (default: the best ranked), so that its
+    figures are the recommendation's."""
     s = res.loaded.scenario
     g = res.analytic
     slo_itl_s = s.slo.itl_s
@@ -213,7 +216,7 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
     else:
         fabric = f"{link} is not available on {res.gpu}"
     out.append(Condition("fast_fabric", link != "pcie" and bw > 0, fabric))
-    best = res.ranked[0]
+    best = rec if rec is not None else res.ranked[0]
     e2e = None if best.at_rate is None else best.at_rate.e2e_mean_s
     if e2e is not None and best.goodput_per_s > 0:
         n_workers = best.candidate.num_prefill_workers + best.candidate.num_decode_workers
@@ -224,10 +227,10 @@ def conditions(res: SearchResult) -> tuple[Condition, ...]:
         rate = target if at_target and target is not None else best.goodput_per_s
         per_worker = rate * float(e2e) / n_workers
         where = (
-            f"at most, at the target rate ({float(e2e):.1f} s is the end-to-end time at the "
-            f"best goodput, {best.goodput_per_s:.3g} req/s)"
+            f"at most, at the target rate ({float(e2e):.1f} s is the end-to-end time at "
+            f"{best.candidate.label}'s goodput, {best.goodput_per_s:.3g} req/s)"
             if at_target
-            else "at the best goodput"
+            else f"at {best.candidate.label}'s goodput"
         )
         out.append(
             Condition(
@@ -537,9 +540,11 @@ def _target_rate_clause(res: SearchResult, rec: CandidateResult | None) -> str:
             "ask for more GPUs with --gpus"
         )
     if res.first_budget is not None:
+        # the recommendation's GPUs: a smaller budget's best can use fewer than it holds
+        n = rec.candidate.num_gpus
         return (
-            f"; sized for the target rate of {target:g} req/s: {res.gpu_budget} "
-            f"GPU{'s serve' if res.gpu_budget > 1 else ' serves'} it, fewer than the "
+            f"; sized for the target rate of {target:g} req/s: {n} "
+            f"GPU{'s serve' if n > 1 else ' serves'} it, fewer than the "
             f"{res.first_budget} first sized with one worker per pool"
         )
     return ""
@@ -552,17 +557,18 @@ def _advise(res: SearchResult) -> Advice:
     colo = [r for r in (chk, vll) if r is not None]
     # ties to a candidate measured at full accuracy (plan/confirm.py), then to chunked
     best_colo = max(colo, key=lambda r: (r.goodput_per_gpu_per_s, r.full_accuracy))
-    conds = conditions(res)
-    pd_conds = [c for c in conds if c.name != "prefix_reuse"]  # the disaggregation ones
-    held = [c.name.replace("_", " ") for c in pd_conds if c.holds]
-    missing = [c for c in pd_conds if not c.holds]
-    reuse = next((c for c in conds if c.name == "prefix_reuse" and c.holds), None)
-
     gain = None
     if dis is not None and best_colo.goodput_per_gpu_per_s > 0:
         gain = dis.goodput_per_gpu_per_s / best_colo.goodput_per_gpu_per_s - 1.0
     if dis is not None and dis.goodput_per_gpu_per_s > 0 and best_colo.goodput_per_gpu_per_s == 0:
         gain = float("inf")
+    wins = dis is not None and gain is not None and gain >= MIN_GAIN
+    # the figures the conditions quote of a deployment are the recommendation's
+    conds = conditions(res, dis if wins else best_colo)
+    pd_conds = [c for c in conds if c.name != "prefix_reuse"]  # the disaggregation ones
+    held = [c.name.replace("_", " ") for c in pd_conds if c.holds]
+    missing = [c for c in pd_conds if not c.holds]
+    reuse = next((c for c in conds if c.name == "prefix_reuse" and c.holds), None)
 
     colo_name = "chunked prefill" if best_colo is chk else "vllm continuous batching"
     colo_verdict = "colocate_chunked" if best_colo is chk else "colocate_vllm"
