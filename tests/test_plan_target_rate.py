@@ -92,12 +92,12 @@ def test_a_disaggregated_fleet_that_serves_the_rate_with_fewer_gpus_is_found(mon
     GPU (7 GPUs for the rate: no colocated fleet under 6), disaggregation 40 (at least
     ceil(100 / 40) = 3 GPUs). Was: planned on the 6 GPUs first sized, a disaggregated
     fleet serving ~2.4 x the rate (only colocated candidates trimmed the fleet); now
-    searched again at fewer GPUs, and kept at the first that serves the rate. Which of 3
-    or 4: the fake caps give every disaggregated layout 40 req/s per GPU, so at 3 GPUs the
-    1P + 1D pair (78 req/s) ties per GPU with 2P + 1D (117), and the analytic guesses
-    decide which one the search measures: with vLLM's own prefill kernel (2026-12-03)
-    1P + 1D, which misses the rate, so the plan is for 4 GPUs, where 2P + 1D is measured
-    (117 req/s) and recommended on its 3 GPUs; before, the plan was for those 3."""
+    searched again at fewer GPUs, and kept at the first that serves the rate: 3, where
+    2P + 1D (117 req/s) serves it. The fake caps give every disaggregated layout 40 req/s
+    per GPU, so at 3 GPUs the 1P + 1D pair (78 req/s) ties per GPU with 2P + 1D, and the
+    search's finalists, chosen by goodput per GPU, left 2P + 1D explored only: the plan
+    went on to 4 GPUs (a 2P + 1D recommended there on 3). Now the deployment a fleet was
+    sized on is measured as a finalist where the fleet's recommendation misses the rate."""
     caps = {"disaggregated": 40.0, "colocated-chunked": 16.0, "colocated-vllm": 8.0}
 
     def meets(sc) -> bool:
@@ -107,10 +107,12 @@ def test_a_disaggregated_fleet_that_serves_the_rate_with_fewer_gpus_is_found(mon
     fake_run_points(monkeypatch, meets)
     res, advice = plan(QUESTION, target_rate_per_s=100.0, options=OPTS, executor=SerialExecutor())
     assert res.first_budget == 6
-    assert 3 <= res.gpu_budget < 6  # no fewer than ceil(100 / 40) GPUs serve it
+    assert res.gpu_budget == 3  # ceil(100 / 40) GPUs serve it
     rec = advice.recommended
     assert advice.verdict == "disaggregate" and rec is not None
     assert rec.candidate.num_gpus == 3 and rec.goodput_per_s >= 100.0  # 2P + 1D
+    assert rec.status != "explored"
+    assert any(n.startswith(f"{rec.candidate.label} measured as a finalist too") for n in res.notes)
     # the reason's figures are the recommendation's: its 3 GPUs serve the rate, whatever
     # the budget searched (was: "4 GPUs serve it", recommending 3)
     assert "sized for the target rate of 100 req/s: 3 GPUs serve it, fewer than the 6" in (
@@ -259,3 +261,55 @@ def test_smaller_fleets_are_tried_fewest_first_each_a_step_larger_at_most_three(
     exact = [r for r, n in zip(rows, fleets, strict=True) if n in (20, 23)]
     P.fit_target_rate(dataclasses.replace(first, ranked=tuple(exact)))
     assert searched == [20, 23]
+
+
+@pytest.mark.parametrize(
+    ("dis", "colo", "verdict"),
+    [
+        # 1P + 1D at 45 req/s per GPU serves 90; chunked 4 x tp1 at 30 serves 120
+        ((1, 1, 90.0), (4, 120.0), "colocate_chunked"),
+        # 2P + 1D at 35 serves 105; chunked 4 x tp1 at 36 serves 144 (+-3 %: per GPU
+        # chunked; either serves the rate, so goodput per GPU decides as before)
+        ((2, 1, 105.0), (4, 144.0), "colocate_chunked"),
+        # 2P + 2D at 26 serves 104; chunked 2 x tp1 at 45 serves 90
+        ((2, 2, 104.0), (2, 90.0), "disaggregate"),
+    ],
+)
+def test_a_deployment_that_serves_the_rate_wins_over_one_that_does_not(dis, colo, verdict):
+    """A target-rate question is answered by a deployment that serves the rate: where one
+    side's best serves it and the other's does not, that decides, whatever their goodput
+    per GPU (was: per GPU alone, so 1P + 1D serving 90 of 100 req/s was recommended over
+    chunked prefill serving 120, +50 % per GPU, and the fleet where chunked prefill
+    serves the rate was rejected by fit_target_rate for a recommendation under it)."""
+    from disaggsim.plan import advise
+    from disaggsim.plan.search import Candidate, CandidateResult
+    from tests.test_plan import _search, summary
+
+    n_p, n_d, dis_rate = dis
+    n, colo_rate = colo
+    rows = [
+        CandidateResult(
+            Candidate("disaggregate", n_p, 1, n_d, 1), dis_rate, dis_rate / (n_p + n_d),
+            "found", summary(e2e_mean_s=3.0),
+        ),
+        CandidateResult(
+            Candidate("colocate_chunked", n, 1, chunk_tokens=2048), colo_rate, colo_rate / n,
+            "found", summary(e2e_mean_s=3.0),
+        ),
+    ]  # fmt: skip
+    res = dataclasses.replace(_search(rows), target_rate_per_s=100.0)
+    advice = advise(res)
+    assert advice.verdict == verdict
+    rec = advice.recommended
+    other = advice.best_disaggregated if verdict != "disaggregate" else advice.best_chunked
+    if other.goodput_per_s < 100.0 <= rec.goodput_per_s:  # the rate decided
+        assert advice.disaggregation_gain is None
+        side = "disaggregation" if verdict != "disaggregate" else "chunked prefill"
+        assert (
+            f"it serves the target rate of 100 req/s ({rec.goodput_per_s:.3g} req/s) where "
+            f"the best of {side} does not ({other.goodput_per_s:.3g} req/s)" in advice.reason
+        )
+    else:
+        assert advice.disaggregation_gain == pytest.approx(
+            rows[0].goodput_per_gpu_per_s / rows[1].goodput_per_gpu_per_s - 1.0
+        )

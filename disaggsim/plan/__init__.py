@@ -102,17 +102,21 @@ def plan(
     return res, advise(res)
 
 
-def rate_fleet_gpus(c: Candidate, goodput_per_s: float, rate_per_s: float) -> int:
-    """The GPUs of candidate ``c``'s deployment with each pool's workers scaled to serve
+def scaled_to_rate(c: Candidate, goodput_per_s: float, rate_per_s: float) -> Candidate:
+    """Candidate ``c``'s deployment with each pool's workers scaled to serve
     ``rate_per_s`` at the goodput per worker ``c`` was measured at (``goodput_per_s``
     over its own workers; a disaggregated pair keeps its P:D share, each pool rounded
     up, at least one worker each)."""
-    n_p = math.ceil(rate_per_s * c.num_prefill_workers / goodput_per_s)
-    gpus = max(1, n_p) * c.prefill_layout.gpus
-    if c.kind == "disaggregate":
-        n_d = math.ceil(rate_per_s * c.num_decode_workers / goodput_per_s)
-        gpus += max(1, n_d) * c.decode_layout.gpus
-    return gpus
+    n_p = max(1, math.ceil(rate_per_s * c.num_prefill_workers / goodput_per_s))
+    if c.kind != "disaggregate":
+        return dataclasses.replace(c, num_prefill_workers=n_p)
+    n_d = max(1, math.ceil(rate_per_s * c.num_decode_workers / goodput_per_s))
+    return dataclasses.replace(c, num_prefill_workers=n_p, num_decode_workers=n_d)
+
+
+def rate_fleet_gpus(c: Candidate, goodput_per_s: float, rate_per_s: float) -> int:
+    """The GPUs of :func:`scaled_to_rate`'s deployment."""
+    return scaled_to_rate(c, goodput_per_s, rate_per_s).num_gpus
 
 
 def fewer_gpus_for_rate(res: SearchResult) -> list[tuple[int, CandidateResult]]:
@@ -125,12 +129,9 @@ def fewer_gpus_for_rate(res: SearchResult) -> list[tuple[int, CandidateResult]]:
     planned on two (there a disaggregated pair could win per GPU while one GPU serves the
     rate); and a fleet sized on the cost model's capacity can be larger than a
     disaggregated (or colocated) deployment the runs found needs."""
-    rate = res.target_rate_per_s
-    if rate is None:
+    if res.target_rate_per_s is None:
         return []
-    # sized with the search's own tolerance to spare: a fleet scaled to exactly the rate
-    # is measured again and bisected to that tolerance, as often under the rate as over
-    rate *= 1.0 + 2.0 * res.options.tol_fraction
+    rate = scale_rate(res)
     fits: dict[int, CandidateResult] = {}
     for r in res.ranked:  # best per GPU first: the first row at a GPU count stays
         if r.goodput_per_s > 0:
@@ -138,6 +139,73 @@ def fewer_gpus_for_rate(res: SearchResult) -> list[tuple[int, CandidateResult]]:
             if gpus < res.gpu_budget:
                 fits.setdefault(gpus, r)
     return sorted(fits.items(), key=lambda t: t[0])
+
+
+def scale_rate(res: SearchResult) -> float:
+    """The rate a fleet for ``res.target_rate_per_s`` is scaled to: with the search's own
+    tolerance to spare twice over (a fleet scaled to exactly the rate is measured again
+    and bisected to that tolerance, as often under the rate as over)."""
+    assert res.target_rate_per_s is not None
+    return res.target_rate_per_s * (1.0 + 2.0 * res.options.tol_fraction)
+
+
+def measure(
+    res: SearchResult,
+    c: Candidate,
+    *,
+    executor: Executor | None = None,
+    progress=None,
+) -> SearchResult:
+    """``res`` with candidate ``c`` measured as its search measures a finalist (the final
+    stage: from its explored goodput, else bracketed around its family's best), in the
+    ranking with a note; ``res`` itself where ``c`` was measured so already, is not of a
+    family the search has (its layouts do not fit there), or cannot be built."""
+    from disaggsim.plan.search import _at_rate, _Evaluator, rank_rows
+
+    seen = next((r for r in res.ranked if r.candidate == c), None)
+    if seen is not None and seen.status != "explored":
+        return res
+    explored = {c: seen.goodput} if seen is not None and seen.goodput is not None else {}
+    ev = _Evaluator(
+        res.loaded, dict(res.guesses), res.options, executor, progress, "final", explored,
+        counter=[res.num_simulations], memo=res.memo,
+    )  # fmt: skip
+    if not any(ev._family_key(k) == ev._family_key(c) for k in res.guesses):
+        return res
+    # the family's searches as the evaluator's own: without an explored goodput, c's
+    # first bracket is the family's best goodput per GPU scaled to c's GPUs
+    ev.results.update(
+        {
+            r.candidate: r.goodput
+            for r in res.ranked
+            if r.goodput is not None and ev._family_key(r.candidate) == ev._family_key(c)
+        }
+    )
+    (per_gpu,) = ev([c])
+    g = ev.results.get(c)
+    if g is None or g is explored.get(c):  # a deployment that cannot be built
+        return res
+    rate = per_gpu * c.num_gpus
+    usd = None
+    if res.price_per_gpu_hour is not None and rate > 0:
+        out_mean = res.analytic.output_tokens_mean
+        usd = res.price_per_gpu_hour * c.num_gpus / 3600.0 / (rate * out_mean) * 1e6
+    row = CandidateResult(
+        candidate=c, goodput_per_s=rate, goodput_per_gpu_per_s=per_gpu, status=g.status,
+        at_rate=_at_rate(g), usd_per_m_output_tokens=usd, goodput=g,
+    )  # fmt: skip
+    note = (
+        f"{c.label} measured as a finalist too: the deployment this budget was sized on "
+        "for the target rate, left out of the finalists chosen by goodput per GPU; it "
+        f"serves {rate:.3g} req/s"
+    )
+    return dataclasses.replace(
+        res,
+        ranked=rank_rows([*(r for r in res.ranked if r.candidate != c), row]),
+        num_simulations=ev.simulations,
+        num_stopped_early=res.num_stopped_early + g.num_stopped_early,
+        notes=(*res.notes, note),
+    )
 
 
 def rank_for_rate(res: SearchResult, rate_per_s: float) -> SearchResult:
@@ -213,8 +281,17 @@ def fit_target_rate(
         smaller = rank_for_rate(
             confirm_close_call(smaller, executor=executor, progress=progress), rate
         )
-        simulations = smaller.num_simulations
         rec = advise(smaller).recommended if smaller.ranked else None
+        if rec is None or rec.goodput_per_s < rate:
+            # the deployment that sized this fleet: the search climbs by goodput per GPU,
+            # and a smaller member of its family that ties it per GPU (1P + 1D against
+            # 2P + 1D) stops the climb short of the fleet that serves the rate
+            scaled = scaled_to_rate(row.candidate, row.goodput_per_s, scale_rate(res))
+            smaller = rank_for_rate(
+                measure(smaller, scaled, executor=executor, progress=progress), rate
+            )
+            rec = advise(smaller).recommended if smaller.ranked else None
+        simulations = smaller.num_simulations
         if rec is None or rec.goodput_per_s < rate:
             continue
         c = row.candidate

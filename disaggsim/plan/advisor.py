@@ -550,19 +550,43 @@ def _target_rate_clause(res: SearchResult, rec: CandidateResult | None) -> str:
     return ""
 
 
+def _rate_margin(
+    target: float | None, winner: CandidateResult, loser: CandidateResult, loser_name: str
+) -> str:
+    """Why a target-rate verdict went to ``winner``: it serves the rate, ``loser`` (the
+    best of ``loser_name``'s side) does not on the GPUs searched."""
+    return (
+        f"it serves the target rate of {target:g} req/s ({winner.goodput_per_s:.3g} req/s) "
+        f"where the best of {loser_name} does not ({loser.goodput_per_s:.3g} req/s)"
+    )
+
+
 def _advise(res: SearchResult) -> Advice:
     dis = _best(res, "disaggregate")
     chk = _best(res, "colocate_chunked")
     vll = _best(res, "colocate_vllm")
     colo = [r for r in (chk, vll) if r is not None]
-    # ties to a candidate measured at full accuracy (plan/confirm.py), then to chunked
-    best_colo = max(colo, key=lambda r: (r.goodput_per_gpu_per_s, r.full_accuracy))
+    target = res.target_rate_per_s
+
+    def serves(r: CandidateResult) -> bool:
+        return target is None or r.goodput_per_s >= target
+
+    # a target-rate question is answered only by a deployment that serves the rate (the
+    # best per GPU can be one that does not: 1P + 1D where chunked prefill on the budget
+    # serves it); then ties to a candidate measured at full accuracy (plan/confirm.py),
+    # then to chunked
+    best_colo = max(colo, key=lambda r: (serves(r), r.goodput_per_gpu_per_s, r.full_accuracy))
+    # one side serves the rate and the other does not: that decides, not goodput per GPU
+    by_rate = dis is not None and serves(dis) != serves(best_colo)
     gain = None
     if dis is not None and best_colo.goodput_per_gpu_per_s > 0:
         gain = dis.goodput_per_gpu_per_s / best_colo.goodput_per_gpu_per_s - 1.0
     if dis is not None and dis.goodput_per_gpu_per_s > 0 and best_colo.goodput_per_gpu_per_s == 0:
         gain = float("inf")
-    wins = dis is not None and gain is not None and gain >= MIN_GAIN
+    if by_rate:
+        wins = dis is not None and serves(dis)
+    else:
+        wins = dis is not None and gain is not None and gain >= MIN_GAIN
     # the figures the conditions quote of a deployment are the recommendation's
     conds = conditions(res, dis if wins else best_colo)
     pd_conds = [c for c in conds if c.name != "prefix_reuse"]  # the disaggregation ones
@@ -577,15 +601,22 @@ def _advise(res: SearchResult) -> Advice:
             c.detail for c in conds if c.name == "large_fleet"
         )
         verdict, rec = colo_verdict, best_colo
-    elif gain is not None and gain >= MIN_GAIN:
+    elif wins:
         # the margin that decides is over the best colocated candidate; chunked
         # prefill's is quoted too when vllm is the better colocated one
         margin = (
-            f"+{_pct(gain)} goodput per GPU over {colo_name}"
-            if gain != float("inf")
+            _rate_margin(target, dis, best_colo, colo_name)
+            if by_rate
+            else f"+{_pct(gain)} goodput per GPU over {colo_name}"
+            if gain is not None and gain != float("inf")
             else f"meets the SLOs where {colo_name} does not at any rate searched"
         )
-        if best_colo is not chk and chk is not None and chk.goodput_per_gpu_per_s > 0:
+        if (
+            not by_rate
+            and best_colo is not chk
+            and chk is not None
+            and chk.goodput_per_gpu_per_s > 0
+        ):
             margin += (
                 f" (+{_pct(dis.goodput_per_gpu_per_s / chk.goodput_per_gpu_per_s - 1.0)} "
                 "over chunked prefill)"
@@ -607,7 +638,9 @@ def _advise(res: SearchResult) -> Advice:
             )
         verdict, rec = "disaggregate", dis
     else:
-        if gain is None or dis.goodput_per_gpu_per_s == 0:
+        if by_rate:
+            loss = _rate_margin(target, best_colo, dis, "disaggregation")
+        elif gain is None or dis.goodput_per_gpu_per_s == 0:
             loss = "disaggregation meets the SLOs at no rate searched"
         elif gain < 0:
             loss = f"disaggregation loses {_pct(gain)} goodput per GPU here"
@@ -639,6 +672,7 @@ def _advise(res: SearchResult) -> Advice:
         best_disaggregated=dis,
         best_chunked=chk,
         best_vllm=vll,
-        disaggregation_gain=None if gain is None or gain == float("inf") else gain,
+        # decided by the target rate: the gain per GPU did not decide, none is quoted
+        disaggregation_gain=None if by_rate or gain is None or gain == float("inf") else gain,
         conditions=conds,
     )
