@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import yaml
 
 from disaggsim.plan import PlanOptions, plan
 from disaggsim.plan.report import plan_json
@@ -166,6 +167,41 @@ def test_fabric_auto_with_a_target_rate_follows_the_budget_it_sizes():
     assert build_question(ask("llama-3.1-8b", 0.3, "nvlink"))["fabric"]["link"] == "nvlink"
     with pytest.raises(UserError, match=r"--fabric nvlink: --target-rate 1 sizes \d+ GPUs, more"):
         build_question(ask("llama-3.1-70b", 1.0, "nvlink"))
+
+
+def test_question_yaml_says_the_fleet_and_link_planned():
+    """A target-rate question first sized on InfiniBand (1 req/s of Llama-3.1-70B at a 30
+    ms ITL: a fleet that spans nodes) whose plan went on to a smaller fleet on NVLink
+    (--fabric auto's rule for it): question.yaml says so, and how to plan that fleet from
+    the file (which keeps the link of the budget first sized). Was: it named InfiniBand
+    only, and said recommended.yaml would tell."""
+    from types import SimpleNamespace
+
+    from disaggsim.plan.question import Question, build_question, question_yaml
+
+    q = Question(model="llama-3.1-70b", gpu="h100-sxm", target_rate_per_s=1.0, isl="2000",
+                 osl="256", ttft_ms=3000, itl_ms=30)  # fmt: skip
+    raw = build_question(q)
+    assert raw["fabric"]["link"] == "infiniband"
+
+    def planned(first, gpus, link):
+        fabric = SimpleNamespace(link=link)
+        return SimpleNamespace(first_budget=first, gpu_budget=gpus,
+                               loaded=SimpleNamespace(scenario=SimpleNamespace(fabric=fabric)))  # fmt: skip
+
+    text = question_yaml(raw, q, planned=planned(26, 4, "nvlink"))
+    assert (
+        "# Planned: the 26 GPUs first sized on infiniband, then again 4 GPUs for the rate on "
+        "nvlink (--fabric auto's rule for 4 GPUs)" in text
+    )
+    assert "disaggsim plan question.yaml --gpus 4 --set fabric.link=nvlink" in text
+    assert "whose recommended.yaml says which link" not in text
+    # the same link: no second line; no smaller fleet: no line at all
+    same = question_yaml(raw, q, planned=planned(26, 12, "infiniband"))
+    assert "then again 12 GPUs for the rate on infiniband:" in same and "--set" not in same
+    assert "# Planned" not in question_yaml(raw, q, planned=planned(None, 26, "infiniband"))
+    # the yaml below the comments is the question as asked
+    assert yaml.safe_load(text) == yaml.safe_load(question_yaml(raw, q))
 
 
 def test_a_smaller_fleet_for_the_rate_is_planned_on_the_link_auto_picks_for_it(monkeypatch):

@@ -414,7 +414,10 @@ def _smallest_unit(raw: dict[str, Any], q: Question) -> tuple[int, int]:
     return lay.tp, lay.dp
 
 
-def _fabric_reason(q: Question, link: str, raw: dict[str, Any]) -> str:
+def _fabric_reason(q: Question, link: str, raw: dict[str, Any], planned: bool = False) -> str:
+    """Why the question's link is what it is. ``planned``: the plan's outcome is written
+    on lines of its own (:func:`_planned_lines`), so the rate's note on a smaller fleet is
+    left to them."""
     from disaggsim.catalog import get_gpu
 
     if q.fabric != "auto" or q.gpu is None:
@@ -424,7 +427,9 @@ def _fabric_reason(q: Question, link: str, raw: dict[str, Any]) -> str:
     if q.gpus is None:
         budget = sized_budget(raw, q)
         after = (
-            "; the plan applies the same rule to a smaller fleet it sizes for the rate, "
+            ""
+            if planned
+            else "; the plan applies the same rule to a smaller fleet it sizes for the rate, "
             "whose recommended.yaml says which link it was planned on"
         )
         if link == "nvlink":
@@ -445,8 +450,36 @@ def _fabric_reason(q: Question, link: str, raw: dict[str, Any]) -> str:
     return f"{link} (auto: {q.gpus} GPUs span nodes of {node}; NVLink joins only one node)."
 
 
-def question_yaml(raw: dict[str, Any], q: Question) -> str:
-    """The question as a commented YAML file (what ``plan`` writes as question.yaml)."""
+def _planned_lines(raw: dict[str, Any], planned: Any) -> list[str]:
+    """What a target-rate plan searched when it sized a smaller fleet than the budget
+    first sized (``planned``: its ``SearchResult``), and, where ``--fabric auto`` put that
+    fleet on another link than this file's, how to plan it again from this file."""
+    first = getattr(planned, "first_budget", None)
+    if first is None:
+        return []
+    link = raw["fabric"]["link"]
+    fab = planned.loaded.scenario.fabric
+    got = getattr(fab, "link", link)
+    n = planned.gpu_budget
+    lines = [
+        f"# Planned: the {first} GPUs first sized on {link}, then again {n} "
+        f"GPU{'s' if n > 1 else ''} for the rate on {got}"
+        + (f" (--fabric auto's rule for {n} GPU{'s' if n > 1 else ''})" if got != link else "")
+        + ": recommended.yaml is the deployment planned, on that link."
+    ]
+    if got != link:
+        lines.append(
+            f"# This file keeps {link} (the budget first sized) and plans every fleet on it; "
+            f"the fleet planned: disaggsim plan question.yaml --gpus {n} --set "
+            f"fabric.link={got}"
+        )
+    return lines
+
+
+def question_yaml(raw: dict[str, Any], q: Question, planned: Any = None) -> str:
+    """The question as a commented YAML file (what ``plan`` writes as question.yaml).
+    ``planned``: the plan's ``SearchResult``, whose fleet and link a target-rate plan
+    that sized a smaller fleet says (:func:`_planned_lines`)."""
     from disaggsim.config.loader import load_scenario
     from disaggsim.metrics.slo_model import slo_model_lines
 
@@ -479,7 +512,8 @@ def question_yaml(raw: dict[str, Any], q: Question) -> str:
             if q.gpus is not None and stated < q.gpus
             else ""
         ),
-        "# Fabric: " + _fabric_reason(q, s.fabric.link, raw),  # type: ignore[union-attr]
+        "# Fabric: " + _fabric_reason(q, s.fabric.link, raw, planned is not None),  # type: ignore[union-attr]
+        *_planned_lines(raw, planned),
         *(
             [
                 "# Trace timestamps: bucketed; each arrival is placed uniformly at random "
