@@ -13,7 +13,7 @@ deployment serves in a long run.
 
     python benchmarks/plan_holds.py [--seed 7] [--questions 12] [--full]
         [--regimes | --more-regimes]
-        [--margins 0.96,0.92] [--question-window] [--out results/plan_holds]
+        [--margins 0.96,0.92] [--question-window] [--only 7] [--out results/plan_holds]
 
 ``--regimes`` draws each question from one of the regimes where the verdict should
 flip (:data:`REGIMES`: a PCIe-only fabric, 2-3 GPUs, very short prompts, a low target
@@ -206,8 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run a shortened file over the question's own window",
     )
+    ap.add_argument(
+        "--only",
+        default="",
+        help="plan only these questions of the seed's draw (indices, e.g. 7 or 3,7)",
+    )
     ap.add_argument("--out", type=Path, default=Path("results/plan_holds"))
     a = ap.parse_args(argv)
+    only = {int(x) for x in a.only.split(",") if x}
     cli = [sys.executable, "-m", "disaggsim"]
     rng = random.Random(a.seed)
     margins = [float(x) for x in a.margins.split(",") if x]
@@ -221,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             else ("mix", question(rng))
         )
         name = f"q{a.seed}-{i}" + (f"-{regime}" if a.regimes or a.more_regimes else "")
+        if only and i not in only:  # drawn all the same: later questions stay the same
+            continue
         plan_out = a.out / name
         mode = [] if a.full else ["--quick"]
         t0 = time.perf_counter()
