@@ -6,6 +6,8 @@ architecture's capacity."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 
 import pytest
 import yaml
@@ -349,3 +351,37 @@ def test_a_deployment_that_serves_the_rate_wins_over_one_that_does_not(dis, colo
         assert advice.disaggregation_gain == pytest.approx(
             rows[0].goodput_per_gpu_per_s / rows[1].goodput_per_gpu_per_s - 1.0
         )
+
+
+def test_the_cli_writes_question_yaml_with_the_fleet_planned(monkeypatch, tmp_path):
+    """`disaggsim plan --target-rate 200 --fabric auto` (stubbed runs: chunked prefill 40
+    req/s per GPU): the budget first sized spans nodes (InfiniBand), the fleet planned for
+    the rate fits one (NVLink); question.yaml says both, recommended.yaml has NVLink."""
+    from disaggsim.cli import main
+
+    caps = {"disaggregated": 30.0, "colocated-chunked": 40.0, "colocated-vllm": 10.0}
+
+    def meets(sc) -> bool:
+        arch = sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
+        return sc.workload.rate_per_s / sc.num_gpus <= caps[arch]
+
+    fake_run_points(monkeypatch, meets)
+    # in this process, where the stub replaces the runs (the CLI's pool would not see it)
+    executors = sys.modules["disaggsim.sweep.executors"]  # disaggsim.sweep is also a function
+    monkeypatch.setattr(executors, "make_executor", lambda *a, **k: SerialExecutor())
+    out = tmp_path / "plan"
+    rc = main(["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--target-rate", "200",
+               "--isl", "1000", "--osl", "100", "--ttft-ms", "1000", "--itl-ms", "50",
+               "--quick", "--quiet", "--no-plots", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    obj = json.loads((out / "plan.json").read_text())
+    first, gpus = obj["first_budget"], obj["gpu_budget"]
+    assert first > 8 >= gpus  # the first budget spans nodes of 8, the fleet planned fits one
+    question = (out / "question.yaml").read_text()
+    assert yaml.safe_load(question)["fabric"]["link"] == "infiniband"
+    assert (
+        f"# Planned: the {first} GPUs first sized on infiniband, then again {gpus} GPUs for "
+        "the rate on nvlink" in question
+    )
+    assert f"disaggsim plan question.yaml --gpus {gpus} --set fabric.link=nvlink" in question
+    assert yaml.safe_load((out / "recommended.yaml").read_text())["fabric"]["link"] == "nvlink"

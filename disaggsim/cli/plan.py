@@ -248,6 +248,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             # a question's --fabric auto follows the fleet a target rate sizes
             auto_fabric=args.scenario is None and args.fabric == "auto",
         )
+    if question_text is not None:  # with what the plan searched (a target rate's fleet)
+        question_text = question_yaml(loaded.raw, question, planned=res)
     written = None
     if out is not None:
         extra = {"question.yaml": question_text} if question_text is not None else {}
