@@ -385,3 +385,44 @@ def test_the_cli_writes_question_yaml_with_the_fleet_planned(monkeypatch, tmp_pa
     )
     assert f"disaggsim plan question.yaml --gpus {gpus} --set fabric.link=nvlink" in question
     assert yaml.safe_load((out / "recommended.yaml").read_text())["fabric"]["link"] == "nvlink"
+
+
+def test_finalists_for_the_rate_are_measured_until_one_serves_it(monkeypatch):
+    """A target-rate search whose finalists (chosen by goodput per GPU) all serve less
+    than 100 req/s, while explored rows serve more: the deployment the budget was sized
+    on is measured first, then the best explored row serving the rate, and no more once
+    the recommendation serves it. Measuring is stubbed (it confirms the explored goodput)."""
+    import disaggsim.plan as P
+    from disaggsim.plan.search import Candidate, CandidateResult
+    from tests.test_plan import _search, summary
+
+    def row(c: Candidate, rate: float, status: str) -> CandidateResult:
+        return CandidateResult(c, rate, rate / c.num_gpus, status, summary(e2e_mean_s=3.0))
+
+    small = Candidate("disaggregate", 1, 1, 1, 1)  # 45 per GPU, 90 req/s: the finalist
+    sized = Candidate("disaggregate", 2, 1, 2, 1)  # explored at 96 req/s
+    wide = Candidate("disaggregate", 3, 1, 1, 1)  # explored at 110 req/s
+    wider = Candidate("disaggregate", 3, 1, 2, 1)  # explored at 125 req/s
+    rows = [row(small, 90.0, "found"), row(sized, 96.0, "explored"),
+            row(wide, 110.0, "explored"), row(wider, 125.0, "explored")]  # fmt: skip
+    chunked = Candidate("colocate_chunked", 4, 1, chunk_tokens=2048)
+    rows.append(row(chunked, 60.0, "found"))
+    res = P.rank_for_rate(dataclasses.replace(_search(rows), target_rate_per_s=100.0), 100.0)
+    measured: list[Candidate] = []
+
+    def fake_measure(res, c, why, **_):
+        measured.append(c)
+        out = [
+            dataclasses.replace(r, status="found") if r.candidate == c else r for r in res.ranked
+        ]
+        return dataclasses.replace(res, ranked=tuple(out))
+
+    monkeypatch.setattr(P, "measure", fake_measure)
+    out = P.finalists_for_rate(res, sized)
+    # the sized deployment (96: under the rate), then the best explored one serving it
+    # per GPU (110 on 4 GPUs, 27.5, before 125 on 5, 25)
+    assert measured == [sized, wide]
+    assert P.advise(out).recommended.candidate == wide
+    measured.clear()
+    P.finalists_for_rate(res)  # the budget first sized: no deployment it was sized on
+    assert measured == [wide]

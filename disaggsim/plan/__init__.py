@@ -152,14 +152,16 @@ def scale_rate(res: SearchResult) -> float:
 def measure(
     res: SearchResult,
     c: Candidate,
+    why: str,
     *,
     executor: Executor | None = None,
     progress=None,
 ) -> SearchResult:
     """``res`` with candidate ``c`` measured as its search measures a finalist (the final
     stage: from its explored goodput, else bracketed around its family's best), in the
-    ranking with a note; ``res`` itself where ``c`` was measured so already, is not of a
-    family the search has (its layouts do not fit there), or cannot be built."""
+    ranking with a note saying ``why``; ``res`` itself where ``c`` was measured so
+    already, is not of a family the search has (its layouts do not fit there), or cannot
+    be built."""
     from disaggsim.plan.search import _at_rate, _Evaluator, rank_rows
 
     seen = next((r for r in res.ranked if r.candidate == c), None)
@@ -194,11 +196,7 @@ def measure(
         candidate=c, goodput_per_s=rate, goodput_per_gpu_per_s=per_gpu, status=g.status,
         at_rate=_at_rate(g), usd_per_m_output_tokens=usd, goodput=g,
     )  # fmt: skip
-    note = (
-        f"{c.label} measured as a finalist too: the deployment this budget was sized on "
-        "for the target rate, left out of the finalists chosen by goodput per GPU; it "
-        f"serves {rate:.3g} req/s"
-    )
+    note = f"{c.label} measured as a finalist too: {why}; it serves {rate:.3g} req/s"
     return dataclasses.replace(
         res,
         ranked=rank_rows([*(r for r in res.ranked if r.candidate != c), row]),
@@ -206,6 +204,56 @@ def measure(
         num_stopped_early=res.num_stopped_early + g.num_stopped_early,
         notes=(*res.notes, note),
     )
+
+
+def finalists_for_rate(
+    res: SearchResult,
+    sized_on: Candidate | None = None,
+    *,
+    executor: Executor | None = None,
+    progress=None,
+) -> SearchResult:
+    """``res`` (a target-rate search, ranked by :func:`rank_for_rate`) where its
+    recommendation serves the rate; else with more finalists measured until one does or
+    none is left: ``sized_on``, the deployment the budget was sized on, then the best
+    explored candidate whose explored goodput serves the rate. The search's walk and
+    finalists go by goodput per GPU, so a deployment that serves the rate is left out
+    where a smaller one of its family ties it per GPU (1P + 1D against 2P + 1D)."""
+    rate = res.target_rate_per_s
+    assert rate is not None
+    asked: set[Candidate] = set()
+    for stage in ("sized_on", "explored"):
+        rec = advise(res).recommended if res.ranked else None
+        if rec is not None and rec.goodput_per_s >= rate:
+            return res
+        if stage == "sized_on":
+            c, why = (
+                sized_on,
+                (
+                    "the deployment this budget was sized on for the target rate, left out of "
+                    "the finalists chosen by goodput per GPU"
+                ),
+            )
+        else:
+            c = next(
+                (
+                    r.candidate
+                    for r in res.ranked
+                    if r.status == "explored"
+                    and r.goodput_per_s >= rate
+                    and r.candidate not in asked
+                ),
+                None,
+            )
+            why = (
+                "the best explored deployment serving the target rate, left out of the "
+                "finalists chosen by goodput per GPU"
+            )
+        if c is None:
+            continue
+        asked.add(c)
+        res = rank_for_rate(measure(res, c, why, executor=executor, progress=progress), rate)
+    return res
 
 
 def rank_for_rate(res: SearchResult, rate_per_s: float) -> SearchResult:
@@ -281,16 +329,13 @@ def fit_target_rate(
         smaller = rank_for_rate(
             confirm_close_call(smaller, executor=executor, progress=progress), rate
         )
+        smaller = finalists_for_rate(
+            dataclasses.replace(smaller, target_rate_per_s=rate),
+            scaled_to_rate(row.candidate, row.goodput_per_s, scale_rate(res)),
+            executor=executor,
+            progress=progress,
+        )
         rec = advise(smaller).recommended if smaller.ranked else None
-        if rec is None or rec.goodput_per_s < rate:
-            # the deployment that sized this fleet: the search climbs by goodput per GPU,
-            # and a smaller member of its family that ties it per GPU (1P + 1D against
-            # 2P + 1D) stops the climb short of the fleet that serves the rate
-            scaled = scaled_to_rate(row.candidate, row.goodput_per_s, scale_rate(res))
-            smaller = rank_for_rate(
-                measure(smaller, scaled, executor=executor, progress=progress), rate
-            )
-            rec = advise(smaller).recommended if smaller.ranked else None
         simulations = smaller.num_simulations
         if rec is None or rec.goodput_per_s < rate:
             continue
@@ -310,4 +355,5 @@ def fit_target_rate(
             notes=(*smaller.notes, note),
         )
     # the smaller fleets searched and not kept are counted in
-    return dataclasses.replace(res, num_simulations=simulations)
+    res = dataclasses.replace(res, num_simulations=simulations)
+    return finalists_for_rate(res, executor=executor, progress=progress)
