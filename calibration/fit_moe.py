@@ -11,7 +11,8 @@ and ``mla_prefill_attention_s`` in :mod:`disaggsim.costmodel.mla`).
 What each fit uses (the reference rows; the rest are reported beside them):
 
 - grouped expert GEMM: TensorRT-LLM 1.3.0rc20 ``moe_perf`` (CUTLASS; the one framework
-  whose balanced rows scale as 1 / EP), balanced rows, one parameter set per weight
+  whose balanced rows scale as 1 / EP), balanced rows less the cells its collector ran on
+  another shape's tuning (``untuned_cells``), one parameter set per weight
   dtype (bf16, fp8, fp8-block, mxfp4 = w4a16), held out by model shape (hidden / expert
   width / experts / top-k): the reference set (``grouped_gemm``); and, the same way, vLLM
   0.24.0's and SGLang 0.5.14's own kernels from their ``moe_perf`` tables
@@ -167,7 +168,111 @@ def moe_rows(
     d["elem"] = d.dtype.map(ELEM)
     d["meas_s"] = d.latency * 1e-3
     d["family"] = shape_family(d.hidden_size, d.inter_size, d.num_experts, d.topk)
-    return d.reset_index(drop=True)
+    d = d.reset_index(drop=True)
+    d["untuned"] = False
+    ref = (d.fw == REF_MOE).to_numpy()
+    if ref.any():
+        d.loc[ref, "untuned"] = untuned_cells(d[ref])
+    return d
+
+
+# --- TensorRT-LLM cells the collector ran untuned ----------------------------------------
+#
+# AIConfigurator's TensorRT-LLM collector (collector/trtllm/collect_moe.py, run_moe_torch;
+# ai-dynamo/aiconfigurator 006afd78) autotunes a cell's MoE kernels only when no tuning
+# cache file exists whose name starts with f"{moe_dtype}_{hidden}_{inter // moe_tp}_"
+# f"{experts // moe_ep}" (a glob with a trailing *): if one exists it loads it and skips
+# tuning (w4a16_mxfp4 takes neither: its Triton kernel is not tuned through that cache).
+# The name leaves out top-k and the model's expert count, so a cell whose key another
+# model's cell wrote first (Llama-4 Scout's 16 experts at EP 1 and Maverick's 128 at EP 8
+# both write "bfloat16_5120_8192_16") or whose key is a proper prefix of another cell's
+# ("..._1" matches "..._16", "..._128") can run on tactics tuned for other shapes.
+# Where that bit, the whole cell measures 2-5x slower than a cell of the same shape with
+# more work per GPU (wider experts or more of them) at every token count; no cell with a
+# key of its own does (python -m calibration.fit_moe --untuned).
+
+TUNING_CACHE_EXEMPT = ("w4a16_mxfp4",)
+# a cell this much slower than one of the same shape with at least its work per GPU (the
+# median over their common token counts) ran slower than its own work allows
+SLOWER_THAN_MORE_WORK = 1.25
+CELL = ["moe_dtype", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size",
+        "moe_ep_size"]  # fmt: skip
+
+
+def tuning_cache_shared(d: pd.DataFrame) -> np.ndarray:
+    """Per row of a TensorRT-LLM moe_perf table: whether the collector's tuning-cache key
+    of its cell (see above) is another cell's too, or a proper prefix of another cell's."""
+    cells = d[CELL].drop_duplicates()
+    key = (
+        cells.moe_dtype.astype(str) + "_" + cells.hidden_size.astype(int).astype(str) + "_"
+        + (cells.inter_size // cells.moe_tp_size).astype(int).astype(str) + "_"
+        + (cells.num_experts // cells.moe_ep_size).astype(int).astype(str)
+    )  # fmt: skip
+    keys = key.to_numpy()
+    shared = np.zeros(len(cells), bool)
+    for i, k in enumerate(keys):
+        if str(cells.moe_dtype.iloc[i]) not in TUNING_CACHE_EXEMPT:
+            # another cell with this key (another model's: one model's cells have keys
+            # of their own) or with a longer key that starts with it
+            shared[i] = sum(o.startswith(k) for o in keys) > 1
+    cells = cells.assign(shared=shared)
+    return d[CELL].merge(cells, on=CELL, how="left").shared.to_numpy(bool)
+
+
+def slower_than_more_work(d: pd.DataFrame) -> np.ndarray:
+    """Per row of a TensorRT-LLM moe_perf table: whether its cell (shape, dtype, TP, EP;
+    per routing distribution) measured more than :data:`SLOWER_THAN_MORE_WORK` times as
+    long as a cell of the same shape, dtype and distribution with ``moe_tp' <= moe_tp``
+    and ``moe_ep' <= moe_ep`` (experts as wide or wider, as many or more of them, as many
+    or more tokens routed to it): the median over their common token counts."""
+    out = np.zeros(len(d), bool)
+    shape = ["moe_dtype", "hidden_size", "inter_size", "num_experts", "topk", "distribution"]
+    for _, s in d.groupby(shape, sort=False):
+        piv = s.pivot_table(
+            index=["moe_tp_size", "moe_ep_size"], columns="num_tokens", values="meas_s"
+        )
+        tp = piv.index.get_level_values(0).to_numpy()
+        ep = piv.index.get_level_values(1).to_numpy()
+        vals = piv.to_numpy()
+        slow = set()
+        for i in range(len(piv)):
+            more = (tp <= tp[i]) & (ep <= ep[i])
+            more[i] = False
+            if more.any():
+                ratio = np.nanmedian(vals[i] / vals[more], axis=1)
+                if np.nanmax(ratio) > SLOWER_THAN_MORE_WORK:
+                    slow.add((tp[i], ep[i]))
+        if slow:
+            cell = zip(s.moe_tp_size, s.moe_ep_size, strict=True)
+            out[d.index.get_indexer(s.index[[c in slow for c in cell]])] = True
+    return out
+
+
+def untuned_summary(data: Path) -> pd.DataFrame:
+    """Per weight dtype and routing distribution of TensorRT-LLM's moe_perf table: its
+    cells (shape, TP, EP), those whose tuning-cache key the collector shares
+    (:func:`tuning_cache_shared`), those slower than a cell with more work
+    (:func:`slower_than_more_work`), both (:func:`untuned_cells`: not fitted), and the rows
+    left out. Printed by ``python -m calibration.fit_moe --untuned``."""
+    d = moe_rows(data, (REF_MOE,))
+    d["shared"] = tuning_cache_shared(d)
+    d["slower"] = slower_than_more_work(d)
+    rows = []
+    for (dt, dist), s in d.groupby(["dtype", "distribution"], sort=True):
+        c = s.groupby(CELL)[["shared", "slower"]].first()
+        rows.append({"dtype": dt, "distribution": dist, "cells": len(c),
+                     "key_shared": int(c.shared.sum()), "slower_than_more_work":
+                     int(c.slower.sum()), "own_key_and_slower": int((c.slower & ~c.shared).sum()),
+                     "untuned_cells": int((c.slower & c.shared).sum()),
+                     "untuned_rows": int(s.untuned.sum()), "rows": len(s)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def untuned_cells(d: pd.DataFrame) -> np.ndarray:
+    """Rows of a TensorRT-LLM moe_perf table whose cell the collector may have run on
+    another shape's tuning (:func:`tuning_cache_shared`) and which measured slower than a
+    cell with more work (:func:`slower_than_more_work`): not fitted, reported apart."""
+    return tuning_cache_shared(d) & slower_than_more_work(d)
 
 
 def _gg(p: GroupedGemmParams, d: pd.DataFrame) -> np.ndarray:
@@ -297,9 +402,10 @@ def _a2a(p: AllToAllParams, d: pd.DataFrame) -> np.ndarray:
 
 def fitted_rows(moe: pd.DataFrame, fw: str, dt: str) -> pd.DataFrame:
     """The rows of :func:`moe_rows` that ``fw``'s ``dt`` grouped-GEMM set is fitted to: its
-    balanced rows, less the kernels of :data:`NOT_FITTED_KERNELS`."""
+    balanced rows, less the kernels of :data:`NOT_FITTED_KERNELS` and the TensorRT-LLM
+    cells its collector ran untuned (:func:`untuned_cells`)."""
     d = moe[(moe.fw == fw) & (moe.distribution == "balanced") & (moe.dtype == dt)]
-    d = d[~d.kernel_source.astype(str).isin(NOT_FITTED_KERNELS)]
+    d = d[~d.kernel_source.astype(str).isin(NOT_FITTED_KERNELS) & ~d.untuned]
     return d.reset_index(drop=True)
 
 
@@ -448,14 +554,16 @@ def validation_rows(data: Path, params: MoeParams) -> list[tuple]:
     kernels: dict[tuple[str, str], int] = {}
     for (src, dt), d in moe.groupby(["source", "dtype"]):
         kernels[(str(src), str(dt))] = d.kernel_source.nunique()
-    for (src, dt, kern, dist), d in moe.groupby(
-        ["source", "dtype", "kernel_source", "distribution"], sort=True
+    for (src, dt, kern, dist, untuned), d in moe.groupby(
+        ["source", "dtype", "kernel_source", "distribution", "untuned"], sort=True
     ):
         fw = str(d.fw.iloc[0]).removesuffix("-wideep")
         pred = _gg(params.gemm(str(dt), fw), d)
         label = f"{src} {dt}"
         if kernels[(str(src), str(dt))] > 1:  # name the kernel where the table mixes several
             label += f" {kern}" + (" (not fitted)" if kern in NOT_FITTED_KERNELS else "")
+        if untuned:
+            label += " cells run untuned (not fitted)"
         for bucket, sel in _token_buckets(d.num_tokens.to_numpy()):
             if sel.any():
                 out.append(
@@ -496,11 +604,12 @@ def kernel_comparison(data: Path) -> pd.DataFrame:
     source) against TensorRT-LLM's CUTLASS kernel on the very same points (shape, TP, EP,
     routing, tokens, dtype; the same H100): the median of their time over TensorRT-LLM's
     per token band, and the share of HBM bandwidth the kernel's weight read reaches at <= 16
-    tokens (touched experts' weights over the measured time). A diagnostic, printed by
+    tokens (touched experts' weights over the measured time). TensorRT-LLM's cells its
+    collector ran untuned (:func:`untuned_cells`) are left out. A diagnostic, printed by
     ``python -m calibration.fit_moe --kernels``; nothing is fitted to it."""
     moe = moe_rows(data)
     moe["kernel_source"] = moe.kernel_source.astype(str)
-    ref = moe[moe.fw == REF_MOE][[*POINT_KEYS, "meas_s"]]
+    ref = moe[(moe.fw == REF_MOE) & ~moe.untuned][[*POINT_KEYS, "meas_s"]]
     rows = []
     for (fw, dt, kern), d in moe[moe.fw.isin(GEMM_FRAMEWORKS)].groupby(
         ["fw", "dtype", "kernel_source"], sort=True
@@ -583,14 +692,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default="../shared/data", help="the public data folder")
     ap.add_argument("--out", default=str(moe_params_path(GPU)), help="parameter file to write")
     ap.add_argument(
+        "--untuned",
+        action="store_true",
+        help="only print, per dtype, the TensorRT-LLM cells its collector ran untuned",
+    )
+    ap.add_argument(
         "--kernels",
         action="store_true",
         help="only print each vLLM/SGLang kernel against TensorRT-LLM's on the same points",
     )
     args = ap.parse_args(argv)
     try:  # a table missing, or a path that is not a regular file: one line, exit 2
-        if args.kernels:
-            table = kernel_comparison(Path(args.data))
+        if args.kernels or args.untuned:
+            table = (kernel_comparison if args.kernels else untuned_summary)(Path(args.data))
             with pd.option_context("display.width", 250, "display.max_columns", 20):
                 print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
             return 0

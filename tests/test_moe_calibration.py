@@ -20,6 +20,9 @@ from calibration.fit_moe import (
     kernel_comparison,
     mla_rows,
     moe_rows,
+    slower_than_more_work,
+    tuning_cache_shared,
+    untuned_summary,
 )
 from disaggsim.costmodel.moe import build_moe_worker_cost, grouped_gemm_time_s
 from disaggsim.costmodel.moe_params import (
@@ -169,7 +172,8 @@ def test_large_token_rows_of_the_reference_table(trtllm, params):
 
 def test_each_touched_expert_costs_its_own_setup(trtllm, params):
     """A cost per touched expert (``expert_s``): every balanced TensorRT-LLM row, median
-    7.4% / 8.1% / 5.9% (bf16, fp8, fp8-block); without it 8.2% / 9.9% / 8.2%, and the
+    7.1% / 7.7% / 5.9% (bf16, fp8, fp8-block; untuned cells included); without it 8.2% /
+    9.9% / 8.2% (fitted to every row), and the
     fp8-block rows of 65-1,024 tokens p90 24.1% (now 16.0%)."""
     d = trtllm[trtllm.distribution == "balanced"]
     for dt, bound in (("bf16", 0.08), ("fp8", 0.09), ("fp8-block", 0.07)):
@@ -425,3 +429,74 @@ def test_fit_moe_names_a_table_that_is_not_a_regular_file(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "named pipe" in err and str(table) in err, err
     assert not out.exists()
+
+
+def _cells(rows) -> pd.DataFrame:
+    """A moe_perf-like frame: (moe_dtype, hidden, inter, experts, topk, tp, ep, tokens,
+    latency ms) per row, balanced."""
+    cols = ["moe_dtype", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size",
+            "moe_ep_size", "num_tokens", "latency"]  # fmt: skip
+    d = pd.DataFrame(rows, columns=cols).assign(distribution="balanced")
+    d["meas_s"] = d.latency * 1e-3
+    return d
+
+
+def test_tuning_cache_keys_as_the_collector_names_them():
+    """AIConfigurator's TensorRT-LLM collector loads the first tuning cache whose name starts
+    with f"{moe_dtype}_{hidden}_{inter // tp}_{experts // ep}" and then skips tuning. By hand:
+    Llama-4 Scout (16 experts) at EP 1 and Maverick (128) at EP 8 both name
+    bfloat16_5120_8192_16; Maverick at EP 128 (..._1) is a prefix of both; Maverick at TP 2
+    EP 4 (bfloat16_5120_4096_32) has its key alone; w4a16_mxfp4 takes no cache."""
+    d = _cells([
+        ("bfloat16", 5120, 8192, 16, 1, 1, 1, 8, 1.0),     # Scout EP1: ..._8192_16
+        ("bfloat16", 5120, 8192, 128, 1, 1, 8, 8, 1.0),    # Maverick EP8: ..._8192_16
+        ("bfloat16", 5120, 8192, 128, 1, 1, 128, 8, 1.0),  # Maverick EP128: ..._8192_1
+        ("bfloat16", 5120, 8192, 128, 1, 2, 4, 8, 1.0),    # ..._4096_32, alone
+        ("fp8", 5120, 8192, 128, 1, 1, 128, 8, 1.0),       # fp8_5120_8192_1: no fp8 _1x key
+        ("w4a16_mxfp4", 2880, 2880, 128, 4, 1, 1, 8, 1.0),
+        ("w4a16_mxfp4", 2880, 2880, 32, 4, 1, 4, 8, 1.0),  # same key, but no cache
+    ])  # fmt: skip
+    assert tuning_cache_shared(d).tolist() == [True, True, True, False, False, False, False]
+
+
+def test_a_cell_slower_than_one_with_more_work():
+    """A cell is slower than more work when a cell of the same shape with moe_tp' <= moe_tp
+    and moe_ep' <= moe_ep (at least its work per GPU) took less than 1/1.25 of its time, the
+    median over their common token counts."""
+    rows = []
+    for tokens in (16, 256, 4096):
+        for tp, ep, ms in ((1, 1, 4.0), (2, 1, 2.4), (1, 2, 4.8), (2, 2, 3.2), (1, 4, 1.0)):
+            rows.append(("bfloat16", 4096, 1536, 128, 8, tp, ep, tokens, ms))
+    d = _cells(rows)
+    # (1, 2) at 1.2x (1, 1): within 1.25; (2, 2) at 1.33x (2, 1); (1, 4) the fastest
+    got = d[d.num_tokens == 16].assign(slow=slower_than_more_work(d)[d.num_tokens == 16])
+    assert got.set_index(["moe_tp_size", "moe_ep_size"]).slow.to_dict() == {
+        (1, 1): False, (2, 1): False, (1, 2): False, (2, 2): True, (1, 4): False,
+    }  # fmt: skip
+
+
+def test_only_cells_on_another_shapes_tuning_run_slower_than_more_work(data):
+    """TensorRT-LLM's moe_perf on the H100: no cell with a tuning-cache key of its own is
+    slower than a cell of the same shape with more work per GPU, in any dtype or routing;
+    55 bf16 and 45 fp8 balanced cells whose key another cell shares are (not fitted), none of
+    fp8-block (its 190 shared-key cells run as fast as their neighbours) or mxfp4 (no cache).
+    Llama-4 Maverick bf16 at TP 1, 1,024 tokens, halves with each EP doubling to 0.205 ms at
+    EP 64 and takes 0.509 ms at EP 128 (key ..._8192_1, a prefix of ..._8192_16 and _128)."""
+    t = untuned_summary(data).set_index(["dtype", "distribution"])
+    assert (t.own_key_and_slower == 0).all()
+    assert t.loc[("bf16", "balanced"), "untuned_cells"] == 55
+    assert t.loc[("fp8", "balanced"), "untuned_cells"] == 45
+    assert (t.loc["fp8-block", "untuned_cells"] == 0).all()
+    assert t.loc[("fp8-block", "balanced"), "key_shared"] == 190
+    assert (t.loc["mxfp4", "key_shared"] == 0).all()
+
+
+def test_untuned_cells_are_not_fitted(trtllm):
+    d = trtllm[(trtllm.dtype == "bf16") & (trtllm.distribution == "balanced")]
+    mav = d[(d.hidden_size == 5120) & (d.num_experts == 128) & (d.moe_tp_size == 1)
+            & (d.num_tokens == 1024)].set_index("moe_ep_size")  # fmt: skip
+    assert mav.latency[64] == pytest.approx(0.205, abs=1e-3)
+    assert mav.latency[128] == pytest.approx(0.509, abs=1e-3)
+    assert mav.untuned[128] and not mav.untuned.drop(128).any()
+    fitted = fitted_rows(trtllm, "trtllm", "bf16")
+    assert len(fitted) == len(d) - 1485 and not fitted.untuned.any()
