@@ -716,7 +716,9 @@ def main(argv: list[str] | None = None) -> int:
     moe_params_from_dict(prof, args.out)  # validate before writing
     text = json.dumps(prof, indent=2) + "\n"
     try:  # only over a parameter file disaggsim wrote (disaggsim/output.py)
-        write_file(args.out, lambda tmp: tmp.write_text(text), "--out", MOE_OWNED, "MoE fit")
+        written = write_file(
+            args.out, lambda tmp: tmp.write_text(text), "--out", MOE_OWNED, "MoE fit"
+        )
     except UserError as e:
         print(f"fit_moe: error: {e}", file=sys.stderr)
         return 2
@@ -725,7 +727,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{op:28s} n={err['n']:6d} median {100 * err['median_ape']:5.1f}%  held-out median "
             f"{100 * (err['held_out_median_ape'] or 0):5.1f}% ({err['held_out']})"
         )
-    print(f"wrote {args.out}")
+    # the default --out is the shipped parameter file: say when the fit replaced it
+    print(f"MoE fit {written.note()}")
     return 0
 
 

@@ -500,3 +500,21 @@ def test_untuned_cells_are_not_fitted(trtllm):
     assert mav.untuned[128] and not mav.untuned.drop(128).any()
     fitted = fitted_rows(trtllm, "trtllm", "bf16")
     assert len(fitted) == len(d) - 1485 and not fitted.untuned.any()
+
+
+def test_fit_moe_says_when_it_replaced_an_earlier_fit(tmp_path, monkeypatch, capsys):
+    """The default --out is the shipped parameter file: a refit over an earlier MoE fit says
+    it replaced it (was only 'wrote X', as `calibrate fit` said before it named the profile
+    it replaced). The fit itself is stubbed by the shipped file's contents."""
+    from calibration import fit_moe
+
+    shipped = json.loads(moe_params_path(fit_moe.GPU).read_text())
+    monkeypatch.setattr(fit_moe, "fit_all", lambda data: ({}, {}))
+    monkeypatch.setattr(fit_moe, "profile_dict", lambda params, errors, data: shipped)
+    out = tmp_path / "h100_sxm.json"
+    assert fit_moe.main(["--data", str(tmp_path), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"MoE fit written to {out}"
+    assert fit_moe.main(["--data", str(tmp_path), "--out", str(out)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"MoE fit written to {out} (replaced the earlier MoE fit there)"
+    assert json.loads(out.read_text()) == shipped
