@@ -144,7 +144,11 @@ GROUP_RATE_BACKENDS = ("trtllm",)
 ITEM_TERM_BACKENDS = ("trtllm", "trtllm-mmha")
 # decode kernels fitted as multi-block wave kernels (ops.decode_wave_lines: the kernel's
 # own split count, whole waves of thread blocks over the SMs): TensorRT-LLM's XQA, on
-# GPUs whose SM count is known (NUM_SMS); its item terms above are then unused
+# GPUs whose SM count is known (NUM_SMS); its item terms above are then unused. Masked
+# MHA ("trtllm-mmha") has the form too (choose_per_query_head_decode, `--mmha-split`) but
+# ships its line form: its wave lines win on the H100's kernel rows, held out by layout,
+# and not on the A100's, and TensorRT-LLM's engine rows score worse with them (their
+# large-batch per-token cost, and the host refit it moves; docs/calibration.md)
 WAVE_BACKENDS = ("trtllm",)
 # TensorRT-LLM's decode kernels: ``trtllm`` is its XQA (grouped) kernel, ``trtllm-mmha`` the
 # masked multi-head attention it runs where XQA refuses the layout (trtllm_decode_kernel)
@@ -239,7 +243,8 @@ def fit_decode_backend(
         "held_out": held_out,
     }
     if backend in WAVE_BACKENDS and num_sms > 0:
-        return fit_decode_wave(peaks, *shape, q_per_kv, num_sms, **common)
+        per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
+        return fit_decode_wave(peaks, *shape, q_per_kv, num_sms, per_query_head=per_qh, **common)
     return fit_decode_attention(
         peaks,
         *shape,
@@ -249,6 +254,52 @@ def fit_decode_backend(
         item_terms=backend in ITEM_TERM_BACKENDS,
         **common,
     )
+
+
+def _round5(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 5)
+
+
+def wave_form_wins(wave: FitError, line: FitError) -> bool:
+    """The rule between masked MHA's two forms: the wave lines where their held-out median
+    is lower than the line form's and their held-out 90th percentile no higher."""
+    w_med, w_p90 = wave.held_out_median_ape, wave.held_out_p90_ape
+    l_med, l_p90 = line.held_out_median_ape, line.held_out_p90_ape
+    if w_med is None or w_p90 is None or l_med is None or l_p90 is None:
+        return False
+    return w_med < l_med and w_p90 <= l_p90
+
+
+def choose_per_query_head_decode(
+    peaks: GpuPeaks, dtype: str, rows: pd.DataFrame, num_sms: int
+) -> tuple[Fitted, dict[str, Any]]:
+    """TensorRT-LLM's masked MHA for one KV dtype, fitted in both forms, held out by
+    head-layout family: the wave lines of its multi-block rule (``ops.decode_wave_lines``,
+    on ``num_sms`` SMs) and the split-KV line form with its per-query-head re-reads. The
+    rule: the wave form where it errs less than the line form in held-out median and no
+    more in held-out 90th percentile, else the line form. Returns the chosen fit and the
+    figures it was chosen by. A diagnostic (``--mmha-split``): the shipped profiles keep
+    the line form (:data:`WAVE_BACKENDS`)."""
+    shape = (rows["batch"], rows["context_tokens"], rows["kv_heads"], rows["head_dim"], rows["t_s"])
+    q_per_kv = (rows["heads"] / rows["kv_heads"]).round()
+    groups = shape_family(rows["heads"], rows["kv_heads"], rows["head_dim"])
+    elem = 1.0 if dtype == "fp8" else 2.0
+    line = fit_decode_backend(peaks, TRTLLM_PER_QUERY_HEAD_BACKEND, dtype, rows, num_sms=0)
+    wave = fit_decode_wave(
+        peaks, *shape, q_per_kv, num_sms, elem, groups=groups, per_query_head=True
+    )
+    le, we = line.error, wave.error
+    takes_wave = wave_form_wins(we, le)
+    choice = {
+        "form": "wave" if takes_wave else "line",
+        "rule": "wave where its held-out median is lower and its held-out p90 no higher",
+        **{
+            f"{name}_held_out_{stat}_ape": _round5(getattr(e, f"held_out_{stat}_ape"))
+            for name, e in (("wave", we), ("line", le))
+            for stat in ("median", "p90")
+        },
+    }
+    return (wave if takes_wave else line), choice
 
 
 def fit_attention_backends(
@@ -271,13 +322,13 @@ def fit_attention_backends(
         sec: dict[str, Any] = {"decode_attention": {}}
         for dtype_key, rows in dec.groupby("dtype"):
             dtype = str(dtype_key)
-            f = fit_decode_backend(peaks, backend, dtype, rows, num_sms=NUM_SMS.get(gpu, 0))
-            sec["decode_attention"][dtype] = _params_dict(f.params)
-            errors[f"attention.{backend}.decode.{dtype}"] = _err(
-                f.error,
+            source = (
                 f"{rows['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, kv {dtype}"
-                f"{kind.get(backend, '')})",
+                f"{kind.get(backend, '')})"
             )
+            f = fit_decode_backend(peaks, backend, dtype, rows, num_sms=NUM_SMS.get(gpu, 0))
+            errors[f"attention.{backend}.decode.{dtype}"] = _err(f.error, source)
+            sec["decode_attention"][dtype] = _params_dict(f.params)
             tables.add(rows["table"].iloc[0])
         if per_qh:  # a decode-only kernel: TensorRT-LLM's prefill is the trtllm backend's
             backends[backend] = sec
@@ -1506,30 +1557,13 @@ def xqa_split_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# TensorRT-LLM's masked-MHA multi-block rule (decoderMaskedMultiheadAttentionLaunch.h
-# multi_block_grid_setup and AttentionOp::getMaxNumSeqLenTile of the 1.x releases): each
-# (sequence, query head) item is split over seq_len_tile = min(ceil(SMs / (B x H)),
-# ceil((L + 1) / kv_loop)) thread blocks (one wave at most), kv_loop = threads per block /
-# threads per value x 8 tokens (threads per value: head_dim x 2 bytes / 16, head dim rounded
-# up to a power of two); with B x H <= SMs the launch tunes the block up to 1024 threads
-# (block_size_factor = min(ceil(SMs x blocks/SM / (B x H)), blocks/SM), 1024 from 4
-# resident 256-thread blocks per SM: assumed, the occupancy is not in the tables)
-MMHA_SPLIT_BLOCK_THREADS = 1024
-MMHA_KV_LOOP_UNROLL = 8
-
-
 def mmha_split_counts(batch, heads, per_seq_tokens, head_dim, sms: int) -> np.ndarray:
-    """Thread blocks masked MHA's multi-block mode gives each (sequence, query head) item
-    (:data:`MMHA_SPLIT_BLOCK_THREADS`): at most one wave of the SMs, at least one KV loop
+    """Thread blocks masked MHA's multi-block mode gives each (sequence, query head) item of
+    a batch of ``batch`` sequences with ``heads`` query heads
+    (``ops.mmha_blocks_per_sequence``): at most one wave of the SMs, at least one KV loop
     per block."""
-    bh = np.asarray(batch, float) * np.asarray(heads, float)
-    d = np.asarray(head_dim, float)
-    dh_max = 2.0 ** np.ceil(np.log2(d))
-    loop = MMHA_SPLIT_BLOCK_THREADS / (dh_max * 2.0 / 16.0) * MMHA_KV_LOOP_UNROLL
-    cap = np.ceil(sms / bh)
-    return np.maximum(
-        np.minimum(cap, np.ceil((np.asarray(per_seq_tokens, float) + 1.0) / loop)), 1.0
-    )
+    items = np.asarray(batch, float) * np.asarray(heads, float)
+    return ops.mmha_blocks_per_sequence(per_seq_tokens, items, head_dim, sms)
 
 
 def mmha_wave_form_s(
@@ -1559,19 +1593,24 @@ def mmha_wave_form_s(
     return floor + (full + part) * cta_s + split + tokens * (full * full_tok + part * rest_tok)
 
 
-def mmha_split_fit(data_root: Path, gpu: str = "h100-sxm") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A diagnostic, not shipped: TensorRT-LLM's masked-MHA decode rows (``trtllm-mmha``,
-    each KV dtype) under the shipped fit and under the wave form of its own multi-block
-    count (:func:`mmha_split_counts`, :func:`mmha_wave_form_s`), and as the smallest of
-    the wave form over split counts 1, 2, 4, ... up to one wave (a form the step model's
-    lines could take), each fitted and held out by head-layout family. Returns the errors
-    and the shipped fit's median measured/predicted per split count and tokens per
-    sequence (the residual the rule explains)."""
+def mmha_split_fit(
+    data_root: Path, gpu: str = "h100-sxm"
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A diagnostic: TensorRT-LLM's masked-MHA decode rows (``trtllm-mmha``, each KV dtype)
+    under the line form (split-KV with per-query-head re-reads), under the wave form of its
+    own multi-block count (:func:`mmha_split_counts`, :func:`mmha_wave_form_s`: not a form
+    the step model can take, whose decode step is the smallest of a few lines in the
+    context) and under the step model's per-query-head wave lines
+    (``ops.decode_wave_lines``: the smallest over split counts 1, 2, 4, ... up to one
+    wave, ``calibration.fit.fit_decode_wave``), each fitted and held out by head-layout
+    family, and which of the step model's two forms :func:`wave_form_wins` picks
+    (``rule_picks``). Returns the errors, the line form's median measured/predicted per
+    split count and tokens per sequence (the residual the rule explains) and the wave
+    lines' per work items over the SMs and tokens per sequence."""
     pk = peaks_of(gpu)
     sms = NUM_SMS[gpu]
-    prof = load_profile(gpu)
     dec = public.aic_decode_attention(data_root, gpu)
-    rows, resid = [], []
+    rows, resid, wave_resid = [], [], []
     share = pk.hbm_bytes_per_s / sms
     starts = [
         (5e-6, 0.8, 3e-6, 2.0 * share, 5.0 * pk.hbm_bytes_per_s, 3e-6, 1e-11),
@@ -1580,7 +1619,6 @@ def mmha_split_fit(data_root: Path, gpu: str = "h100-sxm") -> tuple[pd.DataFrame
     lo = (1e-8, 1e-3, 1e-10, 0.05 * share, 0.2 * pk.hbm_bytes_per_s, 1e-10, 1e-16)
     hi = (1e-3, 1.0, 1e-3, pk.hbm_bytes_per_s, 100.0 * pk.hbm_bytes_per_s, 1e-3, 1e-6)
     hbm = pk.hbm_bytes_per_s
-    powers = [2.0**j for j in range(int(np.log2(sms)) + 2)]
     for dtype in sorted(set(dec["dtype"])):
         d = _decode_backend_rows(dec[dec["dtype"] == dtype], TRTLLM_PER_QUERY_HEAD_BACKEND)
         if d.empty:
@@ -1593,40 +1631,28 @@ def mmha_split_fit(data_root: Path, gpu: str = "h100-sxm") -> tuple[pd.DataFrame
         per_seq = c / b
         g = np.round(h / kh)
         fam = shape_family(d["heads"], d["kv_heads"], d["head_dim"])
-        shipped = prof.decode_attention_for(TRTLLM_PER_QUERY_HEAD_BACKEND, dtype)
-        pred = ops.decode_attention_time_s(pk, shipped, b, c, kh, hd, elem, g, q_per_kv=g)
-        err = prof.fit_error.get(f"attention.{TRTLLM_PER_QUERY_HEAD_BACKEND}.decode.{dtype}", {})
-        a = np.abs(pred / ts - 1.0)
-        rows.append(
-            {
-                "kv": dtype,
-                "form": "shipped trtllm-mmha fit",
-                "n": len(ts),
-                "median_ape": round(float(np.median(a)), 3),
-                "p90_ape": round(float(np.percentile(a, 90)), 3),
-                "held_out_median_ape": err.get("held_out_median_ape"),
-            }
-        )
+        # the line form (split-KV with per-query-head re-reads), fitted here: the form the
+        # profiles shipped before the wave lines, and where the rule keeps it
+        line = fit_decode_backend(pk, TRTLLM_PER_QUERY_HEAD_BACKEND, dtype, d, num_sms=0)
+        pred = ops.decode_attention_time_s(pk, line.params, b, c, kh, hd, elem, g, q_per_kv=g)
         splits = mmha_split_counts(b, h, per_seq, hd, sms)
-        cap = np.maximum(np.ceil(sms / (b * h)), 1.0)
-
         x = (b, h, kh, hd, per_seq)
 
         def rule(p, idx, x=x, s=splits, elem=elem):
             return mmha_wave_form_s(p, *(v[idx] for v in x), s[idx], hbm, sms, elem)
 
-        def smallest(p, idx, x=x, cap=cap, elem=elem):
-            ts_k = [
-                mmha_wave_form_s(p, *(v[idx] for v in x), np.minimum(k, cap[idx]), hbm, sms, elem)
-                for k in powers
-            ]
-            return np.min(ts_k, axis=0)
-
-        for name, form in (
-            ("wave form, the rule's split", rule),
-            ("wave form, smallest split", smallest),
+        _, rule_err = fit_generic(rule, ts, starts, lo, hi, fam, held_out=True)
+        # the form the step model takes (ops.decode_wave_lines): the smallest of the lines
+        # of split counts 1, 2, 4, ... cut to one wave, fitted as calibration.fit would
+        fit_lines = fit_decode_wave(
+            pk, b, c, kh, hd, ts, g, sms, elem, groups=fam, per_query_head=True
+        )
+        pick = "wave lines" if wave_form_wins(fit_lines.error, line.error) else "line form"
+        for name, ferr in (
+            ("line form", line.error),
+            ("wave form, the rule's split", rule_err),
+            ("wave lines (step model), smallest split", fit_lines.error),
         ):
-            _, ferr = fit_generic(form, ts, starts, lo, hi, fam, held_out=True)
             rows.append(
                 {
                     "kv": dtype,
@@ -1635,6 +1661,8 @@ def mmha_split_fit(data_root: Path, gpu: str = "h100-sxm") -> tuple[pd.DataFrame
                     "median_ape": round(ferr.median_ape, 3),
                     "p90_ape": round(ferr.p90_ape, 3),
                     "held_out_median_ape": round(float(ferr.held_out_median_ape or 0.0), 3),
+                    "held_out_p90_ape": round(float(ferr.held_out_p90_ape or 0.0), 3),
+                    "rule_picks": pick,
                 }
             )
         lb = pd.cut(
@@ -1648,7 +1676,17 @@ def mmha_split_fit(data_root: Path, gpu: str = "h100-sxm") -> tuple[pd.DataFrame
                 index=["kv", "splits"], columns="tokens_per_seq", values="ratio", aggfunc="median"
             ).round(2)
         )
-    return pd.DataFrame(rows), pd.concat(resid)
+        # the wave lines' own residual by items (B x H) over the SMs
+        wave = ops.decode_attention_time_s(pk, fit_lines.params, b, c, kh, hd, elem, g, q_per_kv=g)
+        ib = pd.cut(b * h / sms, [0, 1, 4, np.inf], labels=["<=1", "1-4", ">4"])
+        w = pd.DataFrame({"kv": dtype, "items/SMs": ib, "tokens_per_seq": lb, "ratio": ts / wave})
+        wave_resid.append(
+            w.pivot_table(
+                index=["kv", "items/SMs"], columns="tokens_per_seq", values="ratio",
+                aggfunc="median", observed=False,
+            ).round(2)
+        )  # fmt: skip
+    return pd.DataFrame(rows), pd.concat(resid), pd.concat(wave_resid)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1723,9 +1761,9 @@ def main(argv: list[str] | None = None) -> int:
         "--mmha-split",
         metavar="GPU",
         choices=sorted(SMS),
-        help="only print TensorRT-LLM's masked-MHA decode rows under the shipped fit and under "
-        "the wave form of its own multi-block count, held out by head-layout family, and the "
-        "shipped fit's residual by split count (a diagnostic: fits and writes nothing shipped)",
+        help="only print TensorRT-LLM's masked-MHA decode rows under the line form, the wave "
+        "form of its own multi-block count and the step model's wave lines, held out by "
+        "head-layout family, and their residuals (a diagnostic: writes nothing)",
     )
     args = p.parse_args(argv)
     if args.gemm_variants:
@@ -1740,10 +1778,12 @@ def main(argv: list[str] | None = None) -> int:
         print(xqa_split_fit(Path(args.data), args.xqa_split).to_string(index=False))
         return 0
     if args.mmha_split:
-        errs, resid = mmha_split_fit(Path(args.data), args.mmha_split)
+        errs, resid, wave_resid = mmha_split_fit(Path(args.data), args.mmha_split)
         print(errs.to_string(index=False))
-        print("\nshipped fit, median measured/predicted by split count and tokens per sequence:")
+        print("\nline form, median measured/predicted by split count and tokens per sequence:")
         print(resid.to_string())
+        print("\nwave lines, median measured/predicted by work items (B x H) over the SMs:")
+        print(wave_resid.to_string())
         return 0
     if args.gemm_tiles:
         try:

@@ -331,8 +331,9 @@ def _item_line(cost: Any, b: int) -> dict[str, Any]:
 def _min_lines(cost: Any, b: int) -> dict[str, Any]:
     """How ``time_s`` is made of the printed lines (``step_form``; each line ``base +
     per_context_token × C`` with C = batch × context_tokens), and a multi-block wave decode
-    kernel's other lines (``min_lines``: TensorRT-LLM's XQA, one per split count its rule
-    takes; ``base_s`` / ``per_context_token_s`` is then its most-split line only): the
+    kernel's other lines (``min_lines``: TensorRT-LLM's XQA, or its masked MHA where the
+    profile fits it as one; one per split count its rule takes; ``base_s`` /
+    ``per_context_token_s`` is then its most-split line only): the
     step is the smallest of the kernel lines, or the item-bound line where that is larger
     (``interface.decode_step_time_s``)."""
     alts = getattr(cost, "decode_min_coeffs", None)

@@ -44,11 +44,14 @@ Forms (``docs/costmodel.md`` has the derivations):
   shape the time is the larger of two affine functions of C
   (:func:`decode_attention_lines`); above the knee, where the KV stream dominates, it is
   ``... + stream`` exactly. Newer parameters default to 0.
-- Decode attention on a multi-block wave kernel (``wave_sms`` > 0: TensorRT-LLM's XQA):
-  the smallest of a few lines affine in C, one per split count ``m`` the kernel's rule
-  takes at this batch (:func:`decode_wave_lines`): ``B × KH × m`` thread blocks in whole
-  waves over the SMs plus a partial last wave, each streaming ``C / (B m)`` tokens (plus
-  half a 64-token tile) of its KV head, a fixed time per block, and a reduction when
+- Decode attention on a multi-block wave kernel (``wave_sms`` > 0: TensorRT-LLM's XQA,
+  and its masked MHA where the profile fits it so): the smallest of a few lines affine in
+  C, one per split count ``m`` the kernel's rule takes at this batch
+  (:func:`decode_wave_lines`): ``I × m`` thread blocks in whole waves over the SMs plus a
+  partial last wave, ``I`` the work items (XQA: ``B × KH``; masked MHA, a per-query-head
+  kernel with ``reread_bytes_per_s`` > 0: ``B × KH × group``, its ``group`` query heads of
+  a KV head reading it once from HBM and ``group`` times from L2), each streaming its
+  share of its KV head's ``C / B`` tokens, a fixed time per block, and a reduction when
   ``m`` > 1. Never faster than the KV bytes at ``hbm × bw_eff``.
 - Prefill attention (causal, FLOP = 4 × heads × head_dim × query-key pairs):
   ``floor_s + flop / (peak × max_eff × L / (L + half_sat))``, L = mean new tokens per
@@ -285,6 +288,39 @@ def xqa_blocks_per_sequence(history_tokens, items, batch, num_sms: float) -> np.
     return np.maximum(np.minimum(m, cap), 1.0)
 
 
+# TensorRT-LLM's masked-MHA multi-block rule (decoderMaskedMultiheadAttentionLaunch.h
+# multi_block_grid_setup and mmha_launch_kernel_ex of the 1.x releases): each (sequence,
+# query head) item is split over min(ceil(SMs x blocks per SM / (B x H)), ceil((L + 1) /
+# kv_loop)) thread blocks, at least 1; kv_loop = threads per block / threads per value x 8
+# (the KV loop's unroll) tokens, threads per value = head dim rounded up to a power of two
+# x 2 bytes (the compute type's, whatever the KV cache's) / 16. With B x H <= SMs the launch
+# tunes the block to 1024 threads (block_size_factor); one such block resident per SM is
+# assumed (the occupancy is not in the tables)
+MMHA_BLOCK_THREADS = 1024
+MMHA_KV_LOOP_UNROLL = 8
+# split counts the masked-MHA wave lines take: the rule's count at ``kv_loop x 2^j - 1``
+# cached tokens per sequence, 2^j up to 256 (more than one wave of any profiled GPU's SMs),
+# cut to one wave of the SMs (one line per distinct count; the kernel takes the smallest)
+MMHA_LINE_SPLITS = tuple(2.0**j for j in range(9))
+
+
+def mmha_kv_loop_tokens(head_dim: ArrayLike) -> np.ndarray:
+    """Tokens one 1024-thread masked-MHA block streams per KV loop (``seq_len_per_kv_loop``):
+    the fewest a multi-block split gives each block."""
+    d = np.asarray(head_dim, float)
+    threads_per_value = 2.0 ** np.ceil(np.log2(d)) * 2.0 / 16.0
+    return MMHA_BLOCK_THREADS / threads_per_value * MMHA_KV_LOOP_UNROLL
+
+
+def mmha_blocks_per_sequence(history_tokens, items, head_dim, num_sms: float) -> np.ndarray:
+    """Thread blocks masked MHA's multi-block mode gives each (sequence, query head) item over
+    ``history_tokens`` cached tokens, with ``items`` = B x H items in all on ``num_sms`` SMs
+    (``multi_block_grid_setup``): at most one wave, at least one KV loop per block."""
+    cap = np.ceil(num_sms / np.asarray(items, float))
+    need = np.ceil((np.asarray(history_tokens, float) + 1.0) / mmha_kv_loop_tokens(head_dim))
+    return np.maximum(np.minimum(cap, need), 1.0)
+
+
 def decode_wave_lines(
     peaks: GpuPeaks,
     p: DecodeAttentionParams,
@@ -295,41 +331,69 @@ def decode_wave_lines(
     q_per_kv: ArrayLike = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A multi-block wave kernel's lines (``p.wave_sms`` > 0): ``(split counts, base_s,
-    per_context_token_s)``, each of shape ``(len(XQA_LINE_CONTEXTS), *broadcast shape)``;
-    the kernel over C cached tokens in all takes ``min(base + per × C)`` over them.
+    per_context_token_s)``, each of shape ``(number of lines, *broadcast shape)``; the kernel
+    over C cached tokens in all takes ``min(base + per × C)`` over them.
 
-    With ``m`` thread blocks per (sequence, KV head) item, ``n = B × KH × m`` blocks run in
-    ``W = floor(n / S)`` full waves and a partial one of ``r = n − W S`` blocks; each block
-    streams ``T = C / (B m) + 32`` tokens of ``2 × D × kv_elem`` bytes, in a full wave at
-    ``hbm × bw_eff / S`` (every SM's share), in the partial one at ``min(cta_bytes_per_s,
-    hbm × bw_eff / r)``, and never faster per byte than the group rate allows (``S ×
-    q_per_kv / group_bytes_per_s``); it also pays ``cta_s + cta_q_elem_s × q_per_kv × D``,
-    and a split item ``split_s + split_elem_s × m × q_per_kv × D`` (its reduction). Since
-    ``(W S + r) × T ≥ B × KH × C / B``, no line beats the KV bytes at ``hbm × bw_eff``."""
+    A grouped kernel (TensorRT-LLM's XQA) makes one work item per (sequence, KV head), ``I =
+    B × KH``, split by :func:`xqa_blocks_per_sequence` at :data:`XQA_LINE_CONTEXTS`; a
+    per-query-head kernel (``p.reread_bytes_per_s`` > 0: TensorRT-LLM's masked MHA) one per
+    (sequence, query head), ``I = B × KH × q_per_kv``, split by
+    :func:`mmha_blocks_per_sequence` into :data:`MMHA_LINE_SPLITS` blocks cut to one wave.
+    With ``m`` thread blocks per item, ``n = I × m`` blocks run in ``W = floor(n / S)`` full
+    waves and a partial one of ``r = n − W S``; each block streams ``T`` tokens of ``2 × D ×
+    kv_elem`` bytes: XQA ``C / (B m) + 32`` (half a 64-token tile of rounding), masked MHA
+    ``(C / B + 1) / m`` (the new token too). XQA streams them in a full wave at ``hbm × bw_eff
+    / S`` (every SM's share), in the partial one at ``min(cta_bytes_per_s, hbm × bw_eff /
+    r)``, never faster per byte than the group rate allows (``S × q_per_kv /
+    group_bytes_per_s``); masked MHA's ``g = q_per_kv`` query heads of a KV head read it once
+    from HBM and ``g`` times from L2, so a full wave streams at the longer of ``g × hbm ×
+    bw_eff / S`` and ``reread_bytes_per_s / S``, the partial one also at most at
+    ``cta_bytes_per_s``. A block pays ``cta_s + cta_q_elem_s × q × D`` and a split item
+    ``split_s + split_elem_s × m × q × D`` (its reduction), ``q`` the query heads of a work
+    item (``q_per_kv`` for XQA, 1 for masked MHA). Since ``(W S + r) × T ≥ I × C / B``, no
+    line beats the KV bytes at ``hbm × bw_eff``."""
     b = np.asarray(batch, float)
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
     q = np.asarray(q_per_kv, float)
     sms = p.wave_sms
-    items = b * kh
-    hist = np.array(XQA_LINE_CONTEXTS, float) - 1.0
-    shape = (len(hist), *np.broadcast(b, kh, d, q).shape)
-    hist = hist.reshape((-1,) + (1,) * (len(shape) - 1))
-    m = np.broadcast_to(xqa_blocks_per_sequence(hist, items, b, sms), shape)
+    per_qh = p.reread_bytes_per_s > 0.0
+    items = b * kh * q if per_qh else b * kh
+    lines = len(MMHA_LINE_SPLITS) if per_qh else len(XQA_LINE_CONTEXTS)
+    shape = (lines, *np.broadcast(b, kh, d, q).shape)
+    col = (-1,) + (1,) * (len(shape) - 1)
+    bw = peaks.hbm_bytes_per_s * p.bw_eff
+    bytes_per_token = 2.0 * d * kv_elem_bytes
+    if per_qh:
+        cap = np.maximum(np.ceil(sms / items), 1.0)
+        m = np.broadcast_to(np.minimum(np.array(MMHA_LINE_SPLITS).reshape(col), cap), shape)
+    else:
+        hist = np.array(XQA_LINE_CONTEXTS, float).reshape(col) - 1.0
+        m = np.broadcast_to(xqa_blocks_per_sequence(hist, items, b, sms), shape)
     n = items * m
     full = np.floor(n / sms)
     rest = n - full * sms
     part = (rest > 0.0).astype(float)
-    bw = peaks.hbm_bytes_per_s * p.bw_eff
-    group = sms * q / p.group_bytes_per_s if p.group_bytes_per_s > 0.0 else 0.0
-    bytes_per_token = 2.0 * d * kv_elem_bytes
-    full_tok = bytes_per_token * np.maximum(sms / bw, group)
-    rest_rate = np.minimum(p.cta_bytes_per_s, bw / np.maximum(rest, 1.0))
-    rest_tok = bytes_per_token * np.maximum(1.0 / rest_rate, group)
+    if per_qh:  # the g query heads of a KV head: one HBM read, g from L2
+        hbm_per_block = 1.0 / (q * bw)
+        l2_per_block = 1.0 / p.reread_bytes_per_s
+        full_tok = bytes_per_token * sms * np.maximum(hbm_per_block, l2_per_block)
+        rest_tok = bytes_per_token * np.maximum(
+            1.0 / p.cta_bytes_per_s, rest * np.maximum(hbm_per_block, l2_per_block)
+        )
+        qb: np.ndarray | float = 1.0
+        extra_tokens: np.ndarray | float = 1.0 / m
+    else:
+        group = sms * q / p.group_bytes_per_s if p.group_bytes_per_s > 0.0 else 0.0
+        full_tok = bytes_per_token * np.maximum(sms / bw, group)
+        rest_rate = np.minimum(p.cta_bytes_per_s, bw / np.maximum(rest, 1.0))
+        rest_tok = bytes_per_token * np.maximum(1.0 / rest_rate, group)
+        qb = q
+        extra_tokens = 0.5 * XQA_TILE_TOKENS
     per_block_token = full * full_tok + part * rest_tok  # the waves' time per token a block streams
-    block = p.cta_s + p.cta_q_elem_s * q * d
-    split = (m > 1.0) * (p.split_s + p.split_elem_s * m * q * d)
-    base = p.floor_s + (full + part) * block + split + 0.5 * XQA_TILE_TOKENS * per_block_token
+    block = p.cta_s + p.cta_q_elem_s * qb * d
+    split = (m > 1.0) * (p.split_s + p.split_elem_s * m * qb * d)
+    base = p.floor_s + (full + part) * block + split + extra_tokens * per_block_token
     per = per_block_token / (b * m)
     return m, base, per
 

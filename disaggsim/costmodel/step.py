@@ -500,7 +500,11 @@ class RooflineWorkerCost:
             self._reread_group = float(engine.decode_reread_group(hq // hkv))
         self._reread_bytes_per_s = engine.per_query_head_kv_bytes_per_s
         self._q_per_kv = float(hq // hkv)  # a grouped kernel's group rate (group_bytes_per_s)
-        if self._dec.wave_sms > 0.0 and self._reread_group > 1.0:
+        if (
+            self._dec.wave_sms > 0.0
+            and self._dec.reread_bytes_per_s == 0.0
+            and (self._reread_group > 1.0)
+        ):
             raise UserError(
                 f"attention_backend {self.decode_backend!r}: its decode kernel (a multi-block "
                 f"wave kernel, TensorRT-LLM's XQA) has no per-query-head form for "
@@ -545,8 +549,10 @@ class RooflineWorkerCost:
         free = gpu.hbm_bytes * gpu_mem_util - self.weights_bytes_per_gpu - activation_reserve_bytes
         self.kv_capacity_tokens = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
         self._decode_cache: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
-        # a multi-block wave decode kernel (TensorRT-LLM's XQA): its attention is the
-        # smallest of a few lines in the context (ops.decode_wave_lines), per batch
+        # a multi-block wave decode kernel (TensorRT-LLM's XQA, or its masked MHA where
+        # the profile fits that as one): its attention is the smallest of a few lines in
+        # the context (ops.decode_wave_lines: a per-query-head wave kernel takes its own
+        # fitted re-read rate, the one its other terms were fitted with), per batch
         self.decode_min_lines = self._dec.wave_sms > 0.0
         self._wave_cache: dict[int, tuple[tuple[float, float], ...]] = {}
         self._min_cache: dict[int, tuple[tuple[float, float], ...]] = {}
@@ -581,8 +587,9 @@ class RooflineWorkerCost:
         """Further ``(base_s, per_context_token_s)`` lines of the kernel-bound part: a decode
         step takes the smallest of these and :meth:`decode_coeffs`' line (the larger of
         that and :meth:`decode_item_coeffs`' line). Empty but for a multi-block wave decode
-        kernel (``decode_min_lines``: TensorRT-LLM's XQA, one line per split count its rule
-        takes, :meth:`decode_coeffs` the most split)."""
+        kernel (``decode_min_lines``: TensorRT-LLM's XQA, or its masked MHA where the
+        profile fits it as one; one line per split count its rule takes,
+        :meth:`decode_coeffs` the most split)."""
         if not self.decode_min_lines or batch <= 0:
             return ()
         self._decode_lines(batch)

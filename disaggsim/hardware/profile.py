@@ -228,7 +228,11 @@ class DecodeAttentionParams:
     the group rate as above); a split (``m`` > 1) adds ``split_s + split_elem_s × m ×
     q_per_kv × head_dim`` (the reduction of the partial results). The kernel's time is the
     smallest of these lines over the split counts its rule takes (the other fields but
-    ``floor_s``, ``bw_eff`` and ``group_bytes_per_s`` are unused).
+    ``floor_s``, ``bw_eff`` and ``group_bytes_per_s`` are unused). With
+    ``reread_bytes_per_s`` > 0 too it is a per-query-head wave kernel (TensorRT-LLM's
+    masked MHA and its multi-block rule): one work item per (sequence, query head), each
+    block's query head and reduction carrying one query head, the ``q_per_kv`` query heads
+    of a KV head reading it once from HBM and ``q_per_kv`` times from L2 at that rate.
     All optional in the JSON (0: term off), so older profiles still load."""
 
     floor_s: float
