@@ -83,7 +83,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
     f = sub.add_parser("fit", help="fit a profile from a raw measurement folder")
     f.add_argument("raw_dir", metavar="RAW_DIR")
-    f.add_argument("--gpu", required=True, metavar="ID", help="catalog GPU id, e.g. h200-sxm")
+    f.add_argument(
+        "--gpu", required=True, type=gpu_id, metavar="ID", help="catalog GPU id, e.g. h200-sxm"
+    )
     f.add_argument(
         "--out", dest="profile_out", metavar="PROFILE.json", help="default: RAW_DIR/<gpu>.json"
     )
@@ -96,14 +98,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
     f.set_defaults(func=_cmd_fit)
 
     s = sub.add_parser("show", help="which profile a GPU uses and where its numbers came from")
-    s.add_argument("gpu", metavar="GPU_ID")
+    s.add_argument("gpu", type=gpu_id, metavar="GPU_ID")
     s.add_argument(
         "--profile", metavar="PROFILE.json", help="show this file instead of the shipped one"
     )
     s.set_defaults(func=_cmd_show)
 
     v = sub.add_parser("validate", help="cost model vs every row of the public kernel tables")
-    v.add_argument("--gpu", nargs="+", default=["a100-80gb", "h100-sxm"], metavar="ID")
+    v.add_argument("--gpu", nargs="+", type=gpu_id, default=["a100-80gb", "h100-sxm"], metavar="ID")
     v.add_argument(
         "--data",
         metavar="DIR",
@@ -123,7 +125,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="step model vs measured whole-layer passes (python -m calibration.steps)",
     )
     vs.add_argument("raw_dir", metavar="RAW", help="folder holding steps.csv")
-    vs.add_argument("--gpu", default="h200-sxm", metavar="ID", help="profile's GPU id")
+    vs.add_argument("--gpu", default="h200-sxm", type=gpu_id, metavar="ID", help="profile's GPU id")
     vs.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped profile")
     vs.set_defaults(func=_cmd_validate_steps)
 
@@ -132,7 +134,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="fit graph_replay.per_layer_s to measured CUDA-graph layer passes",
     )
     fs.add_argument("raw_dir", metavar="RAW", help="folder holding steps.csv")
-    fs.add_argument("--gpu", required=True, metavar="ID", help="GPU the passes ran on")
+    fs.add_argument("--gpu", required=True, type=gpu_id, metavar="ID", help="GPU the passes ran on")
     fs.add_argument(
         "--profile", metavar="PROFILE.json", help="profile to start from (default: the shipped one)"
     )
@@ -140,6 +142,23 @@ def _configure(p: argparse.ArgumentParser) -> None:
         "--out", dest="profile_out", metavar="PROFILE.json", help="default: RAW/<gpu>.json"
     )
     fs.set_defaults(func=_cmd_fit_steps)
+
+
+def gpu_id(text: str) -> str:
+    """A ``--gpu`` value: a catalog GPU id (``--gpu ''`` was reported as a missing
+    ``profiles/.json``, naming no flag)."""
+    import difflib
+
+    from disaggsim.catalog import load_gpus
+
+    ids = sorted(load_gpus())
+    if text in ids:
+        return text
+    near = difflib.get_close_matches(text.lower(), ids, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: not a catalog GPU id{hint} (allowed: {', '.join(ids)})"
+    )
 
 
 def _cmd_run(args) -> int:
@@ -381,6 +400,7 @@ def _cmd_validate(args) -> int:
 def _cmd_validate_steps(args) -> int:
     from calibration import steps
 
+    check_raw_device(steps.read_steps(args.raw_dir), args.gpu, args.raw_dir)
     print(steps.validate_steps(args.raw_dir, args.gpu, args.profile))
     return 0
 
@@ -393,6 +413,8 @@ def _cmd_fit_steps(args) -> int:
     )
 
     _check_profile_target(args)
+    # passes timed on another GPU than --gpu are refused, as calibrate fit refuses them
+    check_raw_device(steps.read_steps(args.raw_dir), args.gpu, args.raw_dir)
     prof = load_profile(args.gpu, path=args.profile)
     f = steps.graph_layer_fit(args.raw_dir, args.gpu, prof)
     out_dict = json.loads(Path(prof.path).read_text())

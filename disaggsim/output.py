@@ -30,6 +30,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,13 @@ def _check_common_unguarded(path: Path, flag: str, kind: str) -> Path:
     text = str(path)
     if not text.strip():
         raise _fail(flag, repr(text), f"empty path (give a {kind})")
+    control = sorted({c for c in text if unicodedata.category(c) == "Cc"})
+    if control:
+        # a newline, tab or escape in a name (a pasted line, an unset variable's
+        # neighbour): it made a folder no shell line names easily ("r\n"), every later
+        # listing of it garbled
+        shown = ", ".join(repr(c) for c in control)
+        raise _fail(flag, path, f"holds a control character ({shown}); give a name without one")
     if path.name in ("", ".", ".."):
         raise _fail(flag, path, f"names an existing folder ('.', '..' or '/'), not a new {kind}")
     first = path.parts[0]

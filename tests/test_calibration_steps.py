@@ -66,7 +66,9 @@ def test_validate_steps_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
     assert "missing column tp" in capsys.readouterr().err
 
 
-def _synthetic_passes(out: Path, per_layer_s: dict[str, float], noise: float) -> pd.DataFrame:
+def _synthetic_passes(
+    out: Path, per_layer_s: dict[str, float], noise: float, device: str = "NVIDIA H200 (synthetic)"
+) -> pd.DataFrame:
     """steps.csv of both shapes × both modes, timed as the step model's kernels per layer
     (× lognormal noise) plus a known per-layer cost per mode, 4 layers per pass."""
     pts = [("prefill", 1, 512), ("prefill", 1, 2048), ("prefill", 4, 1024)] + [
@@ -80,7 +82,7 @@ def _synthetic_passes(out: Path, per_layer_s: dict[str, float], noise: float) ->
                 row.update(
                     shape=label, model=model, tp=tp, mode=mode, kind=kind, batch=b, tokens=n,
                     layers_per_pass=4, median_s=1.0, p10_s=1.0, p90_s=1.0, repeats=20,
-                    device_name="synthetic", torch_version="0", date="2026-11-29",
+                    device_name=device, torch_version="0", date="2026-11-29",
                 )  # fmt: skip
                 rows.append(row)
     df = pd.DataFrame(rows, columns=list(steps.COLUMNS))
@@ -115,6 +117,19 @@ def test_fit_steps_recovers_the_graph_layer_cost_and_writes_the_profile(
     prov = prof.provenance
     assert "steps.csv" in prov["graphs_from"] and "synthetic" in prov["graphs_from"]
     assert "graph_replay" not in prov["carried"]
+
+
+@pytest.mark.parametrize("verb", ["fit-steps", "validate-steps"])
+def test_passes_of_another_gpu_are_refused(tmp_path: Path, capsys, verb) -> None:
+    # as `calibrate fit` refuses a raw run of another GPU: H100 passes fitted as an H200
+    # gave an h200-sxm profile of H100 timings, silently
+    raw = tmp_path / "raw"
+    _synthetic_passes(raw, {"eager": 40e-6, "cuda-graphs": 6e-6}, 0.0, "NVIDIA H100 80GB HBM3")
+    assert calibrate_main([verb, str(raw), "--gpu", "h200-sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "measured on NVIDIA H100 80GB HBM3, not --gpu h200-sxm" in err, err
+    assert sorted(p.name for p in raw.iterdir()) == ["steps.csv"]
 
 
 def test_fit_steps_with_noise_generalises_across_shapes(tmp_path: Path) -> None:

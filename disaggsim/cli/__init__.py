@@ -16,7 +16,14 @@ from types import FrameType
 from typing import NoReturn
 
 from disaggsim import __version__
-from disaggsim.errors import InvariantError, UserError, one_line
+from disaggsim.errors import (
+    InvariantError,
+    UserError,
+    WorkersLost,
+    kept_of,
+    on_command_line,
+    one_line,
+)
 from disaggsim.hardware.profile import ProfileError
 
 
@@ -70,16 +77,24 @@ def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
     raise _Terminated(signum)
 
 
+def _kept(e: BaseException) -> str:
+    """``; 7 of 20 runs finished and are kept in ...``: where a stopped command kept its
+    finished work (:func:`disaggsim.errors.note_kept`), else nothing."""
+    kept = kept_of(e)
+    return f"; {one_line(kept)}" if kept else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals: main thread only
         for sig in (signal.SIGTERM, signal.SIGHUP):
             previous[sig] = signal.signal(sig, _raise_terminated)
     try:
-        return _main(argv)
+        with on_command_line():  # errors name the flags typed, not API arguments
+            return _main(argv)
     except _Terminated as e:
         name = signal.Signals(e.signum).name
-        print(f"disaggsim: stopped by {name}; nothing half-written", file=sys.stderr)
+        print(f"disaggsim: stopped by {name}; nothing half-written{_kept(e)}", file=sys.stderr)
         return 128 + e.signum
     finally:
         for sig, handler in previous.items():
@@ -97,23 +112,32 @@ def _main(argv: list[str] | None) -> int:
     try:
         rc = args.func(args)
     except (UserError, ProfileError) as e:
-        print(f"disaggsim: error: {one_line(str(e))}", file=sys.stderr)
+        print(f"disaggsim: error: {one_line(str(e))}{_kept(e)}", file=sys.stderr)
         return 2
     except OSError as e:
         # a path the system refuses (a name longer than the filesystem takes, a folder it
         # may not read, no space left): one line naming it, never a traceback. The checks
         # that know the flag or field name it themselves; this is the backstop.
         where = f"{e.filename}: " if e.filename is not None else ""
-        print(f"disaggsim: error: {one_line(where + (e.strerror or str(e)))}", file=sys.stderr)
+        what = one_line(where + (e.strerror or str(e)))
+        print(f"disaggsim: error: {what}{_kept(e)}", file=sys.stderr)
         return 2
     except InvariantError as e:
+        kept = kept_of(e)
+        done = f"; {kept}" if kept else "; nothing written"
         print(
-            f"disaggsim: internal error: {one_line(str(e))}; nothing written (please report)",
+            f"disaggsim: internal error: {one_line(str(e))}{done} (please report)",
             file=sys.stderr,
         )
         return 3
-    except KeyboardInterrupt:
-        print("disaggsim: interrupted", file=sys.stderr)
+    except WorkersLost as e:
+        print(f"disaggsim: error: {one_line(str(e))}{_kept(e)}", file=sys.stderr)
+        return 4
+    except MemoryError as e:
+        print(f"disaggsim: error: out of memory{_kept(e)}", file=sys.stderr)
+        return 4
+    except KeyboardInterrupt as e:
+        print(f"disaggsim: interrupted{_kept(e)}", file=sys.stderr)
         return 130
     return int(rc or 0)
 

@@ -76,11 +76,30 @@ def progress(quiet: bool):
 
 
 def executor(args: argparse.Namespace):
-    from disaggsim.sweep.executors import make_executor
+    from disaggsim.sweep.executors import DaskExecutor, make_executor
 
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers {args.workers}: must be >= 1")
-    return make_executor(args.workers, args.scheduler)
+    if args.scheduler is not None and not args.scheduler.strip():
+        # an unset variable (--scheduler "$ADDR") ran the sweep on this machine, silently
+        raise UserError(
+            f"--scheduler {args.scheduler!r}: empty; give a Dask scheduler address like "
+            "tcp://host:8786, or leave the flag out to run in local worker processes"
+        )
+    ex = make_executor(args.workers, args.scheduler)
+    if isinstance(ex, DaskExecutor):
+        # dask logs a lost scheduler as ERROR lines and tracebacks on stderr; the command
+        # says what happened in its own one line (WorkersLost)
+        # (levels set after dask's import, which sets its own)
+        import logging
+
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            pass  # the executor says so, one line, when first used
+        for name in ("distributed", "distributed.client"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    return ex
 
 
 def check_run_length_flags(min_requests: int | None, service_multiple: float | None) -> None:

@@ -18,6 +18,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--out", type=Path, default=None, help="output folder (default results/<name>-sweep)"
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the finished runs an unfinished sweep into the same --out kept in "
+        "OUT.partial/, run only the others",
+    )
     executor_args(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -25,9 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from disaggsim.errors import note_kept
     from disaggsim.output import check_folder, out_flag, write_folder
     from disaggsim.sweep.core import as_source, run_tasks, sweep_tasks, table
     from disaggsim.sweep.grid import parse_params
+    from disaggsim.sweep.journal import open_journal
     from disaggsim.sweep.output import write_table
     from disaggsim.sweep.plots import write_sweep_plots
 
@@ -37,8 +45,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     flag = out_flag(args.out is not None)
     check_folder(out, flag)
     keys, tasks = sweep_tasks(src, params, args.seeds)
-    with executor(args) as ex, progress(args.quiet) as new_bar:
-        df = table(keys, run_tasks(tasks, ex, new_bar(f"sweeping {src.name}")))
+    with executor(args) as ex:
+        # after the executor is made: a bad --scheduler or --workers leaves nothing
+        journal = open_journal(out, flag, tasks, args.resume)
+        try:
+            with progress(args.quiet) as new_bar:
+                summaries = run_tasks(
+                    tasks,
+                    ex,
+                    new_bar(f"sweeping {src.name}"),
+                    done=journal.reused,
+                    on_result=journal.record,
+                )
+        except BaseException as e:
+            # every finished run is in the journal: the error's line says where
+            journal.close(finished=False)
+            note_kept(e, journal.kept_note())
+            raise
+    df = table(keys, summaries)
     paths = [p.path for p in params]
 
     def render(tmp: Path) -> list[Path]:
@@ -47,10 +71,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             files += write_sweep_plots(df, paths, tmp)
         return files
 
-    written = write_folder(out, render, command="sweep", flag=flag)
+    try:
+        written = write_folder(out, render, command="sweep", flag=flag)
+    except BaseException as e:
+        journal.close(finished=False)
+        note_kept(e, journal.kept_note())
+        raise
+    journal.close(finished=True)
+    reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
+    if journal.others:
+        reused += f"; {journal.shown}/ keeps {journal.others} runs of another sweep"
     Console().print(
         f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
-        f"{_count(args.seeds, 'seed')}) {written.note()}",
+        f"{_count(args.seeds, 'seed')}{reused}) {written.note()}",
         markup=False,
         soft_wrap=True,
     )

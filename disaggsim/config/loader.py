@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from disaggsim.config.bounds import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, fmt
 from disaggsim.config.scenario import Scenario
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, command_line_running, given
 from disaggsim.inputs import read_regular
 
 
@@ -177,24 +177,29 @@ def parse_yaml_text(text: str, path: str) -> dict:
     return raw
 
 
+def _set(text: str) -> str:
+    """An override as its errors name it: ``--set TEXT``, or ``overrides item 'TEXT'``."""
+    return given("--set", "overrides item {}", text)
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` → (["a", "b", "c"], value parsed as a YAML scalar/list)."""
     if "=" not in text:
-        raise UserError(f"--set {text}: expected KEY.PATH=VALUE")
+        raise UserError(f"{_set(text)}: expected KEY.PATH=VALUE")
     key, _, value = text.partition("=")
     parts = key.strip().split(".")
     if not all(parts):
-        raise UserError(f"--set {text}: empty component in key path {key!r}")
+        raise UserError(f"{_set(text)}: empty component in key path {key!r}")
     try:
         parsed = yaml.load(value, Loader=_StrictLoader) if value.strip() else ""
     except _DuplicateKey as e:
-        raise UserError(f"--set {text}: duplicate key {e.key!r}; give each key once") from None
+        raise UserError(f"{_set(text)}: duplicate key {e.key!r}; give each key once") from None
     except (_TooDeep, RecursionError):
-        raise UserError(f"--set {text}: nested more than {MAX_YAML_DEPTH} levels deep") from None
+        raise UserError(f"{_set(text)}: nested more than {MAX_YAML_DEPTH} levels deep") from None
     except yaml.YAMLError:
         parsed = value
-    if _expanded_size(parsed, f"--set {text}") > MAX_YAML_NODES:
-        raise UserError(f"--set {text}: more than {fmt(MAX_YAML_NODES)} values")
+    if _expanded_size(parsed, f"{_set(text)}") > MAX_YAML_NODES:
+        raise UserError(f"{_set(text)}: more than {fmt(MAX_YAML_NODES)} values")
     return parts, parsed
 
 
@@ -217,7 +222,7 @@ def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
                 nxt = node[part] = {}
             elif not isinstance(nxt, (dict, list)):
                 raise UserError(
-                    f"--set {text}: {'.'.join(parts[: i + 1])} is a value, not a section"
+                    f"{_set(text)}: {'.'.join(parts[: i + 1])} is a value, not a section"
                 )
             node = nxt
         if isinstance(node, list):
@@ -247,7 +252,7 @@ def _check_path(parts: list[str], raw: dict, text: str) -> None:
             close = difflib.get_close_matches(part, list(fields), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(
-                f"--set {text}: unknown key {part!r} at {where}{hint} "
+                f"{_set(text)}: unknown key {part!r} at {where}{hint} "
                 f"(allowed: {', '.join(sorted(fields))})"
             )
         model = fields[part]
@@ -277,25 +282,27 @@ def _is_index(part: str) -> bool:
 def _check_index(part: str, node: Any, where: str, text: str) -> None:
     """``part`` indexes an item ``node`` (a list the scenario holds) has, else one line
     saying what --set can index there."""
-    whole = f"give the whole list instead: --set '{where}=[...]'"
+    whole = "give the whole list instead: " + (
+        f"--set '{where}=[...]'" if command_line_running() else f"an overrides item '{where}=[...]'"
+    )
     if not _is_index(part):
         n = len(node) if isinstance(node, list) else 0
         items = f"0..{n - 1}" if n else "none held"
         raise UserError(
-            f"--set {text}: {where} is a list: index its items by number ({items}), or {whole}"
+            f"{_set(text)}: {where} is a list: index its items by number ({items}), or {whole}"
         )
     if node is None:
         raise UserError(
-            f"--set {text}: {where} is not in the scenario, so it has no item {part} to "
+            f"{_set(text)}: {where} is not in the scenario, so it has no item {part} to "
             f"set; {whole}"
         )
     if not isinstance(node, list):
-        raise UserError(f"--set {text}: {where} holds {_shown_input(node)}, not a list; {whole}")
+        raise UserError(f"{_set(text)}: {where} holds {_shown_input(node)}, not a list; {whole}")
     if int(part) >= len(node):
         n = len(node)
         have = f"items 0..{n - 1}" if n else "no items"
         raise UserError(
-            f"--set {text}: {where} has {have}, no item {int(part)} (only items the list "
+            f"{_set(text)}: {where} has {have}, no item {int(part)} (only items the list "
             f"holds can be set); {whole}"
         )
 

@@ -22,7 +22,7 @@ import pandas as pd
 from disaggsim.config.bounds import MAX_SEEDS
 from disaggsim.config.loader import LoadedScenario, apply_overrides, load_scenario
 from disaggsim.config.scenario import Scenario
-from disaggsim.errors import UserError
+from disaggsim.errors import InvariantError, UserError, given
 from disaggsim.metrics.summary_table import Summary, nondeterministic_keys
 from disaggsim.sweep.executors import Executor, check_executor, default_executor
 from disaggsim.sweep.grid import (
@@ -53,21 +53,56 @@ class PointTask:
     # stop_below_attainment)
     stop_on_certain_miss: bool = False
     stop_below_attainment: float | None = None
+    # which run this is, for an error raised while it runs (``workload.rate_per_s=4
+    # seed_index=1`` of a sweep); not part of what the run computes
+    label: str = ""
 
 
 def run_point(task: PointTask) -> Summary:
     """Worker side: validate, simulate, return the summary without the keys that differ
     between identical runs (a task with ``stop_on_certain_miss``: a run that certainly
-    misses ends early and its summary says so, ``stopped_early_at_s``)."""
+    misses ends early and its summary says so, ``stopped_early_at_s``).
+
+    Bad input (:class:`UserError`, such as a trace file the worker cannot read) and a
+    broken run invariant come back as they are; any other exception is a bug in
+    disaggsim, raised as one :class:`InvariantError` line naming the run, the exception
+    and where it was raised (a Dask worker's exception came back as a traceback, with
+    nothing saying which run raised it)."""
+    from disaggsim.hardware.profile import ProfileError
     from disaggsim.run import simulate
 
-    loaded = load_scenario(task.raw, base_dir=Path(task.base_dir))
-    res = simulate(
-        loaded,
-        stop_on_certain_miss=task.stop_on_certain_miss,
-        stop_below_attainment=task.stop_below_attainment,
-    )
+    try:
+        loaded = load_scenario(task.raw, base_dir=Path(task.base_dir))
+        res = simulate(
+            loaded,
+            stop_on_certain_miss=task.stop_on_certain_miss,
+            stop_below_attainment=task.stop_below_attainment,
+        )
+    except (UserError, InvariantError, ProfileError, OSError, MemoryError):
+        raise  # bad input, a broken invariant, a file or the machine: as they are
+    except Exception as e:
+        raise InvariantError(_raised_in_run(task, e)) from e
     return res.summary.deterministic()
+
+
+def _raised_in_run(task: PointTask, e: Exception) -> str:
+    """``run workload.rate_per_s=4 seed_index=1: ZeroDivisionError: division by zero (at
+    disaggsim/engine/x.py:120, in a sweep worker)``: the run, the exception and the
+    innermost line of the traceback."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    at = ""
+    if frames:
+        f = frames[-1]
+        parts = Path(f.filename).parts
+        short = "/".join(parts[parts.index("disaggsim") :]) if "disaggsim" in parts else f.filename
+        at = f" at {short}:{f.lineno}"
+    what = " ".join(str(e).split())[:200]
+    run = f"run {task.label}" if task.label else "a run"
+    return (
+        f"{run}: {type(e).__name__}{': ' + what if what else ''} ({'raised' + at}, in a sweep task)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +205,7 @@ def _task(
     stop_on_certain_miss: bool = False,
     stop_below_attainment: float | None = None,
     check_runnable: bool = True,
+    label: str = "",
 ) -> PointTask:
     """Resolve and validate one point here, so a bad value fails before any work starts
     (with the file's name), and the worker receives a mapping that is known to load
@@ -190,6 +226,7 @@ def _task(
         base_dir=str(src.base_dir),
         stop_on_certain_miss=stop_on_certain_miss,
         stop_below_attainment=stop_below_attainment,
+        label=label,
     )
 
 
@@ -209,7 +246,8 @@ def _check_runnable(loaded: LoadedScenario, label: str) -> None:
 
 def _check_seeds(seeds: int) -> None:
     if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= MAX_SEEDS:
-        raise UserError(f"--seeds {seeds}: must be an integer from 1 to {MAX_SEEDS:,}")
+        where = given("--seeds", "seeds", seeds)
+        raise UserError(f"{where}: must be an integer from 1 to {MAX_SEEDS:,}")
 
 
 def sweep_tasks(
@@ -222,33 +260,67 @@ def sweep_tasks(
     keys, tasks = [], []
     for point in expand_grid(params):
         base = point_overrides(point)
+        where = " ".join(f"{p}={v}" for p, v in point.items())
         for k in range(seeds):
+            label = f"{where} {SEED_INDEX}={k}".strip()
             try:
-                tasks.append(_task(src, base + [override_text("seed", src.seed + k)]))
+                tasks.append(_task(src, base + [override_text("seed", src.seed + k)], label=label))
             except UserError as e:
-                where = " ".join(f"{p}={v}" for p, v in point.items())
                 raise UserError(f"{e} (at sweep point {where})" if where else str(e)) from None
             keys.append({**point, SEED_INDEX: k})
     return keys, tasks
 
 
 def run_tasks(
-    tasks: Sequence[PointTask], executor: Executor | None, progress: ProgressFn | None
+    tasks: Sequence[PointTask],
+    executor: Executor | None,
+    progress: ProgressFn | None,
+    *,
+    done: Mapping[int, Summary] | None = None,
+    on_result: Callable[[int, Summary], None] | None = None,
 ) -> list[Summary]:
+    """Every task's summary, in task order. ``done``: summaries already at hand (task
+    index -> summary; a resumed sweep's kept runs), not run again. ``on_result(index,
+    summary)``: called as each task finishes, before the next is handled (a sweep's
+    journal); it needs one of disaggsim's executors (Serial, Process, Dask)."""
+    done = done or {}
+    todo = [i for i in range(len(tasks)) if i not in done]
     total = len(tasks)
-    done = [0]
+    count = [len(done)]
 
     def on_done() -> None:
-        done[0] += 1
+        count[0] += 1
         if progress is not None:
-            progress(done[0], total)
+            progress(count[0], total)
+
+    def each(k: int, summary: Summary) -> None:
+        if on_result is not None:
+            on_result(todo[k], summary)
 
     if progress is not None:
-        progress(0, total)
-    if executor is not None:
-        return executor.map(run_point, tasks, on_done)
-    with default_executor(total) as ex:
+        progress(count[0], total)
+    sent = [tasks[i] for i in todo]
+    if not sent:
+        ran: list[Summary] = []
+    elif executor is not None:
+        ran = _map(executor, sent, on_done, each if on_result is not None else None)
+    else:
+        with default_executor(len(sent)) as ex:
+            ran = _map(ex, sent, on_done, each if on_result is not None else None)
+    out = dict(done)
+    out.update(zip(todo, ran, strict=True))
+    return [out[i] for i in range(total)]
+
+
+def _map(
+    ex: Executor,
+    tasks: list[PointTask],
+    on_done: Callable[[], None],
+    on_result: Callable[[int, Summary], None] | None,
+) -> list[Summary]:
+    if on_result is None:
         return ex.map(run_point, tasks, on_done)
+    return ex.map(run_point, tasks, on_done, on_result=on_result)  # type: ignore[call-arg]
 
 
 def table(keys: list[dict], summaries: Sequence[Summary]) -> pd.DataFrame:

@@ -22,23 +22,27 @@ end while it finishes).
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import math
 import multiprocessing
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, WorkersLost, given
 
 T = TypeVar("T")
 R = TypeVar("R")
 T_co = TypeVar("T_co", covariant=True)
 R_contra = TypeVar("R_contra", contravariant=True)
 OnDone = Callable[[], None]
+# called once per finished task with its index in ``tasks`` and its result, in completion
+# order, before the next finished task is handled (a sweep's journal of finished runs)
+OnResult = Callable[[int, Any], None]
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
@@ -75,11 +79,17 @@ class SerialExecutor(_Closing):
         return f
 
     def map(
-        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone | None = None
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        on_done: OnDone | None = None,
+        on_result: OnResult | None = None,
     ) -> list[Any]:
         out = []
-        for t in tasks:
+        for i, t in enumerate(tasks):
             out.append(fn(t))
+            if on_result is not None:
+                on_result(i, out[-1])
             if on_done is not None:
                 on_done()
         return out
@@ -132,13 +142,14 @@ class ProcessExecutor(_Closing):
 
     def __init__(self, workers: int | None = None) -> None:
         n = default_workers() if workers is None else workers
+        where = given("--workers", "ProcessExecutor(workers={})", n)
         if n < 1:
-            raise UserError(f"--workers {n}: must be >= 1")
+            raise UserError(f"{where}: must be >= 1")
         from disaggsim.config.bounds import MAX_WORKERS_PER_CPU, max_local_workers
 
         if n > max_local_workers():
             raise UserError(
-                f"--workers {n}: at most {max_local_workers()} worker processes on this "
+                f"{where}: at most {max_local_workers()} worker processes on this "
                 f"machine ({MAX_WORKERS_PER_CPU} per CPU, {os.cpu_count() or 1} CPUs; each "
                 "holds the simulator: docs/safety.md)"
             )
@@ -153,16 +164,24 @@ class ProcessExecutor(_Closing):
         return self._pool
 
     def map(
-        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone | None = None
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        on_done: OnDone | None = None,
+        on_result: OnResult | None = None,
     ) -> list[Any]:
         pool = self._get_pool()
         futures: list[Future] = [pool.submit(fn, t) for t in tasks]
+        index = {f: i for i, f in enumerate(futures)}
         with _cancelled_on_failure(futures):
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in done:
-                    f.result()  # raise the first failure now
+                # in task order: which of several finished tasks is handled first is no accident
+                for f in sorted(done, key=index.__getitem__):
+                    result = f.result()  # raise the first failure now
+                    if on_result is not None:
+                        on_result(index[f], result)
                     if on_done is not None:
                         on_done()
         return [f.result() for f in futures]
@@ -189,6 +208,8 @@ class DaskExecutor(_Closing):
         self.address = address
         self._client = client
         self._owns_client = client is None
+        # the address came from $DASK_SCHEDULER_ADDRESS (make_executor): errors name it
+        self._from_environment = False
 
     def _get_client(self):
         if self._client is None:
@@ -196,42 +217,101 @@ class DaskExecutor(_Closing):
                 from distributed import Client
             except ImportError:
                 raise UserError(
-                    "--scheduler: dask.distributed is not installed (pip install 'disaggsim[dask]')"
+                    f"{self._where()}: dask.distributed is not installed (pip install "
+                    "'disaggsim[dask]')"
                 ) from None
             try:
                 self._client = Client(self.address, timeout="10s")
             except (OSError, TimeoutError) as e:
-                raise UserError(f"--scheduler {self.address}: cannot connect ({e})") from None
+                raise UserError(f"{self._where()}: cannot connect ({e})") from None
             except ValueError as e:  # tcp:// without a port, an unknown scheme: a traceback
                 why = " ".join(str(e).split())[:120]
                 raise UserError(
-                    f"--scheduler {self.address}: not a scheduler address ({why}); expected "
-                    "tcp://host:port"
+                    f"{self._where()}: not a scheduler address ({why}); expected tcp://host:port"
                 ) from None
         return self._client
 
+    def _where(self) -> str:
+        if self.address is None:
+            return "the Dask cluster"
+        if self._from_environment:
+            return f"{SCHEDULER_ENV}={self.address}"
+        return given("--scheduler", "DaskExecutor(address={})", self.address)
+
     def map(
-        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone | None = None
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        on_done: OnDone | None = None,
+        on_result: OnResult | None = None,
     ) -> list[Any]:
+        """As the other executors' (module docstring). A task whose workers all died
+        while running it (dask's ``KilledWorker``) and a lost scheduler are
+        :class:`WorkersLost` (one line; it was a traceback of dask's), a task's own
+        exception is raised as it is."""
         from distributed import as_completed
+        from distributed.scheduler import KilledWorker
 
         client = self._get_client()
         futures = client.map(fn, list(tasks), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[Any] = [None] * len(futures)
+        failure: BaseException | None = None
         try:
             for f in as_completed(futures):
                 if f.status == "error":
-                    f.result()  # re-raises the task's exception here
+                    exc = f.exception()
+                    if isinstance(exc, KilledWorker):
+                        raise WorkersLost(
+                            f"{self._where()}: a run's workers died each time it was "
+                            "started (dask's KilledWorker); a worker may have run out of "
+                            "memory or been stopped"
+                        ) from None
+                    failure = exc  # the task's own exception, raised below as it is
+                    break
+                if f.status == "cancelled":  # not by us: the scheduler went away
+                    raise WorkersLost(f"{self._where()}: lost the connection to the scheduler")
+                i = index[f.key]
+                results[i] = f.result()
+                if on_result is not None:
+                    on_result(i, results[i])
                 if on_done is not None:
                     on_done()
-            return client.gather(futures)
-        except BaseException:
-            client.cancel(futures)
+        except WorkersLost:
+            _cancel_quietly(client, futures)
             raise
+        except (OSError, TimeoutError, asyncio.CancelledError, CancelledError) as e:
+            # the client's own calls (a task's exceptions are raised below): the scheduler
+            # or the network went away while results were fetched
+            _cancel_quietly(client, futures)
+            raise WorkersLost(
+                f"{self._where()}: lost the connection to the scheduler ({_one_line(e, 120)})"
+            ) from None
+        except BaseException:
+            _cancel_quietly(client, futures)
+            raise
+        if failure is not None:
+            _cancel_quietly(client, futures)
+            raise failure
+        return results
 
     def close(self) -> None:
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _one_line(e: BaseException, limit: int) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _cancel_quietly(client: Any, futures: list[Any]) -> None:
+    """Cancel what is still out; a client that lost its scheduler cannot, and need not."""
+    try:
+        client.cancel(futures)
+    except Exception:
+        pass
 
 
 class Job(Protocol[T_co, R_contra]):
@@ -325,7 +405,7 @@ def _cancelled_on_failure(futures: Collection[Future]) -> Iterator[None]:
     except BrokenProcessPool as e:
         for f in futures:
             f.cancel()
-        raise RuntimeError(_DIED) from e
+        raise WorkersLost(_DIED) from e
     except BaseException:
         for f in futures:
             f.cancel()
@@ -340,7 +420,15 @@ def make_executor(
     env = os.environ if environ is None else environ
     address = scheduler or env.get(SCHEDULER_ENV) or None
     if address:
+        from_environment = not scheduler
         if "://" not in address:
-            raise UserError(f"--scheduler {address}: expected an address like tcp://host:8786")
-        return DaskExecutor(address=address)
+            where = (
+                f"{SCHEDULER_ENV}={address}"
+                if from_environment
+                else given("--scheduler", "scheduler", address)
+            )
+            raise UserError(f"{where}: expected an address like tcp://host:8786")
+        ex = DaskExecutor(address=address)
+        ex._from_environment = from_environment
+        return ex
     return ProcessExecutor(workers)

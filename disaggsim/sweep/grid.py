@@ -18,7 +18,7 @@ import yaml
 
 from disaggsim.config.bounds import MAX_GRID_POINTS
 from disaggsim.config.loader import apply_overrides
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, command_line_running, given
 
 RESERVED_PARAMS = ("seed",)  # seeds are swept with ``seeds=`` / ``--seeds``
 
@@ -179,16 +179,17 @@ def override_text(path: str, value: Any) -> str:
 def check_params(params: Sequence[Param], raw: dict, label: str) -> None:
     """Every path must name a scenario field (the ``--set`` check, reworded for sweeps)."""
     for p in params:
+        where = given("--param", "params key {}", p.path)
         if p.path in RESERVED_PARAMS:
-            raise UserError(
-                f"--param {p.path}: sweep seeds with --seeds (seeds=), not as a parameter"
-            )
+            seeds = "--seeds" if command_line_running() else "seeds="
+            raise UserError(f"{where}: sweep seeds with {seeds}, not as a parameter")
+        text = override_text(p.path, p.values[0])
         try:
-            apply_overrides(raw, [override_text(p.path, p.values[0])], label)
+            apply_overrides(raw, [text], label)
         except UserError as e:
-            msg = str(e)
-            detail = msg.split(": ", 1)[1] if msg.startswith("--set ") and ": " in msg else msg
-            raise UserError(f"{label}: --param {p.path}: {detail}") from None
+            msg, prefix = str(e), given("--set", "overrides item {}", text) + ": "
+            detail = msg[len(prefix) :] if msg.startswith(prefix) else msg
+            raise UserError(f"{label}: {where}: {detail}") from None
 
 
 def check_grid_size(params: Sequence[Param], seeds: int = 1) -> None:
@@ -203,7 +204,7 @@ def check_grid_size(params: Sequence[Param], seeds: int = 1) -> None:
             f" × {seeds} seeds" if seeds > 1 else ""
         )
         raise UserError(
-            f"--param: {sizes} simulations, more than the {MAX_GRID_POINTS:,} a sweep may run "
+            f"{'--param' if command_line_running() else 'params'}: {sizes} simulations, more than the {MAX_GRID_POINTS:,} a sweep may run "
             "(docs/safety.md)"
         )
 

@@ -1,0 +1,155 @@
+"""Bad input names what the user gave, in one line (docs/safety.md):
+
+- a Python API error names the argument passed, not a command-line flag the caller never
+  typed (``sweep(seeds=0)`` said ``--seeds 0``, ``ProcessExecutor(0)`` ``--workers 0``,
+  an ``overrides`` item ``--set ...``, a ``params`` key ``--param ...``), while the
+  command line keeps naming its flags;
+- an output path holding a control character (``--out $'r\\n'``) is refused: it made a
+  folder named ``r`` + newline;
+- ``--scheduler ''`` (an unset variable) is refused: it ran on local processes silently
+  (tests/test_sweep_keeps_runs.py);
+- a ``calibrate`` GPU id that is no catalog GPU names ``--gpu`` (``--gpu ''`` was
+  reported as a missing ``profiles/.json``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from disaggsim import UserError, load_scenario
+from disaggsim.cli import main
+from disaggsim.sweep import DaskExecutor, ProcessExecutor, sweep
+from disaggsim.sweep.executors import make_executor
+from tests.conftest import REPO
+
+CHUNKED = REPO / "scenarios" / "ci" / "chunked.yaml"
+RATE = {"workload.rate_per_s": [1]}
+
+
+@pytest.mark.parametrize(
+    ("call", "api", "argv", "cli"),
+    [
+        (
+            lambda: sweep(CHUNKED, RATE, seeds=0),
+            "seeds=0: must be an integer from 1 to 1,000",
+            ["sweep", str(CHUNKED), "--param", "workload.rate_per_s=1", "--seeds", "0"],
+            "--seeds 0: must be an integer from 1 to 1,000",
+        ),
+        (
+            lambda: sweep(CHUNKED, {"seed": [1, 2]}),
+            "params key 'seed': sweep seeds with seeds=, not as a parameter",
+            ["sweep", str(CHUNKED), "--param", "seed=1,2"],
+            "--param seed: sweep seeds with --seeds, not as a parameter",
+        ),
+        (
+            lambda: sweep(CHUNKED, {"workload.rate_per_sx": [1]}),
+            "chunked.yaml: params key 'workload.rate_per_sx': unknown key 'rate_per_sx'",
+            ["sweep", str(CHUNKED), "--param", "workload.rate_per_sx=1"],
+            "chunked.yaml: --param workload.rate_per_sx: unknown key 'rate_per_sx'",
+        ),
+        (
+            lambda: sweep(
+                CHUNKED,
+                {
+                    "workload.rate_per_s": list(range(1, 200)),
+                    "decode_pool.max_batch_seqs": list(range(1, 201)),
+                },
+            ),  # fmt: skip
+            "params: 199 × 200 simulations, more than the 10,000",
+            [
+                "sweep",
+                str(CHUNKED),
+                "--param",
+                "workload.rate_per_s=1:2:199",
+                "--param",
+                "decode_pool.max_batch_seqs=1:200:200",
+            ],  # fmt: skip
+            "--param: 199 × 200 simulations, more than the 10,000",
+        ),
+        (
+            lambda: load_scenario(CHUNKED, ["nokey=1"]),
+            "overrides item 'nokey=1': unknown key 'nokey' at top level",
+            ["run", str(CHUNKED), "--set", "nokey=1"],
+            "--set nokey=1: unknown key 'nokey' at top level",
+        ),
+        (
+            lambda: load_scenario(CHUNKED, ["failures.workers.0.at_s=1"]),
+            "give the whole list instead: an overrides item 'failures.workers=[...]'",
+            ["run", str(CHUNKED), "--set", "failures.workers.0.at_s=1"],
+            "give the whole list instead: --set 'failures.workers=[...]'",
+        ),
+        (
+            lambda: ProcessExecutor(0),
+            "ProcessExecutor(workers=0): must be >= 1",
+            ["sweep", str(CHUNKED), "--param", "workload.rate_per_s=1", "--workers", "0"],
+            "--workers 0: must be >= 1",
+        ),
+        (
+            lambda: DaskExecutor(address="nope").map(len, [1]),
+            "DaskExecutor(address='nope'): not a scheduler address",
+            None,
+            None,
+        ),
+        (
+            lambda: make_executor(scheduler="nope"),
+            "scheduler='nope': expected an address like tcp://host:8786",
+            ["sweep", str(CHUNKED), "--param", "workload.rate_per_s=1", "--scheduler", "nope"],
+            "--scheduler nope: expected an address like tcp://host:8786",
+        ),
+    ],
+)
+def test_errors_name_the_argument_in_the_api_and_the_flag_on_the_command_line(
+    work, capsys, call, api, argv, cli
+):
+    with pytest.raises(UserError) as e:
+        call()
+    assert api in str(e.value) and "--" not in str(e.value), str(e.value)
+    if argv is None:
+        return
+    assert main([*argv, "--quiet"] if argv[0] == "sweep" else argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and cli in err, err
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("name", ["r\n", "r\tx", "a\x1b[31m", "sub/r\r"])
+@pytest.mark.parametrize("flag", ["--out", "--trace"])
+def test_an_output_path_with_a_control_character_is_refused(work, capsys, name, flag):
+    out = ["--out", "r"] if flag == "--trace" else []
+    argv = ["run", str(CHUNKED), "--quiet", "--no-plots", *out, flag, name]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{flag} " in err and "holds a control character" in err, err
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["calibrate", "validate", "--gpu", ""],
+        ["calibrate", "validate", "--gpu", "a100-80gb", "h100"],
+        ["calibrate", "show", ""],
+        ["calibrate", "fit", "raw", "--gpu", ""],
+        ["calibrate", "fit-steps", "raw", "--gpu", "H200"],
+        ["calibrate", "validate-steps", "raw", "--gpu", " "],
+    ],
+)
+def test_a_calibrate_gpu_id_not_in_the_catalog_names_the_flag(work, capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    flag = "argument GPU_ID" if argv[1] == "show" else "argument --gpu"
+    assert flag in err and "not a catalog GPU id" in err and "a100-80gb, b200" in err, err
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
+
+
+def test_an_address_from_the_environment_is_named_as_the_variable(work, capsys, monkeypatch):
+    # it was reported as `--scheduler myhost`, a flag the user never typed
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "myhost")
+    assert main(["sweep", str(CHUNKED), "--param", "workload.rate_per_s=1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "disaggsim: error: DASK_SCHEDULER_ADDRESS=myhost: expected an address like tcp://host:8786"
+    ), err
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
