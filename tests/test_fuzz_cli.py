@@ -1195,6 +1195,13 @@ def _trace_head(name: str, rows: int) -> str:
         return "".join(f.readline() for _ in range(rows + (name.endswith(".csv"))))
 
 
+def _json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
 def _edit_cell(text: str, csv: bool, rng: random.Random) -> tuple[str, str]:
     lines = text.splitlines(keepends=True)
     body = range(1, len(lines)) if csv else range(len(lines))
@@ -1208,7 +1215,16 @@ def _edit_cell(text: str, csv: bool, rng: random.Random) -> tuple[str, str]:
         cells[j] = v.replace(",", ";")
         lines[i] = ",".join(cells) + "\n"
         return "".join(lines), f"{kind}:row{i}:col{j}={v[:12]!r}"
-    record = json.loads(lines[i])
+    try:
+        record = json.loads(lines[i])
+    except ValueError:
+        # a line an earlier edit of this case left unreadable (an integer of 5,000
+        # digits): the first line still whole, else an edit of the text
+        whole = [k for k in body if _json_object(lines[k])]
+        if not whole:
+            return _edit_text(text, csv, rng)
+        i = whole[0]
+        record = json.loads(lines[i])
     key = rng.choice([*record, "max_tokens", "hash_ids"])
     v = rng.choice(_CELL_GARBAGE + _CELL_EDGE + ["[]", "[-1]", "[1.5]", '["a"]', "[[1]]"])
     if key not in record:
@@ -1722,6 +1738,11 @@ def check_api(work: Path, case: tuple[str, int]) -> list[str]:
         LAST_RC = (2, f"{what}: {str(e)[:200]}")
         if "\n" in str(e):
             bad.append(f"{what}: a UserError of more than one line: {str(e)[:300]!r}")
+        # an API caller passed arguments: a message naming a command-line flag
+        # (--seeds, --set, --param, --workers, --scheduler) names one they never typed
+        flag = re.search(r"(?<![\w-])--(seeds|set|param|workers|scheduler|out)\b", str(e))
+        if flag:
+            bad.append(f"{what}: names the flag {flag.group(0)}: {str(e)[:300]!r}")
     except BaseException as e:  # the point of the fuzz: nothing else may escape
         import traceback
 
@@ -1818,6 +1839,156 @@ def test_fuzz_reference_file(work, serial_sweeps, case):
     assert check_reffile(work, case) == []
 
 
+# ------------------------------------------------------------------ sweeps that stop
+
+# A sweep stopped after a random number of finished runs (a signal to itself, or its run
+# raising inside a worker), then run again: without --resume it must refuse kept runs,
+# with --resume (over the same or a grown grid) write the table of an uninterrupted
+# sweep, in-process, and leave nothing but its result folder (docs/safety.md, "Sweeps
+# that stop").
+STOP_BASES = ["ci/chunked.yaml", "ci/disaggregated.yaml", "ci/colocated-vllm.yaml"]
+STOP_PARAMS = {
+    "workload.rate_per_s": [1, 2, 3],
+    "kv.block_tokens": [16, 32],
+    "slo.itl_ms": [50, 100],
+    "sim.warmup_s": [0, 1],
+}
+STOP_SHORT = ["sim.duration_s=6", "sim.warmup_s=1"]
+STOP_CHILD = """
+import importlib, os, signal, sys
+from disaggsim.cli import main
+from disaggsim.errors import UserError
+J = importlib.import_module("disaggsim.sweep.journal")
+how, at = sys.argv[1], int(sys.argv[2])
+
+def stop():
+    if how == "raise":  # as a worker's bad-input error comes back (a trace it cannot read)
+        raise UserError("stopped by the fuzz case")
+    os.kill(os.getpid(), getattr(signal, how))
+
+core = importlib.import_module("disaggsim.sweep.core")
+real_run, real_record = core.run_tasks, J.Journal.record
+def run_tasks(*a, **k):  # the sweep's runs start: stopped before any finished
+    if at == 0:
+        stop()
+    return real_run(*a, **k)
+def record(self, index, summary):
+    real_record(self, index, summary)
+    if self._kept == at:
+        stop()
+core.run_tasks, J.Journal.record = run_tasks, record
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def stop_cases(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        params = dict(rng.sample(sorted(STOP_PARAMS.items()), rng.randint(1, 2)))
+        params = {k: v[: rng.randint(1, len(v))] for k, v in params.items()}
+        seeds = rng.choice([1, 1, 2])
+        total = seeds * math.prod(len(v) for v in params.values())
+        grown = None
+        if rng.random() < 0.3:  # resumed over a grid with one more value
+            k = rng.choice(sorted(params))
+            extra = [v for v in STOP_PARAMS[k] if v not in params[k]]
+            if extra:
+                grown = {**params, k: [*params[k], extra[0]]}
+        cases.append({
+            "base": rng.choice(STOP_BASES), "params": params, "seeds": seeds,
+            "how": rng.choice(["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "raise"]),
+            "at": rng.randint(0, total - 1), "workers": rng.choice([1, 2]), "grown": grown,
+        })  # fmt: skip
+    return cases
+
+
+def _stop_argv(case: dict, params: dict) -> list[str]:
+    argv = ["sweep", str(SCENARIOS / case["base"]), "--out", "s", "--quiet", "--no-plots"]
+    for k, v in params.items():
+        argv += ["--param", f"{k}={','.join(map(str, v))}"]
+    argv += ["--seeds", str(case["seeds"])]
+    return argv + [a for x in STOP_SHORT for a in ("--set", x)]
+
+
+def check_stop(work: Path, case: dict) -> list[str]:
+    import signal as sig
+    import subprocess
+
+    import pandas as pd
+
+    from disaggsim.sweep import SerialExecutor, sweep
+
+    argv = _stop_argv(case, case["params"])
+    total = case["seeds"] * math.prod(len(v) for v in case["params"].values())
+    with open(work.parent / f"{work.name}.stop-err", "w+") as err_file:
+        p = subprocess.Popen(
+            [sys.executable, "-c", STOP_CHILD, case["how"], str(case["at"]), *argv,
+             "--workers", str(case["workers"])],
+            cwd=work, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+            stderr=err_file, start_new_session=True,
+        )  # fmt: skip
+        try:
+            rc = p.wait(timeout=300)
+        finally:
+            try:
+                os.killpg(p.pid, sig.SIGKILL)  # a killed sweep's pool (its forkserver)
+            except ProcessLookupError:
+                pass
+        err_file.seek(0)
+        err = err_file.read()
+    how, at = case["how"], case["at"]
+    bad = []
+    expected_rc = {"SIGINT": 130, "raise": 2, "SIGKILL": -9}.get(how)
+    if expected_rc is None:
+        expected_rc = 128 + getattr(sig, how)
+    if rc != expected_rc:
+        bad.append(f"exit {rc}, expected {expected_rc}")
+    kept = f"{at} of {total} runs finished and are kept in s.partial/"
+    if how != "SIGKILL":
+        lines = err.strip().splitlines()
+        if len(lines) != 1:
+            bad.append("not one line")
+        elif (kept in lines[0]) != (at > 0):
+            bad.append("kept runs not said" if at else "kept runs said, none finished")
+    names = sorted(x.name for x in work.iterdir())
+    want = ["keep.txt", "s.partial"] if at > 0 or how == "SIGKILL" else ["keep.txt"]
+    if names != want:
+        bad.append(f"left {names}")
+    if at > 0:
+        rc2, _, err2 = _invoke([*argv, "--workers", "1"])
+        if rc2 != 2 or "--resume" not in err2:
+            bad.append(f"kept runs not refused without --resume (exit {rc2})")
+    params = case["grown"] or case["params"]
+    rc3, out3, err3 = _invoke([*_stop_argv(case, params), "--workers", "1", "--resume"])
+    if rc3 != 0:
+        bad.append(f"--resume exit {rc3}: {err3.strip()[-300:]}")
+    else:
+        if at > 0 and f"{at} reused from s.partial/" not in out3:
+            bad.append(f"reuse not said: {out3.strip()[-200:]}")
+        expected = sweep(
+            SCENARIOS / case["base"], params, seeds=case["seeds"], executor=SerialExecutor(),
+            overrides=STOP_SHORT,
+        )  # fmt: skip
+        got = pd.read_parquet(work / "s" / "sweep.parquet")
+        try:
+            pd.testing.assert_frame_equal(got, expected)
+        except AssertionError as e:
+            bad.append(f"resumed table differs: {str(e).splitlines()[0]}")
+        names = sorted(x.name for x in work.iterdir())
+        if names != ["keep.txt", "s"]:
+            bad.append(f"after --resume left {names}")
+    return [f"{b}: {err.strip()[-1000:]}" for b in bad]
+
+
+STOP_CASES = stop_cases(SEED, 2)
+
+
+@pytest.mark.parametrize("case", STOP_CASES, ids=[f"{c['how']}@{c['at']}" for c in STOP_CASES])
+def test_fuzz_stopped_sweep(work, case):
+    assert check_stop(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -1825,7 +1996,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
-                             "tracefile", "flags", "api", "reffile"]  # fmt: skip
+                             "tracefile", "flags", "api", "reffile", "stop"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -1839,6 +2010,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "flags": (flag_cases, check_flags),
         "api": (api_cases, check_api),
         "reffile": (reffile_cases, check_reffile),
+        "stop": (stop_cases, check_stop),
     }
     import signal
 

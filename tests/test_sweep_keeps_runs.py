@@ -312,3 +312,24 @@ def test_a_torn_last_line_is_dropped_and_a_broken_one_refused(work, capsys, expe
     assert main(argv("t", "--workers", "1", "--resume")) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "t.partial/runs.jsonl: line 1: not a run a sweep wrote" in line, line
+
+
+def test_a_stop_while_the_table_is_written_keeps_every_run(work, capsys, expected, monkeypatch):
+    import importlib
+
+    output = importlib.import_module("disaggsim.sweep.output")
+    real = output.write_table
+
+    def interrupted(df, folder, stem):
+        real(df, folder, stem)
+        raise KeyboardInterrupt  # Ctrl-C while the result folder is being written
+
+    monkeypatch.setattr(output, "write_table", interrupted)
+    assert main(argv("s", "--workers", "1")) == 130
+    assert one_error_line(capsys.readouterr().err) == (
+        "disaggsim: interrupted; 4 of 4 runs finished and are kept in s.partial/ (the same "
+        "command with --resume writes the table from them)"
+    )
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt", "s.partial"]
+    monkeypatch.setattr(output, "write_table", real)
+    check_resumed(work, "s", expected, capsys, kept=4)

@@ -95,9 +95,10 @@ class Journal:
         if self._kept == 0:
             return None
         left = self.total - self._kept
+        then = f"runs only the other {left}" if left else "writes the table from them"
         return (
             f"{self._kept} of {_runs(self.total)} finished and are kept in {self.shown}/ (the "
-            f"same command with --resume runs only the other {left})"
+            f"same command with --resume {then})"
         )
 
     def close(self, finished: bool) -> None:
