@@ -153,3 +153,15 @@ def test_an_address_from_the_environment_is_named_as_the_variable(work, capsys, 
         "disaggsim: error: DASK_SCHEDULER_ADDRESS=myhost: expected an address like tcp://host:8786"
     ), err
     assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
+
+
+def test_a_tls_scheduler_without_tls_configuration_is_one_line(work, capsys):
+    # dask raised a TypeError (ssl_context None): a traceback, exit 1
+    argv = ["sweep", str(CHUNKED), "--param", "workload.rate_per_s=1", "--quiet"]
+    assert main([*argv, "--scheduler", "tls://127.0.0.1:8786"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("disaggsim: error: --scheduler tls://127.0.0.1:8786: cannot connect ("), (
+        err
+    )
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]

@@ -224,6 +224,10 @@ class DaskExecutor(_Closing):
                 self._client = Client(self.address, timeout="10s")
             except (OSError, TimeoutError) as e:
                 raise UserError(f"{self._where()}: cannot connect ({e})") from None
+            except TypeError as e:
+                # tls:// without dask's TLS configuration (distributed.comm.tls): a traceback
+                why = " ".join(str(e).split())[:160]
+                raise UserError(f"{self._where()}: cannot connect ({why})") from None
             except ValueError as e:  # tcp:// without a port, an unknown scheme: a traceback
                 why = " ".join(str(e).split())[:120]
                 raise UserError(

@@ -68,6 +68,7 @@ class Journal:
     _file: IO[str] | None = None
     _kept: int = 0  # runs of this sweep in the journal (reused ones included)
     _others: int = 0  # runs of another sweep found in the journal (kept there)
+    _made: list[Path] = field(default_factory=list)  # folders open_journal made, deepest first
 
     @property
     def others(self) -> int:
@@ -117,10 +118,11 @@ class Journal:
                     (self.folder / name).unlink()
                 except FileNotFoundError:
                     pass
-            try:
-                self.folder.rmdir()
-            except OSError:
-                pass  # something else appeared in it: left as it is
+            for made in self._made or [self.folder]:
+                try:
+                    made.rmdir()
+                except OSError:
+                    break  # something else is in it: left as it is
 
 
 def open_journal(out: Path, flag: str, tasks: Sequence[PointTask], resume: bool) -> Journal:
@@ -133,6 +135,9 @@ def open_journal(out: Path, flag: str, tasks: Sequence[PointTask], resume: bool)
     folder = partial_path(Path(os.path.abspath(out)))
     prints = [fingerprint(t) for t in tasks]
     _check_partial_folder(shown, folder, flag)
+    # the folders this makes (``results/`` of a default --out included), removed again
+    # when the sweep leaves no partial folder: nothing left that disaggsim did not need
+    made = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / MARKER).exists():  # first, so that the folder is always recognisably ours
         (folder / MARKER).write_text(
@@ -156,7 +161,7 @@ def open_journal(out: Path, flag: str, tasks: Sequence[PointTask], resume: bool)
             f"another disaggsim sweep is writing into it now (its runs go to {shown}/); "
             "wait for it to end or give another folder",
         ) from None
-    journal = Journal(folder=folder, shown=shown, fingerprints=prints, _file=f)
+    journal = Journal(folder=folder, shown=shown, fingerprints=prints, _file=f, _made=made)
     try:
         f.seek(0)
         try:
