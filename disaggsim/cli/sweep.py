@@ -45,24 +45,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     flag = out_flag(args.out is not None)
     check_folder(out, flag)
     keys, tasks = sweep_tasks(src, params, args.seeds)
-    with executor(args) as ex:
-        # after the executor is made: a bad --scheduler or --workers leaves nothing
-        journal = open_journal(out, flag, tasks, args.resume)
-        try:
-            with progress(args.quiet) as new_bar:
-                summaries = run_tasks(
-                    tasks,
-                    ex,
-                    new_bar(f"sweeping {src.name}"),
-                    done=journal.reused,
-                    on_result=journal.record,
-                )
-        except BaseException as e:
-            # every finished run is in the journal: the error's line says where
-            journal.close(finished=False)
-            note_kept(e, journal.kept_note())
-            raise
-    df = table(keys, summaries)
     paths = [p.path for p in params]
 
     def render(tmp: Path) -> list[Path]:
@@ -71,11 +53,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             files += write_sweep_plots(df, paths, tmp)
         return files
 
+    journal = None
     try:
+        with executor(args) as ex:
+            # after the executor is made: a bad --scheduler or --workers leaves nothing
+            journal = open_journal(out, flag, tasks, args.resume)
+            with progress(args.quiet) as new_bar:
+                summaries = run_tasks(
+                    tasks,
+                    ex,
+                    new_bar(f"sweeping {src.name}"),
+                    done=journal.reused,
+                    on_result=journal.record,
+                )
+        df = table(keys, summaries)
         written = write_folder(out, render, command="sweep", flag=flag)
     except BaseException as e:
-        journal.close(finished=False)
-        note_kept(e, journal.kept_note())
+        # every finished run is in the journal: the error's one line says where (a second
+        # Ctrl-C while the workers stop, raised by the executor's close, too)
+        if journal is not None:
+            journal.close(finished=False)
+            note_kept(e, journal.kept_note())
         raise
     journal.close(finished=True)
     reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
