@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -283,6 +284,17 @@ def check_raw_device(df, gpu: str, raw_dir: str | Path) -> None:
         )
 
 
+def _check_steps_device(raw_dir: str | Path, gpu: str) -> None:
+    """Passes in ``RAW/steps.csv`` timed on another GPU than ``gpu`` are refused, as
+    :func:`check_raw_device` refuses a raw run of ``calibrate fit`` (they were fitted and
+    validated as ``gpu``'s, silently). Without the file, the step functions say so."""
+    from calibration import steps
+
+    path = Path(raw_dir) / "steps.csv"
+    if os.path.lexists(path):
+        check_raw_device(steps.read_steps(raw_dir), gpu, raw_dir)
+
+
 def default_base(gpu: str) -> Path:
     """The profile ``calibrate fit`` carries unmeasured ops from when no ``--base`` is
     given: the prior ``calibration/priors/<gpu>.json`` when there is one (written by
@@ -400,7 +412,7 @@ def _cmd_validate(args) -> int:
 def _cmd_validate_steps(args) -> int:
     from calibration import steps
 
-    check_raw_device(steps.read_steps(args.raw_dir), args.gpu, args.raw_dir)
+    _check_steps_device(args.raw_dir, args.gpu)
     print(steps.validate_steps(args.raw_dir, args.gpu, args.profile))
     return 0
 
@@ -413,8 +425,7 @@ def _cmd_fit_steps(args) -> int:
     )
 
     _check_profile_target(args)
-    # passes timed on another GPU than --gpu are refused, as calibrate fit refuses them
-    check_raw_device(steps.read_steps(args.raw_dir), args.gpu, args.raw_dir)
+    _check_steps_device(args.raw_dir, args.gpu)
     prof = load_profile(args.gpu, path=args.profile)
     f = steps.graph_layer_fit(args.raw_dir, args.gpu, prof)
     out_dict = json.loads(Path(prof.path).read_text())
