@@ -401,23 +401,10 @@ def fit_decode_wave(
     hbm = peaks.hbm_bytes_per_s
     share = hbm / num_sms  # one SM's share of the HBM bandwidth
 
+    names: tuple[str, ...]
     if per_query_head:
-
-        def params(p) -> DecodeAttentionParams:
-            return DecodeAttentionParams(
-                floor_s=p[0],
-                per_seq_s=0.0,
-                bw_eff=p[1],
-                overlap=1.0,
-                wave_sms=float(num_sms),
-                cta_s=p[2],
-                cta_bytes_per_s=p[3],
-                reread_bytes_per_s=p[4],
-                split_s=p[5],
-                split_elem_s=p[6],
-            )
-
-        # (floor_s, bw_eff, cta_s, cta_bytes_per_s, reread_bytes_per_s, split_s, split_elem_s)
+        names = ("floor_s", "bw_eff", "cta_s", "cta_bytes_per_s", "reread_bytes_per_s",
+                 "split_s", "split_elem_s")  # fmt: skip
         starts: list[tuple[float, ...]] = [
             (5e-6, 0.8, 3e-6, 2.0 * share, 5.0 * hbm, 3e-6, 1e-11),
             (3e-6, 0.9, 1e-6, share, 2.0 * hbm, 1e-6, 1e-12),
@@ -425,30 +412,18 @@ def fit_decode_wave(
         lo: tuple[float, ...] = (1e-8, 1e-3, 1e-10, 0.05 * share, 0.2 * hbm, 1e-10, 1e-16)
         hi: tuple[float, ...] = (1e-3, 1.0, 1e-3, hbm, 100.0 * hbm, 1e-3, 1e-6)
     else:
-
-        def params(p) -> DecodeAttentionParams:
-            return DecodeAttentionParams(
-                floor_s=p[0],
-                per_seq_s=0.0,
-                bw_eff=p[1],
-                overlap=1.0,
-                wave_sms=float(num_sms),
-                cta_s=p[2],
-                cta_q_elem_s=p[3],
-                cta_bytes_per_s=p[4],
-                group_bytes_per_s=p[5],
-                split_s=p[6],
-                split_elem_s=p[7],
-            )
-
-        # (floor_s, bw_eff, cta_s, cta_q_elem_s, cta_bytes_per_s, group_bytes_per_s, split_s,
-        # split_elem_s)
+        names = ("floor_s", "bw_eff", "cta_s", "cta_q_elem_s", "cta_bytes_per_s",
+                 "group_bytes_per_s", "split_s", "split_elem_s")  # fmt: skip
         starts = [
             (5e-6, 0.8, 3e-6, 1e-10, 2.0 * share, 30.0 * hbm, 3e-6, 1e-11),
             (3e-6, 0.9, 5e-6, 1e-11, share, 10.0 * hbm, 1e-6, 1e-12),
         ]
         lo = (1e-8, 1e-3, 1e-9, 1e-16, 0.1 * share, hbm, 1e-10, 1e-16)
         hi = (1e-3, 1.0, 1e-3, 1e-6, hbm, 1000.0 * hbm, 1e-3, 1e-6)
+
+    def params(p) -> DecodeAttentionParams:
+        fitted = {name: float(v) for name, v in zip(names, p, strict=True)}
+        return DecodeAttentionParams(per_seq_s=0.0, overlap=1.0, wave_sms=float(num_sms), **fitted)
 
     def model(p, idx):
         return ops.decode_attention_time_s(

@@ -10,13 +10,11 @@ XQA's. Expected values by hand, step by step, or from the measured rows."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from disaggsim.costmodel import ops
-from disaggsim.costmodel.interface import decode_step_time_s
 from disaggsim.costmodel.step import build_worker_cost
 from disaggsim.hardware.profile import (
     AttentionBackendParams,
@@ -24,11 +22,10 @@ from disaggsim.hardware.profile import (
     GpuPeaks,
     load_profile,
 )
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_kernel_tables
+from tests.test_xqa_wave_decode import assert_wave_steps_follow_ops
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(
-    not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
-)
 PEAKS = GpuPeaks(bf16_flop_per_s=1e15, fp8_flop_per_s=2e15, hbm_bytes_per_s=4e12, hbm_bytes=80e9)
 MMHA = DecodeAttentionParams(
     floor_s=5e-6,
@@ -125,24 +122,9 @@ def test_step_model_wave_masked_mha_equals_ops(model: str, tp: int) -> None:
     prof, wave = _wave_mmha_profile()
     w = build_worker_cost(model, "h100-sxm", tp, engine="trtllm", profile=prof)
     assert w.decode_backend == "trtllm-mmha" and w.decode_min_lines
-    hq, hkv = w.heads_per_gpu, w.kv_heads_per_gpu
-    for batch, per_seq in ((1, 100), (1, 30000), (2, 3000), (64, 2048), (512, 30)):
-        ctx = batch * per_seq
-        want = float(
-            ops.decode_attention_time_s(
-                w.profile.peaks, wave, batch, ctx, hkv, w.model.head_dim, 2.0, hq // hkv,
-                q_per_kv=hq // hkv,
-            )
-        )  # fmt: skip
-        got = w.breakdown(decode_batch=batch, decode_context_tokens=ctx).attention_s
-        assert got / w.model.num_layers == pytest.approx(want, rel=1e-12)
-        base, per = w.decode_coeffs(batch)
-        lines = [(base, per), *w.decode_min_coeffs(batch)]
-        ib, ip = w.decode_item_coeffs(batch)
-        step = max(min(b0 + k0 * ctx for b0, k0 in lines), ib + ip * ctx)
-        assert w.decode_time_s(batch, ctx) == pytest.approx(step, rel=1e-12)
-        assert decode_step_time_s(w, batch, ctx) == w.decode_time_s(batch, ctx)
-        assert w.mixed_time_s(batch, ctx, 0, 0, 0.0) == pytest.approx(step, rel=1e-12)
+    group = w.heads_per_gpu // w.kv_heads_per_gpu
+    cases = ((1, 100), (1, 30000), (2, 3000), (64, 2048), (512, 30))
+    assert_wave_steps_follow_ops(w, wave, cases, reread_group=group)
     # one sequence's query heads leave most SMs idle: several split lines; a large batch
     # fills every SM with its items: one line
     assert len(w.decode_min_coeffs(1)) >= 1
@@ -165,7 +147,7 @@ def test_a_grouped_wave_kernel_still_refuses_re_reads() -> None:
         build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=eng, profile=bare)
 
 
-@needs_data
+@needs_kernel_tables
 def test_step_model_wave_lines_beat_the_line_form_held_out() -> None:
     """H100, held out by head-layout family: the step model's wave lines err less than the
     line form in both KV dtypes, in median (measured 8.7% and 8.5% against 11.6% and

@@ -11,7 +11,6 @@ the measured rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,12 +23,10 @@ from disaggsim.engine.cluster import EngineConfig, PoolSpec, run_cluster
 from disaggsim.hardware.profile import DecodeAttentionParams, GpuPeaks, load_profile
 from disaggsim.metrics.reconstruct import token_times
 from disaggsim.workload.requests import Requests
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_kernel_tables
 from tests.test_decode_knee import _reference_decode
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(
-    not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
-)
 PEAKS = GpuPeaks(bf16_flop_per_s=1e15, fp8_flop_per_s=2e15, hbm_bytes_per_s=4e12, hbm_bytes=80e9)
 WAVE = DecodeAttentionParams(
     floor_s=5e-6,
@@ -92,23 +89,20 @@ def test_full_waves_stream_at_the_bandwidth_share() -> None:
         assert np.all(t >= 2.0 * b * c * 2 * 128 * 2.0 / (4e12 * 0.75))
 
 
-@pytest.mark.parametrize("model,tp", [("llama-3-70b", 8), ("llama-3-8b", 1), ("llama-3-70b", 2)])
-def test_step_model_wave_kernel_equals_ops(model: str, tp: int) -> None:
-    """A TensorRT-LLM worker on XQA: the step's attention is ops' wave kernel, and a decode
-    step is the smallest of its lines (decode_coeffs and decode_min_coeffs), in the
+def assert_wave_steps_follow_ops(w, dec, cases, reread_group: float) -> None:
+    """For (batch, tokens per sequence) ``cases``: the worker's attention is ops' kernel with
+    the fit ``dec`` (``reread_group``: query heads re-reading a KV head, masked MHA), and a
+    decode step is the larger of the item line and the smallest kernel line, in the
     breakdown, the mixed step and decode_step_time_s."""
-    w = build_worker_cost(model, "h100-sxm", tp, engine="trtllm")
-    assert w.decode_backend == "trtllm" and w.decode_min_lines
-    dec = w.profile.decode_attention_for("trtllm", "bf16")
-    assert dec.wave_sms == 132.0
     hq, hkv = w.heads_per_gpu, w.kv_heads_per_gpu
-    for batch, per_seq in ((1, 100), (1, 30000), (8, 3000), (64, 2048), (512, 30)):
+    for batch, per_seq in cases:
         ctx = batch * per_seq
         want = float(
             ops.decode_attention_time_s(
-                w.profile.peaks, dec, batch, ctx, hkv, w.model.head_dim, 2.0, q_per_kv=hq // hkv
+                w.profile.peaks, dec, batch, ctx, hkv, w.model.head_dim, 2.0, reread_group,
+                q_per_kv=hq // hkv,
             )
-        )
+        )  # fmt: skip
         got = w.breakdown(decode_batch=batch, decode_context_tokens=ctx).attention_s
         assert got / w.model.num_layers == pytest.approx(want, rel=1e-12)
         base, per = w.decode_coeffs(batch)
@@ -118,6 +112,20 @@ def test_step_model_wave_kernel_equals_ops(model: str, tp: int) -> None:
         assert w.decode_time_s(batch, ctx) == pytest.approx(step, rel=1e-12)
         assert decode_step_time_s(w, batch, ctx) == w.decode_time_s(batch, ctx)
         assert w.mixed_time_s(batch, ctx, 0, 0, 0.0) == pytest.approx(step, rel=1e-12)
+
+
+@pytest.mark.parametrize("model,tp", [("llama-3-70b", 8), ("llama-3-8b", 1), ("llama-3-70b", 2)])
+def test_step_model_wave_kernel_equals_ops(model: str, tp: int) -> None:
+    """A TensorRT-LLM worker on XQA: the step's attention is ops' wave kernel, and a decode
+    step is the smallest of its lines (decode_coeffs and decode_min_coeffs), in the
+    breakdown, the mixed step and decode_step_time_s."""
+    w = build_worker_cost(model, "h100-sxm", tp, engine="trtllm")
+    assert w.decode_backend == "trtllm" and w.decode_min_lines
+    dec = w.profile.decode_attention_for("trtllm", "bf16")
+    assert dec.wave_sms == 132.0
+    assert_wave_steps_follow_ops(
+        w, dec, ((1, 100), (1, 30000), (8, 3000), (64, 2048), (512, 30)), reread_group=1.0
+    )
     # a small batch has several lines (split counts), a large one a single one
     assert len(w.decode_min_coeffs(1)) >= 3
     assert w.decode_min_coeffs(4096) == ()
@@ -178,7 +186,7 @@ def test_engine_token_times_follow_the_smallest_line_step_by_step() -> None:
     assert runs.run_steps[0] == 78 and runs.run_context0[0] == 11
 
 
-@needs_data
+@needs_kernel_tables
 def test_xqa_context_extrapolation_held_out() -> None:
     """Fitted on <= 2048 tokens per sequence and tested on > 8192 (H100 XQA, bf16 KV): the
     wave form errs 10.6% median (the split-KV form with item terms 22.0%, without 18.5%;
@@ -196,7 +204,7 @@ def test_xqa_context_extrapolation_held_out() -> None:
     assert err < 0.12, err
 
 
-@needs_data
+@needs_kernel_tables
 def test_shipped_xqa_wave_fit_held_out_by_layout() -> None:
     """The shipped H100 XQA fits, held out by head-layout family: bf16 and FP8 KV within
     10% and 12% median (14.9% and 15.2% with the split-KV form, 10.0% and 12.6% with its
@@ -208,7 +216,7 @@ def test_shipped_xqa_wave_fit_held_out_by_layout() -> None:
         assert prof.decode_attention_for("trtllm", dtype).wave_sms == 132.0
 
 
-@needs_data
+@needs_kernel_tables
 def test_xqa_held_out_by_group_and_batch_family() -> None:
     """Fitted on one shape family, tested on another (H100 XQA, bf16 KV): <= 8 query heads
     per KV head -> >= 12, and batches <= 64 -> >= 256; the wave form errs 12.6% and 10.6%
