@@ -17,6 +17,11 @@ settings.load_profile(os.environ.get("DISAGGSIM_HYPOTHESIS", "suite"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+# tests that read the public kernel tables (shared/data/kernels)
+needs_kernel_tables = pytest.mark.skipif(
+    not (SHARED_DATA / "kernels").is_dir(),
+    reason=f"public kernel tables absent at {SHARED_DATA / 'kernels'}",
+)
 
 
 @pytest.fixture

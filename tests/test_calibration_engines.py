@@ -19,8 +19,8 @@ from disaggsim.costmodel import ops
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import PARAM_KEYS, load_engines
 from disaggsim.hardware.profile import AllReduceParams, load_profile, shipped_profile_path
+from tests.conftest import SHARED_DATA as DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(
     not (DATA / "kernels" / "distserve").is_dir(), reason=f"DistServe profiles absent at {DATA}"
 )

@@ -10,8 +10,8 @@ import pytest
 from calibration import public, validate
 from disaggsim.costmodel import ops
 from disaggsim.hardware.profile import load_profile
+from tests.conftest import SHARED_DATA as DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(
     not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
 )

@@ -3,16 +3,14 @@ and the GPU table agrees with NVIDIA AIConfigurator's system specs."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model, load_gpus, load_models
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import load_profile
+from tests.conftest import SHARED_DATA as DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AIC_SYSTEMS = DATA / "kernels" / "aiconfigurator" / "systems"
 
 

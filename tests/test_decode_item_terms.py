@@ -7,7 +7,6 @@ its time follows the work items and the query heads they carry, not the sequence
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,11 +14,9 @@ import pytest
 from disaggsim.costmodel import ops
 from disaggsim.costmodel.step import build_worker_cost
 from disaggsim.hardware.profile import DecodeAttentionParams, GpuPeaks, load_profile
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_kernel_tables
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(
-    not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
-)
 PEAKS = GpuPeaks(
     bf16_flop_per_s=989e12, fp8_flop_per_s=1979e12, hbm_bytes_per_s=3.35e12, hbm_bytes=80e9
 )
@@ -100,7 +97,7 @@ def test_decode_kernels_never_beat_hbm_peak(gpu: str) -> None:
             assert np.all(t >= 2.0 * b * ctx * kh * 128 * elem / hbm), (name, dtype)
 
 
-@needs_data
+@needs_kernel_tables
 def test_xqa_short_context_time_follows_items_not_sequences() -> None:
     """The premise, on TensorRT-LLM's H100 XQA rows (bf16 KV, at most 16 cached tokens, head
     dim 128, two query heads per KV head): at a given number of work items (sequences x KV
@@ -120,7 +117,7 @@ def test_xqa_short_context_time_follows_items_not_sequences() -> None:
     assert t[(16.0, 8.0, 256.0)] > 1.1 * t[(2.0, 8.0, 256.0)]
 
 
-@needs_data
+@needs_kernel_tables
 def test_shipped_masked_mha_fit_with_item_terms() -> None:
     """The shipped H100 masked-MHA fits carry a per-item time and err less on their rows,
     held out by head-layout family, than the form without it did (bf16 12.5%, FP8 KV 17.4%

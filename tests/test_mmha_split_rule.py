@@ -4,17 +4,12 @@ fit on the public rows (``python -m calibration.fit_public --mmha-split GPU``)."
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from calibration.fit_public import mmha_split_counts
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(
-    not (DATA / "kernels").is_dir(), reason="public kernel tables not present"
-)
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_kernel_tables
 
 
 @pytest.mark.parametrize(
@@ -36,7 +31,7 @@ def test_split_count_by_hand(batch, heads, tokens, head_dim, want) -> None:
     assert float(got) == want
 
 
-@needs_data
+@needs_kernel_tables
 def test_the_wave_form_of_the_rule_beats_the_shipped_fit_held_out() -> None:
     """H100: the wave form with the rule's split count errs less than the line form of
     masked MHA, held out by head-layout family, in both KV dtypes; and the line form's

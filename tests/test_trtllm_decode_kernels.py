@@ -28,11 +28,8 @@ from disaggsim.hardware.profile import (
     GpuPeaks,
     load_profile,
 )
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(
-    not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
-)
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_kernel_tables
 
 
 def test_xqa_takes_the_layouts_tensorrt_llm_gives_it() -> None:
@@ -166,7 +163,7 @@ def test_a_layout_beyond_xqa_rereads_at_the_kernel_rate() -> None:
     assert per_token == pytest.approx(2 * 1 * 128 * 2.0 * 64 / dec.reread_bytes_per_s, rel=1e-12)
 
 
-@needs_data
+@needs_kernel_tables
 def test_split_fits_beat_one_fit_over_both_kernels_held_out() -> None:
     """On the masked-MHA rows (H100, bf16 KV), a fit of that kernel alone, held out by shape
     family, errs less than one decode form fitted over XQA and masked-MHA rows together

@@ -9,8 +9,6 @@ written out by hand from the formulas in docs/costmodel.md, or are measured rows
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -23,13 +21,11 @@ from disaggsim.hardware.profile import (
     profile_from_dict,
     shipped_profile_path,
 )
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_kernel_tables
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PEAKS = GpuPeaks(
     bf16_flop_per_s=989e12, fp8_flop_per_s=1979e12, hbm_bytes_per_s=3.35e12, hbm_bytes=80e9
-)
-needs_data = pytest.mark.skipif(
-    not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
 )
 
 
@@ -103,7 +99,7 @@ def test_fit_recovers_a_known_gemm_and_dynamic_scale_from_synthetic_rows() -> No
     assert err["median_ape"] < 0.03
 
 
-@needs_data
+@needs_kernel_tables
 def test_shipped_h100_fp8_gemm_predicts_tensorrt_llm_rows_with_their_dynamic_scale() -> None:
     """Every TensorRT-LLM FP8 row of the H100 table, predicted by hand from the shipped
     ``ops.gemm.fp8`` (GEMM + quantisation kernel + dynamic scale): median APE under 6%,

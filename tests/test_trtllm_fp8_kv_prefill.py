@@ -5,17 +5,12 @@ out by hand from the formula in docs/costmodel.md, or are measured rows."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from disaggsim.hardware.profile import load_profile
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(
-    not (DATA / "kernels").is_dir(), reason=f"public kernel tables absent at {DATA}"
-)
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_kernel_tables
 
 
 def _by_hand(p, num_seqs, new_tokens, pairs, heads, head_dim, peak=989e12):
@@ -25,7 +20,7 @@ def _by_hand(p, num_seqs, new_tokens, pairs, heads, head_dim, peak=989e12):
     )
 
 
-@needs_data
+@needs_kernel_tables
 def test_fp8_kv_rows_time_as_the_fp8_fmha_not_as_the_bf16_one() -> None:
     """The premise, on the raw table: TensorRT-LLM's H100 rows with bf16 attention math
     and an FP8 KV cache take the time of its FP8-math rows (the same shapes), and the
@@ -49,7 +44,7 @@ def test_fp8_kv_rows_time_as_the_fp8_fmha_not_as_the_bf16_one() -> None:
     assert float(np.median((p["bfloat16/bfloat16"] / p["bfloat16/fp8"])[long])) > 1.25
 
 
-@needs_data
+@needs_kernel_tables
 def test_shipped_fp8_kv_prefill_fit_predicts_its_rows() -> None:
     """Every H100 TensorRT-LLM prefill row with an FP8 KV cache, by hand from the shipped
     fit: median APE under 16% (20.0% with the bf16 fit, docs/validation.md), and the bf16

@@ -6,11 +6,9 @@ table)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from tests.conftest import SHARED_DATA as DATA
 
 
 @pytest.mark.skipif(not (DATA / "kernels").is_dir(), reason=f"no kernel tables at {DATA}")

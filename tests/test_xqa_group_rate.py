@@ -4,14 +4,12 @@ group_bytes_per_s`` per byte. Expected values by hand or measured rows."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from disaggsim.costmodel import ops
 from disaggsim.hardware.profile import DecodeAttentionParams, GpuPeaks, load_profile
+from tests.conftest import SHARED_DATA as DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PEAKS = GpuPeaks(
     bf16_flop_per_s=989e12, fp8_flop_per_s=1979e12, hbm_bytes_per_s=3.35e12, hbm_bytes=80e9
 )
