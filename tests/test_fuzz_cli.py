@@ -1860,6 +1860,9 @@ from disaggsim.cli import main
 from disaggsim.errors import UserError
 J = importlib.import_module("disaggsim.sweep.journal")
 how, at = sys.argv[1], int(sys.argv[2])
+# Ctrl-C as a terminal sends it, even where this harness was started in the background (a
+# shell's `cmd &` ignores SIGINT, and the child inherited that: seed 10301 "exit 0")
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def stop():
     if how == "raise":  # as a worker's bad-input error comes back (a trace it cannot read)
@@ -1874,7 +1877,7 @@ def run_tasks(*a, **k):  # the sweep's runs start: stopped before any finished
     return real_run(*a, **k)
 def record(self, index, summary):
     real_record(self, index, summary)
-    if self._kept == at:
+    if self.num_kept == at:
         stop()
 core.run_tasks, J.Journal.record = run_tasks, record
 sys.exit(main(sys.argv[3:]))
@@ -1989,6 +1992,149 @@ def test_fuzz_stopped_sweep(work, case):
     assert check_stop(work, case) == []
 
 
+# A goodput comparison stopped after a random number of finished runs (its sweep points
+# or the searches' runs), then run again: without --resume it must refuse the kept runs,
+# with --resume write what an uninterrupted comparison writes (compare.parquet and
+# goodput.csv, the uninterrupted one run after it in-process) and leave nothing else
+# (docs/safety.md, "Sweeps that stop": compare and plan keep their runs too).
+STOPC_SCENARIOS = ["ci/chunked.yaml", "ci/disaggregated.yaml", "ci/colocated-vllm.yaml"]
+STOPC_CHILD = STOP_CHILD.replace(
+    """core = importlib.import_module("disaggsim.sweep.core")
+real_run, real_record = core.run_tasks, J.Journal.record
+def run_tasks(*a, **k):  # the sweep's runs start: stopped before any finished
+    if at == 0:
+        stop()
+    return real_run(*a, **k)
+def record(self, index, summary):
+    real_record(self, index, summary)
+    if self.num_kept == at:
+        stop()
+core.run_tasks, J.Journal.record = run_tasks, record
+""",
+    """real_open, real_record = J.open_journal, J.Journal.record_run
+def open_journal(*a, **k):  # the comparison's runs start: stopped before any finished
+    journal = real_open(*a, **k)
+    if at == 0:
+        stop()
+    return journal
+def record_run(self, run, summary):
+    real_record(self, run, summary)
+    if self.num_kept == at:
+        stop()
+J.open_journal, J.Journal.record_run = open_journal, record_run
+""",
+)
+assert STOPC_CHILD != STOP_CHILD
+
+
+def stopc_cases(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        scenarios = rng.sample(STOPC_SCENARIOS, rng.randint(1, 2))
+        argv = ["compare", *(str(SCENARIOS / x) for x in scenarios), "--quiet", "--no-plots",
+                "--set", "sim.duration_s=6", "--set", "sim.warmup_s=1",
+                "--min-requests", str(rng.choice([30, 60])), "--service-multiple", "0.5",
+                "--rate-lo", "1", "--rate-hi", str(rng.choice([4, 8])),
+                "--tol", str(rng.choice([0.5, 1.0]))]  # fmt: skip
+        if rng.random() < 0.5:
+            argv += ["--param", f"workload.rate_per_s={rng.choice(['1,2', '2'])}"]
+        if rng.random() < 0.3:
+            argv += ["--param", "kv.block_tokens=16,32"]
+        cases.append({
+            "argv": argv, "how": rng.choice(["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "raise"]),
+            "at": rng.randint(0, 12), "workers": rng.choice([1, 2]),
+        })  # fmt: skip
+    return cases
+
+
+def check_stopc(work: Path, case: dict) -> list[str]:
+    import signal as sig
+    import subprocess
+
+    import pandas as pd
+
+    argv, how, at = [*case["argv"], "--out", "c"], case["how"], case["at"]
+    with open(work.parent / f"{work.name}.stop-err", "w+") as err_file:
+        p = subprocess.Popen(
+            [sys.executable, "-c", STOPC_CHILD, how, str(at), *argv,
+             "--workers", str(case["workers"])],
+            cwd=work, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+            stderr=err_file, start_new_session=True,
+        )  # fmt: skip
+        try:
+            rc = p.wait(timeout=300)
+        finally:
+            try:
+                os.killpg(p.pid, sig.SIGKILL)
+            except ProcessLookupError:
+                pass
+        err_file.seek(0)
+        err = err_file.read()
+    bad = []
+    partial = work / "c.partial" / "runs.jsonl"
+    kept = len(partial.read_text().splitlines()) if partial.exists() else 0
+    names = sorted(x.name for x in work.iterdir())
+    if rc == 0:  # the comparison took fewer runs than ``at``: it ended before the stop
+        if names != ["c", "keep.txt"]:
+            bad.append(f"finished, left {names}")
+        return [f"{b}: {err.strip()[-1000:]}" for b in bad]
+    expected_rc = {"SIGINT": 130, "raise": 2, "SIGKILL": -9}.get(how)
+    if expected_rc is None:
+        expected_rc = 128 + getattr(sig, how)
+    if rc != expected_rc:
+        bad.append(f"exit {rc}, expected {expected_rc}")
+    if kept < at:
+        bad.append(f"{kept} runs kept, {at} finished")
+    if how != "SIGKILL":
+        lines = err.strip().splitlines()
+        said = f"{kept} run{'s' if kept > 1 else ''} finished and {'are' if kept > 1 else 'is'} kept in c.partial/"
+        if len(lines) != 1:
+            bad.append("not one line")
+        elif (said in lines[0]) != (kept > 0):
+            bad.append("kept runs not said" if kept else "kept runs said, none finished")
+    want = ["c.partial", "keep.txt"] if kept or how == "SIGKILL" else ["keep.txt"]
+    if names != want:
+        bad.append(f"left {names}")
+    if kept:
+        rc2, _, err2 = _invoke([*argv, "--workers", "1"])
+        if rc2 != 2 or "--resume" not in err2:
+            bad.append(f"kept runs not refused without --resume (exit {rc2})")
+    rc3, out3, err3 = _invoke([*argv, "--workers", "1", "--resume"])
+    if rc3 != 0:
+        bad.append(f"--resume exit {rc3}: {err3.strip()[-300:]}")
+    else:
+        if kept and f"{kept} runs reused from c.partial/" not in " ".join(out3.split()):
+            bad.append(f"reuse not said: {out3.strip()[-300:]}")
+        rc4, _, err4 = _invoke([*case["argv"], "--out", "u", "--workers", "1"])
+        if rc4 != 0:
+            bad.append(f"uninterrupted exit {rc4}: {err4.strip()[-300:]}")
+        else:
+            try:
+                pd.testing.assert_frame_equal(
+                    pd.read_parquet(work / "c" / "compare.parquet"),
+                    pd.read_parquet(work / "u" / "compare.parquet"),
+                )
+            except AssertionError as e:
+                bad.append(f"resumed table differs: {str(e).splitlines()[0]}")
+            if (work / "c" / "goodput.csv").read_bytes() != (
+                work / "u" / "goodput.csv"
+            ).read_bytes():
+                bad.append("resumed goodput.csv differs")
+        names = sorted(x.name for x in work.iterdir())
+        if names != ["c", "keep.txt", "u"][: 3 if rc4 == 0 else 2]:
+            bad.append(f"after --resume left {names}")
+    return [f"{b}: {err.strip()[-1000:]}" for b in bad]
+
+
+STOPC_CASES = stopc_cases(SEED, 1)
+
+
+@pytest.mark.parametrize("case", STOPC_CASES, ids=[f"{c['how']}@{c['at']}" for c in STOPC_CASES])
+def test_fuzz_stopped_compare(work, case):
+    assert check_stopc(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -1996,7 +2142,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
-                             "tracefile", "flags", "api", "reffile", "stop"]  # fmt: skip
+                             "tracefile", "flags", "api", "reffile", "stop", "stopc"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -2011,6 +2157,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "api": (api_cases, check_api),
         "reffile": (reffile_cases, check_reffile),
         "stop": (stop_cases, check_stop),
+        "stopc": (stopc_cases, check_stopc),
     }
     import signal
 

@@ -206,10 +206,12 @@ import os, signal, sys
 from disaggsim.cli import main
 from disaggsim.sweep.journal import Journal
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started in the background
+
 real = Journal.record
 def record(self, index, summary):
     real(self, index, summary)
-    if self._kept == 2:  # two runs are on disk: stop now
+    if self.num_kept == 2:  # two runs are on disk: stop now
         os.kill(os.getpid(), getattr(signal, sys.argv[1]))
 Journal.record = record
 sys.exit(main(sys.argv[2:]))
@@ -270,7 +272,7 @@ def test_a_second_sweep_into_the_same_folder_is_refused_while_the_first_runs(wor
     finally:
         first.close(finished=False)
     line = one_error_line(capsys.readouterr().err)
-    assert "--out s: another disaggsim sweep is writing into it now" in line, line
+    assert "--out s: another disaggsim command is writing into it now" in line, line
     assert not (work / "s").exists()
 
 
@@ -279,7 +281,7 @@ def test_a_users_folder_at_the_partial_path_is_left_alone(work, capsys):
     (work / "s.partial" / "notes.txt").write_text("mine\n")
     assert main(argv("s", "--workers", "1")) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert "--out s.partial: holds files that are not a sweep's kept runs" in line, line
+    assert "--out s.partial: holds files that are not the kept runs of a sweep" in line, line
     assert sorted(p.name for p in (work / "s.partial").iterdir()) == ["notes.txt"]
     assert not (work / "s").exists()
 
@@ -311,7 +313,7 @@ def test_a_torn_last_line_is_dropped_and_a_broken_one_refused(work, capsys, expe
     (work / "t.partial" / "runs.jsonl").write_text('{"run": 1}\n' + good)
     assert main(argv("t", "--workers", "1", "--resume")) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert "t.partial/runs.jsonl: line 1: not a run a sweep wrote" in line, line
+    assert "t.partial/runs.jsonl: line 1: not a run disaggsim kept" in line, line
 
 
 def test_a_stop_while_the_table_is_written_keeps_every_run(work, capsys, expected, monkeypatch):

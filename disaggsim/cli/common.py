@@ -30,7 +30,43 @@ def executor_args(p: argparse.ArgumentParser) -> None:
         metavar="tcp://HOST:PORT",
         help="run on this Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else local processes)",
     )
+    wait_workers_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def wait_workers_arg(p: argparse.ArgumentParser) -> None:
+    """``--wait-workers-s``: how long a Dask scheduler may have no worker."""
+    from disaggsim.sweep.executors import WAIT_WORKERS_ENV, WAIT_WORKERS_S
+
+    p.add_argument(
+        "--wait-workers-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"with a Dask scheduler: fail (exit 4) once it has had no worker for S seconds "
+        f"while runs wait (default ${WAIT_WORKERS_ENV}, else {WAIT_WORKERS_S:g})",
+    )
+
+
+def resume_arg(p: argparse.ArgumentParser) -> None:
+    """``--resume`` of the commands that keep their finished runs in ``OUT.partial``."""
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the finished runs an unfinished command into the same --out kept in "
+        "OUT.partial/, run only the others",
+    )
+
+
+def kept_line(journal) -> str:
+    """The end of a command's last line: how many kept runs it reused, and what the
+    partial folder still keeps (runs of another command; it stays then)."""
+    text = ""
+    if journal.reused_runs:
+        text += f"; {journal.reused_runs} runs reused from {journal.shown}/"
+    if journal.others:
+        text += f"; {journal.others_note()}"
+    return text
 
 
 def grid_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -86,7 +122,12 @@ def executor(args: argparse.Namespace):
             f"--scheduler {args.scheduler!r}: empty; give a Dask scheduler address like "
             "tcp://host:8786, or leave the flag out to run in local worker processes"
         )
-    ex = make_executor(args.workers, args.scheduler)
+    ex = make_executor(args.workers, args.scheduler, wait_workers_s=args.wait_workers_s)
+    if args.wait_workers_s is not None and not isinstance(ex, DaskExecutor):
+        raise UserError(
+            f"--wait-workers-s {args.wait_workers_s:g}: bounds the wait for a Dask "
+            "scheduler's workers; give --scheduler too, or leave it out"
+        )
     if isinstance(ex, DaskExecutor):
         # dask logs a lost scheduler as ERROR lines and tracebacks on stderr; the command
         # says what happened in its own one line (WorkersLost)

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from disaggsim.cli.common import executor, executor_args, grid_args, progress
+from disaggsim.cli.common import executor, executor_args, grid_args, kept_line, progress, resume_arg
 
 if TYPE_CHECKING:
     from disaggsim.config.loader import LoadedScenario
@@ -59,16 +59,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, default=None, help="output folder (default results/compare)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    resume_arg(p)
     executor_args(p)
     p.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from disaggsim.errors import note_kept
     from disaggsim.html_report import REPORT_FILE, compare_report
     from disaggsim.output import check_folder, out_flag, write_folder
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
     from disaggsim.sweep.core import RATE_PATH
     from disaggsim.sweep.grid import parse_params
+    from disaggsim.sweep.journal import KeptRuns, open_journal
     from disaggsim.sweep.output import write_table
     from disaggsim.sweep.plots import write_sweep_plots
 
@@ -77,21 +80,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     flag = out_flag(args.out is not None)
     check_folder(out, flag)
     rule = run_length_rule(args.min_requests, args.service_multiple)
-    with executor(args) as ex, progress(args.quiet) as new_bar:
-        res = compare(
-            args.scenarios,
-            params,
-            seeds=args.seeds,
-            executor=ex,
-            same_gpus=args.same_gpus,
-            rate_lo=args.rate_lo,
-            rate_hi=args.rate_hi,
-            tol_per_s=args.tol,
-            rule=rule,
-            overrides=args.overrides,
-            progress=new_bar("sweeping"),
-            goodput_progress=new_bar("steady-state goodput"),
-        )
 
     def render(tmp: Path) -> list[Path]:
         files = write_table(res.table, tmp, "compare")
@@ -114,8 +102,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
         files.append(report)
         return files
 
-    written = write_folder(out, render, command="compare", flag=flag)
-    print_goodput(res.goodput, written.note(), [p.path for p in params if p.path != RATE_PATH])
+    journal = None
+    try:
+        with executor(args) as ex, progress(args.quiet) as new_bar:
+            # after the executor is made: a bad --scheduler or --workers leaves nothing
+            journal = open_journal(out, flag, None, args.resume, command="compare")
+            res = compare(
+                args.scenarios,
+                params,
+                seeds=args.seeds,
+                executor=KeptRuns(ex, journal),
+                same_gpus=args.same_gpus,
+                rate_lo=args.rate_lo,
+                rate_hi=args.rate_hi,
+                tol_per_s=args.tol,
+                rule=rule,
+                overrides=args.overrides,
+                progress=new_bar("sweeping"),
+                goodput_progress=new_bar("steady-state goodput"),
+            )
+        written = write_folder(out, render, command="compare", flag=flag)
+    except BaseException as e:
+        # every finished run is in the journal: the error's one line says where
+        if journal is not None:
+            journal.close(finished=False)
+            note_kept(e, journal.kept_note())
+        raise
+    journal.close(finished=True)
+    print_goodput(
+        res.goodput,
+        written.note() + kept_line(journal),
+        [p.path for p in params if p.path != RATE_PATH],
+    )
     _print_scenario_notes(args.scenarios, args.overrides)
     return 0
 

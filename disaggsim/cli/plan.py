@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
-from disaggsim.cli.common import add_set_option
+from disaggsim.cli.common import add_set_option, executor_args, resume_arg
 from disaggsim.config.bounds import MAX_NUMBER
 
 
@@ -136,13 +137,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "also question.yaml; default results/<question name>)",
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: skip pareto.png")
-    p.add_argument(
-        "--workers", type=int, default=None, help="local worker processes (default min(2, CPUs))"
-    )
-    p.add_argument(
-        "--scheduler", default=None, metavar="tcp://HOST:PORT", help="run on this Dask scheduler"
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    resume_arg(p)
+    executor_args(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -188,16 +184,16 @@ def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from disaggsim.cli.common import check_run_length_flags, progress
+    from disaggsim.cli.common import check_run_length_flags, executor, kept_line, progress
     from disaggsim.config.loader import load_scenario
-    from disaggsim.errors import UserError
+    from disaggsim.errors import UserError, note_kept
     from disaggsim.metrics.slo_model import slo_model_lines
-    from disaggsim.output import check_folder
+    from disaggsim.output import check_folder, out_flag
     from disaggsim.plan import PlanOptions, plan
     from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.question import build_question, flag_error, question_yaml
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
-    from disaggsim.sweep.executors import make_executor
+    from disaggsim.sweep.journal import KeptRuns, open_journal
 
     question = _question(args)
     asked = question.given() + _question_flag_defaults_changed(args)
@@ -220,7 +216,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if out is None:
             out = Path("results") / loaded.scenario.name
     if out is not None:
-        check_folder(out, "--out")
+        check_folder(out, out_flag(args.out is not None))
     opts = PlanOptions.quick() if args.quick else PlanOptions()
     if args.fp8:
         opts = dataclasses.replace(opts, weight_dtypes=("fp8",))
@@ -233,27 +229,43 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{MAX_NUMBER:g} ($ per GPU-hour)"
         )
     opts = opts.with_run_length(args.min_requests, args.service_multiple)
-    with (
-        make_executor(args.workers, args.scheduler) as ex,
-        progress(args.quiet or args.json) as bar,
-    ):
-        res, advice = plan(
-            loaded,
-            gpus=args.gpus,
-            target_rate_per_s=args.target_rate,
-            price_per_gpu_hour=args.price_per_gpu_hour,
-            options=opts,
-            executor=ex,
-            progress=bar("steady-state goodput"),
-            # a question's --fabric auto follows the fleet a target rate sizes
-            auto_fabric=args.scenario is None and args.fabric == "auto",
-        )
-    if question_text is not None:  # with what the plan searched (a target rate's fleet)
-        question_text = question_yaml(loaded.raw, question, planned=res)
-    written = None
-    if out is not None:
-        extra = {"question.yaml": question_text} if question_text is not None else {}
-        written = write_outputs(res, advice, out, plots=not args.no_plots, extra=extra)
+    # where the finished runs are kept until the plan is written: beside --out, or
+    # (no --out) beside results/<name>-plan, a folder the plan itself does not write
+    kept_in = out if out is not None else Path("results") / f"{loaded.scenario.name}-plan"
+    journal = None
+    try:
+        with executor(args) as ex, progress(args.quiet or args.json) as bar:
+            # after the executor is made: a bad --scheduler or --workers leaves nothing
+            journal = open_journal(
+                kept_in, out_flag(args.out is not None), None, args.resume, "plan"
+            )
+            res, advice = plan(
+                loaded,
+                gpus=args.gpus,
+                target_rate_per_s=args.target_rate,
+                price_per_gpu_hour=args.price_per_gpu_hour,
+                options=opts,
+                executor=KeptRuns(ex, journal),
+                progress=bar("steady-state goodput"),
+                # a question's --fabric auto follows the fleet a target rate sizes
+                auto_fabric=args.scenario is None and args.fabric == "auto",
+            )
+        if question_text is not None:  # with what the plan searched (a target rate's fleet)
+            question_text = question_yaml(loaded.raw, question, planned=res)
+        written = None
+        if out is not None:
+            extra = {"question.yaml": question_text} if question_text is not None else {}
+            written = write_outputs(res, advice, out, plots=not args.no_plots, extra=extra)
+    except BaseException as e:
+        # every finished simulation is in the journal: the error's one line says where
+        if journal is not None:
+            journal.close(finished=False)
+            note_kept(e, journal.kept_note())
+        raise
+    journal.close(finished=True)
+    kept = kept_line(journal)
+    if kept and (args.json or written is None):  # said on stderr, where no last line says it
+        print(f"disaggsim: note: {kept[2:]}", file=sys.stderr)
     if args.json:
         print(json.dumps(plan_json(res, advice), indent=2))
         return 0
@@ -281,5 +293,5 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for c in advice.conditions:
         print(f"  [{'x' if c.holds else ' '}] {c.name}: {c.detail}")
     if written is not None:
-        print(f"plan {written.note()}")
+        print(f"plan {written.note()}{kept}")
     return 0

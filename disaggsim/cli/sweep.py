@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from disaggsim.cli.common import executor, executor_args, grid_args, progress
+from disaggsim.cli.common import executor, executor_args, grid_args, progress, resume_arg
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--out", type=Path, default=None, help="output folder (default results/<name>-sweep)"
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="reuse the finished runs an unfinished sweep into the same --out kept in "
-        "OUT.partial/, run only the others",
-    )
+    resume_arg(p)
     executor_args(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -78,7 +73,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     journal.close(finished=True)
     reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
     if journal.others:
-        reused += f"; {journal.shown}/ keeps {journal.others} runs of another sweep"
+        reused += f"; {journal.others_note()}"
     Console().print(
         f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
         f"{_count(args.seeds, 'seed')}{reused}) {written.note()}",

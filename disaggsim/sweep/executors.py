@@ -27,13 +27,13 @@ import heapq
 import math
 import multiprocessing
 import os
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from disaggsim.errors import UserError, WorkersLost, given
+from disaggsim.errors import UserError, WorkersLost, command_line_running, given
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -160,7 +160,12 @@ class ProcessExecutor(_Closing):
         if self._pool is None:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=ctx,
+                initializer=_exit_with_parent,
+                initargs=(os.getpid(),),
+            )
         return self._pool
 
     def map(
@@ -195,6 +200,46 @@ class ProcessExecutor(_Closing):
             self._pool = None
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker side, at start: end this worker process when ``parent_pid`` (the process
+    that made the pool) ends. A pool's workers are the forkserver's children, not the
+    parent's, and they hold both ends of the task queue themselves, so after a SIGKILL of
+    the parent (which runs no cleanup) they finished the simulation they held, then
+    waited for tasks forever, keeping the forkserver and the resource tracker alive too
+    (the forkserver exits once its last child has closed the pipes it shares with it)."""
+    import threading
+
+    def watch() -> None:
+        try:
+            import select
+
+            fd = os.pidfd_open(parent_pid)  # Linux 5.3+: readable once the process ends
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])
+        else:  # another system: look once a second
+            import time
+
+            while True:
+                try:
+                    os.kill(parent_pid, 0)
+                except ProcessLookupError:
+                    break
+                except OSError:
+                    pass
+                time.sleep(1.0)
+        os._exit(1)
+
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        os._exit(1)  # the parent is gone already
+    except OSError:
+        pass
+    threading.Thread(target=watch, name="disaggsim-exit-with-parent", daemon=True).start()
+
+
 class DaskExecutor(_Closing):
     """Tasks on a Dask cluster through ``dask.distributed``.
 
@@ -202,7 +247,9 @@ class DaskExecutor(_Closing):
     use and closed by :meth:`close`) or an existing ``client`` (left open). Workers need
     disaggsim installed (the same version) and any trace files a scenario reads."""
 
-    def __init__(self, address: str | None = None, client: Any = None) -> None:
+    def __init__(
+        self, address: str | None = None, client: Any = None, wait_workers_s: float | None = None
+    ) -> None:
         if (address is None) == (client is None):
             raise ValueError("DaskExecutor needs exactly one of address or client")
         self.address = address
@@ -210,6 +257,7 @@ class DaskExecutor(_Closing):
         self._owns_client = client is None
         # the address came from $DASK_SCHEDULER_ADDRESS (make_executor): errors name it
         self._from_environment = False
+        self.wait_workers_s = wait_workers(wait_workers_s)
 
     def _get_client(self):
         if self._client is None:
@@ -220,8 +268,10 @@ class DaskExecutor(_Closing):
                     f"{self._where()}: dask.distributed is not installed (pip install "
                     "'disaggsim[dask]')"
                 ) from None
+            assert self.address is not None
+            _probe(self.address, self._where())
             try:
-                self._client = Client(self.address, timeout="10s")
+                self._client = Client(self.address, timeout=f"{CONNECT_TIMEOUT_S}s")
             except (OSError, TimeoutError) as e:
                 raise UserError(f"{self._where()}: cannot connect ({e})") from None
             except TypeError as e:
@@ -234,6 +284,12 @@ class DaskExecutor(_Closing):
                     f"{self._where()}: not a scheduler address ({why}); expected tcp://host:port"
                 ) from None
         return self._client
+
+    def _shown(self) -> str:
+        """The scheduler's address as dask knows it (a client's too)."""
+        if self.address is not None:
+            return self.address
+        return str(getattr(getattr(self._client, "scheduler", None), "address", "") or "?")
 
     def _where(self) -> str:
         if self.address is None:
@@ -261,8 +317,16 @@ class DaskExecutor(_Closing):
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(futures)
         failure: BaseException | None = None
+        watch = _WorkerWatch(client, self.wait_workers_s, self._where(), self._shown())
         try:
-            for f in as_completed(futures):
+            done = as_completed(futures)
+            while not done.is_empty():
+                if not done.has_ready():
+                    # a scheduler without workers holds the tasks forever: bounded
+                    watch.check()
+                    _wait_a_little(done)
+                    continue
+                f = next(done)
                 if f.status == "error":
                     exc = f.exception()
                     if isinstance(exc, KilledWorker):
@@ -303,6 +367,135 @@ class DaskExecutor(_Closing):
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
+
+
+# how long a Dask scheduler may take to answer (dask's connect timeout), and how long a
+# scheduler may have no worker while runs wait for one (--wait-workers-s,
+# $DISAGGSIM_WAIT_WORKERS_S): a scheduler without workers held the runs forever
+CONNECT_TIMEOUT_S = 10
+WAIT_WORKERS_S = 60.0
+WAIT_WORKERS_ENV = "DISAGGSIM_WAIT_WORKERS_S"
+# a wait is said on stderr (the command line) once it has lasted this long
+_SAY_WAITING_AFTER_S = 5.0
+
+
+def wait_workers(value: float | None, environ: Mapping[str, str] | None = None) -> float:
+    """The bound on a Dask scheduler's time without workers: ``value`` (``--wait-workers-s``,
+    ``DaskExecutor(wait_workers_s=...)``), else ``$DISAGGSIM_WAIT_WORKERS_S``, else
+    :data:`WAIT_WORKERS_S`; a finite number of seconds > 0 (one-line error)."""
+    env = os.environ if environ is None else environ
+    if value is not None:
+        where = given("--wait-workers-s", "wait_workers_s", value)
+    elif env.get(WAIT_WORKERS_ENV, "").strip():
+        text = env[WAIT_WORKERS_ENV]
+        where = f"{WAIT_WORKERS_ENV}={text}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise UserError(f"{where}: expected a number of seconds > 0") from None
+    else:
+        return WAIT_WORKERS_S
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"{where}: expected a number of seconds > 0")
+    if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
+        raise UserError(f"{where}: must be a number of seconds > 0 and at most {MAX_WAIT_S:,}")
+    return float(value)
+
+
+MAX_WAIT_S = 30 * 86_400  # 30 days, as the longest simulated duration
+
+
+def _say(text: str) -> None:
+    """A note on stderr while the command line waits (the Python API waits silently)."""
+    import sys
+
+    if command_line_running():
+        print(f"disaggsim: {text}", file=sys.stderr, flush=True)
+
+
+def _probe(address: str, where: str) -> None:
+    """Fail at once where a scheduler address refuses the connection or names no host
+    (dask retried a refused connection for its whole 10 s connect timeout, silently), and
+    say what the command waits for when the host does not answer at once."""
+    import socket
+
+    scheme, _, rest = address.partition("://")
+    if scheme not in ("tcp", "tls") or not rest:
+        return  # dask's own errors (an unknown scheme, inproc://, ws://)
+    host, sep, port_text = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return  # dask says what is wrong with it
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=1.0):
+            return
+    except ConnectionRefusedError:
+        raise UserError(
+            f"{where}: cannot connect (connection refused: no scheduler listens there)"
+        ) from None
+    except socket.gaierror as e:
+        raise UserError(f"{where}: cannot connect (unknown host: {e.strerror or e})") from None
+    except TimeoutError:
+        pass
+    except OSError as e:
+        raise UserError(f"{where}: cannot connect ({e.strerror or e})") from None
+    _say(f"waiting up to {CONNECT_TIMEOUT_S} s for the Dask scheduler at {address} to answer")
+
+
+class _WorkerWatch:
+    """Whether a Dask scheduler has had no worker for longer than ``limit_s`` while runs
+    wait (then :class:`WorkersLost`): asked at most once a second."""
+
+    def __init__(self, client: Any, limit_s: float, where: str, address: str) -> None:
+        import time
+
+        self.client, self.limit_s, self.where, self.address = client, limit_s, where, address
+        self.clock = time.monotonic
+        self.seen_at = self.clock()  # when a worker was last seen
+        self.next_at = self.seen_at  # ask now, the first time
+        self.said = False
+
+    def check(self) -> None:
+        now = self.clock()
+        if now < self.next_at:
+            return
+        self.next_at = now + 1.0
+        if _num_workers(self.client) > 0:
+            self.seen_at, self.said = now, False
+            return
+        idle = now - self.seen_at
+        if idle >= self.limit_s:
+            longer = "--wait-workers-s" if command_line_running() else "wait_workers_s="
+            raise WorkersLost(
+                f"{self.where}: the scheduler has had no worker for {self.limit_s:g} s, so "
+                f"no run could go on; start workers (dask worker {self.address}), or wait "
+                f"longer with {longer} or ${WAIT_WORKERS_ENV}"
+            )
+        if not self.said and _SAY_WAITING_AFTER_S <= idle < self.limit_s:
+            self.said = True
+            _say(
+                f"the Dask scheduler at {self.address} has no worker; waiting up to "
+                f"{self.limit_s:g} s for one"
+            )
+
+
+def _num_workers(client: Any) -> int:
+    info = client.scheduler_info(n_workers=1)
+    n = info.get("n_workers")
+    return int(n) if isinstance(n, int) else len(info.get("workers", {}))
+
+
+def _wait_a_little(done: Any) -> None:
+    """Until a run finishes (``as_completed`` is told) or a quarter second passes."""
+    cond = getattr(done, "thread_condition", None)
+    if cond is None:
+        import time
+
+        time.sleep(0.05)
+        return
+    with cond:
+        if not done.has_ready():
+            cond.wait(timeout=0.25)
 
 
 def _one_line(e: BaseException, limit: int) -> str:
@@ -417,10 +610,15 @@ def _cancelled_on_failure(futures: Collection[Future]) -> Iterator[None]:
 
 
 def make_executor(
-    workers: int | None = None, scheduler: str | None = None, *, environ: dict | None = None
+    workers: int | None = None,
+    scheduler: str | None = None,
+    *,
+    environ: dict | None = None,
+    wait_workers_s: float | None = None,
 ) -> SerialExecutor | ProcessExecutor | DaskExecutor:
     """The CLI's choice: Dask when a scheduler address is given (``--scheduler`` or
-    ``DASK_SCHEDULER_ADDRESS``), otherwise a local process pool of ``workers``."""
+    ``DASK_SCHEDULER_ADDRESS``; ``wait_workers_s``: :func:`wait_workers`), otherwise a
+    local process pool of ``workers``."""
     env = os.environ if environ is None else environ
     address = scheduler or env.get(SCHEDULER_ENV) or None
     if address:
@@ -432,7 +630,7 @@ def make_executor(
                 else given("--scheduler", "scheduler", address)
             )
             raise UserError(f"{where}: expected an address like tcp://host:8786")
-        ex = DaskExecutor(address=address)
+        ex = DaskExecutor(address=address, wait_workers_s=wait_workers_s)
         ex._from_environment = from_environment
         return ex
     return ProcessExecutor(workers)

@@ -1,20 +1,26 @@
-"""Finished sweep runs kept while ``disaggsim sweep`` runs, so that no finished run is lost.
+"""Finished runs kept while ``disaggsim sweep``, ``compare`` or ``plan`` runs, so that no
+finished simulation is lost.
 
-A sweep's result folder is written once, when every run has finished
+A command's result folder is written once, when every run has finished
 (:func:`disaggsim.output.write_folder`): a half-written table is never put in place. Until
 then each finished run is appended, as it comes back from its worker, to
 ``OUT.partial/runs.jsonl`` beside the result folder ``OUT``: one JSON line per run, the
-run's task fingerprint and its summary. When the sweep stops before the end (an error, a
-dead worker, a lost Dask scheduler, Ctrl-C, SIGTERM, even SIGKILL of this process), the
-runs that finished are in that file, and the same command with ``--resume`` runs only the
-others; the table it writes is the one an uninterrupted sweep writes (a run is
-deterministic given its scenario, seed and disaggsim version, which the fingerprint
-holds). After the result folder is in place, the partial folder is deleted.
+run's task fingerprint, its summary and the command that ran it. When the command stops
+before the end (an error, a dead worker, a lost Dask scheduler, Ctrl-C, SIGTERM, even
+SIGKILL of this process), the runs that finished are in that file, and the same command
+with ``--resume`` runs only the others; what it writes is what an uninterrupted command
+writes (a run is deterministic given its scenario, seed and disaggsim version, which the
+fingerprint holds). After the result folder is in place, the partial folder is deleted.
+
+A sweep knows its runs in advance (:func:`open_journal` with its tasks). ``compare`` and
+``plan`` choose each goodput search's next rate from the last runs, so their runs are
+known only as they are sent: :class:`KeptRuns` wraps the executor, answers a run kept in
+the journal from it and records every other one as it finishes.
 
 The partial folder is a disaggsim result folder (its marker lists ``runs.jsonl``). While a
-sweep writes into it, it holds an exclusive ``flock`` on the journal: a second sweep into
-the same ``--out`` is refused, one line, before it runs anything (the lock goes with the
-process, so a killed sweep leaves none behind).
+command writes into it, it holds an exclusive ``flock`` on the journal: a second command
+into the same ``--out`` is refused, one line, before it runs anything (the lock goes with
+the process, so a killed command leaves none behind).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -32,14 +40,16 @@ from disaggsim import __version__
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.output import MARKER, _fail, check_folder, read_marker
-from disaggsim.sweep.core import PointTask
+from disaggsim.sweep.core import PointTask, run_point
 
 JOURNAL = "runs.jsonl"
-COMMAND = "sweep (finished runs of an unfinished sweep)"
+# the marker's command of a partial folder, by the command that made it; a journal's runs
+# are reused by fingerprint whichever command ran them
+COMMANDS = {c: f"{c} (finished runs of an unfinished {c})" for c in ("sweep", "compare", "plan")}
 
 
 def partial_path(out: Path) -> Path:
-    """Where the finished runs of a sweep into ``out`` are kept: ``OUT.partial``."""
+    """Where the finished runs of a command into ``out`` are kept: ``OUT.partial``."""
     return out.with_name(out.name + ".partial")
 
 
@@ -59,60 +69,120 @@ def fingerprint(task: PointTask) -> str:
 
 @dataclass
 class Journal:
-    """The open ``OUT.partial/runs.jsonl`` of one sweep (see the module docstring)."""
+    """The open ``OUT.partial/runs.jsonl`` of one command (see the module docstring)."""
 
     folder: Path
     shown: Path  # as the user named it, for messages
+    command: str  # sweep, compare or plan: recorded with each run
+    # a sweep's runs, known in advance (task index -> fingerprint); empty for compare and
+    # plan, whose runs are known as they are sent (KeptRuns)
     fingerprints: list[str]
-    reused: dict[int, Summary] = field(default_factory=dict)  # task index -> kept summary
+    kept: dict[str, Summary] = field(default_factory=dict)  # the runs the file held at open
+    reused: dict[int, Summary] = field(default_factory=dict)  # a sweep's: task index -> kept
+    _whose: dict[str, tuple[str, str]] = field(default_factory=dict)  # run -> (command, name)
     _file: IO[str] | None = None
-    _kept: int = 0  # runs of this sweep in the journal (reused ones included)
-    _others: int = 0  # runs of another sweep found in the journal (kept there)
+    _used: set[str] = field(default_factory=set)  # this command's runs in the file
     _made: list[Path] = field(default_factory=list)  # folders open_journal made, deepest first
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def others(self) -> int:
-        """Runs of another sweep (another grid, scenario, seeds or version) found in the
-        journal; they stay in it, and the folder stays after this sweep."""
-        return self._others
+        """Kept runs that are not this command's (another grid, scenario, seeds, command or
+        version): they stay in the journal, and the folder stays after this command. A
+        sweep knows them at open; compare and plan once they have ended."""
+        return len(self.kept.keys() - self._used)
+
+    def others_note(self) -> str:
+        """What the runs of :attr:`others` are, for the command's last line: ``s.partial/
+        keeps 3 runs of a sweep of chunked and 40 of a plan (12 scenarios), not runs of
+        this compare ...``."""
+        names: dict[str, set[str]] = {}
+        counts: dict[str, int] = {}
+        for run in self.kept.keys() - self._used:
+            command, name = self._whose.get(run, ("sweep", "?"))
+            names.setdefault(command, set()).add(name)
+            counts[command] = counts.get(command, 0) + 1
+        parts = []
+        for k, command in enumerate(sorted(counts, key=lambda c: (-counts[c], c))):
+            n, of = counts[command], sorted(names[command])
+            scenarios = f"of {of[0]}" if len(of) == 1 else f"({len(of)} scenarios)"
+            parts.append(f"{_runs(n) if k == 0 else n} of a {command} {scenarios}")
+        return (
+            f"{self.shown}/ keeps {' and '.join(parts)}, not runs of this {self.command} "
+            "(another grid, scenario, seeds, command or version): that command with --resume "
+            "into this --out reuses them; delete the folder to drop them"
+        )
+
+    @property
+    def num_kept(self) -> int:
+        """This command's runs in the journal: those it reused and those it recorded."""
+        return len(self._used)
+
+    @property
+    def reused_runs(self) -> int:
+        """Kept runs this command used instead of running them again."""
+        return len(self._used & self.kept.keys())
 
     @property
     def total(self) -> int:
         return len(self.fingerprints)
 
+    def lookup(self, run: str) -> Summary | None:
+        """The kept summary of the run with fingerprint ``run``, or None (then run it)."""
+        with self._lock:
+            summary = self.kept.get(run)
+            if summary is not None:
+                self._used.add(run)
+            return summary
+
     def record(self, index: int, summary: Summary) -> None:
-        """Append one finished run, on disk before the next one is handled."""
-        assert self._file is not None
-        line = json.dumps({"run": self.fingerprints[index], "summary": summary.to_dict()})
-        self._file.write(line + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._kept += 1
+        """Append a sweep's run ``index`` (:attr:`fingerprints`)."""
+        self.record_run(self.fingerprints[index], summary)
+
+    def record_run(self, run: str, summary: Summary) -> None:
+        """Append one finished run, on disk before the next one is handled. (Called from
+        a pool's thread too: :class:`KeptRuns`.)"""
+        doc = {"run": run, "summary": summary.to_dict(), "command": self.command}
+        line = json.dumps(doc)
+        with self._lock:
+            if self._file is None:  # closed: the command is over
+                return
+            self._file.write(line + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._used.add(run)
 
     def kept_note(self) -> str | None:
-        """The clause an error line ends with when the sweep stops unfinished: where the
-        finished runs are and how to go on. None when no run finished (the partial folder
-        is then deleted: nothing is left behind)."""
-        if self._kept == 0:
+        """The clause an error line ends with when the command stops unfinished: where
+        the finished runs are and how to go on. None when no run finished (the partial
+        folder is then deleted: nothing is left behind)."""
+        n = len(self._used)
+        if n == 0:
             return None
-        left = self.total - self._kept
+        if not self.fingerprints:  # compare, plan: how many runs are left is not known
+            return (
+                f"{_runs(n)} finished and {'are' if n > 1 else 'is'} kept in {self.shown}/ "
+                "(the same command with --resume reuses them and runs only the others)"
+            )
+        left = self.total - n
         then = f"runs only the other {left}" if left else "writes the table from them"
         return (
-            f"{self._kept} of {_runs(self.total)} finished and are kept in {self.shown}/ (the "
+            f"{n} of {_runs(self.total)} finished and are kept in {self.shown}/ (the "
             f"same command with --resume {then})"
         )
 
     def close(self, finished: bool) -> None:
-        """Release the lock; delete the folder when it holds no run, or when the sweep's
-        result is in place (``finished``) and it holds no run of another sweep."""
-        if self._file is not None:
-            self._file.close()  # releases the flock
-            self._file = None
+        """Release the lock; delete the folder when it holds no run, or when the command's
+        result is in place (``finished``) and it holds no run of another command."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()  # releases the flock
+                self._file = None
         try:
             empty = (self.folder / JOURNAL).stat().st_size == 0
         except OSError:
             empty = False
-        if empty or (finished and self._others == 0):
+        if empty or (finished and self.others == 0):
             for name in (JOURNAL, MARKER):
                 try:
                     (self.folder / name).unlink()
@@ -125,31 +195,45 @@ class Journal:
                     break  # something else is in it: left as it is
 
 
-def open_journal(out: Path, flag: str, tasks: Sequence[PointTask], resume: bool) -> Journal:
-    """Claim ``OUT.partial`` for this sweep: lock it (another sweep writing there is a
-    one-line error), and with ``resume`` read the runs an earlier, unfinished sweep kept
-    there (those whose fingerprint is one of ``tasks``'). Without ``resume`` a partial
-    folder holding finished runs is a one-line error: it is neither reused nor deleted
-    silently."""
+def open_journal(
+    out: Path,
+    flag: str,
+    tasks: Sequence[PointTask] | None,
+    resume: bool,
+    command: str = "sweep",
+) -> Journal:
+    """Claim ``OUT.partial`` for a command into ``out``: lock it (another command writing
+    there is a one-line error), and with ``resume`` read the runs an earlier, unfinished
+    command kept there (a sweep's ``tasks``: those of them it kept are :attr:`Journal.reused`;
+    ``None``: runs known as they are sent, :class:`KeptRuns`). Without ``resume`` a
+    partial folder holding finished runs is a one-line error: it is neither reused nor
+    deleted silently."""
     shown = partial_path(out)
     folder = partial_path(Path(os.path.abspath(out)))
-    prints = [fingerprint(t) for t in tasks]
+    prints = [fingerprint(t) for t in tasks or ()]
     _check_partial_folder(shown, folder, flag)
     # the folders this makes (``results/`` of a default --out included), removed again
-    # when the sweep leaves no partial folder: nothing left that disaggsim did not need
+    # when the command leaves no partial folder: nothing left that disaggsim did not need
     made = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / MARKER).exists():  # first, so that the folder is always recognisably ours
-        (folder / MARKER).write_text(
-            json.dumps({"written_by": "disaggsim", "command": COMMAND, "files": [JOURNAL]}) + "\n",
-            encoding="utf-8",
-        )
+        doc = {
+            "written_by": "disaggsim",
+            "command": COMMANDS[command],
+            "files": [JOURNAL],
+            # the folders above it made here (``results/``): a resumed command that ends
+            # removes them too, when empty (the command that made them may have been killed)
+            "made_above": max(len(made) - 1, 0),
+        }
+        (folder / MARKER).write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    else:
+        made = [folder, *folder.parents[: _made_above(folder)]]
     path = folder / JOURNAL
     try:
         f = open(path, "a+", encoding="utf-8")
     except OSError as e:
         raise _fail(
-            flag, shown, f"cannot write the sweep's runs there ({e.strerror or e})"
+            flag, shown, f"cannot write the finished runs there ({e.strerror or e})"
         ) from None
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -158,42 +242,55 @@ def open_journal(out: Path, flag: str, tasks: Sequence[PointTask], resume: bool)
         raise _fail(
             flag,
             out,
-            f"another disaggsim sweep is writing into it now (its runs go to {shown}/); "
+            f"another disaggsim command is writing into it now (its runs go to {shown}/); "
             "wait for it to end or give another folder",
         ) from None
-    journal = Journal(folder=folder, shown=shown, fingerprints=prints, _file=f, _made=made)
+    journal = Journal(
+        folder=folder, shown=shown, command=command, fingerprints=prints, _file=f, _made=made
+    )
     try:
         f.seek(0)
         try:
             text = f.read()
         except UnicodeDecodeError:
             raise UserError(
-                f"{shown}/{JOURNAL}: not UTF-8, so not runs a sweep wrote; delete the folder "
-                "to start the sweep again"
+                f"{shown}/{JOURNAL}: not UTF-8, so not runs disaggsim wrote; delete the folder "
+                "to start again"
             ) from None
-        kept, whole = _read_runs(text, shown)
+        kept, whose, whole = _read_runs(text, shown)
         if kept and not resume:
+            mine = sum(1 for p in set(prints) if p in kept)
+            which = f" ({mine} of them this sweep's)" if tasks is not None else ""
             raise _fail(
                 flag,
                 out,
-                f"{shown}/ holds {_runs(len(kept))} of an earlier sweep that did not "
-                "end; rerun with --resume to reuse those of this sweep, or delete that folder",
+                f"{shown}/ holds {_runs(len(kept))}{which} of an earlier command that did not "
+                f"end; rerun with --resume to reuse those of this {command}, or delete that "
+                "folder",
             )
-        if whole is not None:  # a last line cut short (a killed sweep): dropped
+        if whole is not None:  # a last line cut short (a killed command): dropped
             f.truncate(whole)
         f.seek(0, os.SEEK_END)
-        where = {p: i for i, p in enumerate(prints)}
-        for run, summary in kept.items():
-            if run in where:
-                journal.reused[where[run]] = summary
-        # runs of another sweep (another grid, scenario, seeds or version) stay in the
-        # file, and the folder stays when this sweep ends (close)
-        journal._kept = len(journal.reused)
-        journal._others = len(kept) - len(journal.reused)
+        journal.kept, journal._whose = kept, whose
+        for i, p in enumerate(prints):
+            summary = journal.lookup(p)
+            if summary is not None:
+                journal.reused[i] = summary
     except BaseException:
         journal.close(finished=False)
         raise
     return journal
+
+
+def _made_above(folder: Path) -> int:
+    """How many folders above ``folder`` the command that made it made (its marker's
+    ``made_above``; 0 when it does not say, and at most 8)."""
+    try:
+        doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        n = doc.get("made_above", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 8 else 0
 
 
 def _runs(n: int) -> str:
@@ -210,22 +307,26 @@ def _check_partial_folder(shown: Path, folder: Path, flag: str) -> None:
         raise _fail(flag, shown, "exists and is not a folder disaggsim wrote; move it away")
     names = set(os.listdir(folder))
     previous = read_marker(folder)
-    ours = previous is not None and previous.command == COMMAND
+    ours = previous is not None and previous.command in COMMANDS.values()
     if names and (not ours or names - {MARKER, JOURNAL}):
         raise _fail(
             flag,
             shown,
-            "holds files that are not a sweep's kept runs; move them or give another --out",
+            "holds files that are not the kept runs of a sweep, compare or plan; move them "
+            "or give another --out",
         )
     if os.path.lexists(folder / JOURNAL) and not (folder / JOURNAL).is_file():
         raise _fail(flag, shown, f"{JOURNAL} there is not a file; move it away")
 
 
-def _read_runs(text: str, shown: Path) -> tuple[dict[str, Summary], int | None]:
-    """The runs a journal holds, and where a last line cut short starts (the process was
-    killed while writing it: dropped), else None. Any other line that does not read is a
-    one-line error."""
+def _read_runs(
+    text: str, shown: Path
+) -> tuple[dict[str, Summary], dict[str, tuple[str, str]], int | None]:
+    """The runs a journal holds, whose they are (command, scenario name), and where a last
+    line cut short starts (the process was killed while writing it: dropped), else None.
+    Any other line that does not read is a one-line error."""
     kept: dict[str, Summary] = {}
+    whose: dict[str, tuple[str, str]] = {}
     lines = text.split("\n")
     offset = 0
     for n, line in enumerate(lines, 1):
@@ -233,17 +334,131 @@ def _read_runs(text: str, shown: Path) -> tuple[dict[str, Summary], int | None]:
         if not line:
             continue
         if n == len(lines):  # no newline after it: written in part
-            return kept, start
+            return kept, whose, start
         try:
             doc: Any = json.loads(line)
             run, flat = doc["run"], doc["summary"]
-            if not isinstance(run, str) or not isinstance(flat, dict):
+            # lines of disaggsim 2026-12-03 have no command: only sweeps kept runs then
+            command = doc.get("command", "sweep")
+            if not isinstance(run, str) or not isinstance(flat, dict) or command not in COMMANDS:
                 raise ValueError("not a run")
             kept[run] = Summary.from_dict(flat)
-        except (ValueError, KeyError, TypeError) as e:
+            whose[run] = (command, kept[run].scenario)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             why = " ".join(str(e).split())[:80]
             raise UserError(
-                f"{shown}/{JOURNAL}: line {n}: not a run a sweep wrote ({why}); delete the "
-                "folder to start the sweep again"
+                f"{shown}/{JOURNAL}: line {n}: not a run disaggsim kept ({why}); delete the "
+                "folder to start again"
             ) from None
-    return kept, None
+    return kept, whose, None
+
+
+class _Relay(Future):
+    """The future :meth:`KeptRuns.submit` returns for a run it sends: done once the run
+    is on disk. Cancelling it cancels the run where it has not started; a run that
+    finishes anyway is still kept."""
+
+    def __init__(self, inner: Future) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def cancel(self) -> bool:
+        self._inner.cancel()
+        return super().cancel()
+
+
+def _settle(set_: Callable[[Any], None], value: Any) -> None:
+    try:
+        set_(value)
+    except InvalidStateError:  # cancelled meanwhile: nobody waits for it
+        pass
+
+
+class KeptRuns:
+    """An executor that keeps every finished run of ``inner`` in ``journal`` and answers
+    a run the journal kept without running it again (``compare`` and ``plan``: module
+    docstring). It has ``submit`` (and ``workers``) where ``inner`` does, so
+    :func:`~disaggsim.sweep.executors.drive` sends work to it as it would to ``inner``;
+    only :func:`~disaggsim.sweep.core.run_point` runs are kept (a run is known by its
+    task's :func:`fingerprint`)."""
+
+    def __init__(self, inner: Any, journal: Journal) -> None:
+        self.inner, self.journal = inner, journal
+        if callable(getattr(inner, "submit", None)):
+            self.submit = self._submit
+        if getattr(inner, "workers", None) is not None:
+            self.workers = inner.workers
+
+    def _submit(self, fn: Callable[[Any], Any], task: Any) -> Future:
+        if fn is not run_point:
+            return self.inner.submit(fn, task)
+        run = fingerprint(task)
+        kept = self.journal.lookup(run)
+        if kept is not None:
+            f: Future = Future()
+            f.set_result(kept)
+            return f
+        inner = self.inner.submit(fn, task)
+        out = _Relay(inner)
+
+        def finished(done: Future) -> None:
+            if done.cancelled():
+                out.cancel()
+                return
+            exc = done.exception()
+            if exc is not None:
+                _settle(out.set_exception, exc)
+                return
+            summary = done.result()
+            try:
+                self.journal.record_run(run, summary)
+            except BaseException as e:  # raised where the caller waits for the run
+                _settle(out.set_exception, e)
+                return
+            _settle(out.set_result, summary)
+
+        inner.add_done_callback(finished)
+        return out
+
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        on_done: Callable[[], None] | None = None,
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list[Any]:
+        if fn is not run_point:
+            return self.inner.map(fn, tasks, on_done, on_result=on_result)
+        runs = [fingerprint(t) for t in tasks]
+        results: list[Any] = [None] * len(tasks)
+        todo = []
+        for i, run in enumerate(runs):
+            kept = self.journal.lookup(run)
+            if kept is None:
+                todo.append(i)
+                continue
+            results[i] = kept
+            if on_result is not None:
+                on_result(i, kept)
+            if on_done is not None:
+                on_done()
+
+        def each(k: int, summary: Any) -> None:
+            i = todo[k]
+            self.journal.record_run(runs[i], summary)
+            results[i] = summary
+            if on_result is not None:
+                on_result(i, summary)
+
+        if todo:
+            self.inner.map(fn, [tasks[i] for i in todo], on_done, on_result=each)
+        return results
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self) -> KeptRuns:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
