@@ -326,6 +326,70 @@ def test_a_refused_address_fails_at_once(work, capsys):
     assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
 
 
+def _server(greeting: bytes | None):
+    """A TCP server on a free local port that sends ``greeting`` to each connection, or
+    nothing (None: an HTTP server, such as a dashboard's, waits for a request), and keeps
+    it open; returns (port, stop)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    held = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if greeting is not None:
+                conn.sendall(greeting)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def stop() -> None:
+        srv.close()
+        for c in held:
+            c.close()
+
+    return srv.getsockname()[1], stop
+
+
+@pytest.mark.parametrize("greeting", [b"SSH-2.0-OpenSSH_9.2\r\n", None], ids=["ssh", "silent"])
+def test_a_server_that_is_not_a_scheduler_is_one_line(work, capsys, greeting):
+    # dask's client read the SSH greeting as a message of 3 EiB ("out of memory", exit 4)
+    # and waited forever for a silent server's handshake (an HTTP port: a dashboard's)
+    import dask
+
+    port, stop = _server(greeting)
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):  # 10 s at least
+            start = time.monotonic()
+            assert main([*SWEEP, "--scheduler", f"tcp://127.0.0.1:{port}"]) == 2
+            took = time.monotonic() - start
+    finally:
+        stop()
+    lines = capsys.readouterr().err.strip().splitlines()
+    where = f"disaggsim: error: --scheduler tcp://127.0.0.1:{port}: cannot connect (the server"
+    if greeting is None:
+        assert lines[0].startswith("disaggsim: waiting up to 10 s for the Dask scheduler")
+        assert lines[1] == (
+            f"{where} there accepted the connection but sent nothing in 10 s, where a Dask "
+            "scheduler answers at once; the scheduler's port is usually 8786, its "
+            "dashboard's 8787)"
+        )
+        assert 10 <= took < 40
+    else:
+        assert lines == [
+            f"{where} there is not a Dask scheduler: it sent 'SSH-2.0-'...; the scheduler's "
+            "port is usually 8786, its dashboard's 8787)"
+        ]
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
+
+
 # ---------------------------------------------------------------------------------------
 # the local pool's processes end with the command
 

@@ -415,9 +415,15 @@ def _say(text: str) -> None:
 
 def _probe(address: str, where: str) -> None:
     """Fail at once where a scheduler address refuses the connection or names no host
-    (dask retried a refused connection for its whole 10 s connect timeout, silently), and
-    say what the command waits for when the host does not answer at once."""
+    (dask retried a refused connection for its whole 10 s connect timeout, silently), say
+    what the command waits for when the host does not answer at once, and refuse a server
+    that is not a Dask scheduler: a scheduler sends its handshake as soon as it accepts a
+    connection, a message of a few hundred bytes whose first 8 bytes are its length (an
+    HTTP server, such as the dashboard's port, waited for a request, and dask's client
+    waited for its reply forever; a server that sends text first, such as SSH, had its
+    text read as a length of exabytes: "out of memory", exit 4)."""
     import socket
+    import time
 
     scheme, _, rest = address.partition("://")
     if scheme not in ("tcp", "tls") or not rest:
@@ -426,20 +432,86 @@ def _probe(address: str, where: str) -> None:
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         return  # dask says what is wrong with it
+    start = time.monotonic()
+    limit_s = _handshake_wait_s()
+
+    def connect(timeout_s: float) -> socket.socket:
+        try:
+            return socket.create_connection((host, int(port_text)), timeout=timeout_s)
+        except ConnectionRefusedError:
+            raise UserError(
+                f"{where}: cannot connect (connection refused: no scheduler listens there)"
+            ) from None
+        except socket.gaierror as e:
+            why = e.strerror or str(e)
+            raise UserError(f"{where}: cannot connect (unknown host: {why})") from None
+        except TimeoutError:
+            raise
+        except OSError as e:
+            raise UserError(f"{where}: cannot connect ({e.strerror or e})") from None
+
     try:
-        with socket.create_connection((host, int(port_text)), timeout=1.0):
-            return
-    except ConnectionRefusedError:
-        raise UserError(
-            f"{where}: cannot connect (connection refused: no scheduler listens there)"
-        ) from None
-    except socket.gaierror as e:
-        raise UserError(f"{where}: cannot connect (unknown host: {e.strerror or e})") from None
+        sock = connect(1.0)
     except TimeoutError:
-        pass
-    except OSError as e:
-        raise UserError(f"{where}: cannot connect ({e.strerror or e})") from None
-    _say(f"waiting up to {CONNECT_TIMEOUT_S} s for the Dask scheduler at {address} to answer")
+        _say(f"waiting up to {limit_s:g} s for the Dask scheduler at {address} to answer")
+        try:
+            sock = connect(max(limit_s - 1.0, 0.1))
+        except TimeoutError:
+            raise UserError(f"{where}: cannot connect (no answer in {limit_s:g} s)") from None
+    with sock:
+        if scheme == "tls":
+            return  # the client speaks first there (TLS): dask checks the rest
+        head = b""
+        said = False
+        while len(head) < 8:
+            waited = time.monotonic() - start
+            if waited >= limit_s:
+                raise UserError(
+                    f"{where}: cannot connect (the server there accepted the connection but "
+                    f"sent nothing in {limit_s:g} s, where a Dask scheduler answers at once; "
+                    "the scheduler's port is usually 8786, its dashboard's 8787)"
+                )
+            if waited >= 1.0 and not said:
+                said = True
+                _say(f"waiting up to {limit_s:g} s for the Dask scheduler at {address} to answer")
+            sock.settimeout(min(1.0, limit_s - waited))
+            try:
+                got = sock.recv(8 - len(head))
+            except TimeoutError:
+                continue
+            except OSError as e:
+                raise UserError(f"{where}: cannot connect ({e.strerror or e})") from None
+            if not got:
+                raise UserError(
+                    f"{where}: cannot connect (the server there closed the connection at "
+                    "once: not a Dask scheduler)"
+                )
+            head += got
+    if int.from_bytes(head, "little") > _MAX_HANDSHAKE_BYTES:
+        shown = head.decode("ascii", "replace")
+        raise UserError(
+            f"{where}: cannot connect (the server there is not a Dask scheduler: it sent "
+            f"{shown!r}...; the scheduler's port is usually 8786, its dashboard's 8787)"
+        )
+
+
+# a scheduler's handshake is a few hundred bytes; the first 8 bytes of other servers'
+# greetings read as lengths of petabytes
+_MAX_HANDSHAKE_BYTES = 2**26
+
+
+def _handshake_wait_s() -> float:
+    """How long a scheduler may take to answer: dask's connect timeout (its
+    configuration, ``distributed.comm.timeouts.connect``, 30 s by default), at least
+    :data:`CONNECT_TIMEOUT_S`."""
+    try:
+        import dask.config
+        from dask.utils import parse_timedelta
+
+        value = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+        return max(float(value), float(CONNECT_TIMEOUT_S))
+    except Exception:  # dask absent or a configuration it cannot read: dask says so later
+        return float(CONNECT_TIMEOUT_S)
 
 
 class _WorkerWatch:
