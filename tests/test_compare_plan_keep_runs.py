@@ -442,3 +442,13 @@ def test_a_killed_sweeps_worker_processes_end_with_it(work):
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_plan_refuses_an_empty_scheduler_address(work, capsys, monkeypatch):
+    # plan built its executor apart from sweep and compare: --scheduler "$ADDR" with the
+    # variable unset ran the plan on local processes, silently
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    assert main([*PLAN, "--scheduler", ""]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("disaggsim: error: --scheduler '': empty;"), line
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]

@@ -2011,17 +2011,16 @@ def record(self, index, summary):
         stop()
 core.run_tasks, J.Journal.record = run_tasks, record
 """,
-    """real_open, real_record = J.open_journal, J.Journal.record_run
-def open_journal(*a, **k):  # the comparison's runs start: stopped before any finished
-    journal = real_open(*a, **k)
+    """real_init, real_record = J.KeptRuns.__init__, J.Journal.record_run
+def init(self, *a, **k):  # the comparison's runs start: stopped before any finished
+    real_init(self, *a, **k)
     if at == 0:
         stop()
-    return journal
 def record_run(self, run, summary):
     real_record(self, run, summary)
     if self.num_kept == at:
         stop()
-J.open_journal, J.Journal.record_run = open_journal, record_run
+J.KeptRuns.__init__, J.Journal.record_run = init, record_run
 """,
 )
 assert STOPC_CHILD != STOP_CHILD

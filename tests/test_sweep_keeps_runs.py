@@ -335,3 +335,22 @@ def test_a_stop_while_the_table_is_written_keeps_every_run(work, capsys, expecte
     assert sorted(p.name for p in work.iterdir()) == ["keep.txt", "s.partial"]
     monkeypatch.setattr(output, "write_table", real)
     check_resumed(work, "s", expected, capsys, kept=4)
+
+
+def test_resuming_another_grid_names_the_runs_it_keeps(work, capsys):
+    """The kept runs of another grid are finished simulations: a resume that does not use
+    them keeps them, and its last line says what they are and what to do with them (it
+    said "keeps 2 runs of another sweep")."""
+    run_child(work, "SIGKILL")  # rates 1 and 2 kept
+    args = argv("s", "--workers", "1", "--resume")
+    args[args.index("workload.rate_per_s=1,2,3,4")] = "workload.rate_per_s=3,4"
+    assert main(args) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == (
+        "2 runs (2 points × 1 seed) written to s/; s.partial/ keeps 2 runs of a sweep of "
+        "ci-chunked, not runs of this sweep (another grid, scenario, seeds, command or "
+        "version): that command with --resume into this --out reuses them; delete the "
+        "folder to drop them"
+    ), last
+    assert len(runs_in(work / "s.partial")) == 4  # theirs, and this sweep's until it ended
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt", "s", "s.partial"]

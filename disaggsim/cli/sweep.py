@@ -72,11 +72,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise
     journal.close(finished=True)
     reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
-    if journal.others:
-        reused += f"; {journal.others_note()}"
+    others = f"; {journal.others_note()}" if journal.others else ""
     Console().print(
         f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
-        f"{_count(args.seeds, 'seed')}{reused}) {written.note()}",
+        f"{_count(args.seeds, 'seed')}{reused}) {written.note()}{others}",
         markup=False,
         soft_wrap=True,
     )
