@@ -18,7 +18,9 @@ What each fit uses (the reference rows; the rest are reported beside them):
   0.24.0's and SGLang 0.5.14's own kernels from their ``moe_perf`` tables
   (``grouped_gemm_frameworks``; SGLang's FlashInfer CUTLASS rows, which it runs only for
   the 512-expert top-22 shapes, are reported, not fitted), the kernel a worker of that
-  engine runs (``moe_params.ENGINE_EXPERT_KERNELS``);
+  engine runs (``moe_params.ENGINE_EXPERT_KERNELS``); SGLang's Triton rows as two sets, the
+  rows that ran a shipped tuned tile config (``grouped_gemm_tuned``, the files of
+  ``hardware/moe/sglang_triton_configs.csv``) and those on its default tiles;
 - MLA decode: TensorRT-LLM ``generation_mla_perf`` (absorbed FlashMLA), per KV dtype,
   held out by local head count;
 - MLA prefill: SGLang ``context_mla_perf`` for the absorbed form (FA3 over the latent),
@@ -55,10 +57,13 @@ from disaggsim.costmodel.moe_params import (
     GroupedGemmParams,
     MlaDecodeParams,
     MlaPrefillParams,
+    SGLANG_DEVICE_NAMES,
+    TUNED_TILE_FRAMEWORKS,
     MoeParams,
     load_moe_params,
     moe_params_from_dict,
     moe_params_path,
+    sglang_tuned_configs,
 )
 from disaggsim.errors import UserError
 from disaggsim.inputs import read_regular, regular_file
@@ -169,11 +174,36 @@ def moe_rows(
     d["meas_s"] = d.latency * 1e-3
     d["family"] = shape_family(d.hidden_size, d.inter_size, d.num_experts, d.topk)
     d = d.reset_index(drop=True)
+    d["tuned_tiles"] = tuned_tile_rows(d)
     d["untuned"] = False
     ref = (d.fw == REF_MOE).to_numpy()
     if ref.any():
         d.loc[ref, "untuned"] = untuned_cells(d[ref])
     return d
+
+
+# --- SGLang's Triton fused_moe: shipped tuned tile configs or default tiles ---------------
+#
+# SGLang's fused_moe_triton takes its tiles from a config file named by the rank's local
+# experts E, the expert shard width N, the GPU and the dtype where one ships (searching every
+# configs/triton_* folder, newest first), else its default tiles (get_default_config; bf16
+# 64 x 64 x 32). AIConfigurator's SGLang collector looks the file up the same way, so its
+# table holds both; hardware/moe/sglang_triton_configs.csv lists the files (with provenance)
+# and the two are fitted as separate parameter sets (grouped_gemm_frameworks.sglang: default
+# tiles; grouped_gemm_tuned.sglang: tuned).
+
+TRITON_KERNEL = "sglang_fused_moe_triton"
+
+
+def tuned_tile_rows(d: pd.DataFrame) -> np.ndarray:
+    """Per moe_perf row: whether SGLang's Triton kernel ran a shipped tuned tile config
+    (``moe_params.has_tuned_config`` keys on the timed H100)."""
+    listed = sglang_tuned_configs()
+    dev = SGLANG_DEVICE_NAMES[GPU]
+    triton = d.fw.isin(TUNED_TILE_FRAMEWORKS) & (d.kernel_source.astype(str) == TRITON_KERNEL)
+    keys = zip(d.num_experts // d.moe_ep_size, d.inter_size // d.moe_tp_size, d.dtype,
+               strict=True)  # fmt: skip
+    return triton.to_numpy() & np.array([(int(e), int(n), dev, dt) in listed for e, n, dt in keys])
 
 
 # --- TensorRT-LLM cells the collector ran untuned ----------------------------------------
@@ -400,13 +430,19 @@ def _a2a(p: AllToAllParams, d: pd.DataFrame) -> np.ndarray:
 # --- fits ------------------------------------------------------------------------------
 
 
-def fitted_rows(moe: pd.DataFrame, fw: str, dt: str) -> pd.DataFrame:
+def fitted_rows(moe: pd.DataFrame, fw: str, dt: str, tuned: bool = False) -> pd.DataFrame:
     """The rows of :func:`moe_rows` that ``fw``'s ``dt`` grouped-GEMM set is fitted to: its
     balanced rows, less the kernels of :data:`NOT_FITTED_KERNELS` and the TensorRT-LLM
-    cells its collector ran untuned (:func:`untuned_cells`)."""
+    cells its collector ran untuned (:func:`untuned_cells`); of SGLang's Triton kernel the
+    rows that ran a shipped tuned tile config (``tuned``) or its default tiles
+    (:func:`tuned_tile_rows`)."""
     d = moe[(moe.fw == fw) & (moe.distribution == "balanced") & (moe.dtype == dt)]
     d = d[~d.kernel_source.astype(str).isin(NOT_FITTED_KERNELS) & ~d.untuned]
-    return d.reset_index(drop=True)
+    return d[d.tuned_tiles == tuned].reset_index(drop=True)
+
+
+# a tuned-tile set is fitted where its rows hold at least this many (shape, TP, EP) cells
+MIN_TUNED_CELLS = 2
 
 
 def fit_all(data: Path) -> tuple[dict, dict]:
@@ -414,39 +450,52 @@ def fit_all(data: Path) -> tuple[dict, dict]:
     params: dict = {
         "grouped_gemm": {},
         "grouped_gemm_frameworks": {},
+        "grouped_gemm_tuned": {},
         "mla_decode": {},
         "mla_prefill": {},
         "all_to_all": {},
     }
     errors: dict[str, dict] = {}
     moe = moe_rows(data, (REF_MOE, *GEMM_FRAMEWORKS))
-    for fw in (REF_MOE, *GEMM_FRAMEWORKS):
+    gemm_sets = [(fw, dt, False) for fw in (REF_MOE, *GEMM_FRAMEWORKS)
+                 for dt in ("bf16", "fp8", "fp8-block", "mxfp4")]  # fmt: skip
+    gemm_sets += [(fw, dt, True) for fw in TUNED_TILE_FRAMEWORKS
+                  for dt in ("bf16", "fp8", "fp8-block")]  # fmt: skip
+    for fw, dt, tuned in gemm_sets:
         sets = params["grouped_gemm"]
-        if fw != REF_MOE:
+        if tuned:
+            sets = params["grouped_gemm_tuned"].setdefault(fw, {})
+        elif fw != REF_MOE:
             sets = params["grouped_gemm_frameworks"].setdefault(fw, {})
-        for dt in ("bf16", "fp8", "fp8-block", "mxfp4"):
-            d = fitted_rows(moe, fw, dt)
-            if d.empty:
-                continue
+        d = fitted_rows(moe, fw, dt, tuned)
+        if d.empty or (tuned and len(d[CELL].drop_duplicates()) < MIN_TUNED_CELLS):
+            continue
 
-            def model(x, idx, d=d):
-                return _gg(GroupedGemmParams(*x), d.iloc[idx])
+        def model(x, idx, d=d):
+            return _gg(GroupedGemmParams(*x), d.iloc[idx])
 
-            x, err = fit_generic(
-                model,
-                d.meas_s.to_numpy(),
-                starts=[
-                    [3e-5, 0.9, 64.0, 0.8, 500.0, 0.5, 2e-7],
-                    [1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2, 1e-6],
-                ],
-                lower=[1e-6, 0.05, 0.5, 0.05, 1.0, 0.01, 1e-10],
-                upper=[5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0, 1e-4],
-                groups=d.family.to_numpy(),
-            )
-            sets[dt] = _pdict(GG_KEYS, x)
-            key = f"grouped_gemm.{dt}" if fw == REF_MOE else f"grouped_gemm.{fw}.{dt}"
-            kernels = ", ".join(sorted(set(d.kernel_source.astype(str))))
-            errors[key] = _err(err, f"{fw} moe_perf balanced ({kernels})")
+        x, err = fit_generic(
+            model,
+            d.meas_s.to_numpy(),
+            starts=[
+                [3e-5, 0.9, 64.0, 0.8, 500.0, 0.5, 2e-7],
+                [1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2, 1e-6],
+            ],
+            lower=[1e-6, 0.05, 0.5, 0.05, 1.0, 0.01, 1e-10],
+            upper=[5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0, 1e-4],
+            groups=d.family.to_numpy(),
+        )
+        sets[dt] = _pdict(GG_KEYS, x)
+        key = f"grouped_gemm.{dt}" if fw == REF_MOE else f"grouped_gemm.{fw}.{dt}"
+        kernels = ", ".join(sorted(set(d.kernel_source.astype(str))))
+        tiles = ""
+        if fw in TUNED_TILE_FRAMEWORKS and dt != "mxfp4":
+            key += ".tuned" if tuned else ""
+            tiles = ", shipped tuned tile configs" if tuned else ", default tiles"
+        errors[key] = _err(err, f"{fw} moe_perf balanced ({kernels}{tiles})")
+    params["grouped_gemm_tuned"] = {k: v for k, v in params["grouped_gemm_tuned"].items() if v}
+    if not params["grouped_gemm_tuned"]:
+        del params["grouped_gemm_tuned"]
     gen = mla_rows(data, "generation")
     for kv in ("bf16", "fp8"):
         d = gen[(gen.fw == "trtllm") & (gen.kv == kv)].reset_index(drop=True)
@@ -554,14 +603,16 @@ def validation_rows(data: Path, params: MoeParams) -> list[tuple]:
     kernels: dict[tuple[str, str], int] = {}
     for (src, dt), d in moe.groupby(["source", "dtype"]):
         kernels[(str(src), str(dt))] = d.kernel_source.nunique()
-    for (src, dt, kern, dist, untuned), d in moe.groupby(
-        ["source", "dtype", "kernel_source", "distribution", "untuned"], sort=True
+    for (src, dt, kern, dist, untuned, tuned), d in moe.groupby(
+        ["source", "dtype", "kernel_source", "distribution", "untuned", "tuned_tiles"], sort=True
     ):
         fw = str(d.fw.iloc[0]).removesuffix("-wideep")
-        pred = _gg(params.gemm(str(dt), fw), d)
+        pred = _gg(params.gemm(str(dt), fw, bool(tuned)), d)
         label = f"{src} {dt}"
         if kernels[(str(src), str(dt))] > 1:  # name the kernel where the table mixes several
             label += f" {kern}" + (" (not fitted)" if kern in NOT_FITTED_KERNELS else "")
+        if tuned:
+            label += " shipped tuned tiles"
         if untuned:
             label += " cells run untuned (not fitted)"
         for bucket, sel in _token_buckets(d.num_tokens.to_numpy()):

@@ -126,6 +126,11 @@ def _moe_prediction_changes(written: dict, shipped: dict, data: Path) -> list[st
             if not d.empty:
                 pa, pb = fm._gg(a.gemm(dt, fw), d), fm._gg(b.gemm(dt, fw), d)
                 preds.append((f"grouped_gemm {fw} {dt}", pa, pb))
+    for fw in fm.TUNED_TILE_FRAMEWORKS:
+        for dt in b.grouped_gemm_tuned.get(fw, {}):
+            d = fm.fitted_rows(moe, fw, dt, tuned=True)
+            pa, pb = fm._gg(a.gemm(dt, fw, True), d), fm._gg(b.gemm(dt, fw, True), d)
+            preds.append((f"grouped_gemm {fw} {dt} tuned tiles", pa, pb))
     gen = fm.mla_rows(data, "generation")
     for kv in ("bf16", "fp8"):
         d = gen[(gen.fw == "trtllm") & (gen.kv == kv)]

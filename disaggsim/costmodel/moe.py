@@ -62,6 +62,7 @@ from disaggsim.costmodel.moe_params import (
     AllToAllParams,
     GroupedGemmParams,
     MoeParams,
+    has_tuned_config,
     load_moe_params,
 )
 from disaggsim.costmodel.overhead import (
@@ -621,7 +622,19 @@ class MoeWorkerCost:
         # the engine's own MoE kernel where the parameter file fits it (vLLM's and SGLang's
         # Triton fused_moe run 1.6x and 4x TensorRT-LLM's CUTLASS time on Mixtral prefill)
         self.expert_kernel = ENGINE_EXPERT_KERNELS.get(self.engine, REFERENCE_FRAMEWORK)
-        self._expert_params = params.gemm(_expert_param_key(fmt), self.expert_kernel)
+        # SGLang's Triton kernel runs tuned tiles where SGLang ships a config file for this
+        # GPU's (local experts, shard width, GPU, dtype), else its default tiles: chosen
+        # once per worker (moe_params.has_tuned_config)
+        self.expert_tuned_tiles = model.moe is not None and has_tuned_config(
+            self.expert_kernel,
+            (model.moe.num_experts + (layout.redundant_experts or 0)) // layout.ep,
+            model.moe.expert_ffn / layout.moe_tp,
+            gpu.id,
+            _expert_param_key(fmt),
+        )
+        self._expert_params = params.gemm(
+            _expert_param_key(fmt), self.expert_kernel, self.expert_tuned_tiles
+        )
         if params.transferred_from:
             mem_ratio = expert_mem_ratio(fmt, profile)
             self._expert_params = carry_half_sat(

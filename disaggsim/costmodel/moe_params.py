@@ -13,6 +13,7 @@ and :attr:`MoeParams.transferred_from` says so. Schema (version 1)::
       "grouped_gemm": {"bf16" | "fp8" | "fp8-block" | "mxfp4": {"launch_s", "max_eff",
                        "half_sat", "mem_eff", ["width_half_sat", "token_eff", "expert_s"]}},
       ["grouped_gemm_frameworks": {"vllm" | "sglang": {<dtype>: {... as grouped_gemm}}},]
+      ["grouped_gemm_tuned": {"sglang": {<dtype>: {... as grouped_gemm}}},]
       "mla_decode": {"bf16" | "fp8": {"floor_s", "per_seq_s", "bw_eff", "compute_eff"}},
       "mla_prefill": {"absorbed" | "naive": {"floor_s", "max_eff", "half_sat"}},
       "all_to_all": {"normal" | "low_latency": {"dispatch" | "combine":
@@ -23,7 +24,13 @@ and :attr:`MoeParams.transferred_from` says so. Schema (version 1)::
 ``grouped_gemm`` is TensorRT-LLM's CUTLASS MoE (the reference, taken by every engine not
 named in ``grouped_gemm_frameworks``); the optional ``grouped_gemm_frameworks`` holds the
 other frameworks' own kernels (vLLM's and SGLang's Triton fused_moe and the rest), fitted
-to their own tables, which an engine takes by :data:`ENGINE_EXPERT_KERNELS`.
+to their own tables, which an engine takes by :data:`ENGINE_EXPERT_KERNELS`. SGLang's
+Triton fused_moe runs one of two tile configurations: a tuned one where SGLang ships a
+config file for the worker's (local experts, expert shard width, GPU, dtype) — listed with
+provenance in ``hardware/moe/sglang_triton_configs.csv`` (:func:`has_tuned_config`) — else
+its default tiles. ``grouped_gemm_frameworks.sglang`` holds the default-tile set and the
+optional ``grouped_gemm_tuned.sglang`` the tuned one; a worker's set is chosen once, when
+its cost model is built.
 
 Formulas that consume them: :mod:`disaggsim.costmodel.moe` (grouped GEMM, all-to-all)
 and :mod:`disaggsim.costmodel.mla`.
@@ -31,6 +38,7 @@ and :mod:`disaggsim.costmodel.mla`.
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -47,14 +55,18 @@ __all__ = [
     "GEMM_FRAMEWORKS",
     "REFERENCE_FRAMEWORK",
     "EXPERT_DTYPES",
+    "SGLANG_DEVICE_NAMES",
+    "TUNED_TILE_FRAMEWORKS",
     "AllToAllParams",
     "GroupedGemmParams",
     "MlaDecodeParams",
     "MlaPrefillParams",
     "MoeParams",
+    "has_tuned_config",
     "load_moe_params",
     "moe_params_from_dict",
     "moe_params_path",
+    "sglang_tuned_configs",
 ]
 
 SCHEMA_VERSION = 1
@@ -67,6 +79,20 @@ ENGINE_EXPERT_KERNELS = dict(ENGINE_FRAMEWORKS)
 FITTED_GPU = "h100-sxm"
 EXPERT_DTYPES = ("bf16", "fp8", "fp8-block", "mxfp4")
 A2A_MODES = ("normal", "low_latency")
+# frameworks whose MoE kernel picks its tiles from shipped per-shape config files
+TUNED_TILE_FRAMEWORKS = ("sglang",)
+# the device name SGLang keys its config files by (torch.cuda.get_device_name with spaces
+# as underscores), per catalog GPU
+SGLANG_DEVICE_NAMES = {
+    "a100-80gb": "NVIDIA_A100-SXM4-80GB",
+    "h100-sxm": "NVIDIA_H100_80GB_HBM3",
+    "h100-pcie": "NVIDIA_H100_PCIe",
+    "h200-sxm": "NVIDIA_H200",
+    "h800-sxm": "NVIDIA_H800",
+    "b200": "NVIDIA_B200",
+    "l40s": "NVIDIA_L40S",
+}
+SGLANG_CONFIGS_FILE = "sglang_triton_configs.csv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,11 +161,21 @@ class MoeParams:
     path: str = ""
     # framework -> dtype -> params: other frameworks' own MoE kernels (optional)
     grouped_gemm_frameworks: dict[str, dict[str, GroupedGemmParams]] = field(default_factory=dict)
+    # framework -> dtype -> params: the kernel with a shipped tuned tile config (optional)
+    grouped_gemm_tuned: dict[str, dict[str, GroupedGemmParams]] = field(default_factory=dict)
 
-    def gemm(self, dtype: str, framework: str = REFERENCE_FRAMEWORK) -> GroupedGemmParams:
+    def gemm(
+        self, dtype: str, framework: str = REFERENCE_FRAMEWORK, tuned: bool = False
+    ) -> GroupedGemmParams:
         """The grouped-GEMM parameters of ``framework``'s kernel for ``dtype`` weights:
-        its own set where the file fits one (fp8-block falling back on fp8, any format on
-        bf16), else the reference (TensorRT-LLM) set by the same rule."""
+        with ``tuned`` (the shape has a shipped tile config, :func:`has_tuned_config`) its
+        tuned set for exactly that dtype where the file fits one; else its own set where
+        the file fits one (fp8-block falling back on fp8, any format on bf16), else the
+        reference (TensorRT-LLM) set by the same rule."""
+        if tuned:
+            got = self.grouped_gemm_tuned.get(framework, {}).get(dtype)
+            if got is not None:
+                return got
         own = self.grouped_gemm_frameworks.get(framework)
         if own:
             got = _pick(own, dtype)
@@ -235,6 +271,16 @@ def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
                 )
             where = f"grouped_gemm_frameworks.{fw}"
             gg_fw[fw] = _gemm_sets(_sec(fws, fw, path), where, path)
+    gg_tuned: dict[str, dict[str, GroupedGemmParams]] = {}
+    if "grouped_gemm_tuned" in raw:
+        fws = _sec(raw, "grouped_gemm_tuned", path)
+        for fw in fws:
+            if fw not in TUNED_TILE_FRAMEWORKS:
+                raise ProfileError(
+                    f"{path}: grouped_gemm_tuned.{fw}: unknown "
+                    f"(allowed: {', '.join(TUNED_TILE_FRAMEWORKS)})"
+                )
+            gg_tuned[fw] = _gemm_sets(_sec(fws, fw, path), f"grouped_gemm_tuned.{fw}", path)
     dec = {}
     for dt, p in _sec(raw, "mla_decode", path).items():
         w = f"mla_decode.{dt}"
@@ -284,6 +330,7 @@ def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
         provenance=prov,
         path=path,
         grouped_gemm_frameworks=gg_fw,
+        grouped_gemm_tuned=gg_tuned,
     )
 
 
@@ -314,4 +361,36 @@ def load_moe_params(gpu_id: str, path: str | Path | None = None) -> MoeParams:
         transferred_from=FITTED_GPU,
         path=fitted.path,
         grouped_gemm_frameworks=fitted.grouped_gemm_frameworks,
+        grouped_gemm_tuned=fitted.grouped_gemm_tuned,
     )
+
+
+@cache
+def sglang_tuned_configs() -> frozenset[tuple[int, int, str, str]]:
+    """(local experts E, expert shard width N, SGLang device name, dtype) of every tuned
+    Triton fused_moe config file ``hardware/moe/sglang_triton_configs.csv`` lists."""
+    path = Path(str(resources.files("disaggsim.hardware") / "moe" / SGLANG_CONFIGS_FILE))
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    out = set()
+    for i, row in enumerate(csv.DictReader(lines), start=2):
+        try:
+            out.add((int(row["num_experts"]), int(row["n"]), row["device_name"], row["dtype"]))
+        except (KeyError, TypeError, ValueError):
+            raise ProfileError(f"{path}: data row {i - 1}: expected num_experts, n, "
+                               "device_name, dtype") from None  # fmt: skip
+    return frozenset(out)
+
+
+def has_tuned_config(
+    framework: str, num_experts: float, width: float, gpu_id: str, dtype: str
+) -> bool:
+    """Whether ``framework``'s MoE kernel runs a shipped tuned tile config for a GPU
+    ``gpu_id`` holding ``num_experts`` experts (redundant copies included) each ``width``
+    wide (its shard) in weight format ``dtype`` (bf16, fp8, fp8-block): SGLang's Triton
+    fused_moe looks its config file up by exactly that key (``get_moe_configs``)."""
+    if framework not in TUNED_TILE_FRAMEWORKS or dtype not in ("bf16", "fp8", "fp8-block"):
+        return False
+    dev = SGLANG_DEVICE_NAMES.get(gpu_id)
+    if dev is None or num_experts != int(num_experts) or width != int(width):
+        return False
+    return (int(num_experts), int(width), dev, dtype) in sglang_tuned_configs()
