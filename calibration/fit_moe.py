@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -53,12 +54,12 @@ from disaggsim.costmodel.moe import (
     power_law_imbalance,
 )
 from disaggsim.costmodel.moe_params import (
+    SGLANG_DEVICE_NAMES,
+    TUNED_TILE_FRAMEWORKS,
     AllToAllParams,
     GroupedGemmParams,
     MlaDecodeParams,
     MlaPrefillParams,
-    SGLANG_DEVICE_NAMES,
-    TUNED_TILE_FRAMEWORKS,
     MoeParams,
     load_moe_params,
     moe_params_from_dict,
@@ -445,6 +446,139 @@ def fitted_rows(moe: pd.DataFrame, fw: str, dt: str, tuned: bool = False) -> pd.
 MIN_TUNED_CELLS = 2
 
 
+# --- the grouped-GEMM fit, determined -----------------------------------------------------
+#
+# A parameter the fitted rows cannot determine lands wherever the solver stops, which
+# follows its starting point and the CPU's rounding (TensorRT-LLM's mxfp4 expert_s 4.8e-7
+# on one CPU, 4.0e-8 on another; SGLang's bf16 mem_eff 1.0 or 0.81 from two starts). Each
+# such direction is held at a stated value, the rest refitted and then solved to tight
+# tolerances, so a refit from another start or on another CPU gives the same parameters:
+#
+# - mem_eff (the weight stream's share of the HBM peak): held at 1.0 where the weight
+#   stream is the longer term of no fitted row at the fit (the rows bound it from below
+#   only: any value above where it would bind fits them alike);
+# - width_half_sat and expert_s (the narrow-shard and per-expert terms): left out (0) where
+#   the fit without the term is as good, its in-sample median and 90th-percentile APE
+#   within TERM_EARNS of the fit with every term (the rows do not tell the term's size).
+# The rules are applied until none holds another parameter (leaving a term out can leave
+# the weight stream binding no row).
+
+# The saturation is the smaller of a token and a width term, so the objective has kinks
+# where rows change which binds, and a solver can stop at one: the fit starts from a grid
+# of (half_sat, width_half_sat) pairs and solves the best on to tight tolerances.
+GG_STARTS = (
+    (3e-5, 0.9, 64.0, 0.8, 500.0, 0.5, 2e-7),
+    (1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2, 1e-6),
+    *((2e-5, 0.7, hs, 0.9, whs, 0.3, 1e-7) for hs in (16.0, 128.0) for whs in (30.0, 3000.0)),
+)
+GG_LOWER = (1e-6, 0.05, 0.5, 0.05, 1.0, 0.01, 1e-10)
+GG_UPPER = (5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0, 1e-4)
+# an optional term stays where it lowers the in-sample median or p90 APE by more than this
+TERM_EARNS = 0.001
+# what a held parameter is held at (the term left out, or the weight stream at the peak)
+HELD_VALUE = {"mem_eff": 1.0, "width_half_sat": 0.0, "expert_s": 0.0}
+
+
+def _solve(d: pd.DataFrame, held: dict[str, float], starts) -> np.ndarray:
+    """Least squares over log-parameters (soft L1, as ``calibration.fit``) of the free
+    grouped-GEMM parameters, ``held`` fixed: best of ``starts``, then solved again from
+    the best to tight tolerances so the stopping point does not depend on the start."""
+    from scipy.optimize import least_squares
+
+    free = [i for i, k in enumerate(GG_KEYS) if k not in held]
+    lo, hi = np.log(np.array(GG_LOWER)[free]), np.log(np.array(GG_UPPER)[free])
+    logm = np.log(d.meas_s.to_numpy(float))
+    base = np.array([held.get(k, 0.0) for k in GG_KEYS])
+
+    def full(theta: np.ndarray) -> np.ndarray:
+        x = base.copy()
+        x[free] = np.exp(theta)
+        return x
+
+    def resid(theta: np.ndarray) -> np.ndarray:
+        return np.log(np.maximum(_gg(GroupedGemmParams(*full(theta)), d), 1e-15)) - logm
+
+    kw = {"loss": "soft_l1", "f_scale": 0.05, "x_scale": 1.0}
+    best = None
+    for x0 in starts:
+        t0 = np.clip(np.log(np.asarray(x0, float)[free]), lo + 1e-9, hi - 1e-9)
+        r = least_squares(resid, t0, bounds=(lo, hi), max_nfev=400, **kw)
+        if best is None or r.cost < best.cost:
+            best = r
+    assert best is not None
+    r = least_squares(
+        resid, best.x, bounds=(lo, hi), ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=1000, **kw
+    )
+    return full(r.x)
+
+
+def _apes(d: pd.DataFrame, x: np.ndarray) -> tuple[float, float]:
+    a = np.abs(_gg(GroupedGemmParams(*x), d) / d.meas_s.to_numpy(float) - 1.0)
+    return float(np.median(a)), float(np.percentile(a, 90))
+
+
+def _weight_stream_binds(d: pd.DataFrame, x: np.ndarray) -> bool:
+    """Whether the weight stream (the ``mem_eff`` term) is the longer term of any row."""
+    p = GroupedGemmParams(*x)
+    as_peak = _gg(replace(p, mem_eff=1.0), d)
+    return bool(
+        np.any(_gg(replace(p, mem_eff=p.mem_eff * (1.0 - 1e-6)), d) > as_peak * (1.0 + 1e-12))
+    )
+
+
+def fit_grouped_gemm(
+    d: pd.DataFrame, starts=GG_STARTS, held_out: bool = True
+) -> tuple[np.ndarray, FitError, dict[str, float]]:
+    """The grouped-GEMM parameters of rows ``d`` (``GG_KEYS`` order), their errors (held
+    out by shape family) and the parameters held by the rules above (name -> value)."""
+    held: dict[str, float] = {}
+    x = _solve(d, held, starts)
+    med, p90 = _apes(d, x)  # the fit with every term: what a left-out term may not worsen
+    changed = True
+    while changed:  # until no rule holds another parameter (a refit can unbind one)
+        changed = False
+        if "mem_eff" not in held and not _weight_stream_binds(d, x):
+            held["mem_eff"] = HELD_VALUE["mem_eff"]
+            x, changed = _solve(d, held, [x]), True
+        for k in ("width_half_sat", "expert_s"):
+            if k in held:
+                continue
+            trial = {**held, k: HELD_VALUE[k]}
+            y = _solve(d, trial, [x])
+            m2, p2 = _apes(d, y)
+            if m2 <= med + TERM_EARNS and p2 <= p90 + TERM_EARNS:
+                held, x, changed = trial, y, True
+    free = [i for i, k in enumerate(GG_KEYS) if k not in held]
+
+    def model(theta, idx):
+        y = x.copy()
+        y[free] = theta
+        return _gg(GroupedGemmParams(*y), d.iloc[idx])
+
+    # the errors (and the held-out refits, each from the determined parameters)
+    _, err = fit_generic(
+        model,
+        d.meas_s.to_numpy(),
+        starts=[x[free]],
+        lower=np.array(GG_LOWER)[free],
+        upper=np.array(GG_UPPER)[free],
+        groups=d.family.to_numpy(),
+        held_out=held_out,
+    )
+    return x, _with_in_sample(err, d, x), held
+
+
+def _with_in_sample(err: FitError, d: pd.DataFrame, x: np.ndarray) -> FitError:
+    """``err`` with its in-sample figures those of the determined parameters ``x``."""
+    a = np.abs(_gg(GroupedGemmParams(*x), d) / d.meas_s.to_numpy(float) - 1.0)
+    return replace(
+        err,
+        median_ape=float(np.median(a)),
+        mean_ape=float(np.mean(a)),
+        p90_ape=float(np.percentile(a, 90)),
+    )
+
+
 def fit_all(data: Path) -> tuple[dict, dict]:
     """Fitted parameters (the JSON sections) and their errors."""
     params: dict = {
@@ -471,20 +605,7 @@ def fit_all(data: Path) -> tuple[dict, dict]:
         if d.empty or (tuned and len(d[CELL].drop_duplicates()) < MIN_TUNED_CELLS):
             continue
 
-        def model(x, idx, d=d):
-            return _gg(GroupedGemmParams(*x), d.iloc[idx])
-
-        x, err = fit_generic(
-            model,
-            d.meas_s.to_numpy(),
-            starts=[
-                [3e-5, 0.9, 64.0, 0.8, 500.0, 0.5, 2e-7],
-                [1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2, 1e-6],
-            ],
-            lower=[1e-6, 0.05, 0.5, 0.05, 1.0, 0.01, 1e-10],
-            upper=[5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0, 1e-4],
-            groups=d.family.to_numpy(),
-        )
+        x, err, held = fit_grouped_gemm(d)
         sets[dt] = _pdict(GG_KEYS, x)
         key = f"grouped_gemm.{dt}" if fw == REF_MOE else f"grouped_gemm.{fw}.{dt}"
         kernels = ", ".join(sorted(set(d.kernel_source.astype(str))))
@@ -493,6 +614,8 @@ def fit_all(data: Path) -> tuple[dict, dict]:
             key += ".tuned" if tuned else ""
             tiles = ", shipped tuned tile configs" if tuned else ", default tiles"
         errors[key] = _err(err, f"{fw} moe_perf balanced ({kernels}{tiles})")
+        if held:
+            errors[key]["held"] = held
     params["grouped_gemm_tuned"] = {k: v for k, v in params["grouped_gemm_tuned"].items() if v}
     if not params["grouped_gemm_tuned"]:
         del params["grouped_gemm_tuned"]

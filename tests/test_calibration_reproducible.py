@@ -99,15 +99,18 @@ def test_refit_writes_the_shipped_files(shared_data: Path, tmp_path: Path) -> No
     )
 
 
-# The MoE fits' flat directions (several parameter sets predict the fitted rows alike) land
-# elsewhere on another CPU: TensorRT-LLM's mxfp4 set, refitted from the same rows on this
-# session's CPU and on the one that wrote the file before 2026-12-03, differed in expert_s
-# (4.8e-7 vs 4.0e-8 s) and width_half_sat (343 vs 272) while its predictions of its 351
-# fitted rows differed by 0.15% median, 1.52% at most, and its fit errors by at most 0.4
-# percentage points (p90); every other set within 0.01%. So the MoE file is compared by
-# what it predicts, at twice those spreads.
-MOE_PRED_MEDIAN = 0.005  # relative change of the predictions of a fit's rows, median
-MOE_PRED_MAX = 0.03  # and at most
+# The MoE fits' flat directions (several parameter sets predicting the fitted rows alike)
+# landed elsewhere on another CPU until 2026-12-03 (TensorRT-LLM's mxfp4 expert_s 4.8e-7 vs
+# 4.0e-8 s, predictions up to 1.52% apart). Since then calibration/fit_moe.py holds each
+# such parameter by a stated rule and solves the rest to tight tolerances
+# (fit_grouped_gemm): refitted from starts scaled 0.6-1.7x, the predictions of their fitted
+# rows move at most 0.26% (TensorRT-LLM fp8, 0.033% median; the sets that had flat
+# directions agree within 1e-4, tests/test_moe_fit_determined.py). The file is still
+# compared by what it predicts (the MLA and DeepEP fits are not re-solved), at about four
+# times that; the fit_error fractions within one point (the held-out refits start from the
+# fit and stop at the solver's default tolerance), the held parameters exactly.
+MOE_PRED_MEDIAN = 0.001  # relative change of the predictions of a fit's rows, median
+MOE_PRED_MAX = 0.01  # and at most
 MOE_FIT_ERROR_ABS = 0.01  # each fit_error fraction (0.01 = one percentage point)
 
 
