@@ -559,9 +559,9 @@ def fit_grouped_gemm(
     _, err = fit_generic(
         model,
         d.meas_s.to_numpy(),
-        starts=[x[free]],
-        lower=np.array(GG_LOWER)[free],
-        upper=np.array(GG_UPPER)[free],
+        starts=[[float(x[i]) for i in free]],
+        lower=[GG_LOWER[i] for i in free],
+        upper=[GG_UPPER[i] for i in free],
         groups=d.family.to_numpy(),
         held_out=held_out,
     )
