@@ -87,6 +87,8 @@ def sabotage(how: str):
     """A worker plugin that makes ``simulate`` of the point at ``BAD_RATE`` raise (or
     kill its worker process); set up again in every worker the nanny restarts. (Defined
     here, so that it travels to the workers by value.)"""
+    import time
+
     from distributed import WorkerPlugin
 
     class Sabotage(WorkerPlugin):
@@ -100,6 +102,10 @@ def sabotage(how: str):
             def simulate(loaded, *a, **kw):
                 if loaded.scenario.workload.rate_per_s == BAD_RATE:
                     if how == "die":
+                        # the worker reports finished tasks in batches: dying at once can
+                        # lose the report of the run before (then the scheduler holds
+                        # that run lost with this one, "2 of 4"); wait for it to go out
+                        time.sleep(2.0)
                         os._exit(1)
                     raise ZeroDivisionError("float division by zero")
                 return real(loaded, *a, **kw)
