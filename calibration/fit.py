@@ -98,6 +98,59 @@ def prediction_error(pred, held_out_pred, meas, held_out: str) -> FitError:
     return FitError(*_stats(a), len(a), float(np.median(ho)), float(np.mean(ho)), held_out=held_out)
 
 
+# the fitter's robust loss on log time: soft-l1, quadratic within ~5 % of a row's time
+LOSS = "soft_l1"
+LOSS_SCALE = 0.05
+MAX_NFEV = 400
+
+# A fit whose cost has several local minima ends in the one its starts lead to, so its
+# parameters follow the starts, not the rows (measured: TensorRT-LLM's XQA wave fit on the
+# H100 bf16 rows from its two hand starts ends at cost 62.17, from them scaled by 0.5 or
+# 0.77 per parameter at 58.31, by 1.3 at 62.47; fitted on <= 8 query heads per KV head it
+# predicts the >= 12 rows 11.6-21.0 % median as the starts move). A searched fit (``search`` > 0 starts) also
+# starts from that many points drawn log-uniformly in the parameter box (SEARCH_SEED), runs
+# every start SCREEN_NFEV evaluations on at most SCREEN_ROWS of the rows (every k-th, so
+# the screen costs the same on the largest tables) and finishes the SEARCH_KEEP best on
+# every row.
+SEARCH_SEED = 20261203
+SCREEN_NFEV = 25
+SCREEN_ROWS = 1500
+SEARCH_KEEP = 4
+
+
+def search_starts(lower: Sequence[float], upper: Sequence[float], num: int) -> np.ndarray:
+    """``num`` points drawn log-uniformly in the box ``[lower, upper]`` (seeded: the same
+    points every time), one per row."""
+    lo, hi = np.log(np.asarray(lower, float)), np.log(np.asarray(upper, float))
+    u = np.random.default_rng(SEARCH_SEED).uniform(size=(num, lo.size))
+    return np.exp(lo + u * (hi - lo))
+
+
+def _log_residual(
+    model: Callable[[np.ndarray, np.ndarray], np.ndarray], idx: np.ndarray, meas: np.ndarray
+) -> Callable[[np.ndarray], np.ndarray]:
+    logm = np.log(meas[idx])
+
+    def resid(theta: np.ndarray) -> np.ndarray:
+        pred = model(np.exp(theta), idx)
+        return np.log(np.maximum(pred, 1e-15)) - logm
+
+    return resid
+
+
+def log_fit_cost(
+    model: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    idx: np.ndarray,
+    meas: np.ndarray,
+    params: Sequence[float] | np.ndarray,
+) -> float:
+    """The cost the fitter minimises (``least_squares``' soft-l1 cost of the log-time
+    residuals) at ``params``."""
+    r = _log_residual(model, idx, np.asarray(meas, float))(np.log(np.asarray(params, float)))
+    z = (r / LOSS_SCALE) ** 2
+    return float(0.5 * LOSS_SCALE**2 * np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+
 def _least_squares_log(
     model: Callable[[np.ndarray, np.ndarray], np.ndarray],
     idx: np.ndarray,
@@ -105,21 +158,33 @@ def _least_squares_log(
     starts: Sequence[Sequence[float]],
     lower: Sequence[float],
     upper: Sequence[float],
+    search: int = 0,
 ) -> np.ndarray:
-    """Best of several starts of ``least_squares`` over log-parameters; returns parameters."""
+    """Best of several starts of ``least_squares`` over log-parameters; returns parameters.
+    ``search`` > 0 adds that many :func:`search_starts` and screens them all (see
+    :data:`SEARCH_KEEP`)."""
     lo, hi = np.log(np.asarray(lower, float)), np.log(np.asarray(upper, float))
-    logm = np.log(meas[idx])
-
-    def resid(theta: np.ndarray) -> np.ndarray:
-        pred = model(np.exp(theta), idx)
-        return np.log(np.maximum(pred, 1e-15)) - logm
-
+    resid = _log_residual(model, idx, meas)
+    points = [np.log(np.asarray(x0, float)) for x0 in starts]
+    if search > 0:
+        points += list(np.log(search_starts(lower, upper, search)))
+        screen = idx[:: max(1, -(-idx.size // SCREEN_ROWS))]
+        screen_resid = _log_residual(model, screen, meas)
+        screened = [
+            least_squares(
+                screen_resid, np.clip(t0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi), loss=LOSS,
+                f_scale=LOSS_SCALE, x_scale=1.0, max_nfev=SCREEN_NFEV,
+            )
+            for t0 in points
+        ]  # fmt: skip
+        # stable: ties keep the order of the starts
+        points = [r.x for r in sorted(screened, key=lambda r: r.cost)[:SEARCH_KEEP]]
     best = None
-    for x0 in starts:
-        t0 = np.clip(np.log(np.asarray(x0, float)), lo + 1e-9, hi - 1e-9)
+    for t0 in points:
         r = least_squares(
-            resid, t0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale=1.0, max_nfev=400
-        )
+            resid, np.clip(t0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi), loss=LOSS,
+            f_scale=LOSS_SCALE, x_scale=1.0, max_nfev=MAX_NFEV,
+        )  # fmt: skip
         if best is None or r.cost < best.cost:
             best = r
     assert best is not None
@@ -374,6 +439,30 @@ def fit_decode_attention(
     return Fitted(params(p), err)
 
 
+# a wave kernel's fit searches this many starts beside its hand starts (SEARCH_KEEP):
+# measured, 32 find the H100 XQA bf16 rows' lowest cost (58.31) from the hand starts as
+# given and scaled by 0.5, 0.77 and 2 per parameter; 16 (screened for 30 evaluations,
+# keeping 3) missed it from one of them
+WAVE_SEARCH_STARTS = 32
+# the group rate is fitted only where holding it at its roofline
+# (group_rate_roofline) costs the fit more than this fraction of its cost; else it is held
+# there. Measured (OPENBLAS_NUM_THREADS=1): on rows of <= 8 query heads per KV head, where
+# the group rate binds no full wave, fits ending at 3.2e13-2.0e15 B/s differ in cost by
+# <= 4e-5 of it (A100 bf16) and holding it gains nothing to 12 digits (H100 bf16), while on
+# every row (to 32 per KV head) fitting it gains 1.2 % (H100 bf16), 8.6 % (H100 FP8 KV)
+# and 2.3 % (A100 bf16)
+GROUP_RATE_MIN_GAIN = 1e-3
+
+
+def group_rate_roofline(peaks: GpuPeaks, kv_elem_bytes: float) -> float:
+    """The fastest group rate (bytes/s) the tensor cores allow a grouped decode kernel: one
+    multiply-add (2 FLOP) per query head on each KV element, at the dense peak of the KV
+    dtype's math (FP8 where the GPU has it and the cache is FP8, else bf16), with
+    ``kv_elem_bytes`` bytes per element."""
+    fp8 = kv_elem_bytes == 1.0 and peaks.fp8_flop_per_s > 0.0
+    return peaks.flop_per_s("fp8" if fp8 else "bf16") * kv_elem_bytes / 2.0
+
+
 def fit_decode_wave(
     peaks: GpuPeaks,
     batch,
@@ -394,7 +483,15 @@ def fit_decode_wave(
     partial element); for a grouped kernel (TensorRT-LLM's XQA) also the time per
     query-head element of a block and the group rate, for a per-query-head kernel
     (``per_query_head``: TensorRT-LLM's masked MHA) the L2 re-read rate instead.
-    ``q_per_kv``: query heads per KV head, per row."""
+    ``q_per_kv``: query heads per KV head, per row.
+
+    The fit searches :data:`WAVE_SEARCH_STARTS` starts, so where its cost has several
+    minima it ends in the lowest, not in the one its hand starts lead to. The group rate
+    is at most its roofline (:func:`group_rate_roofline`) and held there unless the rows
+    determine it (:data:`GROUP_RATE_MIN_GAIN`): rows whose full waves it does not bind
+    leave it flat above the rate where it starts to bind them, and a solver would stop
+    anywhere there (where its starts and the BLAS rounding lead), moving the prediction
+    of larger groups."""
     b, c, kh, d, t_s, q = (
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s, q_per_kv)
     )
@@ -412,25 +509,44 @@ def fit_decode_wave(
         lo: tuple[float, ...] = (1e-8, 1e-3, 1e-10, 0.05 * share, 0.2 * hbm, 1e-10, 1e-16)
         hi: tuple[float, ...] = (1e-3, 1.0, 1e-3, hbm, 100.0 * hbm, 1e-3, 1e-6)
     else:
+        roof = group_rate_roofline(peaks, kv_elem_bytes)
         names = ("floor_s", "bw_eff", "cta_s", "cta_q_elem_s", "cta_bytes_per_s",
                  "group_bytes_per_s", "split_s", "split_elem_s")  # fmt: skip
         starts = [
-            (5e-6, 0.8, 3e-6, 1e-10, 2.0 * share, 30.0 * hbm, 3e-6, 1e-11),
-            (3e-6, 0.9, 5e-6, 1e-11, share, 10.0 * hbm, 1e-6, 1e-12),
+            (5e-6, 0.8, 3e-6, 1e-10, 2.0 * share, min(30.0 * hbm, roof), 3e-6, 1e-11),
+            (3e-6, 0.9, 5e-6, 1e-11, share, min(10.0 * hbm, roof), 1e-6, 1e-12),
         ]
         lo = (1e-8, 1e-3, 1e-9, 1e-16, 0.1 * share, hbm, 1e-10, 1e-16)
-        hi = (1e-3, 1.0, 1e-3, 1e-6, hbm, 1000.0 * hbm, 1e-3, 1e-6)
+        hi = (1e-3, 1.0, 1e-3, 1e-6, hbm, roof, 1e-3, 1e-6)
 
-    def params(p) -> DecodeAttentionParams:
-        fitted = {name: float(v) for name, v in zip(names, p, strict=True)}
-        return DecodeAttentionParams(per_seq_s=0.0, overlap=1.0, wave_sms=float(num_sms), **fitted)
+    def builder(fit_names: tuple[str, ...], held: dict[str, float]):
+        def params(p) -> DecodeAttentionParams:
+            fitted = {name: float(v) for name, v in zip(fit_names, p, strict=True)}
+            return DecodeAttentionParams(
+                per_seq_s=0.0, overlap=1.0, wave_sms=float(num_sms), **fitted, **held
+            )
 
-    def model(p, idx):
-        return ops.decode_attention_time_s(
-            peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, q_per_kv=q[idx]
-        )
+        def model(p, idx):
+            return ops.decode_attention_time_s(
+                peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, q_per_kv=q[idx]
+            )
 
-    p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
+        return params, model
+
+    params, model = builder(names, {})
+    every = np.arange(t_s.size)
+    found = _least_squares_log(model, every, t_s, starts, lo, hi, WAVE_SEARCH_STARTS)
+    if not per_query_head:  # the group rate where the rows leave it undetermined
+        g = names.index("group_bytes_per_s")
+        keep = [i for i in range(len(names)) if i != g]
+        h_names = tuple(names[i] for i in keep)
+        h_lo, h_hi = tuple(lo[i] for i in keep), tuple(hi[i] for i in keep)
+        h_params, h_model = builder(h_names, {"group_bytes_per_s": roof})
+        h_found = _least_squares_log(h_model, every, t_s, [found[keep].tolist()], h_lo, h_hi)
+        free_cost = log_fit_cost(model, every, t_s, found)
+        if log_fit_cost(h_model, every, t_s, h_found) <= free_cost * (1.0 + GROUP_RATE_MIN_GAIN):
+            params, model, found, lo, hi = h_params, h_model, h_found, h_lo, h_hi
+    p, err = fit_generic(model, t_s, [found.tolist()], lo, hi, groups, held_out)
     return Fitted(params(p), err)
 
 

@@ -47,7 +47,11 @@ def test_trtllm_worker_decode_follows_the_group_rate() -> None:
     assert w.decode_backend == "trtllm"
     hbm_per_byte = 1.0 / (prof.peaks.hbm_bytes_per_s * p.bw_eff)
     per_byte = max(hbm_per_byte, 8.0 / p.group_bytes_per_s)
-    _, per_token = w.decode_coeffs(256)
+    # a batch of whole waves (2 x 132 SMs, one block per sequence and KV head), so every
+    # block streams in a full wave at its SM's share: no partial wave's own block rate
+    # enters, and the per-token cost is the KV stream's alone
+    assert p.wave_sms == 132.0
+    _, per_token = w.decode_coeffs(264)
     want = 80 * 2.0 * 1 * 128 * 2.0 * per_byte  # layers x K and V x KV heads x dim x bytes
     assert per_token == pytest.approx(want, rel=1e-9)
 
