@@ -1,0 +1,589 @@
+"""Whole-simulation check against published max-load throughput (held out, never fitted).
+
+TensorRT-LLM's performance overview (``docs/source/performance/perf-overview.md``) reports
+``trtllm-bench throughput``: a dataset of ``num_requests`` identical requests (ISL prompt
+tokens, OSL output tokens, ``prepare_dataset.py token-norm-dist`` with zero deviation)
+issued all at once to an in-flight-batching engine, and the output tokens per second of
+the whole run (``Token Throughput``: request throughput × OSL, first token included). A
+per-step fit cannot be checked against such a figure: it depends on how many sequences
+the engine keeps in flight (its batch and KV limits), how prompts share iterations with
+decodes, and every step's cost along the way. This module simulates each benchmark with
+disaggsim and compares.
+
+One row of ``calibration/engine_data/trtllm_throughput.csv`` is one published figure; its
+provenance is in ``calibration/engine_data/trtllm_throughput.md``. A row is simulated as:
+
+- one colocated worker of the row's GPU and TP, ``engine: trtllm`` (the shipped profile),
+  the row's weight and KV dtypes;
+- ``num_requests`` requests of exactly ISL prompt / OSL output tokens, all arriving at
+  t = 0, each client asking for exactly OSL (``max_tokens``; ``trtllm-bench`` runs
+  with ``eos_id -1``);
+- the engine's limits as ``trtllm-bench build --dataset`` sets them where the row gives
+  none (:func:`trtllm_bench_limits`, the build heuristic of TensorRT-LLM 0.15-0.17):
+  ``max_batch_size`` → ``max_batch_seqs``, ``max_num_tokens`` → ``max_batch_tokens`` of a
+  ``chunked`` pool (TensorRT-LLM's in-flight batching puts context and generation tokens
+  in one iteration under ``max_num_tokens``, and ``trtllm-bench throughput`` enables
+  chunked context by default: ``--enable_chunked_context/--disable_chunked_context``,
+  default on; a 20,000-token prompt under a 2,048-token budget needs it);
+- KV admission ``reserve_full`` (TensorRT-LLM's ``Guaranteed No Evict`` scheduling: a
+  request starts only when blocks for ISL + OSL are free), 64-token blocks, no watermark;
+  KV memory 0.95 of what the weights and disaggsim's activation reserve leave
+  (``--kv_cache_free_gpu_mem_fraction 0.95``, the page's setting "in the majority of
+  cases"; :func:`kv_gpu_mem_util`).
+
+Simulated throughput = the requests' output tokens / the last request's finish time.
+The figures are compared per row (simulated / published) and summarised as median and
+90th-percentile absolute percentage error per engine and GPU.
+
+Run: ``python -m calibration.throughput`` prints every row and the summary;
+``--write-doc`` writes ``docs/validation-throughput.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model
+from disaggsim.config.bounds import MAX_BATCH_SEQS
+from disaggsim.costmodel.step import DEFAULT_ACTIVATION_RESERVE_BYTES
+from disaggsim.errors import UserError
+from disaggsim.hardware.engines import ENGINE_NAMES
+from disaggsim.run import simulate
+from disaggsim.units import GiB
+from disaggsim.workload.requests import Requests
+
+DATA_DIR = Path(__file__).parent / "engine_data"
+ROWS = DATA_DIR / "trtllm_throughput.csv"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "validation-throughput.md"
+
+KV_FREE_MEM_FRACTION = 0.95
+"""``--kv_cache_free_gpu_mem_fraction`` of the measured runs (perf-overview 0.17: "in the
+majority of cases ... 0.95", falling back to 0.90 on out-of-memory)."""
+KV_BLOCK_TOKENS = 64
+"""TensorRT-LLM's default ``tokens_per_block``."""
+DTYPES = ("fp8", "fp16", "bf16")
+COLUMNS = (
+    "row_id",
+    "source",
+    "engine",
+    "gpu",
+    "model",
+    "weight_dtype",
+    "kv_dtype",
+    "tp",
+    "pp",
+    "isl",
+    "osl",
+    "num_requests",
+    "max_batch_size",
+    "max_num_tokens",
+    "output_tokens_per_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputRow:
+    """One published max-load throughput figure (output tokens per second, all GPUs)."""
+
+    row_id: str
+    source: str
+    engine: str
+    gpu: str
+    model: str
+    weight_dtype: str
+    kv_dtype: str
+    tp: int
+    pp: int
+    isl: int
+    osl: int
+    num_requests: int
+    max_batch_size: int | None  # None: the trtllm-bench build heuristic
+    max_num_tokens: int | None
+    output_tokens_per_s: float
+
+
+def _int(text: str, field: str, where: str, low: int, high: int) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise UserError(
+            f"{where}: field {field}: expected a whole number {low}..{high}, got {text!r}"
+        ) from None
+    if not low <= v <= high:
+        raise UserError(f"{where}: field {field}: must be {low}..{high}, got {v}")
+    return v
+
+
+def _choice(text: str, field: str, where: str, allowed: Sequence[str]) -> str:
+    if text not in allowed:
+        raise UserError(
+            f"{where}: field {field}: {text!r} is not one of {', '.join(sorted(allowed))}"
+        )
+    return text
+
+
+def read_rows(path: Path = ROWS) -> list[ThroughputRow]:
+    """The rows of a throughput CSV (columns :data:`COLUMNS`), each checked; a bad row is a
+    one-line :class:`UserError` naming the file, line, field and what is allowed."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = tuple(reader.fieldnames or ())
+            if header != COLUMNS:
+                missing = [c for c in COLUMNS if c not in header]
+                extra = [c for c in header if c not in COLUMNS]
+                raise UserError(
+                    f"{path}: header must be {','.join(COLUMNS)}"
+                    + (f"; missing {', '.join(missing)}" if missing else "")
+                    + (f"; unknown {', '.join(extra)}" if extra else "")
+                )
+            rows = [_row(r, f"{path}:{reader.line_num}") for r in reader]
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    except csv.Error as e:
+        raise UserError(f"{path}: not a CSV file ({e})") from None
+    seen: set[str] = set()
+    for r in rows:
+        if r.row_id in seen:
+            raise UserError(f"{path}: field row_id: {r.row_id!r} appears twice")
+        seen.add(r.row_id)
+    if not rows:
+        raise UserError(f"{path}: no rows")
+    return rows
+
+
+def _row(r: dict[str, str | None], where: str) -> ThroughputRow:
+    if None in r or any(v is None for v in r.values()):
+        raise UserError(f"{where}: expected {len(COLUMNS)} fields")
+    c = {k: (v or "").strip() for k, v in r.items() if k is not None}
+    if not c["row_id"]:
+        raise UserError(f"{where}: field row_id: empty")
+    if not c["source"]:
+        raise UserError(f"{where}: field source: empty")
+    figure = c["output_tokens_per_s"]
+    try:
+        value = float(figure)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(
+            f"{where}: field output_tokens_per_s: expected a number > 0, got {figure!r}"
+        )
+    limits = {}
+    for name in ("max_batch_size", "max_num_tokens"):
+        text = c[name]
+        limits[name] = None if text == "" else _int(text, name, where, 1, 1 << 20)
+    return ThroughputRow(
+        row_id=c["row_id"],
+        source=c["source"],
+        engine=_choice(c["engine"], "engine", where, ENGINE_NAMES),
+        gpu=_choice(c["gpu"], "gpu", where, GPU_IDS),
+        model=_choice(c["model"], "model", where, MODEL_IDS),
+        weight_dtype=_choice(c["weight_dtype"], "weight_dtype", where, DTYPES),
+        kv_dtype=_choice(c["kv_dtype"], "kv_dtype", where, DTYPES),
+        tp=_int(c["tp"], "tp", where, 1, 64),
+        pp=_int(c["pp"], "pp", where, 1, 1),
+        isl=_int(c["isl"], "isl", where, 1, 1 << 20),
+        osl=_int(c["osl"], "osl", where, 1, 1 << 20),
+        num_requests=_int(c["num_requests"], "num_requests", where, 1, 1_000_000),
+        max_batch_size=limits["max_batch_size"],
+        max_num_tokens=limits["max_num_tokens"],
+        output_tokens_per_s=value,
+    )
+
+
+# ---------------------------------------------------------------- the benchmark's limits
+
+
+def trtllm_bench_limits(row: ThroughputRow) -> tuple[int, int, float]:
+    """``(max_batch_size, max_num_tokens, kv_cache_max_requests)`` as ``trtllm-bench build
+    --dataset`` chose them in TensorRT-LLM 0.15-0.17 (``tensorrt_llm/bench/build/tuning.py``
+    ``calc_engine_setting`` / ``finetune_setting``; restated here, not imported):
+
+    - bytes per weight / KV element: 1 for FP8, else 2; the engine's size
+      ``param_count / 1e9 × bytes`` and the memory ``nvml total GiB × GPUs`` (the file
+      mixes the two units; so does this);
+    - KV bytes per token ``2 × layers × max(tp, kv_heads) × head_dim × bytes``;
+      ``kv_cache_max_requests = 0.95 × (memory − engine) / per token / (ISL + OSL)``;
+    - ``raw_bs = min(requests, 4096) / pp``, ``raw_tokens = min(raw_bs × (1 + ISL / OSL),
+      32768)``; the batch rounded up to 32 (at least 64) below 256, to 128 below 1024,
+      else to 256; the tokens to 256 (at least 2048) below 4096, to 512 below 8192, else
+      to 1024.
+
+    A row's own ``max_batch_size`` / ``max_num_tokens`` replace the heuristic's."""
+    model = get_model(row.model)
+    gpu = get_gpu(row.gpu)
+    byte_per_elem = 1 if row.weight_dtype == "fp8" else 2
+    byte_per_kv = 1 if row.kv_dtype == "fp8" else 2
+    per_token_gib = (
+        2 * model.num_layers * max(row.tp, model.num_kv_heads) * model.head_dim * byte_per_kv
+    ) / GiB
+    n_gpus = row.tp * row.pp
+    engine_size = model.num_params / 1000**3 * byte_per_elem
+    memory = gpu.hbm_bytes / GiB * n_gpus
+    kv_max_requests = (
+        KV_FREE_MEM_FRACTION * (memory - engine_size) / per_token_gib / (row.isl + row.osl)
+    )
+    raw_bs = min(kv_max_requests, 4096) / row.pp
+    raw_tokens = min(raw_bs * (1 + row.isl / row.osl), 32768)
+    if raw_bs < 256:
+        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        max_bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        max_bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tokens < 4096:
+        max_tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        max_tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        max_tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return (
+        row.max_batch_size if row.max_batch_size is not None else max_bs,
+        row.max_num_tokens if row.max_num_tokens is not None else max_tokens,
+        kv_max_requests,
+    )
+
+
+def kv_gpu_mem_util(row: ThroughputRow) -> float:
+    """The ``gpu_mem_util`` that leaves the KV cache ``0.95 × (HBM − weights − activation
+    reserve)`` per GPU: disaggsim's KV memory is ``HBM × util − weights − reserve``, the
+    engine's 0.95 of the memory free after loading (the reserve stands in for the
+    engine's runtime buffers, which the page does not give)."""
+    gpu = get_gpu(row.gpu)
+    model = get_model(row.model)
+    weights = model.weights_bytes(row.weight_dtype) / row.tp
+    used = weights + DEFAULT_ACTIVATION_RESERVE_BYTES
+    free = max(gpu.hbm_bytes - used, 0.0)
+    return min((KV_FREE_MEM_FRACTION * free + used) / gpu.hbm_bytes, 1.0)
+
+
+def scenario_for(row: ThroughputRow) -> dict:
+    """The scenario (a mapping) that simulates ``row``'s benchmark; its requests come from
+    :func:`requests_for`."""
+    max_bs, max_tokens, _ = trtllm_bench_limits(row)
+    return {
+        "name": f"throughput-{row.row_id}",
+        "seed": 0,
+        "model": row.model,
+        "weight_dtype": row.weight_dtype,
+        "kv_dtype": row.kv_dtype,
+        "engine": row.engine,
+        "architecture": "colocated",
+        "pool": {
+            "gpu": row.gpu,
+            "num_workers": 1,
+            "tp": row.tp,
+            "scheduler": "chunked",
+            "max_batch_seqs": min(max_bs, MAX_BATCH_SEQS),
+            "max_batch_tokens": max_tokens,
+            "gpu_mem_util": kv_gpu_mem_util(row),
+        },
+        "kv": {"block_tokens": KV_BLOCK_TOKENS, "admission": "reserve_full", "watermark": 0.0},
+        # no SLO is judged here; the fields are required
+        "slo": {"ttft_ms": 1e9, "itl_ms": 1e9},
+        # the workload section is required but unused: simulate() is given the requests
+        "workload": {
+            "kind": "synthetic",
+            "rate_per_s": 1.0,
+            "prompt_tokens": {"dist": "fixed", "value": row.isl},
+            "output_tokens": {"dist": "fixed", "value": row.osl},
+        },
+        "sim": {"duration_s": 1.0, "max_drain_s": 1e6},
+    }
+
+
+def requests_for(row: ThroughputRow) -> Requests:
+    """``num_requests`` identical requests, all at t = 0, each asking for exactly OSL."""
+    n = row.num_requests
+    return Requests(
+        arrival_s=np.zeros(n),
+        prompt_tokens=np.full(n, row.isl, dtype=np.int64),
+        output_tokens=np.full(n, row.osl, dtype=np.int64),
+        max_tokens=np.full(n, row.osl, dtype=np.int64),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    row_id: str
+    simulated_output_tokens_per_s: float  # NaN where not simulated
+    max_batch_size: int
+    max_num_tokens: int
+    kv_max_requests: float  # the build heuristic's estimate
+    mean_batch: float  # sequences per iteration, time-weighted (summary.mean_batch)
+    makespan_s: float
+    note: str  # why a row was not simulated, else ""
+    wall_s: float
+
+
+def simulate_row(row: ThroughputRow) -> RowResult:
+    """Simulate one row's benchmark (see the module docstring)."""
+    max_bs, max_tokens, kv_req = trtllm_bench_limits(row)
+    t0 = time.perf_counter()
+    if kv_req < 1:
+        # trtllm-bench refuses to build: "The amount of KV cache memory is insufficient"
+        return RowResult(
+            row.row_id,
+            math.nan,
+            max_bs,
+            max_tokens,
+            kv_req,
+            math.nan,
+            math.nan,
+            "trtllm-bench build would refuse (KV for < 1 request)",
+            0.0,
+        )
+    try:
+        res = simulate(scenario_for(row), requests=requests_for(row))
+    except UserError as e:
+        return RowResult(
+            row.row_id,
+            math.nan,
+            max_bs,
+            max_tokens,
+            kv_req,
+            math.nan,
+            math.nan,
+            f"not simulated: {e}",
+            time.perf_counter() - t0,
+        )
+    frame = res.requests
+    done = frame["status"] == "completed"
+    if not bool(done.all()):
+        reasons = frame.loc[~done, "reason"].value_counts().to_dict()
+        return RowResult(
+            row.row_id,
+            math.nan,
+            max_bs,
+            max_tokens,
+            kv_req,
+            math.nan,
+            math.nan,
+            f"{int((~done).sum())} requests not completed: {reasons}",
+            time.perf_counter() - t0,
+        )
+    makespan_s = float(frame["finish_at_s"].max())
+    tokens = float(frame["output_tokens"].sum())
+    mean_batch = float(next(iter(res.summary.mean_batch.values()), math.nan))
+    return RowResult(
+        row.row_id,
+        tokens / makespan_s,
+        max_bs,
+        max_tokens,
+        kv_req,
+        mean_batch,
+        makespan_s,
+        "",
+        time.perf_counter() - t0,
+    )
+
+
+# ---------------------------------------------------------------- comparison and report
+
+
+def compare(rows: Sequence[ThroughputRow], progress: bool = False) -> pd.DataFrame:
+    """One line per row: the row's fields, the limits used, the simulated throughput,
+    ``ratio`` (simulated / published) and ``ape`` (|ratio − 1|; NaN where not simulated)."""
+    out = []
+    for i, row in enumerate(rows):
+        r = simulate_row(row)
+        if progress:
+            print(f"  [{i + 1}/{len(rows)}] {row.row_id} {r.wall_s:.1f} s", file=sys.stderr)
+        d = {f.name: getattr(row, f.name) for f in fields(row)}
+        d.update({f.name: getattr(r, f.name) for f in fields(r) if f.name != "row_id"})
+        out.append(d)
+    df = pd.DataFrame(out)
+    df["ratio"] = df["simulated_output_tokens_per_s"] / df["output_tokens_per_s"]
+    df["ape"] = (df["ratio"] - 1.0).abs()
+    return df
+
+
+def summary(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Per group: rows compared, median and 90th-percentile APE, median ratio, and the
+    rows not simulated."""
+    g = df.groupby(list(by), sort=True)
+    s = pd.DataFrame(
+        {
+            "n": g["ape"].count(),
+            "median_ape": g["ape"].median(),
+            "p90_ape": g["ape"].quantile(0.9),
+            "median_ratio": g["ratio"].median(),
+            "min_ratio": g["ratio"].min(),
+            "max_ratio": g["ratio"].max(),
+            "not_simulated": g["ape"].apply(lambda a: int(a.isna().sum())),
+        }
+    )
+    return s.reset_index()
+
+
+def overall(df: pd.DataFrame) -> dict[str, float]:
+    a = df["ape"].dropna()
+    return {
+        "n": int(len(a)),
+        "median_ape": float(a.median()),
+        "p90_ape": float(a.quantile(0.9)),
+        "median_ratio": float(df["ratio"].median()),
+    }
+
+
+def _pct(x: float) -> str:
+    return "—" if not math.isfinite(x) else f"{100 * x:.1f} %"
+
+
+def _md_table(s: pd.DataFrame, keys: Sequence[str]) -> list[str]:
+    head = [
+        *keys,
+        "rows",
+        "median APE",
+        "p90 APE",
+        "median sim/pub",
+        "range sim/pub",
+        "not simulated",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in s.iterrows():
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    *(str(r[k]) for k in keys),
+                    str(int(r["n"])),
+                    _pct(r["median_ape"]),
+                    _pct(r["p90_ape"]),
+                    f"{r['median_ratio']:.3f}",
+                    f"{r['min_ratio']:.2f}-{r['max_ratio']:.2f}",
+                    str(int(r["not_simulated"])),
+                ]
+            )
+            + " |"
+        )
+    return lines
+
+
+def doc_text(df: pd.DataFrame, command: str) -> str:
+    """The generated ``docs/validation-throughput.md``."""
+    o = overall(df)
+    lines = [
+        "# Validation: whole simulations against published max-load throughput",
+        "",
+        f"Generated by `{command}` (calibration/throughput.py); do not edit by hand.",
+        "",
+        "Every row is a figure from an engine's published throughput table (output tokens per",
+        "second of a `trtllm-bench throughput` run: all requests issued at once), simulated end to",
+        "end with the shipped engine profile (`engine: trtllm`), the benchmark's requests, limits",
+        "and KV share (calibration/throughput.py's docstring says how). No parameter is fitted to",
+        "these rows; provenance: calibration/engine_data/trtllm_throughput.md.",
+        "",
+        f"All rows: {o['n']} compared, median APE {_pct(o['median_ape'])}, "
+        f"p90 APE {_pct(o['p90_ape'])}, median simulated/published {o['median_ratio']:.3f}.",
+        "",
+        "## Per engine and GPU",
+        "",
+        *_md_table(
+            summary(df, ["engine", "gpu", "weight_dtype"]), ["engine", "gpu", "weight_dtype"]
+        ),
+        "",
+        "## Per model and TP",
+        "",
+        *_md_table(summary(df, ["model", "tp"]), ["model", "tp"]),
+        "",
+        "## Per ISL/OSL",
+        "",
+        *_md_table(summary(df, ["isl", "osl"]), ["isl", "osl"]),
+        "",
+        "## Every row",
+        "",
+        "| row | GPU | model | dtype | TP | ISL/OSL | requests | max batch / tokens | "
+        "published tok/s | simulated tok/s | sim/pub | mean batch | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in df.iterrows():
+        sim = r["simulated_output_tokens_per_s"]
+        lines.append(
+            f"| {r['row_id']} | {r['gpu']} | {r['model']} | {r['weight_dtype']} | {r['tp']} | "
+            f"{r['isl']}/{r['osl']} | {r['num_requests']} | {r['max_batch_size']} / "
+            f"{r['max_num_tokens']} | {r['output_tokens_per_s']:.0f} | "
+            + ("—" if not math.isfinite(sim) else f"{sim:.0f}")
+            + f" | {r['ratio']:.3f} | "
+            + ("—" if not math.isfinite(r["mean_batch"]) else f"{r['mean_batch']:.0f}")
+            + f" | {r['note']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m calibration.throughput",
+        description="Simulate published max-load throughput benchmarks and compare.",
+    )
+    p.add_argument("--rows", type=Path, default=ROWS, help="throughput CSV (default: shipped)")
+    p.add_argument("--only", default=None, help="rows whose gpu, model or row_id contain this")
+    p.add_argument("--every", type=int, default=1, help="every k-th row only (a sample)")
+    p.add_argument("--write-doc", action="store_true", help=f"write {DOC.name}")
+    p.add_argument("--csv", type=Path, default=None, help="write the per-row results here")
+    a = p.parse_args(argv)
+    try:
+        if a.every < 1:
+            raise UserError(f"--every: must be >= 1, got {a.every}")
+        rows = read_rows(a.rows)
+        if a.only:
+            rows = [r for r in rows if a.only in r.gpu or a.only in r.model or a.only in r.row_id]
+            if not rows:
+                raise UserError(f"--only {a.only!r}: no row's gpu, model or row_id contains it")
+        rows = rows[:: a.every]
+        if a.write_doc and (a.only or a.every != 1 or a.rows != ROWS):
+            raise UserError("--write-doc takes every shipped row (no --only, --every or --rows)")
+        t0 = time.perf_counter()
+        df = compare(rows, progress=True)
+        wall = time.perf_counter() - t0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with pd.option_context("display.width", 200, "display.max_rows", 1000):
+        cols = [
+            "row_id",
+            "gpu",
+            "model",
+            "weight_dtype",
+            "tp",
+            "isl",
+            "osl",
+            "max_batch_size",
+            "max_num_tokens",
+            "output_tokens_per_s",
+            "simulated_output_tokens_per_s",
+            "ratio",
+            "mean_batch",
+            "note",
+        ]
+        print(df[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        print()
+        print(summary(df, ["engine", "gpu", "weight_dtype"]).to_string(index=False))
+        print()
+        print(summary(df, ["model", "tp"]).to_string(index=False))
+    o = overall(df)
+    print(
+        f"\nall: {o['n']} rows, median APE {_pct(o['median_ape'])}, p90 {_pct(o['p90_ape'])}, "
+        f"median ratio {o['median_ratio']:.3f}; {wall:.0f} s"
+    )
+    if a.csv is not None:
+        df.to_csv(a.csv, index=False)
+    if a.write_doc:
+        DOC.write_text(doc_text(df, "python -m calibration.throughput --write-doc"))
+        print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
