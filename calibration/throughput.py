@@ -46,7 +46,8 @@ import csv
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -58,6 +59,7 @@ from disaggsim.config.bounds import MAX_BATCH_SEQS
 from disaggsim.costmodel.step import DEFAULT_ACTIVATION_RESERVE_BYTES
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import ENGINE_NAMES
+from disaggsim.hardware.profile import PrefillAttentionParams
 from disaggsim.run import simulate
 from disaggsim.units import GiB
 from disaggsim.workload.requests import Requests
@@ -389,6 +391,53 @@ def simulate_row(row: ThroughputRow) -> RowResult:
     )
 
 
+# ---------------------------------------------------------------- what-if diagnostics
+
+
+def _prefix_length_attention_s(
+    peak: float,
+    p: PrefillAttentionParams,
+    num_seqs: float,
+    new_tokens: float,
+    pairs: float,
+    heads: float,
+    head_dim: float,
+) -> float:
+    """``step._prefill_attention_s`` with the efficiency saturating in ``2 × pairs /
+    new_tokens − 1`` (twice the mean keys per query, minus one) where that exceeds the
+    query length: the same length for a prompt without a prefix, ``2 × prefix + chunk``
+    for a chunk over a cached prefix."""
+    mean_len = new_tokens / max(num_seqs, 1.0)
+    length = max(mean_len, 2.0 * pairs / max(new_tokens, 1.0) - 1.0)
+    eff = p.max_eff * length / (length + p.half_sat)
+    return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
+
+
+WHAT_IF = ("prefix-attention", "fused-fp8-quant")
+"""Diagnostics (nothing shipped changes): ``prefix-attention`` prices a prefill chunk's
+attention at the efficiency of its keys per query (:func:`_prefix_length_attention_s`);
+``fused-fp8-quant`` drops the separate FP8 activation-quantisation passes (quantisation
+fused into the preceding norm / activation kernel). Both replace private names of
+``disaggsim.costmodel.step`` for the run, so only dense models (not the MoE cost model)
+see them."""
+
+
+@contextmanager
+def what_if(names: Sequence[str]) -> Iterator[None]:
+    """Run the enclosed simulations with the :data:`WHAT_IF` changes ``names``."""
+    from disaggsim.costmodel import step
+
+    saved = (step._prefill_attention_s, step.FP8_QUANT_BYTES_PER_ELEM)
+    try:
+        if "prefix-attention" in names:
+            step._prefill_attention_s = _prefix_length_attention_s
+        if "fused-fp8-quant" in names:
+            step.FP8_QUANT_BYTES_PER_ELEM = 0.0
+        yield
+    finally:
+        step._prefill_attention_s, step.FP8_QUANT_BYTES_PER_ELEM = saved
+
+
 # ---------------------------------------------------------------- comparison and report
 
 
@@ -522,6 +571,36 @@ def doc_text(df: pd.DataFrame, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _print_what_if(rows: Sequence[ThroughputRow], names: Sequence[str]) -> int:
+    dense = [r for r in rows if get_model(r.model).moe is None]
+    if not dense:
+        raise UserError("--what-if: no dense-model rows selected (MoE rows do not see it)")
+    base = compare(dense)
+    with what_if(names):
+        alt = compare(dense)
+    base["ratio_what_if"] = alt["ratio"]
+    base["ape_what_if"] = alt["ape"]
+    rows_out = []
+    for key, g in [("all", base), *base.groupby("gpu")]:
+        rows_out.append(
+            {
+                "rows": key,
+                "n": int(g["ape"].count()),
+                "shipped median/p90 APE": f"{_pct(g['ape'].median())} / "
+                f"{_pct(g['ape'].quantile(0.9))}",
+                "shipped median ratio": round(float(g["ratio"].median()), 3),
+                "what-if median/p90 APE": f"{_pct(g['ape_what_if'].median())} / "
+                f"{_pct(g['ape_what_if'].quantile(0.9))}",
+                "what-if median ratio": round(float(g["ratio_what_if"].median()), 3),
+            }
+        )
+    print(f"what-if {'+'.join(names)} on {len(dense)} dense-model rows")
+    print(pd.DataFrame(rows_out).to_string(index=False))
+    by_io = base.groupby(["isl", "osl"])[["ratio", "ratio_what_if"]].median().round(3)
+    print(by_io.to_string())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.throughput",
@@ -532,6 +611,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=1, help="every k-th row only (a sample)")
     p.add_argument("--write-doc", action="store_true", help=f"write {DOC.name}")
     p.add_argument("--csv", type=Path, default=None, help="write the per-row results here")
+    p.add_argument(
+        "--what-if",
+        action="append",
+        choices=WHAT_IF,
+        default=[],
+        help="diagnostic: also run the dense rows with this change (repeatable; "
+        "nothing shipped changes) and print both",
+    )
     a = p.parse_args(argv)
     try:
         if a.every < 1:
@@ -542,8 +629,12 @@ def main(argv: list[str] | None = None) -> int:
             if not rows:
                 raise UserError(f"--only {a.only!r}: no row's gpu, model or row_id contains it")
         rows = rows[:: a.every]
-        if a.write_doc and (a.only or a.every != 1 or a.rows != ROWS):
-            raise UserError("--write-doc takes every shipped row (no --only, --every or --rows)")
+        if a.write_doc and (a.only or a.every != 1 or a.rows != ROWS or a.what_if):
+            raise UserError(
+                "--write-doc takes every shipped row (no --only, --every, --rows or --what-if)"
+            )
+        if a.what_if:
+            return _print_what_if(rows, a.what_if)
         t0 = time.perf_counter()
         df = compare(rows, progress=True)
         wall = time.perf_counter() - t0

@@ -165,3 +165,18 @@ def test_cli_bad_rows_exit_2_one_line(tmp_path, capsys):
     before = tput.DOC.read_text() if tput.DOC.exists() else None
     assert tput.main(["--only", "a100", "--write-doc"]) == 2  # a sample never writes the doc
     assert (tput.DOC.read_text() if tput.DOC.exists() else None) == before
+
+
+def test_what_if_changes_only_inside_and_restores():
+    from disaggsim.costmodel import step
+
+    before = (step._prefill_attention_s, step.FP8_QUANT_BYTES_PER_ELEM)
+    # a 20000-token prompt under a 2048-token budget: chunks over a growing prefix
+    r = row(isl=20000, osl=16, num_requests=4)
+    shipped = tput.simulate_row(r).simulated_output_tokens_per_s
+    with tput.what_if(["prefix-attention", "fused-fp8-quant"]):
+        assert step.FP8_QUANT_BYTES_PER_ELEM == 0.0
+        changed = tput.simulate_row(r).simulated_output_tokens_per_s
+    assert (step._prefill_attention_s, step.FP8_QUANT_BYTES_PER_ELEM) == before
+    assert changed > shipped  # cheaper chunks and no quantisation passes
+    assert tput.simulate_row(r).simulated_output_tokens_per_s == shipped
