@@ -537,6 +537,10 @@ def doc_text(df: pd.DataFrame, command: str) -> str:
         f"All rows: {o['n']} compared, median APE {_pct(o['median_ape'])}, "
         f"p90 APE {_pct(o['p90_ape'])}, median simulated/published {o['median_ratio']:.3f}.",
         "",
+        "## Per source",
+        "",
+        *_md_table(summary(df, ["engine", "source"]), ["engine", "source"]),
+        "",
         "## Per engine and GPU",
         "",
         *_md_table(
@@ -581,16 +585,17 @@ def _print_what_if(rows: Sequence[ThroughputRow], names: Sequence[str]) -> int:
     base["ratio_what_if"] = alt["ratio"]
     base["ape_what_if"] = alt["ape"]
     rows_out = []
-    for key, g in [("all", base), *base.groupby("gpu")]:
+    groups = [(f"{gpu} {dtype}", g) for (gpu, dtype), g in base.groupby(["gpu", "weight_dtype"])]
+    for key, g in [("all", base), *groups]:
         rows_out.append(
             {
                 "rows": key,
                 "n": int(g["ape"].count()),
-                "shipped median/p90 APE": f"{_pct(g['ape'].median())} / "
-                f"{_pct(g['ape'].quantile(0.9))}",
+                "shipped median/p90 APE": f"{_pct(float(g['ape'].median()))} / "
+                f"{_pct(float(g['ape'].quantile(0.9)))}",
                 "shipped median ratio": round(float(g["ratio"].median()), 3),
-                "what-if median/p90 APE": f"{_pct(g['ape_what_if'].median())} / "
-                f"{_pct(g['ape_what_if'].quantile(0.9))}",
+                "what-if median/p90 APE": f"{_pct(float(g['ape_what_if'].median()))} / "
+                f"{_pct(float(g['ape_what_if'].quantile(0.9)))}",
                 "what-if median ratio": round(float(g["ratio_what_if"].median()), 3),
             }
         )

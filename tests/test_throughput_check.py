@@ -42,7 +42,7 @@ def row(**kw: Any) -> ThroughputRow:
 
 def test_shipped_rows_read():
     rows = tput.read_rows()
-    assert len(rows) == 311
+    assert len(rows) == 690
     assert {r.gpu for r in rows} == {"h200-sxm", "h100-sxm", "l40s", "a100-80gb"}
     assert all(r.engine == "trtllm" for r in rows)
 
