@@ -21,7 +21,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from calibration import engines, public
+from calibration import engines, public, throughput
 from calibration.fit_public import (
     ATTENTION_FRAMEWORK,
     BACKEND_FRAMEWORKS,
@@ -1624,7 +1624,12 @@ def run(gpus: list[str], data: Path, extended: bool = True, moe_section: bool = 
     held.rows += hopper_rows()
     report.sections.append(held)
     report.sections.append(
-        Section("Serving engines: step and batch latencies", ENGINES_MD, engine_rows(data))
+        Section(
+            "Serving engines: step and batch latencies",
+            # the max-load throughput check's summary, as its --write-doc run wrote it
+            ENGINES_MD + "\n\n" + throughput.validation_sentence(),
+            engine_rows(data),
+        )
     )
     if moe_section and "h100-sxm" in gpus:  # MoE, MLA and DeepEP tables: H100 only
         from calibration.fit_moe import validation_markdown

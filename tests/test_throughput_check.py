@@ -180,3 +180,17 @@ def test_what_if_changes_only_inside_and_restores():
     assert (step._prefill_attention_s, step.FP8_QUANT_BYTES_PER_ELEM) == before
     assert changed > shipped  # cheaper chunks and no quantisation passes
     assert tput.simulate_row(r).simulated_output_tokens_per_s == shipped
+
+
+def test_shipped_summary_is_of_the_shipped_rows(tmp_path):
+    """The summary the doc's run wrote (and docs/validation.md quotes) covers the CSV as
+    shipped: regenerate it (`--write-doc`) when rows change."""
+    import json
+
+    rows = tput.read_rows()
+    d = json.loads(tput.SUMMARY.read_text())
+    assert d["rows"] == len(rows)
+    assert d["sources"] == sorted({r.source for r in rows})
+    text = tput.validation_sentence()
+    assert f"{d['compared']} rows" in text and "\n" not in text
+    assert "no summary" in tput.validation_sentence(tmp_path / "missing.json")
