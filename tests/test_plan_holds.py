@@ -279,6 +279,67 @@ def test_a_trend_false_alarm_of_the_file_seed_does_not_decide_the_verdict(monkey
     assert row["as_written"]["file_rate_per_s"] == written < row["goodput_per_s"]
 
 
+def test_a_recommendation_whose_file_seed_meets_no_rate_gives_way(monkeypatch):
+    """As above, but the file's own seed (5) flags chunked prefill's queue at every rate
+    (attainment met, trend p = 0.002): the fresh seeds of the retest meet 8 per GPU, so
+    chunked wins the comparison (disaggregation 6.5 as written, vllm 4), but no rate it
+    could be written at meets as `disaggsim run` runs it. It serves nothing as written:
+    its row goes to 0 with a note saying so, the verdict is taken again without it, and
+    the file written is the next recommendation's (disaggregation against vllm, +62 %),
+    at a rate its own seed meets."""
+    caps = {"disaggregated": (10.0, 6.5), "colocated-chunked": (8.0, 8.0)}
+    caps["colocated-vllm"] = (4.0, 4.0)
+    seen: list[tuple[str, float, int, int]] = []  # (architecture, rate per GPU, seed, p)
+
+    def fake_run(task):
+        sc = load_scenario(task.raw).scenario
+        short, long = caps[_arch(sc)]
+        is_file = sc.sim.duration_s >= 500.0
+        per_gpu = sc.workload.rate_per_s / sc.num_gpus
+        ok = per_gpu <= (long if is_file else short)
+        alarm = is_file and sc.seed == FLEET["seed"] and _arch(sc) == "colocated-chunked"
+        p = 0.002 if alarm else 1.0
+        seen.append((_arch(sc), per_gpu, sc.seed, p))
+        return summary(slo_attainment=1.0 if ok else 0.5, stability_p_value=p)
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=1)
+    res, advice = plan(FLEET, options=opts, executor=SerialExecutor())
+    chunked = next(r for r in res.ranked if r.candidate.kind == "colocate_chunked")
+    # the comparison ran its retest (fresh seeds met 8 per GPU); the file's seed met nothing
+    assert chunked.as_written is not None and chunked.as_written.num_retests >= 1
+    assert chunked.file_check is not None and chunked.file_check.status == "unattainable"
+    assert chunked.goodput_per_s == 0.0 and chunked.file_rate_per_s == 0.0
+    # its seed was tried as written at rates down to the bottom of the step-down
+    tried = [g for a, g, _, p in seen if a == "colocated-chunked" and p < 1.0]  # its files
+    low = chunked.file_check.unattainable_below_per_s
+    assert low is not None and min(tried) == pytest.approx(low / chunked.candidate.num_gpus)
+    assert any(f"its seed met no rate tried, down to {low:.3g} req/s" in n for n in res.notes)
+    # the verdict, taken again: disaggregation over vllm, both checked as written
+    assert advice.verdict == "disaggregate"
+    rec, vll = advice.recommended, advice.best_vllm
+    assert rec is advice.best_disaggregated and rec.as_written is not None
+    assert vll is not None and vll.as_written is not None
+    assert 6.5 * (1 - 2 * opts.tol_fraction) <= rec.goodput_per_gpu_per_s <= 6.5
+    assert advice.disaggregation_gain == pytest.approx(
+        rec.goodput_per_gpu_per_s / vll.goodput_per_gpu_per_s - 1.0
+    )
+    assert "over vllm continuous batching" in advice.reason
+    # the file written is the recommendation's, at a rate its own seed met with no retest
+    raw = recommended_scenario(res, advice)
+    assert raw["architecture"] == "disaggregated" and raw["seed"] == FLEET["seed"]
+    written = raw["workload"]["rate_per_s"]
+    assert written == rec.file_rate_per_s == rec.goodput_per_s > 0
+    assert (
+        "disaggregated",
+        written / rec.candidate.num_gpus,
+        FLEET["seed"],
+        1.0,
+    ) in seen
+    assert written / rec.candidate.num_gpus <= caps["disaggregated"][1]
+    assert res.ranked[0] is rec
+
+
 # ------------------------------------------------------------------ how long the file runs
 
 
