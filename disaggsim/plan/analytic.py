@@ -43,9 +43,11 @@ from disaggsim.workload.requests import Requests
 __all__ = [
     "TARGET_UTILISATION",
     "AnalyticGuess",
+    "ColocatedStep",
     "Layout",
     "analytic_guess",
     "cache_enabled",
+    "colocated_step_within_itl",
     "expected_prefix_hit_share",
     "fitting_tps",
     "loaded_residence_s",
@@ -479,6 +481,63 @@ def typical_decode_batch(
         else:
             hi = mid
     return lo
+
+
+@dataclass(frozen=True, slots=True)
+class ColocatedStep:
+    """The largest colocated step within the ITL target that carries prefill and decode
+    in the workload's proportion (:func:`colocated_step_within_itl`)."""
+
+    decodes: int  # decode sequences in the step (0: not even one fits)
+    prompt_tokens: int  # prompt tokens prefilled in the same step
+    step_s: float  # its time
+    capacity_per_gpu_per_s: float  # requests per second per GPU at that step (0: none)
+
+
+def colocated_step_within_itl(
+    cost: RooflineWorkerCost,
+    prompt_tokens_mean: float,
+    output_tokens_mean: float,
+    itl_s: float,
+    max_batch: int,
+) -> ColocatedStep:
+    """What a colocated worker serves when every step stays within the ITL target.
+
+    Loaded, a colocated worker runs prompts and replies side by side: each step carries
+    ``B`` decodes and, to keep up, the prompt tokens of the requests those decodes
+    finish, ``B × prompt / output`` (chunked prefill cuts prompts to that; a whole
+    prompt in one step is a longer step still). The ITL target bounds that step, and so
+    ``B``: the worker serves ``B / (output × step)`` requests per second, largest at the
+    largest ``B`` whose step fits (a bigger step reads the weights once for more
+    tokens), within ``max_batch`` and the KV the worker holds. A chunk is priced at a
+    mean prompt's middle (its attention reads the half before it). Against what split
+    pools serve per GPU (prefill at full batches, decode at the typical batch), the
+    shortfall is what the ITL target costs a colocated pool (docs/planning.md §3)."""
+    p, o = float(prompt_tokens_mean), max(float(output_tokens_mean), 1.0)
+    ctx = p + 0.5 * o
+
+    def step_s(b: int) -> tuple[float, int]:
+        c = max(1, int(round(b * p / o)))
+        off = max(p - c, 0.0) / 2.0
+        pairs = c * off + c * (c + 1) / 2.0
+        return cost.mixed_time_s(b, int(b * ctx), 1, c, pairs, int(off)), c
+
+    kv_cap = int(cost.kv_capacity_tokens // max(p + o, 1.0))
+    top = max(1, min(int(max_batch), kv_cap))
+    if step_s(1)[0] > itl_s:
+        t, c = step_s(1)
+        return ColocatedStep(0, c, t, 0.0)
+    lo, hi = 1, top
+    if step_s(hi)[0] <= itl_s:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if step_s(mid)[0] <= itl_s:
+            lo = mid
+        else:
+            hi = mid
+    t, c = step_s(lo)
+    return ColocatedStep(lo, c, t, lo / (o * t) / cost.num_gpus)
 
 
 def analytic_guess(
