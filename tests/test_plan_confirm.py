@@ -241,7 +241,10 @@ def test_a_family_left_open_is_walked_on_before_the_confirmation(monkeypatch):
     res, advice = plan(FLEET, options=short, executor=SerialExecutor())
     assert res.families["disagg tp1/tp1"] == "settled" and res.converged
     conf = res.confirmation
-    assert conf is not None and conf.walked_on == ("disagg tp1/tp1",)
+    # the chunked family too was left open (its rungs between the ladder's: every chunk
+    # serves 8 here, so it climbs nowhere) and is walked on with it
+    assert res0.families["chunked tp1"] == "open"
+    assert conf is not None and conf.walked_on == ("disagg tp1/tp1", "chunked tp1")
     assert conf.walk_simulations > 0 and advice.verdict == "disaggregate"
     assert "walked on first" in advice.reason
     assert any(n.startswith("quick mode's gain was within its error") for n in res.notes)

@@ -22,6 +22,7 @@ from disaggsim.plan.search import (
     chunk_starts,
     disagg_family,
     disagg_neighbours,
+    fine_chunks,
 )
 
 TPS = (1, 2, 4)
@@ -463,7 +464,9 @@ def test_quick_plan_screens_the_chunks_next_to_a_chunked_pool_behind_the_floor(m
         ),
     )
     path = REPO / "scenarios" / "advisor" / "long-prompt-infiniband.yaml"
-    opts = dataclasses.replace(PlanOptions.quick(), max_tp=2)
+    # the ladder's rungs only (the rungs between them are screened alike:
+    # test_chunks_between_the_rungs_reach_the_itl_edge)
+    opts = dataclasses.replace(PlanOptions.quick(), max_tp=2, chunk_fine_steps=1)
     res, advice = plan(path, options=opts, executor=SerialExecutor())
     plain, _ = plan(
         path, options=dataclasses.replace(opts, screen_nearest=False), executor=SerialExecutor()
@@ -503,6 +506,67 @@ def test_chunk_and_disagg_neighbours_by_hand():
     assert tiers == [[(2, 3), (4, 2)], [(2, 2), (3, 1)], [(2, 1), (1, 1), (4, 1)]]
     ch = Candidate("colocate_chunked", 4, 1, chunk_tokens=300)
     assert [x.chunk_tokens for x in chunk_neighbours(ch, CHUNKS)[0]] == [256, 512]
+    # between the rungs: the ladder cut in 2, then in 4, each tier after the one before
+    ch = Candidate("colocate_chunked", 4, 1, chunk_tokens=1024)
+    tiers = [[x.chunk_tokens for x in t] for t in chunk_neighbours(ch, CHUNKS, fine_steps=4)]
+    assert tiers == [[512, 2048], [768, 1536], [896, 1280]]
+    ch = Candidate("colocate_chunked", 4, 1, chunk_tokens=1536)
+    tiers = [[x.chunk_tokens for x in t] for t in chunk_neighbours(ch, CHUNKS, fine_steps=4)]
+    assert tiers == [[1024, 2048], [1024, 2048], [1280, 1792]]
+    assert len(chunk_neighbours(ch, CHUNKS)) == 1  # the ladder alone
+
+
+def test_chunks_between_the_rungs_reach_the_itl_edge(monkeypatch):
+    """Goodput rises with the chunk until the steps that carry one break the ITL target,
+    then falls at once: 1003-0 of docs/planning.md §7 (chunked 8 x tp1 on H200, TPOT
+    50 ms) served about 92 req/s at chunk 1024 over 600 s, 105 at 1536, 107 at 1792, and
+    missed the TPOT target at 2048 (p90 53 ms), where the ladder of doublings stopped
+    the plan at 1024. Here (stubbed runs) a chunked worker serves 1 + chunk / 2048 req/s
+    per GPU up to chunk 1800 and 0.3 past it, disaggregation 0.5, vllm 0.4: the ladder
+    alone ends at 1024 (1.5); the climb between the rungs goes past it (1536: 1.75) and
+    never past the edge, in quick and in full mode."""
+    from disaggsim.plan import plan
+    from disaggsim.sweep import SerialExecutor
+    from tests.plan_fakes import fake_run_points
+
+    def cap(sc) -> float:
+        if sc.architecture == "disaggregated":
+            return 0.5
+        if sc.pool.scheduler == "vllm":
+            return 0.4
+        chunk = sc.pool.max_batch_tokens
+        return 1.0 + chunk / 2048 if chunk <= 1800 else 0.3
+
+    fake_run_points(monkeypatch, lambda sc: sc.workload.rate_per_s / sc.num_gpus <= cap(sc))
+    question = {
+        "name": "edge", "seed": 5, "model": "llama-3.1-8b", "architecture": "colocated",
+        "pool": {"gpu": "h100-sxm", "num_workers": 4, "tp": 1, "scheduler": "chunked",
+                 "max_batch_tokens": 512},
+        "fabric": {"link": "nvlink"}, "slo": {"ttft_ms": 1000, "itl_ms": 50},
+        "workload": {
+            "kind": "synthetic", "rate_per_s": 10.0,
+            "prompt_tokens": {"dist": "fixed", "value": 1000},
+            "output_tokens": {"dist": "fixed", "value": 100}, "max_tokens": 100,
+        },
+        "sim": {"duration_s": 120, "warmup_s": 12},
+    }  # fmt: skip
+    for opts in (PlanOptions.quick(), PlanOptions()):
+        opts = dataclasses.replace(opts, max_tp=1, check_as_written=False)
+        ladder, adv0 = plan(
+            question,
+            options=dataclasses.replace(opts, chunk_fine_steps=1),
+            executor=SerialExecutor(),
+        )
+        assert adv0.best_chunked.candidate.chunk_tokens == 1024
+        res, adv = plan(question, options=opts, executor=SerialExecutor())
+        best = adv.best_chunked
+        assert adv.verdict == "colocate_chunked" and best is adv.recommended
+        assert 1024 < best.candidate.chunk_tokens <= 1800
+        assert best.goodput_per_gpu_per_s >= 1.75 * (1 - 2 * opts.tol_fraction)
+        # every chunk tried lies on the ladder cut in 4 (the default chunk_fine_steps)
+        chunks = {r.candidate.chunk_tokens for r in res.ranked if r.candidate.chunk_tokens}
+        assert chunks - set(opts.chunk_ladder)
+        assert chunks <= set(fine_chunks(opts.chunk_ladder, 4))
 
 
 def test_planner_matches_exhaustive_simulation_on_a_small_budget():

@@ -87,6 +87,12 @@ class Family(Generic[C]):
     # not a guess (the scenario's chunk), can be far off the family's best, and a
     # family judged there is stopped on a value it does not have
     floor_at_nearest_always: bool = False
+    # how many tiers of its best member's neighbours the floor waits for (a chunked
+    # family: the ladder's rungs, then the rungs between them: search.chunk_neighbours)
+    floor_tiers: int = 1
+    # tiers past this many are tried only while its best member serves something (the
+    # rungs between a chunked family's: none finer serves where no rung does)
+    coarse_tiers: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +181,16 @@ def optimise(
                 todo = [c for c in fam.starts if c not in values]
             else:
                 tiers = fam.neighbours(fam.best)
+                if fam.coarse_tiers is not None and not values[fam.best] > 0:
+                    tiers = tiers[: fam.coarse_tiers]
                 # the best family of its kind, when its start can be off its best (a
                 # chunked pool's start chunk, an analytic split), is judged at its best
                 # member's nearest moves: the verdict compares the best of each kind
                 at_nearest = fam.floor_at_nearest_always or (
                     fam.floor_at_nearest and values[fam.best] >= kind_best[fam.kind]
                 )
-                nearest = next((t for t in tiers if t), []) if at_nearest else []
+                filled = [t for t in tiers if t][: fam.floor_tiers]
+                nearest = [c for t in filled for c in t] if at_nearest else []
                 behind = explore_floor > 0 and values[fam.best] < explore_floor * best
                 if behind and all(c in values for c in nearest):
                     fam.state = "stopped"

@@ -113,6 +113,9 @@ class PlanOptions:
     weight_dtypes: tuple[str, ...] = ()  # besides the scenario's (e.g. ("fp8",))
     chunk_ladder: tuple[int, ...] = CHUNK_LADDER
     walk_chunks: bool = False  # False: try every chunk on the ladder; True: climb from one
+    # then climb the ladder cut this many times between rungs, from the best rung
+    # (chunk_neighbours: the ITL target's edge can lie up to a rung above it)
+    chunk_fine_steps: int = 4
     max_tp: int | None = None  # None: no limit beyond the budget and the fabric
     moe_unit_sizes: int = 3  # MoE: unit sizes (best layout of each) kept per role
     rate_hi_factor: float = 1.5  # first bracket: [lo, hi] x analytic capacity
@@ -878,14 +881,46 @@ def balanced_splits(
     return out
 
 
-def chunk_neighbours(c: Candidate, ladder: tuple[int, ...]) -> list[list[Candidate]]:
+def fine_chunks(ladder: tuple[int, ...], steps: int) -> tuple[int, ...]:
+    """The ladder with each gap between neighbouring rungs cut into ``steps`` equal
+    parts (1: the ladder itself), rounded down to whole tokens."""
+    rungs = sorted(set(ladder))
+    fine = set(rungs)
+    for a, b in zip(rungs, rungs[1:], strict=False):
+        fine.update(a + (b - a) * k // steps for k in range(1, max(steps, 1)))
+    return tuple(sorted(fine))
+
+
+def chunk_levels(fine_steps: int) -> tuple[int, ...]:
+    """The cuts of the ladder :func:`chunk_neighbours` climbs, coarsest first: 1 (the
+    ladder), 2, 4 ... up to ``fine_steps``."""
+    levels, k = [1], 2
+    while k <= fine_steps:
+        levels.append(k)
+        k *= 2
+    return tuple(levels)
+
+
+def chunk_neighbours(
+    c: Candidate, ladder: tuple[int, ...], fine_steps: int = 1
+) -> list[list[Candidate]]:
     """The next smaller and larger chunk on the ladder (the candidate's own chunk may be
-    off the ladder: then its nearest rungs on each side)."""
+    off the ladder: then its nearest rungs on each side); with ``fine_steps`` > 1, more
+    tiers, each tried once the one before is: the next smaller and larger chunk on the
+    ladder cut in 2, then in 4 ... up to ``fine_steps`` between rungs
+    (:func:`fine_chunks`), so the climb halves its step where the ladder's rungs stop
+    gaining. Goodput rises with the chunk until the steps that carry one break the ITL
+    target and falls there at once: the ladder's doubling can leave the best rung up to
+    twice below that edge (docs/planning.md §2, "Chunks between the rungs")."""
     assert c.chunk_tokens is not None
-    below = [x for x in ladder if x < c.chunk_tokens]
-    above = [x for x in ladder if x > c.chunk_tokens]
-    picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
-    return [[dataclasses.replace(c, chunk_tokens=x) for x in picks]]
+    tiers = []
+    for k in chunk_levels(fine_steps):
+        rungs = fine_chunks(ladder, k)
+        below = [x for x in rungs if x < c.chunk_tokens]
+        above = [x for x in rungs if x > c.chunk_tokens]
+        picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
+        tiers.append([dataclasses.replace(c, chunk_tokens=x) for x in picks])
+    return tiers
 
 
 def chunk_starts(own: int, options: PlanOptions) -> tuple[int, ...]:
@@ -1001,7 +1036,9 @@ def plan_families(
                     kind="colocate_chunked",
                     bound_per_gpu=bound(g, lay),
                     starts=chunked,
-                    neighbours=functools.partial(chunk_neighbours, ladder=ladder),
+                    neighbours=functools.partial(
+                        chunk_neighbours, ladder=ladder, fine_steps=options.chunk_fine_steps
+                    ),
                     true_bound=moe,
                     # the start chunk is the scenario's, not a guess: a chunked family
                     # is judged at its best chunk's nearest moves (qwen3-30b-a3b on 4
@@ -1009,6 +1046,8 @@ def plan_families(
                     # chunk 512 and 12.0 at 8192, the best colocated deployment)
                     floor_at_nearest=True,
                     floor_at_nearest_always=True,
+                    floor_tiers=len(chunk_levels(options.chunk_fine_steps)),
+                    coarse_tiers=1,
                 )
             )
             fams.append(
