@@ -329,52 +329,34 @@ class RowResult:
     wall_s: float
 
 
+def _not_simulated(
+    row: ThroughputRow, limits: tuple[int, int, float], note: str, wall_s: float
+) -> RowResult:
+    max_bs, max_tokens, kv_req = limits
+    nan = math.nan
+    return RowResult(row.row_id, nan, max_bs, max_tokens, kv_req, nan, nan, note, wall_s)
+
+
 def simulate_row(row: ThroughputRow) -> RowResult:
     """Simulate one row's benchmark (see the module docstring)."""
-    max_bs, max_tokens, kv_req = trtllm_bench_limits(row)
+    limits = trtllm_bench_limits(row)
+    max_bs, max_tokens, kv_req = limits
     t0 = time.perf_counter()
     if kv_req < 1:
         # trtllm-bench refuses to build: "The amount of KV cache memory is insufficient"
-        return RowResult(
-            row.row_id,
-            math.nan,
-            max_bs,
-            max_tokens,
-            kv_req,
-            math.nan,
-            math.nan,
-            "trtllm-bench build would refuse (KV for < 1 request)",
-            0.0,
+        return _not_simulated(
+            row, limits, "trtllm-bench build would refuse (KV for < 1 request)", 0.0
         )
     try:
         res = simulate(scenario_for(row), requests=requests_for(row))
     except UserError as e:
-        return RowResult(
-            row.row_id,
-            math.nan,
-            max_bs,
-            max_tokens,
-            kv_req,
-            math.nan,
-            math.nan,
-            f"not simulated: {e}",
-            time.perf_counter() - t0,
-        )
+        return _not_simulated(row, limits, f"not simulated: {e}", time.perf_counter() - t0)
     frame = res.requests
     done = frame["status"] == "completed"
     if not bool(done.all()):
         reasons = frame.loc[~done, "reason"].value_counts().to_dict()
-        return RowResult(
-            row.row_id,
-            math.nan,
-            max_bs,
-            max_tokens,
-            kv_req,
-            math.nan,
-            math.nan,
-            f"{int((~done).sum())} requests not completed: {reasons}",
-            time.perf_counter() - t0,
-        )
+        note = f"{int((~done).sum())} requests not completed: {reasons}"
+        return _not_simulated(row, limits, note, time.perf_counter() - t0)
     makespan_s = float(frame["finish_at_s"].max())
     tokens = float(frame["output_tokens"].sum())
     mean_batch = float(next(iter(res.summary.mean_batch.values()), math.nan))

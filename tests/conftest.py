@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -40,3 +41,38 @@ def work(tmp_path, monkeypatch) -> Path:
     (w / "keep.txt").write_text("a user's file\n")
     monkeypatch.chdir(w)
     return w
+
+
+def one_error_line(err: str) -> str:
+    """The one line a failing command wrote to stderr (asserting it wrote one)."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err[-3000:]
+    return lines[0]
+
+
+def runs_in(partial: Path) -> list[dict]:
+    """The runs a stopped command kept in its ``OUT.partial/`` journal."""
+    return [json.loads(x) for x in (partial / "runs.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def one_worker_cluster():
+    """A real one-worker ``LocalCluster`` for the tests of runs kept when a Dask command
+    stops (tests/test_sweep_keeps_runs.py, tests/test_compare_plan_keep_runs.py)."""
+    distributed = pytest.importorskip("distributed")
+    import dask
+
+    # a task whose worker dies is given up at once (dask's default retries it on 3 more
+    # workers); a loaded 2-core machine may take long to start the worker
+    conf = {
+        "distributed.comm.timeouts.connect": "120s",
+        "distributed.comm.timeouts.tcp": "120s",
+        "distributed.scheduler.allowed-failures": 0,
+    }
+    with (
+        dask.config.set(conf),
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as c,
+    ):
+        yield c

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from disaggsim.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, one_error_line, runs_in
 
 CI = REPO / "scenarios" / "ci"
 COMPARE = [
@@ -40,37 +40,6 @@ PLAN = [
     "--quick", "--min-requests", "60", "--service-multiple", "0.5", "--quiet", "--no-plots",
 ]  # fmt: skip
 RESUMED = "(the same command with --resume reuses them and runs only the others)"
-
-
-def one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err[-3000:]
-    return lines[0]
-
-
-def runs_in(partial: Path) -> list[dict]:
-    return [json.loads(x) for x in (partial / "runs.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    distributed = pytest.importorskip("distributed")
-    import dask
-
-    # a task whose worker dies is given up at once (dask's default retries it on 3 more
-    # workers); a loaded 2-core machine may take long to start the worker
-    conf = {
-        "distributed.comm.timeouts.connect": "120s",
-        "distributed.comm.timeouts.tcp": "120s",
-        "distributed.scheduler.allowed-failures": 0,
-    }
-    with (
-        dask.config.set(conf),
-        distributed.LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as c,
-    ):
-        yield c
 
 
 PLUGIN = "disaggsim-test-die-once"
@@ -110,11 +79,11 @@ def die_once(count_file: str, at: int):
 
 
 def test_compare_on_dask_keeps_its_runs_when_a_worker_dies_and_resumes(
-    cluster, work, capsys, tmp_path
+    one_worker_cluster, work, capsys, tmp_path
 ):
     import distributed
 
-    address = cluster.scheduler_address
+    address = one_worker_cluster.scheduler_address
     # the uninterrupted comparison, on the same cluster
     assert main([*COMPARE, "--scheduler", address, "--out", "u"]) == 0
     capsys.readouterr()
@@ -189,8 +158,8 @@ def run_child(work: Path, at: int, sig: str, argv: list[str]) -> subprocess.Comp
         return subprocess.CompletedProcess(p.args, rc, "", err.read())
 
 
-def test_plan_on_dask_interrupted_keeps_its_runs_and_resumes(cluster, work, capsys):
-    address = cluster.scheduler_address
+def test_plan_on_dask_interrupted_keeps_its_runs_and_resumes(one_worker_cluster, work, capsys):
+    address = one_worker_cluster.scheduler_address
     assert main([*PLAN, "--scheduler", address, "--out", "u"]) == 0
     capsys.readouterr()
     p = run_child(work, 20, "SIGINT", [*PLAN, "--scheduler", address, "--out", "p"])

@@ -24,7 +24,7 @@ import pytest
 
 from disaggsim.cli import main
 from disaggsim.sweep import SerialExecutor, sweep
-from tests.conftest import REPO
+from tests.conftest import REPO, one_error_line, runs_in
 
 CHUNKED = REPO / "scenarios" / "ci" / "chunked.yaml"
 SHORT = ["sim.duration_s=40", "sim.warmup_s=5"]
@@ -46,16 +46,6 @@ def expected() -> pd.DataFrame:
     return sweep(
         CHUNKED, {"workload.rate_per_s": RATES}, executor=SerialExecutor(), overrides=SHORT
     )
-
-
-def runs_in(partial: Path) -> list[dict]:
-    return [json.loads(x) for x in (partial / "runs.jsonl").read_text().splitlines()]
-
-
-def one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err[-3000:]
-    return lines[0]
 
 
 def check_resumed(work: Path, out: str, expected: pd.DataFrame, capsys, kept: int) -> None:
@@ -121,36 +111,15 @@ def sabotage(how: str):
     return Sabotage()
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    distributed = pytest.importorskip("distributed")
-    import dask
-
-    # a task whose worker dies is given up at once (dask's default retries it on 3 more
-    # workers)
-    conf = {
-        "distributed.comm.timeouts.connect": "120s",
-        "distributed.comm.timeouts.tcp": "120s",
-        "distributed.scheduler.allowed-failures": 0,
-    }
-    with (
-        dask.config.set(conf),
-        distributed.LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as c,
-    ):
-        yield c
-
-
 @pytest.fixture
-def sabotaged(cluster, request):
+def sabotaged(one_worker_cluster, request):
     import distributed
 
     # no client of the test's is open while the command runs its own
-    with distributed.Client(cluster.scheduler_address) as client:
+    with distributed.Client(one_worker_cluster.scheduler_address) as client:
         client.register_plugin(sabotage(request.param))
-    yield cluster.scheduler_address
-    with distributed.Client(cluster.scheduler_address) as client:
+    yield one_worker_cluster.scheduler_address
+    with distributed.Client(one_worker_cluster.scheduler_address) as client:
         client.unregister_worker_plugin(PLUGIN)
 
 
