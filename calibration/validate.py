@@ -14,6 +14,7 @@ median ≤ 20%; all-reduce median ≤ 15%.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -202,8 +203,8 @@ most 16), masked MHA (`per_query_head_decode_backend: trtllm-mmha`) for vanilla 
 larger groups, as its `decoderXQAImplJIT` `kernelUtils.cpp` decides."""
 KNOWN_LIMITS_MD = """## Where targets are missed, and why
 
-- **vllm (median 3.9%, p90 19.8% over its 19 rows; the 9 dense rows meet the target,
-  3.2% / 5.4%, the 10 held-out Mixtral-8x7B rows 10.5% / 25.5%).** Measured over predicted,
+- **vllm (median / p90 {{vllm (shipped profile)|all rows}} over its {{n:vllm (shipped profile)|all rows}} rows; the {{n:vllm (shipped profile)|dense-model rows}} dense rows meet the target,
+  {{vllm (shipped profile)|dense-model rows}}, the {{n:vllm (shipped profile)|MoE-model rows}} held-out Mixtral-8x7B rows {{vllm (shipped profile)|MoE-model rows}}).** Measured over predicted,
   per GPU: the CI's H100 batch 0.95×, its H200 batch 1.03×, its A100 batch 0.95×, vLLM PR
   3240's A100 TP2 batches 1-64 1.19, 1.03, 0.84, 1.04, 1.19, 1.34, 1.42× (`python -m calibration.engines --data ../shared/data --rows
   vllm`). The miss is the prefill-heavy A100 batches (16-64 prompts of 1,000 tokens): they
@@ -229,10 +230,10 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   the weight-bound step is 13.2% off the datasheet ratio (table above;
   `docs/calibration.md`, "The H200's own memory efficiency").
 
-- **vllm-eager-2023 (median 7.0%, p90 23.0% over its 557 rows; the 492 A100 rows 7.1% /
-  22.4%: DistServe's 428 rows 6.8% / 20.3%, Splitwise's 64 held-out DGX-A100 rows 11.1% /
-  28.0%; Splitwise's 65 DGX-H100 rows 5.8% / 28.7%, each TP family refitted without it
-  6.6% / 28.2%).** The DGX-H100 rows (added 2026-12-03) first scored 38.5% / 60.6%: the
+- **vllm-eager-2023 (median / p90 {{vllm-eager-2023 (shipped profile)|all rows}} over its {{n:vllm-eager-2023 (shipped profile)|all rows}} rows:
+  DistServe's {{n:vllm-eager-2023: distserve-vllm|all rows}} rows {{vllm-eager-2023: distserve-vllm|all rows}}, Splitwise's {{n:vllm-eager-2023: splitwise-sim|all rows}} held-out DGX-A100 rows
+  {{vllm-eager-2023: splitwise-sim|all rows}}; Splitwise's {{n:vllm-eager-2023: splitwise-sim-h100|all rows}} DGX-H100 rows {{vllm-eager-2023: splitwise-sim-h100|all rows}}, each TP family refitted
+  without it 6.6% / 28.2% on 2026-12-03).** The DGX-H100 rows (added 2026-12-03) first scored 38.5% / 60.6%: the
   same runs measure 0.667x on the DGX-H100's host (launch-bound decode steps), and the
   profile's host terms were fitted on DGX-A100 hosts; the profile now carries that host's
   speed (`host_scale`, 0.630 for h100-sxm, fitted on those rows with the A100 terms held;
@@ -1590,8 +1591,32 @@ class Report:
         ]
         for sec in self.sections:
             out += [f"## {sec.title}", "", sec.intro, "", *self._lines(sec.rows, md=True), ""]
-        out.append(self.extra_md)
+        out.append(fill_figures(self.extra_md, self.rows))
         return "\n".join(out) + "\n"
+
+
+FIGURE = re.compile(r"\{\{(n:)?([^|{}]+)\|([^{}]+)\}\}")
+"""A figure the prose quotes from the tables: ``{{source|bucket}}`` is that row's median
+and p90 APE ("4.9% / 20.3%"), ``{{n:source|bucket}}`` its row count, so the prose of
+"Where targets are missed" cannot go stale when a refit moves the tables."""
+
+
+def fill_figures(text: str, rows: list[Row]) -> str:
+    """``text`` with every ``{{...}}`` figure (:data:`FIGURE`) taken from ``rows``; a
+    figure that names no row, or more than one, is an error (the prose names a row that
+    the report no longer has)."""
+
+    def one(m: re.Match) -> str:
+        count, source, bucket = m.group(1), m.group(2), m.group(3)
+        hits = [r for r in rows if r.source == source and r.bucket == bucket]
+        if len(hits) != 1:
+            raise ValueError(f"{m.group(0)} names {len(hits)} rows of the report, not one")
+        r = hits[0]
+        if count:
+            return str(r.n)
+        return f"{100 * r.median_ape:.1f}% / {100 * r.p90_ape:.1f}%"
+
+    return FIGURE.sub(one, text)
 
 
 def _asdict(r: Row) -> dict:

@@ -275,3 +275,20 @@ def test_vllm_fp8_kv_decode_is_no_faster_than_bf16_at_head_dim_256() -> None:
     for fw in ("trtllm", "sglang"):
         m = r["median"].loc[fw][[64.0, 128.0, 192.0, 256.0]]
         assert (m < 0.85).all() and (m > 0.45).all()
+
+
+def test_prose_figures_come_from_the_report_rows() -> None:
+    # "Where targets are missed" quotes the tables: a refit that moves them moves the prose
+    rows = [
+        validate.Row("all", "engine", "e (shipped profile)", "all rows", 19, 0.049, 0.08, 0.203),
+        validate.Row("all", "engine", "e (shipped profile)", "MoE rows", 10, 0.106, 0.1, 0.252),
+    ]
+    text = "e ({{e (shipped profile)|all rows}} over {{n:e (shipped profile)|all rows}} rows)"
+    assert validate.fill_figures(text, rows) == "e (4.9% / 20.3% over 19 rows)"
+    with pytest.raises(ValueError, match="names 0 rows"):
+        validate.fill_figures("{{e (shipped profile)|dense rows}}", rows)
+    # the shipped prose quotes its figures, and the generated doc has them all filled in
+    quoted = validate.FIGURE.findall(validate.KNOWN_LIMITS_MD)
+    assert len(quoted) >= 10
+    doc = (Path(validate.__file__).resolve().parents[1] / "docs" / "validation.md").read_text()
+    assert "{{" not in doc
