@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,26 @@ def one_worker_cluster():
         ) as c,
     ):
         yield c
+
+
+def run_in_own_session(err_path: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """``args`` in a child process in a session of its own (stdout dropped, stderr kept in
+    ``err_path``), whose processes are all ended after it: a killed command's pool may
+    leave processes holding its pipes."""
+    with open(err_path, "w+") as err:
+        p = subprocess.Popen(
+            args,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            rc = p.wait(timeout=600)
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        err.seek(0)
+        return subprocess.CompletedProcess(p.args, rc, "", err.read())

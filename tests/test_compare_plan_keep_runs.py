@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from disaggsim.cli import main
-from tests.conftest import REPO, one_error_line, runs_in
+from tests.conftest import REPO, one_error_line, run_in_own_session, runs_in
 
 CI = REPO / "scenarios" / "ci"
 COMPARE = [
@@ -139,23 +139,9 @@ sys.exit(main(sys.argv[3:]))
 def run_child(work: Path, at: int, sig: str, argv: list[str]) -> subprocess.CompletedProcess:
     """``disaggsim ARGV`` in a child process that sends itself ``sig`` once ``at`` runs
     are on disk (in a session of its own, whose processes are ended after it)."""
-    with open(work.parent / "child.err", "w+") as err:
-        p = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(at), sig, *argv],
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,
-        )
-        try:
-            rc = p.wait(timeout=600)
-        finally:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        err.seek(0)
-        return subprocess.CompletedProcess(p.args, rc, "", err.read())
+    return run_in_own_session(
+        work.parent / "child.err", [sys.executable, "-c", CHILD, str(at), sig, *argv]
+    )
 
 
 def test_plan_on_dask_interrupted_keeps_its_runs_and_resumes(one_worker_cluster, work, capsys):

@@ -24,7 +24,7 @@ import pytest
 
 from disaggsim.cli import main
 from disaggsim.sweep import SerialExecutor, sweep
-from tests.conftest import REPO, one_error_line, runs_in
+from tests.conftest import REPO, one_error_line, run_in_own_session, runs_in
 
 CHUNKED = REPO / "scenarios" / "ci" / "chunked.yaml"
 SHORT = ["sim.duration_s=40", "sim.warmup_s=5"]
@@ -197,23 +197,9 @@ def run_child(work: Path, sig: str) -> subprocess.CompletedProcess:
     """The sweep of ``argv("s")`` in a child process that sends itself ``sig`` once two
     runs are on disk. In a session of its own, whose processes are ended after it: a
     killed sweep leaves its pool's forkserver running (and holding the pipes)."""
-    with open(work.parent / "child.err", "w+") as err:
-        p = subprocess.Popen(
-            [sys.executable, "-c", CHILD, sig, *argv("s", "--workers", "1")],
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,
-        )
-        try:
-            rc = p.wait(timeout=600)
-        finally:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        err.seek(0)
-        return subprocess.CompletedProcess(p.args, rc, "", err.read())
+    return run_in_own_session(
+        work.parent / "child.err", [sys.executable, "-c", CHILD, sig, *argv("s", "--workers", "1")]
+    )
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
