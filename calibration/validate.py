@@ -151,8 +151,8 @@ per expert: 5.2% / 14.9%. Since 2026-12-03 (later) a worker runs its engine's ow
 kernel, vLLM's fused_moe fitted to vLLM 0.24's H100 table, in the form that follows the
 expert width per GPU (`docs/costmodel.md`): the CI rows hold (H100 0.95× the prediction,
 was 0.94×; H200 1.03×, was 1.02×; the CI's A100 batch, added 2026-12-03, 0.95×), the A100
-rows of PR 3240 do not (below, "Where targets are missed"): the ten rows 10.5% / 25.5%
-(the nine before the A100 CI row 15.9% / 26.0%), all 19 vllm rows 3.9% / 19.8%
+rows of PR 3240 do not (below, "Where targets are missed"): the {{n:vllm (shipped profile)|MoE-model rows}} MoE rows
+{{vllm (shipped profile)|MoE-model rows}}, all {{n:vllm (shipped profile)|all rows}} vllm rows {{vllm (shipped profile)|all rows}}
 (`python -m calibration.engines --moe-check`: shipped, uncarried and no-floor columns).
 The dense rows' per-GPU bias was the H200's GEMM memory efficiency: the host time a CI
 batch leaves over the kernels alone was about 0 on the A100, 1.1-1.6 ms an iteration on
@@ -1590,15 +1590,17 @@ class Report:
             "",
         ]
         for sec in self.sections:
-            out += [f"## {sec.title}", "", sec.intro, "", *self._lines(sec.rows, md=True), ""]
+            intro = fill_figures(sec.intro, self.rows)
+            out += [f"## {sec.title}", "", intro, "", *self._lines(sec.rows, md=True), ""]
         out.append(fill_figures(self.extra_md, self.rows))
         return "\n".join(out) + "\n"
 
 
 FIGURE = re.compile(r"\{\{(n:)?([^|{}]+)\|([^{}]+)\}\}")
 """A figure the prose quotes from the tables: ``{{source|bucket}}`` is that row's median
-and p90 APE ("4.9% / 20.3%"), ``{{n:source|bucket}}`` its row count, so the prose of
-"Where targets are missed" cannot go stale when a refit moves the tables."""
+and p90 APE ("4.9% / 20.3%"), ``{{n:source|bucket}}`` its row count, so the prose (the
+sections' introductions and "Where targets are missed") cannot go stale when a refit
+moves the tables."""
 
 
 def fill_figures(text: str, rows: list[Row]) -> str:

@@ -290,5 +290,10 @@ def test_prose_figures_come_from_the_report_rows() -> None:
     # the shipped prose quotes its figures, and the generated doc has them all filled in
     quoted = validate.FIGURE.findall(validate.KNOWN_LIMITS_MD)
     assert len(quoted) >= 10
+    assert len(validate.FIGURE.findall(validate.ENGINES_MD)) >= 4  # the engine section's too
+    report = validate.Report(extra_md="")
+    report.sections.append(validate.Section("S", "intro {{e (shipped profile)|MoE rows}}"))
+    report.sections[0].rows += rows
+    assert "intro 10.6% / 25.2%" in report.markdown()
     doc = (Path(validate.__file__).resolve().parents[1] / "docs" / "validation.md").read_text()
     assert "{{" not in doc
