@@ -39,6 +39,7 @@ and :mod:`disaggsim.costmodel.mla`.
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -255,32 +256,29 @@ def _sec(d: Any, key: str, path: str) -> dict:
     return d[key]
 
 
+def _framework_sets(
+    raw: dict, key: str, allowed: Sequence[str], path: str
+) -> dict[str, dict[str, GroupedGemmParams]]:
+    """The optional per-framework grouped-GEMM sets under ``key`` (``{framework: {dtype:
+    ...}}``); a framework outside ``allowed`` is an error naming the file and the field."""
+    out: dict[str, dict[str, GroupedGemmParams]] = {}
+    if key not in raw:
+        return out
+    fws = _sec(raw, key, path)
+    for fw in fws:
+        if fw not in allowed:
+            raise ProfileError(f"{path}: {key}.{fw}: unknown (allowed: {', '.join(allowed)})")
+        out[fw] = _gemm_sets(_sec(fws, fw, path), f"{key}.{fw}", path)
+    return out
+
+
 def moe_params_from_dict(raw: Any, path: str = "<moe params>") -> MoeParams:
     """Validate a parsed MoE parameter file; every error names the file and the field."""
     if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
         raise ProfileError(f"{path}: schema_version: expected {SCHEMA_VERSION}")
     gg = _gemm_sets(_sec(raw, "grouped_gemm", path), "grouped_gemm", path)
-    gg_fw: dict[str, dict[str, GroupedGemmParams]] = {}
-    if "grouped_gemm_frameworks" in raw:
-        fws = _sec(raw, "grouped_gemm_frameworks", path)
-        for fw in fws:
-            if fw not in GEMM_FRAMEWORKS:
-                raise ProfileError(
-                    f"{path}: grouped_gemm_frameworks.{fw}: unknown "
-                    f"(allowed: {', '.join(GEMM_FRAMEWORKS)})"
-                )
-            where = f"grouped_gemm_frameworks.{fw}"
-            gg_fw[fw] = _gemm_sets(_sec(fws, fw, path), where, path)
-    gg_tuned: dict[str, dict[str, GroupedGemmParams]] = {}
-    if "grouped_gemm_tuned" in raw:
-        fws = _sec(raw, "grouped_gemm_tuned", path)
-        for fw in fws:
-            if fw not in TUNED_TILE_FRAMEWORKS:
-                raise ProfileError(
-                    f"{path}: grouped_gemm_tuned.{fw}: unknown "
-                    f"(allowed: {', '.join(TUNED_TILE_FRAMEWORKS)})"
-                )
-            gg_tuned[fw] = _gemm_sets(_sec(fws, fw, path), f"grouped_gemm_tuned.{fw}", path)
+    gg_fw = _framework_sets(raw, "grouped_gemm_frameworks", GEMM_FRAMEWORKS, path)
+    gg_tuned = _framework_sets(raw, "grouped_gemm_tuned", TUNED_TILE_FRAMEWORKS, path)
     dec = {}
     for dt, p in _sec(raw, "mla_decode", path).items():
         w = f"mla_decode.{dt}"
