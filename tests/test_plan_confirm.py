@@ -15,7 +15,7 @@ from disaggsim.plan import PlanOptions, plan
 from disaggsim.plan.advisor import QUICK_UNCERTAINTY, advise
 from disaggsim.plan.confirm import confirm_close_call
 from disaggsim.plan.report import plan_json, recommended_scenario
-from disaggsim.plan.search import Confirmation
+from disaggsim.plan.search import Confirmation, rank_rows
 from disaggsim.sweep import SerialExecutor
 from tests.plan_fakes import fake_run_points
 from tests.test_plan import _row, _search
@@ -375,3 +375,148 @@ def test_the_confirmation_measures_at_most_its_cap(monkeypatch):
     assert conf is not None and len(conf.remeasured) == 3
     assert [c.kind for c, _ in conf.left_over] == ["colocate_chunked"]
     assert advice.verdict == "disaggregate" and "the cap of 3 left chunked" in advice.reason
+
+
+def _hand_set_quick(monkeypatch, quick: dict[str, float], cap: int):
+    """The quick search of FLEET (stubbed runs; confirmation and check as written off)
+    with each candidate's quick goodput per GPU set by hand from ``quick`` (by label),
+    the confirmation's cap at ``cap``: the list it measures, and in what order, is then
+    the test's to choose."""
+    _fake(monkeypatch, _caps(quick=(8.4, 8.0), full=(9.0, 8.0)))
+    off = dataclasses.replace(OPTS, confirm_close=False, check_as_written=False)
+    res, _ = plan(FLEET, options=off, executor=SerialExecutor())
+    assert {r.candidate.label for r in res.ranked} == set(quick)  # the stub's explored set
+    rows = [
+        dataclasses.replace(
+            r,
+            goodput_per_gpu_per_s=quick[r.candidate.label],
+            goodput_per_s=quick[r.candidate.label] * r.candidate.num_gpus,
+        )
+        for r in res.ranked
+    ]
+    options = dataclasses.replace(OPTS, confirm_max_candidates=cap)
+    return dataclasses.replace(res, ranked=rank_rows(rows), options=options)
+
+
+def _full_by_chunk(monkeypatch, chunked: dict[int, float], dis: float, vllm: float):
+    """Runs meet at up to ``chunked[chunk]``, ``dis`` or ``vllm`` req/s per GPU (the
+    confirmation runs full-accuracy searches only)."""
+
+    def meets(sc) -> bool:
+        arch = _arch(sc)
+        cap = (
+            dis
+            if arch == "disaggregated"
+            else vllm
+            if arch == "colocated-vllm"
+            else chunked[sc.pool.max_batch_tokens]
+        )
+        return sc.workload.rate_per_s / sc.num_gpus <= cap
+
+    return fake_run_points(monkeypatch, meets)
+
+
+# quick goodputs per GPU set by hand: a close call (disaggregation +4.7 % by quick runs),
+# each side's best two measured first; quick runs over-rate disaggregation (7.0 at full
+# length) and the chunk sizes differ at full length (the ITL edge)
+QUICK = {
+    "disagg 3P x tp1 + 1D x tp1": 9.0,
+    "disagg 2P x tp1 + 2D x tp1": 8.95,
+    "chunked 4 x tp1 chunk 8192": 8.6,
+    "chunked 4 x tp1 chunk 7168": 8.55,
+    "disagg 2P x tp1 + 1D x tp1": 8.2,  # above disaggregation's 7.0, under chunked's x 1.05
+    "chunked 4 x tp1 chunk 6144": 8.1,  # above chunked's best at full accuracy (7.9)
+    "chunked 4 x tp1 chunk 4096": 8.05,
+    "vllm 4 x tp1": 2.8,
+}
+FULL_CHUNKED = {8192: 7.8, 7168: 7.9, 6144: 8.4, 4096: 8.0}
+
+
+def test_the_cap_measures_what_can_change_the_answer_first(monkeypatch):
+    """After each side's best two, three candidates still beat their side's best at
+    full accuracy, and the cap (5 here) leaves room for one: a third disaggregated split
+    (quick 8.2: measured at 8.2 it would still lose to chunked's 7.9 x 1.05, so it can
+    change only the gain quoted) and two sibling chunks of the winning family (quick 8.1
+    and 8.05, above the recommendation's 7.9: either may be the better chunk). The
+    highest quick goodput first measured the split and recommended chunk 7168 at 7.9,
+    where chunk 6144 serves 8.4; by stake, chunk 6144 is measured and recommended, and
+    the split left over is named but changes nothing."""
+    res = _hand_set_quick(monkeypatch, QUICK, cap=5)
+    assert advise(res).verdict == "undecided"
+    runs = _full_by_chunk(monkeypatch, FULL_CHUNKED, dis=7.0, vllm=2.8)
+    conf_res = confirm_close_call(res, executor=SerialExecutor())
+    advice = advise(conf_res)
+    conf = conf_res.confirmation
+    assert runs and len(conf.remeasured) == 5
+    assert conf.candidates[4].label == "chunked 4 x tp1 chunk 6144"
+    assert [c.label for c, _ in conf.left_over] == ["disagg 2P x tp1 + 1D x tp1"]
+    assert advice.verdict == "colocate_chunked" and advice.decided
+    assert advice.recommended.candidate.label == "chunked 4 x tp1 chunk 6144"
+    assert advice.recommended.goodput_per_gpu_per_s == pytest.approx(8.4, rel=0.02)
+    assert "may serve more" not in advice.reason
+
+
+def test_stake_orders_verdict_then_recommendation_then_gain():
+    from disaggsim.plan.confirm import stake
+    from disaggsim.plan.search import Candidate
+
+    dis = Candidate("disaggregate", 2, 1, 1, 1)
+    chunk = Candidate("colocate_chunked", 4, 1, chunk_tokens=2048)
+    vllm = Candidate("colocate_vllm", 4, 1)
+    best = {"disaggregate": 7.0, "colocate_chunked": 7.9}  # colocate_chunked wins
+    assert stake(dis, 8.3, best) == 0  # 8.3 >= 7.9 x 1.05: disaggregate
+    assert stake(dis, 8.2, best) == 2  # under it: a gain quoted
+    assert stake(vllm, 8.0, best) == 0  # vllm over chunked: colocate_vllm
+    assert stake(chunk, 8.0, best) == 1  # a better chunk: the recommendation
+    assert stake(chunk, 7.8, best) == 2
+    won = {"disaggregate": 9.0, "colocate_chunked": 7.9}  # disaggregate wins
+    assert stake(chunk, 8.6, won) == 0 and stake(chunk, 8.5, won) == 2
+    assert stake(dis, 9.5, won) == 1
+
+
+def test_a_left_over_that_changes_the_verdict_or_is_the_recommendation_keeps_it_undecided():
+    """Left over by the cap: another vllm layout whose quick goodput beats chunked prefill
+    (the verdict's colocated kind, chunked against vllm) keeps the plan undecided, as a
+    split of the losing side did; so does a recommendation whose kind was never
+    measured (its figure is quick mode's); one that could only be a better chunk of the
+    winning kind is named in the reason and the verdict stands."""
+    chunk = _row("colocate_chunked", 7.9)
+    other_chunk = dataclasses.replace(
+        _row("colocate_chunked", 8.1),
+        candidate=dataclasses.replace(chunk.candidate, chunk_tokens=1024),
+        full_accuracy=False,
+        status="explored",
+    )
+    vllm_a = _row("colocate_vllm", 7.5)
+    vllm_b = dataclasses.replace(
+        _row("colocate_vllm", 8.2),
+        candidate=dataclasses.replace(vllm_a.candidate, num_prefill_workers=8, prefill_tp=2),
+        status="explored",
+    )
+    dis = _row("disaggregate", 7.0)
+    measured = [dis, chunk, vllm_a]
+
+    def confirmed(left):
+        rows = [dataclasses.replace(r, full_accuracy=True) for r in measured]
+        res = _search([*rows, *(r for r, _ in left)], quick=True)
+        conf = Confirmation(
+            "close",
+            0.04,
+            tuple((r.candidate, r.goodput_per_gpu_per_s, r.goodput_per_gpu_per_s) for r in rows),
+            12,
+            PlanOptions.quick().full_accuracy(),
+            left_over=tuple((r.candidate, q) for r, q in left),
+        )
+        return advise(dataclasses.replace(res, confirmation=conf))
+
+    adv = confirmed([(vllm_b, 8.2)])
+    assert adv.verdict == "undecided"
+    assert f"left {vllm_b.candidate.label} unmeasured" in adv.reason
+    adv = confirmed([(other_chunk, 8.1)])
+    assert adv.verdict == "colocate_chunked" and adv.recommended.candidate == chunk.candidate
+    assert f"{other_chunk.candidate.label} (quick 8.100)" in adv.reason
+    assert "may serve more than its 7.900 req/s per GPU" in adv.reason
+    measured = [dis, chunk]  # vllm never measured: its best is the quick row
+    adv = confirmed([(vllm_b, 8.2)])
+    assert adv.verdict == "undecided"
+    assert f"left the recommendation {vllm_b.candidate.label} at its quick goodput" in adv.reason

@@ -41,7 +41,7 @@ from disaggsim.errors import UserError
 from disaggsim.fabric import FabricTopologyConfig, PlacementConfig, build_topology, pool_layouts
 from disaggsim.fabric.estimate import estimate_handoff
 from disaggsim.plan.analytic import Layout, colocated_step_within_itl, worker_cost
-from disaggsim.plan.search import CandidateResult, SearchResult, colocated_cache_ok
+from disaggsim.plan.search import CandidateResult, SearchResult, colocated_cache_ok, rank_rows
 
 __all__ = [
     "HIGH_CONCURRENCY_PER_WORKER",
@@ -447,7 +447,9 @@ def advise(res: SearchResult) -> Advice:
             # full mode's rule decides; only a doubt those runs cannot remove stays
             why = open_family_doubt(res, adv) or left_over_doubt(res, adv)
             if why is None:
-                return dataclasses.replace(adv, reason=f"{adv.reason}; {conf.sentence()}")
+                rivals = left_over_rivals(res, adv)
+                tail = f"; {rivals}" if rivals else ""
+                return dataclasses.replace(adv, reason=f"{adv.reason}; {conf.sentence()}{tail}")
             return dataclasses.replace(
                 adv,
                 verdict="undecided",
@@ -510,28 +512,67 @@ def open_family_doubt(res: SearchResult, adv: Advice) -> str | None:
 
 def left_over_doubt(res: SearchResult, adv: Advice) -> str | None:
     """Doubt (or None): the confirmation's cap (``PlanOptions.confirm_max_candidates``)
-    left a candidate of the losing side unmeasured whose quick goodput per GPU would
-    flip the verdict under full mode's rule."""
+    left a candidate unmeasured that would change the verdict under full mode's rule
+    were its quick goodput per GPU its full-accuracy one — a candidate of the losing
+    side, or of the other colocated kind (chunked against vllm) — or left the
+    recommendation itself at its quick figure."""
     conf = res.confirmation
     if conf is None or not conf.left_over:
         return None
-    dis = adv.best_disaggregated.goodput_per_gpu_per_s if adv.best_disaggregated else 0.0
-    colo = max(
-        (r.goodput_per_gpu_per_s for r in (adv.best_chunked, adv.best_vllm) if r is not None),
-        default=0.0,
-    )
+    rec = adv.recommended.candidate if adv.recommended is not None else None
     for c, quick in conf.left_over:
-        if adv.verdict == "disaggregate":
-            flips = c.kind != "disaggregate" and dis < quick * (1 + MIN_GAIN)
-        else:
-            flips = c.kind == "disaggregate" and quick >= colo * (1 + MIN_GAIN)
-        if flips:
+        if c == rec:
+            return (
+                f"the confirmation measured at most {conf.options.confirm_max_candidates} "
+                f"candidates and left the recommendation {c.label} at its quick goodput "
+                f"({quick:.3g} req/s per GPU)"
+            )
+        if _advise(_taken_as_measured(res, c)).verdict != adv.verdict:
             return (
                 f"the confirmation measured at most {conf.options.confirm_max_candidates} "
                 f"candidates and left {c.label} unmeasured, whose quick goodput "
                 f"({quick:.3g} req/s per GPU) would change the verdict"
             )
     return None
+
+
+def _taken_as_measured(res: SearchResult, c: Any) -> SearchResult:
+    """``res`` with candidate ``c``'s row counted as its kind's best is counted (found,
+    measured at full accuracy, and checked as written where that best was), at its
+    quick goodput: would it be the kind's best, and would that change the verdict?"""
+    best = _best(res, c.kind)
+    rows = [
+        dataclasses.replace(
+            r,
+            status="found",
+            full_accuracy=True,
+            as_written=best.as_written if best is not None else None,
+        )
+        if r.candidate == c
+        else r
+        for r in res.ranked
+    ]
+    return dataclasses.replace(res, ranked=rank_rows(rows))
+
+
+def left_over_rivals(res: SearchResult, adv: Advice) -> str | None:
+    """A clause (or None) naming the candidates of the recommendation's kind that the
+    confirmation's cap left unmeasured although their quick goodput per GPU beats the
+    recommendation's: the verdict stands, but another chunk or split may serve more."""
+    conf, rec = res.confirmation, adv.recommended
+    if conf is None or rec is None:
+        return None
+    # its full-accuracy goodput, before any lowering by the check as written (a file's
+    # window: not the rule the quick goodputs compared come from)
+    full = next((f for c, _, f in conf.remeasured if c == rec.candidate), rec.goodput_per_gpu_per_s)
+    rivals = [(c, q) for c, q in conf.left_over if c.kind == rec.candidate.kind and q > full]
+    if not rivals:
+        return None
+    return (
+        "the recommendation is the best of its kind measured at full accuracy; "
+        + ", ".join(f"{c.label} (quick {q:.3f})" for c, q in rivals)
+        + f", left unmeasured by the cap, may serve more than its {full:.3f} req/s per GPU"
+    )
 
 
 def binding_target(r: CandidateResult, res: SearchResult) -> str | None:

@@ -16,10 +16,15 @@ Rather than answer ``undecided`` and send the user to rerun the whole search wit
    full-accuracy goodput is measured too (the loop of full mode's
    :func:`~disaggsim.plan.search.finalists`), so each side's best is a candidate
    measured at full accuracy — at most ``PlanOptions.confirm_max_candidates`` (8) in
-   all, the highest quick goodputs first: those left over are kept in the
-   confirmation (``left_over``), and where one of the losing side could still flip the
-   verdict by its quick goodput the plan stays ``undecided``
-   (:func:`~disaggsim.plan.advisor.left_over_doubt`).
+   all. Where the cap cuts the list, it cuts by :func:`stake`: first measured are those
+   whose quick goodput could change the verdict, then those that could change the
+   recommendation (a sibling chunk or split of the winning kind), then the rest, each
+   group by quick goodput. Those left over are kept in the confirmation
+   (``left_over``); where one could still change the verdict by its quick goodput (the
+   losing side, or chunked against vllm), or is the recommendation itself, the plan
+   stays ``undecided`` (:func:`~disaggsim.plan.advisor.left_over_doubt`), and one that
+   could serve more than the recommendation is named in the reason
+   (:func:`~disaggsim.plan.advisor.left_over_rivals`).
 
 Then full mode's rule decides (5 %, no band), on those figures. What the confirmation
 cannot remove is a family the wave limit left open whose bound could still beat the
@@ -40,6 +45,7 @@ from collections.abc import Callable
 
 from disaggsim.plan.holds import remeasured_row
 from disaggsim.plan.search import (
+    Candidate,
     CandidateResult,
     Confirmation,
     PlanOptions,
@@ -50,7 +56,7 @@ from disaggsim.plan.search import (
 )
 from disaggsim.sweep.executors import Executor
 
-__all__ = ["confirm_close_call", "side"]
+__all__ = ["confirm_close_call", "side", "stake"]
 
 
 def side(kind: str) -> str:
@@ -133,8 +139,10 @@ def confirm_close_call(
                 for r in rows
                 if r.candidate not in order and r.goodput_per_gpu_per_s > top
             ]
-        # the most likely to change a side's best first, where the cap cuts the list
-        todo.sort(key=lambda c: -quick_per_gpu[c])
+        # where the cap cuts the list, those that can change the answer first (the
+        # verdict, then the recommendation), then the highest quick goodputs
+        best = _kind_bests(order, ev.results)
+        todo.sort(key=lambda c: (stake(c, quick_per_gpu[c], best), -quick_per_gpu[c]))
     quick = {r.candidate: r for r in res.ranked}
     rows = []
     for r in res.ranked:
@@ -165,6 +173,41 @@ def confirm_close_call(
         num_stopped_early=res.num_stopped_early
         + sum(g.num_stopped_early for g in ev.results.values()),
     )
+
+
+def _kind_bests(measured: list, results: dict) -> dict[str, float]:
+    """Each kind's best goodput per GPU among the candidates measured at full accuracy."""
+    best: dict[str, float] = {}
+    for c in measured:
+        if c in results:
+            best[c.kind] = max(best.get(c.kind, 0.0), _per_gpu(results[c]))
+    return best
+
+
+def _winner(best: dict[str, float]) -> str:
+    """The verdict full mode's rule gives on each kind's best goodput per GPU (``best``):
+    disaggregate at >= 5 % over the best colocated kind, else that kind (ties to
+    chunked)."""
+    from disaggsim.plan.advisor import MIN_GAIN
+
+    dis = best.get("disaggregate", 0.0)
+    chunked, vllm = best.get("colocate_chunked", 0.0), best.get("colocate_vllm", 0.0)
+    if dis > 0 and dis >= max(chunked, vllm) * (1 + MIN_GAIN):
+        return "disaggregate"
+    return "colocate_chunked" if chunked >= vllm else "colocate_vllm"
+
+
+def stake(c: Candidate, quick: float, best: dict[str, float]) -> int:
+    """What measuring ``c`` at full accuracy could change, were its goodput per GPU its
+    quick one (``quick``), against each kind's best measured so far (``best``): 0 the
+    verdict (the side, or chunked against vllm), 1 the recommendation (a better member
+    of the winning kind: another chunk or split), 2 neither (a gain the reason quotes).
+    The confirmation's cap cuts the candidates of least stake first: a sibling chunk of
+    the winning family outranks a losing split that cannot overturn the verdict."""
+    now = _winner(best)
+    if _winner({**best, c.kind: max(best.get(c.kind, 0.0), quick)}) != now:
+        return 0
+    return 1 if c.kind == now and quick > best.get(now, 0.0) else 2
 
 
 def _walk_note(walked: tuple[str, ...], o: PlanOptions, waves: int, sims: int) -> str:
