@@ -53,7 +53,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from calibration import public
+from calibration import allreduce_pcie, public
 from calibration.fit import (
     FitError,
     Fitted,
@@ -861,10 +861,13 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
     def link(g) -> float:
         return g.nvlink_bytes_per_s if g.nvlink_bytes_per_s > 0 else g.pcie_bytes_per_s
 
-    for n, prm in ops_out["allreduce"].items():
-        for key in ("bus_bw_bytes_per_s", "ll_bus_bw_bytes_per_s"):
-            if key in prm:
-                prm[key] = _scale(ops_in["allreduce"][n][key], link(tgt), link(src))
+    if tgt.nvlink_bytes_per_s > 0:
+        for n, prm in ops_out["allreduce"].items():
+            for key in ("bus_bw_bytes_per_s", "ll_bus_bw_bytes_per_s"):
+                if key in prm:
+                    prm[key] = _scale(ops_in["allreduce"][n][key], link(tgt), link(src))
+    else:  # an NCCL ring over PCIe, fitted on public nccl-tests tables (not an NVLink's)
+        ops_out["allreduce"] = allreduce_pcie.profile_section(gpu)
     hbm_ratio = (tgt.hbm_bytes_per_s, src.hbm_bytes_per_s)
     for kind in ("d2d", "gather"):
         ops_out["copy"][kind]["bw_bytes_per_s"] = _scale(
@@ -931,10 +934,16 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
             "kind": "prior",
             "source": f"not measured on {gpu}: datasheet peaks from the GPU catalog with the "
             f"efficiency parameters (GEMM, attention backends, element-wise, floors) of the "
-            f"{source_gpu} profile ({source['provenance']['kind']}); {rule}; all-reduce and "
-            f"p2p bandwidth scaled by the {'NVLink' if tgt.nvlink_bytes_per_s > 0 else 'PCIe'}"
-            f" / {'NVLink' if src.nvlink_bytes_per_s > 0 else 'PCIe'} bandwidth ratio, "
-            "d2d/gather by the HBM ratio, host copies by the PCIe ratio",
+            f"{source_gpu} profile ({source['provenance']['kind']}); {rule}; "
+            + (
+                "all-reduce and p2p bandwidth scaled by the NVLink / "
+                f"{'NVLink' if src.nvlink_bytes_per_s > 0 else 'PCIe'} bandwidth ratio"
+                if tgt.nvlink_bytes_per_s > 0
+                else f"all-reduce from {allreduce_pcie.SOURCE}, p2p bandwidth "
+                f"scaled by the PCIe / {'NVLink' if src.nvlink_bytes_per_s > 0 else 'PCIe'} "
+                "bandwidth ratio"
+            )
+            + ", d2d/gather by the HBM ratio, host copies by the PCIe ratio",
             "transferred_from": source_gpu,
             "sm_arch": SM_ARCH[gpu],
             "same_sm_arch_as_source": same_arch,
