@@ -121,7 +121,8 @@ def _num(text: str, field: str, where: str, *, positive: bool = True) -> float:
     except ValueError:
         raise UserError(f"{where}: {field}: not a number: {text!r}") from None
     if not np.isfinite(v) or v < 0 or (positive and v == 0):
-        raise UserError(f"{where}: {field}: must be a {'positive' if positive else 'non-negative'} number, got {text!r}")
+        sign = "positive" if positive else "non-negative"
+        raise UserError(f"{where}: {field}: must be a {sign} number, got {text!r}")
     return v
 
 
@@ -147,7 +148,9 @@ def read_rows(path: Path = DATA) -> pd.DataFrame:
                     raise UserError(f"{where}: role: {r['role']!r} (allowed: {', '.join(ROLES)})")
                 n = _num(r["num_gpus"], "num_gpus", where)
                 if n < 2 or n != int(n):
-                    raise UserError(f"{where}: num_gpus: must be an integer >= 2, got {r['num_gpus']!r}")
+                    raise UserError(
+                        f"{where}: num_gpus: must be an integer >= 2, got {r['num_gpus']!r}"
+                    )
                 time_us = r["time_us"].strip()
                 out.append(
                     {
@@ -207,10 +210,11 @@ def held_out_report(rows: pd.DataFrame | None = None) -> pd.DataFrame:
     rows = read_rows() if rows is None else rows
     fits = {tr: fit_transport(rows, tr) for tr in ("shm", "p2p")}
     out = []
-    for (src, tr), g in rows[rows["role"] == "held_out"].groupby(["source", "transport"], sort=False):
+    held = rows[rows["role"] == "held_out"]
+    for (src, tr), g in held.groupby(["source", "transport"], sort=False):
         n, pcie = int(g["num_gpus"].iloc[0]), float(g["pcie_bytes_per_s"].iloc[0])
         nb = g["nbytes"].to_numpy()
-        for fit_tr in fits if tr == "unknown" else (tr,):
+        for fit_tr in fits if tr == "unknown" else (str(tr),):
             pred = fits[fit_tr].time_s(nb, n, pcie)
             if g["time_s"].notna().all():
                 ratio = pred / g["time_s"].to_numpy()
