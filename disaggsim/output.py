@@ -37,6 +37,7 @@ from pathlib import Path
 
 from disaggsim.errors import UserError
 from disaggsim.inputs import kind_of, read_json, read_regular
+from disaggsim.stops import stops_held
 
 MARKER = ".disaggsim-result.json"
 # Longest file name most filesystems take (NAME_MAX); a temporary sibling adds a suffix.
@@ -175,11 +176,12 @@ def _probe_writable(absolute: Path, flag: str, shown: Path) -> None:
     above = absolute.parent
     while not above.exists():
         above = above.parent
-    try:
-        probe = tempfile.mkdtemp(prefix=".disaggsim-probe-", dir=above)
-    except OSError as e:
-        raise _fail(flag, shown, f"cannot write in {above} ({e.strerror or e})") from None
-    os.rmdir(probe)
+    with stops_held():  # made and removed: a stop between them left the probe folder
+        try:
+            probe = tempfile.mkdtemp(prefix=".disaggsim-probe-", dir=above)
+        except OSError as e:
+            raise _fail(flag, shown, f"cannot write in {above} ({e.strerror or e})") from None
+        os.rmdir(probe)
 
 
 def read_marker(folder: Path) -> Previous | None:
@@ -356,8 +358,10 @@ def write_folder(
     # once "r" is made or moved.
     target = _normal(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(target, "tmp", folder=True)
+    tmp = None
     try:
+        with stops_held():  # made and known to the cleanup below as one step
+            tmp = _tmp_sibling(target, "tmp", folder=True)
         render(tmp)
         names = sorted(os.listdir(tmp))
         for n in names:
@@ -365,7 +369,8 @@ def write_folder(
                 raise RuntimeError(f"result folder entry {n} is not a file")
         _write_marker(tmp, command, names)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     try:
         replaced, left_in = _move_into_place(tmp, target, flag, shown=path)
@@ -419,7 +424,8 @@ def _unplaced(tmp: Path, target: Path, flag: str, shown: Path, e: Exception) -> 
 
 def _write_marker(folder: Path, command: str, names: Iterable[str]) -> None:
     doc = {"written_by": "disaggsim", "command": command, "files": sorted(names)}
-    (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    with stops_held():  # a stop between opening and writing left an empty marker
+        (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def _delete_listed(folder: Path, previous: Previous) -> list[str]:
@@ -446,10 +452,11 @@ def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previou
     path = Path(path)
     previous = check_folder(path, flag)
     path = _normal(path)
-    if previous is not None and _delete_listed(path, previous):
-        raise _fail(flag, path, "could not delete the earlier result's files; delete them")
-    path.mkdir(parents=True, exist_ok=True)
-    _write_marker(path, command, [])
+    with stops_held():  # the earlier files deleted, the folder marked: one step
+        if previous is not None and _delete_listed(path, previous):
+            raise _fail(flag, path, "could not delete the earlier result's files; delete them")
+        path.mkdir(parents=True, exist_ok=True)
+        _write_marker(path, command, [])
     return previous
 
 
@@ -465,7 +472,16 @@ def _move_into_place(
 ) -> tuple[Previous | None, Path | None]:
     """Move the finished ``tmp`` to ``path``: (the earlier result it replaced, the hidden
     folder left holding earlier files the system refused to delete). An OSError leaves
-    ``path`` as it was."""
+    ``path`` as it was. A stop (Ctrl-C, SIGTERM) is held back until the moves are done:
+    one between the two renames left the earlier result hidden in ``.NAME.old-XXXXXXXX``
+    and the new one deleted."""
+    with stops_held():
+        return _move_into_place_held(tmp, path, flag, shown)
+
+
+def _move_into_place_held(
+    tmp: Path, path: Path, flag: str, shown: Path
+) -> tuple[Previous | None, Path | None]:
     # Checked again: the disk may have changed while the simulation ran.
     previous = check_folder(shown, flag)
     if not path.exists() or previous is None:  # none, or an empty folder: replaced atomically
@@ -507,25 +523,31 @@ def write_file(
     existed = check_file(path, flag, owned, what)
     target = _normal(path)  # as in write_folder: "t/../t" would make "t" first
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(target, "tmp", folder=False)
+    tmp = None
     try:
+        with stops_held():  # made and known to the cleanup below as one step
+            tmp = _tmp_sibling(target, "tmp", folder=False)
         write(tmp)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
-    try:
-        existed = check_file(path, flag, owned, what)
-        os.replace(tmp, target)
-    except (UserError, OSError) as e:  # kept and named, as a result folder is
-        raise _unplaced(tmp, target, flag, path, e) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    # A file written into a result folder (a profile fitted into its raw folder) joins
-    # that result's manifest, so replacing the result later replaces it too.
-    folder = read_marker(target.parent)
-    if folder is not None and target.name not in folder.files:
-        _write_marker(target.parent, folder.command, [*folder.files, target.name])
+    # the file put in place and listed in its folder's marker: one step (a stop between
+    # them left a result folder holding a file its marker did not list)
+    with stops_held():
+        try:
+            existed = check_file(path, flag, owned, what)
+            os.replace(tmp, target)
+        except (UserError, OSError) as e:  # kept and named, as a result folder is
+            raise _unplaced(tmp, target, flag, path, e) from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        # A file written into a result folder (a profile fitted into its raw folder) joins
+        # that result's manifest, so replacing the result later replaces it too.
+        folder = read_marker(target.parent)
+        if folder is not None and target.name not in folder.files:
+            _write_marker(target.parent, folder.command, [*folder.files, target.name])
     previous = Previous(command=what, files=(path.name,)) if existed else None
     return Written(path=path, files=(path,), replaced=previous)
 

@@ -88,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals: main thread only
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, _raise_terminated)
+            # an ignored signal stays ignored: nohup's SIGHUP (closing the terminal stopped
+            # a sweep started under nohup)
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, _raise_terminated)
     try:
         with on_command_line():  # errors name the flags typed, not API arguments
             return _main(argv)

@@ -68,6 +68,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from disaggsim.errors import note_kept
     from disaggsim.html_report import REPORT_FILE, compare_report
     from disaggsim.output import check_folder, out_flag, write_folder
+    from disaggsim.stops import stops_held
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
     from disaggsim.sweep.core import RATE_PATH
     from disaggsim.sweep.grid import parse_params
@@ -106,7 +107,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         with executor(args) as ex, progress(args.quiet) as new_bar:
             # after the executor is made: a bad --scheduler or --workers leaves nothing
-            journal = open_journal(out, flag, None, args.resume, command="compare")
+            with stops_held():  # made and known to the except below as one step
+                journal = open_journal(out, flag, None, args.resume, command="compare")
             res = compare(
                 args.scenarios,
                 params,

@@ -193,6 +193,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.question import build_question, flag_error, question_yaml
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
+    from disaggsim.stops import stops_held
     from disaggsim.sweep.journal import KeptRuns, open_journal
 
     question = _question(args)
@@ -236,9 +237,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         with executor(args) as ex, progress(args.quiet or args.json) as bar:
             # after the executor is made: a bad --scheduler or --workers leaves nothing
-            journal = open_journal(
-                kept_in, out_flag(args.out is not None), None, args.resume, "plan"
-            )
+            with stops_held():  # made and known to the except below as one step
+                journal = open_journal(
+                    kept_in, out_flag(args.out is not None), None, args.resume, "plan"
+                )
             res, advice = plan(
                 loaded,
                 gpus=args.gpus,

@@ -28,6 +28,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from disaggsim.errors import note_kept
     from disaggsim.output import check_folder, out_flag, write_folder
+    from disaggsim.stops import stops_held
     from disaggsim.sweep.core import as_source, run_tasks, sweep_tasks, table
     from disaggsim.sweep.grid import parse_params
     from disaggsim.sweep.journal import open_journal
@@ -52,7 +53,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         with executor(args) as ex:
             # after the executor is made: a bad --scheduler or --workers leaves nothing
-            journal = open_journal(out, flag, tasks, args.resume)
+            with stops_held():  # made and known to the except below as one step
+                journal = open_journal(out, flag, tasks, args.resume)
             with progress(args.quiet) as new_bar:
                 summaries = run_tasks(
                     tasks,

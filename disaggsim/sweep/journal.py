@@ -40,6 +40,7 @@ from disaggsim import __version__
 from disaggsim.errors import UserError
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.output import MARKER, _fail, check_folder, read_marker
+from disaggsim.stops import stops_held
 from disaggsim.sweep.core import PointTask, run_point
 
 JOURNAL = "runs.jsonl"
@@ -144,7 +145,8 @@ class Journal:
         a pool's thread too: :class:`KeptRuns`.)"""
         doc = {"run": run, "summary": summary.to_dict(), "command": self.command}
         line = json.dumps(doc)
-        with self._lock:
+        # on disk and counted as one step: a stop between them said one run fewer kept
+        with self._lock, stops_held():
             if self._file is None:  # closed: the command is over
                 return
             self._file.write(line + "\n")
@@ -183,16 +185,17 @@ class Journal:
         except OSError:
             empty = False
         if empty or (finished and self.others == 0):
-            for name in (JOURNAL, MARKER):
-                try:
-                    (self.folder / name).unlink()
-                except FileNotFoundError:
-                    pass
-            for made in self._made or [self.folder]:
-                try:
-                    made.rmdir()
-                except OSError:
-                    break  # something else is in it: left as it is
+            with stops_held():  # a second Ctrl-C while it is deleted: the folder half gone
+                for name in (JOURNAL, MARKER):
+                    try:
+                        (self.folder / name).unlink()
+                    except FileNotFoundError:
+                        pass
+                for made in self._made or [self.folder]:
+                    try:
+                        made.rmdir()
+                    except OSError:
+                        break  # something else is in it: left as it is
 
 
 def open_journal(
@@ -207,7 +210,12 @@ def open_journal(
     command kept there (a sweep's ``tasks``: those of them it kept are :attr:`Journal.reused`;
     ``None``: runs known as they are sent, :class:`KeptRuns`). Without ``resume`` a
     partial folder holding finished runs is a one-line error: it is neither reused nor
-    deleted silently."""
+    deleted silently.
+
+    Call it inside :func:`~disaggsim.stops.stops_held`, assigning the journal there
+    (``with stops_held(): journal = open_journal(...)``) within the ``try`` whose
+    ``except`` closes it: a stop between the folder's making and that assignment left an
+    empty ``OUT.partial`` that no cleanup knew of."""
     shown = partial_path(out)
     folder = partial_path(Path(os.path.abspath(out)))
     prints = [fingerprint(t) for t in tasks or ()]
