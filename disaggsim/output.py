@@ -149,6 +149,20 @@ def _check_common_unguarded(path: Path, flag: str, kind: str) -> Path:
             f"name longer than {_NAME_MAX_BYTES - _TMP_NAME_CHARS} bytes (filesystem limit)",
         )
     absolute = _normal(path)
+    if not _utf8(str(absolute)):
+        # bytes no UTF-8 decoding holds (a latin-1 name: Python carries them as lone
+        # surrogates): the Parquet writer cannot name such a path, so a run simulated,
+        # then failed to write with a traceback (a sweep's kept runs not said)
+        where = "holds"
+        if _utf8(text):  # the working folder's name, or one above it
+            odd = next(p for p in reversed(absolute.parents) if not _utf8(str(p)))
+            where = f"lies in {_bytes_shown(odd)}, whose name holds"
+        raise _fail(
+            flag,
+            _bytes_shown(path),
+            f"{where} bytes that are not UTF-8 (disaggsim writes under UTF-8 names only: "
+            "its Parquet writer cannot name others); give a path whose names are UTF-8",
+        )
     parent = absolute.parent
     cwd = Path.cwd().resolve()
     if absolute == cwd or absolute in cwd.parents:
@@ -162,6 +176,19 @@ def _check_common_unguarded(path: Path, flag: str, kind: str) -> Path:
                 raise _fail(flag, path, f"{above} is a file, not a folder")
             break
     return absolute
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _bytes_shown(path: Path | str) -> str:
+    """A path as its bytes read, those that are not UTF-8 as ``\\xff``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _normal(path: Path) -> Path:
@@ -342,6 +369,24 @@ def _tmp_sibling(path: Path, kind: str, folder: bool) -> Path:
     raise FileExistsError(f"no free temporary name beside {path}")
 
 
+def _make_parents(target: Path) -> list[Path]:
+    """Make the folders above ``target`` that do not exist (``results/`` of a default
+    output); returns them, deepest first, for :func:`_remove_made`."""
+    made = [p for p in target.parents if not os.path.lexists(p)]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders :func:`_make_parents` made, when a write fails: an empty
+    ``results/`` was left behind by a command that wrote nothing."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            break  # something else is in it now: left as it is
+
+
 def write_folder(
     path: str | Path,
     render: Callable[[Path], object],
@@ -357,7 +402,7 @@ def write_folder(
     # a folder that does not exist yet, or one that is renamed aside, names another place
     # once "r" is made or moved.
     target = _normal(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    made = _make_parents(target)
     tmp = None
     try:
         with stops_held():  # made and known to the cleanup below as one step
@@ -371,6 +416,7 @@ def write_folder(
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        _remove_made(made)
         raise
     try:
         replaced, left_in = _move_into_place(tmp, target, flag, shown=path)
@@ -381,6 +427,7 @@ def write_folder(
         raise _unplaced(tmp, target, flag, path, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_made(made)
         raise
     return Written(
         path=path, files=tuple(path / n for n in names), replaced=replaced, left_in=left_in
@@ -522,7 +569,7 @@ def write_file(
     path = Path(path)
     existed = check_file(path, flag, owned, what)
     target = _normal(path)  # as in write_folder: "t/../t" would make "t" first
-    target.parent.mkdir(parents=True, exist_ok=True)
+    made = _make_parents(target)
     tmp = None
     try:
         with stops_held():  # made and known to the cleanup below as one step
@@ -531,6 +578,7 @@ def write_file(
     except BaseException:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+        _remove_made(made)
         raise
     # the file put in place and listed in its folder's marker: one step (a stop between
     # them left a result folder holding a file its marker did not list)
@@ -542,6 +590,7 @@ def write_file(
             raise _unplaced(tmp, target, flag, path, e) from None
         except BaseException:
             tmp.unlink(missing_ok=True)
+            _remove_made(made)
             raise
         # A file written into a result folder (a profile fitted into its raw folder) joins
         # that result's manifest, so replacing the result later replaces it too.

@@ -251,3 +251,45 @@ def test_calibrate_fit_refuses_a_foreign_profile_path(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "not a profile disaggsim wrote" in err
     assert target.read_text() == "[1, 2]"
+
+
+@pytest.mark.parametrize("where", ["out", "working-folder"])
+def test_a_path_that_is_not_utf8_is_refused_before_the_run(tmp_path, capsys, monkeypatch, where):
+    # a latin-1 byte in --out or in the working folder's name: the run simulated, then the
+    # Parquet writer could not name the path (a UnicodeEncodeError traceback, exit 1; a
+    # sweep's kept runs not said, an empty results/ left)
+    work = tmp_path / ("w\udcff" if where == "working-folder" else "w")
+    work.mkdir()
+    monkeypatch.chdir(work)
+    out = ["--out", "r\udcfe"] if where == "out" else []
+    rc = main(["sweep", str(CI / "chunked.yaml"), "--param", "workload.rate_per_s=1,2",
+               "--workers", "1", *SHORT, *out])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2
+    if where == "out":
+        assert err == (
+            "disaggsim: error: --out r\\xfe: holds bytes that are not UTF-8 (disaggsim writes "
+            "under UTF-8 names only: its Parquet writer cannot name others); give a path "
+            "whose names are UTF-8\n"
+        )
+    else:
+        assert err.startswith("disaggsim: error: results/ci-chunked-sweep (the default output")
+        assert f"lies in {tmp_path}/w\\xff, whose name holds bytes that are not UTF-8" in err
+    assert os.listdir(work) == []
+
+
+def test_a_failed_write_removes_the_folders_it_made_above(tmp_path):
+    # the default output's results/ was left behind, empty, by a command that wrote nothing
+    def fails(tmp: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_folder(tmp_path / "results" / "deep" / "x", fails, command="run")
+    with pytest.raises(OSError):
+        write_file(tmp_path / "a" / "t.json", fails, "--trace", json_owned("x"))
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "mine.txt").write_text("a user's file\n")
+    with pytest.raises(OSError):
+        write_folder(tmp_path / "results" / "deep" / "x", fails, command="run")
+    assert os.listdir(tmp_path / "results") == ["mine.txt"]
