@@ -184,6 +184,16 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("yaml-missing-file", _nothing, ["run", "nope.yaml"], "nope.yaml: scenario file not found"),
     ("set-duplicate-key", _nothing, sets("decode_pool={gpu: h100-sxm, gpu: a100-80gb}"),
      "duplicate key 'gpu'"),
+    # YAML 1.1 numbers in another base than their digits suggest: read silently as 8, 64
+    # and 90 (a leading 0 is octal, colons base 60)
+    ("yaml-octal-looking", _scenario(DISAGG, {"num_workers: 1, tp: 4, max_batch_seqs: 128":
+     "num_workers: 1, tp: 4, max_batch_seqs: 0100"}), run_args(),
+     "disagg.yaml: line 12: '0100' is not the number it looks like (YAML 1.1 reads a leading 0 "
+     "as octal: 64; write 100 without the leading 0, or quote it for text)"),
+    ("set-octal-looking", _nothing, sets("seed=010"), "--set seed=010: '010' is not the number "
+     "it looks like (YAML 1.1 reads a leading 0 as octal: 8; write 10"),
+    ("set-base-60", _nothing, sets("sim.duration_s=1:30"), "--set sim.duration_s=1:30: '1:30' is "
+     "not the number it looks like (YAML 1.1 reads digits separated by ':' in base 60: 90;"),
     # ---- misspelt keys: reported first, with the nearest allowed key
     ("misspelt-required-key", _scenario(DISAGG, {"num_workers: 1, tp: 4, max_batch_seqs":
      "num_worker: 1, tp: 4, max_batch_seqs"}), run_args(),

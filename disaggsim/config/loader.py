@@ -79,6 +79,19 @@ class _StrictLoader(yaml.SafeLoader):
                 None, None, _unreadable(node, e), node.start_mark
             ) from None
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        # YAML 1.1 reads a leading 0 as octal and a colon as base 60: `num_workers: 010`
+        # was 8 and `max_batch_seqs: 0100` 64, silently (hex 0x10 and binary 0b10 say
+        # their base and are read as written)
+        value = super().construct_yaml_int(node)
+        _check_base(node, value)
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        _check_base(node, value)
+        return value
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
@@ -91,6 +104,40 @@ class _StrictLoader(yaml.SafeLoader):
                     raise _DuplicateKey(key_text(key), line, seen[key])
                 seen[key] = line
         return super().construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+
+
+class _OtherBase(Exception):
+    def __init__(self, line: int, why: str) -> None:
+        self.line, self.why = line, why
+
+
+def _check_base(node: yaml.ScalarNode, value: float) -> None:
+    """Refuse a number YAML 1.1 reads in another base than its digits suggest."""
+    text = str(node.value)
+    digits = text.lstrip("+-").replace("_", "")
+    if ":" in digits:
+        why = f"YAML 1.1 reads digits separated by ':' in base 60: {value:g}; write the number"
+    elif (
+        len(digits) > 1
+        and digits[0] == "0"
+        and digits.isdigit()
+        and abs(value) != int(digits, 10)  # 00-07 read the same either way
+    ):
+        sign = "-" if text.startswith("-") else ""
+        why = (
+            f"YAML 1.1 reads a leading 0 as octal: {value:g}; write {sign}{int(digits, 10)} "
+            "without the leading 0"
+        )
+    else:
+        return
+    raise _OtherBase(
+        node.start_mark.line + 1,
+        f"{text!r} is not the number it looks like ({why}, or quote it for text)",
+    )
 
 
 def _unreadable(node: yaml.Node, e: Exception) -> str:
@@ -155,6 +202,8 @@ def parse_yaml_text(text: str, path: str) -> dict:
             f"{path}: line {e.line}: duplicate key {e.key!r} (first given on line "
             f"{e.first_line}); give each key once"
         ) from None
+    except _OtherBase as e:
+        raise UserError(f"{path}: line {e.line}: {e.why}") from None
     except _TooDeep as e:
         raise UserError(
             f"{path}: line {e.line}: nested more than {MAX_YAML_DEPTH} levels deep"
@@ -194,6 +243,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         parsed = yaml.load(value, Loader=_StrictLoader) if value.strip() else ""
     except _DuplicateKey as e:
         raise UserError(f"{_set(text)}: duplicate key {e.key!r}; give each key once") from None
+    except _OtherBase as e:
+        raise UserError(f"{_set(text)}: {e.why}") from None
     except (_TooDeep, RecursionError):
         raise UserError(f"{_set(text)}: nested more than {MAX_YAML_DEPTH} levels deep") from None
     except yaml.YAMLError:
