@@ -2134,6 +2134,420 @@ def test_fuzz_stopped_compare(work, case):
     assert check_stopc(work, case) == []
 
 
+# A plan stopped after a random number of finished simulations, then run again: the same
+# rules as a stopped comparison, and with --resume it must write the plan.json and
+# ranked.csv of an uninterrupted plan. A one- or two-GPU question with --quick and a short
+# run-length rule: 77 simulations in 18 s here (llama-3.1-8b on 1 H100, ISL 200 / OSL 20),
+# where the advisor scenarios take minutes. Out of the suite (a case takes about a minute):
+# ``python tests/test_fuzz_cli.py SEED N stopp``. Without --out the question's plan goes
+# to results/<name>/ and its runs to results/<name>.partial/ (the default output).
+STOPP_QUESTIONS = [
+    ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "200", "--osl", "20"],
+    ["--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--isl", "500", "--osl", "50"],
+    ["--model", "mistral-7b", "--gpu", "h100-sxm", "--isl", "lognormal:300:0.5",
+     "--osl", "30"],
+]  # fmt: skip
+
+
+def stopp_cases(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        argv = ["plan", *rng.choice(STOPP_QUESTIONS), "--gpus", rng.choice(["1", "2"]),
+                "--ttft-ms", rng.choice(["500", "1000"]), "--itl-ms", rng.choice(["50", "100"]),
+                "--quick", "--quiet", "--no-plots", "--min-requests", rng.choice(["30", "60"]),
+                "--service-multiple", "0.5"]  # fmt: skip
+        cases.append({
+            "argv": argv, "out": rng.random() < 0.7,
+            "how": rng.choice(["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "raise"]),
+            "at": rng.randint(0, 60), "workers": rng.choice([1, 2]),
+        })  # fmt: skip
+    return cases
+
+
+def _plan_name(argv: list[str]) -> str:
+    model, gpu, gpus = (argv[argv.index(f) + 1] for f in ("--model", "--gpu", "--gpus"))
+    return f"plan-{model}-{gpu}-{gpus}gpu"
+
+
+def check_stopp(work: Path, case: dict) -> list[str]:
+    import signal as sig
+    import subprocess
+
+    how, at = case["how"], case["at"]
+    out = "p" if case["out"] else f"results/{_plan_name(case['argv'])}"
+    argv = [*case["argv"], "--out", "p"] if case["out"] else list(case["argv"])
+    with open(work.parent / f"{work.name}.stop-err", "w+") as err_file:
+        p = subprocess.Popen(
+            [sys.executable, "-c", STOPC_CHILD, how, str(at), *argv,
+             "--workers", str(case["workers"])],
+            cwd=work, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+            stderr=err_file, start_new_session=True,
+        )  # fmt: skip
+        try:
+            rc = p.wait(timeout=300)
+        finally:
+            try:
+                os.killpg(p.pid, sig.SIGKILL)
+            except ProcessLookupError:
+                pass
+        err_file.seek(0)
+        err = err_file.read()
+    bad = []
+    partial = work / f"{out}.partial" / "runs.jsonl"
+    kept = len(partial.read_text().splitlines()) if partial.exists() else 0
+    top = out.split("/")[0]
+    names = sorted(x.name for x in work.iterdir())
+    if rc == 0:  # the plan took fewer runs than ``at``: it ended before the stop
+        if names != sorted(["keep.txt", top]) or os.path.lexists(work / f"{out}.partial"):
+            bad.append(f"finished, left {names}")
+        return [f"{b}: {err.strip()[-1000:]}" for b in bad]
+    expected_rc = {"SIGINT": 130, "raise": 2, "SIGKILL": -9}.get(how)
+    if expected_rc is None:
+        expected_rc = 128 + getattr(sig, how)
+    if rc != expected_rc:
+        bad.append(f"exit {rc}, expected {expected_rc}")
+    if kept < at:
+        bad.append(f"{kept} runs kept, {at} finished")
+    if how != "SIGKILL":
+        lines = err.strip().splitlines()
+        said = f"{kept} run{'s' if kept > 1 else ''} finished and {'are' if kept > 1 else 'is'} kept in {out}.partial/"
+        if len(lines) != 1:
+            bad.append("not one line")
+        elif (said in lines[0]) != (kept > 0):
+            bad.append("kept runs not said" if kept else "kept runs said, none finished")
+    left = kept or how == "SIGKILL"
+    if names != sorted(["keep.txt", f"{out}.partial".split("/")[0]] if left else ["keep.txt"]):
+        bad.append(f"left {names}")
+    if kept:
+        rc2, _, err2 = _invoke([*argv, "--workers", "1"])
+        if rc2 != 2 or "--resume" not in err2:
+            bad.append(f"kept runs not refused without --resume (exit {rc2})")
+    rc3, out3, err3 = _invoke([*argv, "--workers", "1", "--resume"])
+    if rc3 != 0:
+        bad.append(f"--resume exit {rc3}: {err3.strip()[-300:]}")
+        return [f"{b}: {err.strip()[-1000:]}" for b in bad]
+    if kept and f"{kept} runs reused from {out}.partial/" not in " ".join(out3.split()):
+        bad.append(f"reuse not said: {out3.strip()[-300:]}")
+    rc4, _, err4 = _invoke([*case["argv"], "--out", "u", "--workers", "1"])
+    if rc4 != 0:
+        bad.append(f"uninterrupted exit {rc4}: {err4.strip()[-300:]}")
+    else:
+        if json.loads((work / out / "plan.json").read_text()) != json.loads(
+            (work / "u" / "plan.json").read_text()
+        ):
+            bad.append("resumed plan.json differs")
+        if (work / out / "ranked.csv").read_bytes() != (work / "u" / "ranked.csv").read_bytes():
+            bad.append("resumed ranked.csv differs")
+    names = sorted(x.name for x in work.iterdir())
+    if names != sorted(["keep.txt", top, "u"][: 3 if rc4 == 0 else 2]):
+        bad.append(f"after --resume left {names}")
+    if case["out"] is False and sorted(x.name for x in (work / "results").iterdir()) != [
+        Path(out).name
+    ]:
+        bad.append(f"results/ holds {sorted(x.name for x in (work / 'results').iterdir())}")
+    return [f"{b}: {err.strip()[-1000:]}" for b in bad]
+
+
+# ------------------------------------------------------------------ paths of every kind
+
+# ``run`` or a two-point ``sweep`` whose scenario file and --out are drawn from the kinds
+# of paths a machine holds (docs/safety.md "Where results go", "Files disaggsim reads"): a
+# folder, a named pipe, a device, an empty file, a symbolic link, names in Unicode or with
+# bytes that are not UTF-8, another filesystem (/dev/shm), a result folder inside the
+# scenarios' folder, the scenario.yaml of an earlier result replaced by the run reading
+# it, a place nothing can be made. A kind no command may use must be one line (exit 2)
+# naming the path; the others must run; either way nothing changes but the result folder.
+_SCEN_KINDS = ["plain", "unicode", "latin1", "symlink", "dir", "fifo", "device", "empty",
+               "in-result"]  # fmt: skip
+_OUT_KINDS = ["new", "unicode", "latin1", "symlink-dir", "dangling", "other-fs",
+              "in-scenarios", "fifo", "nested", "earlier-result", "unwritable"]  # fmt: skip
+_SCEN_REFUSED = {"dir", "fifo", "device", "empty"}
+_OUT_REFUSED = {"latin1", "symlink-dir", "dangling", "fifo", "unwritable"}
+
+
+def paths_cases(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {"command": rng.choice(["run", "run", "sweep"]), "scenario": rng.choice(_SCEN_KINDS),
+         "out": rng.choice(_OUT_KINDS), "base": rng.choice(SWEEP_BASES)}
+        for _ in range(n)
+    ]  # fmt: skip
+
+
+def _paths_setup(work: Path, case: dict) -> tuple[str, str, Path | None]:
+    """Make the case's files; (scenario path, --out path, a folder outside ``work`` to
+    remove afterwards)."""
+    import secrets
+
+    sc = work / "sc"
+    sc.mkdir()
+    text = (SCENARIOS / case["base"]).read_text()
+    (sc / "s.yaml").write_text(text)
+    kind = case["scenario"]
+    scen = {"plain": "sc/s.yaml", "unicode": "sc/é名 ☃.yaml", "latin1": "sc/s\udcff.yaml",
+            "symlink": "sc/link.yaml", "dir": "sc/d.yaml", "fifo": "sc/f.yaml",
+            "device": "sc/n.yaml", "empty": "sc/e.yaml",
+            "in-result": "prev/scenario.yaml"}[kind]  # fmt: skip
+    if kind in ("unicode", "latin1"):
+        (work / scen).write_text(text)
+    elif kind == "symlink":
+        (sc / "link.yaml").symlink_to("s.yaml")
+    elif kind == "dir":
+        (sc / "d.yaml").mkdir()
+    elif kind == "fifo":
+        os.mkfifo(sc / "f.yaml")
+    elif kind == "device":
+        (sc / "n.yaml").symlink_to("/dev/null")
+    elif kind == "empty":
+        (sc / "e.yaml").write_text("")
+    if kind == "in-result" or case["out"] == "earlier-result":
+        rc, _, err = _invoke(["run", str(sc / "s.yaml"), "--out", "prev", *_PATHS_QUICK])
+        assert rc == 0, err
+    outside = None
+    out = {"new": "r", "unicode": "résultat 名", "latin1": "r\udcfe", "symlink-dir": "link",
+           "dangling": "dang", "in-scenarios": "sc/r", "fifo": "ff", "nested": "a/b/c",
+           "earlier-result": "prev", "unwritable": "/proc/disaggsim-r"}.get(case["out"])  # fmt: skip
+    if case["out"] == "symlink-dir":
+        (work / "target").mkdir()
+        (work / "link").symlink_to("target")
+    elif case["out"] == "dangling":
+        (work / "dang").symlink_to("nowhere")
+    elif case["out"] == "fifo":
+        os.mkfifo(work / "ff")
+    elif case["out"] == "other-fs":
+        outside = Path("/dev/shm") / f"disaggsim-fuzz-{secrets.token_hex(4)}"
+        outside.mkdir()
+        out = str(outside / "r")
+    assert out is not None
+    return scen, out, outside
+
+
+_PATHS_QUICK = ["--set", "sim.duration_s=3", "--set", "sim.warmup_s=0", "--quiet", "--no-plots"]
+
+
+def _lstat_tree(root: Path) -> dict[str, object]:
+    """Every entry under ``root`` (links not followed): a file's bytes, else its kind."""
+    import stat as st
+
+    out: dict[str, object] = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            mode = os.lstat(p).st_mode
+            key = str(p.relative_to(root))
+            if st.S_ISREG(mode):
+                out[key] = p.read_bytes()
+            elif st.S_ISLNK(mode):
+                out[key] = ("link", os.readlink(p))
+            else:
+                out[key] = st.S_IFMT(mode)
+    return out
+
+
+def check_paths(work: Path, case: dict) -> list[str]:
+    outside = None
+    try:
+        scen, out, outside = _paths_setup(work, case)
+        argv = [case["command"], scen, "--out", out, *_PATHS_QUICK]
+        if case["command"] == "sweep":
+            argv += ["--param", "workload.rate_per_s=1,2", "--workers", "1"]
+        before = _lstat_tree(work)
+        rc, _, err = _invoke(argv)
+        bad = _one_error_line(rc, err)
+        refused = case["scenario"] in _SCEN_REFUSED or case["out"] in _OUT_REFUSED
+        if refused and rc != 2:
+            bad.append(f"ran (exit {rc}), where a path of this kind must be refused")
+        if not refused and rc != 0:
+            bad.append(f"refused (exit {rc}) a path that must run")
+        shown = {p.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                 for p in (scen, out)}  # fmt: skip
+        if rc == 2 and not any(p in err for p in shown):
+            bad.append("the error names neither the scenario nor --out")
+        after = _lstat_tree(work)
+        target = Path(out) if Path(out).is_absolute() else work / out
+        if rc == 0:
+            marker = json.loads((target / ".disaggsim-result.json").read_text())
+            names = sorted(os.listdir(target))
+            if names != sorted([*marker["files"], ".disaggsim-result.json"]):
+                bad.append(f"the result holds {names}, its marker lists {marker['files']}")
+            # the result folder (and the folders made above it) is all that changed
+            skip = str(target.relative_to(work)) if target.is_relative_to(work) else None
+            if skip is not None:
+                top = skip.split("/")[0]
+                after = {k: v for k, v in after.items()
+                         if not (k == skip or k.startswith(skip + "/") or
+                                 (k not in before and (skip + "/").startswith(k + "/")))}  # fmt: skip
+                before = {k: v for k, v in before.items()
+                          if not (k == skip or k.startswith(skip + "/"))}  # fmt: skip
+                del top
+        if after != before:
+            changed = sorted(set(after) ^ set(before)) or sorted(
+                k for k in after if after[k] != before.get(k)
+            )
+            bad.append(f"changed outside the result: {changed[:4]}")
+        if outside is not None and rc != 0 and os.listdir(outside):
+            bad.append(f"left {os.listdir(outside)} on the other filesystem")
+    finally:
+        if outside is not None:
+            shutil.rmtree(outside, ignore_errors=True)
+    return [f"{b}: {err.strip()[-600:]}" for b in bad]
+
+
+PATHS_CASES = paths_cases(SEED, 4)
+
+
+@pytest.mark.parametrize(
+    "case", PATHS_CASES, ids=[f"{c['command']}-{c['scenario']}-{c['out']}" for c in PATHS_CASES]
+)
+def test_fuzz_paths(work, serial_sweeps, case):
+    assert check_paths(work, case) == []
+
+
+# ------------------------------------------------------------------ YAML as people write it
+
+# A CI scenario written back as YAML with one feature of the language a person may use:
+# an anchor and an alias (or a merge key ``<<:``) sharing one pool section with the other,
+# a key given twice, or a number written another way (octal-looking, base 60, hex, binary,
+# digit groups, a sign, a tag, ``.inf``/``.nan``, far beyond any bound, a boolean, null,
+# binary data, a Python object tag). A key given twice and a number no field takes (one
+# that is not what it looks like, not finite or beyond every bound) must be refused in
+# one line naming the file and the line or the field; an anchor or merge key must be
+# read as the mapping it stands for (the same outcome as that mapping given directly).
+_NUMBER_TEXTS = {
+    # text: whether every numeric field must refuse it
+    "010": True, "0100": True, "1:30": True, "-0:30": True, ".inf": True, "-.inf": True,
+    ".nan": True, ".NaN": True, "1e400": True, "1.0e+16": True, "99999999999999999999999": True,
+    "!!binary aGk=": True, "!!python/object/apply:os.getcwd []": True, "yes": True,
+    "!!set {a: null}": True, "0x10": False, "0b11": False, "1_000": False, "+7": False,
+    "07": False, "!!float 5": False, "!!int '6'": False, "2.": False, "-0": False,
+    "'5'": False, "~": False, "0.": False,
+}  # fmt: skip
+
+
+def yamlx_cases(seed: int, n: int) -> list[dict]:
+    import yaml
+
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        base = rng.choice(SWEEP_BASES)
+        raw = yaml.safe_load((SCENARIOS / base).read_text())
+        raw.setdefault("sim", {}).update({"duration_s": 3, "warmup_s": 0})
+        kinds = ["number", "number", "duplicate"]
+        if "prefill_pool" in raw:
+            kinds += ["alias", "merge"]
+        kind = rng.choice(kinds)
+        case = {"base": base, "kind": kind}
+        if kind == "number":
+            leaves = [p for p in _leaves(raw)
+                      if isinstance(_get(raw, p), (int, float)) and not isinstance(_get(raw, p), bool)]  # fmt: skip
+            path = rng.choice(leaves)
+            text = rng.choice(sorted(_NUMBER_TEXTS))
+            case.update(path=list(path), text=text)
+        elif kind == "duplicate":
+            path = rng.choice([p for p in _leaves(raw) if not isinstance(_get(raw, p), list)])
+            case.update(path=list(path))
+        elif kind == "merge":
+            case.update(num_workers=rng.choice([1, 2, 3]))
+        case["raw"] = raw
+        cases.append(case)
+    return cases
+
+
+def _yamlx_text(case: dict) -> tuple[str, dict | None]:
+    """The file's text, and the mapping it stands for (None: the file must be refused, or
+    a number text whose meaning YAML decides)."""
+    import copy
+
+    import yaml
+
+    raw = copy.deepcopy(case["raw"])
+    kind = case["kind"]
+    if kind == "number":
+        parent = _get(raw, case["path"][:-1])
+        parent[case["path"][-1]] = "__FUZZ__"
+        text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False)
+        return text.replace("__FUZZ__", case["text"]), None
+    if kind == "duplicate":
+        path = case["path"]
+        parent = _get(raw, path[:-1])
+        key = path[-1]
+        if isinstance(parent, list):  # a list item: give its mapping's first key twice
+            return "", None
+        value = parent[key]
+        dumped = yaml.safe_dump({key: value}, default_flow_style=True, width=10**6).strip()
+        dumped = dumped[1:-1]  # "{k: v}" -> "k: v"
+        parent[key] = "__FUZZ__"
+        text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, width=10**6)
+        line = next(x for x in text.splitlines() if x.strip().startswith(f"{key}: __FUZZ__"))
+        indent = line[: len(line) - len(line.lstrip())]
+        return text.replace(line, f"{indent}{dumped}\n{indent}{dumped}"), None
+    pool = raw["prefill_pool"]
+    flow = yaml.safe_dump(pool, default_flow_style=True, width=10**6).strip()
+    raw["prefill_pool"], raw["decode_pool"] = "__ANCHOR__", "__ALIAS__"
+    text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, width=10**6)
+    text = text.replace("__ANCHOR__", f"&p {flow}")
+    equiv = copy.deepcopy(case["raw"])
+    if kind == "alias":
+        equiv["decode_pool"] = copy.deepcopy(pool)
+        return text.replace("__ALIAS__", "*p"), equiv
+    equiv["decode_pool"] = {**pool, "num_workers": case["num_workers"]}
+    return text.replace("__ALIAS__", f"{{<<: *p, num_workers: {case['num_workers']}}}"), equiv
+
+
+def check_yamlx(work: Path, case: dict) -> list[str]:
+    text, equiv = _yamlx_text(case)
+    if not text:
+        return []
+    (work / "s.yaml").write_text(text)
+    before = _tree(work)
+    # no --set: the file's own values are the case (its run is 3 s already)
+    rc, _, err = _invoke(["run", "s.yaml", "--out", "out", "--quiet", "--no-plots"])
+    bad = _one_error_line(rc, err)
+    kind = case["kind"]
+    if rc == 2:
+        if not err.startswith(f"{PREFIX}s.yaml: "):
+            bad.append("the error does not name the file")
+        if _tree(work) != before:
+            bad.append("wrote on error")
+    if kind == "duplicate":
+        if rc != 2 or "duplicate key" not in err:
+            bad.append(f"a key given twice not refused as such (exit {rc})")
+    elif kind == "number":
+        key = str(case["path"][-1])
+        if _NUMBER_TEXTS[case["text"]] and rc != 2:
+            bad.append(f"{case['text']!r} at {'.'.join(map(str, case['path']))} ran")
+        if rc == 2 and not (re.search(r"line \d+", err) or key in err or
+                            key.replace("_", " ") in err):  # fmt: skip
+            bad.append("the error names neither the line nor the field")
+    else:  # the same outcome as the mapping it stands for, written out in full
+        import yaml
+
+        assert equiv is not None
+        (work / "e.yaml").write_text(yaml.safe_dump(equiv, sort_keys=False))
+        rc2, _, err2 = _invoke(["run", "e.yaml", "--out", "out2", "--quiet", "--no-plots"])
+        if rc != rc2 or err.replace("s.yaml", "e.yaml") != err2:
+            bad.append(f"exit {rc}, the mapping it stands for: {rc2} {err2.strip()[-300:]}")
+        elif rc == 0:
+            a, b = (json.loads((work / o / "summary.json").read_text()) for o in ("out", "out2"))
+            a.pop("wall_s", None), b.pop("wall_s", None)  # the machine's time, not the run's
+            if a != b:
+                bad.append("summary.json differs from the mapping's")
+    return [f"{b}: {err.strip()[-600:]}" for b in bad]
+
+
+YAMLX_CASES = yamlx_cases(SEED, 6)
+
+
+@pytest.mark.parametrize(
+    "case", YAMLX_CASES,
+    ids=[f"{c['kind']}-{c.get('text', '')}-{'.'.join(map(str, c.get('path', [])))}" for c in YAMLX_CASES],
+)  # fmt: skip
+def test_fuzz_yaml_forms(work, case):
+    assert check_yamlx(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -2141,7 +2555,8 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
 
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
-                             "tracefile", "flags", "api", "reffile", "stop", "stopc"]  # fmt: skip
+                             "tracefile", "flags", "api", "reffile", "stop", "stopc", "stopp",
+                             "paths", "yamlx"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -2157,6 +2572,9 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "reffile": (reffile_cases, check_reffile),
         "stop": (stop_cases, check_stop),
         "stopc": (stopc_cases, check_stopc),
+        "stopp": (stopp_cases, check_stopp),
+        "paths": (paths_cases, check_paths),
+        "yamlx": (yamlx_cases, check_yamlx),
     }
     import signal
 
@@ -2175,7 +2593,8 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
                 w = Path(tmp)
                 (w / "keep.txt").write_text("a user's file\n")
                 os.chdir(w)
-                signal.alarm(120)  # a case still running after 2 minutes: reported, not judged
+                # a case still running after 2 minutes (a plan: 10) is reported, not judged
+                signal.alarm(600 if kind == "stopp" else 120)
                 try:
                     problems = check(w, case)
                 except _Slow:
@@ -2184,7 +2603,8 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
                     signal.alarm(0)
                 os.chdir(REPO)
             shown = (case[0] if kind == "reffile" else case[:3] if kind == "yaml" else case["workload"] if kind == "trace"
-                     else (case["name"], case["edits"]) if kind == "tracefile" else case)  # fmt: skip
+                     else (case["name"], case["edits"]) if kind == "tracefile"
+                     else {k: v for k, v in case.items() if k != "raw"} if kind == "yamlx" else case)  # fmt: skip
             if problems is None:
                 slow += 1
                 print(kind, i, "SLOW", shown, flush=True)
