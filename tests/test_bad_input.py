@@ -194,6 +194,14 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "it looks like (YAML 1.1 reads a leading 0 as octal: 8; write 10"),
     ("set-base-60", _nothing, sets("sim.duration_s=1:30"), "--set sim.duration_s=1:30: '1:30' is "
      "not the number it looks like (YAML 1.1 reads digits separated by ':' in base 60: 90;"),
+    # a null where a value belongs named neither the null nor the values the field takes
+    ("set-null-gpu", _nothing, sets("decode_pool.gpu=~"), "disagg.yaml: decode_pool.gpu: Input "
+     "should be a valid string, got null (YAML reads ~, null and a key with no value as null) "
+     "(allowed: a100-80gb, h100-sxm,"),
+    ("yaml-null-count", _scenario(DISAGG, {"num_workers: 1, tp: 4, max_batch_seqs: 128":
+     "num_workers: , tp: 4, max_batch_seqs: 128"}), run_args(), "disagg.yaml: "
+     "decode_pool.num_workers: Input should be a valid integer, got null (YAML reads ~, null "
+     "and a key with no value as null)"),
     # ---- misspelt keys: reported first, with the nearest allowed key
     ("misspelt-required-key", _scenario(DISAGG, {"num_workers: 1, tp: 4, max_batch_seqs":
      "num_worker: 1, tp: 4, max_batch_seqs"}), run_args(),

@@ -596,6 +596,13 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     elif e["type"] == "less_than_equal":
         limit = float(e.get("ctx", {}).get("le", math.nan))
         msg = f"must be <= {fmt(limit)}, got {_shown_input(e['input'])}"
+    elif e["input"] is None and e["type"].endswith("_type"):
+        # `gpu: ~`, `gpu:` with nothing after it: "Input should be a valid string" named
+        # neither the null YAML read nor the values the field takes
+        msg = (
+            f"{msg}, got null (YAML reads ~, null and a key with no value as null)"
+            f"{_catalog_allowed(clean)}"
+        )
     elif e["type"] not in _NO_INPUT_SHOWN and _short(e["input"]):
         msg = f"{msg}, got {_shown_input(e['input'])}"
     if msg.startswith("Value error, "):
@@ -610,6 +617,18 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     if not key:
         return f"{source}: {msg}{more}"
     return f"{source}: {key}: {msg}{more}"
+
+
+def _catalog_allowed(path: list[str]) -> str:
+    """`` (allowed: ...)`` for a field that names a catalog entry (a pool's GPU, the
+    model), else nothing."""
+    from disaggsim.catalog import GPU_IDS, MODEL_IDS
+
+    if path == ["model"]:
+        return f" (allowed: {', '.join(MODEL_IDS)})"
+    if len(path) == 2 and path[0] in ("pool", "prefill_pool", "decode_pool") and path[1] == "gpu":
+        return f" (allowed: {', '.join(GPU_IDS)})"
+    return ""
 
 
 def _tag_message(e: Any, clean: list[str]) -> tuple[str, str] | None:
