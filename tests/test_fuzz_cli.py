@@ -1903,11 +1903,22 @@ def stop_cases(seed: int, n: int) -> list[dict]:
             "how": rng.choice(["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "raise"]),
             "at": rng.randint(0, total - 1), "workers": rng.choice([1, 2]), "grown": grown,
         })  # fmt: skip
+    # the scenario file edited between the stop and --resume (drawn apart, so that the
+    # cases drawn before 2026-12-03's fifth session stay as they were): a comment (every
+    # kept run reused) or its seed (none reused: they stay, named, for the other sweep)
+    edits = random.Random(seed + 7919)
+    for c in cases:
+        c["edit"] = edits.choice([None, None, "comment", "seed"])
     return cases
 
 
+def _stop_scenario(case: dict) -> str:
+    # an edited case's file is a copy in the working folder (which the checks expect)
+    return "s.yaml" if case.get("edit") else str(SCENARIOS / case["base"])
+
+
 def _stop_argv(case: dict, params: dict) -> list[str]:
-    argv = ["sweep", str(SCENARIOS / case["base"]), "--out", "s", "--quiet", "--no-plots"]
+    argv = ["sweep", _stop_scenario(case), "--out", "s", "--quiet", "--no-plots"]
     for k, v in params.items():
         argv += ["--param", f"{k}={','.join(map(str, v))}"]
     argv += ["--seeds", str(case["seeds"])]
@@ -1922,6 +1933,10 @@ def check_stop(work: Path, case: dict) -> list[str]:
 
     from disaggsim.sweep import SerialExecutor, sweep
 
+    edit = case.get("edit")
+    if edit:
+        shutil.copy(SCENARIOS / case["base"], work / "s.yaml")
+    mine = ["s.yaml"] if edit else []
     argv = _stop_argv(case, case["params"])
     total = case["seeds"] * math.prod(len(v) for v in case["params"].values())
     with open(work.parent / f"{work.name}.stop-err", "w+") as err_file:
@@ -1956,22 +1971,33 @@ def check_stop(work: Path, case: dict) -> list[str]:
             bad.append("kept runs not said" if at else "kept runs said, none finished")
     names = sorted(x.name for x in work.iterdir())
     want = ["keep.txt", "s.partial"] if at > 0 or how == "SIGKILL" else ["keep.txt"]
-    if names != want:
+    if names != sorted(want + mine):
         bad.append(f"left {names}")
     if at > 0:
         rc2, _, err2 = _invoke([*argv, "--workers", "1"])
         if rc2 != 2 or "--resume" not in err2:
             bad.append(f"kept runs not refused without --resume (exit {rc2})")
+    if edit == "comment":
+        with open(work / "s.yaml", "a") as f:
+            f.write("# edited after the stop\n")
+    elif edit == "seed":
+        text = (work / "s.yaml").read_text()
+        seed = int(re.search(r"^seed: (\d+)$", text, flags=re.M).group(1))  # type: ignore[union-attr]
+        (work / "s.yaml").write_text(text.replace(f"seed: {seed}\n", f"seed: {seed + 1}\n"))
     params = case["grown"] or case["params"]
     rc3, out3, err3 = _invoke([*_stop_argv(case, params), "--workers", "1", "--resume"])
+    others = edit == "seed" and at > 0  # the kept runs are another sweep's now
     if rc3 != 0:
         bad.append(f"--resume exit {rc3}: {err3.strip()[-300:]}")
     else:
-        if at > 0 and f"{at} reused from s.partial/" not in out3:
+        said = " ".join(out3.split())
+        if at > 0 and not others and f"{at} reused from s.partial/" not in said:
             bad.append(f"reuse not said: {out3.strip()[-200:]}")
+        if others and ("reused" in said or f"s.partial/ keeps {at} run" not in said):
+            bad.append(f"runs of the unedited file reused or not named: {out3.strip()[-300:]}")
         expected = sweep(
-            SCENARIOS / case["base"], params, seeds=case["seeds"], executor=SerialExecutor(),
-            overrides=STOP_SHORT,
+            work / _stop_scenario(case), params, seeds=case["seeds"],
+            executor=SerialExecutor(), overrides=STOP_SHORT,
         )  # fmt: skip
         got = pd.read_parquet(work / "s" / "sweep.parquet")
         try:
@@ -1979,7 +2005,7 @@ def check_stop(work: Path, case: dict) -> list[str]:
         except AssertionError as e:
             bad.append(f"resumed table differs: {str(e).splitlines()[0]}")
         names = sorted(x.name for x in work.iterdir())
-        if names != ["keep.txt", "s"]:
+        if names != sorted(["keep.txt", "s", *mine, *(["s.partial"] if others else [])]):
             bad.append(f"after --resume left {names}")
     return [f"{b}: {err.strip()[-1000:]}" for b in bad]
 
@@ -2160,7 +2186,7 @@ def stopp_cases(seed: int, n: int) -> list[dict]:
         cases.append({
             "argv": argv, "out": rng.random() < 0.7,
             "how": rng.choice(["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "raise"]),
-            "at": rng.randint(0, 60), "workers": rng.choice([1, 2]),
+            "at": rng.randint(0, 40), "workers": rng.choice([1, 2]),
         })  # fmt: skip
     return cases
 
@@ -2196,11 +2222,14 @@ def check_stopp(work: Path, case: dict) -> list[str]:
     bad = []
     partial = work / f"{out}.partial" / "runs.jsonl"
     kept = len(partial.read_text().splitlines()) if partial.exists() else 0
+    result = (rc, f"{kept} kept")
     top = out.split("/")[0]
     names = sorted(x.name for x in work.iterdir())
+    global LAST_RC
     if rc == 0:  # the plan took fewer runs than ``at``: it ended before the stop
         if names != sorted(["keep.txt", top]) or os.path.lexists(work / f"{out}.partial"):
             bad.append(f"finished, left {names}")
+        LAST_RC = (rc, "finished before the stop")
         return [f"{b}: {err.strip()[-1000:]}" for b in bad]
     expected_rc = {"SIGINT": 130, "raise": 2, "SIGKILL": -9}.get(how)
     if expected_rc is None:
@@ -2226,6 +2255,7 @@ def check_stopp(work: Path, case: dict) -> list[str]:
     rc3, out3, err3 = _invoke([*argv, "--workers", "1", "--resume"])
     if rc3 != 0:
         bad.append(f"--resume exit {rc3}: {err3.strip()[-300:]}")
+        LAST_RC = result
         return [f"{b}: {err.strip()[-1000:]}" for b in bad]
     if kept and f"{kept} runs reused from {out}.partial/" not in " ".join(out3.split()):
         bad.append(f"reuse not said: {out3.strip()[-300:]}")
@@ -2246,6 +2276,7 @@ def check_stopp(work: Path, case: dict) -> list[str]:
         Path(out).name
     ]:
         bad.append(f"results/ holds {sorted(x.name for x in (work / 'results').iterdir())}")
+    LAST_RC = result  # the stopped plan's exit and kept runs, for the printout
     return [f"{b}: {err.strip()[-1000:]}" for b in bad]
 
 
