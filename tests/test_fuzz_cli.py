@@ -2292,9 +2292,10 @@ def check_stopp(work: Path, case: dict) -> list[str]:
 _SCEN_KINDS = ["plain", "unicode", "latin1", "symlink", "dir", "fifo", "device", "empty",
                "in-result"]  # fmt: skip
 _OUT_KINDS = ["new", "unicode", "latin1", "symlink-dir", "dangling", "other-fs",
-              "in-scenarios", "fifo", "nested", "earlier-result", "unwritable"]  # fmt: skip
+              "in-scenarios", "fifo", "nested", "earlier-result", "unwritable",
+              "immutable"]  # fmt: skip
 _SCEN_REFUSED = {"dir", "fifo", "device", "empty"}
-_OUT_REFUSED = {"latin1", "symlink-dir", "dangling", "fifo", "unwritable"}
+_OUT_REFUSED = {"latin1", "symlink-dir", "dangling", "fifo", "unwritable", "immutable"}
 
 
 def paths_cases(seed: int, n: int) -> list[dict]:
@@ -2310,6 +2311,7 @@ def _paths_setup(work: Path, case: dict) -> tuple[str, str, Path | None]:
     """Make the case's files; (scenario path, --out path, a folder outside ``work`` to
     remove afterwards)."""
     import secrets
+    import subprocess
 
     sc = work / "sc"
     sc.mkdir()
@@ -2350,6 +2352,10 @@ def _paths_setup(work: Path, case: dict) -> tuple[str, str, Path | None]:
         outside = Path("/dev/shm") / f"disaggsim-fuzz-{secrets.token_hex(4)}"
         outside.mkdir()
         out = str(outside / "r")
+    elif case["out"] == "immutable":  # a folder nothing can be made in, even by root
+        (work / "ro").mkdir()
+        subprocess.run(["chattr", "+i", str(work / "ro")], check=True, capture_output=True)
+        out = "ro/r"
     assert out is not None
     return scen, out, outside
 
@@ -2422,6 +2428,10 @@ def check_paths(work: Path, case: dict) -> list[str]:
     finally:
         if outside is not None:
             shutil.rmtree(outside, ignore_errors=True)
+        if (work / "ro").is_dir():  # deletable again
+            import subprocess
+
+            subprocess.run(["chattr", "-i", str(work / "ro")], capture_output=True)
     return [f"{b}: {err.strip()[-600:]}" for b in bad]
 
 
