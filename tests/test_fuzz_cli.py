@@ -2589,6 +2589,53 @@ def test_fuzz_yaml_forms(work, case):
     assert check_yamlx(work, case) == []
 
 
+# ------------------------------------------------------------------ every numeric field
+
+# Out of the suite: a numeric field of a shipped scenario (every scenarios/**.yaml, every
+# leaf holding a number) given NaN, an infinity or a magnitude beyond every bound, loaded
+# as the Python API loads a mapping: each must be one UserError line naming the field.
+# ``python tests/test_fuzz_cli.py SEED N numbers`` (N = 0: every field and value, 4,823
+# cases on 2026-12-03).
+_NUMBER_VALUES = [math.nan, math.inf, -math.inf, 1e300, -1e300, 10**30, -(10**30)]
+
+
+def numbers_cases(seed: int, n: int) -> list[tuple[str, tuple, object]]:
+    import yaml
+
+    every = []
+    for f in RUN_BASES:
+        raw = yaml.safe_load((SCENARIOS / f).read_text())
+        for path in _leaves(raw):
+            v = _get(raw, path)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                every += [(f, path, x) for x in _NUMBER_VALUES]
+    return every if n == 0 else random.Random(seed).sample(every, min(n, len(every)))
+
+
+def check_numbers(work: Path, case: tuple[str, tuple, object]) -> list[str]:
+    import yaml
+
+    from disaggsim.config.loader import load_scenario
+
+    base, path, value = case
+    raw = yaml.safe_load((SCENARIOS / base).read_text())
+    w = raw.get("workload", {})
+    if isinstance(w.get("path"), str):
+        w["path"] = str((SCENARIOS / base).parent / w["path"])
+    _get(raw, path[:-1])[path[-1]] = value
+    try:
+        load_scenario(raw, base_dir=(SCENARIOS / base).parent)
+    except UserError as e:
+        key = str(path[-1])
+        msg = str(e)
+        if "\n" in msg or (key not in msg and key.replace("_", " ") not in msg):
+            return [f"the error names no {key}: {msg[:300]}"]
+        return []
+    except Exception as e:  # the point of the check
+        return [f"{type(e).__name__}: {str(e)[:300]}"]
+    return [f"{value!r} at {'.'.join(map(str, path))} was taken"]
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -2597,7 +2644,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
                              "tracefile", "flags", "api", "reffile", "stop", "stopc", "stopp",
-                             "paths", "yamlx"]  # fmt: skip
+                             "paths", "yamlx", "numbers"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -2616,6 +2663,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "stopp": (stopp_cases, check_stopp),
         "paths": (paths_cases, check_paths),
         "yamlx": (yamlx_cases, check_yamlx),
+        "numbers": (numbers_cases, check_numbers),
     }
     import signal
 
