@@ -373,7 +373,11 @@ def _make_parents(target: Path) -> list[Path]:
     """Make the folders above ``target`` that do not exist (``results/`` of a default
     output); returns them, deepest first, for :func:`_remove_made`."""
     made = [p for p in target.parents if not os.path.lexists(p)]
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except BaseException:  # some made, then refused (a name too long further down)
+        _remove_made(made)
+        raise
     return made
 
 
@@ -402,10 +406,11 @@ def write_folder(
     # a folder that does not exist yet, or one that is renamed aside, names another place
     # once "r" is made or moved.
     target = _normal(path)
-    made = _make_parents(target)
+    made: list[Path] = []
     tmp = None
     try:
         with stops_held():  # made and known to the cleanup below as one step
+            made = _make_parents(target)
             tmp = _tmp_sibling(target, "tmp", folder=True)
         render(tmp)
         names = sorted(os.listdir(tmp))
@@ -569,10 +574,11 @@ def write_file(
     path = Path(path)
     existed = check_file(path, flag, owned, what)
     target = _normal(path)  # as in write_folder: "t/../t" would make "t" first
-    made = _make_parents(target)
+    made: list[Path] = []
     tmp = None
     try:
         with stops_held():  # made and known to the cleanup below as one step
+            made = _make_parents(target)
             tmp = _tmp_sibling(target, "tmp", folder=False)
         write(tmp)
     except BaseException:
