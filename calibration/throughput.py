@@ -27,9 +27,11 @@ provenance is in ``calibration/engine_data/trtllm_throughput.md``. A row is simu
   default on; a 20,000-token prompt under a 2,048-token budget needs it);
 - KV admission ``reserve_full`` (TensorRT-LLM's ``Guaranteed No Evict`` scheduling: a
   request starts only when blocks for ISL + OSL are free), 64-token blocks, no watermark;
-  KV memory 0.95 of what the weights and disaggsim's activation reserve leave
+  KV memory 0.95 of what the weights and the engine's runtime reserve leave
   (``--kv_cache_free_gpu_mem_fraction 0.95``, the page's setting "in the majority of
-  cases"; :func:`kv_gpu_mem_util`).
+  cases"; :func:`kv_gpu_mem_util`); the reserve is TensorRT-LLM's
+  (:mod:`disaggsim.costmodel.reserve`) at the build's ``max_num_tokens`` and TP
+  (:func:`runtime_reserve`).
 
 Simulated throughput = the requests' output tokens / the last request's finish time.
 The figures are compared per row (simulated / published) and summarised as median and
@@ -56,9 +58,9 @@ import pandas as pd
 
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model
 from disaggsim.config.bounds import MAX_BATCH_SEQS
-from disaggsim.costmodel.step import DEFAULT_ACTIVATION_RESERVE_BYTES
+from disaggsim.costmodel.reserve import runtime_reserve_bytes
 from disaggsim.errors import UserError
-from disaggsim.hardware.engines import ENGINE_NAMES
+from disaggsim.hardware.engines import ENGINE_NAMES, resolve_engine
 from disaggsim.hardware.profile import PrefillAttentionParams
 from disaggsim.run import simulate
 from disaggsim.units import GiB
@@ -257,15 +259,25 @@ def trtllm_bench_limits(row: ThroughputRow) -> tuple[int, int, float]:
     )
 
 
+def runtime_reserve(row: ThroughputRow) -> float:
+    """Bytes per GPU the engine holds besides weights and KV for ``row``'s build: the
+    engine's reserve (:mod:`disaggsim.costmodel.reserve`) at the row's TP and its
+    ``max_num_tokens`` / ``max_batch_size`` (:func:`trtllm_bench_limits`)."""
+    max_bs, max_tokens, _ = trtllm_bench_limits(row)
+    model = get_model(row.model)
+    return runtime_reserve_bytes(model, row.tp, resolve_engine(row.engine), max_tokens, max_bs)
+
+
 def kv_gpu_mem_util(row: ThroughputRow) -> float:
-    """The ``gpu_mem_util`` that leaves the KV cache ``0.95 × (HBM − weights − activation
+    """The ``gpu_mem_util`` that leaves the KV cache ``0.95 × (HBM − weights − runtime
     reserve)`` per GPU: disaggsim's KV memory is ``HBM × util − weights − reserve``, the
-    engine's 0.95 of the memory free after loading (the reserve stands in for the
-    engine's runtime buffers, which the page does not give)."""
+    engine's 0.95 of the memory free after loading and allocating its buffers
+    (:func:`runtime_reserve`, which :func:`scenario_for` gives the scenario as
+    ``activation_reserve_gib`` so that both use one figure)."""
     gpu = get_gpu(row.gpu)
     model = get_model(row.model)
     weights = model.weights_bytes(row.weight_dtype) / row.tp
-    used = weights + DEFAULT_ACTIVATION_RESERVE_BYTES
+    used = weights + runtime_reserve(row)
     free = max(gpu.hbm_bytes - used, 0.0)
     return min((KV_FREE_MEM_FRACTION * free + used) / gpu.hbm_bytes, 1.0)
 
@@ -290,6 +302,8 @@ def scenario_for(row: ThroughputRow) -> dict:
             "max_batch_seqs": min(max_bs, MAX_BATCH_SEQS),
             "max_batch_tokens": max_tokens,
             "gpu_mem_util": kv_gpu_mem_util(row),
+            # the reserve at the build's own limits (max_batch_seqs above may be capped)
+            "activation_reserve_gib": runtime_reserve(row) / GiB,
         },
         "kv": {"block_tokens": KV_BLOCK_TOKENS, "admission": "reserve_full", "watermark": 0.0},
         # no SLO is judged here; the fields are required

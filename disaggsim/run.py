@@ -46,6 +46,7 @@ from disaggsim.metrics.reconstruct import GapDistribution, request_frame
 from disaggsim.metrics.summary import summarize
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.output import Written, write_folder
+from disaggsim.units import GiB
 from disaggsim.validity import check_prefill_budget
 from disaggsim.workload import generate_requests
 from disaggsim.workload.chains import PrefixChains
@@ -95,6 +96,12 @@ def build_costs(scenario: Scenario, label: str = "<scenario>") -> dict[str, Work
                 attention_backend=scenario.attention_backend,
                 gpu_mem_util=pool.gpu_mem_util,
                 max_seqs=pool.max_batch_seqs,
+                max_batch_tokens=pool.max_batch_tokens,
+                activation_reserve_bytes=(
+                    None
+                    if pool.activation_reserve_gib is None
+                    else pool.activation_reserve_gib * GiB
+                ),
                 gpus_per_node=gpn,
             )
         except UserError as e:

@@ -252,10 +252,15 @@ def test_fp8_weights_refused_on_a100():
 
 
 def test_kv_capacity_by_hand_llama_2_7b_on_a100():
-    # weights 6,738,415,616 params × 2 bytes; budget 81920 MiB × 0.9 − weights − 1 GiB;
+    # weights 6,738,415,616 params × 2 bytes; budget 81920 MiB × 0.9 − weights − vLLM's
+    # reserve at TP 1 and the default limits (8,192 tokens, 256 sequences): its base
+    # 0.3183 GiB + the larger of the forward pass 1.21 × 8192 × (2 × 4096 + 3 × 11008) × 2
+    # bytes and the logits 15.40 × 256 × 32000 bytes (costmodel/reserve.py);
     # KV 524,288 bytes per token
     c = build_worker_cost("llama-2-7b", "a100-80gb", 1)
-    budget = 81920 * 2**20 * 0.9 - 6_738_415_616 * 2 - GiB
+    reserve = 0.3183 * GiB + max(1.21 * 8192 * (2 * 4096 + 3 * 11008) * 2, 15.40 * 256 * 32000)
+    assert c.activation_reserve_bytes == pytest.approx(reserve, rel=1e-12)
+    budget = 81920 * 2**20 * 0.9 - 6_738_415_616 * 2 - reserve
     assert c.weights_bytes == 6_738_415_616 * 2
     assert c.kv_capacity_tokens == math.floor(budget / 524_288)
 
@@ -271,7 +276,7 @@ def test_kv_capacity_tp_formula_without_replication():
 
 def test_kv_heads_replicate_beyond_kv_head_count():
     # llama-3-8b has 8 KV heads: at tp 16 each GPU keeps one (replicated) KV head
-    c = build_worker_cost("llama-3-8b", "l40s", 16)
+    c = build_worker_cost("llama-3-8b", "l40s", 16, activation_reserve_bytes=GiB)
     assert c.kv_heads_per_gpu == 1
     assert c.kv_bytes_per_token_per_gpu == 2 * 32 * 1 * 128 * 2
     assert c.kv_bytes_per_token == 131_072  # what a handoff moves is unchanged
@@ -293,12 +298,16 @@ def test_weights_do_not_fit_names_minimum_tp():
 
 def test_refusal_offers_a_larger_gpu_mem_util_where_one_fits():
     """A worker refused only for a small ``gpu_mem_util`` says which share would fit, by hand:
-    Llama-3.1-8B's 16,060,522,496 bytes of bf16 weights + 1 GiB reserved + one token of KV
-    (131,072 bytes) over the H100's 85,520,809,984 bytes is 0.2004 -> 0.21; at 0.9 the
-    share is no help and the hint is the TP alone (above)."""
+    Llama-3.1-8B's 16,060,522,496 bytes of bf16 weights + vLLM's TP-1 reserve (0.3183 GiB
+    + the forward pass 1.21 × 8192 × (2 × 4096 + 3 × 14336) × 2 = 1,015,021,568 bytes,
+    larger than the logits 15.40 × 256 × 128256) + one token of KV (131,072 bytes) over
+    the H100's 85,520,809,984 bytes is 0.2037 -> 0.21. The smallest TP that fits 0.05 ×
+    81559 MiB = 4.28e9 bytes is 16: at TP 8 the weights' 2.0e9 bytes + the reserve (0.3183
+    + 1.7817 GiB of the TP group + the logits' 0.47 GiB) are 4.77e9. At 0.9 the share is
+    no help and the hint is the TP alone (above)."""
     with pytest.raises(UserError) as e:
         build_worker_cost("llama-3.1-8b", "h100-sxm", 1, gpu_mem_util=0.05)
-    assert str(e.value).endswith("use tp >= 8 or gpu_mem_util >= 0.21")
+    assert str(e.value).endswith("use tp >= 16 or gpu_mem_util >= 0.21")
     # an MoE layout: no field prefix (the layout as a whole does not fit), the share offered
     from disaggsim.costmodel.moe import build_moe_worker_cost
 

@@ -88,6 +88,14 @@ class PoolConfig(ConfigModel):
         "longest prompt (disaggsim/validity.py)",
     )
     gpu_mem_util: float = Field(default=0.9, gt=0.0, le=1.0)
+    activation_reserve_gib: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1024.0,
+        description="GiB (2**30 bytes) per GPU the engine holds besides weights and KV cache "
+        "(activations, workspaces, communication buffers); null: the engine's own reserve "
+        "for the model, tp and batch limits (disaggsim/costmodel/reserve.py)",
+    )
     scheduler: Literal["vllm", "chunked"] | None = Field(
         default=None, description="colocated pools only: vllm or chunked"
     )

@@ -71,6 +71,11 @@ from disaggsim.costmodel.overhead import (
     step_overhead,
     unhidden_launches_s,
 )
+from disaggsim.costmodel.reserve import (
+    DEFAULT_BATCH_SEQS,
+    DEFAULT_BATCH_TOKENS,
+    runtime_reserve_bytes,
+)
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import EngineProfile, resolve_engine
 from disaggsim.hardware.profile import (
@@ -107,7 +112,6 @@ ROUTINGS = ("balanced", "power_law")
 A2A_CHOICES = ("auto", "normal", "low_latency")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 ACT_BYTES = 2.0
-DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB
 # per GPU, when the layout runs an all-to-all: DeepEP's NVLink and RDMA buffers (normal
 # mode ~1 GB NVL + RDMA; low-latency mode sized for 128 tokens per rank) - a prior
 A2A_BUFFER_BYTES = 2 * GiB
@@ -1468,7 +1472,8 @@ def build_moe_worker_cost(
     activation_reserve_bytes: float | None = None,
     profile: HardwareProfile | str | Path | None = None,
     moe_params: MoeParams | str | Path | None = None,
-    max_seqs: int = 256,
+    max_seqs: int = DEFAULT_BATCH_SEQS,
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     redundant_experts: int | None = None,
     routing: str = "balanced",
     power_law_alpha: float = 1.01,
@@ -1492,6 +1497,11 @@ def build_moe_worker_cost(
     max_seqs
         Most sequences in a batch (the pool's ``max_batch_seqs``): sliding-window layers
         reserve their bounded KV for that many sequences.
+    max_batch_tokens
+        The worker's iteration token budget (the pool's ``max_batch_tokens``). With
+        ``max_seqs`` it sizes each DP rank's engine reserve (``ceil(limit / dp)`` per rank,
+        :mod:`disaggsim.costmodel.reserve`) unless ``activation_reserve_bytes`` (bytes per
+        GPU) is given.
     redundant_experts
         EPLB: extra expert slots spread over the EP ranks (None: no EPLB placement).
     routing, power_law_alpha, imbalance_factor
@@ -1597,8 +1607,15 @@ def build_moe_worker_cost(
         raise UserError(f"power_law_alpha: must be > 0, got {power_law_alpha!r}")
     if not 0.0 < gpu_mem_util <= 1.0:
         raise UserError(f"gpu_mem_util: must be in (0, 1], got {gpu_mem_util!r}")
+    if activation_reserve_bytes is not None and not float(activation_reserve_bytes) >= 0:
+        raise UserError(f"activation_reserve_bytes: must be >= 0, got {activation_reserve_bytes!r}")
+    for name, limit in (("max_seqs", max_seqs), ("max_batch_tokens", max_batch_tokens)):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UserError(f"{name}: must be a positive integer, got {limit!r}")
     reserve = (
-        DEFAULT_ACTIVATION_RESERVE_BYTES
+        runtime_reserve_bytes(
+            m, tp, resolve_engine(engine), -(-max_batch_tokens // dp), -(-max_seqs // dp)
+        )
         if activation_reserve_bytes is None
         else float(activation_reserve_bytes)
     )
@@ -1690,9 +1707,11 @@ def build_cost(
     kv_dtype: str = "bf16",
     engine: str | EngineProfile = "vllm",
     gpu_mem_util: float = 0.9,
-    max_seqs: int = 256,
+    max_seqs: int = DEFAULT_BATCH_SEQS,
     profile: HardwareProfile | str | Path | None = None,
     attention_backend: str = "auto",
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    activation_reserve_bytes: float | None = None,
     gpus_per_node: int | None = None,
 ):
     """The cost model of one worker of any catalog model: the dense roofline
@@ -1729,9 +1748,12 @@ def build_cost(
             kv_dtype=kv_dtype,
             engine=engine,
             gpu_mem_util=gpu_mem_util,
+            activation_reserve_bytes=activation_reserve_bytes,
             profile=profile,
             attention_backend=attention_backend,
             gpus_per_node=gpus_per_node,
+            max_batch_tokens=max_batch_tokens,
+            max_batch_seqs=max_seqs,
         )
     if attention_backend != "auto":  # MoE/MLA attention has its own kernels (costmodel.mla)
         raise UserError(
@@ -1748,7 +1770,9 @@ def build_cost(
         kv_dtype=kv_dtype,
         engine=engine,
         gpu_mem_util=gpu_mem_util,
+        activation_reserve_bytes=activation_reserve_bytes,
         max_seqs=max_seqs,
+        max_batch_tokens=max_batch_tokens,
         profile=profile,
         gpus_per_node=gpus_per_node,
         **opts,

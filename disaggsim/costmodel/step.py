@@ -55,6 +55,11 @@ from disaggsim.costmodel.overhead import (
     step_overhead,
     unhidden_launches_s,
 )
+from disaggsim.costmodel.reserve import (
+    DEFAULT_BATCH_SEQS,
+    DEFAULT_BATCH_TOKENS,
+    runtime_reserve_bytes,
+)
 from disaggsim.costmodel.tp_layout import TpLayout, allreduce_s, tp_layout
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import ENGINE_CHOICES, EngineProfile, resolve_engine
@@ -76,7 +81,6 @@ __all__ = [
     "ACT_BYTES",
     "ATTENTION_CHOICES",
     "ENGINE_CHOICES",
-    "DEFAULT_ACTIVATION_RESERVE_BYTES",
     "ELEMENTWISE_KERNELS_PER_LAYER",
     "KV_DTYPES",
     "WEIGHT_DTYPES",
@@ -90,7 +94,6 @@ __all__ = [
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 ACT_BYTES = 2  # activations stay in 16-bit even with FP8 weights or KV
-DEFAULT_ACTIVATION_RESERVE_BYTES = 1 * GiB  # per GPU: activations, workspace, NCCL buffers
 MAX_TP = 64
 FP8_QUANT_BYTES_PER_ELEM = 3.0  # activation quantisation: read bf16, write fp8
 # reference points at which ``auto`` compares attention backends for one head layout:
@@ -887,6 +890,8 @@ def build_worker_cost(
     profile: HardwareProfile | str | Path | None = None,
     attention_backend: str = "auto",
     gpus_per_node: int | None = None,
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    max_batch_seqs: int = DEFAULT_BATCH_SEQS,
 ) -> RooflineWorkerCost:
     """A roofline cost model for one worker of ``tp`` × ``gpu`` serving ``model``.
 
@@ -907,7 +912,9 @@ def build_worker_cost(
     gpu_mem_util
         Share of device memory the engine may use (weights + activations + KV), (0, 1].
     activation_reserve_bytes
-        Bytes per GPU kept for activations/workspace; default 1 GiB.
+        Bytes per GPU the engine holds besides weights and KV cache (activations,
+        workspaces, communication buffers); None: the engine's own reserve for this
+        model, TP and batch limits (:mod:`disaggsim.costmodel.reserve`).
     profile
         A loaded profile or a path to one; default: the profile shipped for ``gpu``.
     attention_backend
@@ -917,6 +924,9 @@ def build_worker_cost(
         GPUs per node (NVLink domain) of the cluster: a topology fabric's
         ``gpus_per_node``; None: the GPU catalog's. Decides whether the TP group's
         all-reduce stays in one node or is hierarchical (:mod:`.tp_layout`).
+    max_batch_tokens, max_batch_seqs
+        The worker's batch limits (a pool's ``max_batch_tokens`` / ``max_batch_seqs``):
+        the engine's activation memory is sized by them (:mod:`.reserve`).
 
     Raises
     ------
@@ -938,6 +948,8 @@ def build_worker_cost(
             gpu_mem_util=gpu_mem_util,
             activation_reserve_bytes=activation_reserve_bytes,
             profile=profile,
+            max_seqs=max_batch_seqs,
+            max_batch_tokens=max_batch_tokens,
         )
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise UserError(f"tp must be a positive integer, got {tp!r}")
@@ -959,13 +971,11 @@ def build_worker_cost(
         raise UserError(f"unknown KV dtype {kv_dtype!r} (allowed: {', '.join(KV_DTYPES)})")
     if not 0.0 < gpu_mem_util <= 1.0:
         raise UserError(f"gpu_mem_util must be in (0, 1], got {gpu_mem_util!r}")
-    reserve = (
-        DEFAULT_ACTIVATION_RESERVE_BYTES
-        if activation_reserve_bytes is None
-        else float(activation_reserve_bytes)
-    )
-    if reserve < 0:
-        raise UserError(f"activation_reserve_bytes must be >= 0, got {reserve!r}")
+    if activation_reserve_bytes is not None and not float(activation_reserve_bytes) >= 0:
+        raise UserError(f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes!r}")
+    for name, limit in (("max_batch_tokens", max_batch_tokens), ("max_batch_seqs", max_batch_seqs)):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UserError(f"{name} must be a positive integer, got {limit!r}")
     if isinstance(profile, HardwareProfile):
         prof = profile
     elif profile is None:
@@ -978,6 +988,13 @@ def build_worker_cost(
             "(allowed there: bf16, fp16)"
         )
     eng = resolve_engine(engine)
+
+    def reserve_at(t: int) -> float:
+        if activation_reserve_bytes is not None:
+            return float(activation_reserve_bytes)
+        return runtime_reserve_bytes(m, t, eng, max_batch_tokens, max_batch_seqs)
+
+    reserve = reserve_at(tp)
     cost = RooflineWorkerCost(
         m,
         g,
@@ -997,7 +1014,16 @@ def build_worker_cost(
             for t in tps
             if t > tp
             and RooflineWorkerCost(
-                m, g, prof, t, weight_dtype, kv_dtype, eng, gpu_mem_util, reserve, attention_backend
+                m,
+                g,
+                prof,
+                t,
+                weight_dtype,
+                kv_dtype,
+                eng,
+                gpu_mem_util,
+                reserve_at(t),
+                attention_backend,
             ).kv_capacity_tokens
             >= 1
         ]
