@@ -213,7 +213,10 @@ def test_a_reprefilled_handoff_reserves_the_slot_of_its_new_token():
     from disaggsim.run import simulate
 
     pool = {"gpu": "h100-sxm", "num_workers": 1, "tp": 2, "max_batch_seqs": 64,
-            "max_batch_tokens": 3000, "gpu_mem_util": 0.114}  # fmt: skip
+            "max_batch_tokens": 3000, "gpu_mem_util": 0.114,
+            # the 1 GiB reserve this memory was chosen with: the test needs a KV of a few
+            # blocks, whatever the engine's own reserve
+            "activation_reserve_gib": 1.0}  # fmt: skip
     res = simulate(
         {
             "name": "reprefill-slot",

@@ -137,7 +137,11 @@ def test_mla_kv_bytes_and_capacity_per_dp_rank(ds_decode):
     free = (
         get_gpu("h800-sxm").hbm_bytes * 0.9
         - ds_decode.weights_bytes_per_gpu
-        - 2**30  # activation reserve
+        # vLLM's reserve per DP rank (costmodel/reserve.py) at ceil(8192 / 144) = 57 tokens
+        # and 64 sequences: 0.3183 GiB + the larger of the forward pass
+        # 1.21 x 57 x (2 x 7168 + 3 x 18432) x 2 bytes and the logits 15.40 x 64 x 129280
+        - 0.3183 * 2**30
+        - max(1.21 * 57 * (2 * 7168 + 3 * 18432) * 2, 15.40 * 64 * 129280)
         - 2 * 2**30  # DeepEP buffers
     )
     assert ds_decode.kv_capacity_tokens_per_rank == int(free // (61 * 576 * 2))

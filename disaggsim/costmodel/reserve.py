@@ -13,8 +13,9 @@ started with. Per GPU::
 - ``base``: the CUDA context, library workspaces and other memory outside PyTorch's
   allocator that the engine counts at TP 1 (vLLM's ``non_torch_memory`` at TP 1);
 - ``comm``: what a TP group adds on every GPU — NCCL and custom all-reduce buffers
-  (vLLM 0.19 on an H100: ``non_torch_memory`` 0.24-0.25 GiB at TP 1, 2.06-2.21 GiB at
-  TP 2-4);
+  (vLLM 0.19 on an H100: ``non_torch_memory`` 0.24-0.46 GiB at TP 1, 2.06-2.21 GiB at
+  TP 2-4; one PCIe L40S log of an older vLLM shows 0.30 GiB at TP 2, so over PCIe this
+  term overstates: docs/calibration.md);
 - the activation peak: the larger of one forward pass over the iteration's token budget
   ``T`` (``max_batch_tokens``: the residual stream and its norm, ``2 × hidden``, and the
   fused gate-up output and the activated MLP intermediate, ``3 × ffn / tp``, 16-bit,
