@@ -1473,8 +1473,10 @@ def sglang_moe_configs(data_root: Path) -> pd.DataFrame:
     params = load_moe_params("h100-sxm")
     d["pred_s"] = 0.0
     for fw in ("sglang", "vllm", "trtllm"):
-        f = (d["fw"] == fw).to_numpy()
-        d.loc[f, "pred_s"] = fit_moe._gg(params.gemm("bf16", fw), d[f])
+        for tuned in (False, True):  # a row that ran a shipped tile config: the tuned set
+            f = ((d["fw"] == fw) & (d["tuned_tiles"] == tuned)).to_numpy()
+            if f.any():
+                d.loc[f, "pred_s"] = fit_moe._gg(params.gemm("bf16", fw, tuned=tuned), d[f])
     flop = 2.0 * d["tokens_gpu"] * d["hidden_size"] * d["width"] * 3.0
     d["tflop_per_s"] = flop / d["meas_s"] / 1e12
     wide = d[d["num_tokens"] == SGLANG_MOE_WIDE_TOKENS]

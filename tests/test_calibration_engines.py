@@ -1043,8 +1043,12 @@ def test_sglang_moe_rows_split_by_tile_config() -> None:
     tuned = t.loc[[(2, 1), (4, 1), (8, 1)], "sglang_tflop_per_s"]
     untuned = t.loc[[(1, 1), (16, 1), (32, 1)], "sglang_tflop_per_s"]
     assert tuned.min() > 2.2 * untuned.max()
-    # and one fit per dtype, between the two, predicts the tuned rows about 2x slow
-    assert (t.loc[[(2, 1), (4, 1), (8, 1)], "sglang_pred_over_measured_gt1024"] > 1.8).all()
+    # each row is predicted with the set of the tiles it ran (moe_params.gemm(tuned=...)):
+    # TP2, whose shape SGLang ships a config for, by the tuned set within 5 %; TP4 and TP8
+    # run as fast but no shipped config is listed for their shapes (fit_moe's
+    # tuned_tile_rows), so the default-tile set predicts them about 2x slow
+    assert t.loc[(2, 1), "sglang_pred_over_measured_gt1024"] == pytest.approx(1.0, abs=0.05)
+    assert (t.loc[[(4, 1), (8, 1)], "sglang_pred_over_measured_gt1024"] > 1.8).all()
 
 
 def test_h800_gemm_check_against_deepgemm_by_hand() -> None:
