@@ -60,16 +60,25 @@ class MemoryRow:
     role: str
 
 
-def _opt_num(text: str, field: str, where: str, kind: type) -> float | int | None:
+def _opt_float(r: dict[str, str], field: str, where: str) -> float | None:
+    """``r[field]`` as a number >= 0, None where empty; a one-line error otherwise."""
+    text = r[field]
     if text == "":
         return None
     try:
-        v = kind(text)
+        v = float(text)
     except ValueError:
         raise UserError(f"{where}: field {field}: expected a number, got {text!r}") from None
     if not math.isfinite(v) or v < 0:
         raise UserError(f"{where}: field {field}: expected a number >= 0, got {text!r}")
     return v
+
+
+def _opt_int(r: dict[str, str], field: str, where: str) -> int | None:
+    v = _opt_float(r, field, where)
+    if v is not None and v != int(v):
+        raise UserError(f"{where}: field {field}: expected an integer, got {r[field]!r}")
+    return None if v is None else int(v)
 
 
 def read_rows(path: Path = ROWS) -> list[MemoryRow]:
@@ -84,18 +93,14 @@ def read_rows(path: Path = ROWS) -> list[MemoryRow]:
                 MemoryRow(
                     row_id=r["row_id"],
                     engine=r["engine"],
-                    tp=int(_opt_num(r["tp"], "tp", where, int) or 0),
-                    hidden=_opt_num(r["hidden"], "hidden", where, int),  # type: ignore[arg-type]
-                    ffn=_opt_num(r["ffn"], "ffn", where, int),  # type: ignore[arg-type]
-                    vocab=_opt_num(r["vocab"], "vocab", where, int),  # type: ignore[arg-type]
-                    tokens=_opt_num(
-                        r["max_num_batched_tokens"], "max_num_batched_tokens", where, int
-                    ),  # type: ignore[arg-type]
-                    seqs=_opt_num(r["max_num_seqs"], "max_num_seqs", where, int),  # type: ignore[arg-type]
-                    activation_gib=_opt_num(
-                        r["activation_peak_gib"], "activation_peak_gib", where, float
-                    ),
-                    non_torch_gib=_opt_num(r["non_torch_gib"], "non_torch_gib", where, float),
+                    tp=_opt_int(r, "tp", where) or 0,
+                    hidden=_opt_int(r, "hidden", where),
+                    ffn=_opt_int(r, "ffn", where),
+                    vocab=_opt_int(r, "vocab", where),
+                    tokens=_opt_int(r, "max_num_batched_tokens", where),
+                    seqs=_opt_int(r, "max_num_seqs", where),
+                    activation_gib=_opt_float(r, "activation_peak_gib", where),
+                    non_torch_gib=_opt_float(r, "non_torch_gib", where),
                     role=r["role"],
                 )
             )
@@ -153,7 +158,8 @@ def fit_trtllm(rows: list[MemoryRow]) -> EngineMemory:
     fit = _activation_rows(rows, "trtllm", "fit")
     x = np.array([_forward_elems(r) for r in fit])
     y = np.array([(r.activation_gib or 0.0) * GiB for r in fit])
-    # least squares of relative error for y = k x: k = sum(1/x... ) -> minimise sum((k x/y - 1)^2)
+    # y = k x with the squared relative error least: sum((k x / y - 1)^2) is least at
+    # k = sum(x / y) / sum((x / y)^2)
     q = x / y
     k = float((q.sum()) / (q**2).sum())
     base, comm = _base_comm(rows, "trtllm")

@@ -135,3 +135,19 @@ def test_scenario_passes_its_limits_and_may_override():
     with pytest.raises(UserError) as e:
         load_scenario(_scenario(activation_reserve_gib=-1))
     assert "activation_reserve_gib" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_memory_row_is_a_one_line_error(tmp_path: Path):
+    header = em.ROWS.read_text().splitlines()[0]
+    good = em.ROWS.read_text().splitlines()[1]
+    for bad, field in (
+        (good.replace(",fit,", ",fitted,"), "role"),
+        (good.replace(",8192,1024,", ",8192,many,"), "max_num_seqs"),
+        (good.replace(",1.89,", ",-1.89,"), "activation_peak_gib"),
+    ):
+        path = tmp_path / "rows.csv"
+        path.write_text(f"{header}\n{bad}\n")
+        with pytest.raises(UserError) as e:
+            em.read_rows(path)
+        msg = str(e.value)
+        assert str(path) in msg and f"field {field}" in msg and "\n" not in msg
