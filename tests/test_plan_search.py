@@ -748,9 +748,12 @@ def test_quick_plan_does_not_screen_moves_of_a_family_that_serves_nothing():
         r.candidate.chunk_tokens: r.goodput_per_s for r in res.ranked if r.candidate.chunk_tokens
     }
     assert chunks == {256: 0.0, 512: 0.0, 1024: 0.0}
-    # the search's 17, and the recommendation's run as written (plan/holds.py), which met
+    # the search's 17, and the recommendation's runs as written (plan/holds.py): since the
+    # engine memory reserve of 2026-12-03 (the tp2 worker's KV pool 3.2 GiB per GPU
+    # smaller) the searched rate misses as written and four runs refine it (it met in one
+    # run with the flat 1 GiB)
     assert res.num_screened_out == 0 and res.num_simulations - res.num_as_written_runs == 17
-    assert res.num_as_written_runs == 1 and advice.recommended.as_written.status == "found"
+    assert res.num_as_written_runs == 4 and advice.recommended.as_written.status == "refined"
 
 
 def test_a_candidate_with_more_workers_than_a_pool_may_hold_serves_nothing():
