@@ -749,9 +749,9 @@ def test_quick_plan_does_not_screen_moves_of_a_family_that_serves_nothing():
     }
     assert chunks == {256: 0.0, 512: 0.0, 1024: 0.0}
     # the search's 17, and the recommendation's runs as written (plan/holds.py): since the
-    # engine memory reserve of 2026-12-03 (the tp2 worker's KV pool 3.2 GiB per GPU
-    # smaller) the searched rate misses as written and four runs refine it (it met in one
-    # run with the flat 1 GiB)
+    # engine memory reserve of 2026-12-03 (3.2 GiB per GPU of the tp2 worker, was 1: a
+    # smaller KV pool) the searched rate misses as written and four runs refine it (one
+    # run met with the flat 1 GiB)
     assert res.num_screened_out == 0 and res.num_simulations - res.num_as_written_runs == 17
     assert res.num_as_written_runs == 4 and advice.recommended.as_written.status == "refined"
 
