@@ -16,7 +16,7 @@ import pytest
 from disaggsim.run import simulate
 
 REPO = Path(__file__).resolve().parents[1]
-# one decode worker with room for about 25,000 KV tokens, offered twice what it serves
+# one decode worker with room for about 24,000 KV tokens, offered twice what it serves
 SMALL_DECODE = [
     "workload.rate_per_s=24",
     "decode_pool.num_workers=1",
