@@ -74,12 +74,12 @@ class Fitted:
 
 def shape_family(*cols: pd.Series) -> np.ndarray:
     """One label per row joining integer shape columns (e.g. ``32/8/128``): the groups
-    held out together when the fit reports its held-out error."""
-    return (
-        pd.concat([c.astype(int).astype(str) for c in cols], axis=1)
-        .agg("/".join, axis=1)
-        .to_numpy()
-    )
+    held out together when the fit reports its held-out error. Joined column by column
+    (a row-wise join took ~80% of loading the 270k MoE rows)."""
+    labels = np.asarray(cols[0]).astype(int).astype(str).astype(object)
+    for c in cols[1:]:
+        labels = labels + "/" + np.asarray(c).astype(int).astype(str).astype(object)
+    return labels
 
 
 def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
