@@ -306,23 +306,22 @@ def untuned_cells(d: pd.DataFrame) -> np.ndarray:
     return tuning_cache_shared(d) & slower_than_more_work(d)
 
 
+# the float columns of moe_rows that grouped_gemm_time_s reads, in its order
+GG_INPUTS = ("peak", "tokens_gpu", "touched", "hidden_size", "width", "elem", "layer_tokens")
+
+
 def _gg(p: GroupedGemmParams, d: pd.DataFrame) -> np.ndarray:
+    # column by column: selecting rows of the frame (its text columns too) took ~20x the
+    # model's own time in a fit
+    gated_rows = d.gated.to_numpy(bool)
+    cols = [d[k].to_numpy(float) for k in GG_INPUTS]
     out = np.empty(len(d))
     for gated in (True, False):
-        sel = (d.gated == gated).to_numpy()
+        sel = gated_rows == gated
         if sel.any():
-            s = d[sel]
+            peak, tokens_gpu, touched, hidden, width, elem, layer_tokens = (c[sel] for c in cols)
             out[sel] = grouped_gemm_time_s(
-                p,
-                s.peak.to_numpy(float),
-                HBM,
-                s.tokens_gpu.to_numpy(float),
-                s.touched.to_numpy(float),
-                s.hidden_size.to_numpy(float),
-                s.width.to_numpy(float),
-                s.elem.to_numpy(float),
-                gated,
-                s.layer_tokens.to_numpy(float),
+                p, peak, HBM, tokens_gpu, touched, hidden, width, elem, gated, layer_tokens
             )
     return out
 
@@ -550,10 +549,12 @@ def fit_grouped_gemm(
                 held, x, changed = trial, y, True
     free = [i for i, k in enumerate(GG_KEYS) if k not in held]
 
+    inputs = d[["gated", *GG_INPUTS]]  # the rows the held-out refits select: inputs only
+
     def model(theta, idx):
         y = x.copy()
         y[free] = theta
-        return _gg(GroupedGemmParams(*y), d.iloc[idx])
+        return _gg(GroupedGemmParams(*y), inputs.iloc[idx])
 
     # the errors (and the held-out refits, each from the determined parameters)
     _, err = fit_generic(
