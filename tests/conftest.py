@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import settings
@@ -43,6 +44,35 @@ def work(tmp_path, monkeypatch) -> Path:
     (w / "keep.txt").write_text("a user's file\n")
     monkeypatch.chdir(w)
     return w
+
+
+@pytest.fixture(scope="session")
+def moe_tables() -> SimpleNamespace:
+    """The public H100 MoE rows as ``calibration.fit_moe`` reads them, loaded once for every
+    test that compares or refits MoE parameters: ``moe`` (the grouped-GEMM rows of every
+    fitted framework), ``mla_generation``, ``mla_context``, ``deepep``. Tests only read
+    them (selections are copies)."""
+    if not (SHARED_DATA / "kernels" / "aiconfigurator" / "h100_sxm" / "moe").is_dir():
+        pytest.skip("needs ../shared/data (AIConfigurator H100 MoE tables)")
+    from calibration import fit_moe as fm
+
+    return SimpleNamespace(
+        moe=fm.moe_rows(SHARED_DATA, (fm.REF_MOE, *fm.GEMM_FRAMEWORKS)),
+        mla_generation=fm.mla_rows(SHARED_DATA, "generation"),
+        mla_context=fm.mla_rows(SHARED_DATA, "context"),
+        deepep=fm.deepep_rows(SHARED_DATA),
+    )
+
+
+@pytest.fixture(scope="session")
+def mmha_split_h100():
+    """``calibration.fit_public.mmha_split_fit`` on the H100 rows (errors, residuals,
+    fits), computed once for the masked-MHA tests that score it."""
+    if not (SHARED_DATA / "kernels").is_dir():
+        pytest.skip(f"public kernel tables absent at {SHARED_DATA / 'kernels'}")
+    from calibration.fit_public import mmha_split_fit
+
+    return mmha_split_fit(SHARED_DATA, "h100-sxm")
 
 
 def one_error_line(err: str) -> str:

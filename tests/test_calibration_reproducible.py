@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -114,15 +115,16 @@ MOE_PRED_MAX = 0.01  # and at most
 MOE_FIT_ERROR_ABS = 0.01  # each fit_error fraction (0.01 = one percentage point)
 
 
-def _moe_prediction_changes(written: dict, shipped: dict, data: Path) -> list[str]:
-    """Each MoE fit whose predictions of its own fitted rows (calibration.fit_moe) move
-    beyond the tolerances between two parameter files."""
+def _moe_prediction_changes(written: dict, shipped: dict, tables: SimpleNamespace) -> list[str]:
+    """Each MoE fit whose predictions of its own fitted rows (calibration.fit_moe; the rows
+    in ``tables``, tests/conftest.moe_tables) move beyond the tolerances between two
+    parameter files."""
     from calibration import fit_moe as fm
     from disaggsim.costmodel.moe_params import moe_params_from_dict
 
     a, b = moe_params_from_dict(written), moe_params_from_dict(shipped)
     preds = []  # (name, prediction with a, with b)
-    moe = fm.moe_rows(data, (fm.REF_MOE, *fm.GEMM_FRAMEWORKS))
+    moe = tables.moe
     for fw in (fm.REF_MOE, *fm.GEMM_FRAMEWORKS):
         for dt in ("bf16", "fp8", "fp8-block", "mxfp4"):
             d = fm.fitted_rows(moe, fw, dt)
@@ -134,18 +136,18 @@ def _moe_prediction_changes(written: dict, shipped: dict, data: Path) -> list[st
             d = fm.fitted_rows(moe, fw, dt, tuned=True)
             pa, pb = fm._gg(a.gemm(dt, fw, True), d), fm._gg(b.gemm(dt, fw, True), d)
             preds.append((f"grouped_gemm {fw} {dt} tuned tiles", pa, pb))
-    gen = fm.mla_rows(data, "generation")
+    gen = tables.mla_generation
     for kv in ("bf16", "fp8"):
         d = gen[(gen.fw == "trtllm") & (gen.kv == kv)]
         preds.append(
             (f"mla_decode {kv}", fm._mla_dec(a.decode(kv), d), fm._mla_dec(b.decode(kv), d))
         )
-    ctx = fm.mla_rows(data, "context")
+    ctx = tables.mla_context
     for form, fw in (("absorbed", "sglang"), ("naive", "trtllm")):
         d = ctx[(ctx.fw == fw) & (ctx.kv == "bf16")]
         pa = fm._mla_pre(a.mla_prefill[form], d, form)
         preds.append((f"mla_prefill {form}", pa, fm._mla_pre(b.mla_prefill[form], d, form)))
-    a2a = fm.deepep_rows(data)
+    a2a = tables.deepep
     for mode in ("normal", "low_latency"):
         for phase in ("dispatch", "combine"):
             d = a2a[(a2a["mode"] == mode) & (a2a.phase == phase)]
@@ -179,7 +181,9 @@ def _moe_fixed_differences(written: object, shipped: object, where: str = "") ->
 
 
 @pytest.mark.slow
-def test_moe_refit_writes_the_shipped_file(shared_data: Path, tmp_path: Path) -> None:
+def test_moe_refit_writes_the_shipped_file(
+    shared_data: Path, tmp_path: Path, moe_tables: SimpleNamespace
+) -> None:
     out = tmp_path / "h100_sxm.json"
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}
     done = subprocess.run(
@@ -190,14 +194,14 @@ def test_moe_refit_writes_the_shipped_file(shared_data: Path, tmp_path: Path) ->
     written = json.loads(out.read_text())
     shipped = json.loads((HARDWARE / "moe" / "h100_sxm.json").read_text())
     found = _moe_fixed_differences(written, shipped)
-    found += _moe_prediction_changes(written, shipped, shared_data)
+    found += _moe_prediction_changes(written, shipped, moe_tables)
     assert not found, (
         "disaggsim/hardware/moe/h100_sxm.json differs from what python -m calibration.fit_moe "
         f"--data ../shared/data writes: {'; '.join(found[:3])}"
     )
 
 
-def test_moe_comparison_fails_a_stale_file(shared_data: Path) -> None:
+def test_moe_comparison_fails_a_stale_file(moe_tables: SimpleNamespace) -> None:
     """The comparison by predictions still catches a file that is not the refit's: the
     shipped file before 2026-12-03's fit without TensorRT-LLM's untuned cells (its bf16
     set predicts the fitted rows 1.3% apart in median, 8.7% at most) and a hand edit of one
@@ -207,11 +211,11 @@ def test_moe_comparison_fails_a_stale_file(shared_data: Path) -> None:
     stale["grouped_gemm"]["bf16"] = {"launch_s": 2.8403e-05, "max_eff": 0.9089,
         "half_sat": 294.18, "mem_eff": 0.90693, "width_half_sat": 704.0,
         "token_eff": 0.78236, "expert_s": 1.4936e-07}  # fmt: skip
-    found = _moe_prediction_changes(stale, shipped, shared_data)
+    found = _moe_prediction_changes(stale, shipped, moe_tables)
     assert [f.split(":")[0] for f in found] == ["grouped_gemm trtllm bf16"]
     edited = json.loads(json.dumps(shipped))
     edited["mla_decode"]["fp8"]["bw_eff"] *= 1.1
-    assert [f.split(":")[0] for f in _moe_prediction_changes(edited, shipped, shared_data)] == [
+    assert [f.split(":")[0] for f in _moe_prediction_changes(edited, shipped, moe_tables)] == [
         "mla_decode fp8"
     ]
     edited = json.loads(json.dumps(shipped))

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 from calibration.fit_public import mmha_split_counts
-from tests.conftest import SHARED_DATA as DATA
-from tests.conftest import needs_kernel_tables
 
 
 @pytest.mark.parametrize(
@@ -31,15 +29,12 @@ def test_split_count_by_hand(batch, heads, tokens, head_dim, want) -> None:
     assert float(got) == want
 
 
-@needs_kernel_tables
-def test_the_wave_form_of_the_rule_beats_the_shipped_fit_held_out() -> None:
+def test_the_wave_form_of_the_rule_beats_the_shipped_fit_held_out(mmha_split_h100) -> None:
     """H100: the wave form with the rule's split count errs less than the line form of
     masked MHA, held out by head-layout family, in both KV dtypes; and the line form's
     rows with a split (2-9 blocks per item, 513-8192 tokens per sequence) run slower than
     it predicts, those without one do not: the residual the rule explains."""
-    from calibration.fit_public import mmha_split_fit
-
-    errs, resid, _ = mmha_split_fit(DATA, "h100-sxm")
+    errs, resid, _ = mmha_split_h100
     for kv in ("bf16", "fp8"):
         e = errs[errs["kv"] == kv].set_index("form")["held_out_median_ape"]
         assert e["wave form, the rule's split"] < 0.8 * e["line form"], kv

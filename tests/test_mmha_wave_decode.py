@@ -22,8 +22,6 @@ from disaggsim.hardware.profile import (
     GpuPeaks,
     load_profile,
 )
-from tests.conftest import SHARED_DATA as DATA
-from tests.conftest import needs_kernel_tables
 from tests.test_xqa_wave_decode import assert_wave_steps_follow_ops
 
 PEAKS = GpuPeaks(bf16_flop_per_s=1e15, fp8_flop_per_s=2e15, hbm_bytes_per_s=4e12, hbm_bytes=80e9)
@@ -147,14 +145,11 @@ def test_a_grouped_wave_kernel_still_refuses_re_reads() -> None:
         build_worker_cost("llama-3-8b", "h100-sxm", 1, engine=eng, profile=bare)
 
 
-@needs_kernel_tables
-def test_step_model_wave_lines_beat_the_line_form_held_out() -> None:
+def test_step_model_wave_lines_beat_the_line_form_held_out(mmha_split_h100) -> None:
     """H100, held out by head-layout family: the step model's wave lines err less than the
     line form in both KV dtypes, in median (measured 8.7% and 8.5% against 11.6% and
     13.6%) and at the 90th percentile (23.2% and 21.5% against 27.7% and 29.6%)."""
-    from calibration.fit_public import mmha_split_fit
-
-    errs, _, _ = mmha_split_fit(DATA, "h100-sxm")
+    errs, _, _ = mmha_split_h100
     for kv in ("bf16", "fp8"):
         e = errs[errs["kv"] == kv].set_index("form")
         lines = e.loc["wave lines (step model), smallest split"]

@@ -10,7 +10,6 @@ import pytest
 from calibration import fit_moe as fm
 from calibration.fit import _least_squares_log
 from disaggsim.costmodel.moe_params import load_moe_params
-from tests.conftest import SHARED_DATA
 
 # the sets whose solver stop followed the start or the CPU before the rules (TensorRT-LLM
 # mxfp4, vLLM bf16, SGLang mxfp4) and SGLang's tuned-tile sets (few shapes)
@@ -22,10 +21,8 @@ RTOL = 1e-4  # the shipped file keeps 5 significant digits
 
 
 @pytest.fixture(scope="module")
-def moe():
-    if not (SHARED_DATA / "kernels" / "aiconfigurator" / "h100_sxm" / "moe").is_dir():
-        pytest.skip("needs ../shared/data (AIConfigurator H100 MoE tables)")
-    return fm.moe_rows(SHARED_DATA, (fm.REF_MOE, *fm.GEMM_FRAMEWORKS))
+def moe(moe_tables):
+    return moe_tables.moe  # tests/conftest.py: the rows of calibration.fit_moe.moe_rows
 
 
 def _moved(starts):
