@@ -350,6 +350,7 @@ def fit_decode_attention(
     split_kv: bool = False,
     group_q_per_kv=None,
     item_terms: bool = False,
+    occupancy: tuple[float, float] | None = None,
 ) -> Fitted:
     """Decode-attention parameters; ``floor_s`` fixes the kernel floor (e.g. for rows timed
     without graphs, whose short calls carry launch time, not kernel time). ``overlap`` of
@@ -369,7 +370,9 @@ def fit_decode_attention(
     grouped kernel, its query-head part ``per_q_elem_s`` (``ops.decode_item_seconds``; the
     query heads per KV head from ``group_q_per_kv``, else 1); a per-query-head kernel's
     items carry one query head each, so there ``per_seq_kv_elem_s`` is that part already
-    (fitting both would leave a flat direction)."""
+    (fitting both would leave a flat direction). ``occupancy`` = ``(SMs, shared memory per SM
+    in KiB)`` (datasheet) fits a per-query-head kernel's resident-block rate
+    ``block_bytes_per_s`` (TensorRT-LLM's masked MHA: ``ops.mmha_resident_blocks``), last."""
     b, c, kh, d, t_s = (
         np.asarray(x, float) for x in (batch, context_tokens, kv_heads, head_dim, t_s)
     )
@@ -392,9 +395,12 @@ def fit_decode_attention(
             overlap=p[6] if overlap is None else overlap,
             reread_bytes_per_s=p[7] if per_qh else 0.0,
             split_fill_s=p[7 + per_qh] if split_kv else 0.0,
-            group_bytes_per_s=p[-1] if grouped else 0.0,
+            group_bytes_per_s=p[-1 - (occupancy is not None)] if grouped else 0.0,
             per_item_s=p[i_item] if item_terms else 0.0,
             per_q_elem_s=p[i_item + 1] if item_terms and not per_qh else 0.0,
+            block_bytes_per_s=p[-1] if occupancy is not None else 0.0,
+            occupancy_sms=occupancy[0] if occupancy is not None else 0.0,
+            smem_per_sm_kib=occupancy[1] if occupancy is not None else 0.0,
         )
 
     def model(p, idx):
@@ -435,6 +441,14 @@ def fit_decode_attention(
         starts = [(*s0, f * hbm) for s0, f in zip(starts, (10.0, 5.0, 30.0), strict=True)]
         lo.append(hbm)
         hi.append(1000.0 * hbm)
+    if occupancy is not None:  # a resident block's stream rate (bytes/s), last
+        if not per_qh:
+            raise ValueError("occupancy: a per-query-head kernel's term (give q_per_kv)")
+        sms = occupancy[0]
+        hbm = peaks.hbm_bytes_per_s
+        starts = [(*s0, f * hbm / sms) for s0, f in zip(starts, (0.2, 0.1, 0.5), strict=True)]
+        lo.append(1e-3 * hbm / sms)
+        hi.append(10.0 * hbm / sms)
     p, err = fit_generic(model, t_s, starts, lo, hi, groups, held_out)
     return Fitted(params(p), err)
 

@@ -150,6 +150,9 @@ ITEM_TERM_BACKENDS = ("trtllm", "trtllm-mmha")
 # and not on the A100's, and TensorRT-LLM's engine rows score worse with them (their
 # large-batch per-token cost, and the host refit it moves; docs/calibration.md)
 WAVE_BACKENDS = ("trtllm",)
+# line-form decode kernels fitted with a resident-block rate (their shared memory limits the
+# blocks resident per SM at long contexts: TensorRT-LLM's masked MHA, ops.mmha_resident_blocks)
+OCCUPANCY_BACKENDS = ("trtllm-mmha",)
 # TensorRT-LLM's decode kernels: ``trtllm`` is its XQA (grouped) kernel, ``trtllm-mmha`` the
 # masked multi-head attention it runs where XQA refuses the layout (trtllm_decode_kernel)
 TRTLLM_PER_QUERY_HEAD_BACKEND = "trtllm-mmha"
@@ -230,11 +233,14 @@ def fit_decode_backend(
     rows: pd.DataFrame,
     held_out: bool = True,
     num_sms: int = 0,
+    occupancy: tuple[float, float] | None = None,
 ) -> Fitted:
     """One backend's decode attention for one KV dtype (``rows``: its kernel rows, from
     :func:`_decode_backend_rows`), held out by head-layout family unless ``held_out`` is
     False (the parameters are the same either way); a :data:`WAVE_BACKENDS` kernel as a
-    multi-block wave kernel on ``num_sms`` SMs when given (> 0)."""
+    multi-block wave kernel on ``num_sms`` SMs when given (> 0); an
+    :data:`OCCUPANCY_BACKENDS` line-form kernel with its resident-block rate when
+    ``occupancy`` (SMs, shared memory per SM in KiB) is given."""
     shape = (rows["batch"], rows["context_tokens"], rows["kv_heads"], rows["head_dim"], rows["t_s"])
     q_per_kv = (rows["heads"] / rows["kv_heads"]).round()
     common: dict[str, Any] = {
@@ -252,6 +258,7 @@ def fit_decode_backend(
         split_kv=True,
         group_q_per_kv=q_per_kv if backend in GROUP_RATE_BACKENDS else None,
         item_terms=backend in ITEM_TERM_BACKENDS,
+        occupancy=occupancy if backend in OCCUPANCY_BACKENDS else None,
         **common,
     )
 
@@ -326,7 +333,10 @@ def fit_attention_backends(
                 f"{rows['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, kv {dtype}"
                 f"{kind.get(backend, '')})"
             )
-            f = fit_decode_backend(peaks, backend, dtype, rows, num_sms=NUM_SMS.get(gpu, 0))
+            occ = (float(NUM_SMS[gpu]), float(SMEM_PER_SM_KIB[gpu])) if gpu in NUM_SMS else None
+            f = fit_decode_backend(
+                peaks, backend, dtype, rows, num_sms=NUM_SMS.get(gpu, 0), occupancy=occ
+            )
             errors[f"attention.{backend}.decode.{dtype}"] = _err(f.error, source)
             sec["decode_attention"][dtype] = _params_dict(f.params)
             tables.add(rows["table"].iloc[0])
@@ -563,6 +573,18 @@ NUM_SMS = {"a100-80gb": 108, "h100-sxm": 132, "h100-pcie": 114, "h200-sxm": 132,
 # SMs of every GPU a profile is written for: a wave decode kernel (WAVE_BACKENDS) carried to
 # another GPU runs its waves over that GPU's SMs
 KERNEL_SMS = {**NUM_SMS, "b200": 148, "l40s": 142}
+# shared memory per SM (KiB; datasheets, the CUDA programming guide's per-architecture
+# capacity, 1 KiB of it reserved per resident block), for masked MHA's occupancy
+# (OCCUPANCY_BACKENDS)
+SMEM_PER_SM_KIB = {
+    "a100-80gb": 164,
+    "h100-sxm": 228,
+    "h100-pcie": 228,
+    "h200-sxm": 228,
+    "h800-sxm": 228,
+    "b200": 228,
+    "l40s": 100,
+}
 
 
 def tiled_kernel_dict(
@@ -908,6 +930,9 @@ def prior_from(gpu: str, source_gpu: str, source: dict) -> dict[str, Any]:
         for prm in (sec.get("decode_attention") or {}).values():
             if prm.get("wave_sms", 0) > 0:
                 prm["wave_sms"] = float(KERNEL_SMS[gpu])
+            if prm.get("block_bytes_per_s", 0) > 0:  # masked MHA's blocks on this GPU's SMs
+                prm["occupancy_sms"] = float(KERNEL_SMS[gpu])
+                prm["smem_per_sm_kib"] = float(SMEM_PER_SM_KIB[gpu])
     rule = (
         f"same SM architecture as {source_gpu} ({SM_ARCH[gpu]}): shares its kernel "
         "efficiencies and floors, differs by datasheet peaks"
@@ -1698,6 +1723,95 @@ def mmha_split_fit(
     return pd.DataFrame(rows), pd.concat(resid), pd.concat(wave_resid)
 
 
+def mmha_occupancy_ratios(data_root: Path, gpu: str) -> pd.DataFrame:
+    """A diagnostic (``--mmha-occupancy``): TensorRT-LLM's masked-MHA decode rows, median
+    measured / predicted by the shipped profile's line form with its occupancy term
+    (``with_term``) and without it (``block_bytes_per_s`` 0: ``line_form``), and the median
+    APE of each, by the 256-thread blocks resident per SM at the rows' tokens per sequence
+    (``ops.mmha_resident_blocks``) and whether the rows have ``4 × SMs`` items or more (the
+    untuned launch the bound applies to), per KV dtype."""
+    prof = load_profile(gpu)
+    rows = _decode_backend_rows(public.aic_decode_attention(data_root, gpu), "trtllm-mmha")
+    out = []
+    for kv, r in rows.groupby("dtype"):
+        p = prof.decode_attention_for(TRTLLM_PER_QUERY_HEAD_BACKEND, str(kv))
+        g = (r["heads"] / r["kv_heads"]).round()
+        elem = 1.0 if kv == "fp8" else 2.0
+        hist = r["context_tokens"] / r["batch"] - 1.0
+        frame = pd.DataFrame(
+            {
+                "kv": kv,
+                "untuned": r["batch"] * r["heads"] >= ops.MMHA_UNTUNED_BLOCKS_PER_SM * NUM_SMS[gpu],
+                "resident": ops.mmha_resident_blocks(hist, SMEM_PER_SM_KIB[gpu]),
+            }
+        )
+        for name, params in (("with_term", p), ("line_form", replace(p, block_bytes_per_s=0.0))):
+            t = ops.decode_attention_time_s(
+                prof.peaks, params, r["batch"], r["context_tokens"], r["kv_heads"],
+                r["head_dim"], elem, g, q_per_kv=g,
+            )  # fmt: skip
+            frame[f"ratio_{name}"] = r["t_s"].to_numpy() / np.asarray(t)
+            frame[f"ape_{name}"] = np.abs(np.asarray(t) / r["t_s"].to_numpy() - 1.0)
+        out.append(frame)
+    return (
+        pd.concat(out)
+        .groupby(["kv", "untuned", "resident"])
+        .agg(
+            n=("resident", "size"),
+            ratio_line_form=("ratio_line_form", "median"),
+            ratio_with_term=("ratio_with_term", "median"),
+            ape_line_form=("ape_line_form", "median"),
+            ape_with_term=("ape_with_term", "median"),
+        )
+        .round(3)
+    )
+
+
+def mmha_occupancy_held_out(data_root: Path, gpu: str) -> pd.DataFrame:
+    """A diagnostic (``--mmha-occupancy``): the masked-MHA rows with 1 or 2 resident blocks
+    per SM over ``4 × SMs`` items or more (where the term binds), median / p90 APE of each head-layout family's rows
+    predicted by the line form refitted without that family, with and without the
+    occupancy term (minutes: one refit per family and form), per KV dtype."""
+    peaks = peaks_of(gpu)
+    rows = _decode_backend_rows(public.aic_decode_attention(data_root, gpu), "trtllm-mmha")
+    occ = (float(NUM_SMS[gpu]), float(SMEM_PER_SM_KIB[gpu]))
+    out = []
+    for kv, r in rows.groupby("dtype"):
+        hist = r["context_tokens"] / r["batch"] - 1.0
+        bounded = np.asarray(
+            (r["batch"] * r["heads"] >= ops.MMHA_UNTUNED_BLOCKS_PER_SM * NUM_SMS[gpu])
+            & (ops.mmha_resident_blocks(hist, SMEM_PER_SM_KIB[gpu]) <= 2)
+        )
+        fam = shape_family(r["heads"], r["kv_heads"], r["head_dim"])
+        g = (r["heads"] / r["kv_heads"]).round()
+        elem = 1.0 if kv == "fp8" else 2.0
+        for name, term in (("line_form", None), ("with_term", occ)):
+            apes: list[float] = []
+            for f in sorted(set(fam[bounded])):
+                test = fam == f
+                fit = fit_decode_backend(
+                    peaks, TRTLLM_PER_QUERY_HEAD_BACKEND, str(kv), r[~test], held_out=False,
+                    occupancy=term,
+                )  # fmt: skip
+                sel = test & bounded
+                t = ops.decode_attention_time_s(
+                    peaks, fit.params, r["batch"][sel], r["context_tokens"][sel],
+                    r["kv_heads"][sel], r["head_dim"][sel], elem, g[sel], q_per_kv=g[sel],
+                )  # fmt: skip
+                apes.extend(np.abs(np.asarray(t) / r["t_s"][sel].to_numpy() - 1.0).tolist())
+            a = np.asarray(apes)
+            out.append(
+                {
+                    "kv": kv,
+                    "form": name,
+                    "rows": len(a),
+                    "held_out_median_ape": round(float(np.median(a)), 4),
+                    "held_out_p90_ape": round(float(np.quantile(a, 0.9)), 4),
+                }
+            )
+    return pd.DataFrame(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.fit_public", description=__doc__.split("\n\n")[0]
@@ -1774,7 +1888,24 @@ def main(argv: list[str] | None = None) -> int:
         "form of its own multi-block count and the step model's wave lines, held out by "
         "head-layout family, and their residuals (a diagnostic: writes nothing)",
     )
+    p.add_argument(
+        "--mmha-occupancy",
+        metavar="GPU",
+        choices=sorted(SMS),
+        help="only print TensorRT-LLM's masked-MHA decode rows, measured / predicted with and "
+        "without the shipped occupancy term, by resident blocks per SM, and the rows it bounds "
+        "held out by head-layout family with and without it (minutes; a diagnostic: writes "
+        "nothing)",
+    )
     args = p.parse_args(argv)
+    if args.mmha_occupancy:
+        print(mmha_occupancy_ratios(Path(args.data), args.mmha_occupancy).to_string())
+        print(
+            "\nrows with 1-2 resident blocks over 4 x SMs items, held out by head-layout "
+            "family:"
+        )
+        print(mmha_occupancy_held_out(Path(args.data), args.mmha_occupancy).to_string(index=False))
+        return 0
     if args.gemm_variants:
         print(tile_form_variants(Path(args.data), args.gemm_variants).to_string(index=False))
         print(

@@ -335,14 +335,26 @@ def _min_lines(cost: Any, b: int) -> dict[str, Any]:
     profile fits it as one; one per split count its rule takes; ``base_s`` /
     ``per_context_token_s`` is then its most-split line only): the
     step is the smallest of the kernel lines, or the item-bound line where that is larger
-    (``interface.decode_step_time_s``)."""
+    (``interface.decode_step_time_s``). A kernel whose stream line changes with the tokens
+    per sequence (TensorRT-LLM's masked MHA: its resident blocks per SM) also lists
+    ``interval_lines``: from ``from_context_tokens`` (C, all sequences) on, the stream line
+    is that one (``base_s`` / ``per_context_token_s``: the line below the first)."""
     alts = getattr(cost, "decode_min_coeffs", None)
     lines = tuple(alts(b)) if alts is not None else ()
+    spans_of = getattr(cost, "decode_interval_coeffs", None)
+    spans = tuple(spans_of(b)) if spans_of is not None else ()
     stream = "min(stream, min_lines)" if lines else "stream"
+    if spans:
+        stream = "stream of the interval holding C"
     item = hasattr(cost, "decode_item_coeffs")
     out: dict[str, Any] = {"step_form": f"max(item_bound, {stream})" if item else stream}
     if lines:
         out["min_lines"] = [{"base_s": b0, "per_context_token_s": k0} for b0, k0 in lines]
+    if spans:
+        out["interval_lines"] = [
+            {"from_context_tokens": c0, "base_s": b0, "per_context_token_s": k0}
+            for c0, (b0, k0) in spans
+        ]
     return out
 
 

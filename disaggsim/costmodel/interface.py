@@ -18,7 +18,12 @@ copy of the weights) for the time of one forward pass. Three shapes of iteration
   configurations by the context (TensorRT-LLM's XQA: how many thread blocks split each
   sequence) may offer ``decode_min_coeffs(batch)``, more lines: the kernel-bound part is
   the smallest of those and ``decode_coeffs``' line (the active one changes at contexts
-  the engine computes once per run, and cuts the run there);
+  the engine computes once per run, and cuts the run there). A kernel whose cost per
+  token changes with the tokens per sequence (TensorRT-LLM's masked MHA: fewer thread blocks
+  fit an SM's shared memory as the sequences grow) may offer
+  ``decode_interval_coeffs(batch)``: the stream-bound line over each further context
+  interval, which replaces ``decode_coeffs``' from its first context on (the engine cuts a
+  run where the batch's context enters the next interval);
 - a mixed (chunked-prefill) step: both at once.
 
 :class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.
@@ -88,6 +93,12 @@ def decode_step_time_s(cost: DecodeLines, batch: int, context_tokens: float) -> 
     ``decode_min_coeffs`` lines where the cost model has them), or the item-bound line
     where the cost model has one and it is larger (short contexts)."""
     base, per_token = cost.decode_coeffs(batch)
+    intervals = getattr(cost, "decode_interval_coeffs", None)
+    if intervals is not None:  # the stream line of the context interval holding C
+        for start, line in intervals(batch):
+            if context_tokens < start:
+                break
+            base, per_token = line
     t = base + per_token * context_tokens
     alts = getattr(cost, "decode_min_coeffs", None)
     if alts is not None:

@@ -65,6 +65,8 @@ Forms (``docs/costmodel.md`` has the derivations):
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -234,6 +236,76 @@ def decode_stream_seconds_per_byte(
     if p.group_bytes_per_s > 0.0:
         per_byte = np.maximum(per_byte, np.asarray(q_per_kv, float) / p.group_bytes_per_s)
     return per_byte
+
+
+# TensorRT-LLM's masked-MHA shared memory and occupancy (1.x releases;
+# decoderMaskedMultiheadAttentionLaunch.h smem_size_in_bytes and mmha_launch_kernel_ex,
+# decoderMaskedMultiheadAttention.h estimate_min_multi_block_count): a block keeps its
+# sequence's Q·K logits in shared memory, 16 bytes (fp32) plus 8 (bf16) per 4 tokens; over
+# 4 × SMs or more (sequence, query head) items the launch keeps 256-thread blocks, at most 4
+# resident per SM (32 warps, its register limit), fewer where their shared memory (plus the
+# 1 KiB the driver reserves per block) does not fit the SM's; a sequence whose logits exceed
+# a block's opt-in shared memory (the SM's less that 1 KiB, less a 2 KiB margin) is split
+# over the fewest blocks that fit
+KIB = 1024.0  # bytes
+MMHA_SMEM_BYTES_PER_4_TOKENS = 24.0
+MMHA_SMEM_RESERVED_PER_BLOCK = 1024.0
+MMHA_SMEM_OPTIN_MARGIN = 2048.0
+MMHA_UNTUNED_BLOCKS_PER_SM = 4.0
+# history tokens per sequence up to which the occupancy regimes are listed for the step
+# model's context intervals (the longest context the public tables time; longer sequences
+# keep the last regime)
+MMHA_OCCUPANCY_MAX_HISTORY = 131072
+
+
+def mmha_resident_blocks(history_tokens, smem_per_sm_kib: float) -> np.ndarray:
+    """256-thread masked-MHA blocks resident per SM over sequences of ``history_tokens``
+    cached tokens (``smem_size_in_bytes``: ``24 × ⌈(T + 1) / 4⌉`` bytes of logits for the
+    ``T`` tokens a block holds; a sequence too long for one block is split over
+    ``estimate_min_multi_block_count`` blocks): at most 4, at least 1."""
+    hist = np.asarray(history_tokens, float)
+    per = MMHA_SMEM_BYTES_PER_4_TOKENS
+    smem_per_sm = smem_per_sm_kib * KIB
+    optin = smem_per_sm - MMHA_SMEM_RESERVED_PER_BLOCK - MMHA_SMEM_OPTIN_MARGIN
+    splits = np.maximum(np.ceil(np.ceil((hist + 1.0) / 4.0) / np.floor(optin / per)), 1.0)
+    held = np.where(splits > 1.0, np.ceil((hist + 1.0) / splits), hist)
+    smem = per * np.ceil((held + 1.0) / 4.0) + MMHA_SMEM_RESERVED_PER_BLOCK
+    fit = np.floor(smem_per_sm / smem)
+    return np.clip(fit, 1.0, MMHA_UNTUNED_BLOCKS_PER_SM)
+
+
+def mmha_occupancy_applies(p: DecodeAttentionParams, items: ArrayLike) -> np.ndarray:
+    """Whether a decode kernel's occupancy term applies over ``items`` work items: a fit with
+    ``block_bytes_per_s`` > 0 over at least ``4 × occupancy_sms`` items (masked MHA's
+    untuned 256-thread launch; fewer items run larger tuned blocks or a multi-block split)."""
+    i = np.asarray(items, float)
+    if p.block_bytes_per_s <= 0.0:
+        return np.zeros(i.shape, bool)
+    return i >= MMHA_UNTUNED_BLOCKS_PER_SM * p.occupancy_sms
+
+
+def mmha_occupancy_seconds_per_byte(
+    p: DecodeAttentionParams, history_tokens, items: ArrayLike, group: ArrayLike = 1.0
+) -> np.ndarray:
+    """Seconds per KV byte the occupancy bound allows (0 where it does not apply): the
+    ``group`` query heads of a KV head each stream it, at ``resident × occupancy_sms ×
+    block_bytes_per_s`` over the GPU (:func:`mmha_resident_blocks`)."""
+    on = mmha_occupancy_applies(p, items)
+    if not np.any(on):
+        return np.zeros(np.broadcast(np.asarray(history_tokens, float), on).shape)
+    k = mmha_resident_blocks(history_tokens, p.smem_per_sm_kib)
+    rate = k * p.occupancy_sms * p.block_bytes_per_s
+    return np.where(on, np.asarray(group, float) / rate, 0.0)
+
+
+@functools.lru_cache(maxsize=16)
+def mmha_occupancy_regimes(smem_per_sm_kib: float) -> tuple[tuple[float, float], ...]:
+    """``(first history tokens, resident blocks)`` of each run of history lengths with one
+    resident-block count (:func:`mmha_resident_blocks`), from 0 up to
+    :data:`MMHA_OCCUPANCY_MAX_HISTORY`, in order; the last holds beyond."""
+    k = mmha_resident_blocks(np.arange(MMHA_OCCUPANCY_MAX_HISTORY + 1), smem_per_sm_kib)
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(k)) + 1))
+    return tuple((float(h), float(k[h])) for h in starts)
 
 
 def decode_item_seconds(
@@ -440,12 +512,18 @@ def decode_attention_time_s(
     if p.wave_sms > 0.0:  # a multi-block wave kernel: the smallest of its lines
         _, base, per = decode_wave_lines(peaks, p, b, kh, d, kv_elem_bytes, q_per_kv)
         return np.min(base + per * np.asarray(context_tokens, float), axis=0)
-    kv_bytes = 2.0 * np.asarray(context_tokens, float) * kh * d * kv_elem_bytes
+    c = np.asarray(context_tokens, float)
+    kv_bytes = 2.0 * c * kh * d * kv_elem_bytes
     work = decode_work_heads(p, kh, reread_group)
     items = decode_item_seconds(p, b, work, kh, d, q_per_kv)
-    stream = kv_bytes * decode_stream_seconds_per_byte(
+    per_byte = decode_stream_seconds_per_byte(
         peaks, p, b, kh, reread_group, reread_bytes_per_s, q_per_kv
     )
+    if p.block_bytes_per_s > 0.0:  # masked MHA's resident blocks (its shared memory)
+        hist = np.ceil(c / np.maximum(b, 1.0) - 1.0)  # cached tokens per sequence, whole
+        occ = mmha_occupancy_seconds_per_byte(p, hist, b * work, reread_group)
+        per_byte = np.maximum(per_byte, occ)
+    stream = kv_bytes * per_byte
     return (
         decode_attention_floor_s(p, b, kh, work)
         + p.per_seq_s * b
@@ -464,12 +542,16 @@ def decode_attention_lines(
     reread_group: float = 1.0,
     reread_bytes_per_s: float = 0.0,
     q_per_kv: float = 1.0,
+    history_tokens: float = 0.0,
 ) -> tuple[tuple[float, float], tuple[float, float]]:
     """The two affine functions of the context tokens C whose maximum is
     :func:`decode_attention_time_s` at fixed batch and shape: ``((base, per_token)`` of the
     KV-stream-bound line, ``(base, per_token)`` of the item-bound line``)``. Stream-bound:
     ``fixed + (1 − overlap) × items + stream``; item-bound: ``fixed + items + (1 − overlap)
-    × stream`` (equal at the knee, where items = stream)."""
+    × stream`` (equal at the knee, where items = stream). A kernel with an occupancy term
+    (``block_bytes_per_s`` > 0) has these lines per occupancy regime: the ones of the regime
+    holding sequences of ``history_tokens`` cached tokens (C / batch − 1), valid over that
+    regime's contexts (:func:`mmha_occupancy_regimes`)."""
     work = float(decode_work_heads(p, kv_heads, reread_group))
     fixed = float(decode_attention_floor_s(p, batch, kv_heads, work)) + p.per_seq_s * batch
     items = float(decode_item_seconds(p, batch, work, kv_heads, head_dim, q_per_kv))
@@ -478,6 +560,9 @@ def decode_attention_lines(
             peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s, q_per_kv
         )
     )
+    if p.block_bytes_per_s > 0.0:
+        occ = mmha_occupancy_seconds_per_byte(p, history_tokens, batch * work, reread_group)
+        per_byte = max(per_byte, float(occ))
     per_token = 2.0 * kv_heads * head_dim * kv_elem_bytes * per_byte
     return (
         (fixed + (1.0 - p.overlap) * items, per_token),

@@ -48,7 +48,15 @@ from pathlib import Path
 
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
 from disaggsim.costmodel.interface import decode_knee_tokens, decode_step_time_s
-from disaggsim.costmodel.ops import decode_wave_min_lines
+from disaggsim.costmodel.ops import (
+    KIB,
+    MMHA_SMEM_BYTES_PER_4_TOKENS,
+    MMHA_SMEM_OPTIN_MARGIN,
+    MMHA_SMEM_RESERVED_PER_BLOCK,
+    MMHA_UNTUNED_BLOCKS_PER_SM,
+    decode_wave_min_lines,
+    mmha_occupancy_regimes,
+)
 from disaggsim.costmodel.overhead import (
     ELEMENTWISE_KERNELS_PER_LAYER,
     StepOverhead,
@@ -250,6 +258,27 @@ def _dec_per_byte_s(
     return per_byte
 
 
+def _mmha_resident_blocks(history_tokens: float, smem_per_sm_kib: float) -> float:
+    """ops.mmha_resident_blocks for a scalar."""
+    per = MMHA_SMEM_BYTES_PER_4_TOKENS
+    smem_per_sm = smem_per_sm_kib * KIB
+    optin = smem_per_sm - MMHA_SMEM_RESERVED_PER_BLOCK - MMHA_SMEM_OPTIN_MARGIN
+    splits = max(math.ceil(math.ceil((history_tokens + 1.0) / 4.0) / math.floor(optin / per)), 1)
+    held = math.ceil((history_tokens + 1.0) / splits) if splits > 1 else history_tokens
+    smem = per * math.ceil((held + 1.0) / 4.0) + MMHA_SMEM_RESERVED_PER_BLOCK
+    return min(max(float(math.floor(smem_per_sm / smem)), 1.0), MMHA_UNTUNED_BLOCKS_PER_SM)
+
+
+def _dec_occ_per_byte_s(
+    p: DecodeAttentionParams, batch: float, work: float, group: float, history_tokens: float
+) -> float:
+    """ops.mmha_occupancy_seconds_per_byte for scalars (0 where the term does not apply)."""
+    if p.block_bytes_per_s <= 0.0 or batch * work < MMHA_UNTUNED_BLOCKS_PER_SM * p.occupancy_sms:
+        return 0.0
+    k = _mmha_resident_blocks(history_tokens, p.smem_per_sm_kib)
+    return group / (k * p.occupancy_sms * p.block_bytes_per_s)
+
+
 def pick_attention_backends(
     profile: HardwareProfile,
     backend: str,
@@ -421,6 +450,9 @@ class RooflineWorkerCost:
         "_decode_cache",
         "_wave_cache",
         "_min_cache",
+        "decode_interval_lines",
+        "_occ_regimes",
+        "_interval_cache",
     )  # _decode_cache: batch -> (stream-bound line, item-bound line)
 
     def __init__(
@@ -559,6 +591,18 @@ class RooflineWorkerCost:
         self.decode_min_lines = self._dec.wave_sms > 0.0
         self._wave_cache: dict[int, tuple[tuple[float, float], ...]] = {}
         self._min_cache: dict[int, tuple[tuple[float, float], ...]] = {}
+        # a line-form decode kernel with an occupancy term (TensorRT-LLM's masked MHA: the
+        # blocks its shared memory lets reside per SM fall as the sequences grow): its
+        # stream line changes with the tokens per sequence, one line per context interval
+        # (decode_interval_coeffs)
+        d = self._dec
+        self._occ_regimes: tuple[tuple[float, float], ...] = (
+            mmha_occupancy_regimes(d.smem_per_sm_kib)
+            if d.block_bytes_per_s > 0.0 and d.wave_sms == 0.0
+            else ()
+        )
+        self.decode_interval_lines = len(self._occ_regimes) > 1
+        self._interval_cache: dict[int, tuple[tuple[float, tuple[float, float]], ...]] = {}
 
     # --- the WorkerCost protocol ---------------------------------------------------
 
@@ -613,6 +657,49 @@ class RooflineWorkerCost:
             )
         return hit
 
+    def decode_interval_coeffs(self, batch: int) -> tuple[tuple[float, tuple[float, float]], ...]:
+        """``(from_context_tokens, (base_s, per_context_token_s))`` of the stream-bound line
+        over each further context interval, in order: from ``from_context_tokens`` (all
+        sequences together; the cached tokens per sequence are ``⌈C / batch − 1⌉``) up to the next entry's, the
+        stream-bound line is this one instead of :meth:`decode_coeffs`' (which holds below
+        the first). Empty but for a kernel with an occupancy term over enough work items
+        (``decode_interval_lines``: TensorRT-LLM's masked MHA, whose resident blocks fall as
+        the sequences grow: ``ops.mmha_occupancy_regimes``); the item line is unchanged."""
+        if not self.decode_interval_lines or batch <= 0:
+            return ()
+        hit = self._interval_cache.get(batch)
+        if hit is not None:
+            return hit
+        d = self._dec
+        work = _dec_work_heads(d, float(self.kv_heads_per_gpu), self._reread_group)
+        out: list[tuple[float, tuple[float, float]]] = []
+        if batch * work >= MMHA_UNTUNED_BLOCKS_PER_SM * d.occupancy_sms:
+            base, per0 = self._decode_lines(batch)[0]
+            last = per0
+            for hist, _ in self._occ_regimes[1:]:
+                per = self._stream_per_token_s(batch, hist)
+                if per != last:
+                    # ops' whole tokens per sequence, ceil(C / batch - 1), reach hist
+                    # once C > batch × hist
+                    out.append((batch * hist + 1.0, (base, per)))
+                    last = per
+        hit = self._interval_cache[batch] = tuple(out)
+        return hit
+
+    def _stream_per_token_s(self, batch: int, history_tokens: float) -> float:
+        """Per layer and all layers: seconds per context token of the line-form decode
+        kernel's KV stream at ``batch`` over sequences of ``history_tokens`` cached tokens."""
+        d = self._dec
+        hkv = float(self.kv_heads_per_gpu)
+        per_byte = _dec_per_byte_s(
+            self._hbm, d, batch, hkv, self._reread_group, self._reread_bytes_per_s, self._q_per_kv
+        )
+        if d.block_bytes_per_s > 0.0:
+            work = _dec_work_heads(d, hkv, self._reread_group)
+            occ = _dec_occ_per_byte_s(d, float(batch), work, self._reread_group, history_tokens)
+            per_byte = max(per_byte, occ)
+        return self.model.num_layers * (2.0 * hkv * self.model.head_dim * self._kv_elem * per_byte)
+
     def decode_knee_tokens(self, batch: int) -> float:
         """Context tokens (all sequences together) above which the kernel-bound part of the
         step outlasts the item-bound line; 0 when it does at every context. With one
@@ -655,21 +742,7 @@ class RooflineWorkerCost:
                 items += layers * _dec_item_terms_s(
                     d, batch, work, hkv, float(self.model.head_dim), self._q_per_kv
                 )
-            per_token = layers * (
-                2.0
-                * hkv
-                * self.model.head_dim
-                * self._kv_elem
-                * _dec_per_byte_s(
-                    self._hbm,
-                    d,
-                    batch,
-                    hkv,
-                    self._reread_group,
-                    self._reread_bytes_per_s,
-                    self._q_per_kv,
-                )
-            )
+            per_token = self._stream_per_token_s(batch, 0.0)
             lines = (
                 (base_items - unhidden - d.overlap * items, per_token),
                 (base_items, (1.0 - d.overlap) * per_token if self._launch_s == 0.0 else 0.0),
@@ -779,7 +852,7 @@ class RooflineWorkerCost:
             items = d.per_seq_kv_elem_s * decode_batch * work * hd
             if d.per_item_s > 0.0 or d.per_q_elem_s > 0.0:
                 items += _dec_item_terms_s(d, decode_batch, work, hkv_dec, hd, self._q_per_kv)
-            stream = kv_bytes * _dec_per_byte_s(
+            per_byte = _dec_per_byte_s(
                 hbm,
                 d,
                 decode_batch,
@@ -788,6 +861,11 @@ class RooflineWorkerCost:
                 self._reread_bytes_per_s,
                 self._q_per_kv,
             )
+            if d.block_bytes_per_s > 0.0:  # masked MHA's resident blocks at this length
+                hist = math.ceil(decode_context_tokens / decode_batch - 1.0)
+                occ = _dec_occ_per_byte_s(d, float(decode_batch), work, self._reread_group, hist)
+                per_byte = max(per_byte, occ)
+            stream = kv_bytes * per_byte
             attn_layer += (
                 _dec_floor_s(d, decode_batch, hkv_dec, work)
                 + d.per_seq_s * decode_batch

@@ -685,6 +685,7 @@ class _TokenBatch(Worker):
         "_leave_hooks",
         "_lines",
         "_min_lines",
+        "_intervals",
         "_phase_hist",
         "_rest_fn",
         "_run_end",
@@ -738,6 +739,12 @@ class _TokenBatch(Worker):
         self._min_lines: dict[int, tuple[tuple[float, float], ...]] | None = (
             {} if getattr(self.cost, "decode_min_lines", False) else None
         )
+        # a cost model whose stream line changes with the tokens per sequence
+        # (WorkerCost.decode_interval_coeffs: TensorRT-LLM's masked MHA): batch -> its
+        # context intervals' lines
+        self._intervals: dict[int, tuple[tuple[float, tuple[float, float]], ...]] | None = (
+            {} if getattr(self.cost, "decode_interval_lines", False) else None
+        )
         self._run_timed_out_cb: Then = self._run_timed_out  # bound once (Worker._pass_cb)
         self._run_woken_cb: Then = self._run_woken
         self._run_waited_cb: Then = self._run_waited
@@ -777,6 +784,29 @@ class _TokenBatch(Worker):
             ib, ip = item(batch) if item is not None else (0.0, 0.0)
             lines = self._lines[batch] = DecodeLines(base, per, item is not None, ib, ip)
         return lines
+
+    def _interval_run(self, b: int, c: int, k: int) -> tuple[int, DecodeLines]:
+        """A run of at most ``k`` steps from context ``c`` on the stream line of the context
+        interval holding ``c`` (``decode_interval_coeffs``), cut at the last step before the
+        context enters the next interval (the next run takes its line). Returns the steps
+        and the run's lines (the item line as before)."""
+        lines = self._lines.get(b)
+        if lines is None:
+            lines = self._lines_for(b)
+        cache = self._intervals
+        assert cache is not None
+        spans = cache.get(b)
+        if spans is None:
+            spans = cache[b] = tuple(self.cost.decode_interval_coeffs(b))  # type: ignore[attr-defined]
+        base, per = lines.base_s, lines.per_token_s
+        for start, line in spans:
+            if c < start:  # the next interval: steps j with c + j b < start run on this line
+                k = min(k, max(math.ceil((start - c) / b), 1))
+                break
+            base, per = line
+        if (base, per) == (lines.base_s, lines.per_token_s):
+            return k, lines
+        return k, DecodeLines(base, per, lines.has_item, lines.item_base_s, lines.item_per_token_s)
 
     def _min_line_run(self, b: int, c: int, k: int) -> tuple[int, DecodeLines]:
         """A run of at most ``k`` steps from context ``c`` on the smallest of the cost
@@ -1182,6 +1212,8 @@ class _TokenBatch(Worker):
         start = env._now
         if self._min_lines is not None:  # the smallest of a few kernel lines: cut at a switch
             k, lines = self._min_line_run(b, c, k)
+        elif self._intervals is not None:  # a line per context interval: cut entering the next
+            k, lines = self._interval_run(b, c, k)
         else:
             hit = self._lines.get(b)
             lines = hit if hit is not None else self._lines_for(b)

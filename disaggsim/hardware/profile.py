@@ -233,6 +233,12 @@ class DecodeAttentionParams:
     masked MHA and its multi-block rule): one work item per (sequence, query head), each
     block's query head and reduction carrying one query head, the ``q_per_kv`` query heads
     of a KV head reading it once from HBM and ``q_per_kv`` times from L2 at that rate.
+    ``block_bytes_per_s`` > 0 (with ``occupancy_sms`` and ``smem_per_sm_kib``, a
+    per-query-head line-form kernel only: TensorRT-LLM's masked MHA) is the KV stream rate of
+    one resident 256-thread block: over ``4 × occupancy_sms`` or more work items the kernel
+    runs 256-thread blocks, as many resident per SM as its shared memory allows (about 6
+    bytes a cached token, ``ops.mmha_resident_blocks``), and its stream runs at no more than
+    ``resident × occupancy_sms × block_bytes_per_s`` (``ops.mmha_occupancy_seconds_per_byte``).
     All optional in the JSON (0: term off), so older profiles still load."""
 
     floor_s: float
@@ -253,6 +259,9 @@ class DecodeAttentionParams:
     cta_bytes_per_s: float = 0.0
     split_s: float = 0.0
     split_elem_s: float = 0.0
+    block_bytes_per_s: float = 0.0
+    occupancy_sms: float = 0.0
+    smem_per_sm_kib: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +471,9 @@ DECODE_FIELDS_OMITTED_AT_ZERO = (
     "cta_bytes_per_s",
     "split_s",
     "split_elem_s",
+    "block_bytes_per_s",
+    "occupancy_sms",
+    "smem_per_sm_kib",
 )
 GEMM_FIELDS_OMITTED_AT_ZERO = ("dynamic_scale_s", "dynamic_scale_bw_eff")
 _DEC_KEYS: tuple[Any, ...] = (
@@ -509,6 +521,18 @@ def _per_dtype(
         for k in ("max_eff", "bw_eff", "mem_eff", "overlap", "dynamic_scale_bw_eff"):
             if k in kw and kw[k] > 1.0:
                 raise ProfileError(f"{path}: {w}.{k}: must be in (0, 1], got {kw[k]}")
+        if kw.get("block_bytes_per_s", 0.0) > 0.0 and not (
+            kw.get("occupancy_sms", 0.0) > 0.0
+            and kw.get("smem_per_sm_kib", 0.0) > 0.0
+            and kw.get("reread_bytes_per_s", 0.0) > 0.0
+            and kw.get("wave_sms", 0.0) == 0.0
+            and kw.get("overlap", 0.0) == 1.0
+        ):
+            raise ProfileError(
+                f"{path}: {w}.block_bytes_per_s: the occupancy term needs occupancy_sms > 0, "
+                "smem_per_sm_kib > 0 and reread_bytes_per_s > 0 (a per-query-head kernel) "
+                "and no wave_sms (a line-form kernel) with overlap 1"
+            )
         out[dt] = cls(**kw)
     return out
 
