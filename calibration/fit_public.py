@@ -1900,10 +1900,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.mmha_occupancy:
         print(mmha_occupancy_ratios(Path(args.data), args.mmha_occupancy).to_string())
-        print(
-            "\nrows with 1-2 resident blocks over 4 x SMs items, held out by head-layout "
-            "family:"
-        )
+        print("\nrows with 1-2 resident blocks over 4 x SMs items, held out by head-layout family:")
         print(mmha_occupancy_held_out(Path(args.data), args.mmha_occupancy).to_string(index=False))
         return 0
     if args.gemm_variants:

@@ -1,6 +1,7 @@
 """``disaggsim cost decode`` prints the lines its ``time_s`` is made of: the stream-bound
-line, the item-bound line, and for a multi-block wave decode kernel (TensorRT-LLM's XQA)
-its other lines, composed as ``step_form`` says; the printed numbers reproduce
+line, the item-bound line, for a multi-block wave decode kernel (TensorRT-LLM's XQA) its
+other lines and for a kernel with an occupancy term (masked MHA) its stream line per
+context interval, composed as ``step_form`` says; the printed numbers reproduce
 ``time_s``, and the knee is where the kernel-bound part passes the item-bound line."""
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def _from_printed(out: dict, c: float) -> float:
     """``time_s`` from the printed lines, composed as ``step_form`` names them."""
     kernel = _line(out, c)
     form = out["step_form"]
+    if "interval" in form:  # the stream line of the context interval holding c
+        for span in out["interval_lines"]:
+            if c >= span["from_context_tokens"]:
+                kernel = _line(span, c)
     if "min_lines" in form:
         kernel = min([kernel, *(_line(m, c) for m in out["min_lines"])])
     if form.startswith("max(item_bound"):
@@ -52,6 +57,20 @@ def test_printed_lines_reproduce_time_s(capsys, model: str, tp: int, engine: str
             out = _decode(capsys, model, tp, engine, batch, ctx)
             c = float(batch * ctx)
             assert _from_printed(out, c) == pytest.approx(out["time_s"], rel=1e-12), (batch, ctx)
+
+
+def test_masked_mha_prints_its_interval_lines(capsys) -> None:
+    """Llama-2-7B on TensorRT-LLM (masked MHA, one query head per KV head) at batch 64
+    (2,048 items >= 4 x 132): its stream line steepens where one block resides per SM
+    (19,284 cached tokens per sequence on the H100: 64 x 19,284 + 1); at 20,000 tokens per
+    sequence time_s is that interval's line."""
+    out = _decode(capsys, "llama-2-7b", 1, "trtllm", 64, 20000)
+    spans = out["interval_lines"]
+    assert "interval" in out["step_form"]
+    assert spans[0]["from_context_tokens"] == 64 * 19284 + 1
+    assert spans[0]["per_context_token_s"] > out["per_context_token_s"]
+    c = 64 * 20000.0
+    assert out["time_s"] == pytest.approx(_line(spans[0], c), rel=1e-12)
 
 
 def test_xqa_prints_several_lines(capsys) -> None:

@@ -191,7 +191,9 @@ def test_engine_token_times_follow_the_intervals_step_by_step() -> None:
     # 99 (0.007 > 0.006 + 1e-5 C), the first stream line from 100 while its context is
     # below 200, then the second interval's from 200 (the run cut there)
     runs = [w for w in raw.workers if w.role == "decode"][0].steps
-    rows = list(zip(runs.run_context0[:3], runs.run_steps[:3], runs.run_per_token_s[:3], strict=True))
+    rows = list(
+        zip(runs.run_context0[:3], runs.run_steps[:3], runs.run_per_token_s[:3], strict=True)
+    )
     assert rows == [(11, 89, 0.0), (100, 100, 1e-5), (200, rows[2][1], 3e-5)]
 
 

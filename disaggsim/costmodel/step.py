@@ -659,10 +659,10 @@ class RooflineWorkerCost:
 
     def decode_interval_coeffs(self, batch: int) -> tuple[tuple[float, tuple[float, float]], ...]:
         """``(from_context_tokens, (base_s, per_context_token_s))`` of the stream-bound line
-        over each further context interval, in order: from ``from_context_tokens`` (all
-        sequences together; the cached tokens per sequence are ``⌈C / batch − 1⌉``) up to the next entry's, the
-        stream-bound line is this one instead of :meth:`decode_coeffs`' (which holds below
-        the first). Empty but for a kernel with an occupancy term over enough work items
+        over each further context interval, in order: from ``from_context_tokens`` (C, all
+        sequences together; ``⌈C / batch − 1⌉`` cached tokens per sequence) up to the next
+        entry's, the stream-bound line is this one instead of :meth:`decode_coeffs`' (which
+        holds below the first). Empty but for a kernel with an occupancy term over enough work items
         (``decode_interval_lines``: TensorRT-LLM's masked MHA, whose resident blocks fall as
         the sequences grow: ``ops.mmha_occupancy_regimes``); the item line is unchanged."""
         if not self.decode_interval_lines or batch <= 0:
@@ -687,8 +687,8 @@ class RooflineWorkerCost:
         return hit
 
     def _stream_per_token_s(self, batch: int, history_tokens: float) -> float:
-        """Per layer and all layers: seconds per context token of the line-form decode
-        kernel's KV stream at ``batch`` over sequences of ``history_tokens`` cached tokens."""
+        """Seconds per context token (all layers) of the line-form decode kernel's KV stream
+        at ``batch`` over sequences of ``history_tokens`` cached tokens."""
         d = self._dec
         hkv = float(self.kv_heads_per_gpu)
         per_byte = _dec_per_byte_s(

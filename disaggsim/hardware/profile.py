@@ -523,14 +523,14 @@ def _per_dtype(
                 raise ProfileError(f"{path}: {w}.{k}: must be in (0, 1], got {kw[k]}")
         if kw.get("block_bytes_per_s", 0.0) > 0.0 and not (
             kw.get("occupancy_sms", 0.0) > 0.0
-            and kw.get("smem_per_sm_kib", 0.0) > 0.0
+            and kw.get("smem_per_sm_kib", 0.0) >= 4.0
             and kw.get("reread_bytes_per_s", 0.0) > 0.0
             and kw.get("wave_sms", 0.0) == 0.0
             and kw.get("overlap", 0.0) == 1.0
         ):
             raise ProfileError(
                 f"{path}: {w}.block_bytes_per_s: the occupancy term needs occupancy_sms > 0, "
-                "smem_per_sm_kib > 0 and reread_bytes_per_s > 0 (a per-query-head kernel) "
+                "smem_per_sm_kib >= 4 and reread_bytes_per_s > 0 (a per-query-head kernel) "
                 "and no wave_sms (a line-form kernel) with overlap 1"
             )
         out[dt] = cls(**kw)
