@@ -231,3 +231,43 @@ def test_occupancy_rows_follow_the_fit(gpu: str, kv: str) -> None:
 
     assert ape(p) <= 0.15
     assert ape(dataclasses.replace(p, block_bytes_per_s=0.0)) >= 0.2
+
+
+class _RoomyKv:
+    """A worker cost with room for every request's KV (the step times are the wrapped
+    cost's), so a batch of long sequences decodes together."""
+
+    def __init__(self, cost) -> None:
+        self._cost = cost
+        self.kv_capacity_tokens = 10**8
+
+    def __getattr__(self, name: str):
+        return getattr(self._cost, name)
+
+
+def test_engine_with_masked_mha_follows_its_intervals() -> None:
+    """Llama-2-7B on TensorRT-LLM (masked MHA), H100: 18 sequences (576 items >= 4 x 132)
+    decode from 19,200 cached tokens each across 19,284, where one block resides per SM
+    and the stream line steepens; every token time equals the step-by-step sum of the
+    cost model's decode steps."""
+    w = build_worker_cost("llama-2-7b", "h100-sxm", 1, engine="trtllm")
+    spans = w.decode_interval_coeffs(18)
+    assert spans and spans[0][0] == 18 * 19284 + 1
+    cost = _RoomyKv(w)
+    n = 18
+    reqs = Requests(
+        arrival_s=np.zeros(n),
+        prompt_tokens=np.full(n, 19200),
+        output_tokens=np.full(n, 200),
+    )
+    cfg = EngineConfig(
+        pools=(PoolSpec("prefill", 1, cost, n, 19200 * n), PoolSpec("decode", 1, cost, n, 10**6))
+    )
+    raw = run_cluster(reqs, cfg, lambda nbytes, s, d: 0.001)
+    kv_at = raw.log.first_token_at_s.tolist()
+    ref = _reference(kv_at, reqs.prompt_tokens.tolist(), reqs.output_tokens.tolist(), cost)
+    for rid in range(n):
+        np.testing.assert_allclose(token_times(raw, rid), ref[rid], rtol=1e-12, atol=1e-9)
+    runs = [x for x in raw.workers if x.role == "decode"][0].steps
+    per = set(np.asarray(runs.run_per_token_s).tolist())
+    assert {w.decode_coeffs(18)[1], spans[0][1][1]} <= per
