@@ -2073,17 +2073,16 @@ def stopc_cases(seed: int, n: int) -> list[dict]:
     return cases
 
 
-def check_stopc(work: Path, case: dict) -> list[str]:
+def _stop_child(work: Path, how: str, at: int, argv: list[str], workers: int) -> tuple[int, str]:
+    """Run ``argv`` under STOPC_CHILD (stopped ``how`` after ``at`` finished runs) in
+    ``work``, in a session of its own whose processes are all ended after it; its exit
+    status and stderr."""
     import signal as sig
     import subprocess
 
-    import pandas as pd
-
-    argv, how, at = [*case["argv"], "--out", "c"], case["how"], case["at"]
     with open(work.parent / f"{work.name}.stop-err", "w+") as err_file:
         p = subprocess.Popen(
-            [sys.executable, "-c", STOPC_CHILD, how, str(at), *argv,
-             "--workers", str(case["workers"])],
+            [sys.executable, "-c", STOPC_CHILD, how, str(at), *argv, "--workers", str(workers)],
             cwd=work, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
             stderr=err_file, start_new_session=True,
         )  # fmt: skip
@@ -2095,7 +2094,16 @@ def check_stopc(work: Path, case: dict) -> list[str]:
             except ProcessLookupError:
                 pass
         err_file.seek(0)
-        err = err_file.read()
+        return rc, err_file.read()
+
+
+def check_stopc(work: Path, case: dict) -> list[str]:
+    import signal as sig
+
+    import pandas as pd
+
+    argv, how, at = [*case["argv"], "--out", "c"], case["how"], case["at"]
+    rc, err = _stop_child(work, how, at, argv, case["workers"])
     bad = []
     partial = work / "c.partial" / "runs.jsonl"
     kept = len(partial.read_text().splitlines()) if partial.exists() else 0
@@ -2198,27 +2206,11 @@ def _plan_name(argv: list[str]) -> str:
 
 def check_stopp(work: Path, case: dict) -> list[str]:
     import signal as sig
-    import subprocess
 
     how, at = case["how"], case["at"]
     out = "p" if case["out"] else f"results/{_plan_name(case['argv'])}"
     argv = [*case["argv"], "--out", "p"] if case["out"] else list(case["argv"])
-    with open(work.parent / f"{work.name}.stop-err", "w+") as err_file:
-        p = subprocess.Popen(
-            [sys.executable, "-c", STOPC_CHILD, how, str(at), *argv,
-             "--workers", str(case["workers"])],
-            cwd=work, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
-            stderr=err_file, start_new_session=True,
-        )  # fmt: skip
-        try:
-            rc = p.wait(timeout=300)
-        finally:
-            try:
-                os.killpg(p.pid, sig.SIGKILL)
-            except ProcessLookupError:
-                pass
-        err_file.seek(0)
-        err = err_file.read()
+    rc, err = _stop_child(work, how, at, argv, case["workers"])
     bad = []
     partial = work / f"{out}.partial" / "runs.jsonl"
     kept = len(partial.read_text().splitlines()) if partial.exists() else 0
