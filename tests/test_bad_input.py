@@ -449,7 +449,7 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("trace-mooncake-nested", _file("t.jsonl", "[" * 100_000 + "]" * 100_000 + "\n"),
      sets("workload={kind: trace, path: t.jsonl, format: mooncake}"), "t.jsonl:1: JSON nested too deeply"),
     ("trace-azure-random-bytes", _file("t.csv", bytes(range(128, 256)) * 8),
-     sets("workload={kind: trace, path: t.csv, format: azure}"), "t.csv: not an Azure trace CSV"),
+     sets("workload={kind: trace, path: t.csv, format: azure}"), "t.csv: not UTF-8 text, not a trace"),
     # ---- keys and values YAML reads as something else than text (2026-12-03, second session)
     ("yaml-binary-value", _scenario(DISAGG, {"name: ci-disaggregated": "name: !!binary "
      "aGVsbG8="}), run_args(), "disagg.yaml: name: binary data (a YAML !!binary value"),

@@ -236,6 +236,38 @@ def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
         read_trace(empty)
 
 
+@pytest.mark.parametrize("fmt", ["auto", "azure", "mooncake"])
+@pytest.mark.parametrize(
+    ("head", "words"),
+    [
+        (b"PAR1\x15\x04\x15\x10\x15\x14L\x15\x04\x15\x00\x12\x00\x00", "a Parquet file"),
+        (b"\x1f\x8b\x08\x00\x00\x00\x00\x00", "a compressed file"),
+        (b"TIMESTAMP,ContextTokens\x00\x00\x01", "a binary file"),
+        (b"TIMESTAMP,ContextTokens,GeneratedTokens\n\xff\xfe,1,2\n", "not UTF-8 text"),
+    ],
+)
+def test_a_binary_file_is_named_as_such_whatever_the_format(
+    tmp_path: Path, head: bytes, words: str, fmt: str
+) -> None:
+    # was: "not an Azure trace CSV ('utf-8' codec ...)", "invalid JSON", or, for a Parquet
+    # file read as Mooncake, "not JSON lines (a CSV: azure?)"
+    for name in ("t.csv", "t.jsonl"):
+        path = tmp_path / name
+        path.write_bytes(head * 10)
+        with pytest.raises(UserError, match=f"{name}: {words}.*not a trace") as e:
+            read_trace(path, format=fmt)
+        assert "azure, mooncake, auto" in str(e.value)
+
+
+def test_a_multibyte_character_cut_by_the_sniffed_head_is_text(tmp_path: Path) -> None:
+    # the format check reads 4096 bytes: a UTF-8 character across that edge is still text
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + "2023-11-16 18:17:03.9799600,100,20\n" + "#" * 4000 + "é" * 100)
+    with pytest.raises(UserError) as e:
+        read_trace(path)
+    assert "not a trace" not in str(e.value)
+
+
 def test_mooncake_hashes_become_canonical_prefix_ids(tmp_path: Path) -> None:
     """Hand-built: equal raw hashes after different parents, or covering a different
     token count, are different prefixes; equal prefixes share ids."""

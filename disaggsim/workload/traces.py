@@ -60,6 +60,35 @@ def detect_format(path: Path) -> str:
     )
 
 
+def _check_text(path: Path) -> None:
+    """A trace is text (an Azure CSV or Mooncake JSON lines): a Parquet file or another
+    binary file (compressed, an image) is refused as such, not reported as a CSV that
+    does not decode or a JSON line that does not parse."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    kind = None
+    if head.startswith(b"PAR1"):
+        kind = "a Parquet file"
+    elif head.startswith((b"\x1f\x8b", b"PK\x03\x04", b"\x28\xb5\x2f\xfd", b"BZh")):
+        kind = "a compressed file (decompress it first)"
+    elif b"\x00" in head:
+        kind = "a binary file"
+    else:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if e.start < len(head) - 3:  # not a character cut by the 4096-byte read
+                kind = "not UTF-8 text"
+    if kind is not None:
+        raise UserError(
+            f"{path}: {kind}, not a trace; workload.path takes an Azure CSV (.csv) or "
+            "Mooncake JSON lines (.jsonl) (workload.format allowed: azure, mooncake, auto)"
+        )
+
+
 def _check_format_fits(path: Path, format: str) -> None:
     """A format given for a file of the other kind (``format: azure`` on a Mooncake JSONL
     file, or the reverse) is refused naming ``workload.format``, not reported as a
@@ -102,6 +131,7 @@ def read_trace(
     if format not in TRACE_FORMATS:
         raise UserError(f"{path}: unknown trace format {format!r}; allowed: azure, mooncake, auto")
     regular_file(path, UserError, "trace file")  # a named pipe or a device would block
+    _check_text(path)
     if format == "auto":
         format = detect_format(path)
     else:
