@@ -59,6 +59,7 @@ import pandas as pd
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model
 from disaggsim.config.bounds import MAX_BATCH_SEQS
 from disaggsim.costmodel.reserve import runtime_reserve_bytes
+from disaggsim.costmodel.step import prefill_attention_at_length_s
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import ENGINE_NAMES, resolve_engine
 from disaggsim.hardware.profile import PrefillAttentionParams
@@ -405,8 +406,7 @@ def _prefix_length_attention_s(
     for a chunk over a cached prefix."""
     mean_len = new_tokens / max(num_seqs, 1.0)
     length = max(mean_len, 2.0 * pairs / max(new_tokens, 1.0) - 1.0)
-    eff = p.max_eff * length / (length + p.half_sat)
-    return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
+    return prefill_attention_at_length_s(peak, p, length, pairs, heads, head_dim)
 
 
 WHAT_IF = ("prefix-attention", "fused-fp8-quant")

@@ -2097,8 +2097,31 @@ def _stop_child(work: Path, how: str, at: int, argv: list[str], workers: int) ->
         return rc, err_file.read()
 
 
-def check_stopc(work: Path, case: dict) -> list[str]:
+def _stopped_as_said(rc: int, how: str, at: int, kept: int, err: str, partial: str) -> list[str]:
+    """What is wrong with a command stopped ``how`` after ``at`` finished runs: its exit
+    status, fewer than ``at`` runs kept in ``partial``, or (but for SIGKILL) an error that
+    is not one line saying how many runs are kept there."""
     import signal as sig
+
+    bad = []
+    expected_rc = {"SIGINT": 130, "raise": 2, "SIGKILL": -9}.get(how)
+    if expected_rc is None:
+        expected_rc = 128 + getattr(sig, how)
+    if rc != expected_rc:
+        bad.append(f"exit {rc}, expected {expected_rc}")
+    if kept < at:
+        bad.append(f"{kept} runs kept, {at} finished")
+    if how != "SIGKILL":
+        lines = err.strip().splitlines()
+        said = f"{kept} run{'s' if kept > 1 else ''} finished and {'are' if kept > 1 else 'is'} kept in {partial}"
+        if len(lines) != 1:
+            bad.append("not one line")
+        elif (said in lines[0]) != (kept > 0):
+            bad.append("kept runs not said" if kept else "kept runs said, none finished")
+    return bad
+
+
+def check_stopc(work: Path, case: dict) -> list[str]:
 
     import pandas as pd
 
@@ -2112,20 +2135,7 @@ def check_stopc(work: Path, case: dict) -> list[str]:
         if names != ["c", "keep.txt"]:
             bad.append(f"finished, left {names}")
         return [f"{b}: {err.strip()[-1000:]}" for b in bad]
-    expected_rc = {"SIGINT": 130, "raise": 2, "SIGKILL": -9}.get(how)
-    if expected_rc is None:
-        expected_rc = 128 + getattr(sig, how)
-    if rc != expected_rc:
-        bad.append(f"exit {rc}, expected {expected_rc}")
-    if kept < at:
-        bad.append(f"{kept} runs kept, {at} finished")
-    if how != "SIGKILL":
-        lines = err.strip().splitlines()
-        said = f"{kept} run{'s' if kept > 1 else ''} finished and {'are' if kept > 1 else 'is'} kept in c.partial/"
-        if len(lines) != 1:
-            bad.append("not one line")
-        elif (said in lines[0]) != (kept > 0):
-            bad.append("kept runs not said" if kept else "kept runs said, none finished")
+    bad += _stopped_as_said(rc, how, at, kept, err, "c.partial/")
     want = ["c.partial", "keep.txt"] if kept or how == "SIGKILL" else ["keep.txt"]
     if names != want:
         bad.append(f"left {names}")
@@ -2205,7 +2215,6 @@ def _plan_name(argv: list[str]) -> str:
 
 
 def check_stopp(work: Path, case: dict) -> list[str]:
-    import signal as sig
 
     how, at = case["how"], case["at"]
     out = "p" if case["out"] else f"results/{_plan_name(case['argv'])}"
@@ -2223,20 +2232,7 @@ def check_stopp(work: Path, case: dict) -> list[str]:
             bad.append(f"finished, left {names}")
         LAST_RC = (rc, "finished before the stop")
         return [f"{b}: {err.strip()[-1000:]}" for b in bad]
-    expected_rc = {"SIGINT": 130, "raise": 2, "SIGKILL": -9}.get(how)
-    if expected_rc is None:
-        expected_rc = 128 + getattr(sig, how)
-    if rc != expected_rc:
-        bad.append(f"exit {rc}, expected {expected_rc}")
-    if kept < at:
-        bad.append(f"{kept} runs kept, {at} finished")
-    if how != "SIGKILL":
-        lines = err.strip().splitlines()
-        said = f"{kept} run{'s' if kept > 1 else ''} finished and {'are' if kept > 1 else 'is'} kept in {out}.partial/"
-        if len(lines) != 1:
-            bad.append("not one line")
-        elif (said in lines[0]) != (kept > 0):
-            bad.append("kept runs not said" if kept else "kept runs said, none finished")
+    bad += _stopped_as_said(rc, how, at, kept, err, f"{out}.partial/")
     left = kept or how == "SIGKILL"
     if names != sorted(["keep.txt", f"{out}.partial".split("/")[0]] if left else ["keep.txt"]):
         bad.append(f"left {names}")

@@ -96,6 +96,7 @@ __all__ = [
     "StepBreakdown",
     "build_worker_cost",
     "pick_attention_backends",
+    "prefill_attention_at_length_s",
     "valid_tps",
 ]
 
@@ -188,8 +189,22 @@ def _prefill_attention_s(
     heads: float,
     head_dim: float,
 ) -> float:
-    mean_len = new_tokens / max(num_seqs, 1.0)
-    eff = p.max_eff * mean_len / (mean_len + p.half_sat)
+    return prefill_attention_at_length_s(
+        peak, p, new_tokens / max(num_seqs, 1.0), pairs, heads, head_dim
+    )
+
+
+def prefill_attention_at_length_s(
+    peak: float,
+    p: PrefillAttentionParams,
+    length: float,
+    pairs: float,
+    heads: float,
+    head_dim: float,
+) -> float:
+    """Prefill attention over ``pairs`` (query, key) pairs at the efficiency of a
+    ``length``-token query (the step uses the batch's mean new tokens per sequence)."""
+    eff = p.max_eff * length / (length + p.half_sat)
     return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
 
 
