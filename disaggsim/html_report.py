@@ -250,7 +250,14 @@ def plan_report(res: SearchResult, advice: Advice, plan_dict: Mapping[str, Any])
     page.verdict(
         what,
         advice.reason
-        + ("" if gain is None else f" (disaggregation vs best colocated: {gain:+.0%} per GPU)"),
+        + (
+            ""
+            if gain is None
+            else f" (disaggregation vs best colocated: {gain:+.0%} per GPU"
+            # a quick plan's gain: how far to trust it (advisor.quick_margin)
+            + (f"; {advice.margin.note()}" if advice.margin is not None else "")
+            + ")"
+        ),
         [(c.name, c.holds, c.detail) for c in advice.conditions],
     )
     page.heading("SLO model")

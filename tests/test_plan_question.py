@@ -375,7 +375,7 @@ def test_a_plan_whose_every_worker_is_refused_says_why(monkeypatch, capsys, tmp_
     node gives', the moe-defaults case of 1d7de20)."""
     import disaggsim.plan.analytic as analytic
 
-    def refuse(loaded, gpu, tp, gpu_mem_util=0.9):
+    def refuse(loaded, gpu, tp, gpu_mem_util=0.9, limits=None):
         raise UserError("decode_pool: moe: the reason the cost model gave")
 
     monkeypatch.setattr(analytic, "worker_cost", refuse)
@@ -395,7 +395,7 @@ def test_a_scenario_plan_whose_every_worker_is_refused_says_why(monkeypatch, cap
     """The same through a scenario file: the budget's TP search finds nothing and says why."""
     import disaggsim.plan.analytic as analytic
 
-    def refuse(loaded, gpu, tp, gpu_mem_util=0.9):
+    def refuse(loaded, gpu, tp, gpu_mem_util=0.9, limits=None):
         raise UserError("pool: moe: the reason the cost model gave")
 
     monkeypatch.setattr(analytic, "worker_cost", refuse)

@@ -41,7 +41,13 @@ from disaggsim.errors import UserError
 from disaggsim.fabric import FabricTopologyConfig, PlacementConfig, build_topology, pool_layouts
 from disaggsim.fabric.estimate import estimate_handoff
 from disaggsim.plan.analytic import Layout, colocated_step_within_itl, worker_cost
-from disaggsim.plan.search import CandidateResult, SearchResult, colocated_cache_ok, rank_rows
+from disaggsim.plan.search import (
+    CandidateResult,
+    SearchResult,
+    colocated_cache_ok,
+    pool_limits,
+    rank_rows,
+)
 
 __all__ = [
     "HIGH_CONCURRENCY_PER_WORKER",
@@ -52,8 +58,10 @@ __all__ = [
     "MIN_GAIN",
     "Advice",
     "Condition",
+    "QuickMargin",
     "advise",
     "fabric_name",
+    "quick_margin",
 ]
 
 MIN_GAIN = 0.05
@@ -79,6 +87,47 @@ VERDICTS = ("disaggregate", "colocate_chunked", "colocate_vllm", "undecided", "n
 
 
 @dataclass(frozen=True, slots=True)
+class QuickMargin:
+    """What a quick plan's quoted gain is (:func:`quick_margin`): ``uncertainty`` the
+    error of quick goodputs on a ratio (:data:`QUICK_UNCERTAINTY`; None where both
+    figures compared were measured again at full accuracy), ``stopped`` the families of
+    the losing side that quick mode's floor stopped before they settled (their best may
+    lie higher, so the margin can be smaller than quoted, never larger by the search)."""
+
+    losing_side: str  # disaggregate | colocate
+    uncertainty: float | None
+    stopped: tuple[str, ...]
+
+    def note(self) -> str:
+        """The clause the reason puts after the margin."""
+        side = "disaggregated" if self.losing_side == "disaggregate" else "colocated"
+        parts = []
+        if self.uncertainty is not None:
+            parts.append(f"quick mode's figures, good to about +-{self.uncertainty:.0%}")
+        else:
+            parts.append("the two figures measured again at full accuracy")
+        if self.stopped:
+            n = len(self.stopped)
+            parts.append(
+                f"{'but ' if self.uncertainty is None else ''}quick mode stopped "
+                f"{n} {side} famil{'y' if n == 1 else 'ies'} ({', '.join(self.stopped)}) "
+                "once behind the best, so that side may serve more and the margin be smaller"
+            )
+        if self.uncertainty is None and not self.stopped:
+            return parts[0]
+        return "; ".join(parts) + ": run without --quick for the margin"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "measured": "quick" if self.uncertainty is not None else "full_accuracy",
+            "uncertainty": self.uncertainty,
+            "losing_side": self.losing_side,
+            "losing_side_stopped_families": list(self.stopped),
+            "note": self.note(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Advice:
     """``verdict``: a kind of deployment; ``undecided`` (quick mode could not tell:
     run full mode); ``none`` (no deployment in the budget meets the SLOs at any rate).
@@ -93,6 +142,9 @@ class Advice:
     best_vllm: CandidateResult | None
     disaggregation_gain: float | None  # best disagg / best colocated goodput per GPU - 1
     conditions: tuple[Condition, ...]
+    # a quick plan's quoted gain is quick mode's figure (margin_note says how far to
+    # trust it, :func:`quick_margin`); None: full mode, or no gain quoted
+    margin: QuickMargin | None = None
 
     @property
     def decided(self) -> bool:
@@ -105,6 +157,8 @@ class Advice:
             "reason": self.reason,
             "recommended": self.recommended.as_dict() if self.recommended else None,
             "disaggregation_gain": self.disaggregation_gain,
+            # how far a quick plan's gain can be trusted (None: full mode, or no gain)
+            "margin": None if self.margin is None else self.margin.as_dict(),
             "conditions": [
                 {"name": c.name, "holds": c.holds, "detail": c.detail} for c in self.conditions
             ],
@@ -274,8 +328,10 @@ def _tight_itl_tail(res: SearchResult, pre_p90_s: float) -> Condition:
     gpu = res.gpu
     best = None
     for lay in _colocated_layouts(res):
-        try:
-            cost = worker_cost(res.loaded, gpu, lay)
+        try:  # the KV a chunked pool of that layout holds (its limits size the reserve)
+            cost = worker_cost(
+                res.loaded, gpu, lay, limits=pool_limits(res.loaded, lay, "colocate_chunked")
+            )
         except UserError:
             continue
         pool = s.pool or s.decode_pool
@@ -575,6 +631,30 @@ def left_over_rivals(res: SearchResult, adv: Advice) -> str | None:
     )
 
 
+def quick_margin(
+    res: SearchResult, dis: CandidateResult, colo: CandidateResult, dis_wins: bool
+) -> QuickMargin | None:
+    """What a quick plan's gain of ``dis`` over ``colo`` is (None outside quick mode).
+    Quick mode stops a family once its best is behind the best found (its explore floor,
+    docs/planning.md §2), so the losing side's best found can lie well under its best:
+    on llama-3.1-8b over 4 H200 (lognormal 4000-token prompts) quick mode quoted
+    disaggregation -22 % where full mode and the exhaustive search measure -6 %, its
+    tp1/tp1 family stopped at 3P + 1D with 2P + 1D untried. The gain is then quoted with
+    its error and the families stopped (docs/planning.md §3, "Quick margins")."""
+    if not res.options.quick_mode:
+        return None
+    from disaggsim.plan.confirm import side
+
+    losing = "colocate" if dis_wins else "disaggregate"
+    stopped = tuple(
+        name
+        for name, state in res.families.items()
+        if state == "stopped" and side(res.family_kinds.get(name, "")) == losing
+    )
+    measured = dis.full_accuracy and colo.full_accuracy
+    return QuickMargin(losing, None if measured else QUICK_UNCERTAINTY, stopped)
+
+
 def binding_target(r: CandidateResult, res: SearchResult) -> str | None:
     """The SLO target candidate ``r``'s run at its goodput (``at_rate``) is nearest: at
     the goodput about the attainment target's share of requests meets the SLO, so the
@@ -673,6 +753,7 @@ def _advise(res: SearchResult) -> Advice:
     reuse = next((c for c in conds if c.name == "prefix_reuse" and c.holds), None)
 
     colo_name = "chunked prefill" if best_colo is chk else "vllm continuous batching"
+    qm: QuickMargin | None = None  # set where a gain per GPU is quoted
     colo_verdict = "colocate_chunked" if best_colo is chk else "colocate_vllm"
     if dis is None:
         reason = f"use {colo_name} on one pool: " + next(
@@ -682,6 +763,8 @@ def _advise(res: SearchResult) -> Advice:
     elif wins:
         # the margin that decides is over the best colocated candidate; chunked
         # prefill's is quoted too when vllm is the better colocated one
+        quoted = not by_rate and gain is not None and gain != float("inf")
+        qm = quick_margin(res, dis, best_colo, True) if quoted else None
         margin = (
             _rate_margin(target, dis, best_colo, colo_name)
             if by_rate
@@ -702,7 +785,8 @@ def _advise(res: SearchResult) -> Advice:
         reason = (
             f"disaggregate: {margin} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
-            f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU)"
+            f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
+            f"{_note(qm)})"
             + (f"; holds: {', '.join(held)}" if held else "")
             + (
                 f"; does not hold: {', '.join(c.name.replace('_', ' ') for c in missing)}"
@@ -725,8 +809,10 @@ def _advise(res: SearchResult) -> Advice:
         elif gain is None or dis.goodput_per_gpu_per_s == 0:
             loss = "disaggregation meets the SLOs at no rate searched"
         elif gain < 0:
+            qm = quick_margin(res, dis, best_colo, False)
             loss = f"disaggregation loses {_pct(gain)} goodput per GPU here"
         else:
+            qm = quick_margin(res, dis, best_colo, False)
             loss = (
                 f"disaggregation gains only {_pct(gain)} goodput per GPU here "
                 f"(under the {_pct(MIN_GAIN)} worth a second pool)"
@@ -735,7 +821,8 @@ def _advise(res: SearchResult) -> Advice:
         reason = (
             f"use {colo_name} on one pool: {loss} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
-            f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU)"
+            f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
+            f"{_note(qm)})"
             + (f" because {why}" if why else "")
             + (f"; holds: {', '.join(held)}" if held else "")
         )
@@ -757,4 +844,10 @@ def _advise(res: SearchResult) -> Advice:
         # decided by the target rate: the gain per GPU did not decide, none is quoted
         disaggregation_gain=None if by_rate or gain is None or gain == float("inf") else gain,
         conditions=conds,
+        margin=qm,
     )
+
+
+def _note(qm: QuickMargin | None) -> str:
+    """``; NOTE`` after the figures of a quick plan's quoted gain, else nothing."""
+    return "" if qm is None else f"; {qm.note()}"

@@ -27,17 +27,21 @@ the rate a perfectly packed fleet could sustain, used as the search's upper brac
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from disaggsim.catalog import get_model
 from disaggsim.config.loader import LoadedScenario
+from disaggsim.costmodel.reserve import DEFAULT_BATCH_SEQS, DEFAULT_BATCH_TOKENS
 from disaggsim.costmodel.step import RooflineWorkerCost, valid_tps
 from disaggsim.errors import UserError
 from disaggsim.run import make_requests
+from disaggsim.units import GiB
 from disaggsim.workload.requests import Requests
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "AnalyticGuess",
     "ColocatedStep",
     "Layout",
+    "PoolLimits",
     "analytic_guess",
     "cache_enabled",
     "colocated_step_within_itl",
@@ -216,19 +221,47 @@ def loaded_residence_s(g: AnalyticGuess, slo, colocated: bool = False) -> float:
     return min(prefill_s + decode_steps * step_s, slo.ttft_s + decode_steps * slo.itl_s)
 
 
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """The settings of a worker's pool that size the engine's memory reserve, and so its
+    KV capacity (:mod:`disaggsim.costmodel.reserve`): the whole worker's batch limits
+    (over its data-parallel ranks), ``gpu_mem_util`` and a fixed reserve per GPU (None:
+    the engine's). The defaults are a pool's defaults (``PoolConfig``)."""
+
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS
+    max_batch_seqs: int = DEFAULT_BATCH_SEQS
+    gpu_mem_util: float = 0.9
+    activation_reserve_gib: float | None = None
+
+    @classmethod
+    def of(cls, pool: Mapping[str, Any] | Any) -> PoolLimits:
+        """A pool's limits: a pool mapping as a scenario writes it, or a ``PoolConfig``."""
+        get = pool.get if isinstance(pool, Mapping) else lambda k, d=None: getattr(pool, k, d)
+        return cls(
+            max_batch_tokens=int(get("max_batch_tokens", DEFAULT_BATCH_TOKENS)),
+            max_batch_seqs=int(get("max_batch_seqs", DEFAULT_BATCH_SEQS)),
+            gpu_mem_util=float(get("gpu_mem_util", 0.9)),
+            activation_reserve_gib=get("activation_reserve_gib", None),
+        )
+
+
 def worker_cost(
     loaded: LoadedScenario,
     gpu: str,
     tp: int | Layout,
     gpu_mem_util: float = 0.9,
+    limits: PoolLimits | None = None,
 ):
     """The cost model of one worker of the scenario's model on ``gpu``: ``tp`` GPUs (a
     dense roofline), or a :class:`Layout` (MoE: its DP ranks and EP degree, with the MoE
-    options of the scenario's pools); the same ``build_cost`` the simulator runs."""
+    options of the scenario's pools); the same ``build_cost`` the simulator runs. Its
+    KV capacity is the simulator's for a pool of ``limits`` (``gpu_mem_util`` is theirs
+    then); without them, for a pool of the default batch limits at ``gpu_mem_util``."""
     from disaggsim.costmodel.moe import build_cost
 
     s = loaded.scenario
     lay = tp if isinstance(tp, Layout) else Layout(tp)
+    lim = limits if limits is not None else PoolLimits(gpu_mem_util=gpu_mem_util)
     return build_cost(
         s.model,
         gpu,
@@ -240,7 +273,12 @@ def worker_cost(
         kv_dtype=s.kv_dtype,
         engine=s.engine,
         attention_backend=s.attention_backend,
-        gpu_mem_util=gpu_mem_util,
+        gpu_mem_util=lim.gpu_mem_util,
+        max_seqs=lim.max_batch_seqs,
+        max_batch_tokens=lim.max_batch_tokens,
+        activation_reserve_bytes=(
+            None if lim.activation_reserve_gib is None else lim.activation_reserve_gib * GiB
+        ),
         gpus_per_node=getattr(s.fabric, "gpus_per_node", None),  # a topology's node size
     )
 
@@ -271,14 +309,17 @@ def fitting_tps(
     min_kv_tokens: int,
     gpu_mem_util: float = 0.9,
     refusals: dict[str, str] | None = None,
+    limits: Callable[[Layout], PoolLimits] | None = None,
 ) -> list[int]:
     """Valid TP degrees up to ``max_tp`` whose worker holds at least ``min_kv_tokens`` of KV;
     ``refusals`` (when given) collects why a worker could not be built at all, by layout
-    (:func:`refusal_note`)."""
+    (:func:`refusal_note`); ``limits``: the pool limits of a worker of each layout (its KV
+    capacity depends on them), else the defaults at ``gpu_mem_util``."""
     out = []
     for tp in valid_tps(get_model(loaded.scenario.model), max_tp):
+        lim = None if limits is None else limits(Layout(tp))
         try:
-            cost = worker_cost(loaded, gpu, tp, gpu_mem_util)
+            cost = worker_cost(loaded, gpu, tp, gpu_mem_util, lim)
         except UserError as err:
             if refusals is not None:
                 refusals[f"tp {tp}"] = str(err)
@@ -305,13 +346,14 @@ def smallest_unit(
     gpu_mem_util: float = 0.9,
     refusals: dict[str, str] | None = None,
     max_tp: int | None = None,
+    limits: Callable[[Layout], PoolLimits] | None = None,
 ) -> Layout | None:
     """The worker of fewest GPUs whose every rank holds ``min_kv_tokens`` of KV (None:
     none does): plain TP first at each size; for an MoE/MLA model also ``tp x dp``
     (attention TP within one node, experts over all the worker's GPUs), which is how a
     model too large for any TP group of one node fits (DeepSeek-V3 in bf16 on H200s:
     tp 8 x dp 2). ``max_tp``: no TP group larger (a ``kind: topology`` fabric keeps each
-    one inside a node)."""
+    one inside a node). ``limits``: as :func:`fitting_tps`."""
     from disaggsim.catalog import get_gpu
     from disaggsim.config.bounds import MAX_GPUS
 
@@ -329,7 +371,8 @@ def smallest_unit(
         ]
     for lay in sorted(units, key=lambda u: (u.gpus, u.dp)):
         try:
-            cost = worker_cost(loaded, gpu, lay, gpu_mem_util)
+            lim = None if limits is None else limits(lay)
+            cost = worker_cost(loaded, gpu, lay, gpu_mem_util, lim)
         except UserError as err:
             if refusals is not None:
                 refusals[f"tp {lay.tp}" + (f" x dp {lay.dp}" if lay.dp > 1 else "")] = str(err)
@@ -377,6 +420,7 @@ def expected_prefix_hit_share(
     num_workers: int,
     layout: Layout | int,
     gpu: str | None = None,
+    limits: PoolLimits | None = None,
 ) -> float:
     """The share of prompt tokens a prefilling pool of ``num_workers`` workers of
     ``layout`` finds cached (:func:`disaggsim.cache.estimate.expected_hit_share`): 0
@@ -388,7 +432,8 @@ def expected_prefix_hit_share(
     store: no limit). The routing is the scenario's: ``cache_aware`` (the pool's caches
     add up) when ``router.prefill_policy`` is ``cache_aware``, else each worker sees every
     ``n``-th request (``round_robin``); the cache policy is ``cache.policy`` (radix when
-    the scenario has no ``cache:``)."""
+    the scenario has no ``cache:``). ``limits``: the prefilling pool's (its KV capacity and
+    token budget), else the scenario's prefill (or colocated) pool's."""
     from disaggsim.cache.estimate import expected_hit_share
     from disaggsim.cache.worker import stored_bytes_per_token
     from disaggsim.catalog import get_gpu
@@ -400,8 +445,9 @@ def expected_prefix_hit_share(
     assert pool is not None
     gpu = gpu or plan_gpu(loaded)
     lay = layout if isinstance(layout, Layout) else Layout(layout)
-    cost = worker_cost(loaded, gpu, lay)
-    room: int | None = max(int(cost.kv_capacity_tokens) - int(pool.max_batch_tokens), 0)
+    lim = limits if limits is not None else PoolLimits.of(pool)
+    cost = worker_cost(loaded, gpu, lay, limits=lim)
+    room: int | None = max(int(cost.kv_capacity_tokens) - int(lim.max_batch_tokens), 0)
     cache = getattr(s, "cache", None)
     n = max(1, num_workers)
     if cache is not None and room is not None:
@@ -552,6 +598,8 @@ def analytic_guess(
     lengths: tuple[np.ndarray, np.ndarray] | None = None,
     hit_share: float = 0.0,
     memo: dict | None = None,
+    prefill_limits: PoolLimits | None = None,
+    decode_limits: PoolLimits | None = None,
 ) -> AnalyticGuess:
     """The P:D ratio and worker counts from the token histograms and the cost model.
 
@@ -563,6 +611,9 @@ def analytic_guess(
     ``memo``: a dict kept by a caller that guesses many pairs of layouts for the same
     scenario and ``lengths``: the prefill side (a loop over every prompt length) is
     computed once per prefill layout, token budget and hit share (the same values).
+    ``prefill_limits``/``decode_limits``: the pools' limits that size each worker's KV
+    capacity (the decode batch must fit it; :class:`PoolLimits`), else the scenario's
+    pools' with the token budget and batch limit above.
     """
     if (gpu_budget is None) == (target_rate_per_s is None):
         raise UserError("plan: give a GPU budget or a target rate (exactly one)")
@@ -583,18 +634,22 @@ def analytic_guess(
     )
     max_b = max_batch_seqs or dec_pool.max_batch_seqs
 
-    key = (pl, budget_tokens, hit_share)
+    pre_lim = prefill_limits or dataclasses.replace(
+        PoolLimits.of(pre_pool), max_batch_tokens=int(budget_tokens)
+    )
+    dec_lim = decode_limits or dataclasses.replace(PoolLimits.of(dec_pool), max_batch_seqs=max_b)
+    key = (pl, budget_tokens, hit_share, pre_lim)
     if memo is not None and key in memo:
         pre_s, k_mean, pre_s0 = memo[key]
     else:
-        pcost = worker_cost(loaded, gpu, pl)
+        pcost = worker_cost(loaded, gpu, pl, limits=pre_lim)
         pre_s, k_mean = prefill_s_per_request(pcost, prompts, budget_tokens, hit_share)
         pre_s0 = pre_s
         if hit_share != 0:
             pre_s0 = prefill_s_per_request(pcost, prompts, budget_tokens)[0]
         if memo is not None:
             memo[key] = (pre_s, k_mean, pre_s0)
-    dcost = worker_cost(loaded, gpu, dl)
+    dcost = worker_cost(loaded, gpu, dl, limits=dec_lim)
     p_mean, o_mean = float(prompts.mean()), float(outputs.mean())
     ctx = p_mean + 0.5 * o_mean
     b = typical_decode_batch(dcost, ctx, p_mean + o_mean, max_b, s.slo.itl_s)

@@ -42,6 +42,7 @@ from disaggsim.plan.analytic import (
     AnalyticGuess,
     Layout,
     PoolLayouts,
+    PoolLimits,
     analytic_guess,
     cache_enabled,
     expected_prefix_hit_share,
@@ -58,6 +59,7 @@ from disaggsim.plan.optimise import Family, OptimiseResult, optimise
 from disaggsim.sweep.core import Source, source_of
 from disaggsim.sweep.executors import Executor
 from disaggsim.sweep.goodput import GoodputResult, goodput_many, steady_profile
+from disaggsim.units import GiB
 from disaggsim.validity import largest_prompt_tokens, link_fabric_problem
 from disaggsim.workload.requests import Requests
 
@@ -71,9 +73,11 @@ __all__ = [
     "PlanOptions",
     "SearchResult",
     "all_candidates",
+    "candidate_pools",
     "candidate_scenario",
     "candidate_seqs_ladder",
     "plan_families",
+    "pool_limits",
     "raise_caps",
     "rank_rows",
     "rate_budget",
@@ -554,7 +558,6 @@ def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None
     runs without the prefix cache (and the ``cache_aware`` router it needs) only where
     the engine cannot cache a colocated pool: ``kv.admission`` other than ``on_demand``
     or ``kv.preemption`` other than ``recompute`` (docs/prefix-caching.md)."""
-    s = loaded.scenario
     raw = copy.deepcopy(loaded.raw)
     for key in ("pool", "prefill_pool", "decode_pool"):
         raw.pop(key, None)
@@ -568,6 +571,21 @@ def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None
             k: v for k, v in raw["failures"].items() if k not in ("workers", "random", "links")
         }
     raw.pop("autoscale", None)
+    dep = cand.deployment()
+    raw["architecture"] = dep["architecture"]
+    if cand.weight_dtype:
+        raw["weight_dtype"] = cand.weight_dtype
+    raw.update(candidate_pools(loaded, cand))
+    if name is not None:
+        raw["name"] = name
+    return raw
+
+
+def candidate_pools(loaded: LoadedScenario, cand: Candidate) -> dict[str, dict]:
+    """The pools of ``cand``'s scenario (:func:`candidate_scenario`), by key
+    (``prefill_pool`` and ``decode_pool``, or ``pool``): the scenario's pool settings
+    per data-parallel rank scaled to the candidate's layouts, with its deployment."""
+    s = loaded.scenario
     pre = _pool_base(s.prefill_pool or s.pool)
     dec = _pool_base(s.decode_pool or s.pool)
     if s.architecture == "colocated":
@@ -577,20 +595,44 @@ def candidate_scenario(loaded: LoadedScenario, cand: Candidate, name: str | None
     # a whole-prompt prefill needs a budget of at least the longest prompt (validity.py)
     pre["max_batch_tokens"] = max(pre["max_batch_tokens"], largest_prompt_tokens(loaded) or 0)
     dep = cand.deployment()
-    raw["architecture"] = dep["architecture"]
-    if cand.weight_dtype:
-        raw["weight_dtype"] = cand.weight_dtype
     if cand.kind == "disaggregate":
-        raw["prefill_pool"] = {**_per_worker(pre, cand.prefill_layout), **dep["prefill_pool"]}
-        raw["decode_pool"] = {**_per_worker(dec, cand.decode_layout), **dep["decode_pool"]}
+        return {
+            "prefill_pool": {**_per_worker(pre, cand.prefill_layout), **dep["prefill_pool"]},
+            "decode_pool": {**_per_worker(dec, cand.decode_layout), **dep["decode_pool"]},
+        }
+    base = _pool_base(s.pool) if s.pool is not None else dict(dec)
+    if cand.kind == "colocate_vllm":
+        base["max_batch_tokens"] = pre["max_batch_tokens"]
+    return {"pool": {**_per_worker(base, cand.prefill_layout), **dep["pool"]}}
+
+
+def pool_limits(
+    loaded: LoadedScenario,
+    lay: Layout,
+    role: str,
+    *,
+    chunk: int | None = None,
+    seqs: int | None = None,
+) -> PoolLimits:
+    """The limits (:class:`~disaggsim.plan.analytic.PoolLimits`) of a candidate's worker
+    of layout ``lay`` in ``role``: ``prefill`` or ``decode`` (a disaggregated pool),
+    ``colocate_chunked`` (at ``chunk``, else the scenario's own) or ``colocate_vllm``;
+    ``seqs`` a raised batch cap per rank (:func:`raise_caps`). They are what the candidate's
+    scenario gives the pool (:func:`candidate_pools`), so the analytic KV capacity of the
+    worker is the simulator's."""
+    if role in ("prefill", "decode"):
+        cand = Candidate("disaggregate", 1, lay.tp, 1, lay.tp, prefill_dp=lay.dp,
+                         prefill_ep=lay.ep, decode_dp=lay.dp, decode_ep=lay.ep,
+                         max_batch_seqs=seqs)  # fmt: skip
+        pool = candidate_pools(loaded, cand)[f"{role}_pool"]
     else:
-        base = _pool_base(s.pool) if s.pool is not None else dict(dec)
-        if cand.kind == "colocate_vllm":
-            base["max_batch_tokens"] = pre["max_batch_tokens"]
-        raw["pool"] = {**_per_worker(base, cand.prefill_layout), **dep["pool"]}
-    if name is not None:
-        raw["name"] = name
-    return raw
+        if role == "colocate_chunked" and chunk is None:
+            chunk = _own_chunk(loaded)
+        cand = Candidate(role, 1, lay.tp, prefill_dp=lay.dp, prefill_ep=lay.ep,
+                         chunk_tokens=chunk if role == "colocate_chunked" else None,
+                         max_batch_seqs=seqs)  # fmt: skip
+        pool = candidate_pools(loaded, cand)["pool"]
+    return PoolLimits.of(pool)
 
 
 def colocated_cache_ok(loaded: LoadedScenario) -> bool:
@@ -714,7 +756,14 @@ def tp_options(
     candidates too; the analytic bound prunes them where they cannot win."""
     gpu = plan_gpu(loaded)
     top = min(gpu_budget, max_tp or gpu_budget, fabric_max_tp(loaded))
-    return fitting_tps(loaded, gpu, top, _p99_kv_tokens(lengths))
+    # a decode (colocated: the pool's) worker holds the whole request, with its pool's
+    # limits (they size its memory reserve)
+    return fitting_tps(loaded, gpu, top, _p99_kv_tokens(lengths), limits=_decode_limits(loaded))
+
+
+def _decode_limits(loaded: LoadedScenario):
+    """Layout -> the limits of a candidate's decode worker of that layout."""
+    return lambda lay: pool_limits(loaded, lay, "decode")
 
 
 def fabric_max_tp(loaded: LoadedScenario) -> int:
@@ -974,7 +1023,8 @@ def plan_families(
             if not reuse or (colocated and not colocated_cache_ok(ld)):
                 return 0.0  # no cache, or a colocated pool the engine cannot cache
             assert requests is not None
-            return expected_prefix_hit_share(ld, requests, num_workers=n, layout=lay)
+            lim = pool_limits(ld, lay, "colocate_chunked" if colocated else "prefill")
+            return expected_prefix_hit_share(ld, requests, num_workers=n, layout=lay, limits=lim)
 
         def guess(
             pl: Layout,
@@ -984,11 +1034,19 @@ def plan_families(
             colocated: int = 0,
             memo: dict = memo,
         ) -> AnalyticGuess:
-            """``colocated``: the pool's workers (0: a disaggregated guess)."""
+            """``colocated``: the pool's workers (0: a disaggregated guess); each
+            worker's KV capacity is that of the candidates' pools (a colocated guess:
+            the chunked pool at the scenario's chunk)."""
             tokens, seqs = _batch_limits(ld, pl, dl, colocated > 0)
+            lims = (
+                (pool_limits(ld, pl, "colocate_chunked"),) * 2
+                if colocated
+                else (pool_limits(ld, pl, "prefill"), pool_limits(ld, dl, "decode"))
+            )
             g = analytic_guess(
                 ld, prefill_tp=pl, decode_tp=dl, gpu_budget=budget, lengths=lengths,
                 prefill_budget_tokens=tokens, max_batch_seqs=seqs, memo=memo,
+                prefill_limits=lims[0], decode_limits=lims[1],
             )  # fmt: skip
             s = share(pl, colocated or g.num_prefill_workers, colocated=colocated > 0)
             if s <= 0:
@@ -996,6 +1054,7 @@ def plan_families(
             return analytic_guess(
                 ld, prefill_tp=pl, decode_tp=dl, gpu_budget=budget, lengths=lengths,
                 prefill_budget_tokens=tokens, max_batch_seqs=seqs, hit_share=s, memo=memo,
+                prefill_limits=lims[0], decode_limits=lims[1],
             )  # fmt: skip
 
         for pl in pre_lays:
@@ -1089,21 +1148,22 @@ class _MoeBounds:
         # per data-parallel rank, as candidate_scenario scales them
         self.prefill_tokens = max(tokens, largest_prompt_tokens(loaded) or 0)
         self.seqs = int(dec["max_batch_seqs"])
-        self.mem_util = float(dec.get("gpu_mem_util", 0.9))
         chunks = (_own_chunk(loaded), *options.chunk_ladder)
         self.colocated_tokens = max(self.prefill_tokens, *chunks)  # vllm's budget or a chunk
-        self._costs: dict[Layout, Any] = {}
+        self._costs: dict[tuple[Layout, str], Any] = {}
 
-    def _cost(self, lay: Layout):
-        if lay not in self._costs:
-            self._costs[lay] = worker_cost(self.loaded, self.gpu, lay, self.mem_util)
-        return self._costs[lay]
+    def _cost(self, lay: Layout, role: str):
+        """A worker of ``lay`` in ``role`` with its candidate pool's limits."""
+        if (lay, role) not in self._costs:
+            lim = pool_limits(self.loaded, lay, role)
+            self._costs[lay, role] = worker_cost(self.loaded, self.gpu, lay, limits=lim)
+        return self._costs[lay, role]
 
     def disaggregated(self, pl: Layout, dl: Layout) -> float:
         from disaggsim.plan.moe_bound import decode_batch_limit, disaggregated_bound_per_gpu
 
         try:
-            pc, dc = self._cost(pl), self._cost(dl)
+            pc, dc = self._cost(pl, "prefill"), self._cost(dl, "decode")
         except UserError:
             return math.inf
         if not hasattr(pc, "iteration_floor") or not hasattr(dc, "iteration_floor"):
@@ -1118,7 +1178,7 @@ class _MoeBounds:
         from disaggsim.plan.moe_bound import colocated_bound_per_gpu
 
         try:
-            cost = self._cost(lay)
+            cost = self._cost(lay, "colocate_chunked")
         except UserError:
             return math.inf
         if not hasattr(cost, "iteration_floor"):
@@ -1263,11 +1323,18 @@ def _moe_layouts(
             continue
         default_ep = e.gpus if e.dp > 1 else 1
         lay = Layout(e.tp, e.dp, None if e.ep == default_ep else e.ep)
+        # the KV capacity of the role's pool (its limits size the memory reserve)
+        lim = pool_limits(loaded, lay, role)
         try:
             cost = build_cost(
                 s.model, gpu, lay.tp, dp=lay.dp, ep=lay.ep, moe=moe,
                 weight_dtype=s.weight_dtype, kv_dtype=s.kv_dtype, engine=s.engine,
-                gpus_per_node=gpn,
+                gpus_per_node=gpn, gpu_mem_util=lim.gpu_mem_util,
+                max_seqs=lim.max_batch_seqs, max_batch_tokens=lim.max_batch_tokens,
+                activation_reserve_bytes=(
+                    None if lim.activation_reserve_gib is None
+                    else lim.activation_reserve_gib * GiB
+                ),
             )  # fmt: skip
         except UserError as err:
             left_out[key] = str(err)
@@ -1649,9 +1716,15 @@ def candidate_seqs_ladder(
     own = own_seqs(ld)
     dl = c.decode_layout if c.kind == "disaggregate" else c.prefill_layout
     pl = c.prefill_layout
+    top = SEQS_RAISE * own
+    if c.kind == "disaggregate":
+        pre_lim = pool_limits(ld, pl, "prefill")
+        dec_lim = pool_limits(ld, dl, "decode", seqs=top)
+    else:
+        pre_lim = dec_lim = pool_limits(ld, pl, c.kind, chunk=c.chunk_tokens, seqs=top)
     g = analytic_guess(
         ld, prefill_tp=pl, decode_tp=dl, gpu_budget=pl.gpus + dl.gpus, lengths=lengths,
-        max_batch_seqs=SEQS_RAISE * own * dl.dp,
+        max_batch_seqs=top * dl.dp, prefill_limits=pre_lim, decode_limits=dec_lim,
     )  # fmt: skip
     return seqs_ladder(own, -(-g.decode_batch // dl.dp))
 
@@ -1735,7 +1808,9 @@ def rate_budget(
         lengths = sample_lengths(loaded, sample_requests(loaded))
     gpu = plan_gpu(loaded)
     top = min(fabric_max_tp(loaded), max_tp or MAX_GPUS)
-    unit = smallest_unit(loaded, gpu, _p99_kv_tokens(lengths), max_tp=top)
+    unit = smallest_unit(
+        loaded, gpu, _p99_kv_tokens(lengths), max_tp=top, limits=_decode_limits(loaded)
+    )
     if unit is None:
         raise UserError(no_worker_fits(loaded, gpu, None, _p99_kv_tokens(lengths)))
     return analytic_guess(
@@ -1744,6 +1819,8 @@ def rate_budget(
         decode_tp=unit,
         target_rate_per_s=target_rate_per_s,
         lengths=lengths,
+        prefill_limits=pool_limits(loaded, unit, "prefill"),
+        decode_limits=pool_limits(loaded, unit, "decode"),
     ).num_gpus
 
 
@@ -1823,17 +1900,19 @@ def search(
         else {"gpu_budget": max(budget, pl.gpus + dl.gpus)}
     )
     tokens, seqs = _batch_limits(loaded, pl, dl)
+    pre_lim, dec_lim = pool_limits(loaded, pl, "prefill"), pool_limits(loaded, dl, "decode")
     guess = analytic_guess(
         loaded, prefill_tp=pl, decode_tp=dl, lengths=lengths, prefill_budget_tokens=tokens,
-        max_batch_seqs=seqs, **sized,
+        max_batch_seqs=seqs, prefill_limits=pre_lim, decode_limits=dec_lim, **sized,
     )  # fmt: skip
     if reuse:
         share = expected_prefix_hit_share(
-            loaded, requests, num_workers=guess.num_prefill_workers, layout=pl
+            loaded, requests, num_workers=guess.num_prefill_workers, layout=pl, limits=pre_lim
         )
         guess = analytic_guess(
             loaded, prefill_tp=pl, decode_tp=dl, lengths=lengths, prefill_budget_tokens=tokens,
-            max_batch_seqs=seqs, hit_share=share, **sized,
+            max_batch_seqs=seqs, hit_share=share, prefill_limits=pre_lim, decode_limits=dec_lim,
+            **sized,
         )  # fmt: skip
     counter = [simulations_before]
     memo = {} if memo is None else memo
