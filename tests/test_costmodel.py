@@ -235,11 +235,30 @@ def test_fp8_kv_halves_kv_bytes_and_doubles_capacity():
 def test_fp8_weights_halve_weights_and_speed_up_gemms():
     bf = build_worker_cost("llama-3-70b", "h100-sxm", 4)
     f8 = build_worker_cost("llama-3-70b", "h100-sxm", 4, weight_dtype="fp8")
-    assert f8.weights_bytes * 2 == bf.weights_bytes
+    # the linear layers halve; the embedding and LM head (2 × 128,256 × 8,192 parameters,
+    # untied) stay at 2 bytes, so they add one byte each to half the bf16 figure
+    assert f8.weights_bytes == bf.weights_bytes // 2 + 2 * 128_256 * 8192
     assert f8.kv_capacity_tokens > bf.kv_capacity_tokens
     pairs = 4096 * 4097 / 2
     assert f8.prefill_time_s(1, 4096, pairs) < bf.prefill_time_s(1, 4096, pairs)
     assert decode_step_time_s(f8, 1, 100) < decode_step_time_s(bf, 1, 100)
+
+
+def test_fp8_checkpoints_keep_embedding_and_lm_head_16_bit():
+    """FP8 checkpoints quantise the linear layers only: TensorRT-LLM's FP8 build (ModelOpt)
+    leaves the LM head unquantised and the embedding is a lookup. Per GPU at TP 2 and 4, by
+    hand from the model's shape (llama-3.1-70b: vocab 128,256, hidden 8,192, untied)."""
+    vocab_params = 2 * 128_256 * 8192
+    for tp in (2, 4):
+        bf = build_worker_cost("llama-3.1-70b", "h200-sxm", tp)
+        f8 = build_worker_cost("llama-3.1-70b", "h200-sxm", tp, weight_dtype="fp8")
+        linear = bf.weights_bytes_per_gpu // 2 - vocab_params // tp
+        assert f8.weights_bytes_per_gpu == linear + 2 * (vocab_params // tp)
+        # the LM head runs the same 16-bit GEMM in both; the layers' GEMMs do not
+        for batch in (1, 64, 512):
+            b, f = bf.breakdown(decode_batch=batch), f8.breakdown(decode_batch=batch)
+            assert f.lm_head_s == b.lm_head_s
+            assert f.gemm_s < b.gemm_s
 
 
 def test_fp8_weights_refused_on_a100():

@@ -447,6 +447,7 @@ class RooflineWorkerCost:
         "_gemm_peak",
         "_gemm_elem",
         "_tiles",
+        "_lm_head_gemm",
         "gemm_kernel",
         "_dec",
         "_pre",
@@ -518,6 +519,13 @@ class RooflineWorkerCost:
         self._gemm_elem = 1.0 if self._gemm_dtype == "fp8" else 2.0
         # the engine's own FP8 GEMM kernel where the profile fits it (None: ops.gemm)
         self._tiles = profile.gemm_kernel(engine.fp8_gemm_kernel, self._gemm_dtype)
+        # the LM head stays 16-bit in FP8 checkpoints (vocab_params_per_gpu): a bf16 GEMM
+        # (params, peak, bytes per element, the engine's FP8 tiles or None)
+        self._lm_head_gemm: tuple[GemmParams, float, float, TiledGemmParams | None] = (
+            (profile.gemm_params("bf16"), peaks.bf16_flop_per_s, 2.0, None)
+            if self._gemm_dtype == "fp8"
+            else (self._gemm, self._gemm_peak, self._gemm_elem, self._tiles)
+        )
         self.gemm_kernel = "generic" if self._tiles is None else str(engine.fp8_gemm_kernel)
         self.decode_backend, self.prefill_backend = pick_attention_backends(
             profile,
@@ -594,7 +602,10 @@ class RooflineWorkerCost:
         # replicated KV heads when tp > kv_heads.
         self.kv_bytes_per_token = model.kv_bytes_per_token(kv_dtype)
         self.kv_bytes_per_token_per_gpu = int(2 * model.num_layers * hkv * hd * self._kv_elem)
-        self.weights_bytes_per_gpu = _params_per_gpu(model, tp) * dtype_bytes(weight_dtype)
+        vocab_params = vocab_params_per_gpu(model, tp)
+        self.weights_bytes_per_gpu = (_params_per_gpu(model, tp) - vocab_params) * dtype_bytes(
+            weight_dtype
+        ) + vocab_params * VOCAB_BYTES_PER_PARAM
         self.weights_bytes = self.weights_bytes_per_gpu * tp
         free = gpu.hbm_bytes * gpu_mem_util - self.weights_bytes_per_gpu - activation_reserve_bytes
         self.kv_capacity_tokens = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
@@ -843,7 +854,6 @@ class RooflineWorkerCost:
         hd = float(model.head_dim)
 
         gemm_layer = sum(self.gemm_layer_times_s(m))
-        tiles = self._tiles
 
         attn_layer = 0.0
         if prefill_tokens > 0:
@@ -909,14 +919,12 @@ class RooflineWorkerCost:
         out_seqs = float(decode_batch + prefill_seqs)
         lm_head = 0.0
         if out_seqs > 0:
+            lm_gemm, lm_peak, lm_elem, lm_tiles = self._lm_head_gemm
             lm_head = _elementwise_s(hbm, ew, 2.0 * out_seqs * hidden * a) + (
-                _gemm_s(
-                    self._gemm_peak, hbm, self._gemm, out_seqs, self._lm_head_n, hidden,
-                    self._gemm_elem,
-                )
-                if tiles is None
-                else _tiled_gemm_s(self._gemm_peak, hbm, tiles, out_seqs, self._lm_head_n, hidden)
-            )  # fmt: skip
+                _gemm_s(lm_peak, hbm, lm_gemm, out_seqs, self._lm_head_n, hidden, lm_elem)
+                if lm_tiles is None
+                else _tiled_gemm_s(lm_peak, hbm, lm_tiles, out_seqs, self._lm_head_n, hidden)
+            )
         overhead = self._ov.host_s(out_seqs, m)
         if self._launch_s > 0.0:  # launches the layers' kernels do not hide
             kernels = layers * (gemm_layer + attn_layer + ew_layer + ar_layer)
@@ -936,6 +944,21 @@ class RooflineWorkerCost:
             f"weights={self.weight_dtype}, kv={self.kv_dtype}, engine={self.engine}, "
             f"attention={self.decode_backend}/{self.prefill_backend})"
         )
+
+
+VOCAB_BYTES_PER_PARAM = 2
+"""The embedding and LM head stay 16-bit whatever the weight dtype: FP8 checkpoints
+quantise the linear layers only (ModelOpt's FP8 config, which TensorRT-LLM's
+``--quantization FP8`` runs, disables ``*lm_head*``; an embedding is a lookup, not a
+GEMM), as the MoE cost model's ``weights_breakdown_bytes_per_gpu`` also counts them."""
+
+
+def vocab_params_per_gpu(model: ModelSpec, tp: int) -> int:
+    """Parameters of the embedding (token and learned position) and the untied LM head one
+    GPU of a TP group stores (the vocabulary sharded)."""
+    vocab = -(-model.vocab // tp)
+    emb = vocab * model.hidden + model.learned_positions * model.hidden
+    return emb + (0 if model.tied_embeddings else vocab * model.hidden)
 
 
 def _params_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -1128,7 +1151,7 @@ def build_worker_cost(
         hints = ([f"tp >= {fits[0]}"] if fits else []) + ([util] if util else [])
         hint = "use " + " or ".join(hints) if hints else "use fp8 weights or a GPU with more memory"
         raise UserError(
-            f"model {m.id} ({m.weights_bytes(weight_dtype) / 1e9:.0f} GB of {weight_dtype} "
+            f"model {m.id} ({cost.weights_bytes / 1e9:.0f} GB of {weight_dtype} "
             f"weights) does not fit on {tp} × {g.id} ({g.hbm_bytes / GiB:.1f} GiB × "
             f"{gpu_mem_util:.2f}, {reserve / GiB:.1f} GiB reserved per GPU): {hint}"
         )
