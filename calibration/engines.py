@@ -1541,6 +1541,8 @@ PREFILL_SCREEN_TERMS = {
     "by a fraction: only OPT has them here",
     "per context block x tp": "the step's block tables (one int per 16 context tokens of every "
     "sequence) pickled into every Ray worker's call: host time per block and rank",
+    "per token / tp": "per-token work each rank does on its own shard (shrinks with TP), beside "
+    "the shared per-token time the driver spends once",
 }
 PREFILL_SCREEN_FORMS = (
     ("per token",),
@@ -1549,6 +1551,8 @@ PREFILL_SCREEN_FORMS = (
     ("per sequence", "per prompt token", "all-reduce x s"),
     ("per sequence", "all-reduce x s", "prefill biased GEMMs x s"),
     ("per token", "per context block x tp"),
+    ("per token", "per token / tp"),
+    ("per token / tp",),
 )
 BLOCK_TOKENS = 16  # vLLM 0.2's default KV block size (DistServe's fork keeps it)
 # DistServe's C++ engine's prefill all-reduces against nccl-tests' (cxx_prefill_allreduce):
@@ -1558,6 +1562,7 @@ _SCREEN_X0 = {
     "per sequence": 1e-4,
     "per prompt token": 1e-4,
     "per context block x tp": 1e-6,
+    "per token / tp": 1e-4,
 }
 
 
@@ -1656,6 +1661,8 @@ def _screen_pred(
             lk = lk + v * d["bgemm"] * d["pre"]
         elif t == "per context block x tp":
             host = host + v * d["blocks_tp"]
+        elif t == "per token / tp":
+            host = host + v * d["tokens_per_rank"]
         else:
             raise KeyError(t)
     return host + layers * (np.maximum(lk / layers, launch) + sync * d["multi"])
@@ -1706,6 +1713,7 @@ def eager_prefill_screen(
     ctx = np.where(pre | (p["metric"] == "decode_ctx_step_s").to_numpy(), isl, isl + osl / 2.0)
     blocks = p["batch"].to_numpy(float) * np.ceil(ctx / BLOCK_TOKENS)
     d["blocks_tp"] = blocks * p["tp"].to_numpy(float)
+    d["tokens_per_rank"] = d["tokens"] / p["tp"].to_numpy(float)
     is_sw = (p["source"] == SPLITWISE_SOURCE).to_numpy()
     fit = ~is_sw & (p["split"] == "fit").to_numpy()
     fam = (p["model"] + "|" + p["tp"].astype(str)).to_numpy()

@@ -341,7 +341,16 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   block and rank and moves all rows from 7.0% / 22.4% to 6.9% / 22.0%, the held-out
   families from 9.6% / 35.1% to 11.8% / 29.6%, Splitwise from 11.2% / 28.1% to 11.0% /
   27.0%, every family in sample not at all (18.2% p90): a plausible cost, not the miss; not
-  shipped. No form reaches a p90 of 15% on all rows. The decode half of the miss:
+  shipped. Checked 2026-12-03: the per-token time split into what the driver spends once
+  and what each rank spends on its own shard (÷ TP: the part that would shrink OPT-13B
+  TP4's prefills). Fitted on the fit families the per-rank part is zero (row "per token +
+  per token / tp" is the shipped fit, 7.1% / 22.4%), and as the only per-token time (row
+  "per token / tp", 68.8 µs ÷ TP) all rows go to 9.4% / 26.9% and DistServe's fit rows from
+  5.9% / 15.0% to 8.1% / 20.1%: the fit families (OPT-13B at TP 1-2, OPT-66B at TP 2-4) need
+  a per-token time that does not shrink with TP, OPT-13B TP4's prefills need one that
+  does, so no per-token host term split by rank holds on both (`python -m
+  calibration.engines --data ../shared/data --eager-forms`, the screen table). No form
+  reaches a p90 of 15% on all rows. The decode half of the miss:
   OPT-66B TP8 decode at batch 1-8 measures 0.81-0.83× the prediction because its batch-1 steps
   imply 439 µs of host time a layer ((31.3 − 3.2) ms / 64) where OPT-13B TP4's imply 567
   µs ((25.9 − 3.2) ms / 40) — the same model code, more ranks, less time a layer — and

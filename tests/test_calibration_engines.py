@@ -994,6 +994,15 @@ def test_prefill_structure_all_reduce_factor_and_screen() -> None:
     assert blocks["distserve_every_family_in_sample"]["p90_ape"] == pytest.approx(
         first["distserve_every_family_in_sample"]["p90_ape"], abs=0.005
     )
+    # per-token work sharded by TP (each rank on its own shard) beside the shared per-token
+    # time: the fit rows put nothing on it (2026-12-03: 3e-26 s a token), and as the only
+    # per-token time it is worse on every row than the shared one (p90 26.9 % vs 22.4 %)
+    split = screen.set_index("form").loc["per token + per token / tp"]
+    assert split["params"]["per token / tp"] < 1e-9
+    assert split["params"]["per token"] == pytest.approx(first["params"]["per token"], rel=0.01)
+    per_rank = screen.set_index("form").loc["per token / tp"]
+    assert per_rank["all"]["p90_ape"] > first["all"]["p90_ape"] + 0.02
+    assert per_rank["distserve_fit"]["p90_ape"] > first["distserve_fit"]["p90_ape"]
 
 
 def test_lmdeploy_rows_follow_the_table_and_no_overhead_fits_the_mha_model() -> None:
