@@ -27,9 +27,10 @@ provenance is in ``calibration/engine_data/trtllm_throughput.md``. A row is simu
   default on; a 20,000-token prompt under a 2,048-token budget needs it);
 - KV admission ``reserve_full`` (TensorRT-LLM's ``Guaranteed No Evict`` scheduling: a
   request starts only when blocks for ISL + OSL are free), 64-token blocks, no watermark;
-  KV memory 0.95 of what the weights and the engine's runtime reserve leave
-  (``--kv_cache_free_gpu_mem_fraction 0.95``, the page's setting "in the majority of
-  cases"; :func:`kv_gpu_mem_util`); the reserve is TensorRT-LLM's
+  KV memory 0.95 of what the weights and the engine's runtime reserve leave of the
+  device memory CUDA reports (``--kv_cache_free_gpu_mem_fraction 0.95``, the page's
+  setting "in the majority of cases", of ``cudaMemGetInfo``'s free memory;
+  :func:`kv_gpu_mem_util`); the reserve is TensorRT-LLM's
   (:mod:`disaggsim.costmodel.reserve`) at the build's ``max_num_tokens`` and TP
   (:func:`runtime_reserve`).
 
@@ -58,6 +59,7 @@ import pandas as pd
 
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model
 from disaggsim.config.bounds import MAX_BATCH_SEQS
+from disaggsim.costmodel.moe import build_cost
 from disaggsim.costmodel.reserve import runtime_reserve_bytes
 from disaggsim.costmodel.step import prefill_attention_at_length_s
 from disaggsim.errors import UserError
@@ -269,18 +271,39 @@ def runtime_reserve(row: ThroughputRow) -> float:
     return runtime_reserve_bytes(model, row.tp, resolve_engine(row.engine), max_tokens, max_bs)
 
 
+def _weights_per_gpu(row: ThroughputRow) -> float:
+    """The bytes of weights one GPU of the row's worker holds, as the simulated worker
+    places them (its cost model's ``weights_bytes_per_gpu``: 16-bit embedding and LM head
+    under FP8 weights, replicated norms); a worker whose weights alone overflow the GPU
+    counts the catalog's figure (the simulation then refuses the row itself)."""
+    try:
+        cost = build_cost(
+            row.model,
+            row.gpu,
+            row.tp,
+            weight_dtype=row.weight_dtype,
+            kv_dtype=row.kv_dtype,
+            engine=row.engine,
+            gpu_mem_util=1.0,
+            activation_reserve_bytes=0.0,
+        )
+    except UserError:
+        return get_model(row.model).weights_bytes(row.weight_dtype) / row.tp
+    return float(cost.weights_bytes_per_gpu)
+
+
 def kv_gpu_mem_util(row: ThroughputRow) -> float:
-    """The ``gpu_mem_util`` that leaves the KV cache ``0.95 × (HBM − weights − runtime
-    reserve)`` per GPU: disaggsim's KV memory is ``HBM × util − weights − reserve``, the
-    engine's 0.95 of the memory free after loading and allocating its buffers
-    (:func:`runtime_reserve`, which :func:`scenario_for` gives the scenario as
+    """The ``gpu_mem_util`` that leaves the KV cache ``0.95 × (CUDA's total − weights −
+    runtime reserve)`` per GPU: disaggsim's KV memory is ``usable × util − weights −
+    reserve`` (``GpuSpec.usable_bytes``: the total CUDA reports, from which the engine's
+    ``cudaMemGetInfo`` free memory is left), the engine's 0.95 of the memory free after
+    loading and allocating its buffers (the worker's own weights, and
+    :func:`runtime_reserve`, which :func:`scenario_for` gives the scenario as
     ``activation_reserve_gib`` so that both use one figure)."""
     gpu = get_gpu(row.gpu)
-    model = get_model(row.model)
-    weights = model.weights_bytes(row.weight_dtype) / row.tp
-    used = weights + runtime_reserve(row)
-    free = max(gpu.hbm_bytes - used, 0.0)
-    return min((KV_FREE_MEM_FRACTION * free + used) / gpu.hbm_bytes, 1.0)
+    used = _weights_per_gpu(row) + runtime_reserve(row)
+    free = max(gpu.usable_bytes - used, 0.0)
+    return min((KV_FREE_MEM_FRACTION * free + used) / gpu.usable_bytes, 1.0)
 
 
 def scenario_for(row: ThroughputRow) -> dict:

@@ -107,6 +107,49 @@ def test_gpu_units_converted_to_si():
     assert get_gpu("l40s").nvlink_bytes_per_s == 0
 
 
+def test_cuda_total_is_what_engines_size_kv_from():
+    """``usable_bytes`` is CUDA's total (gpus.yaml ``cuda_mib``, read from public logs), below
+    nvidia-smi's ``hbm_mib`` on every catalog GPU; by hand for three of them."""
+    assert get_gpu("h100-sxm").usable_bytes == 81090 * 2**20
+    assert get_gpu("a100-80gb").usable_bytes == 81049 * 2**20
+    assert get_gpu("l40s").usable_bytes == 45589 * 2**20
+    for gpu_id in GPU_IDS:
+        g = get_gpu(gpu_id)
+        assert 0.98 * g.hbm_bytes < g.usable_bytes < g.hbm_bytes
+
+
+def _gpus_with(monkeypatch, ident: str, **entry):
+    """The GPU catalog loaded with ``ident``'s entry changed (keys set, None: removed)."""
+    import disaggsim.catalog as catalog
+
+    path, raw = catalog._read_yaml("gpus.yaml")
+    raw = {k: dict(v) for k, v in raw.items()}
+    for key, value in entry.items():
+        if value is None:
+            raw[ident].pop(key, None)
+        else:
+            raw[ident][key] = value
+    monkeypatch.setattr(catalog, "_read_yaml", lambda name: (path, raw))
+    return catalog.load_gpus.__wrapped__()
+
+
+def test_gpu_without_cuda_total_takes_the_stated_offset(monkeypatch):
+    from disaggsim.catalog import CUDA_RESERVED_MIB
+
+    assert CUDA_RESERVED_MIB == 583  # the median of 469, 479, 551, 615, 717, 871 MiB
+    gpus = _gpus_with(monkeypatch, "h200-sxm", cuda_mib=None)
+    assert gpus["h200-sxm"].usable_bytes == (143771 - 583) * 2**20
+
+
+@pytest.mark.parametrize("bad", [0, 143772, -5])
+def test_bad_cuda_total_is_one_line_naming_file_and_field(monkeypatch, bad):
+    with pytest.raises(UserError) as e:
+        _gpus_with(monkeypatch, "h200-sxm", cuda_mib=bad)
+    msg = str(e.value)
+    assert "\n" not in msg and "gpus.yaml: h200-sxm.cuda_mib: must be" in msg
+    assert f"got {bad}" in msg
+
+
 @pytest.mark.parametrize("bad", ["llama-3-405b", "", "Llama-3-70B"])
 def test_unknown_model_lists_allowed(bad):
     with pytest.raises(UserError, match="allowed: llama-2-7b, llama-2-70b") as e:

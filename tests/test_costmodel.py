@@ -271,7 +271,8 @@ def test_fp8_weights_refused_on_a100():
 
 
 def test_kv_capacity_by_hand_llama_2_7b_on_a100():
-    # weights 6,738,415,616 params × 2 bytes; budget 81920 MiB × 0.9 − weights − vLLM's
+    # weights 6,738,415,616 params × 2 bytes; budget CUDA's 81049 MiB (gpus.yaml cuda_mib)
+    # × 0.9 − weights − vLLM's
     # reserve at TP 1 and the default limits (8,192 tokens, 256 sequences): its base
     # 0.3183 GiB + the larger of the forward pass 1.21 × 8192 × (2 × 4096 + 3 × 11008) × 2
     # bytes and the logits 15.40 × 256 × 32000 bytes (costmodel/reserve.py);
@@ -279,14 +280,14 @@ def test_kv_capacity_by_hand_llama_2_7b_on_a100():
     c = build_worker_cost("llama-2-7b", "a100-80gb", 1)
     reserve = 0.3183 * GiB + max(1.21 * 8192 * (2 * 4096 + 3 * 11008) * 2, 15.40 * 256 * 32000)
     assert c.activation_reserve_bytes == pytest.approx(reserve, rel=1e-12)
-    budget = 81920 * 2**20 * 0.9 - 6_738_415_616 * 2 - reserve
+    budget = 81049 * 2**20 * 0.9 - 6_738_415_616 * 2 - reserve
     assert c.weights_bytes == 6_738_415_616 * 2
     assert c.kv_capacity_tokens == math.floor(budget / 524_288)
 
 
 def test_kv_capacity_tp_formula_without_replication():
     c = build_worker_cost("llama-3-70b", "h200-sxm", 8, activation_reserve_bytes=2 * GiB)
-    free = 143771 * 2**20 * 0.9 - c.weights_bytes_per_gpu - 2 * GiB
+    free = 143156 * 2**20 * 0.9 - c.weights_bytes_per_gpu - 2 * GiB  # CUDA's total
     assert c.kv_capacity_tokens == math.floor(free * 8 / 327_680)
     # sharded weights: a bit over 1/8 of the total (norms and nothing else replicated)
     m = get_model("llama-3-70b")
@@ -299,7 +300,7 @@ def test_kv_heads_replicate_beyond_kv_head_count():
     assert c.kv_heads_per_gpu == 1
     assert c.kv_bytes_per_token_per_gpu == 2 * 32 * 1 * 128 * 2
     assert c.kv_bytes_per_token == 131_072  # what a handoff moves is unchanged
-    free = 46068 * 2**20 * 0.9 - c.weights_bytes_per_gpu - GiB
+    free = 45589 * 2**20 * 0.9 - c.weights_bytes_per_gpu - GiB  # CUDA's total
     assert c.kv_capacity_tokens == math.floor(free / 16_384)  # not free × 16 / 131072 × 2
 
 
@@ -309,7 +310,7 @@ def test_weights_do_not_fit_names_minimum_tp():
     msg = str(e.value)
     assert "\n" not in msg
     assert "llama-3-70b (141 GB of bf16 weights) does not fit on 1 × h100-sxm" in msg
-    assert "79.6 GiB × 0.90" in msg  # 81559 MiB
+    assert "79.2 GiB × 0.90" in msg  # CUDA's 81090 MiB
     assert msg.endswith("use tp >= 2")
     with pytest.raises(UserError, match="does not fit on 2 × l40s.*use tp >= 4"):
         build_worker_cost("llama-3-70b", "l40s", 2)
@@ -320,8 +321,8 @@ def test_refusal_offers_a_larger_gpu_mem_util_where_one_fits():
     Llama-3.1-8B's 16,060,522,496 bytes of bf16 weights + vLLM's TP-1 reserve (0.3183 GiB
     + the forward pass 1.21 × 8192 × (2 × 4096 + 3 × 14336) × 2 = 1,015,021,568 bytes,
     larger than the logits 15.40 × 256 × 128256) + one token of KV (131,072 bytes) over
-    the H100's 85,520,809,984 bytes is 0.2037 -> 0.21. The smallest TP that fits 0.05 ×
-    81559 MiB = 4.28e9 bytes is 16: at TP 8 the weights' 2.0e9 bytes + the reserve (0.3183
+    CUDA's total on the H100 (81090 MiB = 85,029,027,840 bytes) is 0.2048 -> 0.21. The
+    smallest TP that fits 0.05 × 81090 MiB = 4.25e9 bytes is 16: at TP 8 the weights' 2.0e9 bytes + the reserve (0.3183
     + 1.7817 GiB of the TP group + the logits' 0.47 GiB) are 4.77e9. At 0.9 the share is
     no help and the hint is the TP alone (above)."""
     with pytest.raises(UserError) as e:

@@ -85,14 +85,16 @@ def test_reserve_form_by_engine():
 
 
 def test_worker_kv_capacity_takes_the_reserve():
-    """KV tokens = (HBM x util - weights - reserve) / KV bytes per token, with the reserve
+    """KV tokens = (CUDA's total x util - weights - reserve) / KV bytes per token, with the reserve
     at the worker's own limits; an explicit reserve replaces it."""
-    kw = {"weight_dtype": "fp8", "kv_dtype": "fp8", "engine": "trtllm"}
+    # 0.95 of the memory: the FP8 70B's 67.7 GiB per GPU (16-bit embedding and LM head)
+    # and the 8,192-token reserve do not fit in 0.9 of an H100
+    kw = {"weight_dtype": "fp8", "kv_dtype": "fp8", "engine": "trtllm", "gpu_mem_util": 0.95}
     small = build_worker_cost("llama-3.1-70b", "h100-sxm", 1, max_batch_tokens=2048, **kw)
     big = build_worker_cost("llama-3.1-70b", "h100-sxm", 1, max_batch_tokens=8192, **kw)
     assert big.activation_reserve_bytes > small.activation_reserve_bytes
     for c in (small, big):
-        free = c.gpu.hbm_bytes * 0.9 - c.weights_bytes_per_gpu - c.activation_reserve_bytes
+        free = 81090 * 2**20 * 0.95 - c.weights_bytes_per_gpu - c.activation_reserve_bytes
         assert c.kv_capacity_tokens == math.floor(free / c.kv_bytes_per_token_per_gpu)
     fixed = build_worker_cost("llama-3.1-70b", "h100-sxm", 1, activation_reserve_bytes=GiB, **kw)
     assert fixed.activation_reserve_bytes == GiB

@@ -69,7 +69,10 @@ def test_kv_share_is_095_of_free_memory():
     (test above's rule); TensorRT-LLM's reserve per GPU is its base 0.513 GiB + the TP
     group's 0.383 GiB + its execution context 3.02 x 4608 x (2 x 8192 + 3 x 28672 / 2)
     x 2 bytes = 1.653e9 bytes (disaggsim/costmodel/reserve.py); the KV memory is 0.95
-    of what that and the weights leave."""
+    of what that and the weights leave of CUDA's total (81090 MiB: gpus.yaml cuda_mib).
+    The weights per GPU: half the catalog's FP8 bytes, half the 161 replicated norms
+    (80 layers x 2 + 1 final) of 8,192, and one more byte for each of the 128,256 x 8,192
+    embedding and LM-head parameters a GPU holds (16-bit in FP8 checkpoints)."""
     r = row(model="llama-3.1-70b", tp=2)
     from disaggsim.catalog import get_gpu, get_model
     from disaggsim.units import GiB
@@ -77,10 +80,13 @@ def test_kv_share_is_095_of_free_memory():
     assert tput.trtllm_bench_limits(r)[1] == 4608
     reserve = (0.513 + 0.383) * GiB + 3.02 * 4608 * (2 * 8192 + 3 * 28672 / 2) * 2
     assert tput.runtime_reserve(r) == pytest.approx(reserve, rel=1e-9)
-    hbm = get_gpu("h100-sxm").hbm_bytes
-    used = get_model("llama-3.1-70b").weights_bytes("fp8") / 2 + reserve
-    kv = hbm * tput.kv_gpu_mem_util(r) - used
-    assert kv == pytest.approx(0.95 * (hbm - used), rel=1e-12)
+    cuda = 81090 * 2**20
+    assert get_gpu("h100-sxm").usable_bytes == cuda
+    weights = get_model("llama-3.1-70b").weights_bytes("fp8") / 2 + 161 * 8192 / 2
+    weights += 128_256 * 8192
+    used = weights + reserve
+    kv = cuda * tput.kv_gpu_mem_util(r) - used
+    assert kv == pytest.approx(0.95 * (cuda - used), rel=1e-12)
     # the simulated worker holds the same reserve (scenario_for passes it on)
     pool = tput.scenario_for(r)["pool"]
     assert pool["activation_reserve_gib"] * GiB == pytest.approx(reserve, rel=1e-12)

@@ -6,7 +6,10 @@ optional ``moe`` (routed/shared experts, which layers are MoE), ``mla`` (DeepSee
 attention ranks) and ``attention_window`` (sliding or chunked layers) sections;
 ``gpus.yaml`` holds each GPU's datasheet peaks in human units (``_tflops``,
 ``_gb_per_s`` with GB = 1e9 bytes, ``hbm_mib`` with MiB = 2**20 bytes, ``_gbit_per_s``),
-converted once on load to SI (FLOP/s, bytes, bytes/s). The ids below are the public
+converted once on load to SI (FLOP/s, bytes, bytes/s). Device memory comes twice:
+``hbm_mib`` as nvidia-smi reports it, and ``cuda_mib``, the total CUDA reports
+(``cudaMemGetInfo``, PyTorch's ``total_memory``), which is what serving engines size
+their KV cache from (:attr:`GpuSpec.usable_bytes`). The ids below are the public
 names scenarios and the CLI use; an unknown id is a :class:`~disaggsim.errors.UserError`
 listing the allowed ones.
 """
@@ -354,7 +357,8 @@ class GpuSpec:
     name: str
     bf16_flop_per_s: float
     fp8_flop_per_s: float  # 0 where the GPU has no FP8 tensor cores
-    hbm_bytes: float
+    hbm_bytes: float  # device memory as nvidia-smi reports it (the datasheet's, in MiB)
+    usable_bytes: float  # the total CUDA reports: what engines size their KV cache from
     hbm_bytes_per_s: float
     nvlink_bytes_per_s: float  # 0 without NVLink
     pcie_gen: int
@@ -426,7 +430,12 @@ _GPU_KEYS: dict[str, type] = {
     "nic_gbit_per_s": float,
     "gpus_per_node": int,
 }
-_GPU_OPTIONAL: dict[str, type] = {"fp4_tflops": float, "silicon": str}
+_GPU_OPTIONAL: dict[str, type] = {"fp4_tflops": float, "silicon": str, "cuda_mib": int}
+
+CUDA_RESERVED_MIB = 583
+"""What a GPU without a measured ``cuda_mib`` loses between nvidia-smi's total and CUDA's:
+the median of the catalog's measured differences (H100 SXM 469, L40S 479, H100 PCIe 551,
+H200 615, B200 717, A100 871 MiB; gpus.yaml says where each was read)."""
 
 
 def _read_yaml(name: str) -> tuple[str, dict[str, Any]]:
@@ -569,12 +578,19 @@ def load_gpus() -> Mapping[str, GpuSpec]:
         for key in ("bf16_tflops", "hbm_mib", "hbm_gb_per_s", "pcie_gb_per_s", "nic_gbit_per_s"):
             if e[key] <= 0:
                 raise UserError(f"{path}: {ident}.{key}: must be > 0")
+        cuda_mib = e.get("cuda_mib", e["hbm_mib"] - CUDA_RESERVED_MIB)
+        if not 0 < cuda_mib <= e["hbm_mib"]:
+            raise UserError(
+                f"{path}: {ident}.cuda_mib: must be > 0 and at most hbm_mib "
+                f"({e['hbm_mib']}), got {cuda_mib}"
+            )
         gpus[ident] = GpuSpec(
             id=ident,
             name=e["name"],
             bf16_flop_per_s=float(e["bf16_tflops"]) * TFLOP,
             fp8_flop_per_s=float(e["fp8_tflops"]) * TFLOP,
             hbm_bytes=float(e["hbm_mib"] * MiB),
+            usable_bytes=float(cuda_mib * MiB),
             hbm_bytes_per_s=float(e["hbm_gb_per_s"]) * 1e9,
             nvlink_bytes_per_s=float(e["nvlink_gb_per_s"]) * 1e9,
             pcie_gen=e["pcie_gen"],

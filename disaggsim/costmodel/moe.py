@@ -733,7 +733,7 @@ class MoeWorkerCost:
         )
         self.a2a_buffer_bytes_per_gpu = A2A_BUFFER_BYTES if self.uses_all_to_all else 0
         free = (
-            gpu.hbm_bytes * gpu_mem_util
+            gpu.usable_bytes * gpu_mem_util
             - self.weights_bytes_per_gpu
             - activation_reserve_bytes
             - self.window_reserve_bytes_per_gpu
@@ -1681,11 +1681,11 @@ def build_moe_worker_cost(
         )
         from disaggsim.costmodel.step import util_to_fit
 
-        util = util_to_fit(g.hbm_bytes, needed, gpu_mem_util)
+        util = util_to_fit(g.usable_bytes, needed, gpu_mem_util)
         # no field prefix: the layout as a whole does not fit, whichever field set it
         raise UserError(
             f"{m.id} does not fit on {gpus} x {g.id} with tp {tp}, dp {dp}, ep {ep} "
-            f"({per_gpu:.1f} GB of {fmt} weights per GPU of {g.hbm_bytes / GiB:.1f} GiB x "
+            f"({per_gpu:.1f} GB of {fmt} weights per GPU of {g.usable_bytes / GiB:.1f} GiB x "
             f"{gpu_mem_util:.2f}; no room left for KV): use more GPUs per worker, a larger ep, "
             f"{util + ', ' if util else ''}or smaller weights (weight_dtype)"
         )

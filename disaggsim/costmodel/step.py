@@ -607,7 +607,9 @@ class RooflineWorkerCost:
             weight_dtype
         ) + vocab_params * VOCAB_BYTES_PER_PARAM
         self.weights_bytes = self.weights_bytes_per_gpu * tp
-        free = gpu.hbm_bytes * gpu_mem_util - self.weights_bytes_per_gpu - activation_reserve_bytes
+        free = (
+            gpu.usable_bytes * gpu_mem_util - self.weights_bytes_per_gpu - activation_reserve_bytes
+        )
         self.kv_capacity_tokens = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
         self._decode_cache: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
         # a multi-block wave decode kernel (TensorRT-LLM's XQA, or its masked MHA where
@@ -1144,7 +1146,7 @@ def build_worker_cost(
             >= 1
         ]
         util = util_to_fit(
-            g.hbm_bytes,
+            g.usable_bytes,
             cost.weights_bytes_per_gpu + reserve + cost.kv_bytes_per_token_per_gpu,
             gpu_mem_util,
         )
@@ -1152,7 +1154,7 @@ def build_worker_cost(
         hint = "use " + " or ".join(hints) if hints else "use fp8 weights or a GPU with more memory"
         raise UserError(
             f"model {m.id} ({cost.weights_bytes / 1e9:.0f} GB of {weight_dtype} "
-            f"weights) does not fit on {tp} × {g.id} ({g.hbm_bytes / GiB:.1f} GiB × "
+            f"weights) does not fit on {tp} × {g.id} ({g.usable_bytes / GiB:.1f} GiB × "
             f"{gpu_mem_util:.2f}, {reserve / GiB:.1f} GiB reserved per GPU): {hint}"
         )
     return cost
