@@ -157,13 +157,15 @@ def test_random_failures_are_reproducible():
 
 def test_swap_on_a_topology_fabric_runs_over_the_decode_gpus_pcie_links():
     # the fabric pair's PCIe scenario with small decode memory, long outputs and no
-    # back-pressure: sequences outgrow decode memory and are swapped out and back in
+    # back-pressure: sequences outgrow decode memory and are swapped out and back in.
+    # The decode memory is the 40,780 MiB per GPU the test was written with (0.5 of
+    # nvidia-smi's 81,559 MiB), now a share of CUDA's 81,090 MiB: 0.503
     r = simulate(
         REPO / "scenarios" / "fabric" / "pcie.yaml",
         [
             "kv.preemption=swap",
             "router.backpressure=none",
-            "decode_pool.gpu_mem_util=0.5",
+            "decode_pool.gpu_mem_util=0.503",
             "workload.rate_per_s=1.5",
             "workload.output_tokens={dist: uniform, low: 1500, high: 3000}",
             "sim.duration_s=120",
