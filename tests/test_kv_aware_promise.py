@@ -99,7 +99,7 @@ def _cut_kv_cluster(draw):
     )
     cfg = EngineConfig(
         pools=pools,
-        decode_policy=draw(st.sampled_from(["most_free_kv", "round_robin"])),
+        decode_policy=draw(st.sampled_from(["least_committed_kv", "most_free_kv", "round_robin"])),
         prefill_policy=draw(st.sampled_from(["least_tokens", "shortest_queue", "round_robin"])),
         block_tokens=block,
         kv_admission=draw(st.sampled_from(["on_demand", "reserve_full"])),
@@ -145,7 +145,7 @@ def test_probe_fabric_contention_with_cut_kv_never_preempts():
     assert int(np.asarray(raw.log.num_preemptions).sum()) == 0
 
 
-@pytest.mark.parametrize("policy", ["most_free_kv", "round_robin"])
+@pytest.mark.parametrize("policy", ["least_committed_kv", "most_free_kv", "round_robin"])
 def test_a_request_waits_for_one_worker_with_room_not_for_the_pool_sum(policy):
     """Two decode workers with 10 free blocks each (20 in all) hold no 12-block request:
     it waits at the router until one worker has the room, and never preempts."""

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.engine.cluster import Cluster, run_cluster
 from disaggsim.engine.config import EngineConfig, PoolSpec
-from disaggsim.engine.router import Router, _Rising
+from disaggsim.engine.router import LeastCommittedKv, Router, _Rising
 from disaggsim.workload.requests import Requests
 from tests.test_engine_failures import _check, stressed
 
@@ -87,8 +87,12 @@ def _check_decode_indexes(router: Router) -> None:
     entry no larger than each key (a key that rose is found where it surfaces)."""
     n = len(router.decode_workers)
     indexes = []
+    free = lambda w: (w.kv_used_blocks - w.kv_capacity_blocks) * n  # noqa: E731
     if router._most_free is not None:
-        indexes.append((router._most_free, lambda w: (w.kv_used_blocks - w.kv_capacity_blocks) * n))
+        indexes.append((router._most_free, free))
+    if isinstance(router.decode, LeastCommittedKv):
+        indexes.append((router.decode.free.index, free))
+        indexes.append((router.decode.index, lambda w: _committed_key(w) * n))
     if router.kv_aware:
         indexes.append((router._rooms, lambda w: -_promise_room(router, w) * n))
     for index, value in indexes:
@@ -113,6 +117,22 @@ def _check_index(index: _Rising, workers, value) -> None:
             assert min(e for e in index.heap if e % n == pos) <= expected
 
 
+def _committed_key(w) -> tuple[bool, int] | int:
+    """least_committed_kv's order of a decode worker, from its definition: seats full
+    (as many sequences held as ``max_batch_seqs``: running, swapped, waiting, arriving)
+    last, then the KV its sequences may hold at their longest, less its capacity."""
+    held = w.batch + len(w.swapped) + len(w.waiting) + len(w.incoming)
+    assert held == w.num_outstanding, (held, w.num_outstanding)
+    full = held >= w.max_batch_seqs
+    longest = sum(w.requests.full_blocks(r) for r in w._eventual)
+    assert longest == w.eventual_blocks
+    return full * (1 << 48) + longest - w.kv_capacity_blocks
+
+
+def _seated(w) -> bool:
+    return w.num_outstanding < w.max_batch_seqs
+
+
 def _decode_expected(router: Router, rid: int):
     fits = [w for w in router.decode_workers if w.can_accept(rid)]
     if router.kv_aware:  # among the workers keeping the promise, unless it was lost
@@ -131,6 +151,18 @@ def _decode_expected(router: Router, rid: int):
             n = len(router.decode_workers)
             nxt = router.decode._next
             return min(fits, key=lambda x: (x.index - nxt) % n)
+        case "least_committed_kv":
+            # the least committed accepting worker if it fits; else the most free KV that
+            # fits, one with a free seat first (unless the least committed worker's seats
+            # are full: then every worker's are)
+            top = min(
+                (w for w in router.decode_workers if w.accepting),
+                key=lambda x: (_committed_key(x), x.index),
+            )
+            if top in fits:
+                return top
+            seated = [w for w in fits if _seated(w)] if _seated(top) else []
+            return max(seated or fits, key=lambda x: (x.free_blocks, -x.index))
     return None
 
 
@@ -138,10 +170,65 @@ def _decode_expected(router: Router, rid: int):
 @given(
     stressed(),
     st.sampled_from(["least_tokens", "shortest_queue", "round_robin"]),
-    st.sampled_from(["most_free_kv", "round_robin"]),
+    st.sampled_from(["least_committed_kv", "most_free_kv", "round_robin"]),
     st.integers(1, 6),
 )
 def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale):
+    _check_choices(case, prefill, decode, scale)
+
+
+@st.composite
+def crowded(draw):
+    """Many decode workers with little KV and few seats, varied lengths, arrivals faster
+    than they drain: handoffs that the least committed worker cannot take, and workers
+    whose seats are full beside workers with room."""
+    n = draw(st.integers(20, 80))
+    gaps = draw(st.lists(st.floats(0.0, 0.02), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
+    outs = draw(st.lists(st.integers(1, 150), min_size=n, max_size=n))
+    # a cap above the reply: a worker's committed KV and its free KV order it apart
+    extra = draw(st.lists(st.integers(0, 300), min_size=n, max_size=n))
+    reqs = Requests(
+        np.cumsum(gaps),
+        np.array(prompts),
+        np.array(outs),
+        max_tokens=np.array(outs) + np.array(extra),
+    )
+
+    def cost():
+        return ConstantCost(
+            prefill_base_s=0.002,
+            prefill_per_token_s=draw(st.floats(0.0, 2e-5)),
+            decode_base_s=draw(st.floats(0.001, 0.01)),
+            decode_per_context_token_s=0.0,
+            kv_capacity_tokens=draw(st.integers(200, 1200)),
+        )
+
+    seqs = draw(st.integers(1, 4))
+    pools = (
+        PoolSpec("prefill", draw(st.integers(1, 3)), cost(), 8, 400),
+        PoolSpec("decode", draw(st.integers(2, 12)), cost(), seqs, 400),
+    )
+    cfg = EngineConfig(
+        pools=pools,
+        block_tokens=draw(st.sampled_from([1, 16])),
+        kv_admission=draw(st.sampled_from(["on_demand", "reserve_full"])),
+        kv_watermark=draw(st.sampled_from([0.0, 0.05])),
+        backpressure=draw(st.sampled_from(["none", "kv_aware"])),
+        horizon_s=60.0,
+    )
+    return reqs, cfg, draw(st.floats(0.0, 0.01))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowded())
+def test_least_committed_kv_in_crowded_pools_is_the_full_scan_choice(case):
+    """The same, where the least committed worker often lacks room or seats: handoffs go
+    to the most-free-KV search (seated first) often."""
+    _check_choices(case, "least_tokens", "least_committed_kv", 1)
+
+
+def _check_choices(case, prefill: str, decode: str, scale: int) -> None:
     reqs, cfg, transfer = case
     pools = tuple(dataclasses.replace(p, num_workers=p.num_workers * scale) for p in cfg.pools)
     cfg = dataclasses.replace(cfg, pools=pools, prefill_policy=prefill, decode_policy=decode)
@@ -175,7 +262,7 @@ def test_indexed_choices_are_the_full_scan_choices(case, prefill, decode, scale)
         _check_decode_indexes(self)
         expected = _decode_expected(self, rid)
         ok = handoff(self, rid, src, prefill_s)
-        if self._decode_policy in ("most_free_kv", "round_robin"):
+        if self._decode_policy in ("least_committed_kv", "most_free_kv", "round_robin"):
             assert ok == (expected is not None)
         if ok and expected is not None:
             chosen = [w for w in self.decode_workers if rid in w.incoming]

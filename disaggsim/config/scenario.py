@@ -149,10 +149,14 @@ class RouterConfig(ConfigModel):
         description="cache_aware (with a cache: section): Dynamo's KV-router cost, cached "
         "prefix overlap against queued and active tokens (docs/prefix-caching.md)",
     )
-    decode_policy: Literal["most_free_kv", "round_robin", "fastest_path"] = Field(
-        default="most_free_kv",
-        description="fastest_path (topology fabric): prefer the decode worker reached over the "
-        "fastest, least congested path, then the most free KV",
+    decode_policy: Literal["least_committed_kv", "most_free_kv", "round_robin", "fastest_path"] = (
+        Field(
+            default="most_free_kv",
+            description="least_committed_kv: the least KV committed (prompt + max_tokens of the "
+            "sequences held) among decode workers with a free batch seat; fastest_path (topology "
+            "fabric): prefer the decode worker reached over the fastest, least congested path, "
+            "then the most free KV (docs/engine.md, decode routing)",
+        )
     )
     backpressure: Literal["kv_aware", "none"] = Field(
         default="kv_aware",

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 Role = Literal["prefill", "decode", "colocated"]
 Scheduler = Literal["vllm", "chunked"]
 PrefillPolicy = Literal["round_robin", "least_tokens", "shortest_queue", "cache_aware"]
-DecodePolicy = Literal["most_free_kv", "round_robin", "fastest_path"]
+DecodePolicy = Literal["least_committed_kv", "most_free_kv", "round_robin", "fastest_path"]
 FirstTokenFrom = Literal["decode", "prefill"]
 KvAdmission = Literal["reserve_full", "on_demand"]
 Preemption = Literal["recompute", "swap"]

@@ -390,7 +390,7 @@ class MostFreeKv:
     def __init__(self, workers: Sequence[DecodeWorker]) -> None:
         self._workers = workers
         self.index = _Rising(len(workers))
-        self._min_watermark = min((w.watermark_blocks for w in workers), default=0)
+        self.min_watermark = min((w.watermark_blocks for w in workers), default=0)
 
     def update(self, pos: int) -> None:
         w = self._workers[pos]
@@ -409,7 +409,7 @@ class MostFreeKv:
         top = self._workers[key % idx.n]
         if top.room_blocks() >= need and (keeps is None or keeps(top)):
             return top  # the common case: the most free KV has room
-        slack = 1 + self._min_watermark
+        slack = 1 + self.min_watermark
 
         def take(w: DecodeWorker) -> bool | None:
             if w.room_blocks() >= need and (keeps is None or keeps(w)):
@@ -417,6 +417,83 @@ class MostFreeKv:
             return False if w.free_blocks - slack >= need else None
 
         return idx.first(self._workers, take)
+
+
+def _seats_full(w: DecodeWorker) -> bool:
+    """Every batch seat of ``w`` (``max_batch_seqs``) is taken or spoken for: by a
+    sequence running, swapped out, waiting for a seat, or whose KV is arriving."""
+    return w._num_outstanding >= w.max_batch_seqs
+
+
+# the weight of "seats full" in least_committed_kv's key: above any committed KV
+# (blocks stay far below it)
+_SEATS_FULL = 1 << 48
+
+
+class LeastCommittedKv:
+    """The least KV committed among the workers with a free batch seat, then lowest
+    index, among the workers with room for the handoff (and, with ``kv_aware``, that keep
+    its promise). A worker's committed KV is what its sequences may hold at their
+    longest (prompt + ``max_tokens``: running, swapped out, waiting for a seat, KV
+    arriving), less its capacity; its seats are full (:func:`_seats_full`) when it holds
+    ``max_batch_seqs`` sequences, and then it comes after every worker with a seat.
+
+    A handoff counts in full on its worker the moment it is sent. Free KV
+    (:class:`MostFreeKv`) does not: a young sequence holds only its prompt, so on fixed
+    lengths a worker whose cohort just finished has the most free KV and takes every
+    handoff for seconds, its batch swinging against the others' (and filling its seats
+    while another worker has some). Committed KV evens out handoff by handoff on fixed
+    lengths (the count of sequences) and on varied ones (their longest KV, which the
+    attention step and the KV memory grow with).
+
+    Workers are kept in a :class:`_Rising` heap by that key (a handoff raises a key at no
+    heap cost; a finished sequence lowers it, one push) beside a :class:`MostFreeKv`. The
+    top is taken when it fits (the common case: one worker looked at). Else the most free
+    KV that fits, one with a free seat first: the walk of the free-KV heap stops where
+    free blocks fall short, as :class:`MostFreeKv`'s does (walking further in committed
+    order instead finds, on the workloads of ``tests/test_router_index.py``, the same
+    worker: the next least committed is the most free)."""
+
+    def __init__(self, workers: Sequence[DecodeWorker]) -> None:
+        self._workers = workers
+        self.index = _Rising(len(workers))
+        self.free = MostFreeKv(workers)
+
+    @staticmethod
+    def load(w: DecodeWorker) -> int:
+        """``w``'s key less its position, divided by the number of workers."""
+        full = w._num_outstanding >= w.max_batch_seqs  # _seats_full
+        return full * _SEATS_FULL + w._eventual_blocks - w.kv_capacity_blocks
+
+    def update(self, pos: int) -> None:
+        w = self._workers[pos]
+        idx = self.index
+        idx.set(pos, self.load(w) * idx.n + pos if w.accepting else None)
+        self.free.update(pos)
+
+    def choose(
+        self, need: int, src: PrefillWorker, keeps: Keeps | None = None
+    ) -> DecodeWorker | None:
+        idx = self.index
+        key = idx.top()
+        if key is None:
+            return None
+        top = self._workers[key % idx.n]
+        if top.room_blocks() >= need and (keeps is None or keeps(top)):
+            return top  # the common case: the least committed has room
+        free = self.free
+        if not _seats_full(top):  # else every worker's seats are full: none to prefer
+            slack = 1 + free.min_watermark
+
+            def seated(w: DecodeWorker) -> bool | None:
+                if not _seats_full(w) and w.room_blocks() >= need and (keeps is None or keeps(w)):
+                    return True
+                return False if w.free_blocks - slack >= need else None
+
+            found = free.index.first(self._workers, seated)
+            if found is not None:
+                return found
+        return free.choose(need, src, keeps)
 
 
 class RoundRobinDecode:
@@ -475,6 +552,8 @@ def decode_choice(
     match policy:
         case "most_free_kv":
             return MostFreeKv(workers)
+        case "least_committed_kv":
+            return LeastCommittedKv(workers)
         case "round_robin":
             return RoundRobinDecode(workers)
         case "fastest_path":
