@@ -15,7 +15,7 @@ Runs, each through :func:`disaggsim.engine.cluster.run_cluster` on the inputs
   ``gpu_mem_util``, the KV capacity cut to 1/60 at twice the rate (preemptions), random
   worker failures on each pool, the other colocated scheduler, other router policies,
   client timeouts and a bounded router queue, and for disaggregated scenarios no
-  back-pressure with a cut KV (decode batches outgrow it: disaggregated preemption,
+  back-pressure with a cut KV (also under ``most_free_kv``, the old default) (decode batches outgrow it: disaggregated preemption,
   recompute and swap);
 - 20,000-request slices of the fixed benchmark (``disaggsim bench``) and of the 200- and
   1,000-GPU fleets (``disaggsim.cli.bench.fleet_scenario``).
@@ -263,6 +263,10 @@ def _variants(name: str, raw: dict) -> list[tuple[str, dict, int]]:
         # recomputed (through the prefill pool again) and swapped
         nobp = _set(_rate_times(raw, 2.0), "router.backpressure", "none")
         out.append((f"{name}+no_backpressure+kvcut", nobp, 60))
+        # the decode policy that was the default before least_committed_kv, kept covered
+        out.append(
+            (f"{name}+most_free_kv+kvcut", _set(nobp, "router.decode_policy", "most_free_kv"), 60)
+        )
         out.append((f"{name}+no_backpressure+swap+kvcut", _set(nobp, "kv.preemption", "swap"), 60))
         out.append(
             (

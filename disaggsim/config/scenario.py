@@ -151,7 +151,7 @@ class RouterConfig(ConfigModel):
     )
     decode_policy: Literal["least_committed_kv", "most_free_kv", "round_robin", "fastest_path"] = (
         Field(
-            default="most_free_kv",
+            default="least_committed_kv",
             description="least_committed_kv: the least KV committed (prompt + max_tokens of the "
             "sequences held) among decode workers with a free batch seat; fastest_path (topology "
             "fabric): prefer the decode worker reached over the fastest, least congested path, "

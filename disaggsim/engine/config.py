@@ -90,7 +90,7 @@ def _default_swap_time(cost: WorkerCost, nbytes: float, direction: str) -> float
 class EngineConfig:
     pools: tuple[PoolSpec, ...]
     prefill_policy: PrefillPolicy = "least_tokens"
-    decode_policy: DecodePolicy = "most_free_kv"
+    decode_policy: DecodePolicy = "least_committed_kv"
     first_token_from: FirstTokenFrom = "decode"  # disaggregated: who delivers token 1
     block_tokens: int = 16
     kv_admission: KvAdmission = "reserve_full"

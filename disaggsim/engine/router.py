@@ -481,19 +481,25 @@ class LeastCommittedKv:
         top = self._workers[key % idx.n]
         if top.room_blocks() >= need and (keeps is None or keeps(top)):
             return top  # the common case: the least committed has room
-        free = self.free
-        if not _seats_full(top):  # else every worker's seats are full: none to prefer
-            slack = 1 + free.min_watermark
+        # one walk of the free-KV heap from the top: the first worker with room and a free
+        # seat, else the first with room (a seat is no use preferring when the least
+        # committed worker's seats are full: then every worker's are)
+        prefer_seat = not _seats_full(top)
+        slack = 1 + self.free.min_watermark
+        unseated: DecodeWorker | None = None
 
-            def seated(w: DecodeWorker) -> bool | None:
-                if not _seats_full(w) and w.room_blocks() >= need and (keeps is None or keeps(w)):
+        def take(w: DecodeWorker) -> bool | None:
+            nonlocal unseated
+            if w.room_blocks() >= need and (keeps is None or keeps(w)):
+                if not prefer_seat or not _seats_full(w):
                     return True
-                return False if w.free_blocks - slack >= need else None
+                if unseated is None:
+                    unseated = w
+                return False
+            return False if w.free_blocks - slack >= need else None
 
-            found = free.index.first(self._workers, seated)
-            if found is not None:
-                return found
-        return free.choose(need, src, keeps)
+        found = self.free.index.first(self._workers, take)
+        return found if found is not None else unseated
 
 
 class RoundRobinDecode:
@@ -644,6 +650,10 @@ class Router:
         self._rooms = _Rising(len(self.decode_workers))
         # most_free_kv's heap, refreshed inline here (its update, without the call)
         self._most_free = self.decode.index if isinstance(self.decode, MostFreeKv) else None
+        # least_committed_kv's two heaps (committed KV, free KV), refreshed inline too
+        committed = self.decode if isinstance(self.decode, LeastCommittedKv) else None
+        self._committed = committed.index if committed is not None else None
+        self._free_heap = committed.free.index if committed is not None else self._most_free
         for w in self.front_workers:
             w.watch(self._front_changes)
         for dw in self.decode_workers:
@@ -702,11 +712,14 @@ class Router:
             pos_of = self._decode_pos
             workers = self.decode_workers
             n = len(workers)
-            free = self._most_free  # MostFreeKv.update and _Rising.set, inline
+            free = self._free_heap  # MostFreeKv.update and _Rising.set, inline
             if free is not None:
                 free_keys, free_floor, free_heap = free.keys, free.floor, free.heap
             else:
                 update = self.decode.update
+            held = self._committed  # LeastCommittedKv.update's own heap, inline
+            if held is not None:
+                held_keys, held_floor, held_heap = held.keys, held.floor, held.heap
             rooms = self._rooms if self.kv_aware else None
             if rooms is not None:
                 promised = self._promised
@@ -719,6 +732,8 @@ class Router:
                         update(pos)
                     elif free_keys[pos] is not None:
                         free.set(pos, None)
+                    if held is not None and held_keys[pos] is not None:
+                        held.set(pos, None)
                     if rooms is not None and room_keys[pos] is not None:
                         rooms.set(pos, None)
                     continue
@@ -734,6 +749,20 @@ class Router:
                             heappush(free_heap, key)
                             if len(free_heap) > free.max_entries:
                                 free.compact()
+                if held is not None:  # LeastCommittedKv.load x W + pos
+                    key = (
+                        (w._num_outstanding >= w.max_batch_seqs) * _SEATS_FULL
+                        + w._eventual_blocks
+                        - w.kv_capacity_blocks
+                    ) * n + pos
+                    if key != held_keys[pos]:
+                        held_keys[pos] = key
+                        low = held_floor[pos]
+                        if low is None or key < low:
+                            held_floor[pos] = key
+                            heappush(held_heap, key)
+                            if len(held_heap) > held.max_entries:
+                                held.compact()
                 if rooms is not None:  # -promise_room_blocks(w) x W + pos
                     key = (
                         promised[pos]
