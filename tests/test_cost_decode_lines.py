@@ -71,6 +71,13 @@ def test_masked_mha_prints_its_interval_lines(capsys) -> None:
     assert spans[0]["per_context_token_s"] > out["per_context_token_s"]
     c = 64 * 20000.0
     assert out["time_s"] == pytest.approx(_line(spans[0], c), rel=1e-12)
+    # the same lines keyed by the longest sequence's cached tokens (the kernel sizes its
+    # shared memory by it): one sequence of 19,284 among short ones takes that line
+    longest = out["longest_lines"]
+    assert [x["from_longest_history_tokens"] for x in longest] == [
+        (x["from_context_tokens"] - 1) / 64 for x in spans
+    ]
+    assert longest[0]["per_context_token_s"] == spans[0]["per_context_token_s"]
 
 
 def test_xqa_prints_several_lines(capsys) -> None:

@@ -271,3 +271,80 @@ def test_engine_with_masked_mha_follows_its_intervals() -> None:
     runs = [x for x in raw.workers if x.role == "decode"][0].steps
     per = set(np.asarray(runs.run_per_token_s).tolist())
     assert {w.decode_coeffs(18)[1], spans[0][1][1]} <= per
+
+
+def test_longest_sequence_sets_the_resident_blocks() -> None:
+    """TensorRT-LLM sizes a masked-MHA launch's shared memory by the batch's longest past KV
+    length (``params.timestep``), so one long sequence among short ones sets the resident
+    blocks of every block. Llama-2-7B (vanilla MHA) on the H100, batch 32 (1,024 items >=
+    4 × 132): 31 sequences of 1,000 cached tokens and one of 20,000. By hand: a block holds
+    24 × ⌈20,001 / 4⌉ + 1,024 = 121,048 B of 233,472, so 1 resides per SM (at 1,000 tokens
+    7,048 B: 4, the register limit); the KV stream then runs at 132 SMs × one block's rate,
+    its slope over the context (all 32 layers, 2 × 32 heads × 128 × 2 B a token) that
+    bytes count over 132 × ``block_bytes_per_s``."""
+    w = build_worker_cost("llama-2-7b", "h100-sxm", 1, engine="trtllm")
+    dec = w.profile.decode_attention_for("trtllm-mmha", "bf16")
+    assert w.decode_backend == "trtllm-mmha" and dec.block_bytes_per_s > 0
+    assert float(ops.mmha_resident_blocks(20000, 228.0)) == 1.0
+    assert float(ops.mmha_resident_blocks(1000, 228.0)) == 4.0
+    batch, longest = 32, 20000
+    ctx = 31 * 1001 + 20001
+    by_hand = 32 * 2 * 32 * 128 * 2 / (132 * dec.block_bytes_per_s)
+
+    def attn(c: int, hist: float | None) -> float:
+        return w.breakdown(
+            decode_batch=batch, decode_context_tokens=c, decode_longest_history_tokens=hist
+        ).attention_s
+
+    slope = (attn(ctx + 3200, longest) - attn(ctx, longest)) / 3200
+    assert slope == pytest.approx(by_hand, rel=1e-9)
+    # the mean (1,594 tokens per sequence: 4 blocks) streams on the line below the first
+    # interval (decode_coeffs', the HBM stream), faster
+    mean_slope = (attn(ctx + 3200, None) - attn(ctx, None)) / 3200
+    assert mean_slope == pytest.approx(w.decode_coeffs(batch)[1], rel=1e-9)
+    assert mean_slope < by_hand
+    # the step and the mixed step take the longest sequence's line; the step is the
+    # breakdown's total with it, and slower than the mean's
+    step = decode_step_time_s(w, batch, ctx, longest)
+    total = w.breakdown(
+        decode_batch=batch, decode_context_tokens=ctx, decode_longest_history_tokens=longest
+    ).total_s
+    assert step == pytest.approx(total, rel=1e-12)
+    assert w.decode_time_s(batch, ctx, longest) == step
+    assert w.mixed_time_s(batch, ctx, 0, 0, 0.0, 0, longest) == pytest.approx(total, rel=1e-12)
+    assert step > decode_step_time_s(w, batch, ctx) + (by_hand - mean_slope) * ctx * 0.99
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_longest_lines_equal_the_breakdown_at_every_mix(kv: str) -> None:
+    """At any mix of lengths the longest sequence's line equals the breakdown (ops'
+    formulas) at that longest length; with sequences of equal length, giving the longest
+    changes nothing (the context intervals are the same lines keyed by C)."""
+    w = build_worker_cost("llama-2-7b", "h100-sxm", 1, engine="trtllm", kv_dtype=kv)
+    batch = 24
+    starts = [h for h, _ in w.decode_longest_coeffs(batch)]
+    # lines start where the resident blocks change (and the stream line with them)
+    assert 19284.0 in starts
+    assert set(starts) <= {9556.0, 12800.0, 19284.0, 38400.0, 38566.0}
+    assert [c for c, _ in w.decode_interval_coeffs(batch)] == [batch * h + 1 for h in starts]
+    for longest in (500, 9555, 9556, 12799, 12800, 19284, 38400, 38566, 60000):
+        for mean_hist in (100, min(longest, 9000), longest):
+            ctx = (batch - 1) * (mean_hist + 1) + longest + 1
+            step = decode_step_time_s(w, batch, ctx, longest)
+            bd = w.breakdown(
+                decode_batch=batch, decode_context_tokens=ctx, decode_longest_history_tokens=longest
+            )
+            assert step == pytest.approx(bd.total_s, rel=1e-12)
+        equal = batch * (longest + 1)
+        assert decode_step_time_s(w, batch, equal, longest) == decode_step_time_s(w, batch, equal)
+
+
+def test_longest_is_ignored_by_kernels_without_the_term() -> None:
+    """XQA (Llama-3-8B's 4 query heads per KV head) and FlashAttention size nothing by the
+    longest sequence: the same step with or without it."""
+    for engine, model in (("trtllm", "llama-3-8b"), ("vllm", "llama-2-7b")):
+        w = build_worker_cost(model, "h100-sxm", 1, engine=engine)
+        assert not w.decode_interval_lines
+        assert decode_step_time_s(w, 32, 31 * 1001 + 20001, 20000) == decode_step_time_s(
+            w, 32, 31 * 1001 + 20001
+        )

@@ -337,8 +337,11 @@ def _min_lines(cost: Any, b: int) -> dict[str, Any]:
     step is the smallest of the kernel lines, or the item-bound line where that is larger
     (``interface.decode_step_time_s``). A kernel whose stream line changes with the tokens
     per sequence (TensorRT-LLM's masked MHA: its resident blocks per SM) also lists
-    ``interval_lines``: from ``from_context_tokens`` (C, all sequences) on, the stream line
-    is that one (``base_s`` / ``per_context_token_s``: the line below the first)."""
+    ``interval_lines``: from ``from_context_tokens`` (C, all sequences of equal length) on,
+    the stream line is that one (``base_s`` / ``per_context_token_s``: the line below the
+    first); the kernel sizes it by the batch's longest sequence, so ``longest_lines`` gives
+    the same lines from ``from_longest_history_tokens`` (the longest sequence's cached
+    tokens) on, for a batch of mixed lengths."""
     alts = getattr(cost, "decode_min_coeffs", None)
     lines = tuple(alts(b)) if alts is not None else ()
     spans_of = getattr(cost, "decode_interval_coeffs", None)
@@ -354,6 +357,12 @@ def _min_lines(cost: Any, b: int) -> dict[str, Any]:
         out["interval_lines"] = [
             {"from_context_tokens": c0, "base_s": b0, "per_context_token_s": k0}
             for c0, (b0, k0) in spans
+        ]
+    longest_of = getattr(cost, "decode_longest_coeffs", None)
+    if spans and longest_of is not None:
+        out["longest_lines"] = [
+            {"from_longest_history_tokens": h0, "base_s": b0, "per_context_token_s": k0}
+            for h0, (b0, k0) in longest_of(b)
         ]
     return out
 

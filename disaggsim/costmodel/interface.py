@@ -23,7 +23,10 @@ copy of the weights) for the time of one forward pass. Three shapes of iteration
   fit an SM's shared memory as the sequences grow) may offer
   ``decode_interval_coeffs(batch)``: the stream-bound line over each further context
   interval, which replaces ``decode_coeffs``' from its first context on (the engine cuts a
-  run where the batch's context enters the next interval);
+  run where the batch's context enters the next interval); the kernel sizes that by the
+  batch's longest sequence, so such a model also offers ``decode_longest_coeffs(batch)``,
+  the same lines keyed by the longest sequence's cached tokens (``decode_interval_coeffs``
+  is their form for sequences of equal length);
 - a mixed (chunked-prefill) step: both at once.
 
 :class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.
@@ -88,13 +91,27 @@ class DecodeLines(Protocol):
     def decode_coeffs(self, batch: int) -> tuple[float, float]: ...
 
 
-def decode_step_time_s(cost: DecodeLines, batch: int, context_tokens: float) -> float:
+def decode_step_time_s(
+    cost: DecodeLines,
+    batch: int,
+    context_tokens: float,
+    longest_history_tokens: float | None = None,
+) -> float:
     """Seconds of one decode step: the stream-bound line (the smallest of it and the
     ``decode_min_coeffs`` lines where the cost model has them), or the item-bound line
-    where the cost model has one and it is larger (short contexts)."""
+    where the cost model has one and it is larger (short contexts). A stream line that
+    changes with the tokens per sequence is the one of the batch's longest sequence
+    (``longest_history_tokens`` cached tokens, with ``decode_longest_coeffs``), or, None,
+    of sequences of equal length (the context interval holding C)."""
     base, per_token = cost.decode_coeffs(batch)
+    longest = getattr(cost, "decode_longest_coeffs", None)
     intervals = getattr(cost, "decode_interval_coeffs", None)
-    if intervals is not None:  # the stream line of the context interval holding C
+    if longest_history_tokens is not None and longest is not None:
+        for start, line in longest(batch):  # the line of the longest sequence's regime
+            if longest_history_tokens < start:
+                break
+            base, per_token = line
+    elif intervals is not None:  # the stream line of the context interval holding C
         for start, line in intervals(batch):
             if context_tokens < start:
                 break

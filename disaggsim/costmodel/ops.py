@@ -499,13 +499,16 @@ def decode_attention_time_s(
     reread_group: ArrayLike = 1.0,
     reread_bytes_per_s: float = 0.0,
     q_per_kv: ArrayLike = 1.0,
+    longest_history_tokens: ArrayLike | None = None,
 ) -> np.ndarray:
     """Seconds for one decode-attention kernel over ``batch`` sequences holding
     ``context_tokens`` cached tokens in total (per layer, per GPU shard); ``reread_group``
     > 1: query heads per KV head of a per-query-head kernel, whose query heads each read
     their KV head; ``q_per_kv``: the layout's query heads per KV head, for a grouped
     kernel's group rate (:func:`decode_stream_seconds_per_byte`) and the query-head work
-    (:func:`decode_item_seconds`)."""
+    (:func:`decode_item_seconds`). A kernel with an occupancy term sizes every block's
+    shared memory by the batch's longest sequence (``longest_history_tokens``, its cached
+    tokens before this step); None: sequences of equal length, ``⌈C / batch − 1⌉``."""
     b = np.asarray(batch, float)
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
@@ -520,7 +523,14 @@ def decode_attention_time_s(
         peaks, p, b, kh, reread_group, reread_bytes_per_s, q_per_kv
     )
     if p.block_bytes_per_s > 0.0:  # masked MHA's resident blocks (its shared memory)
-        hist = np.ceil(c / np.maximum(b, 1.0) - 1.0)  # cached tokens per sequence, whole
+        # TensorRT-LLM sizes the launch's shared memory by the longest past KV length in
+        # the batch (gptAttentionPlugin's max_context_kv_len -> params.timestep), so every
+        # block of the launch reserves the longest sequence's logits
+        hist = (
+            np.ceil(c / np.maximum(b, 1.0) - 1.0)  # equal lengths: cached tokens each, whole
+            if longest_history_tokens is None
+            else np.asarray(longest_history_tokens, float)
+        )
         occ = mmha_occupancy_seconds_per_byte(p, hist, b * work, reread_group)
         per_byte = np.maximum(per_byte, occ)
     stream = kv_bytes * per_byte
@@ -550,8 +560,9 @@ def decode_attention_lines(
     ``fixed + (1 − overlap) × items + stream``; item-bound: ``fixed + items + (1 − overlap)
     × stream`` (equal at the knee, where items = stream). A kernel with an occupancy term
     (``block_bytes_per_s`` > 0) has these lines per occupancy regime: the ones of the regime
-    holding sequences of ``history_tokens`` cached tokens (C / batch − 1), valid over that
-    regime's contexts (:func:`mmha_occupancy_regimes`)."""
+    holding the batch's longest sequence of ``history_tokens`` cached tokens (C / batch − 1
+    where the sequences are of equal length), valid while the longest stays in that regime
+    (:func:`mmha_occupancy_regimes`)."""
     work = float(decode_work_heads(p, kv_heads, reread_group))
     fixed = float(decode_attention_floor_s(p, batch, kv_heads, work)) + p.per_seq_s * batch
     items = float(decode_item_seconds(p, batch, work, kv_heads, head_dim, q_per_kv))

@@ -469,6 +469,7 @@ class RooflineWorkerCost:
         "decode_interval_lines",
         "_occ_regimes",
         "_interval_cache",
+        "_longest_cache",
     )  # _decode_cache: batch -> (stream-bound line, item-bound line)
 
     def __init__(
@@ -631,6 +632,7 @@ class RooflineWorkerCost:
         )
         self.decode_interval_lines = len(self._occ_regimes) > 1
         self._interval_cache: dict[int, tuple[tuple[float, tuple[float, float]], ...]] = {}
+        self._longest_cache: dict[int, tuple[tuple[float, tuple[float, float]], ...]] = {}
 
     # --- the WorkerCost protocol ---------------------------------------------------
 
@@ -696,6 +698,26 @@ class RooflineWorkerCost:
         if not self.decode_interval_lines or batch <= 0:
             return ()
         hit = self._interval_cache.get(batch)
+        if hit is None:
+            # equal lengths: ops' whole tokens per sequence, ceil(C / batch - 1), reach
+            # hist once C > batch × hist
+            hit = self._interval_cache[batch] = tuple(
+                (batch * hist + 1.0, line) for hist, line in self.decode_longest_coeffs(batch)
+            )
+        return hit
+
+    def decode_longest_coeffs(self, batch: int) -> tuple[tuple[float, tuple[float, float]], ...]:
+        """``(from_history_tokens, (base_s, per_context_token_s))`` of the stream-bound line
+        by the batch's longest sequence, in order: while the longest sequence holds at least
+        ``from_history_tokens`` cached tokens (and fewer than the next entry's), the
+        stream-bound line is this one instead of :meth:`decode_coeffs`' (which holds below
+        the first). The kernel sizes every block's shared memory by the longest sequence
+        (TensorRT-LLM's ``params.timestep``, the batch's longest past KV length), so one
+        long sequence sets the resident blocks of the whole batch. Empty where
+        :meth:`decode_interval_coeffs` is."""
+        if not self.decode_interval_lines or batch <= 0:
+            return ()
+        hit = self._longest_cache.get(batch)
         if hit is not None:
             return hit
         d = self._dec
@@ -707,11 +729,9 @@ class RooflineWorkerCost:
             for hist, _ in self._occ_regimes[1:]:
                 per = self._stream_per_token_s(batch, hist)
                 if per != last:
-                    # ops' whole tokens per sequence, ceil(C / batch - 1), reach hist
-                    # once C > batch × hist
-                    out.append((batch * hist + 1.0, (base, per)))
+                    out.append((hist, (base, per)))
                     last = per
-        hit = self._interval_cache[batch] = tuple(out)
+        hit = self._longest_cache[batch] = tuple(out)
         return hit
 
     def _stream_per_token_s(self, batch: int, history_tokens: float) -> float:
@@ -778,8 +798,13 @@ class RooflineWorkerCost:
         self._decode_cache[batch] = lines
         return lines
 
-    def decode_time_s(self, batch: int, context_tokens: int) -> float:
-        return decode_step_time_s(self, batch, context_tokens)
+    def decode_time_s(
+        self, batch: int, context_tokens: int, longest_history_tokens: float | None = None
+    ) -> float:
+        """Seconds of one decode step (:func:`~disaggsim.costmodel.interface.
+        decode_step_time_s`; ``longest_history_tokens``: the cached tokens of the batch's
+        longest sequence, None for sequences of equal length)."""
+        return decode_step_time_s(self, batch, context_tokens, longest_history_tokens)
 
     def mixed_time_s(
         self,
@@ -789,9 +814,13 @@ class RooflineWorkerCost:
         prefill_tokens: int,
         prefill_attn_pairs: float,
         prefill_cached_tokens: int = 0,
+        decode_longest_history_tokens: float | None = None,
     ) -> float:
         """Seconds for one chunked step: ``decode_batch`` decode tokens and a prefill part
-        share every GEMM (m = decode_batch + prefill_tokens); attention runs twice."""
+        share every GEMM (m = decode_batch + prefill_tokens); attention runs twice.
+        ``decode_longest_history_tokens``: the cached tokens of the longest decoding
+        sequence (None: sequences of equal length), for a kernel that sizes its shared
+        memory by it (:meth:`decode_longest_coeffs`)."""
         return sum(
             self._parts(
                 decode_batch,
@@ -799,6 +828,7 @@ class RooflineWorkerCost:
                 prefill_seqs,
                 prefill_tokens,
                 prefill_attn_pairs,
+                decode_longest_history_tokens,
             )
         )
 
@@ -826,8 +856,10 @@ class RooflineWorkerCost:
         prefill_seqs: int = 0,
         prefill_tokens: int = 0,
         prefill_attn_pairs: float = 0.0,
+        decode_longest_history_tokens: float | None = None,
     ) -> StepBreakdown:
-        """Per-part seconds of one iteration (any mix of decode and prefill)."""
+        """Per-part seconds of one iteration (any mix of decode and prefill;
+        ``decode_longest_history_tokens`` as :meth:`mixed_time_s`)."""
         return StepBreakdown(
             *self._parts(
                 decode_batch,
@@ -835,6 +867,7 @@ class RooflineWorkerCost:
                 prefill_seqs,
                 prefill_tokens,
                 prefill_attn_pairs,
+                decode_longest_history_tokens,
             )
         )
 
@@ -845,6 +878,7 @@ class RooflineWorkerCost:
         prefill_seqs: int,
         prefill_tokens: int,
         prefill_attn_pairs: float,
+        decode_longest_history_tokens: float | None = None,
     ) -> tuple[float, float, float, float, float, float]:
         m = float(decode_batch + prefill_tokens)
         if m <= 0:
@@ -888,8 +922,12 @@ class RooflineWorkerCost:
                 self._reread_bytes_per_s,
                 self._q_per_kv,
             )
-            if d.block_bytes_per_s > 0.0:  # masked MHA's resident blocks at this length
-                hist = math.ceil(decode_context_tokens / decode_batch - 1.0)
+            if d.block_bytes_per_s > 0.0:  # masked MHA's resident blocks: by the longest
+                hist = (
+                    math.ceil(decode_context_tokens / decode_batch - 1.0)
+                    if decode_longest_history_tokens is None
+                    else decode_longest_history_tokens
+                )
                 occ = _dec_occ_per_byte_s(d, float(decode_batch), work, self._reread_group, hist)
                 per_byte = max(per_byte, occ)
             stream = kv_bytes * per_byte
