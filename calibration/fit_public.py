@@ -156,6 +156,17 @@ OCCUPANCY_BACKENDS = ("trtllm-mmha",)
 # TensorRT-LLM's decode kernels: ``trtllm`` is its XQA (grouped) kernel, ``trtllm-mmha`` the
 # masked multi-head attention it runs where XQA refuses the layout (trtllm_decode_kernel)
 TRTLLM_PER_QUERY_HEAD_BACKEND = "trtllm-mmha"
+# Masked MHA with an FP8 KV cache is two compiled kernels: TensorRT-LLM's
+# decoderMaskedMultiheadAttentionTemplate.h specialises Launch_bounds_config for an FP8 cache
+# at 256 threads per block, head size (Dh_MAX) 64 and 128, no beams, to
+# __launch_bounds__(256, 4) (at most 64 registers a thread, "helps increase occupancy"),
+# and leaves Dh_MAX 256 (head sizes 129-256) unbounded. The rows show two kernels: at 2
+# resident blocks the FP8 rows stream 3.0 x 10^12 query-head elements a second at head dim
+# 256 against 2.0-2.2 at 64-128 (bf16: 2.3 at every head dim; `--mmha-element-rates`),
+# faster at 256 in every regime. The FP8 masked-MHA fit is the launch-bounded
+# kernel's, on its rows (head dims up to this), the kernel every catalog model's layout
+# runs (head dims 64 and 128); the rows above are another kernel, not fitted
+MMHA_FP8_BOUNDED_MAX_HEAD_DIM = 128
 MINOR_KERNELS = ("vllm_flash_attn_fa4", "triton")
 GENERIC_BACKEND = "vllm-flash"
 AUTO_MAX_APE = 0.15
@@ -263,6 +274,15 @@ def fit_decode_backend(
     )
 
 
+def mmha_fit_rows(rows: pd.DataFrame, dtype: str) -> pd.DataFrame:
+    """The masked-MHA rows of one KV dtype its shipped fit stands on: for an FP8 cache the
+    launch-bounded kernel's (head dim up to :data:`MMHA_FP8_BOUNDED_MAX_HEAD_DIM`), else
+    all."""
+    if dtype != "fp8":
+        return rows
+    return rows[rows["head_dim"] <= MMHA_FP8_BOUNDED_MAX_HEAD_DIM]
+
+
 def _round5(x: float | None) -> float | None:
     return None if x is None else round(float(x), 5)
 
@@ -329,9 +349,15 @@ def fit_attention_backends(
         sec: dict[str, Any] = {"decode_attention": {}}
         for dtype_key, rows in dec.groupby("dtype"):
             dtype = str(dtype_key)
+            bounded = ""
+            if per_qh and dtype == "fp8":  # the launch-bounded kernel's rows
+                rows = mmha_fit_rows(rows, dtype)
+                bounded = (
+                    f", head dim <= {MMHA_FP8_BOUNDED_MAX_HEAD_DIM}: its launch-bounded kernel"
+                )
             source = (
                 f"{rows['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, kv {dtype}"
-                f"{kind.get(backend, '')})"
+                f"{kind.get(backend, '')}{bounded})"
             )
             occ = (float(NUM_SMS[gpu]), float(SMEM_PER_SM_KIB[gpu])) if gpu in NUM_SMS else None
             f = fit_decode_backend(
@@ -1777,6 +1803,7 @@ def mmha_occupancy_held_out(data_root: Path, gpu: str) -> pd.DataFrame:
     occ = (float(NUM_SMS[gpu]), float(SMEM_PER_SM_KIB[gpu]))
     out = []
     for kv, r in rows.groupby("dtype"):
+        r = mmha_fit_rows(r, str(kv))  # the rows the shipped fit stands on
         hist = r["context_tokens"] / r["batch"] - 1.0
         bounded = np.asarray(
             (r["batch"] * r["heads"] >= ops.MMHA_UNTUNED_BLOCKS_PER_SM * NUM_SMS[gpu])
@@ -1807,6 +1834,212 @@ def mmha_occupancy_held_out(data_root: Path, gpu: str) -> pd.DataFrame:
                     "rows": len(a),
                     "held_out_median_ape": round(float(np.median(a)), 4),
                     "held_out_p90_ape": round(float(np.quantile(a, 0.9)), 4),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def mmha_element_rates(data_root: Path, gpu: str) -> pd.DataFrame:
+    """A diagnostic (``--mmha-element-rates``): TensorRT-LLM's masked-MHA decode rows over
+    ``4 × SMs`` items or more (the untuned 256-thread launch) at 2,048 cached tokens a
+    sequence or more, by resident blocks per SM, KV dtype, head dim and whether the layout
+    re-reads its KV head from L2 (more than one query head per KV head): the rows, median
+    measured / predicted by the shipped line form, and the median rate in query-head
+    elements per second (each of the ``g`` query heads of a KV head reads each of its
+    elements once: ``2 × C × kv_heads × head_dim × g / t``). An FP8 cache at head dim 64
+    or 128 is a launch-bounded kernel (:data:`MMHA_FP8_BOUNDED_MAX_HEAD_DIM`)."""
+    prof = load_profile(gpu)
+    rows = _decode_backend_rows(public.aic_decode_attention(data_root, gpu), "trtllm-mmha")
+    out = []
+    for kv, r in rows.groupby("dtype"):
+        p = prof.decode_attention_for(TRTLLM_PER_QUERY_HEAD_BACKEND, str(kv))
+        g = (r["heads"] / r["kv_heads"]).round()
+        elem = 1.0 if kv == "fp8" else 2.0
+        hist = r["context_tokens"] / r["batch"] - 1.0
+        t = ops.decode_attention_time_s(
+            prof.peaks, p, r["batch"], r["context_tokens"], r["kv_heads"], r["head_dim"],
+            elem, g, q_per_kv=g,
+        )  # fmt: skip
+        frame = pd.DataFrame(
+            {
+                "resident": ops.mmha_resident_blocks(hist, SMEM_PER_SM_KIB[gpu]),
+                "kv": kv,
+                "head_dim": r["head_dim"].astype(int),
+                "l2_reread": g > 1,
+                "ratio": r["t_s"].to_numpy() / np.asarray(t),
+                "q_elem_per_s": 2.0
+                * r["context_tokens"]
+                * r["kv_heads"]
+                * r["head_dim"]
+                * g
+                / r["t_s"],
+            }
+        )
+        keep = (r["batch"] * r["heads"] >= ops.MMHA_UNTUNED_BLOCKS_PER_SM * NUM_SMS[gpu]) & (
+            hist >= 2047
+        )
+        out.append(frame[keep.to_numpy()])
+    frame = pd.concat(out)
+    return (
+        frame.groupby(["resident", "l2_reread", "kv", "head_dim"])
+        .agg(
+            rows=("ratio", "size"),
+            ratio=("ratio", "median"),
+            tera_q_elem_per_s=("q_elem_per_s", lambda x: float(np.median(x)) / 1e12),
+        )
+        .round(3)
+    )
+
+
+def xqa_fallback_ratios(data_root: Path, gpu: str) -> pd.DataFrame:
+    """A diagnostic (``--xqa-fallback``): TensorRT-LLM's XQA decode rows split by its
+    ``mayHavePerfGain`` rule (decoderXQAImplJIT.cpp: XQA only where ``kv_heads × batch ×
+    max(1, history // 128) × 4 >= SMs``, multi-block mode on; else masked MHA), median
+    measured / predicted by the shipped XQA fit and by the masked-MHA fit (per query head,
+    its own re-read rate), and the median APE of each, by KV dtype and head dim: where the
+    rule refuses XQA, the rows would follow the masked-MHA fit if TensorRT-LLM fell back."""
+    prof = load_profile(gpu)
+    rows = _decode_backend_rows(public.aic_decode_attention(data_root, gpu), "trtllm")
+    out = []
+    for kv, r in rows.groupby("dtype"):
+        g = (r["heads"] / r["kv_heads"]).round()
+        elem = 1.0 if kv == "fp8" else 2.0
+        hist = (r["context_tokens"] / r["batch"] - 1.0).round()
+        frame = pd.DataFrame(
+            {
+                "kv": kv,
+                "head_dim": r["head_dim"].astype(int),
+                "xqa_by_rule": r["kv_heads"] * r["batch"] * np.maximum(1.0, hist // 128) * 4
+                >= NUM_SMS[gpu],
+            }
+        )
+        for name, backend, group in (("xqa", "trtllm", 1.0), ("mmha", "trtllm-mmha", g)):
+            p = prof.decode_attention_for(backend, str(kv))
+            t = np.asarray(
+                ops.decode_attention_time_s(
+                    prof.peaks,
+                    p,
+                    r["batch"],
+                    r["context_tokens"],
+                    r["kv_heads"],
+                    r["head_dim"],
+                    elem,
+                    group,
+                    q_per_kv=g,
+                )  # fmt: skip
+            )
+            frame[f"ratio_{name}"] = r["t_s"].to_numpy() / t
+            frame[f"ape_{name}"] = np.abs(t / r["t_s"].to_numpy() - 1.0)
+        out.append(frame)
+    return (
+        pd.concat(out)
+        .groupby(["kv", "head_dim", "xqa_by_rule"])
+        .agg(
+            rows=("ratio_xqa", "size"),
+            ratio_xqa=("ratio_xqa", "median"),
+            ratio_mmha=("ratio_mmha", "median"),
+            ape_xqa=("ape_xqa", "median"),
+            ape_mmha=("ape_mmha", "median"),
+        )
+        .round(3)
+    )
+
+
+def trtllm_layout_rows(data_root: Path, gpu: str, heads: int, kv_heads: int, head_dim: int):
+    """A diagnostic (``--trtllm-layout``): every TensorRT-LLM decode row of one per-GPU head
+    layout, with the kernel TensorRT-LLM runs for it (:func:`trtllm_xqa`) and the shipped
+    fit's prediction: KV dtype, batch, cached tokens per sequence, measured and predicted
+    microseconds, measured / predicted."""
+    prof = load_profile(gpu)
+    frame = public.aic_decode_attention(data_root, gpu)
+    xqa = bool(trtllm_xqa(heads, kv_heads, head_dim))
+    backend = "trtllm" if xqa else TRTLLM_PER_QUERY_HEAD_BACKEND
+    rows = _decode_backend_rows(frame, backend)
+    r = rows[
+        (rows["heads"] == heads) & (rows["kv_heads"] == kv_heads) & (rows["head_dim"] == head_dim)
+    ]
+    out = []
+    g = float(round(heads / kv_heads))
+    for kv, k in r.groupby("dtype"):
+        p = prof.decode_attention_for(backend, str(kv))
+        t = np.asarray(
+            ops.decode_attention_time_s(
+                prof.peaks,
+                p,
+                k["batch"],
+                k["context_tokens"],
+                k["kv_heads"],
+                k["head_dim"],
+                1.0 if kv == "fp8" else 2.0,
+                1.0 if xqa else g,
+                q_per_kv=g,
+            )  # fmt: skip
+        )
+        out.append(
+            pd.DataFrame(
+                {
+                    "kernel": backend,
+                    "kv": kv,
+                    "batch": k["batch"].astype(int),
+                    "tokens_per_seq": (k["context_tokens"] / k["batch"]).round().astype(int),
+                    "measured_us": (1e6 * k["t_s"]).round(1),
+                    "predicted_us": (1e6 * t).round(1),
+                    "measured_over_predicted": (k["t_s"].to_numpy() / t).round(3),
+                }
+            )
+        )
+    if not out:
+        return pd.DataFrame()
+    return pd.concat(out).sort_values(["kv", "batch", "tokens_per_seq"])
+
+
+def decode_rows_over_roofline(data_root: Path, gpu: str) -> pd.DataFrame:
+    """A diagnostic (``--decode-roofline``): TensorRT-LLM's decode rows (XQA and masked MHA)
+    per KV dtype, those reading 64 MB of KV or more, and how many of them stream the KV
+    faster than the GPU's HBM (``2 × C × kv_heads × head_dim × bytes / t`` over the datasheet
+    bandwidth): rows no kernel reading its KV from HBM can give, which a bandwidth-bound form
+    cannot fit. With the shipped fit's median / p90 APE over every row and without those,
+    and how many of the rows beyond its 90th percentile they are."""
+    prof = load_profile(gpu)
+    hbm = prof.peaks.hbm_bytes_per_s
+    frame = public.aic_decode_attention(data_root, gpu)
+    out = []
+    for backend in ("trtllm", TRTLLM_PER_QUERY_HEAD_BACKEND):
+        for kv, r in _decode_backend_rows(frame, backend).groupby("dtype"):
+            elem = 1.0 if kv == "fp8" else 2.0
+            g = (r["heads"] / r["kv_heads"]).round()
+            p = prof.decode_attention_for(backend, str(kv))
+            t = np.asarray(
+                ops.decode_attention_time_s(
+                    prof.peaks,
+                    p,
+                    r["batch"],
+                    r["context_tokens"],
+                    r["kv_heads"],
+                    r["head_dim"],
+                    elem,
+                    1.0 if backend == "trtllm" else g,
+                    q_per_kv=g,
+                )  # fmt: skip
+            )
+            ape = np.abs(t / r["t_s"].to_numpy() - 1.0)
+            kv_bytes = (2.0 * r["context_tokens"] * r["kv_heads"] * r["head_dim"] * elem).to_numpy()
+            share = kv_bytes / r["t_s"].to_numpy() / hbm
+            big = kv_bytes >= 64e6
+            over = big & (share > 1.0)
+            top = ape >= np.quantile(ape, 0.9)
+            out.append(
+                {
+                    "kernel": backend,
+                    "kv": kv,
+                    "rows": len(r),
+                    "rows_64MB_or_more": int(big.sum()),
+                    "over_hbm": int(over.sum()),
+                    "max_share_of_hbm": round(float(share[big].max()), 3),
+                    "ape_median_p90": f"{np.median(ape):.3f} / {np.quantile(ape, 0.9):.3f}",
+                    "without_over_hbm": f"{np.median(ape[~over]):.3f} / "
+                    f"{np.quantile(ape[~over], 0.9):.3f}",
+                    "over_hbm_beyond_p90": f"{int((top & over).sum())} of {int(top.sum())}",
                 }
             )
     return pd.DataFrame(out)
@@ -1897,7 +2130,58 @@ def main(argv: list[str] | None = None) -> int:
         "held out by head-layout family with and without it (minutes; a diagnostic: writes "
         "nothing)",
     )
+    p.add_argument(
+        "--mmha-element-rates",
+        metavar="GPU",
+        choices=sorted(SMS),
+        help="only print TensorRT-LLM's masked-MHA decode rows over 4 x SMs items at >= 2,048 "
+        "tokens per sequence, measured / predicted and query-head elements per second, by "
+        "resident blocks, KV dtype and head dim (a diagnostic: writes nothing)",
+    )
+    p.add_argument(
+        "--xqa-fallback",
+        metavar="GPU",
+        choices=sorted(SMS),
+        help="only print TensorRT-LLM's XQA decode rows split by its mayHavePerfGain rule, "
+        "measured / predicted by the XQA and the masked-MHA fits (a diagnostic: writes "
+        "nothing)",
+    )
+    p.add_argument(
+        "--trtllm-layout",
+        nargs=4,
+        metavar=("GPU", "HEADS", "KV_HEADS", "HEAD_DIM"),
+        help="only print TensorRT-LLM's decode rows of one per-GPU head layout with the shipped "
+        "fit's prediction (a diagnostic: writes nothing)",
+    )
+    p.add_argument(
+        "--decode-roofline",
+        metavar="GPU",
+        choices=sorted(SMS),
+        help="only print how many of TensorRT-LLM's decode rows reading >= 64 MB of KV stream "
+        "it faster than the GPU's HBM (a diagnostic: writes nothing)",
+    )
     args = p.parse_args(argv)
+    if args.decode_roofline:
+        print(
+            decode_rows_over_roofline(Path(args.data), args.decode_roofline).to_string(index=False)
+        )
+        return 0
+    if args.trtllm_layout:
+        gpu, h, kh, d = args.trtllm_layout
+        if gpu not in SMS:
+            p.error(f"--trtllm-layout: GPU {gpu!r} has no kernel tables (one of {sorted(SMS)})")
+        try:
+            layout = (int(h), int(kh), int(d))
+        except ValueError:
+            p.error("--trtllm-layout: HEADS, KV_HEADS and HEAD_DIM are whole numbers")
+        print(trtllm_layout_rows(Path(args.data), gpu, *layout).to_string(index=False))
+        return 0
+    if args.mmha_element_rates:
+        print(mmha_element_rates(Path(args.data), args.mmha_element_rates).to_string())
+        return 0
+    if args.xqa_fallback:
+        print(xqa_fallback_ratios(Path(args.data), args.xqa_fallback).to_string())
+        return 0
     if args.mmha_occupancy:
         print(mmha_occupancy_ratios(Path(args.data), args.mmha_occupancy).to_string())
         print("\nrows with 1-2 resident blocks over 4 x SMs items, held out by head-layout family:")

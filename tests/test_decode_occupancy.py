@@ -207,11 +207,11 @@ def test_occupancy_rows_follow_the_fit(gpu: str, kv: str) -> None:
     line form without the term; with the shipped fit's block rate their median error is
     within 15% (measured 2026-12-03: docs/calibration.md, "Masked MHA's shared memory")."""
     from calibration import public
-    from calibration.fit_public import _decode_backend_rows
+    from calibration.fit_public import _decode_backend_rows, mmha_fit_rows
 
     prof = load_profile(gpu)
     rows = _decode_backend_rows(public.aic_decode_attention(DATA, gpu), "trtllm-mmha")
-    r = rows[rows["dtype"] == kv]
+    r = mmha_fit_rows(rows[rows["dtype"] == kv], kv)  # FP8: the launch-bounded kernel's
     p = prof.decode_attention_for("trtllm-mmha", kv)
     g = (r["heads"] / r["kv_heads"]).round()
     hist = r["context_tokens"] / r["batch"] - 1.0
@@ -219,7 +219,7 @@ def test_occupancy_rows_follow_the_fit(gpu: str, kv: str) -> None:
         ops.mmha_resident_blocks(hist, p.smem_per_sm_kib) < 4
     )
     sel = np.asarray(sel) & (hist >= 16383).to_numpy()
-    assert sel.sum() >= 13
+    assert sel.sum() >= (10 if kv == "fp8" else 13)
     elem = 1.0 if kv == "fp8" else 2.0
 
     def ape(params) -> float:
@@ -348,3 +348,52 @@ def test_longest_is_ignored_by_kernels_without_the_term() -> None:
         assert decode_step_time_s(w, 32, 31 * 1001 + 20001, 20000) == decode_step_time_s(
             w, 32, 31 * 1001 + 20001
         )
+
+
+@needs_kernel_tables
+def test_fp8_masked_mha_is_two_kernels() -> None:
+    """TensorRT-LLM compiles masked MHA with an FP8 cache under __launch_bounds__(256, 4) at
+    head size 64 and 128 (Launch_bounds_config), not at 256: the H100 FP8 rows with 2
+    blocks resident per SM (16,384 cached tokens over 48-128 query heads per KV head) stream
+    at 2.0-2.2 x 10^12 query-head elements per second at head dim 64-128 (the bf16 rows 2.3
+    at every head dim) and 3.0 at head dim 256. The shipped FP8 fit stands on the bounded
+    kernel's rows (head dim <= 128, every catalog model's) and predicts them within 6.5 %
+    median; the head-dim-256 rows run 0.68-0.73 x its time (another kernel, not fitted)."""
+    from calibration import public
+    from calibration.fit_public import _decode_backend_rows, mmha_element_rates, mmha_fit_rows
+
+    rates = mmha_element_rates(DATA, "h100-sxm").loc[(2.0, True)]
+    bf16 = rates.loc["bf16"]["tera_q_elem_per_s"]
+    fp8 = rates.loc["fp8"]["tera_q_elem_per_s"]
+    assert bf16.between(2.2, 2.4).all()
+    assert fp8.loc[[64, 128]].between(2.0, 2.2).all() and fp8.loc[256] > 2.9
+    rows = _decode_backend_rows(public.aic_decode_attention(DATA, "h100-sxm"), "trtllm-mmha")
+    fp8_rows = rows[rows["dtype"] == "fp8"]
+    fitted = mmha_fit_rows(fp8_rows, "fp8")
+    assert set(fitted["head_dim"]) == {64, 128} and len(fitted) < len(fp8_rows)
+    assert mmha_fit_rows(rows[rows["dtype"] == "bf16"], "bf16")["head_dim"].max() == 256
+    prof = load_profile("h100-sxm")
+    p = prof.decode_attention_for("trtllm-mmha", "fp8")
+    hist = fp8_rows["context_tokens"] / fp8_rows["batch"] - 1.0
+    two = (fp8_rows["batch"] * fp8_rows["heads"] >= 4 * 132) & (hist >= 16383)
+    r = fp8_rows[two]
+    g = (r["heads"] / r["kv_heads"]).round()
+    t = np.asarray(
+        ops.decode_attention_time_s(
+            prof.peaks,
+            p,
+            r["batch"],
+            r["context_tokens"],
+            r["kv_heads"],
+            r["head_dim"],
+            1.0,
+            g,
+            q_per_kv=g,
+        )  # fmt: skip
+    )
+    ratio = r["t_s"].to_numpy() / t
+    bounded = (r["head_dim"] <= 128).to_numpy()
+    assert np.median(np.abs(1.0 / ratio[bounded] - 1.0)) <= 0.065
+    assert (ratio[~bounded] < 0.75).all()
+    src = json.loads(shipped_profile_path("h100-sxm").read_text())["fit_error"]
+    assert "launch-bounded" in src["attention.trtllm-mmha.decode.fp8"]["source"]
