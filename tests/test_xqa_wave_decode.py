@@ -10,6 +10,7 @@ the measured rows."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,11 +79,15 @@ def test_wave_line_by_hand() -> None:
 
 
 def test_full_waves_stream_at_the_bandwidth_share() -> None:
-    """64 items x 1 block on 4 SMs: 16 full waves, each block at 4e12 x 0.75 / 4 B/s, so
-    the line's slope is the KV bytes at hbm x bw_eff, never faster (the roofline)."""
-    lines = ops.decode_wave_min_lines(PEAKS, WAVE, 64.0, 1.0, 128.0, 2.0, 4.0)
-    base, per = lines[-1]
+    """64 items x 1 block on 4 SMs: 16 full waves, each block at 4e12 x 0.75 / 4 B/s where a
+    block alone streams faster (1e12 B/s), so the line's slope is the KV bytes at hbm x
+    bw_eff, never faster (the roofline); where a block alone streams slower than that share
+    (5e11 B/s), a full wave's blocks stream at its own rate too."""
+    fast = dataclasses.replace(WAVE, cta_bytes_per_s=1e12)
+    _, per = ops.decode_wave_min_lines(PEAKS, fast, 64.0, 1.0, 128.0, 2.0, 4.0)[-1]
     assert per == pytest.approx(2 * 128 * 2.0 / (4e12 * 0.75), rel=1e-12)
+    _, per = ops.decode_wave_min_lines(PEAKS, WAVE, 64.0, 1.0, 128.0, 2.0, 4.0)[-1]
+    assert per == pytest.approx(2 * 128 * 2.0 / (4 * 5e11), rel=1e-12)
     b = np.array([1, 3, 8, 64, 300])
     for c in (2, 500, 100_000):
         t = ops.decode_attention_time_s(PEAKS, WAVE, b, b * c, 2, 128, 2.0, q_per_kv=8)
@@ -236,3 +241,50 @@ def test_xqa_held_out_by_group_and_batch_family() -> None:
         pred = refit_decode_predict(pk, "trtllm", tr, te, num_sms=NUM_SMS["h100-sxm"])
         err = float(np.median(np.abs(pred / te["t_s"].to_numpy() - 1.0)))
         assert err < bound, (bound, err)
+
+
+@pytest.mark.parametrize(
+    "gpu", ["a100-80gb", "h100-sxm", "h200-sxm", "h100-pcie", "h800-sxm", "b200", "l40s"]
+)
+def test_wave_kernel_never_gets_cheaper_with_more_work(gpu: str) -> None:
+    """More sequences of the same length, or longer sequences at the same batch, never take
+    less decode-attention time on the shipped XQA wave fits, over the layouts XQA takes
+    (2-32 query heads per KV head) at batch 1-1,024 and 16-32,768 tokens a sequence, but
+    where the kernel's own split rule takes fewer blocks for one more sequence
+    (``computeMultiBlockCount`` cuts the blocks to 8 waves: 123 -> 124 sequences of 8,192
+    tokens on the A100, 7 -> 6 blocks each, one wave fewer), and then by at most 2 %. A block
+    streams no faster in a full wave than alone: before, the H100's fit had a block alone at
+    18.5 GB/s under its 25.4 GB/s full-wave share, so a full wave plus 128 blocks cost more
+    than two full waves (Llama-3-70B TP4, 2 KV heads: 9.54 ms of attention at batch 130 >
+    8.19 ms at 132, at the same split counts)."""
+    prof = load_profile(gpu)
+    batch = np.arange(1, 1025, dtype=float)[:, None]
+    per_seq = np.array([16, 128, 512, 1000, 2048, 2200, 4096, 8192, 16384, 32768], float)
+    for kv in ("bf16", "fp8"):
+        p = prof.decode_attention_for("trtllm", kv)
+        assert p.wave_sms > 0.0
+        elem = 1.0 if kv == "fp8" else 2.0
+        for kv_heads, q_per_kv, head_dim in ((1, 8, 128), (2, 8, 128), (4, 4, 128), (8, 4, 64),
+                                             (1, 32, 128), (2, 2, 128)):  # fmt: skip
+            t = ops.decode_attention_time_s(
+                prof.peaks, p, batch, batch * (per_seq[None, :] + 1.0), kv_heads, head_dim,
+                elem, q_per_kv=q_per_kv,
+            )  # fmt: skip
+            assert (np.diff(t, axis=1) >= -1e-12 * t[:, 1:]).all(), (kv, kv_heads, q_per_kv)
+            drop = np.diff(t, axis=0) < -1e-12 * t[1:]
+            splits = ops.decode_wave_lines(
+                prof.peaks, p, batch[:, 0], kv_heads, head_dim, elem, q_per_kv
+            )[0]
+            rule_moved = (splits[:, 1:] != splits[:, :-1]).any(axis=0)
+            where = np.argwhere(drop)
+            assert all(rule_moved[i] for i, _ in where), (kv, kv_heads, q_per_kv, where[:3])
+            assert (t[1:] >= 0.98 * t[:-1]).all(), (kv, kv_heads, q_per_kv)
+
+
+def test_llama_70b_tp4_step_grows_with_the_batch() -> None:
+    """The step engines lane found: Llama-3-70B on 4 H100s (TensorRT-LLM, bf16), 2,200
+    cached tokens a sequence; the decode step never shrinks as the batch grows past a full
+    wave of thread blocks (132 SMs, 2 KV heads a GPU)."""
+    w = build_worker_cost("llama-3-70b", "h100-sxm", 4, engine="trtllm")
+    steps = [w.decode_time_s(b, 2200 * b) for b in range(120, 141)]
+    assert all(b >= a for a, b in zip(steps, steps[1:], strict=False))

@@ -414,14 +414,16 @@ def decode_wave_lines(
     With ``m`` thread blocks per item, ``n = I × m`` blocks run in ``W = floor(n / S)`` full
     waves and a partial one of ``r = n − W S``; each block streams ``T`` tokens of ``2 × D ×
     kv_elem`` bytes: XQA ``C / (B m) + 32`` (half a 64-token tile of rounding), masked MHA
-    ``(C / B + 1) / m`` (the new token too). XQA streams them in a full wave at ``hbm × bw_eff
-    / S`` (every SM's share), in the partial one at ``min(cta_bytes_per_s, hbm × bw_eff /
-    r)``, never faster per byte than the group rate allows (``S × q_per_kv /
-    group_bytes_per_s``); masked MHA's ``g = q_per_kv`` query heads of a KV head read it once
-    from HBM and ``g`` times from L2, so a full wave streams at the longer of ``g × hbm ×
-    bw_eff / S`` and ``reread_bytes_per_s / S``, the partial one also at most at
-    ``cta_bytes_per_s``. A block pays ``cta_s + cta_q_elem_s × q × D`` and a split item
-    ``split_s + split_elem_s × m × q × D`` (its reduction), ``q`` the query heads of a work
+    ``(C / B + 1) / m`` (the new token too). XQA streams them in a full wave at
+    ``min(cta_bytes_per_s, hbm × bw_eff / S)`` (every SM's share, and never faster than a
+    block alone), in the partial one at ``min(cta_bytes_per_s, hbm × bw_eff / r)``, never
+    faster per byte than the group rate allows (``S × q_per_kv / group_bytes_per_s``), so a
+    partial wave never takes longer than a full one; masked MHA's ``g = q_per_kv`` query
+    heads of a KV head read it once from HBM and ``g`` times from L2, so a full wave streams
+    at the longer of ``g × hbm × bw_eff / S`` and ``reread_bytes_per_s / S``, the partial one
+    also at most at ``cta_bytes_per_s`` (its wave form is a diagnostic, not shipped: the
+    full-wave cap is XQA's only). A block pays ``cta_s + cta_q_elem_s × q × D`` and a split
+    item ``split_s + split_elem_s × m × q × D`` (its reduction), ``q`` the query heads of a work
     item (``q_per_kv`` for XQA, 1 for masked MHA). Since ``(W S + r) × T ≥ I × C / B``, no
     line beats the KV bytes at ``hbm × bw_eff``."""
     b = np.asarray(batch, float)
@@ -457,7 +459,11 @@ def decode_wave_lines(
         extra_tokens: np.ndarray | float = 1.0 / m
     else:
         group = sms * q / p.group_bytes_per_s if p.group_bytes_per_s > 0.0 else 0.0
-        full_tok = bytes_per_token * np.maximum(sms / bw, group)
+        # a block streams no faster in a full wave than alone (cta_bytes_per_s): a wave of
+        # more blocks never takes less time per token than one of fewer
+        full_tok = bytes_per_token * np.maximum(
+            np.maximum(sms / bw, 1.0 / p.cta_bytes_per_s), group
+        )
         rest_rate = np.minimum(p.cta_bytes_per_s, bw / np.maximum(rest, 1.0))
         rest_tok = bytes_per_token * np.maximum(1.0 / rest_rate, group)
         qb = q
