@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -106,6 +107,33 @@ def _fail(flag: str, path: Path | str, why: str) -> UserError:
         chooser = flag[len(_DEFAULT) :]
         return UserError(f"{path} (the default output; choose another with {chooser}): {why}")
     return UserError(f"{flag} {path}: {why}")
+
+
+def os_why(e: OSError, inside: Path | None = None) -> str:
+    """Why the system refused a write, in a few words: ``No space left on device``, with
+    the file's name when the error gives one inside ``inside`` (``writing summary.json``).
+    pyarrow's errors carry no ``strerror``; their text holds ``[errno 28] No space ...``."""
+    why = " ".join(str(e.strerror or e).split()) or type(e).__name__
+    m = re.search(r"\[errno \d+\] ([^\n\]]+)", why, re.IGNORECASE)
+    if m:
+        why = m.group(1).strip()
+    name = e.filename
+    if isinstance(name, str | bytes | os.PathLike) and inside is not None:
+        f = Path(os.fsdecode(name))
+        if f.parent == inside:
+            why = f"{why}, writing {f.name}"
+    return why
+
+
+def _write_failed(
+    flag: str, path: Path | str, e: OSError, inside: Path | None, what: str, earlier: bool
+) -> UserError:
+    """One line for a write the system refused once the work was done (a full disk, a
+    quota, a file-size limit, an I/O error): the output named, why, and that nothing was
+    put there (it was ``Error writing bytes to file. Detail: [errno 28] ...``, naming no
+    path)."""
+    kept = f"the earlier {what} there is as it was" if earlier else "nothing was written there"
+    return _fail(flag, path, f"could not write the {what} ({os_why(e, inside)}); {kept}")
 
 
 def _check_common(path: Path, flag: str, kind: str) -> Path:
@@ -401,7 +429,7 @@ def write_folder(
     a marker listing them is added, then the folder is moved into place (replacing an
     earlier disaggsim result there, whose listed files alone are deleted)."""
     path = Path(path)
-    check_folder(path, flag)
+    earlier = check_folder(path, flag) is not None
     # Built and moved at the checked location (folders above resolved): "r/../r" through
     # a folder that does not exist yet, or one that is renamed aside, names another place
     # once "r" is made or moved.
@@ -418,10 +446,12 @@ def write_folder(
             if not (tmp / n).is_file():  # result folders are flat: a folder is a bug
                 raise RuntimeError(f"result folder entry {n} is not a file")
         _write_marker(tmp, command, names)
-    except BaseException:
+    except BaseException as e:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         _remove_made(made)
+        if isinstance(e, OSError) and tmp is not None:  # the disk refused a file
+            raise _write_failed(flag, path, e, tmp, "result", earlier) from None
         raise
     try:
         replaced, left_in = _move_into_place(tmp, target, flag, shown=path)
@@ -475,9 +505,18 @@ def _unplaced(tmp: Path, target: Path, flag: str, shown: Path, e: Exception) -> 
 
 
 def _write_marker(folder: Path, command: str, names: Iterable[str]) -> None:
+    """Write ``folder``'s marker whole or not at all: a new one is written beside it and
+    renamed over it (a full disk truncated the marker of an earlier result in place, which
+    then read as a folder of files disaggsim did not write)."""
     doc = {"written_by": "disaggsim", "command": command, "files": sorted(names)}
     with stops_held():  # a stop between opening and writing left an empty marker
-        (folder / MARKER).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        tmp = folder / f"{MARKER}.tmp-{secrets.token_hex(4)}"
+        try:
+            tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+            os.replace(tmp, folder / MARKER)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def _delete_listed(folder: Path, previous: Previous) -> list[str]:
@@ -581,10 +620,12 @@ def write_file(
             made = _make_parents(target)
             tmp = _tmp_sibling(target, "tmp", folder=False)
         write(tmp)
-    except BaseException:
+    except BaseException as e:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
         _remove_made(made)
+        if isinstance(e, OSError) and tmp is not None:  # the disk refused the file
+            raise _write_failed(flag, path, e, None, what, existed) from None
         raise
     # the file put in place and listed in its folder's marker: one step (a stop between
     # them left a result folder holding a file its marker did not list)
@@ -602,7 +643,12 @@ def write_file(
         # that result's manifest, so replacing the result later replaces it too.
         folder = read_marker(target.parent)
         if folder is not None and target.name not in folder.files:
-            _write_marker(target.parent, folder.command, [*folder.files, target.name])
+            try:
+                _write_marker(target.parent, folder.command, [*folder.files, target.name])
+            except OSError as e:  # a file its marker does not list: taken back out
+                if not existed:
+                    target.unlink(missing_ok=True)
+                raise _write_failed(flag, path, e, None, what, existed) from None
     previous = Previous(command=what, files=(path.name,)) if existed else None
     return Written(path=path, files=(path,), replaced=previous)
 

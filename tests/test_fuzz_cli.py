@@ -2624,6 +2624,139 @@ def check_numbers(work: Path, case: tuple[str, tuple, object]) -> list[str]:
     return [f"{value!r} at {'.'.join(map(str, path))} was taken"]
 
 
+# ------------------------------------------------------------------ a disk that fills
+
+# A run (with or without --trace and plots), a sweep or a comparison run in a child
+# process under RLIMIT_FSIZE (SIGXFSZ ignored): a file grown past the limit fails with
+# EFBIG, as one past a full disk fails with ENOSPC (tests/test_full_disk.py), with or
+# without an earlier result at --out. It must exit 0 or 2 in one line naming --out,
+# --trace or the journal; leave no temporary sibling and nothing outside --out, --trace
+# and OUT.partial; an earlier result is as it was unless replaced whole; a partial
+# folder left holds whole lines only, as many as the line says, and --resume without the
+# limit writes what an uninterrupted command writes.
+_DISK_LIMITS = [0, 512, 2048, 4096, 7000, 12000, 20000, 45000, 60000, 120000, 400000, 2**40]
+_DISK_COMMANDS = ["run", "run-trace", "sweep", "compare"]
+
+
+def disk_cases(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {"command": _DISK_COMMANDS[i % len(_DISK_COMMANDS)], "limit": rng.choice(_DISK_LIMITS),
+         "earlier": rng.random() < 0.4, "plots": rng.random() < 0.3,
+         "base": rng.choice(SWEEP_BASES)}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def _disk_argv(case: dict, out: str) -> list[str]:
+    base = str(SCENARIOS / case["base"])
+    quick = ["--set", "sim.duration_s=20", "--quiet", *([] if case["plots"] else ["--no-plots"])]
+    command = case["command"]
+    if command.startswith("run"):
+        trace = ["--trace", "t.json"] if command == "run-trace" else []
+        return ["run", base, "--out", out, *quick, *trace]
+    grid = ["--param", "workload.rate_per_s=1,2,3", "--workers", "1"]
+    if command == "sweep":
+        return ["sweep", base, "--out", out, *quick, *grid]
+    other = str(SCENARIOS / "ci" / "chunked.yaml")
+    return ["compare", base, other, "--out", out, *quick, *grid]
+
+
+def _disk_child(work: Path, argv: list[str], limit: int | None) -> tuple[int, str]:
+    import resource
+    import signal
+    import subprocess
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    p = subprocess.run(
+        [sys.executable, "-m", "disaggsim", *argv], cwd=work, capture_output=True, text=True,
+        timeout=300, preexec_fn=None if limit is None else limited,
+    )  # fmt: skip
+    return p.returncode, p.stderr
+
+
+def _journal_runs(text: str) -> set[str]:
+    """The distinct runs a journal's whole lines hold."""
+    return {json.loads(line)["run"] for line in text.splitlines() if line}
+
+
+def check_disk(work: Path, case: dict) -> list[str]:
+    global LAST_RC
+    argv = _disk_argv(case, "o")
+    if case["earlier"]:
+        rc, err = _disk_child(work, argv, None)
+        if rc != 0:
+            return [f"the earlier result was not written (exit {rc}): {err[-300:]}"]
+        (work / "t.json").unlink(missing_ok=True)
+    before = _tree(work)
+    rc, err = _disk_child(work, argv, case["limit"])
+    LAST_RC = rc, err.strip()[-300:]
+    bad = _one_error_line(rc, err)
+    line = err.strip()
+    names = set(os.listdir(work))
+    if names - {"keep.txt", "o", "o.partial", "t.json"}:
+        bad.append(f"left {sorted(names - {'keep.txt', 'o', 'o.partial', 't.json'})}")
+    if (work / "keep.txt").read_bytes() != before["keep.txt"]:
+        bad.append("the user's keep.txt changed")
+    for folder in ("o", "o.partial"):
+        if (work / folder).is_dir():
+            marker = json.loads((work / folder / ".disaggsim-result.json").read_text())
+            held = sorted(os.listdir(work / folder))
+            if held != sorted([*marker["files"], ".disaggsim-result.json"]):
+                bad.append(f"{folder} holds {held}, its marker lists {marker['files']}")
+    earlier = {k: v for k, v in before.items() if k == "o" or k.startswith("o/")}
+    now = {k: v for k, v in _tree(work).items() if k == "o" or k.startswith("o/")}
+    if rc == 2:
+        said = [w for w in ("--out o:", "--trace t.json:", "o.partial/runs.jsonl:") if w in line]
+        if not said:
+            bad.append("the error names neither --out, --trace nor the journal")
+        if "--trace t.json:" in line:
+            if "the run's results were written to o/" not in line or not (work / "o").is_dir():
+                bad.append("a refused trace does not say where the run's results are")
+            if (work / "t.json").exists():
+                bad.append("a refused trace was left")
+        elif now != earlier:
+            bad.append("the earlier result changed, or a refused result left files")
+    partial = work / "o.partial"
+    if partial.is_dir():
+        text = (partial / "runs.jsonl").read_text()
+        kept = re.search(
+            r"(\d+) (?:of \d+ )?runs? (?:finished and )?(?:are |is )?kept in o.partial/", line
+        )
+        if rc != 2 or kept is None:
+            bad.append("a partial folder is left, and the line does not say how many runs")
+        elif not text.endswith("\n") or len(_journal_runs(text)) != int(kept.group(1)):
+            # (a comparison of a scenario with itself runs, and keeps, each run twice)
+            bad.append(
+                f"the journal holds {len(_journal_runs(text))} runs in whole lines "
+                f"(ends with a newline: {text.endswith(chr(10))}), the line says {kept.group(1)}"
+            )
+        else:  # resumed without the limit: what an uninterrupted command writes
+            rc2, err2 = _disk_child(work, [*argv, "--resume"], None)
+            rc3, err3 = _disk_child(work, _disk_argv(case, "whole"), None)
+            table = "sweep.csv" if case["command"] == "sweep" else "goodput.csv"
+            if rc2 != 0 or rc3 != 0:
+                bad.append(f"resumed: exit {rc2} / {rc3}: {(err2 + err3)[-300:]}")
+            elif (work / "o" / table).read_bytes() != (work / "whole" / table).read_bytes():
+                bad.append(f"the resumed {table} differs from an uninterrupted one")
+            elif partial.exists():
+                bad.append("the partial folder is left after the resumed command")
+    return [f"{b}: {line[-400:]}" for b in bad]
+
+
+DISK_CASES = disk_cases(SEED, 4)  # one of each command
+
+
+@pytest.mark.parametrize(
+    "case", DISK_CASES, ids=[f"{c['command']}-{c['limit']}-{c['earlier']}" for c in DISK_CASES]
+)
+def test_fuzz_full_disk(work, case):
+    assert check_disk(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -2632,7 +2765,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
                              "tracefile", "flags", "api", "reffile", "stop", "stopc", "stopp",
-                             "paths", "yamlx", "numbers"]  # fmt: skip
+                             "paths", "yamlx", "numbers", "disk"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -2652,6 +2785,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "paths": (paths_cases, check_paths),
         "yamlx": (yamlx_cases, check_yamlx),
         "numbers": (numbers_cases, check_numbers),
+        "disk": (disk_cases, check_disk),
     }
     import signal
 

@@ -277,6 +277,67 @@ def test_a_torn_last_line_is_dropped_and_a_broken_one_refused(work, capsys, expe
     assert "t.partial/runs.jsonl: line 1: not a run disaggsim kept" in line, line
 
 
+@pytest.fixture(scope="module")
+def kept_journal(tmp_path_factory) -> str:
+    """The journal of ``argv("s")`` whose four runs finished and whose table could not be
+    written (all four kept)."""
+    import importlib
+
+    output = importlib.import_module("disaggsim.sweep.output")
+    where = tmp_path_factory.mktemp("kept")
+    real, cwd = output.write_table, os.getcwd()
+
+    def refused(df, folder, stem):
+        raise OSError(28, "No space left on device")
+
+    output.write_table = refused
+    os.chdir(where)
+    try:
+        assert main(argv("s", "--workers", "1")) == 2
+    finally:
+        output.write_table = real
+        os.chdir(cwd)
+    return (where / "s.partial" / "runs.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    "key, value, said",
+    [
+        ("ttft_p99_s", "x", 'not a run disaggsim kept (ttft_p99_s: expected float, got "x")'),
+        ("busy_share_colocated", {"a": 1}, 'busy_share_colocated: expected float, got {"a": 1}'),
+        ("num_completed", 7.5, "num_completed: expected int, got 7.5"),
+        ("meets_slo", "yes", 'meets_slo: expected bool, got "yes"'),
+        ("num_completed", -5, "the run's summary is not what disaggsim wrote (its checksum"),
+        ("ttft_p99_s", 0.001, "the run's summary is not what disaggsim wrote (its checksum"),
+    ],
+)
+def test_a_kept_run_changed_on_disk_is_refused_not_reused(
+    work, capsys, kept_journal, key, value, said
+):
+    """A kept summary is reused as the run's result: one whose value is of another kind
+    was a pyarrow traceback when the table was built (exit 1), and one whose value
+    changed (an edit, a damaged block) was written into the table as the run's."""
+    partial = work / "s.partial"
+    partial.mkdir()
+    marker = {
+        "written_by": "disaggsim",
+        "command": "sweep (finished runs of an unfinished sweep)",
+        "files": ["runs.jsonl"],
+    }
+    (partial / ".disaggsim-result.json").write_text(json.dumps(marker))
+    lines = kept_journal.splitlines()
+    doc = json.loads(lines[1])
+    assert key in doc["summary"], sorted(doc["summary"])
+    doc["summary"][key] = value
+    lines[1] = json.dumps(doc)
+    (partial / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(argv("s", "--workers", "1", "--resume")) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("disaggsim: error: s.partial/runs.jsonl: line 2: "), line
+    assert said in line, line
+    assert not (work / "s").exists()
+
+
 def test_a_stop_while_the_table_is_written_keeps_every_run(work, capsys, expected, monkeypatch):
     import importlib
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from disaggsim.cli.common import add_set_option
 from disaggsim.config.loader import LoadedScenario, load_scenario
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, note_kept
 from disaggsim.metrics.summary_table import Summary, cli_rows
 from disaggsim.output import check_folder, out_flag
 
@@ -103,7 +103,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         from disaggsim.trace_export import write_trace_file
 
-        trace = write_trace_file(result, args.trace)
+        try:
+            trace = write_trace_file(result, args.trace)
+        except (UserError, OSError) as e:  # the results are in place: the line says so
+            note_kept(e, f"the run's results were {written.note()}")
+            raise
     print_summary(result.summary, f"{s.name} ({result.summary.architecture})", written.note())
     if trace is not None:
         print(f"trace {trace.note()}")

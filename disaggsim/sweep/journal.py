@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -38,8 +39,8 @@ from typing import IO, Any
 
 from disaggsim import __version__
 from disaggsim.errors import UserError
-from disaggsim.metrics.summary_table import Summary
-from disaggsim.output import MARKER, _fail, check_folder, read_marker
+from disaggsim.metrics.summary_table import Summary, summary_key
+from disaggsim.output import MARKER, _fail, check_folder, os_why, read_marker
 from disaggsim.stops import stops_held
 from disaggsim.sweep.core import PointTask, run_point
 
@@ -143,15 +144,35 @@ class Journal:
     def record_run(self, run: str, summary: Summary) -> None:
         """Append one finished run, on disk before the next one is handled. (Called from
         a pool's thread too: :class:`KeptRuns`.)"""
-        doc = {"run": run, "summary": summary.to_dict(), "command": self.command}
-        line = json.dumps(doc)
+        flat = summary.to_dict()
+        doc = {"run": run, "summary": flat, "command": self.command, "sha256": _digest(flat)}
+        data = (json.dumps(doc) + "\n").encode()
         # on disk and counted as one step: a stop between them said one run fewer kept
         with self._lock, stops_held():
             if self._file is None:  # closed: the command is over
                 return
-            self._file.write(line + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            fd = self._file.fileno()
+            end = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                # written unbuffered: a line the system refuses in part (a full disk) is
+                # cut off again below, and nothing is left to be flushed later
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except OSError as e:
+                # the runs kept so far stay whole; this one is not kept (a full disk left
+                # a part of a line, then the error named no file, and closing the journal
+                # failed again, losing the clause that says where the runs are)
+                try:
+                    os.ftruncate(fd, end)
+                except OSError:
+                    pass  # a cut last line: the next --resume drops it
+                self._file.close()
+                self._file = None
+                raise UserError(
+                    f"{self.shown}/{JOURNAL}: could not keep a finished run there ({os_why(e)})"
+                ) from None
             self._used.add(run)
 
     def kept_note(self) -> str | None:
@@ -178,7 +199,10 @@ class Journal:
         result is in place (``finished``) and it holds no run of another command."""
         with self._lock:
             if self._file is not None:
-                self._file.close()  # releases the flock
+                try:
+                    self._file.close()  # releases the flock
+                except OSError:
+                    pass  # nothing buffered (record_run writes unbuffered): closed anyway
                 self._file = None
         try:
             empty = (self.folder / JOURNAL).stat().st_size == 0
@@ -233,16 +257,25 @@ def open_journal(
             # removes them too, when empty (the command that made them may have been killed)
             "made_above": max(len(made) - 1, 0),
         }
-        (folder / MARKER).write_text(json.dumps(doc) + "\n", encoding="utf-8")
+        try:
+            (folder / MARKER).write_text(json.dumps(doc) + "\n", encoding="utf-8")
+        except OSError as e:  # a full disk: no folder left that holds nothing of use
+            (folder / MARKER).unlink(missing_ok=True)
+            for above in made:
+                try:
+                    above.rmdir()
+                except OSError:
+                    break
+            raise _fail(
+                flag, shown, f"cannot write the finished runs there ({os_why(e)})"
+            ) from None
     else:
         made = [folder, *folder.parents[: _made_above(folder)]]
     path = folder / JOURNAL
     try:
         f = open(path, "a+", encoding="utf-8")
     except OSError as e:
-        raise _fail(
-            flag, shown, f"cannot write the finished runs there ({e.strerror or e})"
-        ) from None
+        raise _fail(flag, shown, f"cannot write the finished runs there ({os_why(e)})") from None
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -350,6 +383,14 @@ def _read_runs(
             command = doc.get("command", "sweep")
             if not isinstance(run, str) or not isinstance(flat, dict) or command not in COMMANDS:
                 raise ValueError("not a run")
+            _check_kinds(flat)
+            # lines of disaggsim before 2026-12-04 have no checksum
+            if "sha256" in doc and doc["sha256"] != _digest(flat):
+                raise UserError(
+                    f"{shown}/{JOURNAL}: line {n}: the run's summary is not what disaggsim "
+                    "wrote (its checksum differs: the file was changed since); delete that "
+                    "line to run it again, or the folder to start again"
+                )
             kept[run] = Summary.from_dict(flat)
             whose[run] = (command, kept[run].scenario)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -359,6 +400,36 @@ def _read_runs(
                 "folder to start again"
             ) from None
     return kept, whose, None
+
+
+def _digest(flat: dict[str, Any]) -> str:
+    """A journal line's checksum of its summary: a value changed on disk (an edit, a
+    damaged block) would otherwise be reused as the run's result."""
+    text = json.dumps(flat, sort_keys=True, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_kinds(flat: dict[str, Any]) -> None:
+    """Each value of a kept summary is of its key's kind (docs/metrics.md): a string or a
+    mapping where a number belongs was a pyarrow traceback when the table was built."""
+    for key, value in flat.items():
+        try:
+            kind = summary_key(key).kind
+        except KeyError:
+            continue  # Summary.from_dict names it
+        if value is None:  # NaN as JSON writes it
+            continue
+        if isinstance(value, bool):
+            ok = kind is bool
+        elif isinstance(value, int):
+            ok = kind in (int, float)
+        elif isinstance(value, float):
+            ok = kind is float or (kind is int and math.isnan(value))
+        else:
+            ok = kind is str and isinstance(value, str)
+        if not ok:
+            shown = json.dumps(value)[:40]
+            raise ValueError(f"{key}: expected {kind.__name__}, got {shown}")
 
 
 class _Relay(Future):
