@@ -9,6 +9,7 @@ one line with exit code 3.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -77,6 +78,40 @@ def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
     raise _Terminated(signum)
 
 
+# the exit status a shell reports for a process SIGPIPE ended (128 + 13)
+STDOUT_CLOSED = 141
+
+
+def _stdout_closed() -> int:
+    """Standard output was closed by its reader (``| head``): what the command prints
+    after that is not wanted (run, sweep, compare and plan print once their files are in
+    place). Exit
+    quietly with the status of a process ended by SIGPIPE, as ``yes | head`` does (rich
+    exited 1, the status of a regression that drifted; a plain print was a
+    BrokenPipeError traceback). Standard output is pointed at /dev/null so the
+    interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return STDOUT_CLOSED
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll reports an
+    error on the writing end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
 def _kept(e: BaseException) -> str:
     """``; 7 of 20 runs finished and are kept in ...``: where a stopped command kept its
     finished work (:func:`disaggsim.errors.note_kept`), else nothing."""
@@ -114,10 +149,18 @@ def _main(argv: list[str] | None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         rc = args.func(args)
+    except SystemExit as e:
+        # rich turns a closed pipe into SystemExit(1), the exit code of a regression that
+        # drifted (`disaggsim regress | head -3` read as "drift")
+        if isinstance(e.__context__, BrokenPipeError):
+            return _stdout_closed()
+        raise
     except (UserError, ProfileError) as e:
         print(f"disaggsim: error: {one_line(str(e))}{_kept(e)}", file=sys.stderr)
         return 2
     except OSError as e:
+        if isinstance(e, BrokenPipeError) and _stdout_reader_gone():  # `| head`
+            return _stdout_closed()  # (another pipe, a worker's or a socket's: below)
         # a path the system refuses (a name longer than the filesystem takes, a folder it
         # may not read, no space left): one line naming it, never a traceback. The checks
         # that know the flag or field name it themselves; this is the backstop.
