@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.rawio import RawWriter
+from calibration.rawio import RawWriteError, RawWriter
 
 # (name, hidden, heads, kv_heads, head_dim, ffn, gated, tp) used when the model catalog
 # is not importable; the same numbers the catalog holds for these public models.
@@ -910,6 +910,8 @@ def run(
         try:
             for msg in bench(torch, device, sweep, timer, writer):
                 _log(msg)
+        except RawWriteError:
+            raise  # the disk refuses rows: every later sweep's would be refused too
         except Exception as e:  # one op's failure must not lose the others' data
             _log(
                 f"{name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
