@@ -165,3 +165,37 @@ def test_a_tls_scheduler_without_tls_configuration_is_one_line(work, capsys):
         err
     )
     assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "meant"),
+    [
+        ("engine", "vlm", "vllm"),  # a close spelling
+        ("engine", "trt-llm", "trtllm"),  # the same name but for separators
+        ("kv_dtype", "FP8", "fp8"),  # ... or case
+        ("router.decode_policy", "round-robin", "round_robin"),
+        ("workload.arrival", "possion", "poisson"),
+        ("pool.scheduler", "chunk", "chunked"),
+        ("engine", "xyz", None),  # nothing close: no guess
+    ],
+)
+def test_a_value_of_a_field_with_several_names_the_one_meant(field, given, meant):
+    """A misspelt value of a field that takes a few names (``engine: vlm``) names the one
+    meant, as a misspelt key, GPU or model does; it listed the values without it."""
+    with pytest.raises(UserError) as e:
+        load_scenario(CHUNKED, [f"{field}={given}"])
+    line = str(e.value)
+    assert f"{field}: Input should be " in line and f"got '{given}'" in line, line
+    if meant is None:
+        assert "did you mean" not in line, line
+    else:
+        assert line.endswith(f"got '{given}' (did you mean {meant}?)"), line
+
+
+def test_a_misspelt_choice_of_a_flag_names_the_one_meant(capsys):
+    assert main(["calibrate", "--device", "cuad", "--out", "c"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "disaggsim: error: calibrate: argument --device: invalid choice: 'cuad' (choose "
+        "from 'cuda', 'cpu') (did you mean cuda?) (see disaggsim calibrate --help)\n"
+    )

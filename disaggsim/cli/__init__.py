@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
@@ -36,6 +37,11 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.partition(" ")[2]
         where = f"{command}: " if command else ""
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:  # `--fabric nvlnk`: the choice meant, as a scenario's values say it
+            from disaggsim.config.loader import closest_hint
+
+            message += closest_hint(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
         self.exit(2, f"disaggsim: error: {where}{one_line(message)} (see {self.prog} --help)\n")
 
 

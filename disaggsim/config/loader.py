@@ -542,6 +542,27 @@ def key_text(key: Any) -> str:
     return str(key)
 
 
+def _plain(text: str) -> str:
+    """A name as people misspell it the same: no case, no ``-``, ``_`` or spaces."""
+    return re.sub(r"[-_\s]", "", text.lower())
+
+
+def closest_hint(given: Any, allowed: list[str]) -> str:
+    """`` (did you mean round_robin?)`` for a text close to one allowed value: the same
+    name but for case and separators (``round-robin``, ``FP8``, ``trt-llm``), else a
+    close spelling (``vlm``, ``possion``); empty when none is close. The values of a
+    field with several (``engine``, ``kv_dtype``, ``router.decode_policy``) were listed
+    without the one meant, where keys, GPUs and models named it."""
+    if not isinstance(given, str) or not allowed:
+        return ""
+    plain = {_plain(v): v for v in allowed}
+    meant = plain.get(_plain(given))
+    if meant is None:
+        close = difflib.get_close_matches(_plain(given), list(plain), n=1, cutoff=0.6)
+        meant = plain[close[0]] if close else None
+    return f" (did you mean {meant}?)" if meant is not None and meant != given else ""
+
+
 def unknown_key_message(key: Any, allowed: list[str]) -> str:
     """``unknown key (did you mean num_workers?) (allowed: ...)``; a key YAML read as
     null, a boolean, a number or a date says so (a name is text)."""
@@ -605,6 +626,8 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         )
     elif e["type"] not in _NO_INPUT_SHOWN and _short(e["input"]):
         msg = f"{msg}, got {_shown_input(e['input'])}"
+        if e["type"] == "literal_error":  # `engine: vlm`: the value meant, as for keys
+            msg += closest_hint(e["input"], re.findall(r"'([^']*)'", e["ctx"]["expected"]))
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
         # A model's check naming one of its fields ("provision_s: ...") extends the path.
