@@ -413,6 +413,16 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("compare-service-multiple-0", _nothing, ["compare", DISAGG, COLOC, "--param",
      "workload.rate_per_s=1,2", "--service-multiple", "0", "--quiet"],
      "--service-multiple 0.0: must be > 0"),
+    # a swept rate that is no number: a ValueError (a word) or TypeError (null) traceback,
+    # or NaN left out of the bracket ("the lowest swept ... 1 and the highest ... 1")
+    *[(f"compare-swept-rate-{name}", _nothing, ["compare", DISAGG, COLOC, "--param",
+       f"workload.rate_per_s={text}", "--quiet"], f"--param workload.rate_per_s: {shown} is "
+       "not a finite number of requests per second") for name, text, shown in
+      [("word", "abc,1", "'abc'"), ("null", "null,2", "null"), ("nan", "1,nan", "nan")]],
+    # NaN swept in any field is refused by the field (it was "param PATH: value nan cannot
+    # be written as a scenario value", naming no flag and no field)
+    ("sweep-nan", _nothing, ["sweep", DISAGG, "--param", "slo.ttft_ms=1,nan", "--quiet"],
+     "slo.ttft_ms: Input should be a finite number, got nan (at sweep point slo.ttft_ms=nan)"),
     # ---- goodput searches: an event at a fixed time falls inside some runs, after others
     ("compare-fixed-failure", _scenario(DISAGG, {"sim: {": "failures: {workers: [{at_s: 40, "
      "worker: 'decode:0'}]}\nsim: {"}), ["compare", DISAGG, "--rate-lo", "1", "--rate-hi",

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from disaggsim.config.loader import load_scenario
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, given
 from disaggsim.metrics.steady import RunLengthRule
 from disaggsim.sweep.core import (
     RATE_PATH,
@@ -90,6 +90,16 @@ def rate_range(
             raise UserError(
                 f"compare: give --rate-lo and --rate-hi, or sweep --param {RATE_PATH}=a:b:n"
             )
+        for v in swept[0].values:
+            # a word, a null or NaN among the swept rates was a ValueError or TypeError
+            # traceback, or left out of the bracket as if not given
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                where = given("--param", "params key {}", RATE_PATH)
+                raise UserError(
+                    f"{where}: {'null' if v is None else repr(v)} is not a finite number of "
+                    "requests per second (the goodput search starts from the lowest and "
+                    "highest swept rates)"
+                )
         values = [float(v) for v in swept[0].values]
         if rate_lo is None:
             rate_lo, lo_from = min(values), f"the lowest swept {RATE_PATH}"

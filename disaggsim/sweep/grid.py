@@ -162,17 +162,26 @@ def parse_params(texts: Sequence[str]) -> tuple[Param, ...]:
     return tuple(out)
 
 
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
 def override_text(path: str, value: Any) -> str:
     """``path=value`` with the value written so the ``--set`` parser reads it back as is."""
     value = _plain(value)
     text = yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
     text = text.removesuffix("...").strip()
     try:
-        same = yaml.safe_load(text) == value
+        back = yaml.safe_load(text)
+        # NaN is no value's equal: written as .nan, it is read back as NaN, and the field
+        # then refuses it by name (it was "param PATH: value nan cannot be written as a
+        # scenario value", naming no flag and no field)
+        same = back == value or (_is_nan(back) and _is_nan(value))
     except (yaml.YAMLError, ValueError, TypeError, AttributeError, ArithmeticError):
         same = False
     if not same:  # pragma: no cover - guard against odd scalars
-        raise UserError(f"param {path}: value {value!r} cannot be written as a scenario value")
+        where = given("--param", "params key {}", path)
+        raise UserError(f"{where}: value {value!r} cannot be written as a scenario value")
     return f"{path}={text}"
 
 
