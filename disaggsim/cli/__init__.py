@@ -125,7 +125,19 @@ def _kept(e: BaseException) -> str:
     return f"; {one_line(kept)}" if kept else ""
 
 
+def _printable_anywhere() -> None:
+    """A character the terminal's encoding lacks (``×`` of "4 points × 1 seed" under
+    ``PYTHONIOENCODING=ascii``) is printed as an escape: it was a UnicodeEncodeError
+    traceback, exit 1, after the results were written."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass  # not a text stream that can be told (a test's capture, a closed one)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _printable_anywhere()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals: main thread only
         for sig in (signal.SIGTERM, signal.SIGHUP):
