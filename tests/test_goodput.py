@@ -214,6 +214,21 @@ def test_search_lowers_the_rate_when_the_long_run_misses():
     assert s.confirmation is not None and s.confirmation.confirm and s.confirmation.meets
 
 
+def test_a_tiny_tolerance_still_steps_down_to_a_rate_that_meets():
+    """A confirmation miss steps down by 2 x tol, doubling, 8 times: from a tolerance far
+    below the rate (--tol 1e-9 at ~7 req/s) that covered 510 x tol, and the search called
+    the SLO unattainable (goodput 0) where 6.0 req/s met at the confirmation length. The
+    first step is at least 1 % of the rate, so 8 doublings reach 0."""
+    s = search_rate(_step(7.3, long_threshold=6.0), 1.0, 20.0, 0.9, tol_per_s=1e-9)
+    assert s.status == "refined", (s.status, s.unattainable_below)
+    assert 6.0 - 1e-9 <= s.rate_per_s <= 6.0
+    # the default tolerance (1 % of the bracket's top) steps as before: 2 x tol
+    d = search_rate(_step(7.3, long_threshold=6.0), 1.0, 20.0, 0.9, tol_fraction=0.01)
+    first_down = next(e for e in d.evaluations if e.confirm and e.rate_per_s < d.lo)
+    assert d.tol == pytest.approx(0.01 * 20.0)  # set when the bracket [1, 20] formed
+    assert first_down.rate_per_s == pytest.approx(d.lo - 2 * d.tol)
+
+
 def test_a_bisected_bracket_is_only_confirmed():
     """Quick plans confirm an explored goodput at once: the bracket [7.0, 7.5] met and
     missed already, so the search runs 7.0 at the confirmation length and stops; when

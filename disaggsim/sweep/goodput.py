@@ -16,9 +16,9 @@ with the most work left first, and a pure function of rate can drive it in tests
    tried). A goodput is never reported from a range that did not bracket it;
 2. **bisect** until the meeting and the missing rate are at most ``tol`` apart;
 3. **confirm**: run the found rate with a measurement window ``confirm_factor`` (>= 2)
-   times as long. If it misses, step down at that length (by 2 × tol, doubling) until a
-   rate meets, then bisect between the two at that length; the result is that rate
-   (status ``refined``).
+   times as long. If it misses, step down at that length (by 2 × tol, at least 1 % of the
+   rate, doubling) until a rate meets, then bisect between the two at that length; the
+   result is that rate (status ``refined``).
 
 **Retest** (every phase): a rate whose runs met the attainment target but failed the
 trend test with ``alpha² <= p < alpha`` is simulated once more, at the confirmation
@@ -105,6 +105,9 @@ __all__ = [
 MAX_WIDEN_UP = 16  # rate_hi doublings before giving up (status "unbounded")
 MAX_WIDEN_DOWN = 5  # rate_lo quarterings before the SLO is called unattainable
 MAX_REFINE_STEPS = 8  # step-downs after a failed confirmation
+# the first step down after a failed confirmation is at least this share of the rate
+# (1 % doubling 8 times sums to 255 %: the step-down reaches 0 within its steps)
+STEP_FLOOR_FRACTION = 0.01
 # Below this many requests in service on average (rate x longest service time) a run is
 # all but idle: requests meet no queue, so missing the SLO there means missing it at any
 # rate, and the bracket stops widening down.
@@ -384,7 +387,11 @@ class RateSearch:
                 self.status = "found"
             else:
                 self._long_hi = e.rate_per_s
-                self._step = 2.0 * self._tol()
+                # at least STEP_FLOOR_FRACTION of the rate: MAX_REFINE_STEPS doublings from
+                # it reach 0, so "unattainable" means missed down to zero; from 2 x a tiny
+                # tolerance they covered 510 x tol (tol 1e-12 req/s: goodput 0 reported
+                # where 6.6 req/s met at the confirmation length)
+                self._step = max(2.0 * self._tol(), STEP_FLOOR_FRACTION * e.rate_per_s)
                 self.phase = "step_down"
         elif self.phase == "step_down":
             (e,) = results
