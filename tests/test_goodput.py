@@ -465,3 +465,18 @@ def test_horizon_fits_the_expected_requests():
     same = horizon(rule, 10.0, 1.0, 5.0, expected_requests=lambda d: 10.0 * d)
     assert (same.shrink, same.bound) == (1.0, None)
     assert same == horizon(rule, 10.0, 1.0, 5.0)
+
+
+def test_a_rate_at_which_no_request_is_measured_is_not_a_miss():
+    """At 1e-9 req/s a run of the longest length allowed (30 days of arrivals) measures no
+    request: no attainment, so no verdict. It was scored a miss, and the search reported
+    the SLO unattainable at every rate (goodput 0, "misses at 1e-09") for ci-chunked,
+    whose goodput is about 6.6 req/s; now one line says so, naming the rate."""
+    path = REPO / "scenarios" / "ci" / "chunked.yaml"
+    with pytest.raises(UserError) as e:
+        goodput(path, 1e-9, 2e-9, executor=SerialExecutor())
+    assert str(e.value) == (
+        f"{path}: at 1e-09 req/s a run of 2.592e+06 s (the longest allowed: 30 days of "
+        "arrivals) measures no request, so the SLO cannot be judged there; start the "
+        "goodput search at a rate at which requests arrive"
+    )

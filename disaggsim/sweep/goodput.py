@@ -701,6 +701,9 @@ class _Job:
             self.results = []
             for (rate, long), h in zip(self.points, self.horizons, strict=True):
                 got = [next(it) for _ in range(self.seeds)]
+                # no attainment and not stopped: no request measured, so no verdict
+                if all(math.isnan(r.slo_attainment) and r.stopped_early_at_s is None for r in got):
+                    raise _unmeasured(self.src.label, rate, h)
                 self.results.append(_evaluation(rate, long, h, got, target, self.rule))
             tasks: list[PointTask] = []
             for i, e in enumerate(self.results):
@@ -866,6 +869,19 @@ def _retested(e: Evaluation, target: float, alpha: float) -> bool:
     test failed with ``p >= alpha²`` (below that a stationary run is rejected no more
     often than two runs both would be, so it is a miss outright)."""
     return not e.stable and bool(e.attainment >= target) and not e.p_value < alpha * alpha
+
+
+def _unmeasured(label: str, rate: float, h: Horizon) -> UserError:
+    """A rate at which a run measures no request: no attainment, so no verdict. It was
+    scored a miss, and a bracket far below the goodput (``--rate-lo 1e-9``) then read
+    "goodput 0 (misses at 1e-09)": the SLO unattainable at every rate, where 6.6 req/s
+    met."""
+    longest = " (the longest allowed: 30 days of arrivals)" if h.bound == "MAX_DURATION_S" else ""
+    return UserError(
+        f"{label}: at {rate:g} req/s a run of {h.duration_s:g} s{longest} measures no "
+        "request, so the SLO cannot be judged there; start the goodput search at a rate "
+        "at which requests arrive"
+    )
 
 
 def _evaluation(
