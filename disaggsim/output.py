@@ -552,10 +552,20 @@ def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previou
 
 
 def seal_folder(path: str | Path, command: str) -> None:
-    """List every file now in a claimed folder in its marker."""
+    """List every file now in a claimed folder in its marker. On a full disk (a measurement
+    stopped by it) the new marker may not fit beside the old one: it is then written over
+    the old one in place, whose blocks it reuses (else the folder's measured files stayed
+    unlisted, and the next command refused the folder as holding files disaggsim did not
+    write)."""
     path = _normal(Path(path))
     if path.is_dir():
-        _write_marker(path, command, [n for n in os.listdir(path) if n != MARKER])
+        names = [n for n in os.listdir(path) if n != MARKER]
+        try:
+            _write_marker(path, command, names)
+        except OSError:
+            doc = {"written_by": "disaggsim", "command": command, "files": sorted(names)}
+            with stops_held():
+                (path / MARKER).write_text(json.dumps(doc) + "\n", encoding="utf-8")
 
 
 def _move_into_place(

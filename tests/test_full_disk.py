@@ -147,3 +147,24 @@ def test_a_marker_the_disk_refuses_leaves_the_earlier_marker_whole(tmp_path, mon
     assert (folder / output.MARKER).read_bytes() == before
     assert sorted(os.listdir(folder)) == [output.MARKER, "a.json"]
     assert output.read_marker(folder) == output.Previous(command="run", files=("a.json",))
+
+
+def test_a_claimed_folder_is_sealed_in_place_when_no_new_marker_fits(tmp_path, monkeypatch):
+    """``calibrate --out`` writes as it measures, then lists its files in the marker. On a
+    full disk a new marker does not fit beside the old one: it is written over the old
+    one in place (else the measured files stayed unlisted, and the next command refused
+    the folder as holding files disaggsim did not write)."""
+    from disaggsim import output
+
+    folder = tmp_path / "c"
+    output.claim_folder(folder, "calibrate", "--out")
+    (folder / "gemm.csv").write_text("op\n")
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(output, "_write_marker", full)
+    output.seal_folder(folder, "calibrate")
+    monkeypatch.undo()
+    assert output.read_marker(folder) == output.Previous(command="calibrate", files=("gemm.csv",))
+    assert sorted(os.listdir(folder)) == [output.MARKER, "gemm.csv"]
