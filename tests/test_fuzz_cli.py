@@ -1863,6 +1863,9 @@ how, at = sys.argv[1], int(sys.argv[2])
 # Ctrl-C as a terminal sends it, even where this harness was started in the background (a
 # shell's `cmd &` ignores SIGINT, and the child inherited that: seed 10301 "exit 0")
 signal.signal(signal.SIGINT, signal.default_int_handler)
+# and a hangup as a closing terminal sends it, even where it was started under nohup
+# (SIGHUP ignored and inherited: disaggsim then rightly keeps it ignored)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 def stop():
     if how == "raise":  # as a worker's bad-input error comes back (a trace it cannot read)

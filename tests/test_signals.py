@@ -28,6 +28,10 @@ import os, signal, sys
 import disaggsim.run as run_mod
 from disaggsim.cli import main
 
+# a hangup as a closing terminal sends it, even where the test runner was started under
+# nohup (SIGHUP ignored, inherited; disaggsim then rightly keeps it ignored)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
 real = run_mod.write_folder
 
 def write_folder(path, render, command, flag="--out"):

@@ -48,11 +48,14 @@ def _kill_self(name: str) -> None:
 
 @pytest.fixture
 def python_sigint():
-    """Ctrl-C raises KeyboardInterrupt, as in an interactive shell (a test runner started
-    in the background may inherit SIGINT ignored)."""
+    """Ctrl-C raises KeyboardInterrupt and a hangup is not ignored, as in an interactive
+    shell (a test runner started in the background may inherit SIGINT ignored, one started
+    under nohup SIGHUP ignored: disaggsim then rightly keeps it ignored)."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     yield
     signal.signal(signal.SIGINT, previous)
+    signal.signal(signal.SIGHUP, previous_hup)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
