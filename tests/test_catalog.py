@@ -20,7 +20,7 @@ def test_ids_are_exactly_the_published_ones():
         "opt-13b", "opt-66b", "mistral-7b", "qwen2-72b",
         "deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b",
         "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "llama-3.1-405b", "llama-4-maverick",
-        "llama-3.1-8b", "llama-3.1-70b",
+        "llama-3.1-8b", "llama-3.1-70b", "mixtral-8x22b",
     )  # fmt: skip
     assert GPU_IDS == (
         "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "h800-sxm",
@@ -172,7 +172,8 @@ def test_unknown_gpu_lists_allowed():
         ("model", "Qwen2-72B-Instruct", "; did you mean qwen2-72b?"),
         ("model", "llama3.1-8b", "; did you mean llama-3.1-8b?"),
         ("model", "llama-3", "; did you mean llama-3-8b or llama-3-70b?"),
-        ("model", "mixtral-8x22b", ""),  # another size: no hint
+        ("model", "mixtral-8x13b", ""),  # another size: no hint
+        ("model", "mistralai/Mixtral-8x22B-Instruct-v0.1", "; did you mean mixtral-8x22b?"),
         ("model", "llama-9", ""),
         ("gpu", "H100", "; did you mean h100-sxm or h100-pcie?"),
         ("gpu", "NVIDIA H100 80GB HBM3", "; did you mean h100-sxm?"),

@@ -199,3 +199,53 @@ def test_h800_is_h100_silicon_with_cut_nvlink():
     assert prof.copy["p2p"].bw_bytes_per_s == pytest.approx(
         ref.copy["p2p"].bw_bytes_per_s * 200 / 450, rel=1e-3
     )
+
+
+# mistralai/Mixtral-8x22B-v0.1 config.json (not among ../shared/data's hf_configs): the
+# keys the catalog reads, as the file gives them
+MIXTRAL_8X22B_CONFIG = {
+    "hidden_size": 6144,
+    "intermediate_size": 16384,
+    "max_position_embeddings": 65536,
+    "num_attention_heads": 48,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 56,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "tie_word_embeddings": False,
+    "vocab_size": 32000,
+}
+
+
+def test_mixtral_8x22b_is_its_config_json():
+    c, m = MIXTRAL_8X22B_CONFIG, get_model("mixtral-8x22b")
+    assert m.hf_id == "mistralai/Mixtral-8x22B-v0.1"
+    assert (m.num_layers, m.hidden, m.num_heads, m.num_kv_heads) == (
+        c["num_hidden_layers"],
+        c["hidden_size"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+    )
+    assert m.head_dim == c["hidden_size"] // c["num_attention_heads"] == 128
+    assert (m.vocab, m.tied_embeddings) == (c["vocab_size"], c["tie_word_embeddings"])
+    assert m.context_tokens == c["max_position_embeddings"]
+    assert (m.moe.num_experts, m.moe.top_k) == (c["num_local_experts"], c["num_experts_per_tok"])
+    assert m.moe.expert_ffn == c["intermediate_size"] and m.moe.num_shared_experts == 0
+    assert m.num_moe_layers == 56 and m.num_dense_mlp_layers == 0
+    # the shape AIConfigurator's moe_perf tables time for it (data/README.md)
+    assert (m.hidden, m.moe.expert_ffn, m.moe.num_experts, m.moe.top_k) == (6144, 16384, 8, 2)
+
+
+def test_mixtral_8x22b_parameters_by_hand():
+    # Mistral's announcement: 141B parameters, 39B active
+    h, q, kv, ffn = 6144, 48 * 128, 8 * 128, 16384
+    attn = h * (q + 2 * kv) + q * h
+    expert = 3 * h * ffn
+    layer = attn + 2 * h + 8 * expert + h * 8  # two norms, experts, router
+    m = get_model("mixtral-8x22b")
+    assert m.num_params == 56 * layer + 2 * 32000 * h + h
+    active = 56 * (attn + 2 * h + 2 * expert + h * 8) + 2 * 32000 * h + h
+    assert m.active_params == active
+    assert m.num_params / 1e9 == pytest.approx(141.0, rel=0.003)
+    assert m.active_params / 1e9 == pytest.approx(39.0, rel=0.01)
+    assert m.kv_bytes_per_token("bf16") == 56 * 2 * 8 * 128 * 2  # 229,376

@@ -66,6 +66,7 @@ MODEL_IDS: tuple[str, ...] = (
     "llama-4-maverick",
     "llama-3.1-8b",
     "llama-3.1-70b",
+    "mixtral-8x22b",
 )
 GPU_IDS: tuple[str, ...] = (
     "a100-80gb",
@@ -616,6 +617,7 @@ DENSE_MODEL_IDS: tuple[str, ...] = tuple(
         "gpt-oss-20b",
         "mixtral-8x7b",
         "llama-4-maverick",
+        "mixtral-8x22b",
     )
 )  # checked against each spec's is_dense by tests/test_moe_catalog.py
 
