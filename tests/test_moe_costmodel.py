@@ -408,3 +408,31 @@ def test_carried_grouped_gemm_follows_bandwidth_in_decode_and_flops_in_prefill(g
     assert pre_g == pytest.approx(want, rel=0.05)
     if engine == "trtllm":  # its token pass is ~1%: the prefill follows the FLOPs
         assert pre_g / pre_h == pytest.approx(flop_ratio, rel=0.05)
+
+
+def test_prefill_attention_is_the_dense_steps_formula(monkeypatch):
+    # Mixtral's prefill attention, one GPU of TP2 on the H100: the dense step's formula by
+    # hand (the profile's prefill fit at the batch's mean prompt length) ...
+    from disaggsim.costmodel import step
+
+    c = build_moe_worker_cost("mixtral-8x7b", "h100-sxm", 2, engine="trtllm")
+    seqs, tokens = 4, 4 * 1500
+    pairs = seqs * 1500 * 1501 / 2
+    p, peak = c._pre, c._bf16
+    mean_len = tokens / seqs
+    eff = p.max_eff * mean_len / (mean_len + p.half_sat)
+    by_hand = p.floor_s + 4.0 * pairs * 16 * 128 / (peak * eff)  # 32 heads / TP2, dim 128
+    assert c._attention_s(0.0, 0.0, seqs, tokens, pairs) == pytest.approx(by_hand, rel=1e-12)
+    base = c.breakdown(prefill_seqs=seqs, prefill_tokens=tokens, prefill_attn_pairs=pairs)
+
+    # ... looked up on the step's module when called, so a diagnostic that swaps it for a
+    # run (calibration.throughput --what-if prefix-attention) reaches MoE models: the
+    # attention part follows the swap, nothing else moves
+    def doubled(*args):
+        return 2.0 * by_hand
+
+    monkeypatch.setattr(step, "_prefill_attention_s", doubled)
+    swapped = c.breakdown(prefill_seqs=seqs, prefill_tokens=tokens, prefill_attn_pairs=pairs)
+    layers = get_model("mixtral-8x7b").num_layers
+    assert swapped.attention_s == pytest.approx(base.attention_s + layers * by_hand, rel=1e-9)
+    assert swapped.expert_gemm_s == base.expert_gemm_s

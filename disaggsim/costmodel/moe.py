@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from disaggsim.catalog import GpuSpec, ModelSpec, dtype_bytes, get_gpu, get_model
+from disaggsim.costmodel import step as _step
 from disaggsim.costmodel.interface import decode_knee_tokens, decode_step_time_s
 from disaggsim.costmodel.mla import (
     MLA_PREFILL_FORMS,
@@ -1116,10 +1117,13 @@ class MoeWorkerCost:
             return t
         hd = float(model.head_dim)
         if n_r > 0:
-            p = self._pre
-            mean_len = n_r / max(s_r, 1.0)
-            eff = p.max_eff * mean_len / (mean_len + p.half_sat)
-            t += p.floor_s + 4.0 * pairs_r * self.heads_per_gpu * hd / (self._bf16 * eff)
+            # the dense step's prefill attention, looked up on its module when called: one
+            # formula for both models, and a diagnostic that swaps it for a run
+            # (``python -m calibration.throughput --what-if prefix-attention``) reaches MoE
+            # models as well as dense ones
+            t += _step._prefill_attention_s(
+                self._bf16, self._pre, s_r, n_r, pairs_r, self.heads_per_gpu, hd
+            )
         if b_r > 0:
             d = self._dec
             hkv = float(self.kv_heads_per_gpu)
