@@ -18,6 +18,7 @@ from calibration.fit_moe import (
     deepep_rows,
     fitted_rows,
     kernel_comparison,
+    m_range_check,
     mla_rows,
     moe_rows,
     slower_than_more_work,
@@ -231,6 +232,25 @@ def test_held_out_shape_family_large_token_rows(trtllm, family):
         held_out=False,
     )
     assert np.median(_ape(_gg(GroupedGemmParams(*x), test), test.meas_s)) < 0.15
+
+
+@pytest.mark.slow
+def test_large_token_rows_held_out_by_token_range_are_not_priced_fast(data):
+    """TensorRT-LLM's own kernel table at 8,192-16,384 tokens (the iterations of the max-load
+    rows that run fast, docs/calibration.md): the shipped bf16 and fp8 sets predict them no
+    faster than measured (measured over predicted 0.96 / 0.97 in median, Mixtral-8x7B 0.96 /
+    0.92), and refitted on the rows of at most 4,096 tokens the form extrapolates to them
+    slow, not fast (0.90 / 0.96; Mixtral 0.95 / 0.95): the large-m grouped GEMM is not what
+    runs those rows fast."""
+    t = m_range_check(data).set_index(["dtype", "fit", "rows"])
+    for dt in ("bf16", "fp8"):
+        for fit in ("shipped (all token counts)", "refit on <= 4096 tokens"):
+            for rows in ("all shapes", "Mixtral-8x7B"):
+                r = t.loc[(dt, fit, rows)]
+                assert r.n > 0 and 0.85 < r.measured_over_predicted <= 1.0, (dt, fit, rows)
+        shipped = t.loc[(dt, "shipped (all token counts)", "all shapes")]
+        assert shipped.median_ape < 0.12  # in sample
+        assert t.loc[(dt, "refit on <= 4096 tokens", "all shapes")].median_ape < 0.20
 
 
 def test_shipped_parameters_are_fitted_to_the_public_tables(params):
