@@ -478,6 +478,9 @@ TERM_EARNS = 0.001
 HELD_VALUE = {"mem_eff": 1.0, "width_half_sat": 0.0, "expert_s": 0.0}
 
 
+F_SCALE = 0.05  # the soft-L1 loss's scale in log time (about 5 %)
+
+
 def _solve(d: pd.DataFrame, held: dict[str, float], starts) -> np.ndarray:
     """Least squares over log-parameters (soft L1, as ``calibration.fit``) of the free
     grouped-GEMM parameters, ``held`` fixed: best of ``starts``, then solved again from
@@ -497,7 +500,7 @@ def _solve(d: pd.DataFrame, held: dict[str, float], starts) -> np.ndarray:
     def resid(theta: np.ndarray) -> np.ndarray:
         return np.log(np.maximum(_gg(GroupedGemmParams(*full(theta)), d), 1e-15)) - logm
 
-    kw = {"loss": "soft_l1", "f_scale": 0.05, "x_scale": 1.0}
+    kw = {"loss": "soft_l1", "f_scale": F_SCALE, "x_scale": 1.0}
     best = None
     for x0 in starts:
         t0 = np.clip(np.log(np.asarray(x0, float)[free]), lo + 1e-9, hi - 1e-9)
@@ -508,7 +511,7 @@ def _solve(d: pd.DataFrame, held: dict[str, float], starts) -> np.ndarray:
     r = least_squares(
         resid, best.x, bounds=(lo, hi), ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=1000, **kw
     )
-    return full(_polish(resid, r.x, lo, hi, kw["f_scale"]))
+    return full(_polish(resid, r.x, lo, hi, F_SCALE))
 
 
 def _polish(resid, theta: np.ndarray, lo: np.ndarray, hi: np.ndarray, f_scale: float):
@@ -935,12 +938,12 @@ def validation_markdown(
         "| dtype | fit | rows | n | median APE | measured / predicted | range |",
         "|---|---|---|---|---|---|---|",
     ]
-    if m_range is not None:
-        for r in m_range.itertuples(index=False):
-            lines.append(
-                f"| {r.dtype} | {r.fit} | {r.rows} | {r.n} | {100 * r.median_ape:.1f}% | "
-                f"{r.measured_over_predicted:.3f} | {r.min:.2f}-{r.max:.2f} |"
-            )
+    for r in m_range.to_dict("records"):
+        lines.append(
+            f"| {r['dtype']} | {r['fit']} | {r['rows']} | {r['n']} | "
+            f"{100 * float(r['median_ape']):.1f}% | {float(r['measured_over_predicted']):.3f} | "
+            f"{float(r['min']):.2f}-{float(r['max']):.2f} |"
+        )
     lines.append("")
     return "\n".join(lines)
 
