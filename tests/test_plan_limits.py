@@ -84,3 +84,26 @@ def test_the_guess_sizes_decode_batches_by_the_candidates_kv():
         assert g.decode_batch <= kv.kv_capacity_tokens // resident < 1024
         checked += 1
     assert checked >= 4
+
+
+def test_an_moe_workers_limits_scale_with_its_data_parallel_ranks():
+    """A tp1 x dp2 MoE worker: the pool's limits per rank times its ranks, as the
+    candidate's scenario writes them (a whole-prompt prefill budget of at least the
+    longest prompt per rank)."""
+    moe = ROOT / "scenarios" / "moe" / "qwen3-235b-colocated.yaml"
+    loaded = load_scenario(moe, ["model=qwen3-30b-a3b", "pool.tp=1", "pool.max_batch_seqs=512"])
+    lay = Layout(1, 2)
+    cands = (
+        (Candidate("disaggregate", 1, 1, 1, 1, prefill_dp=2, decode_dp=2), "prefill", "prefill"),
+        (Candidate("disaggregate", 1, 1, 1, 1, prefill_dp=2, decode_dp=2), "decode", "decode"),
+        (Candidate("colocate_chunked", 1, 1, chunk_tokens=1024, prefill_dp=2), "colocate_chunked",
+         "colocated"),
+    )  # fmt: skip
+    for cand, role, sim_role in cands:
+        sim = build_costs(load_scenario(candidate_scenario(loaded, cand)).scenario)
+        lim = pool_limits(loaded, lay, role, chunk=cand.chunk_tokens)
+        # the scenario's pool is dp 2: 512 over the worker, 256 a rank; a tp1 x dp2 worker 512
+        assert lim.max_batch_seqs == 512
+        got = worker_cost(loaded, "h100-sxm", lay, limits=lim).kv_capacity_tokens
+        assert got == sim[sim_role].kv_capacity_tokens, role
+        assert worker_cost(loaded, "h100-sxm", lay).kv_capacity_tokens != got
