@@ -199,3 +199,41 @@ def test_a_misspelt_choice_of_a_flag_names_the_one_meant(capsys):
         "disaggsim: error: calibrate: argument --device: invalid choice: 'cuad' (choose "
         "from 'cuda', 'cpu') (did you mean cuda?) (see disaggsim calibrate --help)\n"
     )
+
+
+PLAN_QUESTION = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl",
+                 "100", "--ttft-ms", "1000", "--itl-ms", "50", "--target-rate", "5", "--quick"]  # fmt: skip
+COST_DECODE = ["cost", "decode", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "4",
+               "--batch", "32", "--context-tokens", "4096"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            [*PLAN_QUESTION, "--fabric", "infiniban"],
+            "--fabric infiniban: allowed: auto, nvlink, infiniband, roce, pcie "
+            "(did you mean infiniband?)",
+        ),
+        (
+            [*PLAN_QUESTION, "--kv-dtype", "FP8"],
+            "--kv-dtype FP8: allowed: bf16, fp16, fp8 (did you mean fp8?)",
+        ),
+        ([*PLAN_QUESTION, "--kv-dtype", "xyz"], "--kv-dtype xyz: allowed: bf16, fp16, fp8"),
+        (
+            [*COST_DECODE, "--engine", "vlm"],
+            "cost decode: --engine: unknown value 'vlm' (allowed: vllm, sglang, trtllm, "
+            "vllm-eager-2023, cuda-graphs, eager) (did you mean vllm?)",
+        ),
+        (
+            [*COST_DECODE, "--engine", "xyz"],
+            "cost decode: --engine: unknown value 'xyz' (allowed: vllm, sglang, trtllm, "
+            "vllm-eager-2023, cuda-graphs, eager)",
+        ),
+    ],
+)
+def test_a_misspelt_plan_or_cost_choice_names_the_one_meant(capsys, argv, line):
+    # plan's --fabric/--kv-dtype/--weight-dtype and cost's --engine listed the values
+    # without the one meant, where scenario fields and argparse choices named it
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"disaggsim: error: {line}\n"

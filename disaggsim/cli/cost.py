@@ -55,6 +55,7 @@ from disaggsim.config.bounds import (
     MAX_TOKENS,
     MAX_TP,
 )
+from disaggsim.config.loader import closest_hint
 from disaggsim.costmodel import ops
 from disaggsim.costmodel.kv import LINK_CLASSES, kv_transfer
 from disaggsim.costmodel.mla import MLA_PREFILL_FORMS
@@ -666,7 +667,10 @@ def _convert(f: Field, raw: str) -> Any:
             raise ValueError(f"expected true or false, got {raw!r}")
         return low in ("true", "on", "1", "yes")
     if f.choices and raw not in f.choices:
-        hint = id_hint(f.name, raw) if f.name in ("model", "gpu") else ""
+        if f.name in ("model", "gpu"):
+            hint = id_hint(f.name, raw)
+        else:
+            hint = closest_hint(raw, list(f.choices))
         raise ValueError(f"unknown value {raw!r} (allowed: {', '.join(f.choices)}){hint}")
     return raw
 

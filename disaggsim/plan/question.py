@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from disaggsim.config.bounds import MAX_WORKERS_PER_POOL
+from disaggsim.config.loader import closest_hint
 from disaggsim.errors import UserError
 
 __all__ = [
@@ -144,7 +145,8 @@ def _positive(flag: str, v: float | None, unit: str = "") -> None:
 
 def _choice(flag: str, v: str, allowed: tuple[str, ...]) -> None:
     if v not in allowed:
-        raise UserError(f"{flag} {v}: allowed: {', '.join(allowed)}")
+        hint = closest_hint(v, list(allowed))
+        raise UserError(f"{flag} {v}: allowed: {', '.join(allowed)}{hint}")
 
 
 def _workload(q: Question, base_dir: Path, context_tokens: int | None = None) -> dict[str, Any]:
