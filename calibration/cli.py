@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -183,8 +184,14 @@ def _cmd_run(args) -> int:
         print(f"{out}: replacing the earlier disaggsim {previous.command} result there")
     try:
         harness.run(args.device, out, quick=args.quick, ops=ops)
-    finally:
-        seal_folder(out, "calibrate")
+    except BaseException:
+        # the first error (a full disk, a stop, bad input) is the one to say: a seal that
+        # fails as well (the disk refuses even the marker written in place) must not
+        # replace it (docs/safety.md, "calibrate --out")
+        with contextlib.suppress(OSError):
+            seal_folder(out, "calibrate")
+        raise
+    seal_folder(out, "calibrate")
     return 0
 
 

@@ -123,3 +123,26 @@ def test_a_full_disk_stops_the_measurement_in_one_line(tmp_path):
     text = (tmp_path / "c" / "gemm.csv").read_text()
     assert text.endswith("\n") and len(text) <= 1000
     assert len(read_raw(tmp_path / "c")) == text.count("\n") - 1
+
+
+def test_a_seal_that_fails_after_a_failed_measurement_keeps_the_first_error(
+    work, capsys, monkeypatch
+):
+    """`calibrate --out` sealed its folder in a ``finally``: where the disk refused even the
+    marker written in place, the seal's OSError replaced the measurement's own one line
+    (the full disk, a stop) that said what happened."""
+    from calibration import harness
+    from disaggsim import output
+    from disaggsim.cli import main
+
+    def measure_then_fail(*a, **k):
+        raise UserError("c/gemm.csv: the disk is full (rows before it kept)")
+
+    def seal_refused(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(harness, "run", measure_then_fail)
+    monkeypatch.setattr(output, "seal_folder", seal_refused)
+    assert main(["calibrate", "--device", "cpu", "--quick", "--ops", "gemm", "--out", "c"]) == 2
+    err = capsys.readouterr().err
+    assert err == "disaggsim: error: c/gemm.csv: the disk is full (rows before it kept)\n", err
