@@ -699,6 +699,13 @@ class Cluster:
         for w in self.workers:
             w.flush_steps()
         signed_columns(self.segments, self.samples, self.router_samples)
+        counters = dict(self.counters)
+        chunked = [
+            w.chunk_budget_counts() for w in self.colocated_workers if w.scheduler == "chunked"
+        ]
+        if chunked:  # a chunked pool: its iterations and those the token budget bound
+            counters["num_chunked_steps"] = sum(n for n, _ in chunked)
+            counters["num_chunk_budget_full_steps"] = sum(f for _, f in chunked)
         return RawResult(
             requests=self.table,
             log=self.log.log,
@@ -720,7 +727,7 @@ class Cluster:
             router_samples=self.router_samples,
             end_at_s=self.env.now,
             kv_bytes_per_token={p.role: p.cost.kv_bytes_per_token for p in self.cfg.pools},
-            counters=dict(self.counters),
+            counters=counters,
             failures=tuple(self.failure_log),
             prefix_log=self.prefix.log if self.prefix is not None else None,
             transfers=tuple(net.records) if net is not None else (),

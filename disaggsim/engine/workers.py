@@ -1956,6 +1956,9 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         "_promote",
         "_vllm",
         "_reserved",
+        "_starved_at_step",
+        "num_chunk_budget_full_steps",
+        "num_chunked_steps",
         "prefilling",
         "prefix",
         "queue",
@@ -1967,8 +1970,9 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self.scheduler = scheduler
         self._vllm = scheduler == "vllm"
         # the chunked iteration in progress: its start, seconds, batch, context, prompt
-        # chunks, their tokens, and the prompts it completes
-        self._mixing: tuple[float, float, int, int, int, int, list[int]] = (
+        # chunks, their tokens, the prompts it completes, and whether it filled the token
+        # budget with prompt tokens left
+        self._mixing: tuple[float, float, int, int, int, int, list[int], bool] = (
             0.0,
             0.0,
             0,
@@ -1976,7 +1980,16 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             0,
             0,
             [],
+            False,
         )
+        # chunked: iterations that carried prompt chunks or ran while a prompt waited on
+        # the token budget, and those of them whose decode tokens and chunks reached the
+        # budget with prompt tokens left (a larger budget would have run them otherwise);
+        # _starved_at_step: the step from which the decode batch alone fills the budget
+        # while prompts wait (-1: not so)
+        self.num_chunked_steps = 0
+        self.num_chunk_budget_full_steps = 0
+        self._starved_at_step = -1
         self.queue: deque[int] = deque()  # waiting for prefill (no KV yet)
         self.prefilling: list[list[int]] = []  # chunked: [rid, tokens done]
         # prefix caching (the cluster sets it, on_demand admission and recompute only):
@@ -2284,6 +2297,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         """Sarathi-style: each iteration carries one token per running sequence plus
         prompt chunks filling the rest of the token budget."""
         env = self.env
+        if self._starved_at_step >= 0:
+            self._count_starved_steps()
         if self.prefix is None:
             while self._admissible(self.batch + len(self.prefilling)):
                 rid = self.queue[0]
@@ -2299,6 +2314,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
             self._drop_abandoned_chunks()
         budget = self.max_batch_tokens - self.batch
         if not (self.prefilling and budget > 0):
+            if self.prefilling:  # the decode batch alone fills the budget: prompts wait
+                self._starved_at_step = self.step_idx
             return self._decode_or_idle()
         if self.batch and self._steps_fitting(1) == 0:
             return self._sub(self._preempt_for_growth(), self._pass_cb)
@@ -2326,10 +2343,27 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         if self.prefix is not None:
             dur += self._promotion_s()
         self._activity = _MIXED
-        self._mixing = (env._now, dur, b, ctx, chunk_seqs, chunk_tokens, done_now)
+        # chunks stop at the budget only: below it, every prompt in prefill ended here
+        full = chunk_tokens >= budget and len(done_now) < len(self.prefilling)
+        self._mixing = (env._now, dur, b, ctx, chunk_seqs, chunk_tokens, done_now, full)
         self._target = call_in(env, dur, self._mixed_cb)
         self._then = self._mixed_cb
         return True
+
+    def _count_starved_steps(self) -> None:
+        """Count the decode-only steps run since the decode batch alone filled the token
+        budget while prompts waited (each a budget-full chunked step)."""
+        n = self.step_idx - self._starved_at_step
+        self.num_chunked_steps += n
+        self.num_chunk_budget_full_steps += n
+        self._starved_at_step = -1
+
+    def chunk_budget_counts(self) -> tuple[int, int]:
+        """(chunked steps, budget-full chunked steps) so far: see ``num_chunked_steps``."""
+        if self._starved_at_step >= 0:
+            self._count_starved_steps()
+            self._starved_at_step = self.step_idx  # still starved: count on from here
+        return self.num_chunked_steps, self.num_chunk_budget_full_steps
 
     def _drop_abandoned_chunks(self) -> None:
         """Requests whose clients left between two chunks of their prompt stop here, as
@@ -2359,8 +2393,11 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
 
     def _mixed(self, _ev: simpy.Event) -> None:
         """A chunked iteration ended: its token step and its chunks are done."""
-        start, dur, b, ctx, chunk_seqs, chunk_tokens, done_now = self._mixing
+        start, dur, b, ctx, chunk_seqs, chunk_tokens, done_now, full = self._mixing
         self._activity = None
+        self.num_chunked_steps += 1
+        if full:
+            self.num_chunk_budget_full_steps += 1
         if b:
             # Run(start, 1, b, ctx, dur, 0.0): its fields, and its prompt chunks' tokens
             self._advance((start, 1, b, ctx, dur, 0.0, 0, 0.0, 0.0), None, chunk_tokens)

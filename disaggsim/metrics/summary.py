@@ -125,6 +125,8 @@ def summarize(
         orphaned_kv_bytes_max=int(max(rs.orphaned_kv_bytes, default=0)),
         num_resent_transfers=int(raw.counters["num_resent_transfers"]),
         num_worker_failures=int(raw.counters["num_worker_failures"]),
+        num_chunked_steps=raw.counters.get("num_chunked_steps"),
+        num_chunk_budget_full_steps=raw.counters.get("num_chunk_budget_full_steps"),
         ttft_p50_s=lat["ttft_p50_s"],
         ttft_p90_s=lat["ttft_p90_s"],
         ttft_p99_s=lat["ttft_p99_s"],
@@ -243,7 +245,12 @@ def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
 
 
 # the engine's counters (RawResult.counters), each a summary key
-COUNTERS = ("num_resent_transfers", "num_worker_failures")
+COUNTERS = (
+    "num_resent_transfers",
+    "num_worker_failures",
+    "num_chunked_steps",
+    "num_chunk_budget_full_steps",
+)
 
 
 def _stats(vals: np.ndarray) -> dict[str, float]:

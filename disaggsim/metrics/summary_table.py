@@ -75,6 +75,7 @@ _FAILURES = "with worker failures"
 _RETRIED = "when a measured request completed after a retry"
 _DISAGG = "disaggregated runs"
 _CACHE = "with a `cache:` section (prefix caching)"
+_CHUNKED = "colocated `chunked` runs"
 _PCT = "over measured completed requests"
 _STOPPED = "when the run stopped early: `simulate(..., stop_on_certain_miss=True)`"
 
@@ -138,6 +139,22 @@ class Summary(Mapping[str, Value]):
     )
     num_resent_transfers: int = metric("transfers", "KV transfers sent again after a link outage")
     num_worker_failures: int = metric("failures", "worker failures that happened")
+    num_chunked_steps: int | None = metric(
+        "iterations",
+        "iterations of the chunked workers, over the whole run (warm-up included), that "
+        "carried prompt chunks, or that ran decode tokens only because the decode batch "
+        "alone filled `pool.max_batch_tokens` while a prompt waited",
+        present=_CHUNKED,
+    )
+    num_chunk_budget_full_steps: int | None = metric(
+        "iterations",
+        "those of `num_chunked_steps` whose decode tokens and prompt chunks reached "
+        "`pool.max_batch_tokens` with prompt tokens still left to prefill after them: the "
+        "iterations a larger budget would have run otherwise. 0: every iteration was the "
+        "same under any larger `max_batch_tokens` (which still sizes the activation "
+        "reserve, so the KV capacity can differ)",
+        present=_CHUNKED,
+    )
     ttft_p50_s: float = metric("s", _PCT, label="TTFT p50", fmt="{:.3f} s", regress=1)
     ttft_p90_s: float = metric("s", _PCT, label="TTFT p90", fmt="{:.3f} s", regress=2)
     ttft_p99_s: float = metric("s", _PCT, label="TTFT p99", fmt="{:.3f} s", regress=3)
