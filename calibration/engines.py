@@ -916,7 +916,10 @@ EAGER_PROFILE_FIELDS = {
 
 
 def fit_eager(
-    rows: pd.DataFrame, profile: HardwareProfile | None = None, unbound: str = EAGER_UNBOUND_FLOOR
+    rows: pd.DataFrame,
+    profile: HardwareProfile | None = None,
+    unbound: str = EAGER_UNBOUND_FLOOR,
+    kernels: EngineProfile = EAGER_KERNELS,
 ) -> dict[str, Any]:
     """``vllm-eager-2023``'s fit (the rows of :func:`features` for it): the overlap form of
     :func:`eager_forms` — per layer the longer of the kernels and the host's launches, plus
@@ -925,9 +928,11 @@ def fit_eager(
     (source, model, GPU, TP) family refitted without it). ``params`` are engine-profile
     fields (:data:`EAGER_PROFILE_FIELDS`); the step model runs them as fitted
     (:func:`step_model_pred`). ``unbound``: the rule for a launch floor no fit row binds
-    (:func:`_floor_rule`; it decides only refits without a family)."""
+    (:func:`_floor_rule`; it decides only refits without a family). ``kernels``: the
+    zero-overhead engine profile the rows' kernels run with (a diagnostic may give another
+    decode kernel coverage: :func:`eager_per_query_head_check`)."""
     form = EAGER_SHIPPED_FORM
-    p = eager_parts(REPO, profile, rows[list(COLUMNS)])
+    p = eager_parts(REPO, profile, rows[list(COLUMNS)], kernels)
     d = _form_inputs(p)
     meas = d["meas"]
     fit = (rows["split"] == "fit").to_numpy()
@@ -1105,7 +1110,10 @@ PREFILL_METRICS = ("prefill_step_s", "ttft_s")  # one prefill step (plus its ite
 
 
 def eager_parts(
-    data_root: Path, profile: HardwareProfile | None = None, points: pd.DataFrame | None = None
+    data_root: Path,
+    profile: HardwareProfile | None = None,
+    points: pd.DataFrame | None = None,
+    kernels: EngineProfile = EAGER_KERNELS,
 ) -> pd.DataFrame:
     """DistServe's 2023-vLLM points (or ``points``: rows of the ``vllm-eager-2023`` frame,
     e.g. Splitwise's) with the kernel time split into the per-layer part (GEMMs, attention,
@@ -1114,7 +1122,8 @@ def eager_parts(
     (``lm_head_s``), from the step model with no engine overhead; ``hidden`` is the
     model's hidden size. A decode row's context per sequence is ``isl`` for DistServe's
     steps and the mean ``isl + osl / 2`` for a mean time between tokens, as
-    :func:`features` costs them."""
+    :func:`features` costs them. ``kernels``: the zero-overhead engine profile the kernels
+    run with (default the 2023 engine's, :data:`EAGER_KERNELS`)."""
     pts = (eager_points(data_root) if points is None else points).reset_index(drop=True)
     # each row on its own GPU's profile (``profile`` stands for the A100's, where DistServe's
     # curves were measured): Splitwise measured the engine on DGX-H100 as well
@@ -1128,7 +1137,7 @@ def eager_parts(
             if gpu not in profs:
                 profs[gpu] = load_profile(gpu)
             workers[key] = build_worker_cost(
-                key[1], gpu, key[2], weight_dtype=key[3], kv_dtype=key[4], engine=EAGER_KERNELS,
+                key[1], gpu, key[2], weight_dtype=key[3], kv_dtype=key[4], engine=kernels,
                 profile=profs[gpu], gpu_mem_util=1.0, activation_reserve_bytes=0.0,
             )  # fmt: skip
         w = workers[key]
@@ -1440,6 +1449,99 @@ def eager_host_check(data_root: Path | None) -> dict[str, Any]:
         "host_scale": best,
         "scaled_h100": stats(best, h100),
     }
+
+
+# decode batch bands of eager_regimes (a prefill row's band is its batch of prompts')
+EAGER_REGIME_BATCHES = ((1, 8), (16, 64), (65, 256))
+# APE above which a row counts against the p90 target (docs/validation.md: p90 <= 15%)
+EAGER_REGIME_MISS = 0.15
+
+
+def eager_regimes(
+    rows: pd.DataFrame, by: tuple[str, ...] = ("source", "model", "tp")
+) -> pd.DataFrame:
+    """The rows of :func:`fit_eager` (``rows``: measurements with ``pred_s``) split by regime:
+    ``by`` plus the phase (``prefill``: one prefill step or a first-token latency;
+    ``decode``) and the batch band (:data:`EAGER_REGIME_BATCHES`). Per group the row count,
+    measured / predicted (median, min, max), median and p90 APE and how many rows err more
+    than :data:`EAGER_REGIME_MISS`: where the form misses and in which direction."""
+    r = rows.reset_index(drop=True)
+    b = r["batch"].to_numpy(int)
+    band = np.full(len(r), "", dtype=object)
+    for lo, hi in EAGER_REGIME_BATCHES:
+        band[(b >= lo) & (b <= hi)] = f"{lo}-{hi}"
+    out = r.assign(
+        phase=np.where(r["metric"].isin(PREFILL_METRICS), "prefill", "decode"),
+        batches=band,
+        ratio=r["value_s"] / r["pred_s"],
+        ape=ape(r["pred_s"].to_numpy(float), r["value_s"].to_numpy(float)),
+    )
+    g = out.groupby([*by, "phase", "batches"], sort=True)
+    return g.agg(
+        n=("ratio", "size"),
+        measured_over_predicted=("ratio", "median"),
+        lowest=("ratio", "min"),
+        highest=("ratio", "max"),
+        median_ape=("ape", "median"),
+        p90_ape=("ape", lambda a: float(np.percentile(a, 90))),
+        above_miss=("ape", lambda a: int((a > EAGER_REGIME_MISS).sum())),
+    ).reset_index()
+
+
+# re-read rates (bytes/s) of 2023 PagedAttention's per-query-head KV reads the check tries:
+# about the A100's HBM peak, TensorRT-LLM's fitted masked-MHA rate (4.65 TB/s) and a rate
+# at which the re-reads cost almost nothing
+EAGER_PER_QUERY_HEAD_RATES = (2e12, 4.65e12, 2e13)
+EAGER_PER_QUERY_HEAD_SOURCE = (
+    "vLLM 0.2.x csrc/attention/attention_kernels.cu paged_attention_kernel: grid (num_heads, "
+    "num_seqs), head_idx = blockIdx.x, kv_head_idx = head_mapping[head_idx] (one thread "
+    "block per query head, reading its KV head); vllm/model_executor/layers/attention.py "
+    "passes head_mapping to paged_attention_v1/v2"
+)
+
+
+def eager_per_query_head_check(
+    data_root: Path | None, rates: tuple[float, ...] = EAGER_PER_QUERY_HEAD_RATES
+) -> pd.DataFrame:
+    """A diagnostic, not shipped: 2023 vLLM's PagedAttention decoded a grouped (GQA) layout
+    per query head (:data:`EAGER_PER_QUERY_HEAD_SOURCE`), while the shipped fit runs the
+    grouped FlashAttention decode fit. Only Splitwise's Llama-2-70B (8 query heads per KV
+    head) is grouped here; OPT (DistServe) is MHA, so the A100 host terms, fitted on
+    DistServe's rows, cannot move. Per ``rates`` entry (and the shipped kernels, rate 0):
+    :func:`fit_eager` with every grouped layout decoded per query head at that re-read rate
+    (TensorRT-LLM's form: ``EngineProfile.per_query_head_kv_bytes_per_s``), the DGX-H100 host
+    factor it fits, and median / p90 APE per source, over all rows and the held-out rows."""
+    pts = all_points(data_root)
+    rows = features(pts[pts["engine"] == EAGER_ENGINE].reset_index(drop=True))
+    out = []
+    for rate in (0.0, *rates):
+        kern = (
+            EAGER_KERNELS
+            if rate == 0.0
+            else replace(
+                EAGER_KERNELS, grouped_decode_q_per_kv=(), per_query_head_kv_bytes_per_s=rate
+            )
+        )
+        fe = fit_eager(rows, kernels=kern)
+        r = fe["rows"]
+        a = r["ape"].to_numpy(float)
+        parts = {
+            "all": np.ones(len(r), bool),
+            "held out": (r["split"] != "fit").to_numpy(),
+            **{s: (r["source"] == s).to_numpy() for s in sorted(r["source"].unique())},
+        }
+        for part, sel in parts.items():
+            out.append(
+                {
+                    "reread_tb_per_s": rate / 1e12,
+                    "h100_host_scale": fe["host_scale"].get("h100-sxm", float("nan")),
+                    "rows": part,
+                    "n": int(sel.sum()),
+                    "median_ape": float(np.median(a[sel])),
+                    "p90_ape": float(np.percentile(a[sel], 90)),
+                }
+            )
+    return pd.DataFrame(out)
 
 
 # SGLang's Triton fused_moe picks its tile config from a file per (local experts E, shard
@@ -2428,6 +2530,12 @@ def main(argv: list[str] | None = None) -> int:
         "A100-fitted host terms as they are and times one host-speed factor",
     )
     p.add_argument(
+        "--eager-regimes",
+        action="store_true",
+        help="vllm-eager-2023's shipped fit split by regime (source, model, TP, phase, batch) "
+        "and the 2023 PagedAttention per-query-head decode check (diagnostics)",
+    )
+    p.add_argument(
         "--lmdeploy-check",
         action="store_true",
         help="LMDeploy TurboMind's A100 table against the step model's kernels alone "
@@ -2495,6 +2603,22 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{m}: kernels alone / measured {k.min():.3f}-{k.max():.3f}, median {np.median(k):.3f}"
             )
+        return 0
+    if args.eager_regimes:
+        try:
+            pts = all_points(Path(args.data))
+            rows = fit_eager(features(pts[pts["engine"] == EAGER_ENGINE].reset_index(drop=True)))
+            reg = eager_regimes(rows["rows"])
+            pqh = eager_per_query_head_check(Path(args.data))
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        print("vllm-eager-2023, shipped fit, by regime (ratio = measured / predicted):")
+        print(reg.round(3).to_string(index=False))
+        print(
+            f"2023 PagedAttention per query head ({EAGER_PER_QUERY_HEAD_SOURCE}); rate 0 = shipped:"
+        )
+        print(pqh.round(4).to_string(index=False))
         return 0
     if args.eager_forms:
         return print_eager_forms(Path(args.data))

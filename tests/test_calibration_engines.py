@@ -17,7 +17,7 @@ from calibration.cli import default_base
 from calibration.fit import fit_allreduce
 from disaggsim.costmodel import ops
 from disaggsim.errors import UserError
-from disaggsim.hardware.engines import PARAM_KEYS, load_engines
+from disaggsim.hardware.engines import PARAM_KEYS, load_engines, shipped_engines_path
 from disaggsim.hardware.profile import AllReduceParams, load_profile, shipped_profile_path
 from tests.conftest import SHARED_DATA as DATA
 
@@ -1097,3 +1097,62 @@ def test_eager_host_scale_fits_the_h100_host_only() -> None:
     lofo = np.abs(h["lofo_pred_s"] / h["value_s"] - 1.0)
     as_is_median = engines.eager_host_check(DATA)["shipped"]["h100-sxm"][0]
     assert np.median(lofo) < 0.5 * as_is_median
+
+
+def test_eager_regimes_split_every_row_by_hand() -> None:
+    # four rows: two decode batches in different bands, one prefill, one miss
+    rows = pd.DataFrame(
+        {
+            "source": ["s", "s", "s", "s"],
+            "model": ["m", "m", "m", "m"],
+            "tp": [2, 2, 2, 2],
+            "metric": ["decode_step_s", "decode_step_s", "ttft_s", "decode_ctx_step_s"],
+            "batch": [1, 64, 4, 8],
+            "value_s": [1.0, 2.0, 3.0, 1.2],
+            "pred_s": [1.0, 1.0, 3.3, 1.0],
+        }
+    )
+    t = engines.eager_regimes(rows).set_index(["phase", "batches"])
+    assert int(t["n"].sum()) == len(rows)
+    small = t.loc[("decode", "1-8")]
+    # the batch-1 and batch-8 decode rows: ratios 1.0 and 1.2 (APE 0 and 1/6 = 16.7%)
+    assert small["n"] == 2 and small["measured_over_predicted"] == pytest.approx(1.1)
+    assert small["lowest"] == pytest.approx(1.0) and small["highest"] == pytest.approx(1.2)
+    assert small["above_miss"] == 1
+    assert t.loc[("decode", "16-64"), "measured_over_predicted"] == pytest.approx(2.0)
+    assert t.loc[("prefill", "1-8"), "median_ape"] == pytest.approx(0.1)
+    assert t.loc[("prefill", "1-8"), "above_miss"] == 0
+
+
+@needs_data
+def test_eager_per_query_head_check_moves_only_the_grouped_rows() -> None:
+    t = engines.eager_per_query_head_check(DATA, rates=(2e12, 1e18))
+    shipped = load_engines()["vllm-eager-2023"]
+    by = t.set_index(["reread_tb_per_s", "rows"])
+    # rate 0 is the shipped fit: its H100 host factor and all-rows error as engines.json has
+    assert by.loc[(0.0, "all"), "h100_host_scale"] == pytest.approx(
+        shipped.host_scale_for("h100-sxm"), rel=1e-4
+    )
+    doc = json.loads(shipped_engines_path().read_text())
+    err = doc["engines"]["vllm-eager-2023"]["fit_error"]
+    assert by.loc[(0.0, "all"), "median_ape"] == pytest.approx(err["all"]["median_ape"], abs=1e-4)
+    # OPT (DistServe) is MHA: per-query-head decode changes none of its rows at any rate
+    for rate in (2.0, 1e6):
+        assert by.loc[(rate, "distserve-vllm"), "p90_ape"] == pytest.approx(
+            by.loc[(0.0, "distserve-vllm"), "p90_ape"], rel=1e-9
+        )
+    # re-reads at a rate no GPU has cost nothing: the shipped figures again
+    assert by.loc[(1e6, "splitwise-sim"), "median_ape"] == pytest.approx(
+        by.loc[(0.0, "splitwise-sim"), "median_ape"], rel=1e-6
+    )
+    # at about the HBM peak they cost the Llama-2-70B decode steps: the H100 rows move
+    assert by.loc[(2.0, "splitwise-sim-h100"), "median_ape"] != pytest.approx(
+        by.loc[(0.0, "splitwise-sim-h100"), "median_ape"], rel=1e-3
+    )
+
+
+def test_engines_cli_eager_regimes(capsys) -> None:
+    assert engines.main(["--data", str(DATA), "--eager-regimes"]) == 0
+    out = capsys.readouterr().out
+    assert "by regime" in out and "above_miss" in out and "splitwise-sim-h100" in out
+    assert "head_mapping" in out and "reread_tb_per_s" in out
