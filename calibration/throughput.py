@@ -306,10 +306,12 @@ def kv_gpu_mem_util(row: ThroughputRow) -> float:
     return min((KV_FREE_MEM_FRACTION * free + used) / gpu.usable_bytes, 1.0)
 
 
-def scenario_for(row: ThroughputRow) -> dict:
+def scenario_for(row: ThroughputRow, kv_less_bytes: float = 0.0) -> dict:
     """The scenario (a mapping) that simulates ``row``'s benchmark; its requests come from
-    :func:`requests_for`."""
+    :func:`requests_for`. ``kv_less_bytes`` (a diagnostic, :func:`kv_less_check`): that
+    many bytes per GPU less KV memory than the engine's (0: the check as shipped)."""
     max_bs, max_tokens, _ = trtllm_bench_limits(row)
+    util = kv_gpu_mem_util(row) - kv_less_bytes / get_gpu(row.gpu).usable_bytes
     return {
         "name": "throughput-check",
         "seed": 0,
@@ -325,7 +327,7 @@ def scenario_for(row: ThroughputRow) -> dict:
             "scheduler": "chunked",
             "max_batch_seqs": min(max_bs, MAX_BATCH_SEQS),
             "max_batch_tokens": max_tokens,
-            "gpu_mem_util": kv_gpu_mem_util(row),
+            "gpu_mem_util": util,
             # the reserve at the build's own limits (max_batch_seqs above may be capped)
             "activation_reserve_gib": runtime_reserve(row) / GiB,
         },
@@ -375,8 +377,9 @@ def _not_simulated(
     return RowResult(row.row_id, nan, max_bs, max_tokens, kv_req, nan, nan, note, wall_s)
 
 
-def simulate_row(row: ThroughputRow) -> RowResult:
-    """Simulate one row's benchmark (see the module docstring)."""
+def simulate_row(row: ThroughputRow, kv_less_bytes: float = 0.0) -> RowResult:
+    """Simulate one row's benchmark (see the module docstring); ``kv_less_bytes`` as
+    :func:`scenario_for` takes it."""
     limits = trtllm_bench_limits(row)
     max_bs, max_tokens, kv_req = limits
     t0 = time.perf_counter()
@@ -386,7 +389,7 @@ def simulate_row(row: ThroughputRow) -> RowResult:
             row, limits, "trtllm-bench build would refuse (KV for < 1 request)", 0.0
         )
     try:
-        res = simulate(scenario_for(row), requests=requests_for(row))
+        res = simulate(scenario_for(row, kv_less_bytes), requests=requests_for(row))
     except UserError as e:
         return _not_simulated(row, limits, f"not simulated: {e}", time.perf_counter() - t0)
     frame = res.requests
@@ -673,6 +676,29 @@ def validation_sentence(path: Path = SUMMARY) -> str:
         return f"Published max-load throughput: no summary ({path.name}: {e}); run `python -m calibration.throughput --write-doc`."
 
 
+def kv_less_check(rows: Sequence[ThroughputRow], less_gib: Sequence[float]) -> pd.DataFrame:
+    """A diagnostic, nothing shipped changes: each row simulated with its KV memory as
+    shipped and with each of ``less_gib`` GiB per GPU less (the KV pool the engine would
+    keep if it held that much more besides weights and KV). Per row and amount the
+    simulated / published ratio and the mean batch: how large a memory shortfall would
+    explain a row, and whether the row follows the KV pool at all (a row whose batch is
+    not KV-bound does not)."""
+    out = []
+    for row in rows:
+        for gib in (0.0, *less_gib):
+            r = simulate_row(row, gib * GiB)
+            out.append(
+                {
+                    "row_id": row.row_id,
+                    "kv_less_gib": gib,
+                    "ratio": r.simulated_output_tokens_per_s / row.output_tokens_per_s,
+                    "mean_batch": r.mean_batch,
+                    "note": r.note,
+                }
+            )
+    return pd.DataFrame(out)
+
+
 def _print_what_if(rows: Sequence[ThroughputRow], names: Sequence[str]) -> int:
     base = compare(rows)
     with what_if(names):
@@ -719,20 +745,45 @@ def main(argv: list[str] | None = None) -> int:
         help="diagnostic: also run the rows with this change (repeatable; "
         "nothing shipped changes) and print both",
     )
+    p.add_argument(
+        "--kv-less-gib",
+        action="append",
+        type=float,
+        default=[],
+        metavar="GIB",
+        help="diagnostic: also run the rows with GIB GiB per GPU less KV memory (repeatable; "
+        "nothing shipped changes) and print the ratio and mean batch of each",
+    )
     a = p.parse_args(argv)
     try:
         if a.every < 1:
             raise UserError(f"--every: must be >= 1, got {a.every}")
+        bad = [g for g in a.kv_less_gib if not (math.isfinite(g) and g > 0.0)]
+        if bad:
+            raise UserError(f"--kv-less-gib: must be a number of GiB > 0, got {bad[0]:g}")
         rows = read_rows(a.rows)
         if a.only:
             rows = [r for r in rows if a.only in r.gpu or a.only in r.model or a.only in r.row_id]
             if not rows:
                 raise UserError(f"--only {a.only!r}: no row's gpu, model or row_id contains it")
         rows = rows[:: a.every]
-        if a.write_doc and (a.only or a.every != 1 or a.rows != ROWS or a.what_if):
+        if a.write_doc and (a.only or a.every != 1 or a.rows != ROWS or a.what_if or a.kv_less_gib):
             raise UserError(
-                "--write-doc takes every shipped row (no --only, --every, --rows or --what-if)"
+                "--write-doc takes every shipped row (no --only, --every, --rows, --what-if "
+                "or --kv-less-gib)"
             )
+        if a.kv_less_gib:
+            t = kv_less_check(rows, a.kv_less_gib)
+            wide = t.pivot_table(
+                index="row_id", columns="kv_less_gib", values=["ratio", "mean_batch"], sort=False
+            )
+            print("simulated / published (ratio) and mean batch with GiB per GPU less KV memory")
+            with pd.option_context("display.width", 250, "display.max_rows", 1000):
+                print(wide.round(3).to_string())
+            notes = t[t["note"] != ""]
+            for r in notes.itertuples():
+                print(f"{r.row_id} at {r.kv_less_gib:g} GiB less: {r.note}")
+            return 0
         if a.what_if:
             return _print_what_if(rows, a.what_if)
         t0 = time.perf_counter()

@@ -211,3 +211,35 @@ def test_shipped_summary_is_of_the_shipped_rows(tmp_path):
     text = tput.validation_sentence()
     assert f"{d['compared']} rows" in text and "\n" not in text
     assert "no summary" in tput.validation_sentence(tmp_path / "missing.json")
+
+
+def test_kv_less_check_shrinks_only_the_kv_pool():
+    """A KV-bound row: Llama-3-70B FP16 on two H100s at 128/2048 (the heuristic's batch 64;
+    the pool holds about 34 sequences of 2,176 tokens). With 2 GiB per GPU less KV memory
+    the scenario's gpu_mem_util drops by exactly 2 GiB over CUDA's total, the pool holds
+    fewer sequences and the run is slower; the shipped amount (0) is the check as shipped."""
+    from disaggsim.catalog import get_gpu
+    from disaggsim.units import GiB
+
+    r = row(model="llama-3-70b", weight_dtype="fp16", kv_dtype="fp16", tp=2, osl=2048,
+            num_requests=200)  # fmt: skip
+    util = tput.scenario_for(r)["pool"]["gpu_mem_util"]
+    less = tput.scenario_for(r, 2 * GiB)["pool"]["gpu_mem_util"]
+    assert util - less == pytest.approx(2 * GiB / get_gpu("h100-sxm").usable_bytes, rel=1e-12)
+    t = tput.kv_less_check([r], [2.0]).set_index("kv_less_gib")
+    assert t.loc[0.0, "ratio"] == pytest.approx(tput.simulate_row(r).simulated_output_tokens_per_s)
+    assert t.loc[2.0, "mean_batch"] < t.loc[0.0, "mean_batch"]
+    assert t.loc[2.0, "ratio"] < t.loc[0.0, "ratio"]
+    assert (t["note"] == "").all()
+
+
+def test_cli_kv_less_gib(capsys):
+    assert (
+        tput.main(["--only", "h100-sxm-fp16/llama-3-70b/tp2/128-2048", "--kv-less-gib", "2"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "GiB per GPU less KV memory" in out and "tp2/128-2048" in out
+    assert tput.main(["--only", "a100", "--kv-less-gib", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--kv-less-gib" in err
+    assert tput.main(["--kv-less-gib", "1", "--write-doc"]) == 2
