@@ -685,15 +685,24 @@ def kv_less_check(rows: Sequence[ThroughputRow], less_gib: Sequence[float]) -> p
     not KV-bound does not)."""
     out = []
     for row in rows:
+        gpu = get_gpu(row.gpu)
+        kv_gib = (gpu.usable_bytes * kv_gpu_mem_util(row) - _weights_per_gpu(row)) / GiB
+        kv_gib -= runtime_reserve(row) / GiB
         for gib in (0.0, *less_gib):
-            r = simulate_row(row, gib * GiB)
+            if gib >= kv_gib:
+                ratio, batch = math.nan, math.nan
+                note = f"not simulated: the row's KV memory is {kv_gib:.2f} GiB per GPU"
+            else:
+                r = simulate_row(row, gib * GiB)
+                ratio = r.simulated_output_tokens_per_s / row.output_tokens_per_s
+                batch, note = r.mean_batch, r.note
             out.append(
                 {
                     "row_id": row.row_id,
                     "kv_less_gib": gib,
-                    "ratio": r.simulated_output_tokens_per_s / row.output_tokens_per_s,
-                    "mean_batch": r.mean_batch,
-                    "note": r.note,
+                    "ratio": ratio,
+                    "mean_batch": batch,
+                    "note": note,
                 }
             )
     return pd.DataFrame(out)

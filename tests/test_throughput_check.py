@@ -231,6 +231,10 @@ def test_kv_less_check_shrinks_only_the_kv_pool():
     assert t.loc[2.0, "mean_batch"] < t.loc[0.0, "mean_batch"]
     assert t.loc[2.0, "ratio"] < t.loc[0.0, "ratio"]
     assert (t["note"] == "").all()
+    # more than the row's KV memory (about 11.3 GiB a GPU here): not simulated, said so
+    big = tput.kv_less_check([r], [100.0]).set_index("kv_less_gib").loc[100.0]
+    assert big["note"].startswith("not simulated: the row's KV memory is 11.")
+    assert big["ratio"] != big["ratio"]  # NaN
 
 
 def test_cli_kv_less_gib(capsys):
