@@ -50,7 +50,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Generator
 from enum import Enum
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -684,6 +684,7 @@ class _TokenBatch(Worker):
         "_finishing",
         "_leave_hooks",
         "_lines",
+        "_longest",
         "_min_lines",
         "_intervals",
         "_phase_hist",
@@ -745,6 +746,17 @@ class _TokenBatch(Worker):
         self._intervals: dict[int, tuple[tuple[float, tuple[float, float]], ...]] | None = (
             {} if getattr(self.cost, "decode_interval_lines", False) else None
         )
+        # such a kernel sizes its shared memory by the batch's longest sequence
+        # (WorkerCost.decode_longest_coeffs: TensorRT-LLM's masked MHA takes the longest
+        # past KV length): the intervals are then keyed by the longest sequence's history,
+        # kept as a lazy max-heap of the running sequences' (join step - context at join,
+        # rid) (a sequence's context now is step_idx minus its key), pushed at each join;
+        # entries of sequences that left are dropped when they reach the top
+        self._longest: list[tuple[int, int]] | None = (
+            []
+            if self._intervals is not None and hasattr(self.cost, "decode_longest_coeffs")
+            else None
+        )
         self._run_timed_out_cb: Then = self._run_timed_out  # bound once (Worker._pass_cb)
         self._run_woken_cb: Then = self._run_woken
         self._run_waited_cb: Then = self._run_waited
@@ -786,27 +798,62 @@ class _TokenBatch(Worker):
         return lines
 
     def _interval_run(self, b: int, c: int, k: int) -> tuple[int, DecodeLines]:
-        """A run of at most ``k`` steps from context ``c`` on the stream line of the context
-        interval holding ``c`` (``decode_interval_coeffs``), cut at the last step before the
-        context enters the next interval (the next run takes its line). Returns the steps
-        and the run's lines (the item line as before)."""
+        """A run of at most ``k`` steps from context ``c`` on the stream line of the regime
+        holding the batch's longest sequence (``decode_longest_coeffs``: its history, the
+        cached tokens before its step) or, for a cost model without that form, of the
+        context interval holding ``c`` (``decode_interval_coeffs``); cut at the last step
+        before the longest history (or the context) enters the next one (the next run
+        takes its line). Returns the steps and the run's lines (the item line as before)."""
         lines = self._lines.get(b)
         if lines is None:
             lines = self._lines_for(b)
         cache = self._intervals
         assert cache is not None
         spans = cache.get(b)
-        if spans is None:
-            spans = cache[b] = tuple(self.cost.decode_interval_coeffs(b))  # type: ignore[attr-defined]
         base, per = lines.base_s, lines.per_token_s
-        for start, line in spans:
-            if c < start:  # the next interval: steps j with c + j b < start run on this line
-                k = min(k, max(math.ceil((start - c) / b), 1))
-                break
-            base, per = line
+        if self._longest is not None:
+            if spans is None:
+                spans = cache[b] = tuple(self.cost.decode_longest_coeffs(b))  # type: ignore[attr-defined]
+            h = self._longest_history()  # at the run's first step; + 1 each step
+            for start, line in spans:
+                if h < start:  # the next regime: steps j with h + j < start run on this line
+                    k = min(k, max(math.ceil(start - h), 1))
+                    break
+                base, per = line
+        else:
+            if spans is None:
+                spans = cache[b] = tuple(self.cost.decode_interval_coeffs(b))  # type: ignore[attr-defined]
+            for start, line in spans:
+                if c < start:  # the next interval: steps j with c + j b < start run on this line
+                    k = min(k, max(math.ceil((start - c) / b), 1))
+                    break
+                base, per = line
         if (base, per) == (lines.base_s, lines.per_token_s):
             return k, lines
         return k, DecodeLines(base, per, lines.has_item, lines.item_base_s, lines.item_per_token_s)
+
+    def _longest_history(self) -> int:
+        """Cached tokens of the running batch's longest sequence before the next step
+        (its context minus the token the step adds: ops' ``ceil(C / B - 1)`` for equal
+        lengths). Pops the heap's entries of sequences no longer running as it goes."""
+        heap = self._longest
+        assert heap is not None
+        running = self._running
+        while True:
+            key, rid = heap[0]
+            entry = running.get(rid)
+            if entry is not None and entry[0] - entry[1] == key:
+                return self.step_idx - key - 1
+            heappop(heap)
+
+    def _push_longest(self, heap: list[tuple[int, int]], key: int, rid: int) -> None:
+        """A sequence joined (``key``: join step - context at join). The heap is rebuilt
+        from the running batch when stale entries outnumber the running ones, so it stays
+        within twice the batch (amortised O(1) a join besides the push)."""
+        heappush(heap, (key, rid))
+        if len(heap) > 2 * self.batch + 64:
+            heap[:] = [(e[0] - e[1], r) for r, e in self._running.items()]
+            heapify(heap)
 
     def _min_line_run(self, b: int, c: int, k: int) -> tuple[int, DecodeLines]:
         """A run of at most ``k`` steps from context ``c`` on the smallest of the cost
@@ -924,6 +971,8 @@ class _TokenBatch(Worker):
         self.batch += 1
         self.context_tokens += ctx
         heappush(self._finishing, (fin, rid))
+        if self._longest is not None:
+            self._push_longest(self._longest, step - ctx, rid)
         if not rs.reserve_full:
             self._phase_hist[(ctx - in_cache - step) % self.block_tokens] += 1
 
@@ -1349,6 +1398,8 @@ class _TokenBatch(Worker):
         lost.extend(self.swapped)
         self.swapped.clear()
         self._finishing.clear()
+        if self._longest is not None:
+            self._longest.clear()
         self._phase_hist = [0] * self.block_tokens
         self.promised_growth = 0
         return lost
@@ -2168,6 +2219,8 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
         self.batch += 1
         self.context_tokens += ctx
         heappush(self._finishing, (fin, rid))
+        if self._longest is not None:
+            self._push_longest(self._longest, step - ctx, rid)
         # <= 0: prefill reserved one more
         if rs.reserve_full:
             grown = rs.full_blocks(rid) - held
@@ -2339,7 +2392,18 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 done_now.append(rid)
         b, ctx = self.batch, self.context_tokens
         self.sample(len(self.queue), b + len(self.prefilling))
-        dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
+        if b and self._longest is not None:  # masked MHA: sized by the longest sequence
+            dur = self.cost.mixed_time_s(  # type: ignore[call-arg]
+                b,
+                ctx,
+                chunk_seqs,
+                chunk_tokens,
+                pairs,
+                cached,
+                decode_longest_history_tokens=self._longest_history(),
+            )
+        else:
+            dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
         if self.prefix is not None:
             dur += self._promotion_s()
         self._activity = _MIXED
