@@ -876,6 +876,16 @@ class Router:
             if key is not None:  # indexed (accepting): its room grows
                 rooms.set(pos, key - blocks * rooms.n)
 
+    def held_for_decode(self) -> bool:
+        """Whether the requests held here wait for decode room (kv_aware: a front worker
+        takes work, but no decode worker can promise the head its full length), not for
+        a prefill worker."""
+        if not (self.kv_aware and self.queue):
+            return False
+        if self._front_changes:
+            self._refresh_front()
+        return self._num_front_accepting > 0
+
     def waiting_for_prefill(self) -> int:
         """Requests waiting for a prefill: held here, or queued at a front worker (from
         the running total: work per change, not per worker; only with ``count_queued``)."""

@@ -171,12 +171,18 @@ class Scaling:
             or (w.state is WorkerState.IN_SERVICE and not w.alive)
         )
         draining = sum(1 for w in pool if w.state is WorkerState.DRAINING)
+        # requests the router holds because no decode worker can promise them room
+        # (kv_aware) wait for both pools: the decode pool's room first, then a prefill
+        # worker (prefill signals count every held request; the decode pool's counted
+        # none, so a pool short of KV to promise saw no queue)
+        router = cl.router
         if role == "decode":
-            queued = list(cl.router.pending) + [r for w in pool for r in getattr(w, "waiting", ())]
-            queued_tokens = sum(cl.requests.prefill_len(r) for r in queued)
+            queued = list(router.pending) + [r for w in pool for r in getattr(w, "waiting", ())]
+            if router.held_for_decode():
+                queued += router.queue
         else:
-            queued = list(cl.router.queue) + [r for w in pool for r in getattr(w, "queue", ())]
-            queued_tokens = sum(cl.requests.prefill_len(r) for r in queued)
+            queued = list(router.queue) + [r for w in pool for r in getattr(w, "queue", ())]
+        queued_tokens = sum(cl.requests.prefill_len(r) for r in queued)
         occ = [getattr(w, "batch", 0) / w.max_batch_seqs for w in serving]
         kv = [w.kv_used_blocks / max(w.kv_capacity_blocks, 1) for w in serving]
         now = self.env.now
