@@ -113,3 +113,39 @@ def test_summary_leaves_the_counts_out_of_other_runs():
     ).summary
     assert s.num_chunked_steps is None
     assert "num_chunk_budget_full_steps" not in s.to_dict()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_full_step_means_a_larger_budget_runs_the_same(seed: int):
+    """The count's meaning, as a property: a run that filled its budget in no iteration
+    runs every iteration the same under a budget four times larger (the constant-cost
+    double's KV does not depend on the budget, as a real worker's activation reserve
+    does); a run that filled it does not, on these loads."""
+    rng = np.random.default_rng(seed)
+    n = 60
+    reqs = Requests(
+        arrival_s=np.sort(rng.uniform(0.0, 3.0, n)),
+        prompt_tokens=rng.integers(1, 400, n),
+        output_tokens=rng.integers(1, 40, n),
+    )
+    cost = ConstantCost(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01)
+
+    def run(budget: int):
+        cfg = EngineConfig(pools=(PoolSpec("colocated", 1, cost, 16, budget, "chunked"),))
+        return run_cluster(reqs, cfg)
+
+    zero = 0
+    # 16 seats x the longest prompt (399) + 16 decode tokens: never full by construction;
+    # the smaller budgets fill or not as the load has it
+    for budget in (450, 1000, 2000, 16 * 399 + 16):
+        a = run(budget)
+        if a.counters["num_chunk_budget_full_steps"] == 0:
+            zero += 1
+            b = run(4 * budget)
+            np.testing.assert_array_equal(a.log.finish_at_s, b.log.finish_at_s)
+            np.testing.assert_array_equal(a.log.first_token_at_s, b.log.first_token_at_s)
+            assert a.counters["num_chunked_steps"] == b.counters["num_chunked_steps"]
+    assert zero >= 1
+    small, larger = run(64), run(256)
+    assert small.counters["num_chunk_budget_full_steps"] > 0
+    assert not np.array_equal(small.log.finish_at_s, larger.log.finish_at_s)
