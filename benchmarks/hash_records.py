@@ -17,6 +17,8 @@ Runs, each through :func:`disaggsim.engine.cluster.run_cluster` on the inputs
   client timeouts and a bounded router queue, and for disaggregated scenarios no
   back-pressure with a cut KV (also under ``most_free_kv``, the old default) (decode batches outgrow it: disaggregated preemption,
   recompute and swap);
+- ci/disaggregated and ci/chunked on TensorRT-LLM's masked MHA (Llama-2-7B, tp1, 4x the
+  rate): decode runs keyed by the batch's longest sequence;
 - 20,000-request slices of the fixed benchmark (``disaggsim bench``) and of the 200- and
   1,000-GPU fleets (``disaggsim.cli.bench.fleet_scenario``).
 
@@ -316,6 +318,16 @@ def all_runs(max_requests: int) -> list[tuple[str, Callable[[], Any]]]:
         if name in VARIANT_BASES:
             for vname, vraw, cut in _variants(name, raw):
                 runs.append((vname, lambda r=vraw, b=base, c=cut: run_engine(r, b, c)))
+    # TensorRT-LLM's masked MHA (vanilla-MHA Llama-2-7B, tp1): the decode runs keyed by the
+    # batch's longest sequence (the engine's heap of histories), decode and chunked
+    for name in ("ci/disaggregated", "ci/chunked"):
+        raw = _cap(_read(scen_dir / f"{name}.yaml"), max_requests)
+        base = scen_dir / name.split("/")[0]
+        mha = _set(_set(_rate_times(raw, 4.0), "model", "llama-2-7b"), "engine", "trtllm")
+        mha = _set(mha, "workload.prompt_tokens.max", 3800)  # + 256 within its 4,096
+        for pool in _pools(mha):
+            mha = _set(mha, f"{pool}.tp", 1)
+        runs.append((f"{name}+trtllm-mmha", lambda r=mha, b=base: run_engine(r, b)))
     fixed = copy.deepcopy(BENCH_SCENARIO)
     fixed["workload"]["num_requests"] = 20_000
     fixed["sim"]["duration_s"] = 20_000 / 8.0 * 1.2
