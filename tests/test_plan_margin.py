@@ -30,7 +30,10 @@ def test_a_quick_loss_says_its_error_and_the_families_stopped():
         families=FAMS_DIS_STOPPED,
     )
     advice = advise(res)
-    assert advice.verdict == "colocate_chunked"
+    # -22 % lies within 30 % of the line with the stopped family able to reach it: a
+    # result with no search to walk it on stays undecided (tests/test_plan_stopped.py);
+    # the gain is quoted with its margin all the same
+    assert advice.verdict == "undecided"
     assert (
         "disaggregation loses 22% goodput per GPU here (disagg 10P x tp1 + 6D x tp1: 0.780 vs "
         "chunked 16 x tp1 chunk 512: 1.000 req/s per GPU; quick mode's figures, good to about "

@@ -32,6 +32,7 @@ condition for disaggregation: reuse shrinks prefill for both architectures.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,8 @@ __all__ = [
     "advise",
     "fabric_name",
     "quick_margin",
+    "stopped_band",
+    "stopped_family_doubt",
 ]
 
 MIN_GAIN = 0.05
@@ -501,7 +504,11 @@ def advise(res: SearchResult) -> Advice:
         if conf is not None:
             # the figures compared were measured again at full accuracy (plan/confirm.py):
             # full mode's rule decides; only a doubt those runs cannot remove stays
-            why = open_family_doubt(res, adv) or left_over_doubt(res, adv)
+            why = (
+                open_family_doubt(res, adv)
+                or stopped_family_doubt(res, adv)
+                or left_over_doubt(res, adv)
+            )
             if why is None:
                 rivals = left_over_rivals(res, adv)
                 tail = f"; {rivals}" if rivals else ""
@@ -529,10 +536,93 @@ def advise(res: SearchResult) -> Advice:
 
 
 def _quick_doubt(res: SearchResult, adv: Advice) -> str | None:
-    """Why quick mode's verdict cannot be trusted, or None: :func:`close_gain_doubt` and
-    :func:`open_family_doubt`, each that applies."""
-    why = [d for d in (close_gain_doubt(adv), open_family_doubt(res, adv)) if d is not None]
+    """Why quick mode's verdict cannot be trusted, or None: :func:`close_gain_doubt`,
+    :func:`open_family_doubt` and :func:`stopped_family_doubt`, each that applies."""
+    why = [
+        d
+        for d in (
+            close_gain_doubt(adv),
+            open_family_doubt(res, adv),
+            stopped_family_doubt(res, adv),
+        )
+        if d is not None
+    ]
     return "; and ".join(why) or None
+
+
+def stopped_band(res: SearchResult) -> float:
+    """How far from :data:`MIN_GAIN` a quick gain can lie and still be turned by the
+    losing side's families its floor stopped: the figures' own error
+    (:data:`QUICK_UNCERTAINTY`) plus the share behind the best at which the floor stops a
+    family (``1 - explore_floor``, 15 %), 30 % in quick mode."""
+    return QUICK_UNCERTAINTY + max(0.0, 1.0 - res.options.explore_floor)
+
+
+def stopped_families_in_doubt(res: SearchResult, adv: Advice) -> tuple[str, ...]:
+    """The losing side's families that quick mode's floor stopped while they could turn
+    its verdict (docs/planning.md §3, "Quick margins"): a stopped family's best can only
+    be higher than found, so one is in doubt where the gain its best found gives against
+    the winning side's best lies within :func:`stopped_band` of :data:`MIN_GAIN`, and its
+    ceiling (its bound x the slack pruning allows) reaches the line. Judged on the
+    search's goodputs, those the floor stopped it on (the check as written can lower a
+    recommendation's later, plan/holds.py, and must not turn a judged doubt). Empty
+    outside quick mode, where no gain is quoted, or where none is stopped."""
+    qm = adv.margin
+    dis = adv.best_disaggregated
+    if adv.disaggregation_gain is None or qm is None or not qm.stopped or dis is None:
+        return ()
+    if not res.options.quick_mode:
+        return ()
+    band = stopped_band(res)
+    dis_best = _searched(dis)
+    colo = max(
+        (_searched(r) for r in (adv.best_chunked, adv.best_vllm) if r is not None), default=0
+    )
+    if not (dis_best > 0 and colo > 0):
+        return ()
+    found: dict[str, float] = {}
+    for r in res.ranked:
+        name = res.family_of.get(r.candidate)
+        if name is not None:
+            found[name] = max(found.get(name, 0.0), _searched(r))
+    out = []
+    for name in qm.stopped:
+        ceiling = res.family_bounds.get(name, 0.0) * res.options.bound_slack
+        if qm.losing_side == "disaggregate":
+            # where no member of it is ranked, the side's best (no lower than its own)
+            fam_gain = found.get(name, dis_best) / colo - 1
+            doubt = fam_gain > MIN_GAIN - band and ceiling >= colo * (1 + MIN_GAIN)
+        else:
+            best = found.get(name, colo)
+            fam_gain = dis_best / best - 1 if best > 0 else float("inf")
+            doubt = fam_gain < MIN_GAIN + band and ceiling * (1 + MIN_GAIN) >= dis_best
+        if doubt:
+            out.append(name)
+    return tuple(out)
+
+
+def _searched(r: CandidateResult) -> float:
+    """A candidate's goodput per GPU as its search measured it (before any lowering by
+    the check as written)."""
+    g = r.goodput
+    if g is not None and math.isfinite(g.per_gpu_per_s):
+        return float(g.per_gpu_per_s)
+    return r.goodput_per_gpu_per_s
+
+
+def stopped_family_doubt(res: SearchResult, adv: Advice) -> str | None:
+    """Doubt (or None): :func:`stopped_families_in_doubt`. Walking those families on
+    (plan/confirm.py) removes it; without that walk the plan stays undecided."""
+    names = stopped_families_in_doubt(res, adv)
+    if not names or adv.disaggregation_gain is None:
+        return None
+    n = len(names)
+    return (
+        f"disaggregation's gain of {adv.disaggregation_gain:+.0%} goodput per GPU lies "
+        f"within {stopped_band(res):.0%} of the {MIN_GAIN:.0%} needed for a second pool "
+        f"while its floor stopped {n} famil{'y' if n == 1 else 'ies'} of the losing side "
+        f"({', '.join(names)}) that could still reach it"
+    )
 
 
 def close_gain_doubt(adv: Advice) -> str | None:

@@ -32,6 +32,19 @@ winner (:func:`~disaggsim.plan.advisor.open_family_doubt`): its members were nev
 searched. With that doubt the plan stays ``undecided`` and no confirmation is run
 first; after a confirmation it is asked again against the confirmed verdict.
 
+Before any of that, families of the losing side that quick mode's floor **stopped**
+(once 15 % behind the best) are walked on where they could turn the verdict
+(:func:`~disaggsim.plan.advisor.stopped_families_in_doubt`: the gain within
+:func:`~disaggsim.plan.advisor.stopped_band`, 30 %, of the 5 % line on the side those
+families can move it, and a family's ceiling reaching the line): the search is run again
+with them exempt from the floor (``PlanOptions.floor_exempt``) and full mode's wave
+limit, reusing the first search's runs, so it runs only what the floor had cut. A best
+found there decides at quick accuracy, or, still within the close band, is measured
+again as above. A stopped family's best can only be higher than found, so a quick
+verdict with such a family close to the line could be the wrong side (llama-3.1-8b on 4
+H200, lognormal prompts: quick mode decided at -22 % with disaggregated 2P + 1D never
+tried; full mode's margin is -6 %).
+
 The result keeps quick mode's options (``quick: true``) and carries a
 :class:`~disaggsim.plan.search.Confirmation`; the check as written
 (:mod:`disaggsim.plan.holds`) then runs at full mode's tolerance, so recommended.yaml's
@@ -73,7 +86,13 @@ def confirm_close_call(
     """``res`` with its close call measured again at full accuracy (module docstring),
     or ``res`` itself where there is none to settle: not quick mode, confirmation off,
     a decided quick verdict, or a doubt other than the close gain alone."""
-    from disaggsim.plan.advisor import _advise, advise, close_gain_doubt, open_family_doubt
+    from disaggsim.plan.advisor import (
+        _advise,
+        advise,
+        close_gain_doubt,
+        open_family_doubt,
+        stopped_families_in_doubt,
+    )
 
     o = res.options
     if not (o.quick_mode and o.confirm_close) or res.confirmation is not None:
@@ -82,21 +101,43 @@ def confirm_close_call(
         return res
     adv = _advise(res)
     doubt = close_gain_doubt(adv)
-    if doubt is None:
+    stopped = stopped_families_in_doubt(res, adv)
+    if doubt is None and not stopped:
         return res  # an open family alone: no re-measurement settles it
     walked: tuple[str, ...] = ()
     walk_sims = 0
-    if open_family_doubt(res, adv) is not None:
-        # a family the wave limit left open could still beat the winner: walk every open
-        # family on (quick mode's runs, full mode's wave limit) before measuring again
-        waves = o.confirm_waves
-        if res.rerun is None or o.max_waves >= waves:
+    if stopped or open_family_doubt(res, adv) is not None:
+        # families of the losing side the floor stopped, or the wave limit left open,
+        # could still turn the verdict: walk them on (quick mode's runs, the stopped ones
+        # exempt from the floor, full mode's wave limit) before measuring again
+        waves = max(o.confirm_waves, o.max_waves)
+        if res.rerun is None:
             return res
-        walked = tuple(name for name, state in res.families.items() if state == "open")
         before = res.num_simulations
-        res = res.rerun(
-            options=dataclasses.replace(o, max_waves=waves), executor=executor, progress=progress
-        )
+        exempt = tuple(o.floor_exempt)
+        for _ in range(len(res.families) + 1):
+            if open_family_doubt(res, adv) is None and not stopped:
+                break
+            if res.rerun is None or (not stopped and res.options.max_waves >= waves):
+                break  # open at full mode's wave limit: nothing more to walk
+            exempt = (*exempt, *(n for n in stopped if n not in exempt))
+            walked = (
+                *walked,
+                *(
+                    n
+                    for n, state in res.families.items()
+                    if (state == "open" or n in stopped) and n not in walked
+                ),
+            )
+            res = res.rerun(
+                options=dataclasses.replace(o, max_waves=waves, floor_exempt=exempt),
+                executor=executor,
+                progress=progress,
+            )
+            adv = _advise(res)
+            stopped = tuple(n for n in stopped_families_in_doubt(res, adv) if n not in exempt)
+        if not walked:
+            return res
         walk_sims = res.num_simulations - before
         res = dataclasses.replace(res, notes=(*res.notes, _walk_note(walked, o, waves, walk_sims)))
         if advise(res).verdict != "undecided":
@@ -105,6 +146,8 @@ def confirm_close_call(
         doubt = close_gain_doubt(adv)
         if doubt is None or open_family_doubt(res, adv) is not None:
             return res
+    if doubt is None:
+        return res  # only stopped families, and none could be walked on
     sides: dict[str, list[CandidateResult]] = {}
     for r in res.ranked:  # best first by quick goodput; ties in the ranking's order
         if r.goodput_per_gpu_per_s > 0:
@@ -212,8 +255,9 @@ def stake(c: Candidate, quick: float, best: dict[str, float]) -> int:
 
 def _walk_note(walked: tuple[str, ...], o: PlanOptions, waves: int, sims: int) -> str:
     return (
-        f"quick mode's gain was within its error of the threshold while its {o.max_waves}-wave "
-        f"limit had left famil{'y' if len(walked) == 1 else 'ies'} {', '.join(walked)} open: "
-        f"walked on with quick mode's runs to full mode's {waves}-wave limit "
+        f"quick mode's gain was near enough the threshold for famil"
+        f"{'y' if len(walked) == 1 else 'ies'} {', '.join(walked)}, left open by its "
+        f"{o.max_waves}-wave limit or stopped by its floor, to turn it: walked on with quick "
+        f"mode's runs to full mode's {waves}-wave limit, its floor stopping none of them "
         f"({sims} simulations)"
     )

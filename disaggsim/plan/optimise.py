@@ -49,7 +49,7 @@ run side by side on the executor, and the next wave starts when the last has end
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -118,10 +118,14 @@ def optimise(
     min_gain: float = 0.0,
     predict_width: int = 2,
     screen: bool = False,
+    floor_exempt: Collection[str] = (),
 ) -> OptimiseResult[C]:
     """The search (module docstring). ``evaluate(candidates)`` gives each one's goodput
     per GPU; with ``screen``, ``evaluate(candidates, screens)``, ``screens`` mapping the
-    screened ones to the value each must reach (step 2), else it may give 0."""
+    screened ones to the value each must reach (step 2), else it may give 0. The
+    families named in ``floor_exempt`` are never stopped by ``explore_floor`` (they are
+    still pruned, screened and settled): a quick plan walks on the families its floor
+    stopped where they could change its verdict (plan/confirm.py)."""
     values: dict[C, float] = {}
     family_of: dict[C, str] = {}
 
@@ -192,7 +196,7 @@ def optimise(
                 filled = [t for t in tiers if t][: fam.floor_tiers]
                 nearest = [c for t in filled for c in t] if at_nearest else []
                 behind = explore_floor > 0 and values[fam.best] < explore_floor * best
-                if behind and all(c in values for c in nearest):
+                if behind and fam.name not in floor_exempt and all(c in values for c in nearest):
                     fam.state = "stopped"
                     continue
                 todo = []

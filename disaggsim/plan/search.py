@@ -154,6 +154,9 @@ class PlanOptions:
     confirm_max_candidates: int = 8
     # families left open there are first walked on to this wave limit (full mode's)
     confirm_waves: int = 40
+    # families the explore floor does not stop (optimise's ``floor_exempt``): those of a
+    # quick verdict's losing side its floor had stopped, walked on (plan/confirm.py)
+    floor_exempt: tuple[str, ...] = ()
     full_rule: RunLengthRule = field(default_factory=RunLengthRule)
     full_tol_fraction: float = 0.01
 
@@ -492,6 +495,9 @@ class SearchResult:
     families: dict[str, str] = field(default_factory=dict)  # name -> settled|pruned|stopped|open
     family_kinds: dict[str, str] = field(default_factory=dict)  # name -> kind
     family_bounds: dict[str, float] = field(default_factory=dict)  # name -> bound per GPU
+    # candidate -> its family's name, every candidate the walk evaluated (not the cap
+    # raises, plan/search.py raise_caps, made after it)
+    family_of: dict[Candidate, str] = field(default_factory=dict, repr=False, compare=False)
     converged: bool = True  # every family settled or pruned (no wave limit hit)
     num_simulations: int = 0
     # simulations ended early as certain misses (docs/sweeps.md, "Goodput": early stop)
@@ -1444,10 +1450,15 @@ class _Evaluator:
         # (stage, candidate, screen) -> its search, of this plan and of earlier searches
         # of the same question (search's ``memo``): asked again, it is not run again
         self.memo = memo if memo is not None else {}
-        # what a search depends on of the options: all but the wave limit (a search with
-        # more waves reuses these searches)
-        self._memo_options = dataclasses.replace(options, max_waves=0)
+        # what a search depends on of the options: all but the wave limit and the
+        # families exempt from the floor (a search with more waves, or one that walks a
+        # stopped family on, replays these searches up to where it goes further)
+        self._memo_options = dataclasses.replace(options, max_waves=0, floor_exempt=())
         self._residence: dict[tuple, float] = {}  # family -> residence in service times
+        # chunked candidates not simulated: a smaller chunk's search, whose runs never
+        # filled their token budget, is theirs (:meth:`_same_runs`): candidate -> donor
+        self.same_runs: dict[Candidate, Candidate] = {}
+        self._kv_tokens: dict[Candidate, int] = {}
 
     @property
     def simulations(self) -> int:
@@ -1560,6 +1571,36 @@ class _Evaluator:
                 self.invalid[c] = problem
         return self.invalid.get(c)
 
+    def _same_runs(self, c: Candidate) -> tuple[Candidate, GoodputResult] | None:
+        """A smaller chunk of ``c``'s pool searched in this stage whose search is ``c``'s
+        (docs/planning.md §2, "Chunk sizes that cannot bind"), with its result, or None.
+        Where no chunked step of the runs that decided its goodput (the runs at or below
+        the lowest rate that missed above it, its confirmation and retests included)
+        filled its token budget with prompt tokens left waiting
+        (``Summary.num_chunk_budget_full_steps`` 0), a pool of a larger chunk and the
+        same KV capacity runs those rates step for step alike: it meets where that one
+        met and misses where it missed, so its goodput is the same. One seed only (the
+        summaries are the first seed's)."""
+        if c.kind != "colocate_chunked" or c.chunk_tokens is None or self.options.seeds != 1:
+            return None
+        for d, r in self.results.items():
+            if not _smaller_chunk(d, c) or d in self.same_runs or not chunk_never_bound(r):
+                continue
+            if self.kv_capacity_tokens(d) == self.kv_capacity_tokens(c):
+                return d, r
+        return None
+
+    def kv_capacity_tokens(self, c: Candidate) -> int:
+        """A colocated candidate's worker KV capacity (tokens) as the simulator sizes it:
+        ``max_batch_tokens`` (the chunk) sizes the engine's activation reserve."""
+        if c not in self._kv_tokens:
+            lay = c.prefill_layout
+            lim = pool_limits(self.loaded, lay, c.kind, chunk=c.chunk_tokens, seqs=c.max_batch_seqs)
+            loaded = _with_dtype(self.loaded, c.weight_dtype)
+            cost = worker_cost(loaded, plan_gpu(loaded), lay, limits=lim)
+            self._kv_tokens[c] = int(cost.kv_capacity_tokens)
+        return self._kv_tokens[c]
+
     def __call__(
         self, cands: list[Candidate], screens: Mapping[Candidate, float] | None = None
     ) -> list[float]:
@@ -1587,12 +1628,35 @@ class _Evaluator:
         def key(c: Candidate) -> tuple:
             return (self.stage, self._memo_options, c, screens.get(c))
 
-        new = [c for c in dict.fromkeys(cands) if key(c) not in self.memo]
-        if new:
-            for c, r in zip(new, self._run(new, screens), strict=True):
-                self.memo[key(c)] = r
+        pending = [c for c in dict.fromkeys(cands) if key(c) not in self.memo]
+        while pending:
+            # the final stage runs a chunked pool's smaller chunks first, so that a larger
+            # one whose runs they show cannot differ is not run (:meth:`_same_runs`); the
+            # exploration runs a wave side by side (its ladder's rungs at once in full
+            # mode) and skips against the waves before it only
+            now = pending
+            if self.stage == "final":
+                now = [c for c in pending if not any(_smaller_chunk(d, c) for d in pending)]
+            pending = [c for c in pending if c not in now]
+            new = []
+            for c in now:
+                donor = self._same_runs(c)
+                if donor is None:
+                    new.append(c)
+                    continue
+                d, r = donor
+                self.memo[key(c)] = dataclasses.replace(r, scenario=f"{r.scenario} (as {c.label})")
+                self.memo[("same runs", *key(c))] = d
+                self.same_runs[c] = d
+            if new:
+                for c, r in zip(new, self._run(new, screens), strict=True):
+                    self.memo[key(c)] = r
+            for c in now:
+                self.results[c] = self.memo[key(c)]
         out = []
         for c in cands:
+            if ("same runs", *key(c)) in self.memo:
+                self.same_runs[c] = self.memo[("same runs", *key(c))]
             r = self.memo[key(c)]
             self.results[c] = r
             out.append(r.per_gpu_per_s if math.isfinite(r.per_gpu_per_s) else 0.0)
@@ -1927,6 +1991,7 @@ def search(
         max_waves=opts.max_waves,
         min_gain=opts.explore_tol_fraction,
         screen=opts.screen_nearest,
+        floor_exempt=opts.floor_exempt,
     )
     raise_caps(explorer, loaded, lengths, opts.explore_tol_fraction)
     final = _Evaluator(
@@ -1970,6 +2035,7 @@ def search(
         families=found.states,
         family_kinds={f.name: f.kind for f in fams},
         family_bounds={f.name: f.bound_per_gpu for f in fams},
+        family_of=dict(found.family_of),
         converged=found.converged,
         num_simulations=counter[0],
         num_stopped_early=sum(
@@ -1981,7 +2047,10 @@ def search(
             for role, why in moe_why.items()
         )
         + _cap_note(loaded, requests)
-        + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()]),
+        + _shortened_note([r for ev in (explorer, final) for r in ev.results.values()])
+        + _same_runs_note(
+            {**explorer.same_runs, **final.same_runs}, {**explorer.results, **final.results}
+        ),
         num_screened_out=sum(r.status == "below" for r in explorer.results.values()),
         guesses=guesses,
         memo=memo,
@@ -2062,6 +2131,63 @@ def _shortened_note(results: list[GoodputResult]) -> tuple[str, ...]:
         f"{runs} of {total} goodput runs shortened to fit {bounds} (docs/safety.md): their "
         f"warm-up and window down to {lo:.2g} of the run-length rule's, so those goodputs "
         "rest on fewer service times than the rule asks",
+    )
+
+
+def _smaller_chunk(d: Candidate, c: Candidate) -> bool:
+    """Whether ``d`` is ``c``'s chunked pool at a smaller chunk."""
+    return (
+        c.kind == d.kind == "colocate_chunked"
+        and c.chunk_tokens is not None
+        and d.chunk_tokens is not None
+        and d.chunk_tokens < c.chunk_tokens
+        and dataclasses.replace(d, chunk_tokens=c.chunk_tokens) == c
+    )
+
+
+def chunk_never_bound(r: GoodputResult) -> bool:
+    """Whether no chunked step of the runs that decided goodput ``r`` filled its token
+    budget (``Summary.num_chunk_budget_full_steps`` 0 on every run at or below the
+    lowest rate that missed above the goodput: its confirmation and retests included).
+    False where any of them has no such count (a run evaluated without simulating, a
+    summary from before the engine counted it), where the goodput was not bisected
+    between a met and a missed rate, or where nothing missed above it."""
+    lo = r.rate_per_s
+    if r.status not in ("found", "refined") or not (lo > 0 and math.isfinite(lo)):
+        return False
+    runs = [*r.evaluations, *([r.confirmation] if r.confirmation is not None else [])]
+    runs += [e.retest for e in runs if e.retest is not None]
+    missed = [e.rate_per_s for e in runs if not e.meets and e.rate_per_s > lo]
+    if not missed:
+        return False
+    top = min(missed)
+    for e in runs:
+        if e.rate_per_s > top:
+            continue
+        full = (
+            None if e.summary is None else getattr(e.summary, "num_chunk_budget_full_steps", None)
+        )
+        if full is None or full != 0:
+            return False
+    return True
+
+
+def _same_runs_note(
+    same: Mapping[Candidate, Candidate], results: Mapping[Candidate, GoodputResult]
+) -> tuple[str, ...]:
+    """One line naming the chunk sizes not simulated (:meth:`_Evaluator._same_runs`)."""
+    if not same:
+        return ()
+    parts = [
+        f"{c.label} as chunk {d.chunk_tokens}"
+        for c, d in sorted(same.items(), key=lambda t: (t[0].label, t[0].chunk_tokens or 0))
+    ]
+    return (
+        f"{len(same)} chunk size{'s' if len(same) > 1 else ''} not simulated: "
+        + ", ".join(parts)
+        + " (no step of the smaller chunk's runs at its goodput or the rate that missed "
+        "above it filled its token budget, and the KV capacity is the same, so the larger "
+        "chunk runs those rates alike: docs/planning.md §2)",
     )
 
 
