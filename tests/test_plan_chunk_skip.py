@@ -1,0 +1,86 @@
+"""Chunk sizes that cannot bind are not simulated (disaggsim/plan/search.py
+``chunk_never_bound``, ``_Evaluator._same_runs``; docs/planning.md §2): where no chunked
+step of the runs that decided a chunk's goodput (at and below the lowest rate that
+missed above it) filled its token budget, a larger chunk with the same KV capacity runs
+those rates step for step alike, so its goodput search is the smaller chunk's. The
+summaries are set by hand (the count the engine reports,
+``Summary.num_chunk_budget_full_steps``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from disaggsim.config.loader import load_scenario
+from disaggsim.plan.search import Candidate, PlanOptions, _Evaluator, chunk_never_bound
+from disaggsim.sweep.goodput import Evaluation, GoodputResult
+from tests.test_plan_confirm import FLEET
+
+
+def _ev(rate: float, meets: bool, full: int | None, confirm: bool = False) -> Evaluation:
+    s = None if full is None else SimpleNamespace(num_chunk_budget_full_steps=full)
+    return Evaluation(rate, 1.0 if meets else 0.5, True, meets, 100.0, confirm, summary=s)
+
+
+def _result(evals, confirmation=None, status="found", rate=10.0) -> GoodputResult:
+    return GoodputResult("s", 4, rate, rate / 4, status, 0.9, 0.1, tuple(evals), confirmation)
+
+
+# a bisection: met at 8, missed at 12, met at 10 (the goodput), missed at 11; confirmed at 10
+EVALS = [(8.0, True), (12.0, False), (10.0, True), (11.0, False)]
+
+
+def _bisection(full_at: dict[float, int], confirm_full: int = 0) -> GoodputResult:
+    evals = [_ev(r, m, full_at.get(r, 0)) for r, m in EVALS]
+    return _result(evals, _ev(10.0, True, confirm_full, confirm=True))
+
+
+def test_a_chunk_that_never_filled_cannot_bind():
+    assert chunk_never_bound(_bisection({}))
+    # a run above the lowest miss (12 > 11) may fill: it decided nothing
+    assert chunk_never_bound(_bisection({12.0: 40}))
+
+
+def test_a_filled_step_in_a_deciding_run_binds():
+    assert not chunk_never_bound(_bisection({11.0: 1}))  # the miss above the goodput
+    assert not chunk_never_bound(_bisection({8.0: 3}))  # a met run below it
+    assert not chunk_never_bound(_bisection({}, confirm_full=2))  # its confirmation
+
+
+def test_no_count_no_miss_above_or_no_goodput_is_not_evidence():
+    evals = [_ev(r, m, 0) for r, m in EVALS]
+    evals[2] = _ev(10.0, True, None)  # a summary without the engine's count
+    assert not chunk_never_bound(_result(evals))
+    met_only = [_ev(8.0, True, 0), _ev(10.0, True, 0)]
+    assert not chunk_never_bound(_result(met_only))  # unbounded: nothing missed above
+    assert not chunk_never_bound(_result([_ev(8.0, False, 0)], status="unattainable", rate=0.0))
+
+
+def _chunked(chunk: int, seqs: int | None = None) -> Candidate:
+    return Candidate("colocate_chunked", 4, 1, chunk_tokens=chunk, max_batch_seqs=seqs)
+
+
+def _evaluator() -> _Evaluator:
+    return _Evaluator(load_scenario(FLEET), {}, PlanOptions.quick(), None, None, "explore")
+
+
+def test_a_larger_chunk_of_the_same_pool_and_kv_reuses_the_search():
+    ev = _evaluator()
+    small, large = _chunked(512), _chunked(1024)
+    assert ev.kv_capacity_tokens(small) == ev.kv_capacity_tokens(large)
+    ev.results[small] = _bisection({})
+    assert ev._same_runs(large) == (small, ev.results[small])
+    assert ev._same_runs(small) is None  # never a smaller chunk from a larger one
+    # another pool (its batch cap) or a smaller chunk that filled a step: run it
+    assert ev._same_runs(_chunked(1024, seqs=512)) is None
+    ev.results[small] = _bisection({10.0: 1})
+    assert ev._same_runs(large) is None
+
+
+def test_a_chunk_that_shrinks_the_kv_capacity_is_run():
+    """The chunk sizes the engine's activation reserve (max_batch_tokens): at 8192
+    tokens the forward pass outgrows the sampler's logits and the KV pool shrinks."""
+    ev = _evaluator()
+    small, large = _chunked(512), _chunked(65536)
+    assert ev.kv_capacity_tokens(large) < ev.kv_capacity_tokens(small)
+    ev.results[small] = _bisection({})
+    assert ev._same_runs(large) is None
