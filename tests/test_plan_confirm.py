@@ -520,3 +520,20 @@ def test_a_left_over_that_changes_the_verdict_or_is_the_recommendation_keeps_it_
     adv = confirmed([(vllm_b, 8.2)])
     assert adv.verdict == "undecided"
     assert f"left the recommendation {vllm_b.candidate.label} at its quick goodput" in adv.reason
+
+
+def test_a_close_call_made_by_the_check_as_written_is_confirmed(monkeypatch):
+    """Quick runs: disaggregation 9.8 per GPU against chunked 8.0 (+22.5 %: outside
+    quick mode's band, decided, nothing measured again). The files' runs serve 8.8
+    against 8.0: checked as written, the gain is +10 %, inside the band. Before, the plan
+    ended there, undecided, with no confirmation (1005-5 of docs/planning.md §7); now
+    that close call is measured again at full accuracy (9.0 against 8.0) like one the
+    search found, then checked again, and full mode's rule decides."""
+    caps = _caps(quick=(9.8, 8.0), full=(9.0, 8.0))
+    caps["file"] = {"disaggregated": 8.8, "colocated-chunked": 8.0, "colocated-vllm": 3.0}
+    runs = _fake(monkeypatch, caps)
+    res, advice = plan(FLEET, options=OPTS, executor=SerialExecutor())
+    assert advice.verdict == "disaggregate" and res.confirmation is not None
+    assert "once checked as written" in res.confirmation.doubt
+    assert "full" in {_stage(sc) for sc in runs}
+    assert advice.best_disaggregated.full_accuracy and advice.best_chunked.full_accuracy

@@ -82,10 +82,13 @@ def confirm_close_call(
     *,
     executor: Executor | None = None,
     progress: Callable[[int, int], None] | None = None,
+    doubt: str | None = None,
 ) -> SearchResult:
     """``res`` with its close call measured again at full accuracy (module docstring),
     or ``res`` itself where there is none to settle: not quick mode, confirmation off,
-    a decided quick verdict, or a doubt other than the close gain alone."""
+    a decided quick verdict, or a doubt other than the close gain alone. ``doubt``: a
+    close call found after the search (the check as written moved the gain into quick
+    mode's band, plan.plan), measured again as one although ``res`` is decided."""
     from disaggsim.plan.advisor import (
         _advise,
         advise,
@@ -97,11 +100,14 @@ def confirm_close_call(
     o = res.options
     if not (o.quick_mode and o.confirm_close) or res.confirmation is not None:
         return res
-    if advise(res).verdict != "undecided":
-        return res
     adv = _advise(res)
-    doubt = close_gain_doubt(adv)
-    stopped = stopped_families_in_doubt(res, adv)
+    if doubt is not None:
+        stopped: tuple[str, ...] = ()
+    else:
+        if advise(res).verdict != "undecided":
+            return res
+        doubt = close_gain_doubt(adv)
+        stopped = stopped_families_in_doubt(res, adv)
     if doubt is None and not stopped:
         return res  # an open family alone: no re-measurement settles it
     walked: tuple[str, ...] = ()

@@ -433,7 +433,7 @@ class Confirmation:
         what = ", ".join(f"{c.label} {q:.3f} -> {f:.3f}" for c, q, f in self.remeasured)
         walk = (
             f"famil{'y' if len(self.walked_on) == 1 else 'ies'} {', '.join(self.walked_on)} "
-            "left open by the wave limit walked on first "
+            "left open by the wave limit or stopped by the floor walked on first "
             f"({self.walk_simulations} simulations), then "
             if self.walked_on
             else ""
