@@ -8,7 +8,10 @@ summaries are set by hand (the count the engine reports,
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
+
+import pytest
 
 from disaggsim.config.loader import load_scenario
 from disaggsim.plan.search import Candidate, PlanOptions, _Evaluator, chunk_never_bound
@@ -84,3 +87,63 @@ def test_a_chunk_that_shrinks_the_kv_capacity_is_run():
     assert ev.kv_capacity_tokens(large) < ev.kv_capacity_tokens(small)
     ev.results[small] = _bisection({})
     assert ev._same_runs(large) is None
+
+
+def _fake_runs(monkeypatch, full_steps: int) -> list:
+    """Every deployment meets up to a fixed rate per GPU whatever its chunk (chunked 8,
+    disaggregated 5, vllm 3); chunked runs report ``full_steps`` budget-filled steps."""
+    import sys
+
+    from tests.plan_fakes import summary
+
+    caps = {"disaggregated": 5.0, "colocated-chunked": 8.0, "colocated-vllm": 3.0}
+    runs: list = []
+
+    def fake_run(task):
+        sc = load_scenario(task.raw).scenario
+        runs.append(sc)
+        arch = sc.architecture + (f"-{sc.pool.scheduler}" if sc.pool is not None else "")
+        ok = sc.workload.rate_per_s / sc.num_gpus <= caps[arch]
+        extra = {}
+        if arch == "colocated-chunked":
+            extra = {"num_chunked_steps": 100, "num_chunk_budget_full_steps": full_steps}
+        return summary(slo_attainment=1.0 if ok else 0.5, stability_p_value=1.0, **extra)
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    return runs
+
+
+def test_a_plan_whose_chunks_never_fill_runs_no_larger_chunk(monkeypatch):
+    """The same stubbed question twice: where every chunked step left its budget
+    unfilled, the walk's larger chunks take the scenario's chunk's search (no run of a
+    chunk above it, a note names them) and the answer is the one where every chunk is
+    run (a step filled: no chunk skipped)."""
+    from disaggsim.plan import plan
+    from disaggsim.sweep import SerialExecutor
+    from tests.test_plan_confirm import OPTS
+
+    opts = dataclasses.replace(OPTS, check_as_written=False)
+    own = 512  # the scenario's chunk, where quick mode's walk starts
+    fleet = {**FLEET, "pool": {**FLEET["pool"], "max_batch_tokens": own}}
+    runs = _fake_runs(monkeypatch, full_steps=1)
+    res_all, adv_all = plan(fleet, options=opts, executor=SerialExecutor())
+    chunks_all = {
+        sc.pool.max_batch_tokens
+        for sc in runs
+        if sc.pool is not None and sc.pool.scheduler == "chunked"
+    }
+    runs = _fake_runs(monkeypatch, full_steps=0)
+    res, adv = plan(fleet, options=opts, executor=SerialExecutor())
+    chunks = {
+        sc.pool.max_batch_tokens
+        for sc in runs
+        if sc.pool is not None and sc.pool.scheduler == "chunked"
+    }
+    assert max(chunks_all) > own and max(chunks) == own
+    assert res.num_simulations < res_all.num_simulations
+    assert adv.verdict == adv_all.verdict == "colocate_chunked"
+    assert adv.recommended.goodput_per_gpu_per_s == pytest.approx(
+        adv_all.recommended.goodput_per_gpu_per_s, rel=0.05
+    )
+    note = next(n for n in res.notes if "not simulated" in n)
+    assert "chunked 4 x tp1 chunk 1024 as chunk 256" in note  # the final stage's donor

@@ -1584,7 +1584,14 @@ class _Evaluator:
         if c.kind != "colocate_chunked" or c.chunk_tokens is None or self.options.seeds != 1:
             return None
         for d, r in self.results.items():
-            if not _smaller_chunk(d, c) or d in self.same_runs or not chunk_never_bound(r):
+            if not _smaller_chunk(d, c) or d in self.same_runs:
+                continue
+            seen = self.explored.get(d)
+            if self._bisected(d) is not None and seen is not None:
+                # a finalist confirmed at once (quick mode): its bisection is the
+                # exploration's, its confirmation this stage's
+                r = dataclasses.replace(r, evaluations=(*seen.evaluations, *r.evaluations))
+            if not chunk_never_bound(r):
                 continue
             if self.kv_capacity_tokens(d) == self.kv_capacity_tokens(c):
                 return d, r
