@@ -145,7 +145,8 @@ def confirm_close_call(
         if not walked:
             return res
         walk_sims = res.num_simulations - before
-        res = dataclasses.replace(res, notes=(*res.notes, _walk_note(walked, o, waves, walk_sims)))
+        note = _walk_note(walked, o, waves, walk_sims, exempt)
+        res = dataclasses.replace(res, notes=(*res.notes, note))
         if advise(res).verdict != "undecided":
             return res  # decided at quick accuracy once the families were walked on
         adv = _advise(res)
@@ -259,11 +260,13 @@ def stake(c: Candidate, quick: float, best: dict[str, float]) -> int:
     return 1 if c.kind == now and quick > best.get(now, 0.0) else 2
 
 
-def _walk_note(walked: tuple[str, ...], o: PlanOptions, waves: int, sims: int) -> str:
+def _walk_note(
+    walked: tuple[str, ...], o: PlanOptions, waves: int, sims: int, exempt: tuple[str, ...]
+) -> str:
+    floor = f", the floor stopping none of {', '.join(exempt)}" if exempt else ""
     return (
         f"quick mode's gain was near enough the threshold for famil"
         f"{'y' if len(walked) == 1 else 'ies'} {', '.join(walked)}, left open by its "
         f"{o.max_waves}-wave limit or stopped by its floor, to turn it: walked on with quick "
-        f"mode's runs to full mode's {waves}-wave limit, its floor stopping none of them "
-        f"({sims} simulations)"
+        f"mode's runs to full mode's {waves}-wave limit{floor} ({sims} simulations)"
     )
