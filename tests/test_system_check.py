@@ -1,0 +1,70 @@
+"""calibration/system_check.py: DistServe's published OPT-13B runs and the two scenarios.
+
+The transcription is checked against what the source files themselves say: each run's
+summary line (request count, mean TTFT, mean TPOT) and the request sequence every run
+draws from. The script is run on a short horizon only (no timed test)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from calibration import system_check as sc
+from disaggsim.config.loader import load_scenario
+
+
+def test_each_run_matches_its_published_summary_line() -> None:
+    measured = sc.read_measured()
+    runs = sc.read_runs()
+    assert {r.run for r in runs} == set(measured)
+    for run in runs:
+        rows = measured[run.run]
+        assert len(rows) == run.num_requests, run.run
+        # values are transcribed to 0.1 ms: the mean of n roundings is within 0.05 ms
+        mean_ttft = sum(r[2] for r in rows) / len(rows)
+        mean_tpot = sum(r[3] for r in rows) / len(rows)
+        assert mean_ttft == pytest.approx(run.avg_ttft_ms, abs=0.05), run.run
+        assert mean_tpot == pytest.approx(run.avg_tpot_ms, abs=0.05), run.run
+
+
+def test_each_run_issued_the_first_requests_of_the_published_sequence() -> None:
+    reqs = sc.read_requests()
+    assert len(reqs) == 400
+    for run, rows in sc.read_measured().items():
+        got = Counter((p, o) for p, o, _, _ in rows)
+        assert got == Counter(reqs[: len(rows)]), run
+
+
+def test_published_attainment_and_goodput_bounds() -> None:
+    slo = sc.read_setup()["slo"]
+    assert (slo["ttft_ms"], slo["tpot_ms"], slo["attainment_target"]) == (250, 100, 0.9)
+    measured = sc.read_measured()
+    # counts of requests meeting both limits, read off the CSV: 86 / 100, 295 / 300, 286 / 300
+    assert sc.attainment(measured["vllm-100-1"], 250, 100) == pytest.approx(86 / 100)
+    assert sc.attainment(measured["distserve-c21d11-300-3"], 250, 100) == pytest.approx(295 / 300)
+    assert sc.attainment(measured["distserve-c21d11-300-6"], 250, 100) == pytest.approx(286 / 300)
+    bounds = sc.published_bounds(slo)
+    assert bounds["vllm"] == (0.0, 1.0)
+    assert bounds["distserve"] == (2.0, math.inf)
+
+
+def test_scenarios_load_and_are_the_generated_ones() -> None:
+    for system, path in sc.SCENARIO_FILES.items():
+        assert path.read_text() == sc.scenario_text(system), f"{path}: rerun --write-scenarios"
+        s = load_scenario(path).scenario
+        assert s.model == "opt-13b" and s.engine == "vllm-eager-2023"
+        assert s.slo.ttft_ms == 250 and s.slo.itl_ms == 100
+        assert s.num_gpus == {"vllm": 1, "distserve": 3}[system]
+    prompts = sorted(p for p, _ in sc.read_requests())
+    q = sc.scenario_mapping("vllm")["workload"]["prompt_tokens"]["quantiles"]
+    assert [v for _, v in q] == prompts and q[0][0] == 0.0 and q[-1][0] == 1.0
+
+
+def test_script_runs_on_a_short_horizon(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sc.main(["--duration-s", "20"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| vllm |") == 1 and out.count("| distserve |") == 2
+    assert "published goodput per GPU, vllm: < 1 req/s" in out
+    assert "published goodput per GPU, distserve: >= 2 req/s" in out
