@@ -60,3 +60,67 @@ def test_a_character_the_terminal_cannot_show_is_escaped(work):
                        capture_output=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.decode("ascii").strip() == "2 runs (2 points \\xd7 1 seed) written to s/"
+
+
+FULL = "/dev/full"  # every write to it fails with ENOSPC, as on a full disk
+needs_full = pytest.mark.skipif(not os.path.exists(FULL), reason="no /dev/full here")
+
+
+def full_stdout(work, *argv: str, stderr_full: bool = False) -> tuple[int, str]:
+    """``disaggsim ARGV > /dev/full`` (with ``stderr_full``: ``2> /dev/full`` instead)."""
+    with open(FULL, "w") as full:
+        p = subprocess.run(
+            [sys.executable, "-m", "disaggsim", *argv],
+            cwd=work,
+            stdout=subprocess.PIPE if stderr_full else full,
+            stderr=full if stderr_full else subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    return p.returncode, p.stdout if stderr_full else p.stderr
+
+
+@needs_full
+@pytest.mark.parametrize(
+    "argv, written",
+    [
+        # the progress bar (no --quiet): its end wrote a line break to the standard output,
+        # which failed as the simulation ended: the run's result was lost, exit 2
+        (["run", CHUNKED, "--out", "r", "--no-plots"], "r"),
+        (["run", CHUNKED, "--out", "r", "--no-plots", "--quiet"], "r"),
+        (["sweep", CHUNKED, "--param", "workload.rate_per_s=1,2", "--out", "s", "--no-plots",
+          "--workers", "1", "--set", "sim.duration_s=10", "--set", "sim.warmup_s=1"], "s"),
+    ],  # fmt: skip
+    ids=["run", "run-quiet", "sweep"],
+)
+def test_a_full_stdout_is_named_and_the_results_are_kept(work, argv, written):
+    """``> /dev/full``: one line naming the standard output and where the results were
+    written (it said only ``No space left on device``), the results whole."""
+    rc, err = full_stdout(work, *argv)
+    assert rc == 2, err[-2000:]
+    assert err == (
+        "disaggsim: error: standard output: could not write what the command prints "
+        f"(No space left on device); the results were written to {written}/\n"
+    ), err[-2000:]
+    names = sorted(p.name for p in (work / written).iterdir())
+    assert ".disaggsim-result.json" in names and len(names) >= 3, names
+    assert not (work / f"{written}.partial").exists()
+    assert sorted(p.name for p in work.iterdir()) == sorted(["keep.txt", written])
+
+
+@needs_full
+def test_a_full_stdout_of_a_command_writing_no_file_is_named(work):
+    rc, err = full_stdout(work, "calibrate", "show", "h100-sxm")
+    assert (rc, err) == (
+        2,
+        "disaggsim: error: standard output: could not write what the command prints "
+        "(No space left on device)\n",
+    )
+
+
+@needs_full
+def test_a_full_stderr_keeps_the_exit_status(work):
+    """``2> /dev/full``: the error line cannot be shown, the status still says bad input
+    (it was an OSError traceback's 1)."""
+    rc, out = full_stdout(work, "run", "nope.yaml", stderr_full=True)
+    assert (rc, out) == (2, "")

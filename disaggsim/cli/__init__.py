@@ -125,6 +125,52 @@ def _kept(e: BaseException) -> str:
     return f"; {one_line(kept)}" if kept else ""
 
 
+# how an error names the standard output (a write to it carries no file name)
+STDOUT_NAME = "standard output"
+
+
+class _NamedStdout:
+    """Standard output as the commands print to it: a write or flush the system refuses
+    (``> /dev/full``, a full disk, a quota) raises the OSError with the file name
+    :data:`STDOUT_NAME`, so its one line names where it could not write (it said only
+    ``No space left on device``). Everything else is the stream's own."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise _named(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise _named(e) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _named(e: OSError) -> OSError:
+    """``e`` naming the standard output (the same subclass: EPIPE stays BrokenPipeError)."""
+    if e.errno is None:
+        return e
+    return OSError(e.errno, e.strerror, STDOUT_NAME)
+
+
+def _say(line: str) -> None:
+    """The command's error line on the standard error; one the system refuses (``2>
+    /dev/full``) changes nothing else: the exit status still says what happened (it was
+    an OSError traceback, exit 1, for bad input)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _printable_anywhere() -> None:
     """A character the terminal's encoding lacks (``×`` of "4 points × 1 seed" under
     ``PYTHONIOENCODING=ascii``) is printed as an escape: it was a UnicodeEncodeError
@@ -145,14 +191,17 @@ def main(argv: list[str] | None = None) -> int:
             # a sweep started under nohup)
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 previous[sig] = signal.signal(sig, _raise_terminated)
+    stdout = sys.stdout
+    sys.stdout = _NamedStdout(stdout)  # type: ignore[assignment]
     try:
         with on_command_line():  # errors name the flags typed, not API arguments
             return _main(argv)
     except _Terminated as e:
         name = signal.Signals(e.signum).name
-        print(f"disaggsim: stopped by {name}; nothing half-written{_kept(e)}", file=sys.stderr)
+        _say(f"disaggsim: stopped by {name}; nothing half-written{_kept(e)}")
         return 128 + e.signum
     finally:
+        sys.stdout = stdout
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -167,6 +216,7 @@ def _main(argv: list[str] | None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         rc = args.func(args)
+        sys.stdout.flush()  # what it printed is out, or its error is said here
     except SystemExit as e:
         # rich turns a closed pipe into SystemExit(1), the exit code of a regression that
         # drifted (`disaggsim regress | head -3` read as "drift")
@@ -174,7 +224,7 @@ def _main(argv: list[str] | None) -> int:
             return _stdout_closed()
         raise
     except (UserError, ProfileError) as e:
-        print(f"disaggsim: error: {one_line(str(e))}{_kept(e)}", file=sys.stderr)
+        _say(f"disaggsim: error: {one_line(str(e))}{_kept(e)}")
         return 2
     except OSError as e:
         if isinstance(e, BrokenPipeError) and _stdout_reader_gone():  # `| head`
@@ -182,26 +232,28 @@ def _main(argv: list[str] | None) -> int:
         # a path the system refuses (a name longer than the filesystem takes, a folder it
         # may not read, no space left): one line naming it, never a traceback. The checks
         # that know the flag or field name it themselves; this is the backstop.
+        if e.filename == STDOUT_NAME:  # `> /dev/full`: what was written is said (_kept)
+            _stdout_closed()  # the interpreter's final flush would fail again
+            why = f"could not write what the command prints ({e.strerror})"
+            _say(f"disaggsim: error: {STDOUT_NAME}: {why}{_kept(e)}")
+            return 2
         where = f"{e.filename}: " if e.filename is not None else ""
         what = one_line(where + (e.strerror or str(e)))
-        print(f"disaggsim: error: {what}{_kept(e)}", file=sys.stderr)
+        _say(f"disaggsim: error: {what}{_kept(e)}")
         return 2
     except InvariantError as e:
         kept = kept_of(e)
         done = f"; {kept}" if kept else "; nothing written"
-        print(
-            f"disaggsim: internal error: {one_line(str(e))}{done} (please report)",
-            file=sys.stderr,
-        )
+        _say(f"disaggsim: internal error: {one_line(str(e))}{done} (please report)")
         return 3
     except WorkersLost as e:
-        print(f"disaggsim: error: {one_line(str(e))}{_kept(e)}", file=sys.stderr)
+        _say(f"disaggsim: error: {one_line(str(e))}{_kept(e)}")
         return 4
     except MemoryError as e:
-        print(f"disaggsim: error: out of memory{_kept(e)}", file=sys.stderr)
+        _say(f"disaggsim: error: out of memory{_kept(e)}")
         return 4
     except KeyboardInterrupt as e:
-        print(f"disaggsim: interrupted{_kept(e)}", file=sys.stderr)
+        _say(f"disaggsim: interrupted{_kept(e)}")
         return 130
     return int(rc or 0)
 

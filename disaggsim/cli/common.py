@@ -4,9 +4,12 @@ executors and progress bars."""
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, note_kept
 
 
 def add_set_option(p: argparse.ArgumentParser, help: str) -> None:
@@ -83,21 +86,49 @@ def grid_args(p: argparse.ArgumentParser, required: bool) -> None:
     add_set_option(p, "fixed override applied before the sweep (repeatable)")
 
 
+def progress_bar(*columns: Any):
+    """A rich progress display of ``columns`` on the standard error, drawn only on a
+    terminal. It was drawn to the standard output, where a stop that ends the display
+    prints a line break when the output is no terminal: with the output refused (``>
+    /dev/full``, a full disk) that write failed as the simulation ended, before its
+    results were written (a run's result lost, a sweep's runs left in its partial
+    folder), and a progress bar is no part of what a command prints."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+
+
+@contextmanager
+def printing_after(written: str | None) -> Iterator[None]:
+    """Around what a command prints once its files are in place (``written``: the
+    result's :meth:`~disaggsim.output.Written.note`, None when it wrote none): a
+    standard output that refuses it (``> /dev/full``, a full disk) is an error whose one
+    line also says where the results were written."""
+    try:
+        yield
+        sys.stdout.flush()
+    except OSError as e:
+        if written is not None:
+            note_kept(e, f"the results were {written}")
+        raise
+
+
 @contextmanager
 def progress(quiet: bool):
     """Yields ``new(description) -> callback(done, total)``; a no-op when quiet."""
     if quiet:
         yield lambda description: None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    with Progress(
+    with progress_bar(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("points"),
         TimeElapsedColumn(),
-        transient=True,
     ) as bar:
 
         def new(description: str):

@@ -7,7 +7,15 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from disaggsim.cli.common import executor, executor_args, grid_args, kept_line, progress, resume_arg
+from disaggsim.cli.common import (
+    executor,
+    executor_args,
+    grid_args,
+    kept_line,
+    printing_after,
+    progress,
+    resume_arg,
+)
 
 if TYPE_CHECKING:
     from disaggsim.config.loader import LoadedScenario
@@ -131,12 +139,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
             note_kept(e, journal.kept_note())
         raise
     journal.close(finished=True)
-    print_goodput(
-        res.goodput,
-        written.note() + kept_line(journal),
-        [p.path for p in params if p.path != RATE_PATH],
-    )
-    _print_scenario_notes(args.scenarios, args.overrides)
+    with printing_after(written.note()):
+        print_goodput(
+            res.goodput,
+            written.note() + kept_line(journal),
+            [p.path for p in params if p.path != RATE_PATH],
+        )
+        _print_scenario_notes(args.scenarios, args.overrides)
     return 0
 
 

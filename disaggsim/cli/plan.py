@@ -184,7 +184,13 @@ def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from disaggsim.cli.common import check_run_length_flags, executor, kept_line, progress
+    from disaggsim.cli.common import (
+        check_run_length_flags,
+        executor,
+        kept_line,
+        printing_after,
+        progress,
+    )
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError, note_kept
     from disaggsim.metrics.slo_model import slo_model_lines
@@ -266,34 +272,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise
     journal.close(finished=True)
     kept = kept_line(journal)
-    if kept and (args.json or written is None):  # said on stderr, where no last line says it
-        print(f"disaggsim: note: {kept[2:]}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(plan_json(res, advice), indent=2))
-        return 0
-    s = res.loaded.scenario  # a target rate's fleet may be planned on another link
-    print(f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}")
-    for line in slo_model_lines(s.slo, prefix="  "):
-        print(line)
-    print("\nanalytic first guess:")
-    for line in res.analytic.arithmetic():
-        print(f"  {line}")
-    pruned = sum(1 for v in res.families.values() if v == "pruned")
-    print(
-        f"\nsteady-state goodput of {len(res.ranked)} candidates ({len(res.families)} families, "
-        f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations, "
-        f"{res.num_stopped_early} stopped once they certainly missed; run "
-        "lengths from the workload, each goodput confirmed at twice the horizon; rows "
-        "marked 'as written' checked again as their recommended.yaml runs):"
-    )
-    for line in ranked_table(res, args.price_per_gpu_hour is not None):
-        print(f"  {line}")
-    for note in res.notes:
-        print(f"  note: {note}")
-    print(f"\nverdict: {advice.verdict}")
-    print(f"  {advice.reason}")
-    for c in advice.conditions:
-        print(f"  [{'x' if c.holds else ' '}] {c.name}: {c.detail}")
-    if written is not None:
-        print(f"plan {written.note()}{kept}")
+    with printing_after(written.note() if written is not None else None):
+        if kept and (args.json or written is None):  # said on stderr, where no last line says it
+            print(f"disaggsim: note: {kept[2:]}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(plan_json(res, advice), indent=2))
+            return 0
+        s = res.loaded.scenario  # a target rate's fleet may be planned on another link
+        print(
+            f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}"
+        )
+        for line in slo_model_lines(s.slo, prefix="  "):
+            print(line)
+        print("\nanalytic first guess:")
+        for line in res.analytic.arithmetic():
+            print(f"  {line}")
+        pruned = sum(1 for v in res.families.values() if v == "pruned")
+        print(
+            f"\nsteady-state goodput of {len(res.ranked)} candidates ({len(res.families)} families, "
+            f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations, "
+            f"{res.num_stopped_early} stopped once they certainly missed; run "
+            "lengths from the workload, each goodput confirmed at twice the horizon; rows "
+            "marked 'as written' checked again as their recommended.yaml runs):"
+        )
+        for line in ranked_table(res, args.price_per_gpu_hour is not None):
+            print(f"  {line}")
+        for note in res.notes:
+            print(f"  note: {note}")
+        print(f"\nverdict: {advice.verdict}")
+        print(f"  {advice.reason}")
+        for c in advice.conditions:
+            print(f"  [{'x' if c.holds else ' '}] {c.name}: {c.detail}")
+        if written is not None:
+            print(f"plan {written.note()}{kept}")
     return 0

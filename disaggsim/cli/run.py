@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from disaggsim.cli.common import add_set_option
+from disaggsim.cli.common import add_set_option, printing_after, progress_bar
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError, note_kept
 from disaggsim.metrics.summary_table import Summary, cli_rows
@@ -83,14 +83,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.quiet:
         result = simulate(loaded)
     else:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-        with Progress(
+        with progress_bar(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[done]} requests done"),
             TimeElapsedColumn(),
-            transient=True,
         ) as bar:
             task = bar.add_task(f"simulating {s.name}", total=s.sim.duration_s, done=0)
 
@@ -108,13 +107,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (UserError, OSError) as e:  # the results are in place: the line says so
             note_kept(e, f"the run's results were {written.note()}")
             raise
-    print_summary(result.summary, f"{s.name} ({result.summary.architecture})", written.note())
-    if trace is not None:
-        print(f"trace {trace.note()}")
-    for line in run_notes(
-        loaded, result.summary, len(result.requests), capped=not default_caps(s, result.requests)
-    ):
-        print(line)
+    done = written.note() + (f"; the trace was {trace.note()}" if trace is not None else "")
+    with printing_after(done):
+        print_summary(result.summary, f"{s.name} ({result.summary.architecture})", written.note())
+        if trace is not None:
+            print(f"trace {trace.note()}")
+        for line in run_notes(
+            loaded,
+            result.summary,
+            len(result.requests),
+            capped=not default_caps(s, result.requests),
+        ):
+            print(line)
     return 0
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from disaggsim.cli.common import executor, executor_args, grid_args, progress, resume_arg
+from disaggsim.cli.common import (
+    executor,
+    executor_args,
+    grid_args,
+    printing_after,
+    progress,
+    resume_arg,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,12 +82,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     journal.close(finished=True)
     reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
     others = f"; {journal.others_note()}" if journal.others else ""
-    Console().print(
-        f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
-        f"{_count(args.seeds, 'seed')}{reused}) {written.note()}{others}",
-        markup=False,
-        soft_wrap=True,
-    )
+    with printing_after(written.note()):
+        Console().print(
+            f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
+            f"{_count(args.seeds, 'seed')}{reused}) {written.note()}{others}",
+            markup=False,
+            soft_wrap=True,
+        )
     return 0
 
 
