@@ -242,9 +242,37 @@ def test_a_users_folder_at_the_partial_path_is_left_alone(work, capsys):
     (work / "s.partial" / "notes.txt").write_text("mine\n")
     assert main(argv("s", "--workers", "1")) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert "--out s.partial: holds files that are not the kept runs of a sweep" in line, line
+    assert line.startswith(
+        "disaggsim: error: --out s: s.partial/, where its finished runs are kept, holds files "
+        "that are not the kept runs of a sweep"
+    ), line
     assert sorted(p.name for p in (work / "s.partial").iterdir()) == ["notes.txt"]
     assert not (work / "s").exists()
+
+
+@pytest.mark.parametrize("what", ["file", "default-out"])
+def test_an_error_at_the_partial_path_names_the_out_typed(work, capsys, what):
+    """The partial folder's errors named ``--out s.partial``, a flag value nobody typed:
+    they name ``--out s`` (or the default output) and say which folder is in the way."""
+    args = argv("s", "--workers", "1")
+    out, shown = "--out s", "s.partial"
+    if what == "file":
+        (work / "s.partial").write_text("mine\n")
+        why = "exists and is not a folder disaggsim wrote; move it away"
+    else:
+        i = args.index("--out")
+        del args[i : i + 2]
+        name = "ci-chunked-sweep"
+        (work / "results").mkdir()
+        (work / "results" / f"{name}.partial").write_text("mine\n")
+        out = f"results/{name} (the default output; choose another with --out)"
+        shown = f"results/{name}.partial"
+        why = "exists and is not a folder disaggsim wrote; move it away"
+    before = sorted(str(p.relative_to(work)) for p in work.rglob("*"))
+    assert main(args) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line == f"disaggsim: error: {out}: {shown}/, where its finished runs are kept, {why}"
+    assert sorted(str(p.relative_to(work)) for p in work.rglob("*")) == before
 
 
 def test_a_bad_grid_leaves_no_partial_folder(work, capsys):

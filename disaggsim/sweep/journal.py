@@ -243,7 +243,7 @@ def open_journal(
     shown = partial_path(out)
     folder = partial_path(Path(os.path.abspath(out)))
     prints = [fingerprint(t) for t in tasks or ()]
-    _check_partial_folder(shown, folder, flag)
+    _check_partial_folder(out, shown, folder, flag)
     # the folders this makes (``results/`` of a default --out included), removed again
     # when the command leaves no partial folder: nothing left that disaggsim did not need
     made = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
@@ -266,16 +266,14 @@ def open_journal(
                     above.rmdir()
                 except OSError:
                     break
-            raise _fail(
-                flag, shown, f"cannot write the finished runs there ({os_why(e)})"
-            ) from None
+            raise _partial_fail(flag, out, shown, f"cannot be written ({os_why(e)})") from None
     else:
         made = [folder, *folder.parents[: _made_above(folder)]]
     path = folder / JOURNAL
     try:
         f = open(path, "a+", encoding="utf-8")
     except OSError as e:
-        raise _fail(flag, shown, f"cannot write the finished runs there ({os_why(e)})") from None
+        raise _partial_fail(flag, out, shown, f"cannot be written ({os_why(e)})") from None
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -338,26 +336,40 @@ def _runs(n: int) -> str:
     return f"{n} run{'' if n == 1 else 's'}"
 
 
-def _check_partial_folder(shown: Path, folder: Path, flag: str) -> None:
+def _partial_fail(flag: str, out: Path, shown: Path, why: str) -> UserError:
+    """An error about ``OUT.partial`` names the ``--out`` the user typed and the partial
+    folder as what it is (it read ``--out j.partial: ...``, a path nobody typed)."""
+    return _fail(flag, out, f"{shown}/, where its finished runs are kept, {why}")
+
+
+def _check_partial_folder(out: Path, shown: Path, folder: Path, flag: str) -> None:
     """``OUT.partial`` is new, or a partial folder disaggsim wrote (its marker, the
     journal, nothing else); anything else there is the user's and is left alone."""
     if not os.path.lexists(folder):
-        check_folder(shown, flag)  # a path through a file, a name too long, no room
+        try:
+            check_folder(shown, flag)  # a path through a file, a name too long, no room
+        except UserError as e:
+            said = str(_fail(flag, shown, ""))  # the check's own start, naming the path
+            why = str(e).removeprefix(said)
+            raise _partial_fail(flag, out, shown, f"cannot be made: {why}") from None
         return
     if folder.is_symlink() or not folder.is_dir():
-        raise _fail(flag, shown, "exists and is not a folder disaggsim wrote; move it away")
+        raise _partial_fail(
+            flag, out, shown, "exists and is not a folder disaggsim wrote; move it away"
+        )
     names = set(os.listdir(folder))
     previous = read_marker(folder)
     ours = previous is not None and previous.command in COMMANDS.values()
     if names and (not ours or names - {MARKER, JOURNAL}):
-        raise _fail(
+        raise _partial_fail(
             flag,
+            out,
             shown,
             "holds files that are not the kept runs of a sweep, compare or plan; move them "
             "or give another --out",
         )
     if os.path.lexists(folder / JOURNAL) and not (folder / JOURNAL).is_file():
-        raise _fail(flag, shown, f"{JOURNAL} there is not a file; move it away")
+        raise _partial_fail(flag, out, shown, f"holds a {JOURNAL} that is not a file; move it away")
 
 
 def _read_runs(
