@@ -480,3 +480,41 @@ def test_a_rate_at_which_no_request_is_measured_is_not_a_miss():
         "arrivals) measures no request, so the SLO cannot be judged there; start the "
         "goodput search at a rate at which requests arrive"
     )
+
+
+@pytest.mark.parametrize(
+    "rate_hi, tol, coarse",
+    [(1e12, None, True), (1000.0, None, True), (10.0, None, False), (1e12, 0.05, False)],
+    ids=["1e12", "1e3", "10", "1e12-tol"],
+)
+def test_a_coarse_goodput_says_how_coarse(monkeypatch, rate_hi, tol, coarse):
+    """The default tolerance is 1 % of the range's top: ``goodput(s, 1, 1e12)`` of a
+    scenario meeting up to 6.6 req/s stopped at once, "found" at 1 req/s with a
+    tolerance of 1e10 req/s, and said nothing. Its notes now say how coarse the answer
+    is and how to get a finer one; a tolerance within 10 % of the goodput says nothing.
+    No simulation: a run meets the SLO up to 6.6 req/s."""
+    capacity = 6.6
+
+    def fake_run(task):
+        return _FakeSummary(1.0 if task.raw["workload"]["rate_per_s"] <= capacity else 0.5)
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    chunked = str(REPO / "scenarios" / "ci" / "chunked.yaml")
+    g = goodput(chunked, 1.0, rate_hi, tol_per_s=tol, executor=SerialExecutor())
+    assert g.status == "found"
+    assert g.rate_per_s <= capacity
+    # the tolerance the search used: the given one, else 1 % of the range's top
+    assert g.tol_per_s == (tol if tol is not None else 0.01 * rate_hi)
+    if not coarse:
+        assert g.coarse_note is None
+        assert not any("known only to within" in n for n in g.notes)  # (runs shortened: said)
+        assert g.rate_per_s >= capacity - g.tol_per_s
+        return
+    missed = min(e.rate_per_s for e in g.evaluations if not e.meets)
+    assert g.notes[-1] == (  # after the runs shortened to fit MAX_REQUESTS, if any
+        f"goodput {g.rate_per_s:.4g} req/s is known only to within {g.tol_per_s:.3g} req/s, "
+        "the search's tolerance (tol_per_s, by default 1 % of its range's top): it met at "
+        f"{g.rate_per_s:.4g} req/s and missed at {missed:.4g} req/s; give a smaller "
+        "tol_per_s or a range whose top is nearer the goodput for a finer answer"
+    )
+    assert missed > capacity and g.tol_per_s > 0.1 * g.rate_per_s

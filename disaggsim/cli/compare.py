@@ -145,6 +145,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             written.note() + kept_line(journal),
             [p.path for p in params if p.path != RATE_PATH],
         )
+        for r in res.results:  # a coarse tolerance, runs a bound shortened
+            for note in r.notes:
+                print(f"note: {r.scenario}: {note}")
         _print_scenario_notes(args.scenarios, args.overrides)
     return 0
 

@@ -65,7 +65,7 @@ import numpy as np
 from disaggsim.config.bounds import MAX_REQUESTS, expected_requests, fmt
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.config.scenario import Scenario
-from disaggsim.errors import InvariantError, UserError
+from disaggsim.errors import InvariantError, UserError, command_line_running
 from disaggsim.metrics.early_stop import seeds_stop_below
 from disaggsim.metrics.steady import (
     Horizon,
@@ -113,6 +113,10 @@ STEP_FLOOR_FRACTION = 0.01
 # rate, and the bracket stops widening down.
 IDLE_CONCURRENCY = 0.05
 DEFAULT_TOL_FRACTION = 0.01
+# a goodput whose search stopped at a tolerance above this share of it is coarse, and its
+# notes say so (GoodputResult.coarse_note): the default tolerance is a share of the
+# range's top, so a range far above the goodput (goodput(s, 1, 1e12)) stops at once
+COARSE_TOL_SHARE = 0.1
 MAX_SAMPLE_REQUESTS = 4000
 
 
@@ -204,27 +208,53 @@ class GoodputResult:
         return tuple(out)
 
     @property
+    def coarse_note(self) -> str | None:
+        """What a goodput known only to within more than :data:`COARSE_TOL_SHARE` of itself
+        is: the tolerance is a share of the search range's top (1 %, docs/sweeps.md), so
+        a range far above the goodput stops at once (``goodput(s, 1, 1e12)`` reported
+        "found 1 req/s" with a tolerance of 1e10 req/s and said nothing). None otherwise."""
+        rate = self.rate_per_s
+        if self.status not in ("found", "refined") or not self.tol_per_s > COARSE_TOL_SHARE * rate:
+            return None
+        missed = min(
+            (e.rate_per_s for e in self.evaluations if not e.meets and e.rate_per_s > rate),
+            default=math.nan,
+        )
+        tol = "--tol" if command_line_running() else "tol_per_s"
+        return (
+            f"goodput {rate:.4g} req/s is known only to within {self.tol_per_s:.3g} req/s, the "
+            f"search's tolerance ({tol}, by default 1 % of its range's top): it met at "
+            f"{rate:.4g} req/s and missed at {missed:.4g} req/s; give a smaller {tol} or a range "
+            "whose top is nearer the goodput for a finer answer"
+        )
+
+    @property
     def notes(self) -> tuple[str, ...]:
         """What a reader of the goodput should know that its number does not say: runs
-        shortened to fit a scenario bound (module docstring, "Bounds")."""
+        shortened to fit a scenario bound (module docstring, "Bounds"), a coarse
+        tolerance (:attr:`coarse_note`)."""
+        out = []
         short = self.shortened
-        if not short:
-            return ()
-        bounds = sorted({str(e.window_bound) for e in short})
-        what = {
-            "MAX_REQUESTS": f"MAX_REQUESTS, {fmt(MAX_REQUESTS)} requests per run",
-            "MAX_DURATION_S": "MAX_DURATION_S, 30 days of arrivals",
-        }
-        lo = min(e.window_shrink for e in short)
-        hi = max(e.window_shrink for e in short)
-        share = f"{lo:.2g}" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}"
-        runs = sum(e.num_runs for e in short)
-        return (
-            f"{runs} of {self.num_runs} runs shortened to fit "
-            + " and ".join(what.get(b, b) for b in bounds)
-            + f" (docs/safety.md): warm-up and window {share} of the run-length rule's, "
-            "so those runs measured fewer service times than the rule asks",
-        )
+        if short:
+            bounds = sorted({str(e.window_bound) for e in short})
+            what = {
+                "MAX_REQUESTS": f"MAX_REQUESTS, {fmt(MAX_REQUESTS)} requests per run",
+                "MAX_DURATION_S": "MAX_DURATION_S, 30 days of arrivals",
+            }
+            lo = min(e.window_shrink for e in short)
+            hi = max(e.window_shrink for e in short)
+            share = f"{lo:.2g}" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}"
+            runs = sum(e.num_runs for e in short)
+            out.append(
+                f"{runs} of {self.num_runs} runs shortened to fit "
+                + " and ".join(what.get(b, b) for b in bounds)
+                + f" (docs/safety.md): warm-up and window {share} of the run-length rule's, "
+                "so those runs measured fewer service times than the rule asks"
+            )
+        coarse = self.coarse_note
+        if coarse is not None:
+            out.append(coarse)
+        return tuple(out)
 
     @property
     def search_duration_s(self) -> float:
