@@ -148,18 +148,16 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 def gpu_id(text: str) -> str:
     """A ``--gpu`` value: a catalog GPU id (``--gpu ''`` was reported as a missing
-    ``profiles/.json``, naming no flag)."""
-    import difflib
-
-    from disaggsim.catalog import load_gpus
+    ``profiles/.json``, naming no flag); an unknown one names the id meant as a
+    scenario's ``gpu`` does (``H100``: h100-sxm or h100-pcie; ``NVIDIA H100 80GB HBM3``:
+    h100-sxm; it named none for either)."""
+    from disaggsim.catalog import id_hint, load_gpus
 
     ids = sorted(load_gpus())
     if text in ids:
         return text
-    near = difflib.get_close_matches(text.lower(), ids, n=1)
-    hint = f" (did you mean {near[0]}?)" if near else ""
     raise argparse.ArgumentTypeError(
-        f"{text!r}: not a catalog GPU id{hint} (allowed: {', '.join(ids)})"
+        f"{text!r}: not a catalog GPU id{id_hint('gpu', text)} (allowed: {', '.join(ids)})"
     )
 
 

@@ -2,7 +2,9 @@
 bad input (:class:`UserError`), ``disaggsim: internal error: ...`` and 3 for a broken
 invariant (:class:`InvariantError`): of a run, or of a value disaggsim computed itself."""
 
-from collections.abc import Iterator
+import difflib
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -77,3 +79,56 @@ def note_kept(e: BaseException, note: str | None) -> None:
 
 def kept_of(e: BaseException) -> str | None:
     return getattr(e, "kept", None)
+
+
+def plain_name(text: str) -> str:
+    """A name as people misspell it the same: no case, no ``-``, ``_`` or spaces."""
+    return re.sub(r"[-_\s]", "", text.lower())
+
+
+def closest_hint(
+    given: object,
+    allowed: Iterable[str] | Mapping[str, str],
+    *,
+    key: Callable[[str], str] = plain_name,
+    cutoff: float = 0.6,
+    prefix: bool = False,
+    same_numbers: bool = False,
+) -> str:
+    """`` (did you mean round_robin?)`` for a text close to an allowed name, else ``""``:
+    the one "did you mean" of every error (a scenario's keys and tag values, a field's
+    values, a flag's choices, a catalog GPU or model id, a ``calibrate --gpu``; each had
+    its own difflib call, and they disagreed: ``Num-Workers`` found nothing as a key).
+
+    ``allowed`` maps each name to the value it means (a Hugging Face repository id to a
+    catalog id), or lists the names themselves. Names are compared by ``key`` (default:
+    case, ``-``, ``_`` and spaces ignored: ``round-robin``, ``FP8``, ``trt-llm``); the same
+    key is the one meant; else, with ``prefix``, every name whose key starts with the
+    given one and a ``-`` (``h100``: h100-sxm or h100-pcie); else the closest spelling
+    (difflib, ``cutoff``), with ``same_numbers`` only one holding the same numbers
+    (never a model of another size or a GPU of other memory), all such names then, else
+    the nearest one. Never the given text itself, and never a substitute: the caller
+    still refuses the value."""
+    if not isinstance(given, str):
+        return ""
+    meaning = dict(allowed) if isinstance(allowed, Mapping) else {a: a for a in allowed}
+    keyed: dict[str, str] = {}
+    for name, meant in meaning.items():
+        keyed.setdefault(key(name), meant)
+    k = key(given)
+    if not k or not keyed:
+        return ""
+    found = [keyed[k]] if k in keyed else []
+    if not found and prefix:
+        found = [m for name, m in keyed.items() if name.startswith(k + "-")]
+    if not found:
+        if same_numbers:
+            numbers = re.findall(r"\d+", k)
+            close = difflib.get_close_matches(k, list(keyed), n=3, cutoff=cutoff)
+            found = [keyed[c] for c in close if re.findall(r"\d+", c) == numbers]
+        else:
+            found = [
+                keyed[c] for c in difflib.get_close_matches(k, list(keyed), n=1, cutoff=cutoff)
+            ]
+    found = [f for f in dict.fromkeys(found) if f != given]
+    return f" (did you mean {' or '.join(found)}?)" if found else ""

@@ -237,3 +237,56 @@ def test_a_misspelt_plan_or_cost_choice_names_the_one_meant(capsys, argv, line):
     # without the one meant, where scenario fields and argparse choices named it
     assert main(argv) == 2
     assert capsys.readouterr().err == f"disaggsim: error: {line}\n"
+
+
+# One "did you mean" (disaggsim.errors.closest_hint) serves every path: a scenario's keys
+# (in the file and in --set), its tag values, a field's values, a flag's choices, a
+# catalog GPU or model, calibrate's --gpu. Each path had its own difflib call: a key or a
+# tag value in capitals named nothing, calibrate --gpu named one of two H100s, and a
+# catalog id ended "; did you mean ...?" where every other message said "(did you mean
+# ...?)".
+@pytest.mark.parametrize(
+    ("argv", "end"),
+    [
+        # a key of the file (here through --set's whole section) and a --set path
+        (["run", str(CHUNKED), "--set", "sim={DURATION_S: 10}"],
+         "sim.DURATION_S: unknown key (did you mean duration_s?) (allowed: "),
+        (["run", str(CHUNKED), "--set", "pool.NUM_WORKERS=2"],
+         "unknown key 'NUM_WORKERS' at pool (did you mean num_workers?) (allowed: "),
+        # a tag's value
+        (["run", str(CHUNKED), "--set", "workload.output_tokens={dist: FIXED, value: 5}"],
+         "workload.output_tokens.dist: unknown value 'FIXED' (did you mean fixed?) (allowed: "),
+        # a catalog id in a scenario
+        (["run", str(CHUNKED), "--set", "pool.gpu=H100"],
+         "pool.gpu: unknown GPU 'H100' (allowed: a100-80gb, h100-sxm, h100-pcie, h200-sxm, "
+         "b200, l40s, h800-sxm) (did you mean h100-sxm or h100-pcie?)"),
+        # calibrate --gpu: the GPU's name, and both H100s
+        (["calibrate", "show", "NVIDIA H100 80GB HBM3"],
+         "'NVIDIA H100 80GB HBM3': not a catalog GPU id (did you mean h100-sxm?) (allowed: "),
+        (["calibrate", "fit", "raw", "--gpu", "H100"],
+         "'H100': not a catalog GPU id (did you mean h100-sxm or h100-pcie?) (allowed: "),
+    ],  # fmt: skip
+    ids=["key", "set-path", "tag", "catalog", "calibrate-name", "calibrate-h100"],
+)
+def test_every_path_names_the_one_meant(capsys, argv, end):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("disaggsim: error: "), err
+    assert end in err, err
+
+
+def test_the_one_hint_never_offers_what_was_given_and_joins_several():
+    from disaggsim.errors import closest_hint
+
+    assert closest_hint("round-robin", ["round_robin", "random"]) == " (did you mean round_robin?)"
+    assert closest_hint("random", ["random"]) == ""  # the name itself: nothing to say
+    assert closest_hint(3, ["a"]) == "" and closest_hint("", ["a"]) == ""
+    assert closest_hint("xyz", ["vllm", "sglang"]) == ""
+    # a mapping: the names compared, the values meant; several prefixed names joined
+    names = {"H100 SXM": "h100-sxm", "h100-pcie": "h100-pcie"}
+    assert closest_hint("h100 sxm", names) == " (did you mean h100-sxm?)"
+    assert closest_hint("h100", ["h100-sxm", "h100-pcie"], key=str.lower, prefix=True) == (
+        " (did you mean h100-sxm or h100-pcie?)"
+    )
+    # same_numbers: a close spelling of another size is no hint
+    assert closest_hint("llama-3-7b", ["llama-3-70b"], same_numbers=True, cutoff=0.8) == ""

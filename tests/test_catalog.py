@@ -166,18 +166,18 @@ def test_unknown_gpu_lists_allowed():
 @pytest.mark.parametrize(
     ("kind", "name", "hint"),
     [
-        ("model", "meta-llama/Llama-3.1-8B-Instruct", "; did you mean llama-3.1-8b?"),
-        ("model", "LLAMA-3.1-8B", "; did you mean llama-3.1-8b?"),
-        ("model", "meta-llama/Meta-Llama-3-70B-Instruct", "; did you mean llama-3-70b?"),
-        ("model", "Qwen2-72B-Instruct", "; did you mean qwen2-72b?"),
-        ("model", "llama3.1-8b", "; did you mean llama-3.1-8b?"),
-        ("model", "llama-3", "; did you mean llama-3-8b or llama-3-70b?"),
+        ("model", "meta-llama/Llama-3.1-8B-Instruct", " (did you mean llama-3.1-8b?)"),
+        ("model", "LLAMA-3.1-8B", " (did you mean llama-3.1-8b?)"),
+        ("model", "meta-llama/Meta-Llama-3-70B-Instruct", " (did you mean llama-3-70b?)"),
+        ("model", "Qwen2-72B-Instruct", " (did you mean qwen2-72b?)"),
+        ("model", "llama3.1-8b", " (did you mean llama-3.1-8b?)"),
+        ("model", "llama-3", " (did you mean llama-3-8b or llama-3-70b?)"),
         ("model", "mixtral-8x13b", ""),  # another size: no hint
-        ("model", "mistralai/Mixtral-8x22B-Instruct-v0.1", "; did you mean mixtral-8x22b?"),
+        ("model", "mistralai/Mixtral-8x22B-Instruct-v0.1", " (did you mean mixtral-8x22b?)"),
         ("model", "llama-9", ""),
-        ("gpu", "H100", "; did you mean h100-sxm or h100-pcie?"),
-        ("gpu", "NVIDIA H100 80GB HBM3", "; did you mean h100-sxm?"),
-        ("gpu", "h200", "; did you mean h200-sxm?"),
+        ("gpu", "H100", " (did you mean h100-sxm or h100-pcie?)"),
+        ("gpu", "NVIDIA H100 80GB HBM3", " (did you mean h100-sxm?)"),
+        ("gpu", "h200", " (did you mean h200-sxm?)"),
         ("gpu", "a100-40gb", ""),  # other memory: no hint
         ("gpu", "v100", ""),
     ],

@@ -276,7 +276,7 @@ def test_flag_errors(capsys, tmp_path):
     )
     assert _fail(capsys, "cost op gemm --gpu H200 --m 1 --n 1 --k 1".split()).endswith(
         "--gpu: unknown value 'H200' (allowed: a100-80gb, h100-sxm, h100-pcie, h200-sxm, b200, "
-        "l40s, h800-sxm); did you mean h200-sxm?"
+        "l40s, h800-sxm) (did you mean h200-sxm?)"
     )
     assert "a100-80gb has no FP8" in _fail(
         capsys, "cost op gemm --gpu a100-80gb --m 1 --n 1 --k 1 --dtype fp8".split()

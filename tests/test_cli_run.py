@@ -109,11 +109,11 @@ BAD = {
     "unknown gpu": (
         _set(["prefill_pool", "gpu"], "h100"),
         "prefill_pool.gpu: unknown GPU 'h100' (allowed: a100-80gb, h100-sxm, h100-pcie, h200-sxm, "
-        "b200, l40s, h800-sxm); did you mean h100-sxm or h100-pcie?",
+        "b200, l40s, h800-sxm) (did you mean h100-sxm or h100-pcie?)",
     ),
     "Hugging Face model id": (
         _set(["model"], "meta-llama/Llama-3.1-8B-Instruct"),
-        "; did you mean llama-3.1-8b?",
+        " (did you mean llama-3.1-8b?)",
     ),
     "does not fit": (_set(["model"], "llama-3-70b"), "does not fit"),
     "architecture without its pool": (_set(["architecture"], "colocated"), "needs pool"),

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, closest_hint
 from disaggsim.units import DTYPE_BYTES, GBIT, TFLOP, MiB
 
 __all__ = [
@@ -657,37 +657,19 @@ def _name_key(name: str) -> str:
 
 
 def id_hint(kind: str, name: str) -> str:
-    """``"; did you mean ...?"`` for an unknown ``kind`` (``model`` or ``gpu``) id that
+    """`` (did you mean ...?)`` for an unknown ``kind`` (``model`` or ``gpu``) id that
     resembles catalog ids (case, a Hugging Face repository id such as
-    ``meta-llama/Llama-3.1-8B-Instruct``, a close spelling), else ``""``. The id is never
+    ``meta-llama/Llama-3.1-8B-Instruct``, a GPU's name, a name the ids start with, a close
+    spelling), else ``""`` (:func:`disaggsim.errors.closest_hint`). The id is never
     substituted: a scenario names the catalog id it runs, and a close spelling is offered
     only with the same numbers (never a model of another size or a GPU of other memory)."""
-    import difflib
-    import re
-
+    names: dict[str, str] = {}
     if kind == "model":
-        keys: dict[str, str] = {}
         for ident, spec in load_models().items():
-            keys.setdefault(_name_key(ident), ident)
-            keys.setdefault(_name_key(spec.hf_id), ident)
+            names.setdefault(ident, ident)
+            names.setdefault(spec.hf_id, ident)
     else:
-        keys = {_name_key(ident): ident for ident in GPU_IDS}
+        names = {ident: ident for ident in GPU_IDS}
         for ident, gpu in load_gpus().items():
-            keys.setdefault(_name_key(gpu.name), ident)
-    key = _name_key(str(name))
-    if not key:
-        return ""
-    found = [keys[key]] if key in keys else []
-    if not found:
-        found = [keys[k] for k in keys if k.startswith(key + "-")]
-    if not found:  # a close spelling with the same numbers (sizes, versions, memory)
-        numbers = re.findall(r"\d+", key)
-        found = [
-            keys[k]
-            for k in difflib.get_close_matches(key, list(keys), n=3, cutoff=0.8)
-            if re.findall(r"\d+", k) == numbers
-        ]
-    found = list(dict.fromkeys(found))
-    if not found:
-        return ""
-    return f"; did you mean {' or '.join(found)}?"
+            names.setdefault(gpu.name, ident)
+    return closest_hint(str(name), names, key=_name_key, cutoff=0.8, prefix=True, same_numbers=True)

@@ -39,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
         where = f"{command}: " if command else ""
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:  # `--fabric nvlnk`: the choice meant, as a scenario's values say it
-            from disaggsim.config.loader import closest_hint
+            from disaggsim.errors import closest_hint
 
             message += closest_hint(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
         self.exit(2, f"disaggsim: error: {where}{one_line(message)} (see {self.prog} --help)\n")
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 previous[sig] = signal.signal(sig, _raise_terminated)
     stdout = sys.stdout
-    sys.stdout = _NamedStdout(stdout)  # type: ignore[assignment]
+    sys.stdout = _NamedStdout(stdout)
     try:
         with on_command_line():  # errors name the flags typed, not API arguments
             return _main(argv)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections.abc
 import copy
 import datetime
-import difflib
 import math
 import os
 import re
@@ -24,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from disaggsim.config.bounds import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, fmt
 from disaggsim.config.scenario import Scenario
-from disaggsim.errors import UserError, command_line_running, given
+from disaggsim.errors import UserError, closest_hint, command_line_running, given
 from disaggsim.inputs import read_regular
 
 
@@ -300,8 +299,7 @@ def _check_path(parts: list[str], raw: dict, text: str) -> None:
         if fields is None:
             return  # free-form below here: leave it to validation
         if part not in fields:
-            close = difflib.get_close_matches(part, list(fields), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = closest_hint(part, list(fields))
             raise UserError(
                 f"{_set(text)}: unknown key {part!r} at {where}{hint} "
                 f"(allowed: {', '.join(sorted(fields))})"
@@ -542,32 +540,10 @@ def key_text(key: Any) -> str:
     return str(key)
 
 
-def _plain(text: str) -> str:
-    """A name as people misspell it the same: no case, no ``-``, ``_`` or spaces."""
-    return re.sub(r"[-_\s]", "", text.lower())
-
-
-def closest_hint(given: Any, allowed: list[str]) -> str:
-    """`` (did you mean round_robin?)`` for a text close to one allowed value: the same
-    name but for case and separators (``round-robin``, ``FP8``, ``trt-llm``), else a
-    close spelling (``vlm``, ``possion``); empty when none is close. The values of a
-    field with several (``engine``, ``kv_dtype``, ``router.decode_policy``) were listed
-    without the one meant, where keys, GPUs and models named it."""
-    if not isinstance(given, str) or not allowed:
-        return ""
-    plain = {_plain(v): v for v in allowed}
-    meant = plain.get(_plain(given))
-    if meant is None:
-        close = difflib.get_close_matches(_plain(given), list(plain), n=1, cutoff=0.6)
-        meant = plain[close[0]] if close else None
-    return f" (did you mean {meant}?)" if meant is not None and meant != given else ""
-
-
 def unknown_key_message(key: Any, allowed: list[str]) -> str:
     """``unknown key (did you mean num_workers?) (allowed: ...)``; a key YAML read as
     null, a boolean, a number or a date says so (a name is text)."""
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6) if isinstance(key, str) else []
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    hint = closest_hint(key, allowed)
     kind = _YAML_KIND.get(type(key))
     read_as = f" (YAML reads this key as {kind}, not a name)" if kind else ""
     return f"unknown key{read_as}{hint} (allowed: {', '.join(sorted(allowed))})"
@@ -675,8 +651,7 @@ def _tag_message(e: Any, clean: list[str]) -> tuple[str, str] | None:
         allowed = f"give {form}" if form else f"allowed: {', '.join(values)}"
         return key, f"required key is missing ({allowed})"
     given = e["input"][tag]
-    close = difflib.get_close_matches(str(given), values, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close and isinstance(given, str) else ""
+    hint = closest_hint(given, values)
     return key, f"unknown value {_shown_input(given)}{hint} (allowed: {', '.join(values)})"
 
 
