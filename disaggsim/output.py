@@ -255,9 +255,17 @@ def read_marker(folder: Path) -> Previous | None:
     files = doc.get("files")
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         return None
-    if any("/" in f or f in ("", ".", "..", MARKER) for f in files):
+    if any("/" in f or f in ("", ".", "..", MARKER) or not _plain_file_name(f) for f in files):
         return None
     return Previous(command=str(doc.get("command", "?")), files=tuple(files))
+
+
+def _plain_file_name(name: str) -> bool:
+    """Whether ``name`` is a file name disaggsim could have written: printable (no NUL,
+    control character or lone surrogate) and at most NAME_MAX bytes. A marker edited to
+    list ``"a\u0000b"`` passed as an earlier result, and deleting that name after the run
+    was a ValueError traceback that left the earlier result hidden in ``.r.old-XXXXXXXX``."""
+    return name.isprintable() and len(name.encode("utf-8")) <= _NAME_MAX_BYTES
 
 
 class _NotOurs(Exception):
@@ -336,7 +344,7 @@ def _check_not_inside_result(absolute: Path, flag: str, shown: Path) -> None:
 def _is_folder(path: Path) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
+    except (OSError, ValueError):
         return False
 
 
@@ -530,7 +538,7 @@ def _delete_listed(folder: Path, previous: Previous) -> list[str]:
             (folder / name).unlink()
         except FileNotFoundError:
             pass
-        except OSError:
+        except (OSError, ValueError):
             refused.append(name)
     return refused
 

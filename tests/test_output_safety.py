@@ -295,3 +295,24 @@ def test_a_failed_write_removes_the_folders_it_made_above(tmp_path):
     with pytest.raises(UserError, match=full):
         write_folder(tmp_path / "results" / "deep" / "x", fails, command="run")
     assert os.listdir(tmp_path / "results") == ["mine.txt"]
+
+
+@pytest.mark.parametrize(
+    "name", ["a\x00b", "x\x1bq", "\udcff", "n" * 256], ids=["nul", "escape", "surrogate", "long"]
+)
+def test_a_marker_listing_a_name_no_file_can_have_is_no_marker(tmp_path, name):
+    """A marker edited to list a name with a NUL byte passed as an earlier result: the
+    write ran, then deleting that name was a ValueError traceback and the earlier result
+    was left hidden in ``.r.old-XXXXXXXX``. A name disaggsim could not have written (a
+    control character, a lone surrogate, longer than NAME_MAX) makes the folder one of
+    files disaggsim did not write: refused before any work, nothing touched."""
+    r = tmp_path / "r"
+    write_folder(r, render({"x.txt": "1"}), "run")
+    doc = json.loads((r / MARKER).read_text())
+    doc["files"].append(name)
+    (r / MARKER).write_text(json.dumps(doc))
+    before = tree(tmp_path)
+    assert read_marker(r) is None
+    with pytest.raises(UserError, match="folder holds files disaggsim did not write"):
+        write_folder(r, render({"y.txt": "2"}), "run")
+    assert tree(tmp_path) == before and sorted(os.listdir(tmp_path)) == ["r"]
