@@ -2760,6 +2760,256 @@ def test_fuzz_full_disk(work, case):
     assert check_disk(work, case) == []
 
 
+# ------------------------------------------------------------------ damaged results
+
+# An earlier result (a run's or a sweep's) damaged between commands, then a run or a
+# sweep into the same --out: a listed file cut short, emptied, deleted, made a folder, a
+# named pipe, a symbolic link to a user's file or folder outside it, or immutable
+# (chattr +i, which binds root too); the folder itself immutable; a user's file added;
+# the marker cut, emptied, made garbage, a link or a folder, or edited (a name dropped,
+# one added that is absent, one no file can have, its written_by or command changed,
+# its files a string). It must exit 0 or 2 in one line; nothing outside the result may
+# change (the user's file and folder, the targets of the links); on 0 the result is
+# whole (its marker lists exactly its files, each a regular file) and no hidden sibling
+# is left unless the last line names it; on 2 the damaged folder is as it was, unless
+# the line says where the finished result was put instead.
+_DAMAGES = ["cut", "empty", "delete", "dir", "fifo", "link-file", "link-dir", "immutable-file",
+            "immutable-folder", "user-file", "marker-cut", "marker-empty", "marker-garbage",
+            "marker-link", "marker-dir", "marker-drop", "marker-absent", "marker-nul",
+            "marker-other", "marker-command", "marker-string"]  # fmt: skip
+_DAMAGE_QUICK = ["--set", "sim.duration_s=3", "--set", "sim.warmup_s=0", "--quiet"]
+
+
+def damaged_cases(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {"first": rng.choice(["run", "run", "sweep"]), "then": rng.choice(["run", "sweep"]),
+         "damages": rng.sample(_DAMAGES, rng.choice([1, 1, 2, 3])), "pick": rng.random(),
+         "plots": rng.random() < 0.3, "base": rng.choice(SWEEP_BASES)}
+        for _ in range(n)
+    ]  # fmt: skip
+
+
+def _damage_argv(command: str, case: dict, out: str) -> list[str]:
+    argv = [command, str(SCENARIOS / case["base"]), "--out", out, *_DAMAGE_QUICK]
+    argv += [] if case["plots"] else ["--no-plots"]
+    if command == "sweep":
+        argv += ["--param", "workload.rate_per_s=1,2", "--workers", "1"]
+    return argv
+
+
+def _chattr(flag: str, *paths: Path) -> bool:
+    import subprocess
+
+    done = subprocess.run(["chattr", flag, *map(str, paths)], capture_output=True)
+    return done.returncode == 0
+
+
+def _damage(work: Path, o: Path, damage: str, pick: float) -> None:
+    marker = o / ".disaggsim-result.json"
+    doc = None
+    if marker.is_file() and not marker.is_symlink():
+        with contextlib.suppress(ValueError):  # an earlier damage cut it, or made it garbage
+            doc = json.loads(marker.read_bytes())
+    listed = (
+        sorted(doc["files"]) if isinstance(doc, dict) and isinstance(doc.get("files"), list) else []
+    )
+    present = [n for n in listed if (o / n).is_file() and not (o / n).is_symlink()]
+    victim = o / present[int(pick * len(present))] if present else None
+    (work / "mine").mkdir(exist_ok=True)
+    (work / "mine" / "notes.txt").write_text("a user's notes\n")
+    if damage in ("cut", "empty") and victim is not None:
+        data = victim.read_bytes()
+        victim.write_bytes(data[: len(data) // 2] if damage == "cut" else b"")
+    elif damage == "delete" and victim is not None:
+        victim.unlink()
+    elif damage == "dir" and victim is not None:
+        victim.unlink()
+        victim.mkdir()
+        (victim / "inner.txt").write_text("x\n")
+    elif damage == "fifo" and victim is not None:
+        victim.unlink()
+        os.mkfifo(victim)
+    elif damage in ("link-file", "link-dir") and victim is not None:
+        victim.unlink()
+        target = work / ("keep.txt" if damage == "link-file" else "mine")
+        victim.symlink_to(os.path.relpath(target, victim.parent))
+    elif damage == "immutable-file" and victim is not None:
+        _chattr("+i", victim)
+    elif damage == "immutable-folder":
+        _chattr("+i", o)
+    elif damage == "user-file":
+        with contextlib.suppress(OSError):  # an immutable folder takes none
+            (o / "my-notes.txt").write_text("mine\n")
+    elif damage.startswith("marker-") and marker.exists() and not marker.is_symlink():
+        if marker.is_dir():
+            return
+        text = marker.read_bytes()
+        with contextlib.suppress(OSError):  # an immutable folder: the marker stays
+            if damage == "marker-cut":
+                marker.write_bytes(text[: len(text) // 2])
+            elif damage == "marker-empty":
+                marker.write_text("")
+            elif damage == "marker-garbage":
+                marker.write_bytes(b"\x00\xff garbage \x1b[31m")
+            elif damage == "marker-link":
+                marker.unlink()
+                marker.symlink_to(os.path.relpath(work / "keep.txt", o))
+            elif damage == "marker-dir":
+                marker.unlink()
+                marker.mkdir()
+            elif isinstance(doc, dict):
+                files = doc.get("files")
+                if damage == "marker-drop" and isinstance(files, list) and files:
+                    files.pop(int(pick * len(files)))
+                elif damage == "marker-absent" and isinstance(files, list):
+                    files.append("ghost.parquet")
+                elif damage == "marker-nul" and isinstance(files, list):
+                    files.append("a\x00b")
+                elif damage == "marker-other":
+                    doc["written_by"] = "someone"
+                elif damage == "marker-command":
+                    doc["command"] = "plan"
+                elif damage == "marker-string":
+                    doc["files"] = "summary.json"
+                marker.write_text(json.dumps(doc))
+
+
+def check_damaged(work: Path, case: dict) -> list[str]:
+    global LAST_RC
+    o = work / "o"
+    rc, _, err = _invoke(_damage_argv(case["first"], case, "o"))
+    if rc != 0:
+        return [f"the earlier result was not written (exit {rc}): {err[-300:]}"]
+    try:
+        for damage in case["damages"]:
+            with contextlib.suppress(OSError):  # an immutable folder or file takes none
+                _damage(work, o, damage, case["pick"])
+        before = _lstat_tree(work)
+        rc, out, err = _invoke(_damage_argv(case["then"], case, "o"))
+        bad = _one_error_line(rc, err)
+        said = (err + out).strip().splitlines()[-1] if (err + out).strip() else ""
+        after = _lstat_tree(work)
+        outside = {k: v for k, v in before.items() if not (k == "o" or k.startswith("o/"))}
+        if {k: v for k, v in after.items() if k in outside} != outside:
+            bad.append("changed outside the result folder")
+        extra = sorted(k for k in after if "/" not in k and k not in before)
+        for name in extra:  # a new hidden or kept sibling must be named by the last line
+            if name not in said:
+                bad.append(f"left {name} without saying so")
+        if rc == 0:
+            m = o / ".disaggsim-result.json"
+            listed = json.loads(m.read_text())["files"]
+            held = sorted(os.listdir(o))
+            if held != sorted([*listed, ".disaggsim-result.json"]):
+                bad.append(f"the result holds {held}, its marker lists {listed}")
+            if any(not (o / n).is_file() or (o / n).is_symlink() for n in listed):
+                bad.append("a listed file of the new result is not a regular file")
+        elif rc == 2:
+            if "--out o" not in err:
+                bad.append("the error does not name --out o")
+            mine = {k: v for k, v in before.items() if k == "o" or k.startswith("o/")}
+            now = {k: v for k, v in after.items() if k == "o" or k.startswith("o/")}
+            if now != mine and "unplaced" not in said and "written to" not in said:
+                bad.append("the damaged folder changed, and the line does not say so")
+        LAST_RC = rc, said[-300:]
+    finally:
+        import subprocess
+
+        subprocess.run(["chattr", "-R", "-i", str(work)], capture_output=True)
+    return [f"{b}: {said[-400:]}" for b in bad]
+
+
+DAMAGED_CASES = damaged_cases(SEED, 4)
+
+
+@pytest.mark.parametrize(
+    "case", DAMAGED_CASES,
+    ids=[f"{c['first']}-{'+'.join(c['damages'])}-{c['then']}" for c in DAMAGED_CASES],
+)  # fmt: skip
+def test_fuzz_damaged_result(work, serial_sweeps, case):
+    assert check_damaged(work, case) == []
+
+
+# ------------------------------------------------------------------ commands racing
+
+# Two to four commands (runs, or runs and a sweep) started together into the same --out
+# (new, or an earlier result), each in its own process: each must exit 0 or 2 in one
+# line; at the end --out is one whole result (its marker lists exactly its files), no
+# hidden sibling or partial folder is left, a kept unplaced result only where a line
+# names it, and nothing else in the working folder changed.
+
+
+def race_cases(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {"commands": [rng.choice(["run", "run", "sweep"]) for _ in range(rng.choice([2, 3, 4]))],
+         "earlier": rng.random() < 0.5, "plots": rng.random() < 0.3,
+         "base": rng.choice(SWEEP_BASES)}
+        for _ in range(n)
+    ]  # fmt: skip
+
+
+def check_race(work: Path, case: dict) -> list[str]:
+    import subprocess
+
+    global LAST_RC
+    if case["earlier"]:
+        rc, _, err = _invoke(_damage_argv("run", case, "o"))
+        if rc != 0:
+            return [f"the earlier result was not written (exit {rc}): {err[-300:]}"]
+    before = _lstat_tree(work)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "disaggsim", *_damage_argv(c, case, "o")],
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for c in case["commands"]
+    ]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    bad = []
+    lines = []
+    for rc, out, err in results:
+        bad += _one_error_line(rc, err)
+        lines.append((err + out).strip().splitlines()[-1] if (err + out).strip() else "")
+        if rc == 2 and "--out o" not in err:
+            bad.append("an error does not name --out o")
+    LAST_RC = [r[0] for r in results], " | ".join(x[-120:] for x in lines)
+    if not any(r[0] == 0 for r in results):
+        bad.append("no command wrote its result")
+    names = sorted(os.listdir(work))
+    for name in names:
+        if name in ("keep.txt", "o") or name in before:
+            continue
+        if not any(name in line for line in lines):
+            bad.append(f"left {name} without saying so")
+    after = _lstat_tree(work)
+    outside = {k: v for k, v in before.items() if not (k == "o" or k.startswith("o/"))}
+    if {k: v for k, v in after.items() if k in outside} != outside:
+        bad.append("changed outside the result folder")
+    if (work / "o").is_dir():
+        listed = json.loads((work / "o" / ".disaggsim-result.json").read_text())["files"]
+        held = sorted(os.listdir(work / "o"))
+        if held != sorted([*listed, ".disaggsim-result.json"]):
+            bad.append(f"the result holds {held}, its marker lists {listed}")
+    else:
+        bad.append("no result folder at --out")
+    return [f"{b}: {' | '.join(x[-200:] for x in lines)}" for b in bad]
+
+
+RACE_CASES = race_cases(SEED, 2)
+
+
+@pytest.mark.parametrize(
+    "case", RACE_CASES, ids=[f"{'+'.join(c['commands'])}-{c['earlier']}" for c in RACE_CASES]
+)
+def test_fuzz_commands_racing(work, case):
+    assert check_race(work, case) == []
+
+
 # ------------------------------------------------------------------ a bigger sample
 
 if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...|compare|tracefile]
@@ -2768,7 +3018,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
     seed, n = int(sys.argv[1]), int(sys.argv[2])
     kinds = sys.argv[3:] or ["run", "cost", "sweep", "plan", "yaml", "out", "trace", "compare",
                              "tracefile", "flags", "api", "reffile", "stop", "stopc", "stopp",
-                             "paths", "yamlx", "numbers", "disk"]  # fmt: skip
+                             "paths", "yamlx", "numbers", "disk", "damaged", "race"]  # fmt: skip
     draws = {
         "run": (run_cases, lambda w, c: check_run(w, *c)),
         "cost": (cost_cases, check_cost),
@@ -2789,6 +3039,8 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
         "yamlx": (yamlx_cases, check_yamlx),
         "numbers": (numbers_cases, check_numbers),
         "disk": (disk_cases, check_disk),
+        "damaged": (damaged_cases, check_damaged),
+        "race": (race_cases, check_race),
     }
     import signal
 
