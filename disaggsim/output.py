@@ -303,10 +303,18 @@ def check_folder(path: str | Path, flag: str = "--out") -> Previous | None:
         if names:
             previous = read_marker(absolute)
             if previous is None:
+                # a marker there that does not read as disaggsim's (edited, cut, a link):
+                # it said "holds files disaggsim did not write (.disaggsim-result.json,
+                # ...)", naming disaggsim's own marker among the user's files
+                damaged = (
+                    f" (its {MARKER} is not a marker disaggsim wrote: edited or damaged)"
+                    if MARKER in names
+                    else ""
+                )
                 raise _fail(
                     flag,
                     path,
-                    f"folder holds files disaggsim did not write ({_shown(names)}); "
+                    f"folder holds files disaggsim did not write ({_shown(names)}){damaged}; "
                     "give a new or empty folder",
                 )
             foreign = set(names) - set(previous.files) - {MARKER}

@@ -313,6 +313,12 @@ def test_a_marker_listing_a_name_no_file_can_have_is_no_marker(tmp_path, name):
     (r / MARKER).write_text(json.dumps(doc))
     before = tree(tmp_path)
     assert read_marker(r) is None
-    with pytest.raises(UserError, match="folder holds files disaggsim did not write"):
+    with pytest.raises(UserError) as e:
         write_folder(r, render({"y.txt": "2"}), "run")
+    # the marker is said to be damaged, not listed among a user's files alone
+    assert str(e.value).endswith(
+        "folder holds files disaggsim did not write (.disaggsim-result.json, x.txt) (its "
+        ".disaggsim-result.json is not a marker disaggsim wrote: edited or damaged); give a "
+        "new or empty folder"
+    ), e.value
     assert tree(tmp_path) == before and sorted(os.listdir(tmp_path)) == ["r"]
