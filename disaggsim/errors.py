@@ -132,3 +132,27 @@ def closest_hint(
             ]
     found = [f for f in dict.fromkeys(found) if f != given]
     return f" (did you mean {' or '.join(found)}?)" if found else ""
+
+
+def _shown_value(value: object) -> str:
+    """``int 5``: a value of the wrong kind, as an API error names it (one line, short)."""
+    text = " ".join(repr(value).split())
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def check_callable(name: str, value: object) -> None:
+    """An API argument that takes a function (``progress``) is one or None: a number was
+    a TypeError traceback from inside the run."""
+    if value is not None and not callable(value):
+        raise UserError(f"{name}: give a function or None, got {_shown_value(value)}")
+
+
+def check_switch(name: str, value: object) -> bool:
+    """An API argument that takes True or False gets a boolean (numpy's included), as a
+    bool: any other value was read by its truth (``same_gpus="no"`` checked the GPUs,
+    ``retest=0.0`` turned retests off)."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise UserError(f"{name}: give True or False, got {_shown_value(value)}")

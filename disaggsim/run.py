@@ -39,7 +39,7 @@ from disaggsim.engine.cluster import (
 from disaggsim.engine.config import Role
 from disaggsim.engine.prefix import PrefixSetup
 from disaggsim.engine.records import Samples
-from disaggsim.errors import InvariantError, UserError
+from disaggsim.errors import InvariantError, UserError, check_callable, check_switch
 from disaggsim.metrics.early_stop import CHECK_EVERY_S, CertainMiss
 from disaggsim.metrics.invariants import check_run
 from disaggsim.metrics.reconstruct import GapDistribution, request_frame
@@ -538,6 +538,8 @@ def simulate(
     :func:`~disaggsim.metrics.early_stop.seeds_stop_below` (``1 − k × (1 − target)``), below
     which one run puts the mean below the target whatever the other runs reach."""
     t0 = time.perf_counter()
+    check_callable("progress", progress)
+    stop_on_certain_miss = check_switch("stop_on_certain_miss", stop_on_certain_miss)
     loaded = _as_loaded(scenario, overrides)
     s = loaded.scenario
     label = str(loaded.path) if loaded.path else "<scenario>"
@@ -789,6 +791,7 @@ def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = T
         )
     if not isinstance(out_dir, (str, os.PathLike)):
         raise UserError(f"write_results: out_dir is a folder path, got {type(out_dir).__name__}")
+    plots = check_switch("plots", plots)
     return write_results_folder(result, out_dir, plots).path
 
 

@@ -81,6 +81,35 @@ CASES = [
      "compare: give a list of scenarios"),
     ("write-results-not-a-result", lambda: ds.write_results(_raw(), "r"),
      "write_results: give the SimulationResult simulate() returns, got dict"),
+    # 2026-12-04: each was a traceback from inside the run (AttributeError, TypeError), or
+    # a value read by its truth ("no" as True), or named a flag the caller never typed
+    ("goodput-rule-str", lambda: ds.goodput(_raw(), 1, 2, rule="fast"),
+     "rule: give a RunLengthRule(min_measured_requests=..., service_multiple=...) or None, "
+     "got str 'fast'"),
+    ("goodput-rule-dict", lambda: ds.goodput(_raw(), 1, 2, rule={"service_multiple": 5}),
+     "rule: give a RunLengthRule("),
+    ("goodput-progress-int", lambda: ds.goodput(_raw(), 1, 2, progress=5),
+     "progress: give a function or None, got int 5"),
+    ("goodput-retest-word", lambda: ds.goodput(_raw(), 1, 2, retest="no"),
+     "retest: give True or False, got str 'no'"),
+    ("simulate-progress-int", lambda: ds.simulate(_raw(), progress=5),
+     "progress: give a function or None, got int 5"),
+    ("simulate-stop-word", lambda: ds.simulate(_raw(), stop_on_certain_miss="yes"),
+     "stop_on_certain_miss: give True or False, got str 'yes'"),
+    ("sweep-progress-str", lambda: ds.sweep(_raw(), {"workload.rate_per_s": [1]}, progress="x"),
+     "progress: give a function or None, got str 'x'"),
+    ("compare-params-strings", lambda: ds.compare([_raw()], ["workload.rate_per_s=1,2"],
+     rate_lo=1, rate_hi=2), "params: give a mapping of dot path to values"),
+    ("compare-same-gpus-word", lambda: ds.compare([_raw()], rate_lo=1, rate_hi=2,
+     same_gpus="no"), "same_gpus: give True or False, got str 'no'"),
+    ("compare-rule-str", lambda: ds.compare([_raw()], rate_lo=1, rate_hi=2, rule="fast"),
+     "rule: give a RunLengthRule("),
+    ("compare-tol-negative", lambda: ds.compare([_raw()], rate_lo=1, rate_hi=2, tol_per_s=-1),
+     "compare: tol_per_s=-1: must be a finite number > 0 req/s"),
+    ("compare-tol-word", lambda: ds.compare([_raw()], rate_lo=1, rate_hi=2, tol_per_s="x"),
+     "compare: tol_per_s='x': must be a finite number > 0 req/s"),
+    ("write-results-plots-word", lambda: ds.write_results(ds.simulate(_raw()), "r",
+     plots="no"), "plots: give True or False, got str 'no'"),
 ]  # fmt: skip
 
 
@@ -135,3 +164,25 @@ def test_every_user_error_is_one_line():
     with pytest.raises(UserError) as got:
         ds.load_scenario(_raw(), np.ones((2, 2)))
     assert "\n" not in str(got.value)
+
+
+def test_fractions_and_decimals_are_their_python_numbers(tmp_path, monkeypatch):
+    """A Fraction as a goodput bound or a Decimal as a sweep value was a yaml
+    RepresenterError traceback (and a Decimal bound was refused as no number): each is
+    the float it holds, as numpy numbers are."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    monkeypatch.chdir(tmp_path)
+    table = ds.sweep(_raw(), {"workload.rate_per_s": [Decimal("1.5"), Fraction(5, 2)]})
+    assert list(table["workload.rate_per_s"]) == [1.5, 2.5]
+    raw = _raw()
+    raw["workload"]["rate_per_s"] = Fraction(3, 2)
+    loaded = ds.load_scenario(raw)
+    assert loaded.raw["workload"]["rate_per_s"] == 1.5
+    ds.write_results(ds.simulate(loaded), tmp_path / "r")
+    assert "rate_per_s: 1.5" in (tmp_path / "r" / "scenario.yaml").read_text()
+    ex = ds.SerialExecutor()
+    a = ds.goodput(_raw(), Fraction(1), Decimal(10), tol_per_s=Fraction(1, 2), executor=ex)
+    b = ds.goodput(_raw(), 1.0, 10.0, tol_per_s=0.5, executor=ex)
+    assert (a.status, a.rate_per_s) == (b.status, b.rate_per_s)

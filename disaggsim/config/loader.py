@@ -9,6 +9,8 @@ from __future__ import annotations
 import collections.abc
 import copy
 import datetime
+import decimal
+import fractions
 import math
 import os
 import re
@@ -862,6 +864,19 @@ def _is_numpy(value: Any) -> bool:
     return type(value).__module__ == "numpy" and hasattr(value, "tolist")
 
 
+def plain_number(value: Any) -> Any:
+    """A number of another kind than Python's own as the Python number it holds: a numpy
+    number (its ``tolist()``), a ``Fraction`` or a ``Decimal`` (a float: YAML writes none
+    of them, and a scenario value, sweep value or goodput bound of that kind was a
+    RepresenterError traceback, or, a Decimal bound, refused as no number); anything else
+    as is."""
+    if _is_numpy(value):
+        return value.tolist()
+    if isinstance(value, (fractions.Fraction, decimal.Decimal)):
+        return float(value)
+    return value
+
+
 def plain_values(source: dict, label: str) -> dict:
     """A deep copy of a scenario mapping given to the Python API, checked as a YAML file
     is: nesting at most :data:`MAX_YAML_DEPTH` deep, at most :data:`MAX_YAML_NODES`
@@ -875,8 +890,7 @@ def plain_values(source: dict, label: str) -> dict:
         count[0] += 1
         if count[0] > MAX_YAML_NODES:
             raise UserError(f"{label}: more than {fmt(MAX_YAML_NODES)} values")
-        if _is_numpy(obj):
-            obj = obj.tolist()
+        obj = plain_number(obj)
         if not isinstance(obj, (dict, list, tuple)):
             return obj
         if depth > MAX_YAML_DEPTH:

@@ -4,6 +4,7 @@ GPU for each, optionally at the same total GPU count."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +12,14 @@ from typing import Any
 
 import pandas as pd
 
-from disaggsim.config.loader import load_scenario
-from disaggsim.errors import UserError, given
+from disaggsim.config.loader import load_scenario, plain_number
+from disaggsim.errors import (
+    UserError,
+    check_callable,
+    check_switch,
+    command_line_running,
+    given,
+)
 from disaggsim.metrics.steady import RunLengthRule
 from disaggsim.sweep.core import (
     RATE_PATH,
@@ -26,7 +33,7 @@ from disaggsim.sweep.core import (
     with_overrides,
 )
 from disaggsim.sweep.executors import Executor, check_executor, default_executor
-from disaggsim.sweep.goodput import GoodputResult, goodput_many
+from disaggsim.sweep.goodput import GoodputResult, check_rule, goodput_many
 from disaggsim.sweep.grid import (
     Param,
     check_grid_size,
@@ -148,14 +155,27 @@ def compare(
         raise UserError("compare: give at least one scenario")
     if params is None or isinstance(params, Mapping):
         plist = params_from_mapping(params)
-    else:
+    elif isinstance(params, (list, tuple)) and all(isinstance(p, Param) for p in params):
         plist = tuple(params)
+    else:  # a list of "path=values" strings was an AttributeError traceback
+        raise UserError(
+            "params: give a mapping of dot path to values (e.g. {'workload.rate_per_s': "
+            f"[1, 2, 4]}}), got {type(params).__name__} {' '.join(str(params).split())[:40]}"
+        )
+    same_gpus = check_switch("same_gpus", same_gpus)
+    check_rule("rule", rule)
+    check_callable("progress", progress)
+    check_callable("goodput_progress", goodput_progress)
+    rate_lo, rate_hi, tol_per_s = (plain_number(v) for v in (rate_lo, rate_hi, tol_per_s))
     check_grid_size(plist, seeds * len(scenarios))
     sources = [as_source(s, overrides) for s in scenarios]
     lo, hi = rate_range(plist, rate_lo, rate_hi)
-    if tol_per_s is not None and not (tol_per_s > 0 and math.isfinite(tol_per_s)):
-        # before the sweep's runs (goodput_many would find it only after them)
-        raise UserError(f"compare: --tol {tol_per_s:g}: must be a finite number > 0 req/s")
+    number = isinstance(tol_per_s, numbers.Real) and not isinstance(tol_per_s, bool)
+    if tol_per_s is not None and not (number and tol_per_s > 0 and math.isfinite(tol_per_s)):
+        # before the sweep's runs (goodput_many would find it only after them); the
+        # API's argument by its name (it said --tol, a flag the caller never typed)
+        tol = f"--tol {tol_per_s:g}" if command_line_running() else f"tol_per_s={tol_per_s!r}"
+        raise UserError(f"compare: {tol}: must be a finite number > 0 req/s")
     keys, tasks = [], []
     for src in sources:
         k, t = sweep_tasks(src, plist, seeds)

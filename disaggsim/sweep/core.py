@@ -22,7 +22,7 @@ import pandas as pd
 from disaggsim.config.bounds import MAX_SEEDS
 from disaggsim.config.loader import LoadedScenario, apply_overrides, load_scenario
 from disaggsim.config.scenario import Scenario
-from disaggsim.errors import InvariantError, UserError, given
+from disaggsim.errors import InvariantError, UserError, check_callable, given
 from disaggsim.metrics.summary_table import Summary, nondeterministic_keys
 from disaggsim.sweep.executors import Executor, check_executor, default_executor
 from disaggsim.sweep.grid import (
@@ -348,6 +348,7 @@ def sweep(
     processes (:func:`~disaggsim.sweep.executors.default_executor`).
     """
     check_executor(executor)
+    check_callable("progress", progress)
     src = as_source(scenario, overrides)
     keys, tasks = sweep_tasks(src, params_from_mapping(params), seeds)
     return table(keys, run_tasks(tasks, executor, progress))

@@ -63,9 +63,15 @@ from pathlib import Path
 import numpy as np
 
 from disaggsim.config.bounds import MAX_REQUESTS, expected_requests, fmt
-from disaggsim.config.loader import LoadedScenario, load_scenario
+from disaggsim.config.loader import LoadedScenario, load_scenario, plain_number
 from disaggsim.config.scenario import Scenario
-from disaggsim.errors import InvariantError, UserError, command_line_running
+from disaggsim.errors import (
+    InvariantError,
+    UserError,
+    check_callable,
+    check_switch,
+    command_line_running,
+)
 from disaggsim.metrics.early_stop import seeds_stop_below
 from disaggsim.metrics.steady import (
     Horizon,
@@ -775,6 +781,17 @@ class _Job:
         return self.request_cost * (self.sent_requests + later)
 
 
+def check_rule(name: str, rule: object) -> None:
+    """A ``rule`` argument of the Python API is a :class:`RunLengthRule` or None (a string
+    or a mapping was an AttributeError traceback at the first run)."""
+    if rule is not None and not isinstance(rule, RunLengthRule):
+        text = " ".join(repr(rule).split())[:40]
+        raise UserError(
+            f"{name}: give a RunLengthRule(min_measured_requests=..., service_multiple=...) "
+            f"or None, got {type(rule).__name__} {text}"
+        )
+
+
 def goodput_many(
     scenarios: Sequence[Source],
     rate_lo: float,
@@ -813,6 +830,14 @@ def goodput_many(
     ``sim`` section, its rate as written). Each scenario's result depends
     only on its own runs: the same with any executor or neighbours."""
     _check_seeds(seeds)
+    check_rule("rule", rule)
+    for r in rules or ():
+        check_rule("rules item", r)
+    check_callable("progress", progress)
+    retest = check_switch("retest", retest)
+    stop_early = check_switch("stop_early", stop_early)
+    confirm = check_switch("confirm", confirm)
+    rate_lo, rate_hi, tol_per_s = (plain_number(v) for v in (rate_lo, rate_hi, tol_per_s))
     rule = rule or RunLengthRule()
     # the caller's values, checked as bad input; per-scenario ``brackets`` and
     # ``bisected`` come from a caller that computed them (the planner): one that breaks

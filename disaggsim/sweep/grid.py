@@ -17,7 +17,7 @@ from typing import Any, cast
 import yaml
 
 from disaggsim.config.bounds import MAX_GRID_POINTS
-from disaggsim.config.loader import apply_overrides
+from disaggsim.config.loader import apply_overrides, plain_number
 from disaggsim.errors import UserError, command_line_running, given
 
 RESERVED_PARAMS = ("seed",)  # seeds are swept with ``seeds=`` / ``--seeds``
@@ -146,10 +146,9 @@ def params_from_mapping(params: Mapping[str, Sequence[Any]] | None) -> tuple[Par
 
 
 def _plain(value: Any) -> Any:
-    """A numpy number as the Python number it holds; anything else as is."""
-    return (
-        value.tolist() if type(value).__module__ == "numpy" and hasattr(value, "tolist") else value
-    )
+    """A numpy number, Fraction or Decimal as the Python number it holds; anything else
+    as is (:func:`~disaggsim.config.loader.plain_number`)."""
+    return plain_number(value)
 
 
 def parse_params(texts: Sequence[str]) -> tuple[Param, ...]:
