@@ -1625,10 +1625,14 @@ _API_QUICK = ["sim.duration_s=2", "sim.warmup_s=0"]
 
 
 def _api_odd(rng: random.Random, work: Path, raw: dict) -> tuple[str, object]:
+    from decimal import Decimal
+    from fractions import Fraction
+
     import numpy as np
     import yaml
 
     from disaggsim import SerialExecutor
+    from disaggsim.sweep import RunLengthRule
 
     text = yaml.safe_dump(raw, sort_keys=False)
     pool: list[tuple[str, object]] = [
@@ -1640,6 +1644,9 @@ def _api_odd(rng: random.Random, work: Path, raw: dict) -> tuple[str, object]:
         ("object", object()), ("class", SerialExecutor), ("missing path", Path("nope.yaml")),
         ("folder", work), ("yaml text", text), ("one-line yaml", "name: x"),
         ("list of dicts", [raw, raw]), ("tuple", (1, 2)), ("set", {1, 2}),
+        # 2026-12-04: numbers of other kinds, words for switches, functions
+        ("fraction", Fraction(3, 2)), ("decimal", Decimal("2.5")), ("word no", "no"),
+        ("np.bool", np.True_), ("function", lambda *a: None), ("rule", RunLengthRule()),
     ]  # fmt: skip
     return rng.choice(pool)
 
@@ -1691,6 +1698,12 @@ def _api_call(work: Path, case: tuple[str, int]) -> tuple[str, object]:
         return f"load_scenario({what}, {odd_name})", lambda: ds.load_scenario(*args)
     if func == "simulate":
         over = odd if rng.random() < 0.4 else list(_API_QUICK)
+        if rng.random() < 0.3:  # a keyword argument odd instead
+            key = rng.choice(["progress", "stop_on_certain_miss"])
+            kw = {key: odd}
+            return f"simulate({what}, {key}={odd_name})", lambda: ds.simulate(
+                scenario, list(_API_QUICK), **kw
+            )
         return f"simulate({what}, {odd_name})", lambda: ds.simulate(scenario, over)
     if func == "sweep":
         r = rng.random()
@@ -1702,23 +1715,33 @@ def _api_call(work: Path, case: tuple[str, int]) -> tuple[str, object]:
             lambda: ds.sweep(scenario, params, seeds, executor),
         )
     if func == "goodput":  # a bad rate, tolerance or executor always: no search runs
-        which = rng.choice(["rate_lo", "rate_hi", "tol_per_s", "executor"])
+        which = rng.choice(["rate_lo", "rate_hi", "tol_per_s", "executor", "rule", "progress",
+                            "retest", "stop_early", "seeds"])  # fmt: skip
         kw: dict = {"rate_lo": 1.0, "rate_hi": 2.0}
-        kw[which] = odd if not isinstance(odd, (int, float)) or isinstance(odd, bool) else -1
+        if which in ("rule", "progress", "retest", "stop_early", "seeds"):
+            kw["rate_hi"] = 0.5  # refused in turn where the odd value is a valid one
+            kw[which] = odd
+        else:
+            kw[which] = odd if not isinstance(odd, (int, float)) or isinstance(odd, bool) else -1
         if which == "executor" and odd is None:
             kw["executor"] = "serial"
         return f"goodput({what}, {which}={odd_name})", lambda: ds.goodput(scenario, **kw)
     if func == "compare":  # the scenarios argument odd, or a bad rate: no search runs
         scenarios = odd if rng.random() < 0.5 else [scenario, raw]
         kw = {"rate_lo": 1.0, "rate_hi": 0.5}
-        return f"compare({odd_name})", lambda: ds.compare(scenarios, **kw)
+        key = rng.choice([None, "params", "same_gpus", "rule", "progress", "tol_per_s"])
+        if key is not None:
+            kw[key] = odd
+        return f"compare({odd_name}, {key})", lambda: ds.compare(scenarios, **kw)
     target = odd if rng.random() < 0.5 else out
     if isinstance(target, (str, Path)) and target not in ("", ".") and target != work:
         target = out  # a name of the case's own is a result folder to write, not an odd value
 
+    plots = odd if rng.random() < 0.2 else True
+
     def write():
         result = ds.simulate(raw, list(_API_QUICK)) if rng.random() < 0.7 else odd
-        return ds.write_results(result, target)
+        return ds.write_results(result, target, plots)
 
     return f"write_results({odd_name})", write
 
