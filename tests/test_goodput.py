@@ -518,3 +518,56 @@ def test_a_coarse_goodput_says_how_coarse(monkeypatch, rate_hi, tol, coarse):
         "tol_per_s or a range whose top is nearer the goodput for a finer answer"
     )
     assert missed > capacity and g.tol_per_s > 0.1 * g.rate_per_s
+
+
+def test_a_run_that_measures_no_request_is_run_again_longer(monkeypatch):
+    """A run that measures no request is no evidence either way: inside the search it is
+    run again with its warm-up and window doubled until it measures requests. It ended
+    the search in one line (exit 2): a quick plan of the Azure code preset (arrivals of
+    CV 13) saw no request in a 121 s run at 2.2 req/s and lost its verdict. No
+    simulation: a run shorter than 500 s measures nothing; longer ones meet up to 6.6
+    req/s."""
+    capacity = 6.6
+    seen: list[tuple[float, float]] = []
+
+    def fake_run(task):
+        rate = task.raw["workload"]["rate_per_s"]
+        duration = task.raw["sim"]["duration_s"]
+        seen.append((rate, duration))
+        if duration < 500.0:
+            return _FakeSummary(math.nan)
+        return _FakeSummary(1.0 if rate <= capacity else 0.5)
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    chunked = str(REPO / "scenarios" / "ci" / "chunked.yaml")
+    g = goodput(chunked, 1.0, 10.0, tol_per_s=0.1, executor=SerialExecutor())
+    assert g.status == "found" and capacity - 0.1 <= g.rate_per_s <= capacity
+    # every verdict came from a run of at least 500 s, each reached by doubling
+    assert all(e.duration_s >= 500.0 for e in g.evaluations)
+    by_rate: dict[float, list[float]] = {}
+    for rate, duration in seen:
+        by_rate.setdefault(rate, []).append(duration)
+    for durations in by_rate.values():  # a run too short is followed by one twice as long
+        for a, b in zip(durations, durations[1:], strict=False):
+            if a < 500.0:
+                assert b == pytest.approx(2 * a, rel=1e-6)
+    assert g.num_lengthened == sum(d < 500.0 for _, d in seen) > 0
+    assert any("measured no request at their length" in n for n in g.notes)
+
+
+def test_a_rate_at_which_no_run_can_measure_a_request_is_still_refused(monkeypatch):
+    """Doubling stops at the scenario bounds (30 days of arrivals): a rate at which even
+    the longest run measures nothing is one line naming it, as before."""
+
+    def fake_run(task):
+        return _FakeSummary(math.nan)
+
+    monkeypatch.setattr(sys.modules["disaggsim.sweep.goodput"], "run_point", fake_run)
+    chunked = str(REPO / "scenarios" / "ci" / "chunked.yaml")
+    with pytest.raises(UserError) as e:
+        goodput(chunked, 1.0, 10.0, executor=SerialExecutor())
+    # 10 req/s reaches the requests bound first (0.9 x 2,000,000 in 180,000 s)
+    assert "at 10 req/s a run of 180000 s (the longest allowed: 1,800,000 requests " in str(e.value)
+    with pytest.raises(UserError) as e:
+        goodput(chunked, 1e-3, 2e-3, executor=SerialExecutor())
+    assert "s (the longest allowed: 30 days of arrivals) measures no request" in str(e.value)

@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from disaggsim.config.bounds import MAX_REQUESTS, expected_requests, fmt
+from disaggsim.config.bounds import MAX_DURATION_S, MAX_REQUESTS, expected_requests, fmt
 from disaggsim.config.loader import LoadedScenario, load_scenario, plain_number
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import (
@@ -74,6 +74,7 @@ from disaggsim.errors import (
 )
 from disaggsim.metrics.early_stop import seeds_stop_below
 from disaggsim.metrics.steady import (
+    REQUESTS_HEADROOM,
     Horizon,
     RunLengthRule,
     horizon,
@@ -178,6 +179,8 @@ class GoodputResult:
     unattainable_below_per_s: float | None = None
     service_s: float = float("nan")  # the longest service time the horizon used
     below_per_s: float | None = None  # status "below": the screen's rate, missed
+    # runs that measured no request at their length and were run again, longer
+    num_lengthened: int = 0
 
     @property
     def confirmed(self) -> bool:
@@ -256,6 +259,12 @@ class GoodputResult:
                 + " and ".join(what.get(b, b) for b in bounds)
                 + f" (docs/safety.md): warm-up and window {share} of the run-length rule's, "
                 "so those runs measured fewer service times than the rule asks"
+            )
+        if self.num_lengthened:
+            out.append(
+                f"{self.num_lengthened} runs measured no request at their length (arrivals "
+                "in bursts, or a rate so low that none arrived in the window) and were run "
+                "again with their warm-up and window doubled until they did"
             )
         coarse = self.coarse_note
         if coarse is not None:
@@ -677,6 +686,9 @@ class _Job:
         self.horizons: list[Horizon] = []
         self.results: list[Evaluation] = []
         self.todo: list[tuple[int, Horizon]] = []  # retests: (evaluation, its horizon)
+        self.waiting: list[int] = []  # the points whose runs were sent last
+        self.got: list[list[Summary]] = []  # each point's runs, as they come back
+        self.num_longer = 0  # runs sent again longer: they measured no request
 
     def _expected(self, rate: float) -> Callable[[float], float] | None:
         """Requests a run of so many seconds at ``rate`` is expected to generate (the
@@ -689,9 +701,11 @@ class _Job:
         return lambda duration_s: expected_requests(at_rate, duration_s)
 
     def _tasks(
-        self, rate: float, confirm: bool, first_seed: int
+        self, rate: float, confirm: bool, first_seed: int, h: Horizon | None = None
     ) -> tuple[Horizon, list[PointTask]]:
-        if confirm and self.long_horizon is not None:
+        if h is not None:
+            pass  # a run measured nothing at its length: run it again longer (_longer)
+        elif confirm and self.long_horizon is not None:
             h = self.long_horizon(rate)
         else:
             h = horizon(
@@ -734,13 +748,39 @@ class _Job:
             self.search.record(self.results)
         elif runs is not None:  # the rates came back
             it = iter(runs)
-            self.results = []
-            for (rate, long), h in zip(self.points, self.horizons, strict=True):
-                got = [next(it) for _ in range(self.seeds)]
-                # no attainment and not stopped: no request measured, so no verdict
-                if all(math.isnan(r.slo_attainment) and r.stopped_early_at_s is None for r in got):
-                    raise _unmeasured(self.src.label, rate, h)
-                self.results.append(_evaluation(rate, long, h, got, target, self.rule))
+            for i in self.waiting:
+                self.got[i] = [next(it) for _ in range(self.seeds)]
+            rerun: list[int] = []
+            for i in self.waiting:
+                # no attainment and not stopped: no request measured, so no verdict either
+                # way; such a run is run again, longer, until it measures requests (a
+                # preset whose arrivals come in bursts, CV 13, left a quick plan's run of
+                # 121 s at 2.2 req/s without one, and the plan ended there, exit 2)
+                if all(
+                    math.isnan(r.slo_attainment) and r.stopped_early_at_s is None
+                    for r in self.got[i]
+                ):
+                    rate = self.points[i][0]
+                    longer = self._longer(rate, self.horizons[i])
+                    if longer is None:  # at the longest run allowed: none can judge it
+                        h = self.horizons[i]
+                        if h.bound is None:  # stopped by the requests bound's halvings
+                            h = dataclasses.replace(h, bound="MAX_REQUESTS")
+                        raise _unmeasured(self.src.label, rate, h)
+                    self.horizons[i] = longer
+                    self.num_longer += self.seeds
+                    rerun.append(i)
+            if rerun:
+                self.waiting = rerun
+                longer_tasks: list[PointTask] = []
+                for i in rerun:
+                    rate, long = self.points[i]
+                    longer_tasks += self._tasks(rate, long, self.src.seed, self.horizons[i])[1]
+                return self._sent(longer_tasks)
+            self.results = [
+                _evaluation(rate, long, h, got, target, self.rule)
+                for (rate, long), h, got in zip(self.points, self.horizons, self.got, strict=True)
+            ]
             tasks: list[PointTask] = []
             for i, e in enumerate(self.results):
                 if self.retest and _retested(e, target, self.rule.alpha):
@@ -753,12 +793,36 @@ class _Job:
             self.search.record(self.results)
         self.points = self.search.next_points()
         self.horizons = []
+        self.waiting = list(range(len(self.points)))
+        self.got = [[] for _ in self.points]
         tasks = []
         for rate, long in self.points:
             h, t = self._tasks(rate, long, self.src.seed)
             self.horizons.append(h)
             tasks += t
         return self._sent(tasks)
+
+    def _longer(self, rate: float, h: Horizon) -> Horizon | None:
+        """``h`` with its warm-up and window doubled, as far as the scenario bounds allow
+        (MAX_DURATION_S of arrivals, :data:`~disaggsim.metrics.steady.REQUESTS_HEADROOM`
+        of MAX_REQUESTS); None when it is at them already: no run there can measure more."""
+        scale, bound = 2.0, h.bound
+        if 2.0 * h.duration_s >= MAX_DURATION_S:
+            scale, bound = MAX_DURATION_S / h.duration_s, "MAX_DURATION_S"
+        expected = self._expected(rate)
+        if expected is not None:
+            cap = REQUESTS_HEADROOM * MAX_REQUESTS
+            while scale > 1.0 + 1e-9 and expected(scale * h.duration_s) > cap:
+                scale, bound = 1.0 + 0.5 * (scale - 1.0), "MAX_REQUESTS"
+        if not scale > 1.0 + 1e-9:
+            return None
+        return dataclasses.replace(
+            h,
+            warmup_s=h.warmup_s * scale,
+            measure_s=h.measure_s * scale,
+            shrink=h.shrink * scale,
+            bound=bound,
+        )
 
     def _sent(self, tasks: list[PointTask]) -> list[PointTask]:
         self.sent_requests = sum(
@@ -914,6 +978,7 @@ def goodput_many(
                 unattainable_below_per_s=b.unattainable_below,
                 service_s=job.profile.service_s,
                 below_per_s=b.below,
+                num_lengthened=job.num_longer,
             )
         )
     return out
@@ -931,7 +996,11 @@ def _unmeasured(label: str, rate: float, h: Horizon) -> UserError:
     scored a miss, and a bracket far below the goodput (``--rate-lo 1e-9``) then read
     "goodput 0 (misses at 1e-09)": the SLO unattainable at every rate, where 6.6 req/s
     met."""
-    longest = " (the longest allowed: 30 days of arrivals)" if h.bound == "MAX_DURATION_S" else ""
+    longest = {
+        "MAX_DURATION_S": " (the longest allowed: 30 days of arrivals)",
+        "MAX_REQUESTS": f" (the longest allowed: {fmt(REQUESTS_HEADROOM * MAX_REQUESTS)} "
+        "requests expected)",
+    }.get(str(h.bound), "")
     return UserError(
         f"{label}: at {rate:g} req/s a run of {h.duration_s:g} s{longest} measures no "
         "request, so the SLO cannot be judged there; start the goodput search at a rate "
