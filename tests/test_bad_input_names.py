@@ -249,22 +249,34 @@ def test_a_misspelt_plan_or_cost_choice_names_the_one_meant(capsys, argv, line):
     ("argv", "end"),
     [
         # a key of the file (here through --set's whole section) and a --set path
-        (["run", str(CHUNKED), "--set", "sim={DURATION_S: 10}"],
-         "sim.DURATION_S: unknown key (did you mean duration_s?) (allowed: "),
-        (["run", str(CHUNKED), "--set", "pool.NUM_WORKERS=2"],
-         "unknown key 'NUM_WORKERS' at pool (did you mean num_workers?) (allowed: "),
+        (
+            ["run", str(CHUNKED), "--set", "sim={DURATION_S: 10}"],
+            "sim.DURATION_S: unknown key (did you mean duration_s?) (allowed: ",
+        ),
+        (
+            ["run", str(CHUNKED), "--set", "pool.NUM_WORKERS=2"],
+            "unknown key 'NUM_WORKERS' at pool (did you mean num_workers?) (allowed: ",
+        ),
         # a tag's value
-        (["run", str(CHUNKED), "--set", "workload.output_tokens={dist: FIXED, value: 5}"],
-         "workload.output_tokens.dist: unknown value 'FIXED' (did you mean fixed?) (allowed: "),
+        (
+            ["run", str(CHUNKED), "--set", "workload.output_tokens={dist: FIXED, value: 5}"],
+            "workload.output_tokens.dist: unknown value 'FIXED' (did you mean fixed?) (allowed: ",
+        ),
         # a catalog id in a scenario
-        (["run", str(CHUNKED), "--set", "pool.gpu=H100"],
-         "pool.gpu: unknown GPU 'H100' (allowed: a100-80gb, h100-sxm, h100-pcie, h200-sxm, "
-         "b200, l40s, h800-sxm) (did you mean h100-sxm or h100-pcie?)"),
+        (
+            ["run", str(CHUNKED), "--set", "pool.gpu=H100"],
+            "pool.gpu: unknown GPU 'H100' (allowed: a100-80gb, h100-sxm, h100-pcie, h200-sxm, "
+            "b200, l40s, h800-sxm) (did you mean h100-sxm or h100-pcie?)",
+        ),
         # calibrate --gpu: the GPU's name, and both H100s
-        (["calibrate", "show", "NVIDIA H100 80GB HBM3"],
-         "'NVIDIA H100 80GB HBM3': not a catalog GPU id (did you mean h100-sxm?) (allowed: "),
-        (["calibrate", "fit", "raw", "--gpu", "H100"],
-         "'H100': not a catalog GPU id (did you mean h100-sxm or h100-pcie?) (allowed: "),
+        (
+            ["calibrate", "show", "NVIDIA H100 80GB HBM3"],
+            "'NVIDIA H100 80GB HBM3': not a catalog GPU id (did you mean h100-sxm?) (allowed: ",
+        ),
+        (
+            ["calibrate", "fit", "raw", "--gpu", "H100"],
+            "'H100': not a catalog GPU id (did you mean h100-sxm or h100-pcie?) (allowed: ",
+        ),
     ],  # fmt: skip
     ids=["key", "set-path", "tag", "catalog", "calibrate-name", "calibrate-h100"],
 )

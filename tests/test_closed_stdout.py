@@ -88,8 +88,24 @@ def full_stdout(work, *argv: str, stderr_full: bool = False) -> tuple[int, str]:
         # which failed as the simulation ended: the run's result was lost, exit 2
         (["run", CHUNKED, "--out", "r", "--no-plots"], "r"),
         (["run", CHUNKED, "--out", "r", "--no-plots", "--quiet"], "r"),
-        (["sweep", CHUNKED, "--param", "workload.rate_per_s=1,2", "--out", "s", "--no-plots",
-          "--workers", "1", "--set", "sim.duration_s=10", "--set", "sim.warmup_s=1"], "s"),
+        (
+            [
+                "sweep",
+                CHUNKED,
+                "--param",
+                "workload.rate_per_s=1,2",
+                "--out",
+                "s",
+                "--no-plots",
+                "--workers",
+                "1",
+                "--set",
+                "sim.duration_s=10",
+                "--set",
+                "sim.warmup_s=1",
+            ],
+            "s",
+        ),
     ],  # fmt: skip
     ids=["run", "run-quiet", "sweep"],
 )
