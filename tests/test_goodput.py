@@ -571,3 +571,20 @@ def test_a_rate_at_which_no_run_can_measure_a_request_is_still_refused(monkeypat
     with pytest.raises(UserError) as e:
         goodput(chunked, 1e-3, 2e-3, executor=SerialExecutor())
     assert "s (the longest allowed: 30 days of arrivals) measures no request" in str(e.value)
+
+
+def test_a_plan_of_a_bursty_preset_is_answered(tmp_path, monkeypatch):
+    """The Azure code preset's arrivals come in bursts (gaps of CV 13): a quick plan of it
+    ended with exit 2 after 3 runs ("at 4.87837 req/s a run of 50.9524 s measures no
+    request"), its verdict lost. The empty run is now run again longer."""
+    import json
+
+    from disaggsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--preset",
+            "azure-code-2023", "--ttft-ms", "2000", "--itl-ms", "100", "--quick", "--workers",
+            "1", "--quiet", "--out", "p"]  # fmt: skip
+    assert main(argv) == 0
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert plan["verdict"] == "colocate_chunked" and plan["ranked"]
