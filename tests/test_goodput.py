@@ -160,8 +160,46 @@ def test_horizon_rule():
     # never longer than a scenario may run (30 days of arrivals)
     slow = horizon(rule, 1e-6, service_s=2.0, drain_s=7.0)
     assert slow.duration_s == pytest.approx(30 * 86400) and slow.warmup_s < slow.measure_s
-    with pytest.raises(ValueError, match="confirm_factor"):
+    with pytest.raises(UserError, match="confirm_factor must be"):
         RunLengthRule(confirm_factor=1.5)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("min_measured_requests", 0),
+        ("min_measured_requests", -5),
+        ("min_measured_requests", "1000"),
+        ("min_measured_requests", 2.5),
+        ("min_measured_requests", True),
+        ("service_multiple", float("nan")),
+        ("service_multiple", float("inf")),
+        ("service_multiple", 0.0),
+        ("service_multiple", "10"),
+        ("warmup_service_multiple", -1.0),
+        ("warmup_service_multiple", float("nan")),
+        ("warmup_share", float("nan")),
+        ("warmup_share", -0.1),
+        ("confirm_factor", float("nan")),
+        ("alpha", 0.0),
+        ("alpha", 1.0),
+        ("alpha", float("nan")),
+    ],
+)
+def test_a_bad_run_length_rule_is_one_line_naming_its_field(field, value):
+    with pytest.raises(UserError) as e:
+        RunLengthRule(**{field: value})
+    msg = str(e.value)
+    assert msg.startswith(f"RunLengthRule: {field} must be ") and repr(value) in msg
+    assert "\n" not in msg
+
+
+def test_the_edges_of_a_run_length_rule_are_accepted():
+    rule = RunLengthRule(
+        min_measured_requests=np.int64(1), service_multiple=1e-9, warmup_service_multiple=0,
+        warmup_share=0.0, confirm_factor=2, alpha=0.5,
+    )  # fmt: skip
+    assert rule.min_measured_requests == 1
 
 
 def test_service_time_and_drain_by_hand():

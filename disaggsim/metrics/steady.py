@@ -34,6 +34,7 @@ import pandas as pd
 
 from disaggsim.config.bounds import MAX_DURATION_S, MAX_REQUESTS
 from disaggsim.costmodel.interface import WorkerCost, decode_step_time_s
+from disaggsim.errors import UserError
 
 __all__ = [
     "ALPHA",
@@ -270,10 +271,33 @@ class RunLengthRule:
     alpha: float = ALPHA
 
     def __post_init__(self) -> None:
-        if self.min_measured_requests < 1 or self.service_multiple <= 0:
-            raise ValueError("RunLengthRule: need min_measured_requests >= 1, multiples > 0")
-        if self.confirm_factor < 2.0:
-            raise ValueError("RunLengthRule: confirm_factor must be >= 2 (twice the horizon)")
+        """Each field checked alone: one line naming it, its allowed values and what was
+        given (a notebook's bad rule, never a NaN that every comparison lets through)."""
+        n = self.min_measured_requests
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            _refuse("min_measured_requests", "a whole number >= 1", n)
+        for field, what, ok in (
+            ("service_multiple", "a finite number > 0", lambda x: x > 0),
+            ("warmup_service_multiple", "a finite number >= 0", lambda x: x >= 0),
+            ("warmup_share", "a finite number >= 0", lambda x: x >= 0),
+            ("confirm_factor", "a finite number >= 2 (twice the horizon)", lambda x: x >= 2),
+            ("alpha", "a number strictly between 0 and 1", lambda x: 0 < x < 1),
+        ):
+            x = getattr(self, field)
+            if not _finite_number(x) or not ok(float(x)):
+                _refuse(field, what, x)
+
+
+def _finite_number(x: object) -> bool:
+    return (
+        isinstance(x, (int, float, np.integer, np.floating))
+        and not isinstance(x, bool)
+        and math.isfinite(float(x))
+    )
+
+
+def _refuse(field: str, allowed: str, given: object) -> None:
+    raise UserError(f"RunLengthRule: {field} must be {allowed}, got {given!r}")
 
 
 @dataclass(frozen=True, slots=True)
