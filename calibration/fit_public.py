@@ -77,6 +77,7 @@ from disaggsim.costmodel.step import FP8_QUANT_BYTES_PER_ELEM
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import (
     DECODE_ONLY_BACKENDS,
+    DecodeAttentionParams,
     ElementwiseParams,
     GemmParams,
     GemmTileBranch,
@@ -235,6 +236,31 @@ def decode_backend_of_rows(frame: pd.DataFrame) -> np.ndarray:
     mmha = trt & ~trtllm_xqa(frame["heads"], frame["kv_heads"], frame["head_dim"])
     out[mmha] = TRTLLM_PER_QUERY_HEAD_BACKEND
     return out.astype(str)
+
+
+def kv_elem_bytes(dtype: str) -> float:
+    """Bytes per cached K or V element of a KV dtype (``"fp8"`` or 16-bit)."""
+    return 1.0 if dtype == "fp8" else 2.0
+
+
+def predict_decode_rows(
+    peaks: GpuPeaks, params: DecodeAttentionParams, kv: str, rows: pd.DataFrame
+) -> np.ndarray:
+    """Seconds :func:`ops.decode_attention_time_s` gives each decode-table row (a frame of
+    :func:`public.aic_decode_attention`) of one KV dtype ``kv`` under ``params``: the
+    layout's query heads per KV head are the grouped kernels' ``q_per_kv`` and, for a
+    per-query-head kernel (``params.reread_bytes_per_s`` > 0: masked MHA), the query heads
+    re-reading each KV head; every diagnostic and test that predicts table rows calls this."""
+    g = (rows["heads"] / rows["kv_heads"]).round().to_numpy(float)
+    reread = g if params.reread_bytes_per_s > 0.0 else 1.0
+    return np.asarray(
+        ops.decode_attention_time_s(
+            peaks, params, rows["batch"].to_numpy(float), rows["context_tokens"].to_numpy(float),
+            rows["kv_heads"].to_numpy(float), rows["head_dim"].to_numpy(float),
+            kv_elem_bytes(kv), reread, q_per_kv=g,
+        ),
+        float,
+    )  # fmt: skip
 
 
 def fit_decode_backend(
@@ -1108,7 +1134,6 @@ def decode_fp8_ratio_by_size(data_root: Path, gpu: str, framework: str = "vllm")
     read (columns, MB), with the kernel the table names for the rows (``kernel``): whether a
     head dim's error is a per-byte rate (growing with the read) or a per-call cost (largest
     on small reads)."""
-    from disaggsim.costmodel import ops
     from disaggsim.hardware.profile import load_profile
 
     prof = load_profile(gpu)
@@ -1117,15 +1142,10 @@ def decode_fp8_ratio_by_size(data_root: Path, gpu: str, framework: str = "vllm")
     backend = {"vllm": "vllm-flash", "sglang": "sglang-flash"}.get(framework, framework)
     frames = []
     for dt, t in d.groupby("dtype", sort=True):
-        elem = 1.0 if dt == "fp8" else 2.0
-        prm = prof.decode_attention_for(backend, str(dt))
-        g = (t["heads"] / t["kv_heads"]).round().to_numpy(float)
-        pred = np.asarray(
-            ops.decode_attention_time_s(
-                prof.peaks, prm, t["batch"], t["context_tokens"], t["kv_heads"], t["head_dim"],
-                elem, g, q_per_kv=g,
-            )
-        )  # fmt: skip
+        elem = kv_elem_bytes(str(dt))
+        pred = predict_decode_rows(
+            prof.peaks, prof.decode_attention_for(backend, str(dt)), str(dt), t
+        )
         kv_mb = 2.0 * t["context_tokens"] * t["kv_heads"] * t["head_dim"] * elem / 1e6
         frames.append(
             t.assign(
@@ -1206,11 +1226,7 @@ def refit_decode_predict(
     items get a share of the bandwidth)."""
     if backend in WAVE_BACKENDS and num_sms > 0 and split_kv:
         w = fit_decode_backend(peaks, backend, "bf16", fit_rows, held_out=False, num_sms=num_sms)
-        g = (test_rows["heads"] / test_rows["kv_heads"]).round().to_numpy(float)
-        return ops.decode_attention_time_s(
-            peaks, w.params, test_rows["batch"], test_rows["context_tokens"],
-            test_rows["kv_heads"], test_rows["head_dim"], 2.0, q_per_kv=g,
-        )  # fmt: skip
+        return predict_decode_rows(peaks, w.params, "bf16", test_rows)
     per_qh = backend == TRTLLM_PER_QUERY_HEAD_BACKEND
     group = backend in GROUP_RATE_BACKENDS
     tr, te = fit_rows, test_rows
@@ -1220,11 +1236,7 @@ def refit_decode_predict(
         held_out=False, q_per_kv=g_tr if per_qh else None, split_kv=split_kv,
         group_q_per_kv=g_tr if group else None, item_terms=backend in ITEM_TERM_BACKENDS,
     )  # fmt: skip
-    g_te = (te["heads"] / te["kv_heads"]).round().to_numpy(float)
-    return ops.decode_attention_time_s(
-        peaks, f.params, te["batch"], te["context_tokens"], te["kv_heads"], te["head_dim"],
-        2.0, g_te, q_per_kv=g_te,
-    )  # fmt: skip
+    return predict_decode_rows(peaks, f.params, "bf16", te)
 
 
 CONTEXT_RATIO_FORMS = (("split-KV (shipped)", True), ("bandwidth share", False))
@@ -1694,7 +1706,7 @@ def mmha_split_fit(
         # the line form (split-KV with per-query-head re-reads), fitted here: the form the
         # profiles shipped before the wave lines, and where the rule keeps it
         line = fit_decode_backend(pk, TRTLLM_PER_QUERY_HEAD_BACKEND, dtype, d, num_sms=0)
-        pred = ops.decode_attention_time_s(pk, line.params, b, c, kh, hd, elem, g, q_per_kv=g)
+        pred = predict_decode_rows(pk, line.params, dtype, d)
         splits = mmha_split_counts(b, h, per_seq, hd, sms)
         x = (b, h, kh, hd, per_seq)
 
@@ -1737,7 +1749,7 @@ def mmha_split_fit(
             ).round(2)
         )
         # the wave lines' own residual by items (B x H) over the SMs
-        wave = ops.decode_attention_time_s(pk, fit_lines.params, b, c, kh, hd, elem, g, q_per_kv=g)
+        wave = predict_decode_rows(pk, fit_lines.params, dtype, d)
         ib = pd.cut(b * h / sms, [0, 1, 4, np.inf], labels=["<=1", "1-4", ">4"])
         w = pd.DataFrame({"kv": dtype, "items/SMs": ib, "tokens_per_seq": lb, "ratio": ts / wave})
         wave_resid.append(
@@ -1761,8 +1773,6 @@ def mmha_occupancy_ratios(data_root: Path, gpu: str) -> pd.DataFrame:
     out = []
     for kv, r in rows.groupby("dtype"):
         p = prof.decode_attention_for(TRTLLM_PER_QUERY_HEAD_BACKEND, str(kv))
-        g = (r["heads"] / r["kv_heads"]).round()
-        elem = 1.0 if kv == "fp8" else 2.0
         hist = r["context_tokens"] / r["batch"] - 1.0
         frame = pd.DataFrame(
             {
@@ -1772,12 +1782,9 @@ def mmha_occupancy_ratios(data_root: Path, gpu: str) -> pd.DataFrame:
             }
         )
         for name, params in (("with_term", p), ("line_form", replace(p, block_bytes_per_s=0.0))):
-            t = ops.decode_attention_time_s(
-                prof.peaks, params, r["batch"], r["context_tokens"], r["kv_heads"],
-                r["head_dim"], elem, g, q_per_kv=g,
-            )  # fmt: skip
-            frame[f"ratio_{name}"] = r["t_s"].to_numpy() / np.asarray(t)
-            frame[f"ape_{name}"] = np.abs(np.asarray(t) / r["t_s"].to_numpy() - 1.0)
+            t = predict_decode_rows(prof.peaks, params, str(kv), r)
+            frame[f"ratio_{name}"] = r["t_s"].to_numpy() / t
+            frame[f"ape_{name}"] = np.abs(t / r["t_s"].to_numpy() - 1.0)
         out.append(frame)
     return (
         pd.concat(out)
@@ -1810,8 +1817,6 @@ def mmha_occupancy_held_out(data_root: Path, gpu: str) -> pd.DataFrame:
             & (ops.mmha_resident_blocks(hist, SMEM_PER_SM_KIB[gpu]) <= 2)
         )
         fam = shape_family(r["heads"], r["kv_heads"], r["head_dim"])
-        g = (r["heads"] / r["kv_heads"]).round()
-        elem = 1.0 if kv == "fp8" else 2.0
         for name, term in (("line_form", None), ("with_term", occ)):
             apes: list[float] = []
             for f in sorted(set(fam[bounded])):
@@ -1821,11 +1826,8 @@ def mmha_occupancy_held_out(data_root: Path, gpu: str) -> pd.DataFrame:
                     occupancy=term,
                 )  # fmt: skip
                 sel = test & bounded
-                t = ops.decode_attention_time_s(
-                    peaks, fit.params, r["batch"][sel], r["context_tokens"][sel],
-                    r["kv_heads"][sel], r["head_dim"][sel], elem, g[sel], q_per_kv=g[sel],
-                )  # fmt: skip
-                apes.extend(np.abs(np.asarray(t) / r["t_s"][sel].to_numpy() - 1.0).tolist())
+                t = predict_decode_rows(peaks, fit.params, str(kv), r[sel])
+                apes.extend(np.abs(t / r["t_s"][sel].to_numpy() - 1.0).tolist())
             a = np.asarray(apes)
             out.append(
                 {
@@ -1854,19 +1856,15 @@ def mmha_element_rates(data_root: Path, gpu: str) -> pd.DataFrame:
     for kv, r in rows.groupby("dtype"):
         p = prof.decode_attention_for(TRTLLM_PER_QUERY_HEAD_BACKEND, str(kv))
         g = (r["heads"] / r["kv_heads"]).round()
-        elem = 1.0 if kv == "fp8" else 2.0
         hist = r["context_tokens"] / r["batch"] - 1.0
-        t = ops.decode_attention_time_s(
-            prof.peaks, p, r["batch"], r["context_tokens"], r["kv_heads"], r["head_dim"],
-            elem, g, q_per_kv=g,
-        )  # fmt: skip
+        t = predict_decode_rows(prof.peaks, p, str(kv), r)
         frame = pd.DataFrame(
             {
                 "resident": ops.mmha_resident_blocks(hist, SMEM_PER_SM_KIB[gpu]),
                 "kv": kv,
                 "head_dim": r["head_dim"].astype(int),
                 "l2_reread": g > 1,
-                "ratio": r["t_s"].to_numpy() / np.asarray(t),
+                "ratio": r["t_s"].to_numpy() / t,
                 "q_elem_per_s": 2.0
                 * r["context_tokens"]
                 * r["kv_heads"]
@@ -1902,8 +1900,6 @@ def xqa_fallback_ratios(data_root: Path, gpu: str) -> pd.DataFrame:
     rows = _decode_backend_rows(public.aic_decode_attention(data_root, gpu), "trtllm")
     out = []
     for kv, r in rows.groupby("dtype"):
-        g = (r["heads"] / r["kv_heads"]).round()
-        elem = 1.0 if kv == "fp8" else 2.0
         hist = (r["context_tokens"] / r["batch"] - 1.0).round()
         frame = pd.DataFrame(
             {
@@ -1913,20 +1909,9 @@ def xqa_fallback_ratios(data_root: Path, gpu: str) -> pd.DataFrame:
                 >= NUM_SMS[gpu],
             }
         )
-        for name, backend, group in (("xqa", "trtllm", 1.0), ("mmha", "trtllm-mmha", g)):
-            p = prof.decode_attention_for(backend, str(kv))
-            t = np.asarray(
-                ops.decode_attention_time_s(
-                    prof.peaks,
-                    p,
-                    r["batch"],
-                    r["context_tokens"],
-                    r["kv_heads"],
-                    r["head_dim"],
-                    elem,
-                    group,
-                    q_per_kv=g,
-                )  # fmt: skip
+        for name, backend in (("xqa", "trtllm"), ("mmha", TRTLLM_PER_QUERY_HEAD_BACKEND)):
+            t = predict_decode_rows(
+                prof.peaks, prof.decode_attention_for(backend, str(kv)), str(kv), r
             )
             frame[f"ratio_{name}"] = r["t_s"].to_numpy() / t
             frame[f"ape_{name}"] = np.abs(t / r["t_s"].to_numpy() - 1.0)
@@ -1959,22 +1944,8 @@ def trtllm_layout_rows(data_root: Path, gpu: str, heads: int, kv_heads: int, hea
         (rows["heads"] == heads) & (rows["kv_heads"] == kv_heads) & (rows["head_dim"] == head_dim)
     ]
     out = []
-    g = float(round(heads / kv_heads))
     for kv, k in r.groupby("dtype"):
-        p = prof.decode_attention_for(backend, str(kv))
-        t = np.asarray(
-            ops.decode_attention_time_s(
-                prof.peaks,
-                p,
-                k["batch"],
-                k["context_tokens"],
-                k["kv_heads"],
-                k["head_dim"],
-                1.0 if kv == "fp8" else 2.0,
-                1.0 if xqa else g,
-                q_per_kv=g,
-            )  # fmt: skip
-        )
+        t = predict_decode_rows(prof.peaks, prof.decode_attention_for(backend, str(kv)), str(kv), k)
         out.append(
             pd.DataFrame(
                 {
@@ -2006,21 +1977,9 @@ def decode_rows_over_roofline(data_root: Path, gpu: str) -> pd.DataFrame:
     out = []
     for backend in ("trtllm", TRTLLM_PER_QUERY_HEAD_BACKEND):
         for kv, r in _decode_backend_rows(frame, backend).groupby("dtype"):
-            elem = 1.0 if kv == "fp8" else 2.0
-            g = (r["heads"] / r["kv_heads"]).round()
-            p = prof.decode_attention_for(backend, str(kv))
-            t = np.asarray(
-                ops.decode_attention_time_s(
-                    prof.peaks,
-                    p,
-                    r["batch"],
-                    r["context_tokens"],
-                    r["kv_heads"],
-                    r["head_dim"],
-                    elem,
-                    1.0 if backend == "trtllm" else g,
-                    q_per_kv=g,
-                )  # fmt: skip
+            elem = kv_elem_bytes(str(kv))
+            t = predict_decode_rows(
+                prof.peaks, prof.decode_attention_for(backend, str(kv)), str(kv), r
             )
             ape = np.abs(t / r["t_s"].to_numpy() - 1.0)
             kv_bytes = (2.0 * r["context_tokens"] * r["kv_heads"] * r["head_dim"] * elem).to_numpy()

@@ -207,27 +207,22 @@ def test_occupancy_rows_follow_the_fit(gpu: str, kv: str) -> None:
     line form without the term; with the shipped fit's block rate their median error is
     within 15% (measured 2026-12-03: docs/calibration.md, "Masked MHA's shared memory")."""
     from calibration import public
-    from calibration.fit_public import _decode_backend_rows, mmha_fit_rows
+    from calibration.fit_public import _decode_backend_rows, mmha_fit_rows, predict_decode_rows
 
     prof = load_profile(gpu)
     rows = _decode_backend_rows(public.aic_decode_attention(DATA, gpu), "trtllm-mmha")
     r = mmha_fit_rows(rows[rows["dtype"] == kv], kv)  # FP8: the launch-bounded kernel's
     p = prof.decode_attention_for("trtllm-mmha", kv)
-    g = (r["heads"] / r["kv_heads"]).round()
     hist = r["context_tokens"] / r["batch"] - 1.0
     sel = ops.mmha_occupancy_applies(p, r["batch"] * r["heads"]) & (
         ops.mmha_resident_blocks(hist, p.smem_per_sm_kib) < 4
     )
     sel = np.asarray(sel) & (hist >= 16383).to_numpy()
     assert sel.sum() >= (10 if kv == "fp8" else 13)
-    elem = 1.0 if kv == "fp8" else 2.0
 
     def ape(params) -> float:
-        t = ops.decode_attention_time_s(
-            prof.peaks, params, r["batch"], r["context_tokens"], r["kv_heads"], r["head_dim"],
-            elem, g, q_per_kv=g,
-        )  # fmt: skip
-        return float(np.median(np.abs(np.asarray(t)[sel] / r["t_s"].to_numpy()[sel] - 1.0)))
+        t = predict_decode_rows(prof.peaks, params, kv, r)
+        return float(np.median(np.abs(t[sel] / r["t_s"].to_numpy()[sel] - 1.0)))
 
     assert ape(p) <= 0.15
     assert ape(dataclasses.replace(p, block_bytes_per_s=0.0)) >= 0.2
@@ -360,7 +355,12 @@ def test_fp8_masked_mha_is_two_kernels() -> None:
     kernel's rows (head dim <= 128, every catalog model's) and predicts them within 6.5 %
     median; the head-dim-256 rows run 0.68-0.73 x its time (another kernel, not fitted)."""
     from calibration import public
-    from calibration.fit_public import _decode_backend_rows, mmha_element_rates, mmha_fit_rows
+    from calibration.fit_public import (
+        _decode_backend_rows,
+        mmha_element_rates,
+        mmha_fit_rows,
+        predict_decode_rows,
+    )
 
     rates = mmha_element_rates(DATA, "h100-sxm").loc[(2.0, True)]
     bf16 = rates.loc["bf16"]["tera_q_elem_per_s"]
@@ -377,20 +377,7 @@ def test_fp8_masked_mha_is_two_kernels() -> None:
     hist = fp8_rows["context_tokens"] / fp8_rows["batch"] - 1.0
     two = (fp8_rows["batch"] * fp8_rows["heads"] >= 4 * 132) & (hist >= 16383)
     r = fp8_rows[two]
-    g = (r["heads"] / r["kv_heads"]).round()
-    t = np.asarray(
-        ops.decode_attention_time_s(
-            prof.peaks,
-            p,
-            r["batch"],
-            r["context_tokens"],
-            r["kv_heads"],
-            r["head_dim"],
-            1.0,
-            g,
-            q_per_kv=g,
-        )  # fmt: skip
-    )
+    t = predict_decode_rows(prof.peaks, p, "fp8", r)
     ratio = r["t_s"].to_numpy() / t
     bounded = (r["head_dim"] <= 128).to_numpy()
     assert np.median(np.abs(1.0 / ratio[bounded] - 1.0)) <= 0.065
