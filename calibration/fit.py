@@ -557,16 +557,22 @@ def fit_decode_wave(
     params, model = builder(names, {})
     every = np.arange(t_s.size)
     found = _least_squares_log(model, every, t_s, starts, lo, hi, WAVE_SEARCH_STARTS)
-    if not per_query_head:  # the group rate where the rows leave it undetermined
-        g = names.index("group_bytes_per_s")
-        keep = [i for i in range(len(names)) if i != g]
-        h_names = tuple(names[i] for i in keep)
-        h_lo, h_hi = tuple(lo[i] for i in keep), tuple(hi[i] for i in keep)
-        h_params, h_model = builder(h_names, {"group_bytes_per_s": roof})
+    # rates the rows leave undetermined, held at their bound, in turn: the group rate at its
+    # roofline, then the HBM share at 1 (a grouped kernel whose block rate binds every full
+    # wave: the A100's K-only XQA table, fit_public.table_hbm_share)
+    holds = [] if per_query_head else [("group_bytes_per_s", roof), ("bw_eff", 1.0)]
+    held: dict[str, float] = {}
+    for name, bound in holds:
+        i = names.index(name)
+        keep = [k for k in range(len(names)) if k != i]
+        h_names = tuple(names[k] for k in keep)
+        h_lo, h_hi = tuple(lo[k] for k in keep), tuple(hi[k] for k in keep)
+        h_params, h_model = builder(h_names, {**held, name: bound})
         h_found = _least_squares_log(h_model, every, t_s, [found[keep].tolist()], h_lo, h_hi)
         free_cost = log_fit_cost(model, every, t_s, found)
         if log_fit_cost(h_model, every, t_s, h_found) <= free_cost * (1.0 + GROUP_RATE_MIN_GAIN):
-            params, model, found, lo, hi = h_params, h_model, h_found, h_lo, h_hi
+            names, params, model, found, lo, hi = h_names, h_params, h_model, h_found, h_lo, h_hi
+            held[name] = bound
     p, err = fit_generic(model, t_s, [found.tolist()], lo, hi, groups, held_out)
     return Fitted(params(p), err)
 

@@ -238,6 +238,60 @@ def decode_backend_of_rows(frame: pd.DataFrame) -> np.ndarray:
     return out.astype(str)
 
 
+# AIConfigurator's TensorRT-LLM decode tables collected before its 1.3.0rc20 collector built
+# the KV cache as ``CacheType.SELFKONLY`` (the MLA layout: one K plane, V reading K's
+# addresses; ai-dynamo/aiconfigurator issue #1379, fixed in the collector that times 1.3.0rc20
+# with ``CacheType.SELF``, the layout serving allocates). XQA loads a tile's V right after its
+# K, so every V load hits L2 and the kernel reads half the KV bytes from HBM: the A100's 1.0.0
+# table streams up to 1.69 x the HBM's bandwidth of K and V, never 2 x (docs/calibration.md,
+# "The A100 TensorRT-LLM table reads K alone"). Masked MHA reads a sequence's K in one pass and
+# its V in a second: V finds K in L2 only while the K of the blocks in flight fits there (its
+# rows over the HBM's bandwidth are all at <= 256 tokens a sequence), so its rows keep the
+# serving frame. Versions (major, minor) before this one are K-only.
+KV_SELF_LAYOUT_TRTLLM_VERSION = (1, 3)
+XQA_K_ONLY_HBM_SHARE = 0.5  # of the KV bytes a K-only table's XQA rows read from HBM
+
+
+def _table_version(table: str) -> tuple[int, ...]:
+    """The version folder of an AIConfigurator table path (``.../trtllm/1.0.0/x.parquet``) as
+    numbers, up to the first part that is not one (``1.3.0rc20`` -> ``(1, 3)``)."""
+    out: list[int] = []
+    for part in Path(table).parent.name.split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def table_hbm_share(rows: pd.DataFrame) -> float:
+    """Share of its KV bytes the kernel behind decode-table ``rows`` read from HBM when the
+    table was timed: :data:`XQA_K_ONLY_HBM_SHARE` for TensorRT-LLM's XQA rows of a table
+    collected with a K-only cache (:data:`KV_SELF_LAYOUT_TRTLLM_VERSION`), else 1 (serving's
+    K and V, each read once). ``rows`` must come from one table and one kernel."""
+    tables = set(rows["table"])
+    if len(tables) != 1:
+        raise ValueError(f"decode rows from {len(tables)} tables: predict each table apart")
+    table = tables.pop()
+    if set(rows["framework"]) != {"trtllm"}:
+        return 1.0
+    xqa = trtllm_xqa(rows["heads"], rows["kv_heads"], rows["head_dim"])
+    if not xqa.any() or _table_version(table) >= KV_SELF_LAYOUT_TRTLLM_VERSION:
+        return 1.0
+    if not xqa.all():
+        raise ValueError("decode rows of XQA and masked MHA: predict each kernel apart")
+    return XQA_K_ONLY_HBM_SHARE
+
+
+def table_peaks(peaks: GpuPeaks, rows: pd.DataFrame) -> GpuPeaks:
+    """``peaks`` as the kernel behind decode-table ``rows`` saw them: the HBM's bandwidth
+    over the share of the KV bytes it read from HBM (:func:`table_hbm_share`), so a form's
+    HBM stream term prices the bytes the table's kernel read while its L2 and per-block
+    rates price every byte. A fit to the rows in this frame carries the kernel's HBM
+    efficiency as serving reads K and V; predicting the rows takes the same frame."""
+    share = table_hbm_share(rows)
+    return peaks if share == 1.0 else replace(peaks, hbm_bytes_per_s=peaks.hbm_bytes_per_s / share)
+
+
 def kv_elem_bytes(dtype: str) -> float:
     """Bytes per cached K or V element of a KV dtype (``"fp8"`` or 16-bit)."""
     return 1.0 if dtype == "fp8" else 2.0
@@ -250,12 +304,14 @@ def predict_decode_rows(
     :func:`public.aic_decode_attention`) of one KV dtype ``kv`` under ``params``: the
     layout's query heads per KV head are the grouped kernels' ``q_per_kv`` and, for a
     per-query-head kernel (``params.reread_bytes_per_s`` > 0: masked MHA), the query heads
-    re-reading each KV head; every diagnostic and test that predicts table rows calls this."""
+    re-reading each KV head; every diagnostic and test that predicts table rows calls this.
+    ``peaks`` are the GPU's; the rows are predicted in their table's frame
+    (:func:`table_peaks`)."""
     g = (rows["heads"] / rows["kv_heads"]).round().to_numpy(float)
     reread = g if params.reread_bytes_per_s > 0.0 else 1.0
     return np.asarray(
         ops.decode_attention_time_s(
-            peaks, params, rows["batch"].to_numpy(float), rows["context_tokens"].to_numpy(float),
+            table_peaks(peaks, rows), params, rows["batch"].to_numpy(float), rows["context_tokens"].to_numpy(float),
             rows["kv_heads"].to_numpy(float), rows["head_dim"].to_numpy(float),
             kv_elem_bytes(kv), reread, q_per_kv=g,
         ),
@@ -277,7 +333,9 @@ def fit_decode_backend(
     False (the parameters are the same either way); a :data:`WAVE_BACKENDS` kernel as a
     multi-block wave kernel on ``num_sms`` SMs when given (> 0); an
     :data:`OCCUPANCY_BACKENDS` line-form kernel with its resident-block rate when
-    ``occupancy`` (SMs, shared memory per SM in KiB) is given."""
+    ``occupancy`` (SMs, shared memory per SM in KiB) is given. ``peaks`` are the GPU's; the
+    rows are fitted in their table's frame (:func:`table_peaks`)."""
+    peaks = table_peaks(peaks, rows)
     shape = (rows["batch"], rows["context_tokens"], rows["kv_heads"], rows["head_dim"], rows["t_s"])
     q_per_kv = (rows["heads"] / rows["kv_heads"]).round()
     common: dict[str, Any] = {
@@ -381,9 +439,16 @@ def fit_attention_backends(
                 bounded = (
                     f", head dim <= {MMHA_FP8_BOUNDED_MAX_HEAD_DIM}: its launch-bounded kernel"
                 )
+            share = table_hbm_share(rows)
+            frame = (
+                f", fitted in the table's frame: its K-only cache read {share:g} of the KV "
+                "bytes from HBM"
+                if share < 1.0
+                else ""
+            )
             source = (
                 f"{rows['table'].iloc[0]} ({BACKEND_FRAMEWORKS[backend]}, kv {dtype}"
-                f"{kind.get(backend, '')}{bounded})"
+                f"{kind.get(backend, '')}{bounded}{frame})"
             )
             occ = (float(NUM_SMS[gpu]), float(SMEM_PER_SM_KIB[gpu])) if gpu in NUM_SMS else None
             f = fit_decode_backend(
@@ -1232,7 +1297,8 @@ def refit_decode_predict(
     tr, te = fit_rows, test_rows
     g_tr = (tr["heads"] / tr["kv_heads"]).round()
     f = fit_decode_attention(
-        peaks, tr["batch"], tr["context_tokens"], tr["kv_heads"], tr["head_dim"], tr["t_s"],
+        table_peaks(peaks, tr), tr["batch"], tr["context_tokens"], tr["kv_heads"],
+        tr["head_dim"], tr["t_s"],
         held_out=False, q_per_kv=g_tr if per_qh else None, split_kv=split_kv,
         group_q_per_kv=g_tr if group else None, item_terms=backend in ITEM_TERM_BACKENDS,
     )  # fmt: skip
@@ -1581,9 +1647,9 @@ def xqa_split_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
     bandwidth share over ``items × blocks`` thread blocks, blocks from the context per
     sequence: :func:`xqa_blocks_per_sequence`), in sample and fitted on ≤ 2048 tokens per
     sequence, tested on > 8192. The second is not affine in the context at a fixed batch."""
-    pk = peaks_of(gpu)
     d = public.aic_decode_attention(data_root, gpu)
     d = _decode_backend_rows(d[d["dtype"] == "bf16"], "trtllm")
+    pk = table_peaks(peaks_of(gpu), d)  # the table's frame: fitted and predicted in it
     b, c, kh, hd, ts = (
         d[x].to_numpy(float) for x in ("batch", "context_tokens", "kv_heads", "head_dim", "t_s")
     )
@@ -1970,7 +2036,10 @@ def decode_rows_over_roofline(data_root: Path, gpu: str) -> pd.DataFrame:
     faster than the GPU's HBM (``2 × C × kv_heads × head_dim × bytes / t`` over the datasheet
     bandwidth): rows no kernel reading its KV from HBM can give, which a bandwidth-bound form
     cannot fit. With the shipped fit's median / p90 APE over every row and without those,
-    and how many of the rows beyond its 90th percentile they are."""
+    and how many of the rows beyond its 90th percentile they are; and the same count and
+    largest share for the bytes the table's kernel read from HBM (``as_timed``: the share
+    :func:`table_hbm_share` of them): no XQA row exceeds it; the A100's masked-MHA rows over
+    it (50) all hold at most 256 tokens a sequence, where its second pass finds K in L2."""
     prof = load_profile(gpu)
     hbm = prof.peaks.hbm_bytes_per_s
     frame = public.aic_decode_attention(data_root, gpu)
@@ -1986,6 +2055,7 @@ def decode_rows_over_roofline(data_root: Path, gpu: str) -> pd.DataFrame:
             share = kv_bytes / r["t_s"].to_numpy() / hbm
             big = kv_bytes >= 64e6
             over = big & (share > 1.0)
+            timed = share * table_hbm_share(r)
             top = ape >= np.quantile(ape, 0.9)
             out.append(
                 {
@@ -1999,6 +2069,8 @@ def decode_rows_over_roofline(data_root: Path, gpu: str) -> pd.DataFrame:
                     "without_over_hbm": f"{np.median(ape[~over]):.3f} / "
                     f"{np.quantile(ape[~over], 0.9):.3f}",
                     "over_hbm_beyond_p90": f"{int((top & over).sum())} of {int(top.sum())}",
+                    "over_hbm_as_timed": int((big & (timed > 1.0)).sum()),
+                    "max_share_as_timed": round(float(timed[big].max()), 3),
                 }
             )
     return pd.DataFrame(out)

@@ -46,6 +46,7 @@ from calibration.fit_public import (
     fit_tiled_fp8_kernel,
     fp8_row_s,
     peaks_of,
+    predict_decode_rows,
     quant_s,
     refit_decode_predict,
 )
@@ -793,23 +794,16 @@ def validate_gpu(gpu: str, data: Path, prof: HardwareProfile) -> list[Row]:
         backend = _backend_for(fw)
         if backend not in prof.attention_backends:
             continue
-        elem = 1.0 if dt == "fp8" else 2.0
         a = np.full(len(t), np.nan)
         kernels = decode_backend_of_rows(t)
         if TRTLLM_PER_QUERY_HEAD_BACKEND not in prof.attention_backends:
             kernels[:] = backend  # a profile without the split: one kernel for every layout
         for kernel in sorted(set(kernels.tolist())):
             sel = kernels == kernel
-            k = t[sel]
-            prm = prof.decode_attention_for(kernel, dt)
-            g = (k["heads"] / k["kv_heads"]).round().to_numpy(float)
+            k = t[sel]  # predicted as its table timed it (fit_public.table_peaks)
             a[sel] = ape(
-                ops.decode_attention_time_s(
-                    pk, prm, k["batch"], k["context_tokens"], k["kv_heads"], k["head_dim"],
-                    elem, g, q_per_kv=g,
-                ),
-                k["t_s"],
-            )  # fmt: skip
+                predict_decode_rows(pk, prof.decode_attention_for(kernel, dt), dt, k), k["t_s"]
+            )
         tgt = "decode_attention" if fw == ATTENTION_FRAMEWORK else None
         src = f"AIC {fw} kv {dt} ({backend})"
         rows.append(_row(gpu, "decode_attention", src, "all", a, tgt))

@@ -53,3 +53,66 @@ def test_layout_rows_name_the_kernel_tensorrt_llm_runs(capsys) -> None:
         main(["--data", str(DATA), "--trtllm-layout", "l40s", "8", "1", "128"])
     assert err.value.code == 2
     assert "has no kernel tables" in capsys.readouterr().err
+
+
+def test_table_hbm_share_by_collector_layout() -> None:
+    """AIConfigurator's TensorRT-LLM decode tables before its 1.3.0rc20 collector timed a
+    K-only cache (CacheType.SELFKONLY): XQA rows read half their KV bytes from HBM; masked
+    MHA (K and V in two passes) and the 1.3.0rc20 tables (CacheType.SELF) read them all;
+    other frameworks' tables too. Rows of two tables or two kernels are refused."""
+    import pandas as pd
+
+    from calibration.fit_public import _table_version, peaks_of, table_hbm_share, table_peaks
+
+    assert _table_version("aiconfigurator/h100_sxm/attention/trtllm/1.3.0rc20/g.parquet") == (1, 3)
+    assert _table_version("aiconfigurator/a100_sxm/attention/trtllm/1.0.0/g.parquet") == (1, 0, 0)
+
+    def rows(table: str, fw: str, heads: list[float]) -> pd.DataFrame:
+        n = len(heads)
+        return pd.DataFrame(
+            {"table": [table] * n, "framework": [fw] * n, "heads": heads,
+             "kv_heads": [8.0] * n, "head_dim": [128.0] * n}
+        )  # fmt: skip
+
+    old = "aiconfigurator/a100_sxm/attention/trtllm/1.0.0/generation_attention_perf.parquet"
+    new = "aiconfigurator/h100_sxm/attention/trtllm/1.3.0rc20/generation_attention_perf.parquet"
+    assert table_hbm_share(rows(old, "trtllm", [64.0, 32.0])) == 0.5  # XQA (8 and 4 per KV)
+    assert table_hbm_share(rows(old, "trtllm", [8.0])) == 1.0  # vanilla MHA: masked MHA
+    assert table_hbm_share(rows(new, "trtllm", [64.0])) == 1.0
+    assert table_hbm_share(rows(old.replace("trtllm", "vllm"), "vllm", [64.0])) == 1.0
+    with pytest.raises(ValueError, match="two|tables"):
+        table_hbm_share(pd.concat([rows(old, "trtllm", [64.0]), rows(new, "trtllm", [64.0])]))
+    with pytest.raises(ValueError, match="XQA and masked MHA"):
+        table_hbm_share(rows(old, "trtllm", [64.0, 8.0]))
+    pk = peaks_of("a100-80gb")
+    assert table_peaks(pk, rows(old, "trtllm", [64.0])).hbm_bytes_per_s == 2 * pk.hbm_bytes_per_s
+    assert table_peaks(pk, rows(new, "trtllm", [64.0])) == pk
+
+
+@needs_kernel_tables
+def test_k_only_table_frame_explains_the_rows_over_hbm() -> None:
+    """Counted in the bytes its kernel read from HBM, no A100 XQA row streams faster than
+    the HBM (298 do counting K and V, up to 1.69 x); the A100's masked-MHA rows over it
+    (50) all hold at most 256 tokens a sequence: the K of the blocks in flight fits the
+    40 MB L2, so its V pass (K's addresses in a K-only cache) hits L2 there and nowhere
+    else."""
+    import numpy as np
+
+    from calibration import public
+    from calibration.fit_public import (
+        TRTLLM_PER_QUERY_HEAD_BACKEND,
+        _decode_backend_rows,
+        decode_rows_over_roofline,
+    )
+
+    t = decode_rows_over_roofline(DATA, "a100-80gb").set_index(["kernel", "kv"])
+    xqa = t.loc[("trtllm", "bf16")]
+    assert xqa["over_hbm"] == 298 and xqa["over_hbm_as_timed"] == 0
+    assert 0.8 < xqa["max_share_as_timed"] < 1.0
+    mmha = t.loc[(TRTLLM_PER_QUERY_HEAD_BACKEND, "bf16")]
+    assert mmha["over_hbm_as_timed"] == mmha["over_hbm"] == 50
+    r = _decode_backend_rows(public.aic_decode_attention(DATA, "a100-80gb"), "trtllm-mmha")
+    kv = 2.0 * r["context_tokens"] * r["kv_heads"] * r["head_dim"] * 2.0
+    over = (kv >= 64e6) & (kv / r["t_s"] / 2.039e12 > 1.0)
+    per_seq = (r["context_tokens"] / r["batch"])[over]
+    assert over.sum() == 50 and np.all(per_seq <= 257)

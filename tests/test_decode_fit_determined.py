@@ -12,6 +12,8 @@ parameters, or from the measured rows."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -88,6 +90,44 @@ def test_rows_that_do_not_bind_it_hold_it_at_the_roofline() -> None:
     assert f.error.median_ape < 1e-3
 
 
+def test_rows_whose_block_rate_binds_every_wave_hold_the_hbm_share_at_1() -> None:
+    """A kernel whose block rate (16 SMs x 1e11 B/s = 1.6e12 B/s) is below its HBM share
+    (4e12 x 0.8 = 3.2e12 B/s) streams every full wave at the block rate: its rows leave
+    ``bw_eff`` undetermined above 1.6e12 / 4e12 = 0.4, and the fit holds it at 1 (where a
+    solver would stop anywhere in 0.4-1); rows of a kernel the HBM binds determine it."""
+    slow_blocks = dataclasses.replace(TRUE, cta_bytes_per_s=1e11)
+    b, c, kh, d, _, g = _rows((2, 4, 8))
+    t = ops.decode_attention_time_s(PEAKS, slow_blocks, b, c, kh, d, 2.0, q_per_kv=g)
+    f = fit_decode_wave(PEAKS, b, c, kh, d, t, g, SMS, held_out=False)
+    assert f.params.bw_eff == 1.0
+    assert f.error.median_ape < 1e-3
+    fast_blocks = dataclasses.replace(TRUE, cta_bytes_per_s=1e12)
+    t = ops.decode_attention_time_s(PEAKS, fast_blocks, b, c, kh, d, 2.0, q_per_kv=g)
+    f = fit_decode_wave(PEAKS, b, c, kh, d, t, g, SMS, held_out=False)
+    assert f.params.bw_eff == pytest.approx(0.8, rel=0.02)
+
+
+@needs_kernel_tables
+def test_a100_xqa_fit_is_held_where_its_k_only_table_leaves_it_flat() -> None:
+    """The A100's XQA table timed a K-only cache (fit_public.table_hbm_share): in its frame
+    every full wave is bound by a block's own rate, so the shipped fit holds ``bw_eff`` at 1
+    (serving's K and V at the datasheet bandwidth at most); the H100's table (K and V)
+    determines its own (0.82). The fit's record names the frame."""
+    import json
+
+    from disaggsim.hardware.profile import shipped_profile_path
+
+    a100 = load_profile("a100-80gb").decode_attention_for("trtllm", "bf16")
+    h100 = load_profile("h100-sxm").decode_attention_for("trtllm", "bf16")
+    assert a100.bw_eff == 1.0 and 0.7 < h100.bw_eff < 0.9
+    # in the table's frame (twice the HBM bandwidth) the block rate binds every full wave
+    assert (
+        a100.cta_bytes_per_s * a100.wave_sms < 2.0 * load_profile("a100-80gb").peaks.hbm_bytes_per_s
+    )
+    err = json.loads(shipped_profile_path("a100-80gb").read_text())["fit_error"]
+    assert "K-only cache" in err["attention.trtllm.decode.bf16"]["source"]
+
+
 def _perturbed_first_solve(monkeypatch: pytest.MonkeyPatch, scale: float) -> None:
     """Scale the starts of a fit's first solve (its own starting points) by ``scale`` and
     ``1 / scale`` on alternate parameters; later solves (polishing a found point, held-out
@@ -115,7 +155,12 @@ def test_xqa_extrapolation_does_not_follow_the_starts(monkeypatch: pytest.Monkey
     fit from its own starts does (before: 11.6 % median from its starts, 13.7 % and 12.1 %
     scaled)."""
     from calibration import public
-    from calibration.fit_public import NUM_SMS, _decode_backend_rows, fit_decode_backend
+    from calibration.fit_public import (
+        NUM_SMS,
+        _decode_backend_rows,
+        fit_decode_backend,
+        predict_decode_rows,
+    )
     from calibration.validate import MINOR_KERNELS
 
     gpu = "a100-80gb"
@@ -125,14 +170,10 @@ def test_xqa_extrapolation_does_not_follow_the_starts(monkeypatch: pytest.Monkey
     t = _decode_backend_rows(d, "trtllm")
     group = (t["heads"] / t["kv_heads"]).round()
     train, test = t[group <= 8], t[group >= 12]
-    g = (test["heads"] / test["kv_heads"]).round().to_numpy(float)
 
     def predicted() -> np.ndarray:
         f = fit_decode_backend(peaks, "trtllm", "bf16", train, held_out=False, num_sms=NUM_SMS[gpu])
-        return ops.decode_attention_time_s(
-            peaks, f.params, test["batch"], test["context_tokens"], test["kv_heads"],
-            test["head_dim"], 2.0, q_per_kv=g,
-        )  # fmt: skip
+        return predict_decode_rows(peaks, f.params, "bf16", test)
 
     base = predicted()
     for scale in (0.5, 2.0):
