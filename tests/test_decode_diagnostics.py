@@ -12,15 +12,16 @@ from tests.conftest import needs_kernel_tables
 @needs_kernel_tables
 def test_a100_tables_stream_faster_than_hbm_h100_never() -> None:
     """A decode kernel reading its KV from HBM streams it at most at the HBM's bandwidth. The
-    A100 tables have XQA rows of 64 MB of KV or more above that (up to 1.69 x 2.04 TB/s),
-    most of the A100 XQA fit's worst decile; the H100's never (at most 0.93 x)."""
+    A100 tables have XQA rows of 64 MB of KV or more above that counting K and V (up to
+    1.69 x 2.04 TB/s; 230 of the 307 rows beyond the fit's 90th percentile until the fit
+    read them in their table's frame, none since); the H100's never (at most 0.93 x)."""
     from calibration.fit_public import decode_rows_over_roofline
 
     a100 = decode_rows_over_roofline(DATA, "a100-80gb").set_index(["kernel", "kv"])
     xqa = a100.loc[("trtllm", "bf16")]
     assert xqa["over_hbm"] == 298 and xqa["max_share_of_hbm"] > 1.6
     beyond, of = (int(x) for x in xqa["over_hbm_beyond_p90"].split(" of "))
-    assert beyond > of / 2
+    assert beyond == 0 and of > 300
     h100 = decode_rows_over_roofline(DATA, "h100-sxm")
     assert (h100["over_hbm"] == 0).all() and (h100["max_share_of_hbm"] < 1.0).all()
 
