@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -362,7 +363,9 @@ def test_all_to_all_traffic_is_what_the_step_prices(ds_decode):
 
 @pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
 @pytest.mark.parametrize("gpu", ["h200-sxm", "a100-80gb"])
-def test_carried_grouped_gemm_follows_bandwidth_in_decode_and_flops_in_prefill(gpu, engine):
+def test_carried_grouped_gemm_follows_bandwidth_in_decode_and_flops_in_prefill(
+    gpu, engine, tmp_path
+):
     """The grouped-GEMM parameters are fitted on the H100 only. Carried to another GPU, a
     decode step's routed experts (Mixtral-8x7B TP2, batch 8: two tokens per expert, held by
     the weight stream) scale with the HBM bandwidth ratio, a long prefill's (16,384 tokens)
@@ -374,13 +377,20 @@ def test_carried_grouped_gemm_follows_bandwidth_in_decode_and_flops_in_prefill(g
     A100's 2.9x (1.64x). Each engine's own kernel (vLLM's pass over the tokens is 19% of
     its prefill, TensorRT-LLM's 1%). Both GPUs run the same parameter set: SGLang ships a
     tuned tile config for Mixtral at TP2 (E=8, N=7168) on the H100 and the H200, none on
-    the A100 (hardware/moe/sglang_triton_configs.csv), so SGLang against the A100 is
-    compared at TP4 (N=3584: default tiles on both)."""
-    tp = 4 if (engine, gpu) == ("sglang", "a100-80gb") else 2
+    the A100 (hardware/moe/sglang_triton_configs.csv; on the H100 none at TP1/16/32 either,
+    where Mixtral does not fit an A100 or does not shard), so SGLang against the A100 is
+    compared with an H100 whose parameter file holds the default-tile set only."""
+    untuned = None
+    if (engine, gpu) == ("sglang", "a100-80gb"):
+        raw = json.loads(Path(load_moe_params("h100-sxm").path).read_text())
+        raw.pop("grouped_gemm_tuned")
+        untuned = tmp_path / "default_tiles.json"
+        untuned.write_text(json.dumps(raw))
 
     def experts_s(g: str) -> tuple[float, float]:
-        c = build_moe_worker_cost("mixtral-8x7b", g, tp, engine=engine)
-        tiles.append(c.expert_tuned_tiles)
+        file = untuned if g == "h100-sxm" else None
+        c = build_moe_worker_cost("mixtral-8x7b", g, 2, engine=engine, moe_params=file)
+        tiles.append(c.expert_tuned_tiles and file is None)  # no tuned set in the file
         dec = c.breakdown(decode_batch=8, decode_context_tokens=8 * 1000).expert_gemm_s
         pre = c.breakdown(
             prefill_seqs=4, prefill_tokens=16384, prefill_attn_pairs=4 * 4096 * 4097 / 2
