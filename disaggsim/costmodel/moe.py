@@ -616,6 +616,11 @@ class MoeWorkerCost:
         self.weight_format = fmt
         lin = _linear_dtype(fmt, model)
         self._lin_elem = 1.0 if lin == "fp8" else 2.0
+        # FP8 GEMMs outside the routed experts quantise their input activations in a kernel
+        # of their own, as the dense step prices them (step.FP8_QUANT_BYTES_PER_ELEM); the
+        # routed experts' quantisation is inside the grouped-GEMM fits (the tables time the
+        # whole fused MoE op)
+        self._quant = lin == "fp8"
         peaks = profile.peaks
         self._hbm = peaks.hbm_bytes_per_s
         self._bf16 = peaks.bf16_flop_per_s
@@ -922,6 +927,7 @@ class MoeWorkerCost:
                 attn_gemm += _bmm_s(self._bf16, hbm, bg, absorbed_rows, ms.heads, *ms.bmm_post)
             if n_r > 0 and self._mla_pre_form == "naive":
                 attn_gemm += _gemm_s(lpeak, hbm, lp, n_r, ms.kv_b[0], ms.kv_b[1], lelem)
+                attn_gemm += self._quant_s(n_r, (ms.kv_b[1],))
 
         # attention kernels: full layers and windowed layers
         attn_full = self._attention_s(b_r, ctx_r, s_r, n_r, pairs_r)
@@ -977,9 +983,15 @@ class MoeWorkerCost:
         # element-wise kernels
         ew = model.num_layers * self._ew_layer(m_r)
         if self.num_dense_layers:
-            ew += self.num_dense_layers * _ew(hbm, self._ew, 3.0 * m_r * self._dense_f * a)
+            ew += self.num_dense_layers * (
+                _ew(hbm, self._ew, 3.0 * m_r * self._dense_f * a)
+                + self._quant_s(m_r, (h, float(self._dense_f)))
+            )
         if self.num_moe_layers and self._shared_f:
-            ew += self.num_moe_layers * _ew(hbm, self._ew, 3.0 * m_r * self._shared_f * a)
+            ew += self.num_moe_layers * (
+                _ew(hbm, self._ew, 3.0 * m_r * self._shared_f * a)
+                + self._quant_s(m_r, (h, self._shared_f))
+            )
 
         out_seqs = b_r + s_r
         lm_head = 0.0
@@ -1273,6 +1285,9 @@ class MoeWorkerCost:
                 gemm(self.num_dense_layers, self._lin_peak, self._lin, nn, kk, self._lin_elem)
             fixed += self.num_dense_layers * ew.launch_s
             serial_s += self.num_dense_layers * 3.0 * f * a / (hbm * ew.bw_eff)
+            q0 = self._quant_s(0.0, (h, f))
+            fixed += self.num_dense_layers * q0
+            serial_s += self.num_dense_layers * (self._quant_s(1.0, (h, f)) - q0)
         ar_lat = min((lat for lat, _ in self._ar_tp), default=0.0) if lo.tp > 1 else 0.0
         num_ar = model.num_layers + self.num_dense_layers
         expert_s = copies = expert_copy_s = 0.0
@@ -1286,6 +1301,9 @@ class MoeWorkerCost:
                     gemm(nl, self._lin_peak, self._lin, nn, kk, self._lin_elem)
                 fixed += nl * ew.launch_s
                 serial_s += nl * 3.0 * sf * a / (hbm * ew.bw_eff)
+                q0 = self._quant_s(0.0, (h, sf))
+                fixed += nl * q0
+                serial_s += nl * (self._quant_s(1.0, (h, sf)) - q0)
             p = self._expert_params
             mats = 3.0 if model.gated_mlp else 2.0
             wd = self._expert_width
@@ -1359,7 +1377,16 @@ class MoeWorkerCost:
             + _ew(hbm, ew, rope)
             + _ew(hbm, ew, kv_write)
             + 2.0 * _ew(hbm, ew, 3.0 * m_r * h * a)
+            + self._quant_s(m_r, tuple(kk for _, kk in self._attn_shapes))
         )
+
+    def _quant_s(self, m_r: float, inputs: tuple[float, ...]) -> float:
+        """FP8 linear layers: one activation-quantisation kernel per GEMM input of ``k``
+        elements a token (reads 2, writes 1 byte each), as the dense step; 0 in bf16."""
+        if not self._quant:
+            return 0.0
+        q = _step.FP8_QUANT_BYTES_PER_ELEM * m_r
+        return sum(_ew(self._hbm, self._ew, q * k) for k in inputs)
 
     # --- memory ------------------------------------------------------------------------------
 
