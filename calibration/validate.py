@@ -205,9 +205,11 @@ larger groups, as its `decoderXQAImplJIT` `kernelUtils.cpp` decides."""
 KNOWN_LIMITS_MD = """## Where targets are missed, and why
 
 - **vllm (median / p90 {{vllm (shipped profile)|all rows}} over its {{n:vllm (shipped profile)|all rows}} rows; the {{n:vllm (shipped profile)|dense-model rows}} dense rows meet the target,
-  {{vllm (shipped profile)|dense-model rows}}, the {{n:vllm (shipped profile)|MoE-model rows}} held-out Mixtral-8x7B rows {{vllm (shipped profile)|MoE-model rows}}).** Measured over predicted,
+  {{vllm (shipped profile)|dense-model rows}}, the {{n:vllm (shipped profile)|MoE-model rows}} held-out Mixtral rows {{vllm (shipped profile)|MoE-model rows}}).** Measured over predicted,
   per GPU: the CI's H100 batch 0.95×, its H200 batch 1.03×, its A100 batch 0.95×, vLLM PR
-  3240's A100 TP2 batches 1-64 1.19, 1.03, 0.84, 1.04, 1.19, 1.34, 1.42× (`python -m calibration.engines --data ../shared/data --rows
+  3240's A100 TP2 batches 1-64 1.19, 1.03, 0.84, 1.04, 1.19, 1.34, 1.42×, vLLM PR 4002's
+  A100 Mixtral-8x22B batches 8-32 (decode-bound: 32-token prompts) 0.91, 1.01, 1.11× at TP4
+  and 1.02, 1.10, 1.15× at TP8 (`python -m calibration.engines --data ../shared/data --rows
   vllm`). The miss is the prefill-heavy A100 batches (16-64 prompts of 1,000 tokens): they
   need the expert GEMMs at about 0.46 of the A100's bf16 peak at 32k tokens an iteration,
   the rate of vLLM's March-2024 Triton fused_moe on Ampere; the kernel the step model runs
@@ -219,7 +221,11 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   Mixtral rows above 1,024 tokens 0.68× the prediction), the bias matching the 2024 A100
   kernel. The fitted form now follows the expert width (TensorRT-LLM rows above 1,024
   tokens 29.7% → 11.1% median in bf16; "MoE, MLA and expert-parallel all-to-all" below),
-  and a worker runs its own engine's kernel; the A100 rows are held out and stay so.
+  and a worker runs its own engine's kernel; the A100 rows are held out and stay so. A
+  tile/wave model of the kernel's A100 config (128 × 128 × 64 tiles at these token counts,
+  over 500 waves) reduces to the rate one Ampere SM sustains on one Triton 2.1 tile, which
+  no table here holds (`docs/calibration.md`, "Can the A100 rate be predicted from the
+  tile config?").
 
 - **The Hopper rule departs from issue 13's item 5 as written.** The item asks that a
   memory-bound decode step's H200/H100 ratio follow the datasheet bandwidth ratio (1.433).
