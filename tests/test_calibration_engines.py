@@ -157,14 +157,16 @@ def test_the_mixtral_ci_rows_hold_and_the_dense_rows_keep_the_overhead_gain() ->
     # rows 4.6% / 20.4% with the H200's own GEMM memory efficiency (18 rows 5.2% / 20.4%
     # before; 4.6% / 11.0% before 2026-12-03, when one curve fitted to TensorRT-LLM's table
     # ran wide experts 1.6x slow on the H100)
+    # (and since 2026-12-04 vLLM PR 4002's six decode-bound A100 Mixtral-8x22B batches,
+    # 0.91-1.15x: the sixteen MoE rows 9.4% / 21.9%)
     fits = engines.fit_all(DATA)
     rows = fits["vllm"]["rows"]
-    moe = (rows["model"] == "mixtral-8x7b").to_numpy()
-    assert moe.sum() == 10
+    moe = rows["model"].str.startswith("mixtral").to_numpy()
+    assert moe.sum() == 16
     a, k = rows["ape"].to_numpy(float), rows["kernels_ape"].to_numpy(float)
     ci = moe & (rows["source"] == "vllm-perf-benchmark").to_numpy()
     assert ci.sum() == 3 and (a[ci] < 0.06).all()
-    a100 = moe & (rows["gpu"] == "a100-80gb").to_numpy()
+    a100 = moe & (rows["source"] == "vllm-pr-3240").to_numpy()
     prefill_heavy = a100 & (rows["batch"] >= 16).to_numpy()
     assert np.median(a[a100 & ~prefill_heavy]) < 0.12
     assert (a[prefill_heavy] > 0.12).all()  # measured 1.19-1.42x the prediction
@@ -182,10 +184,10 @@ def test_the_moe_floor_check_runs_the_shipped_fit_and_names_the_carry() -> None:
     pts = engines.read_measurements()
     feat = engines.features(pts[pts["engine"] == "vllm"].reset_index(drop=True))
     fit = engines.fit_engine_linear(feat, "vllm")["rows"]
-    fit = fit[fit["model"] == "mixtral-8x7b"].reset_index(drop=True)
+    fit = fit[fit["model"].str.startswith("mixtral")].reset_index(drop=True)
     # (engines.json rounds the parameters to 5 digits)
     np.testing.assert_allclose(t["pred_shipped_s"], fit["pred_s"], rtol=1e-4)
-    assert (t["split"] == "holdout").all() and len(t) == 10
+    assert (t["split"] == "holdout").all() and len(t) == 16
 
     def ape(name: str) -> pd.Series:
         return (t[f"pred_{name}_s"] / t["value_s"] - 1).abs()
@@ -1053,11 +1055,11 @@ def test_sglang_moe_rows_split_by_tile_config() -> None:
     untuned = t.loc[[(1, 1), (16, 1), (32, 1)], "sglang_tflop_per_s"]
     assert tuned.min() > 2.2 * untuned.max()
     # each row is predicted with the set of the tiles it ran (moe_params.gemm(tuned=...)):
-    # TP2, whose shape SGLang ships a config for, by the tuned set within 5 %; TP4 and TP8
-    # run as fast but no shipped config is listed for their shapes (fit_moe's
-    # tuned_tile_rows), so the default-tile set predicts them about 2x slow
-    assert t.loc[(2, 1), "sglang_pred_over_measured_gt1024"] == pytest.approx(1.0, abs=0.05)
-    assert (t.loc[[(4, 1), (8, 1)], "sglang_pred_over_measured_gt1024"] > 1.8).all()
+    # TP2, 4 and 8, whose shapes have a listed config (TP4/8 since 2026-12-04: the vLLM
+    # files SGLang's configs/triton_3_1_0 copied), by the tuned set within 15 % (0.91,
+    # 0.90, 0.99; TP4 and TP8 were 2.10x and 2.24x on the default-tile set before)
+    tp248 = t.loc[[(2, 1), (4, 1), (8, 1)], "sglang_pred_over_measured_gt1024"]
+    assert (abs(tp248 - 1.0) < 0.15).all(), tp248
 
 
 def test_h800_gemm_check_against_deepgemm_by_hand() -> None:
