@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from disaggsim.cli.common import printing_after
 from disaggsim.errors import UserError
 from disaggsim.inputs import read_json
 from disaggsim.output import (
@@ -211,18 +212,20 @@ def _cmd_fit(args) -> int:
     df = read_raw(args.raw_dir)
     check_raw_device(df, args.gpu, args.raw_dir)
     prof = build_profile(args.gpu, df, base, str(args.raw_dir), _repo_rel(base_path))
-    print(f"profile {_write_profile(prof, args).note()}")
-    for op, err in prof["fit_error"].items():
-        if op.startswith("carried:"):
-            continue
-        ho = err.get("held_out_median_ape")
+    written = _write_profile(prof, args)
+    with printing_after(written.note()):  # `> /dev/full`: the line says it was written
+        print(f"profile {written.note()}")
+        for op, err in prof["fit_error"].items():
+            if op.startswith("carried:"):
+                continue
+            ho = err.get("held_out_median_ape")
+            print(
+                f"  {op:28s} n={err['n']:5d}  median APE {100 * err['median_ape']:6.2f}%  mean {100 * err['mean_ape']:6.2f}%"
+                + (f"  held-out median {100 * ho:6.2f}%" if ho is not None else "")
+            )
         print(
-            f"  {op:28s} n={err['n']:5d}  median APE {100 * err['median_ape']:6.2f}%  mean {100 * err['mean_ape']:6.2f}%"
-            + (f"  held-out median {100 * ho:6.2f}%" if ho is not None else "")
+            f"  carried from {prof['provenance']['base_profile']}: {', '.join(prof['provenance']['carried'])}"
         )
-    print(
-        f"  carried from {prof['provenance']['base_profile']}: {', '.join(prof['provenance']['carried'])}"
-    )
     return 0
 
 
@@ -401,7 +404,8 @@ def _cmd_validate(args) -> int:
         check_file(args.write_doc, "--write-doc", prefix_owned(VALIDATION_DOC_TITLE),
                    "validation doc")  # fmt: skip
     report = validate.run(args.gpu, data, moe_section=bool(args.write_doc))
-    print(report.text())
+    # the doc first: a standard output that refuses the report (`> /dev/full`) failed the
+    # command before the doc, the work of the last 40 s, was written
     if args.write_doc:
         write_file(
             args.write_doc,
@@ -410,7 +414,10 @@ def _cmd_validate(args) -> int:
             prefix_owned(report.markdown().split("\n", 1)[0]),
             "validation doc",
         )
-        print(f"wrote {args.write_doc}")
+    with printing_after(f"written to {args.write_doc}" if args.write_doc else None):
+        print(report.text())
+        if args.write_doc:
+            print(f"wrote {args.write_doc}")
     return 0 if report.all_targets_met() else 1
 
 
@@ -444,18 +451,19 @@ def _cmd_fit_steps(args) -> int:
         "calibration/steps.py graph_layer_fit)"
     )
     written = _write_profile(out_dict, args)
-    e = f["error"]
-    print(
-        f"graph_replay.per_layer_s = {1e6 * f['per_layer_s']:.2f} us: median APE "
-        f"{100 * e['median_ape']:.1f}% (held out by shape {100 * e['held_out_median_ape']:.1f}%, "
-        f"kernels only {100 * e['kernels_only_median_ape']:.1f}%), n={e['n']}"
-    )
-    if f["eager_per_layer_s"] is not None:
+    with printing_after(written.note()):
+        e = f["error"]
         print(
-            f"eager passes beside (not written): {1e6 * f['eager_per_layer_s']:.2f} us per layer "
-            "of bare-torch launch cost"
+            f"graph_replay.per_layer_s = {1e6 * f['per_layer_s']:.2f} us: median APE "
+            f"{100 * e['median_ape']:.1f}% (held out by shape {100 * e['held_out_median_ape']:.1f}%, "
+            f"kernels only {100 * e['kernels_only_median_ape']:.1f}%), n={e['n']}"
         )
-    print(f"profile {written.note()}")
+        if f["eager_per_layer_s"] is not None:
+            print(
+                f"eager passes beside (not written): {1e6 * f['eager_per_layer_s']:.2f} us per layer "
+                "of bare-torch launch cost"
+            )
+        print(f"profile {written.note()}")
     return 0
 
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SHARED_DATA, needs_kernel_tables
 
 CHUNKED = str(REPO / "scenarios" / "ci" / "chunked.yaml")
 
@@ -140,3 +140,34 @@ def test_a_full_stderr_keeps_the_exit_status(work):
     (it was an OSError traceback's 1)."""
     rc, out = full_stdout(work, "run", "nope.yaml", stderr_full=True)
     assert (rc, out) == (2, "")
+
+
+H200_RAW = str(REPO / "calibration" / "runs" / "h200-2026-11-29")
+
+
+@needs_full
+def test_a_full_stdout_after_a_fitted_profile_says_where_it_is(work):
+    rc, err = full_stdout(
+        work, "calibrate", "fit", H200_RAW, "--gpu", "h200-sxm", "--out", "p.json"
+    )
+    assert (rc, err) == (
+        2,
+        "disaggsim: error: standard output: could not write what the command prints "
+        "(No space left on device); the results were written to p.json\n",
+    )
+    assert (work / "p.json").is_file()
+
+
+@needs_full
+@needs_kernel_tables
+@pytest.mark.slow
+def test_a_full_stdout_does_not_lose_the_validation_doc(work):
+    """``calibrate validate --write-doc`` printed its report before writing the doc: with
+    the standard output refused, the 40 s of work were lost (exit 2, no doc)."""
+    rc, err = full_stdout(
+        work, "calibrate", "validate", "--gpu", "a100-80gb", "--data",
+        str(SHARED_DATA), "--write-doc", "v.md",
+    )  # fmt: skip
+    assert rc == 2, err[-2000:]
+    assert err.endswith("the results were written to v.md\n"), err[-2000:]
+    assert (work / "v.md").read_text().startswith("# Validation: cost model vs measurements")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from disaggsim.cli.common import executor, executor_args, progress
+from disaggsim.cli.common import executor, executor_args, printing_after, progress
 from disaggsim.errors import UserError
 
 
@@ -84,8 +84,9 @@ def cmd_regress(args: argparse.Namespace) -> int:
                 progress=new_bar("running CI scenarios"),
             )
     if args.update:
-        for p in written:
-            console.print(f"wrote {p}")
+        with printing_after(f"written to {ref_dir}/ ({len(written)} references)"):
+            for p in written:
+                console.print(f"wrote {p}")
         return 0
     print(report.text())
     return 0 if report.ok else 1
