@@ -792,7 +792,8 @@ def write_results(result: SimulationResult, out_dir: str | Path, plots: bool = T
     if not isinstance(out_dir, (str, os.PathLike)):
         raise UserError(f"write_results: out_dir is a folder path, got {type(out_dir).__name__}")
     plots = check_switch("plots", plots)
-    return write_results_folder(result, out_dir, plots).path
+    # the API's argument by its name: its errors said "--out", a flag the caller never typed
+    return write_results_folder(result, out_dir, plots, flag="out_dir").path
 
 
 # Every name a run's result folder may hold (besides the marker): the command refuses a

@@ -110,6 +110,9 @@ CASES = [
      "compare: tol_per_s='x': must be a finite number > 0 req/s"),
     ("write-results-plots-word", lambda: ds.write_results(ds.simulate(_raw()), "r",
      plots="no"), "plots: give True or False, got str 'no'"),
+    # the fuzz api kind, seed 11004: it said "--out /tmp/...: is the working folder"
+    ("write-results-working-folder", lambda: ds.write_results(ds.simulate(_raw()), "."),
+     "out_dir .: names an existing folder"),
 ]  # fmt: skip
 
 
