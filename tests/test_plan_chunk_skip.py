@@ -147,3 +147,24 @@ def test_a_plan_whose_chunks_never_fill_runs_no_larger_chunk(monkeypatch):
     )
     note = next(n for n in res.notes if "not simulated" in n)
     assert "chunked 4 x tp1 chunk 1024 as chunk 256" in note  # the final stage's donor
+
+
+def test_no_chunk_under_the_batch_cap_is_run(monkeypatch):
+    """vLLM refuses max_num_batched_tokens < max_num_seqs: with the scenario's cap at 512
+    sequences, quick mode's walk down the ladder from chunk 512 (256, 384, 448) and the
+    cap raises (seqs 1024 at chunk 512) build pools no engine launches. None is run; each
+    counts as serving nothing, as a deployment the fabric cannot place does."""
+    from disaggsim.plan import plan
+    from disaggsim.sweep import SerialExecutor
+    from tests.test_plan_confirm import OPTS
+
+    fleet = {**FLEET, "pool": {**FLEET["pool"], "max_batch_tokens": 512, "max_batch_seqs": 512}}
+    runs = _fake_runs(monkeypatch, full_steps=1)
+    res, adv = plan(fleet, options=dataclasses.replace(OPTS, check_as_written=False),
+                    executor=SerialExecutor())  # fmt: skip
+    pools = [p for sc in runs for p in (sc.pool, sc.prefill_pool, sc.decode_pool) if p is not None]
+    assert pools and all(p.max_batch_tokens >= p.max_batch_seqs for p in pools)
+    assert all(
+        r.candidate.chunk_tokens is None or r.candidate.chunk_tokens >= 512 for r in res.ranked
+    )
+    assert adv.verdict == "colocate_chunked"

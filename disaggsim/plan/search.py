@@ -1546,11 +1546,26 @@ class _Evaluator:
         return source_of(cl, self.label)
 
     def _fabric_problem(self, c: Candidate) -> str | None:
-        """Why ``c`` cannot be built: a pool of more workers than a scenario may hold (a
+        """Why ``c`` cannot be built: a pool whose token budget is under its batch cap
+        (vLLM refuses it: a chunk under a raised ``max_batch_seqs``), a pool of more
+        workers than a scenario may hold (a
         budget over 1,024 GPUs in small workers: docs/safety.md), or, on the scenario's
         fabric, NVLink beyond one node (``kind: link``) or workers a ``kind: topology``
         fabric cannot place."""
         most = max(c.num_prefill_workers, c.num_decode_workers)
+        if c not in self.invalid:
+            # vLLM refuses a scheduler whose token budget is under its batch cap
+            # (max_num_batched_tokens < max_num_seqs): a chunk of the ladder under a
+            # (raised) cap is a deployment no engine launches
+            for key, pool in candidate_pools(self.loaded, c).items():
+                lim = PoolLimits.of(pool)
+                if lim.max_batch_tokens < lim.max_batch_seqs:
+                    self.invalid[c] = (
+                        f"{key}: max_batch_tokens {lim.max_batch_tokens} under max_batch_seqs "
+                        f"{lim.max_batch_seqs} (vLLM refuses max_num_batched_tokens < "
+                        "max_num_seqs)"
+                    )
+                    break
         if c not in self.invalid and most > MAX_WORKERS_PER_POOL:
             self.invalid[c] = (
                 f"a pool of {most:,} workers, more than the {MAX_WORKERS_PER_POOL:,} a "
@@ -1856,7 +1871,7 @@ def raise_caps(
             else:
                 # no gain past the tolerance: the cap does not matter here, and a
                 # bisection's noise must not put a larger cap in the recommendation
-                del explorer.results[c]
+                explorer.results.pop(c, None)  # absent: a pool no engine launches
         climbing = gained
 
 
