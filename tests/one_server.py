@@ -20,8 +20,9 @@ def one_server(ttft_s: float, arrival: dict | None = None, name: str = "one-serv
         "seed": 3,
         "model": "llama-3-8b",
         "architecture": "colocated",
+        # one 100-token prompt per prefill batch; at most as many sequences as tokens
         "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "vllm",
-                 "max_batch_tokens": 100},
+                 "max_batch_tokens": 100, "max_batch_seqs": 100},
         "slo": {"ttft_ms": ttft_s * 1e3, "itl_ms": 1000, "attainment_target": 0.9},
         "workload": {
             "kind": "synthetic", "rate_per_s": 1.0, **(arrival or {"arrival": "poisson"}),

@@ -308,9 +308,18 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "autoscale.prefill.interval_s: "),
     ("gpus-per-node-1e6", _nothing, sets("fabric.gpus_per_node=1000000", scenario=FABRIC),
      "fabric.gpus_per_node: must be <= 64"),
+    # vLLM refuses max_num_batched_tokens < max_num_seqs (SchedulerConfig): each running
+    # sequence takes a token of an iteration's budget
+    ("tokens-below-seqs", _nothing, sets("pool.scheduler=chunked", "pool.max_batch_tokens=64",
+     "pool.max_batch_seqs=128", scenario=COLOC),
+     "pool.max_batch_tokens: 64 is below pool.max_batch_seqs (128), which vLLM refuses"),
+    ("tokens-below-seqs-vllm", _nothing, sets("pool.max_batch_tokens=100",
+     "pool.max_batch_seqs=101", scenario=COLOC),
+     "pool.max_batch_tokens: 100 is below pool.max_batch_seqs (101)"),
     # work, not only requests: 2,000,000 prompts of 1,048,576 tokens in 16-token chunks
     # ran (1.3e11 iterations, about two months at the measured 25,000 a second)
     ("prefill-iterations", _nothing, sets("pool.scheduler=chunked", "pool.max_batch_tokens=16",
+     "pool.max_batch_seqs=16",
      "workload.rate_per_s=99999", "workload.prompt_tokens={dist: fixed, value: 1048576}",
      scenario=COLOC), "pool.max_batch_tokens: 16 gives about 1.31e+11 prefill iterations"),
     ("empirical-2e6", _nothing, sets(

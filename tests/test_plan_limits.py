@@ -68,7 +68,9 @@ def test_the_prescreens_kv_capacity_is_the_simulators(sets, cand, workers):
 def test_the_guess_sizes_decode_batches_by_the_candidates_kv():
     """Each disaggregated family's analytic guess (plan_families) takes its typical
     decode batch from the KV of the candidate's decode pool, as simulated."""
-    loaded = load_scenario(LONG, ["pool.max_batch_seqs=1024", "pool.gpu_mem_util=0.5"])
+    loaded = load_scenario(
+        LONG, ["pool.max_batch_seqs=1024", "pool.max_batch_tokens=1024", "pool.gpu_mem_util=0.5"]
+    )
     _, guesses = plan_families(loaded, 16, PlanOptions.quick(), sample_lengths(loaded))
     checked = 0
     for c, g in guesses.items():

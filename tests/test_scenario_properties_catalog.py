@@ -274,6 +274,8 @@ def draw_scenario(p: Picker) -> dict:
         s["router"]["prefill_policy"] = p.choice(["round_robin", "least_tokens", "shortest_queue"])
         if arch == "chunked" and p.chance(0.2):  # chunks of a few tokens
             s["pool"]["max_batch_tokens"] = p.choice([16, 128])
+            # no more sequences than tokens, as vLLM requires (else refused when loaded)
+            s["pool"]["max_batch_seqs"] = min(s["pool"]["max_batch_seqs"], 16)
         roles = ["colocated"]
     pools = {r: s[f"{r}_pool" if r != "colocated" else "pool"] for r in roles}
 
@@ -551,6 +553,9 @@ def extremes(p: Picker, s: dict) -> None:
             s[k]["num_workers"] = p.integer(1, 4)
         if s[k].get("scheduler") == "chunked" and p.chance(0.5):
             s[k]["max_batch_tokens"] = p.choice([1, 2, 7])
+        if k == "pool" and s[k]["max_batch_tokens"] < s[k]["max_batch_seqs"]:
+            # no more sequences than tokens, as vLLM requires (else refused when loaded)
+            s[k]["max_batch_seqs"] = s[k]["max_batch_tokens"]
     if p.chance(0.3):
         s["kv"]["block_tokens"] = 1
     if p.chance(0.3):

@@ -193,7 +193,7 @@ def test_a_request_abandoned_between_chunks_frees_its_kv_at_once():
             "tp": 1,
             "scheduler": "chunked",
             "max_batch_tokens": 1,
-            "max_batch_seqs": 64,
+            "max_batch_seqs": 1,  # vLLM refuses fewer batch tokens than sequences
         },
         router={"client_timeout_s": 0.5},
         workload={
@@ -226,7 +226,7 @@ def test_a_request_abandoned_between_chunks_frees_its_kv_with_a_prefix_cache(pol
             "tp": 1,
             "scheduler": "chunked",
             "max_batch_tokens": 1,
-            "max_batch_seqs": 64,
+            "max_batch_seqs": 1,  # vLLM refuses fewer batch tokens than sequences
         },
         router={"client_timeout_s": 0.5},
         cache={"policy": policy},

@@ -18,7 +18,9 @@ from tests.conftest import REPO
 
 def _scenario(rate: float, prompt: int, chunk: int, duration_s: float = 20.0) -> dict:
     s = yaml.safe_load((REPO / "scenarios" / "ci" / "colocated-vllm.yaml").read_text())
-    s["pool"].update(scheduler="chunked", max_batch_tokens=chunk)
+    # at most as many sequences as the chunk has tokens (vLLM refuses fewer tokens than seqs)
+    seqs = min(chunk, s["pool"].get("max_batch_seqs", 256))
+    s["pool"].update(scheduler="chunked", max_batch_tokens=chunk, max_batch_seqs=seqs)
     s["workload"].update(rate_per_s=rate, prompt_tokens={"dist": "fixed", "value": prompt})
     s["sim"] = {"duration_s": duration_s, "warmup_s": 1.0}
     return s

@@ -358,6 +358,18 @@ class Scenario(ConfigModel):
                 raise ValueError(
                     "pool.scheduler is required for colocated pools (allowed: vllm, chunked)"
                 )
+            if self.pool.max_batch_tokens < self.pool.max_batch_seqs:
+                # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs:
+                # each running sequence takes a token of an iteration's budget (a chunked
+                # pool of 16-token chunks and 256 sequences was simulated as if it could be
+                # deployed)
+                raise ValueError(
+                    f"pool.max_batch_tokens: {self.pool.max_batch_tokens} is below "
+                    f"pool.max_batch_seqs ({self.pool.max_batch_seqs}), which vLLM refuses "
+                    "(max_num_batched_tokens must be >= max_num_seqs: each running sequence "
+                    "takes a token of an iteration's budget); raise max_batch_tokens or lower "
+                    "max_batch_seqs"
+                )
         if self.cache is not None and self.architecture == "colocated":
             if self.kv.admission != "on_demand" or self.kv.preemption != "recompute":
                 raise ValueError(
