@@ -1488,6 +1488,84 @@ def eager_regimes(
     ).reset_index()
 
 
+def splitwise_run_spread(gpu: str) -> pd.DataFrame:
+    """Per TP and prompt length, the spread of Splitwise's five single-prompt
+    ``prompt_time`` runs on ``gpu``'s DGX: (max - min) / median, from the transcription
+    (:data:`SPLITWISE_FILES`). Kernel times repeat to about 1 %; a wider spread is time
+    that varies from run to run (host, allocator, synchronisation)."""
+    if gpu not in SPLITWISE_FILES:
+        raise UserError(f"Splitwise GPU {gpu!r} (allowed: {', '.join(SPLITWISE_FILES)})")
+    path = SPLITWISE_FILES[gpu][0]
+    try:
+        raw = pd.read_csv(regular_file(path, UserError, "Splitwise CSV"))
+    except (OSError, pd.errors.ParserError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    one = raw[raw["batch_size"] == 1]
+    g = one.groupby(["tensor_parallel", "prompt_size"])["prompt_time"]
+    spread = (g.max() - g.min()) / g.median()
+    return (
+        spread.rename("run_spread")
+        .reset_index()
+        .rename(columns={"tensor_parallel": "tp", "prompt_size": "isl"})
+    )
+
+
+# the TP pair whose single-prompt times split a first-token latency into a sharded and an
+# unsharded part (:func:`splitwise_tp_split`); TP 8 is left to check the split
+SPLITWISE_SPLIT_TPS = (2, 4)
+
+
+def splitwise_tp_split(rows: pd.DataFrame) -> pd.DataFrame:
+    """Splitwise's single-prompt first-token latencies (``rows``: ``vllm-eager-2023`` rows
+    with ``pred_s``, e.g. :func:`fit_all`'s; both DGXs) per GPU and prompt length, split by
+    the TP-2 and TP-4 times ``T2``, ``T4`` into a part that shrinks as 1 / TP
+    (``sharded_ms`` = 4 (T2 - T4), the time at TP 1) and a part that does not
+    (``unsharded_ms`` = 2 T4 - T2), measured and predicted (``pred_``); ``tp8_from_split_ms``
+    is what the measured split gives at TP 8 (sharded / 8 + unsharded), beside the TP-8
+    measurement. GEMMs and attention shard with TP; host time does not, nor do the
+    all-reduces (their bytes a GPU stay, their ring steps grow from TP 2 to 4), nor
+    replicated element-wise work. The split places a miss in one of the two parts; it does
+    not name its cause. In ms, and µs per prompt token for the unsharded part."""
+    r = rows[
+        rows["source"].isin((SPLITWISE_SOURCE, SPLITWISE_H100_SOURCE))
+        & (rows["metric"] == "ttft_s")
+        & (rows["batch"] == 1)
+    ]
+    lo, hi = SPLITWISE_SPLIT_TPS
+    out = []
+    for key, g in r.groupby(["gpu", "isl"], sort=True):
+        gpu, isl = str(cast(tuple, key)[0]), int(cast(tuple, key)[1])
+        tps = g["tp"].to_numpy(int)
+        meas = dict(zip(tps, 1e3 * g["value_s"].to_numpy(float), strict=True))
+        pred = dict(zip(tps, 1e3 * g["pred_s"].to_numpy(float), strict=True))
+        if not {lo, hi, 8} <= set(meas):
+            continue
+        t = {k: float(meas[k]) for k in (lo, hi, 8)}
+        p = {k: float(pred[k]) for k in (lo, hi)}
+        # T(tp) = A / tp + B through the two TPs
+        a = (t[lo] - t[hi]) * lo * hi / (hi - lo)
+        b = t[hi] - a / hi
+        pa = (p[lo] - p[hi]) * lo * hi / (hi - lo)
+        pb = p[hi] - pa / hi
+        out.append(
+            {
+                "gpu": gpu,
+                "isl": isl,
+                "tp2_ms": t[lo],
+                "tp4_ms": t[hi],
+                "tp8_ms": t[8],
+                "sharded_ms": a,
+                "unsharded_ms": b,
+                "unsharded_us_per_token": 1e3 * b / isl,
+                "tp8_from_split_ms": a / 8 + b,
+                "pred_sharded_ms": pa,
+                "pred_unsharded_ms": pb,
+                "pred_unsharded_us_per_token": 1e3 * pb / isl,
+            }
+        )
+    return pd.DataFrame(out)
+
+
 # re-read rates (bytes/s) of 2023 PagedAttention's per-query-head KV reads the check tries:
 # about the A100's HBM peak, TensorRT-LLM's fitted masked-MHA rate (4.65 TB/s) and a rate
 # at which the re-reads cost almost nothing
@@ -2536,6 +2614,12 @@ def main(argv: list[str] | None = None) -> int:
         "and the 2023 PagedAttention per-query-head decode check (diagnostics)",
     )
     p.add_argument(
+        "--splitwise-tp-split",
+        action="store_true",
+        help="Splitwise's single-prompt first-token latencies split by TP 2 and 4 into a "
+        "sharded and an unsharded part, measured and predicted, with the runs' spread",
+    )
+    p.add_argument(
         "--lmdeploy-check",
         action="store_true",
         help="LMDeploy TurboMind's A100 table against the step model's kernels alone "
@@ -2603,6 +2687,22 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{m}: kernels alone / measured {k.min():.3f}-{k.max():.3f}, median {np.median(k):.3f}"
             )
+        return 0
+    if args.splitwise_tp_split:
+        try:
+            rows = fit_all(Path(args.data))[EAGER_ENGINE]["rows"]
+            split = splitwise_tp_split(rows)
+            spread = pd.concat(
+                [splitwise_run_spread(g).assign(gpu=g) for g in SPLITWISE_FILES], ignore_index=True
+            )
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        print("Splitwise single prompts, T(tp) = sharded / tp + unsharded through TP 2 and 4 (ms):")
+        print(split.round(1).to_string(index=False))
+        wide = spread.pivot_table(index=["gpu", "isl"], columns="tp", values="run_spread")
+        print("spread of the five runs, (max - min) / median, per TP:")
+        print((100 * wide).round(1).to_string())
         return 0
     if args.eager_regimes:
         try:
