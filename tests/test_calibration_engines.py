@@ -1205,3 +1205,51 @@ def test_engines_cli_splitwise_tp_split(capsys) -> None:
     assert engines.main(["--data", str(DATA), "--splitwise-tp-split"]) == 0
     out = capsys.readouterr().out
     assert "unsharded_us_per_token" in out and "spread of the five runs" in out
+
+
+def test_tp_consistency_bound_by_hand() -> None:
+    # batch 1: T(tp) = 8 / tp + 1 s (sharded 8 s, the rest 1 s): T1 9, T2 5, T4 3;
+    # batch 2: the same but T4 = 2.5 s, faster than any sharded-plus-rest engine allows
+    base = {"source": "s", "gpu": "g", "model": "m", "metric": "prefill_step_s", "isl": 8, "osl": 0}
+    rows = pd.DataFrame(
+        [
+            {**base, "batch": b, "tp": tp, "value_s": v, "pred_s": 8 / tp + 1}
+            for b, times in ((1, (9.0, 5.0, 3.0)), (2, (9.0, 5.0, 2.5)))
+            for tp, v in zip((1, 2, 4), times, strict=True)
+        ]
+    )
+    t = engines.tp_consistency(rows).set_index("batch")
+    # bound T4 >= T2 - 1 x T1 x (1/2 - 1/4) = 5 - 9/4 = 2.75 s
+    assert t.loc[1, "bound_s"] == pytest.approx(2.75) and t.loc[2, "bound_s"] == pytest.approx(2.75)
+    assert t.loc[1, "ratio"] == pytest.approx(3 / 2.75) and t.loc[2, "ratio"] == pytest.approx(
+        2.5 / 2.75
+    )
+    assert t["pred_ratio"].tolist() == pytest.approx([3 / 2.75] * 2)
+    marked = engines.tp_inconsistent_rows(rows, engines.tp_consistency(rows))
+    assert marked.tolist() == [False] * 3 + [True] * 3
+
+
+@needs_data
+def test_the_step_model_is_tp_consistent_and_distserve_opt13b_tp4_is_not() -> None:
+    rows = engines.fit_all(DATA)[engines.EAGER_ENGINE]["rows"]
+    t = engines.tp_consistency(rows)
+    # the step model is a sharded-plus-rest engine: its own predictions never cross the bound
+    assert (t["pred_ratio"] >= 1.0).all()
+    # DistServe's OPT-13B prefill of 4 x 2,048 tokens: 1.3086 s at TP 1, 0.9110 at TP 2,
+    # 0.4596 at TP 4 (--rows vllm-eager-2023), under the bound 0.9110 - 1.3086 / 4
+    q = t[
+        (t["model"] == "opt-13b")
+        & (t["metric"] == "prefill_step_s")
+        & (t["batch"] == 4)
+        & (t["isl"] == 2048)
+        & (t["tp_a"] == 1)
+        & (t["tp_c"] == 4)
+    ]
+    assert q["ratio"].item() == pytest.approx(0.4596 / (0.9110 - 1.3086 / 4), rel=1e-3)
+
+
+@needs_data
+def test_engines_cli_tp_consistency(capsys) -> None:
+    assert engines.main(["--data", str(DATA), "--tp-consistency"]) == 0
+    out = capsys.readouterr().out
+    assert "below the bound" in out and "missed_in_triple" in out
