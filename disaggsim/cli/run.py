@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 from pathlib import Path
 
 from disaggsim.cli.common import add_set_option, printing_after, progress_bar
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError, note_kept
 from disaggsim.metrics.summary_table import Summary, cli_rows
-from disaggsim.output import check_folder, out_flag
+from disaggsim.output import hold_folder, out_flag
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,19 +68,30 @@ def _verdict(summary: Summary) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    loaded = load_scenario(args.scenario, args.overrides)
+    out = args.out if args.out is not None else Path("results") / loaded.scenario.name
+    flag = out_flag(args.out is not None)
+    with ExitStack() as held:
+        # held until written: another command writing there meanwhile is refused (two runs
+        # into one --out both said "written", the later one over the other's result)
+        held.enter_context(hold_folder(out, flag))
+        if args.trace is not None:
+            from disaggsim.output import hold_file, prefix_owned
+            from disaggsim.trace_export import TRACE_HEAD, check_trace_path
+
+            check_trace_path(args.trace)
+            check_trace_beside(out, Path(args.trace), given=args.out is not None)
+            held.enter_context(hold_file(args.trace, "--trace", prefix_owned(TRACE_HEAD), "trace"))
+        return _simulate_and_write(args, loaded, out, flag)
+
+
+def _simulate_and_write(
+    args: argparse.Namespace, loaded: LoadedScenario, out: Path, flag: str
+) -> int:
     from disaggsim.cap_notes import default_caps
     from disaggsim.run import simulate, write_results_folder
 
-    loaded = load_scenario(args.scenario, args.overrides)
     s = loaded.scenario
-    out = args.out if args.out is not None else Path("results") / s.name
-    flag = out_flag(args.out is not None)
-    check_folder(out, flag)
-    if args.trace is not None:
-        from disaggsim.trace_export import check_trace_path
-
-        check_trace_path(args.trace)
-        check_trace_beside(out, Path(args.trace), given=args.out is not None)
     if args.quiet:
         result = simulate(loaded)
     else:
