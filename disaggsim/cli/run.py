@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -129,6 +130,7 @@ def _simulate_and_write(
             result.summary,
             len(result.requests),
             capped=not default_caps(s, result.requests),
+            kv_capacity_tokens={w.role: w.kv_capacity_tokens for w in result.raw.workers},
         ):
             print(line)
     return 0
@@ -166,7 +168,12 @@ def check_trace_beside(out: Path, trace: Path, given: bool = True) -> None:
 
 
 def run_notes(
-    loaded: LoadedScenario, summary: Summary, num_generated: int, *, capped: bool = True
+    loaded: LoadedScenario,
+    summary: Summary,
+    num_generated: int,
+    *,
+    capped: bool = True,
+    kv_capacity_tokens: Mapping[str, int] | None = None,
 ) -> list[str]:
     """Lines about parts of the scenario that did not act as written: a bucketed trace
     replayed with its buckets kept, scheduled worker or link failures at or after the
@@ -175,7 +182,9 @@ def run_notes(
     after ``sim.duration_s``, a ``workload.num_requests`` cap above the
     ``num_generated`` requests that arrived before it, why requests were refused, and,
     when the requests had no ``max_tokens`` (``capped`` false), what the default cap
-    did (:mod:`disaggsim.cap_notes`)."""
+    did (:mod:`disaggsim.cap_notes`), and, given one worker's KV capacity by pool role,
+    the ``batch_occupancy`` targets that can never add a worker
+    (:mod:`disaggsim.autoscale.notes`)."""
     from disaggsim.cap_notes import rejections_note, run_cap_note
     from disaggsim.workload.config import TraceWorkload
     from disaggsim.workload.generate import kept_buckets_note
@@ -221,6 +230,10 @@ def run_notes(
         cap = run_cap_note(s, summary)
         if cap is not None:
             notes.append(cap)
+    if kv_capacity_tokens is not None:
+        from disaggsim.autoscale.notes import occupancy_notes
+
+        notes += occupancy_notes(loaded, kv_capacity_tokens)
     return notes
 
 
