@@ -29,6 +29,7 @@ changed in the meantime).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -506,6 +507,13 @@ def _lock(lock: Path, flag: str, shown: Path, what: str) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise _busy(flag, shown, what, _holder(fd)) from None
+            except OSError as e:  # a filesystem without locks: the file made is removed
+                if created:
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock)
+                raise _fail(
+                    flag, shown, f"cannot lock {lock.name} beside it ({e.strerror or e})"
+                ) from None
             try:
                 now = os.lstat(lock)
                 same = (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)

@@ -212,3 +212,37 @@ def test_an_earlier_result_found_when_held_is_replaced_as_before(work):
     assert written.replaced is not None
     assert sorted(os.listdir(work / "r")) == [MARKER, "b.txt"]
     assert sorted(os.listdir(work)) == ["keep.txt", "r"]
+
+
+def test_a_run_into_a_folder_calibrate_measures_into_is_refused(work):
+    """``calibrate --out c`` writes as it measures (claim_folder ... seal_folder): held
+    meanwhile, so a run into ``c`` is refused; sealed, the hold and its lock are gone."""
+    from disaggsim.output import claim_folder, seal_folder
+
+    claim_folder("c", "calibrate")
+    try:
+        r = disaggsim(work, "run", CHUNKED, "--out", "c", "--quiet", "--no-plots", *SHORT)
+        assert (r.returncode, r.stderr) == (
+            2,
+            f"disaggsim: error: --out c: another disaggsim command (pid {os.getpid()}) is "
+            "writing there now; wait until it ends or give another folder\n",
+        )
+    finally:
+        seal_folder("c", "calibrate")
+    assert sorted(os.listdir(work)) == ["c", "keep.txt"]
+    assert os.listdir(work / "c") == [MARKER]
+
+
+def test_a_lock_the_filesystem_refuses_is_one_line(work, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, how):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(UserError) as e:
+        with hold_folder("r"):
+            pass
+    assert str(e.value) == ("--out r: cannot lock .r.disaggsim-lock beside it (No locks available)")
+    assert sorted(os.listdir(work)) == ["keep.txt"]
