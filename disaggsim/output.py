@@ -491,17 +491,26 @@ def _lock(lock: Path, flag: str, shown: Path, what: str) -> int:
             except FileNotFoundError:
                 continue  # released meanwhile
             except OSError as e:  # a symbolic link, a folder, unreadable
+                try:
+                    mode = os.lstat(lock).st_mode
+                    what_is = "a symbolic link" if stat.S_ISLNK(mode) else kind_of(mode)
+                except OSError:
+                    what_is = "unreadable"
+                if what_is in ("not a regular file", "unreadable"):
+                    what_is = f"{what_is} ({e.strerror or e})"
                 raise _fail(
                     flag,
                     shown,
-                    f"{lock.name} beside it is not a lock disaggsim made ({e.strerror or e}); "
-                    "move it away",
+                    f"{lock.name} beside it is {what_is}, not a lock disaggsim made; move it away",
                 ) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise _fail(
-                    flag, shown, f"{lock.name} beside it is {kind_of(st.st_mode)}; move it away"
+                    flag,
+                    shown,
+                    f"{lock.name} beside it is {kind_of(st.st_mode)}, not a lock disaggsim "
+                    "made; move it away",
                 )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -246,3 +246,25 @@ def test_a_lock_the_filesystem_refuses_is_one_line(work, monkeypatch):
             pass
     assert str(e.value) == ("--out r: cannot lock .r.disaggsim-lock beside it (No locks available)")
     assert sorted(os.listdir(work)) == ["keep.txt"]
+
+
+@pytest.mark.parametrize(
+    "kind, said",
+    [("folder", "a folder"), ("link", "a symbolic link"), ("fifo", "a named pipe (FIFO)")],
+)
+def test_a_lock_path_that_is_no_file_is_named_and_left_alone(work, kind, said):
+    lock = work / ".r.disaggsim-lock"
+    if kind == "folder":
+        lock.mkdir()
+    elif kind == "link":
+        lock.symlink_to(work / "keep.txt")
+    else:
+        os.mkfifo(lock)
+    with pytest.raises(UserError) as e:
+        with hold_folder("r"):
+            pass
+    assert str(e.value) == (
+        f"--out r: .r.disaggsim-lock beside it is {said}, not a lock disaggsim made; move it away"
+    )
+    assert sorted(os.listdir(work)) == [".r.disaggsim-lock", "keep.txt"]
+    assert (work / "keep.txt").read_text() == "a user's file\n"
