@@ -401,8 +401,14 @@ def sample_requests(loaded: LoadedScenario) -> Requests:
     needs the whole sequence of prefix chains)."""
     reqs = make_requests(loaded)
     if len(reqs) == 0:
+        s = loaded.scenario
+        where = str(loaded.path) if loaded.path else "plan question"
+        rate = getattr(s.workload, "rate_per_s", None)
+        at = f" at workload.rate_per_s {rate:g} req/s" if rate is not None else ""
         raise UserError(
-            "plan: the scenario's workload produces no requests (raise the rate or duration)"
+            f"{where}: workload: no requests in sim.duration_s {s.sim.duration_s:g} s{at}, "
+            "and the plan samples its lengths from them: raise workload.rate_per_s or "
+            "sim.duration_s (the rate the plan searches is its own)"
         )
     return reqs
 
