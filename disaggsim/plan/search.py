@@ -440,13 +440,19 @@ class Confirmation:
     def sentence(self) -> str:
         """One clause for the advisor's reason."""
         what = ", ".join(f"{c.label} {q:.3f} -> {f:.3f}" for c, q, f in self.remeasured)
-        walk = (
-            f"famil{'y' if len(self.walked_on) == 1 else 'ies'} {', '.join(self.walked_on)} "
-            "left open by the wave limit or stopped by the floor walked on first "
-            f"({self.walk_simulations} simulations), then "
-            if self.walked_on
-            else ""
-        )
+        fams = f"famil{'y' if len(self.walked_on) == 1 else 'ies'} {', '.join(self.walked_on)}"
+        if not self.walked_on:
+            walk = ""
+        elif self.walk_simulations > 0:
+            walk = (
+                f"{fams} left open by the wave limit or stopped by the floor walked on first "
+                f"({self.walk_simulations} simulations), then "
+            )
+        else:  # a walk that reached nothing new: say so, never that it walked on
+            walk = (
+                f"walking {fams} left open by the wave limit or stopped by the floor on "
+                "added no simulation (every deployment it reached had been run), then "
+            )
         left = (
             f"; the cap of {self.options.confirm_max_candidates} left "
             + ", ".join(f"{c.label} (quick {q:.3f})" for c, q in self.left_over)
