@@ -286,6 +286,5 @@ def _walk_note(
     return (
         f"{head}; walking on with quick mode's runs to full mode's {waves}-wave limit"
         f"{floor} added no simulation: every deployment it reached had been run already "
-        f"(or cannot be built), so the figures are the search's"
-        + (f" ({now})" if now else "")
+        f"(or cannot be built), so the figures are the search's" + (f" ({now})" if now else "")
     )
