@@ -485,3 +485,26 @@ def test_prefill_attention_is_the_dense_steps_formula(monkeypatch):
     layers = get_model("mixtral-8x7b").num_layers
     assert swapped.attention_s == pytest.approx(base.attention_s + layers * by_hand, rel=1e-9)
     assert swapped.expert_gemm_s == base.expert_gemm_s
+
+
+def test_a_one_token_mla_extend_costs_no_more_than_decoding_it():
+    """DeepSeek-V3 TP8 on the H200: a one-token chunk after a 32,768-token prefix (a
+    resumed prompt's last token) attends the same keys as a decode step of one sequence at
+    32,769 tokens; its prefill attention is at most that decode step's (it was 45x: the
+    prefill fit's efficiency, a function of the mean new tokens a sequence, is fitted on
+    fresh prompts and falls to 0.1 % of peak at one token). And adding a fresh 2,048-token
+    prompt to its batch no longer makes the attention faster (62 -> 12 ms before)."""
+    c = build_moe_worker_cost("deepseek-v3", "h200-sxm", 8, weight_dtype="fp8-block")
+    one = c._attention_s(0, 0.0, 1, 1, 32_769.0)
+    decode = c._attention_s(1, 32_769.0, 0, 0, 0.0)
+    assert one <= decode * (1 + 1e-12)
+    prompt_pairs = 2048 * 2049 / 2
+    both = c._attention_s(0, 0.0, 2, 2049, 32_769.0 + prompt_pairs)
+    assert both >= one
+    assert both >= c._attention_s(0, 0.0, 1, 2048, prompt_pairs)
+    # fresh prompts keep the prefill fit (the decode kernel is slower for them at every
+    # length; 1 to 8,192 tokens)
+    for n in (1, 64, 1024, 8192):
+        pairs = n * (n + 1) / 2
+        fresh = c._attention_s(0, 0.0, 1, n, pairs)
+        assert fresh < c._attention_s(n, pairs, 0, 0, 0.0)

@@ -1161,10 +1161,32 @@ class MoeWorkerCost:
         t = 0.0
         if model.mla is not None:
             if n_r > 0:
-                t += float(
-                    mla_prefill_attention_s(
-                        self._mla_pre, self._bf16, s_r, n_r, pairs_r, self._mla_pre_flop
-                    )
+                # at most the absorbed decode kernel reading each new token's keys (n_r
+                # query rows, pairs_r keys, no reuse between a sequence's rows): the
+                # prefill fit's efficiency is a function of the mean new tokens a
+                # sequence, fitted on fresh prompts (pairs ~ n^2 / 2), and falls to 0.1 %
+                # of peak at one token, so a short chunk after a long prefix (1 token
+                # after 32,768: 62 ms a step on DeepSeek-V3 TP8) cost 45x the decode
+                # kernel on the same reads (1.4 ms) and adding a fresh prompt to its
+                # batch made the step faster (docs/calibration.md, MoE section)
+                t += min(
+                    float(
+                        mla_prefill_attention_s(
+                            self._mla_pre, self._bf16, s_r, n_r, pairs_r, self._mla_pre_flop
+                        )
+                    ),
+                    float(
+                        mla_decode_attention_s(
+                            self._mla_dec,
+                            self._bf16,
+                            self._hbm,
+                            n_r,
+                            pairs_r,
+                            self.heads_per_gpu,
+                            self._mla.cache_elems * self._kv_elem,
+                            self._mla_flop_tok,
+                        )
+                    ),
                 )
             if b_r > 0:
                 t += float(
