@@ -222,7 +222,7 @@ def grouped_gemm_tile_compute_s(
     So a narrow shard (short down-GEMM K, few gate/up N tiles) and few tokens per expert
     (padded rows) lose efficiency, and a wide one with thousands of tokens per expert runs
     at ``max_eff``: the plateau the tuned SGLang rows show (Mixtral-8x7B at N = 1,792-7,168
-    runs 532-608 TFLOP/s from 2,048 tokens on, docs/calibration.md), where a hyperbola in
+    runs 490-608 TFLOP/s from 2,048 tokens on, docs/calibration.md), where a hyperbola in
     width or tokens keeps rising. The waves over the GPU's SMs are left continuous (the
     tiles are thousands where compute binds)."""
     m_tiles = touched_experts * _vceil(tokens_per_expert / p.tile_m_tokens)
