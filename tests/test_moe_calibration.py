@@ -341,8 +341,8 @@ def test_each_engine_runs_its_own_frameworks_kernel(data):
     tile set, its shipped config for E=8, N=7168 on the H100 (the one SGLang set of before
     2026-12-03 predicted 19.2 ms; the same experts at TP 1, default tiles, take 57.6 ms).
     The tuned set's saturation curve over 24 cells predicted this row 8.19 ms (1.29x
-    short; the test allowed 30% from 2026-12-04 to 2026-12-04): narrow tuned cells needed
-    a higher max_eff than Mixtral's wide ones run at. Timed by its tiles since (the tile
+    short, which this test then allowed at 30%): narrow tuned cells needed a higher
+    max_eff than Mixtral's wide ones run at. Timed by its tiles since (the tile
     form, moe.grouped_gemm_tile_compute_s) it predicts 9.37 ms (1.13x)."""
     base = data / "kernels" / "aiconfigurator" / "h100_sxm" / "moe"
     for engine, ver in (("trtllm", "1.3.0rc20"), ("vllm", "0.24.0"), ("sglang", "0.5.14")):
