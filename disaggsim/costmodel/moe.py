@@ -1458,10 +1458,7 @@ class MoeWorkerCost:
     def _quant_s(self, m_r: float, inputs: tuple[float, ...]) -> float:
         """FP8 linear layers: one activation-quantisation kernel per GEMM input of ``k``
         elements a token (reads 2, writes 1 byte each), as the dense step; 0 in bf16."""
-        if not self._quant:
-            return 0.0
-        q = _step.FP8_QUANT_BYTES_PER_ELEM * m_r
-        return sum(_ew(self._hbm, self._ew, q * k) for k in inputs)
+        return _step._fp8_quant_s(self._hbm, self._ew, m_r, inputs) if self._quant else 0.0
 
     # --- memory ------------------------------------------------------------------------------
 
