@@ -35,12 +35,13 @@ import json
 import math
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from disaggsim.config.scenario import Scenario
@@ -236,6 +237,27 @@ def write_scenarios() -> None:
         SCENARIO_FILES[s].write_text(scenario_text(s))
 
 
+TTFT_PARTS = ("queue_ms", "prefill_ms", "wait_ms", "transfer_ms")
+
+
+def ttft_parts(r: pd.DataFrame) -> dict[str, float]:
+    """Mean milliseconds of each part of a request's way to its first token, from the
+    request records: queued before its prefill, the prefill, waiting after it for room on
+    a decode worker (disaggregated), the KV transfer. With ``first_token_from: prefill``
+    the TTFT is the first two; with ``decode``, all four."""
+
+    def mean_ms(a: str, b: str) -> float:
+        d = (r[b] - r[a]).dropna()
+        return float(d.mean() * 1e3) if len(d) else math.nan
+
+    return {
+        "queue_ms": mean_ms("arrival_at_s", "prefill_start_at_s"),
+        "prefill_ms": mean_ms("prefill_start_at_s", "prefill_end_at_s"),
+        "wait_ms": mean_ms("prefill_end_at_s", "transfer_start_at_s"),
+        "transfer_ms": mean_ms("transfer_start_at_s", "transfer_end_at_s"),
+    }
+
+
 def simulate_at(system: str, rate_per_s: float, seed: int, duration_s: float) -> dict:
     """One simulated run at a total rate: attainment of both, of TTFT alone, of TPOT alone."""
     from disaggsim.run import simulate
@@ -261,6 +283,7 @@ def simulate_at(system: str, rate_per_s: float, seed: int, duration_s: float) ->
         "ttft": float(ttft_ok),
         "tpot": float(tpot_ok),
         "n": len(m),
+        **ttft_parts(m),
     }
 
 
@@ -352,6 +375,11 @@ def profiled_curves(system: str, data_root: Path) -> Iterator[None]:
         yield
 
 
+def step_times(system: str, data_root: Path | None) -> AbstractContextManager[None]:
+    """The scenario's own step times (``data_root`` None) or :func:`profiled_curves`."""
+    return nullcontext() if data_root is None else profiled_curves(system, data_root)
+
+
 def replay_requests(num_requests: int, rate_per_s: float, seed: int) -> Requests:
     """The first ``num_requests`` of the published sequence, in order, each with its own
     prompt and output length and ``max_tokens`` = its output (the benchmark client sets
@@ -381,12 +409,8 @@ def replay_at(
 
     reqs = replay_requests(num_requests, rate_per_s, seed)
     overrides = [f"sim.duration_s={reqs.arrival_s[-1] + REPLAY_DRAIN_S}", "sim.warmup_s=0"]
-    path = str(SCENARIO_FILES[system])
-    if data_root is None:
-        res = simulate(path, overrides, requests=reqs)
-    else:
-        with profiled_curves(system, data_root):
-            res = simulate(path, overrides, requests=reqs)
+    with step_times(system, data_root):
+        res = simulate(str(SCENARIO_FILES[system]), overrides, requests=reqs)
     r = res.requests
     slo = read_setup()["slo"]
     done = (r["status"] == "completed").to_numpy()
@@ -399,6 +423,7 @@ def replay_at(
         "tpot": float(np.mean(tpot_ok)),
         "ttft_mean_ms": float(r["ttft_s"].mean() * 1e3),
         "n": len(r),
+        **ttft_parts(r),
     }
 
 
@@ -406,9 +431,8 @@ def replay_mean(
     system: str, rate_per_s: float, num_requests: int, seeds: int, data_root: Path | None = None
 ) -> dict:
     runs = [replay_at(system, rate_per_s, num_requests, s, data_root) for s in range(1, seeds + 1)]
-    return {
-        k: float(np.mean([r[k] for r in runs])) for k in ("both", "ttft", "tpot", "ttft_mean_ms")
-    }
+    keys = ("both", "ttft", "tpot", "ttft_mean_ms", *TTFT_PARTS)
+    return {k: float(np.mean([r[k] for r in runs])) for k in keys}
 
 
 def _cell(a: dict) -> str:
@@ -457,13 +481,16 @@ def main(argv: list[str] | None = None) -> int:
         f"from a cold start, mean of {args.seeds} arrival seed(s); steady: the scenario, "
         f"{args.duration_s:g} s"
     )
-    cols = ["published", "replayed, engine profile"]
+    steps: list[tuple[str, Path | None]] = [("engine profile", None)]
     if args.data is not None:
-        cols.append("replayed, profiled curves")
-    cols.append("steady state")
+        steps.append(("profiled curves", args.data))
+    cols = ["published"]
+    cols += [f"replayed, {label}" for label, _ in steps]
+    cols += [f"steady, {label}" for label, _ in steps]
     print(f"| system | GPUs | per-GPU rate | {' | '.join(cols)} |")
     print("|---|---|---|" + "---|" * len(cols))
-    replayed: dict[str, dict[str, float]] = {"model": {}, "curves": {}}
+    replayed: dict[str, dict[str, float]] = {label: {} for label, _ in steps}
+    parts: list[str] = []
     for run in read_runs():
         rows = measured[run.run]
         pub = {
@@ -477,42 +504,59 @@ def main(argv: list[str] | None = None) -> int:
             cells += ["not run"] * (len(cols) - 1)
         else:
             n, rate = run.num_requests, run.rate_per_s
-            a = replay_mean(run.system, rate, n, args.seeds)
-            replayed["model"][run.run] = a["both"]
-            cells.append(f"{_cell(a)}; {a['ttft_mean_ms']:.0f} ms")
-            if args.data is not None:
-                c = replay_mean(run.system, rate, n, args.seeds, args.data)
-                replayed["curves"][run.run] = c["both"]
-                cells.append(f"{_cell(c)}; {c['ttft_mean_ms']:.0f} ms")
-            steady = [
-                simulate_at(run.system, rate, s, args.duration_s) for s in range(1, args.seeds + 1)
+            got = []
+            for label, root in steps:
+                a = replay_mean(run.system, rate, n, args.seeds, root)
+                replayed[label][run.run] = a["both"]
+                cells.append(f"{_cell(a)}; {a['ttft_mean_ms']:.0f} ms")
+                got.append((f"replayed, {label}", a))
+            for label, root in steps:
+                with step_times(run.system, root):
+                    runs = [
+                        simulate_at(run.system, rate, s, args.duration_s)
+                        for s in range(1, args.seeds + 1)
+                    ]
+                keys = ("both", "ttft", "tpot", *TTFT_PARTS)
+                steady = {k: float(np.mean([r[k] for r in runs])) for k in keys}
+                cells.append(_cell(steady))
+                got.append((f"steady, {label}", steady))
+            parts += [
+                f"| {run.system} | {run.per_gpu_per_s:g} | {label} | "
+                + " | ".join("-" if math.isnan(g[k]) else f"{g[k]:.1f}" for k in TTFT_PARTS)
+                + " |"
+                for label, g in got
             ]
-            cells.append(
-                _cell({k: float(np.mean([r[k] for r in steady])) for k in ("both", "ttft", "tpot")})
-            )
         print(f"| {run.system} | {run.gpus} | {run.per_gpu_per_s:g} | {' | '.join(cells)} |")
         sys.stdout.flush()
+    if parts:
+        print("TTFT parts, mean ms (records: queued, prefill, waiting for decode room, transfer)")
+        print("| system | per-GPU rate | run | queue | prefill | decode-room wait | transfer |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(parts))
     bounds = published_bounds(slo)
     for s in SYSTEMS:
         lo, hi = bounds[s]
         print(f"published goodput per GPU, {s}: {_bound(lo, hi)}")
-    for kind, label in (("model", "engine profile"), ("curves", "profiled curves")):
-        if replayed[kind]:
-            rb = run_bounds(replayed[kind], slo)
+    for label, att in replayed.items():
+        if att:
+            rb = run_bounds(att, slo)
             for s in SYSTEMS:
                 print(f"replayed ({label}) goodput per GPU, {s}: {_bound(*rb[s])}")
     if args.goodput:
         from disaggsim.sweep.goodput import goodput
 
-        gp = {}
-        for s in SYSTEMS:
-            g = goodput(str(SCENARIO_FILES[s]), 0.25, 4.0)
-            gp[s] = g.per_gpu_per_s
-            print(
-                f"simulated goodput per GPU, {s}: {g.per_gpu_per_s:.3g} req/s ({g.status}, {g.num_gpus} GPUs)"
-            )
-        ratio = gp["distserve"] / gp["vllm"] if gp["vllm"] > 0 else math.inf
-        print(f"simulated ratio distserve / vllm: {ratio:.2f}")
+        for label, root in steps:
+            gp = {}
+            for s in SYSTEMS:
+                with step_times(s, root):
+                    g = goodput(str(SCENARIO_FILES[s]), 0.25, 4.0)
+                gp[s] = g.per_gpu_per_s
+                print(
+                    f"steady ({label}) goodput per GPU, {s}: {g.per_gpu_per_s:.3g} req/s "
+                    f"({g.status}, {g.num_gpus} GPUs)"
+                )
+            ratio = gp["distserve"] / gp["vllm"] if gp["vllm"] > 0 else math.inf
+            print(f"steady ({label}) ratio distserve / vllm: {ratio:.2f}")
     return 0
 
 

@@ -73,7 +73,10 @@ def test_scenarios_load_and_are_the_generated_ones() -> None:
 def test_script_runs_on_a_short_horizon(capsys: pytest.CaptureFixture[str]) -> None:
     assert sc.main(["--duration-s", "20"]) == 0
     out = capsys.readouterr().out
-    assert out.count("| vllm |") == 1 and out.count("| distserve |") == 3
+    # one attainment row per published run (system | GPUs | ...), then the TTFT parts
+    assert out.count("| vllm | 1 | 1 |") == 1
+    assert [out.count(f"| distserve | 3 | {r} |") for r in (1, 2, 3)] == [1, 1, 1]
+    assert out.count("| distserve | 2 | ") == 2  # replayed and steady, engine profile
     assert "published goodput per GPU, vllm: < 1 req/s" in out
     assert "published goodput per GPU, distserve: in [2, 3) req/s" in out
 
@@ -122,3 +125,14 @@ def test_profiled_curve_cost_is_distserves_published_curve(shared_data: Path) ->
         cost.mixed_time_s(4, 4000, 1, 100, 5050.0)
     with pytest.raises(ValueError, match="cached"):
         cost.prefill_time_s(1, 100, 5050.0, cached_tokens=16)
+
+
+def test_script_replays_on_profiled_curves(
+    shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert sc.main(["--duration-s", "20", "--data", str(shared_data)]) == 0
+    out = capsys.readouterr().out
+    assert "| replayed, profiled curves |" in out and "| steady, profiled curves |" in out
+    # one row of TTFT parts per run and way of running it (vLLM: and its attainment row)
+    assert out.count("| distserve | 2 | ") == 4 and out.count("| vllm | 1 | ") == 1 + 4
+    assert "replayed (profiled curves) goodput per GPU, distserve:" in out
