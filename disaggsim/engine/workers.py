@@ -1055,10 +1055,21 @@ class _TokenBatch(Worker):
             if swap_bytes:
                 yield from self._swap_stall(swap_bytes, "out", len(victims))
         else:
+            # every victim leaves this worker's counts before any is sent back: one sent
+            # back re-enters the router (and frees blocks for waiting handoffs), which
+            # reads this worker's seats and committed KV and must find them whole
+            for rid in victims:
+                self._let_go(rid)
             for rid in victims:
                 self._recompute(rid)
 
+    def _let_go(self, rid: int) -> None:
+        """A victim of recompute preemption, out of the batch, leaves this worker's
+        counts (no call out of the worker)."""
+        raise NotImplementedError
+
     def _recompute(self, rid: int) -> None:
+        """Send a victim this worker let go of back for its re-prefill."""
         raise NotImplementedError
 
     def _swap_in(self) -> Proc:
@@ -1937,9 +1948,11 @@ class DecodeWorker(_TokenBatch):
     def _freed(self) -> None:
         self.host.decode_freed()
 
-    def _recompute(self, rid: int) -> None:
+    def _let_go(self, rid: int) -> None:
         self.num_outstanding -= 1
         self._gone(rid)
+
+    def _recompute(self, rid: int) -> None:
         self._freed()
         self.host.reprefill(rid, "preempted")
 
@@ -2072,9 +2085,11 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
     def _rest(self) -> bool:
         return self._vllm_rest() if self._vllm else self._chunked_rest()
 
-    def _recompute(self, rid: int) -> None:
+    def _let_go(self, rid: int) -> None:
         self.num_outstanding -= 1
         self._release_cached(rid)  # its computed prompt blocks stay cached, unpinned
+
+    def _recompute(self, rid: int) -> None:
         self.submit(rid, front=True)
 
     # -- prefix cache ------------------------------------------------------------------
