@@ -1843,8 +1843,9 @@ class DecodeWorker(_TokenBatch):
         self.waiting: deque[int] = deque()  # KV here, waiting for a seat
         self.incoming: dict[int, int] = {}  # blocks reserved, KV in flight -> blocks
         # blocks the sequences assigned here may hold at their longest (prompt +
-        # max_tokens; the router never sees the realised reply length): back-pressure
-        # promises decode room against this, not against today's free blocks
+        # max_tokens; for a default cap, the reserve: RequestState.promise_blocks; the
+        # router never sees the realised reply length): back-pressure promises decode
+        # room against this, not against today's free blocks
         self._eventual_blocks = 0
         self._eventual: dict[int, int] = {}
         super().__init__(*args, **kwargs)
@@ -1891,6 +1892,9 @@ class DecodeWorker(_TokenBatch):
         self._kv_used_blocks += blocks
         self.incoming[rid] = blocks
         self._num_outstanding += 1
+        # what it is committed to hold here: rs.promise_blocks(rid), its common case inline
+        if rs.reserve_tokens is not None:
+            full = rs.promise_blocks(rid)
         self._eventual[rid] = full
         self._eventual_blocks += full
         self._changes.add(self.index)
