@@ -1488,6 +1488,144 @@ def eager_regimes(
     ).reset_index()
 
 
+# the columns that make one configuration measured at several TPs (the TP curves of one
+# source, model, metric and workload)
+TP_CURVE_KEYS = ("source", "gpu", "model", "metric", "batch", "isl", "osl")
+
+
+def tp_consistency(rows: pd.DataFrame) -> pd.DataFrame:
+    """Whether a configuration's times at three TPs ``a < b < c`` (``rows``: measurements
+    with ``value_s`` and ``pred_s``, one row per TP of a :data:`TP_CURVE_KEYS` group) can come
+    from one engine whose time is sharded work over TP plus the rest:
+    ``T(tp) = A / tp + B(tp)`` with ``A >= 0`` and ``B`` non-negative and non-decreasing in
+    TP (host time, replicated element-wise work, launch costs stay; all-reduce steps grow).
+    Then ``A <= a T(a)`` and ``B(c) >= B(b) = T(b) - A / b``, so
+    ``T(c) >= T(b) - a T(a) (1 / b - 1 / c)``: ``bound_s``. Per triple the bound and
+    ``ratio`` = T(c) / bound (below 1: the three curves contradict every such decomposition,
+    whatever its kernels, so no form of that kind fits all three), measured and predicted
+    (``pred_ratio``; the step model is of that kind). What it assumes: GEMM and attention
+    efficiencies no better at a smaller per-GPU share, and no cost that falls with TP but
+    not as 1 / TP (memory pressure easing with more GPUs would be one)."""
+    out = []
+    keys = list(TP_CURVE_KEYS)
+    for key, g in rows.groupby(keys, sort=True):
+        tps = g["tp"].to_numpy(int)
+        t = dict(zip(tps, g["value_s"].to_numpy(float), strict=True))
+        p = dict(zip(tps, g["pred_s"].to_numpy(float), strict=True))
+        order = sorted(t)
+        for i, a in enumerate(order):
+            for j in range(i + 1, len(order)):
+                for c in order[j + 1 :]:
+                    b = order[j]
+                    span = a * (1.0 / b - 1.0 / c)
+                    bound = t[b] - t[a] * span
+                    pred_bound = p[b] - p[a] * span
+                    out.append(
+                        {
+                            **dict(zip(keys, cast(tuple, key), strict=True)),
+                            "tp_a": a,
+                            "tp_b": b,
+                            "tp_c": c,
+                            "tc_s": t[c],
+                            "bound_s": bound,
+                            "ratio": t[c] / bound,
+                            "pred_ratio": p[c] / pred_bound,
+                        }
+                    )
+    return pd.DataFrame(out)
+
+
+def tp_inconsistent_rows(rows: pd.DataFrame, triples: pd.DataFrame) -> np.ndarray:
+    """Per row of ``rows``, whether it is one of the three TPs of a triple of ``triples``
+    (:func:`tp_consistency`) whose ratio is below 1."""
+    bad = triples[triples["ratio"] < 1.0]
+    keys = list(TP_CURVE_KEYS)
+    marks = set()
+    for r in bad.to_dict("records"):
+        base = tuple(r[k] for k in keys)
+        marks |= {(*base, int(r[f"tp_{x}"])) for x in "abc"}
+    own = zip(*(rows[k].to_numpy() for k in keys), rows["tp"].to_numpy(int), strict=True)
+    return np.array([tuple(v) in marks for v in own], dtype=bool)
+
+
+def splitwise_run_spread(gpu: str) -> pd.DataFrame:
+    """Per TP and prompt length, the spread of Splitwise's five single-prompt
+    ``prompt_time`` runs on ``gpu``'s DGX: (max - min) / median, from the transcription
+    (:data:`SPLITWISE_FILES`). Kernel times repeat to about 1 %; a wider spread is time
+    that varies from run to run (host, allocator, synchronisation)."""
+    if gpu not in SPLITWISE_FILES:
+        raise UserError(f"Splitwise GPU {gpu!r} (allowed: {', '.join(SPLITWISE_FILES)})")
+    path = SPLITWISE_FILES[gpu][0]
+    try:
+        raw = pd.read_csv(regular_file(path, UserError, "Splitwise CSV"))
+    except (OSError, pd.errors.ParserError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    one = raw[raw["batch_size"] == 1]
+    g = one.groupby(["tensor_parallel", "prompt_size"])["prompt_time"]
+    spread = (g.max() - g.min()) / g.median()
+    return (
+        spread.rename("run_spread")
+        .reset_index()
+        .rename(columns={"tensor_parallel": "tp", "prompt_size": "isl"})
+    )
+
+
+# the TP pair whose single-prompt times split a first-token latency into a sharded and an
+# unsharded part (:func:`splitwise_tp_split`); TP 8 is left to check the split
+SPLITWISE_SPLIT_TPS = (2, 4)
+
+
+def splitwise_tp_split(rows: pd.DataFrame) -> pd.DataFrame:
+    """Splitwise's single-prompt first-token latencies (``rows``: ``vllm-eager-2023`` rows
+    with ``pred_s``, e.g. :func:`fit_all`'s; both DGXs) per GPU and prompt length, split by
+    the TP-2 and TP-4 times ``T2``, ``T4`` into a part that shrinks as 1 / TP
+    (``sharded_ms`` = 4 (T2 - T4), the time at TP 1) and a part that does not
+    (``unsharded_ms`` = 2 T4 - T2), measured and predicted (``pred_``); ``tp8_from_split_ms``
+    is what the measured split gives at TP 8 (sharded / 8 + unsharded), beside the TP-8
+    measurement. GEMMs and attention shard with TP; host time does not, nor do the
+    all-reduces (their bytes a GPU stay, their ring steps grow from TP 2 to 4), nor
+    replicated element-wise work. The split places a miss in one of the two parts; it does
+    not name its cause. In ms, and µs per prompt token for the unsharded part."""
+    r = rows[
+        rows["source"].isin((SPLITWISE_SOURCE, SPLITWISE_H100_SOURCE))
+        & (rows["metric"] == "ttft_s")
+        & (rows["batch"] == 1)
+    ]
+    lo, hi = SPLITWISE_SPLIT_TPS
+    out = []
+    for key, g in r.groupby(["gpu", "isl"], sort=True):
+        gpu, isl = str(cast(tuple, key)[0]), int(cast(tuple, key)[1])
+        tps = g["tp"].to_numpy(int)
+        meas = dict(zip(tps, 1e3 * g["value_s"].to_numpy(float), strict=True))
+        pred = dict(zip(tps, 1e3 * g["pred_s"].to_numpy(float), strict=True))
+        if not {lo, hi, 8} <= set(meas):
+            continue
+        t = {k: float(meas[k]) for k in (lo, hi, 8)}
+        p = {k: float(pred[k]) for k in (lo, hi)}
+        # T(tp) = A / tp + B through the two TPs
+        a = (t[lo] - t[hi]) * lo * hi / (hi - lo)
+        b = t[hi] - a / hi
+        pa = (p[lo] - p[hi]) * lo * hi / (hi - lo)
+        pb = p[hi] - pa / hi
+        out.append(
+            {
+                "gpu": gpu,
+                "isl": isl,
+                "tp2_ms": t[lo],
+                "tp4_ms": t[hi],
+                "tp8_ms": t[8],
+                "sharded_ms": a,
+                "unsharded_ms": b,
+                "unsharded_us_per_token": 1e3 * b / isl,
+                "tp8_from_split_ms": a / 8 + b,
+                "pred_sharded_ms": pa,
+                "pred_unsharded_ms": pb,
+                "pred_unsharded_us_per_token": 1e3 * pb / isl,
+            }
+        )
+    return pd.DataFrame(out)
+
+
 # re-read rates (bytes/s) of 2023 PagedAttention's per-query-head KV reads the check tries:
 # about the A100's HBM peak, TensorRT-LLM's fitted masked-MHA rate (4.65 TB/s) and a rate
 # at which the re-reads cost almost nothing
@@ -2536,6 +2674,18 @@ def main(argv: list[str] | None = None) -> int:
         "and the 2023 PagedAttention per-query-head decode check (diagnostics)",
     )
     p.add_argument(
+        "--tp-consistency",
+        action="store_true",
+        help="vllm-eager-2023: which configurations' times at three TPs contradict every "
+        "sharded-plus-rest decomposition (no such form fits them), and the missed rows among them",
+    )
+    p.add_argument(
+        "--splitwise-tp-split",
+        action="store_true",
+        help="Splitwise's single-prompt first-token latencies split by TP 2 and 4 into a "
+        "sharded and an unsharded part, measured and predicted, with the runs' spread",
+    )
+    p.add_argument(
         "--lmdeploy-check",
         action="store_true",
         help="LMDeploy TurboMind's A100 table against the step model's kernels alone "
@@ -2603,6 +2753,62 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{m}: kernels alone / measured {k.min():.3f}-{k.max():.3f}, median {np.median(k):.3f}"
             )
+        return 0
+    if args.tp_consistency:
+        try:
+            rows = fit_all(Path(args.data))[EAGER_ENGINE]["rows"].reset_index(drop=True)
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        tri = tp_consistency(rows)
+        low = tri[tri["ratio"] < 1.0]
+        print(
+            f"vllm-eager-2023: {len(tri)} TP triples of one configuration, {len(low)} below the "
+            f"bound T(c) >= T(b) - a T(a) (1/b - 1/c); predicted: "
+            f"{int((tri['pred_ratio'] < 1.0).sum())} below"
+        )
+        grp = ["source", "model", "metric", "tp_a", "tp_b", "tp_c"]
+        print(
+            low.groupby(grp)
+            .agg(n=("ratio", "size"), lowest=("ratio", "min"), median=("ratio", "median"))
+            .round(3)
+            .to_string()
+        )
+        inc = tp_inconsistent_rows(rows, tri)
+        row_ape = ape(rows["pred_s"].to_numpy(float), rows["value_s"].to_numpy(float))
+        miss = row_ape > EAGER_REGIME_MISS
+        print(
+            f"rows in such a triple: {int(inc.sum())}; of the {int(miss.sum())} rows erring "
+            f"more than {EAGER_REGIME_MISS:.0%}: {int((inc & miss).sum())}"
+        )
+        by = rows.assign(
+            phase=np.where(rows["metric"].isin(PREFILL_METRICS), "prefill", "decode"),
+            missed=miss,
+            missed_in_triple=inc & miss,
+        )
+        t = by.groupby(["source", "model", "tp", "phase"])[["missed", "missed_in_triple"]].sum()
+        print(t[t["missed"] > 0].to_string())
+        rest = row_ape[~inc]
+        print(
+            f"the other {len(rest)} rows: median APE {100 * np.median(rest):.1f}% "
+            f"p90 {100 * np.percentile(rest, 90):.1f}%"
+        )
+        return 0
+    if args.splitwise_tp_split:
+        try:
+            rows = fit_all(Path(args.data))[EAGER_ENGINE]["rows"]
+            split = splitwise_tp_split(rows)
+            spread = pd.concat(
+                [splitwise_run_spread(g).assign(gpu=g) for g in SPLITWISE_FILES], ignore_index=True
+            )
+        except UserError as err:
+            print(f"engines: error: {err}", file=sys.stderr)
+            return 2
+        print("Splitwise single prompts, T(tp) = sharded / tp + unsharded through TP 2 and 4 (ms):")
+        print(split.round(1).to_string(index=False))
+        wide = spread.pivot_table(index=["gpu", "isl"], columns="tp", values="run_spread")
+        print("spread of the five runs, (max - min) / median, per TP:")
+        print((100 * wide).round(1).to_string())
         return 0
     if args.eager_regimes:
         try:

@@ -98,6 +98,9 @@ GG_KEYS = (
     "width_half_sat",
     "token_eff",
     "expert_s",
+    "tile_m_tokens",
+    "tile_n",
+    "tile_overhead_k",
 )
 
 
@@ -464,18 +467,54 @@ MIN_TUNED_CELLS = 2
 
 # The saturation is the smaller of a token and a width term, so the objective has kinks
 # where rows change which binds, and a solver can stop at one: the fit starts from a grid
-# of (half_sat, width_half_sat) pairs and solves the best on to tight tolerances.
+# of (half_sat, width_half_sat) pairs (and, for the tile form, of tile_overhead_k) and
+# solves the best on to tight tolerances. A start's value of a parameter its form holds
+# (TILE_FORM, SATURATION_FORM) is not used.
 GG_STARTS = (
-    (3e-5, 0.9, 64.0, 0.8, 500.0, 0.5, 2e-7),
-    (1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2, 1e-6),
-    *((2e-5, 0.7, hs, 0.9, whs, 0.3, 1e-7) for hs in (16.0, 128.0) for whs in (30.0, 3000.0)),
+    (3e-5, 0.9, 64.0, 0.8, 500.0, 0.5, 2e-7, 64.0, 128.0, 300.0),
+    (1e-5, 0.5, 128.0, 0.6, 2000.0, 0.2, 1e-6, 64.0, 128.0, 30.0),
+    *(
+        (2e-5, 0.7, hs, 0.9, whs, 0.3, 1e-7, 64.0, 128.0, whs / 3.0)
+        for hs in (16.0, 128.0)
+        for whs in (30.0, 3000.0)
+    ),  # fmt: skip
 )
-GG_LOWER = (1e-6, 0.05, 0.5, 0.05, 1.0, 0.01, 1e-10)
-GG_UPPER = (5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0, 1e-4)
+GG_LOWER = (1e-6, 0.05, 0.5, 0.05, 1.0, 0.01, 1e-10, 1.0, 1.0, 1.0)
+GG_UPPER = (5e-4, 1.0, 4096.0, 1.0, 1e5, 1.0, 1e-4, 4096.0, 4096.0, 1e5)
 # an optional term stays where it lowers the in-sample median or p90 APE by more than this
 TERM_EARNS = 0.001
 # what a held parameter is held at (the term left out, or the weight stream at the peak)
-HELD_VALUE = {"mem_eff": 1.0, "width_half_sat": 0.0, "expert_s": 0.0}
+HELD_VALUE = {"mem_eff": 1.0, "width_half_sat": 0.0, "expert_s": 0.0, "tile_overhead_k": 0.0}
+
+# The compute term's form, by the rows' kernel (moe.grouped_gemm_time_s). Rows that ran
+# SGLang's shipped tuned Triton configs are timed by their tiles
+# (moe.grouped_gemm_tile_compute_s): the configs give the tile, 64 x 128 (BLOCK_SIZE_M x
+# BLOCK_SIZE_N) at 32-1,024 tokens per expert in both the E=8,N=7168 and E=128,N=768 H100
+# files (triton_3_3_1 / triton_3_2_0), 128 x 256 above; the smaller is taken, as
+# tokens per expert sit below 1,024 in all but Mixtral's largest rows. Every other set
+# keeps the saturation form (its tiles are not known: CUTLASS's are chosen at run time,
+# SGLang's default and vLLM's mixed). Measured on the tuned bf16 rows (fit_error, held
+# out by shape family, median): tile form 3.2 %, saturation form 3.3 %; Mixtral-8x7B TP2
+# at 16,384 tokens measured over predicted 1.13 against 1.29; held out by shard width,
+# width_split_check.
+TILE_M_TOKENS, TILE_N = 64.0, 128.0
+TILE_FORM = {"half_sat": 0.0, "width_half_sat": 0.0, "tile_m_tokens": TILE_M_TOKENS,
+             "tile_n": TILE_N}  # fmt: skip
+SATURATION_FORM = {"tile_m_tokens": 0.0, "tile_n": 0.0, "tile_overhead_k": 0.0}
+
+
+def gemm_form(d: pd.DataFrame) -> dict[str, float]:
+    """The parameters the compute form of rows ``d`` fixes: :data:`TILE_FORM` where every
+    row ran a shipped tuned tile config, else :data:`SATURATION_FORM`."""
+    tuned = d.tuned_tiles.to_numpy(bool)
+    return TILE_FORM if len(tuned) and tuned.all() else SATURATION_FORM
+
+
+def gemm_keys(form: dict[str, float]) -> tuple[str, ...]:
+    """The keys a set of ``form`` writes: every key but the ones its form leaves out
+    (``half_sat`` stays: the file requires it)."""
+    absent = {k for k, v in form.items() if v == 0.0 and k != "half_sat"}
+    return tuple(k for k in GG_KEYS if k not in absent)
 
 
 F_SCALE = 0.05  # the soft-L1 loss's scale in log time (about 5 %)
@@ -552,28 +591,33 @@ def _weight_stream_binds(d: pd.DataFrame, x: np.ndarray) -> bool:
 
 
 def fit_grouped_gemm(
-    d: pd.DataFrame, starts=GG_STARTS, held_out: bool = True
+    d: pd.DataFrame,
+    starts=GG_STARTS,
+    held_out: bool = True,
+    form: dict[str, float] | None = None,
 ) -> tuple[np.ndarray, FitError, dict[str, float]]:
     """The grouped-GEMM parameters of rows ``d`` (``GG_KEYS`` order), their errors (held
-    out by shape family) and the parameters held by the rules above (name -> value)."""
-    held: dict[str, float] = {}
-    x = _solve(d, held, starts)
+    out by shape family) and the parameters held by the rules above (name -> value); the
+    compute form the rows' kernel takes (:func:`gemm_form`) unless ``form`` is given."""
+    form = gemm_form(d) if form is None else form
+    held: dict[str, float] = {}  # held by the rules (the form's parameters apart)
+    x = _solve(d, form, starts)
     med, p90 = _apes(d, x)  # the fit with every term: what a left-out term may not worsen
     changed = True
     while changed:  # until no rule holds another parameter (a refit can unbind one)
         changed = False
         if "mem_eff" not in held and not _weight_stream_binds(d, x):
             held["mem_eff"] = HELD_VALUE["mem_eff"]
-            x, changed = _solve(d, held, [x]), True
-        for k in ("width_half_sat", "expert_s"):
-            if k in held:
+            x, changed = _solve(d, {**form, **held}, [x]), True
+        for k in ("width_half_sat", "expert_s", "tile_overhead_k"):
+            if k in held or k in form:
                 continue
             trial = {**held, k: HELD_VALUE[k]}
-            y = _solve(d, trial, [x])
+            y = _solve(d, {**form, **trial}, [x])
             m2, p2 = _apes(d, y)
             if m2 <= med + TERM_EARNS and p2 <= p90 + TERM_EARNS:
                 held, x, changed = trial, y, True
-    free = [i for i, k in enumerate(GG_KEYS) if k not in held]
+    free = [i for i, k in enumerate(GG_KEYS) if k not in held and k not in form]
 
     inputs = d[["gated", *GG_INPUTS]]  # the rows the held-out refits select: inputs only
 
@@ -633,7 +677,8 @@ def fit_all(data: Path) -> tuple[dict, dict]:
             continue
 
         x, err, held = fit_grouped_gemm(d)
-        sets[dt] = _pdict(GG_KEYS, x)
+        keys = gemm_keys(gemm_form(d))
+        sets[dt] = _pdict(keys, [x[GG_KEYS.index(k)] for k in keys])
         key = f"grouped_gemm.{dt}" if fw == REF_MOE else f"grouped_gemm.{fw}.{dt}"
         kernels = ", ".join(sorted(set(d.kernel_source.astype(str))))
         tiles = ""
@@ -832,6 +877,42 @@ def kernel_comparison(data: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# SGLang's tuned cells with every expert on the rank (EP 1: the table's workload is the
+# model's inputs; its EP > 1 rows run the collector's rank-0 workload, unsettled:
+# docs/calibration.md) split by expert shard width: the wide ones (Mixtral-8x7B TP2-8,
+# Mixtral-8x22B TP4/8: shards of 1,792-7,168, 8 experts) and the narrow ones (64-1,536,
+# 128-512 experts); the check scores the compute-bound rows
+WIDE_SHARD = 1792.0
+WIDTH_CHECK_MIN_TOKENS = 2048
+
+
+def width_split_check(moe: pd.DataFrame, dt: str = "bf16") -> pd.DataFrame:
+    """SGLang's tuned-tile grouped-GEMM set held out by shard width (its EP 1 cells), in
+    each compute form: fitted (the rules of :func:`fit_grouped_gemm`) on the narrow cells and scored on the
+    wide ones, and the other way; per form and direction the held-out rows of at least
+    ``WIDTH_CHECK_MIN_TOKENS`` tokens: median and p90 APE, measured over predicted (median,
+    and at EP 1). A diagnostic, printed by ``python -m calibration.fit_moe --width-split``
+    and in docs/validation.md; nothing shipped changes."""
+    d = fitted_rows(moe, "sglang", dt, tuned=True)
+    d = d[d.moe_ep_size == 1].reset_index(drop=True)
+    wide = d.width.to_numpy(float) >= WIDE_SHARD
+    out = []
+    for name, form in (("tiles", TILE_FORM), ("saturation", SATURATION_FORM)):
+        for direction, train in (("narrow -> wide", ~wide), ("wide -> narrow", wide)):
+            fit = d[train].reset_index(drop=True)
+            test = d[~train].reset_index(drop=True)
+            if fit.empty or test.empty:
+                continue
+            x, _, _ = fit_grouped_gemm(fit, held_out=False, form=form)
+            r = test.meas_s.to_numpy(float) / _gg(GroupedGemmParams(*x), test)
+            big = test.num_tokens.to_numpy() >= WIDTH_CHECK_MIN_TOKENS
+            a = np.abs(1.0 / r[big] - 1.0)
+            out.append({"dtype": dt, "form": name, "held_out": direction, "n": int(big.sum()),
+                        "median_ape": float(np.median(a)), "p90_ape": float(np.percentile(a, 90)),
+                        "measured_over_predicted": float(np.median(r[big]))})  # fmt: skip
+    return pd.DataFrame(out)
+
+
 # the token range the large-m check holds out, and the most tokens of the rows it fits on
 M_RANGE_HELD_MIN = 8192
 M_RANGE_FIT_MAX = 4096
@@ -875,13 +956,19 @@ def _token_buckets(tokens: np.ndarray):
 
 
 def validation_markdown(
-    data: Path, params: MoeParams | None = None, m_range: pd.DataFrame | None = None
+    data: Path,
+    params: MoeParams | None = None,
+    m_range: pd.DataFrame | None = None,
+    width_split: pd.DataFrame | None = None,
 ) -> str:
     """The ``docs/validation.md`` section on the MoE, MLA and DeepEP operators (with
-    ``m_range``, :func:`m_range_check`'s table; computed here when None)."""
+    ``m_range``, :func:`m_range_check`'s table, and ``width_split``,
+    :func:`width_split_check`'s; each computed here when None)."""
     params = params or load_moe_params(GPU)
     if m_range is None:
         m_range = m_range_check(data, params)
+    if width_split is None:
+        width_split = width_split_check(moe_rows(data, ("sglang",)))
     lines = [
         "## MoE, MLA and expert-parallel all-to-all (H100)",
         "",
@@ -944,6 +1031,24 @@ def validation_markdown(
             f"{100 * float(r['median_ape']):.1f}% | {float(r['measured_over_predicted']):.3f} | "
             f"{float(r['min']):.2f}-{float(r['max']):.2f} |"
         )
+    lines += [
+        "",
+        "SGLang's tuned-tile set held out by expert shard width (`python -m calibration.fit_moe",
+        "--data ../shared/data --width-split`; its cells with every expert on the rank, EP 1):",
+        f"fitted on the cells of one width group (wide: shards of at least {WIDE_SHARD:,.0f}, 8",
+        "experts; narrow: the rest, 128-512 experts) and scored on the other's rows of at",
+        f"least {WIDTH_CHECK_MIN_TOKENS:,} tokens, in the shipped tile form and in the saturation",
+        "form the other sets keep:",
+        "",
+        "| dtype | form | held out | n | median APE | p90 APE | measured / predicted |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in width_split.to_dict("records"):
+        lines.append(
+            f"| {r['dtype']} | {r['form']} | {r['held_out']} | {r['n']} | "
+            f"{100 * float(r['median_ape']):.1f}% | {100 * float(r['p90_ape']):.1f}% | "
+            f"{float(r['measured_over_predicted']):.3f} |"
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -968,8 +1073,18 @@ def main(argv: list[str] | None = None) -> int:
         help=f"only print TensorRT-LLM's fits on its rows of >= {M_RANGE_HELD_MIN} tokens, "
         f"shipped and refitted on <= {M_RANGE_FIT_MAX} tokens",
     )
+    ap.add_argument(
+        "--width-split",
+        action="store_true",
+        help="only print SGLang's tuned-tile fit held out by shard width, in each compute form",
+    )
     args = ap.parse_args(argv)
     try:  # a table missing, or a path that is not a regular file: one line, exit 2
+        if args.width_split:
+            table = width_split_check(moe_rows(Path(args.data), ("sglang",)))
+            with pd.option_context("display.width", 250, "display.max_columns", 20):
+                print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+            return 0
         if args.kernels or args.untuned or args.m_range:
             show = kernel_comparison if args.kernels else untuned_summary
             table = (m_range_check if args.m_range else show)(Path(args.data))

@@ -16,6 +16,11 @@ The rule (docs/metrics.md, "Where results go"):
   of them exist, so an error or Ctrl-C leaves the earlier state as it was.
 - Replacing an earlier result is reported (:attr:`Written.replaced`); the commands say so
   on their last line. Only the files the earlier result's manifest lists are deleted.
+- One command at a time writes to an output: a command holds it (:func:`hold_folder`,
+  :func:`hold_file`) from its check to its write, by an exclusive lock on a hidden sibling
+  ``.NAME.disaggsim-lock``; a second command is refused before it starts its work (two
+  runs into one ``--out`` both said "written", and the later one had replaced the
+  other's result).
 
 Every check that can fail runs in :func:`check_folder` / :func:`check_file`, which the
 commands call before simulating (and the writers call again, since the disk may have
@@ -24,6 +29,8 @@ changed in the meantime).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -31,8 +38,10 @@ import secrets
 import shutil
 import stat
 import tempfile
+import threading
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -393,6 +402,276 @@ def check_file(
 
 
 # ---------------------------------------------------------------------------------------
+# holding an output: one command at a time
+
+_LOCK_SUFFIX = ".disaggsim-lock"
+
+
+@dataclass(slots=True)
+class _Hold:
+    """An output this process holds: the locked file, the folders made above the output
+    to hold it (removed again if they stay empty), and the output as it was found."""
+
+    fd: int
+    lock: Path
+    made: list[Path]
+    found: tuple[int, int, int, int] | None
+    thread: int
+    depth: int = 1
+
+
+# The outputs this process holds, by their checked location. The lock is an ``flock``,
+# which the system keeps per open file: opening the lock again in this process would be
+# refused by this process's own lock, so a writer called inside a command's hold (the
+# command holds its output from its check to its write) finds it here instead.
+_HELD: dict[Path, _Hold] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def _lock_path(target: Path) -> Path:
+    return target.parent / f".{target.name}{_LOCK_SUFFIX}"
+
+
+def _found(target: Path) -> tuple[int, int, int, int] | None:
+    """What is at ``target`` as a later check compares it: a result folder's marker, or
+    the file itself (None: no result there)."""
+    try:
+        st = os.lstat(target)
+        if stat.S_ISDIR(st.st_mode):
+            st = os.lstat(target / MARKER)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _holder(fd: int) -> str:
+    """`` (pid 123)``: the process the lock file names, else nothing."""
+    try:
+        doc = json.loads(os.pread(fd, 4096, 0) or b"null")
+        pid = doc.get("pid") if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return ""
+    return f" (pid {pid})" if isinstance(pid, int) and not isinstance(pid, bool) else ""
+
+
+def _ours(fd: int) -> bool:
+    """Whether an existing lock file is one disaggsim made: what it wrote, or empty (a
+    command killed between making it and writing it)."""
+    try:
+        head = os.pread(fd, 4096, 0)
+        if not head:
+            return True
+        doc = json.loads(head)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("written_by") == "disaggsim"
+
+
+def _busy(flag: str, shown: Path, what: str, who: str) -> UserError:
+    return _fail(
+        flag,
+        shown,
+        f"another disaggsim command{who} is writing there now; wait until it ends or give "
+        f"another {what}",
+    )
+
+
+def _lock(lock: Path, flag: str, shown: Path, what: str) -> int:
+    """Open and lock ``lock`` (made if need be); the open file, locked. A lock another
+    process holds is a one-line error; one left by a killed command is taken over."""
+    for _ in range(100):
+        created = True
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            created = False
+            try:
+                fd = os.open(lock, flags)
+            except FileNotFoundError:
+                continue  # released meanwhile
+            except OSError as e:  # a symbolic link, a folder, unreadable
+                try:
+                    mode = os.lstat(lock).st_mode
+                    what_is = "a symbolic link" if stat.S_ISLNK(mode) else kind_of(mode)
+                except OSError:
+                    what_is = "unreadable"
+                if what_is in ("not a regular file", "unreadable"):
+                    what_is = f"{what_is} ({e.strerror or e})"
+                raise _fail(
+                    flag,
+                    shown,
+                    f"{lock.name} beside it is {what_is}, not a lock disaggsim made; move it away",
+                ) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _fail(
+                    flag,
+                    shown,
+                    f"{lock.name} beside it is {kind_of(st.st_mode)}, not a lock disaggsim "
+                    "made; move it away",
+                )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise _busy(flag, shown, what, _holder(fd)) from None
+            except OSError as e:  # a filesystem without locks: the file made is removed
+                if created:
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock)
+                raise _fail(
+                    flag, shown, f"cannot lock {lock.name} beside it ({e.strerror or e})"
+                ) from None
+            try:
+                now = os.lstat(lock)
+                same = (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+            except FileNotFoundError:
+                same = False
+            if not same:  # released and removed between our open and our lock: again
+                os.close(fd)
+                continue
+            if not created and not _ours(fd):
+                raise _fail(
+                    flag,
+                    shown,
+                    f"{lock.name} beside it is a file disaggsim did not write; move it away",
+                )
+            try:  # who holds it, for the message of a command refused meanwhile
+                os.ftruncate(fd, 0)
+                doc = {"written_by": "disaggsim", "pid": os.getpid()}
+                os.pwrite(fd, (json.dumps(doc) + "\n").encode(), 0)
+            except OSError:
+                pass  # a full disk: the lock holds without it
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+    raise _busy(flag, shown, what, "")
+
+
+def _acquire(target: Path, flag: str, shown: Path, what: str) -> None:
+    """Hold ``target`` for this thread (again, if it holds it already)."""
+    me = threading.get_ident()
+    with _HELD_GUARD:
+        held = _HELD.get(target)
+        if held is not None:
+            if held.thread != me:
+                raise _busy(flag, shown, what, f" (pid {os.getpid()})")
+            held.depth += 1
+            return
+        with stops_held():  # made, locked and registered for _release as one step
+            try:
+                made = _make_parents(target)
+            except OSError as e:
+                raise _fail(flag, shown, f"cannot be made ({e.strerror or e})") from None
+            try:
+                fd = _lock(_lock_path(target), flag, shown, what)
+            except BaseException:
+                _remove_made(made)
+                raise
+            _HELD[target] = _Hold(fd, _lock_path(target), made, _found(target), me)
+
+
+def _release(target: Path) -> None:
+    """Let go of ``target`` if this thread holds it; the last release removes the lock
+    file (while still locked: a command waiting on it then finds it gone and makes its
+    own) and the folders made to hold it, if they are empty."""
+    with _HELD_GUARD:
+        held = _HELD.get(target)
+        if held is None or held.thread != threading.get_ident():
+            return
+        held.depth -= 1
+        if held.depth:
+            return
+        with stops_held():
+            del _HELD[target]
+            try:
+                os.unlink(held.lock)
+            except OSError:
+                pass
+            os.close(held.fd)
+            _remove_made(held.made)
+
+
+@contextmanager
+def _holding(target: Path, flag: str, shown: Path, what: str) -> Iterator[None]:
+    try:
+        _acquire(target, flag, shown, what)
+        yield
+    finally:
+        _release(target)
+
+
+def _file_holding(target: Path, flag: str, shown: Path, what: str) -> AbstractContextManager[None]:
+    """The hold of a single file: of its folder when that is a result folder (a trace
+    written into ``--out``, a profile fitted into its raw folder), so no lock file is
+    made inside a result, which holds only the files its marker lists."""
+    parent = target.parent
+    if parent in _HELD or read_marker(parent) is not None:
+        return _holding(parent, flag, shown, what)
+    # a folder another command holds (a trace named inside the --out a run writes)
+    _check_not_held_elsewhere(parent, flag, shown, what)
+    return _holding(target, flag, shown, what)
+
+
+def _check_not_held_elsewhere(folder: Path, flag: str, shown: Path, what: str) -> None:
+    """Refuse when another process holds ``folder`` (its lock taken, without making
+    anything: a shared lock tried and let go)."""
+    try:
+        fd = os.open(_lock_path(folder), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (OSError, ValueError):
+        return  # none there (or none that could be one)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise _busy(flag, shown, what, _holder(fd)) from None
+    finally:
+        os.close(fd)
+
+
+def _check_unchanged(target: Path, flag: str, shown: Path, what: str) -> None:
+    """Refuse to replace a result that was put at ``target`` after this command took
+    hold of it (by something that does not take the lock): replacing it would lose it."""
+    held = _HELD.get(target)
+    now = _found(target)
+    if held is not None and now is not None and now != held.found:
+        raise _fail(
+            flag,
+            shown,
+            f"another {what} was put there while this command worked; both are kept",
+        )
+
+
+@contextmanager
+def hold_folder(path: str | Path, flag: str = "--out") -> Iterator[Previous | None]:
+    """Check ``path`` as :func:`check_folder` does and hold it until the ``with`` ends:
+    another disaggsim command that would write there is refused meanwhile (one line
+    naming the folder), and :func:`write_folder` inside the ``with`` writes under this
+    hold. Yields the earlier result there, as found once held. A lock left by a killed
+    command (SIGKILL) is taken over."""
+    path = Path(path)
+    check_folder(path, flag)
+    target = _normal(path)
+    with _holding(target, flag, path, "folder"):
+        yield check_folder(path, flag)  # again: a command may have finished meanwhile
+
+
+@contextmanager
+def hold_file(
+    path: str | Path, flag: str, owned: Callable[[Path], bool], what: str = "file"
+) -> Iterator[bool]:
+    """:func:`hold_folder` for a single file (:func:`check_file`, :func:`write_file`);
+    yields whether a file disaggsim wrote is there."""
+    check_file(path, flag, owned, what)
+    target = _normal(Path(path))
+    with _file_holding(target, flag, Path(path), what):
+        yield check_file(path, flag, owned, what)
+
+
+# ---------------------------------------------------------------------------------------
 # writers
 
 
@@ -445,11 +724,19 @@ def write_folder(
     a marker listing them is added, then the folder is moved into place (replacing an
     earlier disaggsim result there, whose listed files alone are deleted)."""
     path = Path(path)
-    earlier = check_folder(path, flag) is not None
+    check_folder(path, flag)
     # Built and moved at the checked location (folders above resolved): "r/../r" through
     # a folder that does not exist yet, or one that is renamed aside, names another place
     # once "r" is made or moved.
     target = _normal(path)
+    with _holding(target, flag, path, "folder"):  # held already by a command's hold_folder
+        return _write_folder_held(path, target, render, command, flag)
+
+
+def _write_folder_held(
+    path: Path, target: Path, render: Callable[[Path], object], command: str, flag: str
+) -> Written:
+    earlier = check_folder(path, flag) is not None
     made: list[Path] = []
     tmp = None
     try:
@@ -557,13 +844,22 @@ def claim_folder(path: str | Path, command: str, flag: str = "--out") -> Previou
     listed files, create the folder and mark it. Call :func:`seal_folder` when done (also
     on failure), so the marker lists what was written. Returns what was replaced."""
     path = Path(path)
-    previous = check_folder(path, flag)
-    path = _normal(path)
-    with stops_held():  # the earlier files deleted, the folder marked: one step
-        if previous is not None and _delete_listed(path, previous):
-            raise _fail(flag, path, "could not delete the earlier result's files; delete them")
-        path.mkdir(parents=True, exist_ok=True)
-        _write_marker(path, command, [])
+    check_folder(path, flag)
+    target = _normal(path)
+    # held until seal_folder: another command measuring into the same folder is refused
+    _acquire(target, flag, path, "folder")
+    try:
+        previous = check_folder(path, flag)
+        with stops_held():  # the earlier files deleted, the folder marked: one step
+            if previous is not None and _delete_listed(target, previous):
+                raise _fail(
+                    flag, target, "could not delete the earlier result's files; delete them"
+                )
+            target.mkdir(parents=True, exist_ok=True)
+            _write_marker(target, command, [])
+    except BaseException:
+        _release(target)
+        raise
     return previous
 
 
@@ -574,14 +870,17 @@ def seal_folder(path: str | Path, command: str) -> None:
     unlisted, and the next command refused the folder as holding files disaggsim did not
     write)."""
     path = _normal(Path(path))
-    if path.is_dir():
-        names = [n for n in os.listdir(path) if n != MARKER]
-        try:
-            _write_marker(path, command, names)
-        except OSError:
-            doc = {"written_by": "disaggsim", "command": command, "files": sorted(names)}
-            with stops_held():
-                (path / MARKER).write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    try:
+        if path.is_dir():
+            names = [n for n in os.listdir(path) if n != MARKER]
+            try:
+                _write_marker(path, command, names)
+            except OSError:
+                doc = {"written_by": "disaggsim", "command": command, "files": sorted(names)}
+                with stops_held():
+                    (path / MARKER).write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    finally:
+        _release(path)  # claim_folder's hold
 
 
 def _move_into_place(
@@ -601,6 +900,7 @@ def _move_into_place_held(
 ) -> tuple[Previous | None, Path | None]:
     # Checked again: the disk may have changed while the simulation ran.
     previous = check_folder(shown, flag)
+    _check_unchanged(path, flag, shown, "result")
     if not path.exists() or previous is None:  # none, or an empty folder: replaced atomically
         os.rename(tmp, path)
         return None, None
@@ -637,8 +937,21 @@ def write_file(
     ``path`` atomically. ``path`` must be new or a file ``owned`` recognises."""
     _check_file_name(path, flag, what)
     path = Path(path)
-    existed = check_file(path, flag, owned, what)
+    check_file(path, flag, owned, what)
     target = _normal(path)  # as in write_folder: "t/../t" would make "t" first
+    with _file_holding(target, flag, path, what):  # held already by a command's hold_file
+        return _write_file_held(path, target, write, flag, owned, what)
+
+
+def _write_file_held(
+    path: Path,
+    target: Path,
+    write: Callable[[Path], object],
+    flag: str,
+    owned: Callable[[Path], bool],
+    what: str,
+) -> Written:
+    existed = check_file(path, flag, owned, what)
     made: list[Path] = []
     tmp = None
     try:
@@ -658,6 +971,7 @@ def write_file(
     with stops_held():
         try:
             existed = check_file(path, flag, owned, what)
+            _check_unchanged(target, flag, path, what)
             os.replace(tmp, target)
         except (UserError, OSError) as e:  # kept and named, as a result folder is
             raise _unplaced(tmp, target, flag, path, e) from None

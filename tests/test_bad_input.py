@@ -316,6 +316,15 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
     ("tokens-below-seqs-vllm", _nothing, sets("pool.max_batch_tokens=100",
      "pool.max_batch_seqs=101", scenario=COLOC),
      "pool.max_batch_tokens: 100 is below pool.max_batch_seqs (101)"),
+    # every vLLM instance, a disaggregated prefill or decode one too (a decode step
+    # forwards a token per running sequence; its budget sizes the activation memory)
+    ("tokens-below-seqs-prefill", _nothing, sets("prefill_pool.max_batch_seqs=16384"),
+     "prefill_pool.max_batch_tokens: 8192 is below prefill_pool.max_batch_seqs (16384)"),
+    ("tokens-below-seqs-decode", _nothing, sets("decode_pool.max_batch_tokens=64",
+     "decode_pool.max_batch_seqs=128"),
+     "decode_pool.max_batch_tokens: 64 is below decode_pool.max_batch_seqs (128), which vLLM "
+     "refuses (max_num_batched_tokens must be >= max_num_seqs: a decode step of "
+     "max_batch_seqs sequences forwards that many tokens"),
     # work, not only requests: 2,000,000 prompts of 1,048,576 tokens in 16-token chunks
     # ran (1.3e11 iterations, about two months at the measured 25,000 a second)
     ("prefill-iterations", _nothing, sets("pool.scheduler=chunked", "pool.max_batch_tokens=16",

@@ -1158,3 +1158,98 @@ def test_engines_cli_eager_regimes(capsys) -> None:
     out = capsys.readouterr().out
     assert "by regime" in out and "above_miss" in out and "splitwise-sim-h100" in out
     assert "head_mapping" in out and "reread_tb_per_s" in out
+
+
+def test_splitwise_tp_split_solves_sharded_and_unsharded_parts_by_hand() -> None:
+    # measured T(tp) = 600 / tp + 50 ms, predicted 400 / tp + 80 ms, at one prompt length
+    tps = (2, 4, 8)
+    rows = pd.DataFrame(
+        {
+            "source": [engines.SPLITWISE_H100_SOURCE] * 3,
+            "gpu": ["h100-sxm"] * 3,
+            "metric": ["ttft_s"] * 3,
+            "batch": [1] * 3,
+            "isl": [1000] * 3,
+            "tp": list(tps),
+            "value_s": [(600 / t + 50) * 1e-3 for t in tps],
+            "pred_s": [(400 / t + 80) * 1e-3 for t in tps],
+        }
+    )
+    t = engines.splitwise_tp_split(rows).iloc[0]
+    assert t["sharded_ms"] == pytest.approx(600.0) and t["unsharded_ms"] == pytest.approx(50.0)
+    assert t["unsharded_us_per_token"] == pytest.approx(50.0)  # 50 ms over 1,000 tokens
+    assert t["tp8_from_split_ms"] == pytest.approx(600 / 8 + 50) == t["tp8_ms"]
+    assert t["pred_sharded_ms"] == pytest.approx(400.0)
+    assert t["pred_unsharded_ms"] == pytest.approx(80.0)
+
+
+def test_splitwise_tp_split_and_spread_on_the_transcription_by_hand() -> None:
+    # the H100 runs of a 2,048-token prompt (calibration/engine_data/splitwise_llama2_70b_h100.csv):
+    # medians 310.3167 ms at TP 2 and 200.6807 ms at TP 4
+    rows = pd.concat([engines.splitwise_rows(g) for g in engines.SPLITWISE_FILES]).assign(
+        pred_s=1.0
+    )
+    t = engines.splitwise_tp_split(rows).set_index(["gpu", "isl"])
+    r = t.loc[("h100-sxm", 2048)]
+    assert r["unsharded_ms"] == pytest.approx(2 * 200.6807 - 310.3167, abs=1e-3)
+    assert r["sharded_ms"] == pytest.approx(4 * (310.3167 - 200.6807), abs=1e-3)
+    # its TP-8 runs of a 4,096-token prompt: 322.0708 to 418.5787 ms, median 390.2908
+    s = engines.splitwise_run_spread("h100-sxm").set_index(["tp", "isl"])
+    assert s.loc[(8, 4096), "run_spread"] == pytest.approx((418.5787 - 322.0708) / 390.2908)
+    with pytest.raises(UserError, match="allowed"):
+        engines.splitwise_run_spread("b200")
+
+
+@needs_data
+def test_engines_cli_splitwise_tp_split(capsys) -> None:
+    assert engines.main(["--data", str(DATA), "--splitwise-tp-split"]) == 0
+    out = capsys.readouterr().out
+    assert "unsharded_us_per_token" in out and "spread of the five runs" in out
+
+
+def test_tp_consistency_bound_by_hand() -> None:
+    # batch 1: T(tp) = 8 / tp + 1 s (sharded 8 s, the rest 1 s): T1 9, T2 5, T4 3;
+    # batch 2: the same but T4 = 2.5 s, faster than any sharded-plus-rest engine allows
+    base = {"source": "s", "gpu": "g", "model": "m", "metric": "prefill_step_s", "isl": 8, "osl": 0}
+    rows = pd.DataFrame(
+        [
+            {**base, "batch": b, "tp": tp, "value_s": v, "pred_s": 8 / tp + 1}
+            for b, times in ((1, (9.0, 5.0, 3.0)), (2, (9.0, 5.0, 2.5)))
+            for tp, v in zip((1, 2, 4), times, strict=True)
+        ]
+    )
+    t = engines.tp_consistency(rows).set_index("batch")
+    # bound T4 >= T2 - 1 x T1 x (1/2 - 1/4) = 5 - 9/4 = 2.75 s
+    assert t.loc[1, "bound_s"] == pytest.approx(2.75) and t.loc[2, "bound_s"] == pytest.approx(2.75)
+    assert t.loc[1, "ratio"] == pytest.approx(3 / 2.75) and t.loc[2, "ratio"] == pytest.approx(
+        2.5 / 2.75
+    )
+    assert t["pred_ratio"].tolist() == pytest.approx([3 / 2.75] * 2)
+    marked = engines.tp_inconsistent_rows(rows, engines.tp_consistency(rows))
+    assert marked.tolist() == [False] * 3 + [True] * 3
+
+
+@needs_data
+def test_the_step_model_is_tp_consistent_and_distserve_opt13b_tp4_is_not() -> None:
+    rows = engines.fit_all(DATA)[engines.EAGER_ENGINE]["rows"]
+    t = engines.tp_consistency(rows)
+    # the step model is a sharded-plus-rest engine: its own predictions never cross the bound
+    assert (t["pred_ratio"] >= 1.0).all()
+    # DistServe's OPT-13B prefill of 4 x 2,048 tokens: 1.3086 s at TP 1, 0.9110 at TP 2,
+    # 0.4596 at TP 4 (--rows vllm-eager-2023), under the bound 0.9110 - 1.3086 / 4
+    q = t[
+        (t["model"] == "opt-13b")
+        & (t["metric"] == "prefill_step_s")
+        & (t["batch"] == 4)
+        & (t["isl"] == 2048)
+        & (t["tp_a"] == 1)
+        & (t["tp_c"] == 4)
+    ]
+    assert q["ratio"].item() == pytest.approx(0.4596 / (0.9110 - 1.3086 / 4), rel=1e-3)
+
+
+@needs_data
+def test_engines_cli_tp_consistency(capsys) -> None:
+    assert engines.main(["--data", str(DATA), "--tp-consistency"]) == 0
+    out = capsys.readouterr().out
+    assert "below the bound" in out and "missed_in_triple" in out

@@ -20,7 +20,7 @@ def test_ids_are_exactly_the_published_ones():
         "opt-13b", "opt-66b", "mistral-7b", "qwen2-72b",
         "deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b",
         "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "llama-3.1-405b", "llama-4-maverick",
-        "llama-3.1-8b", "llama-3.1-70b", "mixtral-8x22b",
+        "llama-3.1-8b", "llama-3.1-70b", "mixtral-8x22b", "llama-4-scout",
     )  # fmt: skip
     assert GPU_IDS == (
         "a100-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "h800-sxm",

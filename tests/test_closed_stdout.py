@@ -7,6 +7,8 @@ an escape (it was a UnicodeEncodeError traceback)."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import subprocess
 import sys
@@ -171,3 +173,64 @@ def test_a_full_stdout_does_not_lose_the_validation_doc(work):
     assert rc == 2, err[-2000:]
     assert err.endswith("the results were written to v.md\n"), err[-2000:]
     assert (work / "v.md").read_text().startswith("# Validation: cost model vs measurements")
+
+
+def _every_command() -> list[list[str]]:
+    """``[]``, ``["run"]``, ``["cost", "op", "gemm"]``, ...: every parser of the command
+    line, read from the parser itself (a command added later is covered too)."""
+    import argparse
+
+    from disaggsim.cli import build_parser
+
+    found: list[list[str]] = []
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> None:
+        found.append(prefix)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*prefix, name])
+
+    walk(build_parser(), [])
+    return found
+
+
+class _RefusingStdout(io.StringIO):
+    """A standard output every write to which fails as on a full disk."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_help_that_cannot_be_written_is_said_for_every_command(monkeypatch, capsys):
+    """``disaggsim ... --help > /dev/full`` exited 0 (argparse drops a write the system
+    refuses), for the top level and every command; ``--version`` too."""
+    from disaggsim.cli import main
+
+    commands = _every_command()
+    assert len(commands) >= 15, commands  # the top level, 8 commands and their subcommands
+    for argv in [*(c + ["--help"] for c in commands), ["--version"]]:
+        monkeypatch.setattr(sys, "stdout", _RefusingStdout())
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert (rc, err) == (
+            2,
+            "disaggsim: error: standard output: could not write what the command prints "
+            "(No space left on device)\n",
+        ), argv
+
+
+@needs_full
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["--version"]])
+def test_help_to_a_full_disk_exits_2(work, argv):
+    rc, err = full_stdout(work, *argv)
+    assert (rc, err) == (
+        2,
+        "disaggsim: error: standard output: could not write what the command prints "
+        "(No space left on device)\n",
+    )
+
+
+def test_help_to_a_closed_pipe_exits_quietly_with_141(work):
+    rc, err = closed_stdout(work, "run", "--help")
+    assert (rc, err) == (141, "")

@@ -1997,6 +1997,8 @@ def check_stop(work: Path, case: dict) -> list[str]:
             bad.append("kept runs not said" if at else "kept runs said, none finished")
     names = sorted(x.name for x in work.iterdir())
     want = ["keep.txt", "s.partial"] if at > 0 or how == "SIGKILL" else ["keep.txt"]
+    if how == "SIGKILL":  # no cleanup runs: the lock that held s stays, taken over later
+        want.append(".s.disaggsim-lock")
     if names != sorted(want + mine):
         bad.append(f"left {names}")
     if at > 0:
@@ -2163,6 +2165,8 @@ def check_stopc(work: Path, case: dict) -> list[str]:
         return [f"{b}: {err.strip()[-1000:]}" for b in bad]
     bad += _stopped_as_said(rc, how, at, kept, err, "c.partial/")
     want = ["c.partial", "keep.txt"] if kept or how == "SIGKILL" else ["keep.txt"]
+    if how == "SIGKILL":  # no cleanup runs: the lock that held c stays, taken over later
+        want = sorted([*want, ".c.disaggsim-lock"])
     if names != want:
         bad.append(f"left {names}")
     if kept:
@@ -2260,7 +2264,10 @@ def check_stopp(work: Path, case: dict) -> list[str]:
         return [f"{b}: {err.strip()[-1000:]}" for b in bad]
     bad += _stopped_as_said(rc, how, at, kept, err, f"{out}.partial/")
     left = kept or how == "SIGKILL"
-    if names != sorted(["keep.txt", f"{out}.partial".split("/")[0]] if left else ["keep.txt"]):
+    # no cleanup runs after SIGKILL: the lock that held --out p stays, taken over later
+    lock = [".p.disaggsim-lock"] if how == "SIGKILL" and case["out"] else []
+    want = ["keep.txt", f"{out}.partial".split("/")[0]] if left else ["keep.txt"]
+    if names != sorted(want + lock):
         bad.append(f"left {names}")
     if kept:
         rc2, _, err2 = _invoke([*argv, "--workers", "1"])

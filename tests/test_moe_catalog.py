@@ -249,3 +249,68 @@ def test_mixtral_8x22b_parameters_by_hand():
     assert m.num_params / 1e9 == pytest.approx(141.0, rel=0.003)
     assert m.active_params / 1e9 == pytest.approx(39.0, rel=0.01)
     assert m.kv_bytes_per_token("bf16") == 56 * 2 * 8 * 128 * 2  # 229,376
+
+
+# meta-llama/Llama-4-Scout-17B-16E-Instruct config.json, text_config (not among
+# ../shared/data's hf_configs; AIConfigurator's copy, ai-dynamo/aiconfigurator 64c5ddb6
+# aic-core/src/aiconfigurator_core/model_configs/): the keys the catalog reads
+LLAMA_4_SCOUT_CONFIG = {
+    "attention_bias": False,
+    "attention_chunk_size": 8192,
+    "head_dim": 128,
+    "hidden_size": 5120,
+    "interleave_moe_layer_step": 1,
+    "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384,
+    "max_position_embeddings": 10485760,
+    "num_attention_heads": 40,
+    "num_experts_per_tok": 1,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 8,
+    "num_local_experts": 16,
+    "vocab_size": 202048,
+}
+
+
+def test_llama_4_scout_is_its_config_json():
+    c, m = LLAMA_4_SCOUT_CONFIG, get_model("llama-4-scout")
+    assert m.hf_id == "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+    assert (m.num_layers, m.hidden, m.num_heads, m.num_kv_heads, m.head_dim) == (
+        c["num_hidden_layers"],
+        c["hidden_size"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["head_dim"],
+    )
+    assert (m.vocab, m.attention_bias) == (c["vocab_size"], c["attention_bias"])
+    assert m.context_tokens == c["max_position_embeddings"]
+    assert m.ffn == c["intermediate_size_mlp"]
+    assert (m.moe.num_experts, m.moe.top_k) == (c["num_local_experts"], c["num_experts_per_tok"])
+    assert m.moe.expert_ffn == c["intermediate_size"]
+    # the Llama 4 MoE block: one shared expert of the routed width beside the routed ones
+    assert (m.moe.num_shared_experts, m.moe.shared_expert_ffn) == (1, c["intermediate_size"])
+    # interleave_moe_layer_step 1: every layer is MoE (Maverick's 2: the odd ones)
+    assert m.moe.layer_step == c["interleave_moe_layer_step"]
+    assert m.num_moe_layers == 48 and m.num_dense_mlp_layers == 0
+    # chunked attention on the RoPE layers, 3 of every 4 (HF default no_rope_layer_interval
+    # 4: layers 3, 7, ..., 47 global), as Maverick
+    w = m.attention_window
+    assert (w.kind, w.tokens, w.num_layers) == ("chunked", c["attention_chunk_size"], 36)
+    # the shape AIConfigurator's moe_perf tables time for it
+    assert (m.hidden, m.moe.expert_ffn, m.moe.num_experts, m.moe.top_k) == (5120, 8192, 16, 1)
+
+
+def test_llama_4_scout_parameters_by_hand():
+    # Meta's model card: 109B parameters, 17B active (with the ~0.8B vision encoder, which
+    # the text model here leaves out: 34 layers of width 1408 / 5632)
+    h, q, kv, ffn = 5120, 40 * 128, 8 * 128, 8192
+    attn = h * (q + 2 * kv) + q * h
+    expert = 3 * h * ffn
+    layer = attn + 2 * h + 16 * expert + expert + h * 16  # norms, routed, shared, router
+    m = get_model("llama-4-scout")
+    assert m.num_params == 48 * layer + 2 * 202048 * h + h
+    active = 48 * (attn + 2 * h + 2 * expert + h * 16) + 2 * 202048 * h + h
+    assert m.active_params == active
+    assert m.num_params / 1e9 == pytest.approx(109.0, rel=0.015)  # 107.77
+    assert m.active_params / 1e9 == pytest.approx(17.0, rel=0.015)  # 17.17
+    assert m.kv_bytes_per_token("bf16") == 48 * 2 * 8 * 128 * 2  # 196,608

@@ -21,10 +21,11 @@ from disaggsim.costmodel.moe import (
     all_to_all_volume_bytes,
     build_cost,
     build_moe_worker_cost,
+    grouped_gemm_tile_compute_s,
     grouped_gemm_time_s,
     power_law_imbalance,
 )
-from disaggsim.costmodel.moe_params import load_moe_params
+from disaggsim.costmodel.moe_params import GroupedGemmParams, load_moe_params
 from disaggsim.costmodel.step import RooflineWorkerCost, build_worker_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.profile import shipped_profile_path
@@ -206,6 +207,44 @@ def test_grouped_gemm_is_monotone_in_tokens(tokens, more, touched, width):
         p, 989e12, 3.35e12, tokens * more, min(touched, tokens * more), 4096, width, 2.0
     )
     assert t2 >= t1 * (1 - 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tokens=st.floats(1, 65536),
+    more=st.floats(1.0, 4.0),
+    touched=st.integers(1, 128),
+    width=st.sampled_from([64, 192, 768, 1792, 7168]),
+)
+def test_tiled_grouped_gemm_is_monotone_in_tokens(tokens, more, touched, width):
+    # SGLang's tuned-tile set (the tile form): padding to whole tiles never makes more
+    # tokens cheaper
+    p = load_moe_params("h100-sxm").gemm("bf16", "sglang", tuned=True)
+    assert p.tile_m_tokens > 0
+    t1 = grouped_gemm_time_s(p, 989e12, 3.35e12, tokens, min(touched, tokens), 4096, width, 2.0)
+    t2 = grouped_gemm_time_s(
+        p, 989e12, 3.35e12, tokens * more, min(touched, tokens * more), 4096, width, 2.0
+    )
+    assert t2 >= t1 * (1 - 1e-12)
+
+
+def test_tiled_grouped_gemm_by_hand():
+    """4 touched experts of 100 tokens each (padded to 2 tiles of 64 rows), hidden 4,096,
+    shard 192 (gate/up N = 384: 3 tiles of 128; down N = 4,096: 32 tiles), 100 K steps of
+    fill and epilogue per tile, at half of 1e15 FLOP/s: 8 row tiles x (3 x (4,096 + 100) +
+    32 x (192 + 100)) tile-K steps of 2 x 64 x 128 FLOP each."""
+    p = GroupedGemmParams(0.0, 0.5, 0.0, 1.0, tile_m_tokens=64, tile_n=128, tile_overhead_k=100)
+    by_hand = 2 * 64 * 128 * 8 * (3 * 4196 + 32 * 292) / 5e14
+    assert grouped_gemm_tile_compute_s(p, 1e15, 100.0, 4.0, 4096, 192, 3.0) == pytest.approx(
+        by_hand, rel=1e-12
+    )
+    # the whole layer: launch 0, the weight stream (mem_eff 1 at 1e15 B/s) shorter
+    assert grouped_gemm_time_s(p, 1e15, 1e15, 400.0, 4.0, 4096, 192, 2.0) == pytest.approx(
+        by_hand, rel=1e-12
+    )
+    # never faster than the FLOP at peak x max_eff (the step model's lower bound)
+    flop = 2.0 * 400 * 4096 * 192 * 3
+    assert by_hand > flop / 5e14
 
 
 @pytest.mark.parametrize("mode", ["normal", "low_latency"])
@@ -446,3 +485,26 @@ def test_prefill_attention_is_the_dense_steps_formula(monkeypatch):
     layers = get_model("mixtral-8x7b").num_layers
     assert swapped.attention_s == pytest.approx(base.attention_s + layers * by_hand, rel=1e-9)
     assert swapped.expert_gemm_s == base.expert_gemm_s
+
+
+def test_a_one_token_mla_extend_costs_no_more_than_decoding_it():
+    """DeepSeek-V3 TP8 on the H200: a one-token chunk after a 32,768-token prefix (a
+    resumed prompt's last token) attends the same keys as a decode step of one sequence at
+    32,769 tokens; its prefill attention is at most that decode step's (it was 45x: the
+    prefill fit's efficiency, a function of the mean new tokens a sequence, is fitted on
+    fresh prompts and falls to 0.1 % of peak at one token). And adding a fresh 2,048-token
+    prompt to its batch no longer makes the attention faster (62 -> 12 ms before)."""
+    c = build_moe_worker_cost("deepseek-v3", "h200-sxm", 8, weight_dtype="fp8-block")
+    one = c._attention_s(0, 0.0, 1, 1, 32_769.0)
+    decode = c._attention_s(1, 32_769.0, 0, 0, 0.0)
+    assert one <= decode * (1 + 1e-12)
+    prompt_pairs = 2048 * 2049 / 2
+    both = c._attention_s(0, 0.0, 2, 2049, 32_769.0 + prompt_pairs)
+    assert both >= one
+    assert both >= c._attention_s(0, 0.0, 1, 2048, prompt_pairs)
+    # fresh prompts keep the prefill fit (the decode kernel is slower for them at every
+    # length; 1 to 8,192 tokens)
+    for n in (1, 64, 1024, 8192):
+        pairs = n * (n + 1) / 2
+        fresh = c._attention_s(0, 0.0, 1, n, pairs)
+        assert fresh < c._attention_s(n, pairs, 0, 0, 0.0)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from disaggsim.config.loader import load_scenario
+from disaggsim.costmodel.interface import context_kv_bytes
 from disaggsim.costmodel.moe import MoeWorkerCost
 from disaggsim.run import build_costs, simulate
 from tests.conftest import REPO
@@ -83,3 +84,50 @@ def test_qwen3_pair_uses_the_same_gpus():
     c = load_scenario(MOE / "qwen3-235b-colocated.yaml").scenario
     assert d.num_gpus == c.num_gpus == 16
     assert d.workload == c.workload and d.slo == c.slo
+
+
+LLAMA_4 = {
+    "name": "llama-4",
+    "seed": 5,
+    "architecture": "disaggregated",
+    "prefill_pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 4, "max_batch_tokens": 32768},
+    "decode_pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 4, "max_batch_seqs": 64},
+    "fabric": {"link": "infiniband"},
+    "slo": {"ttft_ms": 3000, "itl_ms": 50},
+    "workload": {
+        "kind": "synthetic",
+        "rate_per_s": 1.0,
+        # prompts past the 8,192-token attention chunk
+        "prompt_tokens": {"dist": "lognormal", "median": 9000, "sigma": 0.5, "max": 32768},
+        "output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.5, "max": 400},
+        "max_tokens": 400,
+    },
+    "sim": {"duration_s": 20.0, "max_drain_s": 120.0},
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "weight_dtype", "tp", "moe_layers"),
+    [("llama-4-scout", "bf16", 4, 48), ("llama-4-maverick", "fp8", 8, 24)],
+)
+def test_llama_4_scenarios_run_with_their_layers(model, weight_dtype, tp, moe_layers):
+    """Llama 4 Scout (16 experts in every layer) and Maverick (128 experts on the odd
+    layers, interleave_moe_layer_step 2), each with a shared expert and chunked attention
+    on 36 of 48 layers, served disaggregated on TP4 H100s: the step model prices their
+    MoE layers as config.json places them, a handoff moves the chunked layers' KV capped
+    at the chunk, and every request is accounted for."""
+    raw = {**copy.deepcopy(LLAMA_4), "model": model, "weight_dtype": weight_dtype}
+    raw["prefill_pool"]["tp"] = raw["decode_pool"]["tp"] = tp
+    s = load_scenario(raw).scenario
+    costs = build_costs(s)
+    pre = costs["prefill"]
+    assert isinstance(pre, MoeWorkerCost)
+    assert pre.num_moe_layers == moe_layers
+    # 48 layers of 8 KV heads x 128 in bf16: 4,096 B a token a layer; a 20,000-token
+    # context keeps 8,192 tokens in the 36 chunked layers, all 20,000 in the 12 global ones
+    assert context_kv_bytes(pre, 20_000) == (12 * 20_000 + 36 * 8192) * 4096
+    r = simulate(raw)
+    sm = r.summary
+    assert sm["num_completed"] > 0
+    assert sm["num_completed"] + sm["num_rejected"] + sm["num_unfinished"] == sm["num_requests"]
+    assert (r.requests.prompt_tokens > 8192).any()

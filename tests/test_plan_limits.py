@@ -29,7 +29,9 @@ LONG = ROOT / "scenarios" / "advisor" / "long-prompt-infiniband.yaml"
 
 NON_DEFAULT = (
     ["pool.max_batch_seqs=1024", "pool.max_batch_tokens=2048", "pool.gpu_mem_util=0.85"],
-    ["pool.max_batch_seqs=64", "pool.activation_reserve_gib=3"],
+    # a budget that holds the raised decode cap below (vLLM refuses fewer batch tokens
+    # than sequences, in a decode pool too: such a pool is refused when loaded)
+    ["pool.max_batch_seqs=64", "pool.max_batch_tokens=2048", "pool.activation_reserve_gib=3"],
 )
 
 # (candidate, its workers: (role for pool_limits, role in the simulation, layout))

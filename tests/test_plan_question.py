@@ -246,8 +246,9 @@ def test_the_help_and_docs_say_the_same_slo_model():
         (["--seed", "99999999999999999999"], ["--seed 99999999999999999999: seed: must be <="]),
         (
             ["--gpus", None, "--target-rate", "1e300"],
-            ["--target-rate 1e+300: workload.rate_per_s: ", "1e+15"],
+            ["--target-rate 1e+300: must be between 0.00334 and 6,666 req/s", "2,000,000"],
         ),
+        (["--gpus", None, "--target-rate", "1e-9"], ["--target-rate 1e-09: ", "no request"]),
         (["--set", "slo.ttft_ms=-1"], ["plan question: slo.ttft_ms: ", "greater than 0"]),
     ],
 )

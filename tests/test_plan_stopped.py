@@ -119,8 +119,9 @@ def test_full_mode_has_no_band():
     assert stopped_families_in_doubt(full, advise(full)) == ()
 
 
-def _walked(dis: float, asked: list):
-    """A rerun stub: the search walked on, family tp1/tp1 now settled at ``dis``."""
+def _walked(dis: float, asked: list, num_simulations: int = 107):
+    """A rerun stub: the search walked on, family tp1/tp1 now settled at ``dis``, the
+    plan's simulations then ``num_simulations``."""
 
     def rerun(*, options, executor=None, progress=None):
         asked.append(options)
@@ -129,7 +130,7 @@ def _walked(dis: float, asked: list):
             "chunked tp1": ("settled", "colocate_chunked", 2.0),
             "vllm tp1": ("settled", "colocate_vllm", 2.0),
         }
-        walked = _res([_r(DIS, dis), _r(CHUNKED, 1.0)], fams, num_simulations=107)
+        walked = _res([_r(DIS, dis), _r(CHUNKED, 1.0)], fams, num_simulations=num_simulations)
         return dataclasses.replace(walked, options=options)
 
     return rerun
@@ -151,6 +152,35 @@ def test_the_plan_walks_the_stopped_family_on_and_decides_on_what_it_finds(dis, 
     assert adv.verdict == verdict and out.confirmation is None
     note = next(n for n in out.notes if "walked on" in n)
     assert "famil" in note and "disagg tp1/tp1" in note and "(28 simulations)" in note
+
+
+def test_a_walk_that_adds_no_simulation_says_so_and_why():
+    """The walk's search replays every deployment it reaches from the memo (a family
+    with nothing left to try: 0 new simulations, as u2-u7 of docs/planning.md §7). Its
+    note said the families were "walked on ... (0 simulations)"; it now says that
+    walking on added no simulation and why, and so does the confirmation's clause."""
+    from disaggsim.plan import PlanOptions
+    from disaggsim.plan.search import Confirmation
+
+    asked: list = []
+    res = _res([_r(DIS, 0.78), _r(CHUNKED, 1.0)], DIS_STOPPED, num_simulations=79)
+    res = dataclasses.replace(res, rerun=_walked(0.78, asked, num_simulations=79))
+    out = confirm_close_call(res, executor=SerialExecutor())
+    assert len(asked) == 1  # the walk was asked for
+    notes = [n for n in out.notes if "disagg tp1/tp1" in n and "threshold" in n]
+    assert len(notes) == 1, out.notes
+    assert "walked on" not in notes[0] and "(0 simulations)" not in notes[0], notes[0]
+    assert "added no simulation: every deployment it reached had been run already" in notes[0]
+    assert "disagg tp1/tp1 settled" in notes[0]
+    conf = Confirmation(
+        "close", -0.2, ((DIS, 0.78, 0.8),), 9, PlanOptions.quick().full_accuracy(),
+        walked_on=("disagg tp1/tp1",), walk_simulations=0,
+    )  # fmt: skip
+    assert "walked on first" not in conf.sentence()
+    assert "walking family disagg tp1/tp1 " in conf.sentence()
+    assert "added no simulation" in conf.sentence()
+    walked = dataclasses.replace(conf, walk_simulations=12)
+    assert "walked on first (12 simulations)" in walked.sentence()
 
 
 def test_the_floor_stops_no_exempt_family():

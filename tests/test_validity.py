@@ -245,8 +245,9 @@ def test_prefill_budget_rule_by_scheduler(tmp_path):
         simulate(colocated)
     colocated["pool"]["scheduler"] = "chunked"  # chunks: any prompt fits a 2048 budget
     assert simulate(colocated).summary["num_completed"] > 0
-    # the decode pool's budget is not a prefill budget
-    ok = _disagg(decode_pool__max_batch_tokens=16)
+    # the decode pool's budget is not a prefill budget: far below the 1000-token prompts
+    # (with no more sequences than tokens, which every vLLM instance requires)
+    ok = _disagg(decode_pool__max_batch_tokens=16, decode_pool__max_batch_seqs=16)
     assert simulate(ok).summary["num_completed"] > 0
 
 

@@ -67,6 +67,7 @@ MODEL_IDS: tuple[str, ...] = (
     "llama-3.1-8b",
     "llama-3.1-70b",
     "mixtral-8x22b",
+    "llama-4-scout",
 )
 GPU_IDS: tuple[str, ...] = (
     "a100-80gb",
@@ -618,6 +619,7 @@ DENSE_MODEL_IDS: tuple[str, ...] = tuple(
         "mixtral-8x7b",
         "llama-4-maverick",
         "mixtral-8x22b",
+        "llama-4-scout",
     )
 )  # checked against each spec's is_dense by tests/test_moe_catalog.py
 

@@ -44,6 +44,19 @@ class _Parser(argparse.ArgumentParser):
             message += closest_hint(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
         self.exit(2, f"disaggsim: error: {where}{one_line(message)} (see {self.prog} --help)\n")
 
+    def _print_message(self, message: str, file=None) -> None:
+        """``--help`` and ``--version`` text: a write the system refuses (``> /dev/full``, a
+        full disk, a closed pipe) is raised, to be said in one line with exit 2 (or 141),
+        where argparse drops it silently and exited 0. The error line on the standard error
+        is written as :func:`_say` writes it: one the system refuses changes nothing."""
+        if not message:
+            return
+        file = file if file is not None else sys.stderr
+        if file is sys.stderr:
+            _say(message.rstrip("\n"))
+            return
+        file.write(message)
+
 
 def build_parser() -> argparse.ArgumentParser:
     from disaggsim.cli import bench, calibrate, compare, cost, plan, regress, run, sweep
@@ -209,12 +222,13 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
-        args, extra = parser.parse_known_args(argv)
-        if extra:  # argparse names the top-level parser: name the command the flag missed
-            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as e:  # --help, --version, or a flag it cannot parse (one line, 2)
-        return e.code if isinstance(e.code, int) else 2
-    try:
+        try:
+            args, extra = parser.parse_known_args(argv)
+            if extra:  # argparse names the top-level parser: name the command the flag missed
+                _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+        except SystemExit as e:  # --help, --version, or a flag it cannot parse (one line, 2)
+            sys.stdout.flush()  # the help text is out, or its error is said below
+            return e.code if isinstance(e.code, int) else 2
         rc = args.func(args)
         sys.stdout.flush()  # what it printed is out, or its error is said here
     except SystemExit as e:

@@ -75,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from disaggsim.errors import note_kept
     from disaggsim.html_report import REPORT_FILE, compare_report
-    from disaggsim.output import check_folder, out_flag, write_folder
+    from disaggsim.output import hold_folder, out_flag, write_folder
     from disaggsim.stops import stops_held
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
     from disaggsim.sweep.core import RATE_PATH
@@ -87,69 +87,70 @@ def cmd_compare(args: argparse.Namespace) -> int:
     params = parse_params(args.params)
     out = args.out if args.out is not None else Path("results/compare")
     flag = out_flag(args.out is not None)
-    check_folder(out, flag)
-    rule = run_length_rule(args.min_requests, args.service_multiple)
+    # held until written: another command writing there meanwhile is refused
+    with hold_folder(out, flag):
+        rule = run_length_rule(args.min_requests, args.service_multiple)
 
-    def render(tmp: Path) -> list[Path]:
-        files = write_table(res.table, tmp, "compare")
-        g = tmp / "goodput.csv"
-        res.goodput.to_csv(g, index=False)
-        files.append(g)
-        plots: list[Path] = []
-        if not args.no_plots and params:
-            plots = write_sweep_plots(
-                res.table, [p.path for p in params], tmp, series=[SCENARIO_FILE]
+        def render(tmp: Path) -> list[Path]:
+            files = write_table(res.table, tmp, "compare")
+            g = tmp / "goodput.csv"
+            res.goodput.to_csv(g, index=False)
+            files.append(g)
+            plots: list[Path] = []
+            if not args.no_plots and params:
+                plots = write_sweep_plots(
+                    res.table, [p.path for p in params], tmp, series=[SCENARIO_FILE]
+                )
+                files += plots
+            report = tmp / REPORT_FILE
+            report.write_text(
+                compare_report(
+                    res,
+                    [(_PLOT_CAPTIONS.get(p.name, p.stem), p.read_bytes()) for p in plots],
+                )
             )
-            files += plots
-        report = tmp / REPORT_FILE
-        report.write_text(
-            compare_report(
-                res,
-                [(_PLOT_CAPTIONS.get(p.name, p.stem), p.read_bytes()) for p in plots],
-            )
-        )
-        files.append(report)
-        return files
+            files.append(report)
+            return files
 
-    journal = None
-    try:
-        with executor(args) as ex, progress(args.quiet) as new_bar:
-            # after the executor is made: a bad --scheduler or --workers leaves nothing
-            with stops_held():  # made and known to the except below as one step
-                journal = open_journal(out, flag, None, args.resume, command="compare")
-            res = compare(
-                args.scenarios,
-                params,
-                seeds=args.seeds,
-                executor=KeptRuns(ex, journal),
-                same_gpus=args.same_gpus,
-                rate_lo=args.rate_lo,
-                rate_hi=args.rate_hi,
-                tol_per_s=args.tol,
-                rule=rule,
-                overrides=args.overrides,
-                progress=new_bar("sweeping"),
-                goodput_progress=new_bar("steady-state goodput"),
+        journal = None
+        try:
+            with executor(args) as ex, progress(args.quiet) as new_bar:
+                # after the executor is made: a bad --scheduler or --workers leaves nothing
+                with stops_held():  # made and known to the except below as one step
+                    journal = open_journal(out, flag, None, args.resume, command="compare")
+                res = compare(
+                    args.scenarios,
+                    params,
+                    seeds=args.seeds,
+                    executor=KeptRuns(ex, journal),
+                    same_gpus=args.same_gpus,
+                    rate_lo=args.rate_lo,
+                    rate_hi=args.rate_hi,
+                    tol_per_s=args.tol,
+                    rule=rule,
+                    overrides=args.overrides,
+                    progress=new_bar("sweeping"),
+                    goodput_progress=new_bar("steady-state goodput"),
+                )
+            written = write_folder(out, render, command="compare", flag=flag)
+        except BaseException as e:
+            # every finished run is in the journal: the error's one line says where
+            if journal is not None:
+                journal.close(finished=False)
+                note_kept(e, journal.kept_note())
+            raise
+        journal.close(finished=True)
+        with printing_after(written.note()):
+            print_goodput(
+                res.goodput,
+                written.note() + kept_line(journal),
+                [p.path for p in params if p.path != RATE_PATH],
             )
-        written = write_folder(out, render, command="compare", flag=flag)
-    except BaseException as e:
-        # every finished run is in the journal: the error's one line says where
-        if journal is not None:
-            journal.close(finished=False)
-            note_kept(e, journal.kept_note())
-        raise
-    journal.close(finished=True)
-    with printing_after(written.note()):
-        print_goodput(
-            res.goodput,
-            written.note() + kept_line(journal),
-            [p.path for p in params if p.path != RATE_PATH],
-        )
-        for r in res.results:  # a coarse tolerance, runs a bound shortened
-            for note in r.notes:
-                print(f"note: {r.scenario}: {note}")
-        _print_scenario_notes(args.scenarios, args.overrides)
-    return 0
+            for r in res.results:  # a coarse tolerance, runs a bound shortened
+                for note in r.notes:
+                    print(f"note: {r.scenario}: {note}")
+            _print_scenario_notes(args.scenarios, args.overrides)
+        return 0
 
 
 def _print_scenario_notes(paths: list[Path], overrides: list[str] | None) -> None:

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from disaggsim.cli.common import add_set_option, executor_args, resume_arg
@@ -194,7 +195,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError, note_kept
     from disaggsim.metrics.slo_model import slo_model_lines
-    from disaggsim.output import check_folder, out_flag
+    from disaggsim.output import hold_folder, out_flag
     from disaggsim.plan import PlanOptions, plan
     from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.question import build_question, flag_error, question_yaml
@@ -222,87 +223,91 @@ def cmd_plan(args: argparse.Namespace) -> int:
         question_text = question_yaml(loaded.raw, question)
         if out is None:
             out = Path("results") / loaded.scenario.name
-    if out is not None:
-        check_folder(out, out_flag(args.out is not None))
-    opts = PlanOptions.quick() if args.quick else PlanOptions()
-    if args.fp8:
-        opts = dataclasses.replace(opts, weight_dtypes=("fp8",))
-    check_run_length_flags(args.min_requests, args.service_multiple)
-    price = args.price_per_gpu_hour
-    if price is not None and not (math.isfinite(price) and 0 < price <= MAX_NUMBER):
-        # inf passed the planner's "> 0" and priced every candidate at inf $ (ranked.csv)
-        raise UserError(
-            f"--price-per-gpu-hour {price}: must be a finite number > 0 and at most "
-            f"{MAX_NUMBER:g} ($ per GPU-hour)"
-        )
-    opts = opts.with_run_length(args.min_requests, args.service_multiple)
-    # where the finished runs are kept until the plan is written: beside --out, or
-    # (no --out) beside results/<name>-plan, a folder the plan itself does not write
-    kept_in = out if out is not None else Path("results") / f"{loaded.scenario.name}-plan"
-    journal = None
-    try:
-        with executor(args) as ex, progress(args.quiet or args.json) as bar:
-            # after the executor is made: a bad --scheduler or --workers leaves nothing
-            with stops_held():  # made and known to the except below as one step
-                journal = open_journal(
-                    kept_in, out_flag(args.out is not None), None, args.resume, "plan"
-                )
-            res, advice = plan(
-                loaded,
-                gpus=args.gpus,
-                target_rate_per_s=args.target_rate,
-                price_per_gpu_hour=args.price_per_gpu_hour,
-                options=opts,
-                executor=KeptRuns(ex, journal),
-                progress=bar("steady-state goodput"),
-                # a question's --fabric auto follows the fleet a target rate sizes
-                auto_fabric=args.scenario is None and args.fabric == "auto",
-            )
-        if question_text is not None:  # with what the plan searched (a target rate's fleet)
-            question_text = question_yaml(loaded.raw, question, planned=res)
-        written = None
+    with ExitStack() as held:
         if out is not None:
-            extra = {"question.yaml": question_text} if question_text is not None else {}
-            written = write_outputs(res, advice, out, plots=not args.no_plots, extra=extra)
-    except BaseException as e:
-        # every finished simulation is in the journal: the error's one line says where
-        if journal is not None:
-            journal.close(finished=False)
-            note_kept(e, journal.kept_note())
-        raise
-    journal.close(finished=True)
-    kept = kept_line(journal)
-    with printing_after(written.note() if written is not None else None):
-        if kept and (args.json or written is None):  # said on stderr, where no last line says it
-            print(f"disaggsim: note: {kept[2:]}", file=sys.stderr)
-        if args.json:
-            print(json.dumps(plan_json(res, advice), indent=2))
-            return 0
-        s = res.loaded.scenario  # a target rate's fleet may be planned on another link
-        print(
-            f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}"
-        )
-        for line in slo_model_lines(s.slo, prefix="  "):
-            print(line)
-        print("\nanalytic first guess:")
-        for line in res.analytic.arithmetic():
-            print(f"  {line}")
-        pruned = sum(1 for v in res.families.values() if v == "pruned")
-        print(
-            f"\nsteady-state goodput of {len(res.ranked)} candidates ({len(res.families)} families, "
-            f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations, "
-            f"{res.num_stopped_early} stopped once they certainly missed; run "
-            "lengths from the workload, each goodput confirmed at twice the horizon; rows "
-            "marked 'as written' checked again as their recommended.yaml runs):"
-        )
-        for line in ranked_table(res, args.price_per_gpu_hour is not None):
-            print(f"  {line}")
-        for note in res.notes:
-            print(f"  note: {note}")
-        print(f"\nverdict: {advice.verdict}")
-        print(f"  {advice.reason}")
-        for c in advice.conditions:
-            print(f"  [{'x' if c.holds else ' '}] {c.name}: {c.detail}")
-        if written is not None:
-            print(f"plan {written.note()}{kept}")
-    return 0
+            # held until written: another command writing there meanwhile is refused
+            held.enter_context(hold_folder(out, out_flag(args.out is not None)))
+        opts = PlanOptions.quick() if args.quick else PlanOptions()
+        if args.fp8:
+            opts = dataclasses.replace(opts, weight_dtypes=("fp8",))
+        check_run_length_flags(args.min_requests, args.service_multiple)
+        price = args.price_per_gpu_hour
+        if price is not None and not (math.isfinite(price) and 0 < price <= MAX_NUMBER):
+            # inf passed the planner's "> 0" and priced every candidate at inf $ (ranked.csv)
+            raise UserError(
+                f"--price-per-gpu-hour {price}: must be a finite number > 0 and at most "
+                f"{MAX_NUMBER:g} ($ per GPU-hour)"
+            )
+        opts = opts.with_run_length(args.min_requests, args.service_multiple)
+        # where the finished runs are kept until the plan is written: beside --out, or
+        # (no --out) beside results/<name>-plan, a folder the plan itself does not write
+        kept_in = out if out is not None else Path("results") / f"{loaded.scenario.name}-plan"
+        journal = None
+        try:
+            with executor(args) as ex, progress(args.quiet or args.json) as bar:
+                # after the executor is made: a bad --scheduler or --workers leaves nothing
+                with stops_held():  # made and known to the except below as one step
+                    journal = open_journal(
+                        kept_in, out_flag(args.out is not None), None, args.resume, "plan"
+                    )
+                res, advice = plan(
+                    loaded,
+                    gpus=args.gpus,
+                    target_rate_per_s=args.target_rate,
+                    price_per_gpu_hour=args.price_per_gpu_hour,
+                    options=opts,
+                    executor=KeptRuns(ex, journal),
+                    progress=bar("steady-state goodput"),
+                    # a question's --fabric auto follows the fleet a target rate sizes
+                    auto_fabric=args.scenario is None and args.fabric == "auto",
+                )
+            if question_text is not None:  # with what the plan searched (a target rate's fleet)
+                question_text = question_yaml(loaded.raw, question, planned=res)
+            written = None
+            if out is not None:
+                extra = {"question.yaml": question_text} if question_text is not None else {}
+                written = write_outputs(res, advice, out, plots=not args.no_plots, extra=extra)
+        except BaseException as e:
+            # every finished simulation is in the journal: the error's one line says where
+            if journal is not None:
+                journal.close(finished=False)
+                note_kept(e, journal.kept_note())
+            raise
+        journal.close(finished=True)
+        kept = kept_line(journal)
+        with printing_after(written.note() if written is not None else None):
+            if kept and (
+                args.json or written is None
+            ):  # said on stderr, where no last line says it
+                print(f"disaggsim: note: {kept[2:]}", file=sys.stderr)
+            if args.json:
+                print(json.dumps(plan_json(res, advice), indent=2))
+                return 0
+            s = res.loaded.scenario  # a target rate's fleet may be planned on another link
+            print(
+                f"plan for {s.name}: {s.model} on {res.gpu_budget} x {res.gpu}, fabric {fabric_name(s)}"
+            )
+            for line in slo_model_lines(s.slo, prefix="  "):
+                print(line)
+            print("\nanalytic first guess:")
+            for line in res.analytic.arithmetic():
+                print(f"  {line}")
+            pruned = sum(1 for v in res.families.values() if v == "pruned")
+            print(
+                f"\nsteady-state goodput of {len(res.ranked)} candidates ({len(res.families)} families, "
+                f"{pruned} pruned by their analytic bound; {res.num_simulations} simulations, "
+                f"{res.num_stopped_early} stopped once they certainly missed; run "
+                "lengths from the workload, each goodput confirmed at twice the horizon; rows "
+                "marked 'as written' checked again as their recommended.yaml runs):"
+            )
+            for line in ranked_table(res, args.price_per_gpu_hour is not None):
+                print(f"  {line}")
+            for note in res.notes:
+                print(f"  note: {note}")
+            print(f"\nverdict: {advice.verdict}")
+            print(f"  {advice.reason}")
+            for c in advice.conditions:
+                print(f"  [{'x' if c.holds else ' '}] {c.name}: {c.detail}")
+            if written is not None:
+                print(f"plan {written.note()}{kept}")
+        return 0

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
 
 from disaggsim.cli.common import add_set_option, printing_after, progress_bar
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError, note_kept
 from disaggsim.metrics.summary_table import Summary, cli_rows
-from disaggsim.output import check_folder, out_flag
+from disaggsim.output import hold_folder, out_flag
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,19 +69,30 @@ def _verdict(summary: Summary) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    loaded = load_scenario(args.scenario, args.overrides)
+    out = args.out if args.out is not None else Path("results") / loaded.scenario.name
+    flag = out_flag(args.out is not None)
+    with ExitStack() as held:
+        # held until written: another command writing there meanwhile is refused (two runs
+        # into one --out both said "written", the later one over the other's result)
+        held.enter_context(hold_folder(out, flag))
+        if args.trace is not None:
+            from disaggsim.output import hold_file, prefix_owned
+            from disaggsim.trace_export import TRACE_HEAD, check_trace_path
+
+            check_trace_path(args.trace)
+            check_trace_beside(out, Path(args.trace), given=args.out is not None)
+            held.enter_context(hold_file(args.trace, "--trace", prefix_owned(TRACE_HEAD), "trace"))
+        return _simulate_and_write(args, loaded, out, flag)
+
+
+def _simulate_and_write(
+    args: argparse.Namespace, loaded: LoadedScenario, out: Path, flag: str
+) -> int:
     from disaggsim.cap_notes import default_caps
     from disaggsim.run import simulate, write_results_folder
 
-    loaded = load_scenario(args.scenario, args.overrides)
     s = loaded.scenario
-    out = args.out if args.out is not None else Path("results") / s.name
-    flag = out_flag(args.out is not None)
-    check_folder(out, flag)
-    if args.trace is not None:
-        from disaggsim.trace_export import check_trace_path
-
-        check_trace_path(args.trace)
-        check_trace_beside(out, Path(args.trace), given=args.out is not None)
     if args.quiet:
         result = simulate(loaded)
     else:
@@ -117,6 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result.summary,
             len(result.requests),
             capped=not default_caps(s, result.requests),
+            kv_capacity_tokens={w.role: w.kv_capacity_tokens for w in result.raw.workers},
         ):
             print(line)
     return 0
@@ -154,7 +168,12 @@ def check_trace_beside(out: Path, trace: Path, given: bool = True) -> None:
 
 
 def run_notes(
-    loaded: LoadedScenario, summary: Summary, num_generated: int, *, capped: bool = True
+    loaded: LoadedScenario,
+    summary: Summary,
+    num_generated: int,
+    *,
+    capped: bool = True,
+    kv_capacity_tokens: Mapping[str, int] | None = None,
 ) -> list[str]:
     """Lines about parts of the scenario that did not act as written: a bucketed trace
     replayed with its buckets kept, scheduled worker or link failures at or after the
@@ -163,7 +182,9 @@ def run_notes(
     after ``sim.duration_s``, a ``workload.num_requests`` cap above the
     ``num_generated`` requests that arrived before it, why requests were refused, and,
     when the requests had no ``max_tokens`` (``capped`` false), what the default cap
-    did (:mod:`disaggsim.cap_notes`)."""
+    did (:mod:`disaggsim.cap_notes`), and, given one worker's KV capacity by pool role,
+    the ``batch_occupancy`` targets that can never add a worker
+    (:mod:`disaggsim.autoscale.notes`)."""
     from disaggsim.cap_notes import rejections_note, run_cap_note
     from disaggsim.workload.config import TraceWorkload
     from disaggsim.workload.generate import kept_buckets_note
@@ -209,6 +230,10 @@ def run_notes(
         cap = run_cap_note(s, summary)
         if cap is not None:
             notes.append(cap)
+    if kv_capacity_tokens is not None:
+        from disaggsim.autoscale.notes import occupancy_notes
+
+        notes += occupancy_notes(loaded, kv_capacity_tokens)
     return notes
 
 

@@ -34,7 +34,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from disaggsim.errors import note_kept
-    from disaggsim.output import check_folder, out_flag, write_folder
+    from disaggsim.output import hold_folder, out_flag, write_folder
     from disaggsim.stops import stops_held
     from disaggsim.sweep.core import as_source, run_tasks, sweep_tasks, table
     from disaggsim.sweep.grid import parse_params
@@ -46,50 +46,51 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     src = as_source(args.scenario, args.overrides)
     out = args.out if args.out is not None else Path("results") / f"{src.name}-sweep"
     flag = out_flag(args.out is not None)
-    check_folder(out, flag)
-    keys, tasks = sweep_tasks(src, params, args.seeds)
-    paths = [p.path for p in params]
+    # held until written: another command writing there meanwhile is refused
+    with hold_folder(out, flag):
+        keys, tasks = sweep_tasks(src, params, args.seeds)
+        paths = [p.path for p in params]
 
-    def render(tmp: Path) -> list[Path]:
-        files = write_table(df, tmp, "sweep")
-        if not args.no_plots:
-            files += write_sweep_plots(df, paths, tmp)
-        return files
+        def render(tmp: Path) -> list[Path]:
+            files = write_table(df, tmp, "sweep")
+            if not args.no_plots:
+                files += write_sweep_plots(df, paths, tmp)
+            return files
 
-    journal = None
-    try:
-        with executor(args) as ex:
-            # after the executor is made: a bad --scheduler or --workers leaves nothing
-            with stops_held():  # made and known to the except below as one step
-                journal = open_journal(out, flag, tasks, args.resume)
-            with progress(args.quiet) as new_bar:
-                summaries = run_tasks(
-                    tasks,
-                    ex,
-                    new_bar(f"sweeping {src.name}"),
-                    done=journal.reused,
-                    on_result=journal.record,
-                )
-        df = table(keys, summaries)
-        written = write_folder(out, render, command="sweep", flag=flag)
-    except BaseException as e:
-        # every finished run is in the journal: the error's one line says where (a second
-        # Ctrl-C while the workers stop, raised by the executor's close, too)
-        if journal is not None:
-            journal.close(finished=False)
-            note_kept(e, journal.kept_note())
-        raise
-    journal.close(finished=True)
-    reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
-    others = f"; {journal.others_note()}" if journal.others else ""
-    with printing_after(written.note()):
-        Console().print(
-            f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
-            f"{_count(args.seeds, 'seed')}{reused}) {written.note()}{others}",
-            markup=False,
-            soft_wrap=True,
-        )
-    return 0
+        journal = None
+        try:
+            with executor(args) as ex:
+                # after the executor is made: a bad --scheduler or --workers leaves nothing
+                with stops_held():  # made and known to the except below as one step
+                    journal = open_journal(out, flag, tasks, args.resume)
+                with progress(args.quiet) as new_bar:
+                    summaries = run_tasks(
+                        tasks,
+                        ex,
+                        new_bar(f"sweeping {src.name}"),
+                        done=journal.reused,
+                        on_result=journal.record,
+                    )
+            df = table(keys, summaries)
+            written = write_folder(out, render, command="sweep", flag=flag)
+        except BaseException as e:
+            # every finished run is in the journal: the error's one line says where (a second
+            # Ctrl-C while the workers stop, raised by the executor's close, too)
+            if journal is not None:
+                journal.close(finished=False)
+                note_kept(e, journal.kept_note())
+            raise
+        journal.close(finished=True)
+        reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
+        others = f"; {journal.others_note()}" if journal.others else ""
+        with printing_after(written.note()):
+            Console().print(
+                f"{_count(len(df), 'run')} ({_count(len(tasks) // args.seeds, 'point')} × "
+                f"{_count(args.seeds, 'seed')}{reused}) {written.note()}{others}",
+                markup=False,
+                soft_wrap=True,
+            )
+        return 0
 
 
 def _count(n: int, noun: str) -> str:

@@ -285,6 +285,30 @@ class SimConfig(ConfigModel):
         return self
 
 
+def _check_budget_holds_batch(key: str, pool: PoolConfig) -> None:
+    """``max_batch_tokens >= max_batch_seqs``, as vLLM's SchedulerConfig requires of every
+    instance (``max_num_batched_tokens >= max_num_seqs``): an iteration carries at least one
+    token per running sequence. A colocated or prefill pool schedules its prompts within the
+    budget (a chunked pool of 16-token chunks and 256 sequences was simulated as if it could
+    be deployed; a prefill pool's batch of more prompts than tokens likewise); a decode pool's
+    step carries one token per running sequence, up to ``max_batch_seqs``, while its
+    ``max_batch_tokens`` sizes the engine's activation memory for a forward pass of that
+    many tokens (disaggsim/costmodel/reserve.py): a full batch would not fit the reserve."""
+    if pool.max_batch_tokens >= pool.max_batch_seqs:
+        return
+    why = (
+        "each running sequence takes a token of an iteration's budget"
+        if key != "decode_pool"
+        else "a decode step of max_batch_seqs sequences forwards that many tokens, and "
+        "max_batch_tokens sizes the engine's activation memory for its forward pass"
+    )
+    raise ValueError(
+        f"{key}.max_batch_tokens: {pool.max_batch_tokens} is below {key}.max_batch_seqs "
+        f"({pool.max_batch_seqs}), which vLLM refuses (max_num_batched_tokens must be >= "
+        f"max_num_seqs: {why}); raise max_batch_tokens or lower max_batch_seqs"
+    )
+
+
 class Scenario(ConfigModel):
     name: str = Field(
         default="scenario",
@@ -361,6 +385,8 @@ class Scenario(ConfigModel):
             for key, p in (("prefill_pool", self.prefill_pool), ("decode_pool", self.decode_pool)):
                 if p.scheduler is not None:
                     raise ValueError(f"{key}.scheduler is only for colocated pools")
+            _check_budget_holds_batch("prefill_pool", self.prefill_pool)
+            _check_budget_holds_batch("decode_pool", self.decode_pool)
         else:
             if self.pool is None:
                 raise ValueError("architecture colocated needs pool")
@@ -368,18 +394,7 @@ class Scenario(ConfigModel):
                 raise ValueError(
                     "pool.scheduler is required for colocated pools (allowed: vllm, chunked)"
                 )
-            if self.pool.max_batch_tokens < self.pool.max_batch_seqs:
-                # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs:
-                # each running sequence takes a token of an iteration's budget (a chunked
-                # pool of 16-token chunks and 256 sequences was simulated as if it could be
-                # deployed)
-                raise ValueError(
-                    f"pool.max_batch_tokens: {self.pool.max_batch_tokens} is below "
-                    f"pool.max_batch_seqs ({self.pool.max_batch_seqs}), which vLLM refuses "
-                    "(max_num_batched_tokens must be >= max_num_seqs: each running sequence "
-                    "takes a token of an iteration's budget); raise max_batch_tokens or lower "
-                    "max_batch_seqs"
-                )
+            _check_budget_holds_batch("pool", self.pool)
         if self.cache is not None and self.architecture == "colocated":
             if self.kv.admission != "on_demand" or self.kv.preemption != "recompute":
                 raise ValueError(

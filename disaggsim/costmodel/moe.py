@@ -165,23 +165,76 @@ def grouped_gemm_time_s(
     in and their weighted sum written out), which run whatever share of the experts the GPU
     holds. ``expert_s`` is each touched expert's own cost (its group's setup and tail in
     the grouped kernel, beyond the shared launch). Parameter files without
-    ``width_half_sat`` / ``token_eff`` / ``expert_s`` (0) leave those terms out."""
+    ``width_half_sat`` / ``token_eff`` / ``expert_s`` (0) leave those terms out.
+
+    A set with ``tile_m_tokens`` > 0 times the compute by its tiles instead
+    (:func:`grouped_gemm_tile_compute_s`)."""
     mats = 3.0 if gated else 2.0
-    flop = 2.0 * tokens * hidden * width * mats
     per_expert = tokens / vmax(touched_experts, 1.0)
-    sat = per_expert / (per_expert + p.half_sat)
-    if p.width_half_sat > 0:
-        sat = _vmin(sat, width / (width + p.width_half_sat))
-    eff = p.max_eff * sat
+    if p.tile_m_tokens > 0:
+        compute_s = grouped_gemm_tile_compute_s(
+            p, peak_flop_per_s, per_expert, touched_experts, hidden, width, mats
+        )
+    else:
+        flop = 2.0 * tokens * hidden * width * mats
+        sat = per_expert / (per_expert + p.half_sat)
+        if p.width_half_sat > 0:
+            sat = _vmin(sat, width / (width + p.width_half_sat))
+        compute_s = flop / (peak_flop_per_s * vmax(p.max_eff * sat, 1e-12))
     weight_bytes = touched_experts * mats * hidden * width * weight_elem
     act_bytes = tokens * (2.0 * hidden + 2.0 * (mats - 1.0) * width) * ACT_BYTES
-    t = p.launch_s + vmax(
-        flop / (peak_flop_per_s * vmax(eff, 1e-12)),
-        (weight_bytes + act_bytes) / (hbm_bytes_per_s * p.mem_eff),
-    )
+    t = p.launch_s + vmax(compute_s, (weight_bytes + act_bytes) / (hbm_bytes_per_s * p.mem_eff))
     if p.token_eff > 0:
         t = t + layer_tokens * hidden * 2.0 * ACT_BYTES / (hbm_bytes_per_s * p.token_eff)
     return t + touched_experts * p.expert_s
+
+
+def _vceil(a: Num) -> Num:
+    """``ceil(a)`` for floats, elementwise for arrays (as ``vmax``)."""
+    if isinstance(a, np.ndarray):
+        return np.ceil(a)
+    return float(math.ceil(a))
+
+
+def grouped_gemm_tile_compute_s(
+    p: GroupedGemmParams,
+    peak_flop_per_s: Num,
+    tokens_per_expert: Num,
+    touched_experts: Num,
+    hidden: Num,
+    width: Num,
+    mats: float,
+) -> Num:
+    """Seconds the tensor cores of a tiled grouped GEMM take (the compute term of
+    :func:`grouped_gemm_time_s` for a set with ``tile_m_tokens`` > 0).
+
+    The kernel pads each touched expert's tokens to whole tiles of ``tile_m_tokens`` rows
+    (SGLang's ``moe_align_block_size`` pads every expert's rows to ``BLOCK_SIZE_M``) and
+    each GEMM's N to whole tiles of ``tile_n``: the gate/up GEMM (N = (mats - 1) × width,
+    K = hidden) and the down GEMM (N = hidden, K = width). Each tile costs its K plus
+    ``tile_overhead_k`` K steps (the pipeline fill before its first product and the
+    epilogue after its last, which a short K cannot hide), at ``peak × max_eff``:
+
+    ``2 × tile_m × tile_n × (up_tiles × (hidden + k0) + down_tiles × (width + k0)) /
+    (peak × max_eff)``, ``up_tiles = E × ceil(t / tile_m) × ceil((mats - 1) × width /
+    tile_n)``, ``down_tiles = E × ceil(t / tile_m) × ceil(hidden / tile_n)``.
+
+    So a narrow shard (short down-GEMM K, few gate/up N tiles) and few tokens per expert
+    (padded rows) lose efficiency, and a wide one with thousands of tokens per expert runs
+    at ``max_eff``: the plateau the tuned SGLang rows show (Mixtral-8x7B at N = 1,792-7,168
+    runs 490-608 TFLOP/s from 2,048 tokens on, docs/calibration.md), where a hyperbola in
+    width or tokens keeps rising. The waves over the GPU's SMs are left continuous (the
+    tiles are thousands where compute binds)."""
+    m_tiles = touched_experts * _vceil(tokens_per_expert / p.tile_m_tokens)
+    up_tiles = m_tiles * _vceil((mats - 1.0) * width / p.tile_n)
+    down_tiles = m_tiles * _vceil(hidden / p.tile_n)
+    k0 = p.tile_overhead_k
+    tile_flop = 2.0 * p.tile_m_tokens * p.tile_n
+    return (
+        tile_flop
+        * (up_tiles * (hidden + k0) + down_tiles * (width + k0))
+        / (peak_flop_per_s * p.max_eff)
+    )
 
 
 def _expert_param_key(fmt: str) -> str:
@@ -1108,10 +1161,32 @@ class MoeWorkerCost:
         t = 0.0
         if model.mla is not None:
             if n_r > 0:
-                t += float(
-                    mla_prefill_attention_s(
-                        self._mla_pre, self._bf16, s_r, n_r, pairs_r, self._mla_pre_flop
-                    )
+                # at most the absorbed decode kernel reading each new token's keys (n_r
+                # query rows, pairs_r keys, no reuse between a sequence's rows): the
+                # prefill fit's efficiency is a function of the mean new tokens a
+                # sequence, fitted on fresh prompts (pairs ~ n^2 / 2), and falls to 0.1 %
+                # of peak at one token, so a short chunk after a long prefix (1 token
+                # after 32,768: 62 ms a step on DeepSeek-V3 TP8) cost 45x the decode
+                # kernel on the same reads (1.4 ms) and adding a fresh prompt to its
+                # batch made the step faster (docs/calibration.md, MoE section)
+                t += min(
+                    float(
+                        mla_prefill_attention_s(
+                            self._mla_pre, self._bf16, s_r, n_r, pairs_r, self._mla_pre_flop
+                        )
+                    ),
+                    float(
+                        mla_decode_attention_s(
+                            self._mla_dec,
+                            self._bf16,
+                            self._hbm,
+                            n_r,
+                            pairs_r,
+                            self.heads_per_gpu,
+                            self._mla.cache_elems * self._kv_elem,
+                            self._mla_flop_tok,
+                        )
+                    ),
                 )
             if b_r > 0:
                 t += float(

@@ -104,7 +104,14 @@ class GroupedGemmParams:
     ``sat = min(t / (t + half_sat), width / (width + width_half_sat))`` with ``t`` the
     tokens per touched expert and ``width`` the expert's shard
     (``moe.grouped_gemm_time_s``). ``width_half_sat``, ``token_eff`` and ``expert_s`` are
-    optional in the file (0: the term is left out, the form before 2026-12-03)."""
+    optional in the file (0: the term is left out, the form before 2026-12-03).
+
+    A set with ``tile_m_tokens`` > 0 (a kernel whose tiles are known: SGLang's shipped
+    tuned Triton configs) times its compute by tiles instead of ``sat``: each touched
+    expert's tokens padded to ``tile_m_tokens`` rows, each GEMM's N to ``tile_n`` columns,
+    every tile costing its K plus ``tile_overhead_k`` (its fill and epilogue, in K
+    steps) at ``peak × max_eff`` (``moe.grouped_gemm_time_s``); ``half_sat`` and
+    ``width_half_sat`` are then 0."""
 
     launch_s: float
     max_eff: float
@@ -113,6 +120,9 @@ class GroupedGemmParams:
     width_half_sat: float = 0.0
     token_eff: float = 0.0
     expert_s: float = 0.0
+    tile_m_tokens: float = 0.0
+    tile_n: float = 0.0
+    tile_overhead_k: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +250,15 @@ def _gemm_sets(sec: dict, where: str, path: str) -> dict[str, GroupedGemmParams]
             _opt(p, "width_half_sat", w, path),
             _opt(p, "token_eff", w, path),
             _opt(p, "expert_s", w, path),
+            _opt(p, "tile_m_tokens", w, path),
+            _opt(p, "tile_n", w, path),
+            _opt(p, "tile_overhead_k", w, path),
         )
+        if (gg[dt].tile_m_tokens > 0) != (gg[dt].tile_n > 0):
+            raise ProfileError(
+                f"{path}: {w}: tile_m_tokens and tile_n: expected both positive (the tile "
+                f"form) or both absent, got {gg[dt].tile_m_tokens!r} and {gg[dt].tile_n!r}"
+            )
         for key in ("max_eff", "mem_eff", "token_eff"):  # shares of a peak
             if getattr(gg[dt], key) > 1.0:
                 raise ProfileError(

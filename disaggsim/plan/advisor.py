@@ -208,13 +208,15 @@ def _mean_handoff(res: SearchResult, tp: int, nbytes: float) -> tuple[str, float
 
 
 def _best(res: SearchResult, kind: str) -> CandidateResult | None:
-    """The best candidate of ``kind``: the one checked as written, if any (the plan
-    checks the best of a kind by the search's goodputs, which rank every candidate by
-    the same runs: plan/holds.py), else the first ranked of those measured again at full
-    accuracy (plan/confirm.py: it measures every candidate whose quick goodput was above
-    its side's best at full accuracy), else the first ranked."""
+    """The best candidate of ``kind``: the first ranked of those checked as written, if
+    any (the plan checks the best of a kind by the search's goodputs, then any measured
+    sibling whose search goodput its check fell under, and ranks them by their checked
+    goodputs: plan/holds.py), else the first ranked of those measured again at full
+    accuracy (plan/confirm.py: it measures every
+    candidate whose quick goodput was above its side's best at full accuracy), else the
+    first ranked."""
     rows = [r for r in res.ranked if r.candidate.kind == kind]
-    return next(
+    return next(  # the ranking puts the highest checked goodput first (plan/holds.py)
         (r for r in rows if r.as_written is not None),
         next((r for r in rows if r.full_accuracy), rows[0] if rows else None),
     )

@@ -56,6 +56,7 @@ __all__ = [
     "expected_prefix_hit_share",
     "fitting_tps",
     "loaded_residence_s",
+    "longest_colocated_step_s",
     "sample_requests",
     "worker_cost",
 ]
@@ -212,13 +213,26 @@ def loaded_residence_s(g: AnalyticGuess, slo, colocated: bool = False) -> float:
     prefill batch (``k`` prompts of ``prefill_s_per_request`` each), then (mean output −
     1) decode steps, each the typical batch's step (disaggregated) or the ITL target (a
     colocated pool: its steps carry prefill work, and at capacity they stretch to the
-    target); at most what the SLO lets a request that meets it take (TTFT target + (mean
-    output − 1) × ITL target). A goodput run shorter than this measures a system that
-    has not filled (docs/planning.md, "Run lengths")."""
+    target, but never past the longest step the pool makes: a full prefill batch beside
+    the typical decode batch, :func:`longest_colocated_step_s`); at most what the SLO lets
+    a request that meets it take (TTFT target + (mean output − 1) × ITL target). So an
+    SLO looser than the workload can reach binds nothing here: the residence is the
+    workload's own, never the SLO's (a 1e12 ms ITL target made every run 1e9 s long). A
+    goodput run shorter than this measures a system that has not filled
+    (docs/planning.md, "Run lengths")."""
     decode_steps = max(g.output_tokens_mean - 1.0, 0.0)
     prefill_s = g.prefill_s_per_request * max(g.prefill_batch_prompts_mean, 1.0)
-    step_s = slo.itl_s if colocated else min(g.decode_step_s, slo.itl_s)
+    ceiling_s = longest_colocated_step_s(g) if colocated else g.decode_step_s
+    step_s = min(ceiling_s, slo.itl_s)
     return min(prefill_s + decode_steps * step_s, slo.ttft_s + decode_steps * slo.itl_s)
+
+
+def longest_colocated_step_s(g: AnalyticGuess) -> float:
+    """The longest step a colocated pool of the guess's layout makes at its limits: a
+    whole prefill batch of its token budget (``k`` prompts of ``prefill_s_per_request``)
+    carried beside the typical decode batch's step. A colocated step at capacity
+    stretches to the ITL target only up to this."""
+    return g.decode_step_s + g.prefill_s_per_request * max(g.prefill_batch_prompts_mean, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,8 +401,14 @@ def sample_requests(loaded: LoadedScenario) -> Requests:
     needs the whole sequence of prefix chains)."""
     reqs = make_requests(loaded)
     if len(reqs) == 0:
+        s = loaded.scenario
+        where = str(loaded.path) if loaded.path else "plan question"
+        rate = getattr(s.workload, "rate_per_s", None)
+        at = f" at workload.rate_per_s {rate:g} req/s" if rate is not None else ""
         raise UserError(
-            "plan: the scenario's workload produces no requests (raise the rate or duration)"
+            f"{where}: workload: no requests in sim.duration_s {s.sim.duration_s:g} s{at}, "
+            "and the plan samples its lengths from them: raise workload.rate_per_s or "
+            "sim.duration_s (the rate the plan searches is its own)"
         )
     return reqs
 

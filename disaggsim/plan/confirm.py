@@ -145,7 +145,7 @@ def confirm_close_call(
         if not walked:
             return res
         walk_sims = res.num_simulations - before
-        note = _walk_note(walked, o, waves, walk_sims, exempt)
+        note = _walk_note(walked, o, waves, walk_sims, exempt, res.families)
         res = dataclasses.replace(res, notes=(*res.notes, note))
         if advise(res).verdict != "undecided":
             return res  # decided at quick accuracy once the families were walked on
@@ -261,12 +261,30 @@ def stake(c: Candidate, quick: float, best: dict[str, float]) -> int:
 
 
 def _walk_note(
-    walked: tuple[str, ...], o: PlanOptions, waves: int, sims: int, exempt: tuple[str, ...]
+    walked: tuple[str, ...],
+    o: PlanOptions,
+    waves: int,
+    sims: int,
+    exempt: tuple[str, ...],
+    states: dict[str, str] | None = None,
 ) -> str:
+    """The note on the walk: what it walked on and the simulations that took; where it
+    took none, that nothing was added and why (every deployment it reached had been run,
+    so the families' figures are the search's), never that it walked on."""
     floor = f", the floor stopping none of {', '.join(exempt)}" if exempt else ""
-    return (
+    head = (
         f"quick mode's gain was near enough the threshold for famil"
         f"{'y' if len(walked) == 1 else 'ies'} {', '.join(walked)}, left open by its "
-        f"{o.max_waves}-wave limit or stopped by its floor, to turn it: walked on with quick "
-        f"mode's runs to full mode's {waves}-wave limit{floor} ({sims} simulations)"
+        f"{o.max_waves}-wave limit or stopped by its floor, to turn it"
+    )
+    if sims > 0:
+        return (
+            f"{head}: walked on with quick mode's runs to full mode's {waves}-wave "
+            f"limit{floor} ({sims} simulations)"
+        )
+    now = ", ".join(f"{n} {states[n]}" for n in walked if states and n in states)
+    return (
+        f"{head}; walking on with quick mode's runs to full mode's {waves}-wave limit"
+        f"{floor} added no simulation: every deployment it reached had been run already "
+        f"(or cannot be built), so the figures are the search's" + (f" ({now})" if now else "")
     )

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from disaggsim.config.bounds import MAX_WORKERS_PER_POOL
+from disaggsim.config.bounds import MAX_REQUESTS, MAX_WORKERS_PER_POOL
 from disaggsim.config.loader import closest_hint
 from disaggsim.errors import UserError
 
@@ -45,6 +45,8 @@ DTYPES = ("bf16", "fp16", "fp8")  # KV cache
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "released")
 LENGTH_SPEC = "N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX] (tokens >= 1, sigma >= 0)"
 DEFAULT_RATE_PER_S = 1.0  # a starting point for `disaggsim run`; the planner searches the rate
+QUESTION_WINDOW_S = 300.0  # the question's sim window (question.yaml; the plan samples from it)
+QUESTION_WARMUP_S = 30.0
 # the scenario fields the question's flags fill: a scenario bound broken there (a length
 # over 1,048,576 tokens, an SLO over 1e15 ms: docs/safety.md) names the flag
 FLAG_FIELDS = (
@@ -141,6 +143,34 @@ def parse_lengths(flag: str, spec: str) -> dict[str, Any]:
 def _positive(flag: str, v: float | None, unit: str = "") -> None:
     if v is not None and not (v > 0 and v < float("inf")):
         raise UserError(f"{flag} {v:g}: must be a number > 0{unit}")
+
+
+def target_rate_range() -> tuple[float, float]:
+    """The ``--target-rate`` a question may ask (req/s): its window
+    (:data:`QUESTION_WINDOW_S`) holds at least one request, which the plan samples its
+    lengths from, and at most MAX_REQUESTS, what one run may hold (docs/safety.md)."""
+    return 1.0 / QUESTION_WINDOW_S, MAX_REQUESTS / QUESTION_WINDOW_S
+
+
+def _rate_refused(rate: float, why: str) -> UserError:
+    lo, hi = target_rate_range()
+    return UserError(
+        f"--target-rate {rate:g}: must be between {math.ceil(lo * 1e5) / 1e5:g} and "
+        f"{math.floor(hi):,} req/s: the question's {QUESTION_WINDOW_S:g} s of arrivals, "
+        f"which the plan samples its requests from, {why}"
+    )
+
+
+def _window_rate(rate: float | None) -> None:
+    """``--target-rate`` within :func:`target_rate_range` (a rate of 1e-9 req/s left the
+    plan no request to sample, in an error that named no flag)."""
+    if rate is None:
+        return
+    lo, hi = target_rate_range()
+    if rate < lo:
+        raise _rate_refused(rate, "would hold no request")
+    if rate > hi:
+        raise _rate_refused(rate, f"would hold more than the {MAX_REQUESTS:,} one run may")
 
 
 def _choice(flag: str, v: str, allowed: tuple[str, ...]) -> None:
@@ -272,6 +302,7 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
     if q.gpus is not None and q.gpus < 1:
         raise UserError(f"--gpus {q.gpus}: must be >= 1")
     _positive("--target-rate", q.target_rate_per_s, " req/s")
+    _window_rate(q.target_rate_per_s)
     _positive("--ttft-ms", q.ttft_ms, " ms")
     _positive("--itl-ms", q.itl_ms, " ms")
     if not 0 < q.attainment <= 1:
@@ -331,7 +362,7 @@ def build_question(q: Question, base_dir: Path | None = None) -> dict[str, Any]:
             "attainment_target": q.attainment,
         },
         "workload": workload,
-        "sim": {"duration_s": 300.0, "warmup_s": 30.0},
+        "sim": {"duration_s": QUESTION_WINDOW_S, "warmup_s": QUESTION_WARMUP_S},
     }
     tp, dp = _smallest_unit(raw, q)
     pool = raw["pool"]
@@ -404,6 +435,17 @@ def _smallest_unit(raw: dict[str, Any], q: Question) -> tuple[int, int]:
         loaded = load_scenario(raw)  # the pool as given is only a placeholder here
     except UserError as e:  # the first load of the flags' values: name the flag
         raise flag_error(e, q) from None
+    rate = q.target_rate_per_s
+    if rate is not None and rate * QUESTION_WINDOW_S < 1000:
+        from disaggsim.run import make_requests
+
+        if len(make_requests(loaded)) == 0:  # a rate in range whose draw holds none
+            raise UserError(
+                f"--target-rate {rate:g}: the question's {QUESTION_WINDOW_S:g} s of arrivals, "
+                f"which the plan samples its requests from, hold no request at --seed "
+                f"{q.seed}: allowed: a rate whose window draws one (at least "
+                f"{math.ceil(target_rate_range()[0] * 1e5) / 1e5:g} req/s), or another seed"
+            )
     pool = raw["pool"]
     refusals: dict[str, str] = {}
     lay = smallest_unit(loaded, pool["gpu"], 16, refusals=refusals)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from disaggsim.catalog import get_gpu, get_model
-from disaggsim.config.bounds import MAX_GPUS, MAX_WORKERS_PER_POOL
+from disaggsim.config.bounds import MAX_GPUS, MAX_NUMBER, MAX_REQUESTS, MAX_WORKERS_PER_POOL
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.steady import RunLengthRule
@@ -95,6 +95,9 @@ SEQS_RAISE = 4
 # candidates of each kind whose batch cap is raised (raise_caps): its best, and runners-up
 # explored within the exploration tolerance of it
 RAISE_PER_KIND = 2
+# ``--service-multiple`` at most: a window of this many longest service times (the
+# default is 10; 1e300 shrank every run to the 2,000,000 requests one run may hold)
+MAX_SERVICE_MULTIPLE = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,15 +171,21 @@ class PlanOptions:
         exploration at most them."""
         rule, explore, full = self.rule, self.explore_rule, self.full_rule
         if min_requests is not None:
-            if not min_requests >= 1:
-                raise UserError(f"--min-requests {min_requests}: must be an integer >= 1")
+            if not 1 <= min_requests <= MAX_REQUESTS:
+                raise UserError(
+                    f"--min-requests {min_requests}: must be an integer >= 1 and at most "
+                    f"{MAX_REQUESTS:,} (the requests one run may hold, docs/safety.md)"
+                )
             rule = dataclasses.replace(rule, min_measured_requests=min_requests)
             full = dataclasses.replace(full, min_measured_requests=min_requests)
             n = min(explore.min_measured_requests, min_requests)
             explore = dataclasses.replace(explore, min_measured_requests=n)
         if service_multiple is not None:
-            if not service_multiple > 0:
-                raise UserError(f"--service-multiple {service_multiple}: must be > 0")
+            if not 0 < service_multiple <= MAX_SERVICE_MULTIPLE:
+                raise UserError(
+                    f"--service-multiple {service_multiple:g}: must be a number > 0 and at "
+                    f"most {MAX_SERVICE_MULTIPLE:g} (longest service times a run's window lasts)"
+                )
             rule = dataclasses.replace(
                 rule,
                 service_multiple=service_multiple,
@@ -431,13 +440,19 @@ class Confirmation:
     def sentence(self) -> str:
         """One clause for the advisor's reason."""
         what = ", ".join(f"{c.label} {q:.3f} -> {f:.3f}" for c, q, f in self.remeasured)
-        walk = (
-            f"famil{'y' if len(self.walked_on) == 1 else 'ies'} {', '.join(self.walked_on)} "
-            "left open by the wave limit or stopped by the floor walked on first "
-            f"({self.walk_simulations} simulations), then "
-            if self.walked_on
-            else ""
-        )
+        fams = f"famil{'y' if len(self.walked_on) == 1 else 'ies'} {', '.join(self.walked_on)}"
+        if not self.walked_on:
+            walk = ""
+        elif self.walk_simulations > 0:
+            walk = (
+                f"{fams} left open by the wave limit or stopped by the floor walked on first "
+                f"({self.walk_simulations} simulations), then "
+            )
+        else:  # a walk that reached nothing new: say so, never that it walked on
+            walk = (
+                f"walking {fams} left open by the wave limit or stopped by the floor on "
+                "added no simulation (every deployment it reached had been run), then "
+            )
         left = (
             f"; the cap of {self.options.confirm_max_candidates} left "
             + ", ".join(f"{c.label} (quick {q:.3f})" for c, q in self.left_over)
@@ -1935,12 +1950,16 @@ def search(
     that rate (at the smallest worker that fits: plain TP, or for an MoE
     model tp x dp ranks, :func:`~disaggsim.plan.analytic.smallest_unit`)."""
     opts = options or PlanOptions()
-    if target_rate_per_s is not None and not target_rate_per_s > 0:
-        raise UserError(f"--target-rate {target_rate_per_s}: must be > 0 req/s")
-    if target_rate_per_s is not None and not math.isfinite(target_rate_per_s):
-        raise UserError(f"--target-rate {target_rate_per_s}: must be a finite rate")
-    if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
-        raise UserError(f"--price-per-gpu-hour {price_per_gpu_hour}: must be > 0")
+    if target_rate_per_s is not None and not 0 < target_rate_per_s <= MAX_NUMBER:
+        raise UserError(
+            f"--target-rate {target_rate_per_s:g}: must be a finite rate > 0 and at most "
+            f"{MAX_NUMBER:g} req/s"
+        )
+    if price_per_gpu_hour is not None and not 0 < price_per_gpu_hour <= MAX_NUMBER:
+        raise UserError(
+            f"--price-per-gpu-hour {price_per_gpu_hour:g}: must be a number > 0 and at most "
+            f"{MAX_NUMBER:g} ($ per GPU-hour)"
+        )
     s = loaded.scenario
     requests = sample_requests(loaded)
     lengths = sample_lengths(loaded, requests)
@@ -1950,9 +1969,26 @@ def search(
     else:
         budget = budget_of(loaded, gpus)
     if budget > MAX_GPUS:  # before any candidate is enumerated (docs/safety.md)
-        where = f"--gpus {gpus}" if gpus is not None else f"--target-rate {target_rate_per_s:g}"
+        if gpus is not None:
+            raise UserError(
+                f"--gpus {gpus}: a budget of {budget:,} GPUs, more than the {MAX_GPUS:,} a "
+                f"plan may size: allowed: 1 to {MAX_GPUS:,}"
+            )
+        if target_rate_per_s is None:
+            raise UserError(
+                f"{loaded.path or 'plan question'}: the pools' budget of {budget:,} GPUs is "
+                f"more than the {MAX_GPUS:,} a plan may size: give --gpus N, at most "
+                f"{MAX_GPUS:,}"
+            )
+        # the analytic fleet grows in proportion to the rate: the largest rate it sizes
+        # within MAX_GPUS, rounded down (a 1e300 req/s rate printed a 300-digit budget)
+        top = target_rate_per_s * MAX_GPUS / budget
+        top = float(f"{top * (1 - 5e-3):.2g}")
+        size = f"{budget:,}" if budget < 1e9 else f"{budget:.3g}"
         raise UserError(
-            f"{where}: a budget of {budget:,} GPUs, more than the {MAX_GPUS:,} a plan may size"
+            f"--target-rate {target_rate_per_s:g}: sizes a budget of {size} GPUs, more "
+            f"than the {MAX_GPUS:,} a plan may size: allowed: > 0 and up to about {top:g} "
+            "req/s here"
         )
     tps = tp_options(loaded, budget, lengths, opts.max_tp)
     is_moe = get_model(s.model).moe is not None
