@@ -350,7 +350,11 @@ def fit_decode_backend(
         peaks,
         *shape,
         q_per_kv=q_per_kv if backend == TRTLLM_PER_QUERY_HEAD_BACKEND else None,
-        split_kv=True,
+        # masked MHA splits a sequence only below one wave of items (multi_block_grid_setup)
+        # and its occupancy lines change by context interval, which a split-KV kernel's
+        # two stream lines cannot follow in the step model: it takes the bandwidth share
+        # (monotone, one line; docs/calibration.md, "Decode forms that never fall")
+        split_kv=backend != TRTLLM_PER_QUERY_HEAD_BACKEND,
         group_q_per_kv=q_per_kv if backend in GROUP_RATE_BACKENDS else None,
         item_terms=backend in ITEM_TERM_BACKENDS,
         occupancy=occupancy if backend in OCCUPANCY_BACKENDS else None,

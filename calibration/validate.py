@@ -47,6 +47,7 @@ from calibration.fit_public import (
     fp8_row_s,
     peaks_of,
     predict_decode_rows,
+    prior_from,
     quant_s,
     refit_decode_predict,
 )
@@ -55,7 +56,12 @@ from disaggsim.costmodel import ops
 from disaggsim.costmodel.step import ACT_BYTES, build_worker_cost
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import ENGINE_NAMES, PARAM_KEYS, load_engines
-from disaggsim.hardware.profile import GemmParams, HardwareProfile, load_profile
+from disaggsim.hardware.profile import (
+    GemmParams,
+    HardwareProfile,
+    load_profile,
+    profile_from_dict,
+)
 
 TARGETS = {  # target key: (median_ape max, mean_ape max or None, p90 max or None)
     "gemm": (0.10, 0.15, None),
@@ -125,6 +131,18 @@ datasheet's 1.433; single-GPU steps streaming > 15 GB carry the 10% target; TP s
 all-reduce latency that does not scale with bandwidth), and, without a target, the
 weight-bound step against the datasheet ratio it no longer follows (vLLM's CI measured
 1.18-1.21 for whole batches, host time included)."""
+CROSS_GPU_MD = """How a GPU without its own attention table fares: the H100's AIConfigurator
+attention tables (every row the kernel section compares) predicted by a profile built for
+the H100 from the A100's fits alone, the way the H200's is built from the H100's
+(`fit_public.prior_from`: the source's kernel efficiencies, floors and terms with the
+target's datasheet peaks; the wave kernel's waves and masked MHA's resident blocks on the
+target's SMs and shared memory). Carried from the A100: every decode and prefill parameter
+of `vllm-flash`, `sglang-flash`, `trtllm` (XQA) and `trtllm-mmha`, its bf16 fit standing
+for the FP8 cache (the A100 tables have no FP8 rows); nothing is refitted to the H100. The
+H200 carries within its SM architecture (Hopper to Hopper), this check across two (Ampere's
+FlashAttention-2 builds against Hopper's FA3 and XQA kernels), so it is the harder
+transfer: no public table holds a second Hopper GPU's attention. No target; the H100's own
+fits are the kernel section's rows. Buckets give the median measured / predicted time."""
 ENGINES_MD = """Published step and batch latencies of serving engines
 (`calibration/engine_data/measurements.csv`, sources in `docs/calibration.md`; the
 `vllm-eager-2023` rows are DistServe's curves of 2023 vLLM on A100, Splitwise's
@@ -1100,6 +1118,76 @@ def held_out_gpu_rows(gpu: str, source_gpu: str, raw_dir: Path) -> list[Row]:
     return rows
 
 
+CROSS_GPU_SOURCE = {"h100-sxm": "a100-80gb"}  # a GPU with tables: the fitted GPU it is carried from
+
+
+def cross_gpu_attention_rows(gpu: str, source_gpu: str, data: Path) -> list[Row]:
+    """``gpu``'s public attention rows predicted by :func:`~calibration.fit_public.prior_from`
+    ``source_gpu``'s shipped profile: what a GPU whose kernels were never timed would be
+    told (module ``CROSS_GPU_MD``). Decode per framework and KV dtype (TensorRT-LLM's rows
+    on the kernel its layout runs), by batch × tokens per sequence; prefill by prompt
+    length; each bucket's label carries its median measured / predicted time."""
+    import json
+
+    from disaggsim.hardware.profile import shipped_profile_path
+
+    src = json.loads(shipped_profile_path(source_gpu).read_text())
+    prof = profile_from_dict(prior_from(gpu, source_gpu, src), f"prior {gpu} <- {source_gpu}")
+    pk = prof.peaks
+    rows: list[Row] = []
+
+    def add(op: str, source: str, bucket: str, meas: np.ndarray, pred: np.ndarray) -> None:
+        if len(meas):
+            ratio = float(np.median(meas / pred))
+            rows.append(_row(gpu, op, source, f"{bucket} (× {ratio:.2f})", ape(pred, meas)))
+
+    d = public.aic_decode_attention(data, gpu)
+    d = d[~d["kernel"].isin(MINOR_KERNELS)]
+    for key, t in d.groupby(["framework", "dtype"], sort=True):
+        fw, dt = (str(x) for x in cast(tuple, key))
+        kernels = decode_backend_of_rows(t)
+        pred = np.full(len(t), np.nan)
+        for kernel in sorted(set(kernels.tolist())):
+            sel = kernels == kernel
+            pred[sel] = predict_decode_rows(pk, prof.decode_attention_for(kernel, dt), dt, t[sel])
+        meas = t["t_s"].to_numpy(float)
+        b = t["batch"].to_numpy(float)
+        per = t["context_tokens"].to_numpy(float) / b
+        source = f"AIC {fw} kv {dt} ({_backend_for(fw)}) from {source_gpu}'s fits"
+        add("decode_attention", source, "all", meas, pred)
+        for bname, bsel in (("batch ≤ 8", b <= 8), ("batch ≥ 128", b >= 128)):
+            for cname, csel in (
+                ("≤ 512 tokens a sequence", per <= 512),
+                ("> 4096 tokens a sequence", per > 4096),
+            ):
+                sel = bsel & csel
+                add("decode_attention", source, f"{bname}, {cname}", meas[sel], pred[sel])
+    p = public.aic_prefill_attention(data, gpu)
+    p = p[~p["kernel"].isin(MINOR_KERNELS)]
+    for key, t in p.groupby(["framework", "kv_dtype"], sort=True):
+        fw, kv = (str(x) for x in cast(tuple, key))
+        backend = _backend_for(fw)
+        pred = np.asarray(
+            ops.prefill_attention_time_s(
+                pk, prof.prefill_attention_for(backend, kv), t["num_seqs"], t["new_tokens"],
+                t["pairs"], t["heads"], t["head_dim"],
+            ),
+            float,
+        )  # fmt: skip
+        meas = t["t_s"].to_numpy(float)
+        plen = t["prompt_tokens"].to_numpy(float)
+        source = f"AIC {fw} kv {kv} ({backend}) from {source_gpu}'s fits"
+        add("prefill_attention", source, "all", meas, pred)
+        for lo, hi, name in (
+            (0, 512, "isl ≤ 512"),
+            (512, 4096, "isl 513–4096"),
+            (4096, 1e9, "isl > 4096"),
+        ):
+            sel = (plen > lo) & (plen <= hi)
+            add("prefill_attention", source, name, meas[sel], pred[sel])
+    return rows
+
+
 def achieved_gemm_bandwidth_ratio(gpu: str = "h200-sxm", base: str = "h100-sxm") -> float:
     """The ratio of the HBM bandwidths two GPUs' GEMMs reach: peak × the shipped profile's
     bf16 GEMM ``mem_eff`` of each (the weight stream of a decode step)."""
@@ -1659,6 +1747,11 @@ def run(gpus: list[str], data: Path, extended: bool = True, moe_section: bool = 
         held.rows += held_out_gpu_rows(gpu, PRIORS[gpu], REPO / raw)
     held.rows += hopper_rows()
     report.sections.append(held)
+    cross = Section("Attention on a GPU without its own table", CROSS_GPU_MD)
+    for gpu, source_gpu in CROSS_GPU_SOURCE.items():
+        if gpu in gpus and source_gpu in gpus:
+            cross.rows += cross_gpu_attention_rows(gpu, source_gpu, data)
+    report.sections.append(cross)
     report.sections.append(
         Section(
             "Serving engines: step and batch latencies",

@@ -603,7 +603,7 @@ def test_a_tp_growing_allreduce_cost_fits_the_cxx_engine_but_not_2023_vllm() -> 
     # where it was, and vLLM's own fit gives it no weight: not shipped
     t = engines.tp_allreduce_term(DATA).set_index("form")
     base = t.loc["none (additive form)"]
-    assert base["vllm_all_p90"] == pytest.approx(0.2553, abs=5e-4)
+    assert base["vllm_all_p90"] == pytest.approx(0.2505, abs=5e-4)
     for g in engines.AR_TP_FORMS:
         cxx = t.loc[f"C++-fitted c x {g}"]
         assert 5.0 < cxx["c_us"] < 20.0
@@ -639,13 +639,18 @@ def test_the_eager_p90_is_the_held_out_families_and_no_screened_cost_closes_it()
     # fitted to every family in sample stays above 15%
     t = engines.eager_term_screen(DATA).set_index("form")
     assert set(t.index) == {"additive", "+ every term"} | {f"+ {k}" for k in engines.EAGER_TERMS}
-    assert t.loc["additive", "all_p90"] == pytest.approx(0.2553, abs=5e-4)
+    assert t.loc["additive", "all_p90"] == pytest.approx(0.2505, abs=5e-4)
     assert (t["all_p90"] > 0.2).all() and (t["held_out_p90"] > 0.25).all()
     assert (t["every_family_in_sample_p90"] > 0.15).all()
-    # the fit gives the Ray fan-out, the TP-growing sync and a slower decode kernel no weight
-    for k in ("seqs x tp", "layers x (tp - 1)", "layers x log2(tp)", "decode attention x s"):
+    # the fit gives the Ray fan-out and the TP-growing sync no weight, and a slower decode
+    # kernel almost none (1.4% over the decode kernels of 2026-12-04, 0 before; p90 +0.1 point)
+    for k in ("seqs x tp", "layers x (tp - 1)", "layers x log2(tp)"):
         assert t.loc[f"+ {k}", "coef"] == 0.0
         assert t.loc[f"+ {k}", "all_p90"] == pytest.approx(t.loc["additive", "all_p90"], abs=1e-3)
+    assert t.loc["+ decode attention x s", "coef"] < 0.02
+    assert t.loc["+ decode attention x s", "all_p90"] == pytest.approx(
+        t.loc["additive", "all_p90"], abs=2e-3
+    )
 
 
 def test_term_columns_by_hand() -> None:
@@ -876,17 +881,18 @@ def test_splitwise_second_source_holds_the_shipped_profile_out_and_no_form_meets
 
     # the additive form on DistServe's fit families (shipped until 2026-12-02): Splitwise
     # held out well outside the targets, its TP2 decode steps predicted too slow
-    assert get("additive", "DistServe, all rows")["p90_ape"] == pytest.approx(0.2553, abs=5e-4)
+    assert get("additive", "DistServe, all rows")["p90_ape"] == pytest.approx(0.2505, abs=5e-4)
     sw = get("additive", "Splitwise, all rows (held out)")
     assert sw["n"] == 64 and sw["median_ape"] > 0.15 and sw["p90_ape"] > 0.25
     assert get("additive", "Splitwise TP2 decode (held out)")["median_ape"] > 0.2
     # host time hidden behind the kernels (a launch floor): Splitwise's decode steps within
-    # the targets at every TP from DistServe's fit alone; its prefills and DistServe's
+    # the p90 target at every TP from DistServe's fit alone (median 5.1-8.3% over the decode
+    # kernels of 2026-12-04: TP2 8.3%, under 7% before); its prefills and DistServe's
     # held-out families are not
     hid = engines.EAGER_OVERLAP_HIDDEN
     for tp in engines.SECOND_SOURCE_TPS:
         r = get(hid, f"Splitwise TP{tp} decode (held out)")
-        assert r["median_ape"] < 0.07 and r["p90_ape"] < 0.13
+        assert r["median_ape"] < 0.09 and r["p90_ape"] < 0.13
     assert get(hid, "Splitwise, all rows (held out)")["p90_ape"] > 0.15
     assert get(hid, "DistServe held-out families")["p90_ape"] > 0.3
     # with Splitwise's other TPs in the fit no form holds every left-out TP within the p90
@@ -931,12 +937,16 @@ def test_a_launch_floor_explains_the_opt13b_tp4_curve_slope_above_hbm_peak() -> 
     # slope in the context that implies reading KV at 1.30x the A100's HBM peak. The
     # shipped step model (every kernel within the peak, plus the launch floor), sampled on
     # DistServe's profiled grid and fitted with DistServe's own form, gives the same
-    # signature there (the steps are flat in the context under the floor) and nowhere else
+    # signature there (the steps are flat in the context under the floor), and elsewhere at
+    # most at the peak's level: OPT-66B TP8, whose 9 KV heads a GPU put part of its grid
+    # under the floor too, 1.02 x over the decode kernels of 2026-12-04 (under 1 before;
+    # the others 0.75-0.86)
     t = engines.floor_curve_slopes(DATA).set_index(["model", "tp"])
     assert t.loc[("opt-13b", 4), "curve_of_peak"] > 1.2
     assert t.loc[("opt-13b", 4), "model_of_peak"] > 1.2
-    others = t.drop(index=("opt-13b", 4))
+    others = t.drop(index=[("opt-13b", 4), ("opt-66b", 8)])
     assert (others["model_of_peak"] < 1.0).all()
+    assert t.loc[("opt-66b", 8), "model_of_peak"] < 1.1
 
 
 @needs_data
@@ -989,12 +999,13 @@ def test_prefill_structure_all_reduce_factor_and_screen() -> None:
     # no form of the screen reaches the target's p90 on every row (the miss is documented)
     assert all(r["p90_ape"] > 0.15 for r in screen["all"])
     # the Ray workers' block tables (per context block and rank): a positive cost that moves
-    # the all-rows p90 by under a point and the in-sample p90 not at all
+    # the all-rows p90 by under a point and the in-sample p90 by under one (0.6 point over
+    # the decode kernels of 2026-12-04: 18.8% -> 18.2%; none before them)
     blocks = screen.set_index("form").loc["per token + per context block x tp"]
     assert blocks["params"]["per context block x tp"] > 1e-8
     assert first["all"]["p90_ape"] - 0.01 < blocks["all"]["p90_ape"] < first["all"]["p90_ape"]
     assert blocks["distserve_every_family_in_sample"]["p90_ape"] == pytest.approx(
-        first["distserve_every_family_in_sample"]["p90_ape"], abs=0.005
+        first["distserve_every_family_in_sample"]["p90_ape"], abs=0.01
     )
     # per-token work sharded by TP (each rank on its own shard) beside the shared per-token
     # time: the fit rows put nothing on it (2026-12-03: 3e-26 s a token), and as the only

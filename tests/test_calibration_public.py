@@ -298,3 +298,57 @@ def test_prose_figures_come_from_the_report_rows() -> None:
     assert "intro 10.6% / 25.2%" in report.markdown()
     doc = (Path(validate.__file__).resolve().parents[1] / "docs" / "validation.md").read_text()
     assert "{{" not in doc
+
+
+def test_cross_gpu_attention_carries_the_a100_fits_with_h100_peaks() -> None:
+    """docs/validation.md, "Attention on a GPU without its own table": the H100 rows are
+    predicted by the A100's decode and prefill parameters, unchanged but for the terms on
+    the target's SMs and shared memory, at the H100's datasheet peaks; and an APE of the
+    section is recomputed here by hand for one row of the vLLM bf16 decode table."""
+    import json
+
+    from calibration.fit_public import prior_from
+    from disaggsim.catalog import get_gpu
+    from disaggsim.hardware.profile import profile_from_dict, shipped_profile_path
+
+    a100 = json.loads(shipped_profile_path("a100-80gb").read_text())
+    prior = prior_from("h100-sxm", "a100-80gb", a100)
+    for name, sec in a100["attention_backends"].items():
+        for kv, prm in sec["decode_attention"].items():
+            got = prior["attention_backends"][name]["decode_attention"][kv]
+            moved = {k for k in prm if got[k] != prm[k]}
+            assert moved <= {"wave_sms", "occupancy_sms", "smem_per_sm_kib"}, (name, kv)
+            if prm.get("wave_sms"):
+                assert got["wave_sms"] == 132.0
+        for kv, prm in (sec.get("prefill_attention") or {}).items():
+            assert prior["attention_backends"][name]["prefill_attention"][kv] == prm
+    h100 = get_gpu("h100-sxm")
+    assert prior["peaks"]["hbm_bytes_per_s"] == h100.hbm_bytes_per_s
+    prof = profile_from_dict(prior, "prior")
+    rows = validate.cross_gpu_attention_rows("h100-sxm", "a100-80gb", DATA)
+    got = {(r.op, r.source, r.bucket.split(" (")[0]): r for r in rows}
+    vllm = got[("decode_attention", "AIC vllm kv bf16 (vllm-flash) from a100-80gb's fits", "all")]
+    d = public.aic_decode_attention(DATA, "h100-sxm")
+    d = d[
+        (d["framework"] == "vllm")
+        & (d["dtype"] == "bf16")
+        & ~d["kernel"].isin(validate.MINOR_KERNELS)
+    ]
+    assert vllm.n == len(d)
+    r = d.iloc[len(d) // 2]
+    p = prof.decode_attention_for("vllm-flash", "bf16")
+    hand = float(
+        ops.decode_attention_time_s(
+            prof.peaks, p, r["batch"], r["context_tokens"], r["kv_heads"], r["head_dim"]
+        )
+    )
+    assert hand == pytest.approx(
+        float(validate.predict_decode_rows(prof.peaks, p, "bf16", d.iloc[[len(d) // 2]])[0]),
+        rel=1e-12,
+    )
+    # every row's APE from the hand prediction's frame: the section's median
+    pred = ops.decode_attention_time_s(
+        prof.peaks, p, d["batch"], d["context_tokens"], d["kv_heads"], d["head_dim"]
+    )
+    a = np.abs(np.asarray(pred) - d["t_s"].to_numpy()) / d["t_s"].to_numpy()
+    assert float(np.median(a)) == pytest.approx(vllm.median_ape, rel=1e-9)

@@ -88,8 +88,12 @@ def test_xqa_prints_several_lines(capsys) -> None:
     # the most-split line alone is too slow: another line is the kernel's time here (by
     # more than rounding; 3.4 % with the shipped H100 fit)
     assert _line(out, c) > out["time_s"] * (1.0 + 1e-9)
+    # vLLM's FlashAttention (split-KV): one more line, its stream at the few items' share
+    # (ops.decode_attention_share_line), the smaller one at short contexts only
     vllm = _decode(capsys, "llama-3-8b", 1, "vllm", 8, 4096)
-    assert vllm["step_form"] == "max(item_bound, stream)" and "min_lines" not in vllm
+    assert vllm["step_form"] == "max(item_bound, min(stream, min_lines))"
+    assert len(vllm["min_lines"]) == 1
+    assert _line(vllm, 8.0 * 4096) == pytest.approx(vllm["time_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize("batch", [1, 8, 64])

@@ -409,9 +409,11 @@ def test_per_query_head_decode_equals_ops(batch, ctx, rate, layout):
     assert want >= plain * (1 - 1e-12)
     base, per = w.decode_coeffs(batch)
     ib, ip = w.decode_item_coeffs(batch)
-    assert decode_step_time_s(w, batch, ctx) == pytest.approx(
-        max(base + per * ctx, ib + ip * ctx), rel=1e-12
-    )
+    # the split-KV kernel's stream part: the smaller of its stream line and its share line
+    (sb, sp), *more = w.decode_min_coeffs(batch)
+    assert not more
+    stream = min(base + per * ctx, sb + sp * ctx)
+    assert decode_step_time_s(w, batch, ctx) == pytest.approx(max(stream, ib + ip * ctx), rel=1e-12)
     assert per >= bare.decode_coeffs(batch)[1] * (1 - 1e-12)
 
 
@@ -424,20 +426,28 @@ def test_per_query_head_decode_equals_ops(batch, ctx, rate, layout):
     c2=st.integers(0, 2_000_000),
 )
 def test_decode_exactly_affine_in_context(model_id, gpu_id, batch, c1, c2):
-    """A decode step is the larger of two lines in the context C (the attention kernel's
-    roofline): exactly affine, slope ``per``, above the knee; flat-ish below it."""
+    """A decode step is the larger of the item line and the kernel's stream part in the
+    context C (the attention kernel's roofline; a split-KV kernel's stream part the smaller
+    of its stream line and its few items' share line, ``decode_min_coeffs``): exactly
+    affine, slope ``per``, above the knee and past the lines' crossing; flat-ish below."""
     cost = build_worker_cost(model_id, gpu_id, 8)
     base, per = cost.decode_coeffs(batch)
     ib, ip = cost.decode_item_coeffs(batch)
-    assert per > 0 and base > 0 and 0 <= ip <= per and ib >= base
+    alts = cost.decode_min_coeffs(batch)
+    assert per > 0 and base > 0 and 0 <= ip <= per
+    assert ib >= min(b0 for b0, _ in ((base, per), *alts))  # at C = 0 the item line
     assert cost.decode_coeffs(batch) == (base, per)  # memoised, stable
     knee = cost.decode_knee_tokens(batch)
+    # past this context the stream line is the smallest (alts' slopes are steeper here)
+    assert all(k0 >= per for _, k0 in alts)
+    cross = max([(base - b0) / (k0 - per) for b0, k0 in alts if k0 > per] + [0.0])
     t1, t2 = decode_step_time_s(cost, batch, c1), decode_step_time_s(cost, batch, c2)
     for c, t in ((c1, t1), (c2, t2)):
-        assert t == pytest.approx(max(base + per * c, ib + ip * c), rel=1e-12)
+        kernel = min(b0 + k0 * c for b0, k0 in ((base, per), *alts))
+        assert t == pytest.approx(max(kernel, ib + ip * c), rel=1e-12)
         if c >= knee:
-            assert t == pytest.approx(base + per * c, rel=1e-12)
-    if min(c1, c2) >= knee:
+            assert t == pytest.approx(kernel, rel=1e-12)
+    if min(c1, c2) >= max(knee, cross):
         assert t2 - t1 == pytest.approx(per * (c2 - c1), rel=1e-9, abs=1e-15)
     lo, hi = sorted((c1, c2))
     assert decode_step_time_s(cost, batch, lo) <= decode_step_time_s(cost, batch, hi)

@@ -55,15 +55,28 @@ def test_split_kv_time_by_hand() -> None:
     assert float(ops.decode_attention_time_s(PEAKS, SPLIT, b, c, 8, 128)) == pytest.approx(
         want, rel=1e-12
     )
+    # a short sequence: the stream (2 x 16 x 128 x 2 = 8,192 bytes: 3.06 ns) is short of
+    # the bandwidth share by 20 items' worth (61.1 ns), under the fill bound (4.76 us), so
+    # the shortfall is the share's; the item work (2e-10 x 128 = 25.6 ns) is shorter still
+    stream = 8192 / (3.35e12 * 0.8)
+    want = 8e-6 + 2e-8 + stream * (1 + 20 / 1)
+    assert float(ops.decode_attention_time_s(PEAKS, SPLIT, 1, 16, 1, 128)) == pytest.approx(
+        want, rel=1e-12
+    )
 
 
 def test_lines_stay_affine_in_context() -> None:
-    # the engine's closed-form decode runs need the step affine in C at a fixed batch
+    # the engine's closed-form decode runs need the step piecewise affine in C at a fixed
+    # batch: the item line, or the smaller of the two stream lines where that is larger
     for b, kh in ((1, 1), (4, 8), (256, 2)):
         (base, per), (ibase, iper) = ops.decode_attention_lines(PEAKS, SPLIT, b, kh, 128)
-        for c in (b * 16.0, b * 4096.0, b * 131072.0):
+        share = ops.decode_attention_share_line(PEAKS, SPLIT, b, kh, 128)
+        assert share is not None
+        sbase, sper = share
+        for c in (b * 1.0, b * 16.0, b * 512.0, b * 4096.0, b * 131072.0):
             t = float(ops.decode_attention_time_s(PEAKS, SPLIT, b, c, kh, 128))
-            assert t == pytest.approx(max(base + per * c, ibase + iper * c), rel=1e-12)
+            stream = min(base + per * c, sbase + sper * c)
+            assert t == pytest.approx(max(stream, ibase + iper * c), rel=1e-12)
 
 
 def test_step_model_uses_the_split_form() -> None:

@@ -30,8 +30,11 @@ Forms (``docs/costmodel.md`` has the derivations):
   cannot keep every memory channel busy). A split-KV kernel (``split_fill_s`` > 0:
   FlashAttention/FlashInfer split-KV, TensorRT-LLM multi-block) splits each long sequence
   over several thread blocks, so few items do not starve the stream: it runs at ``hbm ×
-  bw_eff`` and few items cost a fixed ``split_fill_s × par_half_sat / (P + par_half_sat)``
-  instead (pipeline fill and the splits' reduction; in the floor). With many items resident per SM, one item's
+  bw_eff`` and few items add the lesser of the share's loss, ``stream × par_half_sat / P``,
+  and a fill bound ``split_fill_s × par_half_sat / (P + par_half_sat)`` (pipeline fill and
+  the splits' reduction) to the stream, never beside it
+  (:func:`decode_split_shortfall_s`): the time never falls as the batch or the context
+  grows. With many items resident per SM, one item's
   fixed work runs while another streams KV: ``overlap`` = 1 makes the kernel take the
   longer of the two (the roofline), 0 their sum. The stream term never exceeds peak
   bandwidth (``bw_eff`` ≤ 1). A per-query-head kernel over a grouped layout (``group``
@@ -42,7 +45,8 @@ Forms (``docs/costmodel.md`` has the derivations):
   its work items per query head, ``P = B × KH × group``, in ``items`` and in the bandwidth
   share, and takes its own re-read rate unless the caller gives one. At fixed B and
   shape the time is the larger of two affine functions of C
-  (:func:`decode_attention_lines`); above the knee, where the KV stream dominates, it is
+  (:func:`decode_attention_lines`; a split-KV kernel's stream-bound one the smaller of two,
+  :func:`decode_attention_share_line`); above the knee, where the KV stream dominates, it is
   ``... + stream`` exactly. Newer parameters default to 0.
 - Decode attention on a multi-block wave kernel (``wave_sms`` > 0: TensorRT-LLM's XQA,
   and its masked MHA where the profile fits it so): the smallest of a few lines affine in
@@ -182,24 +186,38 @@ def decode_attention_bw_scale(p: DecodeAttentionParams, batch: ArrayLike, kv_hea
     return items / np.maximum(items + p.par_half_sat, 1e-300)
 
 
-def decode_attention_floor_s(
-    p: DecodeAttentionParams,
-    batch: ArrayLike,
-    kv_heads: ArrayLike,
-    work_heads: ArrayLike | None = None,
-):
+def decode_attention_floor_s(p: DecodeAttentionParams, batch: ArrayLike, kv_heads: ArrayLike):
     """Fixed time of a decode-attention kernel: ``floor_s``, plus ``multi_floor_s`` when the
-    kernel takes its multi-sequence GQA path (``batch > 1`` and ``kv_heads > 1``), plus for
-    a split-KV kernel the few-item time ``split_fill_s × par_half_sat / (P +
-    par_half_sat)``, ``P = batch × work_heads`` (``work_heads``: :func:`decode_work_heads`,
-    the KV heads when None)."""
+    kernel takes its multi-sequence GQA path (``batch > 1`` and ``kv_heads > 1``). A
+    split-KV kernel's few-item time is not fixed: :func:`decode_split_shortfall_s`."""
     b = np.asarray(batch, float)
     multi = (b > 1.0) & (np.asarray(kv_heads, float) > 1.0)
-    t = p.floor_s + p.multi_floor_s * multi
-    if p.split_fill_s > 0.0:
-        w = np.asarray(kv_heads if work_heads is None else work_heads, float)
-        t = t + p.split_fill_s * p.par_half_sat / (b * w + p.par_half_sat)
-    return t
+    return p.floor_s + p.multi_floor_s * multi
+
+
+def decode_split_shortfall_s(
+    p: DecodeAttentionParams, stream_s: ArrayLike, batch: ArrayLike, work_heads: ArrayLike
+) -> np.ndarray:
+    """What few work items add to a split-KV kernel's KV stream (``split_fill_s`` > 0;
+    0 otherwise): ``min(stream × h / P, split_fill_s × h / (P + h))``, ``h =
+    par_half_sat``, ``P = batch × work_heads`` (:func:`decode_work_heads`).
+
+    ``stream × h / P`` is what the stream loses where ``P`` items reach the bandwidth share
+    ``P / (P + h)`` (a kernel that does not split: ``h`` items' worth of stream); a split-KV
+    kernel splits a long sequence over several thread blocks, so its loss is never more
+    than its pipeline fill and the splits' reduction, ``split_fill_s × h / (P + h)``. The
+    shortfall is the lesser of the two, a time the stream falls short by, never added
+    beside it: ``stream + shortfall`` never falls as the batch grows at fixed tokens per
+    sequence (where the fill binds, its fall ``split_fill_s × h / (P + h)²`` per item is
+    under the stream's rise per item, ``stream / P``, because the fill binds only below
+    ``stream × h / P``) nor as the context grows. Until 2026-12-04 the fill was added to the
+    floor, so a doubled batch at short contexts was predicted up to 6% faster."""
+    if p.split_fill_s <= 0.0:
+        return np.zeros(np.broadcast(np.asarray(stream_s, float), np.asarray(batch, float)).shape)
+    items = np.asarray(batch, float) * np.asarray(work_heads, float)
+    h = p.par_half_sat
+    share_loss = np.asarray(stream_s, float) * h / np.maximum(items, 1e-300)
+    return np.minimum(share_loss, p.split_fill_s * h / (items + h))
 
 
 def decode_work_heads(p: DecodeAttentionParams, kv_heads: ArrayLike, group: ArrayLike = 1.0):
@@ -540,8 +558,9 @@ def decode_attention_time_s(
         occ = mmha_occupancy_seconds_per_byte(p, hist, b * work, reread_group)
         per_byte = np.maximum(per_byte, occ)
     stream = kv_bytes * per_byte
+    stream = stream + decode_split_shortfall_s(p, stream, b, work)
     return (
-        decode_attention_floor_s(p, b, kh, work)
+        decode_attention_floor_s(p, b, kh)
         + p.per_seq_s * b
         + np.maximum(items, stream)
         + (1.0 - p.overlap) * np.minimum(items, stream)
@@ -564,14 +583,44 @@ def decode_attention_lines(
     :func:`decode_attention_time_s` at fixed batch and shape: ``((base, per_token)`` of the
     KV-stream-bound line, ``(base, per_token)`` of the item-bound line``)``. Stream-bound:
     ``fixed + (1 − overlap) × items + stream``; item-bound: ``fixed + items + (1 − overlap)
-    × stream`` (equal at the knee, where items = stream). A kernel with an occupancy term
+    × stream`` (equal at the knee, where items = stream). A split-KV kernel
+    (``split_fill_s`` > 0, overlap 1) has a third line, :func:`decode_attention_share_line`:
+    its stream-bound part is the smaller of that and this stream line, which then carries
+    the fill bound (:func:`decode_split_shortfall_s`). A kernel with an occupancy term
     (``block_bytes_per_s`` > 0) has these lines per occupancy regime: the ones of the regime
     holding the batch's longest sequence of ``history_tokens`` cached tokens (C / batch − 1
     where the sequences are of equal length), valid while the longest stays in that regime
     (:func:`mmha_occupancy_regimes`)."""
     work = float(decode_work_heads(p, kv_heads, reread_group))
-    fixed = float(decode_attention_floor_s(p, batch, kv_heads, work)) + p.per_seq_s * batch
+    fixed = float(decode_attention_floor_s(p, batch, kv_heads)) + p.per_seq_s * batch
     items = float(decode_item_seconds(p, batch, work, kv_heads, head_dim, q_per_kv))
+    per_token = _decode_per_token_s(
+        peaks, p, batch, kv_heads, head_dim, kv_elem_bytes, reread_group, reread_bytes_per_s,
+        q_per_kv, history_tokens,
+    )  # fmt: skip
+    fill = 0.0
+    if p.split_fill_s > 0.0:
+        fill = p.split_fill_s * p.par_half_sat / (batch * work + p.par_half_sat)
+    return (
+        (fixed + (1.0 - p.overlap) * items + fill, per_token),
+        (fixed + items, (1.0 - p.overlap) * per_token),
+    )
+
+
+def _decode_per_token_s(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    batch: float,
+    kv_heads: float,
+    head_dim: float,
+    kv_elem_bytes: float,
+    reread_group: float,
+    reread_bytes_per_s: float,
+    q_per_kv: float,
+    history_tokens: float,
+) -> float:
+    """Seconds per context token of a line-form decode kernel's KV stream."""
+    work = float(decode_work_heads(p, kv_heads, reread_group))
     per_byte = float(
         decode_stream_seconds_per_byte(
             peaks, p, batch, kv_heads, reread_group, reread_bytes_per_s, q_per_kv
@@ -580,11 +629,36 @@ def decode_attention_lines(
     if p.block_bytes_per_s > 0.0:
         occ = mmha_occupancy_seconds_per_byte(p, history_tokens, batch * work, reread_group)
         per_byte = max(per_byte, float(occ))
-    per_token = 2.0 * kv_heads * head_dim * kv_elem_bytes * per_byte
-    return (
-        (fixed + (1.0 - p.overlap) * items, per_token),
-        (fixed + items, (1.0 - p.overlap) * per_token),
-    )
+    return 2.0 * kv_heads * head_dim * kv_elem_bytes * per_byte
+
+
+def decode_attention_share_line(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    batch: float,
+    kv_heads: float,
+    head_dim: float,
+    kv_elem_bytes: float = 2.0,
+    reread_group: float = 1.0,
+    reread_bytes_per_s: float = 0.0,
+    q_per_kv: float = 1.0,
+) -> tuple[float, float] | None:
+    """A split-KV kernel's (``split_fill_s`` > 0) other stream-bound line at fixed batch and
+    shape, ``(base, per_token)``: the stream at the few items' bandwidth share, ``fixed +
+    stream × (1 + h / P)`` (:func:`decode_split_shortfall_s`); with overlap 1 the kernel
+    takes ``max(item line, min(stream line, this))`` (:func:`decode_attention_lines`).
+    None for other kernels."""
+    if p.split_fill_s <= 0.0:
+        return None
+    work = float(decode_work_heads(p, kv_heads, reread_group))
+    fixed = float(decode_attention_floor_s(p, batch, kv_heads)) + p.per_seq_s * batch
+    items = float(decode_item_seconds(p, batch, work, kv_heads, head_dim, q_per_kv))
+    per_token = _decode_per_token_s(
+        peaks, p, batch, kv_heads, head_dim, kv_elem_bytes, reread_group, reread_bytes_per_s,
+        q_per_kv, 0.0,
+    )  # fmt: skip
+    share = 1.0 + p.par_half_sat / (batch * work)
+    return (fixed + (1.0 - p.overlap) * items, per_token * share)
 
 
 def prefill_attention_flop(pairs: ArrayLike, heads: ArrayLike, head_dim: ArrayLike) -> np.ndarray:

@@ -208,16 +208,24 @@ def prefill_attention_at_length_s(
     return p.floor_s + 4.0 * pairs * heads * head_dim / (peak * eff)
 
 
-def _dec_floor_s(
-    p: DecodeAttentionParams, batch: float, kv_heads: float, work_heads: float | None = None
-) -> float:
-    """ops.decode_attention_floor_s for scalars: ``multi_floor_s`` added when B > 1 and KH > 1;
-    a split-KV kernel's few-item time ``split_fill_s × h / (B × work_heads + h)``."""
-    t = p.floor_s + p.multi_floor_s if batch > 1.0 and kv_heads > 1.0 else p.floor_s
-    if p.split_fill_s > 0.0:
-        w = kv_heads if work_heads is None else work_heads
-        t += p.split_fill_s * p.par_half_sat / (batch * w + p.par_half_sat)
-    return t
+def _dec_floor_s(p: DecodeAttentionParams, batch: float, kv_heads: float) -> float:
+    """ops.decode_attention_floor_s for scalars: ``multi_floor_s`` added when B > 1 and KH > 1."""
+    return p.floor_s + p.multi_floor_s if batch > 1.0 and kv_heads > 1.0 else p.floor_s
+
+
+def _dec_fill_s(p: DecodeAttentionParams, items: float) -> float:
+    """A split-KV kernel's fill bound ``split_fill_s × h / (P + h)`` over ``items`` = P work
+    items (ops.decode_split_shortfall_s; 0 for other kernels)."""
+    if p.split_fill_s <= 0.0:
+        return 0.0
+    return p.split_fill_s * p.par_half_sat / (items + p.par_half_sat)
+
+
+def _dec_shortfall_s(p: DecodeAttentionParams, stream: float, items: float) -> float:
+    """ops.decode_split_shortfall_s for scalars: ``min(stream × h / P, fill bound)``."""
+    if p.split_fill_s <= 0.0:
+        return 0.0
+    return min(stream * p.par_half_sat / items, _dec_fill_s(p, items))
 
 
 def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> float:
@@ -352,11 +360,13 @@ def pick_attention_backends(
             items = d.per_seq_kv_elem_s * b * hkv * hd + _dec_item_terms_s(
                 d, b, hkv, hkv, hd, q_per_kv
             )
+            stream = kv_bytes / bw
+            stream += _dec_shortfall_s(d, stream, b * hkv)
             total += (
                 _dec_floor_s(d, b, hkv)
                 + d.per_seq_s * b
-                + max(items, kv_bytes / bw)
-                + (1.0 - d.overlap) * min(items, kv_bytes / bw)
+                + max(items, stream)
+                + (1.0 - d.overlap) * min(items, stream)
             )
         return total
 
@@ -430,6 +440,7 @@ class RooflineWorkerCost:
         "decode_backend",
         "prefill_backend",
         "decode_min_lines",
+        "_wave",
         "gpu_mem_util",
         "activation_reserve_bytes",
         "num_gpus",
@@ -617,7 +628,22 @@ class RooflineWorkerCost:
         # the profile fits that as one): its attention is the smallest of a few lines in
         # the context (ops.decode_wave_lines: a per-query-head wave kernel takes its own
         # fitted re-read rate, the one its other terms were fitted with), per batch
-        self.decode_min_lines = self._dec.wave_sms > 0.0
+        # A split-KV line-form kernel (split_fill_s > 0: FlashAttention's) likewise: its
+        # stream falls short by the lesser of two amounts (ops.decode_split_shortfall_s), so
+        # its kernel-bound part is the smaller of two lines, the stream plus its fill bound
+        # and the stream at the few items' bandwidth share
+        self._wave = self._dec.wave_sms > 0.0
+        self.decode_min_lines = self._wave or self._dec.split_fill_s > 0.0
+        if self._dec.split_fill_s > 0.0 and (
+            self._dec.overlap != 1.0 or self._dec.block_bytes_per_s > 0.0
+        ):
+            # max(items, min(two lines)) + (1 - overlap) min(...) is not the larger of the
+            # item line and the smaller stream line, and an occupancy kernel's stream lines
+            # change by context interval: neither is fitted so
+            raise UserError(
+                f"attention_backend {self.decode_backend!r}: a split-KV decode fit needs "
+                f"overlap 1 and no occupancy term ({profile.path})"
+            )
         self._wave_cache: dict[int, tuple[tuple[float, float], ...]] = {}
         self._min_cache: dict[int, tuple[tuple[float, float], ...]] = {}
         # a line-form decode kernel with an occupancy term (TensorRT-LLM's masked MHA: the
@@ -766,7 +792,7 @@ class RooflineWorkerCost:
             return hit
         if batch <= 0:
             lines = ((0.0, 0.0), (0.0, 0.0))
-        elif self.decode_min_lines:  # the wave kernel's lines over the rest of the step
+        elif self._wave:  # the wave kernel's lines over the rest of the step
             layers = self.model.num_layers
             parts = self._parts(batch, 0, 0, 0, 0.0)
             base_items = sum(parts)  # C = 0 (with the launches the kernels do not hide)
@@ -791,10 +817,15 @@ class RooflineWorkerCost:
                     d, batch, work, hkv, float(self.model.head_dim), self._q_per_kv
                 )
             per_token = self._stream_per_token_s(batch, 0.0)
+            stream_base = base_items - unhidden - d.overlap * items
+            fill = layers * _dec_fill_s(d, batch * work)
             lines = (
-                (base_items - unhidden - d.overlap * items, per_token),
+                (stream_base + fill, per_token),
                 (base_items, (1.0 - d.overlap) * per_token if self._launch_s == 0.0 else 0.0),
             )
+            if d.split_fill_s > 0.0:  # the stream at the few items' bandwidth share
+                share = per_token * (1.0 + d.par_half_sat / (batch * work))
+                self._min_cache[batch] = ((stream_base, share),)
         self._decode_cache[batch] = lines
         return lines
 
@@ -902,7 +933,7 @@ class RooflineWorkerCost:
                 float(self.heads_per_gpu),
                 hd,
             )
-        if decode_batch > 0 and self.decode_min_lines:
+        if decode_batch > 0 and self._wave:
             c = decode_context_tokens
             attn_layer += min(b0 + k0 * c for b0, k0 in self._wave_lines(decode_batch))
         elif decode_batch > 0:
@@ -931,8 +962,9 @@ class RooflineWorkerCost:
                 occ = _dec_occ_per_byte_s(d, float(decode_batch), work, self._reread_group, hist)
                 per_byte = max(per_byte, occ)
             stream = kv_bytes * per_byte
+            stream += _dec_shortfall_s(d, stream, decode_batch * work)
             attn_layer += (
-                _dec_floor_s(d, decode_batch, hkv_dec, work)
+                _dec_floor_s(d, decode_batch, hkv_dec)
                 + d.per_seq_s * decode_batch
                 + max(items, stream)
                 + (1.0 - d.overlap) * min(items, stream)

@@ -207,8 +207,9 @@ class DecodeAttentionParams:
     ``split_fill_s`` > 0 marks a split-KV kernel (FlashAttention's and FlashInfer's split-KV,
     TensorRT-LLM's multi-block mode: a long sequence's KV is split over several thread
     blocks, so few work items still stream at full bandwidth): its KV stream runs at ``hbm ×
-    bw_eff`` whatever the number of items, and few items cost a fixed time instead,
-    ``split_fill_s × par_half_sat / (P + par_half_sat)`` (``ops.decode_attention_floor_s``);
+    bw_eff`` whatever the number of items, and few items add the lesser of the bandwidth
+    share's loss and ``split_fill_s × par_half_sat / (P + par_half_sat)`` to the stream
+    (``ops.decode_split_shortfall_s``);
     ``group_bytes_per_s`` > 0: a grouped kernel's work per query head of the group (the
     tensor-core products and softmax of each query head against every KV byte: TensorRT-LLM's
     XQA), so a KV byte costs ``q_per_kv / group_bytes_per_s`` of it and the stream runs at the
