@@ -136,3 +136,20 @@ def test_script_replays_on_profiled_curves(
     # one row of TTFT parts per run and way of running it (vLLM: and its attainment row)
     assert out.count("| distserve | 2 | ") == 4 and out.count("| vllm | 1 | ") == 1 + 4
     assert "replayed (profiled curves) goodput per GPU, distserve:" in out
+
+
+def test_replayed_on_distserves_curves_the_split_has_the_published_goodput_bounds(
+    shared_data: Path,
+) -> None:
+    """The check's result (docs/validation-system.md): each DistServe run replayed as it
+    was run, on DistServe's own profiled step curves, meets or misses the 90 % target
+    exactly where the published run did, so the bounds on goodput per GPU are the
+    published ones, [2, 3) req/s."""
+    slo = sc.read_setup()["slo"]
+    att = {"vllm-100-1": 0.0}  # the vLLM side is not what this test is about
+    for run in sc.read_runs():
+        if run.system == "distserve":
+            a = sc.replay_mean(run.system, run.rate_per_s, run.num_requests, 5, shared_data)
+            att[run.run] = a["both"]
+    bounds = sc.run_bounds(att, slo)["distserve"]
+    assert bounds == sc.published_bounds(slo)["distserve"] == (2.0, 3.0)
