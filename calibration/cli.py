@@ -31,6 +31,7 @@ from disaggsim.output import (
     PROFILE_OWNED,
     Written,
     check_file,
+    hold_file,
     out_flag,
     prefix_owned,
     write_file,
@@ -400,20 +401,28 @@ def _cmd_validate(args) -> int:
     from calibration import validate
 
     data = Path(args.data) if args.data else DEFAULT_DATA
-    if args.write_doc:  # before the work (about 40 s), as every single-file output
-        check_file(args.write_doc, "--write-doc", prefix_owned(VALIDATION_DOC_TITLE),
-                   "validation doc")  # fmt: skip
-    report = validate.run(args.gpu, data, moe_section=bool(args.write_doc))
-    # the doc first: a standard output that refuses the report (`> /dev/full`) failed the
-    # command before the doc, the work of the last 40 s, was written
-    if args.write_doc:
-        write_file(
-            args.write_doc,
-            lambda tmp: tmp.write_text(report.markdown()),
-            "--write-doc",
-            prefix_owned(report.markdown().split("\n", 1)[0]),
-            "validation doc",
-        )
+    with contextlib.ExitStack() as held:
+        if args.write_doc:  # before the work (about 40 s), as every single-file output;
+            # held until written: another command writing the doc meanwhile is refused
+            held.enter_context(
+                hold_file(
+                    args.write_doc,
+                    "--write-doc",
+                    prefix_owned(VALIDATION_DOC_TITLE),
+                    "validation doc",
+                )  # fmt: skip
+            )
+        report = validate.run(args.gpu, data, moe_section=bool(args.write_doc))
+        # the doc first: a standard output that refuses the report (`> /dev/full`) failed
+        # the command before the doc, the work of the last 40 s, was written
+        if args.write_doc:
+            write_file(
+                args.write_doc,
+                lambda tmp: tmp.write_text(report.markdown()),
+                "--write-doc",
+                prefix_owned(report.markdown().split("\n", 1)[0]),
+                "validation doc",
+            )
     with printing_after(f"written to {args.write_doc}" if args.write_doc else None):
         print(report.text())
         if args.write_doc:

@@ -7,7 +7,9 @@ does. Admission and two policies plan on that cap, not on the realised reply:
 - every request whose prompt + cap cannot fit one worker's KV is refused at arrival
   (``exceeds_kv_capacity``): with a long-context model on a small worker, all of them;
 - a disaggregated router's ``kv_aware`` back-pressure admits a request only when a decode
-  worker can promise KV for prompt + cap, so a decode worker holds a handful of requests;
+  worker can promise KV for prompt + min(cap, ``router.reserved_decode_tokens``) (512 by
+  default, docs/engine.md; promising the whole cap left a decode worker a handful of
+  requests);
 - ``kv.admission: reserve_full`` books prompt + cap of blocks per request.
 
 The results are then what such a deployment would do, but seldom what the scenario's
@@ -47,6 +49,13 @@ def _cap_words(s: Scenario) -> str:
         f"workload.max_tokens is not set, so each request's cap is {s.model}'s context "
         f"({context:,} tokens) less its prompt"
     )
+
+
+def _promise_words(s: Scenario) -> str:
+    """What kv_aware promises a request with the default cap (docs/engine.md)."""
+    if s.kv.admission == "reserve_full":  # the handoff books prompt + cap anyway
+        return "prompt + cap"
+    return f"prompt + min(cap, {s.router.reserved_decode_tokens:,} reply tokens)"
 
 
 def default_caps(s: Scenario, requests: Requests | pd.DataFrame) -> bool:
@@ -90,8 +99,9 @@ def run_cap_note(s: Scenario, summary: Summary) -> str | None:
     policies = cap_policies(s)
     if "router.backpressure kv_aware" in policies and summary.router_queue_max > 0:
         effects.append(
-            "kv_aware back-pressure promised each request decode KV for prompt + cap and "
-            f"held up to {summary.router_queue_max:,} requests at the router"
+            "kv_aware back-pressure promised each request decode KV for "
+            f"{_promise_words(s)} and held up to "
+            f"{summary.router_queue_max:,} requests at the router"
         )
     if "kv.admission reserve_full" in policies:
         effects.append("reserve_full booked prompt + cap of KV blocks per request")
@@ -107,7 +117,7 @@ def plan_cap_note(s: Scenario) -> str:
     return (
         f"{_cap_words(s)}: requests whose prompt + cap exceed a worker's KV are refused, "
         "and disaggregated layouts with kv_aware back-pressure promise decode KV for "
-        f"prompt + cap, which favours colocation; {ADVICE}"
+        f"{_promise_words(s)}; {ADVICE}"
     )
 
 
@@ -117,7 +127,7 @@ def scenario_cap_note(s: Scenario) -> str:
     acts = ["admission refuses requests whose prompt + cap exceed a worker's KV"]
     policies = cap_policies(s)
     if "router.backpressure kv_aware" in policies:
-        acts.append("kv_aware back-pressure promises decode KV for prompt + cap")
+        acts.append(f"kv_aware back-pressure promises decode KV for {_promise_words(s)}")
     if "kv.admission reserve_full" in policies:
         acts.append("reserve_full books prompt + cap of KV blocks per request")
     return f"{_cap_words(s)}: {'; '.join(acts)}; {ADVICE}"

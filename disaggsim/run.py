@@ -266,6 +266,7 @@ def engine_config(
         kv_watermark=kv.watermark,
         preemption=kv.preemption,
         backpressure=scenario.router.backpressure,
+        reserved_decode_tokens=scenario.router.reserved_decode_tokens,
         max_queue=scenario.router.max_queue,
         client_timeout_s=scenario.router.client_timeout_s,
         worker_failures=failure_schedule(scenario, costs, replication),

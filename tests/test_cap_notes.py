@@ -1,6 +1,6 @@
 """Notes on an unset ``workload.max_tokens`` (disaggsim.cap_notes): the default cap, the
-model's context less the prompt, refuses requests, holds them at a kv_aware router and
-moves a comparison; the run, the plan and the comparison say so, and say nothing when the
+model's context less the prompt, refuses requests, holds them at a kv_aware router (with
+a reserve as large as the cap) and moves a comparison; the run, the plan and the comparison say so, and say nothing when the
 clients' cap is given."""
 
 from __future__ import annotations
@@ -97,11 +97,20 @@ def test_run_says_why_every_request_was_refused(tmp_path, capsys):
 
 
 def test_run_says_kv_aware_back_pressure_held_requests(tmp_path, capsys):
-    path = _write(tmp_path, "disagg", _disaggregated_8b())
+    # promised its 512-token reserve, no request is held at this load: no note
+    path = _write(tmp_path, "disagg-reserve", _disaggregated_8b())
+    assert _run(path, tmp_path / "r") == 0
+    assert _notes(capsys) == []
+    # a reserve as large as the cap (the whole-context promise) holds requests
+    doc = _disaggregated_8b()
+    doc["router"] = {"reserved_decode_tokens": 131_072}
+    path = _write(tmp_path, "disagg", doc)
     assert _run(path, tmp_path / "a") == 0
     (cap,) = _notes(capsys)
-    assert "kv_aware back-pressure promised each request decode KV for prompt + cap" in cap
-    assert "held up to " in cap
+    assert (
+        "kv_aware back-pressure promised each request decode KV for prompt + "
+        "min(cap, 131,072 reply tokens) and held up to " in cap
+    )
     path = _write(tmp_path, "disagg-capped", _disaggregated_8b(max_tokens=64))
     assert _run(path, tmp_path / "b") == 0
     assert _notes(capsys) == []
@@ -123,7 +132,7 @@ def test_plan_and_compare_notes(tmp_path, capsys):
     loaded = load_scenario(_write(tmp_path, "d", _disaggregated_8b()))
     (line,) = _cap_note(loaded, sample_requests(loaded))
     assert line == plan_cap_note(loaded.scenario)
-    assert "kv_aware back-pressure" in line and "favours colocation" in line
+    assert "kv_aware back-pressure" in line and "min(cap, 512 reply tokens)" in line
     capped = load_scenario(_write(tmp_path, "c", _disaggregated_8b(max_tokens=64)))
     assert _cap_note(capped, sample_requests(capped)) == ()
     # the colocated scenario has no back-pressure: its note names only the admission check

@@ -126,3 +126,20 @@ def test_a_run_says_it_and_its_decode_pool_indeed_never_grows(work):
     out, decode = run("b", "--set", "autoscale.decode.target.target_value=0.7")
     assert "note: autoscale" not in out
     assert decode.num_in_service.max() > 1
+
+
+def test_a_colocated_vllm_pool_is_bounded_and_a_chunked_one_is_not():
+    """A colocated vllm sequence joins the batch with its whole prompt prefilled: the same
+    ceiling. A chunked pool seats sequences partway through their prompts: no bound here."""
+    auto = {**SCENARIO["autoscale"]["decode"]}
+    raw = {k: v for k, v in SCENARIO.items() if k not in ("prefill_pool", "decode_pool", "fabric")}
+    raw |= {
+        "architecture": "colocated",
+        "pool": {"gpu": "h100-sxm", "num_workers": 1, "tp": 1, "scheduler": "vllm",
+                 "max_batch_seqs": 64, "max_batch_tokens": 16384},
+        "autoscale": {"colocated": auto},
+    }  # fmt: skip
+    got = occupancy_notes(load_scenario(raw), {"colocated": 320_000})
+    assert len(got) == 1 and "seats at most 40 " in got[0], got
+    raw["pool"] = {**raw["pool"], "scheduler": "chunked"}
+    assert occupancy_notes(load_scenario(raw), {"colocated": 320_000}) == []

@@ -268,3 +268,47 @@ def test_a_lock_path_that_is_no_file_is_named_and_left_alone(work, kind, said):
     )
     assert sorted(os.listdir(work)) == [".r.disaggsim-lock", "keep.txt"]
     assert (work / "keep.txt").read_text() == "a user's file\n"
+
+
+# A process that holds PATH (a single file, as a command's hold_file does) until a line
+# comes on its standard input.
+FILE_HOLDER = """
+import sys
+from disaggsim.output import hold_file, prefix_owned
+
+with hold_file(sys.argv[1], "--write-doc", prefix_owned("#"), "validation doc"):
+    print("working", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_validation_doc_being_written_is_refused_before_the_work(work, capsys, monkeypatch):
+    """``calibrate validate --write-doc v.md`` works about 40 s before it writes: a second
+    one started meanwhile replaced the first's doc. Held, the second is refused at once,
+    before validating anything."""
+    from calibration import validate
+    from disaggsim.cli import main
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("validated while another command held the doc")
+
+    monkeypatch.setattr(validate, "run", no_work)
+
+    p = subprocess.Popen(
+        [sys.executable, "-c", FILE_HOLDER, "v.md"],
+        cwd=work,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "working\n"
+        argv = ["calibrate", "validate", "--gpu", "a100-80gb", "--write-doc", "v.md"]
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (
+            f"disaggsim: error: --write-doc v.md: another disaggsim command (pid {p.pid}) is "
+            "writing there now; wait until it ends or give another validation doc\n"
+        )
+    finally:
+        p.communicate("\n", timeout=60)
+    assert sorted(os.listdir(work)) == ["keep.txt"]

@@ -39,25 +39,6 @@ class LongestCost(ConstantCost):
     def decode_item_coeffs(self, batch):
         return 0.006 + 0.001 * batch, 0.0
 
-    def mixed_time_s(
-        self,
-        decode_batch,
-        decode_context_tokens,
-        prefill_seqs,
-        prefill_tokens,
-        prefill_attn_pairs,
-        prefill_cached_tokens=0,
-        decode_longest_history_tokens=None,
-    ):
-        t = self.prefill_per_token_s * prefill_tokens
-        if decode_batch:
-            t += decode_step_time_s(
-                self, decode_batch, decode_context_tokens, decode_longest_history_tokens
-            )
-        elif prefill_tokens:
-            t += self.prefill_base_s
-        return t
-
 
 def _reference(kv_at, prompt, out, cost) -> dict[int, list[float]]:
     """Token times of one decode worker, one step at a time: a sequence joins at the first

@@ -13,6 +13,7 @@ import random
 from functools import partial
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -228,7 +229,7 @@ def test_least_committed_kv_in_crowded_pools_is_the_full_scan_choice(case):
     _check_choices(case, "least_tokens", "least_committed_kv", 1)
 
 
-def _check_choices(case, prefill: str, decode: str, scale: int) -> None:
+def _check_choices(case, prefill: str, decode: str, scale: int):
     reqs, cfg, transfer = case
     pools = tuple(dataclasses.replace(p, num_workers=p.num_workers * scale) for p in cfg.pools)
     cfg = dataclasses.replace(cfg, pools=pools, prefill_policy=prefill, decode_policy=decode)
@@ -288,6 +289,34 @@ def _check_choices(case, prefill: str, decode: str, scale: int) -> None:
         Router._try_handoff = handoff  # type: ignore[method-assign]
         Router.waiting_for_prefill = waiting  # type: ignore[method-assign]
     _check(reqs, cfg, raw)
+    return raw
+
+
+def test_a_worker_preempting_for_growth_is_whole_when_the_router_reads_it():
+    """Two victims of one preemption for growth: the blocks the first frees let a waiting
+    handoff go, and the router then reads the worker's seats and committed KV (the
+    indexes are checked at every route and handoff). Every victim must have left the
+    worker's counts by then (the second was still counted: 3 outstanding, 2 held).
+
+    One decode worker of 8 blocks of 16 tokens and 4 seats; decode steps of 10 ms from
+    0.002 s (the 2 ms prefill). r0-r2 (16-token prompts) join holding 17 tokens (2 blocks
+    each), r3 (1 token) 2 tokens (1 block): 7 blocks; r4 waits at the prefill worker (its
+    block, its own next step's and the batch's next growth do not fit). The 15th step
+    takes the last block (r3's 17th token); the 16th needs 3 (r0-r2's 33rd), none free:
+    at 0.152 s r3 (most recent, 2 blocks) and then r2 (2 blocks) are preempted, 4 blocks
+    free, and r4 (1 block + 1 + the 2 that r0 and r1 grow by next) goes at once."""
+    reqs = Requests(np.zeros(5), np.array([16, 16, 16, 1, 1]), np.array([30, 20, 20, 50, 50]))
+    cfg = EngineConfig(
+        pools=(
+            PoolSpec("prefill", 1, ConstantCost(prefill_base_s=0.002), 8, 400),
+            PoolSpec("decode", 1, ConstantCost(kv_capacity_tokens=128), 4, 400),
+        ),
+        block_tokens=16,
+        kv_admission="on_demand",
+    )
+    raw = _check_choices((reqs, cfg, 0.0), "least_tokens", "least_committed_kv", 1)
+    assert raw.log.num_preemptions.tolist() == [0, 0, 1, 1, 0]
+    assert raw.log.transfer_start_at_s[4] == pytest.approx(0.002 + 15 * 0.010, abs=1e-12)
 
 
 def _visit(order: list[int], pos: int) -> bool:

@@ -32,6 +32,7 @@ from disaggsim.config.bounds import (
     MAX_PREFILL_ITERATIONS,
     MAX_REQUESTS,
     MAX_SEED,
+    MAX_TOKENS,
     MAX_TP,
     MAX_WORKERS_PER_POOL,
     ConfigModel,
@@ -163,6 +164,15 @@ class RouterConfig(ConfigModel):
         description="kv_aware: hold requests at the router while no single decode worker can "
         "promise room for their full KV (prompt + max_tokens); none: prefill anyway "
         "(finished prefills then wait holding their KV)",
+    )
+    reserved_decode_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=MAX_TOKENS,
+        description="for requests whose clients set no max_tokens (cap: the model's context "
+        "less the prompt): the reply tokens kv_aware promises on a decode worker and "
+        "least_committed_kv counts, prompt + min(cap, this); a longer reply grows on demand "
+        "(SGLang's num_reserved_decode_tokens, 512; docs/engine.md)",
     )
     max_queue: int | None = Field(
         default=None,

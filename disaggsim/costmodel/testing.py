@@ -3,11 +3,19 @@
 prefill = ``prefill_base_s + prefill_per_token_s × new_tokens``;
 decode step = ``decode_base_s + decode_per_seq_s × batch + decode_per_context_token_s × C``;
 mixed = decode step (if any decode) + prefill part (if any prefill) − one shared base.
+
+A mixed step's decode part is the decode step a decode worker takes
+(:func:`~disaggsim.costmodel.interface.decode_step_time_s`), so a subclass that adds decode
+lines (an item line, kernel lines, lines keyed by the batch's longest sequence) has them in
+chunked steps too; ``decode_longest_history_tokens`` is accepted as
+:meth:`disaggsim.costmodel.step.RooflineWorkerCost.mixed_time_s` accepts it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from disaggsim.costmodel.interface import decode_step_time_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +44,13 @@ class ConstantCost:
         prefill_tokens,
         prefill_attn_pairs,
         prefill_cached_tokens=0,
+        decode_longest_history_tokens=None,
     ):
         t = 0.0
-        if decode_batch:
-            base, per = self.decode_coeffs(decode_batch)
-            t += base + per * decode_context_tokens
+        if decode_batch:  # the decode step as a decode worker takes it (every line it has)
+            t += decode_step_time_s(
+                self, decode_batch, decode_context_tokens, decode_longest_history_tokens
+            )
         if prefill_tokens:
             t += self.prefill_per_token_s * prefill_tokens
             if not decode_batch:

@@ -107,7 +107,12 @@ class Cluster:
         self.env: Environment = Environment()  # SimPy's, its run loop inline
         self.cfg = cfg
         self.table = requests
-        self.requests = RequestState(requests, cfg.block_tokens, cfg.kv_admission == "reserve_full")
+        self.requests = RequestState(
+            requests,
+            cfg.block_tokens,
+            cfg.kv_admission == "reserve_full",
+            cfg.reserved_decode_tokens,
+        )
         self.log = RequestLogColumns(len(requests))
         self.segments = Segments()
         self.samples = Samples()

@@ -86,6 +86,13 @@ def _default_swap_time(cost: WorkerCost, nbytes: float, direction: str) -> float
     return 20e-6 + nbytes / cost.num_gpus / 25e9
 
 
+# Reply tokens a decode worker is promised for a request whose client set no max_tokens
+# (its cap is then the whole context less the prompt): SGLang's decode server reserves
+# ``num_reserved_decode_tokens`` per request (python/sglang/srt/server_args.py, default
+# 512) beyond its prompt and retracts requests that outgrow it (docs/engine.md).
+RESERVED_DECODE_TOKENS = 512
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     pools: tuple[PoolSpec, ...]
@@ -97,6 +104,8 @@ class EngineConfig:
     kv_watermark: float = 0.0  # share of a worker's blocks kept free when admitting
     preemption: Preemption = "recompute"
     backpressure: Backpressure = "none"
+    # default caps (Requests.max_tokens_default): the reply tokens promised and committed
+    reserved_decode_tokens: int = RESERVED_DECODE_TOKENS
     max_queue: int | None = None  # most requests waiting for prefill; more are rejected
     client_timeout_s: float | None = None  # abandon if no first token by then
     worker_failures: tuple[WorkerFailureEvent, ...] = ()
@@ -119,6 +128,10 @@ class EngineConfig:
         _check("backpressure", self.backpressure, Backpressure)
         if self.block_tokens < 1:
             raise ValueError(f"block_tokens: {self.block_tokens} (must be >= 1)")
+        if self.reserved_decode_tokens < 1:
+            raise ValueError(
+                f"reserved_decode_tokens: {self.reserved_decode_tokens} (must be >= 1)"
+            )
         if self.prefill_policy == "cache_aware" and self.prefix is None:
             raise ValueError("prefill_policy: cache_aware needs prefix caching (a cache: section)")
 

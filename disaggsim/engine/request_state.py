@@ -25,7 +25,9 @@ class RequestState:
 
     ``block_tokens`` tokens make one KV block; ``reserve_full``: admission reserves a
     sequence's longest length (prompt + ``max_tokens``) at once, instead of growing a
-    block at a time (``on_demand``).
+    block at a time (``on_demand``). ``reserved_decode_tokens``: the reply tokens the
+    router promises a request whose ``max_tokens`` is the server's default
+    (``Requests.max_tokens_default``), growing on demand (:meth:`promise_blocks`).
     """
 
     __slots__ = (
@@ -38,12 +40,24 @@ class RequestState:
         "prefilled_tokens",
         "prompt_tokens",
         "reserve_full",
+        "reserve_tokens",
     )
 
-    def __init__(self, requests: Requests, block_tokens: int, reserve_full: bool) -> None:
+    def __init__(
+        self,
+        requests: Requests,
+        block_tokens: int,
+        reserve_full: bool,
+        reserved_decode_tokens: int | None = None,
+    ) -> None:
         n = len(requests)
         self.block_tokens = block_tokens
         self.reserve_full = reserve_full
+        # the reply reserve promised for default caps (None: every promise is the longest
+        # sequence; reserving in full, the join takes the longest sequence anyway)
+        self.reserve_tokens = (
+            reserved_decode_tokens if requests.max_tokens_default and not reserve_full else None
+        )
         self.prompt_tokens = _column(requests.prompt_tokens)
         self.output_tokens = _column(requests.output_tokens)
         # no max_tokens given: a client asking for exactly the reply it gets
@@ -87,6 +101,22 @@ class RequestState:
     def full_blocks(self, rid: int) -> int:
         """Blocks of ``rid``'s longest possible sequence (prompt + max_tokens)."""
         return self.longest_blocks[rid]
+
+    def promise_blocks(self, rid: int) -> int:
+        """Blocks the router promises ``rid`` on a decode worker and counts as its
+        committed KV: its longest sequence (prompt + ``max_tokens``), or, when its cap is
+        the server's default (the model's context less the prompt), its context now plus
+        a reserve of ``reserve_tokens`` reply tokens, at most the cap: prompt + min(cap,
+        delivered + reserve). A reply that outgrows the reserve grows on demand, and its
+        decode worker preempts when its blocks run out (as SGLang reserves
+        ``num_reserved_decode_tokens`` per request and retracts, and vLLM allocates
+        on demand and preempts)."""
+        reserve = self.reserve_tokens
+        if reserve is None:
+            return self.longest_blocks[rid]
+        cap = self.max_tokens[rid]
+        reply = self.generated[rid] + reserve
+        return -(-(self.prompt_tokens[rid] + (cap if cap < reply else reply)) // self.block_tokens)
 
     def prefill_blocks(self, rid: int) -> int:
         """Blocks a prefill worker holds for ``rid``'s KV until the handoff."""

@@ -811,7 +811,9 @@ class Router:
         if self.kv_aware:
             if self._decode_changes:
                 self._refresh_decode()
-            need = self.requests.longest_blocks[rid]  # rs.full_blocks(rid)
+            rs = self.requests
+            # rs.promise_blocks(rid), its common case inline
+            need = rs.longest_blocks[rid] if rs.reserve_tokens is None else rs.promise_blocks(rid)
             # the decode worker with the most room to promise: the smallest key
             rooms = self._rooms
             n = rooms.n
@@ -935,7 +937,8 @@ class Router:
                 if key is not None:
                     rooms.set(pos, key - blocks * rooms.n)
             # else its room is unchanged: the reservation's eventual blocks replace the
-            # promise (the refresh after the reservation finds the same shortfall)
+            # promise (the refresh after the reservation finds the same shortfall, or
+            # one block more where a default cap's promise grew by the prefill's token)
         w.reserve(rid)
         self.handoff_fabric.start_transfer(rid, src, w, prefill_s)
         return True
@@ -951,7 +954,8 @@ class Router:
         holds, and preempt)."""
         entry = self.committed.get(rid)
         rs = self.requests
-        full = rs.longest_blocks[rid]  # rs.full_blocks(rid)
+        # rs.promise_blocks(rid), its common case inline
+        full = rs.longest_blocks[rid] if rs.reserve_tokens is None else rs.promise_blocks(rid)
         pos_of = self._decode_pos
         at = -1 if entry is None else entry[0]
         free = self._most_free

@@ -1055,10 +1055,21 @@ class _TokenBatch(Worker):
             if swap_bytes:
                 yield from self._swap_stall(swap_bytes, "out", len(victims))
         else:
+            # every victim leaves this worker's counts before any is sent back: one sent
+            # back re-enters the router (and frees blocks for waiting handoffs), which
+            # reads this worker's seats and committed KV and must find them whole
+            for rid in victims:
+                self._let_go(rid)
             for rid in victims:
                 self._recompute(rid)
 
+    def _let_go(self, rid: int) -> None:
+        """A victim of recompute preemption, out of the batch, leaves this worker's
+        counts (no call out of the worker)."""
+        raise NotImplementedError
+
     def _recompute(self, rid: int) -> None:
+        """Send a victim this worker let go of back for its re-prefill."""
         raise NotImplementedError
 
     def _swap_in(self) -> Proc:
@@ -1832,8 +1843,9 @@ class DecodeWorker(_TokenBatch):
         self.waiting: deque[int] = deque()  # KV here, waiting for a seat
         self.incoming: dict[int, int] = {}  # blocks reserved, KV in flight -> blocks
         # blocks the sequences assigned here may hold at their longest (prompt +
-        # max_tokens; the router never sees the realised reply length): back-pressure
-        # promises decode room against this, not against today's free blocks
+        # max_tokens; for a default cap, the reserve: RequestState.promise_blocks; the
+        # router never sees the realised reply length): back-pressure promises decode
+        # room against this, not against today's free blocks
         self._eventual_blocks = 0
         self._eventual: dict[int, int] = {}
         super().__init__(*args, **kwargs)
@@ -1880,6 +1892,9 @@ class DecodeWorker(_TokenBatch):
         self._kv_used_blocks += blocks
         self.incoming[rid] = blocks
         self._num_outstanding += 1
+        # what it is committed to hold here: rs.promise_blocks(rid), its common case inline
+        if rs.reserve_tokens is not None:
+            full = rs.promise_blocks(rid)
         self._eventual[rid] = full
         self._eventual_blocks += full
         self._changes.add(self.index)
@@ -1937,9 +1952,11 @@ class DecodeWorker(_TokenBatch):
     def _freed(self) -> None:
         self.host.decode_freed()
 
-    def _recompute(self, rid: int) -> None:
+    def _let_go(self, rid: int) -> None:
         self.num_outstanding -= 1
         self._gone(rid)
+
+    def _recompute(self, rid: int) -> None:
         self._freed()
         self.host.reprefill(rid, "preempted")
 
@@ -2072,9 +2089,11 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
     def _rest(self) -> bool:
         return self._vllm_rest() if self._vllm else self._chunked_rest()
 
-    def _recompute(self, rid: int) -> None:
+    def _let_go(self, rid: int) -> None:
         self.num_outstanding -= 1
         self._release_cached(rid)  # its computed prompt blocks stay cached, unpinned
+
+    def _recompute(self, rid: int) -> None:
         self.submit(rid, front=True)
 
     # -- prefix cache ------------------------------------------------------------------

@@ -18,8 +18,9 @@ class Requests:
     ``max_tokens`` is the most the client asked for (the request's ``max_tokens``): what
     the router and KV admission plan on; ``output_tokens <= max_tokens``. ``None``: not
     set; :meth:`with_context` fills it with the model's context length minus the prompt
-    (vLLM's default), and an engine given none plans on ``output_tokens`` (a client that
-    asks for exactly the reply it gets, as benchmark clients do with ``ignore_eos``).
+    (vLLM's default) and marks it ``max_tokens_default``, and an engine given none plans on
+    ``output_tokens`` (a client that asks for exactly the reply it gets, as benchmark
+    clients do with ``ignore_eos``).
 
     ``prefix_chains`` (optional: traces with hashes, session workloads) holds each
     request's canonical prefix ids, one per block of its prompt
@@ -30,6 +31,9 @@ class Requests:
     output_tokens: np.ndarray  # int64 >= 1
     prefix_chains: PrefixChains | None = None
     max_tokens: np.ndarray | None = None  # int64 >= output_tokens
+    # max_tokens is the server's default (with_context filled it: the clients set none);
+    # the engine then promises decode KV for a bounded reserve of it (docs/engine.md)
+    max_tokens_default: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -53,9 +57,14 @@ class Requests:
         """These requests with the clients' ``max_tokens`` (None: unset); each realised
         reply is cut at its cap (``min(output_tokens, max_tokens)``)."""
         if max_tokens is None:
-            return replace(self, max_tokens=None)
+            return replace(self, max_tokens=None, max_tokens_default=False)
         mt = np.asarray(max_tokens, dtype=np.int64)
-        return replace(self, output_tokens=np.minimum(self.output_tokens, mt), max_tokens=mt)
+        return replace(
+            self,
+            output_tokens=np.minimum(self.output_tokens, mt),
+            max_tokens=mt,
+            max_tokens_default=False,
+        )
 
     def with_context(self, context_tokens: int) -> Requests:
         """Fill an unset ``max_tokens`` as a server does for a client that sets none: the
@@ -63,7 +72,8 @@ class Requests:
         the context is then refused at admission, ``exceeds_context``)."""
         if self.max_tokens is not None:
             return self
-        return self.with_max_tokens(np.maximum(context_tokens - self.prompt_tokens, 1))
+        filled = self.with_max_tokens(np.maximum(context_tokens - self.prompt_tokens, 1))
+        return replace(filled, max_tokens_default=True)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
