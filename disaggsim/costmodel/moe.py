@@ -947,6 +947,7 @@ class MoeWorkerCost:
         prefill_tokens: int,
         prefill_attn_pairs: float,
         prefill_cached_tokens: int = 0,
+        decode_longest_history_tokens: float | None = None,  # no longest lines: unused
     ) -> float:
         return sum(
             self._parts(
