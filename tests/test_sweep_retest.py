@@ -13,8 +13,10 @@ import pytest
 from disaggsim.config.loader import load_scenario
 from disaggsim.plan.analytic import sample_lengths, sample_requests
 from disaggsim.sweep import SerialExecutor, search_rate
-from disaggsim.sweep.core import source_of
-from disaggsim.sweep.goodput import goodput_many
+from disaggsim.metrics.steady import horizon
+from disaggsim.sweep.core import RATE_PATH, _task, run_point, source_of
+from disaggsim.sweep.goodput import goodput_many, steady_profile
+from disaggsim.sweep.grid import override_text
 from tests.conftest import REPO
 
 search = importlib.import_module("disaggsim.plan.search")
@@ -72,31 +74,55 @@ def pcie_pool():
     return ev.source(c), rule, cap
 
 
+FALSE_ALARM_FRACTION = 0.5  # of the analytic capacity: every trend rejection there is false
+FALSE_ALARM_SEEDS = 200  # seeds scanned; 7 of these 200 were false alarms on 2026-12-04
+
+
+def first_false_alarm(src, rule, rate: float):
+    """The source with the first seed (the scenario's own, then the next ones) whose run at
+    ``rate`` (the goodput search's own run length there, which depends on the seed's
+    requests) meets the attainment target while the trend test rejects it, and that run's
+    p-value: the rule ``benchmarks/plan_trend_alarms.py`` scans by, chosen here rather than
+    pinned, so that a move of the cost model picks another seed instead of losing the case."""
+    for k in range(FALSE_ALARM_SEEDS):
+        seeded = source_of(
+            load_scenario({**src.raw, "seed": src.seed + k}, base_dir=src.base_dir), src.label
+        )
+        prof = steady_profile(load_scenario(seeded.raw, base_dir=seeded.base_dir))
+        h = horizon(rule, rate, prof.service_s, prof.drain_s)
+        ov = [override_text(RATE_PATH, rate), override_text("seed", seeded.seed), *h.overrides()]
+        s = run_point(_task(seeded, ov))
+        if s.slo_attainment >= src.attainment_target and s.stability_p_value < rule.alpha:
+            return seeded, s.stability_p_value
+    raise AssertionError(
+        f"no false alarm in {FALSE_ALARM_SEEDS} seeds at {rate:.3f} req/s: raise FALSE_ALARM_SEEDS"
+    )
+
+
 def test_a_false_alarm_found_by_scanning_no_longer_caps_the_goodput(pcie_pool):
-    """Found with ``python benchmarks/plan_trend_alarms.py --fractions 0.25,0.35,0.4,0.5
-    --seeds 200`` (5 runs in 200 below p = 0.01 at 0.25, as the test's alpha says; the
-    case at 0.3 x capacity of the first find left with the cost model's move of
-    2026-12-03): at 0.25 x capacity (1.49 req/s, the scenario's own seed) the pool meets
-    every request and the trend test gives p = 0.0032. As a bracket's rate_lo that run
-    sends the search down fourfold (and a second false alarm at 1.42 req/s, p = 0.0097,
-    lowers it again): 0.17 req/s per GPU, where full mode confirmed 0.813 before the move.
-    Retested, it meets (p = 1.0 at twice the window) and the search finds 0.77."""
+    """A run well below capacity (half the analytic capacity) that meets every request but
+    fails the trend test (a false alarm; ``python benchmarks/plan_trend_alarms.py
+    --fractions 0.5 --seeds 200`` counts 7 in 200 at p < 0.01 on 2026-12-04) is made the
+    bracket's rate_lo by giving the source its seed (chosen by ``first_false_alarm``: on
+    2026-12-04 the scenario's seed + 8, p = 0.00085 at 3.09 req/s). Without the retest it
+    sends the search down fourfold, below the bracket (0.37 req/s per GPU); retested (twice
+    the window, fresh seeds: p = 1.0) it meets and the search finds 0.82 req/s per GPU."""
     src, rule, cap = pcie_pool
-    lo, hi = 0.25 * cap, 1.5 * cap
+    lo, hi = FALSE_ALARM_FRACTION * cap, 1.5 * cap
+    alarmed, p = first_false_alarm(src, rule, lo)
 
     def run(retest: bool):
         (r,) = goodput_many(
-            [src], lo, hi, rule=rule, confirm=False, tol_fraction=0.06,
+            [alarmed], lo, hi, rule=rule, confirm=False, tol_fraction=0.06,
             executor=SerialExecutor(), retest=retest,
         )  # fmt: skip
         return r
 
     before = run(False)
     first = before.evaluations[0]
-    assert first.rate_per_s == lo and first.attainment >= 0.9 and not first.stable, (
-        "the case no longer shows a false alarm (the cost model moved?): find another "
-        "with benchmarks/plan_trend_alarms.py"
-    )
+    # the search's first run is the scanned one
+    assert first.rate_per_s == lo and first.p_value == pytest.approx(p)
+    assert first.attainment >= 0.9 and not first.stable
     assert before.rate_per_s < lo  # capped below the bracket it started from
     after = run(True)
     first = after.evaluations[0]
