@@ -11,9 +11,9 @@ import importlib
 import pytest
 
 from disaggsim.config.loader import load_scenario
+from disaggsim.metrics.steady import horizon
 from disaggsim.plan.analytic import sample_lengths, sample_requests
 from disaggsim.sweep import SerialExecutor, search_rate
-from disaggsim.metrics.steady import horizon
 from disaggsim.sweep.core import RATE_PATH, _task, run_point, source_of
 from disaggsim.sweep.goodput import goodput_many, steady_profile
 from disaggsim.sweep.grid import override_text
