@@ -377,3 +377,21 @@ def test_context_tokens_help_says_per_sequence_and_what_the_coefficients_count(c
     (field,) = [f for f in COMMANDS[command][1] if f.name == "context_tokens"]
     assert "per sequence" in field.help and "batch x this" in field.help
     assert "per_context_token_s" in field.help
+
+
+def test_op_decode_attention_of_a_wave_kernel_prints_its_lines(capsys, tmp_path):
+    """A profile whose decode kernel is a multi-block wave kernel (XQA's form, 4 SMs):
+    ``time_s`` is the smallest of its lines at C = batch x context_tokens, and the
+    printout gives those lines instead of terms the form does not have."""
+    path = write_fixed_h100(tmp_path)
+    prof = json.loads(path.read_text())
+    prof["ops"]["decode_attention"]["bf16"] = dict(
+        floor_s=5e-6, per_seq_s=0.0, bw_eff=0.75, overlap=1.0, wave_sms=4.0, cta_s=1e-6,
+        cta_q_elem_s=1e-10, cta_bytes_per_s=5e11, split_s=2e-6, split_elem_s=1e-11,
+    )  # fmt: skip
+    path.write_text(json.dumps(prof))
+    argv = "cost op decode-attention --gpu h100-sxm --batch 4 --context-tokens 3000 --heads 32 --kv-heads 8 --head-dim 128 --profile"
+    (r,) = _run(capsys, [*argv.split(), str(path)])
+    assert r["time_form"] == "min(wave_lines)" and "stream_s" not in r
+    at = [ln["base_s"] + ln["per_context_token_s"] * 4 * 3000 for ln in r["wave_lines"]]
+    assert len(at) > 1 and r["time_s"] == pytest.approx(min(at))
