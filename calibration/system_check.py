@@ -333,6 +333,7 @@ class ProfiledCurveCost:
         prefill_tokens: int,
         prefill_attn_pairs: float,
         prefill_cached_tokens: int = 0,
+        decode_longest_history_tokens: float | None = None,
     ) -> float:
         raise ValueError("profiled curves: mixed prefill-decode steps are not profiled")
 

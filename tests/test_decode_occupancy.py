@@ -130,7 +130,8 @@ def test_step_model_intervals_equal_ops(model: str, tp: int, kv: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class IntervalCost(ConstantCost):
-    """ConstantCost whose decode stream line steepens at two contexts."""
+    """ConstantCost whose decode stream line steepens at two contexts (a mixed step is
+    ConstantCost's: this decode step plus the prefill part)."""
 
     decode_interval_lines: bool = True
 
@@ -143,9 +144,6 @@ class IntervalCost(ConstantCost):
 
     def decode_item_coeffs(self, batch):
         return 0.006 + 0.001 * batch, 0.0
-
-    def mixed_time_s(self, decode_batch, decode_context_tokens, *args, **kwargs):
-        return decode_step_time_s(self, decode_batch, decode_context_tokens)
 
 
 def _reference(kv_at, prompt, out, cost) -> dict[int, list[float]]:

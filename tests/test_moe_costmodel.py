@@ -118,17 +118,20 @@ def test_wide_ep_decode_step_by_hand(ds_decode):
     assert bd.allreduce_s == 0.0 and bd.overlap_s == 0.0
 
 
-def test_decode_is_affine_in_context_at_fixed_batch(ds_decode):
-    for c in (
-        ds_decode,
-        build_moe_worker_cost("gpt-oss-120b", "h100-sxm", 8, weight_dtype="released"),
-        build_moe_worker_cost("llama-4-maverick", "h200-sxm", 8),
+def test_decode_is_the_smallest_of_its_affine_lines_at_fixed_batch(ds_decode):
+    # MLA: one line; GQA layers on a split-KV kernel (FlashAttention's): the smaller of the
+    # stream plus its fill bound and the stream at the few items' bandwidth share
+    for c, num_lines in (
+        (ds_decode, 1),
+        (build_moe_worker_cost("gpt-oss-120b", "h100-sxm", 8, weight_dtype="released"), 2),
+        (build_moe_worker_cost("llama-4-maverick", "h200-sxm", 8), 2),
     ):
         b = 96
-        base, per = c.decode_coeffs(b)
-        for ctx in (0, 10_000, 1_000_000):
+        lines = (c.decode_coeffs(b), *c.decode_min_coeffs(b))
+        assert len(lines) == num_lines
+        for ctx in (0, 100, 10_000, 1_000_000):
             assert c.breakdown(decode_batch=b, decode_context_tokens=ctx).total_s == (
-                pytest.approx(base + per * ctx, rel=1e-9)
+                pytest.approx(min(base + per * ctx for base, per in lines), rel=1e-9)
             )
 
 

@@ -146,7 +146,8 @@ def test_wave_sms_follow_the_gpu() -> None:
 @dataclass(frozen=True, slots=True)
 class MinLineCost(ConstantCost):
     """ConstantCost whose decode step is ``max(item, min(three lines))`` at batch b: a
-    flat-then-steep unsplit line and two split lines with higher bases, lower slopes."""
+    flat-then-steep unsplit line and two split lines with higher bases, lower slopes (a
+    mixed step is ConstantCost's: this decode step plus the prefill part)."""
 
     decode_min_lines: bool = True
 
@@ -158,9 +159,6 @@ class MinLineCost(ConstantCost):
 
     def decode_item_coeffs(self, batch):
         return 0.0065 + 0.001 * batch, 0.0
-
-    def mixed_time_s(self, decode_batch, decode_context_tokens, *args, **kwargs):
-        return decode_step_time_s(self, decode_batch, decode_context_tokens)
 
 
 def test_engine_token_times_follow_the_smallest_line_step_by_step() -> None:

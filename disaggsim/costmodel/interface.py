@@ -27,7 +27,12 @@ copy of the weights) for the time of one forward pass. Three shapes of iteration
   batch's longest sequence, so such a model also offers ``decode_longest_coeffs(batch)``,
   the same lines keyed by the longest sequence's cached tokens (``decode_interval_coeffs``
   is their form for sequences of equal length);
-- a mixed (chunked-prefill) step: both at once.
+- a mixed (chunked-prefill) step: both at once, ``decode_batch`` decode tokens over
+  ``decode_context_tokens`` and a prefill part (``prefill_seqs``, ``prefill_tokens``,
+  ``prefill_attn_pairs``, ``prefill_cached_tokens`` as a prefill batch's). Its decode part
+  is the decode step above (every line the model has) and ``decode_longest_history_tokens``
+  is the cached tokens of the batch's longest decoding sequence (None: sequences of equal
+  length), for a model with ``decode_longest_coeffs``; a model without them ignores it.
 
 :class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.
 """
@@ -58,6 +63,7 @@ class WorkerCost(Protocol):
         prefill_tokens: int,
         prefill_attn_pairs: float,
         prefill_cached_tokens: int = 0,
+        decode_longest_history_tokens: float | None = None,
     ) -> float: ...
 
 

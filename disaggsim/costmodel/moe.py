@@ -802,6 +802,12 @@ class MoeWorkerCost:
         self.kv_capacity_tokens_per_rank = per_rank
         self.kv_capacity_tokens = per_rank * lo.dp
         self._decode_cache: dict[int, tuple[float, float]] = {}
+        # a split-KV decode kernel (split_fill_s > 0: FlashAttention's) on GQA layers: its
+        # stream falls short by the lesser of two amounts (ops.decode_split_shortfall_s), so
+        # its decode step is the smaller of two lines, as the dense step's
+        # (decode_min_coeffs)
+        self.decode_min_lines = model.mla is None and self._dec.split_fill_s > 0.0
+        self._min_cache: dict[int, tuple[tuple[float, float], ...]] = {}
         self._launch_cache: dict[tuple[bool, bool, bool], float] = {}
         if self._ov.launch_per_layer_s > 0.0:
             self._launch_lines: dict[int, tuple[float, float]] = {}
@@ -877,8 +883,39 @@ class MoeWorkerCost:
             base = sum(self._parts(batch, 0.0, 0, 0, 0.0, launches=False))
             per = sum(self._parts(batch, 1.0e6, 0, 0, 0.0, launches=False)) - base
             coeffs = (base, per / 1.0e6)
+            if self.decode_min_lines:
+                coeffs = self._split_lines(batch, base, per)
         self._decode_cache[batch] = coeffs
         return coeffs
+
+    def decode_min_coeffs(self, batch: int) -> tuple[tuple[float, float], ...]:
+        """A further ``(base_s, per_context_token_s)`` line of the kernels: a decode step
+        takes the smaller of this and :meth:`decode_coeffs`' line. Empty but for a
+        split-KV decode kernel on GQA layers (``decode_min_lines``): the two lines are its
+        stream plus its fill bound (:meth:`decode_coeffs`) and its stream at the few
+        items' bandwidth share (this one), ops.decode_split_shortfall_s taken whole."""
+        if not self.decode_min_lines or batch <= 0:
+            return ()
+        self.decode_coeffs(batch)
+        return self._min_cache[batch]
+
+    def _split_lines(self, batch: int, base: float, per: float) -> tuple[float, float]:
+        """The split-KV kernel's two lines from the kernels' step at no context (``base``:
+        no stream, no shortfall) and its rise to 1e6 context tokens (``per``, where the
+        fill bound is the shortfall): the stream plus the fill, returned, and the stream at
+        the bandwidth share, kept for :meth:`decode_min_coeffs`."""
+        d = self._dec
+        hkv = float(self.kv_heads_per_gpu)
+        b_r = batch * self._rank_share(batch)
+        # layers whose decode attention reads the whole context (sliding windows read a
+        # fixed window: their shortfall is in ``base``)
+        layers = self.num_full_layers + (
+            self.num_window_layers if self.window_kind == "chunked" else 0
+        )
+        fill = layers * _step._dec_fill_s(d, b_r * hkv)
+        stream_per = per / 1.0e6 - fill / 1.0e6
+        self._min_cache[batch] = ((base, stream_per * (1.0 + d.par_half_sat / (b_r * hkv))),)
+        return (base + fill, stream_per)
 
     def _launch_line(self, batch: int) -> tuple[float, float]:
         """``decode_item_coeffs`` under a launch floor: the step with the launches at no
@@ -893,7 +930,11 @@ class MoeWorkerCost:
     def _launch_knee(self, batch: int) -> float:
         """``decode_knee_tokens`` under a launch floor: where the kernels' line passes
         the launches'."""
-        return decode_knee_tokens(self.decode_coeffs(batch), self._launch_line(batch))
+        launch = self._launch_line(batch)
+        return max(
+            decode_knee_tokens(line, launch)
+            for line in (self.decode_coeffs(batch), *self.decode_min_coeffs(batch))
+        )
 
     def decode_time_s(self, batch: int, context_tokens: int) -> float:
         return decode_step_time_s(self, batch, context_tokens)
@@ -906,6 +947,7 @@ class MoeWorkerCost:
         prefill_tokens: int,
         prefill_attn_pairs: float,
         prefill_cached_tokens: int = 0,
+        decode_longest_history_tokens: float | None = None,  # no longest lines: unused
     ) -> float:
         return sum(
             self._parts(
@@ -1212,20 +1254,19 @@ class MoeWorkerCost:
                 self._bf16, self._pre, s_r, n_r, pairs_r, self.heads_per_gpu, hd
             )
         if b_r > 0:
+            # the dense step's decode kernel form (ops.py): a split-KV kernel's few items
+            # add the lesser of the stream's share loss and its fill to the stream, so the
+            # time never falls as the batch or the context grows
             d = self._dec
             hkv = float(self.kv_heads_per_gpu)
-            floor = d.floor_s + (d.multi_floor_s if b_r > 1.0 and hkv > 1.0 else 0.0)
-            scale = 1.0
-            if d.split_fill_s > 0.0:  # split-KV: few items pay a fixed time, full bandwidth
-                floor += d.split_fill_s * d.par_half_sat / (b_r * hkv + d.par_half_sat)
-            elif d.par_half_sat > 0:
-                items = b_r * hkv
-                scale = items / (items + d.par_half_sat)
+            scale = _step._dec_bw_scale(d, b_r, hkv)
+            stream = 2.0 * ctx_r * hkv * hd * self._kv_elem / (self._hbm * d.bw_eff * scale)
+            stream += _step._dec_shortfall_s(d, stream, b_r * hkv)
             t += (
-                floor
+                _step._dec_floor_s(d, b_r, hkv)
                 + d.per_seq_s * b_r
                 + d.per_seq_kv_elem_s * b_r * hkv * hd
-                + 2.0 * ctx_r * hkv * hd * self._kv_elem / (self._hbm * d.bw_eff * scale)
+                + stream
             )
         return t
 
@@ -1458,10 +1499,7 @@ class MoeWorkerCost:
     def _quant_s(self, m_r: float, inputs: tuple[float, ...]) -> float:
         """FP8 linear layers: one activation-quantisation kernel per GEMM input of ``k``
         elements a token (reads 2, writes 1 byte each), as the dense step; 0 in bf16."""
-        if not self._quant:
-            return 0.0
-        q = _step.FP8_QUANT_BYTES_PER_ELEM * m_r
-        return sum(_ew(self._hbm, self._ew, q * k) for k in inputs)
+        return _step._fp8_quant_s(self._hbm, self._ew, m_r, inputs) if self._quant else 0.0
 
     # --- memory ------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ linear in the bytes read.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,6 +179,18 @@ def _tiled_gemm_s(
 
 def _elementwise_s(hbm: float, p: ElementwiseParams, nbytes: float) -> float:
     return p.launch_s + nbytes / (hbm * p.bw_eff)
+
+
+def _fp8_quant_s(
+    hbm: float, p: ElementwiseParams, tokens: float, inputs: Iterable[float], onto_s: float = 0.0
+) -> float:
+    """FP8 linear layers' activation quantisation: one elementwise kernel per GEMM input of
+    ``k`` elements a token (``FP8_QUANT_BYTES_PER_ELEM``: reads 2, writes 1 byte each),
+    added one kernel at a time onto ``onto_s`` (the dense and the MoE step both call it)."""
+    t = onto_s
+    for k in inputs:
+        t += _elementwise_s(hbm, p, FP8_QUANT_BYTES_PER_ELEM * tokens * k)
+    return t
 
 
 def _prefill_attention_s(
@@ -981,8 +994,7 @@ class RooflineWorkerCost:
             + _elementwise_s(hbm, ew, (3.0 if model.gated_mlp else 2.0) * m * ffn_shard * a)
             + 2.0 * _elementwise_s(hbm, ew, 3.0 * m * hidden * a)  # two residual adds
         )
-        for k in self._quant_k:  # FP8: quantise each GEMM's input activations
-            ew_layer += _elementwise_s(hbm, ew, FP8_QUANT_BYTES_PER_ELEM * m * k)
+        ew_layer = _fp8_quant_s(hbm, ew, m, self._quant_k, ew_layer)  # () unless FP8
 
         ar_layer = 0.0
         if self.tp > 1:

@@ -7,8 +7,9 @@ mixed = decode step (if any decode) + prefill part (if any prefill) − one shar
 A mixed step's decode part is the decode step a decode worker takes
 (:func:`~disaggsim.costmodel.interface.decode_step_time_s`), so a subclass that adds decode
 lines (an item line, kernel lines, lines keyed by the batch's longest sequence) has them in
-chunked steps too; ``decode_longest_history_tokens`` is accepted as
-:meth:`disaggsim.costmodel.step.RooflineWorkerCost.mixed_time_s` accepts it.
+chunked steps too; ``decode_longest_history_tokens`` is the protocol's
+(:meth:`disaggsim.costmodel.interface.WorkerCost.mixed_time_s`). A subclass keeps this
+mixed step rather than overriding it with a decode-only one.
 """
 
 from __future__ import annotations

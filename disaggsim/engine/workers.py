@@ -2411,18 +2411,11 @@ class ColocatedWorker(_PrefillQueue, _TokenBatch):
                 done_now.append(rid)
         b, ctx = self.batch, self.context_tokens
         self.sample(len(self.queue), b + len(self.prefilling))
-        if b and self._longest is not None:  # masked MHA: sized by the longest sequence
-            dur = self.cost.mixed_time_s(  # type: ignore[call-arg]
-                b,
-                ctx,
-                chunk_seqs,
-                chunk_tokens,
-                pairs,
-                cached,
-                decode_longest_history_tokens=self._longest_history(),
-            )
-        else:
-            dur = self.cost.mixed_time_s(b, ctx, chunk_seqs, chunk_tokens, pairs, cached)
+        # masked MHA sizes its shared memory by the longest sequence (None: no such lines)
+        longest = self._longest_history() if b and self._longest is not None else None
+        dur = self.cost.mixed_time_s(
+            b, ctx, chunk_seqs, chunk_tokens, pairs, cached, decode_longest_history_tokens=longest
+        )
         if self.prefix is not None:
             dur += self._promotion_s()
         self._activity = _MIXED
