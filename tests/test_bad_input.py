@@ -425,12 +425,12 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "plan: give a scenario file or the question flags, not both"),
     # ---- goodput run lengths (plan, compare) and flags argparse cannot parse
     ("plan-min-requests-0", _nothing, ["plan", DISAGG, "--quick", "--min-requests", "0",
-     "--quiet"], "--min-requests 0: must be an integer >= 1"),
+     "--quiet"], "--min-requests 0: must be an integer >= 1 and at most 2,000,000"),
     ("plan-min-requests-float", _nothing, ["plan", DISAGG, "--min-requests", "1.5"],
      "argument --min-requests: invalid int value: '1.5' (see disaggsim plan --help)"),
     ("compare-service-multiple-0", _nothing, ["compare", DISAGG, COLOC, "--param",
      "workload.rate_per_s=1,2", "--service-multiple", "0", "--quiet"],
-     "--service-multiple 0.0: must be > 0"),
+     "--service-multiple 0: must be a number > 0 and at most 1000"),
     # a swept rate that is no number: a ValueError (a word) or TypeError (null) traceback,
     # or NaN left out of the bracket ("the lowest swept ... 1 and the highest ... 1")
     *[(f"compare-swept-rate-{name}", _nothing, ["compare", DISAGG, COLOC, "--param",

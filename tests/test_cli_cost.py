@@ -179,18 +179,47 @@ def test_op_decode_attention_reports_every_term(capsys, tmp_path):
     argv = "cost op decode-attention --gpu h100-sxm --context-tokens 1024 --heads 32 --kv-heads 8 --head-dim 128 --profile".split()
     (one,) = _run(capsys, [*argv, str(path), "--batch", "1"])
     (many,) = _run(capsys, [*argv, str(path), "--batch", "32"])
-    assert one["fixed_s"] == pytest.approx(8e-6)  # one sequence: single-pass path
-    assert many["fixed_s"] == pytest.approx(14e-6)
-    assert many["per_sequence_s"] == pytest.approx(32 * 1e-7 + 1e-10 * 32 * 8 * 128)
+    # one sequence: single-pass path (floor + 0.1 µs per sequence)
+    assert one["fixed_s"] == pytest.approx(8e-6 + 1e-7)
+    assert many["fixed_s"] == pytest.approx(14e-6 + 32 * 1e-7)
+    assert many["items_s"] == pytest.approx(1e-10 * 32 * 8 * 128)
     assert many["parallel_share"] == pytest.approx(256 / (256 + 16))
     assert many["efficiency"] == pytest.approx(0.7 * 256 / 272)
     kv = 2 * 32 * 1024 * 8 * 128 * 2
     assert many["bytes"] == kv
-    assert many["memory_s"] == pytest.approx(kv / (3.35e12 * 0.7 * 256 / 272))
+    assert many["stream_s"] == pytest.approx(kv / (3.35e12 * 0.7 * 256 / 272))
     assert many["roofline_s"] == pytest.approx(kv / 3.35e12)
-    for r in (one, many):
-        assert r["time_s"] == pytest.approx(r["fixed_s"] + r["per_sequence_s"] + r["memory_s"])
+    for r in (one, many):  # no overlap, no split-KV fill: the terms add
+        assert r["overlap"] == 0.0 and r["shortfall_s"] == 0.0
+        assert r["time_s"] == pytest.approx(r["fixed_s"] + r["items_s"] + r["stream_s"])
     assert one["parallel_share"] == pytest.approx(8 / 24)
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm"])
+def test_op_decode_attention_terms_rebuild_a_split_kv_kernels_time(capsys, gpu):
+    """The shipped profiles' FlashAttention decode is split-KV (overlap 1): its few-item
+    fill is a shortfall on the KV stream, min(stream × h / P, split_fill_s × h / (P + h)),
+    not part of the floor (kernels lane, 2026-12-04). The printout's ``fixed_s`` +
+    per_sequence_s + memory_s missed ``time_s`` by up to 30 % (a100, one sequence of
+    1,024 tokens); the printed terms rebuild it by ``time_form`` now, at a short context
+    (4 x 64 tokens: the stream's share loss binds), a long one (64 x 32,768: the fill
+    binds) and one sequence of 1,024 (a100 the loss, h100 the fill)."""
+    binds = []
+    for batch, context in ((1, 1024), (4, 64), (64, 32768)):
+        argv = f"cost op decode-attention --gpu {gpu} --batch {batch} --context-tokens {context} --heads 32 --kv-heads 8 --head-dim 128"
+        (r,) = _run(capsys, argv.split())
+        assert r["overlap"] == 1.0 and r["split_fill_s"] > 0.0
+        items, h = batch * 8, r["par_half_sat"]
+        loss, fill = r["stream_s"] * h / items, r["split_fill_s"] * h / (items + h)
+        binds.append("fill" if fill < loss else "loss")
+        shortfall = min(loss, fill)
+        assert r["shortfall_s"] == pytest.approx(shortfall)
+        assert r["fixed_s"] == pytest.approx(
+            r["floor_s"] + r["multi_floor_s"] * (batch > 1) + r["per_seq_s"] * batch
+        )
+        stream = r["stream_s"] + r["shortfall_s"]
+        assert r["time_s"] == pytest.approx(r["fixed_s"] + max(r["items_s"], stream))
+    assert binds[1:] == ["loss", "fill"], binds  # both forms of the shortfall met
 
 
 def test_input_csv_one_line_per_row_in_order(capsys, tmp_path):
@@ -336,3 +365,33 @@ def test_an_unfitted_backend_is_named_as_given(capsys, tmp_path):
     )
     line = _fail(capsys, ["cost", "decode", "--input", str(tmp_path / "q.csv")])
     assert ": line 2: attention_backend: 'flex' is not fitted" in line, line
+
+
+@pytest.mark.parametrize("command", ["decode", "op decode-attention"])
+def test_context_tokens_help_says_per_sequence_and_what_the_coefficients_count(command):
+    """``--context-tokens`` is per sequence while the printed per_context_token_s and
+    knee_context_tokens count the batch's total (batch x it): the help said only "cached
+    tokens per sequence", and a reader multiplied the per-token line by the flag's value."""
+    from disaggsim.cli.cost import COMMANDS
+
+    (field,) = [f for f in COMMANDS[command][1] if f.name == "context_tokens"]
+    assert "per sequence" in field.help and "batch x this" in field.help
+    assert "per_context_token_s" in field.help
+
+
+def test_op_decode_attention_of_a_wave_kernel_prints_its_lines(capsys, tmp_path):
+    """A profile whose decode kernel is a multi-block wave kernel (XQA's form, 4 SMs):
+    ``time_s`` is the smallest of its lines at C = batch x context_tokens, and the
+    printout gives those lines instead of terms the form does not have."""
+    path = write_fixed_h100(tmp_path)
+    prof = json.loads(path.read_text())
+    prof["ops"]["decode_attention"]["bf16"] = dict(
+        floor_s=5e-6, per_seq_s=0.0, bw_eff=0.75, overlap=1.0, wave_sms=4.0, cta_s=1e-6,
+        cta_q_elem_s=1e-10, cta_bytes_per_s=5e11, split_s=2e-6, split_elem_s=1e-11,
+    )  # fmt: skip
+    path.write_text(json.dumps(prof))
+    argv = "cost op decode-attention --gpu h100-sxm --batch 4 --context-tokens 3000 --heads 32 --kv-heads 8 --head-dim 128 --profile"
+    (r,) = _run(capsys, [*argv.split(), str(path)])
+    assert r["time_form"] == "min(wave_lines)" and "stream_s" not in r
+    at = [ln["base_s"] + ln["per_context_token_s"] * 4 * 3000 for ln in r["wave_lines"]]
+    assert len(at) > 1 and r["time_s"] == pytest.approx(min(at))

@@ -492,7 +492,7 @@ PLAN_BAD: list[tuple[str, list[str]]] = [
     ("--trace", ["missing.csv"]),
     ("--price-per-gpu-hour", ["0", "-1", "nan", "inf", "1e300"]),
     ("--min-requests", ["0", "2000001"]),
-    ("--service-multiple", ["0", "nan", "inf"]),
+    ("--service-multiple", ["0", "nan", "inf", "1e300", "1000.5"]),
 ]
 
 
@@ -545,7 +545,7 @@ COMPARE_BAD: list[tuple[str, list[str]]] = [
     ("--rate-hi", ["0", "nan", "inf", "0.5"]),
     ("--tol", ["0", "-1", "nan", "inf"]),
     ("--min-requests", ["0", "-3", "2000001", "1.5"]),
-    ("--service-multiple", ["0", "-1", "nan", "inf"]),
+    ("--service-multiple", ["0", "-1", "nan", "inf", "1e300", "1000.5"]),
     ("--seeds", ["0", "-1", "1001", "x"]),
     ("--workers", ["0", "-2", "two"]),
     ("--param", ["seed=seeds", "workload.rate_per_s=3:1:0", "nonsense=1,2", "=1", "pool.tp"]),
@@ -850,22 +850,36 @@ def test_a_trace_path_that_is_no_file_names_workload_path(work):
     ("command", "flag", "value"),
     [
         *((c, f, v) for c in ("compare", "plan")
-          for f, v in (("--service-multiple", "inf"), ("--min-requests", "2000001"))),
+          for f, v in (("--service-multiple", "inf"), ("--service-multiple", "1e300"),
+                       ("--service-multiple", "1001"), ("--min-requests", "2000001"))),
         ("plan", "--price-per-gpu-hour", "inf"),
     ],
 )  # fmt: skip
-def test_run_length_flags_no_run_can_honour_are_refused(work, command, flag, value):
+def test_run_length_flags_no_run_can_honour_are_refused(work, monkeypatch, command, flag, value):
     """`--service-multiple inf` made every goodput run's length NaN, reported as the
     scenario's `sim.duration_s: ... got 'nan'`; `--min-requests` beyond the 2,000,000
     requests a run may hold ran runs of millions of requests (over 5 minutes for one
-    compare of two CI scenarios); `plan --price-per-gpu-hour inf` priced every candidate
-    at inf $. Each is refused naming the flag now, before any run."""
+    compare of two CI scenarios), and so did `--service-multiple 1e300` (each run shrunk
+    to the requests bound); `plan --price-per-gpu-hour inf` priced every candidate
+    at inf $. Each is refused naming the flag now, before any run (the comparison and
+    the plan are replaced by a raise: a case that reached them fails at once)."""
+    import importlib
+
+    import disaggsim.plan
+
+    def reached(*_a, **_k):
+        raise AssertionError(f"{command} {flag} {value} reached its runs")
+
+    # the module, not disaggsim.sweep's function of the same name
+    monkeypatch.setattr(importlib.import_module("disaggsim.sweep.compare"), "compare", reached)
+    monkeypatch.setattr(disaggsim.plan, "plan", reached)
     s = str(SCENARIOS / "ci" / "chunked.yaml")
     argv = [command, s, *(["--rate-lo", "1", "--rate-hi", "2"] if command == "compare" else [])]
     argv += ["--quick"] if command == "plan" else []
     rc, _, err = _invoke([*argv, flag, value, "--out", "out", "--quiet", "--no-plots"])
     assert rc == 2 and _one_error_line(rc, err) == [], err
-    assert err.startswith(f"{PREFIX}{flag} {value}"), err
+    shown = f"{float(value):g}" if flag == "--service-multiple" else value  # 1e300: 1e+300
+    assert err.startswith(f"{PREFIX}{flag} {shown}"), err
     assert _tree(work) == {"keep.txt": b"a user's file\n"}
 
 

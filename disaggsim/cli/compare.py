@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     import textwrap
 
+    from disaggsim.config.bounds import MAX_REQUESTS, MAX_SERVICE_MULTIPLE
     from disaggsim.metrics.slo_model import slo_model_help
 
     text = (
@@ -56,14 +57,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="goodput runs measure at least N requests (default 1000; docs/metrics.md)",
+        help=(
+            f"goodput runs measure at least N requests, 1-{MAX_REQUESTS:,} (default 1000; "
+            "docs/metrics.md)"
+        ),
     )
     p.add_argument(
         "--service-multiple",
         type=float,
         default=None,
         metavar="M",
-        help="goodput runs measure at least M longest service times (default 10)",
+        help=(
+            "goodput runs measure at least M longest service times, > 0 and <= "
+            f"{MAX_SERVICE_MULTIPLE:g} (default 10)"
+        ),
     )
     p.add_argument("--out", type=Path, default=None, help="output folder (default results/compare)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -199,18 +206,13 @@ def run_length_rule(min_requests: int | None, service_multiple: float | None):
     import dataclasses
 
     from disaggsim.cli.common import check_run_length_flags
-    from disaggsim.errors import UserError
     from disaggsim.metrics.steady import RunLengthRule
 
     check_run_length_flags(min_requests, service_multiple)
     rule = RunLengthRule()
     if min_requests is not None:
-        if min_requests < 1:
-            raise UserError(f"--min-requests {min_requests}: must be an integer >= 1")
         rule = dataclasses.replace(rule, min_measured_requests=min_requests)
     if service_multiple is not None:
-        if not service_multiple > 0:
-            raise UserError(f"--service-multiple {service_multiple}: must be > 0")
         rule = dataclasses.replace(rule, service_multiple=service_multiple)
     return rule
 

@@ -121,6 +121,15 @@ TP = Field(
     maximum=MAX_TP,
 )
 BATCH = _int("batch", "sequences in the batch (over the whole worker)", maximum=MAX_BATCH_SEQS)
+PROMPT_TOKENS = _int(
+    "prompt_tokens", "prompt tokens of each sequence (per sequence, not the batch's)"
+)
+CONTEXT_TOKENS = _int(
+    "context_tokens",
+    "cached tokens per sequence, not the batch's total (that is batch x this; the "
+    "output's per_context_token_s and knee_context_tokens count the total)",
+    0,
+)
 LAYOUT = (
     Field(
         "dp", "int", "attention data-parallel ranks per worker (MoE models)", False, maximum=MAX_DP
@@ -128,7 +137,7 @@ LAYOUT = (
     Field(
         "ep",
         "int",
-        "expert-parallel degree (default: all GPUs when dp > 1, else 1)",
+        "expert-parallel degree, GPUs (default: all GPUs when dp > 1, else 1)",
         False,
         maximum=MAX_TP * MAX_DP,
     ),
@@ -144,10 +153,10 @@ LAYOUT = (
 )
 # MoE options: passed to the cost model only when given (a dense model refuses them)
 MOE_OPTS = (
-    Field("redundant_experts", "int", "EPLB redundant expert slots", False, minimum=0),
+    Field("redundant_experts", "int", "EPLB redundant expert slots (a count)", False, minimum=0),
     Field("routing", "choice", "token spread over experts", False, None, ROUTINGS),
-    _float("power_law_alpha", "power-law exponent with --routing power_law", 1e-9),
-    _float("imbalance_factor", "busiest EP rank's load over the mean", 1.0),
+    _float("power_law_alpha", "power-law exponent with --routing power_law (no unit)", 1e-9),
+    _float("imbalance_factor", "busiest EP rank's load over the mean (a ratio, >= 1)", 1.0),
     Field("all_to_all", "choice", "DeepEP mode", False, None, A2A_CHOICES),
     Field("two_batch_overlap", "bool", "overlap all-to-all with compute", False),
     Field("mla_prefill", "choice", "MLA prefill form", False, None, MLA_PREFILL_FORMS),
@@ -161,9 +170,9 @@ WORKER_OPTS = (
 WORKER_KEYS = ("model", "gpu", "tp", "weight_dtype", "kv_dtype", "engine", "attention_backend")
 PROFILE = Field("profile", "str", "hardware profile JSON (default: the shipped one)", False)
 SHAPE = (
-    _int("heads", "query heads (on this GPU)"),
-    _int("kv_heads", "KV heads (on this GPU)"),
-    _int("head_dim", "head dimension"),
+    _int("heads", "query heads (on this GPU, a count)"),
+    _int("kv_heads", "KV heads (on this GPU, a count)"),
+    _int("head_dim", "head dimension (elements per head)"),
 )
 
 
@@ -512,8 +521,13 @@ def _check_heads(v: dict[str, Any]) -> None:
 
 
 def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
-    """One decode-attention kernel, with each term of ``ops.decode_attention_time_s``:
-    ``time_s = fixed_s + per_sequence_s + memory_s``."""
+    """One decode-attention kernel, with the terms ``ops.decode_attention_time_s`` adds
+    (``time_form``): ``fixed_s`` (the floor, ``multi_floor_s`` on the multi-sequence GQA
+    path, and ``per_seq_s`` per sequence), ``items_s`` (per work item) and ``stream_s``
+    (the KV bytes at the kernel's bandwidth share) plus ``shortfall_s`` (a split-KV
+    kernel's few-item loss, ``ops.decode_split_shortfall_s``), overlapped by ``overlap``. A
+    multi-block wave kernel's time is the smallest of its lines, printed as
+    ``wave_lines`` instead of the terms."""
     _check_heads(v)
     gpu = get_gpu(v["gpu"])
     prof = _profile(v, gpu.id, cache)
@@ -522,8 +536,8 @@ def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
     elem = float(dtype_bytes(v["kv_dtype"]))
     kv_read = 2.0 * b * c * kh * d * elem
     share = float(ops.decode_attention_bw_scale(p, b, kh))
-    efficiency = p.bw_eff * share
-    return {
+    time_s = float(ops.decode_attention_time_s(prof.peaks, p, b, b * c, kh, d, elem))
+    out: dict[str, Any] = {
         "command": "op decode-attention",
         "gpu": gpu.id,
         "batch": b,
@@ -533,23 +547,46 @@ def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "head_dim": d,
         "kv_dtype": v["kv_dtype"],
         "profile_kind": prof.provenance.get("kind"),
-        "time_s": float(ops.decode_attention_time_s(prof.peaks, p, b, b * c, kh, d, elem)),
+        "time_s": time_s,
         "bound": "memory",
-        "efficiency": efficiency,  # share of peak HBM bandwidth: bw_eff × parallel share
         "bytes": kv_read,
         "roofline_s": kv_read / prof.peaks.hbm_bytes_per_s,
-        "fixed_s": float(ops.decode_attention_floor_s(p, b, kh)),
-        "per_sequence_s": p.per_seq_s * b + p.per_seq_kv_elem_s * b * kh * d,
-        "memory_s": kv_read / (prof.peaks.hbm_bytes_per_s * efficiency),
-        "floor_s": p.floor_s,
-        "multi_floor_s": p.multi_floor_s,
-        "per_seq_s": p.per_seq_s,
-        "per_seq_kv_elem_s": p.per_seq_kv_elem_s,
-        "bw_eff": p.bw_eff,
-        "parallel_share": share,
-        "par_half_sat": p.par_half_sat,
-        "split_fill_s": p.split_fill_s,
     }
+    if p.wave_sms > 0.0:
+        _, base, per = ops.decode_wave_lines(prof.peaks, p, b, kh, d, elem)
+        out["time_form"] = "min(wave_lines)"
+        out["wave_lines"] = [
+            {"base_s": float(b0), "per_context_token_s": float(k0)}
+            for b0, k0 in zip(base.ravel(), per.ravel(), strict=True)
+        ]
+    else:
+        work = ops.decode_work_heads(p, kh)
+        stream_s = kv_read * float(ops.decode_stream_seconds_per_byte(prof.peaks, p, b, kh))
+        if p.block_bytes_per_s > 0.0:  # masked MHA's resident blocks, as the kernel
+            hist = c - 1.0  # equal lengths: each sequence's cached tokens before this step
+            occ = float(ops.mmha_occupancy_seconds_per_byte(p, hist, b * work, 1.0))
+            stream_s = max(stream_s, kv_read * occ)
+        out.update(
+            time_form="fixed_s + max(items_s, stream_s + shortfall_s) + (1 - overlap) "
+            "* min(items_s, stream_s + shortfall_s)",
+            fixed_s=float(ops.decode_attention_floor_s(p, b, kh)) + p.per_seq_s * b,
+            items_s=float(ops.decode_item_seconds(p, b, work, kh, d)),
+            stream_s=stream_s,
+            shortfall_s=float(ops.decode_split_shortfall_s(p, stream_s, b, work)),
+            overlap=p.overlap,
+            efficiency=kv_read / (prof.peaks.hbm_bytes_per_s * stream_s) if stream_s else None,
+        )
+    out.update(
+        floor_s=p.floor_s,
+        multi_floor_s=p.multi_floor_s,
+        per_seq_s=p.per_seq_s,
+        per_seq_kv_elem_s=p.per_seq_kv_elem_s,
+        bw_eff=p.bw_eff,
+        parallel_share=share,
+        par_half_sat=p.par_half_sat,
+        split_fill_s=p.split_fill_s,
+    )
+    return out
 
 
 def _prefill_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
@@ -585,34 +622,26 @@ Query = Callable[[dict[str, Any], dict], dict[str, Any]]
 COMMANDS: dict[str, tuple[str, tuple[Field, ...], Query]] = {
     "prefill": (
         "time of one prefill batch of equal prompts",
-        (MODEL, GPU, TP, BATCH, _int("prompt_tokens", "prompt tokens per sequence"))
-        + LAYOUT
-        + WORKER_OPTS
-        + MOE_OPTS
-        + (PROFILE,),
+        (MODEL, GPU, TP, BATCH, PROMPT_TOKENS) + LAYOUT + WORKER_OPTS + MOE_OPTS + (PROFILE,),
         _prefill,
     ),
     "decode": (
         "time of one decode step",
-        (MODEL, GPU, TP, BATCH, _int("context_tokens", "cached tokens per sequence", 0))
-        + LAYOUT
-        + WORKER_OPTS
-        + MOE_OPTS
-        + (PROFILE,),
+        (MODEL, GPU, TP, BATCH, CONTEXT_TOKENS) + LAYOUT + WORKER_OPTS + MOE_OPTS + (PROFILE,),
         _decode,
     ),
     "kv": (
         "KV-cache bytes of a prompt and its transfer time over a link",
         (
             MODEL,
-            _int("tokens", "tokens of context", 0),
+            _int("tokens", "tokens of context of one request (its KV is sized for these)", 0),
             _choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"),
             _choice("link", LINK_CLASSES, "link class (without --path)", "nvlink"),
             Field("gpu", "choice", "GPU whose links to use", False, None, GPU_IDS),
-            _float("prefill_s", "prefill duration producing the KV, seconds (for exposed_s)"),
+            _float("prefill_s", "prefill duration producing the KV, s (for exposed_s)"),
             Field("overlap", "bool", "stream KV layer by layer during the prefill", False, False),
             Field("path", "choice", "place the workers: fabric model", False, None, KV_PATHS),
-            Field("tp", "int", "GPUs per worker, with --path", False, 1),
+            Field("tp", "int", "GPUs per worker (tensor-parallel degree), with --path", False, 1),
             _choice("host_staging", ("pinned", "pageable"), "staged host memory", "pinned"),
             _float("nic_gbit_per_s", "NIC Gb/s (1e9 bit/s) per NIC, with --path", 1e-9),
         ),
@@ -626,14 +655,14 @@ COMMANDS: dict[str, tuple[str, tuple[Field, ...], Query]] = {
     ),
     "op decode-attention": (
         "one decode-attention kernel",
-        (GPU, BATCH, _int("context_tokens", "cached tokens per sequence", 0))
+        (GPU, BATCH, CONTEXT_TOKENS)
         + SHAPE
         + (_choice("kv_dtype", KV_DTYPES, "KV-cache dtype", "bf16"), PROFILE),
         _decode_attention,
     ),
     "op prefill-attention": (
         "one causal prefill-attention kernel",
-        (GPU, BATCH, _int("prompt_tokens", "prompt tokens per sequence")) + SHAPE + (PROFILE,),
+        (GPU, BATCH, PROMPT_TOKENS) + SHAPE + (PROFILE,),
         _prefill_attention,
     ),
 }

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from disaggsim.cli.common import add_set_option, executor_args, resume_arg
-from disaggsim.config.bounds import MAX_NUMBER
+from disaggsim.config.bounds import MAX_NUMBER, MAX_REQUESTS, MAX_SERVICE_MULTIPLE
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -112,14 +112,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="goodput runs measure at least N requests (default 1000, quick 400; docs/metrics.md)",
+        help=(
+            f"goodput runs measure at least N requests, 1-{MAX_REQUESTS:,} (default 1000, quick 400; "
+            "docs/metrics.md)"
+        ),
     )
     p.add_argument(
         "--service-multiple",
         type=float,
         default=None,
         metavar="M",
-        help="goodput runs measure at least M longest service times (default 10, quick 5)",
+        help=(
+            "goodput runs measure at least M longest service times, > 0 and <= "
+            f"{MAX_SERVICE_MULTIPLE:g} (default 10, quick 5)"
+        ),
     )
     p.add_argument(
         "--fp8",

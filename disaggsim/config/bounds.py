@@ -37,6 +37,10 @@ MAX_TOKENS = 1_048_576
 ``cost`` token count)."""
 MAX_REQUESTS = 2_000_000
 """Requests of one run: the expected arrivals (rate × duration) and a trace's rows."""
+MAX_SERVICE_MULTIPLE = 1000.0
+"""``--service-multiple`` of compare and plan: a goodput run's window lasts at most this
+many longest service times (the default is 10; ``1e300`` passed and shrank every run to
+the MAX_REQUESTS one run may hold). ``--min-requests`` is at most MAX_REQUESTS."""
 MAX_DURATION_S = 30 * 86400.0
 """Simulated seconds: ``sim.duration_s`` and ``sim.max_drain_s`` (30 days each)."""
 MAX_EVENTS = 1_000_000

@@ -33,7 +33,13 @@ from typing import Any
 import numpy as np
 
 from disaggsim.catalog import get_gpu, get_model
-from disaggsim.config.bounds import MAX_GPUS, MAX_NUMBER, MAX_REQUESTS, MAX_WORKERS_PER_POOL
+from disaggsim.config.bounds import (
+    MAX_GPUS,
+    MAX_NUMBER,
+    MAX_REQUESTS,
+    MAX_SERVICE_MULTIPLE,
+    MAX_WORKERS_PER_POOL,
+)
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
 from disaggsim.metrics.steady import RunLengthRule
@@ -95,9 +101,6 @@ SEQS_RAISE = 4
 # candidates of each kind whose batch cap is raised (raise_caps): its best, and runners-up
 # explored within the exploration tolerance of it
 RAISE_PER_KIND = 2
-# ``--service-multiple`` at most: a window of this many longest service times (the
-# default is 10; 1e300 shrank every run to the 2,000,000 requests one run may hold)
-MAX_SERVICE_MULTIPLE = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
