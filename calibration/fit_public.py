@@ -1647,7 +1647,9 @@ def xqa_blocks_per_sequence(per_seq_tokens, items, sms: int) -> np.ndarray:
 
 def xqa_split_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
     """A diagnostic, not shipped: TensorRT-LLM's XQA decode rows (bf16 KV) under the shipped
-    split-KV form (few items pay a fixed time) and under XQA's own multi-block count (the
+    split-KV shortfall form (few items pay a fill time, never more than the share's loss;
+    the FlashAttention fits' form, XQA's own is the wave form) and under XQA's own
+    multi-block count (the
     bandwidth share over ``items × blocks`` thread blocks, blocks from the context per
     sequence: :func:`xqa_blocks_per_sequence`), in sample and fitted on ≤ 2048 tokens per
     sequence, tested on > 8192. The second is not affine in the context at a fixed batch."""
@@ -1673,7 +1675,7 @@ def xqa_split_fit(data_root: Path, gpu: str = "h100-sxm") -> pd.DataFrame:
     every = np.arange(len(ts))
     short, long_ = every[c / b <= 2048], every[c / b > 8192]
     rows = []
-    for name in ("split-KV fixed time (shipped form)", "XQA multi-block count"):
+    for name in ("split-KV shortfall (shipped FlashAttention form)", "XQA multi-block count"):
         for label, train, test in (("in sample", every, every), ("≤ 2048 → > 8192", short, long_)):
             if name.startswith("XQA"):
                 p, _ = fit_generic(count_form, ts[train], starts, lo, hi, held_out=False)
@@ -2144,7 +2146,7 @@ def main(argv: list[str] | None = None) -> int:
         "--xqa-split",
         metavar="GPU",
         choices=sorted(SMS),
-        help="only print TensorRT-LLM's XQA decode rows under the shipped split-KV form and "
+        help="only print TensorRT-LLM's XQA decode rows under the split-KV shortfall form and "
         "under XQA's own multi-block count, in sample and fitted on short contexts (a "
         "diagnostic: fits and writes nothing shipped)",
     )

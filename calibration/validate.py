@@ -687,12 +687,14 @@ KNOWN_LIMITS_MD = """## Where targets are missed, and why
   the A100 (7.3% → 7.7%, 6.6% → 7.6%), and TensorRT-LLM's fits lose 0.2-2.5 points (H100
   XQA bf16 14.6% → 15.7%, masked MHA FP8 14.8% → 17.3%): the fixed time stands for a split
   count that grows with the context. XQA's own count (`sqrt` rule and wave cap) as the
-  work items of the bandwidth share fits better on both counts (XQA bf16 in sample 11.3%
-  (H100) and 10.6% (A100), fitted on short contexts 17.0% and 15.4%; `python -m
-  calibration.fit_public --data ../shared/data --xqa-split GPU`) but makes a step
-  non-affine in the context at a fixed batch (piecewise affine: the count changes at
-  discrete tokens per sequence), which the engine's closed-form decode runs rely on, so it
-  was not shipped. Since 2026-12-03 XQA is fitted as a multi-block wave kernel (the rule's
+  work items of the bandwidth share fitted better than that first split form, but not
+  better than its successor, the split fill as a shortfall of the stream (2026-12-04; XQA
+  bf16, count against shortfall: in sample 11.3% / 11.1% (H100) and 10.4% / 9.9% (A100);
+  fitted on short contexts 17.0% / 10.1% and 27.9% / 29.0%, 90th percentile 37.8% / 94.0%
+  on the A100; `python -m calibration.fit_public --data ../shared/data --xqa-split GPU`),
+  and it makes a step non-affine in the context at a fixed batch (piecewise affine: the
+  count changes at discrete tokens per sequence), which the engine's closed-form decode
+  runs rely on, so it was not shipped. Since 2026-12-03 XQA is fitted as a multi-block wave kernel (the rule's
   count, whole waves of thread blocks over the SMs, the smallest of one line per count;
   docs/costmodel.md, "XQA's multi-block waves") and the engine ends a decode run where the
   smallest line changes: the XQA context rows above are that form (before: H100 22.0%, A100

@@ -1,7 +1,7 @@
 """The fit_public diagnostics docs/validation.md quotes reproduce their documented
 ordering: SGLang's whole FP8 dispatch table (the shipped ``sglang-fp8`` kernel's form)
-beats the smooth GEMM form on its rows, XQA's own multi-block count (not shipped) beats the
-shipped split-KV form on the XQA rows, in sample and fitted on short contexts, the
+beats the smooth GEMM form on its rows, the split-KV shortfall form beats XQA's own multi-block count
+(not shipped) on the H100's XQA rows in sample and fitted on short contexts, the
 A100's masked MHA streams a few long sequences slower than many short ones, and the
 per-batch ratios of its context extrapolation under both decode forms."""
 
@@ -34,12 +34,14 @@ def test_sglang_fp8_dispatch_table_beats_the_smooth_form() -> None:
     assert every.loc["dispatch table", "p90_ape"] < every.loc["smooth form", "p90_ape"]
 
 
-def test_xqa_block_count_beats_the_fixed_time_form() -> None:
+def test_split_kv_shortfall_form_beats_the_xqa_block_count() -> None:
+    # documented (docs/costmodel.md, "Split-KV decode kernels"): count against shortfall,
+    # in sample 11.3% / 11.1%, fitted on <= 2048 tokens and tested on > 8192, 17.0% / 10.1%
     t = xqa_split_fit(DATA, "h100-sxm").set_index(["form", "rows"])
-    for rows in ("in sample", "≤ 2048 → > 8192"):
+    for rows, margin in (("in sample", 0.0), ("≤ 2048 → > 8192", 0.03)):
         count = t.loc[("XQA multi-block count", rows), "median_ape"]
-        shipped = t.loc[("split-KV fixed time (shipped form)", rows), "median_ape"]
-        assert count < shipped
+        shortfall = t.loc[("split-KV shortfall (shipped FlashAttention form)", rows), "median_ape"]
+        assert shortfall + margin < count
 
 
 def test_a100_masked_mha_streams_few_long_sequences_slower() -> None:
