@@ -11,7 +11,13 @@ import pytest
 from disaggsim.config.loader import load_scenario
 from disaggsim.plan import PlanOptions, plan, search
 from disaggsim.plan.report import recommended_scenario, write_outputs
-from disaggsim.plan.search import seqs_fixed, seqs_ladder
+from disaggsim.plan.search import (
+    Candidate,
+    candidate_pools,
+    candidate_scenario,
+    seqs_fixed,
+    seqs_ladder,
+)
 from disaggsim.sweep import SerialExecutor
 from tests.plan_fakes import fake_run_points
 
@@ -145,3 +151,24 @@ def test_a_runner_up_within_the_tolerance_climbs_its_own_ladder(monkeypatch):
     assert rec is not None and rec.candidate.kind == "colocate_chunked"
     assert (rec.candidate.chunk_tokens, rec.candidate.max_batch_seqs) == (1024, 512)
     assert rec.goodput_per_gpu_per_s == pytest.approx(12.0, rel=0.03)
+
+
+def test_a_raised_decode_cap_raises_the_decode_budget_with_it():
+    """A colocated question of 256-token chunks: a disaggregated candidate's decode pool
+    inherits that budget, and at a raised cap of 512 sequences (per rank) it must be at
+    least 512 tokens, or vLLM (and the scenario check) refuses the pool and the candidate
+    is lost; the prefill pool and the colocated candidates keep their own budgets."""
+    small = {**LONG_REPLIES, "pool": {**LONG_REPLIES["pool"], "max_batch_tokens": 256}}
+    loaded = load_scenario(small)
+    for dp in (1, 2):
+        cand = Candidate("disaggregate", 1, 1, 1, 1, decode_dp=dp, max_batch_seqs=512)
+        pools = candidate_pools(loaded, cand)
+        assert pools["decode_pool"]["max_batch_seqs"] == 512 * dp
+        assert pools["decode_pool"]["max_batch_tokens"] == 512 * dp
+        assert pools["prefill_pool"]["max_batch_tokens"] == 8192  # whole prompts
+        sc = load_scenario(candidate_scenario(loaded, cand)).scenario  # accepted
+        assert sc.decode_pool is not None and sc.decode_pool.max_batch_tokens == 512 * dp
+    at_own_cap = candidate_pools(loaded, Candidate("disaggregate", 1, 1, 1, 1))
+    assert at_own_cap["decode_pool"]["max_batch_tokens"] == 256  # the cap does not exceed it
+    chunked = Candidate("colocate_chunked", 2, 1, chunk_tokens=256, max_batch_seqs=512)
+    assert candidate_pools(loaded, chunked)["pool"]["max_batch_tokens"] == 256

@@ -620,9 +620,14 @@ def candidate_pools(loaded: LoadedScenario, cand: Candidate) -> dict[str, dict]:
     pre["max_batch_tokens"] = max(pre["max_batch_tokens"], largest_prompt_tokens(loaded) or 0)
     dep = cand.deployment()
     if cand.kind == "disaggregate":
+        decode = {**_per_worker(dec, cand.decode_layout), **dep["decode_pool"]}
+        # a decode step forwards one token per running sequence: vLLM refuses a budget
+        # below the batch cap, so a raised cap raises the decode pool's budget with it
+        # (inherited from a colocated chunk it would stay below, and the candidate lost)
+        decode["max_batch_tokens"] = max(decode["max_batch_tokens"], decode["max_batch_seqs"])
         return {
             "prefill_pool": {**_per_worker(pre, cand.prefill_layout), **dep["prefill_pool"]},
-            "decode_pool": {**_per_worker(dec, cand.decode_layout), **dep["decode_pool"]},
+            "decode_pool": decode,
         }
     base = _pool_base(s.pool) if s.pool is not None else dict(dec)
     if cand.kind == "colocate_vllm":
