@@ -202,6 +202,21 @@ def test_the_edges_of_a_run_length_rule_are_accepted():
     assert rule.min_measured_requests == 1
 
 
+def test_compare_and_plan_shorten_the_warmup_with_the_window():
+    """--service-multiple below the default warm-up (3 service times) shortens the warm-up
+    to it in compare as in plan (compare kept 3 and ran a 1-service-time window after a
+    3-service-time warm-up); above it the warm-up stays at 3."""
+    from disaggsim.cli.compare import run_length_rule
+    from disaggsim.plan import PlanOptions
+
+    for m, warm in ((1.0, 1.0), (0.5, 0.5), (20.0, 3.0)):
+        rule = run_length_rule(None, m)
+        assert (rule.service_multiple, rule.warmup_service_multiple) == (m, warm)
+        opts = PlanOptions().with_run_length(None, m)
+        assert (opts.rule.service_multiple, opts.rule.warmup_service_multiple) == (m, warm)
+    assert run_length_rule(None, None) == RunLengthRule()
+
+
 def test_service_time_and_drain_by_hand():
     costs = {"colocated": ConstantCost(prefill_base_s=0.5, decode_base_s=0.02)}
     assert service_time_s(costs, 100, 11) == pytest.approx(0.5 + 10 * 0.02)

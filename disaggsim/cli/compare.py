@@ -213,7 +213,7 @@ def run_length_rule(min_requests: int | None, service_multiple: float | None):
     if min_requests is not None:
         rule = dataclasses.replace(rule, min_measured_requests=min_requests)
     if service_multiple is not None:
-        rule = dataclasses.replace(rule, service_multiple=service_multiple)
+        rule = rule.with_service_multiple(service_multiple)  # the warm-up too, as plan's
     return rule
 
 

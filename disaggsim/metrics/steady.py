@@ -25,6 +25,7 @@ This module is pure: numpy and scipy over the per-request frame, no simulation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -286,6 +287,16 @@ class RunLengthRule:
             x = getattr(self, field)
             if not _finite_number(x) or not ok(float(x)):
                 _refuse(field, what, x)
+
+    def with_service_multiple(self, service_multiple: float) -> RunLengthRule:
+        """This rule with its window lasting ``service_multiple`` longest service times and
+        its warm-up no longer than that (a window shortened below the default warm-up's 3
+        service times keeps a warm-up of its own length, not a longer one)."""
+        return dataclasses.replace(
+            self,
+            service_multiple=service_multiple,
+            warmup_service_multiple=min(self.warmup_service_multiple, service_multiple),
+        )
 
 
 def _finite_number(x: object) -> bool:

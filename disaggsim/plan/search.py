@@ -189,22 +189,10 @@ class PlanOptions:
                     f"--service-multiple {service_multiple:g}: must be a number > 0 and at "
                     f"most {MAX_SERVICE_MULTIPLE:g} (longest service times a run's window lasts)"
                 )
-            rule = dataclasses.replace(
-                rule,
-                service_multiple=service_multiple,
-                warmup_service_multiple=min(rule.warmup_service_multiple, service_multiple),
-            )
-            full = dataclasses.replace(
-                full,
-                service_multiple=service_multiple,
-                warmup_service_multiple=min(full.warmup_service_multiple, service_multiple),
-            )
+            rule = rule.with_service_multiple(service_multiple)
+            full = full.with_service_multiple(service_multiple)
             m = min(explore.service_multiple, service_multiple)
-            explore = dataclasses.replace(
-                explore,
-                service_multiple=m,
-                warmup_service_multiple=min(explore.warmup_service_multiple, m),
-            )
+            explore = explore.with_service_multiple(m)
         return dataclasses.replace(self, rule=rule, explore_rule=explore, full_rule=full)
 
     def full_accuracy(self) -> PlanOptions:
