@@ -195,6 +195,29 @@ def test_op_decode_attention_reports_every_term(capsys, tmp_path):
     assert one["parallel_share"] == pytest.approx(8 / 24)
 
 
+def test_op_decode_attention_takes_the_query_heads_per_kv_head_from_heads(capsys, tmp_path):
+    """A grouped kernel's group rate and query-head work follow --heads / --kv-heads, as
+    the step model runs them (the probe passed one query head per KV head whatever
+    --heads said): group rate 1e12 B/s, 8 query heads a KV head, so every KV byte costs
+    8e-12 s (above the 1 / (3.35e12 x 0.7) bandwidth), and 1e-12 s per query-head
+    element adds 4 x 64 x 128 of them."""
+    path = write_fixed_h100(tmp_path)
+    prof = json.loads(path.read_text())
+    prof["ops"]["decode_attention"]["bf16"].update(group_bytes_per_s=1e12, per_q_elem_s=1e-12)
+    path.write_text(json.dumps(prof))
+    argv = "cost op decode-attention --gpu h100-sxm --batch 4 --context-tokens 4096 --kv-heads 8 --head-dim 128 --profile".split()
+    (mha,) = _run(capsys, [*argv, str(path), "--heads", "8"])
+    (gqa,) = _run(capsys, [*argv, str(path), "--heads", "64"])
+    kv = 2 * 4 * 4096 * 8 * 128 * 2
+    assert (mha["q_per_kv"], gqa["q_per_kv"]) == (1.0, 8.0)
+    assert gqa["stream_s"] == pytest.approx(kv * 8 / 1e12)
+    assert mha["stream_s"] == pytest.approx(kv * 1 / 1e12)
+    assert gqa["items_s"] == pytest.approx(1e-12 * 4 * 64 * 128)
+    assert mha["items_s"] == pytest.approx(1e-12 * 4 * 8 * 128)
+    for r in (mha, gqa):
+        assert r["time_s"] == pytest.approx(r["fixed_s"] + r["items_s"] + r["stream_s"])
+
+
 @pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm"])
 def test_op_decode_attention_terms_rebuild_a_split_kv_kernels_time(capsys, gpu):
     """The shipped profiles' FlashAttention decode is split-KV (overlap 1): its few-item

@@ -536,7 +536,16 @@ def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
     elem = float(dtype_bytes(v["kv_dtype"]))
     kv_read = 2.0 * b * c * kh * d * elem
     share = float(ops.decode_attention_bw_scale(p, b, kh))
-    time_s = float(ops.decode_attention_time_s(prof.peaks, p, b, b * c, kh, d, elem))
+    # query heads per KV head: a grouped kernel's group rate and query-head work; a kernel
+    # fitted per query head (reread_bytes_per_s > 0) reads each KV head once per query
+    # head, as the step model runs it (costmodel/step.py)
+    q = float(v["heads"] // kh)
+    group = q if p.reread_bytes_per_s > 0.0 else 1.0
+    time_s = float(
+        ops.decode_attention_time_s(
+            prof.peaks, p, b, b * c, kh, d, elem, reread_group=group, q_per_kv=q
+        )
+    )
     out: dict[str, Any] = {
         "command": "op decode-attention",
         "gpu": gpu.id,
@@ -546,6 +555,8 @@ def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "kv_heads": kh,
         "head_dim": d,
         "kv_dtype": v["kv_dtype"],
+        "q_per_kv": q,
+        "reread_group": group,
         "profile_kind": prof.provenance.get("kind"),
         "time_s": time_s,
         "bound": "memory",
@@ -553,24 +564,26 @@ def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
         "roofline_s": kv_read / prof.peaks.hbm_bytes_per_s,
     }
     if p.wave_sms > 0.0:
-        _, base, per = ops.decode_wave_lines(prof.peaks, p, b, kh, d, elem)
+        _, base, per = ops.decode_wave_lines(prof.peaks, p, b, kh, d, elem, q)
         out["time_form"] = "min(wave_lines)"
         out["wave_lines"] = [
             {"base_s": float(b0), "per_context_token_s": float(k0)}
             for b0, k0 in zip(base.ravel(), per.ravel(), strict=True)
         ]
     else:
-        work = ops.decode_work_heads(p, kh)
-        stream_s = kv_read * float(ops.decode_stream_seconds_per_byte(prof.peaks, p, b, kh))
+        work = ops.decode_work_heads(p, kh, group)
+        stream_s = kv_read * float(
+            ops.decode_stream_seconds_per_byte(prof.peaks, p, b, kh, group, 0.0, q)
+        )
         if p.block_bytes_per_s > 0.0:  # masked MHA's resident blocks, as the kernel
             hist = c - 1.0  # equal lengths: each sequence's cached tokens before this step
-            occ = float(ops.mmha_occupancy_seconds_per_byte(p, hist, b * work, 1.0))
+            occ = float(ops.mmha_occupancy_seconds_per_byte(p, hist, b * work, group))
             stream_s = max(stream_s, kv_read * occ)
         out.update(
             time_form="fixed_s + max(items_s, stream_s + shortfall_s) + (1 - overlap) "
             "* min(items_s, stream_s + shortfall_s)",
             fixed_s=float(ops.decode_attention_floor_s(p, b, kh)) + p.per_seq_s * b,
-            items_s=float(ops.decode_item_seconds(p, b, work, kh, d)),
+            items_s=float(ops.decode_item_seconds(p, b, work, kh, d, q)),
             stream_s=stream_s,
             shortfall_s=float(ops.decode_split_shortfall_s(p, stream_s, b, work)),
             overlap=p.overlap,
