@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from disaggsim.autoscale.config import Role
     from disaggsim.config.loader import LoadedScenario
     from disaggsim.config.scenario import PoolConfig, Scenario
-    from disaggsim.workload.config import LengthDistribution
     from disaggsim.workload.requests import Requests
 
 __all__ = [
@@ -153,27 +152,6 @@ def check_prefill_budget(scenario: Scenario, requests: Requests, label: str = "<
         raise UserError(f"{label}: {problem}")
 
 
-def _dist_max(dist: LengthDistribution) -> int | None:
-    """The largest value ``dist`` can draw (None: unbounded)."""
-    from disaggsim.workload.config import (
-        EmpiricalLengths,
-        FixedLengths,
-        LognormalLengths,
-        UniformLengths,
-    )
-
-    match dist:
-        case FixedLengths(value=v):
-            return v
-        case UniformLengths(high=hi):
-            return hi
-        case LognormalLengths(max=hi):
-            return hi
-        case EmpiricalLengths(quantiles=points):
-            return max(int(np.rint(points[-1][1])), 1)
-    return None
-
-
 def largest_prompt_tokens(loaded: LoadedScenario) -> int:
     """The longest prompt the scenario's workload can produce at any rate and duration
     that the engine would admit (at most the model's context minus one token; the
@@ -190,7 +168,7 @@ def largest_prompt_tokens(loaded: LoadedScenario) -> int:
             dists = [w.prompt_tokens]
             if w.mix_shift is not None and w.mix_shift.prompt_tokens is not None:
                 dists.append(w.mix_shift.prompt_tokens)
-            ends = [_dist_max(d) for d in dists]
+            ends = [d.largest for d in dists]
             bound = None if any(e is None for e in ends) else max(e for e in ends if e)
         case PresetWorkload():
             bound = max(int(np.rint(load_preset(w.preset).prompt_tokens_quantiles[-1][1])), 1)

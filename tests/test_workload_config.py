@@ -171,3 +171,23 @@ def test_docs_yaml_examples_validate_and_generate() -> None:
         r = generate_requests(cfg, duration_s=60, seed=0)
         assert len(r) > 0 and math.isfinite(r.arrival_s[-1])
     assert kinds == {"synthetic", "preset", "trace", "sessions"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "smallest", "largest"),
+    [
+        ({"dist": "fixed", "value": 128}, 128, 128),
+        ({"dist": "uniform", "low": 5, "high": 900}, 5, 900),
+        ({"dist": "lognormal", "median": 500, "sigma": 1.0, "min": 3, "max": 4000}, 3, 4000),
+        ({"dist": "lognormal", "median": 500, "sigma": 1.0}, 1, None),  # no upper clip
+        ({"dist": "empirical", "quantiles": [[0, 2.5], [0.5, 40], [1, 8191.6]]}, 2, 8192),
+        ({"dist": "empirical", "quantiles": [[0, 1.2], [1, 3.5]]}, 1, 4),
+    ],
+)
+def test_a_length_distribution_knows_the_lengths_it_can_draw(spec, smallest, largest) -> None:
+    """The ends a draw can take (validity's longest prompt, autoscale notes' shortest):
+    empirical values round as a draw does (to the nearest integer, ties to even)."""
+    from disaggsim.workload.config import LengthDistribution
+
+    d = TypeAdapter(LengthDistribution).validate_python(spec)
+    assert (d.smallest, d.largest) == (smallest, largest)

@@ -21,32 +21,10 @@ import numpy as np
 
 if TYPE_CHECKING:
     from disaggsim.config.loader import LoadedScenario
-    from disaggsim.workload.config import LengthDistribution
 
 __all__ = ["occupancy_notes", "seat_ceiling", "shortest_prompt_tokens"]
 
 _ADVICE = "use policy slo, or a queue signal (docs/autoscaling.md)"
-
-
-def _dist_min(dist: LengthDistribution) -> int:
-    """The smallest value ``dist`` can draw."""
-    from disaggsim.workload.config import (
-        EmpiricalLengths,
-        FixedLengths,
-        LognormalLengths,
-        UniformLengths,
-    )
-
-    match dist:
-        case FixedLengths(value=v):
-            return v
-        case UniformLengths(low=lo):
-            return lo
-        case LognormalLengths(min=lo):
-            return lo
-        case EmpiricalLengths(quantiles=points):
-            return max(int(np.rint(points[0][1])), 1)
-    raise TypeError(f"unknown length distribution {type(dist).__name__}")
 
 
 def shortest_prompt_tokens(loaded: LoadedScenario) -> int | None:
@@ -63,7 +41,7 @@ def shortest_prompt_tokens(loaded: LoadedScenario) -> int | None:
             dists = [w.prompt_tokens]
             if w.mix_shift is not None and w.mix_shift.prompt_tokens is not None:
                 dists.append(w.mix_shift.prompt_tokens)
-            return min(_dist_min(d) for d in dists)
+            return min(d.smallest for d in dists)
         case PresetWorkload():
             low = max(int(np.rint(load_preset(w.preset).prompt_tokens_quantiles[0][1])), 1)
             return low if w.max_prompt_tokens is None else min(low, w.max_prompt_tokens)

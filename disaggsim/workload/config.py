@@ -51,6 +51,16 @@ class FixedLengths(ConfigModel):
     dist: Literal["fixed"]
     value: TokenCount
 
+    @property
+    def smallest(self) -> int:
+        """The smallest length a draw can take."""
+        return self.value
+
+    @property
+    def largest(self) -> int | None:
+        """The largest length a draw can take (None: unbounded)."""
+        return self.value
+
 
 class UniformLengths(ConfigModel):
     """Integers uniform on ``[low, high]``, both ends included."""
@@ -58,6 +68,14 @@ class UniformLengths(ConfigModel):
     dist: Literal["uniform"]
     low: TokenCount
     high: TokenCount
+
+    @property
+    def smallest(self) -> int:
+        return self.low
+
+    @property
+    def largest(self) -> int | None:
+        return self.high
 
     @model_validator(mode="after")
     def _low_le_high(self) -> UniformLengths:
@@ -75,6 +93,14 @@ class LognormalLengths(ConfigModel):
     sigma: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     min: TokenCount = 1
     max: TokenCount | None = None
+
+    @property
+    def smallest(self) -> int:
+        return self.min
+
+    @property
+    def largest(self) -> int | None:
+        return self.max
 
     @model_validator(mode="after")
     def _min_le_max(self) -> LognormalLengths:
@@ -99,6 +125,14 @@ class EmpiricalLengths(ConfigModel):
 
     dist: Literal["empirical"]
     quantiles: tuple[tuple[float, float], ...] = Field(min_length=2, max_length=10_000)
+
+    @property
+    def smallest(self) -> int:
+        return max(int(round(self.quantiles[0][1])), 1)
+
+    @property
+    def largest(self) -> int | None:
+        return max(int(round(self.quantiles[-1][1])), 1)
 
     @model_validator(mode="after")
     def _check_quantiles(self) -> EmpiricalLengths:
