@@ -172,25 +172,3 @@ def executor(args: argparse.Namespace):
         for name in ("distributed", "distributed.client"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     return ex
-
-
-def check_run_length_flags(min_requests: int | None, service_multiple: float | None) -> None:
-    """``--min-requests`` / ``--service-multiple`` of compare and plan, before any run:
-    1 <= N <= MAX_REQUESTS (the requests one run may hold) and 0 < M <=
-    MAX_SERVICE_MULTIPLE, the ranges ``PlanOptions.with_run_length`` holds (both from
-    ``config/bounds.py``). An infinite multiple made every run's length NaN, reported as
-    the scenario's sim.duration_s; a floor beyond the bound, or a multiple like 1e300,
-    was shrunk to it: runs of 2,000,000 requests."""
-    from disaggsim.config.bounds import MAX_REQUESTS, MAX_SERVICE_MULTIPLE
-
-    if min_requests is not None and not 1 <= min_requests <= MAX_REQUESTS:
-        raise UserError(
-            f"--min-requests {min_requests}: must be an integer >= 1 and at most "
-            f"{MAX_REQUESTS:,} (the requests one run may hold, docs/safety.md)"
-        )
-    if service_multiple is not None and not 0 < service_multiple <= MAX_SERVICE_MULTIPLE:
-        raise UserError(
-            f"--service-multiple {service_multiple:g}: must be a number > 0 and at most "
-            f"{MAX_SERVICE_MULTIPLE:g} (longest service times a run's window lasts, "
-            "docs/safety.md)"
-        )

@@ -205,8 +205,7 @@ def run_length_rule(min_requests: int | None, service_multiple: float | None):
     """The goodput run-length rule with the CLI's overrides (one-line errors)."""
     import dataclasses
 
-    from disaggsim.cli.common import check_run_length_flags
-    from disaggsim.metrics.steady import RunLengthRule
+    from disaggsim.metrics.steady import RunLengthRule, check_run_length_flags
 
     check_run_length_flags(min_requests, service_multiple)
     rule = RunLengthRule()

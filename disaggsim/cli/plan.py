@@ -191,16 +191,11 @@ def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from disaggsim.cli.common import (
-        check_run_length_flags,
-        executor,
-        kept_line,
-        printing_after,
-        progress,
-    )
+    from disaggsim.cli.common import executor, kept_line, printing_after, progress
     from disaggsim.config.loader import load_scenario
     from disaggsim.errors import UserError, note_kept
     from disaggsim.metrics.slo_model import slo_model_lines
+    from disaggsim.metrics.steady import check_run_length_flags
     from disaggsim.output import hold_folder, out_flag
     from disaggsim.plan import PlanOptions, plan
     from disaggsim.plan.advisor import fabric_name

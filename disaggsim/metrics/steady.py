@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from disaggsim.config.bounds import MAX_DURATION_S, MAX_REQUESTS
+from disaggsim.config.bounds import MAX_DURATION_S, MAX_REQUESTS, MAX_SERVICE_MULTIPLE
 from disaggsim.costmodel.interface import WorkerCost, decode_step_time_s
 from disaggsim.errors import UserError
 
@@ -296,6 +296,26 @@ class RunLengthRule:
             self,
             service_multiple=service_multiple,
             warmup_service_multiple=min(self.warmup_service_multiple, service_multiple),
+        )
+
+
+def check_run_length_flags(min_requests: int | None, service_multiple: float | None) -> None:
+    """``--min-requests`` / ``--service-multiple`` of compare and plan, before any run:
+    1 <= N <= MAX_REQUESTS (the requests one run may hold) and 0 < M <=
+    MAX_SERVICE_MULTIPLE, the ranges ``PlanOptions.with_run_length`` holds too (both from
+    ``config/bounds.py``). An infinite multiple made every run's length NaN, reported as
+    the scenario's sim.duration_s; a floor beyond the bound, or a multiple like 1e300,
+    was shrunk to it: runs of 2,000,000 requests."""
+    if min_requests is not None and not 1 <= min_requests <= MAX_REQUESTS:
+        raise UserError(
+            f"--min-requests {min_requests}: must be an integer >= 1 and at most "
+            f"{MAX_REQUESTS:,} (the requests one run may hold, docs/safety.md)"
+        )
+    if service_multiple is not None and not 0 < service_multiple <= MAX_SERVICE_MULTIPLE:
+        raise UserError(
+            f"--service-multiple {service_multiple:g}: must be a number > 0 and at most "
+            f"{MAX_SERVICE_MULTIPLE:g} (longest service times a run's window lasts, "
+            "docs/safety.md)"
         )
 
 

@@ -36,13 +36,11 @@ from disaggsim.catalog import get_gpu, get_model
 from disaggsim.config.bounds import (
     MAX_GPUS,
     MAX_NUMBER,
-    MAX_REQUESTS,
-    MAX_SERVICE_MULTIPLE,
     MAX_WORKERS_PER_POOL,
 )
 from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
-from disaggsim.metrics.steady import RunLengthRule
+from disaggsim.metrics.steady import RunLengthRule, check_run_length_flags
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.plan.analytic import (
     AnalyticGuess,
@@ -173,22 +171,13 @@ class PlanOptions:
         requests``, ``--service-multiple``): the confirmed goodputs use them, the
         exploration at most them."""
         rule, explore, full = self.rule, self.explore_rule, self.full_rule
+        check_run_length_flags(min_requests, service_multiple)
         if min_requests is not None:
-            if not 1 <= min_requests <= MAX_REQUESTS:
-                raise UserError(
-                    f"--min-requests {min_requests}: must be an integer >= 1 and at most "
-                    f"{MAX_REQUESTS:,} (the requests one run may hold, docs/safety.md)"
-                )
             rule = dataclasses.replace(rule, min_measured_requests=min_requests)
             full = dataclasses.replace(full, min_measured_requests=min_requests)
             n = min(explore.min_measured_requests, min_requests)
             explore = dataclasses.replace(explore, min_measured_requests=n)
         if service_multiple is not None:
-            if not 0 < service_multiple <= MAX_SERVICE_MULTIPLE:
-                raise UserError(
-                    f"--service-multiple {service_multiple:g}: must be a number > 0 and at "
-                    f"most {MAX_SERVICE_MULTIPLE:g} (longest service times a run's window lasts)"
-                )
             rule = rule.with_service_multiple(service_multiple)
             full = full.with_service_multiple(service_multiple)
             m = min(explore.service_multiple, service_multiple)
