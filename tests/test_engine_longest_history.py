@@ -190,3 +190,66 @@ def test_heap_stays_within_twice_the_batch() -> None:
     assert raw.log.finish_at_s[0] > raw.log.finish_at_s[1:].max()  # it outlived them all
     dec = cluster.decode_workers[0]
     assert dec._longest is not None and len(dec._longest) <= 2 * dec.max_batch_seqs + 64
+
+
+class _Roomy:
+    """``cost``'s step times with room for every request's KV."""
+
+    def __init__(self, cost) -> None:
+        self._cost = cost
+        self.kv_capacity_tokens = 10**9
+
+    def __getattr__(self, name: str):
+        return getattr(self._cost, name)
+
+
+MOE_DP = {
+    # FlashAttention's split-KV lines (decode_min_coeffs), 8 ranks
+    "qwen3-235b-dp8": {"model": "qwen3-235b-a22b", "gpu": "h100-sxm", "tp": 1, "dp": 8},
+    # MLA, one line, 2 ranks of TP 8
+    "deepseek-v3-dp2": {
+        "model": "deepseek-v3",
+        "gpu": "h200-sxm",
+        "tp": 8,
+        "dp": 2,
+        "weight_dtype": "fp8-block",
+    },
+    # an eager engine: the launches' constant line (decode_item_coeffs), 2 ranks
+    "qwen3-30b-dp2-eager": {
+        "model": "qwen3-30b-a3b",
+        "gpu": "h100-sxm",
+        "tp": 1,
+        "dp": 2,
+        "engine": "vllm-eager-2023",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOE_DP))
+def test_moe_data_parallel_runs_follow_the_longest_sequence_step_by_step(name: str) -> None:
+    """An MoE worker with attention DP takes its decode lines at max(C, u C + v L)
+    (``decode_longest_context_coeffs``: the busiest rank holds the longest sequence
+    whole). Long and short sequences join and leave mid-run; on 2 ranks 4 sequences of
+    1,000 and 3 × 663 tokens start with the longest term 5 tokens above C and C catching up
+    10 steps later (u = 0.5, v = 1.5): the closed-form runs, cut there, give every token
+    time of the step-by-step sum."""
+    from disaggsim.costmodel.moe import build_moe_worker_cost
+
+    w = build_moe_worker_cost(**MOE_DP[name])
+    u, v = w.decode_longest_context_coeffs(4)
+    if w.dp == 2:
+        assert (u, v) == pytest.approx((0.5, 1.5))
+    cost = _Roomy(w)
+    reqs = Requests(
+        arrival_s=np.array([0.0, 0.0, 0.0, 0.0, 0.3, 0.5, 0.9, 1.2]),
+        prompt_tokens=np.array([999, 662, 662, 662, 30_000, 40, 5, 12_000]),
+        output_tokens=np.array([60, 40, 45, 50, 30, 80, 70, 25]),
+    )
+    raw = _disaggregated(cost, reqs, seqs=16)
+    kv_at = raw.log.first_token_at_s.tolist()
+    ref = _reference(kv_at, reqs.prompt_tokens.tolist(), reqs.output_tokens.tolist(), cost)
+    for rid in range(len(reqs)):
+        np.testing.assert_allclose(token_times(raw, rid), ref[rid], rtol=1e-12, atol=1e-9)
+    # the mean would say less where the kernels outlast the launches: the rule is at work
+    ctxs = [200_000, 663, 663, 663]
+    assert decode_step_time_s(w, 4, sum(ctxs), 199_999) > decode_step_time_s(w, 4, sum(ctxs))

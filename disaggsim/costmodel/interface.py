@@ -34,6 +34,14 @@ copy of the weights) for the time of one forward pass. Three shapes of iteration
   is the cached tokens of the batch's longest decoding sequence (None: sequences of equal
   length), for a model with ``decode_longest_coeffs``; a model without them ignores it.
 
+A cost model whose decode step is set by a part that holds whole sequences (attention
+data parallelism: each DP rank holds its sequences whole, and the busiest one holds at
+least the longest) may offer ``decode_longest_context_coeffs(batch)``, ``(u, v)``: its
+decode lines are then taken at ``max(C, u × C + v × L)`` instead of ``C``, ``L`` the
+longest sequence's context (its cached tokens + 1). The engine keeps the longest
+sequence for such a model too and cuts a run where the larger of the two changes (at most
+once a run: ``u × b + v <= b``, the second grows no faster than C).
+
 :class:`disaggsim.costmodel.testing.ConstantCost` is the constant-time test double.
 """
 
@@ -108,7 +116,17 @@ def decode_step_time_s(
     where the cost model has one and it is larger (short contexts). A stream line that
     changes with the tokens per sequence is the one of the batch's longest sequence
     (``longest_history_tokens`` cached tokens, with ``decode_longest_coeffs``), or, None,
-    of sequences of equal length (the context interval holding C)."""
+    of sequences of equal length (the context interval holding C). A cost model whose
+    busiest part holds the longest sequence whole (attention data parallelism:
+    ``decode_longest_context_coeffs(batch)``, ``(u, v)``) takes every line at
+    ``max(C, u × C + v × L)``, ``L`` the longest sequence's context
+    (``longest_history_tokens`` + 1)."""
+    widen = getattr(cost, "decode_longest_context_coeffs", None)
+    if longest_history_tokens is not None and widen is not None:
+        u, v = widen(batch)
+        context_tokens = max(
+            context_tokens, u * context_tokens + v * (longest_history_tokens + 1.0)
+        )
     base, per_token = cost.decode_coeffs(batch)
     longest = getattr(cost, "decode_longest_coeffs", None)
     intervals = getattr(cost, "decode_interval_coeffs", None)

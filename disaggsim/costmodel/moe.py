@@ -129,6 +129,12 @@ _ELEM = {
 }
 
 
+def _longest_context(history_tokens: float | None) -> float | None:
+    """The longest decoding sequence's context (what its step reads: its cached tokens and
+    the token the step adds) from its cached tokens (None: equal lengths)."""
+    return None if history_tokens is None else float(history_tokens) + 1.0
+
+
 def _vmin(a: Num, b: Num) -> Num:
     """``min(a, b)`` for floats, elementwise for arrays (as ``vmax``)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -628,6 +634,9 @@ class MoeWorkerCost:
     # set in __init__ only under a launch floor (the engine looks them up with getattr)
     decode_item_coeffs: Callable[[int], tuple[float, float]]
     decode_knee_tokens: Callable[[int], float]
+    # set in __init__ only with attention data parallelism (dp > 1): the busiest rank
+    # holds the batch's longest sequence whole (:meth:`_rank_context`)
+    decode_longest_context_coeffs: Callable[[int], tuple[float, float]]
 
     def __init__(
         self,
@@ -813,6 +822,8 @@ class MoeWorkerCost:
             self._launch_lines: dict[int, tuple[float, float]] = {}
             self.decode_item_coeffs = self._launch_line
             self.decode_knee_tokens = self._launch_knee
+        if lo.dp > 1:
+            self.decode_longest_context_coeffs = self._longest_context_coeffs
 
     def context_kv_bytes(self, tokens: int) -> int:
         """KV bytes of one sequence of ``tokens`` tokens (all GPUs of its DP rank
@@ -936,8 +947,26 @@ class MoeWorkerCost:
             for line in (self.decode_coeffs(batch), *self.decode_min_coeffs(batch))
         )
 
-    def decode_time_s(self, batch: int, context_tokens: int) -> float:
-        return decode_step_time_s(self, batch, context_tokens)
+    def _longest_context_coeffs(self, batch: int) -> tuple[float, float]:
+        """``decode_longest_context_coeffs`` (dp > 1): ``(u, v)`` such that a decode step
+        whose longest sequence holds ``L`` context tokens (its cached tokens + 1) takes the
+        decode lines at ``max(C, u × C + v × L)`` instead of ``C``. The lines
+        (:meth:`decode_coeffs`) are in the context of sequences of equal length, on which
+        the busiest rank's context is ``q × C`` (``q`` = :meth:`_rank_context` at ``C`` over
+        ``C``); :meth:`_rank_context`'s longest-sequence term over ``q`` is ``u C + v L``,
+        and its other term over ``q`` never exceeds ``C``."""
+        if batch <= 0:
+            return (0.0, 0.0)
+        kappa = self._other_share(batch)
+        q = self._rank_context(batch, 1.0e6, None) / 1.0e6
+        return (kappa / q, (1.0 - kappa) / q)
+
+    def decode_time_s(
+        self, batch: int, context_tokens: int, longest_history_tokens: float | None = None
+    ) -> float:
+        """Seconds of one decode step (``longest_history_tokens``: the cached tokens of
+        the batch's longest sequence; None: sequences of equal length)."""
+        return decode_step_time_s(self, batch, context_tokens, longest_history_tokens)
 
     def mixed_time_s(
         self,
@@ -947,8 +976,11 @@ class MoeWorkerCost:
         prefill_tokens: int,
         prefill_attn_pairs: float,
         prefill_cached_tokens: int = 0,
-        decode_longest_history_tokens: float | None = None,  # no longest lines: unused
+        decode_longest_history_tokens: float | None = None,
     ) -> float:
+        """Seconds of one chunked iteration; ``decode_longest_history_tokens`` (the
+        cached tokens of the longest decoding sequence) sets the busiest DP rank's decode
+        context with dp > 1 (:meth:`_rank_context`; None: sequences of equal length)."""
         return sum(
             self._parts(
                 decode_batch,
@@ -956,6 +988,7 @@ class MoeWorkerCost:
                 prefill_seqs,
                 prefill_tokens,
                 prefill_attn_pairs,
+                longest=_longest_context(decode_longest_history_tokens),
             )
         )
 
@@ -967,6 +1000,7 @@ class MoeWorkerCost:
         prefill_seqs: int = 0,
         prefill_tokens: int = 0,
         prefill_attn_pairs: float = 0.0,
+        decode_longest_history_tokens: float | None = None,
     ) -> MoeBreakdown:
         return MoeBreakdown(
             *self._parts(
@@ -975,6 +1009,7 @@ class MoeWorkerCost:
                 prefill_seqs,
                 prefill_tokens,
                 prefill_attn_pairs,
+                longest=_longest_context(decode_longest_history_tokens),
             )
         )
 
@@ -986,6 +1021,37 @@ class MoeWorkerCost:
             return 0.0
         return (-(-count // self.dp)) / count
 
+    def _other_share(self, count: int) -> float:
+        """Share of the other sequences' context on the rank holding the longest one:
+        its ``r - 1`` other slots of the ``dp × r`` the ranks hold (``r = ceil(count /
+        dp)``), ``(r - 1) / (dp × r)``; nondecreasing in ``count``."""
+        r = -(-count // self.dp)
+        return (r - 1) / (self.dp * r)
+
+    def _rank_context(self, b: int, ctx: float, longest: float | None) -> float:
+        """Decode context tokens on the busiest DP rank: ``b`` sequences of ``ctx`` tokens
+        in all, the longest holding ``longest`` (None: sequences of equal length,
+        ``ctx / b``). A sequence lives whole on one rank, so the busiest rank holds at
+        least the longest sequence, and at least the mean rank's ``ctx / dp``; the rank
+        holding the longest sequence also holds ``r - 1`` other sequences, taken at the
+        other sequences' context per rank slot, ``(ctx - L) / (dp × r)`` each:
+
+            max(ctx / dp, L + (ctx - L) × (r - 1) / (dp × r)),   r = ceil(b / dp).
+
+        Nondecreasing as a sequence joins (``r`` and ``ctx - L`` never fall, ``L`` and
+        ``ctx`` grow) or any context grows, so a step never gets faster by either. The
+        rule it replaces, ``ctx × r / b`` (the mean sequence on each of ``r`` slots), fell
+        as a short sequence joined (one 10,000-token sequence, then a 100-token one on 2
+        ranks: 10,000 → 5,050). Equal to it for sequences of equal length when ``dp``
+        divides ``b``; below it otherwise, where it counted the extra slot at the mean
+        (docs/costmodel.md)."""
+        if b <= 0:
+            return 0.0
+        if self.dp == 1:
+            return ctx
+        ell = ctx / b if longest is None else longest
+        return max(ctx / self.dp, ell + (ctx - ell) * self._other_share(b))
+
     def _parts(
         self,
         b: int,
@@ -994,7 +1060,12 @@ class MoeWorkerCost:
         n: int,
         pairs: float,
         launches: bool = True,
+        longest: float | None = None,
     ) -> tuple[float, ...]:
+        """One iteration's parts (:class:`MoeBreakdown`'s order): ``b`` decoding
+        sequences of ``ctx`` context tokens in all (``longest``: the longest one's
+        context, None for equal lengths), ``s`` prefilling sequences of ``n`` new tokens
+        and ``pairs`` attention pairs."""
         m_total = b + n
         if m_total <= 0:
             return (0.0,) * 13
@@ -1004,7 +1075,8 @@ class MoeWorkerCost:
         h = float(model.hidden)
         a = ACT_BYTES
         sb, ss = self._rank_share(b), self._rank_share(s)
-        b_r, ctx_r = b * sb, ctx * sb  # busiest DP rank's decode sequences and context
+        # busiest DP rank's decode sequences and context (_rank_context)
+        b_r, ctx_r = b * sb, self._rank_context(b, ctx, longest)
         s_r, n_r, pairs_r = s * ss, n * ss, pairs * ss
         m_r = b_r + n_r
 

@@ -687,6 +687,8 @@ class _TokenBatch(Worker):
         "_longest",
         "_min_lines",
         "_intervals",
+        "_by_longest",
+        "_widen",
         "_phase_hist",
         "_rest_fn",
         "_run_end",
@@ -746,16 +748,26 @@ class _TokenBatch(Worker):
         self._intervals: dict[int, tuple[tuple[float, tuple[float, float]], ...]] | None = (
             {} if getattr(self.cost, "decode_interval_lines", False) else None
         )
-        # such a kernel sizes its shared memory by the batch's longest sequence
-        # (WorkerCost.decode_longest_coeffs: TensorRT-LLM's masked MHA takes the longest
-        # past KV length): the intervals are then keyed by the longest sequence's history,
-        # kept as a lazy max-heap of the running sequences' (join step - context at join,
-        # rid) (a sequence's context now is step_idx minus its key), pushed at each join;
-        # entries of sequences that left are dropped when they reach the top
+        # a cost model whose busiest part holds the longest sequence whole (attention data
+        # parallelism: WorkerCost.decode_longest_context_coeffs) takes its lines at
+        # max(C, u C + v L): batch -> (u, v). Its runs take the kernel lines
+        # (decode_coeffs, decode_min_coeffs, decode_item_coeffs), not interval lines (no
+        # model has both)
+        self._widen: dict[int, tuple[float, float]] | None = (
+            {} if hasattr(self.cost, "decode_longest_context_coeffs") else None
+        )
+        # such a model, and a kernel that sizes its shared memory by the batch's longest
+        # sequence (WorkerCost.decode_longest_coeffs: TensorRT-LLM's masked MHA takes the
+        # longest past KV length; its intervals are then keyed by the longest sequence's
+        # history), keep the longest sequence as a lazy max-heap of the running sequences'
+        # (join step - context at join, rid) (a sequence's context now is step_idx minus
+        # its key), pushed at each join; entries of sequences that left are dropped when
+        # they reach the top
+        self._by_longest = self._intervals is not None and hasattr(
+            self.cost, "decode_longest_coeffs"
+        )
         self._longest: list[tuple[int, int]] | None = (
-            []
-            if self._intervals is not None and hasattr(self.cost, "decode_longest_coeffs")
-            else None
+            [] if self._by_longest or self._widen is not None else None
         )
         self._run_timed_out_cb: Then = self._run_timed_out  # bound once (Worker._pass_cb)
         self._run_woken_cb: Then = self._run_woken
@@ -811,7 +823,7 @@ class _TokenBatch(Worker):
         assert cache is not None
         spans = cache.get(b)
         base, per = lines.base_s, lines.per_token_s
-        if self._longest is not None:
+        if self._by_longest:
             if spans is None:
                 spans = cache[b] = tuple(self.cost.decode_longest_coeffs(b))  # type: ignore[attr-defined]
             h = self._longest_history()  # at the run's first step; + 1 each step
@@ -855,12 +867,55 @@ class _TokenBatch(Worker):
             heap[:] = [(e[0] - e[1], r) for r, e in self._running.items()]
             heapify(heap)
 
-    def _min_line_run(self, b: int, c: int, k: int) -> tuple[int, DecodeLines]:
+    def _widened_run(self, b: int, c: int, k: int) -> tuple[int, DecodeLines]:
+        """A run of at most ``k`` steps from context ``c`` for a cost model whose lines are
+        taken at ``X = max(C, u C + v L)`` (``decode_longest_context_coeffs``; ``L`` the
+        longest sequence's context, + 1 a step, while C grows by ``b``). The second term
+        grows no faster than C (``u b + v <= b``), so it is the larger at most over the
+        run's first steps: the run is cut where C catches up, and meanwhile runs on the
+        lines at ``X = x0 + s j`` (step ``j``), rewritten as lines in ``c + b j`` (the
+        form a run and its records take). Returns the steps and the run's lines."""
+        cache = self._widen
+        assert cache is not None
+        uv = cache.get(b)
+        if uv is None:
+            uv = cache[b] = self.cost.decode_longest_context_coeffs(b)  # type: ignore[attr-defined]
+        u, v = uv
+        x0 = u * c + v * (self._longest_history() + 1) if b > 0 else 0.0
+        if not x0 > c:  # C is the larger throughout: the lines as they are
+            if self._min_lines is not None:
+                return self._min_line_run(b, c, k)
+            hit = self._lines.get(b)
+            return k, hit if hit is not None else self._lines_for(b)
+        s = u * b + v
+        if s < b:  # C catches up at step ceil((x0 - c) / (b - s)): the next run is on C
+            k = min(k, max(math.ceil((x0 - c) / (b - s)), 1))
+        if self._min_lines is not None:
+            k, lines = self._min_line_run(b, x0, k, s)
+        else:
+            hit = self._lines.get(b)
+            lines = hit if hit is not None else self._lines_for(b)
+
+        def on_c(base: float, per: float) -> tuple[float, float]:
+            # base + per (x0 + s j) = base' + per' (c + b j)
+            per_c = per * s / b
+            return base + per * x0 - per_c * c, per_c
+
+        base, per = on_c(lines.base_s, lines.per_token_s)
+        ib, ip = on_c(lines.item_base_s, lines.item_per_token_s)
+        return k, DecodeLines(base, per, lines.has_item, ib, ip)
+
+    def _min_line_run(
+        self, b: int, c: float, k: int, growth: float | None = None
+    ) -> tuple[int, DecodeLines]:
         """A run of at most ``k`` steps from context ``c`` on the smallest of the cost
         model's kernel lines (``decode_coeffs`` and ``decode_min_coeffs``): that line at
         the first step, until the step before another becomes smaller (the run is cut
         there, as at any state change; the next run takes the next line). Returns the
-        steps and the run's lines (the item line as before)."""
+        steps and the run's lines (the item line as before). ``growth``: the context's
+        growth a step where the lines are taken at another context than the batch's
+        (:meth:`_widened_run`; None: ``b``)."""
+        g = b if growth is None else growth
         lines = self._lines.get(b)
         if lines is None:
             lines = self._lines_for(b)
@@ -880,13 +935,13 @@ class _TokenBatch(Worker):
             if op >= ap:  # never drops below the active line as the context grows
                 continue
             # first step j at which this line is below the active one
-            j = math.floor((ob - ab + (op - ap) * c) / ((ap - op) * b)) + 1
+            j = math.floor((ob - ab + (op - ap) * c) / ((ap - op) * g)) + 1
             j = min(max(j, 1), k)
-            while j > 1 and ob + op * (c + (j - 1) * b) < ab + ap * (c + (j - 1) * b):
+            while j > 1 and ob + op * (c + (j - 1) * g) < ab + ap * (c + (j - 1) * g):
                 j -= 1
-            while j < k and not ob + op * (c + j * b) < ab + ap * (c + j * b):
+            while j < k and not ob + op * (c + j * g) < ab + ap * (c + j * g):
                 j += 1
-            if ob + op * (c + j * b) < ab + ap * (c + j * b) and j < k:
+            if ob + op * (c + j * g) < ab + ap * (c + j * g) and j < k:
                 k = j
         if (ab, ap) == (lines.base_s, lines.per_token_s):
             return k, lines
@@ -1270,7 +1325,9 @@ class _TokenBatch(Worker):
         if k == 0:
             return False
         start = env._now
-        if self._min_lines is not None:  # the smallest of a few kernel lines: cut at a switch
+        if self._widen is not None:  # lines at max(C, u C + v L): cut where C catches up
+            k, lines = self._widened_run(b, c, k)
+        elif self._min_lines is not None:  # the smallest of a few kernel lines: cut at a switch
             k, lines = self._min_line_run(b, c, k)
         elif self._intervals is not None:  # a line per context interval: cut entering the next
             k, lines = self._interval_run(b, c, k)
