@@ -16,6 +16,7 @@ from disaggsim.costmodel.testing import ConstantCost
 from disaggsim.engine.cluster import Cluster, EngineConfig, PoolSpec, run_cluster
 from disaggsim.metrics.reconstruct import token_times
 from disaggsim.workload.requests import Requests
+from tests.test_moe_dp_longest import WORKERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,26 +204,9 @@ class _Roomy:
         return getattr(self._cost, name)
 
 
-MOE_DP = {
-    # FlashAttention's split-KV lines (decode_min_coeffs), 8 ranks
-    "qwen3-235b-dp8": {"model": "qwen3-235b-a22b", "gpu": "h100-sxm", "tp": 1, "dp": 8},
-    # MLA, one line, 2 ranks of TP 8
-    "deepseek-v3-dp2": {
-        "model": "deepseek-v3",
-        "gpu": "h200-sxm",
-        "tp": 8,
-        "dp": 2,
-        "weight_dtype": "fp8-block",
-    },
-    # an eager engine: the launches' constant line (decode_item_coeffs), 2 ranks
-    "qwen3-30b-dp2-eager": {
-        "model": "qwen3-30b-a3b",
-        "gpu": "h100-sxm",
-        "tp": 1,
-        "dp": 2,
-        "engine": "vllm-eager-2023",
-    },
-}
+# the MoE DP workers of tests/test_moe_dp_longest.py with one line each, the split-KV lines
+# (qwen3-235b, 8 ranks), MLA's one line (deepseek-v3) and an eager engine's launch line
+MOE_DP = {k: WORKERS[k] for k in ("qwen3-235b-dp8", "deepseek-v3-dp2", "qwen3-30b-dp2-eager")}
 
 
 @pytest.mark.parametrize("name", sorted(MOE_DP))
