@@ -172,3 +172,88 @@ def test_a_raised_decode_cap_raises_the_decode_budget_with_it():
     assert at_own_cap["decode_pool"]["max_batch_tokens"] == 256  # the cap does not exceed it
     chunked = Candidate("colocate_chunked", 2, 1, chunk_tokens=256, max_batch_seqs=512)
     assert candidate_pools(loaded, chunked)["pool"]["max_batch_tokens"] == 256
+
+
+def _split_landscape(monkeypatch, at_1024: float) -> None:
+    """Fake runs on a 4-GPU budget: a disaggregated pair of one worker each serves 10 req/s
+    per GPU at the scenario's cap, 12 at 512 sequences and 12 at 1,024 (its one prefill
+    worker saturates); 2P + 2D serves 9 at the cap (outside any tolerance of the pair),
+    12 at 512 and ``at_1024`` at 1,024 (two prefill workers pool the bursts); any other
+    split 5; chunked prefill 11.6, vllm 6 at any cap. Every family's first bracket is
+    [2.67, 16] req/s per GPU and every ladder (None, 512, 1024)."""
+
+    def meets(sc) -> bool:
+        per_gpu = sc.workload.rate_per_s / sc.num_gpus
+        if sc.architecture != "disaggregated":
+            assert sc.pool is not None
+            return per_gpu <= (6.0 if sc.pool.scheduler == "vllm" else 11.6)
+        assert sc.prefill_pool is not None and sc.decode_pool is not None
+        split = (sc.prefill_pool.num_workers, sc.decode_pool.num_workers)
+        seqs = sc.decode_pool.max_batch_seqs
+        table = {(1, 1): {256: 10.0, 512: 12.0, 1024: 12.0}, (2, 2): {256: 9.0, 512: 12.0}}
+        table[(2, 2)][1024] = at_1024
+        return per_gpu <= table.get(split, {}).get(seqs, 5.0)
+
+    fake_run_points(monkeypatch, meets)
+    guess = search._Evaluator._guess
+    monkeypatch.setattr(
+        search._Evaluator,
+        "_guess",
+        lambda self, c: dataclasses.replace(guess(self, c), capacity_per_gpu_per_s=32 / 3),
+    )
+    monkeypatch.setattr(search, "candidate_seqs_ladder", lambda *a: (None, 512, 1024))
+
+
+def test_a_larger_cap_is_tried_on_every_split_along_the_budget(monkeypatch):
+    """Splits of one P:D ratio need not gain alike from a larger cap: at 1,024 sequences
+    the single pair gains nothing and 2P + 2D serves 25 % more. Raising the cap of the
+    walk's best split alone (1P + 1D: 2P + 2D was 10 % behind at the scenario's cap)
+    recommended 1P + 1D at 512 (llama-3-8b on 4 B200, 100/50 tokens: full mode reached
+    2P + 2D at 1,024 only because its exploration happened to rank that split first,
+    quick mode did not, and the two modes disagreed; docs/planning.md §2). Each larger
+    cap is now re-split along the budget (search.resplit)."""
+    _split_landscape(monkeypatch, at_1024=15.0)
+    opts = dataclasses.replace(PlanOptions(), max_tp=1, chunk_ladder=(512, 1024))
+    res, advice = plan(LONG_REPLIES, gpus=4, options=opts, executor=SerialExecutor())
+    rec = advice.recommended
+    assert advice.verdict == "disaggregate" and rec is not None
+    c = rec.candidate
+    assert (c.num_prefill_workers, c.num_decode_workers, c.max_batch_seqs) == (2, 2, 1024)
+    assert rec.goodput_per_gpu_per_s == pytest.approx(15.0, rel=0.03)
+    # the single pair at 1,024 gained nothing over its own 512: measured, left out
+    assert not any(
+        r.candidate.num_prefill_workers == 1 and r.candidate.max_batch_seqs == 1024
+        for r in res.ranked
+    )
+
+
+def test_a_close_quick_call_climbs_the_caps_at_full_accuracy(monkeypatch):
+    """2P + 2D at 1,024 sequences serves 5 % more than either split at 512: within the
+    quick walk's exploration tolerance, so it drops that cap as noise and quick mode
+    weighs the pair at 512 (12.0) against chunked prefill (11.6): +3 %, a close call.
+    Settling it at full accuracy climbs the caps again (3 % tolerance) and finds 12.6:
+    +8.6 %, disaggregate, as full mode answers."""
+    _split_landscape(monkeypatch, at_1024=12.6)
+    # a quick walk whose tolerance surely hides the gain (quick mode's own 6 % is about
+    # its bisection's grain, which these exact fake runs can land either side of)
+    opts = dataclasses.replace(
+        PlanOptions.quick(), max_tp=1, chunk_ladder=(512, 1024), explore_tol_fraction=0.10
+    )
+    res, advice = plan(LONG_REPLIES, gpus=4, options=opts, executor=SerialExecutor())
+    conf = res.confirmation
+    assert conf is not None, "the quick verdict was not a close call"
+    climbed = {
+        (c.num_prefill_workers, c.num_decode_workers, c.max_batch_seqs) for c, _ in conf.climbed
+    }
+    assert (2, 2, 1024) in climbed
+    rec = advice.recommended
+    assert advice.verdict == "disaggregate" and rec is not None
+    c = rec.candidate
+    assert (c.num_prefill_workers, c.num_decode_workers, c.max_batch_seqs) == (2, 2, 1024)
+    assert rec.goodput_per_gpu_per_s == pytest.approx(12.6, rel=0.02)
+    assert "batch caps raised at full accuracy" in conf.sentence()
+    full = dataclasses.replace(PlanOptions(), max_tp=1, chunk_ladder=(512, 1024))
+    assert full.explore_tol_fraction == opts.full_explore_tol_fraction
+    _, full_advice = plan(LONG_REPLIES, gpus=4, options=full, executor=SerialExecutor())
+    assert full_advice.verdict == "disaggregate"
+    assert full_advice.recommended.candidate == c

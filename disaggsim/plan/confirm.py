@@ -26,6 +26,16 @@ Rather than answer ``undecided`` and send the user to rerun the whole search wit
    could serve more than the recommendation is named in the reason
    (:func:`~disaggsim.plan.advisor.left_over_rivals`).
 
+4. **batch caps**: each kind's best at full accuracy then climbs its batch-cap ladder as
+   full mode's search does (:func:`~disaggsim.plan.search.raise_caps`: a larger cap
+   kept where it gains more than full mode's exploration tolerance, each larger cap
+   re-split along the budget, :func:`~disaggsim.plan.search.resplit`). Quick mode's walk
+   drops a larger cap that gains less than its own tolerance (6 %, its bisection's
+   grain), so it can stop at a cap and split full mode climbs past (llama-3-8b on 4
+   B200, 100/50 tokens: quick mode stopped at 1P + 1D x tp1 with 512 sequences, full
+   mode reached 2P + 2D with 1,024, docs/planning.md §2). These deployments are ranked
+   with the rest (``Confirmation.climbed``), outside the cap of 8.
+
 Then full mode's rule decides (5 %, no band), on those figures. What the confirmation
 cannot remove is a family the wave limit left open whose bound could still beat the
 winner (:func:`~disaggsim.plan.advisor.open_family_doubt`): its members were never
@@ -56,6 +66,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from disaggsim.plan.analytic import sample_lengths, sample_requests
 from disaggsim.plan.holds import remeasured_row
 from disaggsim.plan.search import (
     Candidate,
@@ -65,6 +76,8 @@ from disaggsim.plan.search import (
     SearchResult,
     _Evaluator,
     _per_gpu,
+    candidate_row,
+    raise_caps,
     rank_rows,
 )
 from disaggsim.sweep.executors import Executor
@@ -193,7 +206,14 @@ def confirm_close_call(
         # verdict, then the recommendation), then the highest quick goodputs
         best = _kind_bests(order, ev.results)
         todo.sort(key=lambda c: (stake(c, quick_per_gpu[c], best), -quick_per_gpu[c]))
+    # each kind's best at full accuracy climbs its batch-cap ladder, re-split at each
+    # larger cap (search.raise_caps): quick mode's tolerance cannot resolve a larger
+    # cap's gain, so its walk dropped what full mode's keeps (module docstring, 4.)
     quick = {r.candidate: r for r in res.ranked}
+    lengths = sample_lengths(res.loaded, sample_requests(res.loaded))
+    gain = o.full_explore_tol_fraction
+    raise_caps(ev, res.loaded, lengths, gain, res.gpu_budget, per_kind=1)
+    climbed = [c for c in ev.results if c not in quick]
     rows = []
     for r in res.ranked:
         g = ev.results.get(r.candidate)
@@ -201,6 +221,14 @@ def confirm_close_call(
             rows.append(r)
             continue
         rows.append(remeasured_row(r, g, status=g.status, goodput=g, full_accuracy=True))
+    out_mean = float(lengths[1].mean())
+    rows += [
+        candidate_row(
+            c, ev.results[c], ev.results[c].status, out_mean, res.price_per_gpu_hour,
+            full_accuracy=True,
+        )
+        for c in climbed
+    ]  # fmt: skip
     ran = counter[0] - res.num_simulations
     conf = Confirmation(
         doubt=doubt,
@@ -214,6 +242,7 @@ def confirm_close_call(
         num_simulations=ran,
         options=full,
         left_over=tuple((c, quick_per_gpu[c]) for c in left),
+        climbed=tuple((c, _per_gpu(ev.results[c])) for c in climbed),
     )
     return dataclasses.replace(
         res,

@@ -78,12 +78,14 @@ __all__ = [
     "SearchResult",
     "all_candidates",
     "candidate_pools",
+    "candidate_row",
     "candidate_scenario",
     "candidate_seqs_ladder",
     "plan_families",
     "pool_limits",
     "raise_caps",
     "rank_rows",
+    "resplit",
     "rate_budget",
     "search",
     "seqs_fixed",
@@ -163,6 +165,8 @@ class PlanOptions:
     floor_exempt: tuple[str, ...] = ()
     full_rule: RunLengthRule = field(default_factory=RunLengthRule)
     full_tol_fraction: float = 0.01
+    # the gain a larger batch cap must show there (full mode's explore_tol_fraction)
+    full_explore_tol_fraction: float = 0.03
 
     def with_run_length(
         self, min_requests: int | None, service_multiple: float | None
@@ -404,6 +408,9 @@ class Confirmation:
     # candidates whose quick goodput per GPU still beat their side's best full-accuracy
     # one when ``options.confirm_max_candidates`` were measured: (candidate, quick)
     left_over: tuple[tuple[Candidate, float], ...] = ()
+    # deployments first measured here, at full accuracy, by raising the batch cap (and
+    # re-splitting) of each kind's best (plan/confirm.py): (candidate, full)
+    climbed: tuple[tuple[Candidate, float], ...] = ()
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -440,11 +447,17 @@ class Confirmation:
             if self.left_over
             else ""
         )
+        climbed = (
+            "; batch caps raised at full accuracy: "
+            + ", ".join(f"{c.label} {f:.3f}" for c, f in self.climbed)
+            if self.climbed
+            else ""
+        )
         return (
             f"confirmed at full accuracy: quick mode's gain lay within its error of the "
             f"threshold, so {walk}{len(self.remeasured)} candidates were searched again "
-            f"with {self.settings()} ({what} req/s per GPU; {self.num_simulations} "
-            f"simulations){left}"
+            f"with {self.settings()} ({what} req/s per GPU{climbed}; "
+            f"{self.num_simulations} simulations){left}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -468,6 +481,9 @@ class Confirmation:
             "max_candidates": self.options.confirm_max_candidates,
             "left_over": [
                 {"label": c.label, "quick_goodput_per_gpu": q} for c, q in self.left_over
+            ],
+            "climbed": [
+                {"label": c.label, "kind": c.kind, "goodput_per_gpu": f} for c, f in self.climbed
             ],
             "tol_fraction": self.options.tol_fraction,
             "min_measured_requests": r.min_measured_requests,
@@ -1820,6 +1836,7 @@ def raise_caps(
     loaded: LoadedScenario,
     lengths: tuple[np.ndarray, np.ndarray],
     min_gain: float,
+    budget: int,
     per_kind: int = RAISE_PER_KIND,
 ) -> None:
     """After the walk (at the scenario's cap), each kind's best explored candidate, and
@@ -1830,7 +1847,9 @@ def raise_caps(
     out of the ranking, measured but not better): at most ``log2(SEQS_RAISE)``
     explorations a climber, none where the analytic batch fits the scenario's cap, the
     scenario sets it (:func:`seqs_fixed`) or the model is MoE (whose true bound is
-    computed at the scenario's cap). A runner-up within the tolerance is a tie at the
+    computed at the scenario's cap). A disaggregated climber compares, at each larger
+    cap, the split of its layouts that serves most there (:func:`resplit`), and climbs
+    on from that split. A runner-up within the tolerance is a tie at the
     scenario's cap, and a larger cap can part them: llama-3-8b on 4 B200, 100/50 tokens
     (docs/planning.md §7, q8), full mode raised 1P x tp2 + 2D x tp1 to 399 req/s per
     GPU and never 1P + 1D x tp1, 497 at the larger cap."""
@@ -1863,16 +1882,54 @@ def raise_caps(
                 step[start] = dataclasses.replace(c, max_batch_seqs=ladder[i])
         if not step:
             return
+        had = set(explorer.results)
         got = explorer(list(step.values()))
         gained = {}
         for (start, c), v in zip(step.items(), got, strict=True):
-            if v > _per_gpu(explorer.results[climbing[start][0]]) * (1 + min_gain):
-                gained[start] = (c, climbing[start][1])
-            else:
-                # no gain past the tolerance: the cap does not matter here, and a
-                # bisection's noise must not put a larger cap in the recommendation
-                explorer.results.pop(c, None)  # absent: a pool no engine launches
+            base = _per_gpu(explorer.results[climbing[start][0]])
+            best, tried = resplit(explorer, c, budget, min_gain) if v > 0 else (c, [c])
+            won = explorer.results.get(best)
+            if won is not None and _per_gpu(won) > base * (1 + min_gain):
+                gained[start] = (best, climbing[start][1])
+            for x in tried:
+                r = explorer.results.get(x)
+                if x not in had and r is not None and not _per_gpu(r) > base * (1 + min_gain):
+                    # no gain past the tolerance: the cap does not matter here, and a
+                    # bisection's noise must not put a larger cap in the recommendation
+                    explorer.results.pop(x)
         climbing = gained
+
+
+def resplit(
+    explorer: _Evaluator, c: Candidate, budget: int, min_gain: float
+) -> tuple[Candidate, list[Candidate]]:
+    """The split of ``c``'s worker layouts that serves most per GPU at ``c``'s (raised)
+    batch cap, and the candidates measured to find it (``c`` first): it climbs from ``c``
+    by the first tier of :func:`disagg_neighbours` (one prefill worker more or fewer along
+    the whole budget; the next tier where that one is empty) while a move gains more than
+    ``min_gain``. A larger cap can reorder the splits the walk compared at the scenario's
+    cap: a pool's per-worker rate grows with its size near saturation, so splits of one
+    P:D ratio do not gain alike from more sequences (llama-3-8b on 4 B200, 100/50
+    tokens, docs/planning.md §2: at 512 sequences 1P + 1D x tp1 and 2P + 2D tie; at
+    1,024 the single prefill worker saturates and gains nothing, the pair serves 12 %
+    more). Colocated candidates are returned as they are (their split is the budget)."""
+    tried = [c]
+    if c.kind != "disaggregate" or c not in explorer.results:
+        return c, tried
+    best, top = c, _per_gpu(explorer.results[c])
+    moved = True
+    while moved:
+        moved = False
+        tier = next((t for t in disagg_neighbours(best, budget) if t), [])
+        fresh = [x for x in tier if x not in explorer.results and x not in tried]
+        if fresh:
+            explorer(fresh)
+            tried += fresh
+        for x in tier:
+            r = explorer.results.get(x)
+            if r is not None and r.status != "below" and _per_gpu(r) > top * (1 + min_gain):
+                best, top, moved = x, _per_gpu(r), True
+    return best, tried
 
 
 # ------------------------------------------------------------------ search
@@ -2036,7 +2093,7 @@ def search(
         screen=opts.screen_nearest,
         floor_exempt=opts.floor_exempt,
     )
-    raise_caps(explorer, loaded, lengths, opts.explore_tol_fraction)
+    raise_caps(explorer, loaded, lengths, opts.explore_tol_fraction, budget)
     final = _Evaluator(
         loaded, guesses, opts, executor, progress, "final", explorer.results, counter, memo
     )
@@ -2048,21 +2105,8 @@ def search(
         if explored.status == "below":  # screened out: not measured (optimise.py)
             continue
         r = final.results.get(c, explored)
-        rate = r.rate_per_s if math.isfinite(r.rate_per_s) else 0.0
-        usd = None
-        if price_per_gpu_hour is not None and rate > 0:
-            usd = price_per_gpu_hour * c.num_gpus / 3600.0 / (rate * out_mean) * 1e6
-        rows.append(
-            CandidateResult(
-                candidate=c,
-                goodput_per_s=rate,
-                goodput_per_gpu_per_s=rate / c.num_gpus,
-                status=r.status if c in final.results else "explored",
-                at_rate=_at_rate(r),
-                usd_per_m_output_tokens=usd,
-                goodput=r,
-            )
-        )
+        status = r.status if c in final.results else "explored"
+        rows.append(candidate_row(c, r, status, out_mean, price_per_gpu_hour))
     cap = guess.capacity_per_gpu_per_s * budget
     return SearchResult(
         loaded=loaded,
@@ -2108,6 +2152,32 @@ def search(
             memo=memo,
             simulations_before=counter[0],
         ),
+    )
+
+
+def candidate_row(
+    c: Candidate,
+    r: GoodputResult,
+    status: str,
+    out_mean_tokens: float,
+    price_per_gpu_hour: float | None,
+    **fields: Any,
+) -> CandidateResult:
+    """The ranking's row of candidate ``c`` measured by ``r`` (``status``: its search's, or
+    ``explored``), with its $ per million output tokens where a price was given."""
+    rate = r.rate_per_s if math.isfinite(r.rate_per_s) else 0.0
+    usd = None
+    if price_per_gpu_hour is not None and rate > 0:
+        usd = price_per_gpu_hour * c.num_gpus / 3600.0 / (rate * out_mean_tokens) * 1e6
+    return CandidateResult(
+        candidate=c,
+        goodput_per_s=rate,
+        goodput_per_gpu_per_s=rate / c.num_gpus,
+        status=status,
+        at_rate=_at_rate(r),
+        usd_per_m_output_tokens=usd,
+        goodput=r,
+        **fields,
     )
 
 
