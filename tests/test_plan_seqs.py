@@ -115,6 +115,17 @@ def test_a_larger_cap_that_gains_nothing_is_not_recommended(monkeypatch):
     assert any(sc.pool is not None and sc.pool.max_batch_seqs == 512 for sc in runs)
 
 
+def _fixed_brackets(monkeypatch) -> None:
+    """Every family's first bracket [2.67, 16] req/s per GPU (0.25-1.5 x 10.67), not the
+    analytic capacity of the fake runs' scenario."""
+    guess = search._Evaluator._guess
+    monkeypatch.setattr(
+        search._Evaluator,
+        "_guess",
+        lambda self, c: dataclasses.replace(guess(self, c), capacity_per_gpu_per_s=32 / 3),
+    )
+
+
 def test_a_runner_up_within_the_tolerance_climbs_its_own_ladder(monkeypatch):
     """At the scenario's cap the chunked pool serves 10.0 per GPU at chunk 512 and 9.9 at
     chunk 1024, a tie within the exploration tolerance; at 512 sequences chunk 512 gains
@@ -135,16 +146,10 @@ def test_a_runner_up_within_the_tolerance_climbs_its_own_ladder(monkeypatch):
         return per_gpu <= (10.0 if sc.pool.max_batch_tokens == 512 else 5.0)
 
     fake_run_points(monkeypatch, meets)
-    # every family's first bracket [2.67, 16] req/s per GPU (0.25-1.5 x 10.67), not the
-    # analytic capacity: its bisection would otherwise move with each cost-model refit and
-    # could measure the two chunk sizes apart by more than the tolerance (a midpoint in
-    # (9.9, 10.0]), which is not the case this test asks about
-    guess = search._Evaluator._guess
-    monkeypatch.setattr(
-        search._Evaluator,
-        "_guess",
-        lambda self, c: dataclasses.replace(guess(self, c), capacity_per_gpu_per_s=32 / 3),
-    )
+    # the analytic capacity would move the bisection with each cost-model refit, and could
+    # measure the two chunk sizes apart by more than the tolerance (a midpoint in (9.9,
+    # 10.0]), which is not the case this test asks about
+    _fixed_brackets(monkeypatch)
     opts = dataclasses.replace(PlanOptions(), max_tp=1, chunk_ladder=(256, 512, 1024, 2048))
     res, advice = plan(LONG_REPLIES, options=opts, executor=SerialExecutor())
     rec = advice.recommended
@@ -195,12 +200,7 @@ def _split_landscape(monkeypatch, at_1024: float) -> None:
         return per_gpu <= table.get(split, {}).get(seqs, 5.0)
 
     fake_run_points(monkeypatch, meets)
-    guess = search._Evaluator._guess
-    monkeypatch.setattr(
-        search._Evaluator,
-        "_guess",
-        lambda self, c: dataclasses.replace(guess(self, c), capacity_per_gpu_per_s=32 / 3),
-    )
+    _fixed_brackets(monkeypatch)
     monkeypatch.setattr(search, "candidate_seqs_ladder", lambda *a: (None, 512, 1024))
 
 
