@@ -10,7 +10,8 @@ of runs the test rejects at each alpha. Below capacity every rejection is a fals
         [--candidate chunked:8:1:512] [--fractions 0.25,0.5] [--seeds 40]
         [--rule quick-explore|explore|final] [--workers 2]
 
-Candidates: ``chunked:N:TP:CHUNK``, ``vllm:N:TP``, ``disagg:NP:TPP:ND:TPD``.
+Candidates: ``chunked:N:TP:CHUNK``, ``vllm:N:TP``, ``disagg:NP:TPP:ND:TPD``, each with an
+optional ``:SEQS`` (the decode batch cap per rank; default the scenario's).
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ def candidate(text: str) -> Candidate:
     kind, *n = text.split(":")
     v = [int(x) for x in n]
     if kind == "chunked":
-        return Candidate("colocate_chunked", v[0], v[1], chunk_tokens=v[2])
+        seqs = v[3] if len(v) > 3 else None
+        return Candidate("colocate_chunked", v[0], v[1], chunk_tokens=v[2], max_batch_seqs=seqs)
     if kind == "vllm":
-        return Candidate("colocate_vllm", v[0], v[1])
-    return Candidate("disaggregate", v[0], v[1], v[2], v[3])
+        return Candidate("colocate_vllm", v[0], v[1], max_batch_seqs=v[2] if len(v) > 2 else None)
+    seqs = v[4] if len(v) > 4 else None
+    return Candidate("disaggregate", v[0], v[1], v[2], v[3], max_batch_seqs=seqs)
 
 
 def main(argv: list[str] | None = None) -> int:
