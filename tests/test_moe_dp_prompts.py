@@ -60,3 +60,17 @@ def test_a_batch_with_a_long_prompt_takes_at_least_that_prompt_alone(name, long,
     the mean share it replaces was under it by about half the prompt on 2 ranks."""
     w = _worker(name)
     assert _prefill_s(w, [long, *shorts]) >= _prefill_s(w, [long - sum(shorts)]) * (1 - 1e-9)
+
+
+def test_the_breakdown_sums_to_the_step_it_breaks_down():
+    """``breakdown`` takes the same prompts as ``mixed_time_s``, cached ones included (the
+    estimate of the longest prompt applies only without them)."""
+    w = build_moe_worker_cost(**QWEN_TP4_DP2)
+    pairs = 30_000 * 30_001 / 2 + 100 * 101 / 2
+    for cached in (0, 4_096):
+        step = w.mixed_time_s(8, 8_000, 2, 30_100, pairs, cached)
+        bd = w.breakdown(
+            decode_batch=8, decode_context_tokens=8_000, prefill_seqs=2,
+            prefill_tokens=30_100, prefill_attn_pairs=pairs, prefill_cached_tokens=cached,
+        )  # fmt: skip
+        assert sum(bd.as_dict().values()) == pytest.approx(step, rel=1e-12)

@@ -1021,7 +1021,9 @@ class MoeWorkerCost:
         prefill_tokens: int = 0,
         prefill_attn_pairs: float = 0.0,
         decode_longest_history_tokens: float | None = None,
+        prefill_cached_tokens: int = 0,
     ) -> MoeBreakdown:
+        """:meth:`mixed_time_s`'s parts (their sum is its time for the same arguments)."""
         return MoeBreakdown(
             *self._parts(
                 decode_batch,
@@ -1030,7 +1032,9 @@ class MoeWorkerCost:
                 prefill_tokens,
                 prefill_attn_pairs,
                 longest=_longest_context(decode_longest_history_tokens),
-                prompt_tokens=_weighted_prompt(prefill_tokens, prefill_attn_pairs, 0),
+                prompt_tokens=_weighted_prompt(
+                    prefill_tokens, prefill_attn_pairs, prefill_cached_tokens
+                ),
             )
         )
 
