@@ -61,6 +61,11 @@ NUM_BATCHES = 10  # batch means per signal over the measurement window
 # one more request waiting, or this share of the TTFT target.
 MIN_WAITING_RISE = 1.0
 MIN_TTFT_RISE_SHARE = 0.02
+# ... and show an overload: a pool offered (1 + e) times the rate it serves grows its
+# queue by e / (1 + e) of the arrival rate and each arrival's TTFT by e seconds per
+# second. A trend counts only for an overload of at least this share; slower rises are
+# a queue still filling after the warm-up near capacity (docs/metrics.md).
+MIN_OVERLOAD_SHARE = 0.01
 # A run shortened for MAX_REQUESTS expects at most this share of it: the requests
 # generated scatter around the expectation (Poisson: 0.1 % at 2M; bursty gamma gaps and
 # sessions' turns more), and generation refuses a run whose count passes the bound.
@@ -174,9 +179,13 @@ def stability(
     ended, a lower bound; rejected requests are left out). Where the arrival rate varies
     by design (``stationary`` false: a rate schedule, a rate shape, a mix shift or a
     trace), the number waiting follows the offered load, so only the TTFT is tested. A
-    trend counts when it is significant and its fitted rise over the window is at least
+    trend counts when it is significant, its fitted rise over the window is at least
     :data:`MIN_WAITING_RISE` requests, or :data:`MIN_TTFT_RISE_SHARE` of
-    ``ttft_target_s`` (so float noise on a deterministic run is no trend).
+    ``ttft_target_s`` (so float noise on a deterministic run is no trend), and its slope
+    shows an overload of at least :data:`MIN_OVERLOAD_SHARE` ``e``: the number waiting
+    rising by ``e / (1 + e)`` of the window's arrival rate (every request's arrivals in
+    the window), the TTFT by ``e`` seconds per second (a slower rise is the queue still
+    filling after the warm-up, measured near capacity: docs/metrics.md).
 
     Not a signal: the ITL statistic (TPOT or largest gap) by arrival batch. A request's
     is set by the decode batches over its whole reply, seconds long, so neighbouring
@@ -217,7 +226,8 @@ def stability(
     last_event = float(np.nanmax(np.concatenate([finish, first, arrival]))) if len(frame) else 0.0
     waited = np.where(abandoned, gave_up, last_event) - arrival
     ttft = np.where(np.isfinite(first), first - arrival, waited)
-    keep = ~rejected & (arrival >= window_start_s) & (arrival < window_end_s)
+    in_window = (arrival >= window_start_s) & (arrival < window_end_s)
+    keep = ~rejected & in_window
     batch = np.clip(np.searchsorted(edges, arrival[keep], side="right") - 1, 0, num_batches - 1)
     sums = np.bincount(batch, weights=ttft[keep], minlength=num_batches)
     counts = np.bincount(batch, minlength=num_batches)
@@ -225,7 +235,14 @@ def stability(
         means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
     tests.append(trend_test("ttft", centers, means))
     floor = {"waiting": MIN_WAITING_RISE, "ttft": MIN_TTFT_RISE_SHARE * ttft_target_s}
-    material = [t.p_value for t in tests if t.rise >= floor[t.signal]]
+    rate_per_s = float(in_window.sum()) / (window_end_s - window_start_s)
+    e = MIN_OVERLOAD_SHARE
+    min_slope = {"waiting": e / (1.0 + e) * rate_per_s, "ttft": e}
+    material = [
+        t.p_value
+        for t in tests
+        if t.rise >= floor[t.signal] and t.slope_per_s >= min_slope[t.signal]
+    ]
     p = min(1.0, min(material, default=1.0) * len(tests))
     return Stability(bool(p >= alpha), p, alpha, tuple(tests))
 
