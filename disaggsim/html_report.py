@@ -179,20 +179,39 @@ def _confirmation(page: Page, data: Any) -> None:
         page.slot(CONFIRMATION_MISSING)
         return
     if isinstance(data, Mapping):
+        # scalars in one table; each list of rows (a plan's re-measured candidates, the
+        # caps it raised) in a table of its own under its key, empty lists as "none"
+        lists = {k: v for k, v in data.items() if _rows(v)}
         page.table(
-            ["", "value"], [(k, _num(v) if not isinstance(v, str) else v) for k, v in data.items()]
+            ["", "value"],
+            [(k, _cell(v)) for k, v in data.items() if k not in lists],
         )
+        for k, v in lists.items():
+            page.paragraph(k)
+            _row_table(page, v)
         return
-    rows = list(data)
-    if rows and isinstance(rows[0], Mapping):
-        cols = list(dict.fromkeys(k for r in rows for k in r))
-        page.table(cols, [[_cell(r.get(c)) for c in cols] for r in rows])
+    if _rows(data):
+        _row_table(page, data)
         return
     page.pre(str(data))
 
 
+def _rows(v: Any) -> bool:
+    """A non-empty list of mappings (rows of a table)."""
+    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(r, Mapping) for r in v)
+
+
+def _row_table(page: Page, rows: Sequence[Mapping[str, Any]]) -> None:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    page.table(cols, [[_cell(r.get(c)) for c in cols] for r in rows])
+
+
 def _cell(v: Any) -> str:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_cell(x) for x in v) if v else "none"
+    if isinstance(v, (int, float)):
         return _num(v)
     return "-" if v is None else str(v)
 

@@ -184,6 +184,23 @@ def test_confirmation_data_is_rendered_when_present(plan_out):
     words = _words(check_page(plan_report(res, advice, d)))
     assert "rate_per_s 1.25" in words and "slo_attainment 0.931" in words
     assert " ".join(CONFIRMATION_MISSING.split()) not in words
+    # a quick plan's confirmation (Confirmation.as_dict): its lists of candidates are
+    # tables of their own, one row each, never a list's repr
+    from disaggsim.plan.search import Candidate, Confirmation
+
+    pair = Candidate("disaggregate", 1, 1, 1, 1, max_batch_seqs=1024)
+    chunked = Candidate("colocate_chunked", 2, 1, chunk_tokens=2048)
+    d["confirmation"] = Confirmation(
+        doubt="within its error", quick_gain=0.04,
+        remeasured=((chunked, 470.73, 471.17),), num_simulations=92,
+        options=PlanOptions(), walked_on=("vllm tp1", "vllm tp2"), climbed=((pair, 520.73),),
+    ).as_dict()  # fmt: skip
+    words = _words(check_page(plan_report(res, advice, d)))
+    assert "'label'" not in words and "[" not in words
+    assert f"{chunked.label} colocate_chunked 471 471" in words  # quick, full (3 digits)
+    assert f"climbed label kind goodput_per_gpu {pair.label} disaggregate 521" in words
+    assert "walked_on vllm tp1, vllm tp2" in words and "left_over none" in words
+    assert "at_full_accuracy yes" in words
     # per-candidate confirmation fields are gathered into one table
     d.pop("confirmation")
     d["ranked"][0]["confirmed_goodput_per_s"] = 0.777
