@@ -61,6 +61,42 @@ def resume_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _KeptRuns:
+    """The journal of :func:`keeping_runs`, once opened."""
+
+    journal: Any = None
+
+    def open(self, *args: Any, **kwargs: Any) -> Any:
+        """``open_journal(*args, **kwargs)`` with stops held: made and known to the
+        ``with``'s error path as one step (a Ctrl-C arriving meanwhile is raised after
+        the journal is known, so its runs are noted)."""
+        from disaggsim.stops import stops_held
+        from disaggsim.sweep.journal import open_journal
+
+        with stops_held():
+            self.journal = open_journal(*args, **kwargs)
+        return self.journal
+
+
+@contextmanager
+def keeping_runs() -> Iterator[_KeptRuns]:
+    """The journal a command keeps its finished runs in (``OUT.partial/``), opened inside
+    the ``with`` by ``.open(...)`` after the executor is made (a bad ``--scheduler`` or
+    ``--workers`` then leaves nothing). Any error or stop inside closes it unfinished and
+    ends the error's one line with where the finished runs are kept (a second Ctrl-C
+    raised while the workers stop, too); a body that ends closes it finished."""
+    kept = _KeptRuns()
+    try:
+        yield kept
+    except BaseException as e:
+        if kept.journal is not None:
+            kept.journal.close(finished=False)
+            note_kept(e, kept.journal.kept_note())
+        raise
+    if kept.journal is not None:
+        kept.journal.close(finished=True)
+
+
 def kept_line(journal) -> str:
     """The end of a command's last line: how many kept runs it reused, and what the
     partial folder still keeps (runs of another command; it stays then)."""

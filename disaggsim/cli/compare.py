@@ -11,6 +11,7 @@ from disaggsim.cli.common import (
     executor,
     executor_args,
     grid_args,
+    keeping_runs,
     kept_line,
     printing_after,
     progress,
@@ -80,14 +81,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from disaggsim.errors import note_kept
     from disaggsim.html_report import REPORT_FILE, compare_report
     from disaggsim.output import hold_folder, out_flag, write_folder
-    from disaggsim.stops import stops_held
     from disaggsim.sweep.compare import SCENARIO_FILE, compare
     from disaggsim.sweep.core import RATE_PATH
     from disaggsim.sweep.grid import parse_params
-    from disaggsim.sweep.journal import KeptRuns, open_journal
+    from disaggsim.sweep.journal import KeptRuns
     from disaggsim.sweep.output import write_table
     from disaggsim.sweep.plots import write_sweep_plots
 
@@ -119,12 +118,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             files.append(report)
             return files
 
-        journal = None
-        try:
+        with keeping_runs() as runs:
             with executor(args) as ex, progress(args.quiet) as new_bar:
-                # after the executor is made: a bad --scheduler or --workers leaves nothing
-                with stops_held():  # made and known to the except below as one step
-                    journal = open_journal(out, flag, None, args.resume, command="compare")
+                journal = runs.open(out, flag, None, args.resume, command="compare")
                 res = compare(
                     args.scenarios,
                     params,
@@ -140,13 +136,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     goodput_progress=new_bar("steady-state goodput"),
                 )
             written = write_folder(out, render, command="compare", flag=flag)
-        except BaseException as e:
-            # every finished run is in the journal: the error's one line says where
-            if journal is not None:
-                journal.close(finished=False)
-                note_kept(e, journal.kept_note())
-            raise
-        journal.close(finished=True)
         with printing_after(written.note()):
             print_goodput(
                 res.goodput,

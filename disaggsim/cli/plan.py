@@ -191,9 +191,9 @@ def _question_flag_defaults_changed(args: argparse.Namespace) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from disaggsim.cli.common import executor, kept_line, printing_after, progress
+    from disaggsim.cli.common import executor, keeping_runs, kept_line, printing_after, progress
     from disaggsim.config.loader import load_scenario
-    from disaggsim.errors import UserError, note_kept
+    from disaggsim.errors import UserError
     from disaggsim.metrics.slo_model import slo_model_lines
     from disaggsim.metrics.steady import check_run_length_flags
     from disaggsim.output import hold_folder, out_flag
@@ -201,8 +201,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.question import build_question, flag_error, question_yaml
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
-    from disaggsim.stops import stops_held
-    from disaggsim.sweep.journal import KeptRuns, open_journal
+    from disaggsim.sweep.journal import KeptRuns
 
     question = _question(args)
     asked = question.given() + _question_flag_defaults_changed(args)
@@ -243,14 +242,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         # where the finished runs are kept until the plan is written: beside --out, or
         # (no --out) beside results/<name>-plan, a folder the plan itself does not write
         kept_in = out if out is not None else Path("results") / f"{loaded.scenario.name}-plan"
-        journal = None
-        try:
+        with keeping_runs() as runs:
             with executor(args) as ex, progress(args.quiet or args.json) as bar:
-                # after the executor is made: a bad --scheduler or --workers leaves nothing
-                with stops_held():  # made and known to the except below as one step
-                    journal = open_journal(
-                        kept_in, out_flag(args.out is not None), None, args.resume, "plan"
-                    )
+                journal = runs.open(
+                    kept_in, out_flag(args.out is not None), None, args.resume, "plan"
+                )
                 res, advice = plan(
                     loaded,
                     gpus=args.gpus,
@@ -268,13 +264,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
             if out is not None:
                 extra = {"question.yaml": question_text} if question_text is not None else {}
                 written = write_outputs(res, advice, out, plots=not args.no_plots, extra=extra)
-        except BaseException as e:
-            # every finished simulation is in the journal: the error's one line says where
-            if journal is not None:
-                journal.close(finished=False)
-                note_kept(e, journal.kept_note())
-            raise
-        journal.close(finished=True)
         kept = kept_line(journal)
         with printing_after(written.note() if written is not None else None):
             if kept and (

@@ -9,6 +9,7 @@ from disaggsim.cli.common import (
     executor,
     executor_args,
     grid_args,
+    keeping_runs,
     printing_after,
     progress,
     resume_arg,
@@ -33,12 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from disaggsim.errors import note_kept
     from disaggsim.output import hold_folder, out_flag, write_folder
-    from disaggsim.stops import stops_held
     from disaggsim.sweep.core import as_source, run_tasks, sweep_tasks, table
     from disaggsim.sweep.grid import parse_params
-    from disaggsim.sweep.journal import open_journal
     from disaggsim.sweep.output import write_table
     from disaggsim.sweep.plots import write_sweep_plots
 
@@ -57,12 +55,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 files += write_sweep_plots(df, paths, tmp)
             return files
 
-        journal = None
-        try:
+        with keeping_runs() as runs:
             with executor(args) as ex:
-                # after the executor is made: a bad --scheduler or --workers leaves nothing
-                with stops_held():  # made and known to the except below as one step
-                    journal = open_journal(out, flag, tasks, args.resume)
+                journal = runs.open(out, flag, tasks, args.resume)
                 with progress(args.quiet) as new_bar:
                     summaries = run_tasks(
                         tasks,
@@ -73,14 +68,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     )
             df = table(keys, summaries)
             written = write_folder(out, render, command="sweep", flag=flag)
-        except BaseException as e:
-            # every finished run is in the journal: the error's one line says where (a second
-            # Ctrl-C while the workers stop, raised by the executor's close, too)
-            if journal is not None:
-                journal.close(finished=False)
-                note_kept(e, journal.kept_note())
-            raise
-        journal.close(finished=True)
         reused = f"; {len(journal.reused)} reused from {journal.shown}/" if journal.reused else ""
         others = f"; {journal.others_note()}" if journal.others else ""
         with printing_after(written.note()):
