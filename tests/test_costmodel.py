@@ -160,6 +160,27 @@ def test_mixed_equals_ops_sum(w70):
     assert got == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"weight_dtype": "fp8", "engine": "vllm"}], ids=["generic", "vllm-fp8-tiles"]
+)
+def test_gemm_layer_cache_keeps_every_step_bit_for_bit(kwargs):
+    """A step's per-layer GEMM seconds are kept by token count (``_gemm_layer_cache``): a
+    step at a count seen before, whatever its mix of decodes and prefill, costs exactly
+    what a fresh worker cost object gives it."""
+    warm = build_worker_cost("llama-3-8b", "h100-sxm", 1, **kwargs)
+    assert warm.gemm_kernel == ("vllm-fp8" if kwargs else "generic")
+    steps = [(b, t) for t in (0, 1, 64, 448, 512) for b in (0, 1, 7, 64)]
+    for decode_batch, chunk in steps + steps[::-1]:
+        if decode_batch + chunk == 0:
+            continue
+        args = (decode_batch, decode_batch * 900, 1 if chunk else 0, chunk, chunk * 2000.0, 0)
+        fresh = build_worker_cost("llama-3-8b", "h100-sxm", 1, **kwargs)
+        assert warm.mixed_time_s(*args) == fresh.mixed_time_s(*args)
+        assert warm.breakdown(
+            decode_batch=decode_batch, decode_context_tokens=decode_batch * 900
+        ) == fresh.breakdown(decode_batch=decode_batch, decode_context_tokens=decode_batch * 900)
+
+
 # --- seed facts -----------------------------------------------------------------------
 
 

@@ -494,6 +494,7 @@ class RooflineWorkerCost:
         "_occ_regimes",
         "_interval_cache",
         "_longest_cache",
+        "_gemm_layer_cache",
     )  # _decode_cache: batch -> (stream-bound line, item-bound line)
 
     def __init__(
@@ -637,6 +638,9 @@ class RooflineWorkerCost:
         )
         self.kv_capacity_tokens = max(int(free // self.kv_bytes_per_token_per_gpu), 0)
         self._decode_cache: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
+        # tokens -> one layer's GEMM seconds (sum of gemm_layer_times_s): a step's GEMMs
+        # depend on its token count alone, and a run's steps repeat a few thousand counts
+        self._gemm_layer_cache: dict[float, float] = {}
         # a multi-block wave decode kernel (TensorRT-LLM's XQA, or its masked MHA where
         # the profile fits that as one): its attention is the smallest of a few lines in
         # the context (ops.decode_wave_lines: a per-query-head wave kernel takes its own
@@ -933,7 +937,9 @@ class RooflineWorkerCost:
         hidden = float(model.hidden)
         hd = float(model.head_dim)
 
-        gemm_layer = sum(self.gemm_layer_times_s(m))
+        gemm_layer = self._gemm_layer_cache.get(m)
+        if gemm_layer is None:
+            gemm_layer = self._gemm_layer_cache[m] = sum(self.gemm_layer_times_s(m))
 
         attn_layer = 0.0
         if prefill_tokens > 0:
