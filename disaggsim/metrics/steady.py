@@ -12,7 +12,9 @@ only when both hold over the measurement window ``[warmup_s, duration_s)``:
    (``k − 2`` degrees of freedom) rejects "no upward trend" at ``alpha / m`` for each of
    the ``m`` signals tested (Bonferroni). If the batch means of a stationary system are
    independent and normal, each test rejects with probability exactly ``alpha / m``, so
-   the chance of calling a stable run unstable is at most :data:`ALPHA`.
+   the chance of calling a stable run unstable is at most :data:`ALPHA`. A trend counts
+   only where its slope shows an overload of at least :data:`MIN_OVERLOAD_SHARE` (near
+   capacity a queue still filling after the warm-up rises more slowly).
 
 The run length is chosen from the workload (:func:`horizon`): at least
 ``min_measured_requests`` measured requests and ``service_multiple`` times the longest
