@@ -171,6 +171,23 @@ def test_a_trend_counts_only_for_an_overload_of_one_percent(growth, stable):
     assert waiting_only.stable is stable
 
 
+def test_the_overload_floor_counts_only_the_requests_that_join_the_queue():
+    """Rejected requests leave at once and never wait, so the queue's growth is measured
+    against the rate that joins it: 10 arrivals a second, every other one rejected, the
+    waits of the 5 a second admitted growing by 1.5 % per second (an overload of 1.5 %,
+    the number waiting rising by 0.074/s). Against all arrivals the floor would be 0.099/s
+    and call it stable; against those admitted it is 0.050/s. The TTFT target is so large
+    that only the waiting count decides."""
+    arrival = np.arange(4000) * 0.1
+    admitted = np.arange(4000) % 2 == 0
+    first = np.where(admitted, arrival + 0.5 + 0.015 * arrival, np.nan)
+    status = np.where(admitted, "completed", "rejected").tolist()
+    f = _frame(arrival, first, first + 1.0, status)
+    s = stability(f, 0.0, 400.0, ttft_target_s=1e6)
+    assert s.slope("waiting") == pytest.approx(5 * 0.015 / 1.015, rel=5e-3)
+    assert not s.stable
+
+
 # ------------------------------------------------------------------ run length
 
 

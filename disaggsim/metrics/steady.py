@@ -185,8 +185,8 @@ def stability(
     :data:`MIN_WAITING_RISE` requests, or :data:`MIN_TTFT_RISE_SHARE` of
     ``ttft_target_s`` (so float noise on a deterministic run is no trend), and its slope
     shows an overload of at least :data:`MIN_OVERLOAD_SHARE` ``e``: the number waiting
-    rising by ``e / (1 + e)`` of the window's arrival rate (every request's arrivals in
-    the window), the TTFT by ``e`` seconds per second (a slower rise is the queue still
+    rising by ``e / (1 + e)`` of the rate that joins it (every request arriving in the
+    window but those rejected at once, which never wait), the TTFT by ``e`` seconds per second (a slower rise is the queue still
     filling after the warm-up, measured near capacity: docs/metrics.md).
 
     Not a signal: the ITL statistic (TPOT or largest gap) by arrival batch. A request's
@@ -228,8 +228,7 @@ def stability(
     last_event = float(np.nanmax(np.concatenate([finish, first, arrival]))) if len(frame) else 0.0
     waited = np.where(abandoned, gave_up, last_event) - arrival
     ttft = np.where(np.isfinite(first), first - arrival, waited)
-    in_window = (arrival >= window_start_s) & (arrival < window_end_s)
-    keep = ~rejected & in_window
+    keep = ~rejected & (arrival >= window_start_s) & (arrival < window_end_s)
     batch = np.clip(np.searchsorted(edges, arrival[keep], side="right") - 1, 0, num_batches - 1)
     sums = np.bincount(batch, weights=ttft[keep], minlength=num_batches)
     counts = np.bincount(batch, minlength=num_batches)
@@ -237,7 +236,8 @@ def stability(
         means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
     tests.append(trend_test("ttft", centers, means))
     floor = {"waiting": MIN_WAITING_RISE, "ttft": MIN_TTFT_RISE_SHARE * ttft_target_s}
-    rate_per_s = float(in_window.sum()) / (window_end_s - window_start_s)
+    # the rate that joins the queue: arrivals in the window less those rejected at once
+    rate_per_s = float(keep.sum()) / (window_end_s - window_start_s)
     e = MIN_OVERLOAD_SHARE
     min_slope = {"waiting": e / (1.0 + e) * rate_per_s, "ttft": e}
     material = [
