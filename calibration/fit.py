@@ -540,6 +540,18 @@ def fit_decode_wave(
         lo = (1e-8, 1e-3, 1e-9, 1e-16, 0.1 * share, hbm, 1e-10, 1e-16)
         hi = (1e-3, 1.0, 1e-3, 1e-6, hbm, roof, 1e-3, 1e-6)
 
+    # the split counts and waves do not depend on the parameters: computed once, not at
+    # every parameter vector the solver tries (bit-identical to ops.decode_attention_time_s)
+    geometry = ops.decode_wave_geometry(b, kh, d, q, float(num_sms), per_query_head)
+    taken: dict[tuple[str, tuple[int, ...], bytes], ops.DecodeWaveGeometry] = {}
+
+    def rows(idx: np.ndarray) -> ops.DecodeWaveGeometry:
+        i = np.asarray(idx)
+        key = (i.dtype.str, i.shape, i.tobytes())
+        if key not in taken:
+            taken[key] = geometry.take(idx)
+        return taken[key]
+
     def builder(fit_names: tuple[str, ...], held: dict[str, float]):
         def params(p) -> DecodeAttentionParams:
             fitted = {name: float(v) for name, v in zip(fit_names, p, strict=True)}
@@ -548,9 +560,7 @@ def fit_decode_wave(
             )
 
         def model(p, idx):
-            return ops.decode_attention_time_s(
-                peaks, params(p), b[idx], c[idx], kh[idx], d[idx], kv_elem_bytes, q_per_kv=q[idx]
-            )
+            return ops.decode_wave_time_s(peaks, params(p), rows(idx), c[idx], kv_elem_bytes)
 
         return params, model
 

@@ -313,20 +313,37 @@ def untuned_cells(d: pd.DataFrame) -> np.ndarray:
 GG_INPUTS = ("peak", "tokens_gpu", "touched", "hidden_size", "width", "elem", "layer_tokens")
 
 
-def _gg(p: GroupedGemmParams, d: pd.DataFrame) -> np.ndarray:
+def _gg_inputs(d: pd.DataFrame) -> tuple[int, tuple[tuple[np.ndarray, bool, tuple], ...]]:
+    """The rows of ``d`` as :func:`_gg_of` reads them: their number and, per kind (gated
+    or not) present, the rows' positions and :data:`GG_INPUTS` columns as float arrays. A
+    fit reads them once, not at every parameter vector it tries (pandas column access
+    took twice the model's own time in the MoE refit)."""
     # column by column: selecting rows of the frame (its text columns too) took ~20x the
     # model's own time in a fit
     gated_rows = d.gated.to_numpy(bool)
     cols = [d[k].to_numpy(float) for k in GG_INPUTS]
-    out = np.empty(len(d))
+    parts = []
     for gated in (True, False):
         sel = gated_rows == gated
         if sel.any():
-            peak, tokens_gpu, touched, hidden, width, elem, layer_tokens = (c[sel] for c in cols)
-            out[sel] = grouped_gemm_time_s(
-                p, peak, HBM, tokens_gpu, touched, hidden, width, elem, gated, layer_tokens
-            )
+            parts.append((sel, gated, tuple(c[sel] for c in cols)))
+    return len(d), tuple(parts)
+
+
+def _gg_of(p: GroupedGemmParams, inputs: tuple[int, tuple[tuple[np.ndarray, bool, tuple], ...]]):
+    """:func:`_gg` of rows read by :func:`_gg_inputs`."""
+    n, parts = inputs
+    out = np.empty(n)
+    for sel, gated, (peak, tokens_gpu, touched, hidden, width, elem, layer_tokens) in parts:
+        out[sel] = grouped_gemm_time_s(
+            p, peak, HBM, tokens_gpu, touched, hidden, width, elem, gated, layer_tokens
+        )
     return out
+
+
+def _gg(p: GroupedGemmParams, d: pd.DataFrame) -> np.ndarray:
+    """Grouped-GEMM seconds of the rows ``d`` with parameters ``p``."""
+    return _gg_of(p, _gg_inputs(d))
 
 
 def mla_rows(data: Path, phase: str) -> pd.DataFrame:
@@ -530,6 +547,7 @@ def _solve(d: pd.DataFrame, held: dict[str, float], starts) -> np.ndarray:
     lo, hi = np.log(np.array(GG_LOWER)[free]), np.log(np.array(GG_UPPER)[free])
     logm = np.log(d.meas_s.to_numpy(float))
     base = np.array([held.get(k, 0.0) for k in GG_KEYS])
+    rows = _gg_inputs(d)
 
     def full(theta: np.ndarray) -> np.ndarray:
         x = base.copy()
@@ -537,7 +555,7 @@ def _solve(d: pd.DataFrame, held: dict[str, float], starts) -> np.ndarray:
         return x
 
     def resid(theta: np.ndarray) -> np.ndarray:
-        return np.log(np.maximum(_gg(GroupedGemmParams(*full(theta)), d), 1e-15)) - logm
+        return np.log(np.maximum(_gg_of(GroupedGemmParams(*full(theta)), rows), 1e-15)) - logm
 
     kw = {"loss": "soft_l1", "f_scale": F_SCALE, "x_scale": 1.0}
     best = None
@@ -620,11 +638,16 @@ def fit_grouped_gemm(
     free = [i for i, k in enumerate(GG_KEYS) if k not in held and k not in form]
 
     inputs = d[["gated", *GG_INPUTS]]  # the rows the held-out refits select: inputs only
+    read: dict[tuple, tuple] = {}  # each fold's rows, read once (_gg_inputs)
 
     def model(theta, idx):
         y = x.copy()
         y[free] = theta
-        return _gg(GroupedGemmParams(*y), inputs.iloc[idx])
+        i = np.asarray(idx)
+        key = (i.dtype.str, i.shape, i.tobytes())
+        if key not in read:
+            read[key] = _gg_inputs(inputs.iloc[idx])
+        return _gg_of(GroupedGemmParams(*y), read[key])
 
     # the errors (and the held-out refits, each from the determined parameters)
     _, err = fit_generic(

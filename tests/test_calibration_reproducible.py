@@ -4,8 +4,8 @@
 "Reproducing the shipped files") rewrites every hardware profile, the H200's prior and
 ``engines.json``; ``python -m calibration.fit_moe --data ../shared/data`` the MoE
 parameters. Here both run whole, into a temporary folder, and every file they write must
-equal the shipped one (142 s and 194 s of wall time on a 2-core box, 2026-12-04, each
-command alone with one other process beside it): the same keys, strings and
+equal the shipped one (88 s and 76 s of wall time on a 2-core box, 2026-12-04,
+docs/calibration.md): the same keys, strings and
 lists, and every number within ``REL`` relative (``ABS`` absolute, for parameters at a
 solver's zero, ~1e-12 s). On one machine the refit writes the same bytes every time
 (docs/calibration.md); the tolerance is for another CPU model, whose OpenBLAS kernels

@@ -70,6 +70,7 @@ Forms (``docs/costmodel.md`` has the derivations):
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -411,6 +412,76 @@ def mmha_blocks_per_sequence(history_tokens, items, head_dim, num_sms: float) ->
     return np.maximum(np.minimum(cap, need), 1.0)
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeWaveGeometry:
+    """The parameter-free part of a multi-block wave kernel's lines
+    (:func:`decode_wave_geometry`): the split counts and waves of each line at one set of
+    batches and layouts, each array of shape ``(number of lines, *broadcast shape)``
+    (``head_dim``, ``q_per_kv``: the broadcast shape). The calibration fitter
+    computes it once per set of rows and reuses it at every parameter vector it tries."""
+
+    wave_sms: float
+    per_query_head: bool
+    head_dim: np.ndarray
+    q_per_kv: np.ndarray
+    splits: np.ndarray  # m: thread blocks per work item
+    full_waves: np.ndarray  # W = floor(I m / S)
+    rest_blocks: np.ndarray  # r = I m - W S
+    partial: np.ndarray  # 1.0 where r > 0
+    # products the lines reuse at every parameter vector: W + [r > 0], max(r, 1), B m, m > 1
+    waves: np.ndarray
+    rest_at_least_one: np.ndarray
+    blocks_per_batch: np.ndarray
+    split: np.ndarray
+
+    def take(self, idx: np.ndarray) -> DecodeWaveGeometry:
+        """The geometry of the points ``idx`` of a one-dimensional set."""
+        return DecodeWaveGeometry(
+            self.wave_sms, self.per_query_head, self.head_dim[idx],
+            self.q_per_kv[idx], self.splits[:, idx], self.full_waves[:, idx],
+            self.rest_blocks[:, idx], self.partial[:, idx], self.waves[:, idx],
+            self.rest_at_least_one[:, idx], self.blocks_per_batch[:, idx], self.split[:, idx],
+        )  # fmt: skip
+
+
+def decode_wave_geometry(
+    batch: ArrayLike,
+    kv_heads: ArrayLike,
+    head_dim: ArrayLike,
+    q_per_kv: ArrayLike,
+    wave_sms: float,
+    per_query_head: bool,
+) -> DecodeWaveGeometry:
+    """Split counts and waves of :func:`decode_wave_lines` on ``wave_sms`` SMs (a
+    per-query-head kernel where ``per_query_head``): they depend on the batch and layout,
+    not on the kernel's fitted rates."""
+    b = np.asarray(batch, float)
+    kh = np.asarray(kv_heads, float)
+    d = np.asarray(head_dim, float)
+    q = np.asarray(q_per_kv, float)
+    sms = wave_sms
+    items = b * kh * q if per_query_head else b * kh
+    lines = len(MMHA_LINE_SPLITS) if per_query_head else len(XQA_LINE_CONTEXTS)
+    shape = (lines, *np.broadcast(b, kh, d, q).shape)
+    col = (-1,) + (1,) * (len(shape) - 1)
+    if per_query_head:
+        cap = np.maximum(np.ceil(sms / items), 1.0)
+        m = np.broadcast_to(np.minimum(np.array(MMHA_LINE_SPLITS).reshape(col), cap), shape)
+    else:
+        hist = np.array(XQA_LINE_CONTEXTS, float).reshape(col) - 1.0
+        m = np.broadcast_to(xqa_blocks_per_sequence(hist, items, b, sms), shape)
+    n = items * m
+    full = np.floor(n / sms)
+    rest = n - full * sms
+    part = (rest > 0.0).astype(float)
+    point = shape[1:]
+    return DecodeWaveGeometry(
+        float(sms), per_query_head, np.broadcast_to(d, point),
+        np.broadcast_to(q, point), m, full, rest, part, full + part, np.maximum(rest, 1.0),
+        b * m, m > 1.0,
+    )  # fmt: skip
+
+
 def decode_wave_lines(
     peaks: GpuPeaks,
     p: DecodeAttentionParams,
@@ -444,28 +515,29 @@ def decode_wave_lines(
     item ``split_s + split_elem_s × m × q × D`` (its reduction), ``q`` the query heads of a work
     item (``q_per_kv`` for XQA, 1 for masked MHA). Since ``(W S + r) × T ≥ I × C / B``, no
     line beats the KV bytes at ``hbm × bw_eff``."""
-    b = np.asarray(batch, float)
-    kh = np.asarray(kv_heads, float)
-    d = np.asarray(head_dim, float)
-    q = np.asarray(q_per_kv, float)
+    geometry = decode_wave_geometry(
+        batch, kv_heads, head_dim, q_per_kv, p.wave_sms, p.reread_bytes_per_s > 0.0
+    )
+    return decode_wave_lines_of(peaks, p, geometry, kv_elem_bytes)
+
+
+def decode_wave_lines_of(
+    peaks: GpuPeaks, p: DecodeAttentionParams, geometry: DecodeWaveGeometry, kv_elem_bytes: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`decode_wave_lines` from its :func:`decode_wave_geometry` (which must be of
+    ``p``'s SMs and kind of kernel)."""
+    g = geometry
+    if g.wave_sms != p.wave_sms or g.per_query_head != (p.reread_bytes_per_s > 0.0):
+        raise ValueError(
+            f"wave geometry of {g.wave_sms:g} SMs (per query head: {g.per_query_head}) used "
+            f"with a kernel of {p.wave_sms:g} SMs (per query head: {p.reread_bytes_per_s > 0.0})"
+        )
+    d, q = g.head_dim, g.q_per_kv
+    m, full, rest, part = g.splits, g.full_waves, g.rest_blocks, g.partial
     sms = p.wave_sms
-    per_qh = p.reread_bytes_per_s > 0.0
-    items = b * kh * q if per_qh else b * kh
-    lines = len(MMHA_LINE_SPLITS) if per_qh else len(XQA_LINE_CONTEXTS)
-    shape = (lines, *np.broadcast(b, kh, d, q).shape)
-    col = (-1,) + (1,) * (len(shape) - 1)
+    per_qh = g.per_query_head
     bw = peaks.hbm_bytes_per_s * p.bw_eff
     bytes_per_token = 2.0 * d * kv_elem_bytes
-    if per_qh:
-        cap = np.maximum(np.ceil(sms / items), 1.0)
-        m = np.broadcast_to(np.minimum(np.array(MMHA_LINE_SPLITS).reshape(col), cap), shape)
-    else:
-        hist = np.array(XQA_LINE_CONTEXTS, float).reshape(col) - 1.0
-        m = np.broadcast_to(xqa_blocks_per_sequence(hist, items, b, sms), shape)
-    n = items * m
-    full = np.floor(n / sms)
-    rest = n - full * sms
-    part = (rest > 0.0).astype(float)
     if per_qh:  # the g query heads of a KV head: one HBM read, g from L2
         hbm_per_block = 1.0 / (q * bw)
         l2_per_block = 1.0 / p.reread_bytes_per_s
@@ -482,16 +554,29 @@ def decode_wave_lines(
         full_tok = bytes_per_token * np.maximum(
             np.maximum(sms / bw, 1.0 / p.cta_bytes_per_s), group
         )
-        rest_rate = np.minimum(p.cta_bytes_per_s, bw / np.maximum(rest, 1.0))
+        rest_rate = np.minimum(p.cta_bytes_per_s, bw / g.rest_at_least_one)
         rest_tok = bytes_per_token * np.maximum(1.0 / rest_rate, group)
         qb = q
         extra_tokens = 0.5 * XQA_TILE_TOKENS
     per_block_token = full * full_tok + part * rest_tok  # the waves' time per token a block streams
     block = p.cta_s + p.cta_q_elem_s * qb * d
-    split = (m > 1.0) * (p.split_s + p.split_elem_s * m * qb * d)
-    base = p.floor_s + (full + part) * block + split + extra_tokens * per_block_token
-    per = per_block_token / (b * m)
+    split = g.split * (p.split_s + p.split_elem_s * m * qb * d)
+    base = p.floor_s + g.waves * block + split + extra_tokens * per_block_token
+    per = per_block_token / g.blocks_per_batch
     return m, base, per
+
+
+def decode_wave_time_s(
+    peaks: GpuPeaks,
+    p: DecodeAttentionParams,
+    geometry: DecodeWaveGeometry,
+    context_tokens: ArrayLike,
+    kv_elem_bytes: float = 2.0,
+) -> np.ndarray:
+    """A multi-block wave kernel's seconds over ``context_tokens`` cached tokens in all: the
+    smallest of its lines (:func:`decode_wave_lines_of`)."""
+    _, base, per = decode_wave_lines_of(peaks, p, geometry, kv_elem_bytes)
+    return np.min(base + per * np.asarray(context_tokens, float), axis=0)
 
 
 def decode_wave_min_lines(
@@ -537,8 +622,8 @@ def decode_attention_time_s(
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
     if p.wave_sms > 0.0:  # a multi-block wave kernel: the smallest of its lines
-        _, base, per = decode_wave_lines(peaks, p, b, kh, d, kv_elem_bytes, q_per_kv)
-        return np.min(base + per * np.asarray(context_tokens, float), axis=0)
+        geometry = decode_wave_geometry(b, kh, d, q_per_kv, p.wave_sms, p.reread_bytes_per_s > 0.0)
+        return decode_wave_time_s(peaks, p, geometry, context_tokens, kv_elem_bytes)
     c = np.asarray(context_tokens, float)
     kv_bytes = 2.0 * c * kh * d * kv_elem_bytes
     work = decode_work_heads(p, kh, reread_group)
