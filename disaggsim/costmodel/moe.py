@@ -130,15 +130,18 @@ _ELEM = {
 
 
 def _weighted_prompt(new_tokens: float, pairs: float, cached_tokens: float) -> float | None:
-    """A length the longest of a batch's prompts reaches, from the batch's totals alone:
-    uncached, the pairs are ``Σ n (n + 1) / 2``, so ``(2 × pairs - tokens) / tokens`` is
-    ``Σ n² / Σ n``, the token-weighted mean prompt, which never exceeds the longest and
-    is it for prompts of one length and, within the short ones' share, for one long prompt
-    among short ones. None where prompts continue cached prefixes (their pairs mix in
-    the prefixes, so the quotient is not a prompt's new tokens) or there are none."""
-    if cached_tokens or new_tokens <= 0:
+    """A length the longest of a batch's prompts reaches (in new tokens), from the batch's
+    totals alone. Prompt ``i`` adds ``n_i`` new tokens after ``c_i`` cached ones (a prefix
+    cache hit, or the chunks before this one) and ``n_i c_i + n_i (n_i + 1) / 2`` pairs, so
+    with ``M`` the most new tokens of a prompt, ``pairs ≤ M × cached + (M + 1) × tokens /
+    2`` and ``M ≥ (2 × pairs − tokens) / (2 × cached + tokens)``. Uncached, that is ``Σ n² /
+    Σ n``, the token-weighted mean prompt: the longest for prompts of one length and,
+    within the short ones' share, for one long prompt among short ones; with cached
+    prefixes it is that or less (exact where one prompt holds every cached token and
+    nearly every new one). None where there are no new tokens."""
+    if new_tokens <= 0:
         return None
-    return max(0.0, (2.0 * pairs - new_tokens) / new_tokens)
+    return max(0.0, (2.0 * pairs - new_tokens) / (2.0 * cached_tokens + new_tokens))
 
 
 def _longest_context(history_tokens: float | None) -> float | None:
@@ -1081,8 +1084,8 @@ class MoeWorkerCost:
         self, s: int, n: float, pairs: float, ell: float, n_r: float, pairs_r: float
     ) -> tuple[float, float]:
         """New tokens and attention pairs on the busiest DP rank of ``s`` prompts of ``n``
-        tokens and ``pairs`` pairs in all, one of which holds at least ``ell`` tokens
-        (and, uncached, ``ell (ell + 1) / 2`` pairs): a prompt is prefilled whole on one
+        tokens and ``pairs`` pairs in all, one of which holds at least ``ell`` new tokens
+        (and so at least ``ell (ell + 1) / 2`` pairs, more after a cached prefix): a prompt is prefilled whole on one
         rank, so that rank holds it and ``r - 1`` other slots at the other prompts' share
         (:meth:`_rank_context`'s rule): ``ell + (n - ell) × (r - 1) / (dp × r)``, each
         at most the whole batch's, and never below the mean share ``n_r``, ``pairs_r``
