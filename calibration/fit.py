@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -80,6 +80,25 @@ def shape_family(*cols: pd.Series) -> np.ndarray:
     for c in cols[1:]:
         labels = labels + "/" + np.asarray(c).astype(int).astype(str).astype(object)
     return labels
+
+
+T = TypeVar("T")
+
+
+def by_rows(read: Callable[[np.ndarray], T]) -> Callable[[np.ndarray], T]:
+    """``read`` kept per set of row indices: a fitter's model is called at every parameter
+    vector with the same few index arrays (all rows, each held-out fold's), and what it
+    reads of those rows does not depend on the parameters."""
+    kept: dict[tuple[str, tuple[int, ...], bytes], T] = {}
+
+    def rows(idx: np.ndarray) -> T:
+        i = np.asarray(idx)
+        key = (i.dtype.str, i.shape, i.tobytes())
+        if key not in kept:
+            kept[key] = read(i)
+        return kept[key]
+
+    return rows
 
 
 def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
@@ -543,14 +562,7 @@ def fit_decode_wave(
     # the split counts and waves do not depend on the parameters: computed once, not at
     # every parameter vector the solver tries (bit-identical to ops.decode_attention_time_s)
     geometry = ops.decode_wave_geometry(b, kh, d, q, float(num_sms), per_query_head)
-    taken: dict[tuple[str, tuple[int, ...], bytes], ops.DecodeWaveGeometry] = {}
-
-    def rows(idx: np.ndarray) -> ops.DecodeWaveGeometry:
-        i = np.asarray(idx)
-        key = (i.dtype.str, i.shape, i.tobytes())
-        if key not in taken:
-            taken[key] = geometry.take(idx)
-        return taken[key]
+    rows = by_rows(geometry.take)
 
     def builder(fit_names: tuple[str, ...], held: dict[str, float]):
         def params(p) -> DecodeAttentionParams:

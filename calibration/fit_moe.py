@@ -45,7 +45,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration.fit import FitError, fit_generic, restart_on_one_blas_thread, shape_family
+from calibration.fit import (
+    FitError,
+    by_rows,
+    fit_generic,
+    restart_on_one_blas_thread,
+    shape_family,
+)
 from disaggsim.costmodel.mla import mla_decode_attention_s, mla_prefill_attention_s
 from disaggsim.costmodel.moe import (
     all_to_all_time_s,
@@ -313,7 +319,12 @@ def untuned_cells(d: pd.DataFrame) -> np.ndarray:
 GG_INPUTS = ("peak", "tokens_gpu", "touched", "hidden_size", "width", "elem", "layer_tokens")
 
 
-def _gg_inputs(d: pd.DataFrame) -> tuple[int, tuple[tuple[np.ndarray, bool, tuple], ...]]:
+# rows as _gg_of reads them: their number and, per kind present (gated or not), the rows'
+# positions, the kind and the GG_INPUTS columns
+GgRows = tuple[int, tuple[tuple[np.ndarray, bool, tuple[np.ndarray, ...]], ...]]
+
+
+def _gg_inputs(d: pd.DataFrame) -> GgRows:
     """The rows of ``d`` as :func:`_gg_of` reads them: their number and, per kind (gated
     or not) present, the rows' positions and :data:`GG_INPUTS` columns as float arrays. A
     fit reads them once, not at every parameter vector it tries (pandas column access
@@ -330,7 +341,7 @@ def _gg_inputs(d: pd.DataFrame) -> tuple[int, tuple[tuple[np.ndarray, bool, tupl
     return len(d), tuple(parts)
 
 
-def _gg_of(p: GroupedGemmParams, inputs: tuple[int, tuple[tuple[np.ndarray, bool, tuple], ...]]):
+def _gg_of(p: GroupedGemmParams, inputs: GgRows) -> np.ndarray:
     """:func:`_gg` of rows read by :func:`_gg_inputs`."""
     n, parts = inputs
     out = np.empty(n)
@@ -638,16 +649,12 @@ def fit_grouped_gemm(
     free = [i for i, k in enumerate(GG_KEYS) if k not in held and k not in form]
 
     inputs = d[["gated", *GG_INPUTS]]  # the rows the held-out refits select: inputs only
-    read: dict[tuple, tuple] = {}  # each fold's rows, read once (_gg_inputs)
+    rows = by_rows(lambda idx: _gg_inputs(inputs.iloc[idx]))  # each fold's, read once
 
     def model(theta, idx):
         y = x.copy()
         y[free] = theta
-        i = np.asarray(idx)
-        key = (i.dtype.str, i.shape, i.tobytes())
-        if key not in read:
-            read[key] = _gg_inputs(inputs.iloc[idx])
-        return _gg_of(GroupedGemmParams(*y), read[key])
+        return _gg_of(GroupedGemmParams(*y), rows(idx))
 
     # the errors (and the held-out refits, each from the determined parameters)
     _, err = fit_generic(
