@@ -1085,9 +1085,10 @@ class MoeWorkerCost:
     ) -> tuple[float, float]:
         """New tokens and attention pairs on the busiest DP rank of ``s`` prompts of ``n``
         tokens and ``pairs`` pairs in all, one of which holds at least ``ell`` new tokens
-        (and so at least ``ell (ell + 1) / 2`` pairs, more after a cached prefix): a prompt is prefilled whole on one
-        rank, so that rank holds it and ``r - 1`` other slots at the other prompts' share
-        (:meth:`_rank_context`'s rule): ``ell + (n - ell) × (r - 1) / (dp × r)``, each
+        (and so at least ``ell (ell + 1) / 2`` pairs, more after a cached prefix): a
+        prompt is prefilled whole on one rank, so that rank holds it and ``r - 1`` other
+        slots at the other prompts' share (:meth:`_rank_context`'s rule): ``ell + (n -
+        ell) × (r - 1) / (dp × r)``, each
         at most the whole batch's, and never below the mean share ``n_r``, ``pairs_r``
         (``ceil(s / dp) / s`` of them, exact for prompts of one length). Before, the
         mean share alone: one 30,000-token prompt on Qwen3-235B tp4 x dp2 took 1,599 ms

@@ -527,15 +527,15 @@ def decode_wave_lines_of(
     """:func:`decode_wave_lines` from its :func:`decode_wave_geometry` (which must be of
     ``p``'s SMs and kind of kernel)."""
     g = geometry
-    if g.wave_sms != p.wave_sms or g.per_query_head != (p.reread_bytes_per_s > 0.0):
+    per_qh = p.reread_bytes_per_s > 0.0
+    if g.wave_sms != p.wave_sms or g.per_query_head != per_qh:
         raise ValueError(
             f"wave geometry of {g.wave_sms:g} SMs (per query head: {g.per_query_head}) used "
-            f"with a kernel of {p.wave_sms:g} SMs (per query head: {p.reread_bytes_per_s > 0.0})"
+            f"with a kernel of {p.wave_sms:g} SMs (per query head: {per_qh})"
         )
     d, q = g.head_dim, g.q_per_kv
     m, full, rest, part = g.splits, g.full_waves, g.rest_blocks, g.partial
     sms = p.wave_sms
-    per_qh = g.per_query_head
     bw = peaks.hbm_bytes_per_s * p.bw_eff
     bytes_per_token = 2.0 * d * kv_elem_bytes
     if per_qh:  # the g query heads of a KV head: one HBM read, g from L2

@@ -186,8 +186,9 @@ def stability(
     ``ttft_target_s`` (so float noise on a deterministic run is no trend), and its slope
     shows an overload of at least :data:`MIN_OVERLOAD_SHARE` ``e``: the number waiting
     rising by ``e / (1 + e)`` of the rate that joins it (every request arriving in the
-    window but those rejected at once, which never wait), the TTFT by ``e`` seconds per second (a slower rise is the queue still
-    filling after the warm-up, measured near capacity: docs/metrics.md).
+    window but those rejected at once, which never wait), the TTFT by ``e`` seconds per
+    second (a slower rise is the queue still filling after the warm-up, measured near
+    capacity: docs/metrics.md).
 
     Not a signal: the ITL statistic (TPOT or largest gap) by arrival batch. A request's
     is set by the decode batches over its whole reply, seconds long, so neighbouring
