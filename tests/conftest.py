@@ -28,6 +28,62 @@ needs_kernel_tables = pytest.mark.skipif(
 )
 
 
+# -------------------------------------------------------------------------------------
+# How the files are handed to the test workers (pytest-xdist, ``-n 2`` in pyproject.toml).
+# Each file runs whole on one worker, so its module fixtures are computed once. Files that
+# share a long session fixture form one unit (SAME_WORKER), run on one worker, so that
+# fixture is computed once too. Units are handed out longest first (the seconds per file
+# in tests/durations.json, measured by scripts/test_durations.py): a long file that
+# started last would run alone while the other worker idles. A file the table does not
+# know counts as its median. The order only spreads the work; which tests run is not
+# changed, and ``-n 0`` runs them in the same order in one process.
+
+DURATIONS = Path(__file__).with_name("durations.json")
+SAME_WORKER = {
+    # mmha_split_h100 (~50 s)
+    "tests/test_mmha_split_rule.py": "mmha_split_h100",
+    "tests/test_mmha_wave_decode.py": "mmha_split_h100",
+    # moe_tables (~12 s)
+    "tests/test_moe_fit_determined.py": "moe_tables",
+    "tests/test_moe_reproducible.py": "moe_tables",
+    "tests/test_moe_sglang_tiles.py": "moe_tables",
+}
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or its file's SAME_WORKER group."""
+    file = nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(file, file)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seconds: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    known = sorted(seconds.values())
+    default = known[len(known) // 2] if known else 0.0
+    files = {it.nodeid.split("::", 1)[0] for it in items}
+    weight: dict[str, float] = {}
+    for file in files:
+        weight[_unit(file)] = weight.get(_unit(file), 0.0) + seconds.get(file, default)
+    first = {}
+    for i, it in enumerate(items):
+        first.setdefault(_unit(it.nodeid), i)
+    # stable: a unit's tests keep their order, and units of equal weight their first place
+    items.sort(key=lambda it: (-weight[_unit(it.nodeid)], first[_unit(it.nodeid)]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Units as above, in the collection's order (``--no-loadscope-reorder`` in
+    pyproject.toml: xdist would otherwise put the units with most tests first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return UnitScheduling(config, log)
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

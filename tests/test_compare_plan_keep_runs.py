@@ -36,7 +36,7 @@ COMPARE = [
     "--service-multiple", "1", "--quiet", "--no-plots",
 ]  # fmt: skip
 PLAN = [
-    "plan", str(REPO / "scenarios" / "advisor" / "short-prompt.yaml"), "--gpus", "2",
+    "plan", str(REPO / "scenarios" / "advisor" / "two-gpus.yaml"), "--gpus", "2",
     "--quick", "--min-requests", "60", "--service-multiple", "0.5", "--quiet", "--no-plots",
 ]  # fmt: skip
 RESUMED = "(the same command with --resume reuses them and runs only the others)"
@@ -171,7 +171,7 @@ def test_a_plan_without_out_keeps_its_runs_beside_results(work, capsys):
     results/<name>-plan.partial while it runs, and nothing is left when it ends."""
     p = run_child(work, 5, "SIGTERM", [*PLAN, "--workers", "1"])
     assert p.returncode == 128 + signal.SIGTERM, p.stderr[-2000:]
-    partial = "results/advisor-short-prompt-plan.partial"
+    partial = "results/advisor-two-gpus-plan.partial"
     # the run the worker held when the signal came finishes while the pool stops: kept too
     kept = len(runs_in(work / partial))
     assert kept in (5, 6)

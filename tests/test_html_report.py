@@ -84,7 +84,7 @@ def _words(c: Checker) -> str:
 @pytest.fixture(scope="module")
 def plan_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "out"
-    path = REPO / "scenarios" / "advisor" / "short-prompt.yaml"
+    path = REPO / "scenarios" / "advisor" / "pcie-only.yaml"
     argv = [
         "plan",
         str(path),
