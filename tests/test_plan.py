@@ -5,7 +5,9 @@ and bad budgets are one-line errors."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import math
 
@@ -335,26 +337,27 @@ SMALL = {
 }  # fmt: skip
 
 
-def test_cli_json_structure(tmp_path, capsys):
-    path = tmp_path / "small.yaml"
+@pytest.fixture(scope="module")
+def small_plan(tmp_path_factory):
+    """``disaggsim plan`` of SMALL once, its text report and its folder (the two tests
+    below read one plan: a plan of it takes ~25 s)."""
+    work = tmp_path_factory.mktemp("small")
+    path = work / "small.yaml"
     path.write_text(yaml.safe_dump(SMALL))
-    rc = main(
-        [
-            "plan",
-            str(path),
-            "--quick",
-            "--workers",
-            "1",
-            "--json",
-            "--price-per-gpu-hour",
-            "2.5",
-            "--out",
-            str(tmp_path / "out"),
-            "--no-plots",
-        ]
-    )
-    assert rc == 0
-    obj = json.loads(capsys.readouterr().out)
+    out = work / "out"
+    argv = ["plan", str(path), "--quick", "--workers", "1", "--quiet", "--no-plots",
+            "--price-per-gpu-hour", "2.5", "--out", str(out)]  # fmt: skip
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main(argv) == 0
+    return text.getvalue(), out
+
+
+def test_cli_json_structure(small_plan):
+    """plan.json (``report.plan_json``, the object ``--json`` prints) holds the ranked
+    candidates, best first, the analytic guess and the search's counts."""
+    _, out = small_plan
+    obj = json.loads((out / "plan.json").read_text())
     assert obj["verdict"] in (*KINDS, "undecided")
     assert isinstance(obj["reason"], str) and obj["reason"]
     assert obj["ranked"]
@@ -388,23 +391,18 @@ def test_cli_json_structure(tmp_path, capsys):
     assert {"num_simulations", "families", "converged", "quick"} <= set(obj["search"])
     assert obj["search"]["quick"] is True
     assert obj["ranked"][0]["usd_per_m_output_tokens"] > 0
-    names = {p.name for p in (tmp_path / "out").iterdir()}
+    names = {p.name for p in out.iterdir()}
     assert {"plan.json", "ranked.csv"} <= names
     # a runnable recommendation only with a decided verdict
     assert ("recommended.yaml" in names) == obj["decided"]
     if obj["decided"]:
-        load_scenario(tmp_path / "out" / "recommended.yaml")
+        load_scenario(out / "recommended.yaml")
 
 
-def test_cli_text_report_counts_simulations_and_stopped_runs(tmp_path, capsys):
+def test_cli_text_report_counts_simulations_and_stopped_runs(small_plan):
     """The text report names how many simulations ran and how many stopped once they
     certainly missed, the same counts plan.json records."""
-    path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump(SMALL))
-    out = tmp_path / "out"
-    argv = ["plan", str(path), "--quick", "--workers", "1", "--quiet", "--out", str(out)]
-    assert main([*argv, "--no-plots"]) == 0
-    text = capsys.readouterr().out
+    text, out = small_plan
     search = json.loads((out / "plan.json").read_text())["search"]
     assert search["num_simulations"] > 0
     assert (
