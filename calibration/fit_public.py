@@ -308,7 +308,7 @@ def predict_decode_rows(
     ``peaks`` are the GPU's; the rows are predicted in their table's frame
     (:func:`table_peaks`)."""
     g = (rows["heads"] / rows["kv_heads"]).round().to_numpy(float)
-    reread = g if params.reread_bytes_per_s > 0.0 else 1.0
+    reread = g if params.per_query_head else 1.0
     return np.asarray(
         ops.decode_attention_time_s(
             table_peaks(peaks, rows), params, rows["batch"].to_numpy(float), rows["context_tokens"].to_numpy(float),

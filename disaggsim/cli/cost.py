@@ -540,7 +540,7 @@ def _decode_attention(v: dict[str, Any], cache: dict) -> dict[str, Any]:
     # fitted per query head (reread_bytes_per_s > 0) reads each KV head once per query
     # head, as the step model runs it (costmodel/step.py)
     q = float(v["heads"] // kh)
-    group = q if p.reread_bytes_per_s > 0.0 else 1.0
+    group = q if p.per_query_head else 1.0
     time_s = float(
         ops.decode_attention_time_s(
             prof.peaks, p, b, b * c, kh, d, elem, reread_group=group, q_per_kv=q

@@ -223,10 +223,9 @@ def decode_split_shortfall_s(
 
 def decode_work_heads(p: DecodeAttentionParams, kv_heads: ArrayLike, group: ArrayLike = 1.0):
     """Heads per sequence a decode kernel makes work items of: the KV heads, or for a
-    per-query-head kernel (``p.reread_bytes_per_s`` > 0) the query heads, ``kv_heads ×
-    group``."""
+    per-query-head kernel (``p.per_query_head``) the query heads, ``kv_heads × group``."""
     kh = np.asarray(kv_heads, float)
-    return kh * np.asarray(group, float) if p.reread_bytes_per_s > 0.0 else kh
+    return kh * np.asarray(group, float) if p.per_query_head else kh
 
 
 def decode_stream_seconds_per_byte(
@@ -516,7 +515,7 @@ def decode_wave_lines(
     item (``q_per_kv`` for XQA, 1 for masked MHA). Since ``(W S + r) × T ≥ I × C / B``, no
     line beats the KV bytes at ``hbm × bw_eff``."""
     geometry = decode_wave_geometry(
-        batch, kv_heads, head_dim, q_per_kv, p.wave_sms, p.reread_bytes_per_s > 0.0
+        batch, kv_heads, head_dim, q_per_kv, p.wave_sms, p.per_query_head
     )
     return decode_wave_lines_of(peaks, p, geometry, kv_elem_bytes)
 
@@ -527,7 +526,7 @@ def decode_wave_lines_of(
     """:func:`decode_wave_lines` from its :func:`decode_wave_geometry` (which must be of
     ``p``'s SMs and kind of kernel)."""
     g = geometry
-    per_qh = p.reread_bytes_per_s > 0.0
+    per_qh = p.per_query_head
     if g.wave_sms != p.wave_sms or g.per_query_head != per_qh:
         raise ValueError(
             f"wave geometry of {g.wave_sms:g} SMs (per query head: {g.per_query_head}) used "
@@ -622,7 +621,7 @@ def decode_attention_time_s(
     kh = np.asarray(kv_heads, float)
     d = np.asarray(head_dim, float)
     if p.wave_sms > 0.0:  # a multi-block wave kernel: the smallest of its lines
-        geometry = decode_wave_geometry(b, kh, d, q_per_kv, p.wave_sms, p.reread_bytes_per_s > 0.0)
+        geometry = decode_wave_geometry(b, kh, d, q_per_kv, p.wave_sms, p.per_query_head)
         return decode_wave_time_s(peaks, p, geometry, context_tokens, kv_elem_bytes)
     c = np.asarray(context_tokens, float)
     kv_bytes = 2.0 * c * kh * d * kv_elem_bytes

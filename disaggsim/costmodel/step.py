@@ -252,7 +252,7 @@ def _dec_bw_scale(p: DecodeAttentionParams, batch: float, kv_heads: float) -> fl
 
 def _dec_work_heads(p: DecodeAttentionParams, kv_heads: float, group: float) -> float:
     """ops.decode_work_heads for scalars: query heads for a per-query-head kernel."""
-    return kv_heads * group if p.reread_bytes_per_s > 0.0 else kv_heads
+    return kv_heads * group if p.per_query_head else kv_heads
 
 
 def _dec_item_terms_s(
@@ -578,17 +578,13 @@ class RooflineWorkerCost:
         # a per-query-head decode kernel (the engine's grouped kernel does not cover this
         # layout) reads each KV head once per query head: the re-reads come from L2, at the
         # engine's measured rate where it has one, else at the kernel fit's
-        if self._dec.reread_bytes_per_s > 0.0:
+        if self._dec.per_query_head:
             self._reread_group = float(hq // hkv)
         else:
             self._reread_group = float(engine.decode_reread_group(hq // hkv))
         self._reread_bytes_per_s = engine.per_query_head_kv_bytes_per_s
         self._q_per_kv = float(hq // hkv)  # a grouped kernel's group rate (group_bytes_per_s)
-        if (
-            self._dec.wave_sms > 0.0
-            and self._dec.reread_bytes_per_s == 0.0
-            and (self._reread_group > 1.0)
-        ):
+        if self._dec.wave_sms > 0.0 and not self._dec.per_query_head and (self._reread_group > 1.0):
             raise UserError(
                 f"attention_backend {self.decode_backend!r}: its decode kernel (a multi-block "
                 f"wave kernel, TensorRT-LLM's XQA) has no per-query-head form for "

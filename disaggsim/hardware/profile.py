@@ -264,6 +264,12 @@ class DecodeAttentionParams:
     occupancy_sms: float = 0.0
     smem_per_sm_kib: float = 0.0
 
+    @property
+    def per_query_head(self) -> bool:
+        """A per-query-head kernel (``reread_bytes_per_s`` > 0): one work item per
+        (sequence, query head), a KV head read once per query head of its group."""
+        return self.reread_bytes_per_s > 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class PrefillAttentionParams:
