@@ -22,7 +22,13 @@ def test_plan_on_a_topology_fabric(tmp_path, capsys):
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "fabric topology" in text and "fast_fabric" in text
-    assert json.loads((out / "plan.json").read_text())["fabric_link"] == "topology"
+    obj = json.loads((out / "plan.json").read_text())
+    assert obj["fabric_link"] == "topology"
+    # the planner quotes the placed path (it used to read fabric.link, which a topology
+    # fabric does not have): pack placement puts a TP2 pair on one node, two NVLink shards
+    # at 450 GB/s each
+    (fast,) = [c for c in obj["conditions"] if c["name"] == "fast_fabric"]
+    assert fast["holds"] and fast["detail"].startswith("nvlink at 450 GB/s per GPU")
 
 
 def test_sweep_and_compare_on_topology_fabrics(tmp_path, capsys):

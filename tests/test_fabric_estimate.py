@@ -61,32 +61,3 @@ def test_pair_errors_name_the_cause():
         pair_topology("same-node", "h100-sxm", 8, label="--path")
     with pytest.raises(UserError, match="unknown path 'cross-rack'"):
         pair_topology("cross-rack", "h100-sxm", 1)  # type: ignore[arg-type]
-
-
-def test_plan_on_a_topology_fabric_quotes_the_placed_path(capsys):
-    # the planner used to read fabric.link, which a topology fabric does not have
-    import json
-
-    from disaggsim.cli import main
-
-    path = REPO / "scenarios" / "fabric" / "nvlink.yaml"
-    rc = main(
-        [
-            "plan",
-            str(path),
-            "--quick",
-            "--min-requests",
-            "100",
-            "--service-multiple",
-            "1",
-            "--quiet",
-            "--json",
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert rc == 0, err
-    obj = json.loads(out)
-    assert obj["fabric_link"] == "topology"
-    (fast,) = [c for c in obj["conditions"] if c["name"] == "fast_fabric"]
-    # pack placement: a TP2 pair shares a node, two NVLink shards at 450 GB/s each
-    assert fast["holds"] and fast["detail"].startswith("nvlink at 450 GB/s per GPU")
