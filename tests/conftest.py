@@ -56,19 +56,26 @@ def _unit(nodeid: str) -> str:
     return SAME_WORKER.get(file, file)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    seconds: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+def unit_order(nodeids: list[str], seconds: dict[str, float]) -> list[int]:
+    """The order (indices into ``nodeids``) in which the tests are handed out: units by
+    their files' ``seconds``, longest first (a file not in ``seconds`` at their median);
+    a unit's tests together, in their order; units of equal weight as they came."""
     known = sorted(seconds.values())
     default = known[len(known) // 2] if known else 0.0
-    files = {it.nodeid.split("::", 1)[0] for it in items}
     weight: dict[str, float] = {}
-    for file in files:
+    for file in {n.split("::", 1)[0] for n in nodeids}:
         weight[_unit(file)] = weight.get(_unit(file), 0.0) + seconds.get(file, default)
-    first = {}
-    for i, it in enumerate(items):
-        first.setdefault(_unit(it.nodeid), i)
-    # stable: a unit's tests keep their order, and units of equal weight their first place
-    items.sort(key=lambda it: (-weight[_unit(it.nodeid)], first[_unit(it.nodeid)]))
+    first: dict[str, int] = {}
+    for i, n in enumerate(nodeids):
+        first.setdefault(_unit(n), i)
+    key = [(-weight[_unit(n)], first[_unit(n)], i) for i, n in enumerate(nodeids)]
+    return sorted(range(len(nodeids)), key=key.__getitem__)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seconds: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    order = unit_order([it.nodeid for it in items], seconds)
+    items[:] = [items[i] for i in order]
 
 
 @pytest.hookimpl(optionalhook=True)

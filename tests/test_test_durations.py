@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import runpy
 
-from tests.conftest import DURATIONS, REPO, SAME_WORKER
+from tests.conftest import DURATIONS, REPO, SAME_WORKER, unit_order
 
 REPORT = """\
 ============================= slowest durations ==============================
@@ -33,3 +33,22 @@ def test_the_table_and_the_groups_name_existing_test_files():
     missing = [f for f in [*table, *SAME_WORKER] if not (REPO / f).is_file()]
     assert not missing, f"rerun scripts/test_durations.py (files gone: {missing})"
     assert all(s >= 0 for s in table.values())
+
+
+def test_units_are_handed_out_longest_first_each_whole():
+    grouped = sorted(SAME_WORKER)[:2]  # two files of one unit (tests/conftest.py)
+    assert SAME_WORKER[grouped[0]] == SAME_WORKER[grouped[1]]
+    nodeids = [
+        "tests/test_a.py::t1", f"{grouped[0]}::t1", "tests/test_b.py::t1",
+        "tests/test_a.py::t2", "tests/test_new.py::t1", f"{grouped[1]}::t1",
+        "tests/test_c.py::t1",
+    ]  # fmt: skip
+    seconds = {"tests/test_a.py": 10.0, "tests/test_b.py": 30.0, "tests/test_c.py": 1.0,
+               grouped[0]: 12.0, grouped[1]: 20.0}  # fmt: skip
+    got = [nodeids[i] for i in unit_order(nodeids, seconds)]
+    # the group 12 + 20 = 32 s, then test_b 30, test_new at the median (12), test_a 10
+    assert got == [
+        f"{grouped[0]}::t1", f"{grouped[1]}::t1", "tests/test_b.py::t1",
+        "tests/test_new.py::t1", "tests/test_a.py::t1", "tests/test_a.py::t2",
+        "tests/test_c.py::t1",
+    ]  # fmt: skip
