@@ -326,8 +326,10 @@ def _deepseek_plan(tmp_path, capsys, *budget: str) -> dict:
         "--quick", "--quiet", "--no-plots", "--workers", "1", "--json", "--out", str(out),
     ]  # fmt: skip
     rc = main(argv)
-    err = capsys.readouterr().err
-    assert rc == 0, err
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    # --json prints the object plan.json holds (tests/test_plan.py reads the file)
+    assert captured.out == (out / "plan.json").read_text()
     return json.loads((out / "plan.json").read_text())
 
 
