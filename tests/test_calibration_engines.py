@@ -1264,3 +1264,30 @@ def test_engines_cli_tp_consistency(capsys) -> None:
     assert engines.main(["--data", str(DATA), "--tp-consistency"]) == 0
     out = capsys.readouterr().out
     assert "below the bound" in out and "missed_in_triple" in out
+
+
+def test_a_fit_is_made_once_per_rows_and_handed_out_as_a_copy(monkeypatch) -> None:
+    # fit_engine keeps its results by what they are computed from: the same rows are not
+    # fitted again, a caller changing its result does not change the next caller's, and
+    # other rows (another value, another kernel time) are fitted anew
+    monkeypatch.setattr(engines, "_FITTED", {})
+    calls = []
+    linear = engines.fit_engine_linear
+    monkeypatch.setattr(
+        engines, "fit_engine_linear", lambda *a, **k: calls.append(1) or linear(*a, **k)
+    )
+    points = engines.all_points(DATA)
+    feat = engines.features(points)
+    first = engines.fit_engine(feat, "vllm")
+    first["params"]["per_iteration_s"] = -1.0
+    first["rows"]["value_s"] = 0.0
+    again = engines.fit_engine(feat.copy(), "vllm")
+    assert len(calls) == 1
+    assert again["params"]["per_iteration_s"] >= 0.0 and (again["rows"]["value_s"] > 0.0).all()
+    for column in ("value_s", "kernels_s"):
+        other = feat.copy()
+        i = np.flatnonzero((other["engine"] == "vllm") & (other["split"] == "fit"))[0]
+        other.loc[i, column] *= 1.5
+        moved = engines.fit_engine(other, "vllm")
+        assert moved["params"] != again["params"], column
+    assert len(calls) == 3
