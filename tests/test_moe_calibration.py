@@ -540,3 +540,37 @@ def test_fit_moe_says_when_it_replaced_an_earlier_fit(tmp_path, monkeypatch, cap
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"MoE fit written to {out} (replaced the earlier MoE fit there)"
     assert json.loads(out.read_text()) == shipped
+
+
+def test_moe_rows_are_read_once_per_files_and_handed_out_as_copies(tmp_path, monkeypatch):
+    # moe_rows keeps a table by the files it reads (path, size, modification time): the
+    # same files are not read again, a caller changing its table does not change the next
+    # caller's, and a file that changed (or a folder without the tables) is read anew
+    from calibration import fit_moe
+
+    reads = []
+
+    def fake_read(data, frameworks):
+        reads.append(tuple(frameworks))
+        return pd.DataFrame({"meas_s": [1.0, 2.0]})
+
+    monkeypatch.setattr(fit_moe, "_MOE_ROWS", {})
+    monkeypatch.setattr(fit_moe, "_read_moe_rows", fake_read)
+    for p in fit_moe._moe_tables(tmp_path, ("vllm", "sglang", "trtllm")):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"table")
+    first = fit_moe.moe_rows(tmp_path, ("trtllm", "vllm"))
+    first.loc[0, "meas_s"] = -1.0
+    again = fit_moe.moe_rows(tmp_path, ("vllm", "trtllm"))  # the same files: kept
+    assert len(reads) == 1 and again.meas_s.tolist() == [1.0, 2.0]
+    again.loc[1, "meas_s"] = -2.0
+    assert fit_moe.moe_rows(tmp_path, ("vllm", "trtllm")).meas_s.tolist() == [1.0, 2.0]
+    fit_moe.moe_rows(tmp_path, ("vllm", "sglang", "trtllm"))  # more files: read
+    assert len(reads) == 2
+    trt = fit_moe._moe_tables(tmp_path, ("trtllm",))[0]
+    trt.write_bytes(b"another table")
+    fit_moe.moe_rows(tmp_path, ("vllm", "trtllm"))
+    assert len(reads) == 3
+    fit_moe.moe_rows(tmp_path / "elsewhere", ("vllm",))  # no tables there: never kept
+    fit_moe.moe_rows(tmp_path / "elsewhere", ("vllm",))
+    assert len(reads) == 5
