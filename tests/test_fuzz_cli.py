@@ -2658,11 +2658,14 @@ def check_numbers(work: Path, case: tuple[str, tuple, object]) -> list[str]:
     if isinstance(w.get("path"), str):
         w["path"] = str((SCENARIOS / base).parent / w["path"])
     _get(raw, path[:-1])[path[-1]] = value
+    global LAST_RC
+    LAST_RC = (0, "")
     try:
         load_scenario(raw, base_dir=(SCENARIOS / base).parent)
     except UserError as e:
         key = str(path[-1])
         msg = str(e)
+        LAST_RC = (2, msg[-300:])
         if "\n" in msg or (key not in msg and key.replace("_", " ") not in msg):
             return [f"the error names no {key}: {msg[:300]}"]
         return []
@@ -3108,6 +3111,7 @@ if __name__ == "__main__":  # python tests/test_fuzz_cli.py SEED N [run|cost|...
                 os.chdir(w)
                 # a case still running after 2 minutes (a plan: 10) is reported, not judged
                 signal.alarm(600 if kind == "stopp" else 120)
+                LAST_RC = None  # a check that records nothing prints None, not the last one's
                 try:
                     problems = check(w, case)
                 except _Slow:
