@@ -51,7 +51,6 @@ Run: ``python -m calibration.engines`` prints every engine's fit and errors;
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import sys
@@ -65,7 +64,7 @@ import pandas as pd
 from scipy.optimize import least_squares, lsq_linear, minimize_scalar
 
 from calibration import public
-from calibration.fit import ape, prediction_error
+from calibration.fit import KeptResults, ape, prediction_error
 from disaggsim.catalog import GPU_IDS, MODEL_IDS, get_gpu, get_model
 from disaggsim.costmodel import ops
 from disaggsim.costmodel.moe import build_moe_worker_cost
@@ -728,8 +727,7 @@ def reread_variants(
 # engine three times, the engine tests a dozen; about 6.5 s a time on a 2-core box, 2026-12-05),
 # and a fit is a pure function of its rows. Keyed by content, not by the data folder: rows
 # read from other files or priced with another profile are another key.
-_FITTED: dict[bytes, dict[str, Any]] = {}
-_FITTED_MAX = 16  # entries kept (the oldest goes first)
+_FITTED = KeptResults(limit=16)
 
 
 def _frame_digest(h: Any, frame: pd.DataFrame) -> None:
@@ -752,16 +750,13 @@ def fit_engine(
     """One engine's fitted :class:`EngineProfile` and its errors (:func:`fit_engine_linear`;
     ``vllm-eager-2023``: :func:`fit_eager`, its launches overlapped with the kernels).
     Fitted once per process for the same rows: a copy of the kept result after."""
-    key = _fit_key(feat, engine, variants)
-    if key not in _FITTED:
+
+    def fit() -> dict[str, Any]:
         if engine == EAGER_ENGINE:
-            fitted = fit_eager(feat[feat["engine"] == engine].reset_index(drop=True))
-        else:
-            fitted = fit_engine_linear(feat, engine, variants)
-        if len(_FITTED) >= _FITTED_MAX:
-            del _FITTED[next(iter(_FITTED))]
-        _FITTED[key] = fitted
-    return copy.deepcopy(_FITTED[key])
+            return fit_eager(feat[feat["engine"] == engine].reset_index(drop=True))
+        return fit_engine_linear(feat, engine, variants)
+
+    return _FITTED.get(_fit_key(feat, engine, variants), fit)
 
 
 def held_out_by_family(

@@ -15,6 +15,7 @@ profile dict, carrying the ops it did not measure from a named base profile.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -83,6 +84,29 @@ def shape_family(*cols: pd.Series) -> np.ndarray:
 
 
 T = TypeVar("T")
+
+
+class KeptResults:
+    """Results of a pure computation kept for the process by a key of what they are
+    computed from (at most ``limit``; the oldest goes first): a fit or a table that one
+    process asks for more than once (the diagnostics, the validation doc, the tests) is
+    made once. Each caller gets its own deep copy, so no caller's change reaches the kept
+    result or another caller."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: dict[Any, Any] = {}
+
+    def get(self, key: Any, make: Callable[[], T]) -> T:
+        """A copy of the result kept under ``key``, made by ``make`` if none is; ``key``
+        None: made, not kept."""
+        if key is None:
+            return make()
+        if key not in self._kept:
+            if len(self._kept) >= self.limit:
+                del self._kept[next(iter(self._kept))]
+            self._kept[key] = make()
+        return cast(T, copy.deepcopy(self._kept[key]))
 
 
 def by_rows(read: Callable[[np.ndarray], T]) -> Callable[[np.ndarray], T]:

@@ -47,6 +47,7 @@ import pandas as pd
 
 from calibration.fit import (
     FitError,
+    KeptResults,
     by_rows,
     fit_generic,
     restart_on_one_blas_thread,
@@ -137,23 +138,24 @@ def _alpha(dist: str) -> float | None:
 MOE_PERF_VERSIONS = (("vllm", "0.24.0"), ("sglang", "0.5.14"), ("trtllm", "1.3.0rc20"))
 
 
-def _moe_tables(data: Path, frameworks: tuple[str, ...]) -> list[Path]:
-    """The parquet files :func:`moe_rows` reads for ``frameworks``."""
+def _moe_tables(data: Path, frameworks: tuple[str, ...]) -> list[tuple[Path, str, str]]:
+    """(file, framework, source) of each table :func:`moe_rows` reads for ``frameworks``:
+    the moe_perf tables, and with sglang SGLang's WideEP tables."""
     base = _aic(data) / "moe"
-    paths = [base / fw / ver / "moe_perf.parquet" for fw, ver in MOE_PERF_VERSIONS
-             if fw in frameworks]  # fmt: skip
+    tables = [(base / fw / ver / "moe_perf.parquet", fw, f"{fw} {ver} moe_perf")
+              for fw, ver in MOE_PERF_VERSIONS if fw in frameworks]  # fmt: skip
     if "sglang" in frameworks:
-        paths += [base / "sglang" / "0.5.10" / f"wideep_{phase}_moe_perf.parquet"
-                  for phase in ("context", "generation")]  # fmt: skip
-    return paths
+        tables += [(base / "sglang" / "0.5.10" / f"wideep_{phase}_moe_perf.parquet",
+                    "sglang-wideep", f"sglang 0.5.10 wideep_{phase}")
+                   for phase in ("context", "generation")]  # fmt: skip
+    return tables
 
 
 # moe_rows's tables by what they were read from: the files (path, size, modification time)
-# and the tuned-config list. Reading and marking TensorRT-LLM's untuned cells takes 7-9 s
+# and the tuned-config list. Reading and marking TensorRT-LLM's untuned cells takes 7-11 s
 # (2026-12-05, 2-core box), and a process asks for them again (the tests, the validation
-# doc's checks); the oldest goes first beyond MOE_ROWS_KEPT.
-_MOE_ROWS: dict[tuple, pd.DataFrame] = {}
-MOE_ROWS_KEPT = 3
+# doc's checks).
+_MOE_ROWS = KeptResults(limit=3)
 
 
 def moe_rows(
@@ -163,7 +165,7 @@ def moe_rows(
     SGLang's WideEP rows, with the inputs of ``grouped_gemm_time_s`` for the timed (most
     loaded) GPU. Read once per process for the same files: a copy of the kept table after."""
     try:
-        stats = [(str(p.resolve()), p.stat()) for p in _moe_tables(data, frameworks)]
+        stats = [(str(p.resolve()), p.stat()) for p, _, _ in _moe_tables(data, frameworks)]
         key: tuple | None = (
             tuple(sorted(set(frameworks))),
             tuple((p, st.st_size, st.st_mtime_ns, st.st_ino) for p, st in stats),
@@ -171,33 +173,23 @@ def moe_rows(
         )
     except OSError:  # a table missing or unreadable: read as ever, for its one-line error
         key = None
-    if key is not None and key in _MOE_ROWS:
-        return _MOE_ROWS[key].copy(deep=True)
-    d = _read_moe_rows(data, frameworks)
-    if key is not None:
-        if len(_MOE_ROWS) >= MOE_ROWS_KEPT:
-            del _MOE_ROWS[next(iter(_MOE_ROWS))]
-        _MOE_ROWS[key] = d.copy(deep=True)
-    return d
+    return _MOE_ROWS.get(key, lambda: _read_moe_rows(data, frameworks))
 
 
 def _read_moe_rows(data: Path, frameworks: tuple[str, ...]) -> pd.DataFrame:
     frames = []
-    base = _aic(data) / "moe"
-    for fw, ver in MOE_PERF_VERSIONS:
-        if fw not in frameworks:
-            continue
-        d = _read(base / fw / ver / "moe_perf.parquet")
-        d = d[d.moe_dtype.isin(DTYPES)].copy()
-        d["source"] = f"{fw} {ver} moe_perf"
+    for path, fw, source in _moe_tables(data, frameworks):
+        d = _read(path)
+        gated: bool | pd.Series
+        if fw == "sglang-wideep":  # every WideEP row: one dtype, gated experts
+            d = d.copy()
+            gated = True
+        else:
+            d = d[d.moe_dtype.isin(DTYPES)].copy()
+            gated = ~d.kernel_source.astype(str).str.contains("nongated")
+        d["source"] = source
         d["fw"] = fw
-        d["gated"] = ~d.kernel_source.astype(str).str.contains("nongated")
-        frames.append(d)
-    for phase in ("context", "generation") if "sglang" in frameworks else ():
-        d = _read(base / "sglang" / "0.5.10" / f"wideep_{phase}_moe_perf.parquet").copy()
-        d["source"] = f"sglang 0.5.10 wideep_{phase}"
-        d["fw"] = "sglang-wideep"
-        d["gated"] = True
+        d["gated"] = gated
         frames.append(d)
     d = pd.concat(frames, ignore_index=True)
     d["dtype"] = d.moe_dtype.map(DTYPES)

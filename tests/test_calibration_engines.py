@@ -14,7 +14,7 @@ import pytest
 
 from calibration import engines, fit_public
 from calibration.cli import default_base
-from calibration.fit import fit_allreduce
+from calibration.fit import KeptResults, fit_allreduce
 from disaggsim.costmodel import ops
 from disaggsim.errors import UserError
 from disaggsim.hardware.engines import PARAM_KEYS, load_engines, shipped_engines_path
@@ -1270,7 +1270,7 @@ def test_a_fit_is_made_once_per_rows_and_handed_out_as_a_copy(monkeypatch) -> No
     # fit_engine keeps its results by what they are computed from: the same rows are not
     # fitted again, a caller changing its result does not change the next caller's, and
     # other rows (another value, another kernel time) are fitted anew
-    monkeypatch.setattr(engines, "_FITTED", {})
+    monkeypatch.setattr(engines, "_FITTED", KeptResults(limit=16))
     calls = []
     linear = engines.fit_engine_linear
     monkeypatch.setattr(

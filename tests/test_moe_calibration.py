@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.fit import fit_generic
+from calibration.fit import KeptResults, fit_generic
 from calibration.fit_moe import (
     _a2a,
     _gg,
@@ -554,9 +554,9 @@ def test_moe_rows_are_read_once_per_files_and_handed_out_as_copies(tmp_path, mon
         reads.append(tuple(frameworks))
         return pd.DataFrame({"meas_s": [1.0, 2.0]})
 
-    monkeypatch.setattr(fit_moe, "_MOE_ROWS", {})
+    monkeypatch.setattr(fit_moe, "_MOE_ROWS", KeptResults(limit=3))
     monkeypatch.setattr(fit_moe, "_read_moe_rows", fake_read)
-    for p in fit_moe._moe_tables(tmp_path, ("vllm", "sglang", "trtllm")):
+    for p, _, _ in fit_moe._moe_tables(tmp_path, ("vllm", "sglang", "trtllm")):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"table")
     first = fit_moe.moe_rows(tmp_path, ("trtllm", "vllm"))
@@ -567,7 +567,7 @@ def test_moe_rows_are_read_once_per_files_and_handed_out_as_copies(tmp_path, mon
     assert fit_moe.moe_rows(tmp_path, ("vllm", "trtllm")).meas_s.tolist() == [1.0, 2.0]
     fit_moe.moe_rows(tmp_path, ("vllm", "sglang", "trtllm"))  # more files: read
     assert len(reads) == 2
-    trt = fit_moe._moe_tables(tmp_path, ("trtllm",))[0]
+    trt = fit_moe._moe_tables(tmp_path, ("trtllm",))[0][0]
     trt.write_bytes(b"another table")
     fit_moe.moe_rows(tmp_path, ("vllm", "trtllm"))
     assert len(reads) == 3
