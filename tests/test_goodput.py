@@ -25,6 +25,7 @@ from disaggsim.metrics.steady import (
 )
 from disaggsim.run import simulate
 from disaggsim.sweep import SerialExecutor, goodput, search_rate
+from disaggsim.sweep.goodput import MAX_REFINE_STEPS
 from tests.conftest import REPO
 from tests.one_server import SERVICE_S, one_server, patch_constant_cost
 
@@ -314,7 +315,7 @@ def test_a_tiny_tolerance_still_steps_down_to_a_rate_that_meets():
     """A confirmation miss steps down by 2 x tol, doubling, 8 times: from a tolerance far
     below the rate (--tol 1e-9 at ~7 req/s) that covered 510 x tol, and the search called
     the SLO unattainable (goodput 0) where 6.0 req/s met at the confirmation length. The
-    first step is at least 1 % of the rate, so 8 doublings reach 0."""
+    first step is at least 1 % of the rate, so 8 doublings cover the rate."""
     s = search_rate(_step(7.3, long_threshold=6.0), 1.0, 20.0, 0.9, tol_per_s=1e-9)
     assert s.status == "refined", (s.status, s.unattainable_below)
     assert 6.0 - 1e-9 <= s.rate_per_s <= 6.0
@@ -323,6 +324,34 @@ def test_a_tiny_tolerance_still_steps_down_to_a_rate_that_meets():
     first_down = next(e for e in d.evaluations if e.confirm and e.rate_per_s < d.lo)
     assert d.tol == pytest.approx(0.01 * 20.0)  # set when the bracket [1, 20] formed
     assert first_down.rate_per_s == pytest.approx(d.lo - 2 * d.tol)
+
+
+def test_a_tolerance_wider_than_the_rate_never_steps_to_zero_or_below():
+    """A confirmation miss steps down by 2 x tol: with a tolerance as wide as the rate
+    (`compare --rate-lo 1 --rate-hi 8 --tol 1.0` at a goodput under 2 req/s) the first step
+    went below zero and the run at -1.75 req/s ended the command in a traceback. A step
+    that would reach zero divides the rate by 4 instead (as the bracket widens down), so
+    every rate run is positive and the search still finds a rate that met at the
+    confirmation length."""
+    s = search_rate(_step(0.6, long_threshold=0.2), 0.5, 1.0, 0.9, tol_per_s=1.0)
+    assert all(e.rate_per_s > 0 for e in s.evaluations), [e.rate_per_s for e in s.evaluations]
+    assert s.status == "refined" and s.confirmation is not None and s.confirmation.meets
+    # 0.5 met short and missed long; 0.125 met long: the result is a rate that met there
+    assert [(e.rate_per_s, e.confirm) for e in s.evaluations[-2:]] == [(0.5, True), (0.125, True)]
+    assert s.rate_per_s == 0.125
+    # missing at every length down to the last step: unattainable below the last rate run,
+    # after at most MAX_REFINE_STEPS step-downs, each a positive rate
+    never = search_rate(_step(0.6, long_threshold=0.0), 0.5, 1.0, 0.9, tol_per_s=1.0)
+    downs = [e.rate_per_s for e in never.evaluations if e.confirm][1:]
+    assert never.status == "unattainable" and len(downs) == MAX_REFINE_STEPS
+    assert downs == [0.5 / 4**k for k in range(1, MAX_REFINE_STEPS + 1)]
+    assert never.unattainable_below == downs[-1]
+    # the planner's check as written rounds each rate it runs; a step to zero is refused
+    # the same way
+    w = search_rate(
+        _step(0.6, long_threshold=0.2), 0.5, 0.6, 0.9, tol_per_s=1.0, bisected=True, rate_digits=3
+    )
+    assert all(e.rate_per_s > 0 for e in w.evaluations) and w.rate_per_s == 0.125
 
 
 def test_a_bisected_bracket_is_only_confirmed():
@@ -684,3 +713,24 @@ def test_a_plan_of_a_bursty_preset_is_answered(tmp_path, monkeypatch):
     assert main(argv) == 0
     plan = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert plan["verdict"] == "colocate_chunked" and plan["ranked"]
+
+
+def test_compare_with_a_tolerance_wider_than_the_goodput_answers(tmp_path, monkeypatch, capsys):
+    """The CLI fuzz's case (seed 61205): `compare --tol 1.0` over 6 s runs whose goodput is
+    under 1 req/s stepped its confirmation down to -1.75 req/s and ended in a traceback
+    (the run-length rule refuses a rate <= 0). Now it writes its table and says the answer
+    is coarse."""
+    import pandas as pd
+
+    from disaggsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["compare", str(REPO / "scenarios" / "ci" / "colocated-vllm.yaml"), "--quiet",
+            "--no-plots", "--set", "sim.duration_s=6", "--set", "sim.warmup_s=1",
+            "--min-requests", "30", "--service-multiple", "0.5", "--rate-lo", "1",
+            "--rate-hi", "8", "--tol", "1.0", "--workers", "1", "--out", "c"]  # fmt: skip
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "is known only to within 1 req/s" in out
+    row = pd.read_csv(tmp_path / "c" / "goodput.csv").iloc[0]
+    assert row["status"] == "refined" and 0 < row["goodput_per_s"] < 1.0

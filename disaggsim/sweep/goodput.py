@@ -17,8 +17,10 @@ with the most work left first, and a pure function of rate can drive it in tests
 2. **bisect** until the meeting and the missing rate are at most ``tol`` apart;
 3. **confirm**: run the found rate with a measurement window ``confirm_factor`` (>= 2)
    times as long. If it misses, step down at that length (by 2 × tol, at least 1 % of the
-   rate, doubling) until a rate meets, then bisect between the two at that length; the
-   result is that rate (status ``refined``).
+   rate, doubling; never below a quarter of the last rate that missed) until a rate meets,
+   then bisect between the two at that length; the result is that rate (status
+   ``refined``). After :data:`MAX_REFINE_STEPS` misses, or where the next step is below
+   ``min_rate_per_s``, the SLO is *unattainable* down to the last rate run.
 
 **Retest** (every phase): a rate whose runs met the attainment target but failed the
 trend test with ``alpha² <= p < alpha`` is simulated once more, at the confirmation
@@ -438,6 +440,9 @@ class RateSearch:
                 # where 6.6 req/s met at the confirmation length)
                 self._step = max(2.0 * self._tol(), STEP_FLOOR_FRACTION * e.rate_per_s)
                 self.phase = "step_down"
+                if self._probe() < self.min_rate:  # all but idle below it (as the bracket)
+                    self.status = "unattainable"
+                    self.unattainable_below = e.rate_per_s
         elif self.phase == "step_down":
             (e,) = results
             if e.meets:
@@ -449,7 +454,7 @@ class RateSearch:
                 self._long_hi = e.rate_per_s
                 self._steps += 1
                 self._step *= 2.0
-                if self._steps >= MAX_REFINE_STEPS or self._probe() <= 0:
+                if self._steps >= MAX_REFINE_STEPS or self._probe() < self.min_rate:
                     self.status = "unattainable"
                     self.unattainable_below = e.rate_per_s
         else:
@@ -477,7 +482,10 @@ class RateSearch:
         return halvings, int(self.confirm)
 
     def _probe(self) -> float:
-        return self._rounded(self._long_hi - self._step)
+        """The next rate of the step-down: ``step`` below the last miss, but never below a
+        quarter of it (as the bracket widens down): a step as wide as the rate (a tolerance
+        wider than the goodput) would otherwise run a rate of zero or less."""
+        return self._rounded(max(self._long_hi - self._step, 0.25 * self._long_hi))
 
     def _rounded(self, rate: float) -> float:
         if self.rate_digits is None or not rate > 0:
