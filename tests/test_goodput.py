@@ -354,6 +354,21 @@ def test_a_tolerance_wider_than_the_rate_never_steps_to_zero_or_below():
     assert all(e.rate_per_s > 0 for e in w.evaluations) and w.rate_per_s == 0.125
 
 
+def test_a_tolerance_below_the_rates_resolution_ends_the_bisection():
+    """``--tol 1e-300`` is a finite tolerance > 0, but no two rates near 7 req/s are that
+    close: once the meeting and the missing rate were adjacent floats the midpoint was one
+    of them, and the bisection ran it again forever (`compare --tol 1e-300` ran 8,555 runs
+    in 2 minutes and never ended). It ends where no rate lies between the two, as the
+    bisection at the confirmation length does."""
+    s = search_rate(_step(7.3), 1.0, 20.0, 0.9, tol_per_s=1e-300)
+    assert s.status == "found" and s.rate_per_s <= 7.3
+    short = [e.rate_per_s for e in s.evaluations if not e.confirm]
+    assert len(short) == len(set(short)) and len(short) < 80  # each rate once; ~52 halvings
+    assert math.nextafter(s.rate_per_s, math.inf) > 7.3  # the highest float that meets
+    r = search_rate(_step(7.3, long_threshold=6.0), 1.0, 20.0, 0.9, tol_per_s=1e-300)
+    assert r.status == "refined" and math.nextafter(r.rate_per_s, math.inf) > 6.0
+
+
 def test_a_bisected_bracket_is_only_confirmed():
     """Quick plans confirm an explored goodput at once: the bracket [7.0, 7.5] met and
     missed already, so the search runs 7.0 at the confirmation length and stops; when

@@ -523,7 +523,8 @@ class RateSearch:
             self._after_bisect()
 
     def _after_bisect(self) -> None:
-        if self.hi - self.lo <= self._tol():
+        # or no rate lies between the two (a tolerance below the floats' resolution there)
+        if self.hi - self.lo <= self._tol() or 0.5 * (self.lo + self.hi) in (self.lo, self.hi):
             if self.confirm:
                 self.phase = "confirm"
             else:
