@@ -346,6 +346,12 @@ def test_a_tolerance_wider_than_the_rate_never_steps_to_zero_or_below():
     assert never.status == "unattainable" and len(downs) == MAX_REFINE_STEPS
     assert downs == [0.5 / 4**k for k in range(1, MAX_REFINE_STEPS + 1)]
     assert never.unattainable_below == downs[-1]
+    # nor below the rate at which the system is all but idle (as the bracket)
+    idle = search_rate(
+        _step(0.6, long_threshold=0.0), 0.5, 1.0, 0.9, tol_per_s=1.0, min_rate_per_s=0.1
+    )
+    assert idle.status == "unattainable" and idle.unattainable_below == 0.125
+    assert min(e.rate_per_s for e in idle.evaluations) == 0.125
     # the planner's check as written rounds each rate it runs; a step to zero is refused
     # the same way
     w = search_rate(
