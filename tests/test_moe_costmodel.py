@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -299,6 +300,27 @@ def test_power_law_imbalance_is_deterministic_and_eplb_lowers_it():
     even = build_moe_worker_cost("deepseek-v3", "h800-sxm", 1, dp=32, weight_dtype="fp8-block")
     assert skewed.imbalance(4096) > 1.0 == even.imbalance(4096)
     assert skewed.decode_time_s(2048, 2048 * 1000) > even.decode_time_s(2048, 2048 * 1000)
+
+
+def test_power_law_imbalance_at_any_exponent_the_cli_accepts():
+    """`cost decode --routing power_law --power-law-alpha 1000` (any exponent > 0 is
+    accepted) ended in an OverflowError: the sample ``((hi^a1 - lo^a1) u + lo^a1)^(1/a1)``,
+    a1 = 1 - alpha, raised lo = 0.01 (fewer token copies than experts) to -999. Drawn as
+    ``lo (1 + u ((hi/lo)^a1 - 1))^(1/a1)``, the same law, no power overflows; a steep law
+    puts every expert's load near ``lo``, so the ranks are nearly even."""
+    for alpha in (1e-9, 0.5, 1.01, 2.0, 50.0, 1000.0, 1e300):
+        for tokens in (8, 4096):  # lo = 0.01 (8 x 8 copies < 256 experts) and lo = 1
+            f = power_law_imbalance(tokens, 256, 8, 8, alpha)
+            assert math.isfinite(f) and 1.0 <= f <= 8.0, (alpha, tokens, f)
+    assert power_law_imbalance(8, 256, 8, 8, 1000.0) < 1.05
+    # the same draws as the textbook inverse CDF where that does not overflow
+    alpha, lo, hi = 1.5, 1.0, 0.8 * 4096
+    u = np.random.default_rng(0).random(256)
+    a1 = 1.0 - alpha
+    x = ((hi**a1 - lo**a1) * u + lo**a1) ** (1.0 / a1)
+    load = x / x.sum() * 4096 * 8
+    direct = load.reshape(8, -1).sum(axis=1).max() / (4096 * 8 / 8)
+    assert power_law_imbalance(4096, 256, 8, 8, alpha, draws=1) == pytest.approx(direct, rel=1e-12)
 
 
 def test_dense_models_keep_the_dense_model():

@@ -439,8 +439,8 @@ def power_law_imbalance(
         a1 = 1.0 - alpha
         if abs(a1) < 1e-9:
             x = lo * (hi / lo) ** u
-        else:
-            x = ((hi**a1 - lo**a1) * u + lo**a1) ** (1.0 / a1)
+        else:  # lo ((hi^a1 - lo^a1) u / lo^a1 + 1)^(1/a1): no power overflows (a1 < 1)
+            x = lo * (1.0 + u * ((hi / lo) ** a1 - 1.0)) ** (1.0 / a1)
         load = x / x.sum() * total
         if redundant_experts is None:
             ranks = load.reshape(ep, -1).sum(axis=1) if num_experts % ep == 0 else None
