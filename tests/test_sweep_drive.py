@@ -237,6 +237,73 @@ def test_goodput_many_with_a_rule_per_scenario_is_each_search_alone(monkeypatch)
         ]
 
 
+def test_a_worker_killed_after_a_stop_raises_nothing_in_the_pools_thread(monkeypatch):
+    """A stop sent to the whole process group (Ctrl-C in a terminal, `timeout`, a
+    service manager) reaches the workers too: the command cancels the tasks still out and
+    a worker dies of the signal. Python 3.11's pool then sets every pending task's
+    exception and, on a task cancelled meanwhile, raised InvalidStateError in its own
+    thread: a traceback printed before the stop's one line (`sweep` of 5,000 points under
+    `timeout 7`). The futures the executor hands out are its own: cancelling one leaves
+    the pool's task to the pool, which cancels it itself when the executor closes."""
+    import signal
+    import threading
+
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    ex = ProcessExecutor(1)
+    try:
+        futures = [ex.submit(_nap, (0.3, i)) for i in range(20)]
+        time.sleep(0.5)  # the first task runs, the rest wait in the pool
+        for f in futures:
+            f.cancel()  # as a stop does (executors._cancelled_on_failure)
+        assert ex._pool is not None
+        for proc in list(ex._pool._processes.values()):
+            os.kill(proc.pid, signal.SIGTERM)  # the group's stop reaches the worker
+        time.sleep(1.0)  # the pool's thread sees the dead worker
+    finally:
+        ex.close()
+    assert raised == []
+    assert all(f.cancelled() for f in futures[1:])
+
+
+def test_a_stop_while_waiting_leaves_no_task_locked(monkeypatch):
+    """A stop's exception is raised between any two steps of this thread. Waiting with
+    ``concurrent.futures.wait`` takes every future's lock in turn and gives them back
+    after: a stop in between left locks taken, and the pool's thread, cancelling the
+    waiting tasks as the executor closed (or failing them as a killed worker broke the
+    pool), waited for one of those locks forever; the stopped command never ended
+    (`sweep` of 5,000 points under `timeout 10`). Here that window is held open: were the
+    executor to wait that way, the stop would come while it holds the locks."""
+    import signal
+    import threading
+    from concurrent.futures import _base
+
+    taking = _base._AcquireFutures.__enter__
+
+    def slow_take(self):  # the stop comes while the futures' locks are taken
+        taking(self)
+        time.sleep(1.0)
+
+    monkeypatch.setattr(_base._AcquireFutures, "__enter__", slow_take)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    ex = ProcessExecutor(1)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            ex.map(_nap, [(0.05, i) for i in range(200)])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    closing = threading.Thread(target=ex.close, daemon=True)
+    closing.start()
+    closing.join(timeout=30.0)
+    assert not closing.is_alive(), "the executor's pool waited for a lock the stop left taken"
+
+
 def test_a_process_executors_failure_is_raised_and_a_dead_worker_named():
     """With worker processes, map and drive raise a task's own failure, and a worker
     that dies becomes the one-line error saying so (not a BrokenProcessPool)."""

@@ -23,17 +23,25 @@ end while it finishes).
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import math
 import multiprocessing
 import os
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
+from concurrent.futures import (
+    CancelledError,
+    Future,
+    InvalidStateError,
+    ProcessPoolExecutor,
+)
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from queue import Empty, SimpleQueue
 from typing import Any, Protocol, TypeVar
 
 from disaggsim.errors import UserError, WorkersLost, command_line_running, given
+from disaggsim.stops import stops_held
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -155,6 +163,7 @@ class ProcessExecutor(_Closing):
             )
         self.workers = n
         self._pool: ProcessPoolExecutor | None = None
+        self._finished: SimpleQueue[Future] = SimpleQueue()  # in finishing order
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -175,13 +184,13 @@ class ProcessExecutor(_Closing):
         on_done: OnDone | None = None,
         on_result: OnResult | None = None,
     ) -> list[Any]:
-        pool = self._get_pool()
-        futures: list[Future] = [pool.submit(fn, t) for t in tasks]
+        futures: list[Future] = [self.submit(fn, t) for t in tasks]
         index = {f: i for i, f in enumerate(futures)}
         with _cancelled_on_failure(futures):
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done = self.wait_first(pending)
+                pending -= done
                 # in task order: which of several finished tasks is handled first is no accident
                 for f in sorted(done, key=index.__getitem__):
                     result = f.result()  # raise the first failure now
@@ -192,12 +201,52 @@ class ProcessExecutor(_Closing):
         return [f.result() for f in futures]
 
     def submit(self, fn: Callable[[Any], Any], task: Any) -> Future:
-        return self._get_pool().submit(fn, task)
+        """A future of this executor's own that takes the pool task's outcome. Cancelling
+        it leaves the pool's task alone: the pool cancels the tasks still waiting itself,
+        in its own thread, when the executor closes (``shutdown(cancel_futures=True)``).
+        Python 3.11's pool, when a worker dies (a stop sent to the whole process group
+        reaches the workers too: Ctrl-C in a terminal, ``timeout``, a service manager), sets
+        every waiting task's exception, and on one cancelled from here meanwhile it raised
+        InvalidStateError in its thread: a traceback printed before the stop's one line."""
+        out: Future = Future()
+        finished = self._finished
+
+        def take(done: Future) -> None:  # in the pool's thread
+            _take(out, done)
+            finished.put(out)
+
+        pool = self._get_pool()
+        with stops_held():  # a stop here would leave the task's lock taken (wait_first)
+            pool.submit(fn, task).add_done_callback(take)
+        return out
+
+    def wait_first(self, futures: Collection[Future]) -> set[Future]:
+        """Those of ``futures`` (handed out by :meth:`submit`) that have finished: at
+        least one, waiting for it. Read from the queue each finished task is put on, not
+        with ``concurrent.futures.wait``: that takes every future's lock in turn, and a
+        stop (its exception raised between two of those steps) left locks taken; the
+        pool's thread then waited for one forever as it set a result or cancelled a task,
+        and the stopped command with it (`sweep` of 5,000 points under `timeout 10`).
+        Blocked here, this thread holds no future's lock."""
+        return _first_finished(self._finished, futures)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _take(out: Future, done: Future) -> None:
+    """Give ``out`` the outcome of ``done`` (unless ``out`` was cancelled meanwhile)."""
+    try:
+        if done.cancelled():
+            out.cancel()
+        elif (exc := done.exception()) is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(done.result())
+    except InvalidStateError:  # cancelled by its caller: nobody waits for it
+        pass
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -603,8 +652,21 @@ class Job(Protocol[T_co, R_contra]):
     # task of the job with the most first
 
 
-def _wait_first(futures: list[Future]) -> set[Future]:
-    return wait(futures, return_when=FIRST_COMPLETED)[0]
+def _first_finished(finished: SimpleQueue[Future], futures: Collection[Future]) -> set[Future]:
+    """Those of ``futures`` that have finished, at least one (waiting for it), read from
+    ``finished``, the queue each of them is put on as it finishes (a future not among
+    ``futures``, one given up, is dropped). Not ``concurrent.futures.wait``: see
+    :meth:`ProcessExecutor.wait_first`."""
+    want = set(futures)
+    while True:
+        done = {finished.get()}
+        while True:
+            try:
+                done.add(finished.get_nowait())
+            except Empty:
+                break
+        if mine := done & want:
+            return mine
 
 
 def drive(
@@ -622,7 +684,12 @@ def drive(
     submit = getattr(ex, "submit", None)
     # an executor may keep its own clock (benchmarks/plan_cost.py replays the runs' CPU
     # seconds on virtual workers): then it says which of its futures finishes first
-    wait_first = getattr(ex, "wait_first", None) or _wait_first
+    wait_first = getattr(ex, "wait_first", None)
+    # else each future is put on a queue as it finishes (_first_finished)
+    finished: SimpleQueue[Future] | None = None
+    if wait_first is None:
+        finished = SimpleQueue()
+        wait_first = functools.partial(_first_finished, finished)
     if submit is None:
         todo = [(j, j.advance(None)) for j in jobs]
         while todo := [(j, t) for j, t in todo if t]:
@@ -652,7 +719,10 @@ def drive(
     def send() -> None:
         while waiting and len(where) < limit:
             _, i, k, t = heapq.heappop(waiting)
-            where[submit(fn, t)] = (i, k)
+            f = submit(fn, t)
+            where[f] = (i, k)
+            if finished is not None:
+                f.add_done_callback(finished.put)
 
     with _cancelled_on_failure(where):  # the futures still out when a failure comes
         for i, j in enumerate(jobs):
@@ -681,13 +751,21 @@ def _cancelled_on_failure(futures: Collection[Future]) -> Iterator[None]:
     try:
         yield
     except BrokenProcessPool as e:
-        for f in futures:
-            f.cancel()
+        _cancel_all(futures)
         raise WorkersLost(_DIED) from e
     except BaseException:
+        _cancel_all(futures)
+        raise
+
+
+def _cancel_all(futures: Collection[Future]) -> None:
+    """Cancel ``futures`` with a stop held back: ``timeout`` and a service manager send
+    theirs to the command and again to its process group, and a second stop raised while
+    a cancel held a task's lock left it taken; the pool's thread then waited for it forever
+    as it failed or cancelled that task (ProcessExecutor.wait_first)."""
+    with stops_held():
         for f in futures:
             f.cancel()
-        raise
 
 
 def make_executor(
