@@ -304,6 +304,37 @@ def test_a_stop_while_waiting_leaves_no_task_locked(monkeypatch):
     assert not closing.is_alive(), "the executor's pool waited for a lock the stop left taken"
 
 
+def test_a_second_stop_does_not_cut_the_cancelling_short(monkeypatch):
+    """`timeout` signals the command and then its whole process group: the command gets
+    the stop twice, the second while the first's cleanup cancels the tasks still out (a
+    cancel takes the task's lock; a stop raised while one held it left it taken). The
+    stop is held back until every task is cancelled, then raised."""
+    import signal
+
+    from disaggsim.sweep.executors import _cancel_all
+
+    class Stopped(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stopped
+
+    class SecondStop(Future):
+        def cancel(self) -> bool:
+            os.kill(os.getpid(), signal.SIGTERM)  # the group's copy of the stop
+            return super().cancel()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        futures = [Future() for _ in range(50)]
+        futures[10] = SecondStop()
+        with pytest.raises(Stopped):
+            _cancel_all(futures)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert all(f.cancelled() for f in futures)
+
+
 def test_a_process_executors_failure_is_raised_and_a_dead_worker_named():
     """With worker processes, map and drive raise a task's own failure, and a worker
     that dies becomes the one-line error saying so (not a BrokenProcessPool)."""
