@@ -746,10 +746,11 @@ def drive(
     def send() -> None:
         while waiting and len(where) < limit:
             _, i, k, t = heapq.heappop(waiting)
-            f = submit(fn, t)
+            f = submit(fn, t)  # not held: a serial executor runs the task here
             where[f] = (i, k)
             if finished is not None:
-                f.add_done_callback(finished.put)
+                with stops_held():  # a stop here would leave the future's lock taken
+                    f.add_done_callback(finished.put)
 
     with _cancelled_on_failure(where):  # the futures still out when a failure comes
         for i, j in enumerate(jobs):
