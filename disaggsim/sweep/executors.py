@@ -170,7 +170,6 @@ class ProcessExecutor(_Closing):
             )
         self.workers = n
         self._pool: ProcessPoolExecutor | None = None
-        self._finished: SimpleQueue[Future] = SimpleQueue()  # in finishing order
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -191,12 +190,16 @@ class ProcessExecutor(_Closing):
         on_done: OnDone | None = None,
         on_result: OnResult | None = None,
     ) -> list[Any]:
-        futures: list[Future] = [self.submit(fn, t) for t in tasks]
-        index = {f: i for i, f in enumerate(futures)}
+        finished: SimpleQueue[Future] = SimpleQueue()
+        futures: list[Future] = []
         with _cancelled_on_failure(futures):
+            for t in tasks:
+                futures.append(self.submit(fn, t))
+                _put_when_done(futures[-1], finished)
+            index = {f: i for i, f in enumerate(futures)}
             pending = set(futures)
             while pending:
-                done = self.wait_first(pending)
+                done = _first_finished(finished, pending)
                 pending -= done
                 # in task order: which of several finished tasks is handled first is no accident
                 for f in sorted(done, key=index.__getitem__):
@@ -216,26 +219,10 @@ class ProcessExecutor(_Closing):
         every waiting task's exception, and on one cancelled from here meanwhile it raised
         InvalidStateError in its thread: a traceback printed before the stop's one line."""
         out: Future = Future()
-        finished = self._finished
-
-        def take(done: Future) -> None:  # in the pool's thread
-            _take(out, done)
-            finished.put(out)
-
         pool = self._get_pool()
-        with stops_held():  # a stop here would leave the task's lock taken (wait_first)
-            pool.submit(fn, task).add_done_callback(take)
+        with stops_held():  # a stop here would leave the task's lock taken (_first_finished)
+            pool.submit(fn, task).add_done_callback(lambda done: _take(out, done))
         return out
-
-    def wait_first(self, futures: Collection[Future]) -> set[Future]:
-        """Those of ``futures`` (handed out by :meth:`submit`) that have finished: at
-        least one, waiting for it. Read from the queue each finished task is put on, not
-        with ``concurrent.futures.wait``: that takes every future's lock in turn, and a
-        stop (its exception raised between two of those steps) left locks taken; the
-        pool's thread then waited for one forever as it set a result or cancelled a task,
-        and the stopped command with it (`sweep` of 5,000 points under `timeout 10`).
-        Blocked here, this thread holds no future's lock."""
-        return _first_finished(self._finished, futures)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -263,17 +250,23 @@ class ProcessExecutor(_Closing):
             manager.join(timeout=5.0)
 
 
-def _take(out: Future, done: Future) -> None:
-    """Give ``out`` the outcome of ``done`` (unless ``out`` was cancelled meanwhile)."""
+def settle(set_: Callable[[Any], None], value: Any) -> None:
+    """``set_(value)`` (a future's ``set_result`` or ``set_exception``), unless its caller
+    cancelled that future meanwhile: then nobody waits for it."""
     try:
-        if done.cancelled():
-            out.cancel()
-        elif (exc := done.exception()) is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(done.result())
-    except InvalidStateError:  # cancelled by its caller: nobody waits for it
+        set_(value)
+    except InvalidStateError:
         pass
+
+
+def _take(out: Future, done: Future) -> None:
+    """Give ``out`` the outcome of ``done``."""
+    if done.cancelled():
+        out.cancel()
+    elif (exc := done.exception()) is not None:
+        settle(out.set_exception, exc)
+    else:
+        settle(out.set_result, done.result())
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -679,11 +672,20 @@ class Job(Protocol[T_co, R_contra]):
     # task of the job with the most first
 
 
+def _put_when_done(f: Future, finished: SimpleQueue[Future]) -> None:
+    """Put ``f`` on ``finished`` when it is done (at once if it is)."""
+    with stops_held():  # a stop here would leave the future's lock taken (_first_finished)
+        f.add_done_callback(finished.put)
+
+
 def _first_finished(finished: SimpleQueue[Future], futures: Collection[Future]) -> set[Future]:
     """Those of ``futures`` that have finished, at least one (waiting for it), read from
-    ``finished``, the queue each of them is put on as it finishes (a future not among
-    ``futures``, one given up, is dropped). Not ``concurrent.futures.wait``: see
-    :meth:`ProcessExecutor.wait_first`."""
+    ``finished``, the queue :func:`_put_when_done` puts each of them on (a future not among
+    ``futures``, one given up, is dropped). Not ``concurrent.futures.wait``: that takes
+    every future's lock in turn, and a stop (its exception raised between two of those
+    steps) left locks taken; the pool's thread then waited for one forever as it set a
+    result or cancelled a task, and the stopped command with it (`sweep` of 5,000 points
+    under `timeout 10`). Blocked here, this thread holds no future's lock."""
     want = set(futures)
     while True:
         done = {finished.get()}
@@ -749,8 +751,7 @@ def drive(
             f = submit(fn, t)  # not held: a serial executor runs the task here
             where[f] = (i, k)
             if finished is not None:
-                with stops_held():  # a stop here would leave the future's lock taken
-                    f.add_done_callback(finished.put)
+                _put_when_done(f, finished)
 
     with _cancelled_on_failure(where):  # the futures still out when a failure comes
         for i, j in enumerate(jobs):
@@ -790,7 +791,7 @@ def _cancel_all(futures: Collection[Future]) -> None:
     """Cancel ``futures`` with a stop held back: ``timeout`` and a service manager send
     theirs to the command and again to its process group, and a second stop raised while
     a cancel held a task's lock left it taken; the pool's thread then waited for it forever
-    as it failed or cancelled that task (ProcessExecutor.wait_first)."""
+    as it failed or cancelled that task (_first_finished)."""
     with stops_held():
         for f in futures:
             f.cancel()

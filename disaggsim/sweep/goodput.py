@@ -113,6 +113,7 @@ __all__ = [
 
 MAX_WIDEN_UP = 16  # rate_hi doublings before giving up (status "unbounded")
 MAX_WIDEN_DOWN = 5  # rate_lo quarterings before the SLO is called unattainable
+DOWN_FACTOR = 4.0  # the bracket widens down by it; a step-down goes no lower than 1 / it
 MAX_REFINE_STEPS = 8  # step-downs after a failed confirmation
 # the first step down after a failed confirmation is at least this share of the rate
 # (1 % doubling 8 times sums to 255 %: the step-down reaches 0 within its steps)
@@ -485,7 +486,7 @@ class RateSearch:
         """The next rate of the step-down: ``step`` below the last miss, but never below a
         quarter of it (as the bracket widens down): a step as wide as the rate (a tolerance
         wider than the goodput) would otherwise run a rate of zero or less."""
-        return self._rounded(max(self._long_hi - self._step, 0.25 * self._long_hi))
+        return self._rounded(max(self._long_hi - self._step, self._long_hi / DOWN_FACTOR))
 
     def _rounded(self, rate: float) -> float:
         if self.rate_digits is None or not rate > 0:
@@ -500,12 +501,12 @@ class RateSearch:
                 self.below = self.lo
                 return
         if self._lo_ok is False:
-            if self._down >= MAX_WIDEN_DOWN or self.lo / 4.0 < self.min_rate:
+            if self._down >= MAX_WIDEN_DOWN or self.lo / DOWN_FACTOR < self.min_rate:
                 self.status = "unattainable"
                 self.unattainable_below = self.lo
                 return
             self.hi, self._hi_ok = self.lo, False
-            self.lo, self._lo_ok = self.lo / 4.0, None
+            self.lo, self._lo_ok = self.lo / DOWN_FACTOR, None
             self._down += 1
             return
         if self._hi_ok is True:

@@ -32,7 +32,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +43,7 @@ from disaggsim.metrics.summary_table import Summary, summary_key
 from disaggsim.output import MARKER, _fail, check_folder, os_why, read_marker
 from disaggsim.stops import stops_held
 from disaggsim.sweep.core import PointTask, run_point
+from disaggsim.sweep.executors import settle
 
 JOURNAL = "runs.jsonl"
 # the marker's command of a partial folder, by the command that made it; a journal's runs
@@ -458,13 +459,6 @@ class _Relay(Future):
         return super().cancel()
 
 
-def _settle(set_: Callable[[Any], None], value: Any) -> None:
-    try:
-        set_(value)
-    except InvalidStateError:  # cancelled meanwhile: nobody waits for it
-        pass
-
-
 class KeptRuns:
     """An executor that keeps every finished run of ``inner`` in ``journal`` and answers
     a run the journal kept without running it again (``compare`` and ``plan``: module
@@ -498,15 +492,15 @@ class KeptRuns:
                 return
             exc = done.exception()
             if exc is not None:
-                _settle(out.set_exception, exc)
+                settle(out.set_exception, exc)
                 return
             summary = done.result()
             try:
                 self.journal.record_run(run, summary)
             except BaseException as e:  # raised where the caller waits for the run
-                _settle(out.set_exception, e)
+                settle(out.set_exception, e)
                 return
-            _settle(out.set_result, summary)
+            settle(out.set_result, summary)
 
         inner.add_done_callback(finished)
         return out
