@@ -32,7 +32,7 @@ from disaggsim.sweep.core import (
     table,
     with_overrides,
 )
-from disaggsim.sweep.executors import Executor, check_executor, default_executor
+from disaggsim.sweep.executors import Executor, check_executor, given_or_default
 from disaggsim.sweep.goodput import GoodputResult, check_rule, goodput_many
 from disaggsim.sweep.grid import (
     Param,
@@ -194,10 +194,8 @@ def compare(
     for src in g_sources:  # before the sweep's runs, not after them
         loaded = load_scenario(src.raw, base_dir=src.base_dir)
         refuse_fixed_time_events(loaded.scenario, src.label)
-    own = executor is None
     width = max(len(tasks), 2 * len(g_sources) * seeds)  # the most tasks sent at once
-    ex = executor if executor is not None else default_executor(width)
-    try:
+    with given_or_default(executor, width) as ex:
         df = table(keys, run_tasks(tasks, ex, progress))
         results = goodput_many(
             g_sources,
@@ -209,9 +207,6 @@ def compare(
             executor=ex,
             progress=goodput_progress,
         )
-    finally:
-        if own:
-            ex.close()
     frame = goodput_frame(g_sources, g_keys, results, [p.path for p in other])
     return CompareResult(table=df, goodput=frame, results=tuple(results))
 

@@ -24,7 +24,7 @@ from disaggsim.config.loader import LoadedScenario, apply_overrides, load_scenar
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import InvariantError, UserError, check_callable, given
 from disaggsim.metrics.summary_table import Summary, nondeterministic_keys
-from disaggsim.sweep.executors import Executor, check_executor, default_executor
+from disaggsim.sweep.executors import Executor, check_executor, given_or_default
 from disaggsim.sweep.grid import (
     Param,
     check_grid_size,
@@ -302,10 +302,8 @@ def run_tasks(
     sent = [tasks[i] for i in todo]
     if not sent:
         ran: list[Summary] = []
-    elif executor is not None:
-        ran = _map(executor, sent, on_done, each if on_result is not None else None)
     else:
-        with default_executor(len(sent)) as ex:
+        with given_or_default(executor, len(sent)) as ex:
             ran = _map(ex, sent, on_done, each if on_result is not None else None)
     out = dict(done)
     out.update(zip(todo, ran, strict=True))

@@ -148,6 +148,19 @@ def default_executor(max_parallel_tasks: int) -> SerialExecutor | ProcessExecuto
     return ProcessExecutor()
 
 
+@contextmanager
+def given_or_default(executor: Executor | None, max_parallel_tasks: int) -> Iterator[Executor]:
+    """``executor`` as given, left open for its owner; or, for ``None``, a
+    :func:`default_executor` of the work's own, closed on the way out, and after a
+    failure or a stop abandoned (its workers end at once instead of finishing what they
+    run, and what they would return is lost anyway)."""
+    if executor is not None:
+        yield executor
+        return
+    with default_executor(max_parallel_tasks) as own:
+        yield own
+
+
 class ProcessExecutor(_Closing):
     """A local pool of worker processes (``concurrent.futures.ProcessPoolExecutor``).
 

@@ -95,7 +95,7 @@ from disaggsim.sweep.core import (
     refuse_fixed_time_events,
     run_point,
 )
-from disaggsim.sweep.executors import Executor, check_executor, default_executor, drive
+from disaggsim.sweep.executors import Executor, check_executor, drive, given_or_default
 from disaggsim.sweep.grid import Param, check_params, override_text
 
 __all__ = [
@@ -950,9 +950,6 @@ def goodput_many(
         cost = request_cost(loaded.scenario, profile)
         wl = loaded.scenario.workload
         jobs.append(_Job(src, search, profile, r, seeds, retest, stop_early, cost, wl, long_h))
-    own = executor is None
-    # the first round sends both ends of every search
-    ex = executor if executor is not None else default_executor(2 * len(jobs) * seeds)
     done_tasks = 0
     # a typical search: 2 ends + ~8 midpoints + a confirmation (twice as long)
     total_est = len(jobs) * seeds * 12
@@ -963,11 +960,9 @@ def goodput_many(
         if progress is not None:
             progress(done_tasks, max(total_est, done_tasks))
 
-    try:
+    # the first round sends both ends of every search
+    with given_or_default(executor, 2 * len(jobs) * seeds) as ex:
         drive(ex, run_point, jobs, on_done)
-    finally:
-        if own:
-            ex.close()
     if progress is not None:
         progress(done_tasks, done_tasks)
     out = []
