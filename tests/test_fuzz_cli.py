@@ -340,7 +340,7 @@ def cost_cases(seed: int, n: int) -> list[list[str]]:
             elif o == "--routing":
                 v = rng.choice(["balanced", "power_law", "zipf"])
             elif o in ("--prefill-s", "--imbalance-factor", "--nic-gbit-per-s"):
-                v = rng.choice(["0", "0.5", "3", "nan", "-1", "inf"])
+                v = rng.choice(["0", "0.5", "3", "nan", "-1", "inf", "1e300"])
             elif o in ("--tp", "--gpus", "--dp", "--ep"):
                 v = rng.choice(_TPS)
             else:

@@ -77,6 +77,9 @@ def test_kv_shows_mla_bytes_per_token(capsys):
         ("--model deepseek-v3 --tp 1 --dp 4", "deepseek-v3 does not fit on 4 x h100-sxm"),
         ("--model mixtral-8x7b --tp 2 --routing zipf", "--routing: unknown value 'zipf'"),
         ("--model mixtral-8x7b --batch 1", "missing --tp"),
+        # the scenario's bounds (a ratio of 1e300 gave time_s inf, printed as Infinity)
+        ("--model mixtral-8x7b --tp 2 --imbalance-factor 1e300", "must be <= 1e+15 (docs/safe"),
+        ("--model mixtral-8x7b --tp 2 --redundant-experts 20000", "must be <= 16,384 (docs/saf"),
     ],
 )
 def test_bad_layouts_exit_2_with_one_line(capsys, args, pattern):

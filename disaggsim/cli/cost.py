@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -51,7 +50,9 @@ from disaggsim.catalog import GPU_IDS, MODEL_IDS, dtype_bytes, get_gpu, get_mode
 from disaggsim.config.bounds import (
     MAX_BATCH_SEQS,
     MAX_DP,
+    MAX_GPUS,
     MAX_GPUS_PER_NODE,
+    MAX_NUMBER,
     MAX_TOKENS,
     MAX_TP,
 )
@@ -104,7 +105,8 @@ def _int(name: str, help: str, minimum: int = 1, maximum: int = MAX_TOKENS) -> F
 
 
 def _float(name: str, help: str, minimum: float = 0.0) -> Field:
-    return Field(name, "float", help, required=False, minimum=minimum, maximum=math.inf)
+    # the scenario loader's bound on any real number (a ratio of 1e300 gave time_s inf)
+    return Field(name, "float", help, required=False, minimum=minimum, maximum=MAX_NUMBER)
 
 
 def _choice(name: str, choices: tuple[str, ...], help: str, default: str | None = None) -> Field:
@@ -153,7 +155,14 @@ LAYOUT = (
 )
 # MoE options: passed to the cost model only when given (a dense model refuses them)
 MOE_OPTS = (
-    Field("redundant_experts", "int", "EPLB redundant expert slots (a count)", False, minimum=0),
+    Field(
+        "redundant_experts",
+        "int",
+        "EPLB redundant expert slots (a count)",
+        False,
+        minimum=0,
+        maximum=MAX_GPUS,  # as a scenario's moe.redundant_experts
+    ),
     Field("routing", "choice", "token spread over experts", False, None, ROUTINGS),
     _float("power_law_alpha", "power-law exponent with --routing power_law (no unit)", 1e-9),
     _float("imbalance_factor", "busiest EP rank's load over the mean (a ratio, >= 1)", 1.0),
@@ -702,6 +711,8 @@ def _convert(f: Field, raw: str) -> Any:
             raise ValueError(f"expected a number, got {raw!r}") from None
         if not number >= f.minimum or number == float("inf"):
             raise ValueError(f"must be a finite number >= {f.minimum:g}, got {raw}")
+        if number > f.maximum:
+            raise ValueError(f"must be <= {f.maximum:g} (docs/safety.md), got {raw}")
         return number
     if f.kind == "bool":
         low = raw.lower()
