@@ -61,6 +61,8 @@ def test_goodput_many_brackets_given_by_its_caller_are_internal(monkeypatch):
         goodput(CI / "chunked.yaml", 5.0, 5.0)
     with pytest.raises(UserError, match="tolerance must be a finite number > 0"):
         goodput(CI / "chunked.yaml", 1.0, 5.0, tol_per_s=float("nan"))
+    with pytest.raises(UserError, match=r"rate_hi must be at most 1e\+15 req/s"):
+        goodput(CI / "chunked.yaml", 1.0, 1e300)  # was refused after rate_lo's runs
 
 
 @pytest.mark.parametrize(
@@ -80,6 +82,8 @@ def test_goodput_many_brackets_given_by_its_caller_are_internal(monkeypatch):
         ),
         (["--rate-lo", "1", "--rate-hi", "5", "--tol", "-1"], "compare: --tol -1: must be"),
         (["--rate-lo", "1", "--rate-hi", "5", "--tol", "nan"], "compare: --tol nan: must be"),
+        # written into a scenario, refused by the loader after the first runs had run
+        (["--rate-lo", "1", "--rate-hi", "1e300"], "compare: --rate-hi 1e+300: at most 1e+15"),
     ],
 )
 def test_compare_names_the_bracket_flags_before_any_run(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from disaggsim.config.bounds import MAX_NUMBER
 from disaggsim.config.loader import load_scenario, plain_number
 from disaggsim.errors import (
     UserError,
@@ -117,6 +118,11 @@ def rate_range(
             f"compare: {lo_from} {rate_lo:g} and {hi_from} {rate_hi:g}: the goodput search "
             "starts from this bracket and needs 0 < low < high, both finite "
             "(give --rate-lo and --rate-hi)"
+        )
+    if rate_hi > MAX_NUMBER:  # checked before the comparison's first runs, not after them
+        raise UserError(
+            f"compare: {hi_from} {rate_hi:g}: at most {MAX_NUMBER:g} req/s, the largest "
+            "number a scenario may hold (docs/safety.md)"
         )
     return float(rate_lo), float(rate_hi)
 

@@ -64,7 +64,13 @@ from pathlib import Path
 
 import numpy as np
 
-from disaggsim.config.bounds import MAX_DURATION_S, MAX_REQUESTS, expected_requests, fmt
+from disaggsim.config.bounds import (
+    MAX_DURATION_S,
+    MAX_NUMBER,
+    MAX_REQUESTS,
+    expected_requests,
+    fmt,
+)
 from disaggsim.config.loader import LoadedScenario, load_scenario, plain_number
 from disaggsim.config.scenario import Scenario
 from disaggsim.errors import (
@@ -309,6 +315,11 @@ def check_search_args(
         rate_lo, rate_hi = bracket
         if not (0 < rate_lo < rate_hi) or not math.isfinite(rate_hi):
             raise error(f"goodput: need 0 < rate_lo < rate_hi, got {rate_lo} and {rate_hi}")
+        if rate_hi > MAX_NUMBER:  # written into a scenario: refused after the first runs
+            raise error(
+                f"goodput: rate_hi must be at most {MAX_NUMBER:g} req/s, the largest number a "
+                f"scenario may hold (docs/safety.md), got {rate_hi:g}"
+            )
     if tol_per_s is not None and not (tol_per_s > 0 and math.isfinite(tol_per_s)):
         raise error(f"goodput: tolerance must be a finite number > 0 req/s, got {tol_per_s}")
     if not 0 < tol_fraction < 1:
