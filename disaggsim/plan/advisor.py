@@ -2,8 +2,11 @@
 
 The verdict is the kind of the best-ranked candidate, except that disaggregation must
 beat the best colocated candidate by at least :data:`MIN_GAIN` (a margin above the
-bisection tolerance and run-to-run noise) to be recommended: two pools and a KV fabric
-are more to run than one pool, so a tie goes to the simpler deployment.
+bisection tolerance, 1 %) to be recommended: two pools and a KV fabric are more to run
+than one pool, so a tie goes to the simpler deployment. It is not far above run-to-run
+noise: one full-accuracy goodput moves by about 2.5-6 % (one sd) with the seed, a ratio
+of two by 3.5-9 % (docs/sweeps.md, "How much a goodput moves"), so a margin a few %
+either side of the line is a close call another seed could turn.
 
 The reasons name the conditions under which disaggregation pays (docs/design.md, "When
 disaggregation should win or lose") and say for each whether it holds here:
