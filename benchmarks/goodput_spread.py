@@ -3,17 +3,19 @@ search's starting bracket: the run-to-run spread a goodput (and a ratio of two, 
 planner's margin) carries.
 
     python benchmarks/goodput_spread.py SCENARIO [SCENARIO ...] [--seeds 5] \
-        [--search-seeds 1] [--brackets 0.5,2 0.25,4] [--set PATH=VALUE ...] [--json]
+        [--search-seeds 1] [--min-requests 1000] [--brackets 0.5,2 0.25,4] \
+        [--set PATH=VALUE ...] [--json]
 
 Each scenario's goodput is searched at full accuracy (``disaggsim.sweep.goodput``,
 ``--search-seeds`` seeds per search whose attainment is averaged, the default run-length
-rule) for ``--seeds`` scenario seeds (1, 1001, 2001, ...: a search of K seeds runs seed,
-seed + 1, ..., seed + K - 1, so no two searches share a run) and
-every bracket; a bracket ``a,b`` is ``(a x G, b x G)`` where ``G`` is a first search's
-goodput at seed 1 from ``(0.5, 4)`` req/s (so the brackets are the same relative to
-every scenario's goodput). Per scenario it prints each search's goodput and status,
-then the sd of their logarithms and the spread over all searches, over seeds at one bracket, and over brackets at one
-seed: (max - min) / median. Searches run side by side on a local process pool
+rule with ``--min-requests`` measured requests a run, as ``plan --min-requests``) for
+``--seeds`` scenario seeds (1, 1001, 2001, ...: a search of K seeds runs seed, seed + 1,
+..., seed + K - 1, so no two searches share a run) and every bracket; a bracket ``a,b``
+is ``(a x G, b x G)`` where ``G`` is a first search's goodput at seed 1 from ``(0.5, 4)``
+req/s (so the brackets are the same relative to every scenario's goodput). Per scenario
+it prints each search's goodput and status, then the sd of their logarithms and the
+spread (max - min) / median over all searches, over seeds at one bracket, and over
+brackets at one seed. Searches run side by side on a local process pool
 (``goodput_many``); results do not depend on the pool. Not a test: nothing is asserted.
 docs/sweeps.md ("How much a goodput moves") quotes it.
 """
@@ -48,13 +50,14 @@ def log_sd(values: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
-    from disaggsim.sweep import goodput, goodput_many
+    from disaggsim.sweep import RunLengthRule, goodput, goodput_many
     from disaggsim.sweep.core import as_source
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scenarios", nargs="+")
     ap.add_argument("--seeds", type=int, default=5, help="scenario seeds 1, 1001, ... (N)")
     ap.add_argument("--search-seeds", type=int, default=1, help="seeds per search")
+    ap.add_argument("--min-requests", type=int, default=1000, help="measured requests a run")
     ap.add_argument(
         "--brackets",
         nargs="+",
@@ -65,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     brackets = [tuple(float(x) for x in b.split(",")) for b in args.brackets]
+    rule = RunLengthRule(min_measured_requests=args.min_requests)
     report: list[dict[str, Any]] = []
     for path in args.scenarios:
         start = time.monotonic()
-        first = goodput(path, 0.5, 4.0, overrides=[*args.set, "seed=1"], seeds=args.search_seeds)
+        first = goodput(
+            path, 0.5, 4.0, overrides=[*args.set, "seed=1"], seeds=args.search_seeds, rule=rule
+        )
         g0 = first.rate_per_s
         sources, keys = [], []
         seeds = [1 + 1000 * i for i in range(args.seeds)]
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             0,
             brackets=[(lo * g0, hi * g0) for _, lo, hi in keys],
             seeds=args.search_seeds,
+            rule=rule,
         )
         rows: list[dict[str, Any]] = [
             {"seed": s, "bracket": [lo, hi], "goodput_per_s": r.rate_per_s, "status": r.status}
