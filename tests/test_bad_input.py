@@ -428,6 +428,8 @@ CASES: list[tuple[str, Setup, list[str], str]] = [
      "--quiet"], "--min-requests 0: must be an integer >= 1 and at most 2,000,000"),
     ("plan-min-requests-float", _nothing, ["plan", DISAGG, "--min-requests", "1.5"],
      "argument --min-requests: invalid int value: '1.5' (see disaggsim plan --help)"),
+    ("plan-seeds-0", _nothing, ["plan", DISAGG, "--quick", "--seeds", "0", "--quiet"],
+     "--seeds 0: must be an integer from 1 to 1,000"),
     ("compare-service-multiple-0", _nothing, ["compare", DISAGG, COLOC, "--param",
      "workload.rate_per_s=1,2", "--service-multiple", "0", "--quiet"],
      "--service-multiple 0: must be a number > 0 and at most 1000"),

@@ -40,6 +40,7 @@ BAD = {
     "--price-per-gpu-hour": ["0", "-1", "nan", "inf", "1e300"],
     "--min-requests": ["0", "-1", "2000001"],
     "--service-multiple": ["0", "-1", "nan", "inf", "1e300", "1001"],
+    "--seeds": ["0", "-1", "1001"],
 }
 CASES = [(flag, v) for flag, values in BAD.items() for v in values]
 
@@ -109,3 +110,29 @@ def test_a_scenario_whose_window_holds_no_request_names_its_fields(tmp_path, cap
     err = _refused(["plan", str(path)], tmp_path, capsys)
     assert f"{path}: workload: no requests" in err, err
     assert "workload.rate_per_s" in err and "sim.duration_s" in err, err
+
+
+def test_seeds_reach_every_goodput_search_and_plan_json(tmp_path, monkeypatch):
+    """``--seeds N``: every goodput search of the plan averages its attainment over N
+    seeds (docs/sweeps.md, "How much a goodput moves": 4 halve a margin's seed spread)."""
+    import json
+
+    from disaggsim.plan import search
+
+    asked: list[int] = []
+
+    def recording(*args, **kwargs):
+        asked.append(kwargs["seeds"])
+        return goodput_many(*args, **kwargs)
+
+    goodput_many = search.goodput_many
+    monkeypatch.setattr(search, "goodput_many", recording)
+    out = tmp_path / "out"
+    argv = [
+        "plan", str(REPO / "scenarios" / "advisor" / "two-gpus.yaml"), "--gpus", "2",
+        "--quick", "--min-requests", "60", "--service-multiple", "0.5", "--quiet",
+        "--no-plots", "--workers", "1", "--seeds", "2", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert asked and set(asked) == {2}
+    assert json.loads((out / "plan.json").read_text())["search"]["seeds"] == 2

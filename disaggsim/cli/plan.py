@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from disaggsim.cli.common import add_set_option, executor_args, resume_arg
-from disaggsim.config.bounds import MAX_NUMBER, MAX_REQUESTS, MAX_SERVICE_MULTIPLE
+from disaggsim.config.bounds import MAX_NUMBER, MAX_REQUESTS, MAX_SEEDS, MAX_SERVICE_MULTIPLE
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -128,6 +128,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help=(
+            f"seeds every goodput search averages its attainment over (scenario seed + "
+            f"0..N-1), 1-{MAX_SEEDS:,}: N times the simulations; 4 halve a margin's seed "
+            "spread (docs/sweeps.md, 'How much a goodput moves')"
+        ),
+    )
+    p.add_argument(
         "--fp8",
         action="store_true",
         help="also try FP8 weights (on GPUs whose profile has FP8)",
@@ -231,6 +242,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.fp8:
             opts = dataclasses.replace(opts, weight_dtypes=("fp8",))
         check_run_length_flags(args.min_requests, args.service_multiple)
+        if not 1 <= args.seeds <= MAX_SEEDS:
+            raise UserError(f"--seeds {args.seeds}: must be an integer from 1 to {MAX_SEEDS:,}")
+        opts = dataclasses.replace(opts, seeds=args.seeds)
         price = args.price_per_gpu_hour
         if price is not None and not (math.isfinite(price) and 0 < price <= MAX_NUMBER):
             # inf passed the planner's "> 0" and priced every candidate at inf $ (ranked.csv)

@@ -73,6 +73,7 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
             "min_measured_requests": res.options.rule.min_measured_requests,
             "service_multiple": res.options.rule.service_multiple,
             "confirm_factor": res.options.rule.confirm_factor,
+            "seeds": res.options.seeds,
             "notes": list(res.notes),
         },
     }
