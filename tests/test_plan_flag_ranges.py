@@ -114,7 +114,7 @@ def test_a_scenario_whose_window_holds_no_request_names_its_fields(tmp_path, cap
 
 def test_seeds_reach_every_goodput_search_and_plan_json(tmp_path, monkeypatch):
     """``--seeds N``: every goodput search of the plan averages its attainment over N
-    seeds (docs/sweeps.md, "How much a goodput moves": 4 halve a margin's seed spread)."""
+    seeds (docs/sweeps.md, "How much a goodput moves": 4 cut its seed spread by about half)."""
     import json
 
     from disaggsim.plan import search

@@ -134,8 +134,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help=(
             f"seeds every goodput search averages its attainment over (scenario seed + "
-            f"0..N-1), 1-{MAX_SEEDS:,}: N times the simulations; 4 halve a margin's seed "
-            "spread (docs/sweeps.md, 'How much a goodput moves')"
+            f"0..N-1), 1-{MAX_SEEDS:,}: N times the simulations; 4 cut a goodput's seed "
+            "spread by about half (docs/sweeps.md, 'How much a goodput moves')"
         ),
     )
     p.add_argument(
