@@ -417,7 +417,9 @@ from disaggsim.sweep.core import as_source
 if __name__ == "__main__":
     path = sys.argv[2]
     start = time.monotonic()
-    # a notebook's interrupt: SIGINT to this process alone, not to its workers
+    # a notebook's interrupt: SIGINT to this process alone, not to its workers (with
+    # Python's own handler: a test runner's worker may have left SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     try:
         if sys.argv[1] == "compare":
@@ -444,7 +446,7 @@ def test_an_interrupted_api_call_ends_its_own_workers_at_once(work, api):
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=300,
         start_new_session=True,
     )
     assert out.stdout, out.stderr
