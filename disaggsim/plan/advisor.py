@@ -75,6 +75,11 @@ MIN_GAIN = 0.05
 # spread of its shorter runs, docs/planning.md): inside MIN_GAIN +- this it says
 # "undecided" instead of a verdict
 QUICK_UNCERTAINTY = 0.15
+# one sd of the seed spread of a ratio of two one-seed full-accuracy goodputs, the widest
+# measured (ci/colocated-vllm's 6.2 % x sqrt 2; docs/sweeps.md "How much a goodput
+# moves"): a full-accuracy margin nearer the MIN_GAIN line than this over sqrt(seeds) is
+# quoted as a close call
+SEED_SPREAD = 0.09
 LONG_PROMPT_STEPS = 10.0
 LARGE_FLEET_WORKERS = 4
 HIGH_CONCURRENCY_PER_WORKER = 4.0
@@ -151,6 +156,9 @@ class Advice:
     # a quick plan's quoted gain is quick mode's figure (margin_note says how far to
     # trust it, :func:`quick_margin`); None: full mode, or no gain quoted
     margin: QuickMargin | None = None
+    # a full-accuracy gain within this of MIN_GAIN (:func:`close_call_band`); None: not
+    # a close call, a quick figure, or no gain quoted
+    close_call_band: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -165,6 +173,7 @@ class Advice:
             "disaggregation_gain": self.disaggregation_gain,
             # how far a quick plan's gain can be trusted (None: full mode, or no gain)
             "margin": None if self.margin is None else self.margin.as_dict(),
+            "close_call_band": self.close_call_band,
             "conditions": [
                 {"name": c.name, "holds": c.holds, "detail": c.detail} for c in self.conditions
             ],
@@ -849,6 +858,7 @@ def _advise(res: SearchResult) -> Advice:
 
     colo_name = "chunked prefill" if best_colo is chk else "vllm continuous batching"
     qm: QuickMargin | None = None  # set where a gain per GPU is quoted
+    band: float | None = None  # set where a full-accuracy gain is a close call
     colo_verdict = "colocate_chunked" if best_colo is chk else "colocate_vllm"
     if dis is None:
         reason = f"use {colo_name} on one pool: " + next(
@@ -860,6 +870,7 @@ def _advise(res: SearchResult) -> Advice:
         # prefill's is quoted too when vllm is the better colocated one
         quoted = not by_rate and gain is not None and gain != float("inf")
         qm = quick_margin(res, dis, best_colo, True) if quoted else None
+        band = close_call_band(res, qm, gain if quoted else None)
         margin = (
             _rate_margin(target, dis, best_colo, colo_name)
             if by_rate
@@ -881,7 +892,7 @@ def _advise(res: SearchResult) -> Advice:
             f"disaggregate: {margin} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)})"
+            f"{_note(qm)}{_close_call(band, res.options.seeds)})"
             + (f"; holds: {', '.join(held)}" if held else "")
             + (
                 f"; does not hold: {', '.join(c.name.replace('_', ' ') for c in missing)}"
@@ -913,11 +924,13 @@ def _advise(res: SearchResult) -> Advice:
                 f"(under the {_pct(MIN_GAIN)} worth a second pool)"
             )
         why = "; ".join(f"not {c.name.replace('_', ' ')}: {c.detail}" for c in missing)
+        quoted = not by_rate and gain is not None and dis.goodput_per_gpu_per_s > 0
+        band = close_call_band(res, qm, gain if quoted else None)
         reason = (
             f"use {colo_name} on one pool: {loss} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)})"
+            f"{_note(qm)}{_close_call(band, res.options.seeds)})"
             + (f" because {why}" if why else "")
             + (f"; holds: {', '.join(held)}" if held else "")
         )
@@ -940,9 +953,34 @@ def _advise(res: SearchResult) -> Advice:
         disaggregation_gain=None if by_rate or gain is None or gain == float("inf") else gain,
         conditions=conds,
         margin=qm,
+        close_call_band=band,
     )
 
 
 def _note(qm: QuickMargin | None) -> str:
     """``; NOTE`` after the figures of a quick plan's quoted gain, else nothing."""
     return "" if qm is None else f"; {qm.note()}"
+
+
+def close_call_band(res: SearchResult, qm: QuickMargin | None, gain: float | None) -> float | None:
+    """How near the :data:`MIN_GAIN` line a gain measured at full accuracy (full mode,
+    or a quick plan's two figures measured again) lies within one sd of its seed spread,
+    :data:`SEED_SPREAD` / sqrt(seeds); None for a quick figure (its own ±15 % says more),
+    a gain not quoted, or one farther from the line."""
+    if gain is None or not math.isfinite(gain):
+        return None
+    if res.options.quick_mode and (qm is None or qm.uncertainty is not None):
+        return None
+    band = SEED_SPREAD / math.sqrt(res.options.seeds)
+    return band if abs(gain - MIN_GAIN) < band else None
+
+
+def _close_call(band: float | None, seeds: int) -> str:
+    """``; a close call: ...`` after the figures of a full-accuracy gain near the line."""
+    if band is None:
+        return ""
+    return (
+        f"; a close call: within {band:.1%} of the {MIN_GAIN:.0%} line, one sd of a margin's "
+        f"seed spread at {seeds} seed{'s' if seeds > 1 else ''} (docs/sweeps.md), so another "
+        "seed could turn it" + ("" if seeds >= 4 else "; --seeds 4 narrows that by about half")
+    )
