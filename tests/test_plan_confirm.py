@@ -112,7 +112,10 @@ def test_a_close_quick_result_is_confirmed_with_full_mode_settings(monkeypatch):
     confirm_runs = [sc for sc in later if not sc.name.endswith("-plan")]
     assert len(confirm_runs) == conf.num_simulations > 0
     assert all(_measured(sc) >= FULL_MIN * (1 - 1e-6) for sc in confirm_runs)
-    assert all(sc.sim.duration_s < FILE_S for sc in confirm_runs)
+    # none is a file's run (the question's window); a small split's full-length run may
+    # last longer than that window (1P + 1D, 2 GPUs at 17.9 req/s: 10,000 requests and
+    # the warm-up, 615 s, the confirmation's re-split of its climber)
+    assert not any((sc.sim.duration_s, sc.sim.warmup_s) == (FILE_S, 50) for sc in confirm_runs)
     # each search ends in a confirmation at twice the horizon
     assert max(_measured(sc) for sc in confirm_runs) >= 2 * FULL_MIN * (1 - 1e-6)
     assert res.num_simulations == n_quick + conf.num_simulations + res.num_as_written_runs

@@ -211,7 +211,7 @@ def test_a_larger_cap_is_tried_on_every_split_along_the_budget(monkeypatch):
     recommended 1P + 1D at 512 (llama-3-8b on 4 B200, 100/50 tokens: full mode reached
     2P + 2D at 1,024 only because its exploration happened to rank that split first,
     quick mode did not, and the two modes disagreed; docs/planning.md §2). Each larger
-    cap is now re-split along the budget (search.resplit)."""
+    cap is now re-split (search.resplit)."""
     _split_landscape(monkeypatch, at_1024=15.0)
     opts = dataclasses.replace(PlanOptions(), max_tp=1, chunk_ladder=(512, 1024))
     res, advice = plan(LONG_REPLIES, gpus=4, options=opts, executor=SerialExecutor())
@@ -257,3 +257,34 @@ def test_a_close_quick_call_climbs_the_caps_at_full_accuracy(monkeypatch):
     _, full_advice = plan(LONG_REPLIES, gpus=4, options=full, executor=SerialExecutor())
     assert full_advice.verdict == "disaggregate"
     assert full_advice.recommended.candidate == c
+
+
+def test_a_raised_split_is_re_split_by_every_move_not_only_along_the_budget():
+    """A climber smaller than the budget: its moves along the budget (one prefill worker
+    more or fewer, decode filling the rest) are decode-heavy, and at a raised cap the
+    best P:D ratio lies elsewhere. llama-3.1-8b on 16 B200, 100/50 tokens: full mode
+    climbed 3P + 4D to 512 sequences, tried 2P + 14D and 4P + 12D, stopped, and said
+    colocate (-9 %), where 6P + 6D at 1,024 serves 9 % more than chunked prefill
+    (docs/planning.md §7). Per-GPU goodputs at the raised cap set by hand, budget 8."""
+    table = {(2, 3): 10.0, (1, 7): 6.0, (3, 5): 8.0, (3, 3): 12.0, (4, 4): 13.0}
+
+    class Explorer:
+        def __init__(self) -> None:
+            self.results: dict = {}
+
+        def __call__(self, cands: list) -> list[float]:
+            for c in cands:
+                per_gpu = table.get((c.num_prefill_workers, c.num_decode_workers), 7.0)
+                self.results[c] = dataclasses.make_dataclass(
+                    "R", [("per_gpu_per_s", float), ("status", str)]
+                )(per_gpu, "found")
+            return [self.results[c].per_gpu_per_s for c in cands]
+
+    explorer = Explorer()
+    start = Candidate("disaggregate", 2, 1, 3, 1, max_batch_seqs=1024)
+    explorer([start])
+    best, tried = search.resplit(explorer, start, 8, 0.03)  # type: ignore[arg-type]
+    assert (best.num_prefill_workers, best.num_decode_workers) == (4, 4)
+    assert best.max_batch_seqs == 1024 and tried[0] == start
+    # the budget line alone was tried, and lost
+    assert {(x.num_prefill_workers, x.num_decode_workers) for x in tried} >= {(1, 7), (3, 5)}

@@ -1905,9 +1905,12 @@ def resplit(
 ) -> tuple[Candidate, list[Candidate]]:
     """The split of ``c``'s worker layouts that serves most per GPU at ``c``'s (raised)
     batch cap, and the candidates measured to find it (``c`` first): it climbs from ``c``
-    by the first tier of :func:`disagg_neighbours` (one prefill worker more or fewer along
-    the whole budget; the next tier where that one is empty) while a move gains more than
-    ``min_gain``. A larger cap can reorder the splits the walk compared at the scenario's
+    by every tier of :func:`disagg_neighbours` (one prefill worker more or fewer along the
+    whole budget, one worker more or fewer in a pool, the ratio moves) while a move gains
+    more than ``min_gain``. The first tier alone missed the best split: llama-3.1-8b on 16
+    B200, 100/50 tokens (docs/planning.md §7), 3P + 4D x tp1 climbed to 512 sequences and
+    its line moves (2P + 14D, 4P + 12D) are decode-heavy, while 6P + 6D at 1,024 serves
+    9 % more than the best colocated candidate; full mode said colocate (-9 %). A larger cap can reorder the splits the walk compared at the scenario's
     cap: a pool's per-worker rate grows with its size near saturation, so splits of one
     P:D ratio do not gain alike from more sequences (llama-3-8b on 4 B200, 100/50
     tokens, docs/planning.md §2: at 512 sequences 1P + 1D x tp1 and 2P + 2D tie; at
@@ -1920,7 +1923,9 @@ def resplit(
     moved = True
     while moved:
         moved = False
-        tier = next((t for t in disagg_neighbours(best, budget) if t), [])
+        # every tier: at a raised cap the best P:D ratio moves, and the full-budget line
+        # alone leads a split smaller than the budget only to decode-heavy ones
+        tier = [x for t in disagg_neighbours(best, budget) for x in t]
         fresh = [x for x in tier if x not in explorer.results and x not in tried]
         if fresh:
             explorer(fresh)
