@@ -267,6 +267,7 @@ def test_a_raised_split_is_re_split_by_every_move_not_only_along_the_budget():
     colocate (-9 %), where 6P + 6D at 1,024 serves 9 % more than chunked prefill
     (docs/planning.md §7). Per-GPU goodputs at the raised cap set by hand, budget 8."""
     table = {(2, 3): 10.0, (1, 7): 6.0, (3, 5): 8.0, (3, 3): 12.0, (4, 4): 13.0}
+    result = dataclasses.make_dataclass("Result", [("per_gpu_per_s", float), ("status", str)])
 
     class Explorer:
         def __init__(self) -> None:
@@ -275,9 +276,7 @@ def test_a_raised_split_is_re_split_by_every_move_not_only_along_the_budget():
         def __call__(self, cands: list) -> list[float]:
             for c in cands:
                 per_gpu = table.get((c.num_prefill_workers, c.num_decode_workers), 7.0)
-                self.results[c] = dataclasses.make_dataclass(
-                    "R", [("per_gpu_per_s", float), ("status", str)]
-                )(per_gpu, "found")
+                self.results[c] = result(per_gpu, "found")
             return [self.results[c].per_gpu_per_s for c in cands]
 
     explorer = Explorer()

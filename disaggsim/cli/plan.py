@@ -212,6 +212,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.question import build_question, flag_error, question_yaml
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
+    from disaggsim.sweep.core import check_seeds
     from disaggsim.sweep.journal import KeptRuns
 
     question = _question(args)
@@ -242,8 +243,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.fp8:
             opts = dataclasses.replace(opts, weight_dtypes=("fp8",))
         check_run_length_flags(args.min_requests, args.service_multiple)
-        if not 1 <= args.seeds <= MAX_SEEDS:
-            raise UserError(f"--seeds {args.seeds}: must be an integer from 1 to {MAX_SEEDS:,}")
+        check_seeds(args.seeds)  # as sweep's and compare's --seeds
         opts = dataclasses.replace(opts, seeds=args.seeds)
         price = args.price_per_gpu_hour
         if price is not None and not (math.isfinite(price) and 0 < price <= MAX_NUMBER):

@@ -244,7 +244,9 @@ def _check_runnable(loaded: LoadedScenario, label: str) -> None:
         raise UserError(str(e).replace("<scenario>", label, 1)) from None
 
 
-def _check_seeds(seeds: int) -> None:
+def check_seeds(seeds: int) -> None:
+    """``seeds`` (per point, per goodput search) an integer from 1 to MAX_SEEDS; the error
+    names ``--seeds`` on the command line, ``seeds=`` in the API."""
     if not isinstance(seeds, int) or isinstance(seeds, bool) or not 1 <= seeds <= MAX_SEEDS:
         where = given("--seeds", "seeds", seeds)
         raise UserError(f"{where}: must be an integer from 1 to {MAX_SEEDS:,}")
@@ -254,7 +256,7 @@ def sweep_tasks(
     src: Source, params: Sequence[Param], seeds: int
 ) -> tuple[list[dict], list[PointTask]]:
     """(row keys, tasks) for every point × seed, in grid order, seeds innermost."""
-    _check_seeds(seeds)
+    check_seeds(seeds)
     check_grid_size(params, seeds)
     check_params(params, src.raw, src.label)
     keys, tasks = [], []

@@ -95,9 +95,9 @@ from disaggsim.sweep.core import (
     PointTask,
     ProgressFn,
     Source,
-    _check_seeds,
     _task,
     as_source,
+    check_seeds,
     refuse_fixed_time_events,
     run_point,
 )
@@ -914,7 +914,7 @@ def goodput_many(
     (:class:`RateSearch`): a planner checks a scenario as it will write it (its own
     ``sim`` section, its rate as written). Each scenario's result depends
     only on its own runs: the same with any executor or neighbours."""
-    _check_seeds(seeds)
+    check_seeds(seeds)
     check_rule("rule", rule)
     for r in rules or ():
         check_rule("rules item", r)
