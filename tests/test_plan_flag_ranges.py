@@ -41,6 +41,7 @@ BAD = {
     "--min-requests": ["0", "-1", "2000001"],
     "--service-multiple": ["0", "-1", "nan", "inf", "1e300", "1001"],
     "--seeds": ["0", "-1", "1001"],
+    "--settle-seeds": ["-1", "1001"],
 }
 CASES = [(flag, v) for flag, values in BAD.items() for v in values]
 

@@ -139,6 +139,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument(
+        "--settle-seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help=(
+            "a gain at full accuracy within a seed's spread of the 5%% line is measured "
+            "again, each compared kind's best averaging N seeds (default 4; 0 never; "
+            "docs/planning.md §2)"
+        ),
+    )
+    p.add_argument(
         "--fp8",
         action="store_true",
         help="also try FP8 weights (on GPUs whose profile has FP8)",
@@ -212,6 +223,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from disaggsim.plan.advisor import fabric_name
     from disaggsim.plan.question import build_question, flag_error, question_yaml
     from disaggsim.plan.report import plan_json, ranked_table, write_outputs
+    from disaggsim.plan.search import check_settle_seeds
     from disaggsim.sweep.core import check_seeds
     from disaggsim.sweep.journal import KeptRuns
 
@@ -245,6 +257,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_run_length_flags(args.min_requests, args.service_multiple)
         check_seeds(args.seeds)  # as sweep's and compare's --seeds
         opts = dataclasses.replace(opts, seeds=args.seeds)
+        if args.settle_seeds is not None:
+            check_settle_seeds(args.settle_seeds)
+            opts = dataclasses.replace(opts, settle_seeds=args.settle_seeds)
         price = args.price_per_gpu_hour
         if price is not None and not (math.isfinite(price) and 0 < price <= MAX_NUMBER):
             # inf passed the planner's "> 0" and priced every candidate at inf $ (ranked.csv)

@@ -51,6 +51,7 @@ from disaggsim.plan.search import (
     colocated_cache_ok,
     pool_limits,
     rank_rows,
+    settled_rows,
 )
 
 __all__ = [
@@ -228,8 +229,9 @@ def _best(res: SearchResult, kind: str) -> CandidateResult | None:
     goodputs: plan/holds.py), else the first ranked of those measured again at full
     accuracy (plan/confirm.py: it measures every
     candidate whose quick goodput was above its side's best at full accuracy), else the
-    first ranked."""
-    rows = [r for r in res.ranked if r.candidate.kind == kind]
+    first ranked; of a close call settled at more seeds, among the rows it measured
+    (:func:`~disaggsim.plan.search.settled_rows`)."""
+    rows = settled_rows(res, [r for r in res.ranked if r.candidate.kind == kind])
     return next(  # the ranking puts the highest checked goodput first (plan/holds.py)
         (r for r in rows if r.as_written is not None),
         next((r for r in rows if r.full_accuracy), rows[0] if rows else None),
@@ -894,7 +896,7 @@ def _advise(res: SearchResult) -> Advice:
             f"disaggregate: {margin} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)}{_close_call(band, res.options.seeds)})"
+            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res))})"
             + (f"; holds: {', '.join(held)}" if held else "")
             + (
                 f"; does not hold: {', '.join(c.name.replace('_', ' ') for c in missing)}"
@@ -932,7 +934,7 @@ def _advise(res: SearchResult) -> Advice:
             f"use {colo_name} on one pool: {loss} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)}{_close_call(band, res.options.seeds)})"
+            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res))})"
             + (f" because {why}" if why else "")
             + (f"; holds: {', '.join(held)}" if held else "")
         )
@@ -973,8 +975,20 @@ def close_call_band(res: SearchResult, qm: QuickMargin | None, gain: float | Non
         return None
     if res.options.quick_mode and (qm is None or qm.uncertainty is not None):
         return None
-    band = SEED_SPREAD / math.sqrt(res.options.seeds)
+    band = SEED_SPREAD / math.sqrt(seeds_of(res))
     return band if abs(gain - MIN_GAIN) < band else None
+
+
+def seeds_of(res: SearchResult) -> int:
+    """The seeds the compared goodputs average: a settled close call's
+    (plan/confirm.py settle_close_call), else the plan's."""
+    return res.settlement.seeds if res.settlement is not None else res.options.seeds
+
+
+def _settled(res: SearchResult) -> str:
+    """``; measured again averaging N seeds: ...`` after the figures of a settled close
+    call, else nothing."""
+    return "" if res.settlement is None else f"; {res.settlement.sentence()}"
 
 
 def _close_call(band: float | None, seeds: int) -> str:

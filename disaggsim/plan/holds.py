@@ -74,6 +74,7 @@ from disaggsim.plan.search import (
     SearchResult,
     candidate_scenario,
     rank_rows,
+    settled_rows,
 )
 from disaggsim.sweep.core import source_of
 from disaggsim.sweep.executors import Executor
@@ -320,7 +321,7 @@ def _above_checked(res: SearchResult) -> dict[str, list[CandidateResult]]:
             k = r.candidate.kind
             top[k] = max(top.get(k, 0.0), r.goodput_per_gpu_per_s)
     out: dict[str, list[CandidateResult]] = {}
-    for r in rows:
+    for r in settled_rows(res, rows):  # a settled close call compares its own rows
         k = r.candidate.kind
         if (
             k in top

@@ -56,6 +56,8 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
         **advice.as_dict(),
         # a quick plan's close call measured again at full accuracy (plan/confirm.py)
         "confirmation": None if res.confirmation is None else res.confirmation.as_dict(),
+        # a close call at full accuracy measured again averaging more seeds (plan/confirm.py)
+        "settlement": None if res.settlement is None else res.settlement.as_dict(),
         "ranked": [r.as_dict() for r in res.ranked],
         "analytic": res.analytic.as_dict(),
         "search": {
@@ -159,6 +161,10 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
             " (quick plan, its close call measured again at full accuracy: "
             + ", ".join(c.label for c in res.confirmation.candidates)
             + ")"
+        )
+    if res.settlement is not None and rec.candidate in res.settlement.candidates:
+        raw["description"] += (
+            f" (a close call, measured again averaging {res.settlement.seeds} seeds)"
         )
     if rec.as_written is not None:
         raw["description"] += (

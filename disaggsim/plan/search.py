@@ -36,10 +36,11 @@ from disaggsim.catalog import get_gpu, get_model
 from disaggsim.config.bounds import (
     MAX_GPUS,
     MAX_NUMBER,
+    MAX_SEEDS,
     MAX_WORKERS_PER_POOL,
 )
 from disaggsim.config.loader import LoadedScenario, load_scenario
-from disaggsim.errors import UserError
+from disaggsim.errors import UserError, given
 from disaggsim.metrics.steady import RunLengthRule, check_run_length_flags
 from disaggsim.metrics.summary_table import Summary
 from disaggsim.plan.analytic import (
@@ -76,11 +77,13 @@ __all__ = [
     "SEQS_RAISE",
     "PlanOptions",
     "SearchResult",
+    "Settlement",
     "all_candidates",
     "candidate_pools",
     "candidate_row",
     "candidate_scenario",
     "candidate_seqs_ladder",
+    "check_settle_seeds",
     "plan_families",
     "pool_limits",
     "raise_caps",
@@ -90,6 +93,7 @@ __all__ = [
     "search",
     "seqs_fixed",
     "seqs_ladder",
+    "settled_rows",
 ]
 
 KINDS = ("disaggregate", "colocate_chunked", "colocate_vllm")
@@ -167,6 +171,14 @@ class PlanOptions:
     full_tol_fraction: float = 0.01
     # the gain a larger batch cap must show there (full mode's explore_tol_fraction)
     full_explore_tol_fraction: float = 0.03
+    # a gain measured at full accuracy within the close-call band of the 5 % line
+    # (advisor.close_call_band): each compared kind's best is searched again at full
+    # accuracy averaging this many seeds, and the verdict taken on those figures
+    # (plan/confirm.py settle_close_call); at most ``seeds``: never
+    settle_seeds: int = 4
+    # at most this many candidates are measured again there (each compared kind's best,
+    # then any of those kinds whose goodput per GPU beats its kind's settled best)
+    settle_max_candidates: int = 6
 
     def with_run_length(
         self, min_requests: int | None, service_multiple: float | None
@@ -493,6 +505,72 @@ class Confirmation:
 
 
 @dataclass(frozen=True, slots=True)
+class Settlement:
+    """A close call at full accuracy measured again averaging more seeds (plan/confirm.py
+    :func:`~disaggsim.plan.confirm.settle_close_call`): ``gain`` the disaggregation gain
+    it settled, within ``band`` (one sd of a margin's seed spread at the plan's seeds) of
+    the 5 % line; ``remeasured`` the candidates with their goodputs per GPU as compared
+    and as measured again, in the order searched; ``options`` the searches' own (full
+    accuracy, ``seeds`` of them); ``left_over`` candidates the cap left unmeasured whose
+    goodput per GPU beat their kind's best measured again."""
+
+    gain: float
+    band: float
+    seeds_before: int
+    remeasured: tuple[tuple[Candidate, float, float], ...]  # (candidate, before, after)
+    num_simulations: int
+    options: PlanOptions
+    left_over: tuple[tuple[Candidate, float], ...] = ()
+
+    @property
+    def seeds(self) -> int:
+        return self.options.seeds
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return tuple(c for c, _, _ in self.remeasured)
+
+    def sentence(self) -> str:
+        """One clause for the advisor's reason."""
+        what = ", ".join(f"{c.label} {b:.3f} -> {a:.3f}" for c, b, a in self.remeasured)
+        left = (
+            "; the cap left "
+            + ", ".join(f"{c.label} ({f:.3f})" for c, f in self.left_over)
+            + " unmeasured, above its kind's best measured again"
+            if self.left_over
+            else ""
+        )
+        sign = "+" if self.gain >= 0 else "-"
+        return (
+            f"measured again averaging {self.seeds} seeds: the gain at {self.seeds_before} "
+            f"seed{'s' if self.seeds_before > 1 else ''} ({sign}{abs(self.gain):.1%}) lay "
+            f"within {self.band:.1%} of the line ({what} req/s per GPU; "
+            f"{self.num_simulations} simulations){left}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seeds": self.seeds,
+            "seeds_before": self.seeds_before,
+            "gain_before": self.gain,
+            "band_before": self.band,
+            "remeasured": [
+                {
+                    "label": c.label,
+                    "kind": c.kind,
+                    "goodput_per_gpu_before": b,
+                    "goodput_per_gpu": a,
+                }
+                for c, b, a in self.remeasured
+            ],
+            "left_over": [{"label": c.label, "goodput_per_gpu": f} for c, f in self.left_over],
+            "num_simulations": self.num_simulations,
+            "tol_fraction": self.options.tol_fraction,
+            "min_measured_requests": self.options.rule.min_measured_requests,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SearchResult:
     loaded: LoadedScenario
     gpu: str
@@ -526,6 +604,8 @@ class SearchResult:
     num_as_written_runs: int = 0
     # a quick plan's close call measured again at full accuracy (plan/confirm.py)
     confirmation: Confirmation | None = None
+    # a close call at full accuracy measured again averaging more seeds (plan/confirm.py)
+    settlement: Settlement | None = None
     # the analytic guess behind each family's start (run lengths of later searches)
     guesses: Mapping[Candidate, AnalyticGuess] = field(default_factory=dict, repr=False)
     # every goodput search run, by (stage, options but the wave limit, candidate, screen):
@@ -1972,6 +2052,14 @@ def rate_budget(
     ).num_gpus
 
 
+def check_settle_seeds(seeds: object) -> None:
+    """``PlanOptions.settle_seeds`` (``--settle-seeds``) an integer from 0 (never settle)
+    to MAX_SEEDS, named as the user gave it."""
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or not 0 <= seeds <= MAX_SEEDS:
+        where = given("--settle-seeds", "settle_seeds", seeds)
+        raise UserError(f"{where}: must be an integer from 0 (never) to {MAX_SEEDS:,}")
+
+
 def search(
     loaded: LoadedScenario,
     *,
@@ -2007,6 +2095,7 @@ def search(
             f"--price-per-gpu-hour {price_per_gpu_hour:g}: must be a number > 0 and at most "
             f"{MAX_NUMBER:g} ($ per GPU-hour)"
         )
+    check_settle_seeds(opts.settle_seeds)
     s = loaded.scenario
     requests = sample_requests(loaded)
     lengths = sample_lengths(loaded, requests)
@@ -2184,6 +2273,18 @@ def candidate_row(
         goodput=r,
         **fields,
     )
+
+
+def settled_rows(res: SearchResult, rows: list[CandidateResult]) -> list[CandidateResult]:
+    """``rows`` as the advisor compares them: where a close call was settled at more
+    seeds (plan/confirm.py settle_close_call), of each kind it measured, its rows alone
+    (the others' goodputs are the plan's seeds', the luck the settling took out; any the
+    settling's cap left over above them is named in its clause); else all."""
+    st = res.settlement
+    if st is None:
+        return rows
+    kinds = {c.kind for c in st.candidates}
+    return [r for r in rows if r.candidate.kind not in kinds or r.candidate in st.candidates]
 
 
 def rank_rows(rows: list[CandidateResult]) -> tuple[CandidateResult, ...]:

@@ -1,0 +1,122 @@
+"""A close call at full accuracy measured again averaging more seeds
+(disaggsim/plan/confirm.py ``settle_close_call``, docs/planning.md §2 "Close calls at full
+accuracy"). A full-accuracy ratio of two goodputs moves up to 9 % (one sd) with the seed
+(docs/sweeps.md), so a gain of +10 % on the plan's seed can be none on others. The runs
+are stubbed (tests/plan_fakes.py) with capacities that depend on the run's seed: the
+scenario's own seed (5) can be lucky for one side."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from disaggsim.plan import PlanOptions, plan
+from disaggsim.plan.report import plan_json, recommended_scenario
+from disaggsim.sweep import SerialExecutor
+from tests.plan_fakes import fake_run_points
+from tests.test_plan_confirm import FLEET
+
+SEED = FLEET["seed"]
+FULL = dataclasses.replace(PlanOptions(), max_tp=1)  # full mode, 4 x H100 tp1
+
+
+def _fake(monkeypatch, dis_own: float, dis_others: float, chunked: float = 8.0):
+    """Runs meet at up to these req/s per GPU: disaggregated ``dis_own`` on the
+    scenario's seed and ``dis_others`` on any other, chunked prefill ``chunked`` on all,
+    vllm far behind."""
+
+    def meets(sc) -> bool:
+        if sc.architecture == "disaggregated":
+            cap = dis_own if sc.seed == SEED else dis_others
+        else:
+            cap = chunked if sc.pool.scheduler == "chunked" else 3.0
+        return sc.workload.rate_per_s / sc.num_gpus <= cap
+
+    return fake_run_points(monkeypatch, meets)
+
+
+def test_a_close_call_won_on_one_lucky_seed_is_settled_the_other_way(monkeypatch):
+    """On the plan's seed disaggregation serves 8.8 req/s per GPU against chunked
+    prefill's 8.0 (+10 %, within 9 % of the 5 % line); on three other seeds 8.0, so the
+    attainment averaged over four seeds misses above 8.0 and the gain is gone:
+    colocate."""
+    runs = _fake(monkeypatch, 8.8, 8.0)
+    off = dataclasses.replace(FULL, settle_seeds=0)
+    res0, adv0 = plan(FLEET, options=off, executor=SerialExecutor())
+    assert adv0.verdict == "disaggregate" and res0.settlement is None
+    assert adv0.disaggregation_gain == pytest.approx(0.10, abs=0.015)
+    assert "a close call: within 9.0% of the 5% line" in adv0.reason
+    assert {sc.seed for sc in runs} == {SEED}  # one seed: no other was run
+    runs.clear()
+
+    res, advice = plan(FLEET, options=FULL, executor=SerialExecutor())
+    assert advice.verdict == "colocate_chunked"
+    st = res.settlement
+    assert st is not None and st.seeds == 4 and st.seeds_before == 1
+    # the search's gain (the settling comes before the check as written, which moved it
+    # a little there)
+    assert st.gain == pytest.approx(adv0.disaggregation_gain, abs=0.005)
+    assert st.band == pytest.approx(0.09)
+    # the settling's searches average the plan's seed and the next three
+    assert {sc.seed for sc in runs} == {SEED, SEED + 1, SEED + 2, SEED + 3}
+    kinds = {c.kind for c in st.candidates}
+    assert {"disaggregate", "colocate_chunked"} <= kinds
+    after = {c.kind: a for c, _, a in st.remeasured}
+    assert after["disaggregate"] == pytest.approx(8.0, rel=0.02)
+    assert after["colocate_chunked"] == pytest.approx(8.0, rel=0.02)
+    assert advice.disaggregation_gain == pytest.approx(0.0, abs=0.03)
+    assert "measured again averaging 4 seeds: the gain at 1 seed (+10" in advice.reason
+    # the compared rows are the settled ones, checked again as written
+    for r in (advice.best_disaggregated, advice.best_chunked):
+        assert r.candidate in st.candidates and r.as_written is not None
+        assert max(e.num_runs for e in r.goodput.evaluations) == 4  # its seeds
+    d = plan_json(res, advice)["settlement"]
+    assert d["seeds"] == 4 and d["seeds_before"] == 1
+    assert d["gain_before"] == st.gain
+    assert len(d["remeasured"]) == len(st.remeasured)
+    assert "averaging 4 seeds" in recommended_scenario(res, advice)["description"]
+
+
+def test_a_close_call_that_holds_on_every_seed_stays_and_its_band_narrows(monkeypatch):
+    """9.0 against 8.0 on every seed: +12.5 %, within 9 % of the line at one seed; the
+    settling confirms it, and at four seeds the band is 4.5 %, which +12.5 % lies
+    outside: no close-call clause."""
+    _fake(monkeypatch, 9.0, 9.0)
+    res, advice = plan(FLEET, options=FULL, executor=SerialExecutor())
+    assert advice.verdict == "disaggregate"
+    assert res.settlement is not None and res.settlement.seeds == 4
+    assert res.settlement.gain == pytest.approx(0.125, abs=0.015)
+    assert advice.disaggregation_gain == pytest.approx(0.125, abs=0.015)
+    assert advice.close_call_band is None and "a close call" not in advice.reason
+    assert "measured again averaging 4 seeds" in advice.reason
+
+
+def test_a_gain_far_from_the_line_is_not_settled(monkeypatch):
+    runs = _fake(monkeypatch, 11.0, 11.0)  # +37 %
+    res, advice = plan(FLEET, options=FULL, executor=SerialExecutor())
+    assert advice.verdict == "disaggregate" and res.settlement is None
+    assert {sc.seed for sc in runs} == {SEED}
+    assert plan_json(res, advice)["settlement"] is None
+
+
+def test_a_plan_averaging_as_many_seeds_is_not_settled_again(monkeypatch):
+    _fake(monkeypatch, 8.4, 8.4)  # +5 %: on the line
+    res, advice = plan(FLEET, options=dataclasses.replace(FULL, seeds=4), executor=SerialExecutor())
+    assert res.settlement is None
+    assert advice.close_call_band == pytest.approx(0.045)
+
+
+def test_same_seed_same_settled_plan(monkeypatch):
+    _fake(monkeypatch, 8.8, 8.0)
+    a = plan_json(*plan(FLEET, options=FULL, executor=SerialExecutor()))
+    b = plan_json(*plan(FLEET, options=FULL, executor=SerialExecutor()))
+    assert a["settlement"] is not None and a == b
+
+
+def test_settle_seeds_out_of_range_is_named_as_given():
+    from disaggsim.errors import UserError
+
+    for bad in (-1, 1001, 2.0, True):
+        with pytest.raises(UserError, match=rf"^settle_seeds={bad!r}: must be an integer"):
+            plan(FLEET, options=dataclasses.replace(FULL, settle_seeds=bad))
