@@ -327,8 +327,8 @@ def settle_close_call(
     progress: Callable[[int, int], None] | None = None,
 ) -> SearchResult:
     """``res`` with a close call at full accuracy measured again averaging
-    ``PlanOptions.settle_seeds`` seeds (docs/planning.md §2, "Close calls at full
-    accuracy"), or ``res`` itself where there is none: no gain quoted within the
+    ``PlanOptions.settle_seeds`` seeds (docs/planning.md §3, "Close calls at full
+    accuracy are settled at more seeds"), or ``res`` itself where there is none: no gain quoted within the
     close-call band of the 5 % line (:func:`~disaggsim.plan.advisor.close_call_band`:
     one sd of a margin's seed spread, 9 % at one seed), settling off, or the plan's own
     searches already averaging as many seeds.
@@ -372,8 +372,10 @@ def settle_close_call(
     ]
     # the colocated kinds' bests both where the weaker lies within the band of the
     # stronger (another seed could swap them), else the stronger alone
-    colo = max((b.goodput_per_gpu_per_s for b in bests if b.candidate.kind != "disaggregate"),
-               default=0.0)  # fmt: skip
+    colo = max(
+        (b.goodput_per_gpu_per_s for b in bests if b.candidate.kind != "disaggregate"),
+        default=0.0,
+    )
     todo = [
         b.candidate
         for b in bests
