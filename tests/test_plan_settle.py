@@ -120,3 +120,17 @@ def test_settle_seeds_out_of_range_is_named_as_given():
     for bad in (-1, 1001, 2.0, True):
         with pytest.raises(UserError, match=rf"^settle_seeds={bad!r}: must be an integer"):
             plan(FLEET, options=dataclasses.replace(FULL, settle_seeds=bad))
+
+
+def test_a_quick_plans_close_call_is_settled_after_its_confirmation(monkeypatch):
+    """Quick mode: +10 % lies within its +-15 %, so the confirmation measures both sides
+    at full accuracy (one seed: +10 % again); that is a close call by the band, settled
+    at four seeds: colocate."""
+    runs = _fake(monkeypatch, 8.8, 8.0)
+    quick = dataclasses.replace(PlanOptions.quick(), max_tp=1)
+    res, advice = plan(FLEET, options=quick, executor=SerialExecutor())
+    assert res.confirmation is not None  # the quick close call measured at full accuracy
+    assert res.settlement is not None and res.settlement.seeds == 4
+    assert res.settlement.options.tol_fraction == quick.full_tol_fraction  # full accuracy
+    assert advice.verdict == "colocate_chunked"
+    assert {sc.seed for sc in runs} == {SEED, SEED + 1, SEED + 2, SEED + 3}
