@@ -163,11 +163,15 @@ def test_a_full_accuracy_margin_near_the_line_is_quoted_as_a_close_call():
 
 
 def test_more_seeds_narrow_the_close_call_band():
-    """At 4 seeds the band is 9 % / 2: +7 % is still within it (no hint to add seeds),
-    +12 % no longer is."""
+    """At 4 seeds the band is 9 % / 2: +7 % is still within it (the hint: settle the
+    compared candidates at four times the seeds), +12 % no longer is."""
     near = advise(_full(1.07, 1.0, seeds=4))
     assert "a close call: within 4.5% of the 5% line" in near.reason
     assert "at 4 seeds" in near.reason and "--seeds 4" not in near.reason
+    assert "; --settle-seeds 16 narrows that by about half again)" in near.reason
+    # no hint beyond the seeds a search may average
+    most = advise(_full(1.052, 1.0, seeds=300))  # within 9 % / sqrt(300) = 0.5 %
+    assert "a close call" in most.reason and "--settle-seeds" not in most.reason
     assert near.close_call_band == 0.045
     assert advise(_full(1.12, 1.0, seeds=4)).close_call_band is None
 

@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from disaggsim.config.bounds import MAX_SEEDS
 from disaggsim.config.scenario import Scenario
 from disaggsim.costmodel.kv import kv_transfer, link_bandwidth_bytes_per_s
 from disaggsim.errors import UserError
@@ -998,5 +999,16 @@ def _close_call(band: float | None, seeds: int) -> str:
     return (
         f"; a close call: within {band:.1%} of the {MIN_GAIN:.0%} line, one sd of a margin's "
         f"seed spread at {seeds} seed{'s' if seeds > 1 else ''} (docs/sweeps.md), so another "
-        "seed could turn it" + ("" if seeds >= 4 else "; --seeds 4 narrows that by about half")
+        "seed could turn it" + _more_seeds(seeds)
     )
+
+
+def _more_seeds(seeds: int) -> str:
+    """What narrows a close call at ``seeds`` seeds by about half: ``--seeds 4`` from
+    one to three (every search), four times the seeds to settle at beyond (the compared
+    candidates alone, plan/confirm.py settle_close_call); nothing past MAX_SEEDS."""
+    if seeds < 4:
+        return "; --seeds 4 narrows that by about half"
+    if 4 * seeds > MAX_SEEDS:
+        return ""
+    return f"; --settle-seeds {4 * seeds} narrows that by about half again"
