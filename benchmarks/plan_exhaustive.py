@@ -10,7 +10,12 @@ goodputs (the search's, before the check as written lowers any: the same rule as
 exhaustive runs). Prints each mode's verdict and recommendation against the exhaustive best of
 each side and the verdict that best implies.
 
-    python benchmarks/plan_exhaustive.py QUESTION.yaml [--gpus N] [--max-tp T]
+    python benchmarks/plan_exhaustive.py QUESTION.yaml [--gpus N] [--max-tp T] [--seqs]
+
+``--seqs``: every deployment also at each raised decode batch cap of its ladder
+(``search.candidate_seqs_ladder``: doublings of the scenario's cap up to 4x, as far as
+the analytic typical batch reaches), the dimension full mode climbs from its best of
+each kind (``raise_caps``); about three times the space.
 
 Not a test: nothing is asserted. Keep the budget small (3-4 GPUs): a full-accuracy
 search takes 10-20 simulations, and the space holds 20-40 deployments.
@@ -34,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         _own_chunk,
         _per_gpu,
         all_candidates,
+        candidate_seqs_ladder,
         plan_families,
         worker_layouts,
     )
@@ -43,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("scenario", type=Path)
     ap.add_argument("--gpus", type=int, default=None)
     ap.add_argument("--max-tp", type=int, default=None)
+    ap.add_argument("--seqs", action="store_true", help="also every raised decode batch cap")
     a = ap.parse_args(argv)
     loaded = load_scenario(a.scenario)
     out: dict[str, tuple] = {}
@@ -78,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             and c.prefill_layout in colo
             and c.num_prefill_workers * c.prefill_layout.gpus == budget
         ]
+        if a.seqs:
+            space += [
+                _with(c, max_batch_seqs=cap)
+                for c in list(space)
+                for cap in candidate_seqs_ladder(loaded, c, lengths)[1:]
+            ]
         # full mode's confirmed goodputs as its search measured them: a candidate checked
         # as written (plan/holds.py) has its goodput lowered to what a 300 s run at seed 0
         # met, which the exhaustive runs (full_accuracy) are not; comparing the two would
@@ -101,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         for c in rest:  # one at a time: progress on a busy machine
             ev([c])
+            if c not in ev.results:  # a chunk under a raised cap: no engine launches it
+                print(f"  {c.label}: cannot be built ({ev.invalid.get(c)})", flush=True)
+                continue
             print(f"  {c.label}: {_per_gpu(ev.results[c]):.4g}/GPU", flush=True)
         values = {**known, **{c: _per_gpu(g) for c, g in ev.results.items()}}
         print(f"exhaustive: {ev.simulations} simulations, {time.perf_counter() - t0:.0f} s")

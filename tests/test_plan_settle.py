@@ -21,14 +21,14 @@ SEED = FLEET["seed"]
 FULL = dataclasses.replace(PlanOptions(), max_tp=1)  # full mode, 4 x H100 tp1
 
 
-def _fake(monkeypatch, dis_own: float, dis_others: float, chunked: float = 8.0):
+def _fake(monkeypatch, dis_own: float, dis_others: float, chunked: float = 8.0, own: int = SEED):
     """Runs meet at up to these req/s per GPU: disaggregated ``dis_own`` on the
-    scenario's seed and ``dis_others`` on any other, chunked prefill ``chunked`` on all,
-    vllm far behind."""
+    scenario's seed (``own``) and ``dis_others`` on any other, chunked prefill
+    ``chunked`` on all, vllm far behind."""
 
     def meets(sc) -> bool:
         if sc.architecture == "disaggregated":
-            cap = dis_own if sc.seed == SEED else dis_others
+            cap = dis_own if sc.seed == own else dis_others
         else:
             cap = chunked if sc.pool.scheduler == "chunked" else 3.0
         return sc.workload.rate_per_s / sc.num_gpus <= cap
@@ -58,8 +58,11 @@ def test_a_close_call_won_on_one_lucky_seed_is_settled_the_other_way(monkeypatch
     # a little there)
     assert st.gain == pytest.approx(adv0.disaggregation_gain, abs=0.005)
     assert st.band == pytest.approx(0.09)
-    # the settling's searches average the plan's seed and the next three
-    assert {sc.seed for sc in runs} == {SEED, SEED + 1, SEED + 2, SEED + 3}
+    # the settling's searches average four fresh seeds, none the plan's (which picked the
+    # candidates): every run not on the plan's seed is theirs
+    fresh = [sc for sc in runs if sc.seed != SEED]
+    assert {sc.seed for sc in fresh} == {SEED + 1, SEED + 2, SEED + 3, SEED + 4}
+    assert len(fresh) == st.num_simulations
     kinds = {c.kind for c in st.candidates}
     assert {"disaggregate", "colocate_chunked"} <= kinds
     after = {c.kind: a for c, _, a in st.remeasured}
@@ -133,4 +136,13 @@ def test_a_quick_plans_close_call_is_settled_after_its_confirmation(monkeypatch)
     assert res.settlement is not None and res.settlement.seeds == 4
     assert res.settlement.options.tol_fraction == quick.full_tol_fraction  # full accuracy
     assert advice.verdict == "colocate_chunked"
-    assert {sc.seed for sc in runs} == {SEED, SEED + 1, SEED + 2, SEED + 3}
+    assert {sc.seed for sc in runs} == {SEED, SEED + 1, SEED + 2, SEED + 3, SEED + 4}
+
+
+def test_a_scenario_seed_at_the_top_of_its_range_is_settled_on_seeds_below(monkeypatch):
+    from disaggsim.config.bounds import MAX_SEED
+
+    runs = _fake(monkeypatch, 8.8, 8.0, own=MAX_SEED)
+    res, advice = plan({**FLEET, "seed": MAX_SEED}, options=FULL, executor=SerialExecutor())
+    assert res.settlement is not None and advice.verdict == "colocate_chunked"
+    assert {sc.seed for sc in runs} == {MAX_SEED - k for k in range(5)}

@@ -66,6 +66,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from disaggsim.config.bounds import MAX_SEED
+from disaggsim.config.loader import load_scenario
 from disaggsim.plan.analytic import sample_lengths, sample_requests
 from disaggsim.plan.holds import accuracy_options, rank_checked, remeasured_row
 from disaggsim.plan.search import (
@@ -320,6 +322,14 @@ def _walk_note(
     )
 
 
+def first_settle_seed(res: SearchResult) -> int:
+    """The first of the seeds a close call is settled on (:func:`settle_close_call`): the
+    one after those the plan's searches ran, so that none is theirs; below them for a
+    scenario seed at the top of its range (:data:`~disaggsim.config.bounds.MAX_SEED`)."""
+    s, o = res.loaded.scenario.seed, res.options
+    return s + o.seeds if s + o.seeds <= MAX_SEED else s - o.settle_seeds
+
+
 def settle_close_call(
     res: SearchResult,
     *,
@@ -337,7 +347,8 @@ def settle_close_call(
     9 % (docs/sweeps.md, "How much a goodput moves"), so a gain of +9 % can be -1 % on
     another seed; each kind's best the verdict weighs (disaggregated, chunked, vllm) is
     searched again with the same options as before but averaging the attainment over
-    ``settle_seeds`` seeds (scenario seed + 0..N-1: the first the plan's own), bracketed
+    ``settle_seeds`` fresh seeds (after the plan's own: :func:`first_settle_seed`, so
+    that the luck that made these candidates the best of their kinds is out), bracketed
     around its goodput as searched, and any other measured candidate of those kinds whose
     goodput per GPU beats its kind's best so measured is searched too, at most
     ``PlanOptions.settle_max_candidates`` in all (those the cap leaves over are named).
@@ -360,9 +371,12 @@ def settle_close_call(
     opts = dataclasses.replace(accuracy_options(res), seeds=o.settle_seeds)
     counter = [res.num_simulations]
     searched = {r.candidate: r.goodput for r in res.ranked if r.goodput is not None}
-    ev = _Evaluator(
-        res.loaded, dict(res.guesses), opts, executor, progress, "final", searched, counter
+    # fresh seeds: the plan's own picked the candidates (each the best of its kind on it),
+    # so its luck stays out of the figures that settle the call
+    fresh = load_scenario(
+        {**res.loaded.raw, "seed": first_settle_seed(res)}, base_dir=res.loaded.base_dir
     )
+    ev = _Evaluator(fresh, dict(res.guesses), opts, executor, progress, "final", searched, counter)
     before = {r.candidate: r.goodput_per_gpu_per_s for r in res.ranked}
     measured = [r for r in res.ranked if r.status != "explored" and r.goodput_per_s > 0]
     bests = [
