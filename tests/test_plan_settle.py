@@ -69,7 +69,7 @@ def test_a_close_call_won_on_one_lucky_seed_is_settled_the_other_way(monkeypatch
     assert after["disaggregate"] == pytest.approx(8.0, rel=0.02)
     assert after["colocate_chunked"] == pytest.approx(8.0, rel=0.02)
     assert advice.disaggregation_gain == pytest.approx(0.0, abs=0.03)
-    assert "measured again averaging 4 seeds: the gain at 1 seed (+10" in advice.reason
+    assert "measured again averaging 4 fresh seeds: the gain at 1 seed (+10" in advice.reason
     # the compared rows are the settled ones, checked again as written
     for r in (advice.best_disaggregated, advice.best_chunked):
         assert r.candidate in st.candidates and r.as_written is not None
@@ -78,7 +78,7 @@ def test_a_close_call_won_on_one_lucky_seed_is_settled_the_other_way(monkeypatch
     assert d["seeds"] == 4 and d["seeds_before"] == 1
     assert d["gain_before"] == st.gain
     assert len(d["remeasured"]) == len(st.remeasured)
-    assert "averaging 4 seeds" in recommended_scenario(res, advice)["description"]
+    assert "averaging 4 fresh seeds" in recommended_scenario(res, advice)["description"]
 
 
 def test_a_close_call_that_holds_on_every_seed_stays_and_its_band_narrows(monkeypatch):
@@ -92,7 +92,7 @@ def test_a_close_call_that_holds_on_every_seed_stays_and_its_band_narrows(monkey
     assert res.settlement.gain == pytest.approx(0.125, abs=0.015)
     assert advice.disaggregation_gain == pytest.approx(0.125, abs=0.015)
     assert advice.close_call_band is None and "a close call" not in advice.reason
-    assert "measured again averaging 4 seeds" in advice.reason
+    assert "measured again averaging 4 fresh seeds" in advice.reason
 
 
 def test_a_gain_far_from_the_line_is_not_settled(monkeypatch):

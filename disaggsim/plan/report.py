@@ -164,7 +164,7 @@ def recommended_scenario(res: SearchResult, advice: Advice) -> dict:
         )
     if res.settlement is not None and rec.candidate in res.settlement.candidates:
         raw["description"] += (
-            f" (a close call, measured again averaging {res.settlement.seeds} seeds)"
+            f" (a close call, measured again averaging {res.settlement.seeds} fresh seeds)"
         )
     if rec.as_written is not None:
         raw["description"] += (

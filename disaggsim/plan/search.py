@@ -542,7 +542,7 @@ class Settlement:
         )
         sign = "+" if self.gain >= 0 else "-"
         return (
-            f"measured again averaging {self.seeds} seeds: the gain at {self.seeds_before} "
+            f"measured again averaging {self.seeds} fresh seeds: the gain at {self.seeds_before} "
             f"seed{'s' if self.seeds_before > 1 else ''} ({sign}{abs(self.gain):.1%}) lay "
             f"within {self.band:.1%} of the line ({what} req/s per GPU; "
             f"{self.num_simulations} simulations){left}"
