@@ -83,7 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from disaggsim.html_report import REPORT_FILE, compare_report
     from disaggsim.output import hold_folder, out_flag, write_folder
-    from disaggsim.sweep.compare import SCENARIO_FILE, compare
+    from disaggsim.sweep.compare import SCENARIO_FILE, compare, near_best_note
     from disaggsim.sweep.core import RATE_PATH
     from disaggsim.sweep.grid import parse_params
     from disaggsim.sweep.journal import KeptRuns
@@ -145,6 +145,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             for r in res.results:  # a coarse tolerance, runs a bound shortened
                 for note in r.notes:
                     print(f"note: {r.scenario}: {note}")
+            near = near_best_note(res.goodput, args.seeds)
+            if near is not None:
+                print(f"note: {near}")
             _print_scenario_notes(args.scenarios, args.overrides)
         return 0
 

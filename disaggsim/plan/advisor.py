@@ -54,6 +54,7 @@ from disaggsim.plan.search import (
     rank_rows,
     settled_rows,
 )
+from disaggsim.sweep.goodput import SEED_SPREAD
 
 __all__ = [
     "HIGH_CONCURRENCY_PER_WORKER",
@@ -79,11 +80,6 @@ MIN_GAIN = 0.05
 # spread of its shorter runs, docs/planning.md): inside MIN_GAIN +- this it says
 # "undecided" instead of a verdict
 QUICK_UNCERTAINTY = 0.15
-# one sd of the seed spread of a ratio of two one-seed full-accuracy goodputs, the widest
-# measured (ci/colocated-vllm's 6.2 % x sqrt 2; docs/sweeps.md "How much a goodput
-# moves"): a full-accuracy margin nearer the MIN_GAIN line than this over sqrt(seeds) is
-# quoted as a close call
-SEED_SPREAD = 0.09
 LONG_PROMPT_STEPS = 10.0
 LARGE_FLEET_WORKERS = 4
 HIGH_CONCURRENCY_PER_WORKER = 4.0

@@ -34,7 +34,7 @@ from disaggsim.sweep.core import (
     with_overrides,
 )
 from disaggsim.sweep.executors import Executor, check_executor, given_or_default
-from disaggsim.sweep.goodput import GoodputResult, check_rule, goodput_many
+from disaggsim.sweep.goodput import SEED_SPREAD, GoodputResult, check_rule, goodput_many
 from disaggsim.sweep.grid import (
     Param,
     check_grid_size,
@@ -260,3 +260,27 @@ def goodput_frame(
         )
     cols = [SCENARIO_FILE, *param_cols, *GOODPUT_COLUMNS[1:]]
     return pd.DataFrame(rows, columns=cols)
+
+
+def near_best_note(frame: pd.DataFrame, seeds: int) -> str | None:
+    """A note naming the rows whose goodput per GPU lies below the best's by less than one
+    sd of a ratio's seed spread (:data:`~disaggsim.sweep.goodput.SEED_SPREAD` /
+    sqrt(``seeds``), docs/sweeps.md "How much a goodput moves"), so that another seed
+    could put one of them first; None where no row does. Rows are named by scenario and
+    their other swept values."""
+    band = SEED_SPREAD / math.sqrt(seeds)
+    skip = set(GOODPUT_COLUMNS)
+    near = []
+    for r in frame.to_dict("records"):
+        ratio = r["ratio_to_best"]
+        if isinstance(ratio, float) and math.isfinite(ratio) and 1.0 - band < ratio < 1.0:
+            extra = ", ".join(f"{k}={v}" for k, v in r.items() if k not in skip)
+            near.append(f"{r['scenario']}{f' ({extra})' if extra else ''} {ratio:.2f}x")
+    if not near:
+        return None
+    more = "; --seeds 4 narrows that by about half" if seeds < 4 else ""
+    return (
+        f"within {band:.1%} of the best goodput per GPU: {', '.join(near)}. That is one sd "
+        f"of a ratio's seed spread at {seeds} seed{'s' if seeds > 1 else ''} "
+        f"(docs/sweeps.md), so another seed could put one of them first{more}"
+    )

@@ -107,6 +107,7 @@ from disaggsim.sweep.grid import Param, check_params, override_text
 __all__ = [
     "MAX_WIDEN_DOWN",
     "MAX_WIDEN_UP",
+    "SEED_SPREAD",
     "Evaluation",
     "GoodputResult",
     "RateSearch",
@@ -129,6 +130,11 @@ STEP_FLOOR_FRACTION = 0.01
 # rate, and the bracket stops widening down.
 IDLE_CONCURRENCY = 0.05
 DEFAULT_TOL_FRACTION = 0.01
+# one sd of the seed spread of a ratio of two one-seed full-accuracy goodputs, the widest
+# measured (ci/colocated-vllm's 6.2 % x sqrt 2; docs/sweeps.md "How much a goodput
+# moves"); a mean over N seeds: this over sqrt(N). The planner quotes a margin nearer its
+# line than that as a close call (plan/advisor.py), compare a ratio that near the best
+SEED_SPREAD = 0.09
 # a goodput whose search stopped at a tolerance above this share of it is coarse, and its
 # notes say so (GoodputResult.coarse_note): the default tolerance is a share of the
 # range's top, so a range far above the goodput (goodput(s, 1, 1e12)) stops at once
