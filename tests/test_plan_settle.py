@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from disaggsim.plan import PlanOptions, plan
-from disaggsim.plan.report import plan_json, recommended_scenario
+from disaggsim.plan.report import plan_json, ranked_table, recommended_scenario
 from disaggsim.sweep import SerialExecutor
 from tests.plan_fakes import fake_run_points
 from tests.test_plan_confirm import FLEET
@@ -74,7 +74,13 @@ def test_a_close_call_won_on_one_lucky_seed_is_settled_the_other_way(monkeypatch
     for r in (advice.best_disaggregated, advice.best_chunked):
         assert r.candidate in st.candidates and r.as_written is not None
         assert max(e.num_runs for e in r.goodput.evaluations) == 4  # its seeds
-    d = plan_json(res, advice)["settlement"]
+    full = plan_json(res, advice)
+    # each row says whether it was settled; the table's search column says at how many
+    # seeds where the check as written did not run it again
+    assert {r["label"] for r in full["ranked"] if r["settled"]} == {c.label for c in st.candidates}
+    table = "\n".join(ranked_table(res, False))
+    assert "   4 seeds " in table and "as written" in table
+    d = full["settlement"]
     assert d["seeds"] == 4 and d["seeds_before"] == 1
     assert d["gain_before"] == st.gain
     assert len(d["remeasured"]) == len(st.remeasured)

@@ -38,6 +38,13 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _ranked_dict(res: SearchResult, r: CandidateResult) -> dict[str, Any]:
+    """A ranked row as plan.json and ranked.csv give it: ``settled``, whether a close
+    call's settling measured it again averaging more seeds (plan/confirm.py)."""
+    st = res.settlement
+    return {**r.as_dict(), "settled": st is not None and r.candidate in st.candidates}
+
+
 def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
     """One object: verdict, reason, ranked (best first), analytic, and the search's inputs."""
     s = res.loaded.scenario
@@ -58,7 +65,7 @@ def plan_json(res: SearchResult, advice: Advice) -> dict[str, Any]:
         "confirmation": None if res.confirmation is None else res.confirmation.as_dict(),
         # a close call at full accuracy measured again averaging more seeds (plan/confirm.py)
         "settlement": None if res.settlement is None else res.settlement.as_dict(),
-        "ranked": [r.as_dict() for r in res.ranked],
+        "ranked": [_ranked_dict(res, r) for r in res.ranked],
         "analytic": res.analytic.as_dict(),
         "search": {
             "rate_lo_per_s": res.rate_lo_per_s,
@@ -94,6 +101,7 @@ def ranked_table(res: SearchResult, price: bool) -> list[str]:
     if price:
         head += f" {'$/M out tok':>11}"
     lines = [head]
+    settled = set(res.settlement.candidates) if res.settlement is not None else set()
     for i, r in enumerate(res.ranked, 1):
         a = r.at_rate
         g = f"{r.goodput_per_gpu_per_s:.3f}"
@@ -102,6 +110,8 @@ def ranked_table(res: SearchResult, price: bool) -> list[str]:
         elif r.goodput_per_s <= 0:
             g = "0 (SLO missed)"
         how = {"found": "confirmed", "refined": "confirmed"}.get(r.status, r.status)
+        if r.candidate in settled:  # a close call measured again (confirm.py)
+            how = f"{res.settlement.seeds} seeds" if res.settlement is not None else how
         if r.as_written is not None:  # run as its recommended.yaml is written (holds.py)
             how = "as written"
         line = (
@@ -280,7 +290,7 @@ def write_outputs(
         (tmp / "plan.json").write_text(json.dumps(plan_json(res, advice), indent=2) + "\n")
         rows = []
         for r in res.ranked:
-            d = r.as_dict()
+            d = _ranked_dict(res, r)
             d.pop("deployment")
             # one column per field of the check as written (empty: not checked)
             written = d.pop("as_written") or {}
