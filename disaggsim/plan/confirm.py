@@ -185,15 +185,8 @@ def confirm_close_call(
     ev = _Evaluator(
         res.loaded, dict(res.guesses), full, executor, progress, "final", explored, counter
     )
-    order: list = []
-    left: list = []
-    while todo:
-        room = o.confirm_max_candidates - len(order)
-        todo, left = todo[: max(room, 0)], todo[max(room, 0) :]
-        if not todo:
-            break
-        ev(todo)
-        order += todo
+
+    def more(order: list) -> list:
         todo = []
         for rows in sides.values():
             top = max(
@@ -208,7 +201,9 @@ def confirm_close_call(
         # where the cap cuts the list, those that can change the answer first (the
         # verdict, then the recommendation), then the highest quick goodputs
         best = _kind_bests(order, ev.results)
-        todo.sort(key=lambda c: (stake(c, quick_per_gpu[c], best), -quick_per_gpu[c]))
+        return sorted(todo, key=lambda c: (stake(c, quick_per_gpu[c], best), -quick_per_gpu[c]))
+
+    order, left = measure_until(ev, todo, o.confirm_max_candidates, more)
     # each kind's best at full accuracy climbs its batch-cap ladder, re-split at each
     # larger cap (search.raise_caps): quick mode's tolerance cannot resolve a larger
     # cap's gain, so its walk dropped what full mode's keeps (module docstring, 4.)
@@ -217,13 +212,7 @@ def confirm_close_call(
     gain = o.full_explore_tol_fraction
     raise_caps(ev, res.loaded, lengths, gain, res.gpu_budget, per_kind=1)
     climbed = [c for c in ev.results if c not in quick]
-    rows = []
-    for r in res.ranked:
-        g = ev.results.get(r.candidate)
-        if g is None:
-            rows.append(r)
-            continue
-        rows.append(remeasured_row(r, g, status=g.status, goodput=g, full_accuracy=True))
+    rows = remeasured_rows(res, ev.results)
     out_mean = float(lengths[1].mean())
     rows += [
         candidate_row(
@@ -255,6 +244,37 @@ def confirm_close_call(
         num_stopped_early=res.num_stopped_early
         + sum(g.num_stopped_early for g in ev.results.values()),
     )
+
+
+def measure_until(
+    ev: _Evaluator, todo: list, cap: int, more: Callable[[list], list]
+) -> tuple[list, list]:
+    """Measure ``todo`` with ``ev``, then what ``more`` asks next of the candidates
+    measured so far, until it asks nothing or ``cap`` are measured: (the candidates
+    measured, in order; those the cap left over)."""
+    order: list = []
+    left: list = []
+    while todo:
+        room = cap - len(order)
+        todo, left = todo[: max(room, 0)], todo[max(room, 0) :]
+        if not todo:
+            break
+        ev(todo)
+        order += todo
+        todo = more(order)
+    return order, left
+
+
+def remeasured_rows(res: SearchResult, results: dict) -> list[CandidateResult]:
+    """``res``'s ranked rows, each one ``results`` holds taking that search's goodput (a
+    measurement at full accuracy: plan/confirm.py)."""
+    rows = []
+    for r in res.ranked:
+        g = results.get(r.candidate)
+        rows.append(
+            r if g is None else remeasured_row(r, g, status=g.status, goodput=g, full_accuracy=True)
+        )
+    return rows
 
 
 def _kind_bests(measured: list, results: dict) -> dict[str, float]:
@@ -395,19 +415,12 @@ def settle_close_call(
         for b in bests
         if b.candidate.kind == "disaggregate" or b.goodput_per_gpu_per_s >= colo * (1 - band)
     ]
-    order: list = []
-    left: list = []
-    while todo:
-        room = o.settle_max_candidates - len(order)
-        todo, left = todo[: max(room, 0)], todo[max(room, 0) :]
-        if not todo:
-            break
-        ev(todo)
-        order += todo
-        best = _kind_bests(order, ev.results)
+
+    def more(order: list) -> list:
         # a measured sibling above its kind's best as settled: the verdict would take it
         # on one seed's figure (the winner's curse the settling removes)
-        todo = sorted(
+        best = _kind_bests(order, ev.results)
+        return sorted(
             (
                 r.candidate
                 for r in measured
@@ -417,13 +430,9 @@ def settle_close_call(
             ),
             key=lambda c: -before[c],
         )
-    rows = []
-    for r in res.ranked:
-        g = ev.results.get(r.candidate)
-        if g is None:
-            rows.append(r)
-            continue
-        rows.append(remeasured_row(r, g, status=g.status, goodput=g, full_accuracy=True))
+
+    order, left = measure_until(ev, todo, o.settle_max_candidates, more)
+    rows = remeasured_rows(res, ev.results)
     settlement = Settlement(
         gain=gain,
         band=band,
