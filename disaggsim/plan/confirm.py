@@ -85,7 +85,7 @@ from disaggsim.plan.search import (
 )
 from disaggsim.sweep.executors import Executor
 
-__all__ = ["confirm_close_call", "settle_close_call", "side", "stake"]
+__all__ = ["confirm_close_call", "settle_close_call", "settle_seeds", "side", "stake"]
 
 
 def side(kind: str) -> str:
@@ -247,9 +247,9 @@ def confirm_close_call(
 
 
 def measure_until(
-    ev: _Evaluator, todo: list, cap: int, more: Callable[[list], list]
+    ev: Callable[[list], object], todo: list, cap: int, more: Callable[[list], list]
 ) -> tuple[list, list]:
-    """Measure ``todo`` with ``ev``, then what ``more`` asks next of the candidates
+    """Measure ``todo`` with ``ev`` (it measures a list of candidates), then what ``more`` asks next of the candidates
     measured so far, until it asks nothing or ``cap`` are measured: (the candidates
     measured, in order; those the cap left over)."""
     order: list = []
@@ -275,6 +275,18 @@ def remeasured_rows(res: SearchResult, results: dict) -> list[CandidateResult]:
             r if g is None else remeasured_row(r, g, status=g.status, goodput=g, full_accuracy=True)
         )
     return rows
+
+
+def with_goodput_per_gpu(r: CandidateResult, per_gpu: float) -> CandidateResult:
+    """Row ``r`` at ``per_gpu`` req/s per GPU (a settled mean), its rate and $ per million
+    output tokens scaled with it."""
+    rate = per_gpu * r.candidate.num_gpus
+    usd = r.usd_per_m_output_tokens
+    if usd is not None:
+        usd = usd * r.goodput_per_s / rate if rate > 0 and r.goodput_per_s > 0 else None
+    return dataclasses.replace(
+        r, goodput_per_s=rate, goodput_per_gpu_per_s=per_gpu, usd_per_m_output_tokens=usd
+    )
 
 
 def _kind_bests(measured: list, results: dict) -> dict[str, float]:
@@ -342,12 +354,17 @@ def _walk_note(
     )
 
 
-def first_settle_seed(res: SearchResult) -> int:
-    """The first of the seeds a close call is settled on (:func:`settle_close_call`): the
-    one after those the plan's searches ran, so that none is theirs; below them for a
-    scenario seed at the top of its range (:data:`~disaggsim.config.bounds.MAX_SEED`)."""
+def settle_seeds(res: SearchResult) -> list[int]:
+    """The seeds a close call is settled on (:func:`settle_close_call`), one search each:
+    ``PlanOptions.settle_seeds`` of them after those the plan's searches ran (each
+    search averaging the plan's ``seeds`` from its own), so that none is theirs; below
+    them for a scenario seed near the top of its range
+    (:data:`~disaggsim.config.bounds.MAX_SEED`)."""
     s, o = res.loaded.scenario.seed, res.options
-    return s + o.seeds if s + o.seeds <= MAX_SEED else s - o.settle_seeds
+    step = o.seeds
+    if s + step * o.settle_seeds <= MAX_SEED:
+        return [s + step * (k + 1) for k in range(o.settle_seeds)]
+    return [s - step * (k + 1) for k in range(o.settle_seeds)]
 
 
 def settle_close_call(
@@ -356,29 +373,35 @@ def settle_close_call(
     executor: Executor | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SearchResult:
-    """``res`` with a close call at full accuracy measured again averaging
-    ``PlanOptions.settle_seeds`` seeds (docs/planning.md §3, "Close calls at full
-    accuracy are settled at more seeds"), or ``res`` itself where there is none: no gain quoted within the
-    close-call band of the 5 % line (:func:`~disaggsim.plan.advisor.close_call_band`:
-    one sd of a margin's seed spread, 9 % at one seed), settling off, or the plan's own
-    searches already averaging as many seeds.
+    """``res`` with a close call at full accuracy measured again on
+    ``PlanOptions.settle_seeds`` fresh seeds (docs/planning.md §3, "Close calls at full
+    accuracy are settled at more seeds"), or ``res`` itself where there is none: no gain
+    quoted within the close-call band of the 5 % line
+    (:func:`~disaggsim.plan.advisor.close_call_band`: one sd of a margin's seed spread,
+    9 % at one seed), settling off, or the plan's own searches already averaging as many
+    seeds.
 
     A full-accuracy goodput moves 2.5-6 % (one sd) with the seed, a ratio of two up to
     9 % (docs/sweeps.md, "How much a goodput moves"), so a gain of +9 % can be -1 % on
-    another seed; each kind's best the verdict weighs (disaggregated, chunked, vllm) is
-    searched again with the same options as before but averaging the attainment over
-    ``settle_seeds`` fresh seeds (after the plan's own: :func:`first_settle_seed`, so
-    that the luck that made these candidates the best of their kinds is out), bracketed
-    around its goodput as searched, and any other measured candidate of those kinds whose
-    goodput per GPU beats its kind's best so measured is searched too, at most
+    another seed. Each kind's best the verdict weighs (disaggregated, chunked, vllm) is
+    searched again with the same options as before, once on each of ``settle_seeds``
+    fresh seeds (:func:`settle_seeds`: none the plan's own, whose luck made these
+    candidates the best of their kinds), bracketed around its goodput as searched, and
+    takes the mean of those goodputs: the plan's own estimator, averaged, so that a ratio
+    of two such means moves SEED_SPREAD / sqrt(N), as the band assumes. (One search
+    averaging the attainment over N seeds is not that: a rate meets there only when every
+    seed's run is stable, which acts like a minimum over the seeds where queue growth sets
+    the goodput: docs/sweeps.md.) Then any other measured candidate of those kinds whose
+    goodput per GPU beats its kind's best so measured is settled too, at most
     ``PlanOptions.settle_max_candidates`` in all (those the cap leaves over are named).
     (The weaker colocated kind's best is measured only where it lies within the band of
-    the stronger's.) Each row takes that search's goodput, and the advisor compares, of
-    each kind measured, those rows alone (:func:`~disaggsim.plan.search.settled_rows`).
-    The plan settles before it checks the compared candidates as written (plan.plan), so
-    recommended.yaml still meets as written, and the verdict is the advisor's on the
-    checked figures; the band is quoted at the new seeds. The check runs each file once
-    on its own seed, so a settled figure it lowers is again one seed's (the file's)."""
+    the stronger's.) Each row takes its mean goodput (its ``goodput`` the first seed's
+    search), and the advisor compares, of each kind measured, those rows alone
+    (:func:`~disaggsim.plan.search.settled_rows`). The plan settles before it checks the
+    compared candidates as written (plan.plan), so recommended.yaml still meets as
+    written, and the verdict is the advisor's on the checked figures; the band is quoted
+    at the new seeds. The check runs each file once on its own seed, so a settled figure
+    it lowers is again one seed's (the file's)."""
     from disaggsim.plan.advisor import _advise, _best, advise
 
     o = res.options
@@ -388,15 +411,17 @@ def settle_close_call(
     band, gain = adv.close_call_band, adv.disaggregation_gain
     if band is None or gain is None:
         return res
-    opts = dataclasses.replace(accuracy_options(res), seeds=o.settle_seeds)
+    opts = accuracy_options(res)
     counter = [res.num_simulations]
     searched = {r.candidate: r.goodput for r in res.ranked if r.goodput is not None}
-    # fresh seeds: the plan's own picked the candidates (each the best of its kind on it),
-    # so its luck stays out of the figures that settle the call
-    fresh = load_scenario(
-        {**res.loaded.raw, "seed": first_settle_seed(res)}, base_dir=res.loaded.base_dir
-    )
-    ev = _Evaluator(fresh, dict(res.guesses), opts, executor, progress, "final", searched, counter)
+    seeds = settle_seeds(res)
+    evs = [
+        _Evaluator(
+            load_scenario({**res.loaded.raw, "seed": seed}, base_dir=res.loaded.base_dir),
+            dict(res.guesses), opts, executor, progress, "final", searched, counter,
+        )
+        for seed in seeds
+    ]  # fmt: skip
     before = {r.candidate: r.goodput_per_gpu_per_s for r in res.ranked}
     measured = [r for r in res.ranked if r.status != "explored" and r.goodput_per_s > 0]
     bests = [
@@ -415,11 +440,25 @@ def settle_close_call(
         for b in bests
         if b.candidate.kind == "disaggregate" or b.goodput_per_gpu_per_s >= colo * (1 - band)
     ]
+    per_seed: dict[Candidate, tuple[float, ...]] = {}  # goodput per GPU on each seed
+
+    def measure(cands: list) -> None:
+        for ev in evs:
+            ev(cands)
+        for c in cands:
+            if c in evs[0].results:  # (one that cannot be built serves 0: not a row)
+                per_seed[c] = tuple(_per_gpu(ev.results[c]) for ev in evs)
+
+    def mean(c: Candidate) -> float:
+        return sum(per_seed[c]) / len(per_seed[c])
 
     def more(order: list) -> list:
         # a measured sibling above its kind's best as settled: the verdict would take it
         # on one seed's figure (the winner's curse the settling removes)
-        best = _kind_bests(order, ev.results)
+        best: dict[str, float] = {}
+        for c in order:
+            if c in per_seed:
+                best[c.kind] = max(best.get(c.kind, 0.0), mean(c))
         return sorted(
             (
                 r.candidate
@@ -431,18 +470,21 @@ def settle_close_call(
             key=lambda c: -before[c],
         )
 
-    order, left = measure_until(ev, todo, o.settle_max_candidates, more)
-    rows = remeasured_rows(res, ev.results)
+    order, left = measure_until(measure, todo, o.settle_max_candidates, more)
+    rows = [
+        with_goodput_per_gpu(r, mean(r.candidate)) if r.candidate in per_seed else r
+        for r in remeasured_rows(res, {c: evs[0].results[c] for c in per_seed})
+    ]
     settlement = Settlement(
         gain=gain,
         band=band,
         seeds_before=o.seeds,
-        remeasured=tuple(
-            (c, before[c], _per_gpu(ev.results[c]) if c in ev.results else 0.0) for c in order
-        ),
+        remeasured=tuple((c, before[c], mean(c) if c in per_seed else 0.0) for c in order),
         num_simulations=counter[0] - res.num_simulations,
-        options=opts,
+        options=dataclasses.replace(opts, seeds=o.settle_seeds),
         left_over=tuple((c, before[c]) for c in left),
+        per_seed=tuple(per_seed.get(c, ()) for c in order),
+        seeds_run=tuple(seeds),
     )
     return dataclasses.replace(
         res,
@@ -450,5 +492,5 @@ def settle_close_call(
         settlement=settlement,
         num_simulations=counter[0],
         num_stopped_early=res.num_stopped_early
-        + sum(g.num_stopped_early for g in ev.results.values()),
+        + sum(g.num_stopped_early for ev in evs for g in ev.results.values()),
     )

@@ -521,6 +521,10 @@ class Settlement:
     num_simulations: int
     options: PlanOptions
     left_over: tuple[tuple[Candidate, float], ...] = ()
+    # each remeasured candidate's goodput per GPU on each of ``seeds_run`` (one search a
+    # seed; ``remeasured``'s "after" is their mean)
+    per_seed: tuple[tuple[float, ...], ...] = ()
+    seeds_run: tuple[int, ...] = ()
 
     @property
     def seeds(self) -> int:
@@ -560,9 +564,15 @@ class Settlement:
                     "kind": c.kind,
                     "goodput_per_gpu_before": b,
                     "goodput_per_gpu": a,
+                    "goodput_per_gpu_per_seed": list(p),
                 }
-                for c, b, a in self.remeasured
+                for (c, b, a), p in zip(
+                    self.remeasured,
+                    self.per_seed or ((),) * len(self.remeasured),
+                    strict=True,
+                )
             ],
+            "seeds_run": list(self.seeds_run),
             "left_over": [{"label": c.label, "goodput_per_gpu": f} for c, f in self.left_over],
             "num_simulations": self.num_simulations,
             "tol_fraction": self.options.tol_fraction,
