@@ -95,14 +95,15 @@ def test_a_close_call_won_on_one_lucky_seed_is_settled_the_other_way(monkeypatch
 
 def test_a_close_call_that_holds_on_every_seed_stays_and_its_band_narrows(monkeypatch):
     """9.0 against 8.0 on every seed: +12.5 %, within 9 % of the line at one seed; the
-    settling confirms it, and at four seeds the band is 4.5 %, which +12.5 % lies
-    outside: no close-call clause."""
+    settling confirms it, and its own band (the same ratio on every seed: the
+    bisection's grain, 1 % / 2) leaves +12.5 % far outside: no close-call clause."""
     _fake(monkeypatch, 9.0, 9.0)
     res, advice = plan(FLEET, options=FULL, executor=SerialExecutor())
     assert advice.verdict == "disaggregate"
     assert res.settlement is not None and res.settlement.seeds == 4
     assert res.settlement.gain == pytest.approx(0.125, abs=0.015)
     assert advice.disaggregation_gain == pytest.approx(0.125, abs=0.015)
+    assert res.settlement.own_band == 0.005
     assert advice.close_call_band is None and "a close call" not in advice.reason
     assert "measured again averaging 4 fresh seeds" in advice.reason
 
@@ -184,3 +185,27 @@ def test_the_settled_figure_is_the_mean_of_the_seeds_goodputs_not_the_worst(monk
     assert mean == pytest.approx(8.8, rel=0.02)
     assert advice.verdict == "disaggregate"
     assert advice.best_disaggregated.goodput_per_gpu_per_s == pytest.approx(8.8, rel=0.02)
+    # the margin's own spread over those seeds (log ratios 0.18, 0, 0.18, 0: sd 0.105,
+    # its 90 % upper bound 2.27 x that, over sqrt(4)) is wider than +10 % lies from the
+    # line: a close call by its own band, said so
+    assert st.own_band == pytest.approx(0.119, abs=0.004)
+    assert advice.close_call_band == st.own_band
+    assert "one sd of this margin over its 4 settled seeds (a 90% upper bound)" in advice.reason
+
+
+def test_a_settled_margins_own_band_is_its_paired_ratios_upper_sd():
+    """The per-seed log ratios' sd, times sqrt(3 / 0.5844) (0.5844: the 10th percentile
+    of chi-square with 3 degrees of freedom, from a table), over sqrt(4); the B200
+    question's settled figures: 1.7 %, where the generic band says 4.5 %."""
+    import numpy as np
+
+    from disaggsim.plan.confirm import own_band
+
+    dis, colo = (520.95, 523.36, 509.52, 523.66), (481.86, 484.92, 484.65, 481.86)
+    sd = float(np.std(np.log(np.array(dis) / np.array(colo)), ddof=1))
+    assert own_band(dis, colo, 0.01) == pytest.approx(sd * (3 / 0.5844) ** 0.5 / 2, rel=1e-3)
+    assert own_band(dis, colo, 0.01) == pytest.approx(0.0168, abs=0.0002)
+    # equal on every seed: the bisection's grain, not zero
+    assert own_band((8.0,) * 4, (8.0,) * 4, 0.01) == 0.005
+    assert own_band((8.0,), (7.0,), 0.01) is None  # one seed: no spread to measure
+    assert own_band((8.0, 0.0), (7.0, 7.0), 0.01) is None  # a seed that served nothing

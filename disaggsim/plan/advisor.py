@@ -893,7 +893,7 @@ def _advise(res: SearchResult) -> Advice:
             f"disaggregate: {margin} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res))})"
+            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res), _own(res))})"
             + (f"; holds: {', '.join(held)}" if held else "")
             + (
                 f"; does not hold: {', '.join(c.name.replace('_', ' ') for c in missing)}"
@@ -931,7 +931,7 @@ def _advise(res: SearchResult) -> Advice:
             f"use {colo_name} on one pool: {loss} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res))})"
+            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res), _own(res))})"
             + (f" because {why}" if why else "")
             + (f"; holds: {', '.join(held)}" if held else "")
         )
@@ -972,7 +972,11 @@ def close_call_band(res: SearchResult, qm: QuickMargin | None, gain: float | Non
         return None
     if res.options.quick_mode and (qm is None or qm.uncertainty is not None):
         return None
-    band = SEED_SPREAD / math.sqrt(seeds_of(res))
+    st = res.settlement
+    if st is not None and st.own_band is not None:
+        band = st.own_band  # the margin's own spread over its settled seeds
+    else:
+        band = SEED_SPREAD / math.sqrt(seeds_of(res))
     return band if abs(gain - MIN_GAIN) < band else None
 
 
@@ -982,16 +986,28 @@ def seeds_of(res: SearchResult) -> int:
     return res.settlement.seeds if res.settlement is not None else res.options.seeds
 
 
+def _own(res: SearchResult) -> bool:
+    """Whether the close-call band is the settled margin's own (plan/confirm.py)."""
+    return res.settlement is not None and res.settlement.own_band is not None
+
+
 def _settled(res: SearchResult) -> str:
     """``; measured again averaging N seeds: ...`` after the figures of a settled close
     call, else nothing."""
     return "" if res.settlement is None else f"; {res.settlement.sentence()}"
 
 
-def _close_call(band: float | None, seeds: int) -> str:
-    """``; a close call: ...`` after the figures of a full-accuracy gain near the line."""
+def _close_call(band: float | None, seeds: int, own: bool = False) -> str:
+    """``; a close call: ...`` after the figures of a full-accuracy gain near the line;
+    ``own``: the band is the settled margin's own spread (plan/confirm.py own_band)."""
     if band is None:
         return ""
+    if own:
+        return (
+            f"; a close call: within {band:.1%} of the {MIN_GAIN:.0%} line, one sd of this "
+            f"margin over its {seeds} settled seeds (a 90% upper bound), so another seed "
+            "could turn it" + _more_seeds(seeds)
+        )
     return (
         f"; a close call: within {band:.1%} of the {MIN_GAIN:.0%} line, one sd of a margin's "
         f"seed spread at {seeds} seed{'s' if seeds > 1 else ''} (docs/sweeps.md), so another "

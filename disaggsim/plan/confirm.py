@@ -64,6 +64,8 @@ rate comes from the confirmed figures, checked as full mode checks them.
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from collections.abc import Callable
 
 from disaggsim.config.bounds import MAX_SEED
@@ -277,6 +279,28 @@ def remeasured_rows(res: SearchResult, results: dict) -> list[CandidateResult]:
     return rows
 
 
+# the one-sided confidence a settled margin's own band is an upper bound at
+OWN_BAND_CONFIDENCE = 0.9
+
+
+def own_band(dis: tuple[float, ...], colo: tuple[float, ...], floor: float) -> float | None:
+    """One sd of a settled margin from its own seeds: the two sides' goodputs per GPU on
+    the same seeds (``dis``, ``colo``) are paired (each seed's arrivals are the same for
+    both), so the sd of the per-seed log ratios, at its :data:`OWN_BAND_CONFIDENCE` upper
+    confidence bound (chi-square, n - 1 degrees of freedom: 2.27 x the sample sd at 4
+    seeds), over sqrt(n) is the sd of the mean's ratio; at least ``floor`` / sqrt(n) (the
+    bisection's grain: equal figures on every seed are equal only to it). None where a
+    side has a seed without a goodput or there are fewer than 2 seeds."""
+    from scipy.special import chdtri  # (scipy.stats costs seconds to import)
+
+    n = len(dis)
+    if n < 2 or len(colo) != n or min(*dis, *colo) <= 0:
+        return None
+    logs = [math.log(d / c) for d, c in zip(dis, colo, strict=True)]
+    upper = statistics.stdev(logs) * math.sqrt((n - 1) / chdtri(n - 1, OWN_BAND_CONFIDENCE))
+    return max(upper, floor) / math.sqrt(n)
+
+
 def with_goodput_per_gpu(r: CandidateResult, per_gpu: float) -> CandidateResult:
     """Row ``r`` at ``per_gpu`` req/s per GPU (a settled mean), its rate and $ per million
     output tokens scaled with it."""
@@ -471,6 +495,18 @@ def settle_close_call(
         )
 
     order, left = measure_until(measure, todo, o.settle_max_candidates, more)
+    # the margin's own spread: the paired per-seed ratio of each side's settled best
+    sides: dict[str, Candidate] = {}
+    for c in order:
+        if c in per_seed:
+            k = side(c.kind)
+            if k not in sides or mean(c) > mean(sides[k]):
+                sides[k] = c
+    own = (
+        own_band(per_seed[sides["disaggregate"]], per_seed[sides["colocate"]], opts.tol_fraction)
+        if len(sides) == 2
+        else None
+    )
     rows = [
         with_goodput_per_gpu(r, mean(r.candidate)) if r.candidate in per_seed else r
         for r in remeasured_rows(res, {c: evs[0].results[c] for c in per_seed})
@@ -485,6 +521,7 @@ def settle_close_call(
         left_over=tuple((c, before[c]) for c in left),
         per_seed=tuple(per_seed.get(c, ()) for c in order),
         seeds_run=tuple(seeds),
+        own_band=own,
     )
     return dataclasses.replace(
         res,

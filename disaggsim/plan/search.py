@@ -525,6 +525,9 @@ class Settlement:
     # seed; ``remeasured``'s "after" is their mean)
     per_seed: tuple[tuple[float, ...], ...] = ()
     seeds_run: tuple[int, ...] = ()
+    # one sd of the settled margin from its own seeds (plan/confirm.py own_band; None:
+    # not measurable), the close-call band the advisor then quotes
+    own_band: float | None = None
 
     @property
     def seeds(self) -> int:
@@ -573,6 +576,7 @@ class Settlement:
                 )
             ],
             "seeds_run": list(self.seeds_run),
+            "own_band": self.own_band,
             "left_over": [{"label": c.label, "goodput_per_gpu": f} for c, f in self.left_over],
             "num_simulations": self.num_simulations,
             "tol_fraction": self.options.tol_fraction,
