@@ -4,8 +4,9 @@ N seeds' own goodputs, or on the worst one?
     python benchmarks/seed_mean.py SCENARIO [SCENARIO ...] --bracket 2,3 [--seeds 4]
 
 For each scenario: N goodput searches of one seed each (the scenario's seed + 0..N-1),
-then one search averaging the attainment over the same N seeds (``seeds=N``: what ``plan
---seeds`` and the planner's settling run), all at full accuracy (the default run-length
+then one search averaging the attainment over the same N seeds (``seeds=N``: what
+``plan --seeds`` runs; the planner's settling of a close call takes the mean of one-seed
+searches instead), all at full accuracy (the default run-length
 rule, 1 % bisection, confirmed at twice the horizon) from the same starting bracket
 (req/s). Prints the per-seed goodputs, their mean and worst, and the averaged search's.
 Runs on a local pool of 2 processes. Not a test: nothing is asserted; docs/sweeps.md

@@ -145,8 +145,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help=(
             "a gain at full accuracy within a seed's spread of the 5%% line is measured "
-            "again, each compared kind's best averaging N seeds (default 4; 0 never; "
-            "docs/planning.md §2)"
+            "again: each compared kind's best searched on N fresh seeds, their mean "
+            "compared (default 4; 0 never; docs/planning.md §3)"
         ),
     )
     p.add_argument(

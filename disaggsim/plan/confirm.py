@@ -71,7 +71,7 @@ from collections.abc import Callable
 from disaggsim.config.bounds import MAX_SEED
 from disaggsim.config.loader import load_scenario
 from disaggsim.plan.analytic import sample_lengths, sample_requests
-from disaggsim.plan.holds import accuracy_options, rank_checked, remeasured_row
+from disaggsim.plan.holds import accuracy_options, at_rate_row, rank_checked, remeasured_row
 from disaggsim.plan.search import (
     Candidate,
     CandidateResult,
@@ -251,9 +251,9 @@ def confirm_close_call(
 def measure_until(
     ev: Callable[[list], object], todo: list, cap: int, more: Callable[[list], list]
 ) -> tuple[list, list]:
-    """Measure ``todo`` with ``ev`` (it measures a list of candidates), then what ``more`` asks next of the candidates
-    measured so far, until it asks nothing or ``cap`` are measured: (the candidates
-    measured, in order; those the cap left over)."""
+    """Measure ``todo`` with ``ev`` (it measures a list of candidates), then what ``more``
+    asks next of the candidates measured so far, until it asks nothing or ``cap`` are
+    measured: (the candidates measured, in order; those the cap left over)."""
     order: list = []
     left: list = []
     while todo:
@@ -299,18 +299,6 @@ def own_band(dis: tuple[float, ...], colo: tuple[float, ...], floor: float) -> f
     logs = [math.log(d / c) for d, c in zip(dis, colo, strict=True)]
     upper = statistics.stdev(logs) * math.sqrt((n - 1) / chdtri(n - 1, OWN_BAND_CONFIDENCE))
     return max(upper, floor) / math.sqrt(n)
-
-
-def with_goodput_per_gpu(r: CandidateResult, per_gpu: float) -> CandidateResult:
-    """Row ``r`` at ``per_gpu`` req/s per GPU (a settled mean), its rate and $ per million
-    output tokens scaled with it."""
-    rate = per_gpu * r.candidate.num_gpus
-    usd = r.usd_per_m_output_tokens
-    if usd is not None:
-        usd = usd * r.goodput_per_s / rate if rate > 0 and r.goodput_per_s > 0 else None
-    return dataclasses.replace(
-        r, goodput_per_s=rate, goodput_per_gpu_per_s=per_gpu, usd_per_m_output_tokens=usd
-    )
 
 
 def _kind_bests(measured: list, results: dict) -> dict[str, float]:
@@ -508,7 +496,7 @@ def settle_close_call(
         else None
     )
     rows = [
-        with_goodput_per_gpu(r, mean(r.candidate)) if r.candidate in per_seed else r
+        at_rate_row(r, mean(r.candidate) * r.candidate.num_gpus) if r.candidate in per_seed else r
         for r in remeasured_rows(res, {c: evs[0].results[c] for c in per_seed})
     ]
     settlement = Settlement(
@@ -517,7 +505,7 @@ def settle_close_call(
         seeds_before=o.seeds,
         remeasured=tuple((c, before[c], mean(c) if c in per_seed else 0.0) for c in order),
         num_simulations=counter[0] - res.num_simulations,
-        options=dataclasses.replace(opts, seeds=o.settle_seeds),
+        options=opts,
         left_over=tuple((c, before[c]) for c in left),
         per_seed=tuple(per_seed.get(c, ()) for c in order),
         seeds_run=tuple(seeds),

@@ -453,15 +453,20 @@ def remeasured_row(r: CandidateResult, g: GoodputResult, **fields: Any) -> Candi
     confirmation ran at, $ per million output tokens scaled to the new rate) and ``fields``
     (which measurement it was: ``as_written`` or the close-call confirmation's)."""
     rate = g.rate_per_s if math.isfinite(g.rate_per_s) else 0.0
+    at = g.confirmation.summary if g.confirmed and g.confirmation is not None else None
+    return at_rate_row(r, rate, at_rate=at, **fields)
+
+
+def at_rate_row(r: CandidateResult, rate_per_s: float, **fields: Any) -> CandidateResult:
+    """Row ``r`` at goodput ``rate_per_s``: per GPU and $ per million output tokens scaled
+    to it (None where it serves nothing), and ``fields``."""
     usd = r.usd_per_m_output_tokens
     if usd is not None:
-        usd = usd * r.goodput_per_s / rate if rate > 0 else None
-    at = g.confirmation.summary if g.confirmed and g.confirmation is not None else None
+        usd = usd * r.goodput_per_s / rate_per_s if rate_per_s > 0 else None
     return dataclasses.replace(
         r,
-        goodput_per_s=rate,
-        goodput_per_gpu_per_s=rate / r.candidate.num_gpus,
-        at_rate=at,
+        goodput_per_s=rate_per_s,
+        goodput_per_gpu_per_s=rate_per_s / r.candidate.num_gpus,
         usd_per_m_output_tokens=usd,
         **fields,
     )

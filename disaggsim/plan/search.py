@@ -173,8 +173,8 @@ class PlanOptions:
     full_explore_tol_fraction: float = 0.03
     # a gain measured at full accuracy within the close-call band of the 5 % line
     # (advisor.close_call_band): each compared kind's best is searched again at full
-    # accuracy averaging this many seeds, and the verdict taken on those figures
-    # (plan/confirm.py settle_close_call); at most ``seeds``: never
+    # accuracy on this many fresh seeds, one search each, and the verdict taken on their
+    # means (plan/confirm.py settle_close_call); at most ``seeds``: never
     settle_seeds: int = 4
     # at most this many candidates are measured again there (each compared kind's best,
     # then any of those kinds whose goodput per GPU beats its kind's settled best)
@@ -510,9 +510,9 @@ class Settlement:
     :func:`~disaggsim.plan.confirm.settle_close_call`): ``gain`` the disaggregation gain
     it settled, within ``band`` (one sd of a margin's seed spread at the plan's seeds) of
     the 5 % line; ``remeasured`` the candidates with their goodputs per GPU as compared
-    and as measured again, in the order searched; ``options`` the searches' own (full
-    accuracy, ``seeds`` of them); ``left_over`` candidates the cap left unmeasured whose
-    goodput per GPU beat their kind's best measured again."""
+    and as measured again (the mean over ``seeds_run``), in the order searched;
+    ``options`` each search's own (full accuracy); ``left_over`` candidates the cap left
+    unmeasured whose goodput per GPU beat their kind's best measured again."""
 
     gain: float
     band: float
@@ -531,7 +531,8 @@ class Settlement:
 
     @property
     def seeds(self) -> int:
-        return self.options.seeds
+        """The seeds the settled figures average (one search each)."""
+        return len(self.seeds_run)
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
