@@ -149,8 +149,8 @@ def test_a_full_accuracy_margin_near_the_line_is_quoted_as_a_close_call():
     assert advice.verdict == "disaggregate"
     assert (
         "; a close call: within 9.0% of the 5% line, one sd of a margin's seed spread at 1 "
-        "seed (docs/sweeps.md), so another seed could turn it; --seeds 4 narrows that by "
-        "about half)"
+        "seed (docs/sweeps.md), so another seed could turn it; --settle-seeds 4 narrows "
+        "that by about half)"
     ) in advice.reason
     assert plan_json(res, advice)["close_call_band"] == 0.09
     # a loss as near the line, from the colocated side
@@ -164,11 +164,12 @@ def test_a_full_accuracy_margin_near_the_line_is_quoted_as_a_close_call():
 
 def test_more_seeds_narrow_the_close_call_band():
     """At 4 seeds the band is 9 % / 2: +7 % is still within it (the hint: settle the
-    compared candidates at four times the seeds), +12 % no longer is."""
+    compared candidates at four times the seeds; "again" only where they were settled),
+    +12 % no longer is."""
     near = advise(_full(1.07, 1.0, seeds=4))
     assert "a close call: within 4.5% of the 5% line" in near.reason
     assert "at 4 seeds" in near.reason and "--seeds 4" not in near.reason
-    assert "; --settle-seeds 16 narrows that by about half again)" in near.reason
+    assert "; --settle-seeds 16 narrows that by about half)" in near.reason
     # no hint beyond the seeds a search may average
     most = advise(_full(1.052, 1.0, seeds=300))  # within 9 % / sqrt(300) = 0.5 %
     assert "a close call" in most.reason and "--settle-seeds" not in most.reason

@@ -25,7 +25,7 @@ from disaggsim.config.loader import LoadedScenario, load_scenario
 from disaggsim.errors import UserError
 from disaggsim.plan.advisor import Advice, advise
 from disaggsim.plan.analytic import AnalyticGuess, analytic_guess, plan_gpu
-from disaggsim.plan.confirm import confirm_close_call, settle_close_call
+from disaggsim.plan.confirm import checked_close_call, confirm_close_call, settle_close_call
 from disaggsim.plan.holds import check_as_written
 from disaggsim.plan.question import auto_link
 from disaggsim.plan.search import (
@@ -107,8 +107,17 @@ def plan(
         why = close_after_check(res, checked)
         if why is not None:
             # the check moved a decided quick gain into quick mode's band: settle it at
-            # full accuracy as a close call found by the search is, then check again
-            settled = confirm_close_call(res, executor=executor, progress=progress, doubt=why)
+            # full accuracy as a close call found by the search is (confirmed, then at
+            # more seeds if near the line), then check again
+            confirmed = confirm_close_call(res, executor=executor, progress=progress, doubt=why)
+            if confirmed is not res:
+                res = settle_close_call(confirmed, executor=executor, progress=progress)
+                checked = check_as_written(res, executor=executor, progress=progress)
+        near = checked_close_call(res, checked)
+        if near is not None:
+            # the check moved a decided full-accuracy gain into the close-call band:
+            # settle the compared kinds at more seeds as before a check, then check again
+            settled = settle_close_call(res, executor=executor, progress=progress, near=near)
             if settled is not res:
                 checked = check_as_written(settled, executor=executor, progress=progress)
         res = checked

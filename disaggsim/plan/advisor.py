@@ -893,7 +893,7 @@ def _advise(res: SearchResult) -> Advice:
             f"disaggregate: {margin} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res), _own(res))})"
+            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res), _own(res), res.settlement is not None)})"
             + (f"; holds: {', '.join(held)}" if held else "")
             + (
                 f"; does not hold: {', '.join(c.name.replace('_', ' ') for c in missing)}"
@@ -931,7 +931,7 @@ def _advise(res: SearchResult) -> Advice:
             f"use {colo_name} on one pool: {loss} "
             f"({dis.candidate.label}: {dis.goodput_per_gpu_per_s:.3f} vs "
             f"{best_colo.candidate.label}: {best_colo.goodput_per_gpu_per_s:.3f} req/s per GPU"
-            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res), _own(res))})"
+            f"{_note(qm)}{_settled(res)}{_close_call(band, seeds_of(res), _own(res), res.settlement is not None)})"
             + (f" because {why}" if why else "")
             + (f"; holds: {', '.join(held)}" if held else "")
         )
@@ -997,30 +997,32 @@ def _settled(res: SearchResult) -> str:
     return "" if res.settlement is None else f"; {res.settlement.sentence()}"
 
 
-def _close_call(band: float | None, seeds: int, own: bool = False) -> str:
+def _close_call(band: float | None, seeds: int, own: bool = False, settled: bool = False) -> str:
     """``; a close call: ...`` after the figures of a full-accuracy gain near the line;
-    ``own``: the band is the settled margin's own spread (plan/confirm.py own_band)."""
+    ``own``: the band is the settled margin's own spread (plan/confirm.py own_band);
+    ``settled``: the figures are a settled close call's (the hint says "again")."""
     if band is None:
         return ""
     if own:
         return (
             f"; a close call: within {band:.1%} of the {MIN_GAIN:.0%} line, one sd of this "
             f"margin over its {seeds} settled seeds (a 90% upper bound), so another seed "
-            "could turn it" + _more_seeds(seeds)
+            "could turn it" + _more_seeds(seeds, settled)
         )
     return (
         f"; a close call: within {band:.1%} of the {MIN_GAIN:.0%} line, one sd of a margin's "
         f"seed spread at {seeds} seed{'s' if seeds > 1 else ''} (docs/sweeps.md), so another "
-        "seed could turn it" + _more_seeds(seeds)
+        "seed could turn it" + _more_seeds(seeds, settled)
     )
 
 
-def _more_seeds(seeds: int) -> str:
-    """What narrows a close call at ``seeds`` seeds by about half: ``--seeds 4`` from
-    one to three (every search), four times the seeds to settle at beyond (the compared
-    candidates alone, plan/confirm.py settle_close_call); nothing past MAX_SEEDS."""
-    if seeds < 4:
-        return "; --seeds 4 narrows that by about half"
+def _more_seeds(seeds: int, settled: bool) -> str:
+    """What narrows a close call at ``seeds`` seeds by about half: settling the compared
+    candidates on four times as many seeds (``--settle-seeds``: the mean of one search a
+    seed, plan/confirm.py settle_close_call), "again" where they were settled already;
+    nothing past MAX_SEEDS. (Not ``--seeds``: one search averaging the attainment over
+    seeds acts like the worst seed where the trend test binds, and need not narrow at
+    all: docs/sweeps.md.)"""
     if 4 * seeds > MAX_SEEDS:
         return ""
-    return f"; --settle-seeds {4 * seeds} narrows that by about half again"
+    return f"; --settle-seeds {4 * seeds} narrows that by about half{' again' if settled else ''}"

@@ -528,6 +528,9 @@ class Settlement:
     # one sd of the settled margin from its own seeds (plan/confirm.py own_band; None:
     # not measurable), the close-call band the advisor then quotes
     own_band: float | None = None
+    # the close call was the check as written's (plan/confirm.py checked_close_call):
+    # ``gain`` and ``band`` are the checked figures'
+    after_check: bool = False
 
     @property
     def seeds(self) -> int:
@@ -551,7 +554,8 @@ class Settlement:
         sign = "+" if self.gain >= 0 else "-"
         return (
             f"measured again averaging {self.seeds} fresh seeds: the gain at {self.seeds_before} "
-            f"seed{'s' if self.seeds_before > 1 else ''} ({sign}{abs(self.gain):.1%}) lay "
+            f"seed{'s' if self.seeds_before > 1 else ''} ({sign}{abs(self.gain):.1%}"
+            f"{', once checked as written' if self.after_check else ''}) lay "
             f"within {self.band:.1%} of the line ({what} req/s per GPU; "
             f"{self.num_simulations} simulations){left}"
         )
@@ -578,6 +582,7 @@ class Settlement:
             ],
             "seeds_run": list(self.seeds_run),
             "own_band": self.own_band,
+            "after_check": self.after_check,
             "left_over": [{"label": c.label, "goodput_per_gpu": f} for c, f in self.left_over],
             "num_simulations": self.num_simulations,
             "tol_fraction": self.options.tol_fraction,
