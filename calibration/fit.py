@@ -821,30 +821,38 @@ def _is_graph(rows: pd.DataFrame) -> np.ndarray:
     return rows["timing"].astype(str).isin(["graph", "cpu"]).to_numpy()
 
 
-# GEMM rows timed call by call: a row whose kernel time under the base profile is within
-# this factor of the kernel floor (tiny GEMMs, all far below EAGER_MIN_S) measures the
-# run's per-call time (launch path + floor); at least this many such rows are needed
+# GEMM rows fitted for their memory efficiency alone: a row whose kernel time under the
+# base profile is within this factor of the kernel floor (tiny GEMMs, all far below the
+# rows compared) measures the run's per-call time (launch path or graph replay, weights
+# cold in L2, floor); at least this many such rows are needed
 EAGER_FLOOR_FACTOR = 1.2
 EAGER_MIN_FLOOR_ROWS = 5
 EAGER_MIN_GEMM_ROWS = 8
 
 
-def fit_gemm_mem_eff_call_by_call(
-    peaks: GpuPeaks, base_prm: GemmParams, rows: pd.DataFrame, dtype: str
+def fit_gemm_mem_eff_alone(
+    peaks: GpuPeaks,
+    base_prm: GemmParams,
+    rows: pd.DataFrame,
+    dtype: str,
+    min_s: float = EAGER_MIN_S,
 ) -> Fitted | str:
-    """The memory efficiency of GEMMs timed call by call (CUDA events around each call),
-    the other parameters held at ``base_prm`` (a profile of the same SM architecture: the
-    compute efficiencies and the kernel floor are the architecture's, the memory efficiency
-    the GPU's own). The run's per-call time (launch path + floor) is the median of measured
-    minus ``base_prm``'s kernel time over its floor rows (predicted within
-    :data:`EAGER_FLOOR_FACTOR` of the floor, all shorter than :data:`EAGER_MIN_S`) and is
-    added to every prediction; ``mem_eff`` is fitted on the rows of at least
-    :data:`EAGER_MIN_S` (the memory bound decides the weight-streaming ones; the
+    """The memory efficiency a GPU's GEMMs reach, the other parameters held at
+    ``base_prm`` (a profile of the same SM architecture: the compute efficiencies and the
+    kernel floor are the architecture's), to compare a run with the Hopper rule (the
+    memory efficiency the architecture's too: docs/calibration.md, "Hopper rule"). The
+    run's per-call time (timed call by call, the launch path; in CUDA graphs, the replay
+    and weights cold in L2) is the median of measured minus ``base_prm``'s kernel time over
+    its floor rows (predicted within :data:`EAGER_FLOOR_FACTOR` of the floor, all shorter
+    than ``min_s``) and is added to every prediction; ``mem_eff`` is fitted on the rows of
+    at least ``min_s`` (the memory bound decides the weight-streaming ones; the
     compute-bound ones do not move it), held out by (n, k) shape family. A reason (str)
-    instead when the rows cannot tell it."""
+    instead when the rows cannot tell it. No profile is fitted this way: timed call by
+    call a run's GEMMs reach less bandwidth than in graphs (the H200's 0.755 against 0.837
+    for the same GEMMs), and a graph-timed run is fitted whole (:func:`fit_raw`)."""
     m, n, k, t_s = (rows[c].to_numpy(float) for c in ("m", "n", "k", "median_s"))
     pred0 = ops.gemm_time_s(peaks, base_prm, m, n, k, dtype)
-    long = t_s >= EAGER_MIN_S
+    long = t_s >= min_s
     floor = (pred0 <= EAGER_FLOOR_FACTOR * base_prm.launch_s) & ~long
     if int(floor.sum()) < EAGER_MIN_FLOOR_ROWS:
         return f"fewer than {EAGER_MIN_FLOOR_ROWS} floor rows to measure the per-call time"
@@ -856,7 +864,9 @@ def fit_gemm_mem_eff_call_by_call(
         peaks.hbm_bytes_per_s * base_prm.mem_eff
     )
     if int((long & (memory_s > compute_s)).sum()) < EAGER_MIN_GEMM_ROWS:
-        return f"fewer than {EAGER_MIN_GEMM_ROWS} memory-bound rows of at least 40 us"
+        return (
+            f"fewer than {EAGER_MIN_GEMM_ROWS} memory-bound rows of at least {min_s * 1e6:.0f} us"
+        )
     sel = np.flatnonzero(long)
     ms, ns, ks, ts = m[sel], n[sel], k[sel], t_s[sel]
 
@@ -871,11 +881,10 @@ def fit_gemm_mem_eff_call_by_call(
         err,
         {
             "rule": (
-                f"timed call by call: mem_eff alone fitted on the {len(sel)} rows >= "
-                f"{EAGER_MIN_S * 1e6:.0f} us with the run's per-call time "
-                f"({call_s * 1e6:.2f} us, median over {int(floor.sum())} floor rows) added; "
-                f"launch_s, max_eff, half_sat held at the base profile's (same SM "
-                f"architecture); base mem_eff {base_prm.mem_eff:.5g}"
+                f"mem_eff alone fitted on the {len(sel)} rows >= {min_s * 1e6:.0f} us with "
+                f"the run's per-call time ({call_s * 1e6:.2f} us, median over "
+                f"{int(floor.sum())} floor rows) added; launch_s, max_eff, half_sat held at "
+                f"the base profile's (same SM architecture); base mem_eff {base_prm.mem_eff:.5g}"
             ),
             "per_call_s": _round(call_s),
             "base_mem_eff": base_prm.mem_eff,
@@ -898,10 +907,11 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
     """Fit every op present in raw rows ``df`` that its timing allows (module notes):
 
     - graph-timed rows (``timing == graph``): every op;
-    - rows timed call by call: element-wise rows are not fitted (their floors are launch
-      time, and their fitted efficiencies would absorb it); of a GEMM dtype only the memory
-      efficiency is fitted, the rest held at ``base``'s
-      (:func:`fit_gemm_mem_eff_call_by_call`); attention rows of at
+    - rows timed call by call: element-wise and GEMM rows are not fitted (their floors
+      are launch time, which their fitted efficiencies would absorb; and an eager loop
+      lowers the bandwidth a weight-streaming GEMM reaches: the same H200 GEMMs fit
+      ``mem_eff`` 0.755 timed call by call and 0.837 graph-timed,
+      :func:`fit_gemm_mem_eff_alone` over each run); attention rows of at
       least :data:`EAGER_MIN_S` are fitted per backend with the floor held at ``base``'s
       (a :class:`HardwareProfile`; required for this rule); copies and all-reduces are
       fitted (a copy or collective is launched by the host in an engine too).
@@ -914,22 +924,14 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
         key = _dtype_key(str(dt))
         graph = _is_graph(rows)
         if not graph.any():
-            why = (
+            out.not_fitted[f"gemm.{key}"] = (
                 f"{len(rows)} rows timed call by call: their ~7-9 us floor is launch time "
-                "(graph-replayed Hopper GEMMs of the same shapes take 2.5-3 us), so the "
-                "base profile's graph-timed parameters are kept"
+                "(graph-replayed Hopper GEMMs of the same shapes take 2.5-3 us), and an "
+                "eager loop lowers the bandwidth a weight-streaming GEMM reaches too (the "
+                "H200's GEMMs timed call by call fit mem_eff 0.755, the same GEMMs "
+                "graph-timed on an H200 0.837: docs/calibration.md), so the base "
+                "profile's graph-timed parameters are kept"
             )
-            got = (
-                fit_gemm_mem_eff_call_by_call(peaks, base.gemm_params(key), rows, key)
-                if base is not None and key in base.gemm
-                else "no base profile"
-            )
-            if isinstance(got, str):
-                out.not_fitted[f"gemm.{key}"] = f"{why} ({got})"
-                continue
-            out.ops.setdefault("gemm", {})[key] = _params_dict(got.params)
-            out.errors[f"gemm.{key}"] = {**got.error.as_dict(), **got.extra}
-            out.measured.append(f"gemm.{key}")
             continue
         rows = rows[graph]
         f = fit_gemm(
@@ -1039,25 +1041,6 @@ def fit_raw(df: pd.DataFrame, peaks: GpuPeaks, base: Any | None = None) -> RawFi
     return out
 
 
-def scaled_gemm_kernels(kernels: dict[str, Any], fit: RawFit) -> tuple[dict[str, Any], list[str]]:
-    """The base profile's named GEMM kernels (tile-form fits the run did not time), each
-    with its memory efficiency scaled by what the run measured for its dtype's GEMMs timed
-    call by call (fitted over base ``mem_eff``, :func:`fit_gemm_mem_eff_call_by_call`): the
-    memory efficiency a GPU reaches is the GPU's, its kernels' compute efficiencies the
-    architecture's. The names scaled beside."""
-    out = json.loads(json.dumps(kernels))
-    scaled = []
-    for name, sec in out.items():
-        err = fit.errors.get(f"gemm.{sec.get('dtype')}") or {}
-        base_eff = err.get("base_mem_eff")
-        if not base_eff:
-            continue
-        ratio = fit.ops["gemm"][sec["dtype"]]["mem_eff"] / base_eff
-        sec["mem_eff"] = _round(min(sec["mem_eff"] * ratio, 1.0))
-        scaled.append(name)
-    return out, scaled
-
-
 def build_profile(
     gpu: str, df: pd.DataFrame, base: dict, raw_dir: str, base_path: str
 ) -> dict[str, Any]:
@@ -1098,11 +1081,8 @@ def build_profile(
                 label = f"attention.{name}.{op.split('_')[0]}.{key}"
                 if label not in fit.measured:
                     carried.append(label)
-    kernels, scaled = scaled_gemm_kernels(base.get("gemm_kernels") or {}, fit)
-    carried += [
-        f"gemm_kernels.{name}" + (" (mem_eff scaled)" if name in scaled else "")
-        for name in base.get("gemm_kernels") or {}
-    ]
+    kernels = json.loads(json.dumps(base.get("gemm_kernels") or {}))
+    carried += [f"gemm_kernels.{name}" for name in kernels]
     carried.append("graph_replay")
     first = df.iloc[0]
     base_errors = {k: v for k, v in (base.get("fit_error") or {}).items() if k not in fit.errors}

@@ -350,71 +350,69 @@ def test_fp8_weights_add_one_quantisation_kernel_per_gemm() -> None:
     "model, tp, batch, ctx",
     [("llama-3-8b", 1, 64, 4096), ("llama-2-7b", 1, 16, 8192), ("llama-3-8b", 1, 8, 2048)],
 )
-def test_hopper_decode_step_follows_the_achieved_bandwidth_ratio(model, tp, batch, ctx) -> None:
-    """Same SM architecture, different memory: the H200 profile shares the H100's compute
-    efficiencies, kernel floors and attention fits, and has its own GEMM memory
-    efficiency (measured on the H200 run, below the H100's). A memory-bound decode step
-    (weights + KV streamed, > 15 GB) is faster on the H200 by the ratio of the bandwidths
-    the GEMMs reach (peak × mem_eff), within 10%, and never by more than the datasheet
-    ratio 4.8 / 3.35 (floors do not scale)."""
+def test_hopper_decode_step_follows_the_datasheet_bandwidth_ratio(model, tp, batch, ctx) -> None:
+    """Same SM architecture, different memory (issue 13, item 5): the H200 profile shares
+    every GEMM parameter of the H100's (memory efficiency included: the H200's GEMMs timed
+    in CUDA graphs reach the H100's fraction of the peak, below) and its attention fits. A
+    memory-bound decode step (weights + KV streamed, > 15 GB) is faster on the H200 by the
+    datasheet bandwidth ratio 4.8 / 3.35 within 10% (kernel floors, which do not scale,
+    hold the weight-bound batch of 8 to 0.93 of it; the two longer streams within 3%), and
+    never by more."""
     h1 = load_profile("h100-sxm")
     h2 = load_profile("h200-sxm")
-    g1, g2 = h1.gemm_params("bf16"), h2.gemm_params("bf16")
-    assert (g2.launch_s, g2.max_eff, g2.half_sat) == (g1.launch_s, g1.max_eff, g1.half_sat)
+    for dt in ("bf16", "fp8"):
+        assert h2.gemm_params(dt) == h1.gemm_params(dt)
     assert h2.attention_backends["vllm-flash"] == h1.attention_backends["vllm-flash"]
-    # the H200 run's weight-streaming GEMMs reach a smaller fraction of their peak
-    assert g2.mem_eff < 0.95 * g1.mem_eff
-    achieved = (4.8e12 * g2.mem_eff) / (3.35e12 * g1.mem_eff)
     t = [
         build_worker_cost(model, g, tp, engine=ZERO_ENGINE).decode_time_s(batch, batch * ctx)
         for g in ("h100-sxm", "h200-sxm")
     ]
     ratio_bw = get_gpu("h200-sxm").hbm_bytes_per_s / get_gpu("h100-sxm").hbm_bytes_per_s
-    assert t[0] / t[1] == pytest.approx(achieved, rel=0.10)
+    assert t[0] / t[1] == pytest.approx(ratio_bw, rel=0.10)
     assert t[0] / t[1] <= ratio_bw  # floors do not scale: never faster than bandwidth allows
 
 
-def test_h200_weight_bound_batch_follows_the_measured_ratio_not_the_datasheet() -> None:
-    """vLLM's CI batch (8 prompts, 32 in / 128 out, Llama-3.1-8B TP1; held-out rows of
-    calibration/engine_data/measurements.csv) took 997.5 ms on its H100 and 834.1 ms on
-    its H200: 1.196x, where the datasheet bandwidths say up to 1.433x. With the H200's
-    own GEMM memory efficiency the step model (shipped vllm overheads) predicts the
-    ratio within 3%; with the H100's (the datasheet rule) it predicted 1.276 (6.7% off)."""
-    import pandas as pd
+def test_h200_gemms_timed_in_graphs_reach_the_h100s_fraction_of_the_peak() -> None:
+    """The committed H200 runs, each fitted for its GEMM memory efficiency alone over the
+    H100's other parameters (calibration.fit.fit_gemm_mem_eff_alone: the run's per-call
+    time measured on its floor rows). Graph-timed (calibration/runs/h200-2026-12-04) the
+    H200's GEMMs reach the H100's fraction within 1% (bf16, rows >= 40 us) and 2% (fp8,
+    >= 20 us: its weight streams are shorter); timed call by call (h200-2026-11-29) the
+    same GEMMs fit 10% less, the eager loop's, not the GPU's: the shipped H200 profile
+    takes the H100's (docs/calibration.md, "Hopper rule")."""
+    from calibration.fit import fit_gemm_mem_eff_alone
+    from calibration.fit_public import PRIORS_DIR
+    from calibration.rawio import read_raw
+    from tests.conftest import REPO
 
-    from calibration import engines
+    prior = load_profile("h200-sxm", path=PRIORS_DIR / "h200_sxm.json")
+    h100 = load_profile("h100-sxm")
+    runs = REPO / "calibration" / "runs"
+    graph = read_raw(runs / "h200-2026-12-04" / "raw")
+    eager = read_raw(runs / "h200-2026-11-29")
+    assert set(graph.loc[graph["op"] == "gemm", "timing"]) == {"graph"}
 
-    pts = engines.read_measurements()
-    sel = (
-        (pts["source"] == "vllm-perf-benchmark")
-        & (pts["model"] == "llama-3-8b")
-        & pts["gpu"].isin(["h100-sxm", "h200-sxm"])
-    )
-    rows = pts[sel].sort_values("gpu").reset_index(drop=True)
-    assert list(rows["gpu"]) == ["h100-sxm", "h200-sxm"]
-    measured = rows["value_s"].iloc[0] / rows["value_s"].iloc[1]
-    assert measured == pytest.approx(0.997542 / 0.834059, rel=1e-6)
-    feat = engines.features(pd.DataFrame(rows))
-    eng = load_engines()["vllm"]
-    from disaggsim.hardware.engines import PARAM_KEYS
+    def fit(raw, dt: str, min_s: float) -> float:
+        rows = raw[(raw["op"] == "gemm") & (raw["dtype"] == dt)]
+        got = fit_gemm_mem_eff_alone(prior.peaks, prior.gemm_params(dt), rows, dt, min_s)
+        assert not isinstance(got, str), got
+        return got.params.mem_eff
 
-    pred = (
-        feat["kernels_s"] + sum(getattr(eng, k) * feat[f"x_{k}"] for k in PARAM_KEYS)
-    ).to_numpy()
-    assert pred[0] / pred[1] == pytest.approx(measured, rel=0.03)
-    ratio_bw = get_gpu("h200-sxm").hbm_bytes_per_s / get_gpu("h100-sxm").hbm_bytes_per_s
-    assert abs(measured / ratio_bw - 1.0) > 0.15  # the datasheet ratio is not what it follows
+    for dt, min_s, tol in (("bf16", 40e-6, 0.01), ("fp8", 20e-6, 0.02)):
+        own = h100.gemm_params(dt).mem_eff
+        assert fit(graph, dt, min_s) == pytest.approx(own, rel=tol)
+        assert fit(eager, dt, min_s) < 0.92 * own
+        assert load_profile("h200-sxm").gemm_params(dt).mem_eff == own
 
 
-def test_call_by_call_gemm_rows_fit_the_memory_efficiency_alone() -> None:
-    """GEMM rows timed call by call = a known kernel (the H100's compute parameters, memory
-    efficiency 0.6) + 5 µs per call: the fit measures the 5 µs on the floor rows, recovers
-    0.6 from the rows of at least 40 µs and keeps the base's other parameters; the base's
-    tile-form kernels of that dtype get their memory efficiency scaled by 0.6 / base."""
+def test_gemm_memory_efficiency_fitted_alone_recovers_a_known_kernel() -> None:
+    """GEMM rows = a known kernel (the H100's compute parameters, memory efficiency 0.6)
+    + 5 µs per call: the fit measures the 5 µs on the floor rows, recovers 0.6 from the
+    rows of at least 40 µs and keeps the base's other parameters."""
     import numpy as np
     import pandas as pd
 
-    from calibration.fit import RawFit, fit_gemm_mem_eff_call_by_call, scaled_gemm_kernels
+    from calibration.fit import fit_gemm_mem_eff_alone
 
     h2 = load_profile("h200-sxm")
     base = dataclasses.replace(h2.gemm_params("bf16"), mem_eff=0.8)
@@ -424,7 +422,7 @@ def test_call_by_call_gemm_rows_fit_the_memory_efficiency_alone() -> None:
     m, n, k = (np.array(c, float) for c in zip(*shapes, strict=True))
     t = ops.gemm_time_s(h2.peaks, truth, m, n, k) + 5e-6
     rows = pd.DataFrame({"m": m, "n": n, "k": k, "median_s": t})
-    got = fit_gemm_mem_eff_call_by_call(h2.peaks, base, rows, "bf16")
+    got = fit_gemm_mem_eff_alone(h2.peaks, base, rows, "bf16")
     assert not isinstance(got, str)
     assert got.params.mem_eff == pytest.approx(0.6, rel=1e-3)
     assert (got.params.launch_s, got.params.max_eff, got.params.half_sat) == (
@@ -433,12 +431,20 @@ def test_call_by_call_gemm_rows_fit_the_memory_efficiency_alone() -> None:
     assert got.extra["per_call_s"] == pytest.approx(5e-6, rel=1e-3)
     assert got.error.median_ape < 1e-3
     # too few floor rows: a reason, not a fit
-    assert isinstance(fit_gemm_mem_eff_call_by_call(h2.peaks, base, rows.iloc[10:], "bf16"), str)
-    fit = RawFit(
-        ops={"gemm": {"fp8": {"mem_eff": 0.6}}}, errors={"gemm.fp8": {"base_mem_eff": 0.8}}
-    )
-    kernels, scaled = scaled_gemm_kernels(
-        {"a": {"dtype": "fp8", "mem_eff": 0.7}, "b": {"dtype": "bf16", "mem_eff": 0.7}}, fit
-    )
-    assert scaled == ["a"] and kernels["a"]["mem_eff"] == pytest.approx(0.525)
-    assert kernels["b"]["mem_eff"] == 0.7
+    assert isinstance(fit_gemm_mem_eff_alone(h2.peaks, base, rows.iloc[10:], "bf16"), str)
+
+
+def test_gemm_rows_timed_call_by_call_are_not_fitted() -> None:
+    """calibrate fit keeps the base profile's GEMM parameters over rows timed call by
+    call, and says why (their floors are launch time; an eager loop lowers the bandwidth
+    a weight-streaming GEMM reaches)."""
+    from calibration.fit import fit_raw
+    from calibration.rawio import read_raw
+    from tests.conftest import REPO
+
+    prior = load_profile("h200-sxm", path=REPO / "calibration" / "priors" / "h200_sxm.json")
+    fit = fit_raw(read_raw(REPO / "calibration" / "runs" / "h200-2026-11-29"), prior.peaks, prior)
+    assert "gemm" not in fit.ops
+    for dt in ("bf16", "fp8"):
+        assert f"gemm.{dt}" not in fit.measured
+        assert "eager loop lowers the bandwidth" in fit.not_fitted[f"gemm.{dt}"]

@@ -256,15 +256,10 @@ def test_kernels_follow_the_sm_architecture_with_each_gpu_sm_count() -> None:
             # the L2 rate scales with the clock: FP8 peak per SM (H100 PCIe 0.885 of the SXM)
             clock = (fp8 / sms) / (1979e12 / 132)
             assert k.l2_bytes_per_s == pytest.approx(h100.l2_bytes_per_s * clock, rel=1e-4)
-            # the memory efficiency is the GPU's own where its run measured one (the H200:
-            # its fp8 GEMMs' measured mem_eff over the H100's, docs/calibration.md)
-            ratio = (
-                load_profile(gpu).gemm_params("fp8").mem_eff
-                / load_profile("h100-sxm").gemm_params("fp8").mem_eff
-            )
-            assert (ratio < 0.95) == (gpu == "h200-sxm")
-            assert k.mem_eff == pytest.approx(h100.mem_eff * ratio, rel=1e-4)
-            same = dict(num_sms=132, l2_bytes_per_s=h100.l2_bytes_per_s, mem_eff=h100.mem_eff)
+            # the memory efficiency is the architecture's (the H200's GEMMs timed in CUDA
+            # graphs reach the H100's fraction of the peak: docs/calibration.md)
+            assert k.mem_eff == h100.mem_eff
+            same = dict(num_sms=132, l2_bytes_per_s=h100.l2_bytes_per_s)
             assert dataclasses.replace(k, **same) == h100
     for gpu in ("a100-80gb", "l40s", "b200"):  # no FP8 / another architecture's kernels
         assert load_profile(gpu).gemm_kernels == {}

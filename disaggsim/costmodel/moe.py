@@ -322,28 +322,11 @@ def carry_half_sat(
     an H200 (206) at 0.70x. Carried unscaled, the small-m compute floor of the H100 fit
     did not follow bandwidth (Mixtral-8x7B decode on A100/H200 vs the vLLM measurements
     in ``calibration/engines``: docs/calibration.md). ``launch_s`` and ``max_eff``
-    carry as they are; ``hbm_bytes_per_s`` is the bandwidth the GPU reaches (its peak
-    times :func:`expert_mem_ratio`, which also scales ``mem_eff``)."""
+    carry as they are; ``hbm_bytes_per_s`` is the GPU's peak (a GPU of the same SM
+    architecture reaches the same fraction of it: docs/calibration.md, "Hopper rule")."""
     fitted = _fitted_balance_flop_per_byte(fitted_gpu, fmt)
     ratio = (expert_peak_flop_per_s / hbm_bytes_per_s) / fitted
     return replace(p, half_sat=p.half_sat * ratio)
-
-
-def expert_mem_ratio(fmt: str, profile: HardwareProfile) -> float:
-    """The memory efficiency the GPU of ``profile`` measured for its own GEMMs over the one
-    carried to it (:meth:`HardwareProfile.gemm_mem_eff_ratio`, FP8's for the 8- and 4-bit
-    expert formats; 1 where its profile measured none). The grouped-GEMM parameters carried
-    from the GPU they were fitted on stream weights at that much of their fitted fraction
-    of the peak, and the small-m floor (``carry_half_sat``) follows the bandwidth reached:
-    the rule the measured profile's tile-form GEMM kernels follow
-    (``calibration.fit.scaled_gemm_kernels``), the memory efficiency a GPU reaches is the
-    GPU's, its kernels' compute efficiencies the architecture's. The H200 streams GEMM
-    weights at 0.755 of its peak against the H100's 0.838 (its run, docs/calibration.md);
-    carried at the H100's fraction, its experts streamed 11 % faster than its dense GEMMs
-    allow."""
-    return profile.gemm_mem_eff_ratio(
-        "fp8" if fmt in ("fp8", "fp8-block", "mxfp4", "nvfp4") else "bf16"
-    )
 
 
 def unit_nodes(tp: int, num_ranks: int, gpus_per_node: int) -> int:
@@ -723,16 +706,13 @@ class MoeWorkerCost:
             _expert_param_key(fmt), self.expert_kernel, self.expert_tuned_tiles
         )
         if params.transferred_from:
-            mem_ratio = expert_mem_ratio(fmt, profile)
             self._expert_params = carry_half_sat(
                 self._expert_params,
                 self._expert_peak,
-                peaks.hbm_bytes_per_s * mem_ratio,
+                peaks.hbm_bytes_per_s,
                 fmt,
                 params.transferred_from,
             )
-            p = self._expert_params
-            self._expert_params = replace(p, mem_eff=min(1.0, p.mem_eff * mem_ratio))
         self._kv_elem = float(dtype_bytes(kv_dtype))
         # attention kernels (GQA/MHA layers: the engine's own, _pick_attention)
         self.decode_backend = self.prefill_backend = "generic"

@@ -348,17 +348,6 @@ class HardwareProfile:
     def gemm_params(self, dtype: str) -> GemmParams:
         return _pick(self.gemm, dtype, "gemm", self.path)
 
-    def gemm_mem_eff_ratio(self, dtype: str) -> float:
-        """The memory efficiency this GPU's own run measured for its ``dtype`` GEMMs over
-        the one its base profile carried (``fit_error["gemm.<dtype>"]["base_mem_eff"]``,
-        written by ``calibration.fit`` where a run fits ``mem_eff`` alone over another
-        GPU's kernels of the same architecture); 1 where none was measured, or the profile
-        fits no ``dtype`` GEMM."""
-        base = (self.fit_error.get(f"gemm.{dtype}") or {}).get("base_mem_eff")
-        if not base or dtype not in self.gemm:
-            return 1.0
-        return float(self.gemm[dtype].mem_eff) / float(base)
-
     def decode_attention_params(self, kv_dtype: str) -> DecodeAttentionParams:
         return _pick(self.decode_attention, kv_dtype, "decode_attention", self.path)
 
