@@ -821,13 +821,26 @@ def _is_graph(rows: pd.DataFrame) -> np.ndarray:
     return rows["timing"].astype(str).isin(["graph", "cpu"]).to_numpy()
 
 
-# GEMM rows fitted for their memory efficiency alone: a row whose kernel time under the
-# base profile is within this factor of the kernel floor (tiny GEMMs, all far below the
-# rows compared) measures the run's per-call time (launch path or graph replay, weights
-# cold in L2, floor); at least this many such rows are needed
-EAGER_FLOOR_FACTOR = 1.2
-EAGER_MIN_FLOOR_ROWS = 5
+# a GEMM row whose kernel time under the base profile is within this factor of the kernel
+# floor (tiny GEMMs, all far below the rows compared) measures the run's per-call time
+# (launch path or graph replay, weights cold in L2, floor); at least this many such rows
+# are needed; and this many memory-bound rows to fit a memory efficiency on
+FLOOR_ROW_FACTOR = 1.2
+MIN_FLOOR_ROWS = 5
 EAGER_MIN_GEMM_ROWS = 8
+
+
+def per_call_time_s(
+    pred_s: np.ndarray, meas_s: np.ndarray, launch_s: float, compared: np.ndarray
+) -> tuple[float, int] | None:
+    """A run's per-call time over the kernel: the median of measured minus predicted over
+    its floor rows (predicted within :data:`FLOOR_ROW_FACTOR` of the kernel floor
+    ``launch_s``, none of the ``compared`` rows), with the number of floor rows; None
+    with fewer than :data:`MIN_FLOOR_ROWS` of them."""
+    floor = (pred_s <= FLOOR_ROW_FACTOR * launch_s) & ~compared
+    if int(floor.sum()) < MIN_FLOOR_ROWS:
+        return None
+    return float(np.median(meas_s[floor] - pred_s[floor])), int(floor.sum())
 
 
 def fit_gemm_mem_eff_alone(
@@ -843,8 +856,7 @@ def fit_gemm_mem_eff_alone(
     memory efficiency the architecture's too: docs/calibration.md, "Hopper rule"). The
     run's per-call time (timed call by call, the launch path; in CUDA graphs, the replay
     and weights cold in L2) is the median of measured minus ``base_prm``'s kernel time over
-    its floor rows (predicted within :data:`EAGER_FLOOR_FACTOR` of the floor, all shorter
-    than ``min_s``) and is added to every prediction; ``mem_eff`` is fitted on the rows of
+    its floor rows (:func:`per_call_time_s`, all shorter than ``min_s``) and is added to every prediction; ``mem_eff`` is fitted on the rows of
     at least ``min_s`` (the memory bound decides the weight-streaming ones; the
     compute-bound ones do not move it), held out by (n, k) shape family. A reason (str)
     instead when the rows cannot tell it. No profile is fitted this way: timed call by
@@ -853,10 +865,10 @@ def fit_gemm_mem_eff_alone(
     m, n, k, t_s = (rows[c].to_numpy(float) for c in ("m", "n", "k", "median_s"))
     pred0 = ops.gemm_time_s(peaks, base_prm, m, n, k, dtype)
     long = t_s >= min_s
-    floor = (pred0 <= EAGER_FLOOR_FACTOR * base_prm.launch_s) & ~long
-    if int(floor.sum()) < EAGER_MIN_FLOOR_ROWS:
-        return f"fewer than {EAGER_MIN_FLOOR_ROWS} floor rows to measure the per-call time"
-    call_s = float(np.median(t_s[floor] - pred0[floor]))
+    call = per_call_time_s(pred0, t_s, base_prm.launch_s, long)
+    if call is None:
+        return f"fewer than {MIN_FLOOR_ROWS} floor rows to measure the per-call time"
+    call_s, n_floor = call
     compute_s = ops.gemm_flop(m, n, k) / (
         peaks.flop_per_s(dtype) * ops.gemm_compute_eff(base_prm, m, n, k)
     )
@@ -883,7 +895,7 @@ def fit_gemm_mem_eff_alone(
             "rule": (
                 f"mem_eff alone fitted on the {len(sel)} rows >= {min_s * 1e6:.0f} us with "
                 f"the run's per-call time ({call_s * 1e6:.2f} us, median over "
-                f"{int(floor.sum())} floor rows) added; launch_s, max_eff, half_sat held at "
+                f"{n_floor} floor rows) added; launch_s, max_eff, half_sat held at "
                 f"the base profile's (same SM architecture); base mem_eff {base_prm.mem_eff:.5g}"
             ),
             "per_call_s": _round(call_s),

@@ -1032,11 +1032,6 @@ def extrapolation_rows(gpu: str, data: Path) -> list[Row]:
 # replay and cold-weight time the like-with-like row adds (2 us on the H200), so shorter
 # ones are compared there too (the fp8 weight streams of the sweep are 10-35 us)
 HELD_OUT_GPU_MIN_S = {"eager": 40e-6, "graph": 10e-6}
-# a row whose predicted kernel time is within this factor of the kernel floor measures the
-# run's per-call time (launch path or replay, cold weights, floor); such rows are all
-# below the compared rows' minimum, so they never overlap them
-FLOOR_ROW_FACTOR = 1.2
-MIN_FLOOR_ROWS = 5
 # the runs of a GPU none of whose kernel parameters was fitted to them, the first the one
 # the targets apply to (graph-timed: kernel time), the others shown beside it
 HELD_OUT_RUNS = {
@@ -1065,14 +1060,14 @@ def held_out_gpu_rows(gpu: str, source_gpu: str, raw_dir: Path, target: bool = T
     rows of at least :data:`HELD_OUT_GPU_MIN_S` of the run's timing are compared. GEMM
     rows are compared twice: the kernel alone, and like with like — the kernel plus the
     run's per-call time, the median excess of the measured over the predicted time on the
-    run's floor rows (predicted within :data:`FLOOR_ROW_FACTOR` of the kernel floor: tiny
-    GEMMs, disjoint from the compared rows; timed call by call that is the launch path, in
-    graphs the replay and weights cold in L2). ``target``: the like-with-like rows carry
+    run's floor rows (:func:`calibration.fit.per_call_time_s`: tiny GEMMs, disjoint from
+    the compared rows; timed call by call that is the launch path, in graphs the replay
+    and weights cold in L2). ``target``: the like-with-like rows carry
     the held-out GEMM target. Then each dtype's memory efficiency fitted alone over the
     prior's other GEMM parameters (:func:`calibration.fit.fit_gemm_mem_eff_alone`), which
     the Hopper rule says is ``source_gpu``'s; and attention rows per measured backend,
     against the profile's generic kernel (another kernel: no target)."""
-    from calibration.fit import fit_gemm_mem_eff_alone
+    from calibration.fit import fit_gemm_mem_eff_alone, per_call_time_s
     from calibration.fit_public import PRIORS_DIR
     from calibration.rawio import read_raw
     from disaggsim.hardware.profile import profile_filename
@@ -1091,16 +1086,15 @@ def held_out_gpu_rows(gpu: str, source_gpu: str, raw_dir: Path, target: bool = T
         pred = ops.gemm_time_s(pk, prm, t["m"], t["n"], t["k"], str(dt))
         meas = t["median_s"].to_numpy(float)
         compared = meas >= min_s
-        floor = (pred <= FLOOR_ROW_FACTOR * prm.launch_s) & ~compared
-        like = int(floor.sum()) >= MIN_FLOOR_ROWS
+        call = per_call_time_s(pred, meas, prm.launch_s, compared)
         a = ape(pred[compared], meas[compared])
-        rows.append(_row(gpu, "gemm", src, f"{dt}", a, None if like or not target else "held_gemm"))
-        if not like:
+        rows.append(_row(gpu, "gemm", src, f"{dt}", a, None if call or not target else "held_gemm"))
+        if call is None:
             continue
-        call_s = float(np.median(meas[floor] - pred[floor]))
+        call_s, n_floor = call
         src_like = (
             f"{src} + the run's per-call time ({call_s * 1e6:.2f} µs, median over "
-            f"{int(floor.sum())} floor rows)"
+            f"{n_floor} floor rows)"
         )
         a = ape(pred[compared] + call_s, meas[compared])
         rows.append(_row(gpu, "gemm", src_like, f"{dt}", a, "held_gemm" if target else None))
